@@ -1,0 +1,103 @@
+// `tessera generate`: load a model, generate from a prompt, stream text to stdout, speed to stderr.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "engine/generator.h"
+#include "engine/model_runner.h"
+#include "model/loader.h"
+#include "ops/registry.h"
+
+namespace tessera::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  std::string backend = "ref";
+  int max_tokens = 256;
+  int steps = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool no_echo = false;
+  bool quiet = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  auto model = model::load_model(a.model, a.tokenizer);
+  if (!model.ok()) return fail(model.status().message());
+  auto device = ops::open_device(a.backend);
+  if (!device.ok()) return fail(device.status().message());
+
+  engine::RunnerOptions ro;
+  ro.max_batch_tokens = std::min(512, model->config.max_seq_len);
+  auto runner = engine::ModelRunner::create(**device, model->config, model->weights, ro);
+  if (!runner.ok()) return fail(runner.status().message());
+
+  engine::GenerateOptions go;
+  go.max_tokens = a.max_tokens;
+  go.echo_prompt = !a.no_echo;
+  go.sampling = {a.temperature, a.top_p, a.top_k, a.seed};
+  if (a.steps > 0) {
+    // run.c's --steps: total positions, prompt (with BOS) included, capped by the context.
+    int steps = std::min(a.steps, model->config.max_seq_len);
+    int prompt_len = static_cast<int>(model->tokenizer->encode(a.prompt, true).size());
+    if (steps < prompt_len) {
+      return fail(fmt::format("--steps {} is shorter than the prompt ({} tokens with BOS)", steps, prompt_len));
+    }
+    go.max_tokens = steps - prompt_len + 1;
+  }
+  auto stats = engine::generate(**runner, *model->tokenizer, a.prompt, go, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!stats.ok()) return fail(stats.status().message());
+  if (!a.quiet) {
+    const auto& s = *stats;
+    double prefill_tps = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0;
+    double decode_tps = s.decode_seconds > 0 ? s.decode_steps / s.decode_seconds : 0.0;
+    std::fprintf(stderr,
+                 "model %s (%s, %.2fM params) on %s | prefill: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n",
+                 model->name.c_str(), model->config.arch.c_str(), model->config.parameter_count() / 1e6,
+                 (*device)->info().backend.c_str(), s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt on one backend");
+  cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
+      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
+  cmd->add_option("--prompt", args->prompt, "Prompt text (default: empty)");
+  cmd->add_option("--max-tokens", args->max_tokens, "New tokens to generate")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps,
+                  "Total positions including the prompt and BOS, as llama2.c's run.c counts (overrides --max-tokens)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", args->temperature, "0 is greedy")->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Random seed (0: from the clock)");
+  cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_flag("--no-echo", args->no_echo, "Do not print the prompt before the generated text");
+  cmd->add_flag("--quiet", args->quiet, "Do not print speed to stderr");
+  return [args] { return run_generate(*args); };
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,48 @@
+// tessera: one binary, one subcommand per job (generate, synth; serve, route, up, bench... as they land).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+
+namespace tessera::cli {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "tessera: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace tessera::cli
+
+int main(int argc, char** argv) {
+  using namespace tessera::cli;
+  CLI::App app("Tessera: LLM serving across unlike accelerators", "tessera");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  auto add = [&](Action (*adder)(CLI::App&)) {
+    Action a = adder(app);
+    actions.emplace_back(app.get_subcommands({}).back(), std::move(a));
+  };
+  add(add_generate_command);
+  add(add_synth_command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    for (char& c : what) c = c == '\n' ? ' ' : c;
+    std::fprintf(stderr, "tessera: error: %s (run 'tessera --help' for usage)\n", what.c_str());
+    return 2;
+  }
+  for (auto& [sub, action] : actions) {
+    if (sub->parsed()) return action();
+  }
+  return 2;
+}

@@ -1,0 +1,84 @@
+// ModelRunner: the Llama forward pass, expressed as a sequence of operator calls on one Device.
+//
+// It never names a backend: it uploads the weights through Device::alloc and Stream::write, keeps the
+// paged KV cache, and submits ops::Op values to its stream, so any backend that implements the operator
+// contract runs models unchanged. Two entry points:
+//   prefill(seq, tokens)  appends a chunk of one sequence's prompt, returns the last token's logits;
+//   decode(seqs, tokens)  appends one token to each of several sequences, returns one row of logits each.
+//
+// Thread-safety: one thread drives a runner (it owns a Stream).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv_cache.h"
+#include "model/model_config.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace tessera::engine {
+
+using model::TokenId;
+
+struct RunnerOptions {
+  int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
+  KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
+  int max_sequences = 1;
+};
+
+class ModelRunner {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(ops::Device& device, const model::ModelConfig& config,
+                                                     const model::ModelWeights& weights, RunnerOptions options);
+  ~ModelRunner();
+
+  const model::ModelConfig& config() const { return config_; }
+  KvCache& kv_cache() { return *kv_; }
+
+  // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
+  // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
+  // KV blocks run out (seq is then unchanged).
+  Status prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits);
+
+  // One token for each sequence; logits gets seqs.size() rows of vocab_size floats.
+  Status decode(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens, std::vector<float>& logits);
+
+  void release(SequenceKv& seq) { kv_->release(seq); }
+
+ private:
+  struct Layer {
+    ops::Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  };
+  // Activations, sized for max_batch_tokens rows.
+  struct Scratch {
+    ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
+    ops::Tensor ids, positions, slots, block_table, block_tables, context_lens;
+  };
+  enum class Mode { kPrefill, kDecode };
+
+  ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
+  Status upload_weights(const model::ModelWeights& weights);
+  Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape);
+  Result<ops::Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape);
+  // Runs the layers for n rows whose ids/positions/slots (and block tables) are already uploaded, then
+  // the classifier for rows [logit_row0, n).
+  Status forward(int64_t n, Mode mode, int32_t prefill_start, int64_t logit_row0);
+  Status run(const ops::Op& op);
+
+  ops::Device& device_;
+  model::ModelConfig config_;
+  RunnerOptions options_;
+  int max_blocks_per_seq_ = 0;
+  std::unique_ptr<ops::Stream> stream_;
+  std::vector<std::unique_ptr<ops::Buffer>> buffers_;
+  ops::Tensor token_embd_, output_norm_, classifier_;
+  std::vector<Layer> layers_;
+  Scratch s_;
+  std::unique_ptr<KvCache> kv_;
+};
+
+}  // namespace tessera::engine

@@ -1,0 +1,103 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/core.h>
+
+namespace tessera::engine {
+namespace {
+
+uint64_t seed_from_clock() {
+  return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1u;
+}
+
+void softmax_in_place(std::span<float> x) {
+  float mx = x[0];
+  for (float v : x) mx = v > mx ? v : mx;
+  float sum = 0.0f;
+  for (float& v : x) {
+    v = std::exp(v - mx);
+    sum += v;
+  }
+  for (float& v : x) v /= sum;
+}
+
+}  // namespace
+
+Status validate(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return invalid_argument(fmt::format("temperature must be a finite number >= 0, got {}", p.temperature));
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
+  if (p.top_k < 0) return invalid_argument(fmt::format("top_k must be >= 0, got {}", p.top_k));
+  return ok_status();
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), seed_(params.seed != 0 ? params.seed : seed_from_clock()), rng_(seed_) {}
+
+model::TokenId argmax(std::span<const float> logits) {
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<model::TokenId>(best);
+}
+
+model::TokenId Sampler::sample(std::span<float> logits) {
+  if (params_.temperature == 0.0f) return argmax(logits);
+  for (float& v : logits) v /= params_.temperature;
+  softmax_in_place(logits);
+  const float coin = rng_.next_f32();
+  const int n = static_cast<int>(logits.size());
+  const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
+  const bool use_top_p = params_.top_p < 1.0f;
+
+  if (!use_top_k && !use_top_p) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      cdf += logits[static_cast<size_t>(i)];
+      if (coin < cdf) return i;
+    }
+    return n - 1;  // rounding
+  }
+
+  candidates_.clear();
+  // Tokens below this probability cannot be in the nucleus (run.c's pre-filter, which saves the sort).
+  const float cutoff = use_top_p && !use_top_k ? (1.0f - params_.top_p) / static_cast<float>(n - 1) : 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (logits[static_cast<size_t>(i)] >= cutoff) candidates_.push_back({logits[static_cast<size_t>(i)], i});
+  }
+  auto by_prob = [](const Candidate& a, const Candidate& b) { return a.prob > b.prob || (a.prob == b.prob && a.index < b.index); };
+  if (use_top_k && static_cast<size_t>(params_.top_k) < candidates_.size()) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_prob);
+    candidates_.resize(static_cast<size_t>(params_.top_k));
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_prob);
+  }
+  float mass = 0.0f;
+  for (const Candidate& c : candidates_) mass += c.prob;
+  // Without top-k this is run.c's rule (the nucleus target is top_p of the whole distribution); after a
+  // top-k cut the target is top_p of the mass that remains.
+  const float target = !use_top_p ? mass : (use_top_k ? params_.top_p * mass : params_.top_p);
+  float cumulative = 0.0f;
+  size_t last = candidates_.size() - 1;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cumulative += candidates_[i].prob;
+    if (cumulative > target) {
+      last = i;
+      break;
+    }
+  }
+  const float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (size_t i = 0; i <= last; ++i) {
+    cdf += candidates_[i].prob;
+    if (r < cdf) return candidates_[i].index;
+  }
+  return candidates_[last].index;
+}
+
+}  // namespace tessera::engine

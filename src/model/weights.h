@@ -1,0 +1,55 @@
+// ModelWeights: a format-independent, host-side view of a model's tensors.
+//
+// Every format reader (llama2.c now; GGUF and safetensors later) produces tensors under GGUF's names so the
+// engine binds weights the same way whatever the file:
+//   token_embd.weight [vocab, dim]          output_norm.weight [dim]        output.weight [vocab, dim] (untied only)
+//   blk.N.attn_norm.weight [dim]            blk.N.ffn_norm.weight [dim]
+//   blk.N.attn_q.weight [q_dim, dim]        blk.N.attn_k.weight / attn_v.weight [kv_dim, dim]
+//   blk.N.attn_output.weight [dim, q_dim]   blk.N.ffn_gate.weight / ffn_up.weight [hidden, dim]
+//   blk.N.ffn_down.weight [dim, hidden]
+// Shapes are row-major [rows, cols]; a matrix maps a vector of `cols` to one of `rows` (y = W x).
+//
+// Ownership: tensors point into `storage` (usually a MappedFile), which the view keeps alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+namespace tessera::model {
+
+struct WeightTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+
+  int64_t numel() const;
+};
+
+class ModelWeights {
+ public:
+  ModelWeights() = default;
+  explicit ModelWeights(std::shared_ptr<const void> storage) : storage_(std::move(storage)) {}
+
+  void add(WeightTensor t) { tensors_.push_back(std::move(t)); }
+  const std::vector<WeightTensor>& tensors() const { return tensors_; }
+  // nullptr when absent.
+  const WeightTensor* find(std::string_view name) const;
+  // NotFound naming the tensor, or InvalidArgument when its shape differs from `shape`.
+  Result<const WeightTensor*> require(std::string_view name, const std::vector<int64_t>& shape) const;
+
+ private:
+  std::shared_ptr<const void> storage_;
+  std::vector<WeightTensor> tensors_;
+};
+
+std::string layer_tensor_name(int layer, std::string_view suffix);  // "blk.3.attn_q.weight"
+
+}  // namespace tessera::model

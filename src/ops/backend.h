@@ -1,0 +1,86 @@
+// Backend, Device, Buffer, Stream: how the engine reaches a device family without naming it.
+//
+//   Backend  one per device family ("ref", later "cpu", "opencl", "cuda"); enumerates and opens devices.
+//   Device   allocates Buffers, answers capability queries, creates Streams.
+//   Buffer   device memory; owned by whoever allocated it (std::unique_ptr).
+//   Stream   an ordered queue of copies and operators. Operations on one stream run in submission order;
+//            synchronize() waits for all of them. A failed operation's Status is returned by the call that
+//            submitted it where the backend can tell at once, otherwise by the next synchronize().
+//
+// Thread-safety: a Device may be shared by threads; a Stream is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/ops.h"
+
+namespace tessera::ops {
+
+class Device;
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  size_t size() const { return size_; }
+  // The host address of the memory when the device shares it with the host (ref, cpu), else nullptr.
+  virtual void* host_ptr() = 0;
+
+ protected:
+  explicit Buffer(size_t size) : size_(size) {}
+
+ private:
+  size_t size_;
+};
+
+// Whether a device can run an operator with these exact dtypes and shapes, and if not, why.
+struct Support {
+  bool supported = true;
+  std::string reason;  // empty when supported
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+struct DeviceInfo {
+  std::string backend;  // registry name
+  std::string name;     // human-readable device name
+  size_t memory_bytes = 0;
+  bool host_visible = false;  // Buffer::host_ptr() is non-null
+  bool supports_graphs = false;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Status run(const Op& op) = 0;
+  virtual Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
+  virtual Status read(Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
+  virtual Status synchronize() = 0;
+
+  // Convenience: copy a host array into / out of a tensor view (the whole view).
+  Status upload(const Tensor& dst, const void* src);
+  Status download(const Tensor& src, void* dst);
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+  // ResourceExhausted when the memory is not there.
+  virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
+  virtual Support supports(const Op& op) const = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int device_count() const = 0;
+  virtual Result<std::unique_ptr<Device>> open_device(int index) = 0;
+};
+
+}  // namespace tessera::ops

@@ -1,0 +1,169 @@
+#include "ops/ops.h"
+
+#include <fmt/format.h>
+
+#include "ops/backend.h"
+
+namespace tessera::ops {
+namespace {
+
+template <class>
+constexpr bool kAlwaysFalse = false;
+
+// Accumulates the first problem found; later checks are skipped once one fails.
+class Checker {
+ public:
+  explicit Checker(std::string_view op) : op_(op) {}
+
+  Checker& present(const Tensor& t, std::string_view name) {
+    if (ok() && !t.valid()) fail(fmt::format("{} is missing", name));
+    if (ok() && t.buffer->size() < t.offset + t.bytes()) {
+      fail(fmt::format("{} {} at offset {} runs past its {}-byte buffer", name, t.shape_string(), t.offset,
+                       t.buffer->size()));
+    }
+    return *this;
+  }
+  Checker& dtype(const Tensor& t, std::string_view name, DType want) {
+    if (ok() && t.dtype != want) fail(fmt::format("{} is {}, expected {}", name, dtype_name(t.dtype), dtype_name(want)));
+    return *this;
+  }
+  Checker& rank(const Tensor& t, std::string_view name, int want) {
+    if (ok() && t.rank != want) fail(fmt::format("{} {} has rank {}, expected {}", name, t.shape_string(), t.rank, want));
+    return *this;
+  }
+  Checker& dim(const Tensor& t, std::string_view name, int i, int64_t want) {
+    if (ok() && t.dim(i) != want) {
+      fail(fmt::format("{} {} has dim {} = {}, expected {}", name, t.shape_string(), i, t.dim(i), want));
+    }
+    return *this;
+  }
+  Checker& same_shape(const Tensor& a, std::string_view an, const Tensor& b, std::string_view bn) {
+    if (ok() && (a.rank != b.rank || a.dims != b.dims)) {
+      fail(fmt::format("{} {} and {} {} differ in shape", an, a.shape_string(), bn, b.shape_string()));
+    }
+    return *this;
+  }
+  Checker& require(bool cond, std::string_view what) {
+    if (ok() && !cond) fail(std::string(what));
+    return *this;
+  }
+  bool ok() const { return error_.empty(); }
+  Status status() const {
+    return ok() ? ok_status() : invalid_argument(fmt::format("{}: {}", op_, error_));
+  }
+
+ private:
+  void fail(std::string e) { error_ = std::move(e); }
+  std::string_view op_;
+  std::string error_;
+};
+
+void check_kv_cache(Checker& c, const Tensor& kc, const Tensor& vc) {
+  c.present(kc, "k_cache").present(vc, "v_cache").rank(kc, "k_cache", 4).same_shape(kc, "k_cache", vc, "v_cache");
+}
+
+// q [n, heads, head_dim] against a cache [blocks, block_tokens, kv_heads, head_dim].
+void check_attention_q(Checker& c, const Tensor& q, const Tensor& kc, const Tensor& out) {
+  c.present(q, "q").present(out, "out").dtype(q, "q", DType::kF32).dtype(out, "out", DType::kF32).rank(q, "q", 3);
+  if (!c.ok()) return;
+  c.dim(q, "q", 2, kc.dim(3)).require(q.dim(1) % kc.dim(2) == 0, "query heads are not a multiple of kv heads");
+  c.same_shape(q, "q", out, "out");
+}
+
+}  // namespace
+
+std::string_view op_name(const Op& op) {
+  static constexpr std::string_view kNames[] = {"embedding", "rms_norm",         "add_rms_norm", "rope",
+                                                "kv_write",  "attention_prefill", "attention_decode", "matmul",
+                                                "silu_mul",  "add",               "softmax",      "argmax"};
+  static_assert(std::size(kNames) == std::variant_size_v<Op>);
+  return kNames[op.index()];
+}
+
+Status validate(const Op& op) {
+  Checker c(op_name(op));
+  std::visit(
+      [&c](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, EmbeddingOp>) {
+          c.present(o.table, "table").present(o.ids, "ids").present(o.out, "out");
+          c.rank(o.table, "table", 2).dtype(o.table, "table", DType::kF32).dtype(o.ids, "ids", DType::kI32);
+          c.rank(o.ids, "ids", 1).rank(o.out, "out", 2).dtype(o.out, "out", DType::kF32);
+          if (c.ok()) c.dim(o.out, "out", 0, o.ids.dim(0)).dim(o.out, "out", 1, o.table.dim(1));
+        } else if constexpr (std::is_same_v<T, RmsNormOp>) {
+          c.present(o.x, "x").present(o.weight, "weight").present(o.out, "out").rank(o.x, "x", 2);
+          c.dtype(o.x, "x", DType::kF32).dtype(o.weight, "weight", DType::kF32).same_shape(o.x, "x", o.out, "out");
+          if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.x.dim(1));
+        } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
+          c.present(o.residual, "residual").present(o.delta, "delta").present(o.weight, "weight").present(o.out, "out");
+          c.rank(o.residual, "residual", 2).dtype(o.residual, "residual", DType::kF32).dtype(o.delta, "delta", DType::kF32);
+          c.dtype(o.weight, "weight", DType::kF32).same_shape(o.residual, "residual", o.delta, "delta");
+          c.same_shape(o.residual, "residual", o.out, "out");
+          if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.residual.dim(1));
+        } else if constexpr (std::is_same_v<T, RopeOp>) {
+          c.present(o.q, "q").present(o.k, "k").present(o.positions, "positions").rank(o.q, "q", 3).rank(o.k, "k", 3);
+          c.dtype(o.q, "q", DType::kF32).dtype(o.k, "k", DType::kF32).dtype(o.positions, "positions", DType::kI32);
+          if (c.ok()) {
+            c.dim(o.k, "k", 0, o.q.dim(0)).dim(o.k, "k", 2, o.q.dim(2)).rank(o.positions, "positions", 1);
+            c.dim(o.positions, "positions", 0, o.q.dim(0)).require(o.q.dim(2) % 2 == 0, "head_dim must be even");
+            c.require(o.theta > 0.0f, "theta must be positive");
+          }
+        } else if constexpr (std::is_same_v<T, KvWriteOp>) {
+          check_kv_cache(c, o.k_cache, o.v_cache);
+          c.present(o.k, "k").present(o.v, "v").present(o.slots, "slots").rank(o.k, "k", 3).same_shape(o.k, "k", o.v, "v");
+          c.dtype(o.k, "k", DType::kF32).dtype(o.v, "v", DType::kF32).dtype(o.slots, "slots", DType::kI32);
+          if (c.ok()) {
+            c.dim(o.k, "k", 1, o.k_cache.dim(2)).dim(o.k, "k", 2, o.k_cache.dim(3)).rank(o.slots, "slots", 1);
+            c.dim(o.slots, "slots", 0, o.k.dim(0));
+          }
+        } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
+          check_kv_cache(c, o.k_cache, o.v_cache);
+          check_attention_q(c, o.q, o.k_cache, o.out);
+          c.present(o.block_table, "block_table").rank(o.block_table, "block_table", 1);
+          c.dtype(o.block_table, "block_table", DType::kI32).require(o.start_pos >= 0, "start_pos is negative");
+          if (c.ok()) {
+            int64_t need = o.start_pos + o.q.dim(0);
+            c.require(need <= o.block_table.dim(0) * o.k_cache.dim(1), "the block table does not cover every position");
+          }
+        } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
+          check_kv_cache(c, o.k_cache, o.v_cache);
+          check_attention_q(c, o.q, o.k_cache, o.out);
+          c.present(o.block_tables, "block_tables").present(o.context_lens, "context_lens");
+          c.rank(o.block_tables, "block_tables", 2).dtype(o.block_tables, "block_tables", DType::kI32);
+          c.rank(o.context_lens, "context_lens", 1).dtype(o.context_lens, "context_lens", DType::kI32);
+          if (c.ok()) {
+            c.dim(o.block_tables, "block_tables", 0, o.q.dim(0)).dim(o.context_lens, "context_lens", 0, o.q.dim(0));
+          }
+        } else if constexpr (std::is_same_v<T, MatMulOp>) {
+          c.present(o.x, "x").present(o.w, "w").present(o.out, "out").rank(o.x, "x", 2).rank(o.w, "w", 2);
+          c.rank(o.out, "out", 2).dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+          if (c.ok()) {
+            c.dim(o.w, "w", 1, o.x.dim(1)).dim(o.out, "out", 0, o.x.dim(0)).dim(o.out, "out", 1, o.w.dim(0));
+            c.require(o.w.dim(1) % dtype_info(o.w.dtype).block_elems == 0,
+                      "w's row length is not a multiple of its quantisation block");
+          }
+        } else if constexpr (std::is_same_v<T, SiluMulOp>) {
+          c.present(o.gate, "gate").present(o.up, "up").present(o.out, "out").dtype(o.gate, "gate", DType::kF32);
+          c.dtype(o.up, "up", DType::kF32).same_shape(o.gate, "gate", o.up, "up").same_shape(o.gate, "gate", o.out, "out");
+        } else if constexpr (std::is_same_v<T, AddOp>) {
+          c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
+          c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");
+        } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
+          c.present(o.x, "x").present(o.out, "out").rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32);
+          c.same_shape(o.x, "x", o.out, "out");
+        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
+          c.present(o.x, "x").present(o.out, "out").rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32);
+          c.rank(o.out, "out", 1).dtype(o.out, "out", DType::kI32);
+          if (c.ok()) c.dim(o.out, "out", 0, o.x.dim(0)).require(o.x.dim(1) > 0, "x has empty rows");
+        } else {
+          static_assert(kAlwaysFalse<T>, "validate() misses an operator");
+        }
+      },
+      op);
+  return c.status();
+}
+
+Status Stream::upload(const Tensor& dst, const void* src) { return write(*dst.buffer, dst.offset, src, dst.bytes()); }
+Status Stream::download(const Tensor& src, void* dst) { return read(*src.buffer, src.offset, dst, src.bytes()); }
+
+}  // namespace tessera::ops

@@ -1,0 +1,110 @@
+// The operator contract: the fixed set of fused inference operators every backend implements.
+//
+// Each operator is a plain struct naming its tensors and scalars; `Op` is their variant. Because operators
+// are values, the same description serves the eager path (Stream::run executes it), the graph path (a
+// recorder stores it for later compilation and replay) and capability queries (Device::supports).
+// validate() is the one shape and dtype check shared by every backend, so backends only implement math.
+//
+// Numerics are defined by `ops/ref`, which follows llama2.c's run.c operation for operation so that greedy
+// decoding reproduces its output exactly; other backends are compared with it within stated tolerances.
+//
+// Conventions: activations are f32 and row-major with tokens as rows. Integer inputs (token ids,
+// positions, KV slots, block tables, lengths) are i32 tensors. The KV cache of one layer is two tensors
+// [num_blocks, block_tokens, n_kv_heads, head_dim]; a sequence's block table lists its blocks in order, so
+// position p lives in block table[p / block_tokens] at row p % block_tokens.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "base/status.h"
+#include "model/model_config.h"
+#include "ops/tensor.h"
+
+namespace tessera::ops {
+
+using model::RopeLayout;
+
+// out[i] = table[ids[i]].  table [vocab, dim] (f32), ids i32 [n], out f32 [n, dim].
+struct EmbeddingOp {
+  Tensor table, ids, out;
+};
+
+// out = x / sqrt(mean(x^2) + eps) * weight, per row.  x, out [n, dim]; weight [dim].
+struct RmsNormOp {
+  Tensor x, weight, out;
+  float eps = 1e-5f;
+};
+
+// residual += delta; out = rms_norm(residual) * weight.  The residual stream update fused with the next norm.
+struct AddRmsNormOp {
+  Tensor residual, delta, weight, out;
+  float eps = 1e-5f;
+};
+
+// Rotary position embedding applied in place to q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim]
+// for the token positions i32 [n]. Pair j of a head turns by pos * theta^(-2j/head_dim).
+struct RopeOp {
+  Tensor q, k, positions;
+  float theta = 10000.0f;
+  RopeLayout layout = RopeLayout::kInterleaved;
+};
+
+// Stores k, v [n, n_kv_heads, head_dim] into the paged caches at slots i32 [n]
+// (slot = block * block_tokens + row).
+struct KvWriteOp {
+  Tensor k, v, k_cache, v_cache, slots;
+};
+
+// Causal attention for n consecutive tokens of ONE sequence at positions start_pos .. start_pos + n - 1,
+// whose keys and values (these n included) are already in the cache. q [n, n_heads, head_dim],
+// block_table i32 [max_blocks], out [n, n_heads, head_dim]. Query head h reads kv head h / (n_heads / n_kv_heads).
+struct AttentionPrefillOp {
+  Tensor q, k_cache, v_cache, block_table, out;
+  int32_t start_pos = 0;
+};
+
+// One new token for each of b sequences. q [b, n_heads, head_dim]; block_tables i32 [b, max_blocks];
+// context_lens i32 [b] (the new token included: it sits at position context_lens[i] - 1); out like q.
+struct AttentionDecodeOp {
+  Tensor q, k_cache, v_cache, block_tables, context_lens, out;
+};
+
+// out [n, m] = x [n, k] . w[m, k]^T  (w is stored as rows of outputs, as every checkpoint format does).
+struct MatMulOp {
+  Tensor x, w, out;
+};
+
+// out = silu(gate) * up, elementwise.  gate, up, out [n, hidden].
+struct SiluMulOp {
+  Tensor gate, up, out;
+};
+
+// out = a + b, elementwise (out may alias a).
+struct AddOp {
+  Tensor a, b, out;
+};
+
+// Row-wise softmax of x [n, m] into out [n, m].
+struct SoftmaxOp {
+  Tensor x, out;
+};
+
+// out i32 [n] = index of the first maximum of each row of x [n, m].
+struct ArgmaxOp {
+  Tensor x, out;
+};
+
+using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp,
+                        AttentionDecodeOp, MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp>;
+
+// "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
+// "matmul", "silu_mul", "add", "softmax", "argmax".
+std::string_view op_name(const Op& op);
+
+// InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is
+// missing, or a view runs past the end of its buffer.
+Status validate(const Op& op);
+
+}  // namespace tessera::ops

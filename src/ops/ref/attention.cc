@@ -1,0 +1,122 @@
+// Paged KV writes and attention (prefill: causal over one sequence; decode: one token per sequence).
+// Scores are dot(q, k) / sqrt(head_dim), softmax subtracts the maximum and divides by the sum, and values
+// are accumulated position by position: run.c's order exactly.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "ops/ref/kernels.h"
+
+namespace tessera::ops::ref {
+namespace {
+
+struct CacheView {
+  const float* k;
+  const float* v;
+  int64_t num_blocks, block_tokens, kv_heads, head_dim;
+
+  explicit CacheView(const Tensor& kc, const Tensor& vc)
+      : k(data<const float>(kc)), v(data<const float>(vc)), num_blocks(kc.dim(0)), block_tokens(kc.dim(1)),
+        kv_heads(kc.dim(2)), head_dim(kc.dim(3)) {}
+
+  int64_t row(int32_t block, int64_t pos_in_block, int64_t kv_head) const {
+    return ((static_cast<int64_t>(block) * block_tokens + pos_in_block) * kv_heads + kv_head) * head_dim;
+  }
+};
+
+Status check_cache_dtype(const Tensor& kc) {
+  if (kc.dtype != DType::kF32) return unimplemented("ref keeps the KV cache in f32");
+  return ok_status();
+}
+
+// Attention of one query token at position `pos` (attending to 0..pos) of a sequence with `table`.
+// `scores` is scratch of at least pos + 1 floats.
+Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, int32_t pos, const float* q,
+                  int64_t n_heads, float* out, std::vector<float>& scores) {
+  const int64_t hd = c.head_dim, group = n_heads / c.kv_heads;
+  const int64_t n_blocks_needed = pos / c.block_tokens + 1;
+  if (n_blocks_needed > table_len) return out_of_range(fmt::format("attention: position {} is beyond the block table", pos));
+  for (int64_t b = 0; b < n_blocks_needed; ++b) {
+    if (table[b] < 0 || table[b] >= c.num_blocks) {
+      return out_of_range(fmt::format("attention: block {} is outside the cache [0, {})", table[b], c.num_blocks));
+    }
+  }
+  const float denom = std::sqrt(static_cast<float>(hd));
+  scores.resize(static_cast<size_t>(pos) + 1);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* qh = q + h * hd;
+    const int64_t kvh = h / group;
+    float max_score = -INFINITY;
+    for (int32_t t = 0; t <= pos; ++t) {
+      const float* k = c.k + c.row(table[t / c.block_tokens], t % c.block_tokens, kvh);
+      float s = 0.0f;
+      for (int64_t i = 0; i < hd; ++i) s += qh[i] * k[i];
+      s /= denom;
+      scores[static_cast<size_t>(t)] = s;
+      if (s > max_score) max_score = s;
+    }
+    float sum = 0.0f;
+    for (int32_t t = 0; t <= pos; ++t) {
+      scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
+      sum += scores[static_cast<size_t>(t)];
+    }
+    for (int32_t t = 0; t <= pos; ++t) scores[static_cast<size_t>(t)] /= sum;
+    float* oh = out + h * hd;
+    std::memset(oh, 0, static_cast<size_t>(hd) * sizeof(float));
+    for (int32_t t = 0; t <= pos; ++t) {
+      const float* v = c.v + c.row(table[t / c.block_tokens], t % c.block_tokens, kvh);
+      const float a = scores[static_cast<size_t>(t)];
+      for (int64_t i = 0; i < hd; ++i) oh[i] += a * v[i];
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status run_kv_write(const KvWriteOp& op) {
+  TS_RETURN_IF_ERROR(check_cache_dtype(op.k_cache));
+  const int64_t capacity = op.k_cache.dim(0) * op.k_cache.dim(1);
+  const int64_t row = op.k.row_elems();
+  const auto* slots = data<const int32_t>(op.slots);
+  for (int64_t t = 0; t < op.k.dim(0); ++t) {
+    if (slots[t] < 0 || slots[t] >= capacity) {
+      return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
+    }
+    std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row, static_cast<size_t>(row) * 4);
+    std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row, static_cast<size_t>(row) * 4);
+  }
+  return ok_status();
+}
+
+Status run_attention_prefill(const AttentionPrefillOp& op) {
+  TS_RETURN_IF_ERROR(check_cache_dtype(op.k_cache));
+  CacheView c(op.k_cache, op.v_cache);
+  std::vector<float> scores;
+  const int64_t row = op.q.row_elems();
+  for (int64_t t = 0; t < op.q.dim(0); ++t) {
+    TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_table), op.block_table.dim(0),
+                                  static_cast<int32_t>(op.start_pos + t), data<const float>(op.q) + t * row,
+                                  op.q.dim(1), data<float>(op.out) + t * row, scores));
+  }
+  return ok_status();
+}
+
+Status run_attention_decode(const AttentionDecodeOp& op) {
+  TS_RETURN_IF_ERROR(check_cache_dtype(op.k_cache));
+  CacheView c(op.k_cache, op.v_cache);
+  std::vector<float> scores;
+  const int64_t row = op.q.row_elems(), max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  for (int64_t s = 0; s < op.q.dim(0); ++s) {
+    if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
+    TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_tables) + s * max_blocks, max_blocks, lens[s] - 1,
+                                  data<const float>(op.q) + s * row, op.q.dim(1), data<float>(op.out) + s * row,
+                                  scores));
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::ops::ref

@@ -1,0 +1,31 @@
+// Scalar kernels of the reference backend, one family per .cc file. Inputs have passed ops::validate();
+// data-dependent checks (ids, slots and block numbers in range) are done here and return OutOfRange.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace tessera::ops::ref {
+
+template <typename T>
+T* data(const Tensor& t) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->host_ptr()) + t.offset);
+}
+
+Status run_embedding(const EmbeddingOp& op);
+Status run_rms_norm(const RmsNormOp& op);
+Status run_add_rms_norm(const AddRmsNormOp& op);
+Status run_rope(const RopeOp& op);
+Status run_kv_write(const KvWriteOp& op);
+Status run_attention_prefill(const AttentionPrefillOp& op);
+Status run_attention_decode(const AttentionDecodeOp& op);
+Status run_matmul(const MatMulOp& op);
+Status run_silu_mul(const SiluMulOp& op);
+Status run_add(const AddOp& op);
+Status run_softmax(const SoftmaxOp& op);
+Status run_argmax(const ArgmaxOp& op);
+
+}  // namespace tessera::ops::ref

@@ -1,0 +1,123 @@
+#include "ops/ref/ref_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "ops/ref/kernels.h"
+
+namespace tessera::ops::ref {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(void* p, size_t size) : Buffer(size), p_(p) {}
+  ~HostBuffer() override { std::free(p_); }
+  void* host_ptr() override { return p_; }
+
+ private:
+  void* p_;
+};
+
+Status check_range(Buffer& b, size_t offset, size_t bytes, const char* what) {
+  if (offset > b.size() || bytes > b.size() - offset) {
+    return out_of_range(fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
+  }
+  return ok_status();
+}
+
+class RefStream final : public Stream {
+ public:
+  Status run(const Op& op) override {
+    TS_RETURN_IF_ERROR(validate(op));
+    return std::visit(
+        [](const auto& o) -> Status {
+          using T = std::decay_t<decltype(o)>;
+          if constexpr (std::is_same_v<T, EmbeddingOp>) return run_embedding(o);
+          else if constexpr (std::is_same_v<T, RmsNormOp>) return run_rms_norm(o);
+          else if constexpr (std::is_same_v<T, AddRmsNormOp>) return run_add_rms_norm(o);
+          else if constexpr (std::is_same_v<T, RopeOp>) return run_rope(o);
+          else if constexpr (std::is_same_v<T, KvWriteOp>) return run_kv_write(o);
+          else if constexpr (std::is_same_v<T, AttentionPrefillOp>) return run_attention_prefill(o);
+          else if constexpr (std::is_same_v<T, AttentionDecodeOp>) return run_attention_decode(o);
+          else if constexpr (std::is_same_v<T, MatMulOp>) return run_matmul(o);
+          else if constexpr (std::is_same_v<T, SiluMulOp>) return run_silu_mul(o);
+          else if constexpr (std::is_same_v<T, AddOp>) return run_add(o);
+          else if constexpr (std::is_same_v<T, SoftmaxOp>) return run_softmax(o);
+          else return run_argmax(o);
+        },
+        op);
+  }
+  Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_range(dst, offset, bytes, "write"));
+    std::memcpy(static_cast<uint8_t*>(dst.host_ptr()) + offset, src, bytes);
+    return ok_status();
+  }
+  Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_range(src, offset, bytes, "read"));
+    std::memcpy(dst, static_cast<uint8_t*>(src.host_ptr()) + offset, bytes);
+    return ok_status();
+  }
+  Status synchronize() override { return ok_status(); }
+};
+
+class RefDevice final : public Device {
+ public:
+  RefDevice() {
+    info_.backend = "ref";
+    info_.name = "reference (portable scalar C++)";
+    info_.host_visible = true;
+    info_.supports_graphs = false;
+  }
+  const DeviceInfo& info() const override { return info_; }
+
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (p == nullptr) return resource_exhausted(fmt::format("ref: cannot allocate {} bytes of host memory", bytes));
+    std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
+    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+  }
+
+  Support supports(const Op& op) const override {
+    if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+    if (const auto* mm = std::get_if<MatMulOp>(&op); mm && mm->w.dtype != DType::kF32) {
+      return Support::no(fmt::format("ref matmul takes f32 weights, not {}", dtype_name(mm->w.dtype)));
+    }
+    auto f32_cache = [](const Tensor& t) { return t.dtype == DType::kF32; };
+    if (const auto* kv = std::get_if<KvWriteOp>(&op); kv && !f32_cache(kv->k_cache)) {
+      return Support::no("ref keeps the KV cache in f32");
+    }
+    if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !f32_cache(a->k_cache)) {
+      return Support::no("ref keeps the KV cache in f32");
+    }
+    if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !f32_cache(a->k_cache)) {
+      return Support::no("ref keeps the KV cache in f32");
+    }
+    return Support::yes();
+  }
+
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<RefStream>(); }
+
+ private:
+  DeviceInfo info_;
+};
+
+class RefBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "ref"; }
+  int device_count() const override { return 1; }
+  Result<std::unique_ptr<Device>> open_device(int index) override {
+    if (index != 0) return not_found("ref has one device, 0");
+    return std::unique_ptr<Device>(new RefDevice());
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> create_backend() { return std::unique_ptr<Backend>(new RefBackend()); }
+
+}  // namespace tessera::ops::ref

@@ -1,0 +1,42 @@
+#include "ops/registry.h"
+
+#include <fmt/format.h>
+
+namespace tessera::ops {
+
+BackendRegistry& BackendRegistry::global() {
+  static BackendRegistry registry;
+  return registry;
+}
+
+Status BackendRegistry::add(BackendEntry entry) {
+  for (const BackendEntry& e : entries_) {
+    if (e.name == entry.name) return already_exists(fmt::format("backend '{}' is already registered", entry.name));
+  }
+  entries_.push_back(std::move(entry));
+  return ok_status();
+}
+
+std::vector<std::string> BackendRegistry::names() const {
+  std::vector<std::string> out;
+  for (const BackendEntry& e : entries_) out.push_back(e.name);
+  return out;
+}
+
+Result<std::unique_ptr<Backend>> BackendRegistry::create(const std::string& name) const {
+  for (const BackendEntry& e : entries_) {
+    if (e.name == name) return e.factory();
+  }
+  return not_found(fmt::format("unknown backend '{}'; available backends: {}", name, fmt::join(names(), ", ")));
+}
+
+Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index) {
+  register_builtin_backends();
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, BackendRegistry::global().create(backend));
+  if (index < 0 || index >= b->device_count()) {
+    return not_found(fmt::format("backend '{}' has {} device(s); there is no device {}", backend, b->device_count(), index));
+  }
+  return b->open_device(index);
+}
+
+}  // namespace tessera::ops

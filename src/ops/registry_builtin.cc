@@ -1,0 +1,19 @@
+// The one file that knows which backends this binary was built with. Optional SDKs add their registration
+// here under their CMake-defined macro, and nowhere else.
+#include <mutex>
+
+#include "ops/ref/ref_backend.h"
+#include "ops/registry.h"
+
+namespace tessera::ops {
+
+void register_builtin_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    BackendRegistry& r = BackendRegistry::global();
+    (void)r.add({"ref", "portable scalar C++; the numerical reference for every other backend",
+                 [] { return ref::create_backend(); }});
+  });
+}
+
+}  // namespace tessera::ops
