@@ -27,6 +27,18 @@ int main(int argc, char** argv) {
   };
   add(add_generate_command);
   add(add_synth_command);
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (auto& [sub, action] : actions) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::fprintf(stderr, "tessera: error: unknown command '%s'; commands: %s\n", argv[1], known.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,113 @@
+// The forward pass is checked end to end against llama2.c's published output in tests/e2e; here, the
+// properties that make batching and paging safe: how tokens are grouped never changes the numbers.
+#include "engine/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include "model/synth.h"
+#include "ops/registry.h"
+
+namespace tessera::engine {
+namespace {
+
+class Runner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto d = ops::open_device("ref");
+    ASSERT_TRUE(d.ok());
+    device_ = std::move(d).value();
+    auto c = model::synth_shape("tiny");
+    c->n_layers = 2;
+    c->max_seq_len = 64;
+    model_ = model::synthesize_weights(*c, 11);
+  }
+  std::unique_ptr<ModelRunner> make(int max_batch_tokens, int block_tokens = 4, int num_blocks = 0) {
+    RunnerOptions o;
+    o.max_batch_tokens = max_batch_tokens;
+    o.kv.block_tokens = block_tokens;
+    o.kv.num_blocks = num_blocks;
+    o.max_sequences = 4;
+    auto r = ModelRunner::create(*device_, model_.config, model_.weights, o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return std::move(r).value();
+  }
+  std::unique_ptr<ops::Device> device_;
+  model::SynthModel model_;
+  std::vector<TokenId> prompt_ = {1, 300, 42, 7, 511, 260, 99, 100, 101, 5, 17};
+};
+
+TEST_F(Runner, ChunkedPrefillEqualsOneShotEqualsTokenByToken) {
+  std::vector<float> one_shot, chunked, stepwise;
+  auto r1 = make(64);
+  SequenceKv s1;
+  ASSERT_TRUE(r1->prefill(s1, prompt_, one_shot).ok());
+  EXPECT_EQ(s1.length, static_cast<int32_t>(prompt_.size()));
+
+  auto r2 = make(3);  // chunks of 3 tokens
+  SequenceKv s2;
+  ASSERT_TRUE(r2->prefill(s2, prompt_, chunked).ok());
+  EXPECT_EQ(one_shot, chunked);
+
+  auto r3 = make(8);
+  SequenceKv s3;
+  ASSERT_TRUE(r3->prefill(s3, std::span(prompt_).first(1), stepwise).ok());
+  for (size_t i = 1; i < prompt_.size(); ++i) {
+    SequenceKv* seqs[] = {&s3};
+    ASSERT_TRUE(r3->decode(seqs, std::span(prompt_).subspan(i, 1), stepwise).ok());
+  }
+  EXPECT_EQ(one_shot, stepwise);
+}
+
+TEST_F(Runner, BatchedDecodeEqualsSeparateDecodes) {
+  auto r = make(16);
+  SequenceKv a, b, a2, b2;
+  std::vector<float> la, lb, batch, sep_a, sep_b;
+  ASSERT_TRUE(r->prefill(a, std::span(prompt_).first(5), la).ok());
+  ASSERT_TRUE(r->prefill(b, std::span(prompt_).first(9), lb).ok());
+  ASSERT_TRUE(r->prefill(a2, std::span(prompt_).first(5), la).ok());
+  ASSERT_TRUE(r->prefill(b2, std::span(prompt_).first(9), lb).ok());
+  SequenceKv* both[] = {&a, &b};
+  std::vector<TokenId> next = {33, 44};
+  ASSERT_TRUE(r->decode(both, next, batch).ok());
+  SequenceKv* only_a[] = {&a2};
+  SequenceKv* only_b[] = {&b2};
+  ASSERT_TRUE(r->decode(only_a, std::span(next).first(1), sep_a).ok());
+  ASSERT_TRUE(r->decode(only_b, std::span(next).subspan(1, 1), sep_b).ok());
+  const size_t v = static_cast<size_t>(model_.config.vocab_size);
+  EXPECT_EQ(std::vector<float>(batch.begin(), batch.begin() + v), sep_a);
+  EXPECT_EQ(std::vector<float>(batch.begin() + v, batch.end()), sep_b);
+  EXPECT_EQ(a.length, 6);
+  EXPECT_EQ(b.length, 10);
+}
+
+TEST_F(Runner, RunningOutOfBlocksIsAnErrorNotACrash) {
+  auto r = make(16, /*block_tokens=*/4, /*num_blocks=*/2);
+  SequenceKv s;
+  std::vector<float> logits;
+  Status st = r->prefill(s, prompt_, logits);  // 11 tokens need 3 blocks
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.length, 0);
+  EXPECT_TRUE(s.blocks.empty());
+  EXPECT_TRUE(r->prefill(s, std::span(prompt_).first(8), logits).ok());
+}
+
+TEST_F(Runner, ContextLimitIsEnforced) {
+  auto r = make(64);
+  SequenceKv s;
+  std::vector<float> logits;
+  std::vector<TokenId> too_long(65, 5);
+  Status st = r->prefill(s, too_long, logits);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("context"), std::string::npos);
+}
+
+TEST_F(Runner, OutOfVocabularyTokenIsAnError) {
+  auto r = make(64);
+  SequenceKv s;
+  std::vector<float> logits;
+  std::vector<TokenId> bad = {1, 512};
+  EXPECT_EQ(r->prefill(s, bad, logits).code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace tessera::engine

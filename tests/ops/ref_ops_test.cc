@@ -1,0 +1,218 @@
+// Each reference operator on a small case whose answer was worked out by hand (values in comments).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/registry.h"
+
+namespace tessera::ops {
+namespace {
+
+class RefOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto d = open_device("ref");
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    device_ = std::move(d).value();
+    stream_ = device_->create_stream();
+  }
+
+  Tensor make(DType dtype, std::initializer_list<int64_t> shape, const void* data = nullptr) {
+    Tensor t(nullptr, 0, dtype, shape);
+    auto b = device_->alloc(t.bytes());
+    EXPECT_TRUE(b.ok());
+    t.buffer = b->get();
+    buffers_.push_back(std::move(b).value());
+    if (data) EXPECT_TRUE(stream_->upload(t, data).ok());
+    return t;
+  }
+  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+    Tensor t = make(DType::kF32, shape, nullptr);
+    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
+    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
+    return t;
+  }
+  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) {
+    Tensor t = make(DType::kI32, shape, nullptr);
+    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
+    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
+    return t;
+  }
+  template <typename T = float>
+  std::vector<T> get(const Tensor& t) {
+    std::vector<T> out(static_cast<size_t>(t.numel()));
+    EXPECT_TRUE(stream_->download(t, out.data()).ok());
+    return out;
+  }
+  void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+  }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> stream_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+TEST_F(RefOps, Embedding) {
+  Tensor table = f32({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor out = make(DType::kF32, {2, 2});
+  ASSERT_TRUE(stream_->run(EmbeddingOp{table, i32({2}, {2, 0}), out}).ok());
+  expect_near(get(out), {5, 6, 1, 2}, 0);
+  Status bad = stream_->run(EmbeddingOp{table, i32({2}, {3, 0}), out});
+  EXPECT_EQ(bad.code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(RefOps, RmsNorm) {
+  // mean(x^2) = 30/4 = 7.5, rms = 2.7386128; x / rms = .365148 .730297 1.095445 1.460593, times weight.
+  Tensor out = make(DType::kF32, {1, 4});
+  ASSERT_TRUE(stream_->run(RmsNormOp{f32({1, 4}, {1, 2, 3, 4}), f32({4}, {1, 2, 0.5f, -1}), out, 1e-5f}).ok());
+  expect_near(get(out), {0.365148f, 1.460593f, 0.547723f, -1.460593f});
+}
+
+TEST_F(RefOps, AddRmsNormUpdatesTheResidual) {
+  // residual [1, 1] + delta [2, -2] = [3, -1]; mean square 5, rms 2.236068 -> [1.341641, -0.447214].
+  Tensor residual = f32({1, 2}, {1, 1});
+  Tensor out = make(DType::kF32, {1, 2});
+  ASSERT_TRUE(stream_->run(AddRmsNormOp{residual, f32({1, 2}, {2, -2}), f32({2}, {1, 1}), out, 1e-5f}).ok());
+  expect_near(get(residual), {3, -1}, 0);
+  expect_near(get(out), {1.341641f, -0.447214f});
+}
+
+TEST_F(RefOps, RopeInterleavedAndHalf) {
+  // head_dim 4, position 1: pair 0 turns by 1 rad (cos .540302, sin .841471), pair 1 by 10000^-0.5 = 0.01 rad
+  // (cos .99995, sin .00999983). Interleaved pairs (x0,x1),(x2,x3); half pairs (x0,x2),(x1,x3).
+  Tensor q = f32({1, 1, 4}, {1, 0, 0, 1});
+  Tensor k = f32({1, 1, 4}, {1, 0, 0, 1});
+  ASSERT_TRUE(stream_->run(RopeOp{q, k, i32({1}, {1}), 10000.0f, RopeLayout::kInterleaved}).ok());
+  expect_near(get(q), {0.540302f, 0.841471f, -0.00999983f, 0.99995f});
+  expect_near(get(k), {0.540302f, 0.841471f, -0.00999983f, 0.99995f});
+
+  Tensor q2 = f32({1, 1, 4}, {1, 0, 0, 1});
+  Tensor k2 = f32({1, 1, 4}, {0, 0, 0, 0});
+  ASSERT_TRUE(stream_->run(RopeOp{q2, k2, i32({1}, {1}), 10000.0f, RopeLayout::kHalf}).ok());
+  expect_near(get(q2), {0.540302f, -0.00999983f, 0.841471f, 0.99995f});
+
+  Tensor q3 = f32({1, 1, 4}, {1, 2, 3, 4});
+  ASSERT_TRUE(stream_->run(RopeOp{q3, f32({1, 1, 4}, {0, 0, 0, 0}), i32({1}, {0}), 10000.0f, RopeLayout::kHalf}).ok());
+  expect_near(get(q3), {1, 2, 3, 4}, 0);  // position 0 does not turn
+}
+
+// Three cached positions in blocks [1, 0] (2 tokens per block, 1 kv head, head_dim 2):
+// k = [1,0] [0,1] [1,1], v = [1,2] [3,4] [5,6].
+class RefAttention : public RefOps {
+ protected:
+  void SetUp() override {
+    RefOps::SetUp();
+    kc_ = make(DType::kF32, {2, 2, 1, 2});
+    vc_ = make(DType::kF32, {2, 2, 1, 2});
+    Tensor k = f32({3, 1, 2}, {1, 0, 0, 1, 1, 1});
+    Tensor v = f32({3, 1, 2}, {1, 2, 3, 4, 5, 6});
+    ASSERT_TRUE(stream_->run(KvWriteOp{k, v, kc_, vc_, i32({3}, {2, 3, 0})}).ok());
+  }
+  Tensor kc_, vc_;
+};
+
+TEST_F(RefAttention, KvWriteFillsTheSlots) {
+  // slot 0 = block 0 row 0 (position 2); slots 2, 3 = block 1 (positions 0, 1); slot 1 untouched.
+  expect_near(get(kc_), {1, 1, 0, 0, 1, 0, 0, 1}, 0);
+  expect_near(get(vc_), {5, 6, 0, 0, 1, 2, 3, 4}, 0);
+  Status bad = stream_->run(KvWriteOp{f32({1, 1, 2}, {0, 0}), f32({1, 1, 2}, {0, 0}), kc_, vc_, i32({1}, {4})});
+  EXPECT_EQ(bad.code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(RefAttention, DecodeWithGroupedQueryHeads) {
+  // Two query heads share the kv head. Head 0 q=[1,0]: scores [1,0,1]/sqrt2, softmax [.401112 .197776 .401112],
+  // out = [3, 4] exactly. Head 1 q=[0,1]: scores [0,1,1]/sqrt2 -> [.197776 .401112 .401112] -> [3.406673, 4.406673].
+  Tensor out = make(DType::kF32, {1, 2, 2});
+  AttentionDecodeOp op{f32({1, 2, 2}, {1, 0, 0, 1}), kc_, vc_, i32({1, 2}, {1, 0}), i32({1}, {3}), out};
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {3, 4, 3.406673f, 4.406673f}, 1e-4f);
+}
+
+TEST_F(RefAttention, DecodeBatchOfSequencesWithDifferentLengths) {
+  // Sequence 0 sees one position (v = [1,2]); sequence 1 sees all three (out [3, 4]).
+  Tensor out = make(DType::kF32, {2, 1, 2});
+  AttentionDecodeOp op{f32({2, 1, 2}, {1, 0, 1, 0}), kc_, vc_, i32({2, 2}, {1, 0, 1, 0}), i32({2}, {1, 3}), out};
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {1, 2, 3, 4}, 1e-4f);
+}
+
+TEST_F(RefAttention, PrefillIsCausal) {
+  // Position 0 sees v0 = [1,2]; position 1: softmax[.707107, 0] = [.669762 .330238] -> [1.660476, 2.660476];
+  // position 2: [3, 4].
+  Tensor out = make(DType::kF32, {3, 1, 2});
+  AttentionPrefillOp op{f32({3, 1, 2}, {1, 0, 1, 0, 1, 0}), kc_, vc_, i32({2}, {1, 0}), out, 0};
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {1, 2, 1.660476f, 2.660476f, 3, 4}, 1e-4f);
+  // A chunk that starts later: the single query at position 2 sees everything.
+  Tensor out2 = make(DType::kF32, {1, 1, 2});
+  ASSERT_TRUE(stream_->run(AttentionPrefillOp{f32({1, 1, 2}, {1, 0}), kc_, vc_, i32({2}, {1, 0}), out2, 2}).ok());
+  expect_near(get(out2), {3, 4}, 1e-4f);
+}
+
+TEST_F(RefAttention, BlockOutsideTheCacheIsAnError) {
+  Tensor out = make(DType::kF32, {1, 1, 2});
+  AttentionDecodeOp op{f32({1, 1, 2}, {1, 0}), kc_, vc_, i32({1, 2}, {1, 7}), i32({1}, {3}), out};
+  EXPECT_EQ(stream_->run(op).code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(RefOps, MatMul) {
+  // w rows: [1,0,0] [0,1,0] [1,1,1] [2,0,-1]; x rows [1,2,3] and [0,-1,1].
+  Tensor out = make(DType::kF32, {2, 4});
+  Tensor w = f32({4, 3}, {1, 0, 0, 0, 1, 0, 1, 1, 1, 2, 0, -1});
+  ASSERT_TRUE(stream_->run(MatMulOp{f32({2, 3}, {1, 2, 3, 0, -1, 1}), w, out}).ok());
+  expect_near(get(out), {1, 2, 6, -1, 0, -1, 0, -1}, 0);
+}
+
+TEST_F(RefOps, SiluMulAddSoftmaxArgmax) {
+  // silu(0)=0; silu(1)=.731059; silu(-1)=-.268941; times 2.
+  Tensor o = make(DType::kF32, {1, 3});
+  ASSERT_TRUE(stream_->run(SiluMulOp{f32({1, 3}, {0, 1, -1}), f32({1, 3}, {2, 2, 2}), o}).ok());
+  expect_near(get(o), {0, 1.462117f, -0.537883f});
+
+  Tensor a = f32({1, 3}, {1, 2, 3});
+  ASSERT_TRUE(stream_->run(AddOp{a, f32({1, 3}, {10, 20, 30}), a}).ok());
+  expect_near(get(a), {11, 22, 33}, 0);
+
+  // softmax [1,2,3] = [.090031, .244728, .665241]
+  Tensor s = make(DType::kF32, {1, 3});
+  ASSERT_TRUE(stream_->run(SoftmaxOp{f32({1, 3}, {1, 2, 3}), s}).ok());
+  expect_near(get(s), {0.090031f, 0.244728f, 0.665241f});
+
+  Tensor idx = make(DType::kI32, {2});
+  ASSERT_TRUE(stream_->run(ArgmaxOp{f32({2, 4}, {1, 3, 3, 2, -1, -5, -2, -3}), idx}).ok());
+  EXPECT_EQ(get<int32_t>(idx), (std::vector<int32_t>{1, 0}));  // the first of equal maxima
+}
+
+TEST_F(RefOps, ValidationNamesTheOperatorAndTensor) {
+  Tensor out = make(DType::kF32, {2, 4});
+  Status s = stream_->run(MatMulOp{f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({4, 2}, {0, 0, 0, 0, 0, 0, 0, 0}), out});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("matmul"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("w"), std::string::npos) << s.message();
+
+  Tensor small = make(DType::kF32, {1, 2});
+  Tensor past_end = small;
+  past_end.offset = 4;
+  Status p = stream_->run(AddOp{past_end, past_end, past_end});
+  EXPECT_NE(p.message().find("runs past"), std::string::npos) << p.message();
+
+  EXPECT_NE(stream_->run(RmsNormOp{Tensor(), small, small}).message().find("x is missing"), std::string::npos);
+}
+
+TEST_F(RefOps, CapabilityQueryExplainsUnsupportedCases) {
+  Tensor w16 = make(DType::kF16, {4, 3});
+  Tensor out = make(DType::kF32, {1, 4});
+  Support s = device_->supports(MatMulOp{make(DType::kF32, {1, 3}), w16, out});
+  EXPECT_FALSE(s.supported);
+  EXPECT_NE(s.reason.find("f16"), std::string::npos);
+  EXPECT_TRUE(device_->supports(MatMulOp{make(DType::kF32, {1, 3}), make(DType::kF32, {4, 3}), out}).supported);
+  EXPECT_EQ(stream_->run(MatMulOp{make(DType::kF32, {1, 3}), w16, out}).code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace tessera::ops
