@@ -83,15 +83,18 @@ Action add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
   cmd->add_option("--prompt", args->prompt, "Prompt text (default: empty)");
-  cmd->add_option("--max-tokens", args->max_tokens, "New tokens to generate")->check(CLI::NonNegativeNumber)
+  cmd->add_option("--max-tokens", args->max_tokens, "New tokens to generate")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--steps", args->steps,
                   "Total positions including the prompt and BOS, as llama2.c's run.c counts (overrides --max-tokens)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", args->temperature, "0 is greedy")->check(CLI::Range(0.0f, 100.0f))
+  cmd->add_option("--temperature", args->temperature, "0 is greedy")
+      ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber)
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Random seed (0: from the clock)");
   cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();

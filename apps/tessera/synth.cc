@@ -32,7 +32,9 @@ int run_synth(const SynthArgs& a) {
     auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
     if (Status s = write_file_atomic(a.tokenizer_out, tok->serialize()); !s.ok()) return fail(s.message());
   }
-  std::fprintf(stderr, "wrote %s: shape %s (dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, seq %d), %.2fM params, seed %llu\n",
+  std::fprintf(stderr,
+               "wrote %s: shape %s (dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, seq %d), %.2fM "
+               "params, seed %llu\n",
                a.out.c_str(), a.shape.c_str(), config->dim, config->hidden_dim, config->n_layers, config->n_heads,
                config->n_kv_heads, config->vocab_size, config->max_seq_len, config->parameter_count() / 1e6,
                static_cast<unsigned long long>(a.seed));

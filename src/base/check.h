@@ -4,18 +4,18 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define TS_CHECK(cond)                                                                   \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
+#define TS_CHECK(cond)                                                                    \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "FATAL %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                      \
-    }                                                                                    \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)
 
-#define TS_CHECK_MSG(cond, msg)                                                                   \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
+#define TS_CHECK_MSG(cond, msg)                                                                     \
+  do {                                                                                              \
+    if (!(cond)) {                                                                                  \
       std::fprintf(stderr, "FATAL %s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, msg); \
-      std::abort();                                                                               \
-    }                                                                                             \
+      std::abort();                                                                                 \
+    }                                                                                               \
   } while (0)

@@ -73,7 +73,7 @@ Status internal_error(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) {
       std::fprintf(stderr, "FATAL: Result constructed from an OK Status\n");
@@ -111,14 +111,15 @@ class [[nodiscard]] Result {
 #define TS_CONCAT_(a, b) TS_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status) is not OK.
-#define TS_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    ::tessera::Status ts_status_ = (expr);      \
-    if (!ts_status_.ok()) return ts_status_;    \
+#define TS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::tessera::Status ts_status_ = (expr);   \
+    if (!ts_status_.ok()) return ts_status_; \
   } while (0)
 
 // `TS_ASSIGN_OR_RETURN(auto x, make_x());` declares x from a Result, or returns its Status.
 #define TS_ASSIGN_OR_RETURN(lhs, expr) TS_ASSIGN_OR_RETURN_IMPL_(TS_CONCAT_(ts_result_, __LINE__), lhs, expr)
+// NOLINTNEXTLINE(bugprone-macro-parentheses): lhs is a declaration, it cannot be parenthesised
 #define TS_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

@@ -16,7 +16,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Result<GenerateStats> generate(ModelRunner& runner, const model::Tokenizer& tokenizer, std::string_view prompt,
                                const GenerateOptions& options, const std::function<void(std::string_view)>& on_text) {
   TS_RETURN_IF_ERROR(validate(options.sampling));
-  if (options.max_tokens < 0) return invalid_argument(fmt::format("max_tokens must be >= 0, got {}", options.max_tokens));
+  if (options.max_tokens < 0)
+    return invalid_argument(fmt::format("max_tokens must be >= 0, got {}", options.max_tokens));
   const model::ModelConfig& config = runner.config();
   std::vector<TokenId> tokens = tokenizer.encode(prompt, /*add_bos=*/true);
   if (static_cast<int64_t>(tokens.size()) > config.max_seq_len) {

@@ -35,7 +35,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
   std::unique_ptr<KvCache> cache(new KvCache(options));
   for (int l = 0; l < config.n_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
-      ops::Tensor t(nullptr, 0, options.dtype, {options.num_blocks, options.block_tokens, config.n_kv_heads, config.head_dim});
+      ops::Tensor t(nullptr, 0, options.dtype,
+                    {options.num_blocks, options.block_tokens, config.n_kv_heads, config.head_dim});
       TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device.alloc(t.bytes()));
       t.buffer = buf.get();
       cache->buffers_.push_back(std::move(buf));
@@ -45,9 +46,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
   return cache;
 }
 
-size_t KvCache::bytes_per_block() const {
-  return k_.empty() ? 0 : 2 * k_.size() * k_[0].row_bytes();
-}
+size_t KvCache::bytes_per_block() const { return k_.empty() ? 0 : 2 * k_.size() * k_[0].row_bytes(); }
 
 Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
   size_t need = (static_cast<size_t>(new_length) + options_.block_tokens - 1) / options_.block_tokens;

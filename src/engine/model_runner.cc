@@ -59,7 +59,8 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   ops::Tensor t(nullptr, 0, w->dtype, {});
   t.rank = static_cast<int>(shape.size());
   std::copy(shape.begin(), shape.end(), t.dims.begin());
-  if (t.bytes() != w->bytes) return internal_error(fmt::format("tensor {} holds {} bytes, expected {}", name, w->bytes, t.bytes()));
+  if (t.bytes() != w->bytes)
+    return internal_error(fmt::format("tensor {} holds {} bytes, expected {}", name, w->bytes, t.bytes()));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device_.alloc(t.bytes()));
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
@@ -78,17 +79,17 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   }
   for (int l = 0; l < config_.n_layers; ++l) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
-    Layer L;
-    TS_ASSIGN_OR_RETURN(L.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(L.wq, upload(weights, name("attn_q.weight"), {q, d}));
-    TS_ASSIGN_OR_RETURN(L.wk, upload(weights, name("attn_k.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(L.wv, upload(weights, name("attn_v.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(L.wo, upload(weights, name("attn_output.weight"), {d, q}));
-    TS_ASSIGN_OR_RETURN(L.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(L.w_gate, upload(weights, name("ffn_gate.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(L.w_up, upload(weights, name("ffn_up.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(L.w_down, upload(weights, name("ffn_down.weight"), {d, h}));
-    layers_.push_back(L);
+    Layer layer;
+    TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
+    TS_ASSIGN_OR_RETURN(layer.wq, upload(weights, name("attn_q.weight"), {q, d}));
+    TS_ASSIGN_OR_RETURN(layer.wk, upload(weights, name("attn_k.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wv, upload(weights, name("attn_v.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wo, upload(weights, name("attn_output.weight"), {d, q}));
+    TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
+    TS_ASSIGN_OR_RETURN(layer.w_gate, upload(weights, name("ffn_gate.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_up, upload(weights, name("ffn_up.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_down, upload(weights, name("ffn_down.weight"), {d, h}));
+    layers_.push_back(layer);
   }
   return stream_->synchronize();
 }
@@ -107,10 +108,10 @@ Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t
   TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{token_embd_, s_.ids.rows(0, n), x}));
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, L.wq, q2}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, L.wk, k2}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, L.wv, v2}));
+    const Layer& lw = layers_[static_cast<size_t>(l)];
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2}));
     TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, c.rope_theta, c.rope_layout}));
     TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
     if (mode == Mode::kPrefill) {
@@ -119,12 +120,12 @@ Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t
       TS_RETURN_IF_ERROR(run(ops::AttentionDecodeOp{q, kv_->k(l), kv_->v(l), s_.block_tables.rows(0, n),
                                                     s_.context_lens.rows(0, n), att}));
     }
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, L.wo, delta}));
-    TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, L.ffn_norm, xb, c.norm_eps}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, L.w_gate, hb}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, L.w_up, hb2}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
+    TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_up, hb2}));
     TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{hb, L.w_down, delta}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{hb, lw.w_down, delta}));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
   }
@@ -175,7 +176,8 @@ Status ModelRunner::decode(std::span<SequenceKv* const> seqs, std::span<const To
                            std::vector<float>& logits) {
   if (seqs.size() != tokens.size() || seqs.empty()) return invalid_argument("decode needs one token per sequence");
   if (seqs.size() > static_cast<size_t>(options_.max_batch_tokens)) {
-    return invalid_argument(fmt::format("decode batch of {} exceeds max_batch_tokens {}", seqs.size(), options_.max_batch_tokens));
+    return invalid_argument(
+        fmt::format("decode batch of {} exceeds max_batch_tokens {}", seqs.size(), options_.max_batch_tokens));
   }
   for (SequenceKv* s : seqs) {
     if (s->length + 1 > config_.max_seq_len) {

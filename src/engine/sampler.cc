@@ -30,7 +30,8 @@ Status validate(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
     return invalid_argument(fmt::format("temperature must be a finite number >= 0, got {}", p.temperature));
   }
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
   if (p.top_k < 0) return invalid_argument(fmt::format("top_k must be >= 0, got {}", p.top_k));
   return ok_status();
 }
@@ -70,7 +71,9 @@ model::TokenId Sampler::sample(std::span<float> logits) {
   for (int i = 0; i < n; ++i) {
     if (logits[static_cast<size_t>(i)] >= cutoff) candidates_.push_back({logits[static_cast<size_t>(i)], i});
   }
-  auto by_prob = [](const Candidate& a, const Candidate& b) { return a.prob > b.prob || (a.prob == b.prob && a.index < b.index); };
+  auto by_prob = [](const Candidate& a, const Candidate& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+  };
   if (use_top_k && static_cast<size_t>(params_.top_k) < candidates_.size()) {
     std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_prob);
     candidates_.resize(static_cast<size_t>(params_.top_k));

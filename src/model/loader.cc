@@ -46,11 +46,10 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
   if (fs::is_directory(model_path, ec)) {
     DirectoryContents dir = scan_directory(model_path);
     if (dir.checkpoints.size() != 1) {
-      return invalid_argument(
-          dir.checkpoints.empty()
-              ? fmt::format("no llama2.c checkpoint found in directory {}", model_path)
-              : fmt::format("directory {} holds {} checkpoints ({}); pass one file with --model", model_path,
-                            dir.checkpoints.size(), fmt::join(dir.checkpoints, ", ")));
+      return invalid_argument(dir.checkpoints.empty()
+                                  ? fmt::format("no llama2.c checkpoint found in directory {}", model_path)
+                                  : fmt::format("directory {} holds {} checkpoints ({}); pass one file with --model",
+                                                model_path, dir.checkpoints.size(), fmt::join(dir.checkpoints, ", ")));
     }
     m.checkpoint_path = dir.checkpoints[0];
     if (tok_path.empty()) {
@@ -67,8 +66,8 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
     m.checkpoint_path = model_path;
   }
   if (tok_path.empty()) {
-    return invalid_argument(fmt::format("no tokenizer for {}: pass --tokenizer, or --model a directory holding one",
-                                        model_path));
+    return invalid_argument(
+        fmt::format("no tokenizer for {}: pass --tokenizer, or --model a directory holding one", model_path));
   }
 
   TS_ASSIGN_OR_RETURN(Llama2cCheckpoint ckpt, load_llama2c_checkpoint(m.checkpoint_path));

@@ -17,8 +17,10 @@ Status ModelConfig::validate() const {
   if (!in_range(dim, 1, 1 << 16)) return invalid_argument(fmt::format("dim {} is out of range [1, 65536]", dim));
   if (!in_range(hidden_dim, 1, 1 << 18))
     return invalid_argument(fmt::format("hidden_dim {} is out of range [1, 262144]", hidden_dim));
-  if (!in_range(n_layers, 1, 1024)) return invalid_argument(fmt::format("n_layers {} is out of range [1, 1024]", n_layers));
-  if (!in_range(n_heads, 1, 1024)) return invalid_argument(fmt::format("n_heads {} is out of range [1, 1024]", n_heads));
+  if (!in_range(n_layers, 1, 1024))
+    return invalid_argument(fmt::format("n_layers {} is out of range [1, 1024]", n_layers));
+  if (!in_range(n_heads, 1, 1024))
+    return invalid_argument(fmt::format("n_heads {} is out of range [1, 1024]", n_heads));
   if (!in_range(n_kv_heads, 1, n_heads))
     return invalid_argument(fmt::format("n_kv_heads {} is out of range [1, n_heads={}]", n_kv_heads, n_heads));
   if (n_heads % n_kv_heads != 0)
@@ -30,7 +32,8 @@ Status ModelConfig::validate() const {
   if (!in_range(max_seq_len, 1, 1 << 22))
     return invalid_argument(fmt::format("max_seq_len {} is out of range [1, 4194304]", max_seq_len));
   if (!(rope_theta > 0.0f)) return invalid_argument(fmt::format("rope_theta {} must be positive", rope_theta));
-  if (!(norm_eps > 0.0f && norm_eps < 1.0f)) return invalid_argument(fmt::format("norm_eps {} must be in (0, 1)", norm_eps));
+  if (!(norm_eps > 0.0f && norm_eps < 1.0f))
+    return invalid_argument(fmt::format("norm_eps {} must be in (0, 1)", norm_eps));
   return ok_status();
 }
 

@@ -15,11 +15,11 @@ enum class RopeLayout : uint8_t { kInterleaved, kHalf };
 
 struct ModelConfig {
   std::string arch = "llama";
-  int dim = 0;          // residual stream width
-  int hidden_dim = 0;   // feed-forward width
+  int dim = 0;         // residual stream width
+  int hidden_dim = 0;  // feed-forward width
   int n_layers = 0;
   int n_heads = 0;
-  int n_kv_heads = 0;   // < n_heads: grouped-query attention
+  int n_kv_heads = 0;  // < n_heads: grouped-query attention
   int vocab_size = 0;
   int max_seq_len = 0;  // positions the model was trained for
   int head_dim = 0;     // dim / n_heads unless the format says otherwise

@@ -31,7 +31,8 @@ Result<ModelConfig> synth_shape(const std::string& name) {
   if (name == "tiny") return make_shape(64, 172, 5, 8, 4, 512, 512);
   if (name == "stories15M") return make_shape(288, 768, 6, 6, 6, 32000, 256);
   if (name == "stories110M") return make_shape(768, 2048, 12, 12, 12, 32000, 1024);
-  return invalid_argument(fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
+  return invalid_argument(
+      fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
 }
 
 SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {

@@ -24,11 +24,13 @@ class Checker {
     return *this;
   }
   Checker& dtype(const Tensor& t, std::string_view name, DType want) {
-    if (ok() && t.dtype != want) fail(fmt::format("{} is {}, expected {}", name, dtype_name(t.dtype), dtype_name(want)));
+    if (ok() && t.dtype != want)
+      fail(fmt::format("{} is {}, expected {}", name, dtype_name(t.dtype), dtype_name(want)));
     return *this;
   }
   Checker& rank(const Tensor& t, std::string_view name, int want) {
-    if (ok() && t.rank != want) fail(fmt::format("{} {} has rank {}, expected {}", name, t.shape_string(), t.rank, want));
+    if (ok() && t.rank != want)
+      fail(fmt::format("{} {} has rank {}, expected {}", name, t.shape_string(), t.rank, want));
     return *this;
   }
   Checker& dim(const Tensor& t, std::string_view name, int i, int64_t want) {
@@ -48,9 +50,7 @@ class Checker {
     return *this;
   }
   bool ok() const { return error_.empty(); }
-  Status status() const {
-    return ok() ? ok_status() : invalid_argument(fmt::format("{}: {}", op_, error_));
-  }
+  Status status() const { return ok() ? ok_status() : invalid_argument(fmt::format("{}: {}", op_, error_)); }
 
  private:
   void fail(std::string e) { error_ = std::move(e); }
@@ -73,9 +73,9 @@ void check_attention_q(Checker& c, const Tensor& q, const Tensor& kc, const Tens
 }  // namespace
 
 std::string_view op_name(const Op& op) {
-  static constexpr std::string_view kNames[] = {"embedding", "rms_norm",         "add_rms_norm", "rope",
-                                                "kv_write",  "attention_prefill", "attention_decode", "matmul",
-                                                "silu_mul",  "add",               "softmax",      "argmax"};
+  static constexpr std::string_view kNames[] = {
+      "embedding",        "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill",
+      "attention_decode", "matmul",   "silu_mul",     "add",  "softmax",  "argmax"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -96,7 +96,9 @@ Status validate(const Op& op) {
           if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.x.dim(1));
         } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
           c.present(o.residual, "residual").present(o.delta, "delta").present(o.weight, "weight").present(o.out, "out");
-          c.rank(o.residual, "residual", 2).dtype(o.residual, "residual", DType::kF32).dtype(o.delta, "delta", DType::kF32);
+          c.rank(o.residual, "residual", 2)
+              .dtype(o.residual, "residual", DType::kF32)
+              .dtype(o.delta, "delta", DType::kF32);
           c.dtype(o.weight, "weight", DType::kF32).same_shape(o.residual, "residual", o.delta, "delta");
           c.same_shape(o.residual, "residual", o.out, "out");
           if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.residual.dim(1));
@@ -110,7 +112,11 @@ Status validate(const Op& op) {
           }
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           check_kv_cache(c, o.k_cache, o.v_cache);
-          c.present(o.k, "k").present(o.v, "v").present(o.slots, "slots").rank(o.k, "k", 3).same_shape(o.k, "k", o.v, "v");
+          c.present(o.k, "k")
+              .present(o.v, "v")
+              .present(o.slots, "slots")
+              .rank(o.k, "k", 3)
+              .same_shape(o.k, "k", o.v, "v");
           c.dtype(o.k, "k", DType::kF32).dtype(o.v, "v", DType::kF32).dtype(o.slots, "slots", DType::kI32);
           if (c.ok()) {
             c.dim(o.k, "k", 1, o.k_cache.dim(2)).dim(o.k, "k", 2, o.k_cache.dim(3)).rank(o.slots, "slots", 1);
@@ -144,7 +150,9 @@ Status validate(const Op& op) {
           }
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
           c.present(o.gate, "gate").present(o.up, "up").present(o.out, "out").dtype(o.gate, "gate", DType::kF32);
-          c.dtype(o.up, "up", DType::kF32).same_shape(o.gate, "gate", o.up, "up").same_shape(o.gate, "gate", o.out, "out");
+          c.dtype(o.up, "up", DType::kF32)
+              .same_shape(o.gate, "gate", o.up, "up")
+              .same_shape(o.gate, "gate", o.out, "out");
         } else if constexpr (std::is_same_v<T, AddOp>) {
           c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
           c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");

@@ -96,8 +96,8 @@ struct ArgmaxOp {
   Tensor x, out;
 };
 
-using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp,
-                        AttentionDecodeOp, MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp>;
+using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
+                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
 // "matmul", "silu_mul", "add", "softmax", "argmax".

@@ -34,7 +34,8 @@ Result<std::unique_ptr<Device>> open_device(const std::string& backend, int inde
   register_builtin_backends();
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, BackendRegistry::global().create(backend));
   if (index < 0 || index >= b->device_count()) {
-    return not_found(fmt::format("backend '{}' has {} device(s); there is no device {}", backend, b->device_count(), index));
+    return not_found(
+        fmt::format("backend '{}' has {} device(s); there is no device {}", backend, b->device_count(), index));
   }
   return b->open_device(index);
 }

@@ -100,7 +100,8 @@ TEST_F(BadInput, UnknownFlag) { expect_clean_error({"generate", "--model", "x", 
 TEST_F(BadInput, UnknownSubcommand) { expect_clean_error({"fly"}, "fly"); }
 
 TEST_F(BadInput, UnknownBackendListsTheAvailableOnes) {
-  expect_clean_error({"generate", "--model", testing::stories260k_dir(), "--backend", "tpu"}, "available backends: ref");
+  expect_clean_error({"generate", "--model", testing::stories260k_dir(), "--backend", "tpu"},
+                     "available backends: ref");
 }
 
 TEST_F(BadInput, BadSamplingValues) {

@@ -15,8 +15,8 @@ TEST(Generate, ReproducesLlama2cGreedyOutputByteForByte) {
   TS_REQUIRE_STORIES260K();
   auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
   ASSERT_TRUE(want.ok());
-  auto r = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0",
-                        "--max-tokens", "256"});
+  auto r = run_process(
+      {tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0", "--max-tokens", "256"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, *want);
   // Speed goes to stderr, never into the text.
@@ -51,8 +51,10 @@ TEST(Generate, PromptIsEchoedThenContinued) {
 
 TEST(Generate, SeededSamplingIsReproducible) {
   TS_REQUIRE_STORIES260K();
-  std::vector<std::string> args = {tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature",
-                                   "1.0", "--top-p", "0.9", "--seed", "1234", "--max-tokens", "64", "--quiet"};
+  std::vector<std::string> args = {tessera_bin(),   "generate", "--model",      testing::stories260k_dir(),
+                                   "--temperature", "1.0",      "--top-p",      "0.9",
+                                   "--seed",        "1234",     "--max-tokens", "64",
+                                   "--quiet"};
   auto a = run_process(args);
   auto b = run_process(args);
   args[11] = "64";
@@ -69,8 +71,8 @@ TEST(Generate, SynthesizedModelRunsWithItsTokenizer) {
                         dir + "/m.bin", "--tokenizer-out", dir + "/tok.bin"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.err.find("stories15M"), std::string::npos);
-  auto g = run_process({tessera_bin(), "generate", "--model", dir, "--prompt", "hello", "--max-tokens", "8",
-                        "--temperature", "0"});
+  auto g = run_process(
+      {tessera_bin(), "generate", "--model", dir, "--prompt", "hello", "--max-tokens", "8", "--temperature", "0"});
   ASSERT_EQ(g.exit_code, 0) << g.err;
   EXPECT_EQ(g.out.rfind("hello", 0), 0u) << g.out;
   EXPECT_NE(g.err.find("decode: 8 tokens"), std::string::npos) << g.err;

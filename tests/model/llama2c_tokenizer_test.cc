@@ -44,7 +44,8 @@ TEST_F(Tok512, EmptyPromptIsJustBos) {
 TEST_F(Tok512, WholeWordsMergeIntoTheirPieces) {
   // Each word (with its leading space) is one vocabulary entry, so best-score merging must reach it.
   std::vector<TokenId> ids = tok_->encode("Once upon a time", true);
-  std::vector<TokenId> want = {1, tok_->lookup(" Once"), tok_->lookup(" upon"), tok_->lookup(" a"), tok_->lookup(" time")};
+  std::vector<TokenId> want = {1, tok_->lookup(" Once"), tok_->lookup(" upon"), tok_->lookup(" a"),
+                               tok_->lookup(" time")};
   EXPECT_EQ(ids, want);
   EXPECT_EQ(want, (std::vector<TokenId>{1, 403, 407, 261, 378}));
 }

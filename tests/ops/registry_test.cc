@@ -28,7 +28,8 @@ TEST(Registry, DeviceIndexOutOfRange) {
 
 TEST(Registry, DuplicateNamesAreRefused) {
   register_builtin_backends();
-  Status s = BackendRegistry::global().add({"ref", "again", [] { return Result<std::unique_ptr<Backend>>(unavailable("x")); }});
+  Status s = BackendRegistry::global().add(
+      {"ref", "again", [] { return Result<std::unique_ptr<Backend>>(unavailable("x")); }});
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
 }
 

@@ -6,7 +6,7 @@
 namespace tessera::testing {
 
 std::string tessera_bin();
-std::string models_dir();      // ../shared/models (TESSERA_MODELS_DIR at configure time)
+std::string models_dir();       // ../shared/models (TESSERA_MODELS_DIR at configure time)
 std::string stories260k_dir();  // models_dir()/stories260K
 bool have_stories260k();
 // A fresh empty directory under the system temp dir, named after the running test; removed at exit.
@@ -15,9 +15,9 @@ std::string scratch_dir();
 }  // namespace tessera::testing
 
 // Skips the current test, saying why, when the shared stories260K model is not on this machine.
-#define TS_REQUIRE_STORIES260K()                                                                   \
-  do {                                                                                             \
-    if (!::tessera::testing::have_stories260k())                                                   \
-      GTEST_SKIP() << "shared model not found at " << ::tessera::testing::stories260k_dir()        \
-                   << " (configure with -DTESSERA_MODELS_DIR=...)";                                \
+#define TS_REQUIRE_STORIES260K()                                                            \
+  do {                                                                                      \
+    if (!::tessera::testing::have_stories260k())                                            \
+      GTEST_SKIP() << "shared model not found at " << ::tessera::testing::stories260k_dir() \
+                   << " (configure with -DTESSERA_MODELS_DIR=...)";                         \
   } while (0)

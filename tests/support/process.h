@@ -8,7 +8,7 @@
 namespace tessera::testing {
 
 struct ProcessResult {
-  int exit_code = -1;    // exit status, or 128 + signal number when killed by a signal
+  int exit_code = -1;  // exit status, or 128 + signal number when killed by a signal
   bool timed_out = false;
   std::string out;
   std::string err;

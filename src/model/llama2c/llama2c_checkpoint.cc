@@ -27,10 +27,10 @@ struct Section {
 std::vector<Section> sections(const ModelConfig& c) {
   int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), v = c.vocab_size;
   return {
-      {"token_embd.weight", false, v, d},    {"attn_norm.weight", true, d, 0},  {"attn_q.weight", true, q, d},
-      {"attn_k.weight", true, kv, d},        {"attn_v.weight", true, kv, d},    {"attn_output.weight", true, d, q},
-      {"ffn_norm.weight", true, d, 0},       {"ffn_gate.weight", true, h, d},   {"ffn_down.weight", true, d, h},
-      {"ffn_up.weight", true, h, d},         {"output_norm.weight", false, d, 0},
+      {"token_embd.weight", false, v, d}, {"attn_norm.weight", true, d, 0},    {"attn_q.weight", true, q, d},
+      {"attn_k.weight", true, kv, d},     {"attn_v.weight", true, kv, d},      {"attn_output.weight", true, d, q},
+      {"ffn_norm.weight", true, d, 0},    {"ffn_gate.weight", true, h, d},     {"ffn_down.weight", true, d, h},
+      {"ffn_up.weight", true, h, d},      {"output_norm.weight", false, d, 0},
   };
 }
 
@@ -47,10 +47,10 @@ int64_t expected_floats(const ModelConfig& c) {
 
 Result<ModelConfig> parse_header(const uint8_t* p, size_t size, const std::string& path) {
   if (size < kHeaderBytes) {
-    return invalid_argument(fmt::format("{} is not a llama2.c checkpoint: {} bytes is shorter than the 28-byte header",
-                                        path, size));
+    return invalid_argument(
+        fmt::format("{} is not a llama2.c checkpoint: {} bytes is shorter than the 28-byte header", path, size));
   }
-  Header h;
+  Header h{};
   std::memcpy(&h, p, kHeaderBytes);
   ModelConfig c;
   c.arch = "llama";
@@ -89,13 +89,13 @@ Result<Llama2cCheckpoint> load_llama2c_checkpoint(const std::string& path) {
   TS_ASSIGN_OR_RETURN(ModelConfig config, parse_header(file->data(), file->size(), path));
   size_t expected = kHeaderBytes + static_cast<size_t>(expected_floats(config)) * sizeof(float);
   if (file->size() < expected) {
-    return invalid_argument(fmt::format("{} is truncated: the header describes {} bytes, the file has {}", path,
-                                        expected, file->size()));
+    return invalid_argument(
+        fmt::format("{} is truncated: the header describes {} bytes, the file has {}", path, expected, file->size()));
   }
   if (file->size() > expected) {
-    return invalid_argument(fmt::format(
-        "{} is corrupt or not a llama2.c checkpoint: the header describes {} bytes, the file has {}", path, expected,
-        file->size()));
+    return invalid_argument(
+        fmt::format("{} is corrupt or not a llama2.c checkpoint: the header describes {} bytes, the file has {}", path,
+                    expected, file->size()));
   }
   if (reinterpret_cast<uintptr_t>(file->data()) % alignof(float) != 0) return internal_error("unaligned mapping");
 
@@ -122,8 +122,8 @@ Result<Llama2cCheckpoint> load_llama2c_checkpoint(const std::string& path) {
     const auto* f = reinterpret_cast<const float*>(t.data);
     for (int64_t i = 0, n = t.numel(); i < n; ++i) {
       if (!std::isfinite(f[i])) {
-        return invalid_argument(fmt::format("{} is corrupt: tensor {} holds a non-finite value ({}) at element {}", path,
-                                            t.name, f[i], i));
+        return invalid_argument(
+            fmt::format("{} is corrupt: tensor {} holds a non-finite value ({}) at element {}", path, t.name, f[i], i));
       }
     }
   }
@@ -134,14 +134,14 @@ Status write_llama2c_checkpoint(const std::string& path, const ModelConfig& conf
   TS_RETURN_IF_ERROR(config.validate());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return unavailable(fmt::format("cannot create {}", path));
-  Header h{config.dim,        config.hidden_dim,
-           config.n_layers,   config.n_heads,
-           config.n_kv_heads, config.tied_embeddings ? config.vocab_size : -config.vocab_size,
+  Header h{config.dim,        config.hidden_dim, config.n_layers,
+           config.n_heads,    config.n_kv_heads, config.tied_embeddings ? config.vocab_size : -config.vocab_size,
            config.max_seq_len};
   out.write(reinterpret_cast<const char*>(&h), sizeof h);
   auto put = [&](const std::string& name, const std::vector<int64_t>& shape) -> Status {
     TS_ASSIGN_OR_RETURN(const WeightTensor* t, weights.require(name, shape));
-    if (t->dtype != DType::kF32) return invalid_argument(fmt::format("llama2.c checkpoints hold f32; {} is {}", name, dtype_name(t->dtype)));
+    if (t->dtype != DType::kF32)
+      return invalid_argument(fmt::format("llama2.c checkpoints hold f32; {} is {}", name, dtype_name(t->dtype)));
     out.write(reinterpret_cast<const char*>(t->data), static_cast<std::streamsize>(t->bytes));
     return ok_status();
   };

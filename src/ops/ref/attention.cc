@@ -18,8 +18,12 @@ struct CacheView {
   int64_t num_blocks, block_tokens, kv_heads, head_dim;
 
   explicit CacheView(const Tensor& kc, const Tensor& vc)
-      : k(data<const float>(kc)), v(data<const float>(vc)), num_blocks(kc.dim(0)), block_tokens(kc.dim(1)),
-        kv_heads(kc.dim(2)), head_dim(kc.dim(3)) {}
+      : k(data<const float>(kc)),
+        v(data<const float>(vc)),
+        num_blocks(kc.dim(0)),
+        block_tokens(kc.dim(1)),
+        kv_heads(kc.dim(2)),
+        head_dim(kc.dim(3)) {}
 
   int64_t row(int32_t block, int64_t pos_in_block, int64_t kv_head) const {
     return ((static_cast<int64_t>(block) * block_tokens + pos_in_block) * kv_heads + kv_head) * head_dim;
@@ -37,7 +41,8 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
                   int64_t n_heads, float* out, std::vector<float>& scores) {
   const int64_t hd = c.head_dim, group = n_heads / c.kv_heads;
   const int64_t n_blocks_needed = pos / c.block_tokens + 1;
-  if (n_blocks_needed > table_len) return out_of_range(fmt::format("attention: position {} is beyond the block table", pos));
+  if (n_blocks_needed > table_len)
+    return out_of_range(fmt::format("attention: position {} is beyond the block table", pos));
   for (int64_t b = 0; b < n_blocks_needed; ++b) {
     if (table[b] < 0 || table[b] >= c.num_blocks) {
       return out_of_range(fmt::format("attention: block {} is outside the cache [0, {})", table[b], c.num_blocks));
@@ -85,8 +90,10 @@ Status run_kv_write(const KvWriteOp& op) {
     if (slots[t] < 0 || slots[t] >= capacity) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
-    std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row, static_cast<size_t>(row) * 4);
-    std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row, static_cast<size_t>(row) * 4);
+    std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row,
+                static_cast<size_t>(row) * 4);
+    std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row,
+                static_cast<size_t>(row) * 4);
   }
   return ok_status();
 }

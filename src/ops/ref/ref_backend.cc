@@ -24,7 +24,8 @@ class HostBuffer final : public Buffer {
 
 Status check_range(Buffer& b, size_t offset, size_t bytes, const char* what) {
   if (offset > b.size() || bytes > b.size() - offset) {
-    return out_of_range(fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
+    return out_of_range(
+        fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
   }
   return ok_status();
 }
@@ -36,18 +37,30 @@ class RefStream final : public Stream {
     return std::visit(
         [](const auto& o) -> Status {
           using T = std::decay_t<decltype(o)>;
-          if constexpr (std::is_same_v<T, EmbeddingOp>) return run_embedding(o);
-          else if constexpr (std::is_same_v<T, RmsNormOp>) return run_rms_norm(o);
-          else if constexpr (std::is_same_v<T, AddRmsNormOp>) return run_add_rms_norm(o);
-          else if constexpr (std::is_same_v<T, RopeOp>) return run_rope(o);
-          else if constexpr (std::is_same_v<T, KvWriteOp>) return run_kv_write(o);
-          else if constexpr (std::is_same_v<T, AttentionPrefillOp>) return run_attention_prefill(o);
-          else if constexpr (std::is_same_v<T, AttentionDecodeOp>) return run_attention_decode(o);
-          else if constexpr (std::is_same_v<T, MatMulOp>) return run_matmul(o);
-          else if constexpr (std::is_same_v<T, SiluMulOp>) return run_silu_mul(o);
-          else if constexpr (std::is_same_v<T, AddOp>) return run_add(o);
-          else if constexpr (std::is_same_v<T, SoftmaxOp>) return run_softmax(o);
-          else return run_argmax(o);
+          if constexpr (std::is_same_v<T, EmbeddingOp>)
+            return run_embedding(o);
+          else if constexpr (std::is_same_v<T, RmsNormOp>)
+            return run_rms_norm(o);
+          else if constexpr (std::is_same_v<T, AddRmsNormOp>)
+            return run_add_rms_norm(o);
+          else if constexpr (std::is_same_v<T, RopeOp>)
+            return run_rope(o);
+          else if constexpr (std::is_same_v<T, KvWriteOp>)
+            return run_kv_write(o);
+          else if constexpr (std::is_same_v<T, AttentionPrefillOp>)
+            return run_attention_prefill(o);
+          else if constexpr (std::is_same_v<T, AttentionDecodeOp>)
+            return run_attention_decode(o);
+          else if constexpr (std::is_same_v<T, MatMulOp>)
+            return run_matmul(o);
+          else if constexpr (std::is_same_v<T, SiluMulOp>)
+            return run_silu_mul(o);
+          else if constexpr (std::is_same_v<T, AddOp>)
+            return run_add(o);
+          else if constexpr (std::is_same_v<T, SoftmaxOp>)
+            return run_softmax(o);
+          else
+            return run_argmax(o);
         },
         op);
   }
