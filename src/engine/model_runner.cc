@@ -68,6 +68,12 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   return t;
 }
 
+Result<ops::Tensor> ModelRunner::upload_optional(const model::ModelWeights& weights, const std::string& name,
+                                                 std::vector<int64_t> shape) {
+  if (weights.find(name) == nullptr) return ops::Tensor();
+  return upload(weights, name, std::move(shape));
+}
+
 Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
@@ -84,6 +90,9 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     TS_ASSIGN_OR_RETURN(layer.wq, upload(weights, name("attn_q.weight"), {q, d}));
     TS_ASSIGN_OR_RETURN(layer.wk, upload(weights, name("attn_k.weight"), {kv, d}));
     TS_ASSIGN_OR_RETURN(layer.wv, upload(weights, name("attn_v.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
+    TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
+    TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.wo, upload(weights, name("attn_output.weight"), {d, q}));
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
     TS_ASSIGN_OR_RETURN(layer.w_gate, upload(weights, name("ffn_gate.weight"), {h, d}));
@@ -109,9 +118,9 @@ Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
     TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, c.rope_theta, c.rope_layout}));
     TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
     if (mode == Mode::kPrefill) {

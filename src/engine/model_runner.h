@@ -52,6 +52,7 @@ class ModelRunner {
  private:
   struct Layer {
     ops::Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    ops::Tensor bq, bk, bv;  // optional projection biases (Qwen2); invalid when the model has none
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
@@ -63,6 +64,9 @@ class ModelRunner {
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
   Status upload_weights(const model::ModelWeights& weights);
   Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape);
+  // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
+  Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
+                                      std::vector<int64_t> shape);
   Result<ops::Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape);
   // Runs the layers for n rows whose ids/positions/slots (and block tables) are already uploaded, then
   // the classifier for rows [logit_row0, n).

@@ -7,6 +7,7 @@
 //   blk.N.attn_q.weight [q_dim, dim]        blk.N.attn_k.weight / attn_v.weight [kv_dim, dim]
 //   blk.N.attn_output.weight [dim, q_dim]   blk.N.ffn_gate.weight / ffn_up.weight [hidden, dim]
 //   blk.N.ffn_down.weight [dim, hidden]
+//   blk.N.attn_q.bias [q_dim], attn_k.bias / attn_v.bias [kv_dim]   (optional: Qwen2)
 // Shapes are row-major [rows, cols]; a matrix maps a vector of `cols` to one of `rows` (y = W x).
 //
 // Ownership: tensors point into `storage` (usually a MappedFile), which the view keeps alive.

@@ -147,6 +147,10 @@ Status validate(const Op& op) {
             c.dim(o.w, "w", 1, o.x.dim(1)).dim(o.out, "out", 0, o.x.dim(0)).dim(o.out, "out", 1, o.w.dim(0));
             c.require(o.w.dim(1) % dtype_info(o.w.dtype).block_elems == 0,
                       "w's row length is not a multiple of its quantisation block");
+            if (o.bias.valid()) {
+              c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);
+              if (c.ok()) c.dim(o.bias, "bias", 0, o.w.dim(0));
+            }
           }
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
           c.present(o.gate, "gate").present(o.up, "up").present(o.out, "out").dtype(o.gate, "gate", DType::kF32);

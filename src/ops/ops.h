@@ -71,9 +71,11 @@ struct AttentionDecodeOp {
   Tensor q, k_cache, v_cache, block_tables, context_lens, out;
 };
 
-// out [n, m] = x [n, k] . w[m, k]^T  (w is stored as rows of outputs, as every checkpoint format does).
+// out [n, m] = x [n, k] . w[m, k]^T (+ bias [m] when given; Qwen2's q/k/v projections have one).
+// w is stored as rows of outputs, as every checkpoint format does.
 struct MatMulOp {
   Tensor x, w, out;
+  Tensor bias;  // optional: f32 [m]
 };
 
 // out = silu(gate) * up, elementwise.  gate, up, out [n, hidden].

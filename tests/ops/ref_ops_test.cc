@@ -26,7 +26,9 @@ class RefOps : public ::testing::Test {
     EXPECT_TRUE(b.ok());
     t.buffer = b->get();
     buffers_.push_back(std::move(b).value());
-    if (data) EXPECT_TRUE(stream_->upload(t, data).ok());
+    if (data) {
+      EXPECT_TRUE(stream_->upload(t, data).ok());
+    }
     return t;
   }
   Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
@@ -166,6 +168,11 @@ TEST_F(RefOps, MatMul) {
   Tensor w = f32({4, 3}, {1, 0, 0, 0, 1, 0, 1, 1, 1, 2, 0, -1});
   ASSERT_TRUE(stream_->run(MatMulOp{f32({2, 3}, {1, 2, 3, 0, -1, 1}), w, out}).ok());
   expect_near(get(out), {1, 2, 6, -1, 0, -1, 0, -1}, 0);
+  Tensor biased = make(DType::kF32, {2, 4});
+  ASSERT_TRUE(stream_->run(MatMulOp{f32({2, 3}, {1, 2, 3, 0, -1, 1}), w, biased, f32({4}, {0.5f, 0, 0, -1})}).ok());
+  expect_near(get(biased), {1.5f, 2, 6, -2, 0.5f, -1, 0, -2}, 0);
+  Status wrong = stream_->run(MatMulOp{f32({2, 3}, {1, 2, 3, 0, -1, 1}), w, biased, f32({3}, {0, 0, 0})});
+  EXPECT_NE(wrong.message().find("bias"), std::string::npos) << wrong.message();
 }
 
 TEST_F(RefOps, SiluMulAddSoftmaxArgmax) {

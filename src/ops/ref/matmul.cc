@@ -13,13 +13,14 @@ Status run_matmul(const MatMulOp& op) {
   const auto* x = data<const float>(op.x);
   const auto* w = data<const float>(op.w);
   auto* out = data<float>(op.out);
+  const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * k;
     for (int64_t i = 0; i < m; ++i) {
       const float* wi = w + i * k;
       float acc = 0.0f;
       for (int64_t j = 0; j < k; ++j) acc += wi[j] * xr[j];
-      out[r * m + i] = acc;
+      out[r * m + i] = bias ? acc + bias[i] : acc;
     }
   }
   return ok_status();
