@@ -15,6 +15,9 @@ using Action = std::function<int()>;
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
+Action add_bench_command(CLI::App& app);
+// Subcommands of `tessera bench`, added to its App.
+Action add_bench_serve_subcommand(CLI::App& bench);
 
 // Prints "tessera: error: <message>" on one line of stderr and returns 1.
 int fail(const std::string& message);

@@ -329,7 +329,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
               {"object", "model"},
               {"created", unix_now()},
               {"owned_by", "tessera"},
-              {"max_model_len", d->engine.config().max_seq_len}};
+              {"max_model_len", d->engine.config().max_seq_len},
+              {"vocab_size", d->engine.config().vocab_size}};  // an extension: lets load generators send token ids
     w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
   });
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
