@@ -230,11 +230,11 @@ TEST_F(RefOps, CapabilityQueryExplainsUnsupportedCases) {
 // Stored weight types: values every format represents exactly (multiples of 1/8 under 16 in magnitude;
 // q4_0 blocks scaled so each value is d * (nibble - 8) with d = 1/8) must give the f32 answer exactly.
 TEST_F(RefOps, MatMulWithStoredWeightTypesMatchesF32WhenValuesAreExact) {
-  std::vector<float> w(2 * 32), x(32);
-  for (int i = 0; i < 32; ++i) {
-    w[static_cast<size_t>(i)] = static_cast<float>(i % 16 - 8) / 8.0f;             // -1 .. 0.875: q4_0 exact with d=1/8
-    w[static_cast<size_t>(32 + i)] = static_cast<float>((i * 5) % 16 - 8) / 8.0f;  // amax 1 => d = 1/8
-    x[static_cast<size_t>(i)] = static_cast<float>(i) - 10.0f;
+  std::vector<float> w(64), x(32);
+  for (size_t i = 0; i < 32; ++i) {
+    w[i] = static_cast<float>(static_cast<int>(i % 16) - 8) / 8.0f;             // -1 .. 0.875: q4_0 exact with d=1/8
+    w[32 + i] = static_cast<float>(static_cast<int>((i * 5) % 16) - 8) / 8.0f;  // amax 1 => d = 1/8
+    x[i] = static_cast<float>(i) - 10.0f;
   }
   w[0] = -1.0f;  // amax 1 in both rows
   w[32] = -1.0f;
