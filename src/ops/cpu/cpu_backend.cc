@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "ops/cpu/ceilings.h"
 #include "ops/cpu/kernels.h"
 
 namespace tessera::ops::cpu {
@@ -172,6 +173,18 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> create_backend(Isa isa) { return std::unique_ptr<Backend>(new CpuBackend(isa)); }
+
+namespace avx2 {
+Ceilings measure(int threads, size_t bytes);
+}
+namespace generic {
+Ceilings measure(int threads, size_t bytes);
+}
+
+Ceilings measure_ceilings(int threads, size_t bytes) {
+  threads = std::max(1, threads);
+  return has_avx2() ? avx2::measure(threads, bytes) : generic::measure(threads, bytes);
+}
 
 const char* detected_isa() { return has_avx2() ? "avx2+fma+f16c" : "generic"; }
 
