@@ -1,5 +1,6 @@
 #include "ops/cpu/cpu_backend.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -187,5 +188,11 @@ Ceilings measure_ceilings(int threads, size_t bytes) {
 }
 
 const char* detected_isa() { return has_avx2() ? "avx2+fma+f16c" : "generic"; }
+
+std::string runtime_versions() {
+  std::string blas = openblas_get_config();
+  while (!blas.empty() && blas.back() == ' ') blas.pop_back();
+  return fmt::format("{}; OpenMP {}; GCC {}", blas, _OPENMP, __VERSION__);
+}
 
 }  // namespace tessera::ops::cpu

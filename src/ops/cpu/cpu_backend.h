@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "base/status.h"
 #include "ops/backend.h"
@@ -24,5 +25,8 @@ Result<std::unique_ptr<Backend>> create_backend(Isa isa = Isa::kAuto);
 
 // "avx2+fma+f16c" or "generic": what kAuto picks on this processor.
 const char* detected_isa();
+
+// The libraries the backend runs on, for reports: "OpenBLAS 0.3.21 ...; OpenMP 201511; GCC 12.2.0".
+std::string runtime_versions();
 
 }  // namespace tessera::ops::cpu

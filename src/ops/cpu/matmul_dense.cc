@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <cblas.h>
+#include <omp.h>
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
@@ -95,10 +96,23 @@ Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
   switch (op.w.dtype) {
     case DType::kF32:
       if (n >= kBlasMinRows) {
-        openblas_set_num_threads(ctx.threads);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
-                    static_cast<int>(k), 1.0f, data<const float>(op.x), static_cast<int>(k), data<const float>(op.w),
-                    static_cast<int>(k), 0.0f, data<float>(op.out), static_cast<int>(m));
+        // One single-threaded sgemm per OpenMP thread on its slice of output columns: OpenBLAS's own
+        // thread pool and OpenMP's would otherwise spin against each other for the same cores.
+        const float* x = data<const float>(op.x);
+        const float* w = data<const float>(op.w);
+        float* out = data<float>(op.out);
+        openblas_set_num_threads(1);
+#pragma omp parallel num_threads(ctx.threads)
+        {
+          const int64_t parts = omp_get_num_threads(), p = omp_get_thread_num();
+          const int64_t per = (m / parts + 15) / 16 * 16;  // whole 16-column panels each
+          const int64_t i0 = std::min(m, p * per), i1 = p + 1 == parts ? m : std::min(m, (p + 1) * per);
+          if (i1 > i0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(i1 - i0),
+                        static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + i0 * k, static_cast<int>(k), 0.0f,
+                        out + i0, static_cast<int>(m));
+          }
+        }
       } else {
         matmul_rows<float>(op, ctx);
       }
