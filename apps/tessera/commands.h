@@ -16,8 +16,10 @@ Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
-// Subcommands of `tessera bench`, added to its App.
+Action add_matrix_command(CLI::App& app);
+// Subcommands of `tessera bench`, each added to the bench App.
 Action add_bench_serve_subcommand(CLI::App& bench);
+Action add_bench_generate_subcommand(CLI::App& bench);
 
 // Prints "tessera: error: <message>" on one line of stderr and returns 1.
 int fail(const std::string& message);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(add_synth_command);
   add(add_serve_command);
   add(add_bench_command);
+  add(add_matrix_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 
+#include "base/quant.h"
+
 namespace tessera::engine {
 
 ModelRunner::ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options)
@@ -16,6 +18,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_RETURN_IF_ERROR(config.validate());
   if (options.max_batch_tokens < 1 || options.max_sequences < 1) {
     return invalid_argument("max_batch_tokens and max_sequences must be positive");
+  }
+  if (options.weight_dtype && (*options.weight_dtype == DType::kI32)) {
+    return invalid_argument("weights can be converted to f32, f16, bf16, q8_0 or q4_0, not i32");
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
@@ -53,17 +58,33 @@ Result<ops::Tensor> ModelRunner::alloc(DType dtype, std::initializer_list<int64_
 }
 
 Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, const std::string& name,
-                                        std::vector<int64_t> shape) {
+                                        std::vector<int64_t> shape, bool matrix) {
   TS_ASSIGN_OR_RETURN(const model::WeightTensor* w, weights.require(name, shape));
   ops::Tensor t(nullptr, 0, w->dtype, {});
   t.rank = static_cast<int>(shape.size());
   std::copy(shape.begin(), shape.end(), t.dims.begin());
   if (t.bytes() != w->bytes)
     return internal_error(fmt::format("tensor {} holds {} bytes, expected {}", name, w->bytes, t.bytes()));
+  const void* src = w->data;
+  std::vector<uint8_t> converted;
+  const std::optional<DType> want = options_.weight_dtype;
+  if (matrix && want && *want != w->dtype && w->dtype == DType::kF32) {
+    if (t.row_elems() % dtype_info(*want).block_elems == 0) {
+      converted.resize(dtype_bytes(*want, static_cast<size_t>(t.numel())));
+      TS_RETURN_IF_ERROR(
+          quantize({reinterpret_cast<const float*>(w->data), static_cast<size_t>(t.numel())}, *want, converted.data()));
+      t.dtype = *want;
+      src = converted.data();
+      ++converted_;
+    } else {
+      ++unconverted_;
+    }
+  }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device_.alloc(t.bytes()));
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
-  TS_RETURN_IF_ERROR(stream_->upload(t, w->data));
+  TS_RETURN_IF_ERROR(stream_->upload(t, src));
+  if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
   return t;
 }
 
@@ -77,26 +98,30 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
   TS_ASSIGN_OR_RETURN(output_norm_, upload(weights, "output_norm.weight", {d}));
-  if (config_.tied_embeddings) {
+  if (config_.tied_embeddings && options_.weight_dtype.value_or(token_embd_.dtype) == token_embd_.dtype) {
     classifier_ = token_embd_;
+    streamed_bytes_ += token_embd_.bytes();
+  } else if (config_.tied_embeddings) {
+    // The lookup needs f32 rows; the classifier gets its own converted copy of the shared matrix.
+    TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "token_embd.weight", {config_.vocab_size, d}));
   } else {
-    TS_ASSIGN_OR_RETURN(classifier_, upload(weights, "output.weight", {config_.vocab_size, d}));
+    TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "output.weight", {config_.vocab_size, d}));
   }
   for (int l = 0; l < config_.n_layers; ++l) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
     Layer layer;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.wq, upload(weights, name("attn_q.weight"), {q, d}));
-    TS_ASSIGN_OR_RETURN(layer.wk, upload(weights, name("attn_k.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.wv, upload(weights, name("attn_v.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wq, upload_matrix(weights, name("attn_q.weight"), {q, d}));
+    TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
     TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
     TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.wo, upload(weights, name("attn_output.weight"), {d, q}));
+    TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.w_gate, upload(weights, name("ffn_gate.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_up, upload(weights, name("ffn_up.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_down, upload(weights, name("ffn_down.weight"), {d, h}));
+    TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
     layers_.push_back(layer);
   }
   return stream_->synchronize();

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -36,6 +37,10 @@ struct RunnerOptions {
   int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
   KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
   int max_sequences = 1;
+  // Converts f32 weight matrices (not the embedding table, not norms or biases) to this type at load, with
+  // base/quant.h. A matrix whose rows are not a whole number of quantisation blocks stays f32 (see
+  // ModelRunner::converted_matrices). nullopt: weights as stored.
+  std::optional<DType> weight_dtype;
 };
 
 class ModelRunner {
@@ -46,6 +51,12 @@ class ModelRunner {
 
   const model::ModelConfig& config() const { return config_; }
   KvCache& kv_cache() { return *kv_; }
+  // How many weight matrices RunnerOptions::weight_dtype converted, and how many it had to leave in f32.
+  int converted_matrices() const { return converted_; }
+  int unconverted_matrices() const { return unconverted_; }
+  // Bytes of the weights the forward pass reads per token (every matrix plus norms; the embedding row
+  // read is negligible and not counted): what decode streams from memory per step.
+  size_t weight_bytes_per_token() const { return streamed_bytes_; }
 
   // Appends each segment's tokens to its sequence in one forward pass. At most max_batch_tokens tokens and
   // segments in all; no sequence may appear twice. `logits` gets one row of vocab_size floats per segment
@@ -76,7 +87,13 @@ class ModelRunner {
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
   Status upload_weights(const model::ModelWeights& weights);
-  Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape);
+  Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape,
+                             bool matrix = false);
+  // A weight matrix: uploaded in RunnerOptions::weight_dtype when that is set and possible.
+  Result<ops::Tensor> upload_matrix(const model::ModelWeights& weights, const std::string& name,
+                                    std::vector<int64_t> shape) {
+    return upload(weights, name, std::move(shape), true);
+  }
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
@@ -103,6 +120,8 @@ class ModelRunner {
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;
+  int converted_ = 0, unconverted_ = 0;
+  size_t streamed_bytes_ = 0;
 };
 
 }  // namespace tessera::engine
