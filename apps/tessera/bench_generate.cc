@@ -131,8 +131,8 @@ int run_bench(const BenchArgs& a) {
 Action add_bench_generate_subcommand(CLI::App& bench) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = bench.add_subcommand("generate",
-                                        "Prefill and decode speed of one model on one backend, with "
-                                        "measured ceilings and the fraction of the roofline reached");
+                                       "Prefill and decode speed of one model on one backend, with "
+                                       "measured ceilings and the fraction of the roofline reached");
   cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");

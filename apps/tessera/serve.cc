@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include "base/dtype.h"
 #include "commands.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -38,6 +39,9 @@ struct ServeArgs {
   int io_threads = 2;
   bool no_prefix_cache = false;
   int shutdown_grace_ms = 10000;
+  int threads = 0;
+  std::string weight_dtype;
+  std::string kv_dtype = "f32";
 };
 
 int run_serve(const ServeArgs& a) {
@@ -50,7 +54,9 @@ int run_serve(const ServeArgs& a) {
 
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
-  auto device = ops::open_device(a.backend);
+  ops::DeviceOptions dopts;
+  dopts.threads = a.threads;
+  auto device = ops::open_device(a.backend, 0, dopts);
   if (!device.ok()) return fail(device.status().message());
   const model::ModelConfig& cfg = model->config;
 
@@ -58,7 +64,10 @@ int run_serve(const ServeArgs& a) {
   ro.max_batch_tokens = a.max_batch_tokens;
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
-  const double bytes_per_block = 2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * 4;
+  if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
+  ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  const double bytes_per_block =
+      2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
   const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
   // No more than every running sequence at full context could use; at least one full context.
@@ -144,6 +153,13 @@ Action add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Disable the prefix cache");
+  cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace-ms", args->shutdown_grace_ms, "How long SIGTERM waits for in-flight requests")
       ->capture_default_str();
   return [args] { return run_serve(*args); };
