@@ -249,7 +249,7 @@ TEST_P(EndpointTest, ShutdownDrainsAndFailsTheRest) {
   p.a->shutdown(std::chrono::milliseconds(2000));
   int failed = 0;
   for (auto& f : fs) {
-    ASSERT_TRUE(f.ready());
+    ASSERT_TRUE(f.ready()) << "shutdown returned with a transfer still pending";
     if (!f.status().ok()) {
       ++failed;
       EXPECT_EQ(f.status().code(), StatusCode::kUnavailable) << f.status().to_string();

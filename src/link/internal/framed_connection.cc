@@ -128,9 +128,14 @@ void FramedConnection::finish(uint64_t id, const Status& s) {
     c = std::move(it->second);
     inflight_.erase(it);
     inflight_bytes_ -= c->length;
-    if (inflight_.empty()) drained_cv_.notify_all();
+    ++completing_;
   }
   complete_chunk(std::move(*c), s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --completing_;
+  }
+  drained_cv_.notify_all();
   pump();
 }
 
@@ -167,8 +172,12 @@ void FramedConnection::close(Status why) {
   std::deque<Chunk> waiting;
   std::map<uint64_t, std::shared_ptr<DescribeWait>> describes;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!broken_.ok()) {
+      // Someone else is closing: return only once every pending future has its status.
+      drained_cv_.wait(lock, [&] { return closed_ && completing_ == 0; });
+      return;
+    }
     broken_ = why;
     inflight.swap(inflight_);
     waiting.swap(waiting_);
@@ -187,6 +196,12 @@ void FramedConnection::close(Status why) {
   for (auto& [id, c] : inflight) complete_chunk(std::move(c), why);
   for (Chunk& c : waiting) complete_chunk(std::move(c), why);
   for (auto& [id, d] : describes) d->state.set(why);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    drained_cv_.wait(lock, [&] { return completing_ == 0; });  // completions racing with this close
+    closed_ = true;
+  }
+  drained_cv_.notify_all();
 }
 
 void FramedConnection::drain_and_close(Status why, std::chrono::milliseconds timeout) {
@@ -199,7 +214,7 @@ void FramedConnection::drain_and_close(Status why, std::chrono::milliseconds tim
   for (Chunk& c : waiting) complete_chunk(std::move(c), why);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    drained_cv_.wait_for(lock, timeout, [&] { return inflight_.empty() || !broken_.ok(); });
+    drained_cv_.wait_for(lock, timeout, [&] { return (inflight_.empty() && completing_ == 0) || !broken_.ok(); });
   }
   close(why);
 }

@@ -110,6 +110,8 @@ class FramedConnection final : public Connection {
   size_t next_lane_ = 0;                     // guarded by mu_
   std::map<uint64_t, std::shared_ptr<DescribeWait>> describes_;  // guarded by mu_
   bool draining_ = false;                    // guarded by mu_: new chunks fail
+  bool closed_ = false;                      // guarded by mu_: close() finished failing everything
+  int completing_ = 0;                       // guarded by mu_: chunks taken out of inflight_, not yet completed
 };
 
 }  // namespace tessera::link::internal
