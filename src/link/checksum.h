@@ -1,4 +1,4 @@
-// checksum64: the link's payload checksum. A Fletcher-style sum over 64-bit words in four independent lanes
+// checksum64: the link's payload checksum. A Fletcher-style sum over 64-bit words in eight independent lanes
 // (so it runs near memory speed), finished with a 64-bit mixer. It catches the corruptions a transport bug
 // makes (lost, duplicated, reordered or overwritten words); it is not a cryptographic hash.
 #pragma once
