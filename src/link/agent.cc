@@ -52,6 +52,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
       return invalid_argument(fmt::format("link streams must be 1..64, got {}", options_.link.streams));
     }
     if (options_.link.split_threshold == 0) return invalid_argument("link split threshold must be positive");
+    internal::remove_stale_segments();
     info_.name = options_.name;
     info_.host_id = local_host_id();
     EndpointConfig config{options_.host, options_.link};

@@ -1,11 +1,14 @@
 #include "link/internal/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -81,5 +84,20 @@ ShmSegment::~ShmSegment() {
 std::atomic<uint32_t>* ShmSegment::valid_word() const { return &reinterpret_cast<Header*>(base_)->valid; }
 bool ShmSegment::valid() const { return valid_word()->load(std::memory_order_acquire) != 0; }
 void ShmSegment::invalidate() { valid_word()->store(0, std::memory_order_release); }
+
+int remove_stale_segments() {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return 0;
+  int removed = 0;
+  while (dirent* e = readdir(dir)) {
+    unsigned long pid = 0;
+    unsigned long serial = 0;
+    if (std::sscanf(e->d_name, "tessera-%lu-%lu", &pid, &serial) != 2 || pid == 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    if (shm_unlink(fmt::format("/{}", e->d_name).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
 
 }  // namespace tessera::link::internal

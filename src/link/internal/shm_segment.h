@@ -46,4 +46,8 @@ class ShmSegment {
   bool owner_;
 };
 
+// Unlinks "/tessera-<pid>-*" segments whose creating process no longer exists (killed agents cannot clean
+// up after themselves). Returns how many were removed.
+int remove_stale_segments();
+
 }  // namespace tessera::link::internal
