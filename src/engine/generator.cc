@@ -55,7 +55,7 @@ Result<GenerateStats> generate(ModelRunner& runner, const model::Tokenizer& toke
       break;
     }
     if (seq.length >= config.max_seq_len) {
-      stats.finish = FinishReason::kContext;
+      stats.finish = FinishReason::kLength;
       break;
     }
     SequenceKv* seqs[] = {&seq};

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "engine/finish_reason.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "model/tokenizer/tokenizer.h"
@@ -22,8 +23,6 @@ struct GenerateOptions {
   bool echo_prompt = true;
   SamplingParams sampling;
 };
-
-enum class FinishReason { kStop, kLength, kContext };
 
 struct GenerateStats {
   int prompt_tokens = 0;

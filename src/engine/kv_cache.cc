@@ -2,29 +2,7 @@
 
 #include <fmt/core.h>
 
-#include "base/check.h"
-
 namespace tessera::engine {
-
-BlockAllocator::BlockAllocator(int num_blocks) : num_blocks_(num_blocks), in_use_(static_cast<size_t>(num_blocks)) {
-  free_.reserve(static_cast<size_t>(num_blocks));
-  for (int i = num_blocks - 1; i >= 0; --i) free_.push_back(static_cast<BlockId>(i));
-}
-
-Result<BlockId> BlockAllocator::allocate() {
-  if (free_.empty()) return resource_exhausted(fmt::format("all {} KV blocks are in use", num_blocks_));
-  BlockId id = free_.back();
-  free_.pop_back();
-  in_use_[static_cast<size_t>(id)] = true;
-  return id;
-}
-
-void BlockAllocator::release(BlockId id) {
-  auto i = static_cast<size_t>(id);
-  TS_CHECK(i < in_use_.size() && in_use_[i]);
-  in_use_[i] = false;
-  free_.push_back(id);
-}
 
 Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const model::ModelConfig& config,
                                                  const KvCacheOptions& options) {
@@ -52,10 +30,10 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
   size_t need = (static_cast<size_t>(new_length) + options_.block_tokens - 1) / options_.block_tokens;
   size_t had = seq.blocks.size();
   while (seq.blocks.size() < need) {
-    auto id = allocator_.allocate();
+    auto id = blocks_.allocate();
     if (!id.ok()) {
       while (seq.blocks.size() > had) {
-        allocator_.release(static_cast<BlockId>(seq.blocks.back()));
+        blocks_.release(static_cast<BlockId>(seq.blocks.back()));
         seq.blocks.pop_back();
       }
       return id.status();
@@ -66,7 +44,7 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
 }
 
 void KvCache::release(SequenceKv& seq) {
-  for (int32_t b : seq.blocks) allocator_.release(static_cast<BlockId>(b));
+  for (int32_t b : seq.blocks) blocks_.release(static_cast<BlockId>(b));
   seq.blocks.clear();
   seq.length = 0;
 }

@@ -39,7 +39,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.ids, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.positions, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
-  TS_ASSIGN_OR_RETURN(s.block_table, r->alloc(DType::kI32, {r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
   return r;
@@ -105,7 +104,7 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
 
 Status ModelRunner::run(const ops::Op& op) { return stream_->run(op); }
 
-Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t logit_row0) {
+Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes) {
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -123,11 +122,16 @@ Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
     TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, c.rope_theta, c.rope_layout}));
     TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
-    if (mode == Mode::kPrefill) {
-      TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q, kv_->k(l), kv_->v(l), s_.block_table, att, prefill_start}));
-    } else {
-      TS_RETURN_IF_ERROR(run(ops::AttentionDecodeOp{q, kv_->k(l), kv_->v(l), s_.block_tables.rows(0, n),
-                                                    s_.context_lens.rows(0, n), att}));
+    if (decodes > 0) {
+      TS_RETURN_IF_ERROR(
+          run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
+                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes)}));
+    }
+    for (const Placed& p : placed.subspan(static_cast<size_t>(decodes))) {
+      const auto len = static_cast<int64_t>(p.segment->tokens.size());
+      ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
+      TS_RETURN_IF_ERROR(run(
+          ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table, att.rows(p.row0, len), p.start}));
     }
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
@@ -138,8 +142,104 @@ Status ModelRunner::forward(int64_t n, Mode mode, int32_t prefill_start, int64_t
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
   }
-  const int64_t rows = n - logit_row0;
-  return run(ops::MatMulOp{xb.rows(logit_row0, rows), classifier_, s_.logits.rows(0, rows)});
+  int64_t out_row = 0;
+  if (decodes > 0) {
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(0, decodes), classifier_, s_.logits.rows(0, decodes)}));
+    out_row = decodes;
+  }
+  for (const Placed& p : placed.subspan(static_cast<size_t>(decodes))) {
+    if (!p.segment->want_logits) continue;
+    const int64_t last = p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1;
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(last, 1), classifier_, s_.logits.rows(out_row++, 1)}));
+  }
+  return ok_status();
+}
+
+Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits) {
+  if (segments.empty()) return invalid_argument("a step needs at least one segment");
+  int64_t n = 0;
+  for (const Segment& seg : segments) {
+    if (seg.seq == nullptr || seg.tokens.empty()) return invalid_argument("a segment needs a sequence and tokens");
+    n += static_cast<int64_t>(seg.tokens.size());
+    const int64_t end = static_cast<int64_t>(seg.seq->length) + static_cast<int64_t>(seg.tokens.size());
+    if (end > config_.max_seq_len) {
+      return invalid_argument(fmt::format("{} positions exceed the model's context of {}", end, config_.max_seq_len));
+    }
+  }
+  if (n > options_.max_batch_tokens || static_cast<int64_t>(segments.size()) > options_.max_batch_tokens) {
+    return invalid_argument(fmt::format("a step of {} tokens in {} segments exceeds max_batch_tokens {}", n,
+                                        segments.size(), options_.max_batch_tokens));
+  }
+  for (const Segment& seg : segments) {
+    TS_RETURN_IF_ERROR(kv_->reserve(*seg.seq, seg.seq->length + static_cast<int32_t>(seg.tokens.size())));
+  }
+
+  // Decode segments first so their rows are contiguous for one batched attention call.
+  std::vector<Placed> placed;
+  placed.reserve(segments.size());
+  for (const Segment& seg : segments) {
+    if (seg.tokens.size() == 1) placed.push_back({&seg, 0, 0, seg.seq->length});
+  }
+  const auto decodes = static_cast<int64_t>(placed.size());
+  for (const Segment& seg : segments) {
+    if (seg.tokens.size() != 1) placed.push_back({&seg, 0, 0, seg.seq->length});
+  }
+  const int bt = kv_->block_tokens();
+  const auto max_blocks = static_cast<size_t>(max_blocks_per_seq_);
+  std::vector<int32_t> ids, positions, slots, lens;
+  std::vector<int32_t> tables(placed.size() * max_blocks, 0);
+  ids.reserve(static_cast<size_t>(n));
+  positions.reserve(static_cast<size_t>(n));
+  slots.reserve(static_cast<size_t>(n));
+  int64_t row = 0;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    Placed& p = placed[i];
+    const SequenceKv& s = *p.segment->seq;
+    p.row0 = row;
+    p.table = static_cast<int64_t>(i);
+    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    for (size_t t = 0; t < p.segment->tokens.size(); ++t) {
+      const int32_t pos = p.start + static_cast<int32_t>(t);
+      ids.push_back(p.segment->tokens[t]);
+      positions.push_back(pos);
+      slots.push_back(s.blocks[static_cast<size_t>(pos / bt)] * bt + pos % bt);
+    }
+    if (static_cast<int64_t>(i) < decodes) lens.push_back(p.start + 1);
+    row += static_cast<int64_t>(p.segment->tokens.size());
+  }
+  TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, n), ids.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, n), positions.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
+  if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
+  TS_RETURN_IF_ERROR(forward(n, placed, decodes));
+
+  // Logit rows come out decode-first; hand them back in segment order.
+  int64_t wanted = decodes;
+  for (const Placed& p : std::span(placed).subspan(static_cast<size_t>(decodes)))
+    wanted += p.segment->want_logits ? 1 : 0;
+  const auto vocab = static_cast<size_t>(config_.vocab_size);
+  std::vector<float> rows(static_cast<size_t>(wanted) * vocab);
+  if (wanted > 0) TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, wanted), rows.data()));
+  TS_RETURN_IF_ERROR(stream_->synchronize());
+  std::vector<int64_t> row_of(segments.size(), -1);
+  int64_t next_prefill_row = decodes;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    const auto seg_index = static_cast<size_t>(placed[i].segment - segments.data());
+    if (static_cast<int64_t>(i) < decodes) {
+      row_of[seg_index] = static_cast<int64_t>(i);
+    } else if (placed[i].segment->want_logits) {
+      row_of[seg_index] = next_prefill_row++;
+    }
+  }
+  logits.clear();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (row_of[i] < 0 || !segments[i].want_logits) continue;
+    auto first = rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(row_of[i]) * vocab);
+    logits.insert(logits.end(), first, first + static_cast<std::ptrdiff_t>(vocab));
+  }
+  for (const Segment& seg : segments) seg.seq->length += static_cast<int32_t>(seg.tokens.size());
+  return ok_status();
 }
 
 Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits) {
@@ -150,74 +250,26 @@ Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, st
   }
   const int32_t old_length = seq.length;
   TS_RETURN_IF_ERROR(kv_->reserve(seq, static_cast<int32_t>(end)));
-  std::vector<int32_t> positions, slots;
-  std::vector<int32_t> table(static_cast<size_t>(max_blocks_per_seq_), 0);
-  std::copy(seq.blocks.begin(), seq.blocks.end(), table.begin());
-  TS_RETURN_IF_ERROR(stream_->upload(s_.block_table, table.data()));
-  const int bt = kv_->block_tokens();
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options_.max_batch_tokens));
-    positions.resize(n);
-    slots.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      int32_t pos = seq.length + static_cast<int32_t>(i);
-      positions[i] = pos;
-      slots[i] = seq.blocks[static_cast<size_t>(pos / bt)] * bt + pos % bt;
-    }
-    const auto rows = static_cast<int64_t>(n);
-    TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, rows), tokens.data() + done));
-    TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, rows), positions.data()));
-    TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, rows), slots.data()));
-    Status st = forward(rows, Mode::kPrefill, seq.length, rows - 1);
+  const auto chunk = static_cast<size_t>(options_.max_batch_tokens);
+  for (size_t done = 0; done < tokens.size(); done += chunk) {
+    const size_t n = std::min(chunk, tokens.size() - done);
+    Segment seg{&seq, tokens.subspan(done, n), done + n == tokens.size()};
+    Status st = step(std::span(&seg, 1), logits);
     if (!st.ok()) {
       seq.length = old_length;
       return st;
     }
-    seq.length += static_cast<int32_t>(n);
-    done += n;
   }
-  logits.resize(static_cast<size_t>(config_.vocab_size));
-  TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, 1), logits.data()));
-  return stream_->synchronize();
+  return ok_status();
 }
 
 Status ModelRunner::decode(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens,
                            std::vector<float>& logits) {
   if (seqs.size() != tokens.size() || seqs.empty()) return invalid_argument("decode needs one token per sequence");
-  if (seqs.size() > static_cast<size_t>(options_.max_batch_tokens)) {
-    return invalid_argument(
-        fmt::format("decode batch of {} exceeds max_batch_tokens {}", seqs.size(), options_.max_batch_tokens));
-  }
-  for (SequenceKv* s : seqs) {
-    if (s->length + 1 > config_.max_seq_len) {
-      return invalid_argument(fmt::format("a sequence would exceed the model's context of {}", config_.max_seq_len));
-    }
-  }
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    Status st = kv_->reserve(*seqs[i], seqs[i]->length + 1);
-    if (!st.ok()) return st;  // sequences reserved so far keep their (unused) block: harmless, reused next step
-  }
-  const size_t b = seqs.size();
-  const int bt = kv_->block_tokens();
-  std::vector<int32_t> positions(b), slots(b), lens(b), tables(b * static_cast<size_t>(max_blocks_per_seq_), 0);
-  for (size_t i = 0; i < b; ++i) {
-    const SequenceKv& s = *seqs[i];
-    positions[i] = s.length;
-    slots[i] = s.blocks[static_cast<size_t>(s.length / bt)] * bt + s.length % bt;
-    lens[i] = s.length + 1;
-    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks_per_seq_);
-  }
-  const auto rows = static_cast<int64_t>(b);
-  TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, rows), tokens.data()));
-  TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, rows), positions.data()));
-  TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, rows), slots.data()));
-  TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, rows), lens.data()));
-  TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, rows), tables.data()));
-  TS_RETURN_IF_ERROR(forward(rows, Mode::kDecode, 0, 0));
-  for (SequenceKv* s : seqs) s->length += 1;
-  logits.resize(b * static_cast<size_t>(config_.vocab_size));
-  TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, rows), logits.data()));
-  return stream_->synchronize();
+  std::vector<Segment> segments;
+  segments.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) segments.push_back({seqs[i], tokens.subspan(i, 1), true});
+  return step(segments, logits);
 }
 
 }  // namespace tessera::engine

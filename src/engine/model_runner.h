@@ -2,9 +2,10 @@
 //
 // It never names a backend: it uploads the weights through Device::alloc and Stream::write, keeps the
 // paged KV cache, and submits ops::Op values to its stream, so any backend that implements the operator
-// contract runs models unchanged. Two entry points:
-//   prefill(seq, tokens)  appends a chunk of one sequence's prompt, returns the last token's logits;
-//   decode(seqs, tokens)  appends one token to each of several sequences, returns one row of logits each.
+// contract runs models unchanged. The general entry point is step(): one batch made of segments, each a
+// run of new tokens for one sequence (a prefill chunk, or the single next token of a decoding sequence);
+// all rows share the matrix products, attention runs per segment. prefill() and decode() are conveniences.
+// Every row is computed the same way whatever else is in the batch, so batching never changes results.
 //
 // Thread-safety: one thread drives a runner (it owns a Stream).
 #pragma once
@@ -24,6 +25,13 @@ namespace tessera::engine {
 
 using model::TokenId;
 
+// New tokens for one sequence in a step(). want_logits: return the logits of the segment's last token.
+struct Segment {
+  SequenceKv* seq = nullptr;
+  std::span<const TokenId> tokens;
+  bool want_logits = true;
+};
+
 struct RunnerOptions {
   int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
   KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
@@ -38,6 +46,12 @@ class ModelRunner {
 
   const model::ModelConfig& config() const { return config_; }
   KvCache& kv_cache() { return *kv_; }
+
+  // Appends each segment's tokens to its sequence in one forward pass. At most max_batch_tokens tokens and
+  // segments in all; no sequence may appear twice. `logits` gets one row of vocab_size floats per segment
+  // with want_logits, in segment order. On error no sequence's length changes (blocks reserved for the
+  // step stay with their sequences and are reused by the next one).
+  Status step(std::span<const Segment> segments, std::vector<float>& logits);
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -57,9 +71,8 @@ class ModelRunner {
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
     ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
-    ops::Tensor ids, positions, slots, block_table, block_tables, context_lens;
+    ops::Tensor ids, positions, slots, block_tables, context_lens;
   };
-  enum class Mode { kPrefill, kDecode };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
   Status upload_weights(const model::ModelWeights& weights);
@@ -68,9 +81,16 @@ class ModelRunner {
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
   Result<ops::Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape);
-  // Runs the layers for n rows whose ids/positions/slots (and block tables) are already uploaded, then
-  // the classifier for rows [logit_row0, n).
-  Status forward(int64_t n, Mode mode, int32_t prefill_start, int64_t logit_row0);
+  // Layout of one step: decode segments (one token) first, in rows [0, decodes), then prefill segments.
+  struct Placed {
+    const Segment* segment;
+    int64_t row0;   // first row in the batch
+    int64_t table;  // row of block_tables
+    int32_t start;  // position of the first token
+  };
+  // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
+  // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
+  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes);
   Status run(const ops::Op& op);
 
   ops::Device& device_;

@@ -33,6 +33,14 @@ Status validate(const SamplingParams& p) {
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
     return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
   if (p.top_k < 0) return invalid_argument(fmt::format("top_k must be >= 0, got {}", p.top_k));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    return invalid_argument(fmt::format("min_p must be in [0, 1], got {}", p.min_p));
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return invalid_argument(fmt::format("presence_penalty must be in [-2, 2], got {}", p.presence_penalty));
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return invalid_argument(fmt::format("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty));
+  }
   return ok_status();
 }
 
@@ -55,6 +63,17 @@ model::TokenId Sampler::sample(std::span<float> logits) {
   const int n = static_cast<int>(logits.size());
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
   const bool use_top_p = params_.top_p < 1.0f;
+  if (params_.min_p > 0.0f) {
+    float pmax = 0.0f;
+    for (float p : logits) pmax = p > pmax ? p : pmax;
+    const float floor = params_.min_p * pmax;
+    float kept = 0.0f;
+    for (float& p : logits) {
+      if (p < floor) p = 0.0f;
+      kept += p;
+    }
+    for (float& p : logits) p /= kept;
+  }
 
   if (!use_top_k && !use_top_p) {
     float cdf = 0.0f;
@@ -101,6 +120,37 @@ model::TokenId Sampler::sample(std::span<float> logits) {
     if (r < cdf) return candidates_[i].index;
   }
   return candidates_[last].index;
+}
+
+void Sampler::apply_penalties(std::span<float> logits,
+                              const std::vector<std::pair<model::TokenId, int>>& counts) const {
+  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) return;
+  for (const auto& [id, count] : counts) {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size() || count <= 0) continue;
+    logits[static_cast<size_t>(id)] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+  }
+}
+
+TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top) {
+  float mx = logits[0];
+  for (float v : logits) mx = v > mx ? v : mx;
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const float log_z = mx + static_cast<float>(std::log(sum));
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logits[static_cast<size_t>(token)] - log_z;
+  if (top > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const size_t k = std::min(idx.size(), static_cast<size_t>(top));
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) out.top.emplace_back(idx[i], logits[static_cast<size_t>(idx[i])] - log_z);
+  }
+  return out;
 }
 
 }  // namespace tessera::engine

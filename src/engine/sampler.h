@@ -1,9 +1,11 @@
 // Sampler: turns a row of logits into the next token.
 //
-// temperature 0 is greedy (the first maximum). Otherwise logits are divided by the temperature,
-// softmaxed, optionally cut to the top_k most likely tokens and then to the smallest set whose mass
-// exceeds top_p, and one token is drawn with a seeded generator. With top_k = 0 the draw is the one
-// llama2.c's run.c makes (same generator, same cut-off rule), so a seed reproduces its choices.
+// Presence and frequency penalties (OpenAI's definitions, over the tokens generated so far) adjust the
+// logits first. Then temperature 0 is greedy (the first maximum). Otherwise logits are divided by the
+// temperature, softmaxed, cut to tokens with at least min_p times the top probability, to the top_k most
+// likely, and to the smallest set whose mass exceeds top_p, and one token is drawn with a seeded
+// generator. With min_p = 0 and top_k = 0 the draw is the one llama2.c's run.c makes (same generator, same
+// cut-off rule), so a seed reproduces its choices.
 //
 // Thread-safety: a Sampler holds its generator's state; use one per sequence.
 #pragma once
@@ -20,10 +22,23 @@ namespace tessera::engine {
 
 struct SamplingParams {
   float temperature = 1.0f;
-  float top_p = 1.0f;  // 1: no nucleus cut
-  int top_k = 0;       // 0: no top-k cut
-  uint64_t seed = 0;   // 0: derived from the clock
+  float top_p = 1.0f;              // 1: no nucleus cut
+  int top_k = 0;                   // 0: no top-k cut
+  uint64_t seed = 0;               // 0: derived from the clock
+  float min_p = 0.0f;              // 0: no min-p cut
+  float presence_penalty = 0.0f;   // [-2, 2]: subtracted once from every token generated before
+  float frequency_penalty = 0.0f;  // [-2, 2]: subtracted per occurrence
 };
+
+// log-probabilities of the chosen token and the most likely alternatives at one step.
+struct TokenLogprobs {
+  model::TokenId token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<model::TokenId, float>> top;  // most likely first
+};
+
+// log_softmax(logits)[token] and the `top` largest entries.
+TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top);
 
 // InvalidArgument for a negative or non-finite temperature, top_p outside (0, 1], negative top_k.
 Status validate(const SamplingParams& p);
@@ -34,6 +49,8 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   // `logits` is modified (scaled and turned into probabilities in place).
   model::TokenId sample(std::span<float> logits);
+  // Applies the presence and frequency penalties for the tokens generated so far (`counts`: id -> times).
+  void apply_penalties(std::span<float> logits, const std::vector<std::pair<model::TokenId, int>>& counts) const;
 
  private:
   SamplingParams params_;

@@ -80,6 +80,37 @@ TEST_F(Runner, BatchedDecodeEqualsSeparateDecodes) {
   EXPECT_EQ(b.length, 10);
 }
 
+TEST_F(Runner, MixedStepOfPrefillChunksAndDecodesEqualsSeparateCalls) {
+  auto r = make(32);
+  std::vector<float> l;
+  // Reference: each sequence on its own.
+  SequenceKv ra, rb, rc;
+  std::vector<float> want_a, want_b, want_c;
+  ASSERT_TRUE(r->prefill(ra, std::span(prompt_).first(6), l).ok());
+  SequenceKv* only_a[] = {&ra};
+  TokenId t = 77;
+  ASSERT_TRUE(r->decode(only_a, std::span(&t, 1), want_a).ok());
+  ASSERT_TRUE(r->prefill(rb, prompt_, want_b).ok());
+  ASSERT_TRUE(r->prefill(rc, std::span(prompt_).first(3), l).ok());
+  ASSERT_TRUE(r->prefill(rc, std::span(prompt_).subspan(3, 5), want_c).ok());
+
+  // The same work as one step: a prefill chunk listed before a decode, and a continued prefill.
+  SequenceKv a, b, c;
+  ASSERT_TRUE(r->prefill(a, std::span(prompt_).first(6), l).ok());
+  ASSERT_TRUE(r->prefill(c, std::span(prompt_).first(3), l).ok());
+  Segment segs[] = {{&b, prompt_, true}, {&a, std::span(&t, 1), true}, {&c, std::span(prompt_).subspan(3, 5), true}};
+  std::vector<float> got;
+  ASSERT_TRUE(r->step(segs, got).ok());
+  const size_t v = static_cast<size_t>(model_.config.vocab_size);
+  ASSERT_EQ(got.size(), 3 * v);
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + v), want_b);
+  EXPECT_EQ(std::vector<float>(got.begin() + v, got.begin() + 2 * v), want_a);
+  EXPECT_EQ(std::vector<float>(got.begin() + 2 * v, got.end()), want_c);
+  EXPECT_EQ(a.length, 7);
+  EXPECT_EQ(b.length, static_cast<int32_t>(prompt_.size()));
+  EXPECT_EQ(c.length, 8);
+}
+
 TEST_F(Runner, RunningOutOfBlocksIsAnErrorNotACrash) {
   auto r = make(16, /*block_tokens=*/4, /*num_blocks=*/2);
   SequenceKv s;

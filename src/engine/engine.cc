@@ -1,0 +1,305 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+
+namespace tessera::engine {
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "";
+}
+
+struct Engine::Active {
+  RequestId id = 0;
+  GenerationRequest req;
+  OutputCallback callback;
+  Sequence seq;
+  Sampler sampler;
+  std::unordered_map<TokenId, int> counts;  // generated tokens, for the penalties
+  std::string text;                         // everything decoded so far
+  size_t emitted = 0;                       // bytes of `text` already reported
+  RequestOutput pending;
+  bool finished = false;
+  int cached_tokens = -1;  // set when first scheduled
+
+  Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
+};
+
+namespace {
+
+// Bytes at the end of `text` that must not be reported yet: an unfinished UTF-8 character, or the start of
+// a stop string.
+size_t held_back(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  size_t i = text.size(), cont = 0;
+  while (i > 0 && cont < 3 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) {
+    --i;
+    ++cont;
+  }
+  if (i > 0) {
+    auto lead = static_cast<unsigned char>(text[i - 1]);
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > cont + 1) hold = cont + 1;
+  }
+  for (const std::string& stop : stops) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+}  // namespace
+
+Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
+    : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
+  stats_.kv_blocks_total = runner.kv_cache().num_blocks();
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callback) {
+  TS_RETURN_IF_ERROR(validate(request.sampling));
+  const model::ModelConfig& c = runner_.config();
+  if (request.prompt.empty()) return invalid_argument("the prompt is empty");
+  if (request.max_tokens < 1)
+    return invalid_argument(fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
+  if (static_cast<int64_t>(request.prompt.size()) >= c.max_seq_len) {
+    return invalid_argument(
+        fmt::format("the prompt is {} tokens; this model's context is {} tokens, which leaves no room to generate",
+                    request.prompt.size(), c.max_seq_len));
+  }
+  for (TokenId t : request.prompt) {
+    if (t < 0 || t >= c.vocab_size)
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary [0, {})", t, c.vocab_size));
+  }
+  for (const std::string& s : request.stop) {
+    if (s.empty()) return invalid_argument("stop strings must not be empty");
+  }
+  if (request.logprobs > 20) return invalid_argument(fmt::format("at most 20 top logprobs, got {}", request.logprobs));
+  auto a = std::make_unique<Active>(std::move(request), std::move(callback));
+  a->seq.tokens = a->req.prompt;
+  a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
+  RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return unavailable("the engine is shutting down");
+    const int queued = stats_.waiting + static_cast<int>(incoming_.size());
+    if (queued >= options_.scheduler.max_waiting) {
+      return resource_exhausted(fmt::format("the server is busy: {} requests are already waiting", queued));
+    }
+    id = next_id_++;
+    a->id = id;
+    a->seq.id = static_cast<SequenceId>(id);
+    a->seq.arrival = next_arrival_++;
+    incoming_.push_back(std::move(a));
+  }
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Active>> incoming;
+    std::vector<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !cancels_.empty() || !active_.empty(); });
+      if (stopping_) break;
+      incoming.swap(incoming_);
+      cancels.swap(cancels_);
+    }
+    for (auto& a : incoming) {
+      Status st = scheduler_.add(&a->seq);
+      RequestId id = a->id;
+      active_[id] = std::move(a);
+      if (!st.ok()) finish(*active_[id], FinishReason::kError, st);
+    }
+    for (RequestId id : cancels) {
+      auto it = active_.find(id);
+      if (it != active_.end() && !it->second->finished) finish(*it->second, FinishReason::kCancelled);
+    }
+    std::erase_if(active_, [](const auto& kv) { return kv.second->finished; });
+    if (!active_.empty()) run_step();
+    std::erase_if(active_, [](const auto& kv) { return kv.second->finished; });
+
+    EngineStats s = counters_;
+    s.waiting = scheduler_.waiting();
+    s.running = scheduler_.running();
+    s.kv_blocks_total = runner_.kv_cache().num_blocks();
+    s.kv_blocks_used = runner_.kv_cache().blocks().used();
+    s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
+    s.prefix = runner_.kv_cache().blocks().stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = s;
+  }
+  for (auto& [id, a] : active_) {
+    if (!a->finished) finish(*a, FinishReason::kCancelled);
+  }
+  active_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& a : incoming_) {
+    a->pending.finish = FinishReason::kCancelled;
+    a->callback(a->pending);
+  }
+  incoming_.clear();
+}
+
+void Engine::run_step() {
+  Schedule sch = scheduler_.schedule();
+  counters_.preemptions += sch.preempted.size();
+  for (Sequence* s : sch.rejected) {
+    Active& a = *active_.at(static_cast<RequestId>(s->id));
+    if (a.seq.generated() > 0) {
+      finish(a, FinishReason::kLength);
+    } else {
+      finish(a, FinishReason::kError,
+             resource_exhausted(
+                 fmt::format("a prompt of {} tokens needs more KV blocks than the cache holds ({} of {} tokens)",
+                             s->tokens.size(), runner_.kv_cache().num_blocks(), runner_.kv_cache().block_tokens())));
+    }
+  }
+  if (sch.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  std::vector<Segment> segments;
+  segments.reserve(sch.chunks.size());
+  for (const ScheduledChunk& c : sch.chunks) {
+    Sequence& s = *c.seq;
+    Active& a = *active_.at(static_cast<RequestId>(s.id));
+    if (a.cached_tokens < 0) a.cached_tokens = s.kv.length;  // what the prefix cache supplied at admission
+    const bool last = s.kv.length + c.num_tokens == static_cast<int>(s.tokens.size());
+    if (s.kv.length < s.prompt_len)
+      counters_.prompt_tokens += static_cast<uint64_t>(std::min(c.num_tokens, s.prompt_len - s.kv.length));
+    segments.push_back(
+        {&s.kv, std::span(s.tokens).subspan(static_cast<size_t>(s.kv.length), static_cast<size_t>(c.num_tokens)),
+         last});
+  }
+  std::vector<float> logits;
+  Status st = runner_.step(segments, logits);
+  counters_.steps++;
+  if (!st.ok()) {
+    log::error("engine step failed: {}", st.to_string());
+    for (const ScheduledChunk& c : sch.chunks)
+      finish(*active_.at(static_cast<RequestId>(c.seq->id)), FinishReason::kError, st);
+    return;
+  }
+  scheduler_.commit(sch);
+  size_t row = 0;
+  for (size_t i = 0; i < sch.chunks.size(); ++i) {
+    if (!segments[i].want_logits) continue;
+    Active& a = *active_.at(static_cast<RequestId>(sch.chunks[i].seq->id));
+    on_token(a, logits, row++);
+  }
+}
+
+void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
+  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  std::vector<float> l(logits.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                       logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
+  if (!a.counts.empty()) {
+    std::vector<std::pair<TokenId, int>> counts(a.counts.begin(), a.counts.end());
+    a.sampler.apply_penalties(l, counts);
+  }
+  std::vector<float> for_logprobs;
+  if (a.req.logprobs >= 0) for_logprobs = l;
+  const TokenId tok = a.sampler.sample(l);
+  const TokenId prev = a.seq.tokens.back();
+  a.seq.tokens.push_back(tok);
+  a.counts[tok]++;
+  counters_.generated_tokens++;
+  const bool is_stop_token =
+      (!a.req.ignore_eos && (tok == tokenizer_.eos_id() || tok == tokenizer_.bos_id())) ||
+      std::find(a.req.stop_token_ids.begin(), a.req.stop_token_ids.end(), tok) != a.req.stop_token_ids.end();
+  if (is_stop_token) return finish(a, FinishReason::kStop);
+
+  std::string piece = tokenizer_.decode_piece(prev, tok);
+  a.pending.tokens.push_back(tok);
+  a.pending.token_texts.push_back(piece);
+  if (a.req.logprobs >= 0) a.pending.logprobs.push_back(compute_logprobs(for_logprobs, tok, a.req.logprobs));
+  a.text += piece;
+  for (const std::string& stop : a.req.stop) {
+    size_t at = a.text.find(stop, a.emitted);
+    if (at != std::string::npos) {
+      a.text.resize(at);
+      return finish(a, FinishReason::kStop);
+    }
+  }
+  if (a.seq.generated() >= a.req.max_tokens) return finish(a, FinishReason::kLength);
+  if (static_cast<int64_t>(a.seq.tokens.size()) > runner_.config().max_seq_len) return finish(a, FinishReason::kLength);
+
+  const size_t safe = a.text.size() - held_back(a.text, a.req.stop);
+  if (safe > a.emitted || !a.pending.tokens.empty()) {
+    a.pending.text = a.text.substr(a.emitted, safe > a.emitted ? safe - a.emitted : 0);
+    a.emitted = std::max(a.emitted, safe);
+    a.pending.prompt_tokens = a.seq.prompt_len;
+    a.pending.completion_tokens = a.seq.generated();
+    a.pending.cached_tokens = std::max(0, a.cached_tokens);
+    a.callback(a.pending);
+    a.pending = RequestOutput{};
+  }
+}
+
+void Engine::finish(Active& a, FinishReason reason, Status error) {
+  if (a.finished) return;
+  a.finished = true;
+  scheduler_.remove(&a.seq);
+  if (a.text.size() > a.emitted) a.pending.text = a.text.substr(a.emitted);
+  a.emitted = a.text.size();
+  a.pending.finish = reason;
+  a.pending.error = std::move(error);
+  a.pending.prompt_tokens = a.seq.prompt_len;
+  a.pending.completion_tokens = a.seq.generated();
+  a.pending.cached_tokens = std::max(0, a.cached_tokens);
+  a.callback(a.pending);
+  a.pending = RequestOutput{};
+}
+
+}  // namespace tessera::engine

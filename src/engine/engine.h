@@ -1,0 +1,125 @@
+// Engine: serves many concurrent generation requests on one ModelRunner with continuous batching.
+//
+// submit() validates a request and queues it; a single engine thread then loops: take new requests and
+// cancellations, ask the Scheduler for a step, run it on the ModelRunner, sample each sequence that
+// produced logits, turn tokens into text (holding back bytes that may start a stop string or an unfinished
+// UTF-8 character), and report each increment through the request's callback. A request ends at a stop
+// token (EOS or BOS), a stop string, a stop token id, max_tokens, the model's context, cancellation or an
+// error; its blocks then go back to the pool (full blocks stay in the prefix cache until evicted).
+//
+// Thread-safety: submit(), cancel(), stats() and stop() may be called from any thread. Callbacks run on the
+// engine thread and must not block.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/finish_reason.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace tessera::engine {
+
+using RequestId = uint64_t;
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;  // BOS included when the model wants one
+  SamplingParams sampling;
+  int max_tokens = 16;
+  std::vector<std::string> stop;        // stop strings (not included in the output)
+  std::vector<TokenId> stop_token_ids;  // extra stop tokens (not included)
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+};
+
+struct RequestOutput {
+  std::string text;                           // new text since the previous output
+  std::vector<TokenId> tokens;                // tokens sampled since the previous output
+  std::vector<TokenLogprobs> logprobs;        // one per token when requested
+  std::vector<std::string> token_texts;       // decode_piece() of each token (for logprobs)
+  FinishReason finish = FinishReason::kNone;  // set on the last output only
+  Status error;                               // when finish == kError
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens found in the prefix cache
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+};
+
+struct EngineStats {
+  int waiting = 0;
+  int running = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_cached = 0;
+  PrefixCacheStats prefix;
+  uint64_t steps = 0;
+  uint64_t preemptions = 0;
+  uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
+  uint64_t generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options);
+  ~Engine();  // stops
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();
+  // Cancels everything in flight (each gets a kCancelled output) and joins the thread.
+  void stop();
+
+  // InvalidArgument for bad parameters or a prompt that leaves no room in the context; ResourceExhausted
+  // when the queue is full. On success the callback will be called at least once, last with finish set.
+  Result<RequestId> submit(GenerationRequest request, OutputCallback callback);
+  // Ends a request early (its callback gets kCancelled). Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+
+  EngineStats stats() const;
+  const model::ModelConfig& config() const { return runner_.config(); }
+  const model::Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  struct Active;
+  void loop();
+  void run_step();
+  void admit_new();
+  void finish(Active& a, FinishReason reason, Status error = ok_status());
+  void on_token(Active& a, const std::vector<float>& logits, size_t row);
+
+  ModelRunner& runner_;
+  const model::Tokenizer& tokenizer_;
+  EngineOptions options_;
+  Scheduler scheduler_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                          // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Active>> incoming_;  // GUARDED_BY(mu_)
+  std::vector<RequestId> cancels_;                 // GUARDED_BY(mu_)
+  EngineStats stats_;                              // GUARDED_BY(mu_), a copy refreshed every step
+  RequestId next_id_ = 1;                          // GUARDED_BY(mu_)
+  uint64_t next_arrival_ = 0;                      // GUARDED_BY(mu_)
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
+  EngineStats counters_;
+};
+
+}  // namespace tessera::engine

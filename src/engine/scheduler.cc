@@ -1,0 +1,131 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+namespace tessera::engine {
+
+Scheduler::Scheduler(KvCache& kv, SchedulerOptions options) : kv_(kv), options_(options) {}
+
+Status Scheduler::add(Sequence* seq) {
+  if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+    return resource_exhausted(fmt::format("the queue is full ({} requests waiting)", waiting_.size()));
+  }
+  waiting_.push_back(seq);
+  return ok_status();
+}
+
+void Scheduler::release_blocks(Sequence* seq) {
+  kv_.release(seq->kv);
+  seq->block_hashes.clear();
+  seq->prefix_checked = false;
+}
+
+void Scheduler::remove(Sequence* seq) {
+  std::erase(running_, seq);
+  std::erase(waiting_, seq);
+  release_blocks(seq);
+}
+
+int Scheduler::blocks_needed(const Sequence& seq, int length) const {
+  const int bt = kv_.block_tokens();
+  return std::max(0, (length + bt - 1) / bt - static_cast<int>(seq.kv.blocks.size()));
+}
+
+void Scheduler::preempt(Sequence* victim, Schedule& out) {
+  std::erase(running_, victim);
+  release_blocks(victim);
+  victim->preemptions++;
+  // Back to the waiting queue in arrival order (it is older than anything that arrived after it).
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* s) { return s->arrival > victim->arrival; });
+  waiting_.insert(pos, victim);
+  out.preempted.push_back(victim);
+}
+
+bool Scheduler::reserve_with_preemption(Sequence* seq, int length, Schedule& out) {
+  while (blocks_needed(*seq, length) > kv_.blocks().available()) {
+    // The newest running sequence not already given work this step.
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      bool scheduled =
+          std::any_of(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.seq == *it; });
+      if (!scheduled) {
+        victim = *it;
+        break;
+      }
+    }
+    if (victim == nullptr) return false;
+    preempt(victim, out);
+    if (victim == seq) return false;
+  }
+  return kv_.reserve(seq->kv, length).ok();
+}
+
+Schedule Scheduler::schedule() {
+  Schedule out;
+  int budget = options_.max_batch_tokens;
+  // 1. Running sequences, decodes before prompt chunks, each group oldest first.
+  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
+    std::vector<Sequence*> snapshot = running_;
+    for (Sequence* seq : snapshot) {
+      if (budget <= 0) break;
+      if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;  // preempted meanwhile
+      const bool decoding = seq->remaining() == 1;
+      if (decoding != (pass == 0)) continue;
+      const int take = std::min(seq->remaining(), budget);
+      if (!reserve_with_preemption(seq, seq->kv.length + take, out)) continue;
+      out.chunks.push_back({seq, take});
+      budget -= take;
+    }
+  }
+  // 2. Admissions in strict arrival order.
+  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    Sequence* seq = waiting_.front();
+    // Just preempted to make room: readmitting it in the same step would only undo that.
+    if (std::find(out.preempted.begin(), out.preempted.end(), seq) != out.preempted.end()) break;
+    const int total = static_cast<int>(seq->tokens.size());
+    // A sequence that cannot fit even in an empty cache would block the queue forever.
+    if ((total + kv_.block_tokens() - 1) / kv_.block_tokens() > kv_.num_blocks()) {
+      waiting_.pop_front();
+      out.rejected.push_back(seq);
+      continue;
+    }
+    if (!seq->prefix_checked) {
+      // Keep at least one token to compute: its logits are needed.
+      std::vector<BlockId> hit = kv_.blocks().match_prefix(seq->tokens, total - 1);
+      for (BlockId b : hit) seq->kv.blocks.push_back(static_cast<int32_t>(b));
+      seq->kv.length = static_cast<int32_t>(hit.size()) * kv_.block_tokens();
+      seq->prefix_checked = true;
+    }
+    const int take = std::min(seq->remaining(), budget);
+    if (blocks_needed(*seq, seq->kv.length + take) > kv_.blocks().available() ||
+        !kv_.reserve(seq->kv, seq->kv.length + take).ok()) {
+      release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
+      break;                // wait for blocks; never skip ahead of the oldest request
+    }
+    waiting_.pop_front();
+    running_.push_back(seq);
+    out.chunks.push_back({seq, take});
+    budget -= take;
+  }
+  return out;
+}
+
+void Scheduler::commit(const Schedule& schedule) {
+  const int bt = kv_.block_tokens();
+  for (const ScheduledChunk& c : schedule.chunks) {
+    Sequence& s = *c.seq;
+    const size_t full = static_cast<size_t>(s.kv.length / bt);
+    while (s.block_hashes.size() < full) {
+      const size_t i = s.block_hashes.size();
+      BlockHash parent = i == 0 ? 0 : s.block_hashes[i - 1];
+      BlockHash h = BlockManager::chain_hash(
+          parent, std::span(s.tokens).subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt)));
+      kv_.blocks().register_full_block(static_cast<BlockId>(s.kv.blocks[i]), h);
+      s.block_hashes.push_back(h);
+    }
+  }
+}
+
+}  // namespace tessera::engine

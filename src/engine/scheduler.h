@@ -1,0 +1,73 @@
+// Scheduler: continuous batching with chunked prefill, as a deterministic library.
+//
+// Each step has a token budget. Running sequences come first, oldest first: decodes (one token each),
+// then prompt chunks of sequences still prefilling. Waiting sequences are then admitted strictly in
+// arrival order (a request never overtakes an older one, so none starves) while budget, sequence slots and
+// KV blocks last; admission first looks the prompt up in the prefix cache. When a running sequence needs a
+// block and none is free, the newest running sequence is preempted: its blocks are released and it returns
+// to the front of the waiting queue to be recomputed later.
+//
+// Values in, values out: the scheduler owns the queues and allocates blocks from the BlockManager, but
+// never touches a device or a clock. Engine thread only.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv_cache.h"
+#include "engine/sequence.h"
+
+namespace tessera::engine {
+
+struct SchedulerOptions {
+  int max_batch_tokens = 256;  // token budget per step
+  int max_running = 64;        // sequences in the running set
+  int max_waiting = 1024;      // queue limit; beyond it submissions are refused
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int num_tokens;  // tokens [seq->kv.length, seq->kv.length + num_tokens) are computed this step
+};
+
+struct Schedule {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;  // moved back to waiting during this step
+  std::vector<Sequence*> rejected;   // can never fit the cache: the caller fails them
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(KvCache& kv, SchedulerOptions options);
+
+  // ResourceExhausted when the waiting queue is full.
+  Status add(Sequence* seq);
+  // Removes a sequence from whichever queue holds it and releases its blocks.
+  void remove(Sequence* seq);
+
+  Schedule schedule();
+  // After the step ran: registers newly filled blocks in the prefix cache.
+  void commit(const Schedule& schedule);
+
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int running() const { return static_cast<int>(running_.size()); }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  // Grows seq's blocks to hold `length` positions, preempting newer running sequences when needed.
+  // False when even that cannot make room (seq itself is then preempted if it was running).
+  bool reserve_with_preemption(Sequence* seq, int length, Schedule& out);
+  void preempt(Sequence* victim, Schedule& out);
+  void release_blocks(Sequence* seq);
+  int blocks_needed(const Sequence& seq, int length) const;
+
+  KvCache& kv_;
+  SchedulerOptions options_;
+  std::deque<Sequence*> waiting_;   // arrival order
+  std::vector<Sequence*> running_;  // arrival order
+};
+
+}  // namespace tessera::engine

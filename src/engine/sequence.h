@@ -1,0 +1,33 @@
+// Sequence: one request's token stream and KV state as the scheduler and engine see it.
+//
+// tokens = prompt + generated. kv.length tokens have their K/V in the cache; the rest (the prompt's
+// uncomputed part, or the one token sampled last) is what the next step must compute. After a
+// preemption kv.length drops to 0 and everything is recomputed (the prefix cache usually makes that cheap).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/kv_cache.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace tessera::engine {
+
+enum class SequenceId : uint64_t {};
+
+struct Sequence {
+  SequenceId id{};
+  uint64_t arrival = 0;  // submission order: first come, first served
+  std::vector<model::TokenId> tokens;
+  int prompt_len = 0;
+  SequenceKv kv;
+  std::vector<BlockHash> block_hashes;  // chain hashes of the leading full blocks already registered
+  bool prefix_checked = false;          // the prefix cache was consulted since the last (re)admission
+  int preemptions = 0;
+
+  int remaining() const { return static_cast<int>(tokens.size()) - kv.length; }
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+};
+
+}  // namespace tessera::engine

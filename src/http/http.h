@@ -1,0 +1,129 @@
+// http: the one HTTP/1.1 layer (server and client) shared by serve/, router/ and ctrl/.
+//
+// The server is asynchronous (Boost.Beast on a small io thread pool) and never blocks on a handler: a
+// handler receives the request and a ResponseWriter, returns at once, and may answer later from any thread,
+// either whole (send) or as a stream (start_stream / write / end, chunked transfer encoding, which is how
+// server-sent events go out). The writer reports a client that went away, so long requests can be
+// cancelled. The client is synchronous with a hard deadline and can deliver a streamed body piece by
+// piece. Beast and Asio stay inside server.cc and client.cc: this header is cheap to include.
+//
+// Thread-safety: Server::route() before start(); everything on ResponseWriter is thread-safe; a Client
+// may be used from several threads at once (each call uses its own connection).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tessera::http {
+
+// Header names compare case-insensitively.
+struct CaseInsensitiveLess {
+  bool operator()(std::string_view a, std::string_view b) const;
+};
+using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path with query string
+  std::string path;    // without the query string
+  std::map<std::string, std::string> query;
+  Headers headers;
+  std::string body;
+  std::string remote;  // peer address "ip:port"
+
+  // The header's value, or "" when absent.
+  std::string header(std::string_view name) const;
+};
+
+// How a handler answers. Exactly one of send() or start_stream() should be called; a writer destroyed
+// without either answers 500 so that no client is left waiting.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual void send(int status, std::string body, std::string content_type = "application/json",
+                    Headers extra = {}) = 0;
+  virtual void start_stream(int status, std::string content_type = "text/event-stream", Headers extra = {}) = 0;
+  // Queues one piece of a stream. Returns false once the client is gone (the piece is dropped).
+  virtual bool write(std::string data) = 0;
+  virtual void end() = 0;
+  // True once the connection failed or the peer closed it.
+  virtual bool client_gone() const = 0;
+  // Called once (on an io thread) when the client goes away before the response is complete.
+  virtual void on_disconnect(std::function<void()> callback) = 0;
+};
+
+using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWriter>)>;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port (see Server::port())
+  int io_threads = 2;
+  size_t max_body_bytes = 8 << 20;  // larger bodies get 413
+  int header_timeout_ms = 10000;    // a client must send its whole request within this time
+  int idle_timeout_ms = 60000;      // keep-alive connections idle longer than this are closed
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();  // stops
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Exact-path route; "*" as method matches any. Unknown paths get 404, known paths with another method 405.
+  void route(std::string method, std::string path, Handler handler);
+  // A handler for every path under `prefix` (e.g. "/v1/nodes/").
+  void route_prefix(std::string method, std::string prefix, Handler handler);
+
+  // Binds and starts serving. Unavailable when the address cannot be bound.
+  Status start();
+  uint16_t port() const;
+  // Stops accepting, waits up to `grace_ms` for in-flight responses to finish, then closes everything.
+  void stop(int grace_ms = 5000);
+  // Connections currently open (for tests and metrics).
+  int open_connections() const;
+
+  struct Impl;  // defined in server.cc (public only so that its connection sessions can name it)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct Response {
+  int status = 0;
+  Headers headers;
+  std::string body;
+};
+
+struct ClientRequest {
+  std::string method = "GET";
+  std::string url;  // http://host:port/path?query
+  Headers headers;
+  std::string body;
+  int timeout_ms = 30000;  // whole exchange, connect included
+};
+
+// Returns false to stop reading (the connection is then closed).
+using ChunkCallback = std::function<bool(std::string_view)>;
+
+// One request on a fresh connection. Unavailable when the server cannot be reached, DeadlineExceeded
+// past the timeout, InvalidArgument for a malformed URL. A non-2xx status is a Response, not an error.
+Result<Response> fetch(const ClientRequest& request);
+// Like fetch(), but the body is handed to `on_chunk` as it arrives (Response::body stays empty).
+Result<Response> fetch_streaming(const ClientRequest& request, const ChunkCallback& on_chunk);
+
+struct Url {
+  std::string host;
+  uint16_t port = 80;
+  std::string target = "/";
+};
+Result<Url> parse_url(std::string_view url);
+
+}  // namespace tessera::http
