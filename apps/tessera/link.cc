@@ -36,6 +36,8 @@ struct PeerArgs {
   uint64_t seed = 1;
   int streams = 4;
   uint64_t split = 1 << 20;
+  std::string ctrl;  // publish through the control plane (store spec)
+  int64_t ttl_ms = 2000;
 };
 
 void fill_pattern(std::span<std::byte> bytes, uint64_t seed) {
@@ -63,6 +65,13 @@ int run_peer(const PeerArgs& a) {
   o.endpoints = a.endpoints;
   o.link.streams = a.streams;
   o.link.split_threshold = a.split;
+  std::unique_ptr<link::Discovery> discovery;
+  if (!a.ctrl.empty()) {
+    auto d = link::make_discovery("ctrl", fmt::format("{} ttl_ms={}", a.ctrl, a.ttl_ms));
+    if (!d.ok()) return fail(d.status().message());
+    discovery = std::move(*d);
+    o.discovery = discovery.get();
+  }
   auto agent = link::Agent::create(o);
   if (!agent.ok()) return fail(agent.status().message());
   auto region = (*agent)->allocate_region(a.region_bytes);
@@ -125,6 +134,8 @@ Action add_link_command(CLI::App& app) {
   p->add_option("--seed", peer->seed, "Fill the region with this seed's pattern (0: leave zeroed)");
   p->add_option("--streams", peer->streams, "Striped connections per peer")->check(CLI::Range(1, 64));
   p->add_option("--split", peer->split, "Split threshold in bytes")->check(CLI::PositiveNumber);
+  p->add_option("--ctrl", peer->ctrl, "Publish this agent in a control-plane store (e.g. embedded=http://127.0.0.1:7070)");
+  p->add_option("--ttl-ms", peer->ttl_ms, "Lease TTL of the published entry")->check(CLI::PositiveNumber);
 
   auto sink_bytes = std::make_shared<uint64_t>(64 << 20);
   CLI::App* s = cmd->add_subcommand("raw-sink", "A plain TCP sink (the tcp ceiling of link bench)");

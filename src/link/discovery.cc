@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 namespace tessera::link {
+
+Result<std::unique_ptr<Discovery>> make_ctrl_discovery(const std::string& config);
+
 namespace {
 
 std::mutex& registry_mu() {
@@ -18,7 +21,8 @@ std::map<std::string, DiscoveryFactory>& registry() {
   static std::map<std::string, DiscoveryFactory> r = {
       {"static", [](const std::string&) -> Result<std::unique_ptr<Discovery>> {
          return std::unique_ptr<Discovery>(std::make_unique<StaticDiscovery>());
-       }}};
+       }},
+      {"ctrl", make_ctrl_discovery}};
   return r;
 }
 
