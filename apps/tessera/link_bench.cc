@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -180,7 +181,8 @@ Spread spread(std::vector<double> v) {
 
 CLI::App* add_link_bench_options(CLI::App& link_cmd, LinkBenchArgs& a) {
   CLI::App* b = link_cmd.add_subcommand("bench", "Bandwidth and latency of a link between two processes");
-  b->add_option("--endpoint", a.endpoint, "shm or tcp")->check(CLI::IsMember({"shm", "tcp"}));
+  b->add_option("--endpoint", a.endpoint, "shm, tcp or ucx (UCX_TLS picks UCX's transports)")
+      ->check(CLI::IsMember({"shm", "tcp", "ucx"}));
   b->add_option("--sizes", a.sizes, "Assignment sizes: FROM..TO (powers of two) or a comma list, e.g. 4K..256M");
   b->add_option("--batch", a.batch, "Assignments per transfer")->check(CLI::Range(1, 4096));
   b->add_option("--streams", a.streams, "Striped connections")->check(CLI::Range(1, 64));
@@ -229,7 +231,11 @@ int run_link_bench(const LinkBenchArgs& a) {
   std::vector<std::byte> scratch;  // memcpy ceiling destination
   std::optional<ChildProcess> sink;
   int sink_port = 0;
-  if (a.endpoint == "shm") {
+  // ucx: compare with memcpy when UCX is told to use shared memory only, else with a plain TCP stream.
+  const char* tls = std::getenv("UCX_TLS");
+  const bool memcpy_ceiling_wanted =
+      a.endpoint == "shm" || (a.endpoint == "ucx" && tls && std::string(tls).find("tcp") == std::string::npos);
+  if (memcpy_ceiling_wanted) {
     scratch.assign(region, std::byte{1});
   } else {
     auto s = ChildProcess::spawn({self_exe(), "link", "raw-sink", "--buffer-bytes", std::to_string(region)});
@@ -243,8 +249,10 @@ int run_link_bench(const LinkBenchArgs& a) {
   std::printf("# tessera link bench: endpoint %s, op %s, batch %d, streams %d, depth %d, split %s, %d repeats of %.2fs\n",
               a.endpoint.c_str(), a.op.c_str(), a.batch, a.streams, a.depth, human(a.split).c_str(), a.repeats,
               a.seconds);
-  std::printf("# ceiling: %s\n", a.endpoint == "shm" ? "memcpy in one process, same sizes and volume"
-                                                       : "one plain TCP stream between two processes (raw sink)");
+  std::printf("# ceiling: %s%s%s\n",
+              memcpy_ceiling_wanted ? "memcpy in one process, same sizes and volume"
+                                    : "one plain TCP stream between two processes (raw sink)",
+              a.endpoint == "ucx" ? "; UCX_TLS=" : "", a.endpoint == "ucx" ? (tls ? tls : "(unset)") : "");
   std::printf("%8s %10s %17s %9s %9s %10s %17s %9s\n", "size", "GB/s", "(min..max)", "p50 ms", "p99 ms",
               "ceil GB/s", "(min..max)", "fraction");
   for (uint64_t size : *sizes) {
@@ -254,7 +262,7 @@ int run_link_bench(const LinkBenchArgs& a) {
       if (!r.ok()) return fail(r.status().message());
       link_gbps.push_back(r->gbps);
       lat.insert(lat.end(), r->latency_ms.begin(), r->latency_ms.end());
-      if (a.endpoint == "shm") {
+      if (memcpy_ceiling_wanted) {
         ceil_gbps.push_back(memcpy_ceiling(local_bytes.data(), scratch.data(), region, size, a));
       } else {
         uint64_t total = std::max<uint64_t>(static_cast<uint64_t>(r->gbps * 1e9 * a.seconds), 4 * size);

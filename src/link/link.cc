@@ -18,8 +18,10 @@ std::string_view op_kind_name(OpKind kind) {
 }
 
 std::string RegionDesc::encode() const {
-  return fmt::format("agent={} id={} length={} kind={} shm={}", agent, to_u64(id), length,
-                     kind == MemoryKind::kHost ? "host" : "device", shm_name.empty() ? "-" : shm_name);
+  std::string out = fmt::format("agent={} id={} length={} kind={} shm={}", agent, to_u64(id), length,
+                                kind == MemoryKind::kHost ? "host" : "device", shm_name.empty() ? "-" : shm_name);
+  for (const auto& [k, v] : attrs) out += fmt::format(" {}={}", k, v);
+  return out;
 }
 
 Result<RegionDesc> RegionDesc::decode(std::string_view text) {
@@ -44,6 +46,7 @@ Result<RegionDesc> RegionDesc::decode(std::string_view text) {
       } else if (key == "shm") {
         d.shm_name = v == "-" ? "" : v;
       } else {
+        d.attrs[key] = v;
         continue;
       }
     } catch (const std::exception&) {

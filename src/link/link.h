@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,8 @@ struct RegionDesc {
   uint64_t length = 0;
   MemoryKind kind = MemoryKind::kHost;
   std::string shm_name;
+  // Endpoint-specific access data (ucx: "ucx.addr", "ucx.rkey"); keys and values without spaces or '='.
+  std::map<std::string, std::string> attrs;
 
   // A single-line text form ("agent=a id=3 length=4096 kind=host shm=/tessera-...") for the control plane.
   std::string encode() const;

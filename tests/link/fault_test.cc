@@ -8,6 +8,7 @@
 
 #include "child_process.h"
 #include "link/agent.h"
+#include "link/endpoint.h"
 #include "support/paths.h"
 
 namespace tessera::link {
@@ -70,7 +71,12 @@ TEST_P(PeerKillTest, PendingFuturesFailWithinTwoSeconds) {
   EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
 }
 
-INSTANTIATE_TEST_SUITE_P(Endpoints, PeerKillTest, ::testing::Values("shm", "tcp"));
+std::vector<std::string> endpoints() {
+  register_builtin_endpoints();
+  return endpoint_names();  // shm, tcp, and ucx where built
+}
+
+INSTANTIATE_TEST_SUITE_P(Endpoints, PeerKillTest, ::testing::ValuesIn(endpoints()));
 
 }  // namespace
 }  // namespace tessera::link

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "link/checksum.h"
+#include "link/endpoint.h"
 #include "link_test_util.h"
 
 namespace tessera::link {
@@ -104,9 +105,15 @@ TEST_P(RandomBatchTest, RandomBatchesLandExactly) {
   }
 }
 
+// Every registered endpoint: shm and tcp always, ucx where UCX was found at build time.
+std::vector<std::string> endpoints() {
+  register_builtin_endpoints();
+  return endpoint_names();
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (std::string ep : {"shm", "tcp"}) {
+  for (const std::string& ep : endpoints()) {
     for (OpKind op : {OpKind::kRead, OpKind::kWrite}) {
       for (uint64_t split : {uint64_t{1} << 20, uint64_t{777}}) {
         for (Memory m : {Memory::kShared, Memory::kRegistered, Memory::kDevice}) {
@@ -259,7 +266,7 @@ TEST_P(EndpointTest, ShutdownDrainsAndFailsTheRest) {
   EXPECT_EQ(p.a->write(p.b->name(), {{la, 0, rb, 0, 1}}).wait().code(), StatusCode::kUnavailable);
 }
 
-INSTANTIATE_TEST_SUITE_P(Endpoints, EndpointTest, ::testing::Values("shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Endpoints, EndpointTest, ::testing::ValuesIn(endpoints()));
 
 TEST(LinkTest, UnknownEndpointListsKnownOnes) {
   auto a = Agent::create({.name = "x", .endpoints = {"carrier-pigeon"}});

@@ -467,7 +467,8 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
                     not_found(fmt::format("region {} is not registered with agent {}", h.region, core_.name())));
         return ok_status();
       }
-      RegionDesc d{core_.name(), r->id, r->length, r->kind, r->shm_name()};
+      RegionDesc d{core_.name(), r->id, r->length, r->kind, r->shm_name(), {}};
+      if (local_) local_->describe(r, d);
       std::string text = d.encode();
       OutItem item;
       item.header = make_header(FrameType::kDescribeResp, h.op_id);

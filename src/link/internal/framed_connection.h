@@ -37,6 +37,8 @@ class LocalDataPath {
   virtual ~LocalDataPath() = default;
   // The chunk's status when it was executed locally; nullopt to send it over the wire instead.
   virtual std::optional<Status> execute(FramedConnection& conn, OpKind kind, const Chunk& chunk) = 0;
+  // Adds what a peer's data path needs to reach one of our regions (called when a peer describes it).
+  virtual void describe(const std::shared_ptr<Region>& region, RegionDesc& desc) {}
 };
 
 class FramedConnection final : public Connection {
