@@ -15,8 +15,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <span>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -134,7 +134,8 @@ Action add_link_command(CLI::App& app) {
   p->add_option("--seed", peer->seed, "Fill the region with this seed's pattern (0: leave zeroed)");
   p->add_option("--streams", peer->streams, "Striped connections per peer")->check(CLI::Range(1, 64));
   p->add_option("--split", peer->split, "Split threshold in bytes")->check(CLI::PositiveNumber);
-  p->add_option("--ctrl", peer->ctrl, "Publish this agent in a control-plane store (e.g. embedded=http://127.0.0.1:7070)");
+  p->add_option("--ctrl", peer->ctrl,
+                "Publish this agent in a control-plane store (e.g. embedded=http://127.0.0.1:7070)");
   p->add_option("--ttl-ms", peer->ttl_ms, "Lease TTL of the published entry")->check(CLI::PositiveNumber);
 
   auto sink_bytes = std::make_shared<uint64_t>(64 << 20);

@@ -40,7 +40,8 @@ Result<uint64_t> parse_size(const std::string& s) {
   }
   std::string unit = s.substr(end);
   uint64_t mult = unit.empty() ? 1 : unit == "K" ? 1ull << 10 : unit == "M" ? 1ull << 20 : unit == "G" ? 1ull << 30 : 0;
-  if (mult == 0 || v == 0) return invalid_argument(fmt::format("size '{}' is not a number with an optional K/M/G suffix", s));
+  if (mult == 0 || v == 0)
+    return invalid_argument(fmt::format("size '{}' is not a number with an optional K/M/G suffix", s));
   return v * mult;
 }
 
@@ -246,15 +247,15 @@ int run_link_bench(const LinkBenchArgs& a) {
     sink_port = std::stoi(line->substr(5));
   }
 
-  std::printf("# tessera link bench: endpoint %s, op %s, batch %d, streams %d, depth %d, split %s, %d repeats of %.2fs\n",
-              a.endpoint.c_str(), a.op.c_str(), a.batch, a.streams, a.depth, human(a.split).c_str(), a.repeats,
-              a.seconds);
+  std::printf(
+      "# tessera link bench: endpoint %s, op %s, batch %d, streams %d, depth %d, split %s, %d repeats of %.2fs\n",
+      a.endpoint.c_str(), a.op.c_str(), a.batch, a.streams, a.depth, human(a.split).c_str(), a.repeats, a.seconds);
   std::printf("# ceiling: %s%s%s\n",
               memcpy_ceiling_wanted ? "memcpy in one process, same sizes and volume"
                                     : "one plain TCP stream between two processes (raw sink)",
               a.endpoint == "ucx" ? "; UCX_TLS=" : "", a.endpoint == "ucx" ? (tls ? tls : "(unset)") : "");
-  std::printf("%8s %10s %17s %9s %9s %10s %17s %9s\n", "size", "GB/s", "(min..max)", "p50 ms", "p99 ms",
-              "ceil GB/s", "(min..max)", "fraction");
+  std::printf("%8s %10s %17s %9s %9s %10s %17s %9s\n", "size", "GB/s", "(min..max)", "p50 ms", "p99 ms", "ceil GB/s",
+              "(min..max)", "fraction");
   for (uint64_t size : *sizes) {
     std::vector<double> link_gbps, ceil_gbps, lat;
     for (int rep = 0; rep < a.repeats; ++rep) {

@@ -13,10 +13,14 @@ constexpr int64_t kMaxWatchWaitMs = 30000;
 
 int http_status(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kOutOfRange: return 410;
-    default: return 500;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kOutOfRange:
+      return 410;
+    default:
+      return 500;
   }
 }
 
@@ -31,7 +35,8 @@ EmbeddedServer::EmbeddedServer(const Clock& clock) : clock_(clock), core_(clock)
 EmbeddedServer::~EmbeddedServer() { stop(); }
 
 void EmbeddedServer::mount(http::Server& server) {
-  for (const char* op : {"lease/grant", "lease/keepalive", "lease/revoke", "kv/put", "kv/delete", "kv/range", "watch"}) {
+  for (const char* op :
+       {"lease/grant", "lease/keepalive", "lease/revoke", "kv/put", "kv/delete", "kv/range", "watch"}) {
     std::string name = op;
     server.route("POST", std::string("/v1/ctrl/") + op,
                  [this, name](const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
@@ -89,8 +94,9 @@ void EmbeddedServer::handle(const std::string& op, const http::Request& req, std
       w->send(200, "{}");
     } else if (op == "kv/put" || op == "kv/delete") {
       std::string key = body.at("key").get<std::string>();
-      auto r = op == "kv/put" ? core_.put(key, body.at("value").get<std::string>(), LeaseId{body.value("lease", int64_t{0})})
-                              : core_.remove(key);
+      auto r = op == "kv/put"
+                   ? core_.put(key, body.at("value").get<std::string>(), LeaseId{body.value("lease", int64_t{0})})
+                   : core_.remove(key);
       if (!r.ok()) return send_error(*w, r.status(), core_.revision());
       w->send(200, json{{"revision", *r}}.dump());
     } else if (op == "kv/range") {

@@ -22,8 +22,12 @@ class EmbeddedStore final : public Store {
     TS_ASSIGN_OR_RETURN(json r, call("lease/grant", {{"ttl_ms", ttl.count()}}));
     return LeaseId{r.value("lease", int64_t{0})};
   }
-  Status keep_alive(LeaseId lease) override { return call("lease/keepalive", {{"lease", static_cast<int64_t>(lease)}}).status(); }
-  Status revoke(LeaseId lease) override { return call("lease/revoke", {{"lease", static_cast<int64_t>(lease)}}).status(); }
+  Status keep_alive(LeaseId lease) override {
+    return call("lease/keepalive", {{"lease", static_cast<int64_t>(lease)}}).status();
+  }
+  Status revoke(LeaseId lease) override {
+    return call("lease/revoke", {{"lease", static_cast<int64_t>(lease)}}).status();
+  }
   Status put(const std::string& key, const std::string& value, LeaseId lease) override {
     return call("kv/put", {{"key", key}, {"value", value}, {"lease", static_cast<int64_t>(lease)}}).status();
   }
@@ -76,11 +80,16 @@ class EmbeddedStore final : public Store {
     std::string msg = j.is_object() ? j.value("error", "") : "";
     if (resume && j.is_object()) *resume = j.value("revision", int64_t{0});
     switch (resp->status) {
-      case 400: return invalid_argument(msg);
-      case 404: return not_found(msg);
-      case 410: return out_of_range(msg);
-      case 503: return unavailable(msg);
-      default: return internal_error(fmt::format("ctrl store {} answered {} with HTTP {}: {}", base_, op, resp->status, msg));
+      case 400:
+        return invalid_argument(msg);
+      case 404:
+        return not_found(msg);
+      case 410:
+        return out_of_range(msg);
+      case 503:
+        return unavailable(msg);
+      default:
+        return internal_error(fmt::format("ctrl store {} answered {} with HTTP {}: {}", base_, op, resp->status, msg));
     }
   }
 

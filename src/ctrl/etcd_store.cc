@@ -98,12 +98,16 @@ std::vector<json> take_objects(std::string& buf) {
   for (size_t i = 0; i < buf.size(); ++i) {
     char c = buf[i];
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '{') {
       if (depth++ == 0) start = i;
     } else if (c == '}' && depth > 0 && --depth == 0) {
@@ -132,7 +136,8 @@ class EtcdStore final : public Store {
     TS_ASSIGN_OR_RETURN(json r, call("/v3/lease/keepalive", {{"ID", static_cast<int64_t>(lease)}}));
     // One keep-alive response; an expired lease answers with TTL 0 (or no TTL at all).
     const json& res = r.contains("result") ? r.at("result") : r;
-    if (to_i64(res, "TTL") <= 0) return not_found(fmt::format("etcd lease {} has expired", static_cast<int64_t>(lease)));
+    if (to_i64(res, "TTL") <= 0)
+      return not_found(fmt::format("etcd lease {} has expired", static_cast<int64_t>(lease)));
     return ok_status();
   }
 
@@ -168,7 +173,8 @@ class EtcdStore final : public Store {
 
  private:
   Result<std::vector<KeyValue>> range_at(const std::string& prefix, int64_t* revision) {
-    TS_ASSIGN_OR_RETURN(json r, call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}}));
+    TS_ASSIGN_OR_RETURN(
+        json r, call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}}));
     std::vector<KeyValue> out;
     for (const json& kv : r.value("kvs", json::array())) {
       TS_ASSIGN_OR_RETURN(KeyValue k, kv_from_etcd(kv));
@@ -186,7 +192,9 @@ class EtcdStore final : public Store {
     req.url = base_ + "/v3/watch";
     req.headers["Content-Type"] = "application/json";
     req.body = json{{"create_request",
-                     {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}, {"start_revision", since + 1}}}}
+                     {{"key", b64_encode(prefix)},
+                      {"range_end", b64_encode(prefix_end(prefix))},
+                      {"start_revision", since + 1}}}}
                    .dump();
     req.timeout_ms = kWatchWaitMs;
     PollResult out;

@@ -9,7 +9,10 @@
 namespace tessera::ctrl {
 
 inline nlohmann::json kv_to_json(const KeyValue& kv) {
-  return {{"key", kv.key}, {"value", kv.value}, {"mod_revision", kv.mod_revision}, {"lease", static_cast<int64_t>(kv.lease)}};
+  return {{"key", kv.key},
+          {"value", kv.value},
+          {"mod_revision", kv.mod_revision},
+          {"lease", static_cast<int64_t>(kv.lease)}};
 }
 
 inline KeyValue kv_from_json(const nlohmann::json& j) {

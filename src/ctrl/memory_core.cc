@@ -18,7 +18,8 @@ Result<LeaseId> MemoryCore::grant(int64_t ttl_ms) {
 Status MemoryCore::keep_alive(LeaseId lease) {
   expire();
   auto it = leases_.find(static_cast<int64_t>(lease));
-  if (it == leases_.end()) return not_found(fmt::format("lease {} has expired or never existed", static_cast<int64_t>(lease)));
+  if (it == leases_.end())
+    return not_found(fmt::format("lease {} has expired or never existed", static_cast<int64_t>(lease)));
   it->second.deadline_ns = clock_.now_ns() + it->second.ttl_ns;
   return ok_status();
 }
@@ -26,7 +27,8 @@ Status MemoryCore::keep_alive(LeaseId lease) {
 Status MemoryCore::revoke(LeaseId lease) {
   expire();
   auto it = leases_.find(static_cast<int64_t>(lease));
-  if (it == leases_.end()) return not_found(fmt::format("lease {} has expired or never existed", static_cast<int64_t>(lease)));
+  if (it == leases_.end())
+    return not_found(fmt::format("lease {} has expired or never existed", static_cast<int64_t>(lease)));
   drop_lease(it);
   return ok_status();
 }
@@ -71,7 +73,8 @@ Result<std::vector<WatchEvent>> MemoryCore::events_since(int64_t since, const st
   expire();
   int64_t oldest = revision_ - static_cast<int64_t>(history_.size());  // events after this are kept
   if (since > revision_) {
-    return out_of_range(fmt::format("revision {} is ahead of this store ({}): it restarted; re-read", since, revision_));
+    return out_of_range(
+        fmt::format("revision {} is ahead of this store ({}): it restarted; re-read", since, revision_));
   }
   if (since < oldest) {
     return out_of_range(fmt::format("revision {} was compacted (history starts after {}); re-read", since, oldest));

@@ -11,7 +11,8 @@ namespace tessera::ctrl {
 using nlohmann::json;
 
 std::string NodeInfo::to_json() const {
-  return json{{"id", id}, {"role", role}, {"backend", backend}, {"address", address}, {"capacity", capacity}, {"load", load}}
+  return json{{"id", id},           {"role", role},         {"backend", backend},
+              {"address", address}, {"capacity", capacity}, {"load", load}}
       .dump();
 }
 

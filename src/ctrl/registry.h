@@ -28,11 +28,11 @@ inline constexpr const char* kRegionsPrefix = "/tessera/regions/";
 
 struct NodeInfo {
   std::string id;
-  std::string role;      // "prefill", "decode", "both", "router", ...
-  std::string backend;   // "cpu", "cuda", ...
-  std::string address;   // where its HTTP face listens
-  double capacity = 0;   // tokens/s or slots, by the role's convention
-  double load = 0;       // fraction of capacity in use
+  std::string role;     // "prefill", "decode", "both", "router", ...
+  std::string backend;  // "cpu", "cuda", ...
+  std::string address;  // where its HTTP face listens
+  double capacity = 0;  // tokens/s or slots, by the role's convention
+  double load = 0;      // fraction of capacity in use
 
   std::string to_json() const;
   static Result<NodeInfo> from_json(const std::string& text);
@@ -61,9 +61,9 @@ class Registration {
   const std::string key_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string value_;          // guarded by mu_
-  LeaseId lease_{};            // guarded by mu_
-  bool stop_ = false;          // guarded by mu_
+  std::string value_;  // guarded by mu_
+  LeaseId lease_{};    // guarded by mu_
+  bool stop_ = false;  // guarded by mu_
   const std::chrono::milliseconds ttl_;
   std::atomic<int> registrations_{0};
   std::thread thread_;

@@ -31,7 +31,8 @@ void register_store(const std::string& kind, StoreFactory factory) {
 void register_builtin_stores() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_store("embedded", [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_embedded_store(e); });
+    register_store("embedded",
+                   [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_embedded_store(e); });
     register_store("etcd", [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_etcd_store(e); });
   });
 }

@@ -82,7 +82,8 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   }
 
   Result<RegionId> register_region(void* data, uint64_t length) override {
-    if (data == nullptr || length == 0) return invalid_argument("register_region needs a non-null pointer and a length");
+    if (data == nullptr || length == 0)
+      return invalid_argument("register_region needs a non-null pointer and a length");
     auto r = std::make_shared<Region>();
     r->data = static_cast<std::byte*>(data);
     r->length = length;
@@ -147,7 +148,8 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   }
 
   Status connect(const std::string& peer) override {
-    if (!options_.discovery) return failed_precondition(fmt::format("agent {} has no discovery to find '{}'", name(), peer));
+    if (!options_.discovery)
+      return failed_precondition(fmt::format("agent {} has no discovery to find '{}'", name(), peer));
     TS_ASSIGN_OR_RETURN(AgentInfo info, options_.discovery->lookup(peer));
     return connect(info);
   }
@@ -271,8 +273,8 @@ class AgentImpl final : public Agent, public internal::AgentCore {
 
   void scatter(PostedRecv& post, const std::vector<std::byte>& message) {
     if (message.size() != post.total) {
-      post.state->set(out_of_range(fmt::format("a {}-byte message arrived for a {}-byte receive", message.size(),
-                                               post.total)));
+      post.state->set(
+          out_of_range(fmt::format("a {}-byte message arrived for a {}-byte receive", message.size(), post.total)));
       return;
     }
     uint64_t at = 0;
@@ -360,11 +362,11 @@ class AgentImpl final : public Agent, public internal::AgentCore {
 
   mutable std::mutex mu_;
   std::condition_variable notify_cv_;
-  std::map<std::string, std::shared_ptr<Connection>> peers_;          // guarded by mu_
-  std::vector<std::shared_ptr<Connection>> all_conns_;                // guarded by mu_
-  std::deque<Notification> notifications_;                            // guarded by mu_
-  std::map<std::string, std::deque<std::vector<std::byte>>> inbox_;   // guarded by mu_
-  std::map<std::string, std::deque<PostedRecv>> posted_;              // guarded by mu_
+  std::map<std::string, std::shared_ptr<Connection>> peers_;         // guarded by mu_
+  std::vector<std::shared_ptr<Connection>> all_conns_;               // guarded by mu_
+  std::deque<Notification> notifications_;                           // guarded by mu_
+  std::map<std::string, std::deque<std::vector<std::byte>>> inbox_;  // guarded by mu_
+  std::map<std::string, std::deque<PostedRecv>> posted_;             // guarded by mu_
 };
 
 }  // namespace

@@ -29,9 +29,9 @@
 namespace tessera::link {
 
 struct AgentOptions {
-  std::string name;                                    // unique among the agents that talk to each other
+  std::string name;                                     // unique among the agents that talk to each other
   std::vector<std::string> endpoints = {"shm", "tcp"};  // endpoints to listen on and use
-  std::string host = "127.0.0.1";                      // tcp listen address
+  std::string host = "127.0.0.1";                       // tcp listen address
   LinkOptions link;
   Discovery* discovery = nullptr;  // optional; not owned; the agent publishes itself there
 };

@@ -16,14 +16,16 @@ namespace {
 
 class CtrlDiscovery final : public Discovery {
  public:
-  CtrlDiscovery(std::unique_ptr<ctrl::Store> store, std::chrono::milliseconds ttl) : store_(std::move(store)), ttl_(ttl) {}
+  CtrlDiscovery(std::unique_ptr<ctrl::Store> store, std::chrono::milliseconds ttl)
+      : store_(std::move(store)), ttl_(ttl) {}
   ~CtrlDiscovery() override {
     std::lock_guard<std::mutex> lock(mu_);
     regs_.clear();  // revoke before the store goes
   }
 
   Status publish(const AgentInfo& self) override {
-    TS_ASSIGN_OR_RETURN(auto reg, ctrl::Registration::create(*store_, ctrl::kAgentsPrefix + self.name, self.encode(), ttl_));
+    TS_ASSIGN_OR_RETURN(auto reg,
+                        ctrl::Registration::create(*store_, ctrl::kAgentsPrefix + self.name, self.encode(), ttl_));
     std::lock_guard<std::mutex> lock(mu_);
     regs_[self.name] = std::move(reg);
     return ok_status();
@@ -76,7 +78,8 @@ Result<std::unique_ptr<Discovery>> make_ctrl_discovery(const std::string& config
     }
   }
   TS_ASSIGN_OR_RETURN(auto store, ctrl::make_store(spec));
-  return std::unique_ptr<Discovery>(std::make_unique<CtrlDiscovery>(std::move(store), std::chrono::milliseconds(ttl_ms)));
+  return std::unique_ptr<Discovery>(
+      std::make_unique<CtrlDiscovery>(std::move(store), std::chrono::milliseconds(ttl_ms)));
 }
 
 }  // namespace tessera::link

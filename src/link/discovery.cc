@@ -19,7 +19,8 @@ std::mutex& registry_mu() {
 }
 std::map<std::string, DiscoveryFactory>& registry() {
   static std::map<std::string, DiscoveryFactory> r = {
-      {"static", [](const std::string&) -> Result<std::unique_ptr<Discovery>> {
+      {"static",
+       [](const std::string&) -> Result<std::unique_ptr<Discovery>> {
          return std::unique_ptr<Discovery>(std::make_unique<StaticDiscovery>());
        }},
       {"ctrl", make_ctrl_discovery}};
@@ -65,7 +66,8 @@ Result<AgentInfo> AgentInfo::decode(std::string_view text) {
 }
 
 Status StaticDiscovery::publish(const AgentInfo& self) {
-  if (!plain_token(self.name)) return invalid_argument(fmt::format("agent name '{}' must be printable, no spaces", self.name));
+  if (!plain_token(self.name))
+    return invalid_argument(fmt::format("agent name '{}' must be printable, no spaces", self.name));
   std::lock_guard<std::mutex> lock(mu_);
   agents_[self.name] = self;
   return ok_status();

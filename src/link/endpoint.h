@@ -25,8 +25,8 @@ class AgentCore;
 
 // Tuning shared by every connection of an agent.
 struct LinkOptions {
-  int streams = 4;                          // connections striped per peer (lanes)
-  uint64_t split_threshold = 1ull << 20;    // assignments longer than this are split into chunks
+  int streams = 4;                            // connections striped per peer (lanes)
+  uint64_t split_threshold = 1ull << 20;      // assignments longer than this are split into chunks
   uint64_t max_inflight_bytes = 64ull << 20;  // per peer; more waits in a queue (backpressure)
 };
 

@@ -32,7 +32,9 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(std::string_view name, const End
     auto it = registry().find(std::string(name));
     if (it != registry().end()) f = it->second;
   }
-  if (!f) return invalid_argument(fmt::format("unknown link endpoint '{}'; known: {}", name, fmt::join(endpoint_names(), ", ")));
+  if (!f)
+    return invalid_argument(
+        fmt::format("unknown link endpoint '{}'; known: {}", name, fmt::join(endpoint_names(), ", ")));
   return f(config);
 }
 

@@ -8,11 +8,16 @@ namespace tessera::link {
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kRead: return "read";
-    case OpKind::kWrite: return "write";
-    case OpKind::kWriteWithImm: return "write_with_imm";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
+    case OpKind::kRead:
+      return "read";
+    case OpKind::kWrite:
+      return "write";
+    case OpKind::kWriteWithImm:
+      return "write_with_imm";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
   }
   return "?";
 }

@@ -28,18 +28,26 @@ int free_port() {
 Result<std::unique_ptr<EtcdProcess>> EtcdProcess::start(const std::string& dir, int client_port) {
   const char* bin = "/usr/bin/etcd";
   if (access(bin, X_OK) != 0) {
-    return not_found("etcd is not installed at /usr/bin/etcd (apt package etcd-server; scripts/install-deps installs it)");
+    return not_found(
+        "etcd is not installed at /usr/bin/etcd (apt package etcd-server; scripts/install-deps installs it)");
   }
   auto p = std::unique_ptr<EtcdProcess>(new EtcdProcess());
   p->client_port_ = client_port ? client_port : free_port();
   int peer_port = free_port();
   std::string client = fmt::format("http://127.0.0.1:{}", p->client_port_);
   std::string peer = fmt::format("http://127.0.0.1:{}", peer_port);
-  auto child = cli::ChildProcess::spawn({bin, "--name", "t", "--data-dir", dir, "--listen-client-urls", client,
-                                         "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                                         "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer,
-                                         "--heartbeat-interval", "10", "--election-timeout", "100", "--logger",
-                                         "zap", "--log-level", "error"});
+  auto child = cli::ChildProcess::spawn({bin,         "--name",
+                                         "t",         "--data-dir",
+                                         dir,         "--listen-client-urls",
+                                         client,      "--advertise-client-urls",
+                                         client,      "--listen-peer-urls",
+                                         peer,        "--initial-advertise-peer-urls",
+                                         peer,        "--initial-cluster",
+                                         "t=" + peer, "--heartbeat-interval",
+                                         "10",        "--election-timeout",
+                                         "100",       "--logger",
+                                         "zap",       "--log-level",
+                                         "error"});
   TS_RETURN_IF_ERROR(child.status());
   p->child_.emplace(std::move(*child));
   for (int i = 0; i < 200; ++i) {

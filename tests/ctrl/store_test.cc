@@ -80,7 +80,8 @@ TEST_P(StoreTest, LeaseKeepsEntryAliveAndExpiryRemovesItWithinTheTtl) {
   milliseconds gone = wait_until([&] { return !has_key("/n/x"); }, ttl * 4);
   ASSERT_GE(gone.count(), 0) << "entry never expired";
   auto since_renewal = std::chrono::duration_cast<milliseconds>(Clock::now() - last_renewal);
-  EXPECT_LE(since_renewal, ttl + slack_for(GetParam())) << "expired " << since_renewal.count() << " ms after the last renewal";
+  EXPECT_LE(since_renewal, ttl + slack_for(GetParam()))
+      << "expired " << since_renewal.count() << " ms after the last renewal";
   EXPECT_EQ(client_->keep_alive(l).code(), StatusCode::kNotFound);
 }
 
@@ -101,7 +102,8 @@ TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
     std::lock_guard<std::mutex> lock(mu);
     return seen.size();
   };
-  ASSERT_GE(wait_until([&] { return count() >= 4; }, ttl_for(GetParam()) * 5).count(), 0) << "saw " << count() << " events";
+  ASSERT_GE(wait_until([&] { return count() >= 4; }, ttl_for(GetParam()) * 5).count(), 0)
+      << "saw " << count() << " events";
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(seen.size(), 4u);
   EXPECT_EQ(seen[0].kv.key, "/w/a");
@@ -116,9 +118,9 @@ TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
 
 TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
   const milliseconds ttl = ttl_for(GetParam());
-  auto peer = cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed",
-                                        "--endpoint", "tcp", "--ctrl", store_->spec(), "--ttl-ms",
-                                        std::to_string(ttl.count())});
+  auto peer =
+      cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint",
+                                "tcp", "--ctrl", store_->spec(), "--ttl-ms", std::to_string(ttl.count())});
   ASSERT_TRUE(peer.ok());
   ASSERT_TRUE(peer->read_line(20000).ok());
   ASSERT_TRUE(has_key("/tessera/agents/doomed"));

@@ -39,8 +39,8 @@ class RandomBatchTest : public ::testing::TestWithParam<Case> {};
 // bytes (host span or device vector).
 struct TestRegion {
   RegionId id{};
-  std::vector<std::byte> owned;            // registered memory
-  std::shared_ptr<FakeDevice> device;      // device memory
+  std::vector<std::byte> owned;        // registered memory
+  std::shared_ptr<FakeDevice> device;  // device memory
   std::span<std::byte> bytes;
 };
 
@@ -82,10 +82,12 @@ TEST_P(RandomBatchTest, RandomBatchesLandExactly) {
     for (int i = 0; i < n; ++i) {
       uint64_t len = rng() % 5 == 0 ? 0 : rng() % 70001;
       uint64_t dst = rng() % (kBytes - len + 1), src = rng() % (kBytes - len + 1);
-      bool overlaps = std::any_of(used.begin(), used.end(), [&](auto& u) { return dst < u.second && u.first < dst + len; });
+      bool overlaps =
+          std::any_of(used.begin(), used.end(), [&](auto& u) { return dst < u.second && u.first < dst + len; });
       if (overlaps) continue;
       used.emplace_back(dst, dst + len);
-      batch.push_back(is_read ? Assignment{local.id, dst, remote.id, src, len} : Assignment{local.id, src, remote.id, dst, len});
+      batch.push_back(is_read ? Assignment{local.id, dst, remote.id, src, len}
+                              : Assignment{local.id, src, remote.id, dst, len});
     }
     std::vector<std::byte> expect(is_read ? local.bytes.begin() : remote.bytes.begin(),
                                   is_read ? local.bytes.end() : remote.bytes.end());

@@ -105,7 +105,8 @@ void AcceptLoop::handle(int fd) {
   }
   p.fds[h.offset] = fd;
   if (++p.have < static_cast<int>(p.fds.size())) {
-    if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok()) log::warn("link {}: handshake reply failed", endpoint_);
+    if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok())
+      log::warn("link {}: handshake reply failed", endpoint_);
     return;
   }
   // The last lane: the connection is adopted before its reply goes out, so once the connector's handshake
@@ -114,7 +115,8 @@ void AcceptLoop::handle(int fd) {
                                                  local_ ? local_() : nullptr);
   pending_.erase(h.region);
   core_.adopt_connection(conn);
-  if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok()) log::warn("link {}: handshake reply failed", endpoint_);
+  if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok())
+    log::warn("link {}: handshake reply failed", endpoint_);
   conn->start();
 }
 

@@ -22,11 +22,7 @@ Status payload_mismatch(const std::string& peer) {
 
 FramedConnection::FramedConnection(AgentCore& core, std::string endpoint, std::string peer, std::vector<int> fds,
                                    LinkOptions options, std::unique_ptr<LocalDataPath> local)
-    : core_(core),
-      endpoint_(std::move(endpoint)),
-      peer_(std::move(peer)),
-      options_(options),
-      local_(std::move(local)) {
+    : core_(core), endpoint_(std::move(endpoint)), peer_(std::move(peer)), options_(options), local_(std::move(local)) {
   for (int fd : fds) {
     auto lane = std::make_unique<Lane>();
     lane->fd = fd;
@@ -188,9 +184,7 @@ void FramedConnection::close(Status why) {
   stopping_.store(true);
   for (auto& lane : lanes_) {
     ::shutdown(lane->fd, SHUT_RDWR);
-    {
-      std::lock_guard<std::mutex> lock(lane->mu);
-    }
+    { std::lock_guard<std::mutex> lock(lane->mu); }
     lane->cv.notify_all();
   }
   for (auto& [id, c] : inflight) complete_chunk(std::move(c), why);
@@ -386,7 +380,7 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
         std::vector<std::byte> staged(h.length);
         TS_RETURN_IF_ERROR(read_exact(lane.fd, staged.data(), h.length));
         st = checksum64(staged.data(), h.length) != h.aux ? payload_mismatch(core_.name())
-                                                           : r->copy_in(h.offset, staged.data(), h.length);
+                                                          : r->copy_in(h.offset, staged.data(), h.length);
       }
       if (st.ok()) {
         ack(FrameType::kWriteAck);
@@ -434,7 +428,7 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
         std::vector<std::byte> staged(h.length);
         TS_RETURN_IF_ERROR(read_exact(lane.fd, staged.data(), h.length));
         st = checksum64(staged.data(), h.length) != h.aux ? payload_mismatch(peer_)
-                                                           : c->local->copy_in(c->local_offset, staged.data(), h.length);
+                                                          : c->local->copy_in(c->local_offset, staged.data(), h.length);
       }
       finish(h.op_id, st);
       return ok_status();

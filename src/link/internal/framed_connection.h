@@ -62,11 +62,11 @@ class FramedConnection final : public Connection {
  private:
   struct OutItem {
     FrameHeader header;
-    bool is_chunk = false;           // a chunk of ours (else a reply to the peer)
+    bool is_chunk = false;  // a chunk of ours (else a reply to the peer)
     uint64_t chunk_id = 0;
     std::shared_ptr<Region> source;  // read reply: payload comes from this region
     uint64_t source_offset = 0;
-    std::vector<std::byte> bytes;    // small payloads (errors, descriptions, staged device data)
+    std::vector<std::byte> bytes;  // small payloads (errors, descriptions, staged device data)
   };
   struct Lane {
     int fd = -1;
@@ -104,16 +104,16 @@ class FramedConnection final : public Connection {
 
   mutable std::mutex mu_;
   std::condition_variable drained_cv_;
-  Status broken_;                            // guarded by mu_; non-OK once closed
-  std::deque<Chunk> waiting_;                // guarded by mu_
-  std::map<uint64_t, Chunk> inflight_;       // guarded by mu_
-  uint64_t inflight_bytes_ = 0;              // guarded by mu_
-  uint64_t next_id_ = 1;                     // guarded by mu_
-  size_t next_lane_ = 0;                     // guarded by mu_
+  Status broken_;                                                // guarded by mu_; non-OK once closed
+  std::deque<Chunk> waiting_;                                    // guarded by mu_
+  std::map<uint64_t, Chunk> inflight_;                           // guarded by mu_
+  uint64_t inflight_bytes_ = 0;                                  // guarded by mu_
+  uint64_t next_id_ = 1;                                         // guarded by mu_
+  size_t next_lane_ = 0;                                         // guarded by mu_
   std::map<uint64_t, std::shared_ptr<DescribeWait>> describes_;  // guarded by mu_
-  bool draining_ = false;                    // guarded by mu_: new chunks fail
-  bool closed_ = false;                      // guarded by mu_: close() finished failing everything
-  int completing_ = 0;                       // guarded by mu_: chunks taken out of inflight_, not yet completed
+  bool draining_ = false;                                        // guarded by mu_: new chunks fail
+  bool closed_ = false;                                          // guarded by mu_: close() finished failing everything
+  int completing_ = 0;  // guarded by mu_: chunks taken out of inflight_, not yet completed
 };
 
 }  // namespace tessera::link::internal

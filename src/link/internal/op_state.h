@@ -46,7 +46,7 @@ struct Operation {
   std::shared_ptr<OpState> state = std::make_shared<OpState>();
   std::atomic<int64_t> remaining{0};  // chunks not yet completed
   std::mutex mu;
-  Status first_error;  // guarded by mu
+  Status first_error;     // guarded by mu
   bool imm_sent = false;  // guarded by mu
 
   void record(const Status& s) {
@@ -68,7 +68,7 @@ struct Chunk {
   RegionId remote{};
   uint64_t remote_offset = 0;
   uint64_t length = 0;
-  bool is_imm = false;        // the tag message of a write_with_imm, sent after the data
+  bool is_imm = false;             // the tag message of a write_with_imm, sent after the data
   std::vector<std::byte> payload;  // send: the gathered message bytes
 };
 

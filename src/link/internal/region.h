@@ -46,7 +46,7 @@ class RegionTable {
 
  private:
   mutable std::mutex mu_;
-  uint64_t next_id_ = 1;  // guarded by mu_
+  uint64_t next_id_ = 1;                                           // guarded by mu_
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions_;  // guarded by mu_
 };
 

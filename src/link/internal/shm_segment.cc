@@ -35,7 +35,8 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, 
     int e = errno;
     close(fd);
     shm_unlink(name.c_str());
-    return resource_exhausted(fmt::format("cannot size shared memory {} to {} bytes: {}", name, total, std::strerror(e)));
+    return resource_exhausted(
+        fmt::format("cannot size shared memory {} to {} bytes: {}", name, total, std::strerror(e)));
   }
   void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
@@ -67,8 +68,8 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name, ui
   auto* h = static_cast<Header*>(p);
   if (h->magic != kMagic || h->length != length) {
     munmap(p, total);
-    return data_loss(fmt::format("peer shared memory {} has a bad header (not a Tessera region of {} bytes)", name,
-                                 length));
+    return data_loss(
+        fmt::format("peer shared memory {} has a bad header (not a Tessera region of {} bytes)", name, length));
   }
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, static_cast<std::byte*>(p), length, false));
 }

@@ -26,7 +26,8 @@ void seal(FrameHeader& h) {
 }
 
 Status verify(const FrameHeader& h) {
-  if (h.magic != kFrameMagic) return data_loss(fmt::format("bad frame magic {:#x}: the peer is not a Tessera link", h.magic));
+  if (h.magic != kFrameMagic)
+    return data_loss(fmt::format("bad frame magic {:#x}: the peer is not a Tessera link", h.magic));
   if (h.header_check != checksum64(&h, offsetof(FrameHeader, header_check)))
     return data_loss("frame header checksum mismatch: the stream is corrupt");
   return ok_status();

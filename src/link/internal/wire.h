@@ -18,18 +18,18 @@ static_assert(std::endian::native == std::endian::little, "the link wire format 
 namespace tessera::link::internal {
 
 enum class FrameType : uint8_t {
-  kHello = 1,         // region=connection id, offset=lane, aux=lane count, payload=agent name
-  kWrite = 2,         // op_id, region, offset, length, aux=checksum, payload=data
-  kWriteAck = 3,      // op_id
-  kReadReq = 4,       // op_id, region, offset, length (requested)
-  kReadResp = 5,      // op_id, length, aux=checksum, payload=data
-  kImm = 6,           // op_id, aux=tag
-  kImmAck = 7,        // op_id
-  kSend = 8,          // op_id, length, aux=checksum, payload=message
-  kSendAck = 9,       // op_id
-  kDescribeReq = 10,  // op_id, region
-  kDescribeResp = 11, // op_id, payload=RegionDesc::encode()
-  kError = 12,        // op_id, code=StatusCode, payload=message
+  kHello = 1,          // region=connection id, offset=lane, aux=lane count, payload=agent name
+  kWrite = 2,          // op_id, region, offset, length, aux=checksum, payload=data
+  kWriteAck = 3,       // op_id
+  kReadReq = 4,        // op_id, region, offset, length (requested)
+  kReadResp = 5,       // op_id, length, aux=checksum, payload=data
+  kImm = 6,            // op_id, aux=tag
+  kImmAck = 7,         // op_id
+  kSend = 8,           // op_id, length, aux=checksum, payload=message
+  kSendAck = 9,        // op_id
+  kDescribeReq = 10,   // op_id, region
+  kDescribeResp = 11,  // op_id, payload=RegionDesc::encode()
+  kError = 12,         // op_id, code=StatusCode, payload=message
 };
 
 struct FrameHeader {
@@ -47,7 +47,7 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 64);
 
-constexpr uint32_t kFrameMagic = 0x4b4c5354;  // "TSLK"
+constexpr uint32_t kFrameMagic = 0x4b4c5354;      // "TSLK"
 constexpr uint64_t kMaxControlPayload = 1 << 20;  // hello, describe, error messages
 
 FrameHeader make_header(FrameType type, uint64_t op_id);

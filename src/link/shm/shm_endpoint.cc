@@ -13,9 +13,9 @@
 #include <mutex>
 #include <random>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
-#include <fmt/format.h>
 
 #include "link/endpoint.h"
 #include "link/internal/accept_loop.h"

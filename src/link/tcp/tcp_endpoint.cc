@@ -5,10 +5,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <fmt/format.h>
 
 #include "link/endpoint.h"
 #include "link/internal/accept_loop.h"

@@ -23,8 +23,8 @@
 #include <fmt/format.h>
 #include <ucp/api/ucp.h>
 
-#include "link/endpoint.h"
 #include "base/log.h"
+#include "link/endpoint.h"
 #include "link/internal/accept_loop.h"
 
 namespace tessera::link {
@@ -67,7 +67,8 @@ class UcxWorker {
   static Result<std::shared_ptr<UcxWorker>> create() {
     auto w = std::shared_ptr<UcxWorker>(new UcxWorker());
     ucp_config_t* config = nullptr;
-    if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) return ucx_error("ucp_config_read", s);
+    if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+      return ucx_error("ucp_config_read", s);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
@@ -187,7 +188,7 @@ class UcxDataPath final : public internal::LocalDataPath {
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       void* req = ucp_ep_close_nbx(ep_, &p);
-      wait(req, nullptr);
+      (void)wait(req, nullptr);
     }
   }
 
@@ -200,7 +201,8 @@ class UcxDataPath final : public internal::LocalDataPath {
     auto remote = lookup(conn, c.remote);
     if (!remote.ok()) return remote.status();
     if (!remote->rkey) return std::nullopt;  // the peer could not map it: framed path
-    if (Status r = internal::check_range(remote->length, c.remote_offset, c.length, c.remote, "remote"); !r.ok()) return r;
+    if (Status r = internal::check_range(remote->length, c.remote_offset, c.length, c.remote, "remote"); !r.ok())
+      return r;
     if (c.length == 0) return ok_status();
     ucp_request_param_t p{};
     uint64_t raddr = remote->addr + c.remote_offset;
@@ -262,7 +264,8 @@ class UcxDataPath final : public internal::LocalDataPath {
     }
     if (s == UCS_INPROGRESS) return unavailable("ucx request did not finish after the peer was lost");
     ucp_request_free(req);
-    if (cancelled || s == UCS_ERR_CANCELED) return unavailable(fmt::format("link to {} lost", conn ? conn->peer() : "peer"));
+    if (cancelled || s == UCS_ERR_CANCELED)
+      return unavailable(fmt::format("link to {} lost", conn ? conn->peer() : "peer"));
     if (s != UCS_OK) return ucx_error("ucx transfer", s);
     return ok_status();
   }
