@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   add(add_serve_command);
   add(add_bench_command);
   add(add_matrix_command);
+  add(add_link_command);
+  add(add_ctrl_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

@@ -1,0 +1,266 @@
+// The "etcd" Store: etcd's v3 JSON gateway (grpc-gateway over HTTP/1.1; etcd 3.4 serves it under /v3/).
+// Keys and values travel base64-encoded; 64-bit integers come back as JSON strings. Lease TTLs are whole
+// seconds in etcd, so a TTL is rounded up to the next second.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ctrl/store.h"
+#include "ctrl/watch_loop.h"
+#include "http/http.h"
+
+namespace tessera::ctrl {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRequestTimeoutMs = 5000;
+constexpr int kWatchWaitMs = 1000;
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string b64_encode(std::string_view in) {
+  std::string out;
+  size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kB64[(v >> s) & 63];
+  }
+  if (size_t left = in.size() - i; left > 0) {
+    uint32_t v = uint8_t(in[i]) << 16 | (left == 2 ? uint8_t(in[i + 1]) << 8 : 0);
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += left == 2 ? kB64[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+Result<std::string> b64_decode(std::string_view in) {
+  std::string out;
+  uint32_t v = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    const char* p = std::strchr(kB64, c);
+    if (!p || c == '\0') return data_loss("etcd sent invalid base64");
+    v = (v << 6) | static_cast<uint32_t>(p - kB64);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((v >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+int64_t to_i64(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return 0;
+  const json& v = j.at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_string()) {
+    try {
+      return std::stoll(v.get<std::string>());
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+// The end of the key range holding every key with this prefix (etcd's convention).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<uint8_t>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+Result<KeyValue> kv_from_etcd(const json& j) {
+  KeyValue kv;
+  TS_ASSIGN_OR_RETURN(kv.key, b64_decode(j.value("key", "")));
+  TS_ASSIGN_OR_RETURN(kv.value, b64_decode(j.value("value", "")));
+  kv.mod_revision = to_i64(j, "mod_revision");
+  kv.lease = LeaseId{to_i64(j, "lease")};
+  return kv;
+}
+
+// Splits a stream of concatenated JSON objects; returns complete ones and keeps the rest in `buf`.
+std::vector<json> take_objects(std::string& buf) {
+  std::vector<json> out;
+  int depth = 0;
+  bool in_string = false, escape = false;
+  size_t start = 0, consumed = 0;
+  for (size_t i = 0; i < buf.size(); ++i) {
+    char c = buf[i];
+    if (in_string) {
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == '{') {
+      if (depth++ == 0) start = i;
+    } else if (c == '}' && depth > 0 && --depth == 0) {
+      json j = json::parse(buf.substr(start, i + 1 - start), nullptr, false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+      consumed = i + 1;
+    }
+  }
+  buf.erase(0, consumed);
+  return out;
+}
+
+class EtcdStore final : public Store {
+ public:
+  explicit EtcdStore(std::string base) : base_(std::move(base)) {}
+
+  Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
+    int64_t secs = std::max<int64_t>(1, (ttl.count() + 999) / 1000);
+    TS_ASSIGN_OR_RETURN(json r, call("/v3/lease/grant", {{"TTL", secs}}));
+    int64_t id = to_i64(r, "ID");
+    if (id == 0) return internal_error(fmt::format("etcd {} granted no lease: {}", base_, r.dump()));
+    return LeaseId{id};
+  }
+
+  Status keep_alive(LeaseId lease) override {
+    TS_ASSIGN_OR_RETURN(json r, call("/v3/lease/keepalive", {{"ID", static_cast<int64_t>(lease)}}));
+    // One keep-alive response; an expired lease answers with TTL 0 (or no TTL at all).
+    const json& res = r.contains("result") ? r.at("result") : r;
+    if (to_i64(res, "TTL") <= 0)
+      return not_found(fmt::format("etcd lease {} has expired", static_cast<int64_t>(lease)));
+    return ok_status();
+  }
+
+  Status revoke(LeaseId lease) override {
+    return call("/v3/lease/revoke", {{"ID", static_cast<int64_t>(lease)}}).status();
+  }
+
+  Status put(const std::string& key, const std::string& value, LeaseId lease) override {
+    json body = {{"key", b64_encode(key)}, {"value", b64_encode(value)}};
+    if (lease != LeaseId::kNone) body["lease"] = static_cast<int64_t>(lease);
+    return call("/v3/kv/put", body).status();
+  }
+
+  Status remove(const std::string& key) override {
+    TS_ASSIGN_OR_RETURN(json r, call("/v3/kv/deleterange", {{"key", b64_encode(key)}}));
+    if (to_i64(r, "deleted") == 0) return not_found(fmt::format("no key '{}'", key));
+    return ok_status();
+  }
+
+  Result<std::vector<KeyValue>> range(const std::string& prefix) override {
+    int64_t rev = 0;
+    return range_at(prefix, &rev);
+  }
+
+  Result<std::unique_ptr<Watch>> watch(const std::string& prefix, WatchCallback callback) override {
+    int64_t rev = 0;
+    TS_RETURN_IF_ERROR(range_at(prefix, &rev).status());
+    PollFn poll = [this, prefix](int64_t since, int64_t* resume) -> Result<PollResult> {
+      return poll_watch(prefix, since, resume);
+    };
+    return std::unique_ptr<Watch>(std::make_unique<WatchLoop>(rev, std::move(poll), std::move(callback)));
+  }
+
+ private:
+  Result<std::vector<KeyValue>> range_at(const std::string& prefix, int64_t* revision) {
+    TS_ASSIGN_OR_RETURN(
+        json r, call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}}));
+    std::vector<KeyValue> out;
+    for (const json& kv : r.value("kvs", json::array())) {
+      TS_ASSIGN_OR_RETURN(KeyValue k, kv_from_etcd(kv));
+      out.push_back(std::move(k));
+    }
+    std::sort(out.begin(), out.end(), [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
+    *revision = r.contains("header") ? to_i64(r.at("header"), "revision") : 0;
+    return out;
+  }
+
+  // One watch stream for about a second: events after `since`.
+  Result<PollResult> poll_watch(const std::string& prefix, int64_t since, int64_t* resume) {
+    http::ClientRequest req;
+    req.method = "POST";
+    req.url = base_ + "/v3/watch";
+    req.headers["Content-Type"] = "application/json";
+    req.body = json{{"create_request",
+                     {{"key", b64_encode(prefix)},
+                      {"range_end", b64_encode(prefix_end(prefix))},
+                      {"start_revision", since + 1}}}}
+                   .dump();
+    req.timeout_ms = kWatchWaitMs;
+    PollResult out;
+    out.revision = since;
+    Status stream_error;
+    std::string buf;
+    auto r = http::fetch_streaming(req, [&](std::string_view chunk) {
+      buf.append(chunk);
+      for (const json& msg : take_objects(buf)) {
+        if (msg.contains("error")) {
+          stream_error = unavailable(fmt::format("etcd watch: {}", msg.at("error").dump()));
+          return false;
+        }
+        const json& res = msg.contains("result") ? msg.at("result") : msg;
+        if (int64_t compact = to_i64(res, "compact_revision"); compact > 0) {
+          *resume = compact - 1;
+          stream_error = out_of_range(fmt::format("etcd compacted history to revision {}; re-read", compact));
+          return false;
+        }
+        for (const json& e : res.value("events", json::array())) {
+          auto kv = kv_from_etcd(e.value("kv", json::object()));
+          if (!kv.ok()) continue;
+          WatchEvent ev;
+          ev.type = e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
+          ev.kv = std::move(*kv);
+          out.revision = std::max(out.revision, ev.kv.mod_revision);
+          out.events.push_back(std::move(ev));
+        }
+      }
+      return true;  // keep reading until the deadline
+    });
+    if (!stream_error.ok()) return stream_error;
+    if (!out.events.empty()) return out;
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return unavailable(fmt::format("etcd watch answered HTTP {}", r->status));
+    return out;
+  }
+
+  Result<json> call(const std::string& path, const json& body) {
+    http::ClientRequest req;
+    req.method = "POST";
+    req.url = base_ + path;
+    req.body = body.dump();
+    req.headers["Content-Type"] = "application/json";
+    req.timeout_ms = kRequestTimeoutMs;
+    auto resp = http::fetch(req);
+    if (!resp.ok()) return resp.status().with_context(fmt::format("etcd {}", base_));
+    json j = json::parse(resp->body, nullptr, false);
+    if (j.is_discarded()) return data_loss(fmt::format("etcd {} answered {} with non-JSON", base_, path));
+    if (resp->status == 200 && !j.contains("error")) return j;
+    std::string msg = j.is_object() ? j.value("message", j.value("error", std::string())) : resp->body;
+    int code = j.is_object() ? static_cast<int>(to_i64(j, "code")) : 0;
+    if (code == 5 || msg.find("not found") != std::string::npos) return not_found(fmt::format("etcd: {}", msg));
+    if (code == 3) return invalid_argument(fmt::format("etcd: {}", msg));
+    return unavailable(fmt::format("etcd {} {} failed (HTTP {}): {}", base_, path, resp->status, msg));
+  }
+
+  std::string base_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> make_etcd_store(const std::string& endpoint) {
+  std::string base = endpoint;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return std::make_unique<EtcdStore>(base);
+}
+
+}  // namespace tessera::ctrl

@@ -1,0 +1,65 @@
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "ctrl/store.h"
+
+namespace tessera::ctrl {
+
+std::unique_ptr<Store> make_embedded_store(const std::string& endpoint);
+std::unique_ptr<Store> make_etcd_store(const std::string& endpoint);
+
+namespace {
+
+std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, StoreFactory>& registry() {
+  static std::map<std::string, StoreFactory> r;
+  return r;
+}
+
+}  // namespace
+
+void register_store(const std::string& kind, StoreFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry()[kind] = std::move(factory);
+}
+
+void register_builtin_stores() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_store("embedded",
+                   [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_embedded_store(e); });
+    register_store("etcd", [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_etcd_store(e); });
+  });
+}
+
+Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint) {
+  register_builtin_stores();
+  StoreFactory f;
+  std::string known;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    auto it = registry().find(kind);
+    if (it != registry().end()) f = it->second;
+    for (auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
+  }
+  if (!f) return invalid_argument(fmt::format("unknown ctrl store '{}'; known: {}", kind, known));
+  if (endpoint.rfind("http://", 0) != 0) {
+    return invalid_argument(fmt::format("ctrl store endpoint '{}' must be an http:// URL", endpoint));
+  }
+  return f(endpoint);
+}
+
+Result<std::unique_ptr<Store>> make_store(const std::string& spec) {
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos) {
+    return invalid_argument(fmt::format("ctrl store '{}' must be KIND=URL, e.g. embedded=http://127.0.0.1:7070", spec));
+  }
+  return make_store(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
+}  // namespace tessera::ctrl

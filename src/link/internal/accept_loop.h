@@ -1,0 +1,56 @@
+// The accepting side of the socket endpoints: accepts lanes on a listening socket, runs the HELLO handshake,
+// groups lanes by connection id and hands each complete group to the agent as one FramedConnection.
+// Also the connecting side's handshake. Endpoints only create sockets; everything after is shared here.
+//
+// Thread-safety: one accept thread per loop; stop() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "link/internal/agent_core.h"
+#include "link/internal/framed_connection.h"
+
+namespace tessera::link::internal {
+
+using LocalPathFactory = std::function<std::unique_ptr<LocalDataPath>()>;
+
+class AcceptLoop {
+ public:
+  // Takes ownership of `listen_fd` (bound and listening).
+  AcceptLoop(int listen_fd, AgentCore& core, std::string endpoint, LinkOptions options, LocalPathFactory local);
+  ~AcceptLoop();
+  void start();
+  void stop();
+
+ private:
+  void run();
+  void handle(int fd);
+
+  int listen_fd_;
+  AgentCore& core_;
+  std::string endpoint_;
+  LinkOptions options_;
+  LocalPathFactory local_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  struct Pending {
+    std::string peer;
+    std::vector<int> fds;  // by lane; -1 until connected
+    int have = 0;
+  };
+  std::map<uint64_t, Pending> pending_;  // owned by the accept thread
+};
+
+// Connecting side: performs the handshake on each of the already-connected `fds` (lane i = fds[i]), checks
+// that the acceptor is `peer`, and returns the started connection. Closes the fds on failure.
+Result<std::shared_ptr<Connection>> finish_connect(AgentCore& core, const std::string& endpoint,
+                                                   const std::string& peer, std::vector<int> fds,
+                                                   const LinkOptions& options, std::unique_ptr<LocalDataPath> local);
+
+}  // namespace tessera::link::internal

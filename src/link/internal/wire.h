@@ -1,0 +1,67 @@
+// The framed wire protocol of the socket endpoints (tcp, and shm's control lanes): a fixed 64-byte header,
+// protected by its own checksum, followed by `length` payload bytes whose checksum64 is in `aux` (for frames
+// that carry data). All integers little-endian (x86-64 and aarch64 hosts; a big-endian host is refused at
+// build time). Also blocking helpers for whole-buffer socket I/O.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+static_assert(std::endian::native == std::endian::little, "the link wire format is little-endian");
+
+namespace tessera::link::internal {
+
+enum class FrameType : uint8_t {
+  kHello = 1,          // region=connection id, offset=lane, aux=lane count, payload=agent name
+  kWrite = 2,          // op_id, region, offset, length, aux=checksum, payload=data
+  kWriteAck = 3,       // op_id
+  kReadReq = 4,        // op_id, region, offset, length (requested)
+  kReadResp = 5,       // op_id, length, aux=checksum, payload=data
+  kImm = 6,            // op_id, aux=tag
+  kImmAck = 7,         // op_id
+  kSend = 8,           // op_id, length, aux=checksum, payload=message
+  kSendAck = 9,        // op_id
+  kDescribeReq = 10,   // op_id, region
+  kDescribeResp = 11,  // op_id, payload=RegionDesc::encode()
+  kError = 12,         // op_id, code=StatusCode, payload=message
+};
+
+struct FrameHeader {
+  uint32_t magic = 0;
+  uint8_t type = 0;
+  uint8_t code = 0;
+  uint16_t reserved = 0;
+  uint64_t op_id = 0;
+  uint64_t region = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t aux = 0;
+  uint64_t reserved2 = 0;
+  uint64_t header_check = 0;
+};
+static_assert(sizeof(FrameHeader) == 64);
+
+constexpr uint32_t kFrameMagic = 0x4b4c5354;      // "TSLK"
+constexpr uint64_t kMaxControlPayload = 1 << 20;  // hello, describe, error messages
+
+FrameHeader make_header(FrameType type, uint64_t op_id);
+void seal(FrameHeader& h);            // sets magic and header_check
+Status verify(const FrameHeader& h);  // DataLoss on a bad magic or header checksum
+
+// Blocking whole-buffer I/O on a socket; Unavailable on EOF or error (EINTR retried).
+Status read_exact(int fd, void* buf, size_t n);
+Status write_all(int fd, const void* buf, size_t n);
+Status writev_all(int fd, iovec* iov, int count);
+// Reads and discards n bytes (a payload that was rejected).
+Status discard(int fd, uint64_t n);
+
+// Seals and sends a header plus n payload bytes (the caller sets h.length).
+Status send_frame(int fd, FrameHeader h, const void* payload, size_t n);
+
+}  // namespace tessera::link::internal

@@ -1,0 +1,364 @@
+// The ucx endpoint: data moves with UCX's one-sided RMA (ucp_put_nbx / ucp_get_nbx on the peer's registered
+// memory, then a flush for remote completion). UCX picks the transport: RDMA verbs, CUDA IPC or NVLink where
+// the hardware has them, shared memory (posix/cma) or tcp here; where a transport lacks native RMA, UCX
+// emulates put/get with active messages. Control frames (handshake, region descriptions carrying the UCX
+// remote key, tags, send/recv, errors) use the same framed TCP lanes as the tcp endpoint.
+//
+// Address: "HOST:PORT/<hex of the UCX worker address>". Regions are mapped with ucp_mem_map when a peer
+// first describes them. One worker per endpoint (UCS_THREAD_MODE_MULTI), progressed by a thread that sleeps
+// on the worker's event fd, so emulated RMA is served even while this side issues nothing.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <ucp/api/ucp.h>
+
+#include "base/log.h"
+#include "link/endpoint.h"
+#include "link/internal/accept_loop.h"
+
+namespace tessera::link {
+namespace {
+
+std::string to_hex(const void* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    auto b = static_cast<const uint8_t*>(p)[i];
+    s += d[b >> 4];
+    s += d[b & 15];
+  }
+  return s;
+}
+
+Result<std::string> from_hex(std::string_view h) {
+  if (h.size() % 2) return invalid_argument("odd-length hex string");
+  std::string out(h.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto nib = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    int hi = nib(h[2 * i]), lo = nib(h[2 * i + 1]);
+    if (hi < 0 || lo < 0) return invalid_argument("bad hex digit");
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+Status ucx_error(const char* what, ucs_status_t s) {
+  return unavailable(fmt::format("{} failed: {}", what, ucs_status_string(s)));
+}
+
+// The UCX context and worker one endpoint shares between all its connections.
+class UcxWorker {
+ public:
+  static Result<std::shared_ptr<UcxWorker>> create() {
+    auto w = std::shared_ptr<UcxWorker>(new UcxWorker());
+    ucp_config_t* config = nullptr;
+    if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+      return ucx_error("ucp_config_read", s);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
+    ucs_status_t s = ucp_init(&params, config, &w->context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) return ucx_error("ucp_init", s);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    if ((s = ucp_worker_create(w->context_, &wp, &w->worker_)) != UCS_OK) return ucx_error("ucp_worker_create", s);
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    if ((s = ucp_worker_get_address(w->worker_, &addr, &len)) != UCS_OK) return ucx_error("ucp_worker_get_address", s);
+    w->address_hex_ = to_hex(addr, len);
+    ucp_worker_release_address(w->worker_, addr);
+    if ((s = ucp_worker_get_efd(w->worker_, &w->efd_)) != UCS_OK) return ucx_error("ucp_worker_get_efd", s);
+    w->progress_ = std::thread([p = w.get()] { p->progress_loop(); });
+    return w;
+  }
+
+  ~UcxWorker() {
+    stop_.store(true);
+    if (progress_.joinable()) progress_.join();
+    for (auto& [id, m] : maps_) {
+      ucp_rkey_buffer_release(m.rkey_buffer);
+      ucp_mem_unmap(context_, m.memh);
+    }
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+
+  ucp_worker_h worker() const { return worker_; }
+  const std::string& address_hex() const { return address_hex_; }
+
+  // Maps a local region for remote access (once) and adds its address and packed rkey to `desc`.
+  void describe(const std::shared_ptr<internal::Region>& region, RegionDesc& desc) {
+    const internal::Region& r = *region;
+    if (!r.data) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = maps_.find(to_u64(r.id));
+    if (it == maps_.end()) {
+      Mapping m;
+      ucp_mem_map_params_t mp{};
+      mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+      mp.address = r.data;
+      mp.length = r.length;
+      if (ucp_mem_map(context_, &mp, &m.memh) != UCS_OK) return;
+      if (ucp_rkey_pack(context_, m.memh, &m.rkey_buffer, &m.rkey_size) != UCS_OK) {
+        ucp_mem_unmap(context_, m.memh);
+        return;
+      }
+      m.region = region;  // mapped bytes stay valid until this worker goes, even if unregistered meanwhile
+      it = maps_.emplace(to_u64(r.id), m).first;
+    }
+    desc.attrs["ucx.addr"] = fmt::format("{:x}", reinterpret_cast<uintptr_t>(r.data));
+    desc.attrs["ucx.rkey"] = to_hex(it->second.rkey_buffer, it->second.rkey_size);
+  }
+
+ private:
+  struct Mapping {
+    ucp_mem_h memh = nullptr;
+    void* rkey_buffer = nullptr;
+    size_t rkey_size = 0;
+    std::shared_ptr<internal::Region> region;
+  };
+  UcxWorker() = default;
+
+  void progress_loop() {
+    while (!stop_.load()) {
+      while (ucp_worker_progress(worker_) != 0) {
+      }
+      ucs_status_t s = ucp_worker_arm(worker_);
+      if (s == UCS_ERR_BUSY) continue;
+      pollfd p{efd_, POLLIN, 0};
+      poll(&p, 1, 20);
+    }
+  }
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_hex_;
+  int efd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+  std::mutex mu_;
+  std::map<uint64_t, Mapping> maps_;  // guarded by mu_
+};
+
+// Executes read/write chunks with UCX RMA towards one peer (connecting side only: the accepting side
+// does not know the connector's worker address and uses the framed path when it initiates).
+class UcxDataPath final : public internal::LocalDataPath {
+ public:
+  UcxDataPath(std::shared_ptr<UcxWorker> worker, std::string peer_address) : worker_(std::move(worker)) {
+    if (peer_address.empty()) return;
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // Peer failure is reported through the control connection (it breaks at the same time); requests
+    // in flight complete with an error status.
+    ep.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
+    ep.err_handler.arg = nullptr;
+    if (ucp_ep_create(worker_->worker(), &ep, &ep_) != UCS_OK) {
+      // Some transports (posix shared memory) cannot report peer failure; without it we still notice a
+      // dead peer through the control connection and cancel its requests.
+      ep.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      if (ucp_ep_create(worker_->worker(), &ep, &ep_) != UCS_OK) ep_ = nullptr;
+    }
+    if (!ep_) log::warn("link ucx: cannot reach the peer's UCX worker; using the framed path");
+  }
+  ~UcxDataPath() override {
+    for (auto& [packed, rkey] : rkeys_) ucp_rkey_destroy(rkey);
+    if (ep_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* req = ucp_ep_close_nbx(ep_, &p);
+      (void)wait(req, nullptr);
+    }
+  }
+
+  void describe(const std::shared_ptr<internal::Region>& region, RegionDesc& desc) override {
+    worker_->describe(region, desc);
+  }
+
+  std::optional<Status> execute(internal::FramedConnection& conn, OpKind kind, const internal::Chunk& c) override {
+    if (!ep_ || !c.local->data) return std::nullopt;
+    auto remote = lookup(conn, c.remote);
+    if (!remote.ok()) return remote.status();
+    if (!remote->rkey) return std::nullopt;  // the peer could not map it: framed path
+    if (Status r = internal::check_range(remote->length, c.remote_offset, c.length, c.remote, "remote"); !r.ok())
+      return r;
+    if (c.length == 0) return ok_status();
+    ucp_request_param_t p{};
+    uint64_t raddr = remote->addr + c.remote_offset;
+    void* req = kind == OpKind::kRead
+                    ? ucp_get_nbx(ep_, c.local->data + c.local_offset, c.length, raddr, remote->rkey, &p)
+                    : ucp_put_nbx(ep_, c.local->data + c.local_offset, c.length, raddr, remote->rkey, &p);
+    TS_RETURN_IF_ERROR(wait(req, &conn));
+    if (kind != OpKind::kRead) {
+      ucp_request_param_t fp{};
+      TS_RETURN_IF_ERROR(wait(ucp_ep_flush_nbx(ep_, &fp), &conn));  // remote completion
+    }
+    return ok_status();
+  }
+
+ private:
+  struct Remote {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    ucp_rkey_h rkey = nullptr;
+  };
+
+  // Asks the peer about the region for every chunk (one control round trip): the peer checks that it is
+  // still registered, so an unregistered region is rejected before any byte moves. Unpacked rkeys are
+  // cached by their packed form.
+  Result<Remote> lookup(internal::FramedConnection& conn, RegionId id) {
+    TS_ASSIGN_OR_RETURN(RegionDesc d, conn.describe_remote(id, std::chrono::milliseconds(2000)));
+    Remote r;
+    r.length = d.length;
+    auto a = d.attrs.find("ucx.addr"), k = d.attrs.find("ucx.rkey");
+    if (a == d.attrs.end() || k == d.attrs.end()) return r;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rkeys_.find(k->second);
+    if (it == rkeys_.end()) {
+      auto packed = from_hex(k->second);
+      ucp_rkey_h rkey = nullptr;
+      if (!packed.ok() || ucp_ep_rkey_unpack(ep_, packed->data(), &rkey) != UCS_OK) return r;
+      it = rkeys_.emplace(k->second, rkey).first;
+    }
+    r.addr = std::stoull(a->second, nullptr, 16);
+    r.rkey = it->second;
+    return r;
+  }
+
+  // Waits for a UCX request, failing fast when the control connection to the peer breaks.
+  Status wait(void* req, internal::FramedConnection* conn) {
+    if (req == nullptr) return ok_status();
+    if (UCS_PTR_IS_ERR(req)) return ucx_error("ucx request", UCS_PTR_STATUS(req));
+    ucs_status_t s;
+    bool cancelled = false;
+    auto start = std::chrono::steady_clock::now();
+    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+      ucp_worker_progress(worker_->worker());
+      if (!cancelled && conn && conn->broken()) {
+        ucp_request_cancel(worker_->worker(), req);
+        cancelled = true;
+        start = std::chrono::steady_clock::now();
+      }
+      if (cancelled && std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) break;  // leak it
+    }
+    if (s == UCS_INPROGRESS) return unavailable("ucx request did not finish after the peer was lost");
+    ucp_request_free(req);
+    if (cancelled || s == UCS_ERR_CANCELED)
+      return unavailable(fmt::format("link to {} lost", conn ? conn->peer() : "peer"));
+    if (s != UCS_OK) return ucx_error("ucx transfer", s);
+    return ok_status();
+  }
+
+  std::shared_ptr<UcxWorker> worker_;
+  ucp_ep_h ep_ = nullptr;
+  std::mutex mu_;
+  std::map<std::string, ucp_rkey_h> rkeys_;  // packed hex -> unpacked; guarded by mu_
+};
+
+class UcxEndpoint final : public Endpoint {
+ public:
+  explicit UcxEndpoint(EndpointConfig config) : config_(std::move(config)) {}
+  ~UcxEndpoint() override { stop(); }
+
+  std::string_view name() const override { return "ucx"; }
+  EndpointCaps caps() const override { return {false, true, 15}; }
+
+  Result<std::string> listen(internal::AgentCore& core) override {
+    TS_RETURN_IF_ERROR(ensure_worker());
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    if (fd < 0 || inet_pton(AF_INET, config_.host.c_str(), &a.sin_addr) != 1) {
+      if (fd >= 0) close(fd);
+      return invalid_argument(fmt::format("ucx listen host '{}' must be an IPv4 address", config_.host));
+    }
+    socklen_t len = sizeof a;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      close(fd);
+      return unavailable(fmt::format("cannot listen on {} for ucx control", config_.host));
+    }
+    auto worker = worker_;
+    loop_ = std::make_unique<internal::AcceptLoop>(fd, core, "ucx", config_.link,
+                                                   [worker] { return std::make_unique<UcxDataPath>(worker, ""); });
+    loop_->start();
+    return fmt::format("{}:{}/{}", config_.host, ntohs(a.sin_port), worker_->address_hex());
+  }
+
+  Result<std::shared_ptr<Connection>> connect(internal::AgentCore& core, const std::string& peer,
+                                              const std::string& address) override {
+    TS_RETURN_IF_ERROR(ensure_worker());
+    size_t colon = address.find(':'), slash = address.find('/');
+    if (colon == std::string::npos || slash == std::string::npos || slash < colon) {
+      return invalid_argument(fmt::format("ucx address '{}' is not HOST:PORT/WORKER", address));
+    }
+    TS_ASSIGN_OR_RETURN(std::string worker_addr, from_hex(address.substr(slash + 1)));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    int port = std::atoi(address.substr(colon + 1, slash - colon - 1).c_str());
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr) != 1 || port <= 0) {
+      return invalid_argument(fmt::format("ucx address '{}' is not HOST:PORT/WORKER", address));
+    }
+    std::vector<int> fds;
+    for (int i = 0; i < config_.link.streams; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        for (int f : fds) close(f);
+        return unavailable(fmt::format("cannot connect to {} at ucx control {}", peer, address.substr(0, slash)));
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      fds.push_back(fd);
+    }
+    return internal::finish_connect(core, "ucx", peer, std::move(fds), config_.link,
+                                    std::make_unique<UcxDataPath>(worker_, worker_addr));
+  }
+
+  void stop() override {
+    if (loop_) loop_->stop();
+  }
+
+ private:
+  Status ensure_worker() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (worker_) return ok_status();
+    TS_ASSIGN_OR_RETURN(worker_, UcxWorker::create());
+    return ok_status();
+  }
+
+  EndpointConfig config_;
+  std::mutex mu_;
+  std::shared_ptr<UcxWorker> worker_;
+  std::unique_ptr<internal::AcceptLoop> loop_;
+};
+
+}  // namespace
+
+std::unique_ptr<Endpoint> make_ucx_endpoint(const EndpointConfig& config) {
+  return std::make_unique<UcxEndpoint>(config);
+}
+
+}  // namespace tessera::link

@@ -1,0 +1,189 @@
+// Both stores (embedded over HTTP, and a real etcd) behind ctrl::Store: the same behaviour from each.
+// Leases expire within their TTL, watches push changes, a killed process's entry disappears within the
+// TTL, and registrations come back by themselves after the store restarts empty.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "child_process.h"
+#include "ctrl/registry.h"
+#include "link/agent.h"
+#include "store_fixture.h"
+#include "support/paths.h"
+
+namespace tessera::ctrl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// etcd leases are whole seconds (and etcd checks expiry every 500 ms); the embedded store is exact.
+milliseconds ttl_for(const std::string& kind) { return kind == "etcd" ? milliseconds(1000) : milliseconds(600); }
+milliseconds slack_for(const std::string& kind) { return kind == "etcd" ? milliseconds(700) : milliseconds(100); }
+
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    store_ = std::make_unique<testing::StoreUnderTest>(GetParam());
+    Status s = store_->start();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    client_ = store_->client();
+  }
+  // Polls until `pred` holds; returns how long it took, or -1 ms after `limit`.
+  template <typename Pred>
+  milliseconds wait_until(Pred pred, milliseconds limit) {
+    auto t0 = Clock::now();
+    while (Clock::now() - t0 < limit) {
+      if (pred()) return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return milliseconds(-1);
+  }
+  bool has_key(const std::string& key) {
+    auto r = client_->range(key);
+    return r.ok() && !r->empty() && (*r)[0].key == key;
+  }
+  std::unique_ptr<testing::StoreUnderTest> store_;
+  std::unique_ptr<Store> client_;
+};
+
+TEST_P(StoreTest, PutRangeRemove) {
+  ASSERT_TRUE(client_->put("/t/b", "2").ok());
+  ASSERT_TRUE(client_->put("/t/a", "1").ok());
+  ASSERT_TRUE(client_->put("/u/c", "3").ok());
+  auto r = client_->range("/t/");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].key, "/t/a");
+  EXPECT_EQ((*r)[1].value, "2");
+  EXPECT_GT((*r)[0].mod_revision, (*r)[1].mod_revision);  // /t/a was written after /t/b
+  ASSERT_TRUE(client_->remove("/t/a").ok());
+  EXPECT_EQ(client_->remove("/t/a").code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->range("/t/")->size(), 1u);
+  EXPECT_EQ(client_->keep_alive(LeaseId{987654321}).code(), StatusCode::kNotFound);
+}
+
+TEST_P(StoreTest, LeaseKeepsEntryAliveAndExpiryRemovesItWithinTheTtl) {
+  const milliseconds ttl = ttl_for(GetParam());
+  LeaseId l = *client_->grant_lease(ttl);
+  ASSERT_TRUE(client_->put("/n/x", "v", l).ok());
+  for (int i = 0; i < 6; ++i) {  // 2 TTLs of renewals
+    std::this_thread::sleep_for(ttl / 3);
+    ASSERT_TRUE(client_->keep_alive(l).ok()) << i;
+  }
+  EXPECT_TRUE(has_key("/n/x"));
+  auto last_renewal = Clock::now();
+  milliseconds gone = wait_until([&] { return !has_key("/n/x"); }, ttl * 4);
+  ASSERT_GE(gone.count(), 0) << "entry never expired";
+  auto since_renewal = std::chrono::duration_cast<milliseconds>(Clock::now() - last_renewal);
+  EXPECT_LE(since_renewal, ttl + slack_for(GetParam()))
+      << "expired " << since_renewal.count() << " ms after the last renewal";
+  EXPECT_EQ(client_->keep_alive(l).code(), StatusCode::kNotFound);
+}
+
+TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
+  std::mutex mu;
+  std::vector<WatchEvent> seen;
+  auto w = client_->watch("/w/", [&](const std::vector<WatchEvent>& events, const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : events) seen.push_back(e);
+  });
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  LeaseId l = *client_->grant_lease(ttl_for(GetParam()));
+  ASSERT_TRUE(client_->put("/w/a", "1").ok());
+  ASSERT_TRUE(client_->put("/other", "x").ok());
+  ASSERT_TRUE(client_->put("/w/b", "2", l).ok());
+  ASSERT_TRUE(client_->remove("/w/a").ok());
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size();
+  };
+  ASSERT_GE(wait_until([&] { return count() >= 4; }, ttl_for(GetParam()) * 5).count(), 0)
+      << "saw " << count() << " events";
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].kv.key, "/w/a");
+  EXPECT_EQ(seen[0].kv.value, "1");
+  EXPECT_EQ(seen[1].kv.key, "/w/b");
+  EXPECT_EQ(seen[2].type, WatchEvent::Type::kDelete);
+  EXPECT_EQ(seen[2].kv.key, "/w/a");
+  EXPECT_EQ(seen[3].type, WatchEvent::Type::kDelete);  // the lease expired
+  EXPECT_EQ(seen[3].kv.key, "/w/b");
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i].kv.mod_revision, seen[i - 1].kv.mod_revision);
+}
+
+TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
+  const milliseconds ttl = ttl_for(GetParam());
+  auto peer =
+      cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint",
+                                "tcp", "--ctrl", store_->spec(), "--ttl-ms", std::to_string(ttl.count())});
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer->read_line(20000).ok());
+  ASSERT_TRUE(has_key("/tessera/agents/doomed"));
+  std::this_thread::sleep_for(ttl);  // it stays while the process renews
+  ASSERT_TRUE(has_key("/tessera/agents/doomed"));
+  peer->kill_now();
+  milliseconds gone = wait_until([&] { return !has_key("/tessera/agents/doomed"); }, ttl * 4);
+  ASSERT_GE(gone.count(), 0) << "the dead process's entry never disappeared";
+  EXPECT_LE(gone, ttl + slack_for(GetParam())) << "took " << gone.count() << " ms";
+  std::printf("[ %s ] dead process's entry gone %lld ms after SIGKILL (TTL %lld ms)\n", GetParam().c_str(),
+              static_cast<long long>(gone.count()), static_cast<long long>(ttl.count()));
+}
+
+TEST_P(StoreTest, RegistrationsComeBackAfterTheStoreRestartsEmpty) {
+  const milliseconds ttl = ttl_for(GetParam());
+  NodeInfo node{"node-1", "decode", "cpu", "127.0.0.1:9000", 100, 0.25};
+  auto reg = Registration::create(*client_, std::string(kNodesPrefix) + node.id, node.to_json(), ttl);
+  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+  ASSERT_TRUE(has_key("/tessera/nodes/node-1"));
+  ASSERT_TRUE(store_->restart_empty().ok());
+  auto t0 = Clock::now();
+  milliseconds back = wait_until([&] { return has_key("/tessera/nodes/node-1"); }, ttl * 10);
+  ASSERT_GE(back.count(), 0) << "the registration did not come back";
+  EXPECT_GE((*reg)->registrations(), 2);
+  auto kv = client_->range("/tessera/nodes/node-1");
+  auto n = NodeInfo::from_json((*kv)[0].value);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->role, "decode");
+  EXPECT_DOUBLE_EQ(n->load, 0.25);
+  std::printf("[ %s ] re-registered %lld ms after the store came back\n", GetParam().c_str(),
+              static_cast<long long>(std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count()));
+  // Dropping the registration removes the entry at once.
+  reg->reset();
+  EXPECT_FALSE(has_key("/tessera/nodes/node-1"));
+}
+
+TEST_P(StoreTest, AgentsFindEachOtherThroughTheControlPlane) {
+  auto d1 = link::make_discovery("ctrl", store_->spec());
+  auto d2 = link::make_discovery("ctrl", store_->spec());
+  ASSERT_TRUE(d1.ok() && d2.ok());
+  auto a = link::Agent::create({.name = "ca", .endpoints = {"tcp"}, .discovery = d1->get()});
+  auto b = link::Agent::create({.name = "cb", .endpoints = {"tcp"}, .discovery = d2->get()});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->connect("cb").ok());
+  link::RegionId ra = *(*a)->allocate_region(64), rb = *(*b)->allocate_region(64);
+  std::memset((*a)->host_bytes(ra)->data(), 7, 64);
+  ASSERT_TRUE((*a)->write("cb", {{ra, 0, rb, 0, 64}}).wait().ok());
+  EXPECT_EQ((*b)->host_bytes(rb)->data()[63], std::byte{7});
+  b->reset();  // shutdown withdraws it
+  EXPECT_EQ((*d1)->lookup("cb").status().code(), StatusCode::kNotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("embedded", "etcd"));
+
+TEST(StoreRegistryTest, UnknownKindsAndBadSpecs) {
+  EXPECT_EQ(make_store("zookeeper", "http://x:1").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(make_store("zookeeper", "http://x:1").status().message().find("etcd"), std::string::npos);
+  EXPECT_EQ(make_store("embedded-no-url").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_store("etcd", "ftp://x").status().code(), StatusCode::kInvalidArgument);
+  auto unreachable = make_store("embedded", "http://127.0.0.1:1");
+  ASSERT_TRUE(unreachable.ok());
+  EXPECT_EQ((*unreachable)->put("/k", "v").code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tessera::ctrl
