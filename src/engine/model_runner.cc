@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/core.h>
 
@@ -129,7 +130,7 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
 
 Status ModelRunner::run(const ops::Op& op) { return stream_->run(op); }
 
-Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes) {
+Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer) {
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -158,6 +159,10 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       TS_RETURN_IF_ERROR(run(
           ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table, att.rows(p.row0, len), p.start}));
     }
+    if (after_layer) {
+      TS_RETURN_IF_ERROR(stream_->synchronize());
+      TS_RETURN_IF_ERROR(after_layer(l));
+    }
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
@@ -180,7 +185,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   return ok_status();
 }
 
-Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits) {
+Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer) {
   if (segments.empty()) return invalid_argument("a step needs at least one segment");
   int64_t n = 0;
   for (const Segment& seg : segments) {
@@ -237,7 +242,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
-  TS_RETURN_IF_ERROR(forward(n, placed, decodes));
+  TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer));
 
   // Logit rows come out decode-first; hand them back in segment order.
   int64_t wanted = decodes;
@@ -265,6 +270,78 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   }
   for (const Segment& seg : segments) seg.seq->length += static_cast<int32_t>(seg.tokens.size());
   return ok_status();
+}
+
+namespace {
+
+// Converts `n` values between f32 and f16 (either direction, or a plain copy).
+Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, dtype_bytes(from, n));
+    return ok_status();
+  }
+  if (from == DType::kF32) return quantize({static_cast<const float*>(src), n}, to, dst);
+  if (to == DType::kF32) return dequantize(src, from, {static_cast<float*>(dst), n});
+  std::vector<float> tmp(n);
+  TS_RETURN_IF_ERROR(dequantize(src, from, tmp));
+  return quantize(tmp, to, dst);
+}
+
+}  // namespace
+
+Status ModelRunner::export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out,
+                              void* v_out) {
+  const int bt = kv_->block_tokens();
+  // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
+  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
+      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
+    return out_of_range(
+        fmt::format("export_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
+  }
+  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
+  const ops::Tensor& kc = kv_->k(layer);
+  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);  // one position of one block
+  std::vector<uint8_t> row(row_bytes);
+  const size_t out_row = dtype_bytes(dtype, kv_dim);
+  for (int i = 0; i < count; ++i) {
+    const int pos = first + i;
+    const size_t slot =
+        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
+    for (int which = 0; which < 2; ++which) {
+      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
+      TS_RETURN_IF_ERROR(stream_->read(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
+      uint8_t* dst = static_cast<uint8_t*>(which == 0 ? k_out : v_out) + static_cast<size_t>(i) * out_row;
+      TS_RETURN_IF_ERROR(convert_rows(row.data(), cache.dtype, dst, dtype, kv_dim));
+    }
+  }
+  return stream_->synchronize();
+}
+
+Status ModelRunner::import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
+                              const void* v_in) {
+  const int bt = kv_->block_tokens();
+  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
+      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
+    return out_of_range(
+        fmt::format("import_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
+  }
+  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
+  const ops::Tensor& kc = kv_->k(layer);
+  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);
+  std::vector<uint8_t> row(row_bytes);
+  const size_t in_row = dtype_bytes(dtype, kv_dim);
+  for (int i = 0; i < count; ++i) {
+    const int pos = first + i;
+    const size_t slot =
+        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
+    for (int which = 0; which < 2; ++which) {
+      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
+      const uint8_t* src = static_cast<const uint8_t*>(which == 0 ? k_in : v_in) + static_cast<size_t>(i) * in_row;
+      TS_RETURN_IF_ERROR(convert_rows(src, dtype, row.data(), cache.dtype, kv_dim));
+      TS_RETURN_IF_ERROR(stream_->write(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
+    }
+  }
+  return stream_->synchronize();
 }
 
 Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits) {

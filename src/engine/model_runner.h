@@ -10,6 +10,7 @@
 // Thread-safety: one thread drives a runner (it owns a Stream).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -62,7 +63,17 @@ class ModelRunner {
   // segments in all; no sequence may appear twice. `logits` gets one row of vocab_size floats per segment
   // with want_logits, in segment order. On error no sequence's length changes (blocks reserved for the
   // step stay with their sequences and are reused by the next one).
-  Status step(std::span<const Segment> segments, std::vector<float>& logits);
+  // `after_layer`, when given, runs once per layer right after that layer's K and V are in the cache (the
+  // stream is synchronised first), which is how prefill nodes stream KV out while later layers compute.
+  using LayerHook = std::function<Status(int layer)>;
+  Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr);
+
+  // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
+  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type.
+  Status export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out, void* v_out);
+  // The reverse: writes those rows into seq's blocks (which must be reserved), converting to the cache's type.
+  Status import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
+                   const void* v_in);
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -107,7 +118,7 @@ class ModelRunner {
   };
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
-  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes);
+  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer);
   Status run(const ops::Op& op);
 
   ops::Device& device_;
