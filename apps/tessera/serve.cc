@@ -18,6 +18,7 @@
 #include "ops/registry.h"
 #include "serve/chat_format.h"
 #include "serve/node_server.h"
+#include "serve/pd.h"
 
 namespace tessera::cli {
 namespace {
@@ -42,6 +43,10 @@ struct ServeArgs {
   int threads = 0;
   std::string weight_dtype;
   std::string kv_dtype = "f32";
+  std::vector<std::string> prefill_nodes;
+  int pd_min_tokens = 32;
+  double pd_staging_mib = 64;
+  std::vector<std::string> link_endpoints = {"shm", "tcp"};
 };
 
 int run_serve(const ServeArgs& a) {
@@ -99,11 +104,26 @@ int run_serve(const ServeArgs& a) {
       return serve::format_chat(m, name);
     };
   }
+  std::unique_ptr<serve::PdService> pd;
+  if (a.role != "both") {
+    serve::PdOptions po;
+    po.role = a.role;
+    po.model_name = no.model_name;
+    po.prefill_urls = a.prefill_nodes;
+    po.min_remote_tokens = a.pd_min_tokens;
+    po.staging_bytes = static_cast<size_t>(a.pd_staging_mib * 1024 * 1024);
+    po.link_endpoints = a.link_endpoints;
+    auto created = serve::PdService::create(engine, po);
+    if (!created.ok()) return fail(created.status().message());
+    pd = std::move(created).value();
+    no.pd = pd.get();
+  }
   serve::NodeServer node(engine, no);
   engine.start();
   if (Status s = node.start(); !s.ok()) return fail(s.message());
-  std::printf("tessera serve: model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",
-              no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size, a.host.c_str(), node.port());
+  std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",
+              a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size, a.host.c_str(),
+              node.port());
   std::fflush(stdout);
 
   int sig = 0;
@@ -129,9 +149,21 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--port", args->port, "Listen port (0: any free port, printed on stdout)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--role", args->role, "Node role (colocated prefill and decode)")
-      ->check(CLI::IsMember({"both"}))
+  cmd->add_option("--role", args->role,
+                  "both: whole requests; prefill: computes prompts for decode nodes; decode: serves clients, "
+                  "prefilling long prompts on --prefill-nodes")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}))
       ->capture_default_str();
+  cmd->add_option("--prefill-nodes", args->prefill_nodes, "decode role: prefill node URLs")->delimiter(',');
+  cmd->add_option("--pd-min-tokens", args->pd_min_tokens,
+                  "decode role: prompts with fewer uncached tokens are prefilled locally")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--pd-staging-mib", args->pd_staging_mib, "decode role: link memory for KV in flight (MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--link-endpoints", args->link_endpoints, "Transfer endpoints to offer (shm, tcp, ucx)")
+      ->delimiter(',');
   cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")
       ->check(CLI::Range(1, 4096))

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -297,21 +298,53 @@ struct NodeServer::Impl {
     } else {
       call->text = echo_text;
     }
-    auto id = engine.submit(r.generation, [this, call](const engine::RequestOutput& o) { on_output(call, o); });
-    if (!id.ok()) {
-      ApiError e = from_status(id.status());
+    auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
+    if (options.pd != nullptr && options.pd->options().role == "decode") {
+      // The PD path decides where the prompt is prefilled and hands the request to the engine later.
+      struct Handle {
+        std::mutex mu;
+        std::optional<engine::RequestId> id;
+        bool gone = false;
+      };
+      auto handle = std::make_shared<Handle>();
+      auto cancelled = std::make_shared<std::atomic<bool>>(false);
+      engine::Engine* eng = &engine;
+      w->on_disconnect([eng, handle, cancelled] {
+        *cancelled = true;
+        std::lock_guard<std::mutex> lock(handle->mu);
+        handle->gone = true;
+        if (handle->id) eng->cancel(*handle->id);
+      });
+      options.pd->generate(
+          std::move(r.generation), on_out,
+          [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
+            if (!id.ok()) return fail_submit(call, endpoint, id.status());
+            std::lock_guard<std::mutex> lock(handle->mu);
+            handle->id = *id;
+            if (handle->gone) eng->cancel(*id);
+          },
+          cancelled);
+      return;
+    }
+    auto id = engine.submit(r.generation, on_out);
+    if (!id.ok()) return fail_submit(call, endpoint, id.status());
+    engine::Engine* eng = &engine;
+    w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
+  }
+
+  void fail_submit(const std::shared_ptr<Call>& call, std::string_view endpoint, const Status& status) {
+    const std::shared_ptr<http::ResponseWriter>& w = call->writer;
+    {
+      ApiError e = from_status(status);
       metrics.request_finished(endpoint, e.status);
-      if (r.stream) {
+      if (call->req.stream) {
         w->write("data: " + error_body(e) + "\n\n");
         w->write("data: [DONE]\n\n");
         w->end();
       } else {
         w->send(e.status, error_body(e));
       }
-      return;
     }
-    engine::Engine* eng = &engine;
-    w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
   }
 };
 
@@ -344,8 +377,26 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                        {"kv_blocks_total", s.kv_blocks_total}}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    w->send(200, d->metrics.render(d->engine.stats()), "text/plain; version=0.0.4");
+    std::string text = d->metrics.render(d->engine.stats());
+    if (d->options.pd != nullptr) {
+      PdStats p = d->options.pd->stats();
+      text += fmt::format(
+          "# HELP tessera_pd_requests_total Requests by where their prompt was prefilled\n"
+          "# TYPE tessera_pd_requests_total counter\n"
+          "tessera_pd_requests_total{{path=\"remote\"}} {}\ntessera_pd_requests_total{{path=\"local\"}} {}\n"
+          "tessera_pd_requests_total{{path=\"fallback\"}} {}\n"
+          "# HELP tessera_pd_kv_bytes_total KV bytes received from prefill nodes\n# TYPE tessera_pd_kv_bytes_total "
+          "counter\n"
+          "tessera_pd_kv_bytes_total {}\n"
+          "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
+          "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
+          "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
+          "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n",
+          p.remote, p.local, p.fallbacks, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds);
+    }
+    w->send(200, text, "text/plain; version=0.0.4");
   });
+  if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
 }
 
 NodeServer::~NodeServer() { stop(0); }

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "http/http.h"
 #include "serve/openai.h"
+#include "serve/pd.h"
 
 namespace tessera::serve {
 
@@ -25,7 +26,8 @@ using ChatFormatter = std::function<Result<std::string>(const std::vector<ChatMe
 struct NodeOptions {
   std::string model_name;  // the id clients send as "model"
   http::ServerOptions http;
-  ChatFormatter chat;  // null: chat completions answer 400 (the model has no chat template)
+  ChatFormatter chat;       // null: chat completions answer 400 (the model has no chat template)
+  PdService* pd = nullptr;  // not owned; decode role: prompts may be prefilled on prefill nodes
 };
 
 class NodeServer {
