@@ -15,6 +15,7 @@ using Action = std::function<int()>;
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
+Action add_route_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 // Subcommands of `tessera bench`, added to its App.
 Action add_bench_serve_subcommand(CLI::App& bench);

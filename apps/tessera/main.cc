@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   add(add_generate_command);
   add(add_synth_command);
   add(add_serve_command);
+  add(add_route_command);
   add(add_bench_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
