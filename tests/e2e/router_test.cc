@@ -137,6 +137,23 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
   EXPECT_EQ(failed, 0) << (failures.empty() ? "" : failures[0]);
   EXPECT_GT(node_view(router_url, victim)["requests_total"].get<uint64_t>(), served_before)
       << "the restarted node got no requests";
+
+  // With no traffic at all, only the probes can notice: still out of rotation within 3 s.
+  const std::string idle_victim = "http://127.0.0.1:" + std::to_string(ports[2]);
+  const auto idle_killed_at = Time::now();
+  EXPECT_EQ(nodes[2]->stop(SIGKILL), 128 + SIGKILL);
+  double idle_out_after_s = -1;
+  while (Time::now() - idle_killed_at < 10s) {
+    json v = node_view(router_url, idle_victim);
+    if (!v.is_null() && !v["in_rotation"].get<bool>()) {
+      idle_out_after_s = std::chrono::duration<double>(Time::now() - idle_killed_at).count();
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  std::printf("idle killed node out of rotation after %.2f s\n", idle_out_after_s);
+  EXPECT_GE(idle_out_after_s, 0);
+  EXPECT_LE(idle_out_after_s, 3.0);
   EXPECT_EQ(router.stop(SIGTERM), 0);
 }
 
