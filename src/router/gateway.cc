@@ -94,11 +94,10 @@ struct Gateway::Impl {
       if (std::find(options.api_keys.begin(), options.api_keys.end(), key) != options.api_keys.end()) return true;
     }
     metrics.request_finished(endpoint, 401);
-    w->send(401,
-            error_json(401,
-                       auth.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'"
-                                    : "Incorrect API key provided",
-                       "invalid_request_error", "invalid_api_key"));
+    w->send(401, error_json(401,
+                            auth.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'"
+                                         : "Incorrect API key provided",
+                            "invalid_request_error", "invalid_api_key"));
     return false;
   }
 
@@ -171,8 +170,7 @@ struct Gateway::Impl {
                                   : whole_once(*c, url, last, last_status, last_error);
       if (done) return;
     }
-    reply_error(*c, last_status == 429 ? 429 : 503,
-                fmt::format("no node could serve the request: {}", last_error),
+    reply_error(*c, last_status == 429 ? 429 : 503, fmt::format("no node could serve the request: {}", last_error),
                 last_status == 429 ? "rate_limit_error" : "service_unavailable",
                 last_status == 429 ? "server_busy" : "");
   }

@@ -42,8 +42,8 @@ struct GatewayOptions {
   std::vector<std::string> api_keys;  // empty: no authentication
   int workers = 64;
   size_t max_queue = 4096;
-  int max_attempts = 3;           // nodes tried per request
-  int backoff_ms = 10;            // before the 2nd attempt; doubles each time, at most 500 ms
+  int max_attempts = 3;              // nodes tried per request
+  int backoff_ms = 10;               // before the 2nd attempt; doubles each time, at most 500 ms
   int upstream_timeout_ms = 600000;  // whole upstream exchange
   // Prompt text -> token ids, for the prefix strategies (the model's tokenizer). Unset: prompts given as
   // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).

@@ -58,9 +58,9 @@ class HealthTracker {
     bool healthy = true;
     bool probing = false;
     int64_t next_probe_ns = 0;
-    int probe_failures = 0;   // consecutive
-    int probe_successes = 0;  // consecutive
-    int request_failures = 0; // consecutive
+    int probe_failures = 0;    // consecutive
+    int probe_successes = 0;   // consecutive
+    int request_failures = 0;  // consecutive
     int64_t changed_ns = 0;
   };
   bool set_healthy(Entry& e, bool healthy);

@@ -13,8 +13,8 @@
 namespace tessera::router {
 
 struct NodeSpec {
-  std::string url;     // http://host:port
-  double capacity = 0; // <= 0: learn it from the node's /health
+  std::string url;      // http://host:port
+  double capacity = 0;  // <= 0: learn it from the node's /health
 };
 
 class MembershipListener {

@@ -30,14 +30,14 @@ struct RouterMetrics::Impl {
                            .Name("tessera_router_time_to_first_byte_seconds")
                            .Help("From request receipt to the first response byte forwarded")
                            .Register(*registry)
-                           .Add({}, p::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                                   0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+                           .Add({}, p::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                   0.25, 0.5, 1, 2.5, 5, 10});
   p::Histogram& latency = p::BuildHistogram()
                               .Name("tessera_router_request_seconds")
                               .Help("From request receipt to the last byte forwarded")
                               .Register(*registry)
-                              .Add({}, p::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1,
-                                                                      2.5, 5, 10, 30, 60, 120});
+                              .Add({}, p::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                                                      5, 10, 30, 60, 120});
 };
 
 RouterMetrics::RouterMetrics() : impl_(std::make_unique<Impl>()) {}

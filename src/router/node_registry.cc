@@ -111,8 +111,8 @@ bool NodeRegistry::finish(const std::string& url, int64_t tokens, int64_t genera
   n.window_tokens += generated;
   if (n.window_busy_ns >= speed_.speed_window_ms * 1'000'000 && n.window_tokens > 0) {
     const double sample = static_cast<double>(n.window_tokens) / (static_cast<double>(n.window_busy_ns) / 1e9);
-    n.load.tokens_per_s = n.measured ? speed_.ewma_alpha * sample + (1 - speed_.ewma_alpha) * n.load.tokens_per_s
-                                     : sample;
+    n.load.tokens_per_s =
+        n.measured ? speed_.ewma_alpha * sample + (1 - speed_.ewma_alpha) * n.load.tokens_per_s : sample;
     n.measured = true;
     n.window_busy_ns = 0;
     n.window_tokens = 0;

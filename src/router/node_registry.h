@@ -74,9 +74,9 @@ class NodeRegistry {
     bool draining = false;
     uint64_t requests_total = 0;
     uint64_t failures_total = 0;
-    int64_t last_change_ns = 0;   // last in_flight change, for busy time
-    int64_t window_busy_ns = 0;   // busy time in the current speed window
-    int64_t window_tokens = 0;    // tokens generated in it
+    int64_t last_change_ns = 0;  // last in_flight change, for busy time
+    int64_t window_busy_ns = 0;  // busy time in the current speed window
+    int64_t window_tokens = 0;   // tokens generated in it
     bool measured = false;
   };
   void account_busy(Node& n, int64_t now);

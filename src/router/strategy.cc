@@ -8,9 +8,12 @@
 
 namespace tessera::router {
 
-void StrategyRegistry::add(std::string name, StrategyFactory factory) { factories_[std::move(name)] = std::move(factory); }
+void StrategyRegistry::add(std::string name, StrategyFactory factory) {
+  factories_[std::move(name)] = std::move(factory);
+}
 
-Result<std::unique_ptr<Strategy>> StrategyRegistry::create(std::string_view name, const StrategyOptions& options) const {
+Result<std::unique_ptr<Strategy>> StrategyRegistry::create(std::string_view name,
+                                                           const StrategyOptions& options) const {
   auto it = factories_.find(name);
   if (it == factories_.end()) {
     std::string known;

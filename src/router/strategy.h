@@ -34,9 +34,9 @@ struct NodeSnapshot {
 
 // What strategies may look at in a request.
 struct RouteRequest {
-  std::string session_id;  // x-session-id header
-  std::string user;        // the body's `user` field
-  std::string prompt;      // prompt text (chat: messages joined), for keys when there are no tokens
+  std::string session_id;       // x-session-id header
+  std::string user;             // the body's `user` field
+  std::string prompt;           // prompt text (chat: messages joined), for keys when there are no tokens
   std::vector<int32_t> tokens;  // the prompt as token ids (tokenizer, or ids sent by the client); may be empty
   int64_t prompt_tokens = 0;    // tokens.size() when known, else an estimate
   int64_t max_tokens = 16;      // requested output tokens
@@ -45,13 +45,13 @@ struct RouteRequest {
 struct StrategyOptions {
   const Clock* clock = &SteadyClock::instance();
   uint64_t seed = 1;
-  int virtual_nodes = 160;             // consistent_hash: ring points per node
-  size_t key_prefix_bytes = 256;       // consistent_hash: prompt bytes used when there is no session or user
-  int block_tokens = 16;               // prefix strategies: tokens per hashed block (the nodes' --block-size)
+  int virtual_nodes = 160;                 // consistent_hash: ring points per node
+  size_t key_prefix_bytes = 256;           // consistent_hash: prompt bytes used when there is no session or user
+  int block_tokens = 16;                   // prefix strategies: tokens per hashed block (the nodes' --block-size)
   size_t index_blocks_per_node = 1 << 16;  // prefix strategies: LRU cap of each node's approximate index
-  double overload_threshold = 8;       // prefix_cache: requests in flight above the least loaded that
-                                       // make the best match fall back to the least loaded node
-  double prefill_weight = 1;           // kv_aware: cost per uncached prompt token
+  double overload_threshold = 8;           // prefix_cache: requests in flight above the least loaded that
+                                           // make the best match fall back to the least loaded node
+  double prefill_weight = 1;               // kv_aware: cost per uncached prompt token
 };
 
 class Strategy {

@@ -74,9 +74,12 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
       r.url = router_url + "/v1/completions";
       r.timeout_ms = 60000;
       r.headers["content-type"] = "application/json";
-      r.body = json{{"model", "stories260K"}, {"prompt", "Once upon a time " + std::to_string(i)},
-                    {"max_tokens", 24}, {"temperature", 0}}
-                   .dump();
+      r.body = json{
+          {"model", "stories260K"},
+          {"prompt", "Once upon a time " + std::to_string(i)},
+          {"max_tokens", 24},
+          {"temperature",
+           0}}.dump();
       auto res = http::fetch(r);
       bool ok = res.ok() && res->status == 200;
       if (ok) {

@@ -31,9 +31,8 @@ constexpr const char* kSse =
 class FakeNode {
  public:
   explicit FakeNode(std::string model = "m") : server_(http::ServerOptions{}) {
-    server_.route("GET", "/health", [](const http::Request&, WriterPtr w) {
-      w->send(200, R"({"status":"ok","kv_blocks_total":64})");
-    });
+    server_.route("GET", "/health",
+                  [](const http::Request&, WriterPtr w) { w->send(200, R"({"status":"ok","kv_blocks_total":64})"); });
     server_.route("GET", "/v1/models", [model](const http::Request&, WriterPtr w) {
       json m = json::object();
       m["id"] = model;
@@ -93,7 +92,9 @@ class GatewayTest : public ::testing::Test {
     for (const auto& n : nodes) gateway_->on_node_added({n, 0});
     ASSERT_TRUE(gateway_->start().ok());
   }
-  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(gateway_->port()) + path; }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(gateway_->port()) + path;
+  }
   http::Response post(const std::string& path, const std::string& body, http::Headers headers = {}) {
     http::ClientRequest r;
     r.method = "POST";
@@ -132,16 +133,14 @@ TEST_F(GatewayTest, MalformedRequestsNeverReachANode) {
   start({node.url()});
   expect_openai_error(post("/v1/completions", "{not json"), 400);
   expect_openai_error(post("/v1/completions", R"({"model":"m"})"), 400, "prompt");
-  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","max_tokens":"ten"})"), 400,
-                      "max_tokens");
-  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","temperature":-1})"), 400,
-                      "temperature");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","max_tokens":"ten"})"), 400, "max_tokens");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","temperature":-1})"), 400, "temperature");
   expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","n":3})"), 400);
   expect_openai_error(post("/v1/chat/completions", R"({"model":"m"})"), 400, "messages");
   expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})"),
                       400, "messages");
-  expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":5}]})"),
-                      400, "messages");
+  expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":5}]})"), 400,
+                      "messages");
   expect_openai_error(post("/v1/completions", R"([1,2,3])"), 400);
   EXPECT_EQ(node.hits, 0);
   // And a good one does.

@@ -44,8 +44,10 @@ TEST(Health, DeadNodeOutOfRotationWithin3sByDefault) {
         }
       }
       for (const auto& url : h.due_probes()) {
-        if (t < death) h.probe_result(url, true);
-        else pending.push_back(t + o.probe_timeout_ms * kMs);
+        if (t < death)
+          h.probe_result(url, true);
+        else
+          pending.push_back(t + o.probe_timeout_ms * kMs);
       }
     }
     ASSERT_GE(ejected_at, 0);

@@ -20,9 +20,8 @@ int main(int argc, char** argv) {
   o.io_threads = argc > 2 ? std::atoi(argv[2]) : 1;
   tessera::http::Server server(o);
   using W = std::shared_ptr<tessera::http::ResponseWriter>;
-  server.route("GET", "/health", [](const tessera::http::Request&, W w) {
-    w->send(200, R"({"status":"ok","kv_blocks_total":1024})");
-  });
+  server.route("GET", "/health",
+               [](const tessera::http::Request&, W w) { w->send(200, R"({"status":"ok","kv_blocks_total":1024})"); });
   server.route("GET", "/v1/models", [](const tessera::http::Request&, W w) {
     w->send(200, R"({"object":"list","data":[{"id":"trivial","object":"model"}]})");
   });
@@ -34,8 +33,9 @@ int main(int argc, char** argv) {
       w->end();
       return;
     }
-    w->send(200,
-            R"({"id":"c","object":"text_completion","model":"trivial","choices":[{"index":0,"text":"ok","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}})");
+    w->send(
+        200,
+        R"({"id":"c","object":"text_completion","model":"trivial","choices":[{"index":0,"text":"ok","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}})");
   });
   if (!server.start().ok()) return 1;
   std::printf("trivial backend listening on http://127.0.0.1:%u\n", server.port());

@@ -17,7 +17,8 @@ uint64_t hash_of(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
 
 class ConsistentHash final : public Strategy {
  public:
-  explicit ConsistentHash(const StrategyOptions& o) : virtual_nodes_(o.virtual_nodes), prefix_bytes_(o.key_prefix_bytes) {}
+  explicit ConsistentHash(const StrategyOptions& o)
+      : virtual_nodes_(o.virtual_nodes), prefix_bytes_(o.key_prefix_bytes) {}
   std::string_view name() const override { return "consistent_hash"; }
 
   void on_node_added(const std::string& url) override {

@@ -26,7 +26,8 @@ class KvAware final : public Strategy {
       const double cost = weight_ * static_cast<double>(std::max<int64_t>(0, prompt - cached)) +
                           static_cast<double>(nodes[i].outstanding_tokens) / nodes[i].capacity;
       if (i == 0 || cost < best_cost ||
-          (cost == best_cost && nodes[i].in_flight / nodes[i].capacity < nodes[best].in_flight / nodes[best].capacity)) {
+          (cost == best_cost &&
+           nodes[i].in_flight / nodes[i].capacity < nodes[best].in_flight / nodes[best].capacity)) {
         best = i, best_cost = cost;
       }
     }

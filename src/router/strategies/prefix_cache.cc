@@ -22,8 +22,10 @@ class PrefixCache final : public Strategy {
     // The least loaded node; equally loaded ones take turns, so new prefixes spread even when idle.
     std::vector<size_t> idlest;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (idlest.empty() || load(i) < load(idlest[0])) idlest.assign(1, i);
-      else if (load(i) == load(idlest[0])) idlest.push_back(i);
+      if (idlest.empty() || load(i) < load(idlest[0]))
+        idlest.assign(1, i);
+      else if (load(i) == load(idlest[0]))
+        idlest.push_back(i);
     }
     const size_t idle = idlest[turn_++ % idlest.size()];
     size_t best = idle, best_match = 0;
