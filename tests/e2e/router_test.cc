@@ -162,3 +162,33 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(RouterCli, BadFlagsFailWithAnActionableMessage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--nodes", "http://127.0.0.1:1", "--strategy", "fastest"}, "known strategies: consistent_hash"},
+      {{"--nodes", "ftp://x"}, "unsupported URL"},
+      {{"--nodes", "http://127.0.0.1:1=abc"}, "bad capacity"},
+      {{"--nodes", "http://a:1,http://a:1"}, "listed twice"},
+      {{}, "no nodes given"},
+      {{"--ctrl", "http://127.0.0.1:1"}, "--ctrl is not available"},
+      {{"--nodes", "http://127.0.0.1:1", "--tokenizer", "/nonexistent/tok.bin"}, "tok.bin"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {testing::tessera_bin(), "route", "--port", "0"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = testing::run_process(argv, 20);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

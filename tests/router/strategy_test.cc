@@ -156,7 +156,9 @@ TEST(ConsistentHash, UnhealthyNodeIsSkippedWithoutMovingOtherKeys) {
   for (int k = 0; k < 2000; ++k) {
     const std::string before = nodes[s->pick(session(std::to_string(k)), nodes)].url;
     const std::string now = healthy[s->pick(session(std::to_string(k)), healthy)].url;
-    if (before != nodes[2].url) EXPECT_EQ(now, before);
+    if (before != nodes[2].url) {
+      EXPECT_EQ(now, before);
+    }
   }
 }
 
