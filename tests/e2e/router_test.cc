@@ -65,10 +65,15 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
 
   constexpr int kRequests = 300;
   std::atomic<int> next{0}, done{0}, failed{0};
+  // The second half of the run waits for the restarted node to be back (at most 20 s), so that there is
+  // traffic left to show it serving again, however fast or slow this machine is.
+  std::atomic<bool> second_half{false};
+  const auto run_start = Time::now();
   std::mutex mu;
   std::vector<std::string> failures;
   auto client = [&] {
     for (int i = next++; i < kRequests; i = next++) {
+      while (i >= kRequests / 2 && !second_half && Time::now() - run_start < 20s) std::this_thread::sleep_for(5ms);
       http::ClientRequest r;
       r.method = "POST";
       r.url = router_url + "/v1/completions";
@@ -93,11 +98,20 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
         failures.push_back(res.ok() ? std::to_string(res->status) + " " + res->body : res.status().to_string());
       }
       done++;
-      std::this_thread::sleep_for(20ms);  // keep the run long enough to see the node come back
     }
   };
   std::vector<std::thread> clients;
   for (int t = 0; t < 6; ++t) clients.emplace_back(client);
+  // A failed ASSERT below returns early: release and join the clients first.
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    std::atomic<bool>& release;
+    ~Joiner() {
+      release = true;
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
+    }
+  } joiner{clients, second_half};
 
   while (done < 40) std::this_thread::sleep_for(5ms);
   ASSERT_TRUE(node_view(router_url, victim)["healthy"].get<bool>());
@@ -131,6 +145,7 @@ TEST(RouterEndToEnd, NodeKilledMidRunLosesNoRequestAndComesBack) {
   }
   const int done_when_back = done.load();
   const uint64_t served_before = node_view(router_url, victim)["requests_total"].get<uint64_t>();
+  second_half = true;
   std::printf("restarted node back in rotation after %.2f s (at request %d)\n", back_after_s, done_when_back);
   EXPECT_GE(back_after_s, 0) << "the restarted node never came back";
   EXPECT_LT(done_when_back, kRequests) << "the run ended before the node came back: nothing left to prove";
