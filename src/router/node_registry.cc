@@ -1,5 +1,7 @@
 #include "router/node_registry.h"
 
+#include <algorithm>
+
 namespace tessera::router {
 
 NodeRegistry::NodeRegistry(const Clock& clock, HealthOptions health, SpeedOptions speed)
@@ -105,8 +107,9 @@ bool NodeRegistry::finish(const std::string& url, int64_t tokens, int64_t genera
   if (it == nodes_.end()) return false;
   Node& n = it->second;
   account_busy(n, clock_.now_ns());
-  n.load.in_flight--;
-  n.load.outstanding_tokens -= tokens;
+  // Clamped: a node removed and re-added under the same URL sees the old registration's requests finish.
+  n.load.in_flight = std::max(0, n.load.in_flight - 1);
+  n.load.outstanding_tokens = std::max<int64_t>(0, n.load.outstanding_tokens - tokens);
   if (outcome != RequestOutcome::kSuccess) n.failures_total++;
   n.window_tokens += generated;
   if (n.window_busy_ns >= speed_.speed_window_ms * 1'000'000 && n.window_tokens > 0) {
