@@ -31,9 +31,17 @@ asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url&
   tcp::resolver resolver(ex);
   beast::tcp_stream stream(ex);
   stream.expires_after(std::chrono::milliseconds(req.timeout_ms));
-  auto results = co_await resolver.async_resolve(url.host, std::to_string(url.port), redirect);
-  if (ec) co_return ec;
-  co_await stream.async_connect(results, redirect);
+  // A numeric address needs no resolver: Asio resolves on a helper thread it starts per io_context, which
+  // would cost a thread creation per request (measurable behind the router).
+  beast::error_code not_numeric;
+  const asio::ip::address numeric = asio::ip::make_address(url.host, not_numeric);
+  if (!not_numeric) {
+    co_await stream.async_connect(tcp::endpoint(numeric, url.port), redirect);
+  } else {
+    auto results = co_await resolver.async_resolve(url.host, std::to_string(url.port), redirect);
+    if (ec) co_return ec;
+    co_await stream.async_connect(results, redirect);
+  }
   if (ec) co_return ec;
   bhttp::request<bhttp::string_body> r{bhttp::string_to_verb(req.method), url.target, 11};
   r.set(bhttp::field::host, fmt::format("{}:{}", url.host, url.port));
