@@ -262,7 +262,7 @@ struct Gateway::Impl {
 
   // ---- handlers -------------------------------------------------------------------------------------------
 
-  void handle_generate(const http::Request& r, WriterPtr w, bool chat) {
+  void handle_generate(const http::Request& r, const WriterPtr& w, bool chat) {
     auto c = std::make_shared<Call>();
     c->writer = w;
     c->endpoint = chat ? "chat" : "completions";
@@ -311,7 +311,7 @@ struct Gateway::Impl {
     }
   }
 
-  void handle_models(WriterPtr w) {
+  void handle_models(const WriterPtr& w) {
     auto task = [this, w] {
       std::vector<NodeSnapshot> nodes = registry.candidates();
       std::vector<std::future<Result<http::Response>>> answers;
@@ -345,7 +345,7 @@ struct Gateway::Impl {
     if (!pool.submit(task)) w->send(503, error_json(503, "the router is overloaded", "service_unavailable"));
   }
 
-  void handle_health(WriterPtr w) {
+  void handle_health(const WriterPtr& w) {
     int healthy = 0, total = 0;
     for (const auto& n : registry.list()) {
       ++total;
@@ -451,23 +451,23 @@ Result<std::unique_ptr<Gateway>> Gateway::create(GatewayOptions options) {
 Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   Impl* d = impl_.get();
   d->server.route("POST", "/v1/completions",
-                  [d](const http::Request& r, WriterPtr w) { d->handle_generate(r, std::move(w), false); });
+                  [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, false); });
   d->server.route("POST", "/v1/chat/completions",
-                  [d](const http::Request& r, WriterPtr w) { d->handle_generate(r, std::move(w), true); });
-  d->server.route("GET", "/v1/models", [d](const http::Request& r, WriterPtr w) {
-    if (d->authorized(r, w, "models")) d->handle_models(std::move(w));
+                  [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, true); });
+  d->server.route("GET", "/v1/models", [d](const http::Request& r, const WriterPtr& w) {
+    if (d->authorized(r, w, "models")) d->handle_models(w);
   });
-  d->server.route("GET", "/health", [d](const http::Request&, WriterPtr w) { d->handle_health(std::move(w)); });
-  d->server.route("GET", "/metrics", [d](const http::Request&, WriterPtr w) {
+  d->server.route("GET", "/health", [d](const http::Request&, const WriterPtr& w) { d->handle_health(w); });
+  d->server.route("GET", "/metrics", [d](const http::Request&, const WriterPtr& w) {
     w->send(200, d->metrics.render(d->registry.list(), d->pool.queued(), d->pool.busy()), "text/plain; version=0.0.4");
   });
-  d->server.route("GET", "/admin/nodes", [d](const http::Request& r, WriterPtr w) {
+  d->server.route("GET", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
     if (!d->authorized(r, w, "admin")) return;
     json nodes = json::array();
     for (const auto& s : d->registry.list()) nodes.push_back(Impl::node_json(s));
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
   });
-  d->server.route("POST", "/admin/nodes", [d](const http::Request& r, WriterPtr w) {
+  d->server.route("POST", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
     if (!d->authorized(r, w, "admin")) return;
     auto body = d->admin_body(r, w);
     if (!body) return;
@@ -487,7 +487,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     log::info("router: node {} added", spec.url);
     w->send(201, dump(Impl::node_json(*d->registry.status(spec.url))));
   });
-  d->server.route("POST", "/admin/nodes/remove", [d](const http::Request& r, WriterPtr w) {
+  d->server.route("POST", "/admin/nodes/remove", [d](const http::Request& r, const WriterPtr& w) {
     if (!d->authorized(r, w, "admin")) return;
     auto body = d->admin_body(r, w);
     if (!body) return;
@@ -498,7 +498,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     log::info("router: node {} removed", body->first);
     w->send(200, dump({{"url", body->first}, {"removed", true}}));
   });
-  d->server.route("POST", "/admin/nodes/drain", [d](const http::Request& r, WriterPtr w) {
+  d->server.route("POST", "/admin/nodes/drain", [d](const http::Request& r, const WriterPtr& w) {
     if (!d->authorized(r, w, "admin")) return;
     auto body = d->admin_body(r, w);
     if (!body) return;
