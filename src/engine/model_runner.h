@@ -9,6 +9,7 @@
 // Thread-safety: one thread drives a runner (it owns a Stream).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -20,6 +21,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 #include "ops/backend.h"
+#include "ops/graph.h"
 
 namespace tessera::engine {
 
@@ -33,6 +35,10 @@ struct RunnerOptions {
   // base/quant.h. A matrix whose rows are not a whole number of quantisation blocks stays f32 (see
   // ModelRunner::converted_matrices). nullopt: weights as stored.
   std::optional<DType> weight_dtype;
+  // Decode through the graph path: the first step of each batch-size bucket (powers of two up to
+  // max_batch_tokens) is recorded and compiled (ops/graph.h), later steps replay it. Smaller batches are
+  // padded to their bucket with rows that write to a KV block reserved for padding.
+  bool graph = false;
 };
 
 class ModelRunner {
@@ -49,6 +55,8 @@ class ModelRunner {
   // Bytes of the weights the forward pass reads per token (every matrix plus norms; the embedding row
   // read is negligible and not counted): what decode streams from memory per step.
   size_t weight_bytes_per_token() const { return streamed_bytes_; }
+  // Compiled decode graphs so far (graph mode), by bucket.
+  const std::map<int64_t, std::unique_ptr<ops::Graph>>& graphs() const { return graphs_; }
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -100,7 +108,12 @@ class ModelRunner {
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;
+  Status decode_graph(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens, std::vector<float>& logits);
   int converted_ = 0, unconverted_ = 0;
+  std::vector<ops::Op>* recording_ = nullptr;  // while recording a graph, run() also appends here
+  std::map<int64_t, std::unique_ptr<ops::Graph>> graphs_;
+  std::vector<ops::Buffer*> scratch_buffers_;  // the activations: what a graph's memory plan may move
+  int32_t pad_block_ = -1;
   size_t streamed_bytes_ = 0;
 };
 

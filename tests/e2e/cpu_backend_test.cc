@@ -49,6 +49,16 @@ TEST(OpenClBackend, ReproducesLlama2cGreedyOutputByteForByte) {
   }
 }
 
+TEST(CpuBackend, GraphReplayReproducesTheSameText) {
+  TS_REQUIRE_STORIES260K();
+  auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
+  ASSERT_TRUE(want.ok());
+  auto r = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0",
+                        "--max-tokens", "256", "--backend", "cpu", "--graph", "on", "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, *want);
+}
+
 TEST(CpuBackend, QuantisedWeightsAndF16CacheGenerateText) {
   TS_REQUIRE_STORIES260K();
   for (const char* dtype : {"f16", "bf16", "q8_0", "q4_0"}) {
