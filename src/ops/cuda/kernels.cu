@@ -97,8 +97,8 @@ __global__ void kv_write_k(const float* k, const float* v, T* kc, T* vc, const i
 
 template <typename T>
 __global__ void attention_k(const float* q, const T* kc, const T* vc, const int32_t* tables, int stride,
-                            const int32_t* lens, int start_pos, float* out, float* scores_all, int max_ctx,
-                            int count, int heads, int kv_heads, int hd, int block_tokens, int num_blocks, int* err) {
+                            const int32_t* lens, int start_pos, float* out, float* scores_all, int max_ctx, int count,
+                            int heads, int kv_heads, int hd, int block_tokens, int num_blocks, int* err) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= count * heads) return;
   const int i = idx / heads, h = idx % heads;
@@ -219,11 +219,11 @@ int launch_add_rms_norm(float* res, const float* delta, const float* w, float* o
 int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, float theta,
                 bool interleaved, void* stream) {
   rope_k<<<blocks_for(static_cast<int64_t>(n) * (hd / 2)), kThreads, 0, st(stream)>>>(q, k, pos, n, q_heads, k_heads,
-                                                                                       hd, theta, interleaved);
+                                                                                      hd, theta, interleaved);
   return last_error();
 }
-int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n,
-                    int row, int capacity, int* err, void* stream) {
+int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n, int row,
+                    int capacity, int* err, void* stream) {
   const int b = blocks_for(static_cast<int64_t>(n) * row);
   if (f16) {
     kv_write_k<__half><<<b, kThreads, 0, st(stream)>>>(k, v, static_cast<__half*>(kc), static_cast<__half*>(vc), slots,
@@ -239,9 +239,9 @@ int launch_attention(const float* q, const void* kc, const void* vc, bool f16, c
                      int kv_heads, int hd, int block_tokens, int num_blocks, int* err, void* stream) {
   const int b = blocks_for(static_cast<int64_t>(count) * heads);
   if (f16) {
-    attention_k<__half><<<b, kThreads, 0, st(stream)>>>(q, static_cast<const __half*>(kc), static_cast<const __half*>(vc),
-                                                        tables, stride, lens, start_pos, out, scores, max_ctx, count,
-                                                        heads, kv_heads, hd, block_tokens, num_blocks, err);
+    attention_k<__half><<<b, kThreads, 0, st(stream)>>>(
+        q, static_cast<const __half*>(kc), static_cast<const __half*>(vc), tables, stride, lens, start_pos, out, scores,
+        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, err);
   } else {
     attention_k<float><<<b, kThreads, 0, st(stream)>>>(q, static_cast<const float*>(kc), static_cast<const float*>(vc),
                                                        tables, stride, lens, start_pos, out, scores, max_ctx, count,
