@@ -31,6 +31,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string weight_dtype;
   std::string kv_dtype = "f32";
+  std::string graph = "off";
   bool no_echo = false;
   bool quiet = false;
 };
@@ -47,6 +48,7 @@ int run_generate(const GenerateArgs& a) {
   ro.max_batch_tokens = std::min(512, model->config.max_seq_len);
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  ro.graph = a.graph == "on";
   auto runner = engine::ModelRunner::create(**device, model->config, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
 
@@ -113,6 +115,9 @@ Action add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
       ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--graph", args->graph, "Decode by recording, compiling and replaying one step per batch bucket")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-echo", args->no_echo, "Do not print the prompt before the generated text");
   cmd->add_flag("--quiet", args->quiet, "Do not print speed to stderr");

@@ -27,8 +27,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
   if (r->options_.kv.num_blocks == 0) r->options_.kv.num_blocks = r->max_blocks_per_seq_ * options.max_sequences;
+  if (options.graph) r->options_.kv.num_blocks += 1;  // the padding rows' block
   TS_RETURN_IF_ERROR(r->upload_weights(weights));
   TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, config, r->options_.kv));
+  if (options.graph) {
+    TS_ASSIGN_OR_RETURN(BlockId pad, r->kv_->blocks().allocate());
+    r->pad_block_ = static_cast<int32_t>(pad);
+  }
 
   const int64_t n = options.max_batch_tokens, d = config.dim, h = config.hidden_dim;
   Scratch& s = r->s_;
@@ -47,6 +52,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
+  for (const ops::Tensor* t : {&s.x, &s.xb, &s.delta, &s.q, &s.k, &s.v, &s.att, &s.hb, &s.hb2, &s.logits}) {
+    r->scratch_buffers_.push_back(t->buffer);
+  }
   return r;
 }
 
@@ -128,7 +136,10 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   return stream_->synchronize();
 }
 
-Status ModelRunner::run(const ops::Op& op) { return stream_->run(op); }
+Status ModelRunner::run(const ops::Op& op) {
+  if (recording_) recording_->push_back(op);
+  return stream_->run(op);
+}
 
 Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer) {
   const model::ModelConfig& c = config_;
@@ -153,7 +164,8 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
           run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
                                      s_.context_lens.rows(0, decodes), att.rows(0, decodes)}));
     }
-    for (const Placed& p : placed.subspan(static_cast<size_t>(decodes))) {
+    for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
+      const Placed& p = placed[pi];
       const auto len = static_cast<int64_t>(p.segment->tokens.size());
       ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
       TS_RETURN_IF_ERROR(run(
@@ -177,7 +189,8 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(0, decodes), classifier_, s_.logits.rows(0, decodes)}));
     out_row = decodes;
   }
-  for (const Placed& p : placed.subspan(static_cast<size_t>(decodes))) {
+  for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
+    const Placed& p = placed[pi];
     if (!p.segment->want_logits) continue;
     const int64_t last = p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1;
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(last, 1), classifier_, s_.logits.rows(out_row++, 1)}));
@@ -368,10 +381,72 @@ Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, st
 Status ModelRunner::decode(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens,
                            std::vector<float>& logits) {
   if (seqs.size() != tokens.size() || seqs.empty()) return invalid_argument("decode needs one token per sequence");
+  if (options_.graph) {
+    if (seqs.size() > static_cast<size_t>(options_.max_batch_tokens)) {
+      return invalid_argument(
+          fmt::format("decode batch of {} exceeds max_batch_tokens {}", seqs.size(), options_.max_batch_tokens));
+    }
+    for (SequenceKv* s : seqs) {
+      if (s->length + 1 > config_.max_seq_len) {
+        return invalid_argument(fmt::format("a sequence would exceed the model's context of {}", config_.max_seq_len));
+      }
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Status st = kv_->reserve(*seqs[i], seqs[i]->length + 1);
+      if (!st.ok()) return st;  // sequences reserved so far keep their (unused) block: harmless, reused next step
+    }
+    return decode_graph(seqs, tokens, logits);
+  }
   std::vector<Segment> segments;
   segments.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) segments.push_back({seqs[i], tokens.subspan(i, 1), true});
   return step(segments, logits);
+}
+
+Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens,
+                                 std::vector<float>& logits) {
+  const size_t b = seqs.size();
+  int64_t bucket = 1;
+  while (bucket < static_cast<int64_t>(b)) bucket *= 2;
+  bucket = std::min<int64_t>(bucket, options_.max_batch_tokens);
+  const auto rows = static_cast<size_t>(bucket);
+  const int bt = kv_->block_tokens();
+  // Padding rows: token 0 at position 0 of the reserved block, attending to itself only.
+  std::vector<int32_t> ids(rows, 0), positions(rows, 0), slots(rows, pad_block_ * bt), lens(rows, 1);
+  std::vector<int32_t> tables(rows * static_cast<size_t>(max_blocks_per_seq_), 0);
+  for (size_t i = b; i < rows; ++i) tables[i * static_cast<size_t>(max_blocks_per_seq_)] = pad_block_;
+  for (size_t i = 0; i < b; ++i) {
+    const SequenceKv& s = *seqs[i];
+    ids[i] = tokens[i];
+    positions[i] = s.length;
+    slots[i] = s.blocks[static_cast<size_t>(s.length / bt)] * bt + s.length % bt;
+    lens[i] = s.length + 1;
+    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks_per_seq_);
+  }
+  TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, bucket), ids.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, bucket), positions.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, bucket), slots.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, bucket), lens.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, bucket), tables.data()));
+  ops::Tensor out = s_.logits.rows(0, static_cast<int64_t>(b));
+  auto it = graphs_.find(bucket);
+  if (it == graphs_.end()) {
+    // Record this step while running it eagerly, then compile it for the next steps of this bucket.
+    std::vector<ops::Op> recorded;
+    recording_ = &recorded;
+    Status st = forward(bucket, {}, bucket, nullptr);
+    recording_ = nullptr;
+    TS_RETURN_IF_ERROR(st);
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Graph> g, ops::compile(recorded, scratch_buffers_, device_));
+    graphs_.emplace(bucket, std::move(g));
+  } else {
+    TS_RETURN_IF_ERROR(it->second->replay(*stream_));
+    out = it->second->remap(out);
+  }
+  for (SequenceKv* s : seqs) s->length += 1;
+  logits.resize(b * static_cast<size_t>(config_.vocab_size));
+  TS_RETURN_IF_ERROR(stream_->download(out, logits.data()));
+  return stream_->synchronize();
 }
 
 }  // namespace tessera::engine

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -22,6 +23,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 #include "ops/backend.h"
+#include "ops/graph.h"
 
 namespace tessera::engine {
 
@@ -42,6 +44,10 @@ struct RunnerOptions {
   // base/quant.h. A matrix whose rows are not a whole number of quantisation blocks stays f32 (see
   // ModelRunner::converted_matrices). nullopt: weights as stored.
   std::optional<DType> weight_dtype;
+  // Decode through the graph path: the first step of each batch-size bucket (powers of two up to
+  // max_batch_tokens) is recorded and compiled (ops/graph.h), later steps replay it. Smaller batches are
+  // padded to their bucket with rows that write to a KV block reserved for padding.
+  bool graph = false;
 };
 
 class ModelRunner {
@@ -58,6 +64,8 @@ class ModelRunner {
   // Bytes of the weights the forward pass reads per token (every matrix plus norms; the embedding row
   // read is negligible and not counted): what decode streams from memory per step.
   size_t weight_bytes_per_token() const { return streamed_bytes_; }
+  // Compiled decode graphs so far (graph mode), by bucket.
+  const std::map<int64_t, std::unique_ptr<ops::Graph>>& graphs() const { return graphs_; }
 
   // Appends each segment's tokens to its sequence in one forward pass. At most max_batch_tokens tokens and
   // segments in all; no sequence may appear twice. `logits` gets one row of vocab_size floats per segment
@@ -131,7 +139,12 @@ class ModelRunner {
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;
+  Status decode_graph(std::span<SequenceKv* const> seqs, std::span<const TokenId> tokens, std::vector<float>& logits);
   int converted_ = 0, unconverted_ = 0;
+  std::vector<ops::Op>* recording_ = nullptr;  // while recording a graph, run() also appends here
+  std::map<int64_t, std::unique_ptr<ops::Graph>> graphs_;
+  std::vector<ops::Buffer*> scratch_buffers_;  // the activations: what a graph's memory plan may move
+  int32_t pad_block_ = -1;
   size_t streamed_bytes_ = 0;
 };
 

@@ -6,6 +6,13 @@
 #include "ops/ref/ref_backend.h"
 #include "ops/registry.h"
 
+#if defined(TESSERA_HAVE_OPENCL)
+#include "ops/opencl/opencl_backend.h"
+#endif
+#if defined(TESSERA_HAVE_CUDA)
+#include "ops/cuda/cuda_backend.h"
+#endif
+
 namespace tessera::ops {
 
 void register_builtin_backends() {
@@ -16,6 +23,13 @@ void register_builtin_backends() {
                  [] { return ref::create_backend(); }});
     (void)r.add({"cpu", "host CPU: AVX2/FMA/F16C kernels (run-time dispatch), OpenBLAS, OpenMP threads",
                  [] { return cpu::create_backend(); }});
+#if defined(TESSERA_HAVE_OPENCL)
+    (void)r.add({"opencl", "OpenCL C kernels compiled by the platform's compiler (PoCL on CPUs), binary cache on disk",
+                 [] { return opencl::create_backend(); }});
+#endif
+#if defined(TESSERA_HAVE_CUDA)
+    (void)r.add({"cuda", "CUDA kernels for NVIDIA GPUs (sm_90 + PTX)", [] { return cuda::create_backend(); }});
+#endif
   });
 }
 

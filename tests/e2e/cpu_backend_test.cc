@@ -25,6 +25,40 @@ TEST(CpuBackend, ReproducesLlama2cGreedyOutputByteForByte) {
   }
 }
 
+TEST(OpenClBackend, ReproducesLlama2cGreedyOutputByteForByte) {
+  TS_REQUIRE_STORIES260K();
+  auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
+  ASSERT_TRUE(want.ok());
+  auto r = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0",
+                        "--max-tokens", "256", "--backend", "opencl"},
+                       180);
+  if (r.exit_code != 0 &&
+      (r.err.find("unknown backend") != std::string::npos || r.err.find("no OpenCL") != std::string::npos)) {
+    GTEST_SKIP() << "opencl not available here: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, *want);
+  {
+    const char* dtypes = "f16";
+    auto h = run_process(
+        {tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0", "--max-tokens", "64",
+         "--backend", "opencl", "--weight-dtype", dtypes, "--kv-dtype", dtypes, "--quiet"},
+        180);
+    ASSERT_EQ(h.exit_code, 0) << h.err;
+    EXPECT_GT(h.out.size(), 20u);
+  }
+}
+
+TEST(CpuBackend, GraphReplayReproducesTheSameText) {
+  TS_REQUIRE_STORIES260K();
+  auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
+  ASSERT_TRUE(want.ok());
+  auto r = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--temperature", "0",
+                        "--max-tokens", "256", "--backend", "cpu", "--graph", "on", "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, *want);
+}
+
 TEST(CpuBackend, QuantisedWeightsAndF16CacheGenerateText) {
   TS_REQUIRE_STORIES260K();
   for (const char* dtype : {"f16", "bf16", "q8_0", "q4_0"}) {

@@ -37,7 +37,7 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
   EXPECT_EQ(ops.size(), 12u);
-  EXPECT_GT(fast, cases.size() / 2) << "the default run must keep a representative part";
+  EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
   };

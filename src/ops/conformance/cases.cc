@@ -22,6 +22,8 @@ constexpr double kQuantMatMul = 5e-4;
 
 // Work (multiply-adds) above which a case is `slow`: the scalar reference takes tens of milliseconds.
 constexpr int64_t kSlowWork = 6'000'000;
+// KV cache elements above which a case is `slow`: filling and uploading the cache dominates.
+constexpr int64_t kSlowCache = 1 << 18;
 
 const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
 const DType kCacheTypes[] = {DType::kF32, DType::kF16};
@@ -85,9 +87,10 @@ void add_attention(std::vector<Case>& cases) {
             const int64_t max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens;
             const int64_t pool = std::max(max_blocks, std::min(kPoolLimit, b * max_blocks));
             const int64_t work = b * h.n_heads * ctx * hd * 2;
+            const bool slow = work > kSlowWork || pool * kBlockTokens * h.kv_heads * hd > kSlowCache;
             cases.push_back({"attention_decode", cache,
                              fmt::format("b={} ctx<={} heads={}/{} head_dim={}", b, ctx, h.n_heads, h.kv_heads, hd),
-                             kAttention, work > kSlowWork, [=](CaseEnv& e) -> Op {
+                             kAttention, slow, [=](CaseEnv& e) -> Op {
                                std::vector<int32_t> lens(static_cast<size_t>(b)),
                                    tables(static_cast<size_t>(b * max_blocks));
                                for (int64_t i = 0; i < b; ++i) {

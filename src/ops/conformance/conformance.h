@@ -43,7 +43,7 @@ class CaseEnv {
 
   struct Guarded {
     Tensor tensor;
-    size_t guard_bytes;
+    size_t guard_bytes = 0;
   };
   const std::vector<Guarded>& outputs() const { return outputs_; }
   Status status() const { return status_; }

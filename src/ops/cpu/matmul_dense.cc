@@ -18,7 +18,7 @@ constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while th
 constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
 
 template <typename W>
-void tile4(const W* w, int64_t k, const float* x, float* out, int64_t m) {
+void tile4(const W* w, int64_t k, const float* x, float* out) {
   const W* w0 = w;
   const W* w1 = w + k;
   const W* w2 = w + 2 * k;
@@ -49,7 +49,6 @@ void tile4(const W* w, int64_t k, const float* x, float* out, int64_t m) {
   out[1] = s1;
   out[2] = s2;
   out[3] = s3;
-  (void)m;
 }
 
 template <typename W>
@@ -69,7 +68,7 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* xr = x + r * k;
         if (cnt == kTile) {
-          tile4(w + i0 * k, k, xr, tmp, m);
+          tile4(w + i0 * k, k, xr, tmp);
           std::copy(tmp, tmp + kTile, out + r * m + i0);
         } else {
           for (int64_t i = 0; i < cnt; ++i) out[r * m + i0 + i] = dot(w + (i0 + i) * k, xr, k);

@@ -1,0 +1,253 @@
+#include "ops/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "base/check.h"
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+namespace {
+
+std::string cuda_error(const char* what, int e) {
+  return fmt::format("cuda: {} failed: {}", what, cudaGetErrorString(static_cast<cudaError_t>(e)));
+}
+Status check(const char* what, int e) { return e == 0 ? ok_status() : internal_error(cuda_error(what, e)); }
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(void* p, size_t size) : Buffer(size), p_(p) {}
+  ~CudaBuffer() override { cudaFree(p_); }
+  void* host_ptr() override { return nullptr; }
+  void* device_ptr() const { return p_; }
+
+ private:
+  void* p_;
+};
+
+template <typename T = float>
+T* ptr(const Tensor& t) {
+  if (!t.valid()) return nullptr;
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(static_cast<CudaBuffer*>(t.buffer)->device_ptr()) + t.offset);
+}
+
+bool type_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+
+Support capability(const Op& op) {
+  if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !type_ok(mm->w.dtype)) {
+    return Support::no(fmt::format("cuda matmul takes f32 or f16 weights, not {}", dtype_name(mm->w.dtype)));
+  }
+  const Tensor* cache = nullptr;
+  if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
+  if (cache && !type_ok(cache->dtype)) return Support::no("cuda keeps the KV cache in f32 or f16");
+  return Support::yes();
+}
+
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(int device) : device_(device) {
+    cudaSetDevice(device_);
+    TS_CHECK(cudaStreamCreate(&stream_) == cudaSuccess);
+    TS_CHECK(cudaMalloc(reinterpret_cast<void**>(&err_), sizeof(int)) == cudaSuccess);
+    TS_CHECK(cudaMemset(err_, 0, sizeof(int)) == cudaSuccess);
+  }
+  ~CudaStream() override {
+    cudaStreamSynchronize(stream_);
+    if (scratch_) cudaFree(scratch_);
+    cudaFree(err_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Status run(const Op& op) override {
+    Support s = capability(op);
+    if (!s.supported) {
+      TS_RETURN_IF_ERROR(validate(op));
+      return unimplemented(s.reason);
+    }
+    cudaSetDevice(device_);
+    return std::visit([this](const auto& o) { return enqueue(o); }, op);
+  }
+  Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    TS_RETURN_IF_ERROR(range(dst, offset, bytes, "write"));
+    if (bytes == 0) return ok_status();
+    auto* d = static_cast<uint8_t*>(static_cast<CudaBuffer&>(dst).device_ptr()) + offset;
+    TS_RETURN_IF_ERROR(check("cudaMemcpyAsync", cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, stream_)));
+    return check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));  // the caller's memory may go away
+  }
+  Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    TS_RETURN_IF_ERROR(range(src, offset, bytes, "read"));
+    if (bytes == 0) return ok_status();
+    auto* s = static_cast<uint8_t*>(static_cast<CudaBuffer&>(src).device_ptr()) + offset;
+    TS_RETURN_IF_ERROR(check("cudaMemcpyAsync", cudaMemcpyAsync(dst, s, bytes, cudaMemcpyDeviceToHost, stream_)));
+    return synchronize();
+  }
+  Status synchronize() override {
+    TS_RETURN_IF_ERROR(check("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
+    int flag = 0;
+    TS_RETURN_IF_ERROR(check("cudaMemcpy", cudaMemcpy(&flag, err_, sizeof flag, cudaMemcpyDeviceToHost)));
+    if (flag == 0) return ok_status();
+    cudaMemset(err_, 0, sizeof(int));
+    return out_of_range("cuda: a token id, KV slot or block number was outside its range");
+  }
+
+ private:
+  static Status range(Buffer& b, size_t offset, size_t bytes, const char* what) {
+    if (offset > b.size() || bytes > b.size() - offset) {
+      return out_of_range(
+          fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
+    }
+    return ok_status();
+  }
+  static int i32(int64_t v) { return static_cast<int>(v); }
+
+  Status enqueue(const EmbeddingOp& o) {
+    if (o.ids.dim(0) == 0) return ok_status();
+    return check("embedding", launch_embedding(ptr(o.table), ptr<int32_t>(o.ids), ptr(o.out), i32(o.ids.dim(0)),
+                                               i32(o.table.dim(1)), i32(o.table.dim(0)), err_, stream_));
+  }
+  Status enqueue(const RmsNormOp& o) {
+    if (o.x.dim(0) == 0) return ok_status();
+    return check("rms_norm", launch_rms_norm(ptr(o.x), ptr(o.weight), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)),
+                                             o.eps, stream_));
+  }
+  Status enqueue(const AddRmsNormOp& o) {
+    if (o.residual.dim(0) == 0) return ok_status();
+    return check("add_rms_norm", launch_add_rms_norm(ptr(o.residual), ptr(o.delta), ptr(o.weight), ptr(o.out),
+                                                     i32(o.residual.dim(0)), i32(o.residual.dim(1)), o.eps, stream_));
+  }
+  Status enqueue(const RopeOp& o) {
+    if (o.q.dim(0) == 0) return ok_status();
+    return check("rope",
+                 launch_rope(ptr(o.q), ptr(o.k), ptr<int32_t>(o.positions), i32(o.q.dim(0)), i32(o.q.dim(1)),
+                             i32(o.k.dim(1)), i32(o.q.dim(2)), o.theta, o.layout == RopeLayout::kInterleaved, stream_));
+  }
+  Status enqueue(const KvWriteOp& o) {
+    if (o.k.dim(0) == 0) return ok_status();
+    return check("kv_write",
+                 launch_kv_write(ptr(o.k), ptr(o.v), ptr<void>(o.k_cache), ptr<void>(o.v_cache),
+                                 o.k_cache.dtype == DType::kF16, ptr<int32_t>(o.slots), i32(o.k.dim(0)),
+                                 i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_, stream_));
+  }
+  Result<float*> scratch(size_t floats) {
+    if (floats > scratch_floats_) {
+      if (scratch_) cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_floats_ = 0;
+      if (cudaMalloc(reinterpret_cast<void**>(&scratch_), floats * sizeof(float)) != cudaSuccess) {
+        return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of attention scratch", floats));
+      }
+      scratch_floats_ = floats;
+    }
+    return scratch_;
+  }
+  Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t stride,
+                   const int32_t* lens, int32_t start_pos, const Tensor& out, int64_t max_ctx) {
+    const int64_t count = q.dim(0), heads = q.dim(1);
+    if (count == 0) return ok_status();
+    TS_ASSIGN_OR_RETURN(float* s, scratch(static_cast<size_t>(std::max<int64_t>(1, count * heads * max_ctx))));
+    return check("attention",
+                 launch_attention(ptr(q), ptr<void>(kc), ptr<void>(vc), kc.dtype == DType::kF16, ptr<int32_t>(tables),
+                                  i32(stride), lens, start_pos, ptr(out), s, i32(max_ctx), i32(count), i32(heads),
+                                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), err_, stream_));
+  }
+  Status enqueue(const AttentionPrefillOp& o) {
+    return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), nullptr, o.start_pos, o.out,
+                     o.start_pos + o.q.dim(0));
+  }
+  Status enqueue(const AttentionDecodeOp& o) {
+    const int64_t stride = o.block_tables.dim(1);
+    return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, ptr<int32_t>(o.context_lens), 0, o.out,
+                     stride * o.k_cache.dim(1));
+  }
+  Status enqueue(const MatMulOp& o) {
+    if (o.x.dim(0) == 0 || o.w.dim(0) == 0) return ok_status();
+    return check("matmul", launch_matmul(ptr(o.x), ptr<void>(o.w), o.w.dtype == DType::kF16, ptr(o.bias), ptr(o.out),
+                                         i32(o.x.dim(0)), i32(o.x.dim(1)), i32(o.w.dim(0)), stream_));
+  }
+  Status enqueue(const SiluMulOp& o) {
+    if (o.gate.numel() == 0) return ok_status();
+    return check("silu_mul", launch_silu_mul(ptr(o.gate), ptr(o.up), ptr(o.out), o.gate.numel(), stream_));
+  }
+  Status enqueue(const AddOp& o) {
+    if (o.a.numel() == 0) return ok_status();
+    return check("add", launch_add(ptr(o.a), ptr(o.b), ptr(o.out), o.a.numel(), stream_));
+  }
+  Status enqueue(const SoftmaxOp& o) {
+    if (o.x.dim(0) == 0) return ok_status();
+    return check("softmax", launch_softmax(ptr(o.x), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
+  }
+  Status enqueue(const ArgmaxOp& o) {
+    if (o.x.dim(0) == 0) return ok_status();
+    return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  int* err_ = nullptr;
+  float* scratch_ = nullptr;
+  size_t scratch_floats_ = 0;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int index, DeviceInfo info) : index_(index), info_(std::move(info)) {}
+  const DeviceInfo& info() const override { return info_; }
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    cudaSetDevice(index_);
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      cudaGetLastError();
+      return resource_exhausted(fmt::format("cuda: cannot allocate {} bytes of device memory", bytes));
+    }
+    cudaMemset(p, 0, std::max<size_t>(bytes, 256));
+    return std::unique_ptr<Buffer>(new CudaBuffer(p, bytes));
+  }
+  Support supports(const Op& op) const override { return capability(op); }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(index_); }
+
+ private:
+  int index_;
+  DeviceInfo info_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int count) : count_(count) {}
+  std::string_view name() const override { return "cuda"; }
+  int device_count() const override { return count_; }
+  Result<std::unique_ptr<Device>> open_device(int index) override {
+    if (index < 0 || index >= count_) return not_found(fmt::format("cuda has no device {}", index));
+    cudaDeviceProp prop{};
+    TS_RETURN_IF_ERROR(check("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, index)));
+    DeviceInfo info;
+    info.backend = "cuda";
+    info.name = fmt::format("{} (sm_{}{})", prop.name, prop.major, prop.minor);
+    info.memory_bytes = prop.totalGlobalMem;
+    info.host_visible = false;
+    info.supports_graphs = false;
+    return std::unique_ptr<Device>(new CudaDevice(index, std::move(info)));
+  }
+
+ private:
+  int count_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> create_backend() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return unavailable(fmt::format("cuda: no CUDA device here ({})",
+                                   e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices"));
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(count));
+}
+
+}  // namespace tessera::ops::cuda

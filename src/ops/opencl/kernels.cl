@@ -1,0 +1,215 @@
+// Tessera's operators in OpenCL C 1.2, compiled at load by the platform's compiler (opencl_backend.cc).
+//
+// Tensors arrive as a typed base pointer plus an element offset. Data-dependent checks (token ids, KV
+// slots, block numbers) cannot return a status from a kernel: an offending work-item skips its work and
+// records a code in `err`, which Stream::synchronize() turns into OutOfRange. Weights may be f32 or f16
+// (read with vload_half, core OpenCL: no cl_khr_fp16 needed); the KV cache may be f32 or f16.
+// Reductions that the reference does sequentially are done sequentially here too (one work-item per row),
+// so only the matrix products and attention dot products sum in another order.
+
+#define ERR_INDEX 1
+
+inline void flag(__global int* err) { atomic_cmpxchg(err, 0, ERR_INDEX); }
+
+__kernel void embedding(__global const float* table, ulong table_off, __global const int* ids, ulong ids_off,
+                        __global float* out, ulong out_off, int dim, int vocab, __global int* err) {
+  const int i = get_global_id(0), j = get_global_id(1);
+  const int id = ids[ids_off + i];
+  if (id < 0 || id >= vocab) {
+    flag(err);
+    return;
+  }
+  out[out_off + (ulong)i * dim + j] = table[table_off + (ulong)id * dim + j];
+}
+
+inline void rms_row(__global const float* x, __global const float* w, __global float* out, int n, float eps) {
+  float ss = 0.0f;
+  for (int j = 0; j < n; ++j) ss += x[j] * x[j];
+  ss /= (float)n;
+  ss += eps;
+  ss = 1.0f / sqrt(ss);
+  for (int j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
+}
+
+__kernel void rms_norm(__global const float* x, ulong x_off, __global const float* w, ulong w_off,
+                       __global float* out, ulong out_off, int n, float eps) {
+  const int r = get_global_id(0);
+  rms_row(x + x_off + (ulong)r * n, w + w_off, out + out_off + (ulong)r * n, n, eps);
+}
+
+__kernel void add_rms_norm(__global float* res, ulong res_off, __global const float* d, ulong d_off,
+                           __global const float* w, ulong w_off, __global float* out, ulong out_off, int n,
+                           float eps) {
+  const int r = get_global_id(0);
+  __global float* x = res + res_off + (ulong)r * n;
+  __global const float* dr = d + d_off + (ulong)r * n;
+  for (int j = 0; j < n; ++j) x[j] += dr[j];
+  rms_row(x, w + w_off, out + out_off + (ulong)r * n, n, eps);
+}
+
+// One work-item per (token, pair j): turns pair j of every q and k head of that token.
+__kernel void rope(__global float* q, ulong q_off, __global float* k, ulong k_off, __global const int* pos,
+                   ulong pos_off, int q_heads, int k_heads, int hd, float theta, int interleaved) {
+  const int t = get_global_id(0), j = get_global_id(1), half_dim = hd / 2;
+  const float freq = 1.0f / pow(theta, (float)(2 * j) / (float)hd);
+  const float angle = (float)pos[pos_off + t] * freq;
+  const float c = cos(angle), s = sin(angle);
+  const int a = interleaved ? 2 * j : j;
+  const int b = interleaved ? 2 * j + 1 : j + half_dim;
+  for (int h = 0; h < q_heads; ++h) {
+    __global float* x = q + q_off + ((ulong)t * q_heads + h) * hd;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+  for (int h = 0; h < k_heads; ++h) {
+    __global float* x = k + k_off + ((ulong)t * k_heads + h) * hd;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+#define KV_WRITE(NAME, T, STORE)                                                                               \
+  __kernel void NAME(__global const float* k, ulong k_off, __global const float* v, ulong v_off, __global T* kc, \
+                     ulong kc_off, __global T* vc, ulong vc_off, __global const int* slots, ulong slots_off,     \
+                     int row, int capacity, __global int* err) {                                                \
+    const int t = get_global_id(0), i = get_global_id(1);                                                       \
+    const int slot = slots[slots_off + t];                                                                      \
+    if (slot < 0 || slot >= capacity) {                                                                         \
+      flag(err);                                                                                                \
+      return;                                                                                                   \
+    }                                                                                                           \
+    const ulong dst = (ulong)slot * row + i;                                                                    \
+    STORE(k[k_off + (ulong)t * row + i], kc, kc_off + dst);                                                     \
+    STORE(v[v_off + (ulong)t * row + i], vc, vc_off + dst);                                                     \
+  }
+#define STORE_F32(val, p, idx) p[idx] = val
+#define STORE_F16(val, p, idx) vstore_half_rte(val, idx, p)
+KV_WRITE(kv_write_f32, float, STORE_F32)
+KV_WRITE(kv_write_f16, half, STORE_F16)
+
+// Attention of one query head at position `pos`, in the reference's order: scores (kept in `scores`),
+// max-subtracted exponentials, normalised, then values accumulated position by position.
+#define ATTEND(NAME, T, LOAD)                                                                                    \
+  inline void NAME(__global const T* kc, __global const T* vc, __global const int* table, int pos,             \
+                   __global const float* q, __global float* out, __global float* scores, int block_tokens,     \
+                   int kv_heads, int kvh, int hd) {                                                            \
+    const float denom = sqrt((float)hd);                                                                       \
+    float max_score = -INFINITY;                                                                               \
+    for (int t = 0; t <= pos; ++t) {                                                                           \
+      const ulong row = (((ulong)table[t / block_tokens] * block_tokens + t % block_tokens) * kv_heads + kvh) * \
+                        hd;                                                                                    \
+      float s = 0.0f;                                                                                          \
+      for (int i = 0; i < hd; ++i) s += q[i] * LOAD(kc, row + i);                                              \
+      s /= denom;                                                                                              \
+      scores[t] = s;                                                                                           \
+      max_score = s > max_score ? s : max_score;                                                               \
+    }                                                                                                          \
+    float sum = 0.0f;                                                                                          \
+    for (int t = 0; t <= pos; ++t) {                                                                           \
+      scores[t] = exp(scores[t] - max_score);                                                                  \
+      sum += scores[t];                                                                                        \
+    }                                                                                                          \
+    for (int t = 0; t <= pos; ++t) scores[t] /= sum;                                                           \
+    for (int i = 0; i < hd; ++i) out[i] = 0.0f;                                                                \
+    for (int t = 0; t <= pos; ++t) {                                                                           \
+      const ulong row = (((ulong)table[t / block_tokens] * block_tokens + t % block_tokens) * kv_heads + kvh) * \
+                        hd;                                                                                    \
+      const float a = scores[t];                                                                               \
+      for (int i = 0; i < hd; ++i) out[i] += a * LOAD(vc, row + i);                                            \
+    }                                                                                                          \
+  }
+#define LOAD_F32(p, idx) p[idx]
+#define LOAD_F16(p, idx) vload_half(idx, p)
+ATTEND(attend_f32, float, LOAD_F32)
+ATTEND(attend_f16, half, LOAD_F16)
+
+// One work-item per (query, head). Query i is at position start_pos + i (prefill: one table) or
+// lens[i] - 1 (decode: table row i). `scores` holds max_ctx floats per work-item.
+#define ATTENTION(NAME, T, ATTEND_FN)                                                                             \
+  __kernel void NAME(__global const float* q, ulong q_off, __global const T* kc, ulong kc_off, __global const T* vc, \
+                     ulong vc_off, __global const int* tables, ulong tables_off, int table_stride,                \
+                     __global const int* lens, ulong lens_off, int start_pos, int decode, __global float* out,    \
+                     ulong out_off, __global float* scores, int max_ctx, int n_heads, int kv_heads, int hd,       \
+                     int block_tokens, int num_blocks, __global int* err) {                                       \
+    const int i = get_global_id(0), h = get_global_id(1);                                                         \
+    const int pos = decode ? lens[lens_off + i] - 1 : start_pos + i;                                              \
+    __global const int* table = tables + tables_off + (decode ? (ulong)i * table_stride : 0);                    \
+    const int need = pos / block_tokens + 1;                                                                      \
+    if (pos < 0 || pos >= max_ctx || need > table_stride) {                                                       \
+      flag(err);                                                                                                  \
+      return;                                                                                                     \
+    }                                                                                                             \
+    for (int b = 0; b < need; ++b) {                                                                              \
+      if (table[b] < 0 || table[b] >= num_blocks) {                                                               \
+        flag(err);                                                                                                \
+        return;                                                                                                   \
+      }                                                                                                           \
+    }                                                                                                             \
+    const ulong qo = ((ulong)i * n_heads + h) * hd;                                                               \
+    ATTEND_FN(kc + kc_off, vc + vc_off, table, pos, q + q_off + qo, out + out_off + qo,                          \
+              scores + ((ulong)i * n_heads + h) * max_ctx, block_tokens, kv_heads, h / (n_heads / kv_heads), hd); \
+  }
+ATTENTION(attention_f32, float, attend_f32)
+ATTENTION(attention_f16, half, attend_f16)
+
+// out[r, i] = dot(w row i, x row r) (+ bias[i]). One work-item per output; four-wide loads.
+#define MATMUL(NAME, T, LOAD4, LOAD1)                                                                              \
+  __kernel void NAME(__global const float* x, ulong x_off, __global const T* w, ulong w_off, __global float* out, \
+                     ulong out_off, __global const float* bias, ulong bias_off, int has_bias, int k, int m) {     \
+    const int i = get_global_id(0), r = get_global_id(1);                                                          \
+    __global const float* xr = x + x_off + (ulong)r * k;                                                           \
+    const ulong wr = w_off + (ulong)i * k;                                                                         \
+    float4 acc = (float4)(0.0f);                                                                                   \
+    int j = 0;                                                                                                     \
+    for (; j + 4 <= k; j += 4) acc = fma(LOAD4(w, wr + j), vload4(0, xr + j), acc);                               \
+    float s = (acc.x + acc.y) + (acc.z + acc.w);                                                                   \
+    for (; j < k; ++j) s += LOAD1(w, wr + j) * xr[j];                                                              \
+    out[out_off + (ulong)r * m + i] = has_bias ? s + bias[bias_off + i] : s;                                       \
+  }
+#define LOAD4_F32(p, idx) vload4(0, p + (idx))
+#define LOAD1_F32(p, idx) p[idx]
+#define LOAD4_F16(p, idx) vload_half4(0, p + (idx))
+#define LOAD1_F16(p, idx) vload_half(0, p + (idx))
+MATMUL(matmul_f32, float, LOAD4_F32, LOAD1_F32)
+MATMUL(matmul_f16, half, LOAD4_F16, LOAD1_F16)
+
+__kernel void silu_mul(__global const float* g, ulong g_off, __global const float* u, ulong u_off,
+                       __global float* out, ulong out_off) {
+  const ulong i = get_global_id(0);
+  float v = g[g_off + i];
+  v *= (1.0f / (1.0f + exp(-v)));
+  v *= u[u_off + i];
+  out[out_off + i] = v;
+}
+
+__kernel void add(__global const float* a, ulong a_off, __global const float* b, ulong b_off, __global float* out,
+                  ulong out_off) {
+  const ulong i = get_global_id(0);
+  out[out_off + i] = a[a_off + i] + b[b_off + i];
+}
+
+__kernel void softmax(__global const float* x, ulong x_off, __global float* out, ulong out_off, int m) {
+  const ulong r = get_global_id(0);
+  __global const float* xr = x + x_off + r * m;
+  __global float* o = out + out_off + r * m;
+  float mx = -INFINITY;
+  for (int i = 0; i < m; ++i) mx = xr[i] > mx ? xr[i] : mx;
+  float sum = 0.0f;
+  for (int i = 0; i < m; ++i) {
+    o[i] = exp(xr[i] - mx);
+    sum += o[i];
+  }
+  for (int i = 0; i < m; ++i) o[i] /= sum;
+}
+
+__kernel void argmax(__global const float* x, ulong x_off, __global int* out, ulong out_off, int m) {
+  const ulong r = get_global_id(0);
+  __global const float* xr = x + x_off + r * m;
+  int best = 0;
+  for (int i = 1; i < m; ++i) {
+    if (xr[i] > xr[best]) best = i;
+  }
+  out[out_off + r] = best;
+}

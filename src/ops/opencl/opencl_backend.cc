@@ -1,0 +1,484 @@
+#include "ops/opencl/opencl_backend.h"
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "base/check.h"
+
+namespace tessera::ops::opencl {
+
+extern const char* const kKernelSource;  // kernels.cl, embedded at build time
+
+namespace {
+
+// Correctly rounded division and sqrt, as the reference's C++ has; everything else at default precision.
+constexpr const char* kBuildOptions = "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt";
+constexpr int kErrIndex = 1;
+
+std::string cl_error(const char* what, cl_int e) { return fmt::format("opencl: {} failed (CL error {})", what, e); }
+
+std::string device_string(cl_device_id d, cl_device_info what) {
+  size_t n = 0;
+  clGetDeviceInfo(d, what, 0, nullptr, &n);
+  std::string s(n, '\0');
+  clGetDeviceInfo(d, what, n, s.data(), nullptr);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tessera/opencl";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tessera/opencl";
+  return "/tmp/tessera-opencl-cache";
+}
+
+class ClBuffer final : public Buffer {
+ public:
+  ClBuffer(cl_mem m, size_t size) : Buffer(size), mem_(m) {}
+  ~ClBuffer() override { clReleaseMemObject(mem_); }
+  void* host_ptr() override { return nullptr; }
+  cl_mem mem() const { return mem_; }
+
+ private:
+  cl_mem mem_;
+};
+
+cl_mem mem_of(const Tensor& t) { return static_cast<ClBuffer*>(t.buffer)->mem(); }
+cl_ulong elem_off(const Tensor& t) {
+  const size_t e = t.dtype == DType::kF16 ? 2 : 4;
+  return static_cast<cl_ulong>(t.offset / e);
+}
+
+bool weight_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+
+Support capability(const Op& op) {
+  if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_ok(mm->w.dtype)) {
+    return Support::no(fmt::format("opencl matmul takes f32 or f16 weights, not {}", dtype_name(mm->w.dtype)));
+  }
+  const Tensor* cache = nullptr;
+  if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
+  if (cache && !weight_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
+  // Views must start on an element boundary of their type (kernels index by element).
+  bool aligned = true;
+  std::visit(
+      [&aligned](const auto& o) {
+        auto check = [&aligned](const Tensor& t) {
+          if (t.valid()) aligned = aligned && t.offset % (t.dtype == DType::kF16 ? 2 : 4) == 0;
+        };
+        if constexpr (requires { o.x; }) check(o.x);
+        if constexpr (requires { o.w; }) check(o.w);
+        if constexpr (requires { o.out; }) check(o.out);
+      },
+      op);
+  if (!aligned) return Support::no("opencl needs tensor views aligned to their element size");
+  return Support::yes();
+}
+
+// Shared by a device and its streams.
+struct Shared {
+  cl_context context = nullptr;
+  cl_device_id device = nullptr;
+  cl_program program = nullptr;
+  bool sub_device = false;
+  ~Shared() {
+    if (program) clReleaseProgram(program);
+    if (context) clReleaseContext(context);
+    if (sub_device) clReleaseDevice(device);
+  }
+};
+
+class ClStream final : public Stream {
+ public:
+  static tessera::Result<std::unique_ptr<ClStream>> create(std::shared_ptr<Shared> shared) {
+    std::unique_ptr<ClStream> s(new ClStream(std::move(shared)));
+    cl_int e = CL_SUCCESS;
+    s->queue_ = clCreateCommandQueue(s->shared_->context, s->shared_->device, 0, &e);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clCreateCommandQueue", e));
+    cl_uint n = 0;
+    clCreateKernelsInProgram(s->shared_->program, 0, nullptr, &n);
+    std::vector<cl_kernel> ks(n);
+    e = clCreateKernelsInProgram(s->shared_->program, n, ks.data(), nullptr);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clCreateKernelsInProgram", e));
+    for (cl_kernel k : ks) {
+      char name[64] = {};
+      clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name - 1, name, nullptr);
+      s->kernels_.emplace_back(name, k);
+    }
+    s->err_ = clCreateBuffer(s->shared_->context, CL_MEM_READ_WRITE, sizeof(cl_int), nullptr, &e);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clCreateBuffer", e));
+    const cl_int zero = 0;
+    e = clEnqueueWriteBuffer(s->queue_, s->err_, CL_TRUE, 0, sizeof zero, &zero, 0, nullptr, nullptr);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clEnqueueWriteBuffer", e));
+    return s;
+  }
+  ~ClStream() override {
+    if (queue_) clFinish(queue_);
+    for (auto& [name, k] : kernels_) clReleaseKernel(k);
+    if (scratch_) clReleaseMemObject(scratch_);
+    if (err_) clReleaseMemObject(err_);
+    if (queue_) clReleaseCommandQueue(queue_);
+  }
+
+  Status run(const Op& op) override {
+    Support s = capability(op);
+    if (!s.supported) {
+      TS_RETURN_IF_ERROR(validate(op));
+      return unimplemented(s.reason);
+    }
+    return std::visit([this](const auto& o) { return enqueue(o); }, op);
+  }
+
+  Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_range(dst, offset, bytes, "write"));
+    if (bytes == 0) return ok_status();
+    cl_int e = clEnqueueWriteBuffer(queue_, static_cast<ClBuffer&>(dst).mem(), CL_TRUE, offset, bytes, src, 0, nullptr,
+                                    nullptr);
+    return e == CL_SUCCESS ? ok_status() : internal_error(cl_error("clEnqueueWriteBuffer", e));
+  }
+  Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_range(src, offset, bytes, "read"));
+    if (bytes == 0) return ok_status();
+    cl_int e = clEnqueueReadBuffer(queue_, static_cast<ClBuffer&>(src).mem(), CL_TRUE, offset, bytes, dst, 0, nullptr,
+                                   nullptr);
+    TS_RETURN_IF_ERROR(e == CL_SUCCESS ? ok_status() : internal_error(cl_error("clEnqueueReadBuffer", e)));
+    return take_kernel_error();
+  }
+  Status synchronize() override {
+    cl_int e = clFinish(queue_);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clFinish", e));
+    return take_kernel_error();
+  }
+
+ private:
+  explicit ClStream(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  static Status check_range(Buffer& b, size_t offset, size_t bytes, const char* what) {
+    if (offset > b.size() || bytes > b.size() - offset) {
+      return out_of_range(
+          fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
+    }
+    return ok_status();
+  }
+
+  Status take_kernel_error() {
+    cl_int flag = 0;
+    cl_int e = clEnqueueReadBuffer(queue_, err_, CL_TRUE, 0, sizeof flag, &flag, 0, nullptr, nullptr);
+    if (e != CL_SUCCESS) return internal_error(cl_error("clEnqueueReadBuffer", e));
+    if (flag == 0) return ok_status();
+    const cl_int zero = 0;
+    clEnqueueWriteBuffer(queue_, err_, CL_TRUE, 0, sizeof zero, &zero, 0, nullptr, nullptr);
+    return out_of_range("opencl: a token id, KV slot or block number was outside its range");
+  }
+
+  cl_kernel kernel(const char* name) {
+    for (auto& [n, k] : kernels_) {
+      if (n == name) return k;
+    }
+    return nullptr;
+  }
+
+  // Sets the arguments in order and enqueues `name` over a 1-D or 2-D range (nothing when it is empty).
+  template <typename... Args>
+  Status launch(const char* name, std::initializer_list<size_t> global, const Args&... args) {
+    cl_kernel k = kernel(name);
+    if (k == nullptr) return internal_error(fmt::format("opencl: kernel {} is missing from the program", name));
+    for (size_t g : global) {
+      if (g == 0) return ok_status();
+    }
+    cl_uint i = 0;
+    cl_int e = CL_SUCCESS;
+    ((e = e == CL_SUCCESS ? clSetKernelArg(k, i++, sizeof(Args), &args) : e), ...);
+    if (e != CL_SUCCESS) return internal_error(cl_error(fmt::format("clSetKernelArg({})", name).c_str(), e));
+    std::vector<size_t> g(global);
+    e = clEnqueueNDRangeKernel(queue_, k, static_cast<cl_uint>(g.size()), nullptr, g.data(), nullptr, 0, nullptr,
+                               nullptr);
+    return e == CL_SUCCESS ? ok_status() : internal_error(cl_error(name, e));
+  }
+
+  Result<cl_mem> scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_) clReleaseMemObject(scratch_);
+      cl_int e = CL_SUCCESS;
+      scratch_ = clCreateBuffer(shared_->context, CL_MEM_READ_WRITE, bytes, nullptr, &e);
+      if (e != CL_SUCCESS) {
+        scratch_ = nullptr;
+        scratch_bytes_ = 0;
+        return resource_exhausted(cl_error("allocating attention scratch", e));
+      }
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+
+  static size_t sz(int64_t v) { return static_cast<size_t>(v); }
+  static cl_int i32(int64_t v) { return static_cast<cl_int>(v); }
+
+  Status enqueue(const EmbeddingOp& o) {
+    return launch("embedding", {sz(o.ids.dim(0)), sz(o.table.dim(1))}, mem_of(o.table), elem_off(o.table),
+                  mem_of(o.ids), elem_off(o.ids), mem_of(o.out), elem_off(o.out), i32(o.table.dim(1)),
+                  i32(o.table.dim(0)), err_);
+  }
+  Status enqueue(const RmsNormOp& o) {
+    return launch("rms_norm", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.weight), elem_off(o.weight),
+                  mem_of(o.out), elem_off(o.out), i32(o.x.dim(1)), o.eps);
+  }
+  Status enqueue(const AddRmsNormOp& o) {
+    return launch("add_rms_norm", {sz(o.residual.dim(0))}, mem_of(o.residual), elem_off(o.residual), mem_of(o.delta),
+                  elem_off(o.delta), mem_of(o.weight), elem_off(o.weight), mem_of(o.out), elem_off(o.out),
+                  i32(o.residual.dim(1)), o.eps);
+  }
+  Status enqueue(const RopeOp& o) {
+    return launch("rope", {sz(o.q.dim(0)), sz(o.q.dim(2) / 2)}, mem_of(o.q), elem_off(o.q), mem_of(o.k), elem_off(o.k),
+                  mem_of(o.positions), elem_off(o.positions), i32(o.q.dim(1)), i32(o.k.dim(1)), i32(o.q.dim(2)),
+                  o.theta, cl_int{o.layout == RopeLayout::kInterleaved ? 1 : 0});
+  }
+  Status enqueue(const KvWriteOp& o) {
+    const char* name = o.k_cache.dtype == DType::kF16 ? "kv_write_f16" : "kv_write_f32";
+    return launch(name, {sz(o.k.dim(0)), sz(o.k.row_elems())}, mem_of(o.k), elem_off(o.k), mem_of(o.v), elem_off(o.v),
+                  mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache), elem_off(o.v_cache), mem_of(o.slots),
+                  elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
+  }
+  Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t table_stride,
+                   const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx) {
+    const int64_t count = q.dim(0), heads = q.dim(1);
+    TS_ASSIGN_OR_RETURN(cl_mem s, scratch(sz(std::max<int64_t>(1, count * heads * max_ctx)) * sizeof(float)));
+    const char* name = kc.dtype == DType::kF16 ? "attention_f16" : "attention_f32";
+    return launch(name, {sz(count), sz(heads)}, mem_of(q), elem_off(q), mem_of(kc), elem_off(kc), mem_of(vc),
+                  elem_off(vc), mem_of(tables), elem_off(tables), i32(table_stride), mem_of(lens), elem_off(lens),
+                  cl_int{start_pos}, cl_int{decode ? 1 : 0}, mem_of(out), elem_off(out), s, i32(max_ctx), i32(heads),
+                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), err_);
+  }
+  Status enqueue(const AttentionPrefillOp& o) {
+    return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos, false,
+                     o.out, o.start_pos + o.q.dim(0));
+  }
+  Status enqueue(const AttentionDecodeOp& o) {
+    const int64_t stride = o.block_tables.dim(1);
+    return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, o.context_lens, 0, true, o.out,
+                     stride * o.k_cache.dim(1));
+  }
+  Status enqueue(const MatMulOp& o) {
+    const char* name = o.w.dtype == DType::kF16 ? "matmul_f16" : "matmul_f32";
+    const Tensor& bias = o.bias.valid() ? o.bias : o.x;
+    return launch(name, {sz(o.w.dim(0)), sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.w), elem_off(o.w),
+                  mem_of(o.out), elem_off(o.out), mem_of(bias), elem_off(bias), cl_int{o.bias.valid() ? 1 : 0},
+                  i32(o.x.dim(1)), i32(o.w.dim(0)));
+  }
+  Status enqueue(const SiluMulOp& o) {
+    return launch("silu_mul", {sz(o.gate.numel())}, mem_of(o.gate), elem_off(o.gate), mem_of(o.up), elem_off(o.up),
+                  mem_of(o.out), elem_off(o.out));
+  }
+  Status enqueue(const AddOp& o) {
+    return launch("add", {sz(o.a.numel())}, mem_of(o.a), elem_off(o.a), mem_of(o.b), elem_off(o.b), mem_of(o.out),
+                  elem_off(o.out));
+  }
+  Status enqueue(const SoftmaxOp& o) {
+    return launch("softmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
+                  i32(o.x.dim(1)));
+  }
+  Status enqueue(const ArgmaxOp& o) {
+    return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
+                  i32(o.x.dim(1)));
+  }
+
+  std::shared_ptr<Shared> shared_;
+  cl_command_queue queue_ = nullptr;
+  std::vector<std::pair<std::string, cl_kernel>> kernels_;
+  cl_mem err_ = nullptr;
+  cl_mem scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+class ClDevice final : public Device {
+ public:
+  ClDevice(std::shared_ptr<Shared> shared, DeviceInfo info, size_t max_alloc)
+      : shared_(std::move(shared)), info_(std::move(info)), max_alloc_(max_alloc) {}
+  const DeviceInfo& info() const override { return info_; }
+
+  tessera::Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    if (bytes > max_alloc_) {
+      return resource_exhausted(
+          fmt::format("opencl: {} bytes exceed the device's largest allocation of {} bytes", bytes, max_alloc_));
+    }
+    cl_int e = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(shared_->context, CL_MEM_READ_WRITE, std::max<size_t>(bytes, 64), nullptr, &e);
+    if (e != CL_SUCCESS) return resource_exhausted(cl_error(fmt::format("allocating {} bytes", bytes).c_str(), e));
+    auto buf = std::make_unique<ClBuffer>(m, bytes);
+    // Zeroed, like host backends' memory.
+    std::vector<uint8_t> zeros(std::max<size_t>(bytes, 64), 0);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!init_queue_) init_queue_ = clCreateCommandQueue(shared_->context, shared_->device, 0, &e);
+    if (e == CL_SUCCESS)
+      e = clEnqueueWriteBuffer(init_queue_, m, CL_TRUE, 0, zeros.size(), zeros.data(), 0, nullptr, nullptr);
+    if (e != CL_SUCCESS) return resource_exhausted(cl_error("initialising a buffer", e));
+    return std::unique_ptr<Buffer>(std::move(buf));
+  }
+  Support supports(const Op& op) const override { return capability(op); }
+  std::unique_ptr<Stream> create_stream() override {
+    auto s = ClStream::create(shared_);
+    TS_CHECK(s.ok());  // the program built at open; a queue and kernels failing now is a broken driver
+    return std::move(s).value();
+  }
+  ~ClDevice() override {
+    if (init_queue_) clReleaseCommandQueue(init_queue_);
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  DeviceInfo info_;
+  size_t max_alloc_;
+  std::mutex mu_;
+  cl_command_queue init_queue_ = nullptr;
+};
+
+// Builds the program from the on-disk binary when one matches, else from source (then stores the binary).
+// `how` says which happened.
+Status build_program(Shared& s, const std::string& cache_dir, std::string& how) {
+  const std::string source = kKernelSource;
+  const std::string id = device_string(s.device, CL_DEVICE_NAME) + "|" + device_string(s.device, CL_DEVICE_VERSION) +
+                         "|" + device_string(s.device, CL_DRIVER_VERSION);
+  const std::string path =
+      fmt::format("{}/kernels-{:016x}.bin", cache_dir, fnv1a(source + '\0' + id + '\0' + kBuildOptions));
+  cl_int e = CL_SUCCESS;
+  if (std::ifstream f(path, std::ios::binary); f) {
+    std::vector<unsigned char> bin((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const unsigned char* p = bin.data();
+    const size_t n = bin.size();
+    cl_int bin_status = CL_SUCCESS;
+    s.program = clCreateProgramWithBinary(s.context, 1, &s.device, &n, &p, &bin_status, &e);
+    if (e == CL_SUCCESS && bin_status == CL_SUCCESS &&
+        clBuildProgram(s.program, 1, &s.device, kBuildOptions, nullptr, nullptr) == CL_SUCCESS) {
+      how = "kernels from the binary cache";
+      return ok_status();
+    }
+    if (s.program) clReleaseProgram(s.program);
+    s.program = nullptr;
+  }
+  const char* src = source.c_str();
+  s.program = clCreateProgramWithSource(s.context, 1, &src, nullptr, &e);
+  if (e != CL_SUCCESS) return internal_error(cl_error("clCreateProgramWithSource", e));
+  e = clBuildProgram(s.program, 1, &s.device, kBuildOptions, nullptr, nullptr);
+  if (e != CL_SUCCESS) {
+    size_t n = 0;
+    clGetProgramBuildInfo(s.program, s.device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+    std::string log(n, '\0');
+    clGetProgramBuildInfo(s.program, s.device, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+    return internal_error(fmt::format("opencl: the kernels did not compile for {}: {}",
+                                      device_string(s.device, CL_DEVICE_NAME), log.substr(0, 2000)));
+  }
+  how = "kernels compiled from source";
+  size_t bin_size = 0;
+  if (clGetProgramInfo(s.program, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, nullptr) == CL_SUCCESS &&
+      bin_size > 0) {
+    std::vector<unsigned char> bin(bin_size);
+    unsigned char* p = bin.data();
+    if (clGetProgramInfo(s.program, CL_PROGRAM_BINARIES, sizeof p, &p, nullptr) == CL_SUCCESS) {
+      std::error_code ec;
+      std::filesystem::create_directories(cache_dir, ec);
+      const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+      std::ofstream out(tmp, std::ios::binary);
+      if (out.write(reinterpret_cast<const char*>(bin.data()), static_cast<std::streamsize>(bin.size()))) {
+        out.close();
+        std::filesystem::rename(tmp, path, ec);  // atomic: concurrent processes never see half a file
+        if (!ec) how += ", stored in the binary cache";
+      }
+      std::filesystem::remove(tmp, ec);
+    }
+  }
+  return ok_status();
+}
+
+class ClBackend final : public Backend {
+ public:
+  explicit ClBackend(std::vector<std::pair<cl_platform_id, cl_device_id>> devices) : devices_(std::move(devices)) {}
+  std::string_view name() const override { return "opencl"; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  tessera::Result<std::unique_ptr<Device>> open_device(int index) override { return open_device_with(index, {}); }
+
+  tessera::Result<std::unique_ptr<Device>> open_device_with(int index, const DeviceOptions& options) override {
+    if (index < 0 || index >= device_count()) return not_found(fmt::format("opencl has no device {}", index));
+    auto shared = std::make_shared<Shared>();
+    shared->device = devices_[static_cast<size_t>(index)].second;
+    cl_uint units = 0;
+    clGetDeviceInfo(shared->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, nullptr);
+    std::string threads_note;
+    if (options.threads > 0 && static_cast<cl_uint>(options.threads) < units) {
+      const cl_device_partition_property props[] = {CL_DEVICE_PARTITION_BY_COUNTS, options.threads,
+                                                    CL_DEVICE_PARTITION_BY_COUNTS_LIST_END, 0};
+      cl_device_id sub = nullptr;
+      cl_uint n = 0;
+      if (clCreateSubDevices(shared->device, props, 1, &sub, &n) == CL_SUCCESS && n == 1) {
+        shared->device = sub;
+        shared->sub_device = true;
+        units = static_cast<cl_uint>(options.threads);
+      } else {
+        threads_note = ", could not partition to the requested threads";
+      }
+    }
+    cl_int e = CL_SUCCESS;
+    shared->context = clCreateContext(nullptr, 1, &shared->device, nullptr, nullptr, &e);
+    if (e != CL_SUCCESS) return unavailable(cl_error("clCreateContext", e));
+    std::string how;
+    TS_RETURN_IF_ERROR(
+        build_program(*shared, options.cache_dir.empty() ? default_cache_dir() : options.cache_dir, how));
+    DeviceInfo info;
+    info.backend = "opencl";
+    info.name = fmt::format("{} ({}, {} compute units{}; {})", device_string(shared->device, CL_DEVICE_NAME),
+                            device_string(shared->device, CL_DEVICE_VERSION), units, threads_note, how);
+    cl_ulong mem = 0, max_alloc = 0;
+    clGetDeviceInfo(shared->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, nullptr);
+    clGetDeviceInfo(shared->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, nullptr);
+    info.memory_bytes = mem;
+    info.host_visible = false;
+    info.supports_graphs = false;
+    return std::unique_ptr<Device>(new ClDevice(std::move(shared), std::move(info), max_alloc));
+  }
+
+ private:
+  std::vector<std::pair<cl_platform_id, cl_device_id>> devices_;
+};
+
+}  // namespace
+
+tessera::Result<std::unique_ptr<Backend>> create_backend() {
+  cl_uint n_platforms = 0;
+  cl_int e = clGetPlatformIDs(0, nullptr, &n_platforms);
+  if (e != CL_SUCCESS || n_platforms == 0) {
+    return unavailable(
+        fmt::format("opencl: no OpenCL platform found (CL error {}); install an ICD such as pocl-opencl-icd", e));
+  }
+  std::vector<cl_platform_id> platforms(n_platforms);
+  clGetPlatformIDs(n_platforms, platforms.data(), nullptr);
+  std::vector<std::pair<cl_platform_id, cl_device_id>> devices;
+  for (cl_platform_id p : platforms) {
+    cl_uint n = 0;
+    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &n) != CL_SUCCESS || n == 0) continue;
+    std::vector<cl_device_id> ds(n);
+    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, n, ds.data(), nullptr);
+    for (cl_device_id d : ds) devices.emplace_back(p, d);
+  }
+  if (devices.empty()) return unavailable("opencl: OpenCL platforms exist but none has a device");
+  return std::unique_ptr<Backend>(new ClBackend(std::move(devices)));
+}
+
+}  // namespace tessera::ops::opencl
