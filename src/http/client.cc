@@ -97,11 +97,31 @@ Result<Response> run(const ClientRequest& req, const HeadersCallback* on_headers
   Response out;
   beast::error_code result;
   bool done = false;
+  bool cancelled = false;
+  // Watches req.cancel; stopping the io_context abandons the exchange (its frame and socket are destroyed
+  // with the io_context).
+  asio::steady_timer watch(ioc);
+  std::function<void(const beast::error_code&)> poll = [&](const beast::error_code& ec) {
+    if (ec || done) return;
+    if (req.cancel->load()) {
+      cancelled = true;
+      ioc.stop();
+      return;
+    }
+    watch.expires_after(std::chrono::milliseconds(20));
+    watch.async_wait(poll);
+  };
   asio::co_spawn(ioc, exchange(req, url, out, on_headers, on_chunk), [&](std::exception_ptr e, beast::error_code ec) {
     done = true;
     result = e ? beast::error_code(asio::error::fault) : ec;
+    watch.cancel();
   });
+  if (req.cancel != nullptr) {
+    watch.expires_after(std::chrono::milliseconds(0));
+    watch.async_wait(poll);
+  }
   ioc.run();
+  if (cancelled) return tessera::cancelled(fmt::format("request to {}:{} was cancelled", url.host, url.port));
   if (!done) return internal_error("HTTP exchange did not complete");
   if (result) return from_error(result, url);
   return out;

@@ -11,6 +11,7 @@
 // may be used from several threads at once (each call uses its own connection).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -108,6 +109,9 @@ struct ClientRequest {
   Headers headers;
   std::string body;
   int timeout_ms = 30000;  // whole exchange, connect included
+  // Optional: once it reads true, the exchange is abandoned within ~20 ms and the call returns Cancelled
+  // (the connection is closed). Lets a proxy give up on a node that stopped answering. Must outlive the call.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Returns false to stop reading (the connection is then closed).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -58,7 +59,17 @@ struct Call {
   int64_t reserved_tokens = 0;
   SteadyTime::time_point start = SteadyTime::now();
   std::atomic<bool> client_gone{false};
+  std::mutex mu;
+  std::shared_ptr<std::atomic<bool>> attempt;  // GUARDED_BY(mu): cancels the current upstream exchange
+
+  void client_left() {
+    client_gone = true;
+    std::lock_guard lock(mu);
+    if (attempt) *attempt = true;
+  }
 };
+
+using CancelFlag = std::shared_ptr<std::atomic<bool>>;
 
 }  // namespace
 
@@ -71,6 +82,8 @@ struct Gateway::Impl {
   WorkerPool pool;
   http::Server server;
   std::atomic<uint64_t> next_id{1};
+  std::mutex inflight_mu;
+  std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
   std::mutex health_mu;
   std::condition_variable health_cv;
   bool health_stop = false;  // GUARDED_BY(health_mu)
@@ -113,7 +126,40 @@ struct Gateway::Impl {
   void note_outcome(const std::string& url, int64_t reserved, int64_t generated, RequestOutcome outcome) {
     if (registry.finish(url, reserved, generated, outcome)) {
       log::warn("router: node {} ejected after failed requests", url);
+      cancel_node(url);
     }
+  }
+
+  // An upstream exchange with `url` begins: its cancel flag is set when the client leaves or the node is
+  // ejected, so no request waits on a node that stopped answering.
+  CancelFlag begin_attempt(Call& c, const std::string& url) {
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    {
+      std::lock_guard lock(c.mu);
+      c.attempt = flag;
+      if (c.client_gone) *flag = true;
+    }
+    std::lock_guard lock(inflight_mu);
+    inflight[url].insert(flag);
+    return flag;
+  }
+  void end_attempt(Call& c, const std::string& url, const CancelFlag& flag) {
+    {
+      std::lock_guard lock(c.mu);
+      c.attempt = nullptr;
+    }
+    std::lock_guard lock(inflight_mu);
+    auto it = inflight.find(url);
+    if (it == inflight.end()) return;
+    it->second.erase(flag);
+    if (it->second.empty()) inflight.erase(it);
+  }
+  // The node left rotation: abandon what is open there (retried elsewhere when nothing was forwarded yet).
+  void cancel_node(const std::string& url) {
+    std::lock_guard lock(inflight_mu);
+    auto it = inflight.find(url);
+    if (it == inflight.end()) return;
+    for (const auto& f : it->second) *f = true;
   }
 
   void backoff(int attempt) {
@@ -121,8 +167,9 @@ struct Gateway::Impl {
     if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
 
-  http::ClientRequest upstream_request(const Call& c, const std::string& url) const {
+  http::ClientRequest upstream_request(const Call& c, const std::string& url, const CancelFlag& cancel) const {
     http::ClientRequest req;
+    req.cancel = cancel.get();
     req.method = "POST";
     req.url = url + c.path;
     req.body = c.body;
@@ -166,8 +213,10 @@ struct Gateway::Impl {
       tried.insert(url);
       const bool last = attempt + 1 == options.max_attempts;
       registry.begin(url, c->reserved_tokens);
-      const bool done = c->stream ? stream_once(c, url, last, last_status, last_error)
-                                  : whole_once(*c, url, last, last_status, last_error);
+      const CancelFlag cancel = begin_attempt(*c, url);
+      const bool done = c->stream ? stream_once(c, url, cancel, last, last_status, last_error)
+                                  : whole_once(*c, url, cancel, last, last_status, last_error);
+      end_attempt(*c, url, cancel);
       if (done) return;
     }
     reply_error(*c, last_status == 429 ? 429 : 503, fmt::format("no node could serve the request: {}", last_error),
@@ -176,9 +225,15 @@ struct Gateway::Impl {
   }
 
   // Non-streaming: the answer is read whole (small), so any failure can still be retried. True when answered.
-  bool whole_once(Call& c, const std::string& url, bool last, int& last_status, std::string& last_error) {
-    auto r = http::fetch(upstream_request(c, url));
+  bool whole_once(Call& c, const std::string& url, const CancelFlag& cancel, bool last, int& last_status,
+                  std::string& last_error) {
+    auto r = http::fetch(upstream_request(c, url, cancel));
     if (!r.ok()) {
+      if (c.client_gone) {
+        note_outcome(url, c.reserved_tokens, 0, RequestOutcome::kSuccess);
+        finish(c, 499);
+        return true;
+      }
       note_outcome(url, c.reserved_tokens, 0, RequestOutcome::kConnectError);
       metrics.upstream_failure("connect");
       last_status = 503;
@@ -209,8 +264,8 @@ struct Gateway::Impl {
 
   // Streaming: forwarded piece by piece. True when the call is over (answered, failed mid-stream, or the
   // client left); false to try another node (nothing was forwarded yet).
-  bool stream_once(const std::shared_ptr<Call>& c, const std::string& url, bool last, int& last_status,
-                   std::string& last_error) {
+  bool stream_once(const std::shared_ptr<Call>& c, const std::string& url, const CancelFlag& cancel, bool last,
+                   int& last_status, std::string& last_error) {
     bool started = false;
     int status = 0;
     int64_t generated = 0;
@@ -229,7 +284,13 @@ struct Gateway::Impl {
       generated += count_events(piece);
       return c->writer->write(std::string(piece));
     };
-    auto r = http::fetch_streaming(upstream_request(*c, url), on_headers, on_chunk);
+    auto r = http::fetch_streaming(upstream_request(*c, url, cancel), on_headers, on_chunk);
+    if (!r.ok() && c->client_gone) {
+      note_outcome(url, c->reserved_tokens, generated, RequestOutcome::kSuccess);
+      if (started) c->writer->end();
+      finish(*c, 499);
+      return true;
+    }
     if (!r.ok()) {
       note_outcome(url, c->reserved_tokens, generated, RequestOutcome::kConnectError);
       if (!started) {
@@ -303,7 +364,7 @@ struct Gateway::Impl {
     c->reserved_tokens = route.prompt_tokens + route.max_tokens;
     // Weak: the writer owns this callback, and the call owns the writer.
     w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
-      if (auto call = weak.lock()) call->client_gone = true;
+      if (auto call = weak.lock()) call->client_left();
     });
     if (!pool.submit([this, c] { proxy(c); })) {
       reply_error(*c, 503, "the router is overloaded: too many requests waiting", "service_unavailable",
@@ -435,6 +496,7 @@ struct Gateway::Impl {
       } else {
         log::warn("router: node {} out of rotation: {}", url,
                   r.ok() ? fmt::format("/health answered {}", r->status) : r.status().message());
+        cancel_node(url);
       }
     }
   }

@@ -12,6 +12,9 @@
 // first response byte, a connect error, a 5xx, or a 429 goes to another node (at most `max_attempts` nodes,
 // exponential backoff); once bytes have streamed, a failure ends the stream with an SSE error event and
 // [DONE]. A client that disconnects closes the upstream connection, which cancels the request on the node.
+// When a node leaves rotation (probes or passive ejection), the exchanges still open on it are abandoned:
+// those that forwarded nothing yet are retried elsewhere, streams already under way end with the SSE error
+// event, so no request waits out the upstream timeout on a node that stopped answering.
 // x-request-id is taken from the client (or made up), sent to the node and returned.
 //
 // Threads: HTTP I/O on `http.io_threads` threads; each proxied request holds one thread of a bounded pool

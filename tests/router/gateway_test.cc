@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -31,8 +32,10 @@ constexpr const char* kSse =
 class FakeNode {
  public:
   explicit FakeNode(std::string model = "m") : server_(http::ServerOptions{}) {
-    server_.route("GET", "/health",
-                  [](const http::Request&, WriterPtr w) { w->send(200, R"({"status":"ok","kv_blocks_total":64})"); });
+    server_.route("GET", "/health", [this](const http::Request&, WriterPtr w) {
+      if (!healthy) return w->send(503, R"({"status":"draining"})");
+      w->send(200, R"({"status":"ok","kv_blocks_total":64})");
+    });
     server_.route("GET", "/v1/models", [model](const http::Request&, WriterPtr w) {
       json m = json::object();
       m["id"] = model;
@@ -54,6 +57,7 @@ class FakeNode {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
 
   std::atomic<int> hits{0};
+  std::atomic<bool> healthy{true};
   std::string last_request_id;
   std::function<void(const http::Request&, WriterPtr)> handler = [](const http::Request& r, WriterPtr w) {
     if (json::parse(r.body).value("stream", false)) {
@@ -333,6 +337,40 @@ TEST_F(GatewayTest, AdminApiAddsDrainsAndRemovesNodes) {
   EXPECT_NE(metrics.body.find("tessera_router_requests_total"), std::string::npos);
   EXPECT_NE(metrics.body.find("tessera_router_node_in_flight{node=\"" + a.url() + "\"} 0"), std::string::npos)
       << metrics.body;
+}
+
+// A node that accepts requests and never answers them: once its probes fail, what waits on it is retried
+// elsewhere instead of waiting for the upstream timeout (10 minutes by default).
+TEST_F(GatewayTest, RequestsOnAHungNodeMoveWhenItLeavesRotation) {
+  for (bool stream : {false, true}) {
+    FakeNode hung, good;
+    std::mutex mu;
+    std::vector<WriterPtr> held;
+    hung.handler = [&](const http::Request&, WriterPtr w) {
+      std::lock_guard lock(mu);
+      held.push_back(std::move(w));
+    };
+    GatewayOptions o;
+    o.health.probe_interval_ms = 50;
+    o.health.probe_timeout_ms = 200;
+    start({hung.url()}, o);
+    http::Response answer;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread client([&] {
+      answer = post("/v1/completions", json{{"model", "m"}, {"prompt", "x"}, {"stream", stream}}.dump());
+    });
+    for (int i = 0; i < 500 && hung.hits == 0; ++i) std::this_thread::sleep_for(2ms);
+    ASSERT_EQ(hung.hits, 1);
+    gateway_->on_node_added({good.url(), 0});
+    hung.healthy = false;  // its probes now fail: out of rotation after 2 of them
+    client.join();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(answer.status, 200) << answer.body;
+    EXPECT_EQ(good.hits, 1);
+    EXPECT_LT(waited, 3.0);
+    gateway_->stop();
+    gateway_.reset();
+  }
 }
 
 TEST_F(GatewayTest, NoNodesIsA503) {
