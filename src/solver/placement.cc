@@ -56,6 +56,15 @@ Status check_plan(const Problem& p, const Plan& plan) {
     decode |= pp.role == Role::kDecode;
     both |= pp.role == Role::kBoth;
   }
+  if (p.homogeneous) {
+    const std::string* family = nullptr;
+    for (size_t i = 0; i < plan.pools.size(); ++i) {
+      if (plan.pools[i].role == Role::kIdle) continue;
+      const std::string& f = p.fleet.pools[i].profile.family;
+      if (family && *family != f) return invalid_argument("homogeneous: the plan uses more than one device family");
+      family = &f;
+    }
+  }
   if (!prefill && !both) return invalid_argument("no pool serves prefill");
   if (prefill != decode) return invalid_argument("a prefill pool needs a decode pool and vice versa");
   if (p.fleet.budget_per_hour > 0 && plan_cost(p, plan) > p.fleet.budget_per_hour + 1e-9)

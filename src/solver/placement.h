@@ -41,7 +41,8 @@ struct Problem {
   ModelCost cost;
   RouterPolicy router = RouterPolicy::kLeastLoaded;
   std::vector<Request> requests;
-  double rate = 0;  // offered requests/s
+  double rate = 0;           // offered requests/s
+  bool homogeneous = false;  // only plans whose serving pools are all of one device family
 
   static Result<Problem> make(Fleet fleet, Workload workload, Slo slo);
 };

@@ -368,7 +368,9 @@ Result<SearchResult> exhaustive_search(const Problem& p, double max_plans) {
   }
   if (!ev.best() || !ev.best()->valid)
     return failed_precondition("no valid plan: no pool can hold the model with room for the longest request");
-  return finish(*ev.best(), ev.simulations(), 0, "exhaustive search");
+  SearchResult r = finish(*ev.best(), ev.simulations(), 0, "exhaustive search");
+  r.sim_steps = ev.steps();
+  return r;
 }
 
 Result<SearchResult> scalable_search(const Problem& p, const SearchOptions& o) {
@@ -471,6 +473,11 @@ Result<SearchResult> scalable_search(const Problem& p, const SearchOptions& o) {
     }
   }
   SearchResult r = finish(*ev.best(), ev.simulations(), probes, "scalable search");
+  r.sim_steps = ev.steps();
+  for (const auto& row : table)
+    for (const Probe& pr : row)
+      r.capacities.push_back(
+          {pr.pool, pr.config.role, pr.config.tp, pr.config.max_batch, pr.capacity, pr.instance_cost});
   if (!any_seed) r.note += " (no configuration mix covers the rate by the capacity estimates)";
   return r;
 }

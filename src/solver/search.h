@@ -30,15 +30,27 @@ struct SearchOptions {
   int probe_requests = 200;    // requests per capacity probe
   int seeds_to_simulate = 4;   // analytic seeds verified by full simulation per headroom level
   int max_evaluations = 400;   // full simulations in all (verification + refinement)
-  double max_sim_steps = 3e7;  // simulator steps in all: bounds the effort on large fleets
+  double max_sim_steps = 5e6;  // simulator steps in all: bounds the effort on large fleets
+};
+
+// One capacity probe: the highest rate one instance of `config` on pool `pool` sustains within its SLO share.
+struct CapacityProbe {
+  size_t pool = 0;
+  Role role = Role::kIdle;
+  int tp = 1;
+  int max_batch = 0;
+  double capacity = 0;       // requests/s
+  double cost_per_hour = 0;  // of the instance
 };
 
 struct SearchResult {
   PlanEval best;
-  bool fallback = false;  // no plan met the SLO; `best` has the highest attainment
-  std::string note;       // one line on how the plan was found
-  long evaluations = 0;   // full simulations of the workload
-  long probes = 0;        // single-instance capacity simulations
+  bool fallback = false;                  // no plan met the SLO; `best` has the highest attainment
+  std::string note;                       // one line on how the plan was found
+  long evaluations = 0;                   // full simulations of the workload
+  long probes = 0;                        // single-instance capacity simulations
+  double sim_steps = 0;                   // simulator steps of the full simulations
+  std::vector<CapacityProbe> capacities;  // scalable search: the probe table it seeded from
 };
 
 // Per-instance configurations the search may give a pool (role, size, batch limit); empty if the model

@@ -55,12 +55,10 @@ struct Chunk {
 
 struct Inst {
   const SimInstance* spec = nullptr;
-  double prefill_sec_per_token = 0;
   std::deque<int> waiting;        // routed for prefill, not admitted
   std::vector<Chunk> prefilling;  // admitted, prompt in progress, FCFS
-  double queued_prefill_tokens = 0;
-  std::deque<int> pending;   // decode role: prefilled elsewhere, awaiting admission
-  std::vector<int> joining;  // join the decode batch at the next step
+  std::deque<int> pending;        // decode role: prefilled elsewhere, awaiting admission
+  std::vector<int> joining;       // join the decode batch at the next step
   int running = 0;
   int slots = 0;  // batch slots held: prefilling + running + joining (+ transferring in, decode role)
   double context_sum = 0;
@@ -95,7 +93,11 @@ class Sim {
       inst_[i].spec = &s;
       double t =
           step_seconds(s.latency, step_work(c.cost, prefill_shape(512, 1)), s.tp, s.interconnect_bandwidth, c.cost);
-      inst_[i].prefill_sec_per_token = t / 512;
+      spt_.push_back(t / 512);
+      queued_.push_back(0);
+      cap_.push_back(s.kv_capacity_tokens);
+      both_.push_back(s.role == Role::kBoth);
+      if (s.role == Role::kDecode) max_decoder_cap_ = std::max(max_decoder_cap_, s.kv_capacity_tokens);
       if (s.role == Role::kPrefill || s.role == Role::kBoth) prefill_capable_.push_back(static_cast<int>(i));
       if (s.role == Role::kDecode) decoders_.push_back(static_cast<int>(i));
     }
@@ -145,7 +147,7 @@ class Sim {
   }
 
  private:
-  double cap(int i) const { return inst_[i].spec->kv_capacity_tokens; }
+  double cap(int i) const { return cap_[i]; }
 
   void push(double t, int kind, int inst, int req) { events_.push({t, seq_++, kind, inst, req}); }
 
@@ -179,16 +181,14 @@ class Sim {
     for (size_t k = 0; k < n; ++k) {
       size_t idx = c_.router == RouterPolicy::kRoundRobin ? (rr_prefill_ + k) % n : k;
       int i = prefill_capable_[idx];
-      bool fits =
-          inst_[i].spec->role == Role::kBoth ? cap(i) >= q.in + q.out : cap(i) >= q.in && has_decoder_for(q.in + q.out);
+      bool fits = both_[i] ? cap_[i] >= q.in + q.out : cap_[i] >= q.in && max_decoder_cap_ >= q.in + q.out;
       if (!fits) continue;
       if (c_.router == RouterPolicy::kRoundRobin) {
         rr_prefill_ = idx + 1;
         best = i;
         break;
       }
-      const Inst& x = inst_[i];
-      double score = (x.queued_prefill_tokens + q.in) * x.prefill_sec_per_token;
+      double score = (queued_[i] + q.in) * spt_[i];
       if (best < 0 || score < best_score) best = i, best_score = score;
     }
     if (best < 0) {
@@ -197,14 +197,8 @@ class Sim {
     }
     r_[req].prefill_inst = best;
     inst_[best].waiting.push_back(req);
-    inst_[best].queued_prefill_tokens += q.in;
+    queued_[best] += q.in;
     return best;
-  }
-
-  bool has_decoder_for(double need) const {
-    for (int d : decoders_)
-      if (cap(d) >= need) return true;
-    return false;
   }
 
   void kick(int i) {
@@ -282,14 +276,14 @@ class Sim {
       x.kv_used -= r_[req].in + r_[req].out;
       finish_request(req);
     }
-    std::vector<Chunk> still;
-    std::vector<int> handoff;
+    size_t keep = 0;
+    handoff_.clear();
     for (Chunk& ch : x.prefilling) {
-      x.queued_prefill_tokens -= ch.chunk;
+      queued_[i] -= ch.chunk;
       ch.done += ch.chunk;
       ch.chunk = 0;
       if (ch.done < r_[ch.req].in) {
-        still.push_back(ch);
+        x.prefilling[keep++] = ch;
         continue;
       }
       int req = ch.req;
@@ -309,14 +303,14 @@ class Sim {
           x.kv_used -= r_[req].in;
           finish_request(req);
         } else {
-          handoff.push_back(req);
+          handoff_.push_back(req);
         }
       }
     }
-    x.prefilling = std::move(still);
+    x.prefilling.resize(keep);
     x.step++;
     x.busy = false;
-    for (int req : handoff) {
+    for (int req : handoff_) {
       int d = pick_decoder(req);
       TS_CHECK(d >= 0);  // arrive() only routes requests some decoder can hold
       r_[req].decode_inst = d;
@@ -338,6 +332,12 @@ class Sim {
   std::vector<ReqState> r_;
   std::vector<Inst> inst_;
   std::vector<int> prefill_capable_, decoders_;
+  std::vector<int> handoff_;  // scratch for step_end
+  // Per instance, contiguous for the router's scan: prefill seconds per token, queued prompt tokens (waiting
+  // or in progress), KV capacity, colocated or not.
+  std::vector<double> spt_, queued_, cap_;
+  std::vector<char> both_;
+  double max_decoder_cap_ = 0;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   double now_ = 0;
   long seq_ = 0;
@@ -345,14 +345,15 @@ class Sim {
   size_t rr_prefill_ = 0, rr_decode_ = 0;
 };
 
-double percentile(std::vector<double> v, double pct) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(pct / 100.0 * v.size()));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+// Nearest-rank percentile of sorted values.
+double percentile(const std::vector<double>& sorted, double pct) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(pct / 100.0 * sorted.size()));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
-LatencySummary summary(const std::vector<double>& v, double pct) {
+LatencySummary summary(std::vector<double>& v, double pct) {
+  std::sort(v.begin(), v.end());
   return {percentile(v, 50), percentile(v, 90), percentile(v, 99), percentile(v, pct)};
 }
 

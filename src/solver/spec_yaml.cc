@@ -59,9 +59,7 @@ class Map {
   Status get(const std::string& key, T* out, bool required) {
     known_.insert(key);
     YAML::Node n = node_[key];
-    if (!n.IsDefined() || n.IsNull()) {
-      return required ? invalid_argument(fmt::format("{}: missing required key '{}'", where_, key)) : ok_status();
-    }
+    if (!n.IsDefined() || n.IsNull()) return required ? missing(key) : ok_status();
     if (!n.IsScalar()) return invalid_argument(fmt::format("{}: expected a scalar", at(key)));
     try {
       *out = n.as<T>();
@@ -85,6 +83,16 @@ class Map {
       }
     }
     return ok_status();
+  }
+  // A required key is absent: if an unread key looks like it (a typo), name that instead.
+  Status missing(const std::string& key) const {
+    for (const auto& kv : node_) {
+      std::string k = kv.first.as<std::string>();
+      if (known_.count(k)) continue;
+      if (k.compare(0, 3, key, 0, 3) == 0)
+        return invalid_argument(fmt::format("{}: unknown key '{}'; did you mean '{}'?", where_, k, key));
+    }
+    return invalid_argument(fmt::format("{}: missing required key '{}'", where_, key));
   }
   // Declares the keys this mapping may hold and rejects any other before reading, so that a misspelt key
   // is reported as such rather than as the correctly spelt one missing.
