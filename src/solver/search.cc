@@ -333,14 +333,43 @@ std::vector<PoolConfig> pool_configs(const Problem& p, size_t pool) {
   return out;
 }
 
-double plan_space_size(const Problem& p) {
-  double n = 1;
-  for (size_t i = 0; i < p.fleet.pools.size(); ++i) {
-    double options = 1;
-    for (const PoolConfig& c : pool_configs(p, i)) options += p.fleet.pools[i].count / c.tp;
-    n *= options;
+namespace {
+
+// The pools enumerated together: all of them, or (homogeneous) those of one device family at a time with
+// every other pool idle.
+std::vector<std::vector<size_t>> pool_groups(const Problem& p) {
+  std::vector<std::vector<size_t>> groups;
+  if (!p.homogeneous) {
+    groups.emplace_back();
+    for (size_t i = 0; i < p.fleet.pools.size(); ++i) groups[0].push_back(i);
+    return groups;
   }
-  return n;
+  std::map<std::string, size_t> by_family;
+  for (size_t i = 0; i < p.fleet.pools.size(); ++i) {
+    auto [it, fresh] = by_family.emplace(p.fleet.pools[i].profile.family, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  return groups;
+}
+
+std::vector<PoolPlacement> pool_options(const Problem& p, size_t i) {
+  std::vector<PoolPlacement> out{PoolPlacement{}};
+  for (const PoolConfig& c : pool_configs(p, i))
+    for (int n = 1; n * c.tp <= p.fleet.pools[i].count; ++n) out.push_back({c.role, n, c.tp, c.max_batch});
+  return out;
+}
+
+}  // namespace
+
+double plan_space_size(const Problem& p) {
+  double total = 0;
+  for (const auto& group : pool_groups(p)) {
+    double n = 1;
+    for (size_t i : group) n *= static_cast<double>(pool_options(p, i).size());
+    total += n;
+  }
+  return total;
 }
 
 Result<SearchResult> exhaustive_search(const Problem& p, double max_plans) {
@@ -349,22 +378,20 @@ Result<SearchResult> exhaustive_search(const Problem& p, double max_plans) {
     return resource_exhausted(
         fmt::format("exhaustive search would simulate up to {:.0f} plans (limit {:.0f}); use the scalable search",
                     space, max_plans));
-  std::vector<std::vector<PoolPlacement>> options(p.fleet.pools.size());
-  for (size_t i = 0; i < options.size(); ++i) {
-    options[i].push_back(PoolPlacement{});
-    for (const PoolConfig& c : pool_configs(p, i))
-      for (int n = 1; n * c.tp <= p.fleet.pools[i].count; ++n) options[i].push_back({c.role, n, c.tp, c.max_batch});
-  }
   Evaluator ev(p);
-  std::vector<size_t> idx(options.size(), 0);
-  Plan plan;
-  plan.pools.resize(options.size());
-  while (true) {
-    for (size_t i = 0; i < idx.size(); ++i) plan.pools[i] = options[i][idx[i]];
-    if (check_plan(p, plan).ok()) ev.eval(plan);
-    size_t i = 0;
-    while (i < idx.size() && ++idx[i] >= options[i].size()) idx[i++] = 0;
-    if (i == idx.size()) break;
+  for (const auto& group : pool_groups(p)) {
+    std::vector<std::vector<PoolPlacement>> options;
+    for (size_t i : group) options.push_back(pool_options(p, i));
+    std::vector<size_t> idx(options.size(), 0);
+    Plan plan;
+    plan.pools.assign(p.fleet.pools.size(), PoolPlacement{});
+    while (true) {
+      for (size_t k = 0; k < idx.size(); ++k) plan.pools[group[k]] = options[k][idx[k]];
+      if (check_plan(p, plan).ok()) ev.eval(plan);
+      size_t k = 0;
+      while (k < idx.size() && ++idx[k] >= options[k].size()) idx[k++] = 0;
+      if (k == idx.size()) break;
+    }
   }
   if (!ev.best() || !ev.best()->valid)
     return failed_precondition("no valid plan: no pool can hold the model with room for the longest request");

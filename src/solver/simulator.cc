@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 #include <queue>
+#include <set>
 
 #include <fmt/core.h>
 
@@ -57,6 +58,7 @@ struct Inst {
   const SimInstance* spec = nullptr;
   std::deque<int> waiting;        // routed for prefill, not admitted
   std::vector<Chunk> prefilling;  // admitted, prompt in progress, FCFS
+  size_t assigned = 0;            // leading entries of `prefilling` with a chunk in the step in flight
   std::deque<int> pending;        // decode role: prefilled elsewhere, awaiting admission
   std::vector<int> joining;       // join the decode batch at the next step
   int running = 0;
@@ -98,8 +100,30 @@ class Sim {
       cap_.push_back(s.kv_capacity_tokens);
       both_.push_back(s.role == Role::kBoth);
       if (s.role == Role::kDecode) max_decoder_cap_ = std::max(max_decoder_cap_, s.kv_capacity_tokens);
-      if (s.role == Role::kPrefill || s.role == Role::kBoth) prefill_capable_.push_back(static_cast<int>(i));
-      if (s.role == Role::kDecode) decoders_.push_back(static_cast<int>(i));
+      class_of_.push_back(-1);
+      if (s.role == Role::kPrefill || s.role == Role::kBoth) {
+        prefill_capable_.push_back(static_cast<int>(i));
+        int c = 0;
+        while (c < static_cast<int>(classes_.size()) &&
+               !(classes_[c].spt == spt_[i] && classes_[c].cap == s.kv_capacity_tokens && classes_[c].both == both_[i]))
+          ++c;
+        if (c == static_cast<int>(classes_.size()))
+          classes_.push_back({spt_[i], s.kv_capacity_tokens, both_[i] != 0, {}});
+        class_of_[i] = c;
+        classes_[c].members.insert({0.0, static_cast<int>(i)});
+      }
+      dload_.push_back(0);
+      if (s.role == Role::kDecode) {
+        decoders_.push_back(static_cast<int>(i));
+        int c = 0;
+        while (c < static_cast<int>(decode_classes_.size()) &&
+               !(decode_classes_[c].cap == s.kv_capacity_tokens && decode_classes_[c].max_batch == s.max_batch))
+          ++c;
+        if (c == static_cast<int>(decode_classes_.size()))
+          decode_classes_.push_back({s.kv_capacity_tokens, static_cast<double>(s.max_batch), {}});
+        class_of_[i] = c;
+        decode_classes_[c].members.insert({0, static_cast<int>(i)});
+      }
     }
   }
 
@@ -154,42 +178,61 @@ class Sim {
   // The decode instance for a request prefilled on a prefill instance, or -1 if none can ever hold it.
   int pick_decoder(int req) {
     double need = r_[req].in + r_[req].out;
-    int best = -1;
-    double best_score = 0;
-    size_t n = decoders_.size();
-    for (size_t k = 0; k < n; ++k) {
-      size_t idx = c_.router == RouterPolicy::kRoundRobin ? (rr_decode_ + k) % n : k;
-      int d = decoders_[idx];
-      if (cap(d) < need) continue;
-      if (c_.router == RouterPolicy::kRoundRobin) {
+    if (c_.router == RouterPolicy::kRoundRobin) {
+      size_t n = decoders_.size();
+      for (size_t k = 0; k < n; ++k) {
+        size_t idx = (rr_decode_ + k) % n;
+        int d = decoders_[idx];
+        if (cap_[d] < need) continue;
         rr_decode_ = idx + 1;
         return d;
       }
-      const Inst& x = inst_[d];
-      double score = (x.slots + static_cast<double>(x.pending.size())) / x.spec->max_batch;
-      if (best < 0 || score < best_score) best = d, best_score = score;
+      return -1;
+    }
+    // Lowest slot occupancy ((held + queued) / batch limit), lowest index on ties; within a class of equal
+    // capacity and batch limit the least loaded member is the candidate.
+    int best = -1;
+    double best_score = 0;
+    for (const DecodeClass& dc : decode_classes_) {
+      if (dc.cap < need || dc.members.empty()) continue;
+      auto [load, d] = *dc.members.begin();
+      double score = load / dc.max_batch;
+      if (best < 0 || score < best_score || (score == best_score && d < best)) best = d, best_score = score;
     }
     return best;
+  }
+
+  void add_decode_load(int d, int delta) {
+    DecodeClass& dc = decode_classes_[class_of_[d]];
+    dc.members.erase({dload_[d], d});
+    dload_[d] += delta;
+    dc.members.insert({dload_[d], d});
   }
 
   // Routes a new request; returns the instance it queued on (-1: unserved). The caller kicks it.
   int arrive(int req) {
     const ReqState& q = r_[req];
     int best = -1;
-    double best_score = 0;
-    size_t n = prefill_capable_.size();
-    for (size_t k = 0; k < n; ++k) {
-      size_t idx = c_.router == RouterPolicy::kRoundRobin ? (rr_prefill_ + k) % n : k;
-      int i = prefill_capable_[idx];
-      bool fits = both_[i] ? cap_[i] >= q.in + q.out : cap_[i] >= q.in && max_decoder_cap_ >= q.in + q.out;
-      if (!fits) continue;
-      if (c_.router == RouterPolicy::kRoundRobin) {
+    if (c_.router == RouterPolicy::kRoundRobin) {
+      size_t n = prefill_capable_.size();
+      for (size_t k = 0; k < n; ++k) {
+        size_t idx = (rr_prefill_ + k) % n;
+        int i = prefill_capable_[idx];
+        if (!fits(i, q)) continue;
         rr_prefill_ = idx + 1;
         best = i;
         break;
       }
-      double score = (queued_[i] + q.in) * spt_[i];
-      if (best < 0 || score < best_score) best = i, best_score = score;
+    } else {
+      // Least time to drain the queued prompt tokens plus this one. Instances of one class share the rate,
+      // so within a class the least queued (lowest index on ties) is the candidate; classes are compared.
+      double best_score = 0;
+      for (const RouteClass& rc : classes_) {
+        if (rc.members.empty() || !fits(rc.members.begin()->second, q)) continue;
+        auto [queued, i] = *rc.members.begin();
+        double score = (queued + q.in) * spt_[i];
+        if (best < 0 || score < best_score || (score == best_score && i < best)) best = i, best_score = score;
+      }
     }
     if (best < 0) {
       r_[req].served = false;
@@ -197,8 +240,20 @@ class Sim {
     }
     r_[req].prefill_inst = best;
     inst_[best].waiting.push_back(req);
-    queued_[best] += q.in;
+    add_queued(best, q.in);
     return best;
+  }
+
+  bool fits(int i, const ReqState& q) const {
+    return both_[i] ? cap_[i] >= q.in + q.out : cap_[i] >= q.in && max_decoder_cap_ >= q.in + q.out;
+  }
+
+  void add_queued(int i, double delta) {
+    if (delta == 0) return;
+    RouteClass& rc = classes_[class_of_[i]];
+    rc.members.erase({queued_[i], i});
+    queued_[i] += delta;
+    rc.members.insert({queued_[i], i});
   }
 
   void kick(int i) {
@@ -244,10 +299,12 @@ class Sim {
     StepShape s = decode_shape(x.running, 0);
     s.decode_context_sum = x.context_sum;
     double budget = c_.token_budget - x.running;
-    for (Chunk& ch : x.prefilling) {
+    x.assigned = 0;
+    for (Chunk& ch : x.prefilling) {  // FCFS: once the budget is spent, nothing behind gets a chunk
       int left = r_[ch.req].in - ch.done;
       ch.chunk = static_cast<int>(std::min<double>(left, std::max(0.0, budget)));
-      if (ch.chunk <= 0) continue;
+      if (ch.chunk <= 0) break;
+      x.assigned++;
       budget -= ch.chunk;
       s.prefill_tokens += ch.chunk;
       s.prefill_positions += static_cast<double>(ch.chunk) * ch.done + ch.chunk * (ch.chunk + 1.0) / 2.0;
@@ -275,11 +332,13 @@ class Sim {
       x.context_sum -= r_[req].in + r_[req].out;
       x.kv_used -= r_[req].in + r_[req].out;
       finish_request(req);
+      if (x.spec->role == Role::kDecode) add_decode_load(i, -1);
     }
     size_t keep = 0;
     handoff_.clear();
-    for (Chunk& ch : x.prefilling) {
-      queued_[i] -= ch.chunk;
+    for (size_t k = 0; k < x.assigned; ++k) {
+      Chunk& ch = x.prefilling[k];
+      add_queued(i, -ch.chunk);
       ch.done += ch.chunk;
       ch.chunk = 0;
       if (ch.done < r_[ch.req].in) {
@@ -307,7 +366,8 @@ class Sim {
         }
       }
     }
-    x.prefilling.resize(keep);
+    x.prefilling.erase(x.prefilling.begin() + keep, x.prefilling.begin() + x.assigned);
+    x.assigned = 0;
     x.step++;
     x.busy = false;
     for (int req : handoff_) {
@@ -315,6 +375,7 @@ class Sim {
       TS_CHECK(d >= 0);  // arrive() only routes requests some decoder can hold
       r_[req].decode_inst = d;
       inst_[d].pending.push_back(req);
+      add_decode_load(d, +1);
       kick(d);
     }
     kick(i);
@@ -338,6 +399,21 @@ class Sim {
   std::vector<double> spt_, queued_, cap_;
   std::vector<char> both_;
   double max_decoder_cap_ = 0;
+  // Prefill-capable instances grouped by (rate, capacity, role), each ordered by (queued tokens, index).
+  struct RouteClass {
+    double spt, cap;
+    bool both;
+    std::set<std::pair<double, int>> members;
+  };
+  std::vector<RouteClass> classes_;
+  // Decode instances grouped by (capacity, batch limit), each ordered by (slots held + queued, index).
+  struct DecodeClass {
+    double cap, max_batch;
+    std::set<std::pair<int, int>> members;
+  };
+  std::vector<DecodeClass> decode_classes_;
+  std::vector<int> dload_;
+  std::vector<int> class_of_;  // index into classes_ (prefill-capable) or decode_classes_ (decode)
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   double now_ = 0;
   long seq_ = 0;
