@@ -1,5 +1,6 @@
 #include "solver/placement.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/core.h>
@@ -111,6 +112,7 @@ PlanEval evaluate_plan_on(const Problem& p, const Plan& plan, const std::vector<
     return e;
   }
   e.valid = true;
+  e.slo = p.slo;
   e.sim_steps = sim->steps;
   e.cost_per_hour = plan_cost(p, plan);
   e.report = summarize(*sim, p.slo, rate);
@@ -126,8 +128,14 @@ bool better(const PlanEval& a, const PlanEval& b) {
   if (a.report.meets_slo != b.report.meets_slo) return a.report.meets_slo;
   if (a.report.meets_slo) {
     if (a.goodput_per_cost != b.goodput_per_cost) return a.goodput_per_cost > b.goodput_per_cost;
-  } else if (a.report.attainment != b.report.attainment) {
-    return a.report.attainment > b.report.attainment;
+  } else {
+    if (a.report.attainment != b.report.attainment) return a.report.attainment > b.report.attainment;
+    // Equal attainment (often none): the plan whose worse percentile is nearer its target.
+    auto miss = [](const PlanEval& e, const Slo& s) {
+      return std::max(e.report.ttft.at_slo_percentile / s.ttft_s, e.report.tpot.at_slo_percentile / s.tpot_s);
+    };
+    double ma = miss(a, a.slo), mb = miss(b, b.slo);
+    if (ma != mb) return ma < mb;
   }
   return a.cost_per_hour < b.cost_per_hour;
 }

@@ -6,7 +6,8 @@
 // The objective (docs/solver.md): among plans that meet the SLO, the highest goodput per cost (requests/s
 // meeting the SLO per currency unit per hour); a plan meeting the SLO beats one that does not; among plans
 // that do not, the highest attainment wins (the fallback). Ties go to the cheaper plan, then to the plan
-// that comes first in a fixed order, so every search is deterministic.
+// that comes first in a fixed order, so every search is deterministic. Among plans of equal attainment that
+// miss the SLO, the one whose worse percentile (TTFT or TPOT, relative to its target) is nearer wins.
 //
 // Thread-safety: values and pure functions.
 #pragma once
@@ -55,6 +56,7 @@ struct PlanEval {
   SloReport report;
   double goodput_per_cost = 0;  // goodput / cost_per_hour
   long sim_steps = 0;           // simulator steps it took (the search's unit of effort)
+  Slo slo;                      // the objective it was judged against
 };
 
 // KV positions an instance of `tp` devices of `pool` holds beside the weights (<= 0: the model does not fit).
