@@ -45,6 +45,7 @@ class Evaluator {
     if (it != cache_.end()) return it->second;
     PlanEval e = evaluate_plan(p_, plan);
     if (e.valid) ++simulations_;
+    if (!e.valid && check_plan(p_, plan).ok()) last_error_ = e.why;  // valid plan, failed simulation
     steps_ += e.sim_steps;
     if (!best_ || better(e, *best_)) best_ = std::make_unique<PlanEval>(e);
     return cache_.emplace(k, std::move(e)).first->second;
@@ -53,6 +54,8 @@ class Evaluator {
   long simulations() const { return simulations_; }
   double steps() const { return steps_; }
   const PlanEval* best() const { return best_.get(); }
+  // Why the last plan that passed the constraint check could not be simulated (empty: none failed).
+  const std::string& last_error() const { return last_error_; }
 
  private:
   const Problem& p_;
@@ -60,7 +63,15 @@ class Evaluator {
   std::unique_ptr<PlanEval> best_;
   long simulations_ = 0;
   double steps_ = 0;
+  std::string last_error_;
 };
+
+Status no_valid_plan(const Evaluator& ev) {
+  if (!ev.last_error().empty()) return resource_exhausted(ev.last_error());
+  return failed_precondition(
+      "no valid plan: no pool can hold the model with room for the longest request, or no configuration keeps one "
+      "request within the SLO");
+}
 
 SearchResult finish(const PlanEval& best, long evaluations, long probes, const std::string& method) {
   SearchResult r;
@@ -393,8 +404,7 @@ Result<SearchResult> exhaustive_search(const Problem& p, double max_plans) {
       if (k == idx.size()) break;
     }
   }
-  if (!ev.best() || !ev.best()->valid)
-    return failed_precondition("no valid plan: no pool can hold the model with room for the longest request");
+  if (!ev.best() || !ev.best()->valid) return no_valid_plan(ev);
   SearchResult r = finish(*ev.best(), ev.simulations(), 0, "exhaustive search");
   r.sim_steps = ev.steps();
   return r;
@@ -435,10 +445,7 @@ Result<SearchResult> scalable_search(const Problem& p, const SearchOptions& o) {
       ev.eval(s.plan);
     }
   }
-  if (!ev.best() || !ev.best()->valid)
-    return failed_precondition(
-        "no valid plan: no pool can hold the model with room for the longest request, or "
-        "no configuration keeps one request within the SLO");
+  if (!ev.best() || !ev.best()->valid) return no_valid_plan(ev);
   // Hill climbing on the simulator, first improvement, neighbours in a seeded order.
   Rng rng(o.seed);
   bool improved = true;

@@ -127,9 +127,14 @@ class Sim {
     }
   }
 
-  SimResult run() {
+  Result<SimResult> run() {
     size_t next = 0;
     while (next < r_.size() || !events_.empty()) {
+      if (steps_ > c_.max_steps)
+        return resource_exhausted(fmt::format(
+            "simulation stopped after {} steps (limit {}): the workload is too large to simulate; use fewer "
+            "requests or shorter lengths",
+            steps_, c_.max_steps));
       if (!events_.empty() && (next >= r_.size() || events_.top().t <= r_[next].arrival)) {
         Event e = events_.top();
         events_.pop();

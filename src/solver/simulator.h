@@ -53,6 +53,7 @@ struct SimConfig {
   std::vector<SimInstance> instances;
   int token_budget = 2048;
   RouterPolicy router = RouterPolicy::kLeastLoaded;
+  long max_steps = 50000000;  // a simulation needing more steps fails (ResourceExhausted) instead of hanging
 };
 
 struct RequestOutcome {
@@ -71,7 +72,8 @@ struct SimResult {
 };
 
 // Fails (InvalidArgument) on a configuration that cannot serve: no prefill-capable instance, prefill
-// instances without decode instances, non-positive rates or capacities.
+// instances without decode instances, non-positive rates or capacities; ResourceExhausted when the run
+// would take more than max_steps steps.
 Result<SimResult> simulate(const SimConfig& config, const std::vector<Request>& requests);
 
 struct LatencySummary {

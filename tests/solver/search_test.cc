@@ -119,6 +119,23 @@ TEST(Search, ConstraintsAreChecked) {
   EXPECT_EQ(exhaustive_search(q).status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(Search, HomogeneousKeepsToOneFamily) {
+  Problem p = random_problem(1);  // three pools of three families
+  ASSERT_GE(p.fleet.pools.size(), 2u);
+  Plan two;
+  two.pools.assign(p.fleet.pools.size(), PoolPlacement{});
+  two.pools[0] = {Role::kPrefill, 1, 1, p.fleet.pools[0].batch_limits[0]};
+  two.pools[1] = {Role::kDecode, 1, 1, p.fleet.pools[1].batch_limits[0]};
+  EXPECT_TRUE(check_plan(p, two).ok());
+  p.homogeneous = true;
+  EXPECT_NE(check_plan(p, two).message().find("more than one device family"), std::string::npos);
+  auto ex = exhaustive_search(p);
+  ASSERT_TRUE(ex.ok());
+  int used = 0;
+  for (const PoolPlacement& pp : ex->best.plan.pools) used += pp.role != Role::kIdle;
+  EXPECT_EQ(used, 1);
+}
+
 TEST(Search, DeterministicForASeedAndRespectsTheBudget) {
   Problem p = random_problem(2);
   auto a = scalable_search(p, SearchOptions{});

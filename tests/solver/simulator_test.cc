@@ -162,5 +162,13 @@ TEST(Simulator, DeterministicAndRejectsBadConfigs) {
   EXPECT_EQ(role_from_name("decode").value(), Role::kDecode);
 }
 
+TEST(Simulator, StopsInsteadOfRunningForever) {
+  SimConfig c = config({toy(Role::kBoth)}, 16);
+  c.max_steps = 1000;
+  auto res = simulate(c, {{0, 100000, 100000}});  // ~106k steps
+  EXPECT_EQ(res.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(res.status().message().find("too large to simulate"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::solver

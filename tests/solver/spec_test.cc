@@ -74,6 +74,13 @@ TEST(Spec, FleetErrorsNameTheProblem) {
                            "{peak_tflops: 1, memory_bandwidth_gb_s: 1, memory_gb: 1, network_gb_s: 1}}]"),
                "power of two");
   expect_error(fleet_error("pools: {a: 1"), "YAML syntax error");
+  expect_error(fleet_error("pools: [{name: a, count: 1, cost_per_hour: .nan, datasheet: {peak_tflops: 1, "
+                           "memory_bandwidth_gb_s: 1, memory_gb: 1, network_gb_s: 1}}]"),
+               "cost_per_hour must be >= 0");
+  expect_error(fleet_error("pools: [{name: a, count: 1, cost_per_hour: 1, datasheet: {peak_tflops: .inf, "
+                           "memory_bandwidth_gb_s: 1, memory_gb: 1, network_gb_s: 1}}]"),
+               "peak_tflops must be positive");
+  expect_error(fleet_error("pools: [{name: a, count: 99999999999, cost_per_hour: 1}]"), "not a valid integer");
   expect_error(fleet_error("- 1\n- 2\n"), "mapping");
   expect_error(fleet_error("pool: []"), "missing required key 'pools'");
   Status missing =
@@ -115,6 +122,7 @@ TEST(Spec, WorkloadErrorsNameTheProblem) {
   expect_error(workload_error("model: {dim: 64}\nrate: 1\ninput: {fixed: 1}\noutput: {fixed: 1}"),
                "missing required key 'hidden_dim'");
   expect_error(workload_error("model: {shape: tiny}\nrate: 0\ninput: {fixed: 1}\noutput: {fixed: 1}"), "rate 0");
+  expect_error(workload_error("model: {shape: tiny}\nrate: .nan\ninput: {fixed: 1}\noutput: {fixed: 1}"), "rate");
   expect_error(workload_error("model: {shape: tiny}\nrate: 1\ninput: {fixed: 1, uniform: [1, 2]}\noutput: {fixed: 1}"),
                "exactly one of fixed, uniform, normal");
   expect_error(workload_error("model: {shape: tiny}\nrate: 1\ninput: {uniform: [5, 2]}\noutput: {fixed: 1}"),
