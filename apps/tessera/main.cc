@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   add(add_generate_command);
   add(add_synth_command);
   add(add_solve_command);
+  add(add_profile_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

@@ -108,3 +108,50 @@ TEST(SolveCli, BadSpecsGiveOneClearError) {
 
 }  // namespace
 }  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+TEST(ProfileCli, MeasuresFitsAndFeedsTheSolver) {
+  TS_REQUIRE_STORIES260K();
+  std::string dir = scratch_dir();
+  std::string profile = dir + "/ref.yaml";
+  ProcessResult r = run_process({tessera_bin(), "profile", "--model", stories260k_dir(), "--backend", "ref",
+                                 "--memory-gb", "1", "--network-gb-s", "1", "--max-tokens", "64", "--max-batch", "4",
+                                 "--repeats", "1", "--out", profile});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fit error mean"), std::string::npos);
+  YAML::Node p = YAML::LoadFile(profile);
+  EXPECT_EQ(p["source"].as<std::string>(), "measured");
+  EXPECT_EQ(p["model"].as<std::string>(), "stories260K");
+  EXPECT_EQ(p["prefill"].size(), 4u);  // 8, 16, 32, 64 tokens
+  EXPECT_EQ(p["decode"].size(), 6u);   // batch 1, 2, 4 x context 8, 32
+  EXPECT_EQ(p["fit"]["points"].as<int>(), 10);
+  EXPECT_GE(p["fit"]["mean_abs_rel_error"].as<double>(), 0.0);
+  // stories260K: 5 layers x kv_dim 32 (4 kv heads of 8) x 2 (k, v) x 4 bytes (f32 cache) = 1280 bytes.
+  EXPECT_EQ(p["kv_bytes_per_token"].as<double>(), 1280);
+  // The measured profile drives a plan.
+  std::ofstream(dir + "/fleet.yaml") << "pools:\n  - {name: cpu, count: 2, cost_per_hour: 0.1, profile: ref.yaml}\n";
+  std::ofstream(dir + "/workload.yaml")
+      << "model: {shape: tiny}\nrate: 2\nrequests: 50\ninput: {uniform: [8, 64]}\noutput: {uniform: [4, 32]}\n";
+  std::ofstream(dir + "/slo.yaml") << "ttft_ms: 2000\ntpot_ms: 200\n";
+  ProcessResult s = run_process({tessera_bin(), "solve", "--fleet", dir + "/fleet.yaml", "--workload",
+                                 dir + "/workload.yaml", "--slo", dir + "/slo.yaml"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("plan: cpu: "), std::string::npos) << s.out;
+}
+
+TEST(ProfileCli, RefusesToInventTheLinkBandwidth) {
+  TS_REQUIRE_STORIES260K();
+  ProcessResult r = run_process({tessera_bin(), "profile", "--model", stories260k_dir(), "--backend", "ref",
+                                 "--memory-gb", "1", "--out", scratch_dir() + "/p.yaml"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--network-gb-s is required"), std::string::npos) << r.err;
+  ProcessResult b = run_process({tessera_bin(), "profile", "--model", stories260k_dir(), "--backend", "nope",
+                                 "--network-gb-s", "1", "--out", scratch_dir() + "/p.yaml"});
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.err.find("nope"), std::string::npos) << b.err;
+}
+
+}  // namespace
+}  // namespace tessera::testing
