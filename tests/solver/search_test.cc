@@ -165,3 +165,34 @@ TEST(Search, FallbackWhenNothingMeetsTheSlo) {
 
 }  // namespace
 }  // namespace tessera::solver
+
+namespace tessera::solver {
+namespace {
+
+TEST(Search, TensorParallelWhenOneDeviceCannotHoldTheModel) {
+  // 13.5 GB of weights on 12 GB devices: the smallest instance that fits is two devices.
+  Fleet f;
+  f.pools.push_back(make_pool("small", 4, 1.0, 300, 1500, 12, 25, {32}));
+  f.pools[0].profile.interconnect_bandwidth = 100e9;
+  auto p = Problem::make(f, workload(2, 100, 1), Slo{2.0, 0.1, 90, 0.9});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_LT(kv_capacity_tokens(*p, p->fleet.pools[0], 1), 1);
+  EXPECT_GT(kv_capacity_tokens(*p, p->fleet.pools[0], 2), 2048);
+  std::vector<PoolConfig> configs = pool_configs(*p, 0);
+  ASSERT_FALSE(configs.empty());
+  for (const PoolConfig& c : configs) EXPECT_EQ(c.tp, 2);
+  auto ex = exhaustive_search(*p);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  EXPECT_EQ(ex->best.plan.pools[0].tp, 2);
+  EXPECT_TRUE(ex->best.report.meets_slo);
+  auto sc = scalable_search(*p, SearchOptions{});
+  ASSERT_TRUE(sc.ok());
+  EXPECT_TRUE(sc->best.plan == ex->best.plan);
+  // A single-device plan is rejected by the memory constraint.
+  Plan one;
+  one.pools = {{Role::kBoth, 1, 1, 32}};
+  EXPECT_NE(check_plan(*p, one).message().find("does not fit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::solver
