@@ -132,6 +132,8 @@ std::vector<Request> probe_requests(const Problem& p, double rate, int n, uint64
   return out;
 }
 
+// The probed phase meets its share of the SLO: enough requests within its target(s), and the SLO
+// percentile of its latency (or latencies) within target.
 bool probe_passes(const Problem& p, const SimConfig& c, Role role, double rate, int n, uint64_t seed) {
   std::vector<Request> reqs = probe_requests(p, rate, n, seed);
   auto sim = simulate(c, reqs);
@@ -143,7 +145,16 @@ bool probe_passes(const Problem& p, const SimConfig& c, Role role, double rate, 
     bool ok_ttft = o.ttft_s <= p.slo.ttft_s, ok_tpot = o.tpot_s <= p.slo.tpot_s;
     bool ok = role == Role::kPrefill ? ok_ttft : role == Role::kDecode ? ok_tpot : ok_ttft && ok_tpot;
     met += ok;
+    ttft.push_back(o.ttft_s);
+    tpot.push_back(o.tpot_s);
   }
+  auto at_pct = [&](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    size_t rank = static_cast<size_t>(std::ceil(p.slo.percentile / 100.0 * v.size()));
+    return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+  };
+  if (role != Role::kDecode && at_pct(ttft) > p.slo.ttft_s) return false;
+  if (role != Role::kPrefill && at_pct(tpot) > p.slo.tpot_s) return false;
   return met >= p.slo.attainment * reqs.size() - 1e-9;
 }
 

@@ -440,7 +440,7 @@ Result<DeviceProfile> load_profile(const std::string& path) {
 
 std::string profile_to_yaml(const DeviceProfile& p) {
   YAML::Emitter e;
-  e.SetDoublePrecision(6);
+  e.SetDoublePrecision(9);
   e << YAML::BeginMap;
   e << YAML::Key << "family" << YAML::Value << p.family;
   e << YAML::Key << "source" << YAML::Value << p.source;
