@@ -1,5 +1,5 @@
 // `tessera profile`: time the engine's prefill and decode on one backend and write a device profile (a
-// roofline-shaped latency model fitted to the points, with its fit error) for `tessera solve`.
+// latency model, roofline or additive, fitted to the points, with its fit error) for `tessera solve`.
 //
 // What it measures: prefill latency of one sequence versus prompt length (the engine prefills one
 // sequence per call, so a batch of b prompts costs b calls and is not timed separately), and decode step
@@ -123,11 +123,11 @@ int run_profile(const ProfileArgs& a) {
   std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(yaml.data()), yaml.size());
   if (Status s = write_file_atomic(a.out, bytes); !s.ok()) return fail(s.message());
   std::printf(
-      "profile %s (%s on %s): %zu prefill + %zu decode points; fitted overhead %.3f ms, %.3g FLOP/s, %.3g B/s; "
-      "fit error mean %.1f%%, max %.1f%%\n",
+      "profile %s (%s on %s): %zu prefill + %zu decode points; fitted %s model: overhead %.3f ms, %.3g FLOP/s, "
+      "%.3g B/s; fit error mean %.1f%%, max %.1f%%\n",
       a.out.c_str(), model->name.c_str(), a.backend.c_str(), p.prefill.size(), p.decode.size(),
-      p.latency.overhead_s * 1e3, p.latency.flops_per_s, p.latency.bytes_per_s, p.fit.mean_abs_rel * 100,
-      p.fit.max_abs_rel * 100);
+      p.latency.kind == solver::LatencyKind::kAdditive ? "additive" : "roofline", p.latency.overhead_s * 1e3,
+      p.latency.flops_per_s, p.latency.bytes_per_s, p.fit.mean_abs_rel * 100, p.fit.max_abs_rel * 100);
   return 0;
 }
 

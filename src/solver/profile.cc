@@ -1,7 +1,9 @@
 #include "solver/profile.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -17,6 +19,8 @@ Status DeviceProfile::validate() const {
   if (!positive(memory_bytes)) return invalid_argument(fmt::format("profile {}: memory must be positive", family));
   if (!positive(network_bandwidth))
     return invalid_argument(fmt::format("profile {}: network bandwidth must be positive", family));
+  if (latency.kind == LatencyKind::kAdditive && !positive(latency.attention_flops_per_s))
+    return invalid_argument(fmt::format("profile {}: an additive latency model needs attention_flops_per_s", family));
   if (!positive(latency.flops_per_s) || !positive(latency.bytes_per_s))
     return invalid_argument(
         fmt::format("profile {}: latency model needs positive flops_per_s and bytes_per_s", family));
@@ -28,8 +32,8 @@ Status DeviceProfile::validate() const {
 StepWork step_work(const ModelCost& c, const StepShape& s) {
   StepWork w;
   w.tokens = s.decode_seqs + s.prefill_tokens;
-  w.flops = c.linear_flops(w.tokens) + 4.0 * c.n_layers * c.q_dim * (s.decode_context_sum + s.prefill_positions) +
-            c.classifier_flops(s.sampled);
+  w.attention_flops = 4.0 * c.n_layers * c.q_dim * (s.decode_context_sum + s.prefill_positions);
+  w.flops = c.linear_flops(w.tokens) + w.attention_flops + c.classifier_flops(s.sampled);
   // Weights are read once per step; the KV of every attended cached position is read, new KV is written.
   w.bytes = c.weight_bytes + c.kv_bytes_per_token * (s.decode_context_sum + s.prefill_past + s.prefill_tokens);
   return w;
@@ -60,6 +64,11 @@ double step_seconds(const LatencyModel& m, const StepWork& w, int tp, double int
     // Two all-reduces per layer of tokens * dim activations at 2 bytes; a ring moves 2 (tp-1)/tp of it.
     double bytes = 2.0 * cost.n_layers * w.tokens * cost.dim * 2.0 * 2.0 * (tp - 1) / tp;
     comm = bytes / interconnect_bandwidth;
+  }
+  if (m.kind == LatencyKind::kAdditive) {
+    double attention = w.attention_flops / (m.attention_flops_per_s * tp);
+    compute = (w.flops - w.attention_flops) / (m.flops_per_s * tp);
+    return m.overhead_s + compute + attention + memory + comm;
   }
   return m.overhead_s + std::max(compute, memory) + comm;
 }
@@ -92,27 +101,22 @@ DeviceProfile profile_from_datasheet(const std::string& family, const Datasheet&
   return p;
 }
 
-Result<std::pair<LatencyModel, FitError>> fit_latency_model(const ModelCost& cost,
-                                                            const std::vector<PrefillPoint>& prefill,
-                                                            const std::vector<DecodePoint>& decode) {
-  std::vector<StepWork> work;
-  std::vector<double> y;
-  for (const auto& p : prefill) {
-    if (p.tokens <= 0 || p.batch <= 0 || !positive(p.seconds))
-      return invalid_argument(
-          fmt::format("prefill point (tokens {}, batch {}, {} s) must be positive", p.tokens, p.batch, p.seconds));
-    work.push_back(step_work(cost, prefill_shape(p.tokens, p.batch)));
-    y.push_back(p.seconds);
-  }
-  for (const auto& p : decode) {
-    if (p.batch <= 0 || p.context <= 0 || !positive(p.seconds))
-      return invalid_argument(
-          fmt::format("decode point (batch {}, context {}, {} s) must be positive", p.batch, p.context, p.seconds));
-    work.push_back(step_work(cost, decode_shape(p.batch, p.context)));
-    y.push_back(p.seconds);
-  }
-  if (work.size() < 3) return invalid_argument(fmt::format("need at least 3 points to fit, got {}", work.size()));
+namespace {
 
+// Relative error of a model on the points, using the simulator's own step time (tp 1, no interconnect).
+FitError fit_error(const LatencyModel& m, const ModelCost& cost, const std::vector<StepWork>& work,
+                   const std::vector<double>& y) {
+  FitError fe;
+  fe.points = static_cast<int>(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    double r = std::abs(step_seconds(m, work[i], 1, 0, cost) - y[i]) / y[i];
+    fe.mean_abs_rel += r / work.size();
+    fe.max_abs_rel = std::max(fe.max_abs_rel, r);
+  }
+  return fe;
+}
+
+LatencyModel fit_roofline(const std::vector<StepWork>& work, const std::vector<double>& y) {
   // For fixed rates the best overhead (least squared relative error) has a closed form; the two rates are
   // searched on a log grid, refined three times around the best cell.
   auto evaluate = [&](double lf, double lb, LatencyModel* out) {
@@ -151,15 +155,117 @@ Result<std::pair<LatencyModel, FitError>> fit_latency_model(const ModelCost& cos
   }
   LatencyModel m;
   evaluate(best_f, best_b, &m);
-  FitError fe;
-  fe.points = static_cast<int>(work.size());
-  for (size_t i = 0; i < work.size(); ++i) {
-    double pred = m.overhead_s + std::max(work[i].flops / m.flops_per_s, work[i].bytes / m.bytes_per_s);
-    double r = std::abs(pred - y[i]) / y[i];
-    fe.mean_abs_rel += r / work.size();
-    fe.max_abs_rel = std::max(fe.max_abs_rel, r);
+  return m;
+}
+
+// Solves the k x k system a x = b in place (Gaussian elimination, partial pivoting); false if singular.
+bool solve_small(std::vector<std::vector<double>> a, std::vector<double> b, std::vector<double>* x) {
+  size_t k = b.size();
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
+    if (std::abs(a[piv][c]) < 1e-300) return false;
+    std::swap(a[c], a[piv]);
+    std::swap(b[c], b[piv]);
+    for (size_t r = c + 1; r < k; ++r) {
+      double f = a[r][c] / a[c][c];
+      for (size_t j = c; j < k; ++j) a[r][j] -= f * a[c][j];
+      b[r] -= f * b[c];
+    }
   }
-  return std::make_pair(m, fe);
+  x->assign(k, 0);
+  for (size_t c = k; c-- > 0;) {
+    double v = b[c];
+    for (size_t j = c + 1; j < k; ++j) v -= a[c][j] * (*x)[j];
+    (*x)[c] = v / a[c][c];
+  }
+  return true;
+}
+
+// t = c0 + c1 * matmul flops + c2 * attention flops + c3 * bytes with every c >= 0, least squared relative
+// error. With four unknowns the exact non-negative solution is found by trying every support set.
+std::optional<LatencyModel> fit_additive(const std::vector<StepWork>& work, const std::vector<double>& y) {
+  // Features scaled to comparable magnitudes (each divided by its largest value) for a stable solve.
+  std::vector<std::array<double, 4>> f(work.size());
+  std::array<double, 4> scale{1, 0, 0, 0};
+  for (size_t i = 0; i < work.size(); ++i) {
+    f[i] = {1.0, work[i].flops - work[i].attention_flops, work[i].attention_flops, work[i].bytes};
+    for (int j = 1; j < 4; ++j) scale[j] = std::max(scale[j], f[i][j]);
+  }
+  for (auto& row : f)
+    for (int j = 1; j < 4; ++j) row[j] = scale[j] > 0 ? row[j] / scale[j] : 0;
+  double best_err = INFINITY;
+  std::array<double, 4> best{};
+  for (int mask = 1; mask < 16; ++mask) {
+    std::vector<int> cols;
+    for (int j = 0; j < 4; ++j)
+      if (mask & (1 << j)) cols.push_back(j);
+    size_t k = cols.size();
+    std::vector<std::vector<double>> a(k, std::vector<double>(k, 0));
+    std::vector<double> b(k, 0), x;
+    for (size_t i = 0; i < work.size(); ++i) {
+      double w = 1.0 / (y[i] * y[i]);
+      for (size_t r = 0; r < k; ++r) {
+        b[r] += w * f[i][cols[r]] * y[i];
+        for (size_t c = 0; c < k; ++c) a[r][c] += w * f[i][cols[r]] * f[i][cols[c]];
+      }
+    }
+    if (!solve_small(a, b, &x)) continue;
+    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
+    std::array<double, 4> coef{};
+    for (size_t r = 0; r < k; ++r) coef[cols[r]] = x[r];
+    double err = 0;
+    for (size_t i = 0; i < work.size(); ++i) {
+      double pred = 0;
+      for (int j = 0; j < 4; ++j) pred += coef[j] * f[i][j];
+      err += (pred - y[i]) * (pred - y[i]) / (y[i] * y[i]);
+    }
+    if (err < best_err) best_err = err, best = coef;
+  }
+  if (!std::isfinite(best_err)) return std::nullopt;
+  // A zero coefficient is a rate too fast to matter: keep it finite so profiles stay valid numbers.
+  auto rate = [&](int j) { return best[j] > 0 ? scale[j] / best[j] : 1e30; };
+  LatencyModel m;
+  m.kind = LatencyKind::kAdditive;
+  m.overhead_s = best[0];
+  m.flops_per_s = rate(1);
+  m.attention_flops_per_s = rate(2);
+  m.bytes_per_s = rate(3);
+  return m;
+}
+
+}  // namespace
+
+Result<std::pair<LatencyModel, FitError>> fit_latency_model(const ModelCost& cost,
+                                                            const std::vector<PrefillPoint>& prefill,
+                                                            const std::vector<DecodePoint>& decode) {
+  std::vector<StepWork> work;
+  std::vector<double> y;
+  for (const auto& p : prefill) {
+    if (p.tokens <= 0 || p.batch <= 0 || !positive(p.seconds))
+      return invalid_argument(
+          fmt::format("prefill point (tokens {}, batch {}, {} s) must be positive", p.tokens, p.batch, p.seconds));
+    work.push_back(step_work(cost, prefill_shape(p.tokens, p.batch)));
+    y.push_back(p.seconds);
+  }
+  for (const auto& p : decode) {
+    if (p.batch <= 0 || p.context <= 0 || !positive(p.seconds))
+      return invalid_argument(
+          fmt::format("decode point (batch {}, context {}, {} s) must be positive", p.batch, p.context, p.seconds));
+    work.push_back(step_work(cost, decode_shape(p.batch, p.context)));
+    y.push_back(p.seconds);
+  }
+  if (work.size() < 3) return invalid_argument(fmt::format("need at least 3 points to fit, got {}", work.size()));
+  LatencyModel roof = fit_roofline(work, y);
+  FitError roof_err = fit_error(roof, cost, work, y);
+  std::optional<LatencyModel> add = fit_additive(work, y);
+  if (add) {
+    FitError add_err = fit_error(*add, cost, work, y);
+    // The roofline is kept unless the additive shape is clearly better (it has one more parameter).
+    if (add_err.mean_abs_rel < 0.9 * roof_err.mean_abs_rel) return std::make_pair(*add, add_err);
+  }
+  return std::make_pair(roof, roof_err);
 }
 
 }  // namespace tessera::solver

@@ -1,10 +1,16 @@
 // Device profiles: what one device family can do, as data the simulator reads.
 //
 // A profile holds the family's memory, its links (network: between instances, used for the prefill ->
-// decode KV transfer; interconnect: inside a tensor-parallel instance) and a roofline-shaped latency
-// model of one serving step:
+// decode KV transfer; interconnect: inside a tensor-parallel instance) and a latency model of one serving
+// step, of one of two shapes:
 //
-//   step_seconds = overhead + max(flops / flops_per_s, bytes / bytes_per_s) + tensor-parallel all-reduce
+//   roofline: step_seconds = overhead + max(flops / flops_per_s, bytes / bytes_per_s)
+//   additive: step_seconds = overhead + matmul flops / flops_per_s + attention flops / attention_flops_per_s
+//                            + bytes / bytes_per_s
+//
+// plus the tensor-parallel all-reduce time. Datasheets give rooflines; a fit tries both shapes and keeps the
+// one that fits clearly better (scalar backends that neither overlap memory with compute nor run attention at
+// matmul speed are additive).
 //
 // A profile comes either from a datasheet (peak FLOP/s and memory bandwidth times stated efficiencies) or
 // from measurements (`tessera profile`, issue 9 item 1): prefill latency versus prompt tokens and batch,
@@ -22,10 +28,14 @@
 
 namespace tessera::solver {
 
+enum class LatencyKind { kRoofline, kAdditive };
+
 struct LatencyModel {
   double overhead_s = 0;   // fixed cost per step (launches, scheduling, sampling)
-  double flops_per_s = 0;  // effective compute rate
+  double flops_per_s = 0;  // effective compute rate (additive: of the matmul FLOPs)
   double bytes_per_s = 0;  // effective memory bandwidth
+  LatencyKind kind = LatencyKind::kRoofline;
+  double attention_flops_per_s = 0;  // additive only
 };
 
 struct FitError {
@@ -87,7 +97,8 @@ struct StepShape {
 };
 
 struct StepWork {
-  double flops = 0;
+  double flops = 0;            // all of them, attention included
+  double attention_flops = 0;  // the attention part of `flops`
   double bytes = 0;
   double tokens = 0;  // tokens through the body (for tensor-parallel all-reduce traffic)
 };
@@ -104,8 +115,10 @@ double step_seconds(const LatencyModel& m, const StepWork& w, int tp, double int
 DeviceProfile profile_from_datasheet(const std::string& family, const Datasheet& d);
 Status validate_datasheet(const Datasheet& d);
 
-// Fits overhead, flops_per_s and bytes_per_s to measured points (minimising squared relative error; a
-// deterministic coarse-to-fine search in log space) and returns the model with its error.
+// Fits a latency model to measured points, minimising squared relative error: the roofline by a
+// deterministic coarse-to-fine search in log space (overhead in closed form), the additive model exactly
+// (non-negative least squares over its four inverse rates); keeps the roofline unless the additive shape's
+// mean error is under 90% of the roofline's (it has one parameter more).
 Result<std::pair<LatencyModel, FitError>> fit_latency_model(const ModelCost& cost,
                                                             const std::vector<PrefillPoint>& prefill,
                                                             const std::vector<DecodePoint>& decode);

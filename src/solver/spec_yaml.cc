@@ -186,6 +186,14 @@ Result<DeviceProfile> parse_profile_node(const YAML::Node& root, const std::stri
     TS_RETURN_IF_ERROR(l.get("overhead_ms", &overhead_ms, true));
     TS_RETURN_IF_ERROR(l.get("flops_per_s", &p.latency.flops_per_s, true));
     TS_RETURN_IF_ERROR(l.get("bytes_per_s", &p.latency.bytes_per_s, true));
+    std::string kind = "roofline";
+    TS_RETURN_IF_ERROR(l.get("kind", &kind, false));
+    if (kind == "additive") {
+      p.latency.kind = LatencyKind::kAdditive;
+      TS_RETURN_IF_ERROR(l.get("attention_flops_per_s", &p.latency.attention_flops_per_s, true));
+    } else if (kind != "roofline") {
+      return invalid_argument(fmt::format("{}: unknown kind '{}'; known: roofline, additive", l.at("kind"), kind));
+    }
     TS_RETURN_IF_ERROR(l.finish());
     p.latency.overhead_s = overhead_ms / 1e3;
   }
@@ -450,7 +458,10 @@ std::string profile_to_yaml(const DeviceProfile& p) {
   e << YAML::Key << "interconnect_gb_s" << YAML::Value << p.interconnect_bandwidth / kGB;
   if (p.kv_bytes_per_token > 0) e << YAML::Key << "kv_bytes_per_token" << YAML::Value << p.kv_bytes_per_token;
   e << YAML::Key << "latency" << YAML::Value << YAML::BeginMap;
+  bool additive = p.latency.kind == LatencyKind::kAdditive;
+  e << YAML::Key << "kind" << YAML::Value << (additive ? "additive" : "roofline");
   e << YAML::Key << "overhead_ms" << YAML::Value << p.latency.overhead_s * 1e3;
+  if (additive) e << YAML::Key << "attention_flops_per_s" << YAML::Value << p.latency.attention_flops_per_s;
   e << YAML::Key << "flops_per_s" << YAML::Value << p.latency.flops_per_s;
   e << YAML::Key << "bytes_per_s" << YAML::Value << p.latency.bytes_per_s;
   e << YAML::EndMap;

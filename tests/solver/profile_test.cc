@@ -53,6 +53,44 @@ TEST(Profile, FitErrorReflectsNoise) {
   EXPECT_LE(fit->second.mean_abs_rel, fit->second.max_abs_rel);
 }
 
+TEST(Profile, FitRecoversAnAdditiveModel) {
+  // A backend that neither overlaps memory with compute nor runs attention at matmul speed.
+  ModelCost c = cost110m();
+  LatencyModel truth{0.0002, 4e10, 3e10, LatencyKind::kAdditive, 5e9};
+  std::vector<PrefillPoint> pf;
+  std::vector<DecodePoint> dc;
+  synth_points(c, truth, 0, &pf, &dc);
+  auto fit = fit_latency_model(c, pf, dc);
+  ASSERT_TRUE(fit.ok());
+  EXPECT_EQ(fit->first.kind, LatencyKind::kAdditive);
+  EXPECT_NEAR(fit->first.flops_per_s / truth.flops_per_s, 1.0, 1e-6);
+  EXPECT_NEAR(fit->first.attention_flops_per_s / truth.attention_flops_per_s, 1.0, 1e-6);
+  EXPECT_NEAR(fit->first.bytes_per_s / truth.bytes_per_s, 1.0, 1e-6);
+  EXPECT_NEAR(fit->first.overhead_s, truth.overhead_s, 1e-9);
+  EXPECT_LT(fit->second.max_abs_rel, 1e-6);
+  // A roofline stays a roofline.
+  std::vector<PrefillPoint> pf2;
+  std::vector<DecodePoint> dc2;
+  synth_points(c, {0.0005, 2e11, 5e10}, 0, &pf2, &dc2);
+  EXPECT_EQ(fit_latency_model(c, pf2, dc2)->first.kind, LatencyKind::kRoofline);
+  // Round trip through the profile file, and a bad kind.
+  DeviceProfile p;
+  p.family = "scalar";
+  p.source = "measured";
+  p.memory_bytes = 1e9;
+  p.network_bandwidth = 1e9;
+  p.latency = fit->first;
+  auto back = parse_profile(profile_to_yaml(p), "additive");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->latency.kind, LatencyKind::kAdditive);
+  EXPECT_NEAR(back->latency.attention_flops_per_s / p.latency.attention_flops_per_s, 1, 1e-8);
+  auto bad = parse_profile(
+      "family: x\nsource: measured\nmemory_gb: 1\nnetwork_gb_s: 1\nlatency: {kind: magic, overhead_ms: 0, "
+      "flops_per_s: 1, bytes_per_s: 1}\n",
+      "bad");
+  EXPECT_NE(bad.status().message().find("known: roofline, additive"), std::string::npos);
+}
+
 TEST(Profile, FitRejectsBadPoints) {
   ModelCost c = cost110m();
   EXPECT_EQ(fit_latency_model(c, {{16, 1, 0.01}}, {}).status().code(), StatusCode::kInvalidArgument);
