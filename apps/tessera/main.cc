@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   add(add_matrix_command);
   add(add_link_command);
   add(add_ctrl_command);
+  add(add_solve_command);
+  add(add_profile_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

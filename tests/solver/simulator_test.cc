@@ -1,0 +1,174 @@
+// The simulator on cases small enough to work out by hand. The toy model costs exactly 1 FLOP per token
+// and 1 KV byte per token with no weight traffic, so on an instance computing 1000 FLOP/s a step of n
+// tokens takes overhead + n ms.
+#include <gtest/gtest.h>
+
+#include "solver/simulator.h"
+
+namespace tessera::solver {
+namespace {
+
+ModelCost toy_cost() {
+  ModelCost c;
+  c.layer_matmul_params = 0.5;  // 2 * 0.5 * 1 layer = 1 FLOP per token
+  c.n_layers = 1;
+  c.q_dim = 0;  // no attention FLOPs
+  c.dim = 1;
+  c.kv_bytes_per_token = 1;
+  return c;
+}
+
+SimInstance toy(Role role, int max_batch = 64, double kv = 1e9) {
+  SimInstance s;
+  s.pool = "toy";
+  s.role = role;
+  s.max_batch = max_batch;
+  s.latency = {0.01, 1000, 1e30};
+  s.network_bandwidth = 1000;  // 100 tokens of KV move in 0.1 s
+  s.kv_capacity_tokens = kv;
+  return s;
+}
+
+SimConfig config(std::vector<SimInstance> inst, int budget = 100000) {
+  SimConfig c;
+  c.cost = toy_cost();
+  c.instances = std::move(inst);
+  c.token_budget = budget;
+  return c;
+}
+
+RequestOutcome one(const SimConfig& c, Request r) {
+  auto res = simulate(c, {r});
+  EXPECT_TRUE(res.ok()) << res.status().to_string();
+  return res->requests[0];
+}
+
+TEST(Simulator, SingleRequestColocated) {
+  // Prefill: 10 ms + 100 ms. Then 10 decode steps of 10 ms + 1 ms.
+  RequestOutcome o = one(config({toy(Role::kBoth)}), {0, 100, 11});
+  ASSERT_TRUE(o.served);
+  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.011, 1e-12);
+  EXPECT_NEAR(o.e2e_s, 0.220, 1e-12);
+}
+
+TEST(Simulator, ChunkedPrefillSplitsThePrompt) {
+  // Budget 40: chunks of 40, 40, 20 tokens = 50 + 50 + 30 ms.
+  RequestOutcome o = one(config({toy(Role::kBoth)}, 40), {0, 100, 1});
+  EXPECT_NEAR(o.ttft_s, 0.130, 1e-12);
+  EXPECT_NEAR(o.e2e_s, 0.130, 1e-12);
+  EXPECT_EQ(o.tpot_s, 0);
+}
+
+TEST(Simulator, QueueingDelayOfAnOverloadedServer) {
+  // One slot, service 110 ms, arrivals every 50 ms: request k starts at k * 110 ms, so its TTFT is
+  // (k + 1) * 110 - k * 50 ms.
+  std::vector<Request> reqs;
+  for (int k = 0; k < 5; ++k) reqs.push_back({k * 0.05, 100, 1});
+  auto res = simulate(config({toy(Role::kBoth, 1)}), reqs);
+  ASSERT_TRUE(res.ok());
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(res->requests[k].ttft_s, (k + 1) * 0.110 - k * 0.05, 1e-9) << k;
+}
+
+TEST(Simulator, ContinuousBatchingSharesSteps) {
+  // Both prompts in one 200-token step (210 ms), then 10 steps of 2 tokens (12 ms each).
+  auto res = simulate(config({toy(Role::kBoth)}), {{0, 100, 11}, {0, 100, 11}});
+  ASSERT_TRUE(res.ok());
+  for (const auto& o : res->requests) {
+    EXPECT_NEAR(o.ttft_s, 0.210, 1e-12);
+    EXPECT_NEAR(o.tpot_s, 0.012, 1e-12);
+  }
+}
+
+TEST(Simulator, DisaggregatedPaysTheKvTransfer) {
+  // Prefill 110 ms; 100 KV bytes over 1000 B/s = 100 ms; 10 decode steps of 11 ms.
+  RequestOutcome o = one(config({toy(Role::kPrefill), toy(Role::kDecode)}), {0, 100, 11});
+  ASSERT_TRUE(o.served);
+  EXPECT_EQ(o.prefill_instance, 0);
+  EXPECT_EQ(o.decode_instance, 1);
+  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(o.e2e_s, 0.110 + 0.100 + 0.110, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.210 / 10, 1e-12);
+}
+
+TEST(Simulator, TransfersShareTheLink) {
+  // Both prompts prefill in one step (210 ms); the second transfer waits for the first (link busy).
+  auto res = simulate(config({toy(Role::kPrefill), toy(Role::kDecode)}), {{0, 100, 2}, {0, 100, 2}});
+  ASSERT_TRUE(res.ok());
+  // First: transfer ends at 310 ms, one decode step of 11 ms -> 321 ms. Second: transfer ends at 410 ms.
+  EXPECT_NEAR(res->requests[0].e2e_s, 0.321, 1e-12);
+  EXPECT_NEAR(res->requests[1].e2e_s, 0.421, 1e-12);
+}
+
+TEST(Simulator, KvCapacityLimitsConcurrencyAndRejectsWhatNeverFits) {
+  // 150 tokens of KV: the second 111-token request waits until the first finishes at 220 ms.
+  auto res = simulate(config({toy(Role::kBoth, 8, 150)}), {{0, 100, 11}, {0, 100, 11}, {0, 140, 20}});
+  ASSERT_TRUE(res.ok());
+  EXPECT_NEAR(res->requests[0].ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(res->requests[1].ttft_s, 0.330, 1e-12);
+  EXPECT_FALSE(res->requests[2].served);  // 160 tokens never fit
+  Slo slo{1.0, 1.0, 90, 0.5};
+  SloReport rep = summarize(*res, slo, 3.0);
+  EXPECT_EQ(rep.unserved, 1);
+  EXPECT_NEAR(rep.attainment, 2.0 / 3, 1e-12);
+  EXPECT_NEAR(rep.goodput, 2.0, 1e-12);
+  EXPECT_FALSE(rep.meets_slo);  // p90 TTFT is the unserved request's (infinite)
+}
+
+TEST(Simulator, LeastLoadedSpreadsAndRoundRobinAlternates) {
+  std::vector<Request> reqs = {{0, 100, 1}, {0, 100, 1}, {0, 100, 1}, {0, 100, 1}};
+  auto ll = simulate(config({toy(Role::kBoth, 1), toy(Role::kBoth, 1)}), reqs);
+  ASSERT_TRUE(ll.ok());
+  EXPECT_EQ(ll->requests[0].prefill_instance, 0);
+  EXPECT_EQ(ll->requests[1].prefill_instance, 1);
+  EXPECT_NEAR(ll->requests[3].ttft_s, 0.220, 1e-12);
+  SimConfig rr = config({toy(Role::kBoth, 1), toy(Role::kBoth, 1)});
+  rr.router = RouterPolicy::kRoundRobin;
+  auto r = simulate(rr, reqs);
+  ASSERT_TRUE(r.ok());
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(r->requests[k].prefill_instance, k % 2);
+}
+
+TEST(Simulator, SummaryPercentilesAndSloVerdict) {
+  std::vector<Request> reqs;
+  for (int k = 0; k < 10; ++k) reqs.push_back({k * 1.0, 100, 11});  // no queueing: all identical
+  auto res = simulate(config({toy(Role::kBoth)}), reqs);
+  ASSERT_TRUE(res.ok());
+  SloReport ok = summarize(*res, {0.2, 0.02, 90, 0.9}, offered_rate(reqs));
+  EXPECT_NEAR(ok.offered_rate, 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(ok.attainment, 1.0);
+  EXPECT_TRUE(ok.meets_slo);
+  EXPECT_NEAR(ok.ttft.p90, 0.110, 1e-12);
+  SloReport tight = summarize(*res, {0.1, 0.02, 90, 0.9}, 1.0);
+  EXPECT_DOUBLE_EQ(tight.attainment, 0.0);
+  EXPECT_FALSE(tight.meets_slo);
+}
+
+TEST(Simulator, DeterministicAndRejectsBadConfigs) {
+  std::vector<Request> reqs;
+  for (int k = 0; k < 50; ++k) reqs.push_back({k * 0.013, 50 + (k * 37) % 200, 1 + (k * 11) % 30});
+  SimConfig c = config({toy(Role::kPrefill), toy(Role::kDecode, 4), toy(Role::kBoth, 3)}, 128);
+  auto a = simulate(c, reqs), b = simulate(c, reqs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(a->requests[i].served);
+    EXPECT_EQ(a->requests[i].e2e_s, b->requests[i].e2e_s);
+  }
+  EXPECT_FALSE(simulate(config({toy(Role::kDecode)}), reqs).ok());
+  EXPECT_FALSE(simulate(config({toy(Role::kPrefill)}), reqs).ok());
+  EXPECT_FALSE(simulate(config({toy(Role::kBoth, 0)}), reqs).ok());
+  EXPECT_FALSE(simulate(config({toy(Role::kBoth)}), {{1, 1, 1}, {0, 1, 1}}).ok());
+  EXPECT_FALSE(router_policy_from_name("random").ok());
+  EXPECT_EQ(role_from_name("decode").value(), Role::kDecode);
+}
+
+TEST(Simulator, StopsInsteadOfRunningForever) {
+  SimConfig c = config({toy(Role::kBoth)}, 16);
+  c.max_steps = 1000;
+  auto res = simulate(c, {{0, 100000, 100000}});  // ~106k steps
+  EXPECT_EQ(res.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(res.status().message().find("too large to simulate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::solver
