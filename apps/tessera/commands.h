@@ -14,6 +14,8 @@ using Action = std::function<int()>;
 
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
+Action add_convert_command(CLI::App& app);
+Action add_inspect_command(CLI::App& app);
 
 // Prints "tessera: error: <message>" on one line of stderr and returns 1.
 int fail(const std::string& message);

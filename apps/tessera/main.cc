@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   };
   add(add_generate_command);
   add(add_synth_command);
+  add(add_convert_command);
+  add(add_inspect_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
