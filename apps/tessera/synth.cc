@@ -35,6 +35,8 @@ int run_synth(const SynthArgs& a) {
     if (!d) return fail(fmt::format("unknown --dtype '{}' (f32, f16, bf16, q8_0, q4_0)", a.dtype));
     o.dtype = *d;
   }
+  if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
+    return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   model::SynthModel m = model::synthesize_weights(*config, a.seed);
   auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
   o.tokenizer = tok.get();
