@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <climits>
 #include <queue>
 
 #include <fmt/core.h>
@@ -152,10 +153,25 @@ Status BpeTokenizer::compile() {
 static void apply_merges(std::vector<TokenId>& syms,
                          const std::unordered_map<uint64_t, std::pair<int32_t, TokenId>>& merges) {
   if (syms.size() < 2) return;
-  if (syms.size() == 2) {
-    auto it = merges.find(pair_key(syms[0], syms[1]));
-    if (it != merges.end()) syms = {it->second.second};
-    return;
+  if (syms.size() <= 24) {
+    // Short words (almost all of them): rescan for the lowest-rank pair, the leftmost among equals; the
+    // same order the heap below produces, without its allocations.
+    for (;;) {
+      int32_t best_rank = INT32_MAX;
+      size_t best = 0;
+      TokenId merged = -1;
+      for (size_t i = 0; i + 1 < syms.size(); ++i) {
+        auto it = merges.find(pair_key(syms[i], syms[i + 1]));
+        if (it != merges.end() && it->second.first < best_rank) {
+          best_rank = it->second.first;
+          best = i;
+          merged = it->second.second;
+        }
+      }
+      if (merged < 0) return;
+      syms[best] = merged;
+      syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
   }
   struct Node {
     TokenId id;
@@ -293,6 +309,7 @@ void BpeTokenizer::encode_segment(std::string_view text, std::vector<TokenId>& o
     const bool regex_step =
         p.kind == BpeSpec::PreTokenizer::kSplitRegex || (p.kind == BpeSpec::PreTokenizer::kByteLevel && p.use_regex);
     pcre2_code* re = regex_step ? compiled_->regexes[regex_index++] : nullptr;
+    pcre2_match_data* md = re ? pcre2_match_data_create_from_pattern(re, nullptr) : nullptr;
     for (size_t pi = 0; pi < pieces.size(); ++pi) {
       std::string s = std::move(pieces[pi]);
       if (p.kind == BpeSpec::PreTokenizer::kByteLevel && p.add_prefix_space && !s.empty() && s[0] != ' ')
@@ -320,7 +337,6 @@ void BpeTokenizer::encode_segment(std::string_view text, std::vector<TokenId>& o
         next.push_back(std::move(s));
         continue;
       }
-      pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
       size_t pos = 0, last = 0;
       while (pos <= s.size()) {
         int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md, nullptr);
@@ -333,8 +349,8 @@ void BpeTokenizer::encode_segment(std::string_view text, std::vector<TokenId>& o
         pos = me > ms ? me : ms + utf8_seq_len(static_cast<unsigned char>(ms < s.size() ? s[ms] : 0));
       }
       if (last < s.size()) next.push_back(s.substr(last));
-      pcre2_match_data_free(md);
     }
+    if (md) pcre2_match_data_free(md);
     pieces = std::move(next);
   }
   for (const std::string& w : pieces) encode_word(w, out);
