@@ -9,17 +9,20 @@
 namespace tessera::engine {
 namespace {
 
-// Whether `device` runs weight `w` (already uploaded) as stored: as a matmul weight and, for the token
-// embedding, as an embedding table. Probed with tiny real operands, because supports() validates buffers.
-bool device_runs_weight(ops::Device& device, const ops::Tensor& w, bool is_embedding) {
-  if (w.dtype == DType::kF32) return true;
-  if (w.rank != 2) return false;
-  auto xb = device.alloc(static_cast<size_t>(w.dims[1]) * 4);
-  auto ob = device.alloc(static_cast<size_t>(w.dims[0]) * 4);
+// Whether `device` runs weights of type `dtype` with rows of `cols` elements as they are stored: as a matmul
+// weight and, for the token embedding, as an embedding table. supports() validates its operands' buffers, so
+// the probe uses tiny real ones (one row).
+bool device_runs_weight(ops::Device& device, DType dtype, int64_t cols, int rank, bool is_embedding) {
+  if (dtype == DType::kF32) return true;
+  if (rank != 2) return false;  // norms and biases are f32 operands of every operator
+  auto wb = device.alloc(dtype_bytes(dtype, static_cast<size_t>(cols)));
+  auto xb = device.alloc(static_cast<size_t>(cols) * 4);
+  auto ob = device.alloc(4);
   auto ib = device.alloc(4);
-  if (!xb.ok() || !ob.ok() || !ib.ok()) return false;
-  ops::Tensor x(xb->get(), 0, DType::kF32, {1, w.dims[1]});
-  ops::Tensor out(ob->get(), 0, DType::kF32, {1, w.dims[0]});
+  if (!wb.ok() || !xb.ok() || !ob.ok() || !ib.ok()) return false;
+  ops::Tensor w(wb->get(), 0, dtype, {1, cols});
+  ops::Tensor x(xb->get(), 0, DType::kF32, {1, cols});
+  ops::Tensor out(ob->get(), 0, DType::kF32, {1, 1});
   if (!device.supports(ops::MatMulOp{x, w, out}).supported) return false;
   if (!is_embedding) return true;
   ops::Tensor ids(ib->get(), 0, DType::kI32, {1});
@@ -83,22 +86,21 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   std::copy(shape.begin(), shape.end(), t.dims.begin());
   if (t.bytes() != w->bytes)
     return internal_error(fmt::format("tensor {} holds {} bytes, expected {}", name, w->bytes, t.bytes()));
+  const void* src = w->data;
+  std::vector<float> widened;
+  if (!device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank, name == "token_embd.weight")) {
+    // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
+    // model from a GGUF or safetensors file still runs (at f32's memory cost).
+    widened.resize(static_cast<size_t>(t.numel()));
+    TS_RETURN_IF_ERROR(dequantize(w->data, w->dtype, widened));
+    t.dtype = DType::kF32;
+    src = widened.data();
+  }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device_.alloc(t.bytes()));
   t.buffer = buf.get();
-  TS_RETURN_IF_ERROR(stream_->upload(t, w->data));
-  if (!device_runs_weight(device_, t, name == "token_embd.weight")) {
-    // The device cannot run this weight type: widen it to f32 on the host (a model from a GGUF or safetensors
-    // file in f16/bf16/q8_0/q4_0 still runs, at f32's memory cost).
-    std::vector<float> f32(static_cast<size_t>(t.numel()));
-    TS_RETURN_IF_ERROR(dequantize(w->data, w->dtype, f32));
-    t.dtype = DType::kF32;
-    TS_RETURN_IF_ERROR(stream_->synchronize());  // the first upload may still read its buffer
-    TS_ASSIGN_OR_RETURN(buf, device_.alloc(t.bytes()));
-    t.buffer = buf.get();
-    TS_RETURN_IF_ERROR(stream_->upload(t, f32.data()));
-    TS_RETURN_IF_ERROR(stream_->synchronize());  // f32 is freed on return
-  }
   buffers_.push_back(std::move(buf));
+  TS_RETURN_IF_ERROR(stream_->upload(t, src));
+  if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;
 }
 
