@@ -123,6 +123,18 @@ TEST(SentencePiece, Tok512ModelAgreesWithLlama2cAndGgufEncoders) {
   EXPECT_GT(checked, 100);
 }
 
+TEST(SentencePiece, LongTextMergesLikeLlama2c) {
+  TS_REQUIRE_STORIES260K();
+  auto l2c = Llama2cTokenizer::load(testing::stories260k_dir() + "/tok512.bin");
+  ASSERT_TRUE(l2c.ok());
+  auto spm = SpmTokenizer::create(*(*l2c)->to_vocab());
+  ASSERT_TRUE(spm.ok());
+  std::string text;
+  while (text.size() < 4000) text += "Once upon a time, there was a little girl named Lily. She loved to play!\n ";
+  // llama2.c rescans every pair each round (quadratic); the heap-based encoder must agree with it exactly.
+  EXPECT_EQ((*spm)->encode(text, true), (*l2c)->encode(text, true));
+}
+
 TEST(LoadTokenizer, RecognisesEveryFormat) {
   TS_REQUIRE_STORIES260K();
   auto a = load_tokenizer(testing::stories260k_dir() + "/tok512.bin");

@@ -1,5 +1,7 @@
 #include "model/tokenizer/spm_tokenizer.h"
 
+#include <queue>
+
 #include <fmt/core.h>
 
 namespace tessera::model {
@@ -92,28 +94,51 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool add_bos) c
     }
     i += n;
   }
-  for (;;) {
-    float best = 0;
-    TokenId best_id = -1;
-    size_t best_i = 0;
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      const Sym &a = syms[i], &b = syms[i + 1];
-      if (a.len == 0 || b.len == 0) continue;
-      TokenId id = lookup(std::string_view(norm).substr(a.start, a.len + b.len));
-      if (id < 0) continue;
-      float s = vocab_.scores[static_cast<size_t>(id)];
-      if (best_id < 0 || s > best) {
-        best = s;
-        best_id = id;
-        best_i = i;
-      }
-    }
-    if (best_id < 0) break;
-    syms[best_i].len += syms[best_i + 1].len;
-    syms[best_i].id = best_id;
-    syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best_i) + 1);
+  // Best-scoring pair first, the leftmost among equal scores (the order of a full rescan each round, as
+  // llama2.c does, in O(n log n)). Entries go stale when a neighbour merges; they are checked when popped.
+  const int n = static_cast<int>(syms.size());
+  std::vector<int> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    prev[static_cast<size_t>(i)] = i - 1;
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
   }
-  for (const Sym& s : syms) out.push_back(s.id);
+  struct Cand {
+    float score;
+    int left, right;
+    size_t len;
+    TokenId id;
+    bool operator<(const Cand& o) const { return score != o.score ? score < o.score : left > o.left; }
+  };
+  std::priority_queue<Cand> heap;
+  auto consider = [&](int l) {
+    if (l < 0) return;
+    int r = next[static_cast<size_t>(l)];
+    if (r < 0) return;
+    const Sym &a = syms[static_cast<size_t>(l)], &b = syms[static_cast<size_t>(r)];
+    if (a.len == 0 || b.len == 0) return;
+    TokenId id = lookup(std::string_view(norm).substr(a.start, a.len + b.len));
+    if (id >= 0) heap.push({vocab_.scores[static_cast<size_t>(id)], l, r, a.len + b.len, id});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    Sym& a = syms[static_cast<size_t>(c.left)];
+    if (a.len == 0 || next[static_cast<size_t>(c.left)] != c.right) continue;
+    Sym& b = syms[static_cast<size_t>(c.right)];
+    if (b.len == 0 || a.len + b.len != c.len) continue;
+    a.len += b.len;
+    a.id = c.id;
+    b.len = 0;
+    b.id = -1;
+    int nr = next[static_cast<size_t>(c.right)];
+    next[static_cast<size_t>(c.left)] = nr;
+    if (nr >= 0) prev[static_cast<size_t>(nr)] = c.left;
+    consider(prev[static_cast<size_t>(c.left)]);
+    consider(c.left);
+  }
+  for (const Sym& s : syms)
+    if (s.id >= 0 || s.len > 0) out.push_back(s.id);
   return out;
 }
 

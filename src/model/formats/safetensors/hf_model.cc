@@ -213,9 +213,10 @@ Result<HfModel> load_hf_model(const std::string& dir) {
       if (t.is_string()) {
         m.chat_template = t.get<std::string>();
       } else if (t.is_array()) {  // [{"name": "default", "template": ...}, ...]
-        for (const Json& e : t)
-          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-            m.chat_template = e["template"].get<std::string>();
+        for (const Json& e : t) {
+          if (!e.is_object() || !e.contains("name") || !e.contains("template")) continue;
+          if (e["name"] == "default" && e["template"].is_string()) m.chat_template = e["template"].get<std::string>();
+        }
       }
     }
   }
