@@ -190,6 +190,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
   kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
   kv.emplace_back(a + ".vocab_size", GgufValue::u32(static_cast<uint32_t>(config.vocab_size)));
+  std::optional<Vocab> padded;
+  if (vocab && static_cast<int>(vocab->tokens.size()) < config.vocab_size) {
+    // HF models pad their embedding beyond the tokenizer (Qwen2: 151936 rows, 151665 tokens); GGUF wants one
+    // token per row, so the rest become unused "[PAD<id>]" tokens, as llama.cpp's converter writes them.
+    padded = *vocab;
+    for (auto i = static_cast<int>(padded->tokens.size()); i < config.vocab_size; ++i) {
+      padded->tokens.push_back(fmt::format("[PAD{}]", i));
+      if (!padded->scores.empty()) padded->scores.push_back(-1e9f);
+      if (padded->types.empty()) padded->types.assign(vocab->tokens.size(), kTokenNormal);
+      padded->types.push_back(kTokenUnused);
+    }
+    vocab = &*padded;
+  }
   if (vocab) {
     TS_RETURN_IF_ERROR(vocab->validate());
     if (static_cast<int>(vocab->tokens.size()) != config.vocab_size)
