@@ -110,6 +110,21 @@ TEST(GgufModel, LlamaRoundTripsBitExactWithItsTokenizer) {
   }
 }
 
+TEST(GgufModel, ASmallerTokenizerIsPaddedToTheEmbedding) {
+  ModelConfig cfg = small_llama();
+  SynthModel m = synthesize_weights(cfg, 3);
+  auto tok = synthesize_tokenizer(300, 3);  // the model has 512 embedding rows
+  auto vocab = tok->to_vocab();
+  std::string path = testing::scratch_dir() + "/pad.gguf";
+  ASSERT_TRUE(write_gguf_model(path, cfg, m.weights, &*vocab, {}).ok());
+  auto g = load_gguf_model(path);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->tokenizer->vocab_size(), 512);
+  EXPECT_EQ(g->vocab->tokens[400], "[PAD400]");
+  EXPECT_EQ(g->vocab->types[400], kTokenUnused);
+  EXPECT_EQ(g->tokenizer->encode("a padded vocabulary", true), tok->encode("a padded vocabulary", true));
+}
+
 TEST(GgufModel, EveryTensorTypeStoresWhatQuantHProduces) {
   ModelConfig cfg = small_llama();
   cfg.hidden_dim = 192;  // rows divisible by 32 so every matrix can be block-quantised
