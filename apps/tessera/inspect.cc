@@ -18,7 +18,16 @@ struct InspectArgs {
   std::string path;
   std::string tokenizer;
   bool tensors = false;
+  std::string chat_template;
+  std::string chat;
 };
+
+// The rendered prompt on one line: newlines as \n.
+std::string escape_newlines(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return out;
+}
 
 int run_inspect(const InspectArgs& a) {
   auto m = model::load_model(a.path, a.tokenizer, /*require_tokenizer=*/false);
@@ -50,7 +59,19 @@ int run_inspect(const InspectArgs& a) {
   } else {
     fmt::print("tokenizer:     none\n");
   }
-  if (!m->chat_template.empty()) {
+  if (!a.chat_template.empty() || !a.chat.empty()) {
+    // What a server would do with this model: pick the template, render one user turn.
+    auto t = model::choose_chat_template(a.chat_template, m->chat_template);
+    if (!t.ok()) return fail(t.status().message());
+    fmt::print("chat template: {} ({})\n", model::chat_template_name(*t),
+               a.chat_template.empty() ? "from the model" : "--chat-template");
+    if (!a.chat.empty()) {
+      std::vector<model::ChatMessage> msgs = {{"user", a.chat}};
+      auto text = model::render_chat(*t, msgs, /*add_generation_prompt=*/true);
+      if (!text.ok()) return fail(text.status().message());
+      fmt::print("chat prompt:   {}\n", escape_newlines(*text));
+    }
+  } else if (!m->chat_template.empty()) {
     auto t = model::detect_chat_template(m->chat_template);
     fmt::print("chat template: {}\n", t ? std::string(model::chat_template_name(*t)) : "unrecognised");
   }
@@ -70,6 +91,10 @@ Action add_inspect_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file to report on");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
+  cmd->add_option(
+      "--chat-template", args->chat_template,
+      fmt::format("Chat template family ({}); default: the model's", fmt::join(model::chat_template_names(), ", ")));
+  cmd->add_option("--chat", args->chat, "Render this user message with the chat template");
   return [args] { return run_inspect(*args); };
 }
 

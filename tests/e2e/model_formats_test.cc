@@ -108,6 +108,22 @@ TEST(ModelFormatsCli, SynthInEveryFormatGeneratesTheSameText) {
   EXPECT_NE(q.err.find("llama2.c checkpoints hold llama models"), std::string::npos) << q.err;
 }
 
+TEST(ModelFormatsCli, ChatTemplateFromTokenizerConfigOrFlag) {
+  std::string dir = testing::scratch_dir();
+  ASSERT_EQ(tessera({"synth", "--shape", "tiny", "--format", "safetensors", "--out", dir + "/hf"}).exit_code, 0);
+  expect_clean_error({"inspect", dir + "/hf", "--chat", "Hi"}, "no chat template; choose one with --chat-template");
+  write(dir + "/hf/tokenizer_config.json",
+        R"({"chat_template": "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n'}}{% endfor %}"})");
+  auto r = tessera({"inspect", dir + "/hf", "--chat", "Hi"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("chat template: chatml (from the model)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat prompt:   <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n"), std::string::npos)
+      << r.out;
+  r = tessera({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", "llama-3"});
+  EXPECT_NE(r.out.find("llama-3 (--chat-template)"), std::string::npos) << r.out;
+  expect_clean_error({"inspect", dir + "/hf", "--chat-template", "alpaca"}, "unknown chat template 'alpaca'");
+}
+
 TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
   TS_REQUIRE_STORIES260K();
   std::string dir = testing::scratch_dir();
