@@ -12,8 +12,10 @@
 #include "base/mapped_file.h"
 #include "base/rng.h"
 #include "model/formats/gguf/gguf_model.h"
+#include "model/formats/safetensors/hf_model.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/synth.h"
+#include "model/tokenizer/bpe_tokenizer.h"
 #include "support/paths.h"
 
 namespace tessera::model {
@@ -168,6 +170,67 @@ TEST(HeaderFuzz, SafetensorsParserSurvivesMutatedFiles) {
   RecordProperty("inputs", c.total);
   EXPECT_EQ(c.total, iterations());
   EXPECT_LT(c.accepted, c.total);
+}
+
+// The JSON readers (tokenizer.json, tokenizer_config.json, config.json) on mutated text: no exception may
+// escape (one would end the test), every input parses or is a Status.
+TEST(HeaderFuzz, JsonReadersSurviveMutatedText) {
+  const std::string tokenizer = R"({"added_tokens": [{"id": 12, "content": "<|end|>", "special": true,
+    "lstrip": false, "rstrip": true, "single_word": false}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Prepend", "prepend": "x"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "y"}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\s+|\\p{L}+"},
+      "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|end|>", "type_id": 0}}]},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "byte_fallback": false, "ignore_merges": true, "unk_token": null,
+      "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "\u0120": 4, "w": 5, "r": 6, "d": 7, "he": 8, "ll": 9, "hell": 10,
+                "\u0120w": 11}, "merges": ["h e", ["l", "l"], "he ll", "\u0120 w"]}})";
+  const std::string tconfig = R"({"bos_token": {"content": "<|end|>"}, "eos_token": "<|end|>", "add_bos_token": true,
+    "pad_token": null, "chat_template": [{"name": "default", "template": "<|im_start|>"}]})";
+  const std::string config = R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+    "max_position_embeddings": 128, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "tie_word_embeddings": true,
+    "head_dim": 16, "rope_scaling": null})";
+  ASSERT_TRUE(BpeTokenizer::from_json(tokenizer, tconfig, "t").ok())
+      << BpeTokenizer::from_json(tokenizer, tconfig, "t").status().to_string();
+  ASSERT_TRUE(parse_hf_config(config, "c").ok()) << parse_hf_config(config, "c").status().to_string();
+  const int n = iterations();
+  Rng rng(0xFACE);
+  // Half the inputs stay valid JSON with one value swapped for another type, to reach the type checks.
+  auto swap_value = [&rng](const std::string& j) {
+    static const char* kValues[] = {"null",       "true",
+                                    "-1",         "1e300",
+                                    "4294967296", "\"x\"",
+                                    "[]",         "{}",
+                                    "[1, \"a\"]", "{\"type\": \"x\"}",
+                                    "\"\"",       "18446744073709551615"};
+    std::string out = j;
+    for (int tries = 0; tries < 8; ++tries) {
+      size_t colon = out.find(':', rng.next_u32() % out.size());
+      if (colon == std::string::npos) continue;
+      size_t end = out.find_first_of(",}]", colon + 1);
+      if (end == std::string::npos || out.find_first_of("[{", colon + 1) < end) continue;
+      out.replace(colon + 1, end - colon - 1, kValues[rng.next_u32() % (sizeof(kValues) / sizeof(kValues[0]))]);
+      break;
+    }
+    return out;
+  };
+  int accepted = 0;
+  for (int i = 0; i < n; ++i) {
+    bool structured = i % 2 == 0;
+    std::string t = structured ? swap_value(tokenizer) : mutate(tokenizer, config, rng);
+    std::string c = structured ? swap_value(tconfig) : mutate(tconfig, tokenizer, rng);
+    auto tok = BpeTokenizer::from_json(t, c, "fuzz");
+    if (tok.ok()) {
+      ++accepted;
+      (*tok)->decode((*tok)->encode("hello world<|end|> h\xC3", true));
+    }
+    accepted += parse_hf_config(structured ? swap_value(config) : mutate(config, tokenizer, rng), "fuzz").ok();
+  }
+  std::printf("json: %d mutated tokenizer.json + tokenizer_config.json pairs and %d config.json, %d accepted\n", n, n,
+              accepted);
+  EXPECT_LT(accepted, 2 * n);
 }
 
 }  // namespace
