@@ -26,6 +26,8 @@ Action add_link_command(CLI::App& app);
 Action add_ctrl_command(CLI::App& app);
 Action add_solve_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
+Action add_convert_command(CLI::App& app);
+Action add_inspect_command(CLI::App& app);
 
 // Prints "tessera: error: <message>" on one line of stderr and returns 1.
 int fail(const std::string& message);

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   add(add_ctrl_command);
   add(add_solve_command);
   add(add_profile_command);
+  add(add_convert_command);
+  add(add_inspect_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

@@ -1,4 +1,5 @@
-// `tessera synth`: write a seeded random-weight model of a realistic shape (and, optionally, a tokenizer).
+// `tessera synth`: write a seeded random-weight model of a realistic shape in any format (and, optionally,
+// a llama2.c tokenizer). GGUF files embed the matching tokenizer.
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -8,7 +9,7 @@
 
 #include "base/mapped_file.h"
 #include "commands.h"
-#include "model/llama2c/llama2c_checkpoint.h"
+#include "model/model_writer.h"
 #include "model/synth.h"
 
 namespace tessera::cli {
@@ -17,7 +18,9 @@ namespace {
 struct SynthArgs {
   std::string shape;
   std::string format = "llama2c";
+  std::string dtype;
   uint64_t seed = 1;
+  int layers = 0;
   std::string out;
   std::string tokenizer_out;
 };
@@ -25,19 +28,32 @@ struct SynthArgs {
 int run_synth(const SynthArgs& a) {
   auto config = model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
-  if (a.format != "llama2c") return fail(fmt::format("unknown format '{}'; known formats: llama2c", a.format));
+  if (a.layers > 0) config->n_layers = a.layers;
+  model::ModelWriteOptions o;
+  if (!a.dtype.empty()) {
+    auto d = parse_dtype(a.dtype);
+    if (!d) return fail(fmt::format("unknown --dtype '{}' (f32, f16, bf16, q8_0, q4_0)", a.dtype));
+    o.dtype = *d;
+  }
+  if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
+    return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   model::SynthModel m = model::synthesize_weights(*config, a.seed);
-  if (Status s = model::write_llama2c_checkpoint(a.out, m.config, m.weights); !s.ok()) return fail(s.message());
+  auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
+  o.tokenizer = tok.get();
+  o.name = "synth-" + a.shape;
+  std::vector<std::string> notes;
+  o.notes = &notes;
+  if (Status s = model::write_model(a.format, a.out, m.config, m.weights, o); !s.ok()) return fail(s.message());
   if (!a.tokenizer_out.empty()) {
-    auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
     if (Status s = write_file_atomic(a.tokenizer_out, tok->serialize()); !s.ok()) return fail(s.message());
   }
   std::fprintf(stderr,
-               "wrote %s: shape %s (dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, seq %d), %.2fM "
-               "params, seed %llu\n",
-               a.out.c_str(), a.shape.c_str(), config->dim, config->hidden_dim, config->n_layers, config->n_heads,
-               config->n_kv_heads, config->vocab_size, config->max_seq_len, config->parameter_count() / 1e6,
-               static_cast<unsigned long long>(a.seed));
+               "wrote %s (%s): shape %s (arch %s, dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, seq "
+               "%d), %.2fM params, seed %llu\n",
+               a.out.c_str(), a.format.c_str(), a.shape.c_str(), config->arch.c_str(), config->dim, config->hidden_dim,
+               config->n_layers, config->n_heads, config->n_kv_heads, config->vocab_size, config->max_seq_len,
+               config->parameter_count() / 1e6, static_cast<unsigned long long>(a.seed));
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   return 0;
 }
 
@@ -48,9 +64,14 @@ Action add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a seeded random-weight model of a named shape");
   cmd->add_option("--shape", args->shape, fmt::format("One of: {}", fmt::join(model::synth_shape_names(), ", ")))
       ->required();
-  cmd->add_option("--format", args->format, "Output format")->capture_default_str();
+  cmd->add_option("--format", args->format,
+                  fmt::format("Output format: {}", fmt::join(model::model_format_names(), ", ")))
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "Matrix type (gguf: f32 f16 bf16 q8_0 q4_0; safetensors: f32 f16 bf16)");
   cmd->add_option("--seed", args->seed, "Seed; the same seed gives the same bytes")->capture_default_str();
-  cmd->add_option("--out", args->out, "Checkpoint file to write")->required();
+  cmd->add_option("--layers", args->layers, "Override the shape's layer count (smaller test models)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
   cmd->add_option("--tokenizer-out", args->tokenizer_out, "Also write a matching llama2.c tokenizer here");
   return [args] { return run_synth(*args); };
 }

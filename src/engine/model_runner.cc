@@ -8,6 +8,29 @@
 #include "base/quant.h"
 
 namespace tessera::engine {
+namespace {
+
+// Whether `device` runs weights of type `dtype` with rows of `cols` elements as they are stored: as a matmul
+// weight and, for the token embedding, as an embedding table. supports() validates its operands' buffers, so
+// the probe uses tiny real ones (one row).
+bool device_runs_weight(ops::Device& device, DType dtype, int64_t cols, int rank, bool is_embedding) {
+  if (dtype == DType::kF32) return true;
+  if (rank != 2) return false;  // norms and biases are f32 operands of every operator
+  auto wb = device.alloc(dtype_bytes(dtype, static_cast<size_t>(cols)));
+  auto xb = device.alloc(static_cast<size_t>(cols) * 4);
+  auto ob = device.alloc(4);
+  auto ib = device.alloc(4);
+  if (!wb.ok() || !xb.ok() || !ob.ok() || !ib.ok()) return false;
+  ops::Tensor w(wb->get(), 0, dtype, {1, cols});
+  ops::Tensor x(xb->get(), 0, DType::kF32, {1, cols});
+  ops::Tensor out(ob->get(), 0, DType::kF32, {1, 1});
+  if (!device.supports(ops::MatMulOp{x, w, out}).supported) return false;
+  if (!is_embedding) return true;
+  ops::Tensor ids(ib->get(), 0, DType::kI32, {1});
+  return device.supports(ops::EmbeddingOp{w, ids, x}).supported;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options)
     : device_(device), config_(config), options_(options) {}
@@ -89,11 +112,21 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
       ++unconverted_;
     }
   }
+  std::vector<float> widened;
+  if (!device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank, name == "token_embd.weight" && !matrix)) {
+    // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
+    // model from a GGUF or safetensors file still runs (at f32's memory cost).
+    widened.resize(static_cast<size_t>(t.numel()));
+    TS_RETURN_IF_ERROR(dequantize(src, t.dtype, widened));
+    t.dtype = DType::kF32;
+    src = widened.data();
+  }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device_.alloc(t.bytes()));
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
   TS_RETURN_IF_ERROR(stream_->upload(t, src));
   if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
+  if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;
 }
 

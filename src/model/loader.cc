@@ -5,8 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "model/formats/gguf/gguf_model.h"
+#include "model/formats/safetensors/hf_model.h"
 #include "model/llama2c/llama2c_checkpoint.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
+#include "model/tokenizer/load_tokenizer.h"
 
 namespace tessera::model {
 namespace fs = std::filesystem;
@@ -27,7 +30,7 @@ DirectoryContents scan_directory(const fs::path& dir) {
   }
   std::sort(files.begin(), files.end());
   for (const fs::path& f : files) {
-    if (looks_like_llama2c_checkpoint(f.string())) {
+    if (looks_like_gguf(f.string()) || looks_like_llama2c_checkpoint(f.string())) {
       out.checkpoints.push_back(f.string());
     } else if (f.extension() == ".bin" && Llama2cTokenizer::load(f.string()).ok()) {
       out.tokenizers.push_back(f.string());
@@ -36,51 +39,101 @@ DirectoryContents scan_directory(const fs::path& dir) {
   return out;
 }
 
+Status check_vocab(const LoadedModel& m) {
+  if (m.tokenizer->vocab_size() > m.config.vocab_size) {
+    return invalid_argument(fmt::format("tokenizer {} has {} tokens but model {} has a vocabulary of {}",
+                                        m.tokenizer_path, m.tokenizer->vocab_size(), m.checkpoint_path,
+                                        m.config.vocab_size));
+  }
+  if (m.format == "llama2c" && m.tokenizer->vocab_size() != m.config.vocab_size) {
+    return invalid_argument(fmt::format("tokenizer {} has {} tokens but model {} has a vocabulary of {}",
+                                        m.tokenizer_path, m.tokenizer->vocab_size(), m.checkpoint_path,
+                                        m.config.vocab_size));
+  }
+  return ok_status();
+}
+
+Status attach_tokenizer(LoadedModel& m, const std::string& tokenizer_path, bool required) {
+  if (!tokenizer_path.empty()) {
+    TS_ASSIGN_OR_RETURN(m.tokenizer, load_tokenizer(tokenizer_path));
+    m.tokenizer_path = tokenizer_path;
+  }
+  if (!m.tokenizer) {
+    if (!required) return ok_status();
+    return invalid_argument(fmt::format("no tokenizer for {}: pass --tokenizer", m.checkpoint_path));
+  }
+  return check_vocab(m);
+}
+
 }  // namespace
 
-Result<LoadedModel> load_model(const std::string& model_path, const std::string& tokenizer_path) {
+Result<LoadedModel> load_model(const std::string& model_path, const std::string& tokenizer_path,
+                               bool require_tokenizer) {
   std::error_code ec;
   if (!fs::exists(model_path, ec)) return not_found(fmt::format("model path does not exist: {}", model_path));
   LoadedModel m;
+  if (looks_like_hf_folder(model_path)) {
+    TS_ASSIGN_OR_RETURN(HfModel hf, load_hf_model(model_path));
+    m.name = fs::path(model_path).lexically_normal().filename().string();
+    if (m.name.empty() || m.name == ".") m.name = fs::path(model_path).lexically_normal().parent_path().filename();
+    m.checkpoint_path = model_path;
+    m.format = "safetensors";
+    m.config = hf.config;
+    m.weights = std::move(hf.weights);
+    m.tokenizer = std::move(hf.tokenizer);
+    m.tokenizer_path = (fs::path(model_path) / "tokenizer.json").string();
+    m.chat_template = std::move(hf.chat_template);
+    TS_RETURN_IF_ERROR(attach_tokenizer(m, tokenizer_path, require_tokenizer));
+    return m;
+  }
   std::string tok_path = tokenizer_path;
   if (fs::is_directory(model_path, ec)) {
     DirectoryContents dir = scan_directory(model_path);
     if (dir.checkpoints.size() != 1) {
-      return invalid_argument(dir.checkpoints.empty()
-                                  ? fmt::format("no llama2.c checkpoint found in directory {}", model_path)
-                                  : fmt::format("directory {} holds {} checkpoints ({}); pass one file with --model",
-                                                model_path, dir.checkpoints.size(), fmt::join(dir.checkpoints, ", ")));
+      return invalid_argument(
+          dir.checkpoints.empty()
+              ? fmt::format("no llama2.c checkpoint, GGUF file or config.json found in directory {}", model_path)
+              : fmt::format("directory {} holds {} checkpoints ({}); pass one file with --model", model_path,
+                            dir.checkpoints.size(), fmt::join(dir.checkpoints, ", ")));
     }
     m.checkpoint_path = dir.checkpoints[0];
-    if (tok_path.empty()) {
-      if (dir.tokenizers.size() != 1) {
+    if (tok_path.empty() && !looks_like_gguf(m.checkpoint_path)) {
+      if (dir.tokenizers.size() == 1) {
+        tok_path = dir.tokenizers[0];
+      } else if (require_tokenizer) {
         return invalid_argument(
             dir.tokenizers.empty()
                 ? fmt::format("no llama2.c tokenizer found in directory {}; pass --tokenizer", model_path)
                 : fmt::format("directory {} holds {} tokenizers ({}); choose one with --tokenizer", model_path,
                               dir.tokenizers.size(), fmt::join(dir.tokenizers, ", ")));
       }
-      tok_path = dir.tokenizers[0];
     }
   } else {
     m.checkpoint_path = model_path;
   }
-  if (tok_path.empty()) {
+  m.name = fs::path(m.checkpoint_path).stem().string();
+
+  if (looks_like_gguf(m.checkpoint_path)) {
+    TS_ASSIGN_OR_RETURN(GgufModel g, load_gguf_model(m.checkpoint_path));
+    m.format = "gguf";
+    m.config = g.config;
+    m.weights = std::move(g.weights);
+    m.tokenizer = std::move(g.tokenizer);
+    m.tokenizer_path = m.checkpoint_path;
+    m.chat_template = std::move(g.chat_template);
+    TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
+    return m;
+  }
+
+  if (tok_path.empty() && require_tokenizer) {
     return invalid_argument(
         fmt::format("no tokenizer for {}: pass --tokenizer, or --model a directory holding one", model_path));
   }
-
   TS_ASSIGN_OR_RETURN(Llama2cCheckpoint ckpt, load_llama2c_checkpoint(m.checkpoint_path));
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<Llama2cTokenizer> tok, Llama2cTokenizer::load(tok_path));
-  if (tok->vocab_size() != ckpt.config.vocab_size) {
-    return invalid_argument(fmt::format("tokenizer {} has {} tokens but model {} has a vocabulary of {}", tok_path,
-                                        tok->vocab_size(), m.checkpoint_path, ckpt.config.vocab_size));
-  }
-  m.name = fs::path(m.checkpoint_path).stem().string();
-  m.tokenizer_path = tok_path;
+  m.format = "llama2c";
   m.config = ckpt.config;
   m.weights = std::move(ckpt.weights);
-  m.tokenizer = std::move(tok);
+  TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
   return m;
 }
 

@@ -1,8 +1,12 @@
 // load_model: from what a user types (--model PATH [--tokenizer PATH]) to a config, weights and tokenizer.
 //
-// PATH may be a checkpoint file or a directory. A directory must hold exactly one checkpoint and, unless
-// --tokenizer is given, exactly one tokenizer; files are recognised by content, not by name. The tokenizer's
-// vocabulary must be the model's.
+// PATH may be
+//  - a GGUF file (its embedded tokenizer is used unless --tokenizer is given);
+//  - a Hugging Face folder (config.json + safetensors, tokenizer.json when present);
+//  - a llama2.c checkpoint file (then --tokenizer is needed);
+//  - a directory holding exactly one checkpoint (GGUF or llama2.c) and, for llama2.c, exactly one tokenizer.
+// Files are recognised by content, not by name. --tokenizer accepts any file load_tokenizer() reads. The
+// tokenizer may not have more tokens than the model's vocabulary (HF models pad their embedding).
 #pragma once
 
 #include <memory>
@@ -18,12 +22,16 @@ namespace tessera::model {
 struct LoadedModel {
   std::string name;  // file stem of the checkpoint ("stories260K"): the id servers report
   std::string checkpoint_path;
-  std::string tokenizer_path;
+  std::string tokenizer_path;  // the file the tokenizer came from (the checkpoint itself when embedded)
+  std::string format;          // "llama2c", "gguf", "safetensors"
+  std::string chat_template;   // from the GGUF file or tokenizer_config.json, when present
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-Result<LoadedModel> load_model(const std::string& model_path, const std::string& tokenizer_path = "");
+// With require_tokenizer false, a model without one loads with a null tokenizer (for inspect / convert).
+Result<LoadedModel> load_model(const std::string& model_path, const std::string& tokenizer_path = "",
+                               bool require_tokenizer = true);
 
 }  // namespace tessera::model

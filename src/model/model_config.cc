@@ -7,6 +7,7 @@ namespace tessera::model {
 int64_t ModelConfig::parameter_count() const {
   int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
   int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
+  if (arch == "qwen2") per_layer += q + 2 * kv;  // q/k/v biases
   int64_t emb = static_cast<int64_t>(vocab_size) * d;
   return emb * (tied_embeddings ? 1 : 2) + n_layers * per_layer + d;
 }

@@ -30,7 +30,7 @@ struct ModelConfig {
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
-  // Parameters in the transformer (embedding counted once when tied).
+  // Parameters in the transformer (embedding counted once when tied; qwen2's q/k/v biases included).
   int64_t parameter_count() const;
   Status validate() const;
 };

@@ -25,12 +25,22 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 
 }  // namespace
 
-std::vector<std::string> synth_shape_names() { return {"tiny", "stories15M", "stories110M"}; }
+std::vector<std::string> synth_shape_names() { return {"tiny", "stories15M", "stories110M", "qwen2.5-0.5b"}; }
 
 Result<ModelConfig> synth_shape(const std::string& name) {
   if (name == "tiny") return make_shape(64, 172, 5, 8, 4, 512, 512);
   if (name == "stories15M") return make_shape(288, 768, 6, 6, 6, 32000, 256);
   if (name == "stories110M") return make_shape(768, 2048, 12, 12, 12, 32000, 1024);
+  if (name == "qwen2.5-0.5b") {
+    // Qwen2.5-0.5B's published config: q/k/v biases, tied embeddings, rotate-half rotary, theta 1e6.
+    ModelConfig c = make_shape(896, 4864, 24, 14, 2, 151936, 32768);
+    c.arch = "qwen2";
+    c.rope_theta = 1000000.0f;
+    c.norm_eps = 1e-6f;
+    c.rope_layout = RopeLayout::kHalf;
+    c.tied_embeddings = true;
+    return c;
+  }
   return invalid_argument(
       fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
 }
@@ -50,6 +60,11 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
     specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
+    if (c.arch == "qwen2") {
+      specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
+      specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
+      specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
+    }
     specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});

@@ -17,7 +17,9 @@
 
 namespace tessera::model {
 
-// "tiny" (the stories260K shape, vocab 512), "stories15M", "stories110M".
+// "tiny" (the stories260K shape, vocab 512), "stories15M", "stories110M", and "qwen2.5-0.5b" (Qwen2.5-0.5B's
+// shape: 24 layers, hidden 896, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, q/k/v biases, tied
+// embeddings, rotate-half rotary). Models of arch "qwen2" get q/k/v biases.
 Result<ModelConfig> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "base/mapped_file.h"
+#include "model/tokenizer/vocab.h"
 
 namespace tessera::model {
 namespace {
@@ -169,6 +170,43 @@ std::vector<uint8_t> Llama2cTokenizer::serialize() const {
     put(pieces_[i].data(), pieces_[i].size());
   }
   return out;
+}
+
+}  // namespace tessera::model
+
+namespace tessera::model {
+
+Result<Vocab> Llama2cTokenizer::to_vocab() const {
+  // llama2.c's export wrote SentencePiece pieces with U+2581 turned into spaces and BOS/EOS wrapped in
+  // newlines; undo both so the vocabulary reads as the SentencePiece model it came from.
+  Vocab v;
+  v.kind = VocabKind::kSentencePiece;
+  v.bos = bos_id();
+  v.eos = eos_id();
+  v.unk = 0;
+  v.add_bos = true;
+  v.add_space_prefix = true;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    std::string p(c_string_view(pieces_[i]));
+    int32_t type = kTokenNormal;
+    if (i == 0) {
+      type = kTokenUnknown;
+    } else if (static_cast<TokenId>(i) == bos_id() || static_cast<TokenId>(i) == eos_id()) {
+      type = kTokenControl;
+      if (p == "\n<s>\n") p = "<s>";
+      if (p == "\n</s>\n") p = "</s>";
+    } else if (parse_byte_piece(p) >= 0) {
+      type = kTokenByte;
+    } else {
+      std::string q;
+      for (char c : p) q += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+      p = std::move(q);
+    }
+    v.tokens.push_back(std::move(p));
+    v.scores.push_back(scores_[i]);
+    v.types.push_back(type);
+  }
+  return v;
 }
 
 }  // namespace tessera::model

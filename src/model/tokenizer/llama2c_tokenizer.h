@@ -35,6 +35,9 @@ class Llama2cTokenizer final : public Tokenizer {
   TokenId eos_id() const override { return 2; }
   std::vector<TokenId> encode(std::string_view text, bool add_bos) const override;
   std::string decode_piece(TokenId prev, TokenId token) const override;
+  std::string_view kind() const override { return "llama2c"; }
+  // As SentencePiece pieces: spaces back to U+2581, "<s>"/"</s>" for BOS/EOS, token types.
+  Result<Vocab> to_vocab() const override;
 
   const std::string& piece(TokenId id) const { return pieces_.at(static_cast<size_t>(id)); }
   float score(TokenId id) const { return scores_.at(static_cast<size_t>(id)); }

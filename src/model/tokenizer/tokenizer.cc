@@ -1,6 +1,12 @@
 #include "model/tokenizer/tokenizer.h"
 
+#include "model/tokenizer/vocab.h"
+
 namespace tessera::model {
+
+Result<Vocab> Tokenizer::to_vocab() const {
+  return unimplemented("this tokenizer cannot be exported as a GGUF vocabulary");
+}
 
 std::string Tokenizer::decode(std::span<const TokenId> tokens) const {
   std::string out;

@@ -10,7 +10,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace tessera::model {
+
+struct Vocab;
 
 using TokenId = int32_t;  // token ids are data (they fill int32 tensors), hence a plain integer
 
@@ -29,6 +33,12 @@ class Tokenizer {
   // leading space after BOS). Byte tokens yield their raw byte, so a multi-byte UTF-8 character spread
   // over several tokens comes out whole once all of them are concatenated.
   virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
+
+  // A short name of the algorithm ("llama2c", "sentencepiece-bpe", "bpe", "byte-level-bpe", ...).
+  virtual std::string_view kind() const = 0;
+  // The vocabulary as plain data, for writing it into another format; Unimplemented where the format
+  // cannot be expressed as a Vocab.
+  virtual Result<Vocab> to_vocab() const;
 
   // The text of a token sequence (concatenated decode_piece()s); a leading BOS contributes nothing.
   std::string decode(std::span<const TokenId> tokens) const;

@@ -1,0 +1,101 @@
+// `tessera inspect PATH`: what a model file is: format, architecture, shapes, types, parameters, tokenizer.
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "model/chat_template.h"
+#include "model/loader.h"
+
+namespace tessera::cli {
+namespace {
+
+struct InspectArgs {
+  std::string path;
+  std::string tokenizer;
+  bool tensors = false;
+  std::string chat_template;
+  std::string chat;
+};
+
+// The rendered prompt on one line: newlines as \n.
+std::string escape_newlines(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return out;
+}
+
+int run_inspect(const InspectArgs& a) {
+  auto m = model::load_model(a.path, a.tokenizer, /*require_tokenizer=*/false);
+  if (!m.ok()) return fail(m.status().message());
+  const model::ModelConfig& c = m->config;
+  int64_t params = 0;
+  std::map<std::string, std::pair<int, size_t>> by_dtype;
+  for (const model::WeightTensor& t : m->weights.tensors()) {
+    params += t.numel();
+    auto& e = by_dtype[std::string(dtype_name(t.dtype))];
+    e.first += 1;
+    e.second += t.bytes;
+  }
+  fmt::print("path:          {}\n", m->checkpoint_path);
+  fmt::print("format:        {}\n", m->format);
+  fmt::print("architecture:  {}\n", c.arch);
+  fmt::print("dim:           {}\nhidden_dim:    {}\nlayers:        {}\nheads:         {} (kv {}, head_dim {})\n", c.dim,
+             c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
+  fmt::print("vocab:         {}\ncontext:       {}\n", c.vocab_size, c.max_seq_len);
+  fmt::print("rope:          theta {}, {}\n", c.rope_theta,
+             c.rope_layout == model::RopeLayout::kInterleaved ? "interleaved" : "rotate-half");
+  fmt::print("rms_norm_eps:  {}\ntied:          {}\n", c.norm_eps, c.tied_embeddings ? "yes" : "no");
+  fmt::print("biases:        {}\n", m->weights.find("blk.0.attn_q.bias") ? "q/k/v" : "none");
+  fmt::print("parameters:    {} ({:.2f}M stored in {} tensors)\n", params, params / 1e6, m->weights.tensors().size());
+  for (const auto& [name, e] : by_dtype) fmt::print("  {:6} {:5} tensors, {} bytes\n", name, e.first, e.second);
+  if (m->tokenizer) {
+    fmt::print("tokenizer:     {} ({} tokens, bos {}, eos {}) from {}\n", m->tokenizer->kind(),
+               m->tokenizer->vocab_size(), m->tokenizer->bos_id(), m->tokenizer->eos_id(), m->tokenizer_path);
+  } else {
+    fmt::print("tokenizer:     none\n");
+  }
+  if (!a.chat_template.empty() || !a.chat.empty()) {
+    // What a server would do with this model: pick the template, render one user turn.
+    auto t = model::choose_chat_template(a.chat_template, m->chat_template);
+    if (!t.ok()) return fail(t.status().message());
+    fmt::print("chat template: {} ({})\n", model::chat_template_name(*t),
+               a.chat_template.empty() ? "from the model" : "--chat-template");
+    if (!a.chat.empty()) {
+      std::vector<model::ChatMessage> msgs = {{"user", a.chat}};
+      auto text = model::render_chat(*t, msgs, /*add_generation_prompt=*/true);
+      if (!text.ok()) return fail(text.status().message());
+      fmt::print("chat prompt:   {}\n", escape_newlines(*text));
+    }
+  } else if (!m->chat_template.empty()) {
+    auto t = model::detect_chat_template(m->chat_template);
+    fmt::print("chat template: {}\n", t ? std::string(model::chat_template_name(*t)) : "unrecognised");
+  }
+  if (a.tensors) {
+    for (const model::WeightTensor& t : m->weights.tensors())
+      fmt::print("  {:32} {:5} [{}]\n", t.name, dtype_name(t.dtype), fmt::join(t.shape, ", "));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_inspect_command(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model: format, architecture, shapes, types, tokenizer");
+  cmd->add_option("path", args->path, "GGUF file, HF folder, llama2.c checkpoint or a directory holding one")
+      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file to report on");
+  cmd->add_flag("--tensors", args->tensors, "List every tensor");
+  cmd->add_option(
+      "--chat-template", args->chat_template,
+      fmt::format("Chat template family ({}); default: the model's", fmt::join(model::chat_template_names(), ", ")));
+  cmd->add_option("--chat", args->chat, "Render this user message with the chat template");
+  return [args] { return run_inspect(*args); };
+}
+
+}  // namespace tessera::cli

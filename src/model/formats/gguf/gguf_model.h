@@ -1,0 +1,55 @@
+// Models in GGUF files: llama.cpp's `llama` and `qwen2` architectures, their metadata keys and the
+// embedded tokenizer (`tokenizer.ggml.*`).
+//
+// Reading: the config comes from `{arch}.context_length`, `.embedding_length`, `.block_count`,
+// `.feed_forward_length`, `.attention.head_count`, `.attention.head_count_kv`, `.rope.freq_base`,
+// `.rope.dimension_count` and `.attention.layer_norm_rms_epsilon`; tensors keep their GGUF names (the
+// engine's names) and point into the mapped file. Rotary layout follows llama.cpp: `llama` tensors are
+// interleaved (its HF converter permutes Q/K rows), `qwen2` tensors rotate halves.
+//
+// Writing: the model's tensors in canonical order, Q/K permuted into the architecture's layout, matrices
+// optionally converted to f16/bf16/q8_0/q4_0, plus the vocabulary when one is given.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/model_config.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/vocab.h"
+#include "model/weights.h"
+
+namespace tessera::model {
+
+struct GgufModel {
+  ModelConfig config;
+  ModelWeights weights;
+  std::optional<Vocab> vocab;            // when the file embeds a tokenizer
+  std::unique_ptr<Tokenizer> tokenizer;  // built from `vocab`
+  std::string chat_template;             // tokenizer.chat_template, when present
+  std::string name;                      // general.name, when present
+};
+
+// Cheap check of the magic.
+bool looks_like_gguf(const std::string& path);
+
+Result<GgufModel> load_gguf_model(const std::string& path);
+// The same from bytes already in memory (`keep_alive` owns them; tests and the fuzzer pass nullptr and
+// keep the bytes alive themselves).
+Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::string& name,
+                                   std::shared_ptr<const void> keep_alive);
+
+struct GgufWriteOptions {
+  std::optional<DType> matrix_dtype;          // nullopt: keep each tensor's type
+  std::string name;                           // general.name
+  std::string chat_template;                  // tokenizer.chat_template (empty: not written)
+  std::vector<std::string>* notes = nullptr;  // receives type fallbacks
+};
+
+Status write_gguf_model(const std::string& path, const ModelConfig& config, const ModelWeights& weights,
+                        const Vocab* vocab, const GgufWriteOptions& options);
+
+}  // namespace tessera::model

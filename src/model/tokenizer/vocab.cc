@@ -1,0 +1,33 @@
+#include "model/tokenizer/vocab.h"
+
+#include <fmt/core.h>
+
+#include "model/tokenizer/bpe_tokenizer.h"
+#include "model/tokenizer/spm_tokenizer.h"
+
+namespace tessera::model {
+
+Status Vocab::validate() const {
+  size_t n = tokens.size();
+  if (n < 1 || n > (1u << 24)) return invalid_argument(fmt::format("vocabulary of {} tokens is out of range", n));
+  if (!scores.empty() && scores.size() != n)
+    return invalid_argument(fmt::format("vocabulary has {} tokens but {} scores", n, scores.size()));
+  if (!types.empty() && types.size() != n)
+    return invalid_argument(fmt::format("vocabulary has {} tokens but {} token types", n, types.size()));
+  for (auto [what, id] : {std::pair{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}}) {
+    if (id < -1 || id >= static_cast<TokenId>(n))
+      return invalid_argument(fmt::format("{} token id {} is outside the vocabulary of {}", what, id, n));
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab) {
+  if (vocab.kind == VocabKind::kSentencePiece) {
+    TS_ASSIGN_OR_RETURN(auto t, SpmTokenizer::create(vocab));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  TS_ASSIGN_OR_RETURN(auto t, BpeTokenizer::from_vocab(vocab));
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,53 @@
+// Vocab: a tokenizer's vocabulary as plain data, in the shape GGUF stores it (`tokenizer.ggml.*`).
+//
+// It is what moves a tokenizer between formats: `tessera convert` turns a llama2.c tokenizer or a
+// tokenizer.json into a Vocab and writes it into a GGUF file; the GGUF reader turns it back into a working
+// Tokenizer with make_tokenizer(). Two kinds, named as llama.cpp names them:
+//   kSentencePiece ("llama"): pieces with U+2581 for spaces, scores (higher merges first), byte tokens
+//       "<0xNN>"; no merges list.
+//   kByteLevelBpe ("gpt2"): GPT-2's byte-to-unicode mapped pieces, ranked merges "a b", and a pre-tokenizer
+//       named by `pre` ("gpt2", "qwen2", "llama3").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace tessera::model {
+
+enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe };
+
+// llama.cpp's token types (tokenizer.ggml.token_type).
+enum TokenType : int32_t {
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenUserDefined = 4,
+  kTokenUnused = 5,
+  kTokenByte = 6,
+};
+
+struct Vocab {
+  VocabKind kind = VocabKind::kSentencePiece;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;        // empty: all zero
+  std::vector<int32_t> types;       // empty: all normal
+  std::vector<std::string> merges;  // byte-level only, best first
+  TokenId bos = -1, eos = -1, unk = -1, pad = -1;
+  bool add_bos = true;
+  bool add_space_prefix = true;  // SentencePiece: prepend a space to the text
+  std::string pre = "default";   // byte-level pre-tokenizer name
+
+  std::string_view kind_name() const { return kind == VocabKind::kSentencePiece ? "llama" : "gpt2"; }
+  // InvalidArgument when lengths disagree or special ids are out of range.
+  Status validate() const;
+};
+
+// A working tokenizer for a vocabulary (SpmTokenizer or BpeTokenizer).
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab);
+
+}  // namespace tessera::model

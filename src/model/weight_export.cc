@@ -1,0 +1,82 @@
+#include "model/weight_export.h"
+
+#include <fmt/core.h>
+
+#include "base/quant.h"
+#include "model/rope_permute.h"
+
+namespace tessera::model {
+
+std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const ModelWeights& w) {
+  std::vector<std::string> names = {"token_embd.weight"};
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (const char* s : {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
+                          "attn_v.weight", "attn_v.bias", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                          "ffn_up.weight", "ffn_down.weight"}) {
+      std::string n = layer_tensor_name(l, s);
+      if (std::string_view(s).ends_with(".bias") && w.find(n) == nullptr) continue;
+      names.push_back(std::move(n));
+    }
+  }
+  names.push_back("output_norm.weight");
+  if (!c.tied_embeddings) names.push_back("output.weight");
+  return names;
+}
+
+Result<std::vector<float>> tensor_to_f32(const WeightTensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  if (dtype_bytes(t.dtype, out.size()) != t.bytes)
+    return invalid_argument(
+        fmt::format("tensor {} holds {} bytes, not {} {} values", t.name, t.bytes, out.size(), dtype_name(t.dtype)));
+  TS_RETURN_IF_ERROR(dequantize(t.data, t.dtype, out));
+  return out;
+}
+
+Result<ExportedWeights> export_weights(const ModelConfig& c, const ModelWeights& w, RopeLayout file_layout,
+                                       std::optional<DType> matrix_dtype, const std::set<DType>& format_dtypes) {
+  TS_RETURN_IF_ERROR(c.validate());
+  ExportedWeights out;
+  const bool permute = file_layout != c.rope_layout;
+  for (const std::string& name : canonical_tensor_names(c, w)) {
+    const WeightTensor* src = w.find(name);
+    if (src == nullptr) return not_found(fmt::format("the model has no tensor {}", name));
+    WeightTensor t = *src;
+    if (permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias") ||
+                    name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias"))) {
+      bool is_q = name.find("attn_q.") != std::string::npos;
+      int heads = is_q ? c.n_heads : c.n_kv_heads;
+      int64_t rows = t.shape[0];
+      if (rows != static_cast<int64_t>(heads) * c.head_dim)
+        return invalid_argument(fmt::format("tensor {} has {} rows, expected {}", name, rows, heads * c.head_dim));
+      out.owned.push_back(permute_rope_rows(t.data, rows, t.bytes / static_cast<size_t>(rows), heads,
+                                            file_layout == RopeLayout::kInterleaved));
+      t.data = out.owned.back().data();
+    }
+    DType want = t.dtype;
+    if (t.shape.size() == 2 && matrix_dtype) want = *matrix_dtype;
+    if (t.shape.size() == 1 && want != DType::kF32 && !format_dtypes.count(want)) want = DType::kF32;
+    int block = dtype_info(want).block_elems;
+    if (t.shape.back() % block != 0) {
+      out.notes.push_back(fmt::format("{}: row length {} is not a multiple of {}'s block of {}; stored as f16", name,
+                                      t.shape.back(), dtype_name(want), block));
+      want = DType::kF16;
+    }
+    if (!format_dtypes.count(want)) {
+      out.notes.push_back(fmt::format("{}: {} cannot be stored in this format; stored as f32", name, dtype_name(want)));
+      want = DType::kF32;
+    }
+    if (want != t.dtype) {
+      TS_ASSIGN_OR_RETURN(std::vector<float> f, tensor_to_f32(t));
+      std::vector<uint8_t> buf(dtype_bytes(want, f.size()));
+      TS_RETURN_IF_ERROR(quantize(f, want, buf.data()));
+      out.owned.push_back(std::move(buf));
+      t.dtype = want;
+      t.data = out.owned.back().data();
+      t.bytes = out.owned.back().size();
+    }
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,159 @@
+// The model-format commands as a user runs them: convert stories260K to GGUF (tokenizer embedded) and to a
+// Hugging Face folder and back, and generate llama2.c's reference output byte for byte from each; synth in
+// every format; inspect; and bad files through the CLI (one-line errors, no crash).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/mapped_file.h"
+#include "support/paths.h"
+#include "support/process.h"
+
+namespace tessera {
+namespace {
+
+using testing::run_process;
+using testing::tessera_bin;
+
+testing::ProcessResult tessera(std::vector<std::string> args) {
+  args.insert(args.begin(), tessera_bin());
+  return run_process(args, 120.0);
+}
+
+void expect_clean_error(const std::vector<std::string>& args, const std::string& needle) {
+  auto r = tessera(args);
+  EXPECT_FALSE(r.timed_out) << "hung";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "not one line: " << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+void write(const std::string& path, const std::string& bytes) {
+  ASSERT_TRUE(write_file_atomic(path, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}).ok());
+}
+
+TEST(ModelFormatsCli, Stories260KAsGgufReproducesTheReferenceByteForByte) {
+  TS_REQUIRE_STORIES260K();
+  std::string dir = testing::scratch_dir();
+  auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
+  ASSERT_TRUE(want.ok());
+  auto c = tessera({"convert", testing::stories260k_dir(), dir + "/s.gguf"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("tokenizer embedded"), std::string::npos) << c.err;
+  // The GGUF file alone: weights and tokenizer.
+  auto g = tessera({"generate", "--model", dir + "/s.gguf", "--temperature", "0", "--max-tokens", "256", "--quiet"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out, *want);
+
+  // GGUF -> HF folder -> GGUF with the SentencePiece .model as its tokenizer: still the same story.
+  ASSERT_EQ(tessera({"convert", dir + "/s.gguf", dir + "/hf"}).exit_code, 0);
+  auto h = tessera({"generate", "--model", dir + "/hf", "--tokenizer", testing::stories260k_dir() + "/tok512.bin",
+                    "--temperature", "0", "--max-tokens", "256", "--quiet"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_EQ(h.out, *want);
+  auto b = tessera(
+      {"convert", dir + "/hf", dir + "/back.gguf", "--tokenizer", testing::stories260k_dir() + "/tok512.model"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto gb =
+      tessera({"generate", "--model", dir + "/back.gguf", "--temperature", "0", "--max-tokens", "256", "--quiet"});
+  ASSERT_EQ(gb.exit_code, 0) << gb.err;
+  EXPECT_EQ(gb.out, *want);
+
+  auto i = tessera({"inspect", dir + "/s.gguf"});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  for (const char* s : {"format:        gguf", "architecture:  llama", "parameters:    260032",
+                        "tokenizer:     sentencepiece-bpe (512 tokens", "interleaved", "f32       47 tensors"})
+    EXPECT_NE(i.out.find(s), std::string::npos) << s << " in\n" << i.out;
+}
+
+TEST(ModelFormatsCli, QuantisedGgufStillTellsTheStory) {
+  TS_REQUIRE_STORIES260K();
+  std::string dir = testing::scratch_dir();
+  auto c = tessera({"convert", testing::stories260k_dir(), dir + "/q8.gguf", "--dtype", "q8_0"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("stored as f16"), std::string::npos) << "ffn_down rows of 172 cannot be q8_0: " << c.err;
+  auto g = tessera({"generate", "--model", dir + "/q8.gguf", "--temperature", "0", "--max-tokens", "20", "--quiet"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("Once upon a time", 0), 0u) << g.out;
+}
+
+TEST(ModelFormatsCli, SynthInEveryFormatGeneratesTheSameText) {
+  std::string dir = testing::scratch_dir();
+  std::vector<std::string> outs;
+  for (const auto& [format, out] : std::vector<std::pair<std::string, std::string>>{
+           {"llama2c", dir + "/m.bin"}, {"gguf", dir + "/m.gguf"}, {"safetensors", dir + "/hf"}}) {
+    auto s = tessera({"synth", "--shape", "tiny", "--seed", "3", "--format", format, "--out", out, "--tokenizer-out",
+                      dir + "/tok.bin"});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    std::vector<std::string> gen = {"generate", "--model",      out,  "--prompt", "Hello", "--temperature",
+                                    "0",        "--max-tokens", "24", "--quiet"};
+    if (format != "gguf") {
+      gen.push_back("--tokenizer");
+      gen.push_back(dir + "/tok.bin");
+    }
+    auto g = tessera(gen);
+    ASSERT_EQ(g.exit_code, 0) << format << ": " << g.err;
+    outs.push_back(g.out);
+    auto i = tessera({"inspect", out, "--tokenizer", dir + "/tok.bin"});
+    ASSERT_EQ(i.exit_code, 0) << i.err;
+    EXPECT_NE(i.out.find("format:        " + format), std::string::npos) << i.out;
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0], outs[2]);
+  auto q =
+      tessera({"synth", "--shape", "qwen2.5-0.5b", "--layers", "1", "--format", "llama2c", "--out", dir + "/q.bin"});
+  EXPECT_NE(q.exit_code, 0);
+  EXPECT_NE(q.err.find("llama2.c checkpoints hold llama models"), std::string::npos) << q.err;
+}
+
+TEST(ModelFormatsCli, ChatTemplateFromTokenizerConfigOrFlag) {
+  std::string dir = testing::scratch_dir();
+  ASSERT_EQ(tessera({"synth", "--shape", "tiny", "--format", "safetensors", "--out", dir + "/hf"}).exit_code, 0);
+  expect_clean_error({"inspect", dir + "/hf", "--chat", "Hi"}, "no chat template; choose one with --chat-template");
+  write(dir + "/hf/tokenizer_config.json",
+        R"({"chat_template": "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n'}}{% endfor %}"})");
+  auto r = tessera({"inspect", dir + "/hf", "--chat", "Hi"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("chat template: chatml (from the model)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat prompt:   <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n"), std::string::npos)
+      << r.out;
+  r = tessera({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", "llama-3"});
+  EXPECT_NE(r.out.find("llama-3 (--chat-template)"), std::string::npos) << r.out;
+  expect_clean_error({"inspect", dir + "/hf", "--chat-template", "alpaca"}, "unknown chat template 'alpaca'");
+}
+
+TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
+  TS_REQUIRE_STORIES260K();
+  std::string dir = testing::scratch_dir();
+  ASSERT_EQ(tessera({"convert", testing::stories260k_dir(), dir + "/s.gguf"}).exit_code, 0);
+  std::string good = *read_file(dir + "/s.gguf");
+
+  std::string v4 = good;
+  v4[4] = 4;
+  write(dir + "/v4.gguf", v4);
+  expect_clean_error({"generate", "--model", dir + "/v4.gguf"}, "GGUF version 4 is not supported");
+  write(dir + "/cut.gguf", good.substr(0, good.size() / 2));
+  expect_clean_error({"inspect", dir + "/cut.gguf"}, "truncated");
+  std::string many = good;
+  uint64_t n = uint64_t{1} << 40;
+  std::memcpy(many.data() + 8, &n, 8);
+  write(dir + "/many.gguf", many);
+  expect_clean_error({"inspect", dir + "/many.gguf"}, "tensor count");
+
+  ASSERT_EQ(tessera({"convert", dir + "/s.gguf", dir + "/hf"}).exit_code, 0);
+  std::string st = *read_file(dir + "/hf/model.safetensors");
+  uint64_t too_long = st.size();
+  std::memcpy(st.data(), &too_long, 8);
+  write(dir + "/hf/model.safetensors", st);
+  expect_clean_error({"inspect", dir + "/hf"}, "beyond the end of the file");
+
+  write(dir + "/hf/config.json", R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 768})");
+  expect_clean_error({"inspect", dir + "/hf"}, "architecture 'GPT2LMHeadModel' is not supported");
+  expect_clean_error({"convert", dir + "/s.gguf", dir + "/out.bin", "--dtype", "q4_0"},
+                     "llama2.c checkpoints hold f32");
+}
+
+}  // namespace
+}  // namespace tessera
