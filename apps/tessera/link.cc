@@ -36,8 +36,8 @@ struct PeerArgs {
   uint64_t region_bytes = 1 << 20;
   uint64_t seed = 1;
   int streams = 4;
-  uint64_t split = 1 << 20;
-  std::string ctrl;  // publish through the control plane (store spec)
+  uint64_t split = 0;  // 0: the endpoint's default (shm 32 MiB, tcp and ucx 1 MiB)
+  std::string ctrl;    // publish through the control plane (store spec)
   int64_t ttl_ms = 2000;
 };
 
@@ -141,7 +141,8 @@ Action add_link_command(CLI::App& app) {
   p->add_option("--region-bytes", peer->region_bytes, "Bytes of the region to allocate")->check(CLI::PositiveNumber);
   p->add_option("--seed", peer->seed, "Fill the region with this seed's pattern (0: leave zeroed)");
   p->add_option("--streams", peer->streams, "Striped connections per peer")->check(CLI::Range(1, 64));
-  p->add_option("--split", peer->split, "Split threshold in bytes")->check(CLI::PositiveNumber);
+  p->add_option("--split", peer->split, "Split threshold in bytes (0: the endpoint's default)")
+      ->check(CLI::NonNegativeNumber);
   p->add_option("--ctrl", peer->ctrl,
                 "Publish this agent in a control-plane store (e.g. embedded=http://127.0.0.1:7070)");
   p->add_option("--ttl-ms", peer->ttl_ms, "Lease TTL of the published entry")->check(CLI::PositiveNumber);

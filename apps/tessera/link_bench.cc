@@ -208,7 +208,8 @@ CLI::App* add_link_bench_options(CLI::App& link_cmd, LinkBenchArgs& a) {
   b->add_option("--depth", a.depth, "Transfers in flight")->check(CLI::Range(1, 1024));
   b->add_option("--repeats", a.repeats, "Repeats per size (median and spread reported)")->check(CLI::Range(1, 100));
   b->add_option("--op", a.op, "write or read")->check(CLI::IsMember({"write", "read"}));
-  b->add_option("--split", a.split, "Split threshold in bytes")->check(CLI::PositiveNumber);
+  b->add_option("--split", a.split, "Split threshold in bytes (0: the endpoint's default)")
+      ->check(CLI::NonNegativeNumber);
   b->add_option("--seconds", a.seconds, "Measuring time per size and repeat")->check(CLI::PositiveNumber);
   return b;
 }
@@ -268,7 +269,8 @@ int run_link_bench(const LinkBenchArgs& a) {
 
   std::printf(
       "# tessera link bench: endpoint %s, op %s, batch %d, streams %d, depth %d, split %s, %d repeats of %.2fs\n",
-      a.endpoint.c_str(), a.op.c_str(), a.batch, a.streams, a.depth, human(a.split).c_str(), a.repeats, a.seconds);
+      a.endpoint.c_str(), a.op.c_str(), a.batch, a.streams, a.depth,
+      a.split ? human(a.split).c_str() : "endpoint default", a.repeats, a.seconds);
   std::printf("# ceiling: %s%s%s\n",
               memcpy_ceiling_wanted ? "memcpy in one process, same sizes and volume"
                                     : "plain TCP streams between two processes (raw sink), as many as --streams",

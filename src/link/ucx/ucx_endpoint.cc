@@ -440,7 +440,7 @@ class UcxEndpoint final : public Endpoint {
   ~UcxEndpoint() override { stop(); }
 
   std::string_view name() const override { return "ucx"; }
-  EndpointCaps caps() const override { return {false, true, 15}; }
+  EndpointCaps caps() const override { return {false, true, 15, 1ull << 20}; }
 
   Result<std::string> listen(internal::AgentCore& core) override {
     TS_RETURN_IF_ERROR(ensure_worker());
