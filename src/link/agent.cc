@@ -162,16 +162,16 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   }
 
   TransferFuture read(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kRead, std::move(batch), 0);
+    return submit(peer, OpKind::kRead, batch, 0);
   }
   TransferFuture write(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kWrite, std::move(batch), 0);
+    return submit(peer, OpKind::kWrite, batch, 0);
   }
   TransferFuture write_with_imm(const std::string& peer, std::vector<Assignment> batch, uint64_t tag) override {
-    return submit(peer, OpKind::kWriteWithImm, std::move(batch), tag);
+    return submit(peer, OpKind::kWriteWithImm, batch, tag);
   }
   TransferFuture send(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kSend, std::move(batch), 0);
+    return submit(peer, OpKind::kSend, batch, 0);
   }
 
   TransferFuture recv(const std::string& peer, std::vector<Assignment> batch) override {
@@ -288,7 +288,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     post.state->set(ok_status());
   }
 
-  TransferFuture submit(const std::string& peer, OpKind kind, std::vector<Assignment> batch, uint64_t tag) {
+  TransferFuture submit(const std::string& peer, OpKind kind, const std::vector<Assignment>& batch, uint64_t tag) {
     if (shut_down_.load()) return TransferFuture::ready_with(unavailable(fmt::format("agent {} is shut down", name())));
     std::shared_ptr<Connection> conn;
     {

@@ -146,11 +146,11 @@ class UcxWorker {
     done->second.wait(lock, [&] { return finished; });
   }
 
-  void start_rma(std::shared_ptr<RmaOp> op) {
+  void start_rma(const std::shared_ptr<RmaOp>& op) {
     post([this, op] { issue(op); });
   }
 
-  void cancel(std::shared_ptr<RmaOp> op) {
+  void cancel(const std::shared_ptr<RmaOp>& op) {
     post([this, op] {
       if (op->request) ucp_request_cancel(worker_, op->request);
     });
