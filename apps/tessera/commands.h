@@ -14,6 +14,14 @@ using Action = std::function<int()>;
 
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
+Action add_serve_command(CLI::App& app);
+Action add_up_command(CLI::App& app);
+Action add_route_command(CLI::App& app);
+Action add_bench_command(CLI::App& app);
+Action add_matrix_command(CLI::App& app);
+// Subcommands of `tessera bench`, each added to the bench App.
+Action add_bench_serve_subcommand(CLI::App& bench);
+Action add_bench_generate_subcommand(CLI::App& bench);
 Action add_link_command(CLI::App& app);
 Action add_ctrl_command(CLI::App& app);
 

@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "base/dtype.h"
 #include "commands.h"
 #include "engine/generator.h"
 #include "engine/model_runner.h"
@@ -27,6 +28,9 @@ struct GenerateArgs {
   float top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
+  int threads = 0;
+  std::string weight_dtype;
+  std::string kv_dtype = "f32";
   bool no_echo = false;
   bool quiet = false;
 };
@@ -34,11 +38,15 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
-  auto device = ops::open_device(a.backend);
+  ops::DeviceOptions dopts;
+  dopts.threads = a.threads;
+  auto device = ops::open_device(a.backend, 0, dopts);
   if (!device.ok()) return fail(device.status().message());
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = std::min(512, model->config.max_seq_len);
+  if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
+  ro.kv.dtype = *parse_dtype(a.kv_dtype);
   auto runner = engine::ModelRunner::create(**device, model->config, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
 
@@ -98,6 +106,14 @@ Action add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Random seed (0: from the clock)");
   cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->add_flag("--no-echo", args->no_echo, "Do not print the prompt before the generated text");
   cmd->add_flag("--quiet", args->quiet, "Do not print speed to stderr");
   return [args] { return run_generate(*args); };

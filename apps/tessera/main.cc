@@ -27,6 +27,11 @@ int main(int argc, char** argv) {
   };
   add(add_generate_command);
   add(add_synth_command);
+  add(add_serve_command);
+  add(add_up_command);
+  add(add_route_command);
+  add(add_bench_command);
+  add(add_matrix_command);
   add(add_link_command);
   add(add_ctrl_command);
   if (argc > 1 && argv[1][0] != '-') {

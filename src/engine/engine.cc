@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include <fmt/core.h>
 
@@ -37,6 +38,7 @@ struct Engine::Active {
   RequestOutput pending;
   bool finished = false;
   int cached_tokens = -1;  // set when first scheduled
+  int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
 
   Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
 };
@@ -110,9 +112,26 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
     if (s.empty()) return invalid_argument("stop strings must not be empty");
   }
   if (request.logprobs > 20) return invalid_argument(fmt::format("at most 20 top logprobs, got {}", request.logprobs));
+  if (request.imported) {
+    const ImportedKv& kv = *request.imported;
+    const size_t want = static_cast<size_t>(c.n_layers) * 2 * static_cast<size_t>(kv.count) *
+                        dtype_bytes(kv.dtype, static_cast<size_t>(c.kv_dim()));
+    if (kv.first < 0 || kv.count < 1 || kv.first + kv.count != static_cast<int>(request.prompt.size()) ||
+        kv.data.size() != want) {
+      return invalid_argument(
+          fmt::format("imported KV covers [{}, {}) with {} bytes; the prompt has {} tokens and needs {} bytes",
+                      kv.first, kv.first + kv.count, kv.data.size(), request.prompt.size(), want));
+    }
+  }
   auto a = std::make_unique<Active>(std::move(request), std::move(callback));
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
+  if (a->req.imported) {
+    // The prefix blocks the caller looked up (and retained) are this sequence's from now on.
+    a->seq.kv.blocks = a->req.imported->cached_blocks;
+    a->seq.kv.length = a->req.imported->first;
+    a->seq.prefix_checked = true;
+  }
   RequestId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -148,18 +167,35 @@ void Engine::loop() {
   for (;;) {
     std::vector<std::unique_ptr<Active>> incoming;
     std::vector<RequestId> cancels;
+    std::vector<std::function<void()>> tasks;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !cancels_.empty() || !active_.empty(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !cancels_.empty() || !tasks_.empty() || !active_.empty();
+      });
       if (stopping_) break;
       incoming.swap(incoming_);
       cancels.swap(cancels_);
+      tasks.swap(tasks_);
     }
+    for (auto& t : tasks) t();
     for (auto& a : incoming) {
-      Status st = scheduler_.add(&a->seq);
       RequestId id = a->id;
+      const bool imported = a->req.imported != nullptr;
+      Status st = imported ? ok_status() : scheduler_.add(&a->seq);
       active_[id] = std::move(a);
       if (!st.ok()) finish(*active_[id], FinishReason::kError, st);
+      if (imported) importing_.push_back(id);
+    }
+    // Imported KV goes in as soon as blocks allow, oldest first.
+    while (!importing_.empty()) {
+      auto it = active_.find(importing_.front());
+      if (it == active_.end() || it->second->finished) {
+        importing_.erase(importing_.begin());
+        continue;
+      }
+      if (!import(*it->second)) break;
+      importing_.erase(importing_.begin());
     }
     for (RequestId id : cancels) {
       auto it = active_.find(id);
@@ -222,8 +258,26 @@ void Engine::run_step() {
         {&s.kv, std::span(s.tokens).subspan(static_cast<size_t>(s.kv.length), static_cast<size_t>(c.num_tokens)),
          last});
   }
+  // Prefill nodes export each computed layer as soon as it exists.
+  ModelRunner::LayerHook hook;
+  std::vector<std::pair<Active*, ScheduledChunk>> exporters;
+  for (const ScheduledChunk& c : sch.chunks) {
+    Active& a = *active_.at(static_cast<RequestId>(c.seq->id));
+    if (a.req.on_kv_layer && c.seq->kv.length < c.seq->prompt_len) exporters.emplace_back(&a, c);
+  }
+  if (!exporters.empty()) {
+    hook = [&](int layer) -> Status {
+      for (auto& [a, c] : exporters) {
+        // From where the last export stopped (or export_from): this covers prefix-cache hits too.
+        const int first = std::max(a->req.export_from, a->exported < 0 ? a->req.export_from : a->exported);
+        const int end = std::min(c.seq->kv.length + c.num_tokens, c.seq->prompt_len);
+        if (end > first) TS_RETURN_IF_ERROR(a->req.on_kv_layer(runner_, c.seq->kv, layer, first, end - first));
+      }
+      return ok_status();
+    };
+  }
   std::vector<float> logits;
-  Status st = runner_.step(segments, logits);
+  Status st = runner_.step(segments, logits, hook);
   counters_.steps++;
   if (!st.ok()) {
     log::error("engine step failed: {}", st.to_string());
@@ -232,6 +286,7 @@ void Engine::run_step() {
     return;
   }
   scheduler_.commit(sch);
+  for (auto& [a, c] : exporters) a->exported = std::min(c.seq->kv.length, c.seq->prompt_len);
   size_t row = 0;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     if (!segments[i].want_logits) continue;
@@ -251,6 +306,34 @@ void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
   std::vector<float> for_logprobs;
   if (a.req.logprobs >= 0) for_logprobs = l;
   const TokenId tok = a.sampler.sample(l);
+  accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
+}
+
+bool Engine::import(Active& a) {
+  const ImportedKv& kv = *a.req.imported;
+  Status st = runner_.kv_cache().reserve(a.seq.kv, static_cast<int32_t>(a.seq.tokens.size()));
+  if (st.code() == StatusCode::kResourceExhausted && scheduler_.running() > 0) return false;  // wait for blocks
+  const model::ModelConfig& c = runner_.config();
+  const size_t half = static_cast<size_t>(kv.count) * dtype_bytes(kv.dtype, static_cast<size_t>(c.kv_dim()));
+  for (int l = 0; st.ok() && l < c.n_layers; ++l) {
+    const uint8_t* base = kv.data.data() + static_cast<size_t>(l) * 2 * half;
+    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, base, base + half);
+  }
+  if (!st.ok()) {
+    finish(a, FinishReason::kError, st.with_context("importing the prefill node's KV"));
+    return true;
+  }
+  a.seq.kv.length = static_cast<int32_t>(a.seq.tokens.size());
+  a.cached_tokens = kv.first;
+  scheduler_.add_running(&a.seq);
+  scheduler_.commit(Schedule{{{&a.seq, 0}}, {}, {}});  // register the imported full blocks for prefix reuse
+  counters_.prompt_tokens += static_cast<uint64_t>(kv.count);
+  a.sampler.skip_draw();
+  accept_token(a, kv.first_token, nullptr);
+  return true;
+}
+
+void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
   a.counts[tok]++;
@@ -263,7 +346,7 @@ void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
   std::string piece = tokenizer_.decode_piece(prev, tok);
   a.pending.tokens.push_back(tok);
   a.pending.token_texts.push_back(piece);
-  if (a.req.logprobs >= 0) a.pending.logprobs.push_back(compute_logprobs(for_logprobs, tok, a.req.logprobs));
+  if (logprob_logits) a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
   a.text += piece;
   for (const std::string& stop : a.req.stop) {
     size_t at = a.text.find(stop, a.emitted);
@@ -285,6 +368,44 @@ void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
     a.callback(a.pending);
     a.pending = RequestOutput{};
   }
+}
+
+Status Engine::run_on_engine_thread(const std::function<void()>& task) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> f = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || !thread_.joinable()) return unavailable("the engine is not running");
+    tasks_.push_back([task, done] {
+      task();
+      done->set_value();
+    });
+  }
+  cv_.notify_one();
+  while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return unavailable("the engine stopped");
+  }
+  return ok_status();
+}
+
+Result<PrefixLookup> Engine::lookup_prefix(const std::vector<TokenId>& tokens) {
+  PrefixLookup out;
+  TS_RETURN_IF_ERROR(run_on_engine_thread([&] {
+    const int max = std::max(0, static_cast<int>(tokens.size()) - 1);
+    for (BlockId b : runner_.kv_cache().blocks().match_prefix(tokens, max))
+      out.blocks.push_back(static_cast<int32_t>(b));
+    out.cached_tokens = static_cast<int>(out.blocks.size()) * runner_.kv_cache().block_tokens();
+  }));
+  return out;
+}
+
+void Engine::release_blocks(const std::vector<int32_t>& blocks) {
+  if (blocks.empty()) return;
+  Status st = run_on_engine_thread([&] {
+    for (int32_t b : blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
+  });
+  (void)st;  // a stopped engine has nothing left to release into
 }
 
 void Engine::finish(Active& a, FinishReason reason, Status error) {

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/status.h"
 #include "engine/finish_reason.h"
 #include "engine/model_runner.h"
@@ -32,6 +33,22 @@ namespace tessera::engine {
 
 using RequestId = uint64_t;
 
+// KV computed on another node (a prefill node) for positions [first, first + count) of the prompt, in the
+// canonical request layout [layer][k|v][position][kv_head][head_dim] of `dtype`, and the first generated token.
+struct ImportedKv {
+  int first = 0;
+  int count = 0;
+  DType dtype = DType::kF32;
+  std::vector<uint8_t> data;
+  TokenId first_token = 0;
+  std::vector<int32_t> cached_blocks;  // blocks holding positions [0, first), already retained (lookup_prefix)
+};
+
+struct PrefixLookup {
+  int cached_tokens = 0;
+  std::vector<int32_t> blocks;  // retained for the caller: hand them to ImportedKv or release_blocks()
+};
+
 struct GenerationRequest {
   std::vector<TokenId> prompt;  // BOS included when the model wants one
   SamplingParams sampling;
@@ -40,6 +57,14 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;  // extra stop tokens (not included)
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
+  // in the cache (positions [first, first + count)); an error fails the request.
+  // Positions before export_from are not exported (the decode node has them cached); positions this engine
+  // found in its own prefix cache are exported with the first computed chunk.
+  std::function<Status(ModelRunner&, const SequenceKv&, int layer, int first, int count)> on_kv_layer;
+  int export_from = 0;
+  // Decode node: the prompt's KV was computed elsewhere; import it and continue from `first_token`.
+  std::shared_ptr<const ImportedKv> imported;
 };
 
 struct RequestOutput {
@@ -91,6 +116,12 @@ class Engine {
   void cancel(RequestId id);
 
   EngineStats stats() const;
+
+  // Runs `task` on the engine thread (between steps) and waits for it. Unavailable when stopped.
+  Status run_on_engine_thread(const std::function<void()>& task);
+  // Looks `tokens` up in the prefix cache (whole blocks, at most tokens.size() - 1 tokens) and retains the hits.
+  Result<PrefixLookup> lookup_prefix(const std::vector<TokenId>& tokens);
+  void release_blocks(const std::vector<int32_t>& blocks);
   const model::ModelConfig& config() const { return runner_.config(); }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
 
@@ -101,6 +132,10 @@ class Engine {
   void admit_new();
   void finish(Active& a, FinishReason reason, Status error = ok_status());
   void on_token(Active& a, const std::vector<float>& logits, size_t row);
+  // Appends a token chosen by `on_token` or received from a prefill node and reports it.
+  void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
+  // Installs imported KV; false when blocks are short (retried next loop).
+  bool import(Active& a);
 
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;
@@ -113,12 +148,14 @@ class Engine {
   bool stopping_ = false;                          // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<Active>> incoming_;  // GUARDED_BY(mu_)
   std::vector<RequestId> cancels_;                 // GUARDED_BY(mu_)
+  std::vector<std::function<void()>> tasks_;       // GUARDED_BY(mu_)
   EngineStats stats_;                              // GUARDED_BY(mu_), a copy refreshed every step
   RequestId next_id_ = 1;                          // GUARDED_BY(mu_)
   uint64_t next_arrival_ = 0;                      // GUARDED_BY(mu_)
 
   // Engine thread only.
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
+  std::vector<RequestId> importing_;  // imported requests waiting for KV blocks
   EngineStats counters_;
 };
 

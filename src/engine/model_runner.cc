@@ -1,8 +1,11 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/core.h>
+
+#include "base/quant.h"
 
 namespace tessera::engine {
 
@@ -16,6 +19,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_RETURN_IF_ERROR(config.validate());
   if (options.max_batch_tokens < 1 || options.max_sequences < 1) {
     return invalid_argument("max_batch_tokens and max_sequences must be positive");
+  }
+  if (options.weight_dtype && (*options.weight_dtype == DType::kI32)) {
+    return invalid_argument("weights can be converted to f32, f16, bf16, q8_0 or q4_0, not i32");
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
@@ -53,17 +59,33 @@ Result<ops::Tensor> ModelRunner::alloc(DType dtype, std::initializer_list<int64_
 }
 
 Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, const std::string& name,
-                                        std::vector<int64_t> shape) {
+                                        std::vector<int64_t> shape, bool matrix) {
   TS_ASSIGN_OR_RETURN(const model::WeightTensor* w, weights.require(name, shape));
   ops::Tensor t(nullptr, 0, w->dtype, {});
   t.rank = static_cast<int>(shape.size());
   std::copy(shape.begin(), shape.end(), t.dims.begin());
   if (t.bytes() != w->bytes)
     return internal_error(fmt::format("tensor {} holds {} bytes, expected {}", name, w->bytes, t.bytes()));
+  const void* src = w->data;
+  std::vector<uint8_t> converted;
+  const std::optional<DType> want = options_.weight_dtype;
+  if (matrix && want && *want != w->dtype && w->dtype == DType::kF32) {
+    if (t.row_elems() % dtype_info(*want).block_elems == 0) {
+      converted.resize(dtype_bytes(*want, static_cast<size_t>(t.numel())));
+      TS_RETURN_IF_ERROR(
+          quantize({reinterpret_cast<const float*>(w->data), static_cast<size_t>(t.numel())}, *want, converted.data()));
+      t.dtype = *want;
+      src = converted.data();
+      ++converted_;
+    } else {
+      ++unconverted_;
+    }
+  }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device_.alloc(t.bytes()));
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
-  TS_RETURN_IF_ERROR(stream_->upload(t, w->data));
+  TS_RETURN_IF_ERROR(stream_->upload(t, src));
+  if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
   return t;
 }
 
@@ -77,26 +99,30 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
   TS_ASSIGN_OR_RETURN(output_norm_, upload(weights, "output_norm.weight", {d}));
-  if (config_.tied_embeddings) {
+  if (config_.tied_embeddings && options_.weight_dtype.value_or(token_embd_.dtype) == token_embd_.dtype) {
     classifier_ = token_embd_;
+    streamed_bytes_ += token_embd_.bytes();
+  } else if (config_.tied_embeddings) {
+    // The lookup needs f32 rows; the classifier gets its own converted copy of the shared matrix.
+    TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "token_embd.weight", {config_.vocab_size, d}));
   } else {
-    TS_ASSIGN_OR_RETURN(classifier_, upload(weights, "output.weight", {config_.vocab_size, d}));
+    TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "output.weight", {config_.vocab_size, d}));
   }
   for (int l = 0; l < config_.n_layers; ++l) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
     Layer layer;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.wq, upload(weights, name("attn_q.weight"), {q, d}));
-    TS_ASSIGN_OR_RETURN(layer.wk, upload(weights, name("attn_k.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.wv, upload(weights, name("attn_v.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wq, upload_matrix(weights, name("attn_q.weight"), {q, d}));
+    TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
+    TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
     TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
     TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.wo, upload(weights, name("attn_output.weight"), {d, q}));
+    TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.w_gate, upload(weights, name("ffn_gate.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_up, upload(weights, name("ffn_up.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_down, upload(weights, name("ffn_down.weight"), {d, h}));
+    TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
     layers_.push_back(layer);
   }
   return stream_->synchronize();
@@ -104,7 +130,7 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
 
 Status ModelRunner::run(const ops::Op& op) { return stream_->run(op); }
 
-Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes) {
+Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer) {
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -133,6 +159,10 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       TS_RETURN_IF_ERROR(run(
           ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table, att.rows(p.row0, len), p.start}));
     }
+    if (after_layer) {
+      TS_RETURN_IF_ERROR(stream_->synchronize());
+      TS_RETURN_IF_ERROR(after_layer(l));
+    }
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
@@ -155,7 +185,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   return ok_status();
 }
 
-Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits) {
+Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer) {
   if (segments.empty()) return invalid_argument("a step needs at least one segment");
   int64_t n = 0;
   for (const Segment& seg : segments) {
@@ -212,7 +242,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
-  TS_RETURN_IF_ERROR(forward(n, placed, decodes));
+  TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer));
 
   // Logit rows come out decode-first; hand them back in segment order.
   int64_t wanted = decodes;
@@ -240,6 +270,78 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   }
   for (const Segment& seg : segments) seg.seq->length += static_cast<int32_t>(seg.tokens.size());
   return ok_status();
+}
+
+namespace {
+
+// Converts `n` values between f32 and f16 (either direction, or a plain copy).
+Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, dtype_bytes(from, n));
+    return ok_status();
+  }
+  if (from == DType::kF32) return quantize({static_cast<const float*>(src), n}, to, dst);
+  if (to == DType::kF32) return dequantize(src, from, {static_cast<float*>(dst), n});
+  std::vector<float> tmp(n);
+  TS_RETURN_IF_ERROR(dequantize(src, from, tmp));
+  return quantize(tmp, to, dst);
+}
+
+}  // namespace
+
+Status ModelRunner::export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out,
+                              void* v_out) {
+  const int bt = kv_->block_tokens();
+  // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
+  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
+      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
+    return out_of_range(
+        fmt::format("export_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
+  }
+  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
+  const ops::Tensor& kc = kv_->k(layer);
+  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);  // one position of one block
+  std::vector<uint8_t> row(row_bytes);
+  const size_t out_row = dtype_bytes(dtype, kv_dim);
+  for (int i = 0; i < count; ++i) {
+    const int pos = first + i;
+    const size_t slot =
+        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
+    for (int which = 0; which < 2; ++which) {
+      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
+      TS_RETURN_IF_ERROR(stream_->read(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
+      uint8_t* dst = static_cast<uint8_t*>(which == 0 ? k_out : v_out) + static_cast<size_t>(i) * out_row;
+      TS_RETURN_IF_ERROR(convert_rows(row.data(), cache.dtype, dst, dtype, kv_dim));
+    }
+  }
+  return stream_->synchronize();
+}
+
+Status ModelRunner::import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
+                              const void* v_in) {
+  const int bt = kv_->block_tokens();
+  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
+      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
+    return out_of_range(
+        fmt::format("import_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
+  }
+  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
+  const ops::Tensor& kc = kv_->k(layer);
+  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);
+  std::vector<uint8_t> row(row_bytes);
+  const size_t in_row = dtype_bytes(dtype, kv_dim);
+  for (int i = 0; i < count; ++i) {
+    const int pos = first + i;
+    const size_t slot =
+        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
+    for (int which = 0; which < 2; ++which) {
+      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
+      const uint8_t* src = static_cast<const uint8_t*>(which == 0 ? k_in : v_in) + static_cast<size_t>(i) * in_row;
+      TS_RETURN_IF_ERROR(convert_rows(src, dtype, row.data(), cache.dtype, kv_dim));
+      TS_RETURN_IF_ERROR(stream_->write(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
+    }
+  }
+  return stream_->synchronize();
 }
 
 Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits) {

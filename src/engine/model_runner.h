@@ -10,7 +10,9 @@
 // Thread-safety: one thread drives a runner (it owns a Stream).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -36,6 +38,10 @@ struct RunnerOptions {
   int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
   KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
   int max_sequences = 1;
+  // Converts f32 weight matrices (not the embedding table, not norms or biases) to this type at load, with
+  // base/quant.h. A matrix whose rows are not a whole number of quantisation blocks stays f32 (see
+  // ModelRunner::converted_matrices). nullopt: weights as stored.
+  std::optional<DType> weight_dtype;
 };
 
 class ModelRunner {
@@ -46,12 +52,28 @@ class ModelRunner {
 
   const model::ModelConfig& config() const { return config_; }
   KvCache& kv_cache() { return *kv_; }
+  // How many weight matrices RunnerOptions::weight_dtype converted, and how many it had to leave in f32.
+  int converted_matrices() const { return converted_; }
+  int unconverted_matrices() const { return unconverted_; }
+  // Bytes of the weights the forward pass reads per token (every matrix plus norms; the embedding row
+  // read is negligible and not counted): what decode streams from memory per step.
+  size_t weight_bytes_per_token() const { return streamed_bytes_; }
 
   // Appends each segment's tokens to its sequence in one forward pass. At most max_batch_tokens tokens and
   // segments in all; no sequence may appear twice. `logits` gets one row of vocab_size floats per segment
   // with want_logits, in segment order. On error no sequence's length changes (blocks reserved for the
   // step stay with their sequences and are reused by the next one).
-  Status step(std::span<const Segment> segments, std::vector<float>& logits);
+  // `after_layer`, when given, runs once per layer right after that layer's K and V are in the cache (the
+  // stream is synchronised first), which is how prefill nodes stream KV out while later layers compute.
+  using LayerHook = std::function<Status(int layer)>;
+  Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr);
+
+  // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
+  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type.
+  Status export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out, void* v_out);
+  // The reverse: writes those rows into seq's blocks (which must be reserved), converting to the cache's type.
+  Status import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
+                   const void* v_in);
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -76,7 +98,13 @@ class ModelRunner {
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
   Status upload_weights(const model::ModelWeights& weights);
-  Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape);
+  Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape,
+                             bool matrix = false);
+  // A weight matrix: uploaded in RunnerOptions::weight_dtype when that is set and possible.
+  Result<ops::Tensor> upload_matrix(const model::ModelWeights& weights, const std::string& name,
+                                    std::vector<int64_t> shape) {
+    return upload(weights, name, std::move(shape), true);
+  }
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
@@ -90,7 +118,7 @@ class ModelRunner {
   };
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
-  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes);
+  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer);
   Status run(const ops::Op& op);
 
   ops::Device& device_;
@@ -103,6 +131,8 @@ class ModelRunner {
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;
+  int converted_ = 0, unconverted_ = 0;
+  size_t streamed_bytes_ = 0;
 };
 
 }  // namespace tessera::engine

@@ -49,6 +49,11 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   // `logits` is modified (scaled and turned into probabilities in place).
   model::TokenId sample(std::span<float> logits);
+  // Consumes the random draw of one sample() without sampling: a decode node continuing from a token its
+  // prefill node drew keeps the same random sequence as a single node would.
+  void skip_draw() {
+    if (params_.temperature != 0.0f) (void)rng_.next_f32();
+  }
   // Applies the presence and frequency penalties for the tokens generated so far (`counts`: id -> times).
   void apply_penalties(std::span<float> logits, const std::vector<std::pair<model::TokenId, int>>& counts) const;
 

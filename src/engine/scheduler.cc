@@ -16,6 +16,11 @@ Status Scheduler::add(Sequence* seq) {
   return ok_status();
 }
 
+void Scheduler::add_running(Sequence* seq) {
+  seq->prefix_checked = true;
+  running_.push_back(seq);
+}
+
 void Scheduler::release_blocks(Sequence* seq) {
   kv_.release(seq->kv);
   seq->block_hashes.clear();

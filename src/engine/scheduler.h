@@ -45,6 +45,9 @@ class Scheduler {
 
   // ResourceExhausted when the waiting queue is full.
   Status add(Sequence* seq);
+  // A sequence whose KV is already in its reserved blocks (imported from a prefill node) joins the running
+  // set directly.
+  void add_running(Sequence* seq);
   // Removes a sequence from whichever queue holds it and releases its blocks.
   void remove(Sequence* seq);
 

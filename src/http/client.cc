@@ -24,16 +24,24 @@ Status from_error(const beast::error_code& ec, const Url& url) {
 }
 
 asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url& url, Response& out,
-                                            const ChunkCallback* on_chunk) {
+                                            const HeadersCallback* on_headers, const ChunkCallback* on_chunk) {
   auto ex = co_await asio::this_coro::executor;
   beast::error_code ec;
   auto redirect = asio::redirect_error(asio::use_awaitable, ec);
   tcp::resolver resolver(ex);
   beast::tcp_stream stream(ex);
   stream.expires_after(std::chrono::milliseconds(req.timeout_ms));
-  auto results = co_await resolver.async_resolve(url.host, std::to_string(url.port), redirect);
-  if (ec) co_return ec;
-  co_await stream.async_connect(results, redirect);
+  // A numeric address needs no resolver: Asio resolves on a helper thread it starts per io_context, which
+  // would cost a thread creation per request (measurable behind the router).
+  beast::error_code not_numeric;
+  const asio::ip::address numeric = asio::ip::make_address(url.host, not_numeric);
+  if (!not_numeric) {
+    co_await stream.async_connect(tcp::endpoint(numeric, url.port), redirect);
+  } else {
+    auto results = co_await resolver.async_resolve(url.host, std::to_string(url.port), redirect);
+    if (ec) co_return ec;
+    co_await stream.async_connect(results, redirect);
+  }
   if (ec) co_return ec;
   bhttp::request<bhttp::string_body> r{bhttp::string_to_verb(req.method), url.target, 11};
   r.set(bhttp::field::host, fmt::format("{}:{}", url.host, url.port));
@@ -62,6 +70,11 @@ asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url&
     if (ec) co_return ec;
     out.status = static_cast<int>(parser.get().result_int());
     for (const auto& f : parser.get()) out.headers[std::string(f.name_string())] = std::string(f.value());
+    if (on_headers != nullptr && !(*on_headers)(out)) {
+      beast::error_code ignored;
+      stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      co_return beast::error_code{};
+    }
     char chunk[16384];
     while (!parser.is_done()) {
       parser.get().body().data = chunk;
@@ -78,13 +91,13 @@ asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url&
   co_return beast::error_code{};
 }
 
-Result<Response> run(const ClientRequest& req, const ChunkCallback* on_chunk) {
+Result<Response> run(const ClientRequest& req, const HeadersCallback* on_headers, const ChunkCallback* on_chunk) {
   TS_ASSIGN_OR_RETURN(Url url, parse_url(req.url));
   asio::io_context ioc;
   Response out;
   beast::error_code result;
   bool done = false;
-  asio::co_spawn(ioc, exchange(req, url, out, on_chunk), [&](std::exception_ptr e, beast::error_code ec) {
+  asio::co_spawn(ioc, exchange(req, url, out, on_headers, on_chunk), [&](std::exception_ptr e, beast::error_code ec) {
     done = true;
     result = e ? beast::error_code(asio::error::fault) : ec;
   });
@@ -122,10 +135,15 @@ Result<Url> parse_url(std::string_view url) {
   return out;
 }
 
-Result<Response> fetch(const ClientRequest& request) { return run(request, nullptr); }
+Result<Response> fetch(const ClientRequest& request) { return run(request, nullptr, nullptr); }
 
 Result<Response> fetch_streaming(const ClientRequest& request, const ChunkCallback& on_chunk) {
-  return run(request, &on_chunk);
+  return run(request, nullptr, &on_chunk);
+}
+
+Result<Response> fetch_streaming(const ClientRequest& request, const HeadersCallback& on_headers,
+                                 const ChunkCallback& on_chunk) {
+  return run(request, &on_headers, &on_chunk);
 }
 
 }  // namespace tessera::http

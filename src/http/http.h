@@ -112,12 +112,18 @@ struct ClientRequest {
 
 // Returns false to stop reading (the connection is then closed).
 using ChunkCallback = std::function<bool(std::string_view)>;
+// Receives the status and headers (body empty) before any of the body is read; returns false to stop
+// there (the connection is then closed). Lets a proxy retry elsewhere before forwarding a single byte.
+using HeadersCallback = std::function<bool(const Response&)>;
 
 // One request on a fresh connection. Unavailable when the server cannot be reached, DeadlineExceeded
 // past the timeout, InvalidArgument for a malformed URL. A non-2xx status is a Response, not an error.
 Result<Response> fetch(const ClientRequest& request);
 // Like fetch(), but the body is handed to `on_chunk` as it arrives (Response::body stays empty).
 Result<Response> fetch_streaming(const ClientRequest& request, const ChunkCallback& on_chunk);
+// Like fetch_streaming(), with `on_headers` called once the status line and headers are in.
+Result<Response> fetch_streaming(const ClientRequest& request, const HeadersCallback& on_headers,
+                                 const ChunkCallback& on_chunk);
 
 struct Url {
   std::string host;

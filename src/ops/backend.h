@@ -75,12 +75,22 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream() = 0;
 };
 
+// Settings a caller may pass when opening a device; a backend ignores those that do not apply to it.
+struct DeviceOptions {
+  int threads = 0;        // host threads for operators (cpu; opencl on a CPU device): 0 = backend default
+  std::string cache_dir;  // where compiled kernels may be cached (opencl): empty = backend default
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual int device_count() const = 0;
   virtual Result<std::unique_ptr<Device>> open_device(int index) = 0;
+  // Like open_device(index), with settings; backends without settings need not override it.
+  virtual Result<std::unique_ptr<Device>> open_device_with(int index, const DeviceOptions& options) {
+    return open_device(index);
+  }
 };
 
 }  // namespace tessera::ops

@@ -60,6 +60,7 @@ class Checker {
 
 void check_kv_cache(Checker& c, const Tensor& kc, const Tensor& vc) {
   c.present(kc, "k_cache").present(vc, "v_cache").rank(kc, "k_cache", 4).same_shape(kc, "k_cache", vc, "v_cache");
+  c.dtype(vc, "v_cache", kc.dtype);
 }
 
 // q [n, heads, head_dim] against a cache [blocks, block_tokens, kv_heads, head_dim].

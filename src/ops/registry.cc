@@ -31,13 +31,17 @@ Result<std::unique_ptr<Backend>> BackendRegistry::create(const std::string& name
 }
 
 Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index) {
+  return open_device(backend, index, DeviceOptions{});
+}
+
+Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index, const DeviceOptions& options) {
   register_builtin_backends();
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, BackendRegistry::global().create(backend));
   if (index < 0 || index >= b->device_count()) {
     return not_found(
         fmt::format("backend '{}' has {} device(s); there is no device {}", backend, b->device_count(), index));
   }
-  return b->open_device(index);
+  return b->open_device_with(index, options);
 }
 
 }  // namespace tessera::ops

@@ -44,5 +44,6 @@ void register_builtin_backends();
 
 // Opens device `index` of backend `name`, registering the built-ins first.
 Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index = 0);
+Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index, const DeviceOptions& options);
 
 }  // namespace tessera::ops

@@ -2,6 +2,7 @@
 // here under their CMake-defined macro, and nowhere else.
 #include <mutex>
 
+#include "ops/cpu/cpu_backend.h"
 #include "ops/ref/ref_backend.h"
 #include "ops/registry.h"
 
@@ -13,6 +14,8 @@ void register_builtin_backends() {
     BackendRegistry& r = BackendRegistry::global();
     (void)r.add({"ref", "portable scalar C++; the numerical reference for every other backend",
                  [] { return ref::create_backend(); }});
+    (void)r.add({"cpu", "host CPU: AVX2/FMA/F16C kernels (run-time dispatch), OpenBLAS, OpenMP threads",
+                 [] { return cpu::create_backend(); }});
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/quant.h"
 #include "ops/backend.h"
 #include "ops/registry.h"
 
@@ -212,13 +213,78 @@ TEST_F(RefOps, ValidationNamesTheOperatorAndTensor) {
 }
 
 TEST_F(RefOps, CapabilityQueryExplainsUnsupportedCases) {
-  Tensor w16 = make(DType::kF16, {4, 3});
+  Tensor wi = make(DType::kI32, {4, 3});
   Tensor out = make(DType::kF32, {1, 4});
-  Support s = device_->supports(MatMulOp{make(DType::kF32, {1, 3}), w16, out});
+  Support s = device_->supports(MatMulOp{make(DType::kF32, {1, 3}), wi, out});
   EXPECT_FALSE(s.supported);
-  EXPECT_NE(s.reason.find("f16"), std::string::npos);
+  EXPECT_NE(s.reason.find("i32"), std::string::npos) << s.reason;
   EXPECT_TRUE(device_->supports(MatMulOp{make(DType::kF32, {1, 3}), make(DType::kF32, {4, 3}), out}).supported);
-  EXPECT_EQ(stream_->run(MatMulOp{make(DType::kF32, {1, 3}), w16, out}).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(stream_->run(MatMulOp{make(DType::kF32, {1, 3}), wi, out}).code(), StatusCode::kUnimplemented);
+  Tensor bf = make(DType::kBF16, {1, 2, 1, 2});
+  Support kv = device_->supports(
+      KvWriteOp{make(DType::kF32, {1, 1, 2}), make(DType::kF32, {1, 1, 2}), bf, bf, make(DType::kI32, {1})});
+  EXPECT_FALSE(kv.supported);
+  EXPECT_NE(kv.reason.find("f16"), std::string::npos) << kv.reason;
+}
+
+// Stored weight types: values every format represents exactly (multiples of 1/8 under 16 in magnitude;
+// q4_0 blocks scaled so each value is d * (nibble - 8) with d = 1/8) must give the f32 answer exactly.
+TEST_F(RefOps, MatMulWithStoredWeightTypesMatchesF32WhenValuesAreExact) {
+  std::vector<float> w(64), x(32);
+  for (size_t i = 0; i < 32; ++i) {
+    w[i] = static_cast<float>(static_cast<int>(i % 16) - 8) / 8.0f;             // -1 .. 0.875: q4_0 exact with d=1/8
+    w[32 + i] = static_cast<float>(static_cast<int>((i * 5) % 16) - 8) / 8.0f;  // amax 1 => d = 1/8
+    x[i] = static_cast<float>(i) - 10.0f;
+  }
+  w[0] = -1.0f;  // amax 1 in both rows
+  w[32] = -1.0f;
+  Tensor xt = f32({1, 32}, x);
+  Tensor want = make(DType::kF32, {1, 2});
+  ASSERT_TRUE(stream_->run(MatMulOp{xt, f32({2, 32}, w), want}).ok());
+  std::vector<float> expected = get(want);
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (t == DType::kQ8_0) continue;  // q8_0's d = 1/127 is not exact; checked below
+    std::vector<uint8_t> stored(dtype_bytes(t, w.size()));
+    ASSERT_TRUE(quantize(w, t, stored.data()).ok());
+    Tensor wt = make(t, {2, 32}, stored.data());
+    Tensor out = make(DType::kF32, {1, 2});
+    ASSERT_TRUE(device_->supports(MatMulOp{xt, wt, out}).supported) << dtype_name(t);
+    ASSERT_TRUE(stream_->run(MatMulOp{xt, wt, out}).ok()) << dtype_name(t);
+    EXPECT_EQ(get(out), expected) << dtype_name(t);
+  }
+  // q8_0 with d = f16(1/127): each weight is off by at most the f16 rounding of d (relative 2^-11) times 127
+  // steps, so the dot product is within that fraction of sum |x w|.
+  std::vector<uint8_t> q8(dtype_bytes(DType::kQ8_0, w.size()));
+  ASSERT_TRUE(quantize(w, DType::kQ8_0, q8.data()).ok());
+  Tensor out = make(DType::kF32, {1, 2});
+  ASSERT_TRUE(stream_->run(MatMulOp{xt, make(DType::kQ8_0, {2, 32}, q8.data()), out}).ok());
+  std::vector<float> got = get(out);
+  for (size_t i = 0; i < 2; ++i) {
+    float abs_sum = 0.0f;
+    for (size_t j = 0; j < 32; ++j) abs_sum += std::fabs(x[j] * w[i * 32 + j]);
+    EXPECT_NEAR(got[i], expected[i], abs_sum / 1024.0f);
+    EXPECT_NE(got[i], expected[i]);  // and it really went through the q8_0 scale
+  }
+}
+
+TEST_F(RefOps, KvCacheInF16RoundsStoredValuesOnly) {
+  // 1/3 is stored as f16 0x3555 = 0.333251953125; attention over one position returns v exactly as stored.
+  Tensor kc = make(DType::kF16, {1, 2, 1, 2});
+  Tensor vc = make(DType::kF16, {1, 2, 1, 2});
+  ASSERT_TRUE(
+      stream_->run(KvWriteOp{f32({1, 1, 2}, {1.0f / 3, 2}), f32({1, 1, 2}, {1.0f / 3, -4}), kc, vc, i32({1}, {0})})
+          .ok());
+  std::vector<uint16_t> raw(4);
+  ASSERT_TRUE(stream_->download(kc, raw.data()).ok());
+  EXPECT_EQ(raw[0], 0x3555);
+  EXPECT_EQ(raw[1], 0x4000);  // 2.0
+  Tensor out = make(DType::kF32, {1, 1, 2});
+  ASSERT_TRUE(
+      stream_->run(AttentionDecodeOp{f32({1, 1, 2}, {1, 1}), kc, vc, i32({1, 1}, {0}), i32({1}, {1}), out}).ok());
+  expect_near(get(out), {0.333251953125f, -4.0f}, 0);
+  Tensor mixed = make(DType::kF32, {1, 2, 1, 2});
+  EXPECT_EQ(stream_->run(KvWriteOp{f32({1, 1, 2}, {0, 0}), f32({1, 1, 2}, {0, 0}), kc, mixed, i32({1}, {0})}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

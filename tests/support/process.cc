@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 
 extern char** environ;
 
@@ -73,6 +74,83 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   else if (WIFSIGNALED(status))
     r.exit_code = 128 + WTERMSIG(status);
   return r;
+}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv) {
+  int out_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  if (rc != 0) {
+    close(out_pipe[0]);
+    return;
+  }
+  pid_ = pid;
+  out_fd_ = out_pipe[0];
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (pid_ > 0) stop(SIGKILL, 5.0);
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+std::string BackgroundProcess::wait_for_line(const std::string& needle, double timeout_seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  char buf[4096];
+  for (;;) {
+    size_t nl;
+    while ((nl = buffer_.find('\n')) != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      if (line.find(needle) != std::string::npos) return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || out_fd_ < 0) return "";
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    ssize_t n = read(out_fd_, buf, sizeof buf);
+    if (n <= 0) return "";
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+int BackgroundProcess::stop(int signal, double timeout_seconds) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+      return -1;
+    }
+    usleep(5000);
+  }
+  pid_ = -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+int port_from_line(const std::string& line) {
+  size_t at = line.find("http://");
+  if (at == std::string::npos) return 0;
+  size_t colon = line.find(':', at + 7);
+  if (colon == std::string::npos) return 0;
+  return std::atoi(line.c_str() + colon + 1);
 }
 
 }  // namespace tessera::testing

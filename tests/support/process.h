@@ -16,4 +16,30 @@ struct ProcessResult {
 
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_seconds = 60.0);
 
+// A long-running child (a server): started with stdout piped, killed (SIGKILL) when destroyed unless it
+// was stopped. stderr goes to the test's stderr.
+class BackgroundProcess {
+ public:
+  explicit BackgroundProcess(const std::vector<std::string>& argv);
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  int pid() const { return pid_; }
+  // Reads stdout until a line contains `needle`; returns that line, or "" on timeout or exit.
+  std::string wait_for_line(const std::string& needle, double timeout_seconds = 30.0);
+  // Sends `signal` and waits up to `timeout_seconds`; returns the exit code (128 + signal when killed,
+  // -1 on timeout, after which the child is SIGKILLed).
+  int stop(int signal, double timeout_seconds = 15.0);
+
+ private:
+  int pid_ = -1;
+  int out_fd_ = -1;
+  std::string buffer_;
+};
+
+// The port in a "listening on http://HOST:PORT" line, or 0.
+int port_from_line(const std::string& line);
+
 }  // namespace tessera::testing

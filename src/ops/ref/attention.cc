@@ -1,37 +1,56 @@
 // Paged KV writes and attention (prefill: causal over one sequence; decode: one token per sequence).
 // Scores are dot(q, k) / sqrt(head_dim), softmax subtracts the maximum and divides by the sum, and values
-// are accumulated position by position: run.c's order exactly.
+// are accumulated position by position: run.c's order exactly. An f16 cache is stored with base/quant.h's
+// rounding and widened row by row before the same arithmetic, so f32 and f16 caches differ only by that
+// rounding.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include <fmt/core.h>
 
+#include "base/quant.h"
 #include "ops/ref/kernels.h"
 
 namespace tessera::ops::ref {
 namespace {
 
 struct CacheView {
-  const float* k;
-  const float* v;
+  const uint8_t* k;
+  const uint8_t* v;
+  DType dtype;
   int64_t num_blocks, block_tokens, kv_heads, head_dim;
+  mutable std::vector<float> k_row, v_row;  // widened rows of an f16 cache
 
   explicit CacheView(const Tensor& kc, const Tensor& vc)
-      : k(data<const float>(kc)),
-        v(data<const float>(vc)),
+      : k(data<const uint8_t>(kc)),
+        v(data<const uint8_t>(vc)),
+        dtype(kc.dtype),
         num_blocks(kc.dim(0)),
         block_tokens(kc.dim(1)),
         kv_heads(kc.dim(2)),
-        head_dim(kc.dim(3)) {}
+        head_dim(kc.dim(3)),
+        k_row(static_cast<size_t>(head_dim)),
+        v_row(static_cast<size_t>(head_dim)) {}
 
   int64_t row(int32_t block, int64_t pos_in_block, int64_t kv_head) const {
     return ((static_cast<int64_t>(block) * block_tokens + pos_in_block) * kv_heads + kv_head) * head_dim;
   }
+  // The f32 values of one cache row; for f16 the pointer is valid until the next call for the same tensor.
+  const float* k_at(int64_t elem) const { return at(k, elem, k_row); }
+  const float* v_at(int64_t elem) const { return at(v, elem, v_row); }
+
+ private:
+  const float* at(const uint8_t* base, int64_t elem, std::vector<float>& scratch) const {
+    if (dtype == DType::kF32) return reinterpret_cast<const float*>(base) + elem;
+    const auto* h = reinterpret_cast<const uint16_t*>(base) + elem;
+    for (int64_t i = 0; i < head_dim; ++i) scratch[static_cast<size_t>(i)] = f16_to_f32(h[i]);
+    return scratch.data();
+  }
 };
 
 Status check_cache_dtype(const Tensor& kc) {
-  if (kc.dtype != DType::kF32) return unimplemented("ref keeps the KV cache in f32");
+  if (!kv_cache_supported(kc.dtype)) return unimplemented("ref keeps the KV cache in f32 or f16");
   return ok_status();
 }
 
@@ -55,7 +74,7 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
     const int64_t kvh = h / group;
     float max_score = -INFINITY;
     for (int32_t t = 0; t <= pos; ++t) {
-      const float* k = c.k + c.row(table[t / c.block_tokens], t % c.block_tokens, kvh);
+      const float* k = c.k_at(c.row(table[t / c.block_tokens], t % c.block_tokens, kvh));
       float s = 0.0f;
       for (int64_t i = 0; i < hd; ++i) s += qh[i] * k[i];
       s /= denom;
@@ -71,7 +90,7 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
     float* oh = out + h * hd;
     std::memset(oh, 0, static_cast<size_t>(hd) * sizeof(float));
     for (int32_t t = 0; t <= pos; ++t) {
-      const float* v = c.v + c.row(table[t / c.block_tokens], t % c.block_tokens, kvh);
+      const float* v = c.v_at(c.row(table[t / c.block_tokens], t % c.block_tokens, kvh));
       const float a = scores[static_cast<size_t>(t)];
       for (int64_t i = 0; i < hd; ++i) oh[i] += a * v[i];
     }
@@ -80,6 +99,8 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
 }
 
 }  // namespace
+
+bool kv_cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
 Status run_kv_write(const KvWriteOp& op) {
   TS_RETURN_IF_ERROR(check_cache_dtype(op.k_cache));
@@ -90,10 +111,17 @@ Status run_kv_write(const KvWriteOp& op) {
     if (slots[t] < 0 || slots[t] >= capacity) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
-    std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row,
-                static_cast<size_t>(row) * 4);
-    std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row,
-                static_cast<size_t>(row) * 4);
+    if (op.k_cache.dtype == DType::kF32) {
+      std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row,
+                  static_cast<size_t>(row) * 4);
+      std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row,
+                  static_cast<size_t>(row) * 4);
+    } else {
+      for (int64_t i = 0; i < row; ++i) {
+        data<uint16_t>(op.k_cache)[slots[t] * row + i] = f32_to_f16(data<const float>(op.k)[t * row + i]);
+        data<uint16_t>(op.v_cache)[slots[t] * row + i] = f32_to_f16(data<const float>(op.v)[t * row + i]);
+      }
+    }
   }
   return ok_status();
 }

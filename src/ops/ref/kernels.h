@@ -15,6 +15,10 @@ T* data(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->host_ptr()) + t.offset);
 }
 
+// Stored types the reference accepts (the same answers Device::supports gives).
+bool matmul_weight_supported(DType w);
+bool kv_cache_supported(DType cache);
+
 Status run_embedding(const EmbeddingOp& op);
 Status run_rms_norm(const RmsNormOp& op);
 Status run_add_rms_norm(const AddRmsNormOp& op);

@@ -97,18 +97,17 @@ class RefDevice final : public Device {
 
   Support supports(const Op& op) const override {
     if (Status s = validate(op); !s.ok()) return Support::no(s.message());
-    if (const auto* mm = std::get_if<MatMulOp>(&op); mm && mm->w.dtype != DType::kF32) {
-      return Support::no(fmt::format("ref matmul takes f32 weights, not {}", dtype_name(mm->w.dtype)));
+    if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !matmul_weight_supported(mm->w.dtype)) {
+      return Support::no(fmt::format("ref matmul does not take {} weights", dtype_name(mm->w.dtype)));
     }
-    auto f32_cache = [](const Tensor& t) { return t.dtype == DType::kF32; };
-    if (const auto* kv = std::get_if<KvWriteOp>(&op); kv && !f32_cache(kv->k_cache)) {
-      return Support::no("ref keeps the KV cache in f32");
+    auto cache_ok = [](const Tensor& t) { return kv_cache_supported(t.dtype); };
+    const char* kCacheReason = "ref keeps the KV cache in f32 or f16";
+    if (const auto* kv = std::get_if<KvWriteOp>(&op); kv && !cache_ok(kv->k_cache)) return Support::no(kCacheReason);
+    if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !cache_ok(a->k_cache)) {
+      return Support::no(kCacheReason);
     }
-    if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !f32_cache(a->k_cache)) {
-      return Support::no("ref keeps the KV cache in f32");
-    }
-    if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !f32_cache(a->k_cache)) {
-      return Support::no("ref keeps the KV cache in f32");
+    if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !cache_ok(a->k_cache)) {
+      return Support::no(kCacheReason);
     }
     return Support::yes();
   }

@@ -1,0 +1,159 @@
+// `tessera bench generate`: prefill and decode speed of one model on one backend, next to the host's
+// ceilings measured in the same run with the same thread count, and the fraction of the roofline reached.
+//
+//   decode ceiling  = read bandwidth / bytes read per token (every weight matrix and norm once, plus the
+//                     KV cache at the mean context of the decode phase);
+//   prefill ceiling = FMA peak / FLOPs per token (2 per matrix weight, plus attention's 4 * dim per
+//                     cached position at the mean prefill context).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "base/dtype.h"
+#include "base/rng.h"
+#include "commands.h"
+#include "engine/model_runner.h"
+#include "model/loader.h"
+#include "ops/cpu/ceilings.h"
+#include "ops/registry.h"
+
+namespace tessera::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f32";
+  int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3;
+  bool skip_ceilings = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Spread {
+  double median, min, max;
+};
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return {med, v.front(), v.back()};
+}
+
+int run_bench(const BenchArgs& a) {
+  auto model = model::load_model(a.model, a.tokenizer);
+  if (!model.ok()) return fail(model.status().message());
+  const model::ModelConfig& c = model->config;
+  if (a.prompt_tokens + a.gen_tokens > c.max_seq_len) {
+    return fail(fmt::format("--prompt-tokens + --gen-tokens = {} exceeds the model's context of {}",
+                            a.prompt_tokens + a.gen_tokens, c.max_seq_len));
+  }
+  ops::DeviceOptions dopts;
+  dopts.threads = a.threads;
+  auto device = ops::open_device(a.backend, 0, dopts);
+  if (!device.ok()) return fail(device.status().message());
+  engine::RunnerOptions ro;
+  ro.max_batch_tokens = std::max(1, std::min(512, a.prompt_tokens));
+  if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
+  ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  auto runner = engine::ModelRunner::create(**device, c, model->weights, ro);
+  if (!runner.ok()) return fail(runner.status().message());
+  engine::ModelRunner& r = **runner;
+
+  Rng rng(42);
+  std::vector<engine::TokenId> prompt(static_cast<size_t>(a.prompt_tokens));
+  for (auto& t : prompt) t = static_cast<engine::TokenId>(rng.next_u32() % static_cast<uint32_t>(c.vocab_size));
+  std::vector<double> prefill_tps, decode_tps;
+  std::vector<float> logits;
+  for (int rep = -1; rep < a.repeat; ++rep) {  // rep -1 warms caches and thread pools; not counted
+    engine::SequenceKv seq;
+    auto t0 = std::chrono::steady_clock::now();
+    if (Status s = r.prefill(seq, prompt, logits); !s.ok()) return fail(s.message());
+    const double tp = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    for (int g = 0; g < a.gen_tokens; ++g) {
+      auto next = static_cast<engine::TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      engine::SequenceKv* sp = &seq;
+      if (Status s = r.decode({&sp, 1}, {&next, 1}, logits); !s.ok()) return fail(s.message());
+    }
+    const double td = seconds_since(t0);
+    r.release(seq);
+    if (rep >= 0) {
+      prefill_tps.push_back(a.prompt_tokens / tp);
+      decode_tps.push_back(a.gen_tokens / td);
+    }
+  }
+
+  // Work per token.
+  const double matrix_params = static_cast<double>(c.n_layers) *
+                                   (2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim) +
+                               static_cast<double>(c.vocab_size) * c.dim;
+  const double cache_elem = ro.kv.dtype == DType::kF16 ? 2.0 : 4.0;
+  const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
+  const double decode_bytes =
+      static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * c.n_layers * 2.0 * c.kv_dim() * cache_elem;
+  const double prefill_ctx = (a.prompt_tokens + 1) / 2.0;
+  const double prefill_flops = 2.0 * matrix_params + 4.0 * c.n_layers * c.q_dim() * prefill_ctx;
+
+  const Spread pf = spread(prefill_tps), dc = spread(decode_tps);
+  std::printf("model %s (%.1fM params), backend %s (%s), weights %s, kv %s, threads %d, prompt %d, gen %d, repeat %d\n",
+              model->name.c_str(), c.parameter_count() / 1e6, a.backend.c_str(), (*device)->info().name.c_str(),
+              a.weight_dtype.empty() ? "as stored" : a.weight_dtype.c_str(), a.kv_dtype.c_str(), a.threads,
+              a.prompt_tokens, a.gen_tokens, a.repeat);
+  std::printf("prefill  tok/s median %.1f  min %.1f  max %.1f   (%.3f GFLOP/token)\n", pf.median, pf.min, pf.max,
+              prefill_flops / 1e9);
+  std::printf("decode   tok/s median %.2f  min %.2f  max %.2f   (%.1f MB read/token)\n", dc.median, dc.min, dc.max,
+              decode_bytes / 1e6);
+  if (!a.skip_ceilings) {
+    const ops::cpu::Ceilings ceil = ops::cpu::measure_ceilings(std::max(1, a.threads));
+    const double decode_roof = ceil.read_bytes_per_s / decode_bytes;
+    const double prefill_roof = ceil.fma_flops_per_s / prefill_flops;
+    std::printf("ceilings (%d threads): read %.2f GB/s, triad %.2f GB/s, FMA peak %.1f GFLOP/s\n",
+                std::max(1, a.threads), ceil.read_bytes_per_s / 1e9, ceil.triad_bytes_per_s / 1e9,
+                ceil.fma_flops_per_s / 1e9);
+    std::printf("roofline decode  %.1f tok/s -> %.0f%% reached (median)\n", decode_roof,
+                100.0 * dc.median / decode_roof);
+    std::printf("roofline prefill %.1f tok/s -> %.0f%% reached (median)\n", prefill_roof,
+                100.0 * pf.median / prefill_roof);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench_generate_subcommand(CLI::App& bench) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = bench.add_subcommand("generate",
+                                       "Prefill and decode speed of one model on one backend, with "
+                                       "measured ceilings and the fraction of the roofline reached");
+  cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
+      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
+  cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Host threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length (random tokens)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens decoded after the prompt")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--repeat", args->repeat, "Timed repetitions (after one warm-up)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-ceilings", args->skip_ceilings, "Skip the bandwidth and FMA measurements");
+  return [args] { return run_bench(*args); };
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,170 @@
+// `tessera route`: the OpenAI-compatible gateway in front of `tessera serve` nodes.
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "model/loader.h"
+#include "model/tokenizer/llama2c_tokenizer.h"
+#include "router/gateway.h"
+#include "router/membership.h"
+
+namespace tessera::cli {
+namespace {
+
+struct RouteArgs {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string nodes;
+  std::string ctrl;
+  std::string strategy = "round_robin";
+  std::vector<std::string> api_keys;
+  std::string model;
+  std::string tokenizer;
+  int block_size = 16;
+  double overload_threshold = 8;
+  double prefill_weight = 1;
+  int workers = 64;
+  int max_attempts = 3;
+  int probe_interval_ms = 1000;
+  int probe_timeout_ms = 500;
+  int unhealthy_threshold = 2;
+  int healthy_threshold = 2;
+  int consecutive_failures = 3;
+  int upstream_timeout_s = 600;
+  int io_threads = 2;
+  uint64_t seed = 1;
+};
+
+int run_route(const RouteArgs& a) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (!a.ctrl.empty()) {
+    return fail("--ctrl is not available yet (the control plane is not built into this router); use --nodes");
+  }
+  auto nodes = router::parse_node_list(a.nodes);
+  if (!nodes.ok()) return fail(nodes.status().message());
+
+  router::GatewayOptions o;
+  o.http.host = a.host;
+  o.http.port = static_cast<uint16_t>(a.port);
+  o.http.io_threads = a.io_threads;
+  o.strategy = a.strategy;
+  o.strategy_options.seed = a.seed;
+  o.strategy_options.block_tokens = a.block_size;
+  o.strategy_options.overload_threshold = a.overload_threshold;
+  o.strategy_options.prefill_weight = a.prefill_weight;
+  o.health.probe_interval_ms = a.probe_interval_ms;
+  o.health.probe_timeout_ms = a.probe_timeout_ms;
+  o.health.unhealthy_threshold = a.unhealthy_threshold;
+  o.health.healthy_threshold = a.healthy_threshold;
+  o.health.consecutive_failures = a.consecutive_failures;
+  o.api_keys = a.api_keys;
+  o.workers = a.workers;
+  o.max_attempts = a.max_attempts;
+  o.upstream_timeout_ms = a.upstream_timeout_s * 1000;
+
+  std::shared_ptr<model::Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) {
+    auto t = model::Llama2cTokenizer::load(a.tokenizer);
+    if (!t.ok()) return fail(t.status().message());
+    tokenizer = std::move(*t);
+  } else if (!a.model.empty()) {
+    auto m = model::load_model(a.model);
+    if (!m.ok()) return fail(m.status().message());
+    tokenizer = std::move(m->tokenizer);
+  }
+  if (tokenizer) {
+    // Nodes encode completions prompts with BOS; hashing the same ids lets the index match their cache.
+    o.tokenize = [tokenizer](std::string_view text) {
+      std::vector<model::TokenId> ids = tokenizer->encode(text, true);
+      return std::vector<int32_t>(ids.begin(), ids.end());
+    };
+  }
+
+  auto gateway = router::Gateway::create(std::move(o));
+  if (!gateway.ok()) return fail(gateway.status().message());
+  auto membership = router::make_static_membership(*nodes);
+  if (Status s = membership->start(**gateway); !s.ok()) return fail(s.message());
+  if (Status s = (*gateway)->start(); !s.ok()) return fail(s.message());
+  std::printf("tessera route: %zu nodes, strategy %s, listening on http://%s:%u\n", nodes->size(), a.strategy.c_str(),
+              a.host.c_str(), (*gateway)->port());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "tessera route: %s received, stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  membership->stop();
+  (*gateway)->stop();
+  return 0;
+}
+
+}  // namespace
+
+Action add_route_command(CLI::App& app) {
+  auto a = std::make_shared<RouteArgs>();
+  CLI::App* cmd = app.add_subcommand("route", "Route OpenAI API requests across tessera serve nodes");
+  cmd->add_option("--host", a->host, "Listen address")->capture_default_str();
+  cmd->add_option("--port", a->port, "Listen port (0: any free port, printed on stdout)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--nodes", a->nodes, "Static nodes: http://host:port[=capacity],... (more via /admin/nodes)");
+  cmd->add_option("--ctrl", a->ctrl, "Control plane URL for discovery (not available yet)");
+  cmd->add_option("--strategy", a->strategy,
+                  "round_robin | weighted_random | consistent_hash | least_latency | prefix_cache | kv_aware")
+      ->capture_default_str();
+  cmd->add_option("--api-key", a->api_keys, "Accepted API key (repeatable); none: no authentication");
+  cmd->add_option("--model", a->model, "Model directory whose tokenizer the prefix strategies use");
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (llama2.c tok*.bin) for the prefix strategies");
+  cmd->add_option("--block-size", a->block_size, "Tokens per KV block on the nodes (prefix hashing)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--overload-threshold", a->overload_threshold,
+                  "prefix_cache: extra requests in flight on the best match before falling back to the least loaded")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--prefill-weight", a->prefill_weight, "kv_aware: cost per uncached prompt token")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--workers", a->workers, "Upstream requests in flight at most (proxy worker threads)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-attempts", a->max_attempts, "Nodes tried per request before giving up")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_option("--probe-interval-ms", a->probe_interval_ms, "Health probe period")
+      ->check(CLI::Range(10, 600000))
+      ->capture_default_str();
+  cmd->add_option("--probe-timeout-ms", a->probe_timeout_ms, "Health probe timeout")
+      ->check(CLI::Range(10, 600000))
+      ->capture_default_str();
+  cmd->add_option("--unhealthy-threshold", a->unhealthy_threshold, "Failed probes in a row that eject a node")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--healthy-threshold", a->healthy_threshold, "Good probes in a row that re-admit a node")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--consecutive-failures", a->consecutive_failures,
+                  "Failed requests in a row (connect error or 5xx) that eject a node")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--upstream-timeout", a->upstream_timeout_s, "Seconds an upstream request may take")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of weighted_random")->capture_default_str();
+  return [a] { return run_route(*a); };
+}
+
+}  // namespace tessera::cli

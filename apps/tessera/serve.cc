@@ -1,0 +1,200 @@
+// `tessera serve`: one node serving the OpenAI API from one model on one backend.
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "base/dtype.h"
+#include "commands.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "model/loader.h"
+#include "ops/registry.h"
+#include "serve/chat_format.h"
+#include "serve/node_server.h"
+#include "serve/pd.h"
+
+namespace tessera::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string backend = "ref";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string role = "both";
+  std::string served_name;
+  int max_num_seqs = 64;
+  int max_batch_tokens = 256;
+  int block_size = 16;
+  double kv_memory_mib = 1024;
+  int max_queue = 1024;
+  std::string chat_template;
+  int io_threads = 2;
+  bool no_prefix_cache = false;
+  int shutdown_grace_ms = 10000;
+  int threads = 0;
+  std::string weight_dtype;
+  std::string kv_dtype = "f32";
+  std::vector<std::string> prefill_nodes;
+  int pd_min_tokens = 32;
+  double pd_staging_mib = 64;
+  std::vector<std::string> link_endpoints = {"shm", "tcp"};
+};
+
+int run_serve(const ServeArgs& a) {
+  // Signals are taken synchronously by this thread: block them before any other thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto model = model::load_model(a.model, a.tokenizer);
+  if (!model.ok()) return fail(model.status().message());
+  ops::DeviceOptions dopts;
+  dopts.threads = a.threads;
+  auto device = ops::open_device(a.backend, 0, dopts);
+  if (!device.ok()) return fail(device.status().message());
+  const model::ModelConfig& cfg = model->config;
+
+  engine::RunnerOptions ro;
+  ro.max_batch_tokens = a.max_batch_tokens;
+  ro.kv.block_tokens = a.block_size;
+  ro.kv.prefix_cache = !a.no_prefix_cache;
+  if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
+  ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  const double bytes_per_block =
+      2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
+  const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
+  const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
+  // No more than every running sequence at full context could use; at least one full context.
+  ro.kv.num_blocks =
+      static_cast<int>(std::min<int64_t>(budget_blocks, static_cast<int64_t>(blocks_per_seq) * a.max_num_seqs));
+  if (ro.kv.num_blocks < blocks_per_seq) {
+    return fail(fmt::format(
+        "--kv-memory {} MiB holds {} tokens, less than the model's context of {} tokens ({:.1f} MiB needed)",
+        a.kv_memory_mib, budget_blocks * a.block_size, cfg.max_seq_len,
+        blocks_per_seq * bytes_per_block / (1024 * 1024)));
+  }
+  auto runner = engine::ModelRunner::create(**device, cfg, model->weights, ro);
+  if (!runner.ok()) return fail(runner.status().message());
+
+  engine::EngineOptions eo;
+  eo.scheduler.max_batch_tokens = a.max_batch_tokens;
+  eo.scheduler.max_running = a.max_num_seqs;
+  eo.scheduler.max_waiting = a.max_queue;
+  engine::Engine engine(**runner, *model->tokenizer, eo);
+
+  serve::NodeOptions no;
+  no.model_name = a.served_name.empty() ? model->name : a.served_name;
+  no.http.host = a.host;
+  no.http.port = static_cast<uint16_t>(a.port);
+  no.http.io_threads = a.io_threads;
+  if (!a.chat_template.empty()) {
+    if (Status s = serve::format_chat({{"user", "x"}}, a.chat_template).status(); !s.ok()) return fail(s.message());
+    no.chat = [name = a.chat_template](const std::vector<serve::ChatMessage>& m) {
+      return serve::format_chat(m, name);
+    };
+  }
+  std::unique_ptr<serve::PdService> pd;
+  if (a.role != "both") {
+    serve::PdOptions po;
+    po.role = a.role;
+    po.model_name = no.model_name;
+    po.prefill_urls = a.prefill_nodes;
+    po.min_remote_tokens = a.pd_min_tokens;
+    po.staging_bytes = static_cast<size_t>(a.pd_staging_mib * 1024 * 1024);
+    po.link_endpoints = a.link_endpoints;
+    auto created = serve::PdService::create(engine, po);
+    if (!created.ok()) return fail(created.status().message());
+    pd = std::move(created).value();
+    no.pd = pd.get();
+  }
+  serve::NodeServer node(engine, no);
+  engine.start();
+  if (Status s = node.start(); !s.ok()) return fail(s.message());
+  std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",
+              a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size, a.host.c_str(),
+              node.port());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "tessera serve: %s received, draining (up to %d ms)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               a.shutdown_grace_ms);
+  node.stop(a.shutdown_grace_ms);
+  engine.stop();
+  std::fprintf(stderr, "tessera serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Action add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
+  cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
+      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
+  cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_option("--host", args->host, "Listen address")->capture_default_str();
+  cmd->add_option("--port", args->port, "Listen port (0: any free port, printed on stdout)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--role", args->role,
+                  "both: whole requests; prefill: computes prompts for decode nodes; decode: serves clients, "
+                  "prefilling long prompts on --prefill-nodes")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}))
+      ->capture_default_str();
+  cmd->add_option("--prefill-nodes", args->prefill_nodes, "decode role: prefill node URLs")->delimiter(',');
+  cmd->add_option("--pd-min-tokens", args->pd_min_tokens,
+                  "decode role: prompts with fewer uncached tokens are prefilled locally")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--pd-staging-mib", args->pd_staging_mib, "decode role: link memory for KV in flight (MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--link-endpoints", args->link_endpoints, "Transfer endpoints to offer (shm, tcp, ucx)")
+      ->delimiter(',');
+  cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
+  cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens, "Token budget per engine step (prefill chunk size)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--kv-memory", args->kv_memory_mib, "KV cache memory budget in MiB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-queue", args->max_queue, "Waiting requests before new ones get 429")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--chat-template", args->chat_template, "Chat prompt format for /v1/chat/completions (plain)");
+  cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Disable the prefix cache");
+  cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-ms", args->shutdown_grace_ms, "How long SIGTERM waits for in-flight requests")
+      ->capture_default_str();
+  return [args] { return run_serve(*args); };
+}
+
+}  // namespace tessera::cli

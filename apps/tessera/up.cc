@@ -1,0 +1,298 @@
+// `tessera up [SPEC.yaml]`: starts a local cluster (nodes, then the router in front of them), waits until
+// every process is healthy, prints the endpoint, and stops everything on Ctrl-C or SIGTERM.
+//
+// Spec (YAML):
+//   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
+//   chat_template: plain                    # passed to the nodes
+//   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node
+//   nodes:
+//     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
+//     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
+// Decode nodes get every prefill node as --prefill-nodes. cpus pins a process (sched_setaffinity).
+// Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
+#include <yaml-cpp/yaml.h>
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "http/http.h"
+#include "ops/registry.h"
+
+namespace tessera::cli {
+namespace {
+
+struct NodeSpec {
+  std::string name, role = "both", backend = "cpu";
+  int threads = 0;
+  std::vector<int> cpus;
+  std::vector<std::string> extra;  // further `tessera serve` flags
+};
+
+struct ClusterSpec {
+  std::string model, tokenizer, chat_template = "plain";
+  bool router = true;
+  int router_port = 8000;
+  std::string strategy = "least_latency";
+  std::vector<NodeSpec> nodes;
+};
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::string url;
+};
+
+Result<ClusterSpec> default_spec() {
+  ClusterSpec s;
+  s.model = std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
+  const bool opencl = ops::open_device("opencl").ok();
+  s.nodes.push_back({"prefill-0", "prefill", "cpu", 1, {0}, {}});
+  s.nodes.push_back({"decode-0", "decode", opencl ? "opencl" : "ref", 1, {1}, {}});
+  if (!opencl) std::fprintf(stderr, "tessera up: no OpenCL device here; the decode node uses the ref backend\n");
+  return s;
+}
+
+Result<ClusterSpec> load_spec(const std::string& path) {
+  ClusterSpec s;
+  try {
+    YAML::Node y = YAML::LoadFile(path);
+    if (!y.IsMap()) return invalid_argument(fmt::format("{}: the spec must be a mapping", path));
+    s.model = y["model"] ? y["model"].as<std::string>() : std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
+    if (y["tokenizer"]) s.tokenizer = y["tokenizer"].as<std::string>();
+    if (y["chat_template"]) s.chat_template = y["chat_template"].as<std::string>();
+    if (y["router"]) {
+      if (y["router"].IsScalar()) {
+        s.router = y["router"].as<std::string>() != "off";
+      } else {
+        s.router_port = y["router"]["port"] ? y["router"]["port"].as<int>() : s.router_port;
+        s.strategy = y["router"]["strategy"] ? y["router"]["strategy"].as<std::string>() : s.strategy;
+      }
+    }
+    if (!y["nodes"] || !y["nodes"].IsSequence() || y["nodes"].size() == 0) {
+      return invalid_argument(fmt::format("{}: 'nodes' must list at least one node", path));
+    }
+    int i = 0;
+    for (const YAML::Node& n : y["nodes"]) {
+      NodeSpec ns;
+      ns.name = n["name"] ? n["name"].as<std::string>() : fmt::format("node-{}", i);
+      ns.role = n["role"] ? n["role"].as<std::string>() : "both";
+      ns.backend = n["backend"] ? n["backend"].as<std::string>() : "cpu";
+      ns.threads = n["threads"] ? n["threads"].as<int>() : 0;
+      if (n["cpus"]) ns.cpus = n["cpus"].as<std::vector<int>>();
+      if (n["args"]) ns.extra = n["args"].as<std::vector<std::string>>();
+      if (ns.role != "prefill" && ns.role != "decode" && ns.role != "both") {
+        return invalid_argument(
+            fmt::format("{}: node {} has unknown role '{}' (prefill, decode, both)", path, ns.name, ns.role));
+      }
+      s.nodes.push_back(std::move(ns));
+      ++i;
+    }
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(fmt::format("{}: {}", path, e.what()));
+  }
+  return s;
+}
+
+// Starts `tessera ARGS...` with stdout piped (for its "listening on" line) and stderr into `log`.
+Result<Child> spawn(const std::string& name, const std::vector<std::string>& args, const std::vector<int>& cpus,
+                    const std::string& log) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return unavailable("pipe failed");
+  pid_t pid = fork();
+  if (pid < 0) return unavailable("fork failed");
+  if (pid == 0) {
+    dup2(out[1], 1);
+    int err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err >= 0) dup2(err, 2);
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus) CPU_SET(c, &set);
+      sched_setaffinity(0, sizeof set, &set);  // best effort: an absent CPU just leaves the mask as it was
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> argv;
+    std::string self = "/proc/self/exe";
+    argv.push_back(self.data());
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  return Child{name, pid, out[0], ""};
+}
+
+// Reads the child's stdout until it prints its address.
+Status wait_listening(Child& c, int timeout_ms) {
+  std::string buf;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char tmp[1024];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{c.out_fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = read(c.out_fd, tmp, sizeof tmp);
+    if (n <= 0) return unavailable(fmt::format("{} exited before it was ready", c.name));
+    buf.append(tmp, static_cast<size_t>(n));
+    size_t at = buf.find("listening on http://");
+    if (at != std::string::npos) {
+      size_t end = buf.find_first_of(" \n", at + 13);
+      if (end == std::string::npos) continue;
+      c.url = buf.substr(at + 13, end - at - 13);
+      return ok_status();
+    }
+  }
+  return deadline_exceeded(fmt::format("{} did not start within {} ms", c.name, timeout_ms));
+}
+
+Status wait_healthy(const Child& c, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = http::fetch({.url = c.url + "/health", .timeout_ms = 1000});
+    if (r.ok() && r->status == 200) return ok_status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return deadline_exceeded(fmt::format("{} at {} is not healthy", c.name, c.url));
+}
+
+void stop_all(std::vector<Child>& children) {
+  // Front to back: the router first, so nothing new reaches the nodes, then decode before prefill.
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if (it->pid <= 0) continue;
+    kill(it->pid, SIGTERM);
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (waitpid(it->pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(it->pid, SIGKILL);
+        waitpid(it->pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (it->out_fd >= 0) close(it->out_fd);
+    it->pid = -1;
+  }
+}
+
+int run_up(const std::string& spec_path, int router_port_override) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto spec = spec_path.empty() ? default_spec() : load_spec(spec_path);
+  if (!spec.ok()) return fail(spec.status().message());
+  if (router_port_override >= 0) spec->router_port = router_port_override;
+  const std::string logs = fmt::format("{}/tessera-up-{}", std::filesystem::temp_directory_path().string(), getpid());
+  std::filesystem::create_directories(logs);
+
+  std::vector<Child> children;
+  auto start = [&](const std::string& name, std::vector<std::string> args, const std::vector<int>& cpus) -> Status {
+    auto c = spawn(name, args, cpus, logs + "/" + name + ".log");
+    if (!c.ok()) return c.status();
+    children.push_back(*c);
+    Status s = wait_listening(children.back(), 60000);
+    if (s.ok()) s = wait_healthy(children.back(), 30000);
+    return s.ok() ? s : s.with_context(fmt::format("see {}/{}.log", logs, name));
+  };
+  auto node_args = [&](const NodeSpec& n) {
+    std::vector<std::string> a = {"serve",
+                                  "--model",
+                                  spec->model,
+                                  "--port",
+                                  "0",
+                                  "--role",
+                                  n.role,
+                                  "--backend",
+                                  n.backend,
+                                  "--chat-template",
+                                  spec->chat_template,
+                                  "--served-model-name",
+                                  std::filesystem::path(spec->model).filename().string()};
+    if (!spec->tokenizer.empty()) a.insert(a.end(), {"--tokenizer", spec->tokenizer});
+    if (n.threads > 0) a.insert(a.end(), {"--threads", std::to_string(n.threads)});
+    a.insert(a.end(), n.extra.begin(), n.extra.end());
+    return a;
+  };
+
+  std::vector<std::string> prefill_urls, front_urls;
+  Status st;
+  for (int pass = 0; pass < 3 && st.ok(); ++pass) {
+    const char* role = pass == 0 ? "prefill" : pass == 1 ? "decode" : "both";
+    for (const NodeSpec& n : spec->nodes) {
+      if (n.role != role || !st.ok()) continue;
+      std::vector<std::string> args = node_args(n);
+      if (n.role == "decode") {
+        if (prefill_urls.empty()) {
+          st = invalid_argument(fmt::format("decode node {} needs a prefill node in the spec", n.name));
+          break;
+        }
+        args.push_back("--prefill-nodes");
+        args.push_back(fmt::format("{}", fmt::join(prefill_urls, ",")));
+      }
+      st = start(n.name, args, n.cpus);
+      if (!st.ok()) break;
+      (n.role == "prefill" ? prefill_urls : front_urls).push_back(children.back().url);
+      std::fprintf(stderr, "tessera up: %s (%s, %s) at %s\n", n.name.c_str(), n.role.c_str(), n.backend.c_str(),
+                   children.back().url.c_str());
+    }
+  }
+  if (st.ok() && front_urls.empty()) st = invalid_argument("the spec has no node that serves clients (decode or both)");
+  std::string endpoint = front_urls.empty() ? "" : front_urls.front();
+  if (st.ok() && spec->router) {
+    st = start("router",
+               {"route", "--port", std::to_string(spec->router_port), "--nodes",
+                fmt::format("{}", fmt::join(front_urls, ",")), "--strategy", spec->strategy},
+               {});
+    if (st.ok()) endpoint = children.back().url;
+  }
+  if (!st.ok()) {
+    stop_all(children);
+    return fail(st.message());
+  }
+  std::printf("tessera up: cluster ready: OpenAI API at %s/v1 (%zu processes, logs in %s)\n", endpoint.c_str(),
+              children.size(), logs.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "tessera up: %s received, stopping the cluster\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  stop_all(children);
+  std::fprintf(stderr, "tessera up: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Action add_up_command(CLI::App& app) {
+  auto spec = std::make_shared<std::string>();
+  auto port = std::make_shared<int>(-1);
+  CLI::App* cmd =
+      app.add_subcommand("up", "Start a local cluster from a spec (default: prefill on cpu, decode on opencl)");
+  cmd->add_option("spec", *spec, "Cluster spec (YAML); see deploy/local-mixed.yaml");
+  cmd->add_option("--port", *port, "Router port (overrides the spec; 0: any free port)")->check(CLI::Range(0, 65535));
+  return [spec, port] { return run_up(*spec, *port); };
+}
+
+}  // namespace tessera::cli

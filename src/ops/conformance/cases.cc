@@ -1,0 +1,271 @@
+// The case list of the conformance suite. Shapes cover the models Tessera runs (stories260K, 15M, 110M,
+// Qwen-like GQA): head_dim 64 and 128; GQA ratios 1, 2 and 7; odd sequence lengths; decode batches from 1
+// to 64; contexts up to 4096; every weight and cache dtype an operator takes; and inputs holding NaN and
+// +-Inf for the elementwise and row operators.
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/core.h>
+
+#include "ops/conformance/conformance.h"
+
+namespace tessera::ops::conformance {
+namespace {
+
+// Normalised-error bounds. Byte movers are exact; f32 reductions may sum in another order; quantised
+// matrix products may quantise the activations too (8 bits: about 2e-5 of the signal's energy).
+constexpr double kExact = 0.0;
+constexpr double kReduction = 1e-9;
+constexpr double kTranscendental = 1e-8;
+constexpr double kAttention = 1e-7;
+constexpr double kQuantMatMul = 5e-4;
+
+// Work (multiply-adds) above which a case is `slow`: the scalar reference takes tens of milliseconds.
+constexpr int64_t kSlowWork = 6'000'000;
+
+const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+const DType kCacheTypes[] = {DType::kF32, DType::kF16};
+
+void add_matmul(std::vector<Case>& cases) {
+  const std::pair<int64_t, int64_t> block_shapes[] = {{32, 1},    {64, 64},   {64, 172},  {128, 96},
+                                                      {288, 288}, {288, 768}, {768, 288}, {512, 1000}};
+  const std::pair<int64_t, int64_t> odd_shapes[] = {{172, 64}, {77, 13}};  // rows not a whole block
+  for (DType w : kWeightTypes) {
+    const bool quant = w == DType::kQ8_0 || w == DType::kQ4_0;
+    const double bound = quant ? kQuantMatMul : kReduction;
+    std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(block_shapes), std::end(block_shapes));
+    if (!quant) shapes.insert(shapes.end(), std::begin(odd_shapes), std::end(odd_shapes));
+    for (auto [k, m] : shapes) {
+      for (int64_t n : {1, 2, 3, 5, 8, 16, 33, 64}) {
+        for (bool bias : {false, true}) {
+          if (bias && n != 1 && n != 33) continue;
+          cases.push_back(
+              {"matmul", w, fmt::format("n={} k={} m={}{}", n, k, m, bias ? " bias" : ""), bound, n * k * m > kSlowWork,
+               [=](CaseEnv& e) -> Op {
+                 MatMulOp op{e.random(DType::kF32, {n, k}), e.random(w, {m, k}), e.output(DType::kF32, {n, m})};
+                 if (bias) op.bias = e.random(DType::kF32, {m});
+                 return op;
+               }});
+        }
+      }
+    }
+  }
+  // Inf and NaN in the activations reach every output of their row.
+  for (int64_t n : {1, 17}) {
+    cases.push_back(
+        {"matmul", DType::kF32, fmt::format("n={} k=64 m=32 inf+nan", n), kReduction, false, [=](CaseEnv& e) -> Op {
+           std::vector<float> x(static_cast<size_t>(n * 64), 0.5f);
+           x[3] = INFINITY;
+           if (n > 1) x[64 + 5] = NAN;
+           return MatMulOp{e.values(DType::kF32, {n, 64}, x), e.random(DType::kF32, {32, 64}),
+                           e.output(DType::kF32, {n, 32})};
+         }});
+  }
+}
+
+struct HeadConfig {
+  int64_t n_heads, kv_heads;
+};
+std::vector<HeadConfig> head_configs() {
+  std::vector<HeadConfig> out;
+  for (int64_t kv : {1, 2}) {
+    for (int64_t ratio : {1, 2, 7}) out.push_back({kv * ratio, kv});
+  }
+  return out;
+}
+
+void add_attention(std::vector<Case>& cases) {
+  constexpr int64_t kBlockTokens = 16, kPoolLimit = 512;
+  for (DType cache : kCacheTypes) {
+    for (int64_t hd : {64, 128}) {
+      for (HeadConfig h : head_configs()) {
+        // Decode: b sequences, the longest holding `ctx` positions, the others random shorter ones.
+        for (int64_t b : {1, 2, 3, 7, 16, 64}) {
+          for (int64_t ctx : {1, 2, 17, 100, 511, 1000, 4096}) {
+            const int64_t max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens;
+            const int64_t pool = std::max(max_blocks, std::min(kPoolLimit, b * max_blocks));
+            const int64_t work = b * h.n_heads * ctx * hd * 2;
+            cases.push_back({"attention_decode", cache,
+                             fmt::format("b={} ctx<={} heads={}/{} head_dim={}", b, ctx, h.n_heads, h.kv_heads, hd),
+                             kAttention, work > kSlowWork, [=](CaseEnv& e) -> Op {
+                               std::vector<int32_t> lens(static_cast<size_t>(b)),
+                                   tables(static_cast<size_t>(b * max_blocks));
+                               for (int64_t i = 0; i < b; ++i) {
+                                 lens[static_cast<size_t>(i)] =
+                                     i == 0 ? static_cast<int32_t>(ctx)
+                                            : static_cast<int32_t>(1 + e.rng().next_u32() % ctx);
+                               }
+                               // Blocks may be shared between sequences (as prefix caching does).
+                               for (int32_t& t : tables) t = static_cast<int32_t>(e.rng().next_u32() % pool);
+                               return AttentionDecodeOp{e.random(DType::kF32, {b, h.n_heads, hd}, 2.0f),
+                                                        e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                                        e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                                        e.ints({b, max_blocks}, tables),
+                                                        e.ints({b}, lens),
+                                                        e.output(DType::kF32, {b, h.n_heads, hd})};
+                             }});
+          }
+        }
+        // Prefill: n new tokens of one sequence after `start` cached ones; blocks in shuffled order.
+        for (int64_t n : {1, 3, 17, 64}) {
+          for (int64_t start : {0, 31, 500}) {
+            const int64_t blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
+            const int64_t work = n * h.n_heads * (start + n) * hd * 2;
+            cases.push_back({"attention_prefill", cache,
+                             fmt::format("n={} start={} heads={}/{} head_dim={}", n, start, h.n_heads, h.kv_heads, hd),
+                             kAttention, work > kSlowWork, [=](CaseEnv& e) -> Op {
+                               std::vector<int32_t> table(static_cast<size_t>(blocks));
+                               std::iota(table.begin(), table.end(), 0);
+                               for (size_t i = table.size(); i > 1; --i)
+                                 std::swap(table[i - 1], table[e.rng().next_u32() % i]);
+                               return AttentionPrefillOp{e.random(DType::kF32, {n, h.n_heads, hd}, 2.0f),
+                                                         e.random(cache, {blocks + 1, kBlockTokens, h.kv_heads, hd}),
+                                                         e.random(cache, {blocks + 1, kBlockTokens, h.kv_heads, hd}),
+                                                         e.ints({blocks}, table),
+                                                         e.output(DType::kF32, {n, h.n_heads, hd}),
+                                                         static_cast<int32_t>(start)};
+                             }});
+          }
+        }
+      }
+    }
+    // KV writes to distinct random slots; the untouched slots must stay as they were.
+    for (int64_t hd : {64, 128}) {
+      for (int64_t kv : {1, 2, 4}) {
+        for (int64_t n : {1, 3, 17, 64}) {
+          cases.push_back({"kv_write", cache, fmt::format("n={} kv_heads={} head_dim={}", n, kv, hd), kExact, false,
+                           [=](CaseEnv& e) -> Op {
+                             const int64_t blocks = (n + 5) / kBlockTokens + 2, slots = blocks * kBlockTokens;
+                             std::vector<int32_t> all(static_cast<size_t>(slots));
+                             std::iota(all.begin(), all.end(), 0);
+                             for (size_t i = all.size(); i > 1; --i) std::swap(all[i - 1], all[e.rng().next_u32() % i]);
+                             all.resize(static_cast<size_t>(n));
+                             return KvWriteOp{e.random(DType::kF32, {n, kv, hd}), e.random(DType::kF32, {n, kv, hd}),
+                                              e.output(cache, {blocks, kBlockTokens, kv, hd}),
+                                              e.output(cache, {blocks, kBlockTokens, kv, hd}), e.ints({n}, all)};
+                           }});
+        }
+      }
+    }
+  }
+}
+
+void add_rope(std::vector<Case>& cases) {
+  for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kHalf}) {
+    for (int64_t hd : {64, 128}) {
+      for (HeadConfig h : head_configs()) {
+        for (int64_t n : {1, 3, 17, 64}) {
+          for (float theta : {10000.0f, 1000000.0f}) {
+            cases.push_back({"rope", DType::kF32,
+                             fmt::format("{} n={} heads={}/{} head_dim={} theta={}",
+                                         layout == RopeLayout::kInterleaved ? "interleaved" : "half", n, h.n_heads,
+                                         h.kv_heads, hd, theta),
+                             kTranscendental, false, [=](CaseEnv& e) -> Op {
+                               std::vector<int32_t> pos(static_cast<size_t>(n));
+                               for (int32_t& p : pos) p = static_cast<int32_t>(e.rng().next_u32() % 4096);
+                               return RopeOp{e.output(DType::kF32, {n, h.n_heads, hd}),
+                                             e.output(DType::kF32, {n, h.kv_heads, hd}), e.ints({n}, pos), theta,
+                                             layout};
+                             }});
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows of `width` values, optionally with NaN and +-Inf planted in the first row.
+std::vector<float> row_values(CaseEnv& e, int64_t n, int64_t width, bool special, float scale = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n * width));
+  for (float& x : v) x = (e.rng().next_f32() * 2.0f - 1.0f) * scale;
+  if (special) {
+    v[0] = NAN;
+    if (v.size() > 2) v[2] = INFINITY;
+    if (v.size() > 3) v.back() = -INFINITY;
+  }
+  return v;
+}
+
+void add_rows(std::vector<Case>& cases) {
+  for (int64_t n : {1, 2, 7, 64}) {
+    for (int64_t dim : {64, 288, 768, 1000, 4096}) {
+      for (float eps : {1e-5f, 1e-6f}) {
+        cases.push_back({"rms_norm", DType::kF32, fmt::format("n={} dim={} eps={}", n, dim, eps), kReduction, false,
+                         [=](CaseEnv& e) -> Op {
+                           return RmsNormOp{e.random(DType::kF32, {n, dim}, 3.0f), e.random(DType::kF32, {dim}),
+                                            e.output(DType::kF32, {n, dim}), eps};
+                         }});
+        cases.push_back({"add_rms_norm", DType::kF32, fmt::format("n={} dim={} eps={}", n, dim, eps), kReduction, false,
+                         [=](CaseEnv& e) -> Op {
+                           return AddRmsNormOp{e.output(DType::kF32, {n, dim}, 3.0f), e.random(DType::kF32, {n, dim}),
+                                               e.random(DType::kF32, {dim}), e.output(DType::kF32, {n, dim}), eps};
+                         }});
+      }
+    }
+  }
+  for (int64_t n : {1, 3}) {
+    cases.push_back(
+        {"rms_norm", DType::kF32, fmt::format("n={} dim=64 nan+inf", n), kReduction, false, [=](CaseEnv& e) -> Op {
+           return RmsNormOp{e.values(DType::kF32, {n, 64}, row_values(e, n, 64, true)), e.random(DType::kF32, {64}),
+                            e.output(DType::kF32, {n, 64})};
+         }});
+  }
+  for (int64_t vocab : {512, 32000}) {
+    for (int64_t dim : {64, 288, 768}) {
+      for (int64_t n : {1, 7, 64}) {
+        cases.push_back({"embedding", DType::kF32, fmt::format("n={} vocab={} dim={}", n, vocab, dim), kExact, false,
+                         [=](CaseEnv& e) -> Op {
+                           std::vector<int32_t> ids(static_cast<size_t>(n));
+                           for (int32_t& id : ids) id = static_cast<int32_t>(e.rng().next_u32() % vocab);
+                           ids.back() = static_cast<int32_t>(vocab - 1);
+                           return EmbeddingOp{e.random(DType::kF32, {vocab, dim}), e.ints({n}, ids),
+                                              e.output(DType::kF32, {n, dim})};
+                         }});
+      }
+    }
+  }
+  for (int64_t n : {1, 3, 64}) {
+    for (int64_t width : {1, 7, 172, 768, 2048, 5632}) {
+      for (bool special : {false, true}) {
+        if (special && width < 7) continue;
+        const std::string shape = fmt::format("n={} width={}{}", n, width, special ? " nan+inf" : "");
+        cases.push_back({"silu_mul", DType::kF32, shape, kTranscendental, false, [=](CaseEnv& e) -> Op {
+                           return SiluMulOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special, 8.0f)),
+                                            e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width})};
+                         }});
+        cases.push_back({"add", DType::kF32, shape, kExact, false, [=](CaseEnv& e) -> Op {
+                           return AddOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special)),
+                                        e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width})};
+                         }});
+      }
+    }
+    for (int64_t m : {1, 2, 100, 512, 32000}) {
+      for (bool special : {false, true}) {
+        if (special && m < 100) continue;
+        const std::string shape = fmt::format("n={} m={}{}", n, m, special ? " nan+inf" : "");
+        cases.push_back({"softmax", DType::kF32, shape, kTranscendental, false, [=](CaseEnv& e) -> Op {
+                           return SoftmaxOp{e.values(DType::kF32, {n, m}, row_values(e, n, m, special, 10.0f)),
+                                            e.output(DType::kF32, {n, m})};
+                         }});
+        cases.push_back({"argmax", DType::kF32, shape, kExact, false, [=](CaseEnv& e) -> Op {
+                           std::vector<float> v = row_values(e, n, m, false, 10.0f);
+                           if (special && n > 1) v[static_cast<size_t>(m) + 1] = INFINITY;
+                           return ArgmaxOp{e.values(DType::kF32, {n, m}, v), e.output(DType::kI32, {n}, 0.0f)};
+                         }});
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Case> conformance_cases() {
+  std::vector<Case> cases;
+  add_matmul(cases);
+  add_attention(cases);
+  add_rope(cases);
+  add_rows(cases);
+  return cases;
+}
+
+}  // namespace tessera::ops::conformance

@@ -1,0 +1,158 @@
+// Paged KV writes and attention with an f32 or f16 cache. Work is split over (token or sequence, head)
+// pairs; each pair computes its scores with vector dot products, a max-subtracted softmax and a weighted
+// sum of value rows, in the reference's order of operations (only the dot products' summation order
+// differs, within the conformance bound).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA {
+namespace {
+
+struct Cache {
+  const uint8_t* k;
+  const uint8_t* v;
+  bool f16;
+  int64_t num_blocks, block_tokens, kv_heads, head_dim;
+
+  Cache(const Tensor& kc, const Tensor& vc)
+      : k(data<const uint8_t>(kc)),
+        v(data<const uint8_t>(vc)),
+        f16(kc.dtype == DType::kF16),
+        num_blocks(kc.dim(0)),
+        block_tokens(kc.dim(1)),
+        kv_heads(kc.dim(2)),
+        head_dim(kc.dim(3)) {}
+
+  int64_t elem(int32_t block, int64_t row, int64_t kvh) const {
+    return ((static_cast<int64_t>(block) * block_tokens + row) * kv_heads + kvh) * head_dim;
+  }
+};
+
+Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int32_t pos) {
+  const int64_t need = pos / c.block_tokens + 1;
+  if (need > table_len) return out_of_range(fmt::format("attention: position {} is beyond the block table", pos));
+  for (int64_t b = 0; b < need; ++b) {
+    if (table[b] < 0 || table[b] >= c.num_blocks) {
+      return out_of_range(fmt::format("attention: block {} is outside the cache [0, {})", table[b], c.num_blocks));
+    }
+  }
+  return ok_status();
+}
+
+template <typename T>
+void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
+                 std::vector<float>& scores) {
+  const int64_t hd = c.head_dim;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const float denom = std::sqrt(static_cast<float>(hd));
+  scores.resize(static_cast<size_t>(pos) + 1);
+  float max_score = -INFINITY;
+  for (int32_t t = 0; t <= pos; ++t) {
+    const float s = dot(kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh), q, hd) / denom;
+    scores[static_cast<size_t>(t)] = s;
+    max_score = s > max_score ? s : max_score;
+  }
+  float sum = 0.0f;
+  for (int32_t t = 0; t <= pos; ++t) {
+    scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
+    sum += scores[static_cast<size_t>(t)];
+  }
+  std::memset(out, 0, static_cast<size_t>(hd) * sizeof(float));
+  for (int32_t t = 0; t <= pos; ++t) {
+    axpy(scores[static_cast<size_t>(t)] / sum, vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh), out,
+         hd);
+  }
+}
+
+// Runs attention for `count` queries; query i is at position pos(i), reads table(i), writes out row i.
+template <typename Pos, typename Table>
+void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, float* out, Pos pos, Table table,
+                const Ctx& ctx) {
+  const int64_t group = n_heads / c.kv_heads, hd = c.head_dim, work = count * n_heads;
+#pragma omp parallel num_threads(ctx.threads)
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t wi = 0; wi < work; ++wi) {
+      const int64_t i = wi / n_heads, h = wi % n_heads;
+      const float* qh = q + (i * n_heads + h) * hd;
+      float* oh = out + (i * n_heads + h) * hd;
+      if (c.f16) {
+        attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores);
+      } else {
+        attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
+  const int64_t capacity = op.k_cache.dim(0) * op.k_cache.dim(1), row = op.k.row_elems(), n = op.k.dim(0);
+  const auto* slots = data<const int32_t>(op.slots);
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] < 0 || slots[t] >= capacity) {
+      return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float* k = data<const float>(op.k) + t * row;
+    const float* v = data<const float>(op.v) + t * row;
+    if (op.k_cache.dtype == DType::kF32) {
+      std::memcpy(data<float>(op.k_cache) + slots[t] * row, k, static_cast<size_t>(row) * 4);
+      std::memcpy(data<float>(op.v_cache) + slots[t] * row, v, static_cast<size_t>(row) * 4);
+      continue;
+    }
+    uint16_t* kd = data<uint16_t>(op.k_cache) + slots[t] * row;
+    uint16_t* vd = data<uint16_t>(op.v_cache) + slots[t] * row;
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= row; i += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(kd + i), _mm256_cvtps_ph(_mm256_loadu_ps(k + i), 0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(vd + i), _mm256_cvtps_ph(_mm256_loadu_ps(v + i), 0));
+    }
+#endif
+    for (; i < row; ++i) {
+      kd[i] = f32_to_f16(k[i]);
+      vd[i] = f32_to_f16(v[i]);
+    }
+  }
+  return ok_status();
+}
+
+Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
+  Cache c(op.k_cache, op.v_cache);
+  const int32_t* table = data<const int32_t>(op.block_table);
+  const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
+  TS_RETURN_IF_ERROR(check_table(c, table, op.block_table.dim(0), last));
+  const int32_t start = op.start_pos;
+  attend_all(
+      c, op.q.dim(0), op.q.dim(1), data<const float>(op.q), data<float>(op.out),
+      [start](int64_t i) { return static_cast<int32_t>(start + i); }, [table](int64_t) { return table; }, ctx);
+  return ok_status();
+}
+
+Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
+  Cache c(op.k_cache, op.v_cache);
+  const int64_t b = op.q.dim(0), max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  const auto* tables = data<const int32_t>(op.block_tables);
+  for (int64_t s = 0; s < b; ++s) {
+    if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
+    TS_RETURN_IF_ERROR(check_table(c, tables + s * max_blocks, max_blocks, lens[s] - 1));
+  }
+  attend_all(
+      c, b, op.q.dim(1), data<const float>(op.q), data<float>(op.out), [lens](int64_t i) { return lens[i] - 1; },
+      [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, ctx);
+  return ok_status();
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA

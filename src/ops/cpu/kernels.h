@@ -1,0 +1,48 @@
+// Kernels of the cpu backend. Every kernel source is compiled twice: once with AVX2/FMA/F16C enabled
+// (namespace cpu::avx2) and once for baseline x86-64 (namespace cpu::generic); cpu_backend.cc picks one
+// at run time from what the processor reports. Inside a kernel file `#if defined(__AVX2__)` selects the
+// intrinsic paths, so both builds come from one source and the fallback is always compiled and tested.
+//
+// Inputs have passed ops::validate() and the device's supports(); data-dependent checks (ids, slots,
+// block numbers in range) are done here and return OutOfRange. Kernels split work over `threads`
+// OpenMP threads.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace tessera::ops::cpu {
+
+struct Ctx {
+  int threads = 1;
+};
+
+template <typename T>
+T* data(const Tensor& t) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->host_ptr()) + t.offset);
+}
+
+#define TS_CPU_DECLARE_KERNELS(ns)                                        \
+  namespace ns {                                                          \
+  Status embedding(const EmbeddingOp& op, const Ctx& ctx);                \
+  Status rms_norm(const RmsNormOp& op, const Ctx& ctx);                   \
+  Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx);            \
+  Status rope(const RopeOp& op, const Ctx& ctx);                          \
+  Status kv_write(const KvWriteOp& op, const Ctx& ctx);                   \
+  Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx); \
+  Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx);   \
+  Status matmul_dense(const MatMulOp& op, const Ctx& ctx);                \
+  Status matmul_quant(const MatMulOp& op, const Ctx& ctx);                \
+  Status silu_mul(const SiluMulOp& op, const Ctx& ctx);                   \
+  Status add(const AddOp& op, const Ctx& ctx);                            \
+  Status softmax(const SoftmaxOp& op, const Ctx& ctx);                    \
+  Status argmax(const ArgmaxOp& op, const Ctx& ctx);                      \
+  }
+
+TS_CPU_DECLARE_KERNELS(avx2)
+TS_CPU_DECLARE_KERNELS(generic)
+
+}  // namespace tessera::ops::cpu

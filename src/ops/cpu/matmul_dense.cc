@@ -1,0 +1,133 @@
+// Matrix products with f32, f16 and bf16 weights. Weight rows are taken four at a time and every
+// activation row is multiplied against those four while they sit in L1, so each weight byte is read from
+// memory once per block of activation rows (decode is bandwidth-bound: that is the whole game). f32
+// products with many activation rows (prefill) go to OpenBLAS's sgemm instead.
+#include <algorithm>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA {
+namespace {
+
+constexpr int64_t kTile = 4;          // weight rows per tile
+constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while the weights stream past
+constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
+
+template <typename W>
+void tile4(const W* w, int64_t k, const float* x, float* out, int64_t m) {
+  const W* w0 = w;
+  const W* w1 = w + k;
+  const W* w2 = w + 2 * k;
+  const W* w3 = w + 3 * k;
+  int64_t j = 0;
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#if defined(__AVX2__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; j + 8 <= k; j += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + j);
+    a0 = _mm256_fmadd_ps(load8(w0 + j), xv, a0);
+    a1 = _mm256_fmadd_ps(load8(w1 + j), xv, a1);
+    a2 = _mm256_fmadd_ps(load8(w2 + j), xv, a2);
+    a3 = _mm256_fmadd_ps(load8(w3 + j), xv, a3);
+  }
+  s0 = hsum(a0);
+  s1 = hsum(a1);
+  s2 = hsum(a2);
+  s3 = hsum(a3);
+#endif
+  for (; j < k; ++j) {
+    s0 += to_f32(w0[j]) * x[j];
+    s1 += to_f32(w1[j]) * x[j];
+    s2 += to_f32(w2[j]) * x[j];
+    s3 += to_f32(w3[j]) * x[j];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+  (void)m;
+}
+
+template <typename W>
+void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+  const float* x = data<const float>(op.x);
+  const W* w = data<const W>(op.w);
+  float* out = data<float>(op.out);
+  const int64_t tiles = (m + kTile - 1) / kTile;
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    const int64_t r1 = std::min(n, r0 + kRowBlock);
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t i0 = t * kTile;
+      const int64_t cnt = std::min(kTile, m - i0);
+      float tmp[kTile];
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * k;
+        if (cnt == kTile) {
+          tile4(w + i0 * k, k, xr, tmp, m);
+          std::copy(tmp, tmp + kTile, out + r * m + i0);
+        } else {
+          for (int64_t i = 0; i < cnt; ++i) out[r * m + i0 + i] = dot(w + (i0 + i) * k, xr, k);
+        }
+      }
+    }
+  }
+}
+
+void add_bias(const MatMulOp& op) {
+  if (!op.bias.valid()) return;
+  const int64_t n = op.out.dim(0), m = op.out.dim(1);
+  const float* b = data<const float>(op.bias);
+  float* out = data<float>(op.out);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < m; ++i) out[r * m + i] += b[i];
+  }
+}
+
+}  // namespace
+
+Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+  switch (op.w.dtype) {
+    case DType::kF32:
+      if (n >= kBlasMinRows) {
+        // One single-threaded sgemm per OpenMP thread on its slice of output columns: OpenBLAS's own
+        // thread pool and OpenMP's would otherwise spin against each other for the same cores.
+        const float* x = data<const float>(op.x);
+        const float* w = data<const float>(op.w);
+        float* out = data<float>(op.out);
+        openblas_set_num_threads(1);
+#pragma omp parallel num_threads(ctx.threads)
+        {
+          const int64_t parts = omp_get_num_threads(), p = omp_get_thread_num();
+          const int64_t per = (m / parts + 15) / 16 * 16;  // whole 16-column panels each
+          const int64_t i0 = std::min(m, p * per), i1 = p + 1 == parts ? m : std::min(m, (p + 1) * per);
+          if (i1 > i0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(i1 - i0),
+                        static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + i0 * k, static_cast<int>(k), 0.0f,
+                        out + i0, static_cast<int>(m));
+          }
+        }
+      } else {
+        matmul_rows<float>(op, ctx);
+      }
+      break;
+    case DType::kF16:
+      matmul_rows<uint16_t>(op, ctx);
+      break;
+    case DType::kBF16:
+      matmul_rows<Bf16>(op, ctx);
+      break;
+    default:
+      return unimplemented("cpu dense matmul takes f32, f16 or bf16 weights");
+  }
+  add_bias(op);
+  return ok_status();
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA

@@ -1,0 +1,138 @@
+// Matrix products with GGUF q8_0 and q4_0 weights. The activation row is quantised once to int8 blocks
+// of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without VNNI
+// that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits)
+// and madd (pairs to int32), one int->float conversion and one FMA with the two scales per block. Weight
+// rows are taken four at a time so the activation block is loaded once for four rows.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA {
+namespace {
+
+constexpr int64_t kTile = 4;
+constexpr int64_t kRowBlock = 64;
+
+struct QuantRows {
+  std::vector<int8_t> q;  // n * k
+  std::vector<float> d;   // n * k / 32
+};
+
+void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const Ctx& ctx) {
+  out.q.resize(static_cast<size_t>(n * k));
+  out.d.resize(static_cast<size_t>(n * k / kQuantBlock));
+  const int64_t blocks = n * k / kQuantBlock;
+#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 256)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    float amax = 0.0f;
+    for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out.d[static_cast<size_t>(b)] = d;
+    for (int i = 0; i < kQuantBlock; ++i) {
+      out.q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+    }
+  }
+}
+
+#if defined(__AVX2__)
+inline __m256i weights_i8(const BlockQ8_0& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+inline __m256i weights_i8(const BlockQ4_0& b) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+  return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+// 8 int32 partial sums of w . x as floats.
+inline __m256 dot_i8(__m256i w, __m256i x) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+inline float scale(uint16_t h) { return _cvtsh_ss(h); }
+#else
+inline float scale(uint16_t h) { return f16_to_f32(h); }
+#endif
+
+inline int weight_at(const BlockQ8_0& b, int i) { return b.qs[i]; }
+inline int weight_at(const BlockQ4_0& b, int i) {
+  const uint8_t byte = b.qs[i % 16];
+  return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
+}
+
+// out[t] = dot(weight row t, x) for `rows` (<= 4) weight rows of `nb` blocks each.
+template <typename B>
+void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, float* out) {
+#if defined(__AVX2__)
+  if (rows == kTile) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const B* w0 = w;
+    const B* w1 = w + nb;
+    const B* w2 = w + 2 * nb;
+    const B* w3 = w + 3 * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
+      const float dx = xd[b];
+      a0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w0[b].d) * dx), dot_i8(weights_i8(w0[b]), xv), a0);
+      a1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w1[b].d) * dx), dot_i8(weights_i8(w1[b]), xv), a1);
+      a2 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w2[b].d) * dx), dot_i8(weights_i8(w2[b]), xv), a2);
+      a3 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w3[b].d) * dx), dot_i8(weights_i8(w3[b]), xv), a3);
+    }
+    out[0] = hsum(a0);
+    out[1] = hsum(a1);
+    out[2] = hsum(a2);
+    out[3] = hsum(a3);
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < rows; ++t) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const B& blk = w[t * nb + b];
+      int32_t acc = 0;
+      for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(blk, i) * xq[b * kQuantBlock + i];
+      s += scale(blk.d) * xd[b] * static_cast<float>(acc);
+    }
+    out[t] = s;
+  }
+}
+
+template <typename B>
+void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0), nb = k / kQuantBlock;
+  const B* w = data<const B>(op.w);
+  float* out = data<float>(op.out);
+  const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+  const int64_t tiles = (m + kTile - 1) / kTile;
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    const int64_t r1 = std::min(n, r0 + kRowBlock);
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t i0 = t * kTile, rows = std::min(kTile, m - i0);
+      float tmp[kTile];
+      for (int64_t r = r0; r < r1; ++r) {
+        tile(w + i0 * nb, nb, rows, xq.q.data() + r * k, xq.d.data() + r * nb, tmp);
+        for (int64_t i = 0; i < rows; ++i) out[r * m + i0 + i] = bias ? tmp[i] + bias[i0 + i] : tmp[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+  thread_local QuantRows xq;
+  quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
+  if (op.w.dtype == DType::kQ8_0) {
+    matmul_blocks<BlockQ8_0>(op, xq, ctx);
+  } else if (op.w.dtype == DType::kQ4_0) {
+    matmul_blocks<BlockQ4_0>(op, xq, ctx);
+  } else {
+    return unimplemented("cpu quantised matmul takes q8_0 or q4_0 weights");
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA

@@ -1,0 +1,152 @@
+// Row-wise and elementwise operators: embedding, rms_norm (plain and fused with the residual add), rope,
+// silu*mul, add, softmax, argmax. They move a few bytes per weight byte the matrix products read, so they
+// keep the reference's exact arithmetic (same order, same libm calls) and only split rows over threads:
+// that keeps cpu's f32 greedy output equal to ref's.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "ops/cpu/kernels.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which threading costs more than it saves
+
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
+  float ss = 0.0f;
+  for (int64_t j = 0; j < n; ++j) ss += x[j] * x[j];
+  ss /= static_cast<float>(n);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  for (int64_t j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
+}
+
+void rotate(float* v, int64_t heads, int64_t hd, const float* cs, const float* sn, RopeLayout layout) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* x = v + h * hd;
+    for (int64_t j = 0; j < half; ++j) {
+      const int64_t a = layout == RopeLayout::kInterleaved ? 2 * j : j;
+      const int64_t b = layout == RopeLayout::kInterleaved ? 2 * j + 1 : j + half;
+      const float x0 = x[a], x1 = x[b];
+      x[a] = x0 * cs[j] - x1 * sn[j];
+      x[b] = x0 * sn[j] + x1 * cs[j];
+    }
+  }
+}
+
+}  // namespace
+
+Status embedding(const EmbeddingOp& op, const Ctx& ctx) {
+  const int64_t vocab = op.table.dim(0), dim = op.table.dim(1);
+  const auto* ids = data<const int32_t>(op.ids);
+  for (int64_t i = 0; i < op.ids.dim(0); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", ids[i], vocab));
+    }
+    std::memcpy(data<float>(op.out) + i * dim, data<const float>(op.table) + static_cast<int64_t>(ids[i]) * dim,
+                static_cast<size_t>(dim) * sizeof(float));
+  }
+  return ok_status();
+}
+
+Status rms_norm(const RmsNormOp& op, const Ctx& ctx) {
+  const int64_t rows = op.x.dim(0), n = op.x.dim(1);
+#pragma omp parallel for num_threads(ctx.threads) if (rows * n > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    rms_norm_row(data<const float>(op.x) + r * n, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
+  }
+  return ok_status();
+}
+
+Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx) {
+  const int64_t rows = op.residual.dim(0), n = op.residual.dim(1);
+#pragma omp parallel for num_threads(ctx.threads) if (rows * n > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = data<float>(op.residual) + r * n;
+    const float* d = data<const float>(op.delta) + r * n;
+    for (int64_t j = 0; j < n; ++j) x[j] += d[j];
+    rms_norm_row(x, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
+  }
+  return ok_status();
+}
+
+Status rope(const RopeOp& op, const Ctx& ctx) {
+  const int64_t n = op.q.dim(0), hd = op.q.dim(2), half = hd / 2;
+  const auto* pos = data<const int32_t>(op.positions);
+  std::vector<float> freq(static_cast<size_t>(half));
+  for (int64_t j = 0; j < half; ++j) {
+    freq[static_cast<size_t>(j)] = 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+  }
+#pragma omp parallel for num_threads(ctx.threads) if (n * op.q.row_elems() > kParallelMin)
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = static_cast<float>(pos[t]) * freq[static_cast<size_t>(j)];
+      cs[static_cast<size_t>(j)] = std::cos(angle);
+      sn[static_cast<size_t>(j)] = std::sin(angle);
+    }
+    rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, cs.data(), sn.data(), op.layout);
+    rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, cs.data(), sn.data(), op.layout);
+  }
+  return ok_status();
+}
+
+Status silu_mul(const SiluMulOp& op, const Ctx& ctx) {
+  const auto* g = data<const float>(op.gate);
+  const auto* u = data<const float>(op.up);
+  auto* out = data<float>(op.out);
+  const int64_t n = op.gate.numel();
+#pragma omp parallel for num_threads(ctx.threads) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = g[i];
+    v *= (1.0f / (1.0f + std::exp(-v)));
+    out[i] = v * u[i];
+  }
+  return ok_status();
+}
+
+Status add(const AddOp& op, const Ctx& ctx) {
+  const auto* a = data<const float>(op.a);
+  const auto* b = data<const float>(op.b);
+  auto* out = data<float>(op.out);
+  const int64_t n = op.a.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  return ok_status();
+}
+
+Status softmax(const SoftmaxOp& op, const Ctx& ctx) {
+  const int64_t rows = op.x.dim(0), m = op.x.dim(1);
+#pragma omp parallel for num_threads(ctx.threads) if (rows * m > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = data<const float>(op.x) + r * m;
+    float* out = data<float>(op.out) + r * m;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < m; ++i) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < m; ++i) {
+      out[i] = std::exp(x[i] - mx);
+      sum += out[i];
+    }
+    for (int64_t i = 0; i < m; ++i) out[i] /= sum;
+  }
+  return ok_status();
+}
+
+Status argmax(const ArgmaxOp& op, const Ctx& ctx) {
+  const int64_t rows = op.x.dim(0), m = op.x.dim(1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = data<const float>(op.x) + r * m;
+    int32_t best = 0;
+    for (int64_t i = 1; i < m; ++i) {
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    }
+    data<int32_t>(op.out)[r] = best;
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA

@@ -1,0 +1,76 @@
+// Small vector helpers shared by the cpu kernels: dot products and axpy over f32 rows, and loads of
+// f16 / bf16 rows widened to f32. With AVX2/FMA/F16C (the avx2 build) they use 8-wide intrinsics and
+// several accumulators; in the generic build they are plain loops.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "base/quant.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+// Inside the per-build namespace: the avx2 and generic builds each get their own copies of these inline
+// functions (one shared name would let the linker pick one build's code for both).
+namespace tessera::ops::cpu::TS_CPU_ISA {
+
+#if defined(__AVX2__)
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {  // f16
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+struct Bf16 {
+  uint16_t bits;
+};
+inline __m256 load8(const Bf16* p) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+#else
+struct Bf16 {
+  uint16_t bits;
+};
+#endif
+
+inline float to_f32(float v) { return v; }
+inline float to_f32(uint16_t h) { return f16_to_f32(h); }
+inline float to_f32(Bf16 b) { return bf16_to_f32(b.bits); }
+
+// sum a[i] * b[i]; W is float, uint16_t (f16) or Bf16.
+template <typename W>
+inline float dot(const W* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+#if defined(__AVX2__)
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(load8(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(load8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8(a + i), _mm256_loadu_ps(b + i), acc0);
+  s = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) s += to_f32(a[i]) * b[i];
+  return s;
+}
+
+// y[i] += a * x[i]; X is float or uint16_t (f16).
+template <typename X>
+inline void axpy(float a, const X* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  const __m256 av = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += a * to_f32(x[i]);
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA

@@ -1,0 +1,545 @@
+#include "router/gateway.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "router/metrics.h"
+#include "router/worker_pool.h"
+#include "serve/openai.h"
+
+namespace tessera::router {
+namespace {
+
+using json = nlohmann::json;
+using SteadyTime = std::chrono::steady_clock;
+using WriterPtr = std::shared_ptr<http::ResponseWriter>;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+double since(SteadyTime::time_point t) { return std::chrono::duration<double>(SteadyTime::now() - t).count(); }
+
+std::string error_json(int status, std::string message, std::string type, std::string code = "") {
+  serve::ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  return serve::error_body(e);
+}
+
+// Counts SSE events carrying data in a piece of a stream (an approximation of tokens for speed accounting;
+// a piece boundary inside "data: " loses one).
+int64_t count_events(std::string_view s) {
+  int64_t n = 0;
+  for (size_t at = s.find("data: {"); at != std::string_view::npos; at = s.find("data: {", at + 1)) ++n;
+  return n;
+}
+
+// One proxied API call.
+struct Call {
+  WriterPtr writer;
+  std::string endpoint;  // "completions" or "chat"
+  std::string path;
+  std::string body;
+  std::string request_id;
+  std::string session_id;
+  bool stream = false;
+  RouteRequest route;
+  int64_t reserved_tokens = 0;
+  SteadyTime::time_point start = SteadyTime::now();
+  std::atomic<bool> client_gone{false};
+};
+
+}  // namespace
+
+struct Gateway::Impl {
+  GatewayOptions options;
+  std::unique_ptr<Strategy> strategy;  // GUARDED_BY(strategy_mu)
+  std::mutex strategy_mu;
+  NodeRegistry registry;
+  RouterMetrics metrics;
+  WorkerPool pool;
+  http::Server server;
+  std::atomic<uint64_t> next_id{1};
+  std::mutex health_mu;
+  std::condition_variable health_cv;
+  bool health_stop = false;  // GUARDED_BY(health_mu)
+  std::thread health_thread;
+
+  Impl(GatewayOptions o, std::unique_ptr<Strategy> s)
+      : options(std::move(o)),
+        strategy(std::move(s)),
+        registry(SteadyClock::instance(), options.health),
+        pool(options.workers, options.max_queue),
+        server(options.http) {}
+
+  // ---- helpers -------------------------------------------------------------------------------------------
+
+  bool authorized(const http::Request& r, const WriterPtr& w, std::string_view endpoint) {
+    if (options.api_keys.empty()) return true;
+    const std::string auth = r.header("authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
+      const std::string key = auth.substr(kBearer.size());
+      if (std::find(options.api_keys.begin(), options.api_keys.end(), key) != options.api_keys.end()) return true;
+    }
+    metrics.request_finished(endpoint, 401);
+    w->send(401, error_json(401,
+                            auth.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'"
+                                         : "Incorrect API key provided",
+                            "invalid_request_error", "invalid_api_key"));
+    return false;
+  }
+
+  std::string pick(const RouteRequest& r, const std::set<std::string>& tried) {
+    std::vector<NodeSnapshot> nodes = registry.candidates(tried);
+    if (nodes.empty()) return "";
+    std::lock_guard lock(strategy_mu);
+    const size_t i = strategy->pick(r, nodes);
+    strategy->on_routed(r, nodes[i].url);
+    return nodes[i].url;
+  }
+
+  void note_outcome(const std::string& url, int64_t reserved, int64_t generated, RequestOutcome outcome) {
+    if (registry.finish(url, reserved, generated, outcome)) {
+      log::warn("router: node {} ejected after failed requests", url);
+    }
+  }
+
+  void backoff(int attempt) {
+    const int ms = std::min(500, options.backoff_ms << std::min(attempt, 16));
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+
+  http::ClientRequest upstream_request(const Call& c, const std::string& url) const {
+    http::ClientRequest req;
+    req.method = "POST";
+    req.url = url + c.path;
+    req.body = c.body;
+    req.timeout_ms = options.upstream_timeout_ms;
+    req.headers["content-type"] = "application/json";
+    req.headers["x-request-id"] = c.request_id;
+    if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
+    return req;
+  }
+
+  void finish(Call& c, int status) {
+    metrics.request_finished(c.endpoint, status);
+    metrics.request_latency(since(c.start));
+  }
+
+  void reply_error(Call& c, int status, std::string message, std::string type, std::string code = "") {
+    finish(c, status);
+    c.writer->send(status, error_json(status, std::move(message), std::move(type), std::move(code)), "application/json",
+                   {{"x-request-id", c.request_id}});
+  }
+
+  static bool retryable(int status) { return status >= 500 || status == 429; }
+  static RequestOutcome outcome_of(int status) {
+    return status >= 500 ? RequestOutcome::kServerError : RequestOutcome::kSuccess;
+  }
+
+  // ---- the proxy (runs on a pool worker) ------------------------------------------------------------------
+
+  void proxy(const std::shared_ptr<Call>& c) {
+    std::set<std::string> tried;
+    std::string last_error = "no node is in rotation";
+    int last_status = 503;
+    for (int attempt = 0; attempt < options.max_attempts; ++attempt) {
+      if (c->client_gone) return finish(*c, 499);
+      const std::string url = pick(c->route, tried);
+      if (url.empty()) break;
+      if (attempt > 0) {
+        metrics.retry();
+        backoff(attempt - 1);
+      }
+      tried.insert(url);
+      const bool last = attempt + 1 == options.max_attempts;
+      registry.begin(url, c->reserved_tokens);
+      const bool done = c->stream ? stream_once(c, url, last, last_status, last_error)
+                                  : whole_once(*c, url, last, last_status, last_error);
+      if (done) return;
+    }
+    reply_error(*c, last_status == 429 ? 429 : 503, fmt::format("no node could serve the request: {}", last_error),
+                last_status == 429 ? "rate_limit_error" : "service_unavailable",
+                last_status == 429 ? "server_busy" : "");
+  }
+
+  // Non-streaming: the answer is read whole (small), so any failure can still be retried. True when answered.
+  bool whole_once(Call& c, const std::string& url, bool last, int& last_status, std::string& last_error) {
+    auto r = http::fetch(upstream_request(c, url));
+    if (!r.ok()) {
+      note_outcome(url, c.reserved_tokens, 0, RequestOutcome::kConnectError);
+      metrics.upstream_failure("connect");
+      last_status = 503;
+      last_error = r.status().message();
+      return false;
+    }
+    int64_t generated = 0;
+    if (r->status == 200) {
+      json j = json::parse(r->body, nullptr, false);
+      if (j.is_object() && j.contains("usage") && j["usage"].is_object()) {
+        generated = j["usage"].value("completion_tokens", int64_t{0});
+      }
+    }
+    note_outcome(url, c.reserved_tokens, generated, outcome_of(r->status));
+    if (retryable(r->status) && !last) {
+      metrics.upstream_failure(r->status == 429 ? "429" : "5xx");
+      last_status = r->status;
+      last_error = fmt::format("{} answered {}", url, r->status);
+      return false;
+    }
+    metrics.first_byte(since(c.start));
+    finish(c, r->status);
+    auto ct = r->headers.find("content-type");
+    c.writer->send(r->status, std::move(r->body), ct == r->headers.end() ? "application/json" : ct->second,
+                   {{"x-request-id", c.request_id}});
+    return true;
+  }
+
+  // Streaming: forwarded piece by piece. True when the call is over (answered, failed mid-stream, or the
+  // client left); false to try another node (nothing was forwarded yet).
+  bool stream_once(const std::shared_ptr<Call>& c, const std::string& url, bool last, int& last_status,
+                   std::string& last_error) {
+    bool started = false;
+    int status = 0;
+    int64_t generated = 0;
+    auto on_headers = [&](const http::Response& head) {
+      status = head.status;
+      if (retryable(head.status) && !last) return false;
+      started = true;
+      metrics.first_byte(since(c->start));
+      auto ct = head.headers.find("content-type");
+      c->writer->start_stream(head.status, ct == head.headers.end() ? "text/event-stream" : ct->second,
+                              {{"x-request-id", c->request_id}});
+      return true;
+    };
+    auto on_chunk = [&](std::string_view piece) {
+      if (c->client_gone) return false;
+      generated += count_events(piece);
+      return c->writer->write(std::string(piece));
+    };
+    auto r = http::fetch_streaming(upstream_request(*c, url), on_headers, on_chunk);
+    if (!r.ok()) {
+      note_outcome(url, c->reserved_tokens, generated, RequestOutcome::kConnectError);
+      if (!started) {
+        metrics.upstream_failure("connect");
+        last_status = 503;
+        last_error = r.status().message();
+        return false;
+      }
+      metrics.upstream_failure("stream");
+      // Bytes already reached the client: no retry; the stream ends with an error event it can see.
+      const std::string err = error_json(502, fmt::format("the node failed mid-stream: {}", r.status().message()),
+                                         "upstream_error", "upstream_failed");
+      c->writer->write("data: " + err + "\n\n");
+      c->writer->write("data: [DONE]\n\n");
+      c->writer->end();
+      finish(*c, 502);
+      return true;
+    }
+    note_outcome(url, c->reserved_tokens, generated, outcome_of(status));
+    if (!started) {
+      metrics.upstream_failure(status == 429 ? "429" : "5xx");
+      last_status = status;
+      last_error = fmt::format("{} answered {}", url, status);
+      return false;
+    }
+    c->writer->end();
+    finish(*c, c->client_gone ? 499 : status);
+    return true;
+  }
+
+  // ---- handlers -------------------------------------------------------------------------------------------
+
+  void handle_generate(const http::Request& r, const WriterPtr& w, bool chat) {
+    auto c = std::make_shared<Call>();
+    c->writer = w;
+    c->endpoint = chat ? "chat" : "completions";
+    c->path = chat ? "/v1/chat/completions" : "/v1/completions";
+    c->request_id = r.header("x-request-id");
+    if (c->request_id.empty() || c->request_id.size() > 200) {
+      c->request_id = fmt::format("rt-{:x}-{:x}", SteadyClock::instance().now_ns(), next_id++);
+    }
+    if (!authorized(r, w, c->endpoint)) return;
+    auto parsed = serve::parse_request(r.body, chat);
+    if (auto* e = std::get_if<serve::ApiError>(&parsed)) {
+      metrics.request_finished(c->endpoint, e->status);
+      return w->send(e->status, serve::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
+    }
+    const serve::ApiRequest& req = std::get<serve::ApiRequest>(parsed);
+    c->body = r.body;
+    c->stream = req.stream;
+    c->session_id = r.header("x-session-id");
+    RouteRequest& route = c->route;
+    route.session_id = c->session_id;
+    route.user = req.user;
+    if (chat) {
+      for (const auto& m : req.messages) route.prompt += m.role + "\n" + m.content + "\n";
+    } else {
+      route.prompt = req.prompt;
+    }
+    if (req.prompt_is_tokens) {
+      route.tokens.assign(req.prompt_tokens.begin(), req.prompt_tokens.end());
+    } else if (options.tokenize) {
+      route.tokens = options.tokenize(route.prompt);
+    } else {
+      // Bytes as pseudo-tokens: stable block hashes for prefix affinity, ~4 bytes per real token for load.
+      route.tokens.assign(route.prompt.begin(), route.prompt.end());
+    }
+    route.prompt_tokens = options.tokenize || req.prompt_is_tokens ? static_cast<int64_t>(route.tokens.size())
+                                                                   : static_cast<int64_t>(route.prompt.size() / 4 + 1);
+    route.max_tokens = req.max_tokens >= 0 ? req.max_tokens : (chat ? 256 : 16);
+    c->reserved_tokens = route.prompt_tokens + route.max_tokens;
+    // Weak: the writer owns this callback, and the call owns the writer.
+    w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
+      if (auto call = weak.lock()) call->client_gone = true;
+    });
+    if (!pool.submit([this, c] { proxy(c); })) {
+      reply_error(*c, 503, "the router is overloaded: too many requests waiting", "service_unavailable",
+                  "router_overloaded");
+    }
+  }
+
+  void handle_models(const WriterPtr& w) {
+    auto task = [this, w] {
+      std::vector<NodeSnapshot> nodes = registry.candidates();
+      std::vector<std::future<Result<http::Response>>> answers;
+      for (const auto& n : nodes) {
+        answers.push_back(std::async(std::launch::async, [url = n.url] {
+          http::ClientRequest req;
+          req.url = url + "/v1/models";
+          req.timeout_ms = 2000;
+          return http::fetch(req);
+        }));
+      }
+      json data = json::array();
+      std::set<std::string> seen;
+      for (auto& f : answers) {
+        auto r = f.get();
+        if (!r.ok() || r->status != 200) continue;
+        json j = json::parse(r->body, nullptr, false);
+        if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) continue;
+        for (auto& m : j["data"]) {
+          if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
+          if (seen.insert(m["id"].get<std::string>()).second) data.push_back(m);
+        }
+      }
+      if (data.empty()) {
+        metrics.request_finished("models", 503);
+        return w->send(503, error_json(503, "no node in rotation answered /v1/models", "service_unavailable"));
+      }
+      metrics.request_finished("models", 200);
+      w->send(200, dump({{"object", "list"}, {"data", data}}));
+    };
+    if (!pool.submit(task)) w->send(503, error_json(503, "the router is overloaded", "service_unavailable"));
+  }
+
+  void handle_health(const WriterPtr& w) {
+    int healthy = 0, total = 0;
+    for (const auto& n : registry.list()) {
+      ++total;
+      healthy += n.healthy && !n.draining ? 1 : 0;
+    }
+    json j = {{"status", healthy > 0 ? "ok" : "unavailable"},
+              {"strategy", options.strategy},
+              {"nodes", total},
+              {"nodes_in_rotation", healthy}};
+    w->send(healthy > 0 ? 200 : 503, dump(j));
+  }
+
+  static json node_json(const NodeStatus& s) {
+    return {{"url", s.load.url},
+            {"healthy", s.healthy},
+            {"draining", s.draining},
+            {"in_rotation", s.healthy && !s.draining},
+            {"capacity", s.load.capacity},
+            {"in_flight", s.load.in_flight},
+            {"outstanding_tokens", s.load.outstanding_tokens},
+            {"tokens_per_s", s.load.tokens_per_s},
+            {"requests_total", s.requests_total},
+            {"failures_total", s.failures_total}};
+  }
+
+  // Admin bodies: {"url": ..., ...}. Returns the normalised URL or answers 400 itself.
+  std::optional<std::pair<std::string, json>> admin_body(const http::Request& r, const WriterPtr& w) {
+    json j = json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("url") || !j["url"].is_string()) {
+      w->send(400, error_json(400, "expected a JSON body {\"url\": \"http://host:port\"}", "invalid_request_error"));
+      return std::nullopt;
+    }
+    auto url = normalize_node_url(j["url"].get<std::string>());
+    if (!url.ok()) {
+      w->send(400, error_json(400, url.status().message(), "invalid_request_error"));
+      return std::nullopt;
+    }
+    return std::make_pair(*url, j);
+  }
+
+  void add_node(const NodeSpec& spec) {
+    if (!registry.add(spec.url, spec.capacity)) return;
+    std::lock_guard lock(strategy_mu);
+    strategy->on_node_added(spec.url);
+  }
+  bool remove_node(const std::string& url) {
+    if (!registry.remove(url)) return false;
+    std::lock_guard lock(strategy_mu);
+    strategy->on_node_removed(url);
+    return true;
+  }
+
+  // ---- health probes --------------------------------------------------------------------------------------
+
+  void health_loop() {
+    std::vector<std::future<void>> running;
+    std::unique_lock lock(health_mu);
+    while (!health_stop) {
+      lock.unlock();
+      std::erase_if(running, [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+      for (const std::string& url : registry.due_probes()) {
+        running.push_back(std::async(std::launch::async, [this, url] { probe(url); }));
+      }
+      lock.lock();
+      health_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return health_stop; });
+    }
+    lock.unlock();
+    for (auto& f : running) f.wait();
+  }
+
+  void probe(const std::string& url) {
+    http::ClientRequest req;
+    req.url = url + "/health";
+    req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
+    auto r = http::fetch(req);
+    bool ok = r.ok() && r->status == 200;
+    double capacity = 0;
+    if (ok) {
+      json j = json::parse(r->body, nullptr, false);
+      if (j.is_object() && j.contains("kv_blocks_total") && j["kv_blocks_total"].is_number()) {
+        capacity = j["kv_blocks_total"].get<double>();
+      }
+    }
+    if (registry.probe_result(url, ok, capacity)) {
+      if (ok) {
+        log::info("router: node {} back in rotation", url);
+      } else {
+        log::warn("router: node {} out of rotation: {}", url,
+                  r.ok() ? fmt::format("/health answered {}", r->status) : r.status().message());
+      }
+    }
+  }
+};
+
+Result<std::unique_ptr<Gateway>> Gateway::create(GatewayOptions options) {
+  TS_ASSIGN_OR_RETURN(auto strategy, builtin_strategies().create(options.strategy, options.strategy_options));
+  if (options.workers < 1) return invalid_argument("--workers must be at least 1");
+  if (options.max_attempts < 1) return invalid_argument("--max-attempts must be at least 1");
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(strategy));
+  return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
+}
+
+Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  Impl* d = impl_.get();
+  d->server.route("POST", "/v1/completions",
+                  [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, false); });
+  d->server.route("POST", "/v1/chat/completions",
+                  [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, true); });
+  d->server.route("GET", "/v1/models", [d](const http::Request& r, const WriterPtr& w) {
+    if (d->authorized(r, w, "models")) d->handle_models(w);
+  });
+  d->server.route("GET", "/health", [d](const http::Request&, const WriterPtr& w) { d->handle_health(w); });
+  d->server.route("GET", "/metrics", [d](const http::Request&, const WriterPtr& w) {
+    w->send(200, d->metrics.render(d->registry.list(), d->pool.queued(), d->pool.busy()), "text/plain; version=0.0.4");
+  });
+  d->server.route("GET", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
+    if (!d->authorized(r, w, "admin")) return;
+    json nodes = json::array();
+    for (const auto& s : d->registry.list()) nodes.push_back(Impl::node_json(s));
+    w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
+  });
+  d->server.route("POST", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
+    if (!d->authorized(r, w, "admin")) return;
+    auto body = d->admin_body(r, w);
+    if (!body) return;
+    NodeSpec spec{body->first, 0};
+    if (body->second.contains("capacity")) {
+      const json& cap = body->second["capacity"];
+      if (!cap.is_number() || !(cap.get<double>() > 0)) {
+        return w->send(400, error_json(400, "capacity must be a positive number", "invalid_request_error"));
+      }
+      spec.capacity = cap.get<double>();
+    }
+    if (d->registry.contains(spec.url)) {
+      return w->send(409, error_json(409, fmt::format("node {} is already registered", spec.url),
+                                     "invalid_request_error", "node_exists"));
+    }
+    d->add_node(spec);
+    log::info("router: node {} added", spec.url);
+    w->send(201, dump(Impl::node_json(*d->registry.status(spec.url))));
+  });
+  d->server.route("POST", "/admin/nodes/remove", [d](const http::Request& r, const WriterPtr& w) {
+    if (!d->authorized(r, w, "admin")) return;
+    auto body = d->admin_body(r, w);
+    if (!body) return;
+    if (!d->remove_node(body->first)) {
+      return w->send(404, error_json(404, fmt::format("node {} is not registered", body->first),
+                                     "invalid_request_error", "node_not_found"));
+    }
+    log::info("router: node {} removed", body->first);
+    w->send(200, dump({{"url", body->first}, {"removed", true}}));
+  });
+  d->server.route("POST", "/admin/nodes/drain", [d](const http::Request& r, const WriterPtr& w) {
+    if (!d->authorized(r, w, "admin")) return;
+    auto body = d->admin_body(r, w);
+    if (!body) return;
+    bool drain = true;
+    if (body->second.contains("drain")) {
+      if (!body->second["drain"].is_boolean()) {
+        return w->send(400, error_json(400, "drain must be true or false", "invalid_request_error"));
+      }
+      drain = body->second["drain"].get<bool>();
+    }
+    if (!d->registry.set_draining(body->first, drain)) {
+      return w->send(404, error_json(404, fmt::format("node {} is not registered", body->first),
+                                     "invalid_request_error", "node_not_found"));
+    }
+    w->send(200, dump(Impl::node_json(*d->registry.status(body->first))));
+  });
+}
+
+Gateway::~Gateway() { stop(); }
+
+Status Gateway::start() {
+  TS_RETURN_IF_ERROR(impl_->server.start());
+  impl_->health_thread = std::thread([d = impl_.get()] { d->health_loop(); });
+  return Status();
+}
+
+uint16_t Gateway::port() const { return impl_->server.port(); }
+
+void Gateway::stop() {
+  {
+    std::lock_guard lock(impl_->health_mu);
+    if (impl_->health_stop) return;
+    impl_->health_stop = true;
+  }
+  impl_->health_cv.notify_all();
+  if (impl_->health_thread.joinable()) impl_->health_thread.join();
+  impl_->server.stop(2000);
+}
+
+void Gateway::on_node_added(const NodeSpec& node) { impl_->add_node(node); }
+void Gateway::on_node_removed(const std::string& url) { impl_->remove_node(url); }
+NodeRegistry& Gateway::registry() { return impl_->registry; }
+
+}  // namespace tessera::router

@@ -1,0 +1,74 @@
+// Gateway: the router's HTTP face. An OpenAI-compatible proxy for /v1/completions and /v1/chat/completions
+// in front of the registered nodes, plus /v1/models (the union of the nodes' models), /health, /metrics and
+// the node management API:
+//   GET  /admin/nodes                      list nodes with health and load
+//   POST /admin/nodes         {"url", "capacity"?}   add
+//   POST /admin/nodes/remove  {"url"}               remove
+//   POST /admin/nodes/drain   {"url", "drain"?}     stop (or, with "drain": false, resume) sending new requests
+//
+// Every body is validated here with the node's own parser (serve::parse_request), so a malformed request is
+// answered with an OpenAI-shaped 400 without reaching any node. Responses stream through as they arrive
+// (chunked, never buffered); non-streaming answers are read whole so that they can be retried. Before the
+// first response byte, a connect error, a 5xx, or a 429 goes to another node (at most `max_attempts` nodes,
+// exponential backoff); once bytes have streamed, a failure ends the stream with an SSE error event and
+// [DONE]. A client that disconnects closes the upstream connection, which cancels the request on the node.
+// x-request-id is taken from the client (or made up), sent to the node and returned.
+//
+// Threads: HTTP I/O on `http.io_threads` threads; each proxied request holds one thread of a bounded pool
+// (`workers` threads, `max_queue` waiting; beyond that 503) for its blocking upstream call; one health
+// thread runs the probes. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "http/http.h"
+#include "router/health.h"
+#include "router/membership.h"
+#include "router/node_registry.h"
+#include "router/strategy.h"
+
+namespace tessera::router {
+
+struct GatewayOptions {
+  http::ServerOptions http;
+  std::string strategy = "round_robin";
+  StrategyOptions strategy_options;
+  HealthOptions health;
+  std::vector<std::string> api_keys;  // empty: no authentication
+  int workers = 64;
+  size_t max_queue = 4096;
+  int max_attempts = 3;              // nodes tried per request
+  int backoff_ms = 10;               // before the 2nd attempt; doubles each time, at most 500 ms
+  int upstream_timeout_ms = 600000;  // whole upstream exchange
+  // Prompt text -> token ids, for the prefix strategies (the model's tokenizer). Unset: prompts given as
+  // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).
+  std::function<std::vector<int32_t>(std::string_view)> tokenize;
+};
+
+class Gateway final : public MembershipListener {
+ public:
+  // InvalidArgument for an unknown strategy (listing the known ones).
+  static Result<std::unique_ptr<Gateway>> create(GatewayOptions options);
+  ~Gateway() override;
+
+  Status start();
+  uint16_t port() const;
+  void stop();
+
+  void on_node_added(const NodeSpec& node) override;
+  void on_node_removed(const std::string& url) override;
+  NodeRegistry& registry();
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::router

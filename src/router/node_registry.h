@@ -1,0 +1,92 @@
+// NodeRegistry: the nodes the router may send requests to, their load and their health.
+//
+// Load accounting: begin() when a request is sent to a node, finish() when it is over; in between it counts
+// as in flight with its prompt + requested output tokens outstanding. finish() also feeds the node's measured
+// speed: tokens generated per second of time the node had work (an EWMA over windows of at least
+// `speed_window_ms`), which least_latency divides queued work by. Health comes from a HealthTracker (active
+// probes + passive outlier detection) kept under the same lock. A draining node finishes what it has but gets
+// nothing new. candidates() is what strategies choose from: healthy, not draining, sorted by URL.
+//
+// Thread-safe (one mutex); the clock is injected so tests drive time by hand.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "router/health.h"
+#include "router/strategy.h"
+
+namespace tessera::router {
+
+struct NodeStatus {
+  NodeSnapshot load;
+  bool healthy = true;
+  bool draining = false;
+  bool capacity_set = false;  // capacity given explicitly (else learnt from /health)
+  uint64_t requests_total = 0;
+  uint64_t failures_total = 0;
+  double state_changed_s = 0;  // clock seconds of the last health change
+};
+
+struct SpeedOptions {
+  double initial_tokens_per_s = 100;  // before anything was measured
+  int64_t speed_window_ms = 500;      // busy time gathered before a speed sample
+  double ewma_alpha = 0.3;            // weight of the newest sample
+};
+
+class NodeRegistry {
+ public:
+  NodeRegistry(const Clock& clock, HealthOptions health = {}, SpeedOptions speed = {});
+
+  // False when the URL is already registered. capacity <= 0: not given (1 until /health reports one).
+  bool add(const std::string& url, double capacity = 0);
+  bool remove(const std::string& url);
+  bool set_draining(const std::string& url, bool draining);
+  bool set_capacity(const std::string& url, double capacity);
+  bool contains(const std::string& url) const;
+
+  // Healthy, not draining, not in `exclude`; sorted by URL.
+  std::vector<NodeSnapshot> candidates(const std::set<std::string>& exclude = {}) const;
+  std::vector<NodeStatus> list() const;
+  std::optional<NodeStatus> status(const std::string& url) const;
+
+  void begin(const std::string& url, int64_t tokens);
+  // `tokens` as given to begin(); `generated` output tokens the node produced; returns true when the node's
+  // health changed.
+  bool finish(const std::string& url, int64_t tokens, int64_t generated, RequestOutcome outcome);
+
+  // Health probes: which are due (marked as running), and their results. `capacity` (> 0) is what the node
+  // reported (KV blocks) and becomes its capacity unless one was set explicitly.
+  std::vector<std::string> due_probes();
+  bool probe_result(const std::string& url, bool ok, double capacity = 0);
+  const HealthOptions& health_options() const { return health_.options(); }
+
+ private:
+  struct Node {
+    NodeSnapshot load;
+    bool capacity_set = false;
+    bool draining = false;
+    uint64_t requests_total = 0;
+    uint64_t failures_total = 0;
+    int64_t last_change_ns = 0;  // last in_flight change, for busy time
+    int64_t window_busy_ns = 0;  // busy time in the current speed window
+    int64_t window_tokens = 0;   // tokens generated in it
+    bool measured = false;
+  };
+  void account_busy(Node& n, int64_t now);
+  NodeStatus status_of(const std::string& url, const Node& n) const;
+
+  const Clock& clock_;
+  SpeedOptions speed_;
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
+  HealthTracker health_;               // GUARDED_BY(mu_)
+};
+
+}  // namespace tessera::router

@@ -1,0 +1,47 @@
+// NodeServer: a node's HTTP face. OpenAI-compatible /v1/completions and /v1/chat/completions (streamed as
+// server-sent events or whole), /v1/models, /health and /metrics, in front of one Engine.
+//
+// Handlers never block: they validate, tokenize and submit, and the engine's callbacks write the answer
+// (from the engine thread) through the http::ResponseWriter. A client that disconnects cancels its
+// request, which frees its KV blocks. stop() refuses new requests (503) and lets in-flight ones finish
+// within the grace period.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "http/http.h"
+#include "serve/openai.h"
+#include "serve/pd.h"
+
+namespace tessera::serve {
+
+// Turns chat messages into the prompt text the model was trained on. InvalidArgument when it cannot.
+using ChatFormatter = std::function<Result<std::string>(const std::vector<ChatMessage>&)>;
+
+struct NodeOptions {
+  std::string model_name;  // the id clients send as "model"
+  http::ServerOptions http;
+  ChatFormatter chat;       // null: chat completions answer 400 (the model has no chat template)
+  PdService* pd = nullptr;  // not owned; decode role: prompts may be prefilled on prefill nodes
+};
+
+class NodeServer {
+ public:
+  NodeServer(engine::Engine& engine, NodeOptions options);
+  ~NodeServer();
+
+  Status start();
+  uint16_t port() const;
+  void stop(int grace_ms);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::serve

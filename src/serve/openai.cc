@@ -1,0 +1,228 @@
+#include "serve/openai.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace tessera::serve {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(std::string message, std::string param = "") {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
+}
+
+// Reads an optional number field into `out` when present and not null; checks type and range.
+std::optional<ApiError> number(const json& j, const char* key, double lo, double hi, double& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return bad(fmt::format("'{}' must be a number", key), key);
+  double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    return bad(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, v), key);
+  out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())) {
+    return bad(fmt::format("'{}' must be an integer", key), key);
+  }
+  double v = it->get<double>();
+  if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
+    return bad(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, it->dump()), key);
+  }
+  out = static_cast<int64_t>(v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> boolean(const json& j, const char* key, bool& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad(fmt::format("'{}' must be a boolean", key), key);
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> message_content(const json& m, std::string& out) {
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    out = it->get<std::string>();
+    return std::nullopt;
+  }
+  if (!it->is_array()) return bad("message 'content' must be a string or an array of content parts", "messages");
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      return bad("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
+    }
+    out += part["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string error_body(const ApiError& e) {
+  json j = {{"error",
+             {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("the request body is not valid JSON");
+  if (!j.is_object()) return bad("the request body must be a JSON object");
+  ApiRequest r;
+  r.chat = chat;
+  if (!j.contains("model") || !j["model"].is_string()) return bad("'model' is required and must be a string", "model");
+  r.model = j["model"].get<std::string>();
+
+  if (chat) {
+    auto it = j.find("messages");
+    if (it == j.end() || !it->is_array() || it->empty()) return bad("'messages' must be a non-empty array", "messages");
+    for (const json& m : *it) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        return bad("each message needs a string 'role'", "messages");
+      }
+      ChatMessage msg{m["role"].get<std::string>(), ""};
+      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer") {
+        return bad(fmt::format("unsupported message role '{}'", msg.role), "messages");
+      }
+      if (auto e = message_content(m, msg.content)) return *e;
+      r.messages.push_back(std::move(msg));
+    }
+    for (const char* unsupported : {"tools", "functions", "tool_choice", "response_format", "audio"}) {
+      if (j.contains(unsupported) && !j[unsupported].is_null()) {
+        return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);
+      }
+    }
+  } else {
+    auto it = j.find("prompt");
+    if (it == j.end() || it->is_null()) return bad("'prompt' is required", "prompt");
+    if (it->is_string()) {
+      r.prompt = it->get<std::string>();
+    } else if (it->is_array()) {
+      const json& a = *it;
+      if (a.size() == 1 && a[0].is_string()) {
+        r.prompt = a[0].get<std::string>();
+      } else if (a.size() == 1 && a[0].is_array()) {
+        return bad("a batch of token-id prompts is not supported; send one request per prompt (n = 1)", "prompt");
+      } else if (!a.empty() && a[0].is_string()) {
+        return bad("a batch of several prompts is not supported; send one request per prompt", "prompt");
+      } else {
+        r.prompt_is_tokens = true;
+        for (const json& t : a) {
+          if (!t.is_number_integer()) return bad("'prompt' must be a string or an array of token ids", "prompt");
+          int64_t v = t.get<int64_t>();
+          if (v < 0 || v > std::numeric_limits<int32_t>::max())
+            return bad(fmt::format("token id {} is out of range", v), "prompt");
+          r.prompt_tokens.push_back(static_cast<model::TokenId>(v));
+        }
+        if (r.prompt_tokens.empty()) return bad("'prompt' must not be empty", "prompt");
+      }
+    } else {
+      return bad("'prompt' must be a string or an array of token ids", "prompt");
+    }
+    if (auto e = boolean(j, "echo", r.echo)) return *e;
+    if (j.contains("suffix") && !j["suffix"].is_null()) return bad("'suffix' is not supported", "suffix");
+    if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != 1)
+      return bad("'best_of' > 1 is not supported", "best_of");
+  }
+
+  int64_t n = 1;
+  if (auto e = integer(j, "n", 1, 128, n)) return *e;
+  if (n != 1) return bad("only n = 1 is supported; send several requests for several completions", "n");
+
+  int64_t max_tokens = -1;
+  if (auto e = integer(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  if (chat) {
+    if (auto e = integer(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  }
+  r.max_tokens = static_cast<int>(max_tokens);
+
+  engine::SamplingParams& sp = r.generation.sampling;
+  double v = 1.0;
+  if (auto e = number(j, "temperature", 0.0, 2.0, v)) return *e;
+  sp.temperature = static_cast<float>(v);
+  v = 1.0;
+  if (auto e = number(j, "top_p", 0.0, 1.0, v)) return *e;
+  if (v <= 0.0) return bad("'top_p' must be greater than 0", "top_p");
+  sp.top_p = static_cast<float>(v);
+  int64_t k = 0;
+  if (auto e = integer(j, "top_k", -1, 1 << 20, k)) return *e;
+  sp.top_k = k < 0 ? 0 : static_cast<int>(k);  // -1 means "all", as in vLLM
+  v = 0.0;
+  if (auto e = number(j, "min_p", 0.0, 1.0, v)) return *e;
+  sp.min_p = static_cast<float>(v);
+  v = 0.0;
+  if (auto e = number(j, "presence_penalty", -2.0, 2.0, v)) return *e;
+  sp.presence_penalty = static_cast<float>(v);
+  v = 0.0;
+  if (auto e = number(j, "frequency_penalty", -2.0, 2.0, v)) return *e;
+  sp.frequency_penalty = static_cast<float>(v);
+  int64_t seed = 0;
+  if (auto e =
+          integer(j, "seed", std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2, seed))
+    return *e;
+  sp.seed = static_cast<uint64_t>(seed);
+
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.generation.stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 16) {
+      for (const json& s : *it) {
+        if (!s.is_string()) return bad("'stop' must be a string or an array of strings", "stop");
+        r.generation.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return bad("'stop' must be a string or an array of at most 16 strings", "stop");
+    }
+    for (const std::string& s : r.generation.stop) {
+      if (s.empty()) return bad("stop strings must not be empty", "stop");
+    }
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return bad("'stop_token_ids' must be an array of integers", "stop_token_ids");
+    for (const json& t : *it) {
+      if (!t.is_number_integer()) return bad("'stop_token_ids' must be an array of integers", "stop_token_ids");
+      r.generation.stop_token_ids.push_back(t.get<model::TokenId>());
+    }
+  }
+  if (auto e = boolean(j, "ignore_eos", r.generation.ignore_eos)) return *e;
+
+  if (chat) {
+    bool logprobs = false;
+    if (auto e = boolean(j, "logprobs", logprobs)) return *e;
+    int64_t top = 0;
+    if (auto e = integer(j, "top_logprobs", 0, 20, top)) return *e;
+    if (top > 0 && !logprobs) return bad("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    r.generation.logprobs = logprobs ? static_cast<int>(top) : -1;
+  } else {
+    int64_t lp = -1;
+    if (auto e = integer(j, "logprobs", 0, 20, lp)) return *e;
+    r.generation.logprobs = static_cast<int>(lp);
+  }
+
+  if (auto e = boolean(j, "stream", r.stream)) return *e;
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("'stream_options' must be an object", "stream_options");
+    if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (auto e = boolean(*it, "include_usage", r.include_usage)) return *e;
+  }
+  if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return bad("'user' must be a string", "user");
+    r.user = it->get<std::string>();
+  }
+  return r;
+}
+
+}  // namespace tessera::serve

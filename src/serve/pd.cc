@@ -1,0 +1,410 @@
+#include "serve/pd.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "link/agent.h"
+#include "link/checksum.h"
+
+namespace tessera::serve {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// First-fit allocator of byte ranges inside the staging region.
+class RangeAllocator {
+ public:
+  explicit RangeAllocator(uint64_t size) { free_[0] = size; }
+  std::optional<uint64_t> allocate(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = (n + 63) & ~uint64_t{63};
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < n) continue;
+      uint64_t at = it->first, len = it->second;
+      free_.erase(it);
+      if (len > n) free_[at + n] = len - n;
+      used_[at] = n;
+      return at;
+    }
+    return std::nullopt;
+  }
+  void release(uint64_t at) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto u = used_.find(at);
+    if (u == used_.end()) return;
+    uint64_t len = u->second;
+    used_.erase(u);
+    auto next = free_.lower_bound(at);
+    if (next != free_.end() && next->first == at + len) {
+      len += next->second;
+      free_.erase(next);
+    }
+    auto prev = free_.lower_bound(at);
+    if (prev != free_.begin()) {
+      --prev;
+      if (prev->first + prev->second == at) {
+        prev->second += len;
+        return;
+      }
+    }
+    free_[at] = len;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_, used_;
+};
+
+json sampling_json(const engine::SamplingParams& s) {
+  return {{"temperature", s.temperature},
+          {"top_p", s.top_p},
+          {"top_k", s.top_k},
+          {"min_p", s.min_p},
+          {"seed", s.seed},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty}};
+}
+
+engine::SamplingParams sampling_from(const json& j) {
+  engine::SamplingParams s;
+  s.temperature = j.value("temperature", 1.0f);
+  s.top_p = j.value("top_p", 1.0f);
+  s.top_k = j.value("top_k", 0);
+  s.min_p = j.value("min_p", 0.0f);
+  s.seed = j.value("seed", uint64_t{0});
+  s.presence_penalty = j.value("presence_penalty", 0.0f);
+  s.frequency_penalty = j.value("frequency_penalty", 0.0f);
+  return s;
+}
+
+std::string error_json(const std::string& message) { return json{{"error", {{"message", message}}}}.dump(); }
+
+}  // namespace
+
+struct PdService::Impl {
+  engine::Engine& engine;
+  PdOptions options;
+  std::unique_ptr<link::Agent> agent;
+  link::RegionId staging{};
+  std::unique_ptr<RangeAllocator> staging_alloc;
+  std::span<std::byte> staging_bytes;
+
+  // Decode: notifications by tag.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<uint64_t> arrived;  // GUARDED_BY(mu)
+  std::atomic<bool> stopping{false};
+  std::thread notifier;
+  std::atomic<uint64_t> next_tag{1};
+  std::atomic<size_t> next_prefill{0};
+  mutable std::mutex stats_mu;
+  PdStats stats;  // GUARDED_BY(stats_mu)
+
+  // Prefill: peers already connected.
+  std::mutex peers_mu;
+  std::set<std::string> peers;  // GUARDED_BY(peers_mu)
+
+  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
+
+  ~Impl() {
+    stopping = true;
+    if (notifier.joinable()) notifier.join();
+    if (agent) agent->shutdown(std::chrono::milliseconds(1000));
+  }
+
+  json model_json() const {
+    const model::ModelConfig& c = engine.config();
+    return {
+        {"name", options.model_name}, {"n_layers", c.n_layers}, {"kv_dim", c.kv_dim()}, {"vocab_size", c.vocab_size}};
+  }
+
+  void notifications() {
+    while (!stopping) {
+      auto n = agent->next_notification(std::chrono::milliseconds(100));
+      if (!n.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      arrived.insert(n->tag);
+      cv.notify_all();
+    }
+  }
+
+  bool wait_tag(uint64_t tag, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    bool ok = cv.wait_for(lock, timeout, [&] { return arrived.count(tag) > 0; });
+    arrived.erase(tag);
+    return ok;
+  }
+
+  // ---- prefill role ----
+  void handle_prefill(const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
+    json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_array() ||
+        !j.contains("agent") || !j.contains("region") || !j.contains("tag")) {
+      return w->send(400, error_json("expected {prompt, export_from, sampling, agent, region, offset, tag, model}"));
+    }
+    if (j.value("model", json::object()) != model_json()) {
+      return w->send(409, error_json(fmt::format("model mismatch: this prefill node serves {}, the request wants {}",
+                                                 model_json().dump(), j.value("model", json::object()).dump())));
+    }
+    auto info = link::AgentInfo::decode(j["agent"].get<std::string>());
+    auto region = link::RegionDesc::decode(j["region"].get<std::string>());
+    if (!info.ok() || !region.ok()) return w->send(400, error_json("bad agent or region description"));
+    {
+      std::lock_guard<std::mutex> lock(peers_mu);
+      if (!peers.count(info->name)) {
+        if (Status s = agent->connect(*info); !s.ok()) return w->send(502, error_json(s.message()));
+        peers.insert(info->name);
+      }
+    }
+    engine::GenerationRequest gen;
+    for (const json& t : j["prompt"]) gen.prompt.push_back(t.get<model::TokenId>());
+    gen.sampling = sampling_from(j.value("sampling", json::object()));
+    gen.max_tokens = 1;
+    gen.ignore_eos = true;
+    gen.export_from = j.value("export_from", 0);
+    const model::ModelConfig& c = engine.config();
+    const int n = static_cast<int>(gen.prompt.size());
+    const int count = n - gen.export_from;
+    if (gen.export_from < 0 || count < 1) return w->send(400, error_json("export_from must leave at least one token"));
+    const DType wire = DType::kF32;
+    const size_t row = dtype_bytes(wire, static_cast<size_t>(c.kv_dim()));
+    const size_t half = static_cast<size_t>(count) * row;
+    const size_t total = static_cast<size_t>(c.n_layers) * 2 * half;
+    const uint64_t remote_offset = j.value("offset", uint64_t{0});
+    if (total > region->length || remote_offset > region->length - total) {
+      return w->send(
+          400, error_json(fmt::format("the reserved region holds {} bytes; {} are needed", region->length, total)));
+    }
+    struct Job {
+      std::vector<uint8_t> local;
+      link::RegionId local_id{};
+      std::vector<link::TransferFuture> futures;
+      Status error;
+    };
+    auto job = std::make_shared<Job>();
+    job->local.resize(total);
+    auto reg = agent->register_region(job->local.data(), total);
+    if (!reg.ok()) return w->send(500, error_json(reg.status().message()));
+    job->local_id = *reg;
+    const std::string peer = info->name;
+    const link::RegionId remote = region->id;
+    const int from = gen.export_from;
+    link::Agent* ag = agent.get();
+    gen.on_kv_layer = [job, peer, remote, remote_offset, from, half, row, wire, ag](
+                          engine::ModelRunner& runner, const engine::SequenceKv& seq, int layer, int first, int cnt) {
+      const size_t k_off = static_cast<size_t>(layer) * 2 * half + static_cast<size_t>(first - from) * row;
+      const size_t v_off = k_off + half;
+      TS_RETURN_IF_ERROR(
+          runner.export_kv(seq, layer, first, cnt, wire, job->local.data() + k_off, job->local.data() + v_off));
+      const uint64_t len = static_cast<uint64_t>(cnt) * row;
+      job->futures.push_back(ag->write(peer, {{job->local_id, k_off, remote, remote_offset + k_off, len},
+                                              {job->local_id, v_off, remote, remote_offset + v_off, len}}));
+      return ok_status();
+    };
+    const uint64_t tag = j["tag"].get<uint64_t>();
+    const auto t0 = Clock::now();
+    auto id = engine.submit(
+        std::move(gen), [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
+          if (o.finish == engine::FinishReason::kNone) return;
+          // Leave the engine thread: waiting for the transfers must not stall other requests.
+          std::thread([this, job, w, peer, remote, remote_offset, tag, t0, wire, o] {
+            Status st = o.finish == engine::FinishReason::kError ? o.error : ok_status();
+            if (st.ok() && o.tokens.empty()) st = internal_error("the prefill produced no token");
+            for (auto& f : job->futures) {
+              if (!st.ok()) break;
+              st = f.wait();
+            }
+            if (st.ok()) st = agent->write_with_imm(peer, {{job->local_id, 0, remote, remote_offset, 0}}, tag).wait();
+            const uint64_t sum = link::checksum64(job->local.data(), job->local.size());
+            (void)agent->unregister_region(job->local_id);
+            if (!st.ok()) return w->send(502, error_json(st.message()));
+            w->send(200, json{{"first_token", o.tokens[0]},
+                              {"checksum", sum},
+                              {"kv_dtype", std::string(dtype_name(wire))},
+                              {"bytes", job->local.size()},
+                              {"prefill_ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}}
+                             .dump());
+          }).detach();
+        });
+    if (!id.ok()) {
+      (void)agent->unregister_region(job->local_id);
+      return w->send(id.status().code() == StatusCode::kResourceExhausted ? 429 : 400,
+                     error_json(id.status().message()));
+    }
+  }
+
+  // ---- decode role ----
+  // Returns the imported KV for `gen`, or an error (the caller then prefills locally).
+  Result<std::shared_ptr<engine::ImportedKv>> remote_prefill(const engine::GenerationRequest& gen,
+                                                             const engine::PrefixLookup& hit) {
+    const model::ModelConfig& c = engine.config();
+    const int n = static_cast<int>(gen.prompt.size());
+    const int count = n - hit.cached_tokens;
+    const size_t row = dtype_bytes(DType::kF32, static_cast<size_t>(c.kv_dim()));
+    const size_t total = static_cast<size_t>(c.n_layers) * 2 * static_cast<size_t>(count) * row;
+    auto offset = staging_alloc->allocate(total);
+    if (!offset) return resource_exhausted(fmt::format("no staging memory for {} KV bytes", total));
+    auto release = [&] { staging_alloc->release(*offset); };
+    auto desc = agent->describe(staging);
+    if (!desc.ok()) {
+      release();
+      return desc.status();
+    }
+    Status last = unavailable("no prefill node configured");
+    for (size_t attempt = 0; attempt < options.prefill_urls.size(); ++attempt) {
+      const std::string& url = options.prefill_urls[(next_prefill++) % options.prefill_urls.size()];
+      const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
+      json body = {{"prompt", gen.prompt},
+                   {"export_from", hit.cached_tokens},
+                   {"sampling", sampling_json(gen.sampling)},
+                   {"agent", agent->info().encode()},
+                   {"region", desc->encode()},
+                   {"offset", *offset},
+                   {"tag", tag},
+                   {"model", model_json()}};
+      auto r = http::fetch({.method = "POST",
+                            .url = url + "/internal/pd/prefill",
+                            .headers = {{"Content-Type", "application/json"}},
+                            .body = body.dump(),
+                            .timeout_ms = options.transfer_timeout_ms});
+      if (!r.ok()) {
+        last = r.status().with_context(url);
+        continue;
+      }
+      json reply = json::parse(r->body, nullptr, false);
+      if (r->status != 200 || reply.is_discarded()) {
+        last = unavailable(fmt::format("{}: HTTP {} {}", url, r->status, r->body.substr(0, 200)));
+        continue;
+      }
+      if (!wait_tag(tag, std::chrono::milliseconds(options.transfer_timeout_ms))) {
+        last = deadline_exceeded(fmt::format("{}: the KV completion tag never arrived", url));
+        continue;
+      }
+      const uint8_t* data = reinterpret_cast<const uint8_t*>(staging_bytes.data()) + *offset;
+      if (link::checksum64(data, total) != reply.value("checksum", uint64_t{0})) {
+        std::lock_guard<std::mutex> lock(stats_mu);
+        stats.checksum_mismatches++;
+        last = data_loss(fmt::format("{}: KV checksum mismatch", url));
+        continue;
+      }
+      auto kv = std::make_shared<engine::ImportedKv>();
+      kv->first = hit.cached_tokens;
+      kv->count = count;
+      kv->dtype = DType::kF32;
+      kv->data.assign(data, data + total);
+      kv->first_token = reply.value("first_token", 0);
+      kv->cached_blocks = hit.blocks;
+      release();
+      std::lock_guard<std::mutex> lock(stats_mu);
+      stats.kv_bytes += total;
+      return kv;
+    }
+    release();
+    return last;
+  }
+};
+
+PdService::PdService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PdService::~PdService() = default;
+
+Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdOptions options) {
+  if (options.role != "prefill" && options.role != "decode" && options.role != "both") {
+    return invalid_argument(fmt::format("unknown role '{}'; roles: prefill, decode, both", options.role));
+  }
+  if (options.role == "decode" && options.prefill_urls.empty()) {
+    return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
+  }
+  auto impl = std::make_unique<Impl>(engine, options);
+  link::AgentOptions ao;
+  ao.name = options.agent_name.empty()
+                ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
+                : options.agent_name;
+  ao.endpoints = options.link_endpoints;
+  TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
+  if (options.role == "decode") {
+    TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
+    TS_ASSIGN_OR_RETURN(impl->staging_bytes, impl->agent->host_bytes(impl->staging));
+    impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
+    Impl* d = impl.get();
+    impl->notifier = std::thread([d] { d->notifications(); });
+  }
+  return std::unique_ptr<PdService>(new PdService(std::move(impl)));
+}
+
+const PdOptions& PdService::options() const { return impl_->options; }
+
+PdStats PdService::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+void PdService::register_routes(http::Server& server) {
+  Impl* d = impl_.get();
+  server.route("GET", "/internal/pd/info", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+    w->send(200,
+            json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
+  });
+  if (d->options.role == "prefill" || d->options.role == "both") {
+    server.route("POST", "/internal/pd/prefill", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+      d->handle_prefill(r, std::move(w));
+    });
+  }
+}
+
+void PdService::generate(engine::GenerationRequest request, engine::OutputCallback callback,
+                         std::function<void(Result<engine::RequestId>)> on_started,
+                         std::shared_ptr<std::atomic<bool>> cancelled) {
+  Impl* d = impl_.get();
+  std::thread([d, request = std::move(request), callback = std::move(callback), on_started = std::move(on_started),
+               cancelled]() mutable {
+    auto local = [&](bool fallback) {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      (fallback ? d->stats.fallbacks : d->stats.local)++;
+    };
+    if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
+      request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
+    }
+    auto hit = d->engine.lookup_prefix(request.prompt);
+    const int n = static_cast<int>(request.prompt.size());
+    if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
+      if (hit.ok()) d->engine.release_blocks(hit->blocks);
+      local(false);
+      return on_started(d->engine.submit(std::move(request), std::move(callback)));
+    }
+    const auto t0 = Clock::now();
+    auto kv = d->remote_prefill(request, *hit);
+    if (!kv.ok() || *cancelled) {
+      if (!kv.ok()) log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
+      d->engine.release_blocks(hit->blocks);
+      local(true);
+      return on_started(d->engine.submit(std::move(request), std::move(callback)));
+    }
+    {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      d->stats.remote++;
+      d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    std::vector<int32_t> blocks = (*kv)->cached_blocks;
+    request.imported = *kv;
+    auto id = d->engine.submit(std::move(request), std::move(callback));
+    if (!id.ok()) d->engine.release_blocks(blocks);
+    on_started(std::move(id));
+  }).detach();
+}
+
+}  // namespace tessera::serve

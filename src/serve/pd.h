@@ -1,0 +1,71 @@
+// Prefill/decode disaggregation on a node (the protocol is written down in docs/pd-protocol.md).
+//
+// A decode node (role decode) receives client requests. For a prompt whose uncached part is long enough it
+// reserves staging memory in its link agent, asks a prefill node to compute the prompt, and receives the KV
+// layer by layer in the canonical request layout [layer][k|v][position][kv_head][head_dim] (written by the
+// prefill node as each layer finishes, completed by a write_with_imm tag), checks its checksum, converts it
+// into its own cache and continues decoding from the first token the prefill node sampled. Short or mostly
+// cached prompts, and any failure of the remote path (no prefill node, transfer error, checksum mismatch,
+// timeout), are prefilled locally instead: a request is never lost to the disaggregated path.
+//
+// A prefill node (role prefill) serves POST /internal/pd/prefill. Either role answers GET /internal/pd/info.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "engine/engine.h"
+#include "http/http.h"
+
+namespace tessera::serve {
+
+struct PdOptions {
+  std::string role = "both";  // prefill, decode or both
+  std::string model_name;
+  std::vector<std::string> prefill_urls;  // decode: prefill nodes, tried in turn
+  int min_remote_tokens = 32;             // decode: fewer uncached prompt tokens are prefilled here
+  size_t staging_bytes = 64u << 20;       // decode: link memory for KV in flight
+  int transfer_timeout_ms = 30000;        // decode: a reservation not completed by then is given up
+  std::vector<std::string> link_endpoints = {"shm", "tcp"};
+  std::string agent_name;  // default: derived from the role and the process id
+};
+
+struct PdStats {
+  uint64_t remote = 0;     // requests whose prompt was prefilled on a prefill node
+  uint64_t local = 0;      // prefilled here by choice (short or cached prompt)
+  uint64_t fallbacks = 0;  // remote path failed, prefilled here instead
+  uint64_t kv_bytes = 0;   // KV bytes received
+  uint64_t checksum_mismatches = 0;
+  double transfer_seconds = 0;  // time from the prefill call to the KV being imported
+};
+
+class PdService {
+ public:
+  static Result<std::unique_ptr<PdService>> create(engine::Engine& engine, PdOptions options);
+  ~PdService();
+
+  const PdOptions& options() const;
+  PdStats stats() const;
+  void register_routes(http::Server& server);
+
+  // Decode role: generates `request` (prefilled remotely when worthwhile, else locally) reporting through
+  // `callback`; `on_started` gets the engine's request id once the request is in the engine, so the caller
+  // can cancel it. Runs the remote part on a worker thread; returns at once.
+  void generate(engine::GenerationRequest request, engine::OutputCallback callback,
+                std::function<void(Result<engine::RequestId>)> on_started,
+                std::shared_ptr<std::atomic<bool>> cancelled);
+
+ private:
+  struct Impl;
+  explicit PdService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::serve

@@ -1,0 +1,140 @@
+// Prefill/decode disaggregation with real processes: a prefill node computes prompts and streams their KV
+// to a decode node that serves the client. Greedy text must equal single-node generation, across unlike
+// backends and KV dtypes, and no request may be lost when the prefill side fails.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "http/http.h"
+#include "support/paths.h"
+#include "support/process.h"
+
+namespace tessera {
+namespace {
+
+using testing::BackgroundProcess;
+using testing::tessera_bin;
+using json = nlohmann::json;
+
+struct Node {
+  std::unique_ptr<BackgroundProcess> proc;
+  std::string url;
+};
+
+Node start_node(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Node n;
+  n.proc = std::make_unique<BackgroundProcess>(argv);
+  int port = testing::port_from_line(n.proc->wait_for_line("listening on"));
+  EXPECT_GT(port, 0);
+  n.url = "http://127.0.0.1:" + std::to_string(port);
+  return n;
+}
+
+std::string reference(const std::string& prompt, int n, const std::string& backend = "ref") {
+  auto r = testing::run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--prompt", prompt,
+                                 "--max-tokens", std::to_string(n), "--temperature", "0", "--no-echo", "--quiet",
+                                 "--backend", backend});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out.substr(0, r.out.size() - 1);  // generate ends with a newline
+}
+
+std::string complete(const std::string& url, const std::string& prompt, int n) {
+  auto r = http::fetch(
+      {.method = "POST",
+       .url = url + "/v1/completions",
+       .headers = {{"Content-Type", "application/json"}},
+       .body = json{{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump()});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return "";
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+}
+
+double metric(const std::string& url, const std::string& line_prefix) {
+  auto r = http::fetch({.url = url + "/metrics"});
+  if (!r.ok()) return -1;
+  size_t at = r->body.find("\n" + line_prefix + " ");  // the sample line, not its # HELP line
+  if (at == std::string::npos) return -1;
+  return std::stod(r->body.substr(at + line_prefix.size() + 2));
+}
+
+const std::vector<std::string> kPrompts = {"Once upon a time, there was a little girl named",
+                                           "Lily went to the park with her mom and she saw",
+                                           "The cat sat on the mat and looked at the big dog"};
+
+class Pd : public ::testing::Test {
+ protected:
+  void SetUp() override { TS_REQUIRE_STORIES260K(); }
+};
+
+TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
+  struct Case {
+    std::vector<std::string> prefill, decode;
+  };
+  const Case cases[] = {
+      {{"--backend", "cpu", "--threads", "1"}, {"--backend", "ref"}},                       // cpu -> ref
+      {{"--backend", "ref"}, {"--backend", "cpu", "--threads", "1"}},                       // ref -> cpu
+      {{"--backend", "cpu", "--threads", "1"}, {"--backend", "ref", "--kv-dtype", "f16"}},  // f32 wire -> f16 cache
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> p = {"--role", "prefill"};
+    p.insert(p.end(), c.prefill.begin(), c.prefill.end());
+    Node prefill = start_node(p);
+    std::vector<std::string> d = {"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"};
+    d.insert(d.end(), c.decode.begin(), c.decode.end());
+    Node decode = start_node(d);
+    const bool f16 = c.decode.size() > 2;
+    for (const std::string& prompt : kPrompts) {
+      std::string got = complete(decode.url, prompt, 40);
+      std::string want = reference(prompt, 40);
+      if (f16) {
+        EXPECT_EQ(got.substr(0, 16), want.substr(0, 16)) << "f16 cache: " << prompt;
+      } else {
+        EXPECT_EQ(got, want) << prompt;
+      }
+    }
+    EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
+    EXPECT_GT(metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
+    EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+    EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+  }
+}
+
+TEST_F(Pd, ShortAndCachedPromptsStayOnTheDecodeNodeAndOnlyMissingBlocksMove) {
+  Node prefill = start_node({"--role", "prefill"});
+  Node decode = start_node({"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "24"});
+  EXPECT_EQ(complete(decode.url, "Lily", 10), reference("Lily", 10));
+  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"local\"}"), 1.0);
+
+  std::string prefix = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  EXPECT_EQ(complete(decode.url, prefix + " One day", 8), reference(prefix + " One day", 8));
+  const double bytes1 = metric(decode.url, "tessera_pd_kv_bytes_total");
+  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 1.0);
+  // The same prefix again plus a long new tail: only the blocks the decode node lacks are sent.
+  std::string longer = prefix + " Her mom said she could go to the big park with her friend Tom after lunch.";
+  EXPECT_EQ(complete(decode.url, longer, 8), reference(longer, 8));
+  const double bytes2 = metric(decode.url, "tessera_pd_kv_bytes_total") - bytes1;
+  EXPECT_GT(bytes2, 0.0);
+  EXPECT_LT(bytes2, bytes1) << "the cached prefix was not sent again";
+}
+
+TEST_F(Pd, ADeadPrefillNodeLosesNoRequest) {
+  Node prefill = start_node({"--role", "prefill"});
+  Node decode =
+      start_node({"--role", "decode", "--prefill-nodes", prefill.url + ",http://127.0.0.1:1", "--pd-min-tokens", "4"});
+  EXPECT_EQ(complete(decode.url, kPrompts[0], 20), reference(kPrompts[0], 20));
+  prefill.proc->stop(SIGKILL);
+  for (const std::string& prompt : kPrompts) EXPECT_EQ(complete(decode.url, prompt, 20), reference(prompt, 20));
+  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 3.0);
+}
+
+TEST_F(Pd, DecodeRoleNeedsPrefillNodes) {
+  auto r = testing::run_process({tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--role", "decode"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--prefill-nodes"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,77 @@
+// RunnerOptions::weight_dtype: f32 matrices converted at load, the rest left alone, and the model still
+// computes the same function within the precision of the chosen type.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/model_runner.h"
+#include "model/synth.h"
+#include "ops/registry.h"
+
+namespace tessera::engine {
+namespace {
+
+std::vector<float> logits_for(ops::Device& device, const model::SynthModel& m, std::optional<DType> dtype,
+                              std::unique_ptr<ModelRunner>* keep = nullptr) {
+  RunnerOptions o;
+  o.max_batch_tokens = 8;
+  o.weight_dtype = dtype;
+  auto r = ModelRunner::create(device, m.config, m.weights, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  SequenceKv seq;
+  std::vector<float> logits;
+  std::vector<TokenId> prompt = {1, 300, 42, 7, 511};
+  EXPECT_TRUE((*r)->prefill(seq, prompt, logits).ok());
+  if (keep) *keep = std::move(r).value();
+  return logits;
+}
+
+TEST(WeightDtype, ConvertsMatricesAndStaysCloseToF32) {
+  auto d = ops::open_device("ref");
+  ASSERT_TRUE(d.ok());
+  auto c = model::synth_shape("tiny");
+  c->n_layers = 2;
+  c->max_seq_len = 32;
+  model::SynthModel m = model::synthesize_weights(*c, 5);
+  std::vector<float> want = logits_for(**d, m, std::nullopt);
+  float scale = 0.0f;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  // Relative to the largest logit: f16 keeps 11 bits, bf16 8, q8_0 ~7, q4_0 ~3.
+  const std::pair<DType, float> cases[] = {
+      {DType::kF16, 0.01f}, {DType::kBF16, 0.05f}, {DType::kQ8_0, 0.05f}, {DType::kQ4_0, 0.5f}};
+  for (auto [dtype, tol] : cases) {
+    std::unique_ptr<ModelRunner> runner;
+    std::vector<float> got = logits_for(**d, m, dtype, &runner);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_GT(runner->converted_matrices(), 0) << dtype_name(dtype);
+    float err = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - want[i]));
+    EXPECT_LE(err, tol * scale) << dtype_name(dtype);
+    EXPECT_GT(err, 0.0f) << dtype_name(dtype) << ": conversion had no effect";
+  }
+  std::unique_ptr<ModelRunner> f32_runner, q4_runner;
+  logits_for(**d, m, std::nullopt, &f32_runner);
+  logits_for(**d, m, DType::kQ4_0, &q4_runner);
+  // q4_0 stores 4.5 bits a weight; ffn_down (172-wide rows) stays f32 in this shape, hence 3x not 7x.
+  EXPECT_LT(q4_runner->weight_bytes_per_token() * 3, f32_runner->weight_bytes_per_token());
+}
+
+TEST(WeightDtype, RowsThatAreNotWholeBlocksStayF32) {
+  auto d = ops::open_device("ref");
+  auto c = model::synth_shape("tiny");
+  c->n_layers = 1;
+  c->max_seq_len = 16;
+  c->hidden_dim = 40;  // ffn_down rows hold 40 values: not a whole number of 32-element blocks
+  model::SynthModel m = model::synthesize_weights(*c, 5);
+  RunnerOptions o;
+  o.weight_dtype = DType::kQ8_0;
+  o.max_batch_tokens = 4;
+  auto r = ModelRunner::create(**d, m.config, m.weights, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->unconverted_matrices(), 1);
+  o.weight_dtype = DType::kI32;
+  EXPECT_EQ(ModelRunner::create(**d, m.config, m.weights, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera::engine

@@ -1,0 +1,55 @@
+#include "ops/conformance_support.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/core.h>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/registry.h"
+
+namespace tessera::ops::conformance {
+
+std::vector<DeviceUnderTest> devices_under_test() {
+  register_builtin_backends();
+  std::vector<DeviceUnderTest> out;
+  for (const std::string& name : BackendRegistry::global().names()) {
+    auto d = open_device(name, 0, DeviceOptions{2, ""});
+    if (d.ok()) {
+      out.push_back({name, std::move(d).value()});
+    } else {
+      std::printf("[ conformance ] backend %s not tested here: %s\n", name.c_str(), d.status().message().c_str());
+    }
+  }
+  auto generic = cpu::create_backend(cpu::Isa::kGeneric);
+  if (generic.ok()) {
+    auto d = (*generic)->open_device_with(0, DeviceOptions{2, ""});
+    if (d.ok()) out.push_back({"cpu(generic)", std::move(d).value()});
+  }
+  return out;
+}
+
+std::string check_cases(const std::string& op, bool slow) {
+  static std::vector<DeviceUnderTest> devices = devices_under_test();
+  auto ref = open_device("ref");
+  EXPECT_TRUE(ref.ok());
+  std::vector<Device*> targets;
+  for (auto& d : devices) targets.push_back(d.device.get());
+  std::vector<std::array<int, 3>> counts(devices.size(), {0, 0, 0});
+  for (const Case& c : conformance_cases()) {
+    if (c.op != op || c.slow != slow) continue;
+    std::vector<CaseResult> results = run_case(c, **ref, targets);
+    for (size_t i = 0; i < results.size(); ++i) {
+      counts[i][static_cast<size_t>(results[i].outcome)]++;
+      EXPECT_NE(results[i].outcome, Outcome::kFail) << devices[i].name << " " << c.op << " " << dtype_name(c.dtype)
+                                                    << " " << c.shape << ": " << results[i].detail;
+    }
+  }
+  std::string summary;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    summary += fmt::format("{}{}: {} pass, {} FAIL, {} unsupported", summary.empty() ? "" : "; ", devices[i].name,
+                           counts[i][0], counts[i][1], counts[i][2]);
+  }
+  return summary;
+}
+
+}  // namespace tessera::ops::conformance

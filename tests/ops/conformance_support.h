@@ -1,0 +1,26 @@
+// The devices the conformance tests check: every registered backend that opens here, plus the cpu
+// backend's portable fallback (what a processor without AVX2 runs), which this machine would otherwise
+// never exercise.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/conformance/conformance.h"
+
+namespace tessera::ops::conformance {
+
+struct DeviceUnderTest {
+  std::string name;
+  std::unique_ptr<Device> device;
+};
+
+std::vector<DeviceUnderTest> devices_under_test();
+
+// Runs the cases of `op` (all of them, or only slow / only fast ones) on every device and adds a gtest
+// failure, with the case and the reason, for each FAIL. Returns per-device "pass/FAIL/unsupported" counts.
+std::string check_cases(const std::string& op, bool slow);
+
+}  // namespace tessera::ops::conformance

@@ -1,0 +1,126 @@
+// The conformance suite, default part: every operator's fast cases on every backend, against ref; and
+// checks that the harness itself catches what it claims to catch (a suite that cannot fail proves
+// nothing). The large cases run in conformance_slow_test (label `slow`).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "ops/conformance_support.h"
+#include "ops/registry.h"
+
+namespace tessera::ops::conformance {
+namespace {
+
+class Conformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Conformance, FastCasesMatchTheReference) {
+  std::string summary = check_cases(GetParam(), false);
+  std::printf("[ conformance ] %s: %s\n", GetParam().c_str(), summary.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
+                         ::testing::Values("embedding", "rms_norm", "add_rms_norm", "rope", "kv_write",
+                                           "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
+                                           "softmax", "argmax"));
+
+TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
+  std::vector<Case> cases = conformance_cases();
+  EXPECT_GE(cases.size(), 2000u);
+  std::set<std::string> keys, ops;
+  size_t fast = 0;
+  for (const Case& c : cases) {
+    keys.insert(c.op + "/" + std::string(dtype_name(c.dtype)) + "/" + c.shape);
+    ops.insert(c.op);
+    fast += c.slow ? 0 : 1;
+  }
+  EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
+  EXPECT_EQ(ops.size(), 12u);
+  EXPECT_GT(fast, cases.size() / 2) << "the default run must keep a representative part";
+  auto has = [&](const std::string& needle) {
+    return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
+  };
+  for (const char* s : {"head_dim=64", "head_dim=128", "heads=7/1", "heads=4/2", "b=64", "ctx<=4096", "n=17",
+                        "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf"}) {
+    EXPECT_TRUE(has(s)) << s;
+  }
+}
+
+// A device that wraps ref and misbehaves in one chosen way on matmul.
+enum class Fault { kNone, kRefuseMatMul, kOverrun, kWrongValue, kNan };
+
+class FaultyStream final : public Stream {
+ public:
+  FaultyStream(std::unique_ptr<Stream> inner, Fault f) : inner_(std::move(inner)), fault_(f) {}
+  Status run(const Op& op) override {
+    TS_RETURN_IF_ERROR(inner_->run(op));
+    const auto* mm = std::get_if<MatMulOp>(&op);
+    if (!mm) return ok_status();
+    auto* out = reinterpret_cast<float*>(static_cast<uint8_t*>(mm->out.buffer->host_ptr()) + mm->out.offset);
+    if (fault_ == Fault::kOverrun) out[mm->out.numel()] = 0.0f;
+    if (fault_ == Fault::kWrongValue) out[0] += 0.05f * (1.0f + std::fabs(out[0]));
+    if (fault_ == Fault::kNan) out[0] = NAN;
+    return ok_status();
+  }
+  Status write(Buffer& d, size_t o, const void* s, size_t b) override { return inner_->write(d, o, s, b); }
+  Status read(Buffer& s, size_t o, void* d, size_t b) override { return inner_->read(s, o, d, b); }
+  Status synchronize() override { return inner_->synchronize(); }
+
+ private:
+  std::unique_ptr<Stream> inner_;
+  Fault fault_;
+};
+
+class FaultyDevice final : public Device {
+ public:
+  FaultyDevice(std::unique_ptr<Device> inner, Fault f) : inner_(std::move(inner)), fault_(f) {}
+  const DeviceInfo& info() const override { return inner_->info(); }
+  ::tessera::Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return inner_->alloc(bytes); }
+  Support supports(const Op& op) const override {
+    if (fault_ == Fault::kRefuseMatMul && std::holds_alternative<MatMulOp>(op)) return Support::no("no matmul here");
+    return inner_->supports(op);
+  }
+  std::unique_ptr<Stream> create_stream() override {
+    return std::make_unique<FaultyStream>(inner_->create_stream(), fault_);
+  }
+
+ private:
+  std::unique_ptr<Device> inner_;
+  Fault fault_;
+};
+
+TEST(ConformanceHarness, CatchesRefusalsOverrunsWrongValuesAndNans) {
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  const Case* matmul = nullptr;
+  std::vector<Case> cases = conformance_cases();
+  for (const Case& c : cases) {
+    if (c.op == "matmul" && c.dtype == DType::kF32 && !c.slow) {
+      matmul = &c;
+      break;
+    }
+  }
+  ASSERT_NE(matmul, nullptr);
+  std::vector<std::unique_ptr<Device>> devices;
+  for (Fault f : {Fault::kNone, Fault::kRefuseMatMul, Fault::kOverrun, Fault::kWrongValue, Fault::kNan}) {
+    auto d = open_device("ref");
+    ASSERT_TRUE(d.ok());
+    devices.push_back(std::make_unique<FaultyDevice>(std::move(d).value(), f));
+  }
+  std::vector<Device*> targets;
+  for (auto& d : devices) targets.push_back(d.get());
+  std::vector<CaseResult> r = run_case(*matmul, **ref, targets);
+  EXPECT_EQ(r[0].outcome, Outcome::kPass) << r[0].detail;
+  EXPECT_EQ(r[1].outcome, Outcome::kUnsupported);
+  EXPECT_EQ(r[1].detail, "no matmul here");
+  EXPECT_EQ(r[2].outcome, Outcome::kFail);
+  EXPECT_NE(r[2].detail.find("guard"), std::string::npos) << r[2].detail;
+  EXPECT_EQ(r[3].outcome, Outcome::kFail);
+  EXPECT_NE(r[3].detail.find("normalised error"), std::string::npos) << r[3].detail;
+  EXPECT_EQ(r[4].outcome, Outcome::kFail);
+  EXPECT_NE(r[4].detail.find("nan"), std::string::npos) << r[4].detail;
+}
+
+}  // namespace
+}  // namespace tessera::ops::conformance

@@ -1,0 +1,354 @@
+// The gateway in-process against fake nodes (http::Server with scripted answers): validation before any
+// node is reached, API keys, retries before the first byte, the SSE error event after it, request ids,
+// client disconnects reaching the node, /v1/models aggregation and the admin API.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "http/http.h"
+#include "router/gateway.h"
+
+namespace tessera::router {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using WriterPtr = std::shared_ptr<http::ResponseWriter>;
+
+constexpr const char* kSse =
+    "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\ndata: [DONE]\n\n";
+
+// A scripted node: /health answers 200, /v1/completions runs `handler`.
+class FakeNode {
+ public:
+  explicit FakeNode(std::string model = "m") : server_(http::ServerOptions{}) {
+    server_.route("GET", "/health",
+                  [](const http::Request&, WriterPtr w) { w->send(200, R"({"status":"ok","kv_blocks_total":64})"); });
+    server_.route("GET", "/v1/models", [model](const http::Request&, WriterPtr w) {
+      json m = json::object();
+      m["id"] = model;
+      m["object"] = "model";
+      json body = json::object();
+      body["object"] = "list";
+      body["data"] = json::array({m});
+      w->send(200, body.dump());
+    });
+    auto gen = [this](const http::Request& r, WriterPtr w) {
+      hits++;
+      last_request_id = r.header("x-request-id");
+      handler(r, std::move(w));
+    };
+    server_.route("POST", "/v1/completions", gen);
+    server_.route("POST", "/v1/chat/completions", gen);
+    EXPECT_TRUE(server_.start().ok());
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
+
+  std::atomic<int> hits{0};
+  std::string last_request_id;
+  std::function<void(const http::Request&, WriterPtr)> handler = [](const http::Request& r, WriterPtr w) {
+    if (json::parse(r.body).value("stream", false)) {
+      w->start_stream(200);
+      w->write(kSse);
+      w->end();
+    } else {
+      w->send(200, R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})");
+    }
+  };
+
+ private:
+  http::Server server_;
+};
+
+// A port nothing listens on.
+std::string dead_url() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void start(std::vector<std::string> nodes, GatewayOptions o = {}) {
+    o.backoff_ms = 1;
+    auto g = Gateway::create(std::move(o));
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    gateway_ = std::move(*g);
+    for (const auto& n : nodes) gateway_->on_node_added({n, 0});
+    ASSERT_TRUE(gateway_->start().ok());
+  }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(gateway_->port()) + path;
+  }
+  http::Response post(const std::string& path, const std::string& body, http::Headers headers = {}) {
+    http::ClientRequest r;
+    r.method = "POST";
+    r.url = url(path);
+    r.body = body;
+    r.headers = std::move(headers);
+    r.headers["content-type"] = "application/json";
+    auto res = http::fetch(r);
+    EXPECT_TRUE(res.ok()) << res.status().to_string();
+    return res.ok() ? *res : http::Response{};
+  }
+  http::Response get(const std::string& path, http::Headers headers = {}) {
+    http::ClientRequest r;
+    r.url = url(path);
+    r.headers = std::move(headers);
+    auto res = http::fetch(r);
+    EXPECT_TRUE(res.ok()) << res.status().to_string();
+    return res.ok() ? *res : http::Response{};
+  }
+  std::unique_ptr<Gateway> gateway_;
+};
+
+void expect_openai_error(const http::Response& r, int status, const std::string& param = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  if (!param.empty()) {
+    EXPECT_EQ(j["error"]["param"], json(param)) << r.body;
+  }
+}
+
+TEST_F(GatewayTest, MalformedRequestsNeverReachANode) {
+  FakeNode node;
+  start({node.url()});
+  expect_openai_error(post("/v1/completions", "{not json"), 400);
+  expect_openai_error(post("/v1/completions", R"({"model":"m"})"), 400, "prompt");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","max_tokens":"ten"})"), 400, "max_tokens");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","temperature":-1})"), 400, "temperature");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","n":3})"), 400);
+  expect_openai_error(post("/v1/chat/completions", R"({"model":"m"})"), 400, "messages");
+  expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})"),
+                      400, "messages");
+  expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":5}]})"), 400,
+                      "messages");
+  expect_openai_error(post("/v1/completions", R"([1,2,3])"), 400);
+  EXPECT_EQ(node.hits, 0);
+  // And a good one does.
+  EXPECT_EQ(post("/v1/completions", R"({"model":"m","prompt":"x"})").status, 200);
+  EXPECT_EQ(node.hits, 1);
+}
+
+TEST_F(GatewayTest, ApiKeysAreChecked) {
+  FakeNode node;
+  GatewayOptions o;
+  o.api_keys = {"k1", "k2"};
+  start({node.url()}, o);
+  const std::string body = R"({"model":"m","prompt":"x"})";
+  auto none = post("/v1/completions", body);
+  expect_openai_error(none, 401);
+  EXPECT_EQ(json::parse(none.body)["error"]["code"], "invalid_api_key");
+  expect_openai_error(post("/v1/completions", body, {{"authorization", "Bearer nope"}}), 401);
+  expect_openai_error(get("/admin/nodes"), 401);
+  EXPECT_EQ(node.hits, 0);
+  EXPECT_EQ(post("/v1/completions", body, {{"authorization", "Bearer k2"}}).status, 200);
+  EXPECT_EQ(get("/health").status, 200);  // probes and scrapers need no key
+}
+
+TEST_F(GatewayTest, RetriesBeforeTheFirstByteOnConnectErrors5xxAnd429) {
+  FakeNode busy, broken, good;
+  busy.handler = [](const http::Request&, WriterPtr w) { w->send(429, R"({"error":{"message":"full"}})"); };
+  broken.handler = [](const http::Request&, WriterPtr w) { w->send(500, R"({"error":{"message":"boom"}})"); };
+  GatewayOptions o;
+  o.max_attempts = 4;
+  start({busy.url(), broken.url(), good.url(), dead_url()}, o);
+  for (int i = 0; i < 8; ++i) {
+    const bool stream = i % 2 == 0;
+    auto r = post("/v1/completions", json{{"model", "m"}, {"prompt", "x"}, {"stream", stream}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body, stream ? std::string(kSse) : R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})");
+  }
+  EXPECT_EQ(good.hits, 8);
+  EXPECT_GT(busy.hits, 0);
+  // The failing nodes were ejected by passive outlier detection (3 consecutive connect errors or 5xx);
+  // the busy one (429) stays in rotation.
+  json nodes = json::parse(get("/admin/nodes").body)["nodes"];
+  for (const auto& n : nodes) {
+    if (n["url"] == busy.url()) {
+      EXPECT_TRUE(n["healthy"].get<bool>());
+    }
+  }
+}
+
+TEST_F(GatewayTest, GivesUpAfterMaxAttemptsWithAnOpenAIError) {
+  FakeNode a, b;
+  a.handler = b.handler = [](const http::Request&, WriterPtr w) { w->send(503, R"({"error":{"message":"x"}})"); };
+  GatewayOptions o;
+  o.max_attempts = 2;
+  start({a.url(), b.url()}, o);
+  auto r = post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  // The last attempt's answer is forwarded as it is.
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(a.hits + b.hits, 2);
+}
+
+// A node that sends headers and one event, then drops the connection.
+class BreakingNode {
+ public:
+  BreakingNode() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    listen(fd_, 8);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[8192];
+        const ssize_t n = recv(c, buf, sizeof buf, 0);
+        if (n > 3 && std::string_view(buf, 3) == "GET") {  // a health probe: fine
+          const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+          send(c, ok.data(), ok.size(), MSG_NOSIGNAL);
+          close(c);
+          continue;
+        }
+        const std::string head =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        const std::string event = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+        char size[16];
+        snprintf(size, sizeof size, "%zx\r\n", event.size());
+        const std::string out = head + size + event + "\r\n";
+        send(c, out.data(), out.size(), MSG_NOSIGNAL);
+        std::this_thread::sleep_for(50ms);
+        close(c);
+      }
+    });
+  }
+  ~BreakingNode() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST_F(GatewayTest, FailureAfterBytesStreamedEndsWithAnSseErrorEvent) {
+  BreakingNode node;
+  start({node.url()});
+  auto r = post("/v1/completions", R"({"model":"m","prompt":"x","stream":true})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.find("data: {\"choices\":[{\"text\":\"a\"}]}\n\n"), 0u) << r.body;
+  const size_t err = r.body.find("data: {\"error\"");
+  ASSERT_NE(err, std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("data: [DONE]\n\n", err), std::string::npos);
+}
+
+TEST_F(GatewayTest, RequestIdsArePropagated) {
+  FakeNode node;
+  start({node.url()});
+  auto r = post("/v1/completions", R"({"model":"m","prompt":"x"})", {{"x-request-id", "abc-123"}});
+  EXPECT_EQ(node.last_request_id, "abc-123");
+  EXPECT_EQ(r.headers["x-request-id"], "abc-123");
+  auto s = post("/v1/completions", R"({"model":"m","prompt":"x","stream":true})");
+  EXPECT_FALSE(node.last_request_id.empty());
+  EXPECT_EQ(s.headers["x-request-id"], node.last_request_id);
+}
+
+TEST_F(GatewayTest, ClientDisconnectAbortsTheUpstreamRequest) {
+  FakeNode node;
+  std::atomic<bool> node_saw_disconnect{false};
+  node.handler = [&](const http::Request&, WriterPtr w) {
+    w->on_disconnect([&] { node_saw_disconnect = true; });
+    w->start_stream(200);
+    std::thread([w] {
+      for (int i = 0; i < 2000 && w->write("data: {\"choices\":[]}\n\n"); ++i) std::this_thread::sleep_for(5ms);
+      w->end();
+    }).detach();
+  };
+  start({node.url()});
+  http::ClientRequest r;
+  r.method = "POST";
+  r.url = url("/v1/completions");
+  r.body = R"({"model":"m","prompt":"x","stream":true})";
+  int pieces = 0;
+  auto res = http::fetch_streaming(r, [&](std::string_view) { return ++pieces < 3; });
+  ASSERT_TRUE(res.ok());
+  for (int i = 0; i < 200 && !node_saw_disconnect; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(node_saw_disconnect);
+}
+
+TEST_F(GatewayTest, ModelsAreTheUnionOfTheNodes) {
+  FakeNode a("alpha"), b("beta"), c("alpha");
+  start({a.url(), b.url(), c.url()});
+  auto r = get("/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = json::parse(r.body);
+  std::set<std::string> ids;
+  for (const auto& m : body["data"]) ids.insert(m["id"].get<std::string>());
+  EXPECT_EQ(ids, (std::set<std::string>{"alpha", "beta"}));
+  EXPECT_EQ(body["data"].size(), 2u);
+}
+
+TEST_F(GatewayTest, AdminApiAddsDrainsAndRemovesNodes) {
+  FakeNode a, b;
+  start({a.url()});
+  auto added = post("/admin/nodes", json{{"url", b.url() + "/"}, {"capacity", 3}}.dump());
+  EXPECT_EQ(added.status, 201) << added.body;
+  EXPECT_EQ(post("/admin/nodes", json{{"url", b.url()}}.dump()).status, 409);
+  expect_openai_error(post("/admin/nodes", R"({"url":"ftp://x"})"), 400);
+  expect_openai_error(post("/admin/nodes", R"({"nope":1})"), 400);
+  json list = json::parse(get("/admin/nodes").body)["nodes"];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(post("/admin/nodes/drain", json{{"url", a.url()}}.dump()).status, 200);
+  for (int i = 0; i < 4; ++i) post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(a.hits, 0);
+  EXPECT_EQ(b.hits, 4);
+  EXPECT_EQ(post("/admin/nodes/drain", json{{"url", a.url()}, {"drain", false}}.dump()).status, 200);
+  EXPECT_EQ(post("/admin/nodes/remove", json{{"url", b.url()}}.dump()).status, 200);
+  EXPECT_EQ(post("/admin/nodes/remove", json{{"url", b.url()}}.dump()).status, 404);
+  for (int i = 0; i < 2; ++i) post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(a.hits, 2);
+  auto health = json::parse(get("/health").body);
+  EXPECT_EQ(health["nodes"], 1);
+  auto metrics = get("/metrics");
+  EXPECT_NE(metrics.body.find("tessera_router_requests_total"), std::string::npos);
+  EXPECT_NE(metrics.body.find("tessera_router_node_in_flight{node=\"" + a.url() + "\"} 0"), std::string::npos)
+      << metrics.body;
+}
+
+TEST_F(GatewayTest, NoNodesIsA503) {
+  start({});
+  auto r = post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  expect_openai_error(r, 503);
+  EXPECT_EQ(get("/health").status, 503);
+}
+
+TEST(GatewayCreate, UnknownStrategyIsAnError) {
+  GatewayOptions o;
+  o.strategy = "nope";
+  auto g = Gateway::create(o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("round_robin"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::router
