@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,8 +36,8 @@ struct PeerArgs {
   uint64_t region_bytes = 1 << 20;
   uint64_t seed = 1;
   int streams = 4;
-  uint64_t split = 1 << 20;
-  std::string ctrl;  // publish through the control plane (store spec)
+  uint64_t split = 0;  // 0: the endpoint's default (shm 32 MiB, tcp and ucx 1 MiB)
+  std::string ctrl;    // publish through the control plane (store spec)
   int64_t ttl_ms = 2000;
 };
 
@@ -85,38 +86,45 @@ int run_peer(const PeerArgs& a) {
   return 0;
 }
 
-int run_raw_sink(uint64_t buffer_bytes) {
+// Serves each connection on its own thread, into its own slice of the buffer: [u64 total][total bytes],
+// answered with one byte once all arrived.
+int run_raw_sink(uint64_t buffer_bytes, int streams) {
   int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd, 16) != 0 ||
+  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd, 64) != 0 ||
       getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return fail("raw-sink: cannot listen on 127.0.0.1");
   }
-  std::vector<char> buffer(buffer_bytes);
+  const uint64_t slice = std::max<uint64_t>(buffer_bytes / static_cast<uint64_t>(streams), 1 << 20);
+  std::vector<std::vector<char>> buffers(static_cast<size_t>(streams), std::vector<char>(slice, 1));
   std::printf("port %d\n", ntohs(addr.sin_port));
   std::fflush(stdout);
+  uint64_t accepted = 0;
   while (true) {
     pollfd p[2] = {{lfd, POLLIN, 0}, {0, POLLIN, 0}};
     if (poll(p, 2, -1) < 0) continue;
-    if (p[1].revents) return 0;  // stdin closed: done
+    if (p[1].revents) _exit(0);  // stdin closed: done (connection threads die with the process)
     int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    uint64_t total = 0, got = 0, pos = 0;
-    bool ok = recv(fd, &total, 8, MSG_WAITALL) == 8;
-    while (ok && got < total) {
-      if (pos == buffer.size()) pos = 0;
-      uint64_t want = std::min({total - got, static_cast<uint64_t>(buffer.size()) - pos, uint64_t{4} << 20});
-      ssize_t n = recv(fd, buffer.data() + pos, want, 0);
-      if (n <= 0) break;
-      got += static_cast<uint64_t>(n);
-      pos += static_cast<uint64_t>(n);
-    }
-    char ack = 1;
-    if (got == total) (void)!write(fd, &ack, 1);
-    close(fd);
+    std::vector<char>& buffer = buffers[accepted++ % buffers.size()];
+    std::thread([fd, &buffer] {
+      uint64_t total = 0, got = 0, pos = 0;
+      bool ok = recv(fd, &total, 8, MSG_WAITALL) == 8;
+      while (ok && got < total) {
+        if (pos == buffer.size()) pos = 0;
+        uint64_t want = std::min({total - got, static_cast<uint64_t>(buffer.size()) - pos, uint64_t{4} << 20});
+        ssize_t n = recv(fd, buffer.data() + pos, want, 0);
+        if (n <= 0) break;
+        got += static_cast<uint64_t>(n);
+        pos += static_cast<uint64_t>(n);
+      }
+      char ack = 1;
+      if (got == total) (void)!write(fd, &ack, 1);
+      close(fd);
+    }).detach();
   }
 }
 
@@ -133,14 +141,17 @@ Action add_link_command(CLI::App& app) {
   p->add_option("--region-bytes", peer->region_bytes, "Bytes of the region to allocate")->check(CLI::PositiveNumber);
   p->add_option("--seed", peer->seed, "Fill the region with this seed's pattern (0: leave zeroed)");
   p->add_option("--streams", peer->streams, "Striped connections per peer")->check(CLI::Range(1, 64));
-  p->add_option("--split", peer->split, "Split threshold in bytes")->check(CLI::PositiveNumber);
+  p->add_option("--split", peer->split, "Split threshold in bytes (0: the endpoint's default)")
+      ->check(CLI::NonNegativeNumber);
   p->add_option("--ctrl", peer->ctrl,
                 "Publish this agent in a control-plane store (e.g. embedded=http://127.0.0.1:7070)");
   p->add_option("--ttl-ms", peer->ttl_ms, "Lease TTL of the published entry")->check(CLI::PositiveNumber);
 
   auto sink_bytes = std::make_shared<uint64_t>(64 << 20);
+  auto sink_streams = std::make_shared<int>(1);
   CLI::App* s = cmd->add_subcommand("raw-sink", "A plain TCP sink (the tcp ceiling of link bench)");
   s->add_option("--buffer-bytes", *sink_bytes, "Receive buffer")->check(CLI::PositiveNumber);
+  s->add_option("--streams", *sink_streams, "Concurrent connections expected")->check(CLI::Range(1, 64));
   s->group("");  // internal: started by link bench
 
   auto bench = std::make_shared<LinkBenchArgs>();
@@ -148,7 +159,7 @@ Action add_link_command(CLI::App& app) {
 
   return [=]() -> int {
     if (p->parsed()) return run_peer(*peer);
-    if (s->parsed()) return run_raw_sink(*sink_bytes);
+    if (s->parsed()) return run_raw_sink(*sink_bytes, *sink_streams);
     if (b->parsed()) return run_link_bench(*bench);
     return 2;
   };

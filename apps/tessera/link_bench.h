@@ -19,7 +19,7 @@ struct LinkBenchArgs {
   int depth = 4;
   int repeats = 3;
   std::string op = "write";
-  uint64_t split = 1 << 20;
+  uint64_t split = 0;    // 0: the endpoint's default (shm 32 MiB, tcp and ucx 1 MiB)
   double seconds = 0.3;  // per size and repeat
 };
 

@@ -35,7 +35,8 @@ class EmbeddedServer {
   EmbeddedServer(const EmbeddedServer&) = delete;
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
 
-  // Adds the /v1/ctrl/ routes to `server` (before it starts) and starts the ticker.
+  // Adds the /v1/ctrl/ routes to `server` (before it starts) and starts the ticker. The routes point at this
+  // object: stop `server` before destroying it (after stop() they answer 503).
   void mount(http::Server& server);
   // Runs its own http server on host:port (0: a free port).
   Status start(const std::string& host, uint16_t port);

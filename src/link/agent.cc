@@ -51,7 +51,6 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     if (options_.link.streams < 1 || options_.link.streams > 64) {
       return invalid_argument(fmt::format("link streams must be 1..64, got {}", options_.link.streams));
     }
-    if (options_.link.split_threshold == 0) return invalid_argument("link split threshold must be positive");
     internal::remove_stale_segments();
     info_.name = options_.name;
     info_.host_id = local_host_id();
@@ -59,6 +58,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     for (const std::string& n : options_.endpoints) {
       TS_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> e, make_endpoint(n, config));
       TS_ASSIGN_OR_RETURN(std::string address, e->listen(*this));
+      default_split_[n] = e->caps().default_split;
       info_.addresses.push_back({n, address});
       endpoints_.push_back(std::move(e));
     }
@@ -162,16 +162,16 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   }
 
   TransferFuture read(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kRead, std::move(batch), 0);
+    return submit(peer, OpKind::kRead, batch, 0);
   }
   TransferFuture write(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kWrite, std::move(batch), 0);
+    return submit(peer, OpKind::kWrite, batch, 0);
   }
   TransferFuture write_with_imm(const std::string& peer, std::vector<Assignment> batch, uint64_t tag) override {
-    return submit(peer, OpKind::kWriteWithImm, std::move(batch), tag);
+    return submit(peer, OpKind::kWriteWithImm, batch, tag);
   }
   TransferFuture send(const std::string& peer, std::vector<Assignment> batch) override {
-    return submit(peer, OpKind::kSend, std::move(batch), 0);
+    return submit(peer, OpKind::kSend, batch, 0);
   }
 
   TransferFuture recv(const std::string& peer, std::vector<Assignment> batch) override {
@@ -288,7 +288,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     post.state->set(ok_status());
   }
 
-  TransferFuture submit(const std::string& peer, OpKind kind, std::vector<Assignment> batch, uint64_t tag) {
+  TransferFuture submit(const std::string& peer, OpKind kind, const std::vector<Assignment>& batch, uint64_t tag) {
     if (shut_down_.load()) return TransferFuture::ready_with(unavailable(fmt::format("agent {} is shut down", name())));
     std::shared_ptr<Connection> conn;
     {
@@ -318,7 +318,11 @@ class AgentImpl final : public Agent, public internal::AgentCore {
       }
       chunks.push_back(std::move(c));
     } else {
-      const uint64_t split = options_.link.split_threshold;
+      uint64_t split = options_.link.split_threshold;
+      if (split == 0) {
+        auto it = default_split_.find(std::string(conn->endpoint()));
+        split = it != default_split_.end() ? it->second : uint64_t{1} << 20;
+      }
       for (const Assignment& a : batch) {
         auto r = local_piece(a);
         if (!r.ok()) return TransferFuture::ready_with(r.status());
@@ -357,6 +361,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   AgentOptions options_;
   AgentInfo info_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::map<std::string, uint64_t> default_split_;  // by endpoint name; written in init() only
   internal::RegionTable regions_;
   std::atomic<bool> shut_down_{false};
 

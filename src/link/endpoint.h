@@ -25,15 +25,16 @@ class AgentCore;
 
 // Tuning shared by every connection of an agent.
 struct LinkOptions {
-  int streams = 4;                            // connections striped per peer (lanes)
-  uint64_t split_threshold = 1ull << 20;      // assignments longer than this are split into chunks
+  int streams = 4;               // connections striped per peer (lanes)
+  uint64_t split_threshold = 0;  // assignments longer than this are split into chunks; 0: the endpoint default
   uint64_t max_inflight_bytes = 64ull << 20;  // per peer; more waits in a queue (backpressure)
 };
 
 struct EndpointCaps {
-  bool same_host_only = false;  // usable only when both agents run on one host (shm)
-  bool one_sided_data = false;  // the data path copies without the peer's CPU
-  int preference = 0;           // among usable endpoints the highest wins
+  bool same_host_only = false;          // usable only when both agents run on one host (shm)
+  bool one_sided_data = false;          // the data path copies without the peer's CPU
+  int preference = 0;                   // among usable endpoints the highest wins
+  uint64_t default_split = 1ull << 20;  // chunk size when LinkOptions::split_threshold is 0
 };
 
 class Connection {

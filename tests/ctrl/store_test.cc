@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "child_process.h"
+#include "ctrl/embedded_server.h"
 #include "ctrl/registry.h"
+#include "http/http.h"
 #include "link/agent.h"
 #include "store_fixture.h"
 #include "support/paths.h"
@@ -183,6 +185,39 @@ TEST(StoreRegistryTest, UnknownKindsAndBadSpecs) {
   auto unreachable = make_store("embedded", "http://127.0.0.1:1");
   ASSERT_TRUE(unreachable.ok());
   EXPECT_EQ((*unreachable)->put("/k", "v").code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tessera::ctrl
+
+namespace tessera::ctrl {
+namespace {
+
+// The embedded store hosted on a server that another component owns (how the router hosts it).
+TEST(EmbeddedServerTest, MountsOnAnExistingHttpServer) {
+  http::Server server(http::ServerOptions{});
+  server.route("GET", "/health",
+               [](const http::Request&, std::shared_ptr<http::ResponseWriter> w) { w->send(200, "ok", "text/plain"); });
+  EmbeddedServer store;
+  store.mount(server);
+  ASSERT_TRUE(server.start().ok());
+  auto client = make_store("embedded", fmt::format("http://127.0.0.1:{}", server.port()));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->put("/tessera/nodes/r1", "{}").ok());
+  EXPECT_EQ((*client)->range("/tessera/")->size(), 1u);
+  http::ClientRequest req;
+  req.url = fmt::format("http://127.0.0.1:{}/health", server.port());
+  EXPECT_EQ(http::fetch(req)->body, "ok");
+  // A malformed request is a 400 with a message, not a crash.
+  http::ClientRequest bad;
+  bad.method = "POST";
+  bad.url = fmt::format("http://127.0.0.1:{}/v1/ctrl/kv/put", server.port());
+  bad.body = "{\"key\": 5}";
+  auto r = http::fetch(bad);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 400);
+  store.stop();
+  server.stop(100);
 }
 
 }  // namespace

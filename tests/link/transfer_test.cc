@@ -254,7 +254,7 @@ TEST_P(EndpointTest, ShutdownDrainsAndFailsTheRest) {
   AgentPair p = testing::make_pair(GetParam(), link);
   RegionId la = *p.a->allocate_region(32 << 20), rb = *p.b->allocate_region(32 << 20);
   std::vector<TransferFuture> fs;
-  for (int i = 0; i < 8; ++i) fs.push_back(p.a->write(p.b->name(), {{la, 0, rb, 0, 32 << 20}}));
+  for (int i = 0; i < 32; ++i) fs.push_back(p.a->write(p.b->name(), {{la, 0, rb, 0, 32 << 20}}));  // 1 GiB
   p.a->shutdown(std::chrono::milliseconds(2000));
   int failed = 0;
   for (auto& f : fs) {

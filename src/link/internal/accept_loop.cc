@@ -62,6 +62,7 @@ void AcceptLoop::start() {
 
 void AcceptLoop::stop() {
   stop_.store(true);
+  ::shutdown(listen_fd_, SHUT_RDWR);  // wakes the poll at once
   if (thread_.joinable()) thread_.join();
 }
 

@@ -13,6 +13,7 @@ namespace tessera::link::internal {
 namespace {
 
 constexpr uint64_t kMaxMessageBytes = 1ull << 32;  // one send(); larger messages are refused
+constexpr uint64_t kInlineCopyBytes = 4ull << 20;  // local-path operations up to this size run in the caller
 
 Status payload_mismatch(const std::string& peer) {
   return data_loss(fmt::format("payload checksum mismatch on the link with {}: the data was corrupted", peer));
@@ -54,6 +55,7 @@ bool FramedConnection::broken() const {
 
 void FramedConnection::submit(std::shared_ptr<Operation> op, std::vector<Chunk> chunks) {
   Status refuse;
+  bool inline_copy = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
@@ -61,14 +63,42 @@ void FramedConnection::submit(std::shared_ptr<Operation> op, std::vector<Chunk> 
     } else if (draining_) {
       refuse = unavailable(fmt::format("link to {} is shutting down; the transfer was not started", peer_));
     } else {
-      for (Chunk& c : chunks) waiting_.push_back(std::move(c));
+      inline_copy = local_ && waiting_.empty() && small_one_sided(*op, chunks);
+      if (!inline_copy) {
+        for (Chunk& c : chunks) waiting_.push_back(std::move(c));
+      }
     }
+  }
+  if (inline_copy) {
+    // A small read/write over a local data path (shm): copying here, in the caller's thread, is cheaper
+    // than waking a lane thread. Falls back to the lanes when the region cannot be copied locally.
+    std::optional<Status> first = local_->execute(*this, op->kind, chunks[0]);
+    if (first) {
+      complete_chunk(std::move(chunks[0]), *first);
+      for (size_t i = 1; i < chunks.size(); ++i) {
+        std::optional<Status> s = local_->execute(*this, op->kind, chunks[i]);
+        complete_chunk(std::move(chunks[i]), s ? *s : internal_error("local data path refused a later chunk"));
+      }
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Chunk& c : chunks) waiting_.push_back(std::move(c));
   }
   if (!refuse.ok()) {
     for (Chunk& c : chunks) complete_chunk(std::move(c), refuse);
     return;
   }
   pump();
+}
+
+bool FramedConnection::small_one_sided(const Operation& op, const std::vector<Chunk>& chunks) {
+  if (op.kind != OpKind::kRead && op.kind != OpKind::kWrite && op.kind != OpKind::kWriteWithImm) return false;
+  uint64_t bytes = 0;
+  for (const Chunk& c : chunks) {
+    if (c.is_imm) return false;
+    bytes += c.length;
+  }
+  return !chunks.empty() && bytes <= kInlineCopyBytes;
 }
 
 void FramedConnection::pump() {

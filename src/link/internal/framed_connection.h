@@ -90,6 +90,7 @@ class FramedConnection final : public Connection {
   void enqueue(Lane& lane, OutItem item);
   void reply_error(Lane& lane, uint64_t op_id, const Status& s);
   void pump();
+  static bool small_one_sided(const Operation& op, const std::vector<Chunk>& chunks);
   void finish(uint64_t id, const Status& s);
   void complete_chunk(Chunk chunk, const Status& s);
   std::optional<Chunk> lookup(uint64_t id);

@@ -38,7 +38,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, 
     return resource_exhausted(
         fmt::format("cannot size shared memory {} to {} bytes: {}", name, total, std::strerror(e)));
   }
-  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int e = errno;
   close(fd);
   if (p == MAP_FAILED) {
@@ -61,7 +61,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name, ui
     return data_loss(fmt::format("peer shared memory {} is smaller than its described {} bytes", name, length));
   }
   uint64_t total = kHeaderBytes + length;
-  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int e = errno;
   close(fd);
   if (p == MAP_FAILED) return unavailable(fmt::format("cannot map peer shared memory {}: {}", name, std::strerror(e)));

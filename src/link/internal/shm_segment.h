@@ -3,6 +3,7 @@
 // Layout: one 4 KiB header page (magic, data length, a `valid` word the owner clears when the region is
 // unregistered) followed by the data. The owner creates and finally unlinks the name; a peer opens and maps
 // it, and checks `valid` before every copy so an unregistered region is rejected without being touched.
+// Both map with MAP_POPULATE: page-table faults would otherwise cost more than the copies on first use.
 //
 // Thread-safety: immutable after creation except the atomic `valid` word.
 #pragma once

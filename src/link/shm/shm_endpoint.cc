@@ -2,8 +2,9 @@
 // tags, send/recv messages, errors) travel over Unix-domain sockets set up with Boost.Asio. The data of read
 // and write does not: the initiator maps the peer's region segment (POSIX shared memory, see
 // internal/shm_segment.h) and copies directly between the two mappings, one copy, striped over the lanes'
-// writer threads. Regions that are not in shared memory (memory registered by address, device memory) fall
-// back to framed data over the same sockets, so every region works with every endpoint.
+// writer threads; chunks default to 32 MiB, large enough for memcpy's streaming stores. Regions that are not in shared
+// memory (memory registered by address, device memory) fall back to framed data over the same sockets, so every region
+// works with every endpoint.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,7 +89,7 @@ class ShmEndpoint final : public Endpoint {
   }
 
   std::string_view name() const override { return "shm"; }
-  EndpointCaps caps() const override { return {true, true, 20}; }
+  EndpointCaps caps() const override { return {true, true, 20, 32ull << 20}; }
 
   Result<std::string> listen(internal::AgentCore& core) override {
     std::random_device rd;

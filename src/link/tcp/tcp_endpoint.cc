@@ -33,7 +33,7 @@ class TcpEndpoint final : public Endpoint {
   ~TcpEndpoint() override { stop(); }
 
   std::string_view name() const override { return "tcp"; }
-  EndpointCaps caps() const override { return {false, false, 10}; }
+  EndpointCaps caps() const override { return {false, false, 10, 1ull << 20}; }
 
   Result<std::string> listen(internal::AgentCore& core) override {
     boost::system::error_code ec;

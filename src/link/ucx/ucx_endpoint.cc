@@ -11,11 +11,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -61,7 +64,27 @@ Status ucx_error(const char* what, ucs_status_t s) {
   return unavailable(fmt::format("{} failed: {}", what, ucs_status_string(s)));
 }
 
-// The UCX context and worker one endpoint shares between all its connections.
+// One RMA operation handed to the UCX thread; completed by UCX callbacks (on that thread).
+struct RmaOp {
+  bool is_get = false;
+  void* local = nullptr;
+  size_t length = 0;
+  uint64_t remote_addr = 0;
+  ucp_rkey_h rkey = nullptr;
+  ucp_ep_h ep = nullptr;
+  void* request = nullptr;  // UCX thread only
+  bool flushing = false;    // UCX thread only
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;             // guarded by mu
+  ucs_status_t status = UCS_OK;  // guarded by mu
+};
+
+// The UCX context and worker one endpoint shares between its connections. Every UCX call happens on one
+// thread (UCS_THREAD_MODE_SINGLE): other threads post tasks, which avoids UCX's multi-thread lock (it
+// spins, and on a loaded machine a preempted holder stalls everyone). The thread polls while there is
+// traffic (emulated RMA needs this side's progress to serve the peer), then sleeps on the worker's event
+// fd and an eventfd that new tasks ring.
 class UcxWorker {
  public:
   static Result<std::shared_ptr<UcxWorker>> create() {
@@ -70,15 +93,14 @@ class UcxWorker {
     if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
       return ucx_error("ucp_config_read", s);
     ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-    params.mt_workers_shared = 1;
     ucs_status_t s = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (s != UCS_OK) return ucx_error("ucp_init", s);
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     if ((s = ucp_worker_create(w->context_, &wp, &w->worker_)) != UCS_OK) return ucx_error("ucp_worker_create", s);
     ucp_address_t* addr = nullptr;
     size_t len = 0;
@@ -86,46 +108,126 @@ class UcxWorker {
     w->address_hex_ = to_hex(addr, len);
     ucp_worker_release_address(w->worker_, addr);
     if ((s = ucp_worker_get_efd(w->worker_, &w->efd_)) != UCS_OK) return ucx_error("ucp_worker_get_efd", s);
-    w->progress_ = std::thread([p = w.get()] { p->progress_loop(); });
+    w->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd_ < 0) return internal_error("eventfd failed");
+    w->thread_ = std::thread([p = w.get()] { p->loop(); });
     return w;
   }
 
   ~UcxWorker() {
+    run([this] {
+      for (auto& [id, m] : maps_) {
+        ucp_rkey_buffer_release(m.rkey_buffer);
+        ucp_mem_unmap(context_, m.memh);
+      }
+      maps_.clear();
+    });
     stop_.store(true);
-    if (progress_.joinable()) progress_.join();
-    for (auto& [id, m] : maps_) {
-      ucp_rkey_buffer_release(m.rkey_buffer);
-      ucp_mem_unmap(context_, m.memh);
-    }
+    ring();
+    if (thread_.joinable()) thread_.join();
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
+    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
-  ucp_worker_h worker() const { return worker_; }
   const std::string& address_hex() const { return address_hex_; }
+
+  // Runs `task` on the UCX thread and waits for it.
+  void run(std::function<void()> task) {
+    auto done = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+    bool finished = false;
+    post([&, done] {
+      task();
+      std::lock_guard<std::mutex> lock(done->first);
+      finished = true;
+      done->second.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(done->first);
+    done->second.wait(lock, [&] { return finished; });
+  }
+
+  void start_rma(const std::shared_ptr<RmaOp>& op) {
+    post([this, op] { issue(op); });
+  }
+
+  void cancel(const std::shared_ptr<RmaOp>& op) {
+    post([this, op] {
+      if (op->request) ucp_request_cancel(worker_, op->request);
+    });
+  }
+
+  Result<ucp_ep_h> create_ep(const std::string& peer_address) {
+    ucp_ep_h ep = nullptr;
+    run([&] {
+      ucp_ep_params_t p{};
+      p.field_mask =
+          UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      p.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+      p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      // Peer failure is also seen on the control connection; requests in flight then complete with errors.
+      p.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
+      p.err_handler.arg = nullptr;
+      if (ucp_ep_create(worker_, &p, &ep) != UCS_OK) {
+        // Some transports (posix shared memory) cannot report peer failure.
+        p.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+        if (ucp_ep_create(worker_, &p, &ep) != UCS_OK) ep = nullptr;
+      }
+    });
+    if (!ep) return unavailable("cannot create a UCX endpoint to the peer's worker");
+    return ep;
+  }
+
+  void destroy_ep(ucp_ep_h ep, std::vector<ucp_rkey_h> rkeys) {
+    run([&] {
+      for (ucp_rkey_h r : rkeys) ucp_rkey_destroy(r);
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* req = ucp_ep_close_nbx(ep, &p);
+      if (req && !UCS_PTR_IS_ERR(req)) {
+        auto t0 = std::chrono::steady_clock::now();
+        while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+               std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+          ucp_worker_progress(worker_);
+        }
+        ucp_request_free(req);
+      }
+    });
+  }
+
+  ucp_rkey_h unpack_rkey(ucp_ep_h ep, const std::string& packed) {
+    ucp_rkey_h rkey = nullptr;
+    run([&] {
+      if (ucp_ep_rkey_unpack(ep, packed.data(), &rkey) != UCS_OK) rkey = nullptr;
+    });
+    return rkey;
+  }
 
   // Maps a local region for remote access (once) and adds its address and packed rkey to `desc`.
   void describe(const std::shared_ptr<internal::Region>& region, RegionDesc& desc) {
-    const internal::Region& r = *region;
-    if (!r.data) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = maps_.find(to_u64(r.id));
-    if (it == maps_.end()) {
-      Mapping m;
-      ucp_mem_map_params_t mp{};
-      mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-      mp.address = r.data;
-      mp.length = r.length;
-      if (ucp_mem_map(context_, &mp, &m.memh) != UCS_OK) return;
-      if (ucp_rkey_pack(context_, m.memh, &m.rkey_buffer, &m.rkey_size) != UCS_OK) {
-        ucp_mem_unmap(context_, m.memh);
-        return;
+    if (!region->data) return;
+    std::string rkey_hex;
+    run([&] {
+      auto it = maps_.find(to_u64(region->id));
+      if (it == maps_.end()) {
+        Mapping m;
+        ucp_mem_map_params_t mp{};
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        mp.address = region->data;
+        mp.length = region->length;
+        if (ucp_mem_map(context_, &mp, &m.memh) != UCS_OK) return;
+        if (ucp_rkey_pack(context_, m.memh, &m.rkey_buffer, &m.rkey_size) != UCS_OK) {
+          ucp_mem_unmap(context_, m.memh);
+          return;
+        }
+        m.region = region;  // mapped bytes stay valid until this worker goes, even if unregistered meanwhile
+        it = maps_.emplace(to_u64(region->id), m).first;
       }
-      m.region = region;  // mapped bytes stay valid until this worker goes, even if unregistered meanwhile
-      it = maps_.emplace(to_u64(r.id), m).first;
-    }
-    desc.attrs["ucx.addr"] = fmt::format("{:x}", reinterpret_cast<uintptr_t>(r.data));
-    desc.attrs["ucx.rkey"] = to_hex(it->second.rkey_buffer, it->second.rkey_size);
+      rkey_hex = to_hex(it->second.rkey_buffer, it->second.rkey_size);
+    });
+    if (rkey_hex.empty()) return;
+    desc.attrs["ucx.addr"] = fmt::format("{:x}", reinterpret_cast<uintptr_t>(region->data));
+    desc.attrs["ucx.rkey"] = rkey_hex;
   }
 
  private:
@@ -137,14 +239,87 @@ class UcxWorker {
   };
   UcxWorker() = default;
 
-  void progress_loop() {
-    while (!stop_.load()) {
-      while (ucp_worker_progress(worker_) != 0) {
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    ring();
+  }
+  void ring() {
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);
+  }
+
+  static void finish(RmaOp& op, ucs_status_t s) {
+    std::lock_guard<std::mutex> lock(op.mu);
+    op.done = true;
+    op.status = s;
+    op.cv.notify_all();
+  }
+
+  static void on_complete(void* request, ucs_status_t status, void* user_data) {
+    auto* self = static_cast<UcxWorker*>(user_data);
+    auto it = self->active_.find(request);
+    if (it == self->active_.end()) return;  // completed inline; handled by issue()
+    std::shared_ptr<RmaOp> op = it->second;
+    self->active_.erase(it);
+    ucp_request_free(request);
+    op->request = nullptr;
+    self->advance(op, status);
+  }
+
+  // Puts, then flushes for remote completion; gets complete on arrival.
+  void issue(const std::shared_ptr<RmaOp>& op) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxWorker::on_complete;
+    p.user_data = this;
+    void* req = op->is_get ? ucp_get_nbx(op->ep, op->local, op->length, op->remote_addr, op->rkey, &p)
+                           : ucp_put_nbx(op->ep, op->local, op->length, op->remote_addr, op->rkey, &p);
+    track(op, req);
+  }
+
+  void track(const std::shared_ptr<RmaOp>& op, void* req) {
+    if (req == nullptr) return advance(op, UCS_OK);
+    if (UCS_PTR_IS_ERR(req)) return advance(op, UCS_PTR_STATUS(req));
+    op->request = req;
+    active_[req] = op;
+  }
+
+  void advance(const std::shared_ptr<RmaOp>& op, ucs_status_t s) {
+    if (s != UCS_OK || op->is_get || op->flushing) return finish(*op, s);
+    op->flushing = true;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxWorker::on_complete;
+    p.user_data = this;
+    track(op, ucp_ep_flush_nbx(op->ep, &p));
+  }
+
+  void loop() {
+    auto last_active = std::chrono::steady_clock::now();
+    while (true) {
+      std::vector<std::function<void()>> tasks;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        tasks.swap(tasks_);
       }
-      ucs_status_t s = ucp_worker_arm(worker_);
-      if (s == UCS_ERR_BUSY) continue;
-      pollfd p{efd_, POLLIN, 0};
-      poll(&p, 1, 20);
+      for (auto& t : tasks) t();
+      if (stop_.load()) return;
+      bool busy = !tasks.empty();
+      while (ucp_worker_progress(worker_) != 0) busy = true;
+      auto now = std::chrono::steady_clock::now();
+      if (busy || !active_.empty()) last_active = now;
+      if (now - last_active < std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+      pollfd p[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      poll(p, 2, 100);
+      uint64_t v;
+      (void)!read(wake_fd_, &v, sizeof v);
     }
   }
 
@@ -152,10 +327,14 @@ class UcxWorker {
   ucp_worker_h worker_ = nullptr;
   std::string address_hex_;
   int efd_ = -1;
+  int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
-  std::thread progress_;
+  std::thread thread_;
   std::mutex mu_;
-  std::map<uint64_t, Mapping> maps_;  // guarded by mu_
+  std::vector<std::function<void()>> tasks_;  // guarded by mu_
+  // UCX thread only:
+  std::map<uint64_t, Mapping> maps_;
+  std::map<void*, std::shared_ptr<RmaOp>> active_;
 };
 
 // Executes read/write chunks with UCX RMA towards one peer (connecting side only: the accepting side
@@ -164,32 +343,18 @@ class UcxDataPath final : public internal::LocalDataPath {
  public:
   UcxDataPath(std::shared_ptr<UcxWorker> worker, std::string peer_address) : worker_(std::move(worker)) {
     if (peer_address.empty()) return;
-    ucp_ep_params_t ep{};
-    ep.field_mask =
-        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    // Peer failure is reported through the control connection (it breaks at the same time); requests
-    // in flight complete with an error status.
-    ep.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
-    ep.err_handler.arg = nullptr;
-    if (ucp_ep_create(worker_->worker(), &ep, &ep_) != UCS_OK) {
-      // Some transports (posix shared memory) cannot report peer failure; without it we still notice a
-      // dead peer through the control connection and cancel its requests.
-      ep.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
-      if (ucp_ep_create(worker_->worker(), &ep, &ep_) != UCS_OK) ep_ = nullptr;
+    auto ep = worker_->create_ep(peer_address);
+    if (ep.ok()) {
+      ep_ = *ep;
+    } else {
+      log::warn("link ucx: {}; using the framed path", ep.status().message());
     }
-    if (!ep_) log::warn("link ucx: cannot reach the peer's UCX worker; using the framed path");
   }
   ~UcxDataPath() override {
-    for (auto& [packed, rkey] : rkeys_) ucp_rkey_destroy(rkey);
-    if (ep_) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* req = ucp_ep_close_nbx(ep_, &p);
-      (void)wait(req, nullptr);
-    }
+    if (!ep_) return;
+    std::vector<ucp_rkey_h> rkeys;
+    for (auto& [packed, rkey] : rkeys_) rkeys.push_back(rkey);
+    worker_->destroy_ep(ep_, std::move(rkeys));
   }
 
   void describe(const std::shared_ptr<internal::Region>& region, RegionDesc& desc) override {
@@ -201,20 +366,36 @@ class UcxDataPath final : public internal::LocalDataPath {
     auto remote = lookup(conn, c.remote);
     if (!remote.ok()) return remote.status();
     if (!remote->rkey) return std::nullopt;  // the peer could not map it: framed path
-    if (Status r = internal::check_range(remote->length, c.remote_offset, c.length, c.remote, "remote"); !r.ok())
+    if (Status r = internal::check_range(remote->length, c.remote_offset, c.length, c.remote, "remote"); !r.ok()) {
       return r;
-    if (c.length == 0) return ok_status();
-    ucp_request_param_t p{};
-    uint64_t raddr = remote->addr + c.remote_offset;
-    void* req = kind == OpKind::kRead
-                    ? ucp_get_nbx(ep_, c.local->data + c.local_offset, c.length, raddr, remote->rkey, &p)
-                    : ucp_put_nbx(ep_, c.local->data + c.local_offset, c.length, raddr, remote->rkey, &p);
-    TS_RETURN_IF_ERROR(wait(req, &conn));
-    if (kind != OpKind::kRead) {
-      ucp_request_param_t fp{};
-      TS_RETURN_IF_ERROR(wait(ucp_ep_flush_nbx(ep_, &fp), &conn));  // remote completion
     }
-    return ok_status();
+    if (c.length == 0) return ok_status();
+    auto op = std::make_shared<RmaOp>();
+    op->is_get = kind == OpKind::kRead;
+    op->local = c.local->data + c.local_offset;
+    op->length = c.length;
+    op->remote_addr = remote->addr + c.remote_offset;
+    op->rkey = remote->rkey;
+    op->ep = ep_;
+    worker_->start_rma(op);
+    std::unique_lock<std::mutex> lock(op->mu);
+    bool cancelled = false;
+    auto cancelled_at = std::chrono::steady_clock::now();
+    while (!op->done) {
+      op->cv.wait_for(lock, std::chrono::milliseconds(20));
+      if (op->done) break;
+      if (!cancelled && conn.broken()) {
+        worker_->cancel(op);
+        cancelled = true;
+        cancelled_at = std::chrono::steady_clock::now();
+      }
+      if (cancelled && std::chrono::steady_clock::now() - cancelled_at > std::chrono::seconds(1)) {
+        return unavailable(fmt::format("link to {} lost; a UCX request did not finish", conn.peer()));
+      }
+    }
+    if (op->status == UCS_OK) return ok_status();
+    if (cancelled || op->status == UCS_ERR_CANCELED) return unavailable(fmt::format("link to {} lost", conn.peer()));
+    return ucx_error("ucx transfer", op->status);
   }
 
  private:
@@ -237,37 +418,14 @@ class UcxDataPath final : public internal::LocalDataPath {
     auto it = rkeys_.find(k->second);
     if (it == rkeys_.end()) {
       auto packed = from_hex(k->second);
-      ucp_rkey_h rkey = nullptr;
-      if (!packed.ok() || ucp_ep_rkey_unpack(ep_, packed->data(), &rkey) != UCS_OK) return r;
+      if (!packed.ok()) return r;
+      ucp_rkey_h rkey = worker_->unpack_rkey(ep_, *packed);
+      if (!rkey) return r;
       it = rkeys_.emplace(k->second, rkey).first;
     }
     r.addr = std::stoull(a->second, nullptr, 16);
     r.rkey = it->second;
     return r;
-  }
-
-  // Waits for a UCX request, failing fast when the control connection to the peer breaks.
-  Status wait(void* req, internal::FramedConnection* conn) {
-    if (req == nullptr) return ok_status();
-    if (UCS_PTR_IS_ERR(req)) return ucx_error("ucx request", UCS_PTR_STATUS(req));
-    ucs_status_t s;
-    bool cancelled = false;
-    auto start = std::chrono::steady_clock::now();
-    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-      ucp_worker_progress(worker_->worker());
-      if (!cancelled && conn && conn->broken()) {
-        ucp_request_cancel(worker_->worker(), req);
-        cancelled = true;
-        start = std::chrono::steady_clock::now();
-      }
-      if (cancelled && std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) break;  // leak it
-    }
-    if (s == UCS_INPROGRESS) return unavailable("ucx request did not finish after the peer was lost");
-    ucp_request_free(req);
-    if (cancelled || s == UCS_ERR_CANCELED)
-      return unavailable(fmt::format("link to {} lost", conn ? conn->peer() : "peer"));
-    if (s != UCS_OK) return ucx_error("ucx transfer", s);
-    return ok_status();
   }
 
   std::shared_ptr<UcxWorker> worker_;
@@ -282,7 +440,7 @@ class UcxEndpoint final : public Endpoint {
   ~UcxEndpoint() override { stop(); }
 
   std::string_view name() const override { return "ucx"; }
-  EndpointCaps caps() const override { return {false, true, 15}; }
+  EndpointCaps caps() const override { return {false, true, 15, 1ull << 20}; }
 
   Result<std::string> listen(internal::AgentCore& core) override {
     TS_RETURN_IF_ERROR(ensure_worker());
