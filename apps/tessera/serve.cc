@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "model/chat_template.h"
 #include "model/loader.h"
 #include "ops/registry.h"
 #include "serve/chat_format.h"
@@ -98,11 +99,16 @@ int run_serve(const ServeArgs& a) {
   no.http.host = a.host;
   no.http.port = static_cast<uint16_t>(a.port);
   no.http.io_threads = a.io_threads;
-  if (!a.chat_template.empty()) {
-    if (Status s = serve::format_chat({{"user", "x"}}, a.chat_template).status(); !s.ok()) return fail(s.message());
-    no.chat = [name = a.chat_template](const std::vector<serve::ChatMessage>& m) {
-      return serve::format_chat(m, name);
-    };
+  // The template: --chat-template, else the family of the model's own template (tokenizer_config.json or
+  // GGUF); a model with neither serves /v1/completions only and says so on /v1/chat/completions.
+  std::string chat_name = a.chat_template;
+  if (chat_name.empty() && !model->chat_template.empty()) {
+    auto family = model::choose_chat_template("", model->chat_template);
+    if (family.ok()) chat_name = std::string(model::chat_template_name(*family));
+  }
+  if (!chat_name.empty()) {
+    if (Status s = serve::format_chat({{"user", "x"}}, chat_name).status(); !s.ok()) return fail(s.message());
+    no.chat = [chat_name](const std::vector<serve::ChatMessage>& m) { return serve::format_chat(m, chat_name); };
   }
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both") {
@@ -180,7 +186,8 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "Waiting requests before new ones get 429")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--chat-template", args->chat_template, "Chat prompt format for /v1/chat/completions (plain)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Chat prompt format: plain, llama-2, llama-3, chatml (default: from the model's own template)");
   cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

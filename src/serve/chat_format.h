@@ -1,6 +1,6 @@
-// Chat prompt formats for models served by this node. "plain" joins the message contents with blank
-// lines and no role markers: the honest choice for base models such as stories260K that were never trained
-// on a chat format.
+// Chat prompt formats for models served by this node: the model families of model/chat_template.h
+// (llama-2, llama-3, chatml), plus "plain", which joins the message contents with blank lines and no role
+// markers: the honest choice for base models such as stories260K that were never trained on a chat format.
 #pragma once
 
 #include <string>

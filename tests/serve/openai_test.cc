@@ -107,6 +107,9 @@ TEST(ChatFormat, PlainJoinsContents) {
   auto s = format_chat({{"system", "Be kind."}, {"user", "Tell a story."}}, "plain");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(*s, "Be kind.\n\nTell a story.");
+  auto chatml = format_chat({{"system", "Be kind."}, {"user", "Hi"}}, "chatml");
+  ASSERT_TRUE(chatml.ok());
+  EXPECT_EQ(*chatml, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   auto bad = format_chat({{"user", "x"}}, "nope");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("plain"), std::string::npos);
