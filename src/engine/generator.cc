@@ -27,7 +27,11 @@ Result<GenerateStats> generate(ModelRunner& runner, const model::Tokenizer& toke
   GenerateStats stats;
   stats.prompt_tokens = static_cast<int>(tokens.size());
   if (options.echo_prompt) {
-    for (size_t i = 1; i < tokens.size(); ++i) on_text(tokenizer.decode_piece(tokens[i - 1], tokens[i]));
+    // BOS has no text; tokenizers that add no BOS (Qwen's) start with a real token, which is echoed too.
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i == 0 && tokens[0] == tokenizer.bos_id()) continue;
+      on_text(tokenizer.decode_piece(i == 0 ? -1 : tokens[i - 1], tokens[i]));
+    }
   }
   if (options.max_tokens == 0) return stats;
 

@@ -77,15 +77,24 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
       {{"--backend", "cpu", "--threads", "1"}, {"--backend", "ref"}},                       // cpu -> ref
       {{"--backend", "ref"}, {"--backend", "cpu", "--threads", "1"}},                       // ref -> cpu
       {{"--backend", "cpu", "--threads", "1"}, {"--backend", "ref", "--kv-dtype", "f16"}},  // f32 wire -> f16 cache
+      {{"--backend", "cpu", "--threads", "1"}, {"--backend", "opencl"}},                    // cpu -> opencl
   };
   for (const Case& c : cases) {
+    if (c.decode[1] == "opencl") {
+      auto probe = testing::run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--backend",
+                                         "opencl", "--max-tokens", "1", "--quiet"});
+      if (probe.exit_code != 0) {
+        std::printf("skipping cpu -> opencl: no OpenCL device here (%s)\n", probe.err.c_str());
+        continue;
+      }
+    }
     std::vector<std::string> p = {"--role", "prefill"};
     p.insert(p.end(), c.prefill.begin(), c.prefill.end());
     Node prefill = start_node(p);
     std::vector<std::string> d = {"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"};
     d.insert(d.end(), c.decode.begin(), c.decode.end());
     Node decode = start_node(d);
-    const bool f16 = c.decode.size() > 2;
+    const bool f16 = c.decode.size() > 2 && c.decode[3] == "f16";
     for (const std::string& prompt : kPrompts) {
       std::string got = complete(decode.url, prompt, 40);
       std::string want = reference(prompt, 40);
