@@ -335,59 +335,49 @@ Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) 
 
 }  // namespace
 
-Status ModelRunner::export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out,
-                              void* v_out) {
+Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k,
+                            uint8_t* v) {
   const int bt = kv_->block_tokens();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
   if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
       static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
-    return out_of_range(
-        fmt::format("export_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
+    return out_of_range(fmt::format("{}: layer {} positions [{}, {}) outside the reserved blocks",
+                                    out ? "export_kv" : "import_kv", layer, first, first + count));
   }
   const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
-  const ops::Tensor& kc = kv_->k(layer);
-  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);  // one position of one block
+  const size_t row_bytes = kv_->k(layer).row_bytes() / static_cast<size_t>(bt);  // one position of one block
   std::vector<uint8_t> row(row_bytes);
-  const size_t out_row = dtype_bytes(dtype, kv_dim);
+  const size_t wire_row = dtype_bytes(dtype, kv_dim);
   for (int i = 0; i < count; ++i) {
     const int pos = first + i;
     const size_t slot =
         static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
     for (int which = 0; which < 2; ++which) {
-      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
-      TS_RETURN_IF_ERROR(stream_->read(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
-      uint8_t* dst = static_cast<uint8_t*>(which == 0 ? k_out : v_out) + static_cast<size_t>(i) * out_row;
-      TS_RETURN_IF_ERROR(convert_rows(row.data(), cache.dtype, dst, dtype, kv_dim));
+      const ops::Tensor& cache = which == 0 ? kv_->k(layer) : kv_->v(layer);
+      uint8_t* wire = (which == 0 ? k : v) + static_cast<size_t>(i) * wire_row;
+      const size_t at = cache.offset + slot * row_bytes;
+      if (out) {
+        TS_RETURN_IF_ERROR(stream_->read(*cache.buffer, at, row.data(), row_bytes));
+        TS_RETURN_IF_ERROR(convert_rows(row.data(), cache.dtype, wire, dtype, kv_dim));
+      } else {
+        TS_RETURN_IF_ERROR(convert_rows(wire, dtype, row.data(), cache.dtype, kv_dim));
+        TS_RETURN_IF_ERROR(stream_->write(*cache.buffer, at, row.data(), row_bytes));
+      }
     }
   }
   return stream_->synchronize();
 }
 
+Status ModelRunner::export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out,
+                              void* v_out) {
+  return copy_kv(seq, layer, first, count, dtype, true, static_cast<uint8_t*>(k_out), static_cast<uint8_t*>(v_out));
+}
+
 Status ModelRunner::import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
                               const void* v_in) {
-  const int bt = kv_->block_tokens();
-  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
-      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
-    return out_of_range(
-        fmt::format("import_kv: layer {} positions [{}, {}) outside the reserved blocks", layer, first, first + count));
-  }
-  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
-  const ops::Tensor& kc = kv_->k(layer);
-  const size_t row_bytes = kc.row_bytes() / static_cast<size_t>(bt);
-  std::vector<uint8_t> row(row_bytes);
-  const size_t in_row = dtype_bytes(dtype, kv_dim);
-  for (int i = 0; i < count; ++i) {
-    const int pos = first + i;
-    const size_t slot =
-        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
-    for (int which = 0; which < 2; ++which) {
-      const ops::Tensor& cache = which == 0 ? kc : kv_->v(layer);
-      const uint8_t* src = static_cast<const uint8_t*>(which == 0 ? k_in : v_in) + static_cast<size_t>(i) * in_row;
-      TS_RETURN_IF_ERROR(convert_rows(src, dtype, row.data(), cache.dtype, kv_dim));
-      TS_RETURN_IF_ERROR(stream_->write(*cache.buffer, cache.offset + slot * row_bytes, row.data(), row_bytes));
-    }
-  }
-  return stream_->synchronize();
+  // copy_kv only reads the wire buffers when importing.
+  return copy_kv(seq, layer, first, count, dtype, false, static_cast<uint8_t*>(const_cast<void*>(k_in)),
+                 static_cast<uint8_t*>(const_cast<void*>(v_in)));
 }
 
 Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits) {

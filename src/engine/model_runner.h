@@ -106,6 +106,9 @@ class ModelRunner {
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
   Status upload_weights(const model::ModelWeights& weights);
+  // export_kv (out) and import_kv: the rows of [first, first + count) between the paged cache and two
+  // wire arrays [count][kv_dim] of `dtype`.
+  Status copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k, uint8_t* v);
   Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape,
                              bool matrix = false);
   // A weight matrix: uploaded in RunnerOptions::weight_dtype when that is set and possible.
