@@ -1,5 +1,7 @@
 #include "ops/cpu/cpu_backend.h"
 
+#include "ops/host_memory.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -15,29 +17,10 @@
 namespace tessera::ops::cpu {
 namespace {
 
-constexpr size_t kAlignment = 64;
 constexpr int kMaxThreads = 1024;
 
 bool has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-
-class HostBuffer final : public Buffer {
- public:
-  HostBuffer(void* p, size_t size) : Buffer(size), p_(p) {}
-  ~HostBuffer() override { std::free(p_); }
-  void* host_ptr() override { return p_; }
-
- private:
-  void* p_;
-};
-
-Status check_range(Buffer& b, size_t offset, size_t bytes, const char* what) {
-  if (offset > b.size() || bytes > b.size() - offset) {
-    return out_of_range(
-        fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
-  }
-  return ok_status();
 }
 
 bool weight_supported(DType t) {
@@ -108,12 +91,12 @@ class CpuStream final : public Stream {
     return avx2_ ? dispatch<true>(op, ctx_) : dispatch<false>(op, ctx_);
   }
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
-    TS_RETURN_IF_ERROR(check_range(dst, offset, bytes, "write"));
+    TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
     std::memcpy(static_cast<uint8_t*>(dst.host_ptr()) + offset, src, bytes);
     return ok_status();
   }
   Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
-    TS_RETURN_IF_ERROR(check_range(src, offset, bytes, "read"));
+    TS_RETURN_IF_ERROR(check_host_range(src, offset, bytes, "read"));
     std::memcpy(dst, static_cast<uint8_t*>(src.host_ptr()) + offset, bytes);
     return ok_status();
   }
@@ -135,13 +118,7 @@ class CpuDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
 
-  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
-    const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (p == nullptr) return resource_exhausted(fmt::format("cpu: cannot allocate {} bytes of host memory", bytes));
-    std::memset(p, 0, rounded);
-    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
-  }
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return alloc_host_buffer(bytes, "cpu"); }
   Support supports(const Op& op) const override { return capability(op); }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(avx2_, threads_); }
 

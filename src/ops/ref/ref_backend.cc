@@ -1,5 +1,7 @@
 #include "ops/ref/ref_backend.h"
 
+#include "ops/host_memory.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -9,26 +11,6 @@
 
 namespace tessera::ops::ref {
 namespace {
-
-constexpr size_t kAlignment = 64;
-
-class HostBuffer final : public Buffer {
- public:
-  HostBuffer(void* p, size_t size) : Buffer(size), p_(p) {}
-  ~HostBuffer() override { std::free(p_); }
-  void* host_ptr() override { return p_; }
-
- private:
-  void* p_;
-};
-
-Status check_range(Buffer& b, size_t offset, size_t bytes, const char* what) {
-  if (offset > b.size() || bytes > b.size() - offset) {
-    return out_of_range(
-        fmt::format("{} of {} bytes at offset {} runs past a {}-byte buffer", what, bytes, offset, b.size()));
-  }
-  return ok_status();
-}
 
 class RefStream final : public Stream {
  public:
@@ -65,12 +47,12 @@ class RefStream final : public Stream {
         op);
   }
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
-    TS_RETURN_IF_ERROR(check_range(dst, offset, bytes, "write"));
+    TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
     std::memcpy(static_cast<uint8_t*>(dst.host_ptr()) + offset, src, bytes);
     return ok_status();
   }
   Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
-    TS_RETURN_IF_ERROR(check_range(src, offset, bytes, "read"));
+    TS_RETURN_IF_ERROR(check_host_range(src, offset, bytes, "read"));
     std::memcpy(dst, static_cast<uint8_t*>(src.host_ptr()) + offset, bytes);
     return ok_status();
   }
@@ -87,13 +69,7 @@ class RefDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
 
-  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-    if (p == nullptr) return resource_exhausted(fmt::format("ref: cannot allocate {} bytes of host memory", bytes));
-    std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
-    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
-  }
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return alloc_host_buffer(bytes, "ref"); }
 
   Support supports(const Op& op) const override {
     if (Status s = validate(op); !s.ok()) return Support::no(s.message());
