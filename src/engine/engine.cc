@@ -129,6 +129,8 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   if (a->req.imported) {
     // The prefix blocks the caller looked up (and retained) are this sequence's from now on.
     a->seq.kv.blocks = a->req.imported->cached_blocks;
+    a->seq.kv.blocks.insert(a->seq.kv.blocks.end(), a->req.imported->reserved_blocks.begin(),
+                            a->req.imported->reserved_blocks.end());
     a->seq.kv.length = a->req.imported->first;
     a->seq.prefix_checked = true;
   }
@@ -406,6 +408,27 @@ void Engine::release_blocks(const std::vector<int32_t>& blocks) {
     for (int32_t b : blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
   });
   (void)st;  // a stopped engine has nothing left to release into
+}
+
+Result<std::vector<int32_t>> Engine::reserve_blocks(int count) {
+  if (count < 0) return invalid_argument(fmt::format("cannot reserve {} blocks", count));
+  std::vector<int32_t> out;
+  Status st;
+  TS_RETURN_IF_ERROR(run_on_engine_thread([&] {
+    BlockManager& blocks = runner_.kv_cache().blocks();
+    for (int i = 0; i < count; ++i) {
+      auto id = blocks.allocate();
+      if (!id.ok()) {
+        for (int32_t b : out) blocks.release(static_cast<BlockId>(b));
+        out.clear();
+        st = id.status().with_context(fmt::format("reserving {} KV blocks", count));
+        return;
+      }
+      out.push_back(static_cast<int32_t>(*id));
+    }
+  }));
+  if (!st.ok()) return st;
+  return out;
 }
 
 void Engine::finish(Active& a, FinishReason reason, Status error) {

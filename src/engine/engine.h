@@ -42,6 +42,9 @@ struct ImportedKv {
   std::vector<uint8_t> data;
   TokenId first_token = 0;
   std::vector<int32_t> cached_blocks;  // blocks holding positions [0, first), already retained (lookup_prefix)
+  // Fresh blocks for the positions from `first` on, allocated before the transfer (reserve_blocks); the
+  // engine allocates whatever is still missing at import time.
+  std::vector<int32_t> reserved_blocks;
 };
 
 struct PrefixLookup {
@@ -122,7 +125,11 @@ class Engine {
   // Looks `tokens` up in the prefix cache (whole blocks, at most tokens.size() - 1 tokens) and retains the hits.
   Result<PrefixLookup> lookup_prefix(const std::vector<TokenId>& tokens);
   void release_blocks(const std::vector<int32_t>& blocks);
+  // Allocates `count` free KV blocks for the caller (a decode node reserving room for KV that another node
+  // is about to send); all or nothing: ResourceExhausted when the cache cannot hold them now.
+  Result<std::vector<int32_t>> reserve_blocks(int count);
   const model::ModelConfig& config() const { return runner_.config(); }
+  int block_tokens() const { return runner_.kv_cache().block_tokens(); }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
 
  private:

@@ -391,8 +391,12 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
           "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
           "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
-          "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds);
+          "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
+          "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
+          "front\n"
+          "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n",
+          p.remote, p.local, p.fallbacks, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
+          p.deferred_reservations);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

@@ -387,10 +387,22 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       return on_started(d->engine.submit(std::move(request), std::move(callback)));
     }
     const auto t0 = Clock::now();
+    // Reserve the KV blocks the transferred positions will occupy before asking for them, so the import never
+    // waits for room. A full cache does not refuse the request: the blocks are then allocated at import.
+    std::vector<int32_t> reserved;
+    const int bt = d->engine.block_tokens();
+    auto r = d->engine.reserve_blocks((n + bt - 1) / bt - static_cast<int>(hit->blocks.size()));
+    if (r.ok()) {
+      reserved = std::move(*r);
+    } else {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      d->stats.deferred_reservations++;
+    }
     auto kv = d->remote_prefill(request, *hit);
     if (!kv.ok() || *cancelled) {
       if (!kv.ok()) log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
       d->engine.release_blocks(hit->blocks);
+      d->engine.release_blocks(reserved);
       local(true);
       return on_started(d->engine.submit(std::move(request), std::move(callback)));
     }
@@ -399,7 +411,9 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       d->stats.remote++;
       d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
+    (*kv)->reserved_blocks = reserved;
     std::vector<int32_t> blocks = (*kv)->cached_blocks;
+    blocks.insert(blocks.end(), reserved.begin(), reserved.end());
     request.imported = *kv;
     auto id = d->engine.submit(std::move(request), std::move(callback));
     if (!id.ok()) d->engine.release_blocks(blocks);

@@ -43,7 +43,8 @@ struct PdStats {
   uint64_t fallbacks = 0;  // remote path failed, prefilled here instead
   uint64_t kv_bytes = 0;   // KV bytes received
   uint64_t checksum_mismatches = 0;
-  double transfer_seconds = 0;  // time from the prefill call to the KV being imported
+  uint64_t deferred_reservations = 0;  // KV blocks could not be reserved up front; allocated at import instead
+  double transfer_seconds = 0;         // time from the prefill call to the KV being imported
 };
 
 class PdService {

@@ -106,6 +106,7 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
     }
     EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
     EXPECT_GT(metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
+    EXPECT_EQ(metric(decode.url, "tessera_pd_deferred_reservations_total"), 0.0) << "KV blocks were reserved up front";
     EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
     EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
   }

@@ -46,9 +46,12 @@ class EngineTest : public ::testing::Test {
   }
   // Submits and returns a future of everything the callback saw.
   std::future<Collected> submit(GenerationRequest r, Status* submit_status = nullptr) {
+    return submit_to(*engine_, std::move(r), submit_status);
+  }
+  static std::future<Collected> submit_to(Engine& engine, GenerationRequest r, Status* submit_status = nullptr) {
     auto done = std::make_shared<std::promise<Collected>>();
     auto acc = std::make_shared<Collected>();
-    auto id = engine_->submit(std::move(r), [done, acc](const RequestOutput& o) {
+    auto id = engine.submit(std::move(r), [done, acc](const RequestOutput& o) {
       acc->text += o.text;
       acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
       acc->logprobs.insert(acc->logprobs.end(), o.logprobs.begin(), o.logprobs.end());
@@ -275,6 +278,48 @@ TEST_F(EngineTest, KvHandedToAnotherEngineContinuesTheSameGeneration) {
     EXPECT_EQ(out.completion_tokens, 30);
   }
   EXPECT_EQ(engine_->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, ReservedBlocksHoldTheImportAndAreAllOrNothing) {
+  start(8, {}, 8);  // 8 blocks of 8 tokens
+  EXPECT_EQ(engine_->block_tokens(), 8);
+  auto too_many = engine_->reserve_blocks(9);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine_->stats().kv_blocks_used, 0) << "a failed reservation holds nothing";
+  EXPECT_FALSE(engine_->reserve_blocks(-1).ok());
+
+  // Export a prompt's KV from a second engine, then import it into blocks reserved beforehand.
+  RunnerOptions ro;
+  auto prefill_runner = ModelRunner::create(*device_, model_.config, model_.weights, ro).value();
+  Engine prefill(*prefill_runner, *model_.tokenizer, EngineOptions{});
+  prefill.start();
+  const std::string prompt = "Once upon a time, there was a little girl named Lily. She";
+  GenerationRequest r = greedy(prompt, 1);
+  const int n = static_cast<int>(r.prompt.size());
+  const size_t half = static_cast<size_t>(n) * dtype_bytes(DType::kF32, static_cast<size_t>(model_.config.kv_dim()));
+  auto imported = std::make_shared<ImportedKv>();
+  imported->count = n;
+  imported->data.resize(static_cast<size_t>(model_.config.n_layers) * 2 * half);
+  r.on_kv_layer = [&](ModelRunner& runner, const SequenceKv& seq, int layer, int first, int count) {
+    uint8_t* base = imported->data.data() + static_cast<size_t>(layer) * 2 * half;
+    const size_t row = half / static_cast<size_t>(n);
+    return runner.export_kv(seq, layer, first, count, DType::kF32, base + static_cast<size_t>(first) * row,
+                            base + half + static_cast<size_t>(first) * row);
+  };
+  Collected first = submit_to(prefill, r).get();
+  ASSERT_EQ(first.tokens.size(), 1u);
+  imported->first_token = first.tokens[0];
+
+  auto reserved = engine_->reserve_blocks((n + 7) / 8);
+  ASSERT_TRUE(reserved.ok()) << reserved.status().to_string();
+  EXPECT_EQ(engine_->stats().kv_blocks_used, (n + 7) / 8);
+  imported->reserved_blocks = *reserved;
+  GenerationRequest d = greedy(prompt, 6);
+  d.imported = imported;
+  Collected out = submit(d).get();
+  EXPECT_EQ(out.text, reference(prompt, 6));
+  EXPECT_EQ(engine_->stats().kv_blocks_used, 0) << "reserved blocks return to the pool with the sequence";
 }
 
 TEST_F(EngineTest, MalformedImportsAreRejected) {
