@@ -110,19 +110,22 @@ int run_raw_sink(uint64_t buffer_bytes, int streams) {
     int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     std::vector<char>& buffer = buffers[accepted++ % buffers.size()];
+    // Rounds until the sender closes: an 8-byte length, that many bytes, then a one-byte acknowledgement.
     std::thread([fd, &buffer] {
-      uint64_t total = 0, got = 0, pos = 0;
-      bool ok = recv(fd, &total, 8, MSG_WAITALL) == 8;
-      while (ok && got < total) {
-        if (pos == buffer.size()) pos = 0;
-        uint64_t want = std::min({total - got, static_cast<uint64_t>(buffer.size()) - pos, uint64_t{4} << 20});
-        ssize_t n = recv(fd, buffer.data() + pos, want, 0);
-        if (n <= 0) break;
-        got += static_cast<uint64_t>(n);
-        pos += static_cast<uint64_t>(n);
+      uint64_t total = 0, pos = 0;
+      while (recv(fd, &total, 8, MSG_WAITALL) == 8) {
+        uint64_t got = 0;
+        while (got < total) {
+          if (pos == buffer.size()) pos = 0;
+          uint64_t want = std::min({total - got, static_cast<uint64_t>(buffer.size()) - pos, uint64_t{4} << 20});
+          ssize_t n = recv(fd, buffer.data() + pos, want, 0);
+          if (n <= 0) break;
+          got += static_cast<uint64_t>(n);
+          pos += static_cast<uint64_t>(n);
+        }
+        char ack = 1;
+        if (got != total || write(fd, &ack, 1) != 1) break;
       }
-      char ack = 1;
-      if (got == total) (void)!write(fd, &ack, 1);
       close(fd);
     }).detach();
   }

@@ -138,55 +138,66 @@ double memcpy_ceiling(std::byte* src, std::byte* dst, uint64_t region, uint64_t 
   return static_cast<double>(bytes) / seconds_since(t0) / 1e9;
 }
 
-// `streams` plain TCP streams to the raw sink, each writing total/streams bytes in writes of `size` bytes from
-// the same buffer slots, until the sink acknowledges every last byte.
-Result<double> tcp_ceiling(int port, const std::byte* src, uint64_t region, uint64_t size, uint64_t total,
-                           int streams) {
-  std::vector<int> fds;
-  for (int i = 0; i < streams; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      if (fd >= 0) close(fd);
-      for (int f : fds) close(f);
-      return unavailable("cannot connect to the raw sink");
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fds.push_back(fd);
+// `streams` plain TCP streams to the raw sink, connected once and kept open for the whole run (like the link's
+// own lanes, so both have their windows grown by the same loopback traffic). Each round writes total/streams
+// bytes per stream in writes of `size` bytes from the same buffer slots, until the sink acknowledges every
+// last byte.
+class RawStreams {
+ public:
+  ~RawStreams() {
+    for (int fd : fds_) close(fd);
   }
-  const uint64_t each = total / static_cast<uint64_t>(streams);
-  std::atomic<bool> all_ok{true};
-  auto t0 = Clock::now();
-  std::vector<std::thread> threads;
-  for (int i = 0; i < streams; ++i) {
-    threads.emplace_back([&, fd = fds[static_cast<size_t>(i)], i] {
-      bool ok = send(fd, &each, 8, MSG_NOSIGNAL) == 8;
-      uint64_t sent = 0, slot = static_cast<uint64_t>(i);
-      while (ok && sent < each) {
-        uint64_t off = slot_offset(slot, size, region), n = std::min(size, each - sent), done = 0;
-        slot += static_cast<uint64_t>(streams);
-        while (ok && done < n) {
-          ssize_t w = send(fd, src + off + done, n - done, MSG_NOSIGNAL);
-          ok = w > 0;
-          if (ok) done += static_cast<uint64_t>(w);
-        }
-        sent += n;
+  Status connect_to(int port, int streams) {
+    for (int i = 0; i < streams; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        if (fd >= 0) close(fd);
+        return unavailable("cannot connect to the raw sink");
       }
-      char ack = 0;
-      ok = ok && recv(fd, &ack, 1, MSG_WAITALL) == 1;
-      if (!ok) all_ok.store(false);
-    });
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      fds_.push_back(fd);
+    }
+    return ok_status();
   }
-  for (auto& t : threads) t.join();
-  double secs = seconds_since(t0);
-  for (int fd : fds) close(fd);
-  if (!all_ok.load()) return unavailable("raw TCP stream to the sink failed");
-  return static_cast<double>(each * static_cast<uint64_t>(streams)) / secs / 1e9;
-}
+  Result<double> round(const std::byte* src, uint64_t region, uint64_t size, uint64_t total) {
+    const auto streams = static_cast<uint64_t>(fds_.size());
+    const uint64_t each = total / streams;
+    std::atomic<bool> all_ok{true};
+    auto t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (uint64_t i = 0; i < streams; ++i) {
+      threads.emplace_back([&, fd = fds_[i], i] {
+        bool ok = send(fd, &each, 8, MSG_NOSIGNAL) == 8;
+        uint64_t sent = 0, slot = i;
+        while (ok && sent < each) {
+          uint64_t off = slot_offset(slot, size, region), n = std::min(size, each - sent), done = 0;
+          slot += streams;
+          while (ok && done < n) {
+            ssize_t w = send(fd, src + off + done, n - done, MSG_NOSIGNAL);
+            ok = w > 0;
+            if (ok) done += static_cast<uint64_t>(w);
+          }
+          sent += n;
+        }
+        char ack = 0;
+        ok = ok && recv(fd, &ack, 1, MSG_WAITALL) == 1;
+        if (!ok) all_ok.store(false);
+      });
+    }
+    for (auto& t : threads) t.join();
+    double secs = seconds_since(t0);
+    if (!all_ok.load()) return unavailable("raw TCP stream to the sink failed");
+    return static_cast<double>(each * streams) / secs / 1e9;
+  }
+
+ private:
+  std::vector<int> fds_;
+};
 
 struct Spread {
   double median, lo, hi;
@@ -253,6 +264,7 @@ int run_link_bench(const LinkBenchArgs& a) {
   std::span<std::byte> scratch;
   std::optional<ChildProcess> sink;
   int sink_port = 0;
+  RawStreams raw;
   // ucx: compare with memcpy when UCX is told to use shared memory only, else with a plain TCP stream.
   const char* tls = std::getenv("UCX_TLS");
   const bool memcpy_ceiling_wanted =
@@ -270,6 +282,10 @@ int run_link_bench(const LinkBenchArgs& a) {
     auto line = sink->read_line(10000);
     if (!line.ok() || line->rfind("port ", 0) != 0) return fail("link bench: the raw TCP sink did not start");
     sink_port = std::stoi(line->substr(5));
+    if (Status st = raw.connect_to(sink_port, a.streams); !st.ok()) return fail(st.message());
+    // One untimed round so the streams start the measurements with grown windows, as the link's lanes do.
+    if (auto w = raw.round(local_bytes.data(), region, 1 << 20, uint64_t{64} << 20); !w.ok())
+      return fail(w.status().message());
   }
 
   std::printf(
@@ -293,7 +309,7 @@ int run_link_bench(const LinkBenchArgs& a) {
         ceil_gbps.push_back(memcpy_ceiling(local_bytes.data(), scratch.data(), region, size, a));
       } else {
         uint64_t total = std::max<uint64_t>(static_cast<uint64_t>(r->gbps * 1e9 * a.seconds), 4 * size);
-        auto c = tcp_ceiling(sink_port, local_bytes.data(), region, size, total, a.streams);
+        auto c = raw.round(local_bytes.data(), region, size, total);
         if (!c.ok()) return fail(c.status().message());
         ceil_gbps.push_back(*c);
       }
