@@ -37,5 +37,23 @@ TEST(BenchGenerate, RunsLongerThanTheContextOrOnAMissingBackendAreErrors) {
   EXPECT_NE(sub.exit_code, 0);
 }
 
+// `tessera link bench` between two real processes, each endpoint beside its same-run ceiling.
+TEST(LinkBench, ReportsEachSizeWithItsCeilingAndFraction) {
+  for (const char* endpoint : {"shm", "tcp"}) {
+    auto r = run_process({tessera_bin(), "link", "bench", "--endpoint", endpoint, "--sizes", "64K,1M", "--repeats", "2",
+                          "--seconds", "0.05"},
+                         120);
+    ASSERT_EQ(r.exit_code, 0) << endpoint << ": " << r.err;
+    EXPECT_NE(r.out.find(std::string("endpoint ") + endpoint), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("# ceiling: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("     64K "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("      1M "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("%\n"), std::string::npos) << "a fraction per size: " << r.out;
+  }
+  auto bad = run_process({tessera_bin(), "link", "bench", "--endpoint", "tcp", "--sizes", "banana"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_FALSE(bad.err.empty());
+}
+
 }  // namespace
 }  // namespace tessera
