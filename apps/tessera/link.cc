@@ -38,7 +38,7 @@ struct PeerArgs {
   int streams = 4;
   uint64_t split = 0;  // 0: the endpoint's default (shm 32 MiB, tcp and ucx 1 MiB)
   std::string ctrl;    // publish through the control plane (store spec)
-  int64_t ttl_ms = 2000;
+  int64_t ttl_ms = 3000;
 };
 
 void fill_pattern(std::span<std::byte> bytes, uint64_t seed) {

@@ -1,6 +1,6 @@
 // The "etcd" Store: etcd's v3 JSON gateway (grpc-gateway over HTTP/1.1; etcd 3.4 serves it under /v3/).
 // Keys and values travel base64-encoded; 64-bit integers come back as JSON strings. Lease TTLs are whole
-// seconds in etcd, so a TTL is rounded up to the next second.
+// seconds in etcd (see grant_lease for how a TTL in milliseconds maps onto them).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -122,10 +122,22 @@ std::vector<json> take_objects(std::string& buf) {
 
 class EtcdStore final : public Store {
  public:
+  static constexpr int64_t kMinTtlMs = 3000;
+
   explicit EtcdStore(std::string base) : base_(std::move(base)) {}
 
   Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
-    int64_t secs = std::max<int64_t>(1, (ttl.count() + 999) / 1000);
+    // etcd's leases are whole seconds, at least 2 (its minimum lease TTL), and its lessor checks for expiry
+    // every 500 ms, so a lease of S seconds ends up to S + 0.5 s after its last renewal. Granting
+    // floor((ttl - 1 s) / 1 s) seconds keeps the promise callers rely on, with 0.5 s to spare for a busy
+    // server: the entry is gone within `ttl`.
+    if (ttl.count() < kMinTtlMs) {
+      return invalid_argument(fmt::format(
+          "a lease TTL of {} ms is too short for etcd (leases last at least 2 s and expire up to 0.5 s late); "
+          "use at least {} ms",
+          ttl.count(), kMinTtlMs));
+    }
+    int64_t secs = (ttl.count() - 1000) / 1000;
     TS_ASSIGN_OR_RETURN(json r, call("/v3/lease/grant", {{"TTL", secs}}));
     int64_t id = to_i64(r, "ID");
     if (id == 0) return internal_error(fmt::format("etcd {} granted no lease: {}", base_, r.dump()));

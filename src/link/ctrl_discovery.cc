@@ -1,6 +1,6 @@
 // The "ctrl" discovery: agents publish their AgentInfo under /tessera/agents/<name> in a control-plane store
 // (ctrl::Store, embedded or etcd), kept alive by a lease (ctrl::Registration), and look peers up there.
-// Config: "<store spec> [ttl_ms=N]", e.g. "embedded=http://127.0.0.1:7070 ttl_ms=2000".
+// Config: "<store spec> [ttl_ms=N]", e.g. "embedded=http://127.0.0.1:7070 ttl_ms=3000".
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -65,7 +65,7 @@ Result<std::unique_ptr<Discovery>> make_ctrl_discovery(const std::string& config
   std::istringstream in(config);
   std::string spec, tok;
   in >> spec;
-  int64_t ttl_ms = 2000;
+  int64_t ttl_ms = 3000;
   while (in >> tok) {
     if (tok.rfind("ttl_ms=", 0) == 0) {
       try {

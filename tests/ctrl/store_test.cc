@@ -24,8 +24,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // etcd leases are whole seconds (and etcd checks expiry every 500 ms); the embedded store is exact.
-milliseconds ttl_for(const std::string& kind) { return kind == "etcd" ? milliseconds(1000) : milliseconds(600); }
-milliseconds slack_for(const std::string& kind) { return kind == "etcd" ? milliseconds(700) : milliseconds(100); }
+milliseconds ttl_for(const std::string& kind) { return kind == "etcd" ? milliseconds(3000) : milliseconds(600); }
+// Polling every 10 ms and one HTTP round trip: the entry itself must be gone within the TTL.
+milliseconds slack_for(const std::string&) { return milliseconds(50); }
 
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -85,6 +86,15 @@ TEST_P(StoreTest, LeaseKeepsEntryAliveAndExpiryRemovesItWithinTheTtl) {
   EXPECT_LE(since_renewal, ttl + slack_for(GetParam()))
       << "expired " << since_renewal.count() << " ms after the last renewal";
   EXPECT_EQ(client_->keep_alive(l).code(), StatusCode::kNotFound);
+}
+
+TEST_P(StoreTest, TtlsTheStoreCannotHonourAreRefused) {
+  EXPECT_EQ(client_->grant_lease(milliseconds(0)).code(), StatusCode::kInvalidArgument);
+  if (GetParam() == "etcd") {
+    auto short_ttl = client_->grant_lease(milliseconds(2000));  // etcd's minimum lease is 2 s, expiring late
+    ASSERT_EQ(short_ttl.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(short_ttl.status().message().find("at least 3000 ms"), std::string::npos) << short_ttl.status().message();
+  }
 }
 
 TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
