@@ -89,10 +89,10 @@ TEST_P(StoreTest, LeaseKeepsEntryAliveAndExpiryRemovesItWithinTheTtl) {
 }
 
 TEST_P(StoreTest, TtlsTheStoreCannotHonourAreRefused) {
-  EXPECT_EQ(client_->grant_lease(milliseconds(0)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->grant_lease(milliseconds(0)).status().code(), StatusCode::kInvalidArgument);
   if (GetParam() == "etcd") {
     auto short_ttl = client_->grant_lease(milliseconds(2000));  // etcd's minimum lease is 2 s, expiring late
-    ASSERT_EQ(short_ttl.code(), StatusCode::kInvalidArgument);
+    ASSERT_EQ(short_ttl.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(short_ttl.status().message().find("at least 3000 ms"), std::string::npos) << short_ttl.status().message();
   }
 }
