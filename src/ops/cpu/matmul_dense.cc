@@ -1,7 +1,9 @@
-// Matrix products with f32, f16 and bf16 weights. Weight rows are taken four at a time and every
-// activation row is multiplied against those four while they sit in L1, so each weight byte is read from
-// memory once per block of activation rows (decode is bandwidth-bound: that is the whole game). f32
-// products with many activation rows (prefill) go to OpenBLAS's sgemm instead.
+// Matrix products with f32, f16 and bf16 weights. With a few activation rows (decode) each weight row is
+// streamed once, front to back, against every activation row: decode is bandwidth-bound and a single
+// sequential stream per thread is what the prefetcher serves fastest. With more rows, weight rows are taken
+// four at a time and every activation row is multiplied against those four while they sit in L1, so each
+// weight byte is read from memory once per block of activation rows. f32 products with many activation rows
+// (prefill) go to OpenBLAS's sgemm instead.
 #include <algorithm>
 
 #include <cblas.h>
@@ -16,6 +18,7 @@ namespace {
 constexpr int64_t kTile = 4;          // weight rows per tile
 constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while the weights stream past
 constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
+constexpr int64_t kSmallBatch = 4;    // fewer activation rows than this: row-by-row dot products
 
 template <typename W>
 void tile4(const W* w, int64_t k, const float* x, float* out) {
@@ -57,6 +60,17 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
   const float* x = data<const float>(op.x);
   const W* w = data<const W>(op.w);
   float* out = data<float>(op.out);
+  if (n < kSmallBatch) {
+    // Decode: one weight row at a time, streamed front to back. Interleaving four rows (the tile below) looks
+    // cheaper but ran at 40% of this speed here: the hardware prefetcher follows one sequential stream far
+    // better than four short ones (f16, 2048 x 768, one thread: 10 GB/s tiled vs 24 GB/s row by row, equal
+    // to a plain read of the same bytes).
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < n; ++r) out[r * m + i] = dot(w + i * k, x + r * k, k);
+    }
+    return;
+  }
   const int64_t tiles = (m + kTile - 1) / kTile;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);

@@ -1,8 +1,9 @@
 // Matrix products with GGUF q8_0 and q4_0 weights. The activation row is quantised once to int8 blocks
 // of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without VNNI
 // that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits)
-// and madd (pairs to int32), one int->float conversion and one FMA with the two scales per block. Weight
-// rows are taken four at a time so the activation block is loaded once for four rows.
+// and madd (pairs to int32), one int->float conversion and one FMA with the two scales per block. Decode
+// (a few activation rows) streams one weight row at a time; larger batches take weight rows four at a time
+// so the activation block is loaded once for four rows.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,6 +16,7 @@ namespace {
 
 constexpr int64_t kTile = 4;
 constexpr int64_t kRowBlock = 64;
+constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: row-by-row dot products
 
 struct QuantRows {
   std::vector<int8_t> q;  // n * k
@@ -99,12 +101,47 @@ void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* x
   }
 }
 
+// dot(one weight row of `nb` blocks, x), two accumulators so consecutive blocks do not wait on each other.
+template <typename B>
+float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd) {
+  int64_t b = 0;
+  float s = 0.0f;
+#if defined(__AVX2__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (b + 1) * kQuantBlock));
+    a0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[b].d) * xd[b]), dot_i8(weights_i8(w[b]), x0), a0);
+    a1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[b + 1].d) * xd[b + 1]), dot_i8(weights_i8(w[b + 1]), x1), a1);
+  }
+  s = hsum(_mm256_add_ps(a0, a1));
+#endif
+  for (; b < nb; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(w[b], i) * xq[b * kQuantBlock + i];
+    s += scale(w[b].d) * xd[b] * static_cast<float>(acc);
+  }
+  return s;
+}
+
 template <typename B>
 void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0), nb = k / kQuantBlock;
   const B* w = data<const B>(op.w);
   float* out = data<float>(op.out);
   const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+  if (n < kSmallBatch) {
+    // Decode: one weight row at a time, front to back (see matmul_dense.cc: one sequential stream per thread
+    // is what the prefetcher serves; q8_0 2048 x 768 on one thread ran 5.7 GB/s tiled, 27 GB/s row by row).
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < n; ++r) {
+        const float v = row_dot(w + i * nb, nb, xq.q.data() + r * k, xq.d.data() + r * nb);
+        out[r * m + i] = bias ? v + bias[i] : v;
+      }
+    }
+    return;
+  }
   const int64_t tiles = (m + kTile - 1) / kTile;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
