@@ -30,6 +30,31 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
 #pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 256)
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * kQuantBlock;
+#if defined(__AVX2__)
+    {
+      // Same result as the scalar loop below: cvtps rounds to nearest even, as nearbyint does by default.
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      __m256 v[4], m = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float d = _mm_cvtss_f32(h) / 127.0f;
+      const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      out.d[static_cast<size_t>(b)] = d;
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
+      const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
+      // packs work within 128-bit lanes; the permute puts the 32 bytes back in order.
+      const __m256i p16a = _mm256_packs_epi32(i0, i1), p16b = _mm256_packs_epi32(i2, i3);
+      const __m256i p8 =
+          _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + b * kQuantBlock), p8);
+      continue;
+    }
+#endif
     float amax = 0.0f;
     for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
     const float d = amax / 127.0f;
