@@ -44,7 +44,7 @@ uint64_t checksum64(const void* data, size_t length) {
   }
   a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
   unsigned char tail[64] = {};
-  std::memcpy(tail, p + i, length - i);
+  if (length > i) std::memcpy(tail, p + i, length - i);  // p may be null when length is 0
   for (int k = 0; k < 4; ++k) {
     V w;
     std::memcpy(&w, tail + 16 * k, 16);
