@@ -1,14 +1,16 @@
 // `tessera fault-load`: the load driver of scripts/fault-suite.sh. C clients each send R streamed greedy
 // completions through a router, optionally run a fault command (kill a node, cut a link...) once N requests
-// have completed, and account for every token: each request's tokens (one per logprobs entry, the OpenAI way
-// of listing the tokens a client was sent) are compared with a fault-free reference run, so a lost or
-// repeated token is counted exactly (by longest common subsequence). The summary is JSON on stdout (and a
+// have completed, and account for every token: the driver asks for token ids (`x-tessera-token-ids: 1`, which
+// the router honours by forwarding, just before each data chunk, the ids of the tokens that chunk carries;
+// serve/resume.h), and each request's ids and text are compared with a fault-free reference run, so a lost
+// or repeated token is counted exactly (by longest common subsequence). The summary is JSON on stdout (and a
 // markdown row for docs/faults.md with --row LABEL).
 //
-// Recovery time: from the start of the fault command until every request in flight at that moment has ended
-// and a request sent after it has succeeded (an upper bound: it includes the normal remainder of requests
-// the fault did not touch). Latency phases: "before" ended before the fault, "after" started once recovered,
-// "during" everything else.
+// Recovery time: from the start of the fault command until the last request it disturbed has ended: every
+// request in flight at that moment, and every later one that failed or was slow (latency above twice the
+// pre-fault p99, and at least 250 ms above it), and at least one request sent after the fault has succeeded.
+// It is an upper bound: it includes the normal remainder of in-flight requests the fault did not touch.
+// Latency phases: "before" ended before the fault, "after" started once recovered, "during" the rest.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -61,7 +63,8 @@ std::string prompt_for(int i) { return fmt::format("{} {}", kStarters[i % 6], i 
 struct Outcome {
   double start = 0, end = 0;  // seconds since the run began
   bool ok = false;
-  std::vector<std::string> tokens;
+  std::vector<std::string> tokens;  // token ids, as text
+  std::string text;
   int usage_tokens = -1;
   std::string error;
 };
@@ -75,7 +78,6 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
                                 {"max_tokens", a.max_tokens},
                                 {"temperature", 0},
                                 {"ignore_eos", true},
-                                {"logprobs", 0},
                                 {"stream", true},
                                 {"stream_options", {{"include_usage", true}}}}
                                .dump();
@@ -84,6 +86,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
     int status = 0;
     std::string buffer, finish;
     o.tokens.clear();
+    o.text.clear();
     auto on_headers = [&](const http::Response& h) {
       headers = true;
       status = h.status;
@@ -94,6 +97,15 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
       for (size_t end = buffer.find("\n\n"); end != std::string::npos; end = buffer.find("\n\n")) {
         std::string ev = buffer.substr(0, end);
         buffer.erase(0, end + 2);
+        if (ev.rfind(": tessera-tokens ", 0) == 0) {
+          for (size_t at = 17; at < ev.size();) {
+            size_t comma = ev.find(',', at);
+            if (comma == std::string::npos) comma = ev.size();
+            o.tokens.push_back(ev.substr(at, comma - at));
+            at = comma + 1;
+          }
+          continue;
+        }
         if (ev.rfind("data: ", 0) != 0) continue;
         if (ev == "data: [DONE]") {
           done = true;
@@ -109,9 +121,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
         if (j.contains("usage") && j["usage"].is_object()) o.usage_tokens = j["usage"].value("completion_tokens", -1);
         if (!j.contains("choices")) continue;
         for (const auto& c : j["choices"]) {
-          if (c.contains("logprobs") && c["logprobs"].is_object()) {
-            for (const auto& t : c["logprobs"]["tokens"]) o.tokens.push_back(t.get<std::string>());
-          }
+          if (c.contains("text") && c["text"].is_string()) o.text += c["text"].get<std::string>();
           if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish = c["finish_reason"];
         }
       }
@@ -119,7 +129,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
     };
     auto r = http::fetch_streaming({.method = "POST",
                                     .url = a.url + "/v1/completions",
-                                    .headers = {{"Content-Type", "application/json"}},
+                                    .headers = {{"Content-Type", "application/json"}, {"x-tessera-token-ids", "1"}},
                                     .body = body,
                                     .timeout_ms = 120000},
                                    on_headers, on_chunk);
@@ -167,6 +177,7 @@ std::string lat(const json& p) {
 int run_load(const LoadArgs& a) {
   const int total = a.clients * a.requests;
   std::map<int, std::vector<std::string>> want;
+  std::map<int, std::string> want_text;
   if (!a.reference.empty()) {
     std::ifstream in(a.reference);
     if (!in) return fail(fmt::format("cannot read the reference {}", a.reference));
@@ -174,6 +185,7 @@ int run_load(const LoadArgs& a) {
       json j = json::parse(line, nullptr, false);
       if (!j.is_object()) return fail(fmt::format("{}: a line is not JSON: {}", a.reference, line.substr(0, 80)));
       want[j["i"].get<int>()] = j["tokens"].get<std::vector<std::string>>();
+      want_text[j["i"].get<int>()] = j.value("text", "");
     }
     for (int i = 0; i < total; ++i) {
       if (!want.count(i)) return fail(fmt::format("{} has no request {}; rerun the reference", a.reference, i));
@@ -208,9 +220,10 @@ int run_load(const LoadArgs& a) {
 
   if (!a.write_reference.empty()) {
     std::ofstream f(a.write_reference);
-    for (int i = 0; i < total; ++i) f << json{{"i", i}, {"tokens", out[i].tokens}}.dump() << "\n";
+    for (int i = 0; i < total; ++i)
+      f << json{{"i", i}, {"tokens", out[i].tokens}, {"text", out[i].text}}.dump() << "\n";
   }
-  int ok = 0, failed = 0, mismatched = 0, usage_wrong = 0;
+  int ok = 0, failed = 0, mismatched = 0, usage_wrong = 0, text_wrong = 0;
   int64_t lost = 0, dup = 0, tokens = 0;
   std::map<std::string, int> errors;
   for (int i = 0; i < total; ++i) {
@@ -227,6 +240,7 @@ int run_load(const LoadArgs& a) {
       lost += l;
       dup += d;
       mismatched += (l + d) > 0;
+      text_wrong += o.ok && o.text != want_text[i];
     }
   }
   // Recovery and latency phases.
@@ -234,12 +248,21 @@ int run_load(const LoadArgs& a) {
   double recovered = -1;
   std::vector<double> before, during, after;
   if (f >= 0) {
-    double in_flight_end = f, first_new_ok = -1;
+    std::vector<double> pre;
     for (const Outcome& o : out) {
-      if (o.start <= f && o.end >= f) in_flight_end = std::max(in_flight_end, o.end);
-      if (o.start > f && o.ok && (first_new_ok < 0 || o.end < first_new_ok)) first_new_ok = o.end;
+      if (o.ok && o.end < f) pre.push_back(o.end - o.start);
     }
-    recovered = first_new_ok < 0 ? -1 : std::max(in_flight_end, first_new_ok);
+    std::sort(pre.begin(), pre.end());
+    const double p99 = pre.empty() ? 0 : pre[std::min(pre.size() - 1, static_cast<size_t>(0.99 * (pre.size() - 1) + 0.5))];
+    const double slow = std::max(2 * p99, p99 + 0.25);
+    double disturbed_end = f, first_new_ok = -1;
+    for (const Outcome& o : out) {
+      if (o.end < f) continue;
+      const bool in_flight = o.start <= f;
+      if (in_flight || !o.ok || o.end - o.start > slow) disturbed_end = std::max(disturbed_end, o.end);
+      if (!in_flight && o.ok && (first_new_ok < 0 || o.end < first_new_ok)) first_new_ok = o.end;
+    }
+    recovered = first_new_ok < 0 ? -1 : std::max(disturbed_end, first_new_ok);
   }
   for (const Outcome& o : out) {
     const double latency = o.end - o.start;
@@ -260,6 +283,7 @@ int run_load(const LoadArgs& a) {
                   {"duplicated_tokens", want.empty() ? json() : json(dup)},
                   {"mismatched_requests", want.empty() ? json() : json(mismatched)},
                   {"usage_mismatches", usage_wrong},
+                  {"text_mismatches", want.empty() ? json() : json(text_wrong)},
                   {"fault_at_s", f < 0 ? json() : json(f)},
                   {"recovery_s", recovered < 0 ? json() : json(recovered - f)},
                   {"latency_before", percentiles(before)},
@@ -270,10 +294,11 @@ int run_load(const LoadArgs& a) {
   std::printf("%s\n", summary.dump().c_str());
   if (!a.row.empty()) {
     const std::string rec = f < 0 ? "-" : recovered < 0 ? "never" : fmt::format("{:.2f}", recovered - f);
-    std::printf("ROW | %s | %d | %d | %d | %s | %s | %d | %s | %s | %s | %s |\n", a.row.c_str(), total, ok, failed,
+    std::printf("ROW | %s | %d | %d | %d | %s | %s | %s | %d | %s | %s | %s | %s |\n", a.row.c_str(), total, ok, failed,
                 want.empty() ? "-" : std::to_string(lost).c_str(), want.empty() ? "-" : std::to_string(dup).c_str(),
-                usage_wrong, rec.c_str(), lat(summary["latency_before"]).c_str(),
-                lat(summary["latency_during"]).c_str(), lat(summary["latency_after"]).c_str());
+                want.empty() ? "-" : std::to_string(text_wrong).c_str(), usage_wrong, rec.c_str(),
+                lat(summary["latency_before"]).c_str(), lat(summary["latency_during"]).c_str(),
+                lat(summary["latency_after"]).c_str());
   }
   std::fflush(stdout);
   return 0;

@@ -57,6 +57,7 @@ struct Call {
   std::string request_id;
   std::string session_id;
   bool stream = false;
+  bool token_ids = false;  // the client asked for token-id comments (serve/resume.h)
   RouteRequest route;
   int64_t reserved_tokens = 0;
   SteadyTime::time_point start = SteadyTime::now();
@@ -281,7 +282,7 @@ struct Gateway::Impl {
                               {{"x-request-id", c->request_id}});
       return true;
     };
-    StreamTracker tracker;  // token ids seen, for continuing elsewhere if this node dies (migration.h)
+    StreamTracker tracker(c->token_ids);  // token ids seen, for continuing elsewhere if this node dies (migration.h)
     auto on_chunk = [&](std::string_view piece) {
       if (c->client_gone) return false;
       generated += count_events(piece);
@@ -390,6 +391,7 @@ struct Gateway::Impl {
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
+    c->token_ids = r.header(serve::kTokenIdsHeader) == "1";
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;

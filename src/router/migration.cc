@@ -48,6 +48,7 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
     if (parse_ids(ev.substr(comment.size()), ids)) tentative_.insert(tentative_.end(), ids.begin(), ids.end());
     return;  // ours: never forwarded
   }
+  const size_t at = out.size();  // where this event starts in `out` (its comment goes before it)
   out.append(ev.data(), ev.size());
   out += "\n\n";
   constexpr std::string_view kData = "data: ";
@@ -77,6 +78,7 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
   }
   const bool committed = !tentative_.empty() || !tokens_.empty();
   if (!tentative_.empty()) {
+    if (forward_ids_) out.insert(at, serve::token_comment(tentative_));
     tokens_.insert(tokens_.end(), tentative_.begin(), tentative_.end());
     tentative_.clear();
   }

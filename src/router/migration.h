@@ -8,6 +8,8 @@
 // migrate_stream() sends the original body plus `tessera_resume` (those tokens, that byte count) to another
 // node, which appends the tokens to the prompt, counts them against max_tokens and continues the stream.
 //
+// A client that sends `x-tessera-token-ids: 1` itself gets the comments of the tokens it was sent.
+//
 // A stream cannot migrate after an error event, or when text was forwarded without token ids (a node that
 // does not speak the extension); it then ends with an SSE error event as before.
 //
@@ -27,6 +29,10 @@ namespace tessera::router {
 
 class StreamTracker {
  public:
+  // forward_ids: the client asked for token ids itself (a load driver counting tokens): each committed
+  // token-id comment is forwarded just before its data event.
+  explicit StreamTracker(bool forward_ids = false) : forward_ids_(forward_ids) {}
+
   // Takes bytes from the upstream; returns the complete events to forward (token-id comments removed).
   std::string feed(std::string_view piece);
   bool done() const { return done_; }          // [DONE] went through
@@ -40,6 +46,7 @@ class StreamTracker {
  private:
   void event(std::string_view ev, std::string& out);
 
+  bool forward_ids_ = false;
   std::string buffer_;
   std::vector<int32_t> tentative_;  // from the last comment, committed with the next data event
   std::vector<int32_t> tokens_;     // tokens whose data chunk was forwarded

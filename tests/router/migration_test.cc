@@ -72,3 +72,17 @@ TEST(StreamTracker, TextWithoutTokenIdsCannotBeResumed) {
 
 }  // namespace
 }  // namespace tessera::router
+
+namespace tessera::router {
+namespace {
+
+TEST(StreamTracker, AClientThatAsksForTokenIdsGetsThoseOfTheChunksItWasSent) {
+  StreamTracker t(/*forward_ids=*/true);
+  std::string out = t.feed(
+      ": tessera-tokens 5,6\n\ndata: {\"choices\":[{\"text\":\"ab\",\"finish_reason\":null}]}\n\n"
+      ": tessera-tokens 7\n\n");
+  EXPECT_EQ(out, ": tessera-tokens 5,6\n\ndata: {\"choices\":[{\"text\":\"ab\",\"finish_reason\":null}]}\n\n");
+}
+
+}  // namespace
+}  // namespace tessera::router
