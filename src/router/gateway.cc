@@ -347,7 +347,6 @@ struct Gateway::Impl {
     hooks.client_gone = [&] { return c->client_gone.load(); };
     hooks.exchange = [&](const std::string& url, const std::string& body,
                          const std::function<bool(std::string_view)>& on_chunk) -> Status {
-      metrics.retry();
       registry.begin(url, c->reserved_tokens);
       const CancelFlag cancel = begin_attempt(*c, url);
       http::ClientRequest req = upstream_request(*c, url, cancel);
@@ -367,7 +366,9 @@ struct Gateway::Impl {
       if (status != 200) return unavailable(fmt::format("{} answered {} to the continuation", url, status));
       return ok_status();
     };
-    return migrate_stream(tracker, c->body, tried, options.max_attempts, hooks);
+    Status s = migrate_stream(tracker, c->body, tried, options.max_attempts, hooks);
+    metrics.migration(s.ok());
+    return s;
   }
 
   // ---- handlers -------------------------------------------------------------------------------------------

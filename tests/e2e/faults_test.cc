@@ -3,6 +3,7 @@
 // the client gets a clean error. The load version of these scenarios is scripts/fault-suite.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -194,7 +195,8 @@ TEST_F(Faults, ANodeKilledMidStreamLosesAndRepeatsNoToken) {
     for (int i = 0; i < kStreams; ++i) ts.emplace_back([&, i] { want[i] = stream(router.url, prompt(i), kTokens); });
     for (auto& t : ts) t.join();
   }
-  const double retries_before = metric(router.url, "tessera_router_retries_total");
+  const double migrated_before =
+      std::max(0.0, metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
   std::atomic<int> progress{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i) {
@@ -204,7 +206,7 @@ TEST_F(Faults, ANodeKilledMidStreamLosesAndRepeatsNoToken) {
   while (progress < kStreams && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(a.proc->stop(SIGKILL), 128 + SIGKILL);
   for (auto& t : ts) t.join();
-  const double migrated = metric(router.url, "tessera_router_retries_total") - retries_before;
+  const double migrated = metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
   std::printf("streams continued elsewhere: %.0f\n", migrated);
   EXPECT_GE(migrated, 1.0) << "the kill landed after every stream had ended: nothing was tested";
   for (int i = 0; i < kStreams; ++i) {

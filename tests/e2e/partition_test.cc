@@ -165,7 +165,8 @@ TEST(Partition, ACutLinkEjectsTheNodeAndItsStreamsContinueElsewhere) {
       ts.emplace_back([&, i] { want[i] = stream(router_url, prompt(i), kTokens, nullptr); });
     for (auto& t : ts) t.join();
   }
-  const double retries_before = metric(router_url, "tessera_router_retries_total");
+  const double migrated_before =
+      std::max(0.0, metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
   std::atomic<int> progress{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i)
@@ -176,7 +177,8 @@ TEST(Partition, ACutLinkEjectsTheNodeAndItsStreamsContinueElsewhere) {
   ASSERT_TRUE(net.cut(1));
   for (auto& t : ts) t.join();
   const double recovered_s = std::chrono::duration<double>(Time::now() - cut_at).count();
-  const double continued = metric(router_url, "tessera_router_retries_total") - retries_before;
+  const double continued =
+      metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
   double stall_s = 0;
   for (const Streamed& g : got) stall_s = std::max(stall_s, g.max_gap_s);
   std::printf("link cut; longest stall of a stream %.2f s; every stream done %.2f s later; %.0f continued elsewhere\n",
