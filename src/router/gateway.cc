@@ -286,6 +286,7 @@ struct Gateway::Impl {
     auto on_chunk = [&](std::string_view piece) {
       if (c->client_gone) return false;
       generated += count_events(piece);
+      if (status != 200) return c->writer->write(std::string(piece));  // an error body, not SSE
       std::string out = tracker.feed(piece);
       return out.empty() || c->writer->write(out);
     };
@@ -333,6 +334,7 @@ struct Gateway::Impl {
       finish(*c, 200);
       return true;
     }
+    if (std::string rest = tracker.take_rest(); !rest.empty()) c->writer->write(rest);
     c->writer->end();
     finish(*c, c->client_gone ? 499 : status);
     return true;

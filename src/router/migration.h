@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -40,6 +41,8 @@ class StreamTracker {
   bool failed() const { return failed_; }      // an error event went through
   bool resumable() const;
   size_t tokens() const { return tokens_.size(); }
+  // Bytes after the last complete event (forwarded as they are when a stream ends normally).
+  std::string take_rest() { return std::exchange(buffer_, std::string()); }
   // The original request body with `tessera_resume` added (InvalidArgument if the body is not JSON).
   Result<std::string> resume_body(std::string_view original_body) const;
 

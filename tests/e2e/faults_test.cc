@@ -225,6 +225,22 @@ TEST_F(Faults, ANodeKilledMidStreamLosesAndRepeatsNoToken) {
   }
 }
 
+// The router tracks streams for migration; an error answer to a streamed request is not a stream and must
+// reach the client whole.
+TEST_F(Faults, AStreamedRequestsErrorAnswerPassesThroughWhole) {
+  Proc node = start_node({});
+  Proc router = start({"route", "--port", "0", "--nodes", node.url});
+  auto r = http::fetch({.method = "POST",
+                        .url = router.url + "/v1/completions",
+                        .headers = {{"Content-Type", "application/json"}},
+                        .body = json{{"model", "no-such-model"}, {"prompt", "Hi"}, {"stream", true}}.dump()});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->status, 404);
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  EXPECT_EQ(j["error"]["code"], "model_not_found") << r->body;
+}
+
 TEST_F(Faults, WithNoSecondNodeAKilledStreamEndsWithACleanError) {
   Proc only = start_node({});
   Proc router = start({"route", "--port", "0", "--nodes", only.url});
