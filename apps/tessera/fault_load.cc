@@ -253,7 +253,8 @@ int run_load(const LoadArgs& a) {
       if (o.ok && o.end < f) pre.push_back(o.end - o.start);
     }
     std::sort(pre.begin(), pre.end());
-    const double p99 = pre.empty() ? 0 : pre[std::min(pre.size() - 1, static_cast<size_t>(0.99 * (pre.size() - 1) + 0.5))];
+    const double p99 =
+        pre.empty() ? 0 : pre[std::min(pre.size() - 1, static_cast<size_t>(0.99 * (pre.size() - 1) + 0.5))];
     const double slow = std::max(2 * p99, p99 + 0.25);
     double disturbed_end = f, first_new_ok = -1;
     for (const Outcome& o : out) {
