@@ -246,13 +246,14 @@ struct NodeServer::Impl {
     }
     const bool report_tokens = c.token_ids && !o.tokens.empty();
     if (o.text.empty() && o.logprobs.empty() && !report_tokens) return;
-    if (report_tokens) c.writer->write(token_comment(o.tokens));
     json lp = c.req.generation.logprobs >= 0 && !o.logprobs.empty() ? logprobs_json(c, o.logprobs, o.token_texts)
                                                                     : json(nullptr);
     json choice =
         c.req.chat ? json{{"index", 0}, {"delta", {{"content", o.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
                    : json{{"index", 0}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
-    c.writer->write("data: " + dump(chunk(c, choice)) + "\n\n");
+    // The token ids and their chunk go out in one write, so they reach the router together.
+    c.writer->write((report_tokens ? token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
+                    "\n\n");
   }
 
   void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
