@@ -340,7 +340,7 @@ struct NodeServer::Impl {
       call->text = echo_text;
     }
     auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
-    if (r.generation.max_tokens <= 0) {  // a resumed request whose tokens were all generated already
+    if (call->resumed > 0 && r.generation.max_tokens <= 0) {  // every token was generated already
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
       o.prompt_tokens = static_cast<int>(r.generation.prompt.size());

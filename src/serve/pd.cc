@@ -273,8 +273,10 @@ struct PdService::Impl {
       return desc.status();
     }
     Status last = unavailable("no prefill node configured");
+    // Each attempt of this request goes to a different prefill node, whatever other requests do meanwhile.
+    const size_t first = next_prefill++;
     for (size_t attempt = 0; attempt < options.prefill_urls.size(); ++attempt) {
-      const std::string& url = options.prefill_urls[(next_prefill++) % options.prefill_urls.size()];
+      const std::string& url = options.prefill_urls[(first + attempt) % options.prefill_urls.size()];
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       json body = {{"prompt", gen.prompt},
                    {"export_from", hit.cached_tokens},
