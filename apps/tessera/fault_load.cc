@@ -8,8 +8,9 @@
 //
 // Recovery time: from the start of the fault command until the last request it disturbed has ended: every
 // request in flight at that moment, and every later one that failed or was slow (latency above twice the
-// pre-fault p99, and at least 250 ms above it), and at least one request sent after the fault has succeeded.
-// It is an upper bound: it includes the normal remainder of in-flight requests the fault did not touch.
+// pre-fault p99, and at least 250 ms above it) sent before the first run of C consecutive healthy requests
+// (C = clients); and at least one request sent after the fault has succeeded. It is an upper bound: it
+// includes the normal remainder of in-flight requests the fault did not touch.
 // Latency phases: "before" ended before the fault, "after" started once recovered, "during" the rest.
 #include <CLI/CLI.hpp>
 
@@ -256,12 +257,28 @@ int run_load(const LoadArgs& a) {
     const double p99 =
         pre.empty() ? 0 : pre[std::min(pre.size() - 1, static_cast<size_t>(0.99 * (pre.size() - 1) + 0.5))];
     const double slow = std::max(2 * p99, p99 + 0.25);
+    // Requests sent after the fault, by start time. The disturbance ends with the first run of `clients`
+    // consecutive healthy ones (succeeded, not slow): a lone slow request later on is the machine's noise
+    // (it happens without faults too), not the fault's.
+    std::vector<const Outcome*> later;
     double disturbed_end = f, first_new_ok = -1;
     for (const Outcome& o : out) {
-      if (o.end < f) continue;
-      const bool in_flight = o.start <= f;
-      if (in_flight || !o.ok || o.end - o.start > slow) disturbed_end = std::max(disturbed_end, o.end);
-      if (!in_flight && o.ok && (first_new_ok < 0 || o.end < first_new_ok)) first_new_ok = o.end;
+      if (o.start <= f && o.end >= f) disturbed_end = std::max(disturbed_end, o.end);  // in flight at the fault
+      if (o.start > f) later.push_back(&o);
+      if (o.start > f && o.ok && (first_new_ok < 0 || o.end < first_new_ok)) first_new_ok = o.end;
+    }
+    std::sort(later.begin(), later.end(), [](const Outcome* x, const Outcome* y) { return x->start < y->start; });
+    auto healthy = [&](const Outcome* o) { return o->ok && o->end - o->start <= slow; };
+    size_t run = 0, settled = later.size();
+    for (size_t i = 0; i < later.size(); ++i) {
+      run = healthy(later[i]) ? run + 1 : 0;
+      if (run == static_cast<size_t>(a.clients)) {
+        settled = i + 1 - run;
+        break;
+      }
+    }
+    for (size_t i = 0; i < settled; ++i) {
+      if (!healthy(later[i])) disturbed_end = std::max(disturbed_end, later[i]->end);
     }
     recovered = first_new_ok < 0 ? -1 : std::max(disturbed_end, first_new_ok);
   }
