@@ -252,7 +252,10 @@ sc_link() {  # link faults on prefill node p1's KV writes, throughout the run (p
   local f="$1"
   local label="link ${f%%=*} (${f#*=} of p1's link operations)"
   pd_cluster "over=shm,seed=11,$f" && load "$label"
-  echo "link ${f%%=*}: $(pd_counters)" >>"$NOTES"
+  local extra=""
+  [ "${f%%=*}" = drop ] && extra=" (a dropped completion tag costs the decode node its 2 s tag grace before it redoes the transfer: the p99)"
+  [ "${f%%=*}" = corrupt ] && extra=" (every corrupted transfer caught by its checksum and redone on p2)"
+  echo "link ${f%%=*}: $(pd_counters)$extra" >>"$NOTES"
   check "$label" redundant
 }
 sc_link_corrupt() { sc_link "corrupt=p:0.3"; }
@@ -326,7 +329,7 @@ done
   echo "# Fault-injection report"
   echo
   echo "Written by \`scripts/fault-suite.sh$([ $quick = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'),"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')."
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!docs/faults.md' 2>/dev/null || echo ' (with local changes)')."
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); every process on this one host."
   echo "Load per scenario: $clients clients x $requests streamed greedy completions of $tokens tokens (EOS ignored) through"
   echo "\`tessera route\` (round robin; probes every 250 ms, 500 ms timeout, 2 failures eject), model stories260K on the"
