@@ -241,6 +241,66 @@ TEST_F(Faults, AStreamedRequestsErrorAnswerPassesThroughWhole) {
   EXPECT_EQ(j["error"]["code"], "model_not_found") << r->body;
 }
 
+// A node continues a stream from tessera_resume: the tokens count against max_tokens, usage counts them as
+// completion tokens, and a malformed resume is a 400 naming the field.
+TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
+  Proc node = start_node({});
+  const std::string prompt = "Once upon a time";
+  const Streamed whole = stream(node.url, prompt, 12);
+  ASSERT_TRUE(whole.status.ok());
+  auto post = [&](const json& resume) {
+    return http::fetch({.method = "POST",
+                        .url = node.url + "/v1/completions",
+                        .headers = {{"Content-Type", "application/json"}},
+                        .body = json{{"model", "stories260K"},
+                                     {"prompt", prompt},
+                                     {"max_tokens", 12},
+                                     {"temperature", 0},
+                                     {"ignore_eos", true},
+                                     {"tessera_resume", resume}}
+                                    .dump()});
+  };
+  // The first 5 tokens' ids, from the node itself (token-id comments), then the rest from a resume.
+  std::vector<int> ids;
+  {
+    std::string buffer;
+    auto r = http::fetch_streaming({.method = "POST",
+                                    .url = node.url + "/v1/completions",
+                                    .headers = {{"Content-Type", "application/json"}, {"x-tessera-token-ids", "1"}},
+                                    .body = json{{"model", "stories260K"},
+                                                 {"prompt", prompt},
+                                                 {"max_tokens", 5},
+                                                 {"temperature", 0},
+                                                 {"ignore_eos", true},
+                                                 {"stream", true}}
+                                                .dump()},
+                                   [&](std::string_view piece) {
+                                     buffer.append(piece);
+                                     return true;
+                                   });
+    ASSERT_TRUE(r.ok());
+    for (size_t at = buffer.find(": tessera-tokens "); at != std::string::npos;
+         at = buffer.find(": tessera-tokens ", at + 1)) {
+      ids.push_back(std::stoi(buffer.substr(at + 17)));
+    }
+  }
+  ASSERT_EQ(ids.size(), 5u);
+  auto r = post({{"tokens", ids}, {"text_bytes", 0}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], whole.text) << "text_bytes 0: the resumed tokens' text comes first";
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], whole.prompt_tokens);
+  for (const json& bad :
+       {json{{"tokens", {1, 999999}}}, json{{"tokens", "x"}}, json{{"tokens", {1}}, {"text_bytes", -1}}}) {
+    auto e = post(bad);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->status, 400) << bad.dump();
+    EXPECT_NE(e->body.find("tessera_resume"), std::string::npos) << e->body;
+  }
+}
+
 TEST_F(Faults, WithNoSecondNodeAKilledStreamEndsWithACleanError) {
   Proc only = start_node({});
   Proc router = start({"route", "--port", "0", "--nodes", only.url});
