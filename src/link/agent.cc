@@ -58,8 +58,8 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     for (const std::string& n : options_.endpoints) {
       TS_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> e, make_endpoint(n, config));
       TS_ASSIGN_OR_RETURN(std::string address, e->listen(*this));
-      default_split_[n] = e->caps().default_split;
-      info_.addresses.push_back({n, address});
+      default_split_[std::string(e->name())] = e->caps().default_split;
+      info_.addresses.push_back({std::string(e->name()), address});  // a wrapper (faulty) answers for what it wraps
       endpoints_.push_back(std::move(e));
     }
     if (options_.discovery) TS_RETURN_IF_ERROR(options_.discovery->publish(info_));

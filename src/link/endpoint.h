@@ -28,6 +28,7 @@ struct LinkOptions {
   int streams = 4;               // connections striped per peer (lanes)
   uint64_t split_threshold = 0;  // assignments longer than this are split into chunks; 0: the endpoint default
   uint64_t max_inflight_bytes = 64ull << 20;  // per peer; more waits in a queue (backpressure)
+  std::string faults;  // the faulty endpoint's schedule (faulty/fault_schedule.h); empty: TESSERA_LINK_FAULTS
 };
 
 struct EndpointCaps {

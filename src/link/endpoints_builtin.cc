@@ -7,6 +7,7 @@ namespace tessera::link {
 
 std::unique_ptr<Endpoint> make_shm_endpoint(const EndpointConfig& config);
 std::unique_ptr<Endpoint> make_tcp_endpoint(const EndpointConfig& config);
+std::unique_ptr<Endpoint> make_faulty_endpoint(const EndpointConfig& config);
 #ifdef TESSERA_HAVE_UCX
 std::unique_ptr<Endpoint> make_ucx_endpoint(const EndpointConfig& config);
 #endif
@@ -16,6 +17,7 @@ void register_builtin_endpoints() {
   std::call_once(once, [] {
     register_endpoint("shm", make_shm_endpoint);
     register_endpoint("tcp", make_tcp_endpoint);
+    register_endpoint("faulty", make_faulty_endpoint);  // fault injection for tests (faulty/)
 #ifdef TESSERA_HAVE_UCX
     register_endpoint("ucx", make_ucx_endpoint);
 #endif

@@ -15,8 +15,10 @@
 
 #include "base/log.h"
 #include "router/metrics.h"
+#include "router/migration.h"
 #include "router/worker_pool.h"
 #include "serve/openai.h"
+#include "serve/resume.h"
 
 namespace tessera::router {
 namespace {
@@ -55,6 +57,7 @@ struct Call {
   std::string request_id;
   std::string session_id;
   bool stream = false;
+  bool token_ids = false;  // the client asked for token-id comments (serve/resume.h)
   RouteRequest route;
   int64_t reserved_tokens = 0;
   SteadyTime::time_point start = SteadyTime::now();
@@ -279,12 +282,17 @@ struct Gateway::Impl {
                               {{"x-request-id", c->request_id}});
       return true;
     };
+    StreamTracker tracker(c->token_ids);  // token ids seen, for continuing elsewhere if this node dies (migration.h)
     auto on_chunk = [&](std::string_view piece) {
       if (c->client_gone) return false;
       generated += count_events(piece);
-      return c->writer->write(std::string(piece));
+      if (status != 200) return c->writer->write(std::string(piece));  // an error body, not SSE
+      std::string out = tracker.feed(piece);
+      return out.empty() || c->writer->write(out);
     };
-    auto r = http::fetch_streaming(upstream_request(*c, url, cancel), on_headers, on_chunk);
+    http::ClientRequest up = upstream_request(*c, url, cancel);
+    up.headers[std::string(serve::kTokenIdsHeader)] = "1";
+    auto r = http::fetch_streaming(up, on_headers, on_chunk);
     if (!r.ok() && c->client_gone) {
       note_outcome(url, c->reserved_tokens, generated, RequestOutcome::kSuccess);
       if (started) c->writer->end();
@@ -300,7 +308,12 @@ struct Gateway::Impl {
         return false;
       }
       metrics.upstream_failure("stream");
-      // Bytes already reached the client: no retry; the stream ends with an error event it can see.
+      if (continue_elsewhere(c, url, tracker).ok()) {
+        c->writer->end();
+        finish(*c, 200);
+        return true;
+      }
+      // The stream could not continue elsewhere: it ends with an error event the client can see.
       const std::string err = error_json(502, fmt::format("the node failed mid-stream: {}", r.status().message()),
                                          "upstream_error", "upstream_failed");
       c->writer->write("data: " + err + "\n\n");
@@ -316,9 +329,48 @@ struct Gateway::Impl {
       last_error = fmt::format("{} answered {}", url, status);
       return false;
     }
+    if (status == 200 && !tracker.done() && !c->client_gone && continue_elsewhere(c, url, tracker).ok()) {
+      c->writer->end();
+      finish(*c, 200);
+      return true;
+    }
+    if (std::string rest = tracker.take_rest(); !rest.empty()) c->writer->write(rest);
     c->writer->end();
     finish(*c, c->client_gone ? 499 : status);
     return true;
+  }
+
+  // Decode migration (migration.h): the stream broke on `failed_url`; continue it on another node.
+  Status continue_elsewhere(const std::shared_ptr<Call>& c, const std::string& failed_url, StreamTracker& tracker) {
+    std::set<std::string> tried = {failed_url};
+    MigrationHooks hooks;
+    hooks.pick = [&](const std::set<std::string>& t) { return pick(c->route, t); };
+    hooks.write = [&](const std::string& bytes) { return c->writer->write(bytes); };
+    hooks.client_gone = [&] { return c->client_gone.load(); };
+    hooks.exchange = [&](const std::string& url, const std::string& body,
+                         const std::function<bool(std::string_view)>& on_chunk) -> Status {
+      registry.begin(url, c->reserved_tokens);
+      const CancelFlag cancel = begin_attempt(*c, url);
+      http::ClientRequest req = upstream_request(*c, url, cancel);
+      req.body = body;
+      req.headers[std::string(serve::kTokenIdsHeader)] = "1";
+      int status = 0;
+      int64_t generated = 0;
+      auto r = http::fetch_streaming(
+          req, [&](const http::Response& head) { return (status = head.status) == 200; },
+          [&](std::string_view piece) {
+            generated += count_events(piece);
+            return !c->client_gone && on_chunk(piece);
+          });
+      end_attempt(*c, url, cancel);
+      note_outcome(url, c->reserved_tokens, generated, r.ok() ? outcome_of(status) : RequestOutcome::kConnectError);
+      if (!r.ok()) return r.status().with_context(url);
+      if (status != 200) return unavailable(fmt::format("{} answered {} to the continuation", url, status));
+      return ok_status();
+    };
+    Status s = migrate_stream(tracker, c->body, tried, options.max_attempts, hooks);
+    metrics.migration(s.ok());
+    return s;
   }
 
   // ---- handlers -------------------------------------------------------------------------------------------
@@ -342,6 +394,7 @@ struct Gateway::Impl {
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
+    c->token_ids = r.header(serve::kTokenIdsHeader) == "1";
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;

@@ -26,6 +26,10 @@ struct RouterMetrics::Impl {
                             .Help("Requests sent again to another node")
                             .Register(*registry)
                             .Add({});
+  p::Family<p::Counter>& migrations = p::BuildCounter()
+                                          .Name("tessera_router_stream_migrations_total")
+                                          .Help("Broken streams continued on another node, by result (ok, failed)")
+                                          .Register(*registry);
   p::Histogram& ttfb = p::BuildHistogram()
                            .Name("tessera_router_time_to_first_byte_seconds")
                            .Help("From request receipt to the first response byte forwarded")
@@ -47,6 +51,7 @@ void RouterMetrics::request_finished(std::string_view endpoint, int status) {
   impl_->requests.Add({{"endpoint", std::string(endpoint)}, {"status", std::to_string(status)}}).Increment();
 }
 void RouterMetrics::retry() { impl_->retries.Increment(); }
+void RouterMetrics::migration(bool ok) { impl_->migrations.Add({{"result", ok ? "ok" : "failed"}}).Increment(); }
 void RouterMetrics::upstream_failure(std::string_view kind) {
   impl_->failures.Add({{"kind", std::string(kind)}}).Increment();
 }

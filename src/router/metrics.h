@@ -19,6 +19,7 @@ class RouterMetrics {
 
   void request_finished(std::string_view endpoint, int status);
   void retry();
+  void migration(bool ok);                       // a broken stream continued on another node (migration.h), or not
   void upstream_failure(std::string_view kind);  // "connect", "5xx", "429", "stream"
   void first_byte(double seconds);               // router receipt to the first byte forwarded
   void request_latency(double seconds);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -91,6 +92,8 @@ engine::SamplingParams sampling_from(const json& j) {
   s.frequency_penalty = j.value("frequency_penalty", 0.0f);
   return s;
 }
+
+constexpr int kTagGraceMs = 2000;  // how long a tag may trail the prefill node's 200
 
 std::string error_json(const std::string& message) { return json{{"error", {{"message", message}}}}.dump(); }
 
@@ -232,7 +235,11 @@ struct PdService::Impl {
             if (st.ok()) st = agent->write_with_imm(peer, {{job->local_id, 0, remote, remote_offset, 0}}, tag).wait();
             const uint64_t sum = link::checksum64(job->local.data(), job->local.size());
             (void)agent->unregister_region(job->local_id);
-            if (!st.ok()) return w->send(502, error_json(st.message()));
+            if (!st.ok()) {
+              std::lock_guard<std::mutex> lock(peers_mu);
+              peers.erase(peer);  // reconnect next time: the connection may be what failed
+              return w->send(502, error_json(st.message()));
+            }
             w->send(200, json{{"first_token", o.tokens[0]},
                               {"checksum", sum},
                               {"kv_dtype", std::string(dtype_name(wire))},
@@ -266,8 +273,10 @@ struct PdService::Impl {
       return desc.status();
     }
     Status last = unavailable("no prefill node configured");
+    // Each attempt of this request goes to a different prefill node, whatever other requests do meanwhile.
+    const size_t first = next_prefill++;
     for (size_t attempt = 0; attempt < options.prefill_urls.size(); ++attempt) {
-      const std::string& url = options.prefill_urls[(next_prefill++) % options.prefill_urls.size()];
+      const std::string& url = options.prefill_urls[(first + attempt) % options.prefill_urls.size()];
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       json body = {{"prompt", gen.prompt},
                    {"export_from", hit.cached_tokens},
@@ -291,7 +300,9 @@ struct PdService::Impl {
         last = unavailable(fmt::format("{}: HTTP {} {}", url, r->status, r->body.substr(0, 200)));
         continue;
       }
-      if (!wait_tag(tag, std::chrono::milliseconds(options.transfer_timeout_ms))) {
+      // The prefill node answers 200 only after its tagged write completed, so the tag is due at once; a lost
+      // one must not hold the request for the whole transfer timeout.
+      if (!wait_tag(tag, std::chrono::milliseconds(std::min(options.transfer_timeout_ms, kTagGraceMs)))) {
         last = deadline_exceeded(fmt::format("{}: the KV completion tag never arrived", url));
         continue;
       }

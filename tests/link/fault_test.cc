@@ -73,7 +73,9 @@ TEST_P(PeerKillTest, PendingFuturesFailWithinTwoSeconds) {
 
 std::vector<std::string> endpoints() {
   register_builtin_endpoints();
-  return endpoint_names();  // shm, tcp, and ucx where built
+  std::vector<std::string> names = endpoint_names();
+  std::erase(names, "faulty");  // a wrapper over the others, tested in faulty_test.cc
+  return names;                 // shm, tcp, and ucx where built
 }
 
 INSTANTIATE_TEST_SUITE_P(Endpoints, PeerKillTest, ::testing::ValuesIn(endpoints()));

@@ -110,7 +110,9 @@ TEST_P(RandomBatchTest, RandomBatchesLandExactly) {
 // Every registered endpoint: shm and tcp always, ucx where UCX was found at build time.
 std::vector<std::string> endpoints() {
   register_builtin_endpoints();
-  return endpoint_names();
+  std::vector<std::string> names = endpoint_names();
+  std::erase(names, "faulty");  // a wrapper over the others, tested in faulty_test.cc
+  return names;
 }
 
 std::vector<Case> all_cases() {
