@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "router/metrics.h"
+#include "router/pd_pairing.h"
 #include "router/worker_pool.h"
 #include "serve/openai.h"
 
@@ -57,6 +58,7 @@ struct Call {
   bool stream = false;
   RouteRequest route;
   int64_t reserved_tokens = 0;
+  std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
   SteadyTime::time_point start = SteadyTime::now();
   std::atomic<bool> client_gone{false};
   std::mutex mu;
@@ -82,6 +84,7 @@ struct Gateway::Impl {
   WorkerPool pool;
   http::Server server;
   std::atomic<uint64_t> next_id{1};
+  std::atomic<uint64_t> next_pair{0};  // rotates PD pair ties
   std::mutex inflight_mu;
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
   std::mutex health_mu;
@@ -114,9 +117,26 @@ struct Gateway::Impl {
     return false;
   }
 
-  std::string pick(const RouteRequest& r, const std::set<std::string>& tried) {
+  // The node for the next attempt; in PD mode (prefill nodes known, decode nodes in rotation) the decode node
+  // and `prefill` are chosen as a pair (pd_pairing.h), otherwise the strategy picks and `prefill` is empty.
+  std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
+    prefill.clear();
     std::vector<NodeSnapshot> nodes = registry.candidates(tried);
     if (nodes.empty()) return "";
+    if (options.pd_pairing) {
+      std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
+      std::vector<NodeSnapshot> decodes;
+      for (const auto& n : nodes) {
+        if (n.role == "decode") decodes.push_back(n);
+      }
+      if (auto pair = choose_pd_pair(decodes, prefills, options.pairing, next_pair++)) {
+        prefill = prefills[pair->prefill].url;
+        metrics.pd_pair(pair->same_host ? "shm" : "tcp");
+        std::lock_guard lock(strategy_mu);
+        strategy->on_routed(r, decodes[pair->decode].url);
+        return decodes[pair->decode].url;
+      }
+    }
     std::lock_guard lock(strategy_mu);
     const size_t i = strategy->pick(r, nodes);
     strategy->on_routed(r, nodes[i].url);
@@ -177,7 +197,15 @@ struct Gateway::Impl {
     req.headers["content-type"] = "application/json";
     req.headers["x-request-id"] = c.request_id;
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
+    if (!c.prefill_url.empty()) req.headers[kPrefillNodeHeader] = c.prefill_url;
     return req;
+  }
+
+  // Headers the client gets back: the request id, and in PD mode the prefill node chosen.
+  static http::Headers reply_headers(const Call& c) {
+    http::Headers h{{"x-request-id", c.request_id}};
+    if (!c.prefill_url.empty()) h[kPrefillNodeHeader] = c.prefill_url;
+    return h;
   }
 
   void finish(Call& c, int status) {
@@ -204,7 +232,8 @@ struct Gateway::Impl {
     int last_status = 503;
     for (int attempt = 0; attempt < options.max_attempts; ++attempt) {
       if (c->client_gone) return finish(*c, 499);
-      const std::string url = pick(c->route, tried);
+      std::string prefill;
+      const std::string url = pick(c->route, tried, prefill);
       if (url.empty()) break;
       if (attempt > 0) {
         metrics.retry();
@@ -213,10 +242,14 @@ struct Gateway::Impl {
       tried.insert(url);
       const bool last = attempt + 1 == options.max_attempts;
       registry.begin(url, c->reserved_tokens);
+      c->prefill_url = prefill;
+      if (!prefill.empty()) registry.begin(prefill, c->route.prompt_tokens);
       const CancelFlag cancel = begin_attempt(*c, url);
       const bool done = c->stream ? stream_once(c, url, cancel, last, last_status, last_error)
                                   : whole_once(*c, url, cancel, last, last_status, last_error);
       end_attempt(*c, url, cancel);
+      // The prefill node's share is over with the attempt (its own failures are the decode node's to handle).
+      if (!prefill.empty()) registry.finish(prefill, c->route.prompt_tokens, 0, RequestOutcome::kSuccess);
       if (done) return;
     }
     reply_error(*c, last_status == 429 ? 429 : 503, fmt::format("no node could serve the request: {}", last_error),
@@ -258,7 +291,7 @@ struct Gateway::Impl {
     finish(c, r->status);
     auto ct = r->headers.find("content-type");
     c.writer->send(r->status, std::move(r->body), ct == r->headers.end() ? "application/json" : ct->second,
-                   {{"x-request-id", c.request_id}});
+                   reply_headers(c));
     return true;
   }
 
@@ -276,7 +309,7 @@ struct Gateway::Impl {
       metrics.first_byte(since(c->start));
       auto ct = head.headers.find("content-type");
       c->writer->start_stream(head.status, ct == head.headers.end() ? "text/event-stream" : ct->second,
-                              {{"x-request-id", c->request_id}});
+                              reply_headers(*c));
       return true;
     };
     auto on_chunk = [&](std::string_view piece) {
@@ -421,6 +454,8 @@ struct Gateway::Impl {
 
   static json node_json(const NodeStatus& s) {
     return {{"url", s.load.url},
+            {"role", s.load.role},
+            {"host_id", s.load.host_id},
             {"healthy", s.healthy},
             {"draining", s.draining},
             {"in_rotation", s.healthy && !s.draining},
@@ -449,6 +484,7 @@ struct Gateway::Impl {
 
   void add_node(const NodeSpec& spec) {
     if (!registry.add(spec.url, spec.capacity)) return;
+    registry.set_role(spec.url, spec.role, spec.host_id);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_added(spec.url);
   }
@@ -477,6 +513,26 @@ struct Gateway::Impl {
     for (auto& f : running) f.wait();
   }
 
+  // A node added without a role (--nodes, the admin API) says what it is on GET /internal/pd/info; a node
+  // without that route serves whole requests.
+  void learn_role(const std::string& url) {
+    auto known = registry.status(url);
+    if (!known || !known->load.role.empty()) return;
+    http::ClientRequest req;
+    req.url = url + "/internal/pd/info";
+    req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
+    auto r = http::fetch(req);
+    if (!r.ok()) return;
+    if (r->status == 404) {
+      registry.set_role(url, "both", "");
+      return;
+    }
+    auto info = parse_pd_info(r->body);
+    if (r->status != 200 || !info.ok()) return;
+    registry.set_role(url, info->role, info->host_id);
+    log::info("router: node {} has role {}", url, info->role);
+  }
+
   void probe(const std::string& url) {
     http::ClientRequest req;
     req.url = url + "/health";
@@ -490,6 +546,7 @@ struct Gateway::Impl {
         capacity = j["kv_blocks_total"].get<double>();
       }
     }
+    if (ok) learn_role(url);
     if (registry.probe_result(url, ok, capacity)) {
       if (ok) {
         log::info("router: node {} back in rotation", url);
@@ -602,6 +659,11 @@ void Gateway::stop() {
 
 void Gateway::on_node_added(const NodeSpec& node) { impl_->add_node(node); }
 void Gateway::on_node_removed(const std::string& url) { impl_->remove_node(url); }
+void Gateway::on_node_updated(const NodeSpec& node) {
+  if (node.capacity > 0) impl_->registry.set_capacity(node.url, node.capacity);
+  impl_->registry.set_role(node.url, node.role, node.host_id);
+}
 NodeRegistry& Gateway::registry() { return impl_->registry; }
+http::Server& Gateway::http_server() { return impl_->server; }
 
 }  // namespace tessera::router

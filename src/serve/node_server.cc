@@ -19,6 +19,23 @@ using Clock = std::chrono::steady_clock;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// The parsed request's generation options as the engine takes them (prompt and length are set later).
+engine::GenerationRequest engine_request(const GenerationOptions& g) {
+  engine::GenerationRequest out;
+  out.sampling.temperature = g.sampling.temperature;
+  out.sampling.top_p = g.sampling.top_p;
+  out.sampling.top_k = g.sampling.top_k;
+  out.sampling.seed = g.sampling.seed;
+  out.sampling.min_p = g.sampling.min_p;
+  out.sampling.presence_penalty = g.sampling.presence_penalty;
+  out.sampling.frequency_penalty = g.sampling.frequency_penalty;
+  out.stop = g.stop;
+  out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
+  out.ignore_eos = g.ignore_eos;
+  out.logprobs = g.logprobs;
+  return out;
+}
+
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -240,6 +257,7 @@ struct NodeServer::Impl {
     const model::Tokenizer& tok = engine.tokenizer();
     const model::ModelConfig& cfg = engine.config();
     std::string prompt_text;
+    engine::GenerationRequest gen = engine_request(r.generation);
     if (chat) {
       if (!options.chat) {
         return reply_error(
@@ -251,14 +269,14 @@ struct NodeServer::Impl {
       if (!formatted.ok())
         return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = *formatted;
-      r.generation.prompt = tok.encode(prompt_text, true);
+      gen.prompt = tok.encode(prompt_text, true);
     } else if (r.prompt_is_tokens) {
-      r.generation.prompt = r.prompt_tokens;
+      gen.prompt = r.prompt_tokens;
     } else {
       prompt_text = r.prompt;
-      r.generation.prompt = tok.encode(prompt_text, true);
+      gen.prompt = tok.encode(prompt_text, true);
     }
-    const int prompt_len = static_cast<int>(r.generation.prompt.size());
+    const int prompt_len = static_cast<int>(gen.prompt.size());
     if (prompt_len >= cfg.max_seq_len) {
       return reply_error(w, endpoint,
                          {400,
@@ -277,7 +295,7 @@ struct NodeServer::Impl {
                        cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
            "invalid_request_error", "max_tokens", "context_length_exceeded"});
     }
-    r.generation.max_tokens = max_tokens;
+    gen.max_tokens = max_tokens;
     call->writer = w;
     call->model = options.model_name;
     call->created = unix_now();
@@ -316,17 +334,17 @@ struct NodeServer::Impl {
         if (handle->id) eng->cancel(*handle->id);
       });
       options.pd->generate(
-          std::move(r.generation), on_out,
+          std::move(gen), on_out,
           [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
             if (!id.ok()) return fail_submit(call, endpoint, id.status());
             std::lock_guard<std::mutex> lock(handle->mu);
             handle->id = *id;
             if (handle->gone) eng->cancel(*id);
           },
-          cancelled);
+          cancelled, hreq.header("x-tessera-prefill-node"));
       return;
     }
-    auto id = engine.submit(r.generation, on_out);
+    auto id = engine.submit(std::move(gen), on_out);
     if (!id.ok()) return fail_submit(call, endpoint, id.status());
     engine::Engine* eng = &engine;
     w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
@@ -385,6 +403,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_requests_total counter\n"
           "tessera_pd_requests_total{{path=\"remote\"}} {}\ntessera_pd_requests_total{{path=\"local\"}} {}\n"
           "tessera_pd_requests_total{{path=\"fallback\"}} {}\n"
+          "# HELP tessera_pd_router_choice_total Remote prefills done on the prefill node the router named\n"
+          "# TYPE tessera_pd_router_choice_total counter\ntessera_pd_router_choice_total {}\n"
           "# HELP tessera_pd_kv_bytes_total KV bytes received from prefill nodes\n# TYPE tessera_pd_kv_bytes_total "
           "counter\n"
           "tessera_pd_kv_bytes_total {}\n"
@@ -392,7 +412,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
           "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
           "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds);
+          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });
