@@ -151,7 +151,8 @@ int run_serve(const ServeArgs& a) {
     info.host_id = link::local_host_id();
     auto reg = ctrl::Registration::create(*ctrl_store, ctrl::kNodesPrefix + info.id, info.to_json(),
                                           std::chrono::milliseconds(a.ctrl_ttl_ms));
-    if (!reg.ok()) return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
+    if (!reg.ok())
+      return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
     registration = std::move(reg).value();
   }
   std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",

@@ -11,7 +11,8 @@ namespace tessera::ctrl {
 using nlohmann::json;
 
 std::string NodeInfo::to_json() const {
-  json j = {{"id", id}, {"role", role}, {"backend", backend}, {"address", address}, {"capacity", capacity}, {"load", load}};
+  json j = {{"id", id},           {"role", role},         {"backend", backend},
+            {"address", address}, {"capacity", capacity}, {"load", load}};
   if (!host_id.empty()) j["host_id"] = host_id;
   return j.dump();
 }

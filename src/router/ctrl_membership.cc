@@ -192,10 +192,10 @@ class CtrlMembership final : public MembershipSource {
   bool stopped_ = false;      // GUARDED_BY(mu_)
   bool need_resync_ = false;  // GUARDED_BY(mu_)
 
-  std::mutex apply_mu_;                                         // serialises listener calls
-  std::map<std::string, NodeSpec> known_;                       // GUARDED_BY(apply_mu_): by ctrl key
+  std::mutex apply_mu_;                                          // serialises listener calls
+  std::map<std::string, NodeSpec> known_;                        // GUARDED_BY(apply_mu_): by ctrl key
   std::map<std::string, SteadyTime::time_point> missing_since_;  // GUARDED_BY(apply_mu_)
-  std::set<std::string> bad_keys_;                              // GUARDED_BY(apply_mu_)
+  std::set<std::string> bad_keys_;                               // GUARDED_BY(apply_mu_)
 };
 
 }  // namespace

@@ -54,9 +54,9 @@ struct ApiRequest {
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
-  std::vector<ChatMessage> messages;     // chat
-  GenerationOptions generation;          // sampling, stops, logprobs
-  int max_tokens = -1;                   // -1: not given (completions default 16; chat: rest of the context)
+  std::vector<ChatMessage> messages;  // chat
+  GenerationOptions generation;       // sampling, stops, logprobs
+  int max_tokens = -1;                // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
