@@ -83,6 +83,7 @@ struct Gateway::Impl {
   RouterMetrics metrics;
   WorkerPool pool;
   http::Server server;
+  mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> next_pair{0};  // rotates PD pair ties
   std::mutex inflight_mu;
@@ -190,6 +191,7 @@ struct Gateway::Impl {
   http::ClientRequest upstream_request(const Call& c, const std::string& url, const CancelFlag& cancel) const {
     http::ClientRequest req;
     req.cancel = cancel.get();
+    req.pool = &upstream_pool;
     req.method = "POST";
     req.url = url + c.path;
     req.body = c.body;
