@@ -191,7 +191,7 @@ struct Gateway::Impl {
   http::ClientRequest upstream_request(const Call& c, const std::string& url, const CancelFlag& cancel) const {
     http::ClientRequest req;
     req.cancel = cancel.get();
-    req.pool = &upstream_pool;
+    if (options.upstream_keepalive) req.pool = &upstream_pool;
     req.method = "POST";
     req.url = url + c.path;
     req.body = c.body;

@@ -49,6 +49,7 @@ struct GatewayOptions {
   int max_attempts = 3;              // nodes tried per request
   int backoff_ms = 10;               // before the 2nd attempt; doubles each time, at most 500 ms
   int upstream_timeout_ms = 600000;  // whole upstream exchange
+  bool upstream_keepalive = true;    // reuse connections to the nodes (http::ConnectionPool)
   // PD mode: when prefill nodes are known, choose (decode, prefill) pairs jointly (pd_pairing.h).
   bool pd_pairing = true;
   PairingOptions pairing;
