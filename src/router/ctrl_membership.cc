@@ -160,8 +160,9 @@ class CtrlMembership final : public MembershipSource {
 
   void loop() {
     std::unique_lock lock(mu_);
+    auto last_read = SteadyTime::now();
     while (!stopped_) {
-      const bool resync_due = need_resync_;
+      const bool resync_due = need_resync_ || SteadyTime::now() - last_read >= options_.reread_interval;
       lock.unlock();
       bool confirm_due = false;
       {
@@ -173,6 +174,7 @@ class CtrlMembership final : public MembershipSource {
       const bool watching = open_watch();
       bool ok = true;
       if (resync_due || confirm_due) ok = resync();
+      if (ok && (resync_due || confirm_due)) last_read = SteadyTime::now();
       lock.lock();
       if (ok && watching && resync_due) need_resync_ = false;
       if (!watching) need_resync_ = true;  // re-read once the watch exists again

@@ -11,7 +11,7 @@
 // the whole list: new nodes are added at once, but nodes missing from it are removed only if they are still
 // missing `removal_grace` later, because a restarted embedded store comes back empty and live nodes need up
 // to a third of their lease TTL to re-register. Deletions pushed by the watch (a lease expiring, a node
-// deregistering) apply at once.
+// deregistering) apply at once. A full re-read every `reread_interval` repairs events a watch missed.
 //
 // Threads: one thread of its own (re-reads and retries) plus the watch's callback thread; listener calls
 // are serialised (never two at once). start() returns after the first read, or after the first failure
@@ -30,6 +30,9 @@ namespace tessera::router {
 struct CtrlMembershipOptions {
   std::chrono::milliseconds retry_interval{250};
   std::chrono::milliseconds removal_grace{3000};
+  // A full re-read this often even when the watch reports nothing: repairs anything a watch can miss (an
+  // etcd restarted with fresh revision numbers answers a watch from an old revision with silence).
+  std::chrono::milliseconds reread_interval{5000};
 };
 
 std::unique_ptr<MembershipSource> make_ctrl_membership(std::unique_ptr<ctrl::Store> store,

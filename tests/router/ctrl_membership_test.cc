@@ -184,6 +184,45 @@ TEST_P(CtrlMembershipTest, StoreOutageKeepsTheLastMembershipAndResyncsWhenItRetu
   EXPECT_EQ(listener_.removes(), 1);
 }
 
+// A store whose watches never report anything (as an etcd restarted with fresh revision numbers answers a
+// watch from an old revision): membership must still converge through its periodic re-read.
+class DeafStore final : public ctrl::Store {
+ public:
+  explicit DeafStore(std::unique_ptr<ctrl::Store> inner) : inner_(std::move(inner)) {}
+  Result<ctrl::LeaseId> grant_lease(std::chrono::milliseconds ttl) override { return inner_->grant_lease(ttl); }
+  Status keep_alive(ctrl::LeaseId lease) override { return inner_->keep_alive(lease); }
+  Status revoke(ctrl::LeaseId lease) override { return inner_->revoke(lease); }
+  Status put(const std::string& key, const std::string& value, ctrl::LeaseId lease) override {
+    return inner_->put(key, value, lease);
+  }
+  Status remove(const std::string& key) override { return inner_->remove(key); }
+  Result<std::vector<ctrl::KeyValue>> range(const std::string& prefix) override { return inner_->range(prefix); }
+  Result<std::unique_ptr<ctrl::Watch>> watch(const std::string&, ctrl::WatchCallback) override {
+    return std::unique_ptr<ctrl::Watch>(new ctrl::Watch());
+  }
+
+ private:
+  std::unique_ptr<ctrl::Store> inner_;
+};
+
+TEST(CtrlMembershipReread, ConvergesWhenTheWatchMissesEvents) {
+  StoreUnderTest store("embedded");
+  ASSERT_TRUE(store.start().ok());
+  auto client = store.client();
+  RecordingListener listener;
+  CtrlMembershipOptions o;
+  o.reread_interval = 200ms;
+  o.removal_grace = 300ms;
+  auto source = make_ctrl_membership(std::make_unique<DeafStore>(store.client()), o);
+  ASSERT_TRUE(source->start(listener).ok());
+  ASSERT_TRUE(client->put(ctrl::kNodesPrefix + std::string("n"), node_json("n", "both", 9021)).ok());
+  EXPECT_TRUE(listener.wait(has(url(9021)), 5s)) << "a node the watch never reported was not found by re-reading";
+  ASSERT_TRUE(client->remove(ctrl::kNodesPrefix + std::string("n")).ok());
+  EXPECT_TRUE(listener.wait(lacks(url(9021)), 5s));
+  source->stop();
+  store.stop();
+}
+
 TEST(CtrlNodeSpec, RejectsEntriesTheRouterCannotUse) {
   EXPECT_EQ(node_spec_from_ctrl(node_json("r", "router", 1)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(node_spec_from_ctrl(R"({"id":"x","address":"http://h:1/path"})").status().code(),
