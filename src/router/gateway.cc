@@ -119,23 +119,26 @@ struct Gateway::Impl {
   }
 
   // The node for the next attempt; in PD mode (prefill nodes known, decode nodes in rotation) the decode node
-  // and `prefill` are chosen as a pair (pd_pairing.h), otherwise the strategy picks and `prefill` is empty.
+  // and `prefill` are chosen as a pair, or a colocated node when it is cheaper (pd_pairing.h); otherwise the
+  // strategy picks and `prefill` is empty.
   std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
     prefill.clear();
     std::vector<NodeSnapshot> nodes = registry.candidates(tried);
     if (nodes.empty()) return "";
     if (options.pd_pairing) {
       std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
-      std::vector<NodeSnapshot> decodes;
-      for (const auto& n : nodes) {
-        if (n.role == "decode") decodes.push_back(n);
-      }
-      if (auto pair = choose_pd_pair(decodes, prefills, options.pairing, next_pair++)) {
-        prefill = prefills[pair->prefill].url;
-        metrics.pd_pair(pair->same_host ? "shm" : "tcp");
+      std::vector<NodeSnapshot> decodes, colocated;
+      for (const auto& n : nodes) (n.role == "decode" ? decodes : colocated).push_back(n);
+      if (!prefills.empty() && !decodes.empty()) {
+        PdRoute route = choose_pd_route(decodes, prefills, colocated, options.pairing, next_pair++);
+        std::string url = route.pair ? decodes[route.pair->decode].url : colocated[*route.colocated].url;
+        if (route.pair) {
+          prefill = prefills[route.pair->prefill].url;
+          metrics.pd_pair(route.pair->same_host ? "shm" : "tcp");
+        }
         std::lock_guard lock(strategy_mu);
-        strategy->on_routed(r, decodes[pair->decode].url);
-        return decodes[pair->decode].url;
+        strategy->on_routed(r, url);
+        return url;
       }
     }
     std::lock_guard lock(strategy_mu);

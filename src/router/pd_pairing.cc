@@ -32,6 +32,29 @@ std::optional<PdPair> choose_pd_pair(std::span<const NodeSnapshot> decodes, std:
   return best;
 }
 
+PdRoute choose_pd_route(std::span<const NodeSnapshot> decodes, std::span<const NodeSnapshot> prefills,
+                        std::span<const NodeSnapshot> colocated, const PairingOptions& options, uint64_t rotation) {
+  PdRoute out;
+  out.pair = choose_pd_pair(decodes, prefills, options, rotation);
+  std::optional<double> best;
+  for (size_t k = 0; k < colocated.size(); ++k) {
+    const size_t i = (k + rotation) % colocated.size();
+    const double cost = (options.decode_weight + options.prefill_weight) * pairing_load(colocated[i]);
+    if (!best || cost < *best - 1e-12) {
+      best = cost;
+      out.colocated = i;
+    }
+  }
+  if (out.pair && out.colocated) {
+    if (*best < out.pair->cost - 1e-12) {
+      out.pair.reset();
+    } else {
+      out.colocated.reset();
+    }
+  }
+  return out;
+}
+
 Result<PdInfo> parse_pd_info(std::string_view body) {
   const auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) {

@@ -48,6 +48,16 @@ bool same_host(const NodeSnapshot& a, const NodeSnapshot& b);
 std::optional<PdPair> choose_pd_pair(std::span<const NodeSnapshot> decodes, std::span<const NodeSnapshot> prefills,
                                      const PairingOptions& options, uint64_t rotation = 0);
 
+// PD mode with colocated nodes (role "both") beside the decode nodes: a colocated node counts as a pair of
+// one (it prefills and decodes, no link), cost (decode_weight + prefill_weight) x load. The cheapest wins;
+// a tie goes to the disaggregated pair.
+struct PdRoute {
+  std::optional<PdPair> pair;       // set: send to decodes[pair->decode] naming prefills[pair->prefill]
+  std::optional<size_t> colocated;  // set: send to colocated[*colocated] whole
+};
+PdRoute choose_pd_route(std::span<const NodeSnapshot> decodes, std::span<const NodeSnapshot> prefills,
+                        std::span<const NodeSnapshot> colocated, const PairingOptions& options, uint64_t rotation = 0);
+
 struct PdInfo {
   std::string role;
   std::string host_id;

@@ -95,6 +95,29 @@ TEST(PdPairing, EqualPairsRotate) {
   for (auto& [url, count] : seen) EXPECT_EQ(count, 10) << url;
 }
 
+TEST(PdPairing, ColocatedNodesCompeteAsPairsOfOne) {
+  std::vector<NodeSnapshot> decodes = {node("d", "h")}, prefills = {node("p", "h")}, colocated = {node("c", "h")};
+  // All idle: a tie, which goes to the disaggregated pair.
+  PdRoute r = choose_pd_route(decodes, prefills, colocated, {});
+  ASSERT_TRUE(r.pair.has_value());
+  EXPECT_FALSE(r.colocated.has_value());
+  // The decode node is busy: the idle colocated node is cheaper.
+  decodes[0].in_flight = 2;
+  r = choose_pd_route(decodes, prefills, colocated, {});
+  EXPECT_FALSE(r.pair.has_value());
+  ASSERT_TRUE(r.colocated.has_value());
+  // The colocated node carries its load twice (prefill and decode): 1 in flight costs 2, a tie again.
+  colocated[0].in_flight = 1;
+  r = choose_pd_route(decodes, prefills, colocated, {});
+  EXPECT_TRUE(r.pair.has_value());
+  // No colocated nodes: the pair; no prefill nodes: the cheapest colocated node.
+  EXPECT_TRUE(choose_pd_route(decodes, prefills, {}, {}).pair.has_value());
+  std::vector<NodeSnapshot> two = {node("c1", "h", 3), node("c2", "h", 1)};
+  r = choose_pd_route(decodes, {}, two, {});
+  ASSERT_TRUE(r.colocated.has_value());
+  EXPECT_EQ(two[*r.colocated].url, "c2");
+}
+
 TEST(PdPairing, ParsesPdInfo) {
   auto info =
       parse_pd_info(R"({"role":"prefill","agent":"name=p-1 host=vm/abc shm=/tmp/x tcp=127.0.0.1:5","model":{}})");
