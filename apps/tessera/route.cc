@@ -11,8 +11,11 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "ctrl/embedded_server.h"
+#include "ctrl/store.h"
 #include "model/loader.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
+#include "router/ctrl_membership.h"
 #include "router/gateway.h"
 #include "router/membership.h"
 
@@ -24,6 +27,8 @@ struct RouteArgs {
   int port = 8080;
   std::string nodes;
   std::string ctrl;
+  bool ctrl_embedded = false;
+  bool no_upstream_keepalive = false;
   std::string strategy = "round_robin";
   std::vector<std::string> api_keys;
   std::string model;
@@ -50,11 +55,24 @@ int run_route(const RouteArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (!a.ctrl.empty()) {
-    return fail("--ctrl is not available yet (the control plane is not built into this router); use --nodes");
+  if (!a.ctrl.empty() && a.ctrl_embedded) {
+    return fail("--ctrl (an external control plane) and --ctrl-embedded (one hosted here) exclude each other");
   }
-  auto nodes = router::parse_node_list(a.nodes);
-  if (!nodes.ok()) return fail(nodes.status().message());
+  const bool discovery = !a.ctrl.empty() || a.ctrl_embedded;
+  std::vector<router::NodeSpec> nodes;
+  if (!a.nodes.empty() || !discovery) {
+    auto parsed = router::parse_node_list(a.nodes);
+    if (!parsed.ok()) {
+      return fail(parsed.status().message() + " (or discover them with --ctrl URL or --ctrl-embedded)");
+    }
+    nodes = std::move(parsed).value();
+  }
+  std::unique_ptr<ctrl::Store> store;
+  if (!a.ctrl.empty()) {
+    auto s = ctrl::make_store_from_flag(a.ctrl);
+    if (!s.ok()) return fail(s.status().message());
+    store = std::move(s).value();
+  }
 
   router::GatewayOptions o;
   o.http.host = a.host;
@@ -74,6 +92,7 @@ int run_route(const RouteArgs& a) {
   o.workers = a.workers;
   o.max_attempts = a.max_attempts;
   o.upstream_timeout_ms = a.upstream_timeout_s * 1000;
+  o.upstream_keepalive = !a.no_upstream_keepalive;
 
   std::shared_ptr<model::Tokenizer> tokenizer;
   if (!a.tokenizer.empty()) {
@@ -95,18 +114,40 @@ int run_route(const RouteArgs& a) {
 
   auto gateway = router::Gateway::create(std::move(o));
   if (!gateway.ok()) return fail(gateway.status().message());
-  auto membership = router::make_static_membership(*nodes);
-  if (Status s = membership->start(**gateway); !s.ok()) return fail(s.message());
+  // Hosted control plane: its /v1/ctrl/ routes live on the router's own port. Declared before the gateway
+  // is started and stopped after it (the routes point at it).
+  std::unique_ptr<ctrl::EmbeddedServer> hosted;
+  if (a.ctrl_embedded) {
+    hosted = std::make_unique<ctrl::EmbeddedServer>();
+    hosted->mount((*gateway)->http_server());
+  }
+  std::vector<std::unique_ptr<router::MembershipSource>> sources;
+  if (!nodes.empty()) sources.push_back(router::make_static_membership(nodes));
+  for (auto& m : sources) {
+    if (Status s = m->start(**gateway); !s.ok()) return fail(s.message());
+  }
   if (Status s = (*gateway)->start(); !s.ok()) return fail(s.message());
-  std::printf("tessera route: %zu nodes, strategy %s, listening on http://%s:%u\n", nodes->size(), a.strategy.c_str(),
-              a.host.c_str(), (*gateway)->port());
+  const std::string self = fmt::format("http://{}:{}", a.host, (*gateway)->port());
+  if (hosted) {
+    auto s = ctrl::make_store("embedded", self);
+    if (!s.ok()) return fail(s.status().message());
+    store = std::move(s).value();
+  }
+  if (store) {
+    sources.push_back(router::make_ctrl_membership(std::move(store)));
+    if (Status s = sources.back()->start(**gateway); !s.ok()) return fail(s.message());
+  }
+  if (hosted) std::printf("tessera route: control plane (embedded) at %s\n", self.c_str());
+  std::printf("tessera route: %zu nodes%s, strategy %s, listening on %s\n", (*gateway)->registry().list().size(),
+              discovery ? " (more from the control plane)" : "", a.strategy.c_str(), self.c_str());
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "tessera route: %s received, stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  membership->stop();
+  for (auto& m : sources) m->stop();
   (*gateway)->stop();
+  if (hosted) hosted->stop();
   return 0;
 }
 
@@ -120,7 +161,11 @@ Action add_route_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--nodes", a->nodes, "Static nodes: http://host:port[=capacity],... (more via /admin/nodes)");
-  cmd->add_option("--ctrl", a->ctrl, "Control plane URL for discovery (not available yet)");
+  cmd->add_option("--ctrl", a->ctrl,
+                  "Discover nodes in a control plane: http://host:port (embedded, e.g. `tessera ctrl`) or "
+                  "etcd=http://host:port");
+  cmd->add_flag("--ctrl-embedded", a->ctrl_embedded,
+                "Host the embedded control plane on this router's port (nodes register with --ctrl ROUTER_URL)");
   cmd->add_option("--strategy", a->strategy,
                   "round_robin | weighted_random | consistent_hash | least_latency | prefix_cache | kv_aware")
       ->capture_default_str();
@@ -162,6 +207,8 @@ Action add_route_command(CLI::App& app) {
   cmd->add_option("--upstream-timeout", a->upstream_timeout_s, "Seconds an upstream request may take")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  cmd->add_flag("--no-upstream-keepalive", a->no_upstream_keepalive,
+                "Open a new connection to the node for every request (default: keep-alive connection pool)");
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of weighted_random")->capture_default_str();
   return [a] { return run_route(*a); };

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,8 +13,11 @@
 
 #include "base/dtype.h"
 #include "commands.h"
+#include "ctrl/registry.h"
+#include "ctrl/store.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "link/discovery.h"
 #include "model/chat_template.h"
 #include "model/loader.h"
 #include "ops/registry.h"
@@ -48,6 +52,9 @@ struct ServeArgs {
   int pd_min_tokens = 32;
   double pd_staging_mib = 64;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
+  std::string ctrl;
+  std::string advertise_url;
+  int ctrl_ttl_ms = 3000;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -127,6 +134,27 @@ int run_serve(const ServeArgs& a) {
   serve::NodeServer node(engine, no);
   engine.start();
   if (Status s = node.start(); !s.ok()) return fail(s.message());
+  // Control plane: this node's entry, kept alive by a lease while the process lives (routers discover it
+  // there); revoked first on shutdown so that no router sends it new requests while it drains.
+  std::unique_ptr<ctrl::Store> ctrl_store;
+  std::unique_ptr<ctrl::Registration> registration;
+  if (!a.ctrl.empty()) {
+    auto store = ctrl::make_store_from_flag(a.ctrl);
+    if (!store.ok()) return fail(store.status().message());
+    ctrl_store = std::move(store).value();
+    ctrl::NodeInfo info;
+    info.address = a.advertise_url.empty() ? fmt::format("http://{}:{}", a.host, node.port()) : a.advertise_url;
+    info.id = fmt::format("{}-{}", a.role, info.address.substr(info.address.find("//") + 2));
+    info.role = a.role;
+    info.backend = a.backend;
+    info.capacity = ro.kv.num_blocks;
+    info.host_id = link::local_host_id();
+    auto reg = ctrl::Registration::create(*ctrl_store, ctrl::kNodesPrefix + info.id, info.to_json(),
+                                          std::chrono::milliseconds(a.ctrl_ttl_ms));
+    if (!reg.ok())
+      return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
+    registration = std::move(reg).value();
+  }
   std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",
               a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size, a.host.c_str(),
               node.port());
@@ -136,6 +164,7 @@ int run_serve(const ServeArgs& a) {
   sigwait(&signals, &sig);
   std::fprintf(stderr, "tessera serve: %s received, draining (up to %d ms)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_grace_ms);
+  registration.reset();
   node.stop(a.shutdown_grace_ms);
   engine.stop();
   std::fprintf(stderr, "tessera serve: stopped\n");
@@ -170,6 +199,15 @@ Action add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--link-endpoints", args->link_endpoints, "Transfer endpoints to offer (shm, tcp, ucx)")
       ->delimiter(',');
+  cmd->add_option("--ctrl", args->ctrl,
+                  "Register this node in a control plane (http://host:port: embedded, e.g. a router's "
+                  "--ctrl-embedded or `tessera ctrl`; etcd=http://host:port)");
+  cmd->add_option("--advertise-url", args->advertise_url,
+                  "--ctrl: the URL routers should use for this node (default http://HOST:PORT)");
+  cmd->add_option("--ctrl-ttl-ms", args->ctrl_ttl_ms,
+                  "--ctrl: lease TTL; a node that dies disappears from the control plane within it")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")
       ->check(CLI::Range(1, 4096))

@@ -8,7 +8,8 @@
 //   nodes:
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
-// Decode nodes get every prefill node as --prefill-nodes. cpus pins a process (sched_setaffinity).
+// Decode nodes get every prefill node as --prefill-nodes; the router gets every node and pairs them.
+// cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
@@ -261,9 +262,13 @@ int run_up(const std::string& spec_path, int router_port_override) {
   if (st.ok() && front_urls.empty()) st = invalid_argument("the spec has no node that serves clients (decode or both)");
   std::string endpoint = front_urls.empty() ? "" : front_urls.front();
   if (st.ok() && spec->router) {
+    // The prefill nodes too: the router learns their role (GET /internal/pd/info) and chooses the prefill
+    // node of each request jointly with its decode node (docs/pd-protocol.md); it sends them no client request.
+    std::vector<std::string> router_nodes = front_urls;
+    router_nodes.insert(router_nodes.end(), prefill_urls.begin(), prefill_urls.end());
     st = start("router",
                {"route", "--port", std::to_string(spec->router_port), "--nodes",
-                fmt::format("{}", fmt::join(front_urls, ",")), "--strategy", spec->strategy},
+                fmt::format("{}", fmt::join(router_nodes, ",")), "--strategy", spec->strategy},
                {});
     if (st.ok()) endpoint = children.back().url;
   }

@@ -11,9 +11,10 @@ namespace tessera::ctrl {
 using nlohmann::json;
 
 std::string NodeInfo::to_json() const {
-  return json{{"id", id},           {"role", role},         {"backend", backend},
-              {"address", address}, {"capacity", capacity}, {"load", load}}
-      .dump();
+  json j = {{"id", id},           {"role", role},         {"backend", backend},
+            {"address", address}, {"capacity", capacity}, {"load", load}};
+  if (!host_id.empty()) j["host_id"] = host_id;
+  return j.dump();
 }
 
 Result<NodeInfo> NodeInfo::from_json(const std::string& text) {
@@ -27,6 +28,7 @@ Result<NodeInfo> NodeInfo::from_json(const std::string& text) {
     n.address = j.value("address", "");
     n.capacity = j.value("capacity", 0.0);
     n.load = j.value("load", 0.0);
+    n.host_id = j.value("host_id", "");
   } catch (const json::exception& e) {
     return invalid_argument(fmt::format("node info: {}", e.what()));
   }

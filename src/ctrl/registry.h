@@ -33,6 +33,7 @@ struct NodeInfo {
   std::string address;  // where its HTTP face listens
   double capacity = 0;  // tokens/s or slots, by the role's convention
   double load = 0;      // fraction of capacity in use
+  std::string host_id;  // equal for processes on one host (link::local_host_id()); may be empty
 
   std::string to_json() const;
   static Result<NodeInfo> from_json(const std::string& text);

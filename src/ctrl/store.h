@@ -66,6 +66,8 @@ void register_store(const std::string& kind, StoreFactory factory);
 Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint);
 // "embedded=http://host:port" or "etcd=http://host:port".
 Result<std::unique_ptr<Store>> make_store(const std::string& spec);
+// A command-line --ctrl value: "KIND=URL" as above, or a bare "http://host:port", which is the embedded store.
+Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag);
 void register_builtin_stores();
 
 }  // namespace tessera::ctrl

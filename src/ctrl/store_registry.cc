@@ -62,4 +62,9 @@ Result<std::unique_ptr<Store>> make_store(const std::string& spec) {
   return make_store(spec.substr(0, eq), spec.substr(eq + 1));
 }
 
+Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag) {
+  if (flag.rfind("http://", 0) == 0) return make_store("embedded", flag);
+  return make_store(flag);
+}
+
 }  // namespace tessera::ctrl

@@ -7,8 +7,14 @@
 // cancelled. The client is synchronous with a hard deadline and can deliver a streamed body piece by
 // piece. Beast and Asio stay inside server.cc and client.cc: this header is cheap to include.
 //
-// Thread-safety: Server::route() before start(); everything on ResponseWriter is thread-safe; a Client
-// may be used from several threads at once (each call uses its own connection).
+// Connections: without a pool each call opens its own connection and closes it. A ConnectionPool keeps
+// connections open between calls (HTTP/1.1 keep-alive), per host:port: a call takes an idle one when there
+// is one, and gives it back after reading a complete response the server did not mark "Connection: close".
+// A reused connection that fails before the first response byte (the server closed it while it was idle)
+// is retried once on a fresh connection; a response cut short, or abandoned by the caller, closes it.
+//
+// Thread-safety: Server::route() before start(); everything on ResponseWriter is thread-safe; fetch() may
+// be called from several threads at once; a ConnectionPool is thread-safe.
 #pragma once
 
 #include <atomic>
@@ -103,6 +109,24 @@ struct Response {
   std::string body;
 };
 
+class ConnectionPool {
+ public:
+  // At most `max_idle_per_host` idle connections kept per host:port; older than `idle_timeout_ms`: closed.
+  explicit ConnectionPool(size_t max_idle_per_host = 64, int idle_timeout_ms = 30000);
+  ~ConnectionPool();  // closes the idle connections
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+  size_t idle() const;
+  uint64_t reused() const;  // calls served on a connection taken from the pool
+
+  struct Impl;  // defined in client.cc
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 struct ClientRequest {
   std::string method = "GET";
   std::string url;  // http://host:port/path?query
@@ -112,6 +136,8 @@ struct ClientRequest {
   // Optional: once it reads true, the exchange is abandoned within ~20 ms and the call returns Cancelled
   // (the connection is closed). Lets a proxy give up on a node that stopped answering. Must outlive the call.
   const std::atomic<bool>* cancel = nullptr;
+  // Optional: reuse keep-alive connections from this pool (must outlive the call).
+  ConnectionPool* pool = nullptr;
 };
 
 // Returns false to stop reading (the connection is then closed).
@@ -120,7 +146,7 @@ using ChunkCallback = std::function<bool(std::string_view)>;
 // there (the connection is then closed). Lets a proxy retry elsewhere before forwarding a single byte.
 using HeadersCallback = std::function<bool(const Response&)>;
 
-// One request on a fresh connection. Unavailable when the server cannot be reached, DeadlineExceeded
+// One request (on a fresh connection, or a pooled one). Unavailable when the server cannot be reached, DeadlineExceeded
 // past the timeout, InvalidArgument for a malformed URL. A non-2xx status is a Response, not an error.
 Result<Response> fetch(const ClientRequest& request);
 // Like fetch(), but the body is handed to `on_chunk` as it arrives (Response::body stays empty).

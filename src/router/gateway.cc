@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "router/metrics.h"
 #include "router/migration.h"
+#include "router/pd_pairing.h"
 #include "router/worker_pool.h"
 #include "serve/openai.h"
 #include "serve/resume.h"
@@ -60,6 +61,7 @@ struct Call {
   bool token_ids = false;  // the client asked for token-id comments (serve/resume.h)
   RouteRequest route;
   int64_t reserved_tokens = 0;
+  std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
   SteadyTime::time_point start = SteadyTime::now();
   std::atomic<bool> client_gone{false};
   std::mutex mu;
@@ -84,7 +86,9 @@ struct Gateway::Impl {
   RouterMetrics metrics;
   WorkerPool pool;
   http::Server server;
+  mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
   std::atomic<uint64_t> next_id{1};
+  std::atomic<uint64_t> next_pair{0};  // rotates PD pair ties
   std::mutex inflight_mu;
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
   std::mutex health_mu;
@@ -117,9 +121,29 @@ struct Gateway::Impl {
     return false;
   }
 
-  std::string pick(const RouteRequest& r, const std::set<std::string>& tried) {
+  // The node for the next attempt; in PD mode (prefill nodes known, decode nodes in rotation) the decode node
+  // and `prefill` are chosen as a pair, or a colocated node when it is cheaper (pd_pairing.h); otherwise the
+  // strategy picks and `prefill` is empty.
+  std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
+    prefill.clear();
     std::vector<NodeSnapshot> nodes = registry.candidates(tried);
     if (nodes.empty()) return "";
+    if (options.pd_pairing) {
+      std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
+      std::vector<NodeSnapshot> decodes, colocated;
+      for (const auto& n : nodes) (n.role == "decode" ? decodes : colocated).push_back(n);
+      if (!prefills.empty() && !decodes.empty()) {
+        PdRoute route = choose_pd_route(decodes, prefills, colocated, options.pairing, next_pair++);
+        std::string url = route.pair ? decodes[route.pair->decode].url : colocated[*route.colocated].url;
+        if (route.pair) {
+          prefill = prefills[route.pair->prefill].url;
+          metrics.pd_pair(route.pair->same_host ? "shm" : "tcp");
+        }
+        std::lock_guard lock(strategy_mu);
+        strategy->on_routed(r, url);
+        return url;
+      }
+    }
     std::lock_guard lock(strategy_mu);
     const size_t i = strategy->pick(r, nodes);
     strategy->on_routed(r, nodes[i].url);
@@ -173,6 +197,7 @@ struct Gateway::Impl {
   http::ClientRequest upstream_request(const Call& c, const std::string& url, const CancelFlag& cancel) const {
     http::ClientRequest req;
     req.cancel = cancel.get();
+    if (options.upstream_keepalive) req.pool = &upstream_pool;
     req.method = "POST";
     req.url = url + c.path;
     req.body = c.body;
@@ -180,7 +205,15 @@ struct Gateway::Impl {
     req.headers["content-type"] = "application/json";
     req.headers["x-request-id"] = c.request_id;
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
+    if (!c.prefill_url.empty()) req.headers[kPrefillNodeHeader] = c.prefill_url;
     return req;
+  }
+
+  // Headers the client gets back: the request id, and in PD mode the prefill node chosen.
+  static http::Headers reply_headers(const Call& c) {
+    http::Headers h{{"x-request-id", c.request_id}};
+    if (!c.prefill_url.empty()) h[kPrefillNodeHeader] = c.prefill_url;
+    return h;
   }
 
   void finish(Call& c, int status) {
@@ -207,7 +240,8 @@ struct Gateway::Impl {
     int last_status = 503;
     for (int attempt = 0; attempt < options.max_attempts; ++attempt) {
       if (c->client_gone) return finish(*c, 499);
-      const std::string url = pick(c->route, tried);
+      std::string prefill;
+      const std::string url = pick(c->route, tried, prefill);
       if (url.empty()) break;
       if (attempt > 0) {
         metrics.retry();
@@ -216,10 +250,14 @@ struct Gateway::Impl {
       tried.insert(url);
       const bool last = attempt + 1 == options.max_attempts;
       registry.begin(url, c->reserved_tokens);
+      c->prefill_url = prefill;
+      if (!prefill.empty()) registry.begin(prefill, c->route.prompt_tokens);
       const CancelFlag cancel = begin_attempt(*c, url);
       const bool done = c->stream ? stream_once(c, url, cancel, last, last_status, last_error)
                                   : whole_once(*c, url, cancel, last, last_status, last_error);
       end_attempt(*c, url, cancel);
+      // The prefill node's share is over with the attempt (its own failures are the decode node's to handle).
+      if (!prefill.empty()) registry.finish(prefill, c->route.prompt_tokens, 0, RequestOutcome::kSuccess);
       if (done) return;
     }
     reply_error(*c, last_status == 429 ? 429 : 503, fmt::format("no node could serve the request: {}", last_error),
@@ -261,7 +299,7 @@ struct Gateway::Impl {
     finish(c, r->status);
     auto ct = r->headers.find("content-type");
     c.writer->send(r->status, std::move(r->body), ct == r->headers.end() ? "application/json" : ct->second,
-                   {{"x-request-id", c.request_id}});
+                   reply_headers(c));
     return true;
   }
 
@@ -279,7 +317,7 @@ struct Gateway::Impl {
       metrics.first_byte(since(c->start));
       auto ct = head.headers.find("content-type");
       c->writer->start_stream(head.status, ct == head.headers.end() ? "text/event-stream" : ct->second,
-                              {{"x-request-id", c->request_id}});
+                              reply_headers(*c));
       return true;
     };
     StreamTracker tracker(c->token_ids);  // token ids seen, for continuing elsewhere if this node dies (migration.h)
@@ -344,7 +382,8 @@ struct Gateway::Impl {
   Status continue_elsewhere(const std::shared_ptr<Call>& c, const std::string& failed_url, StreamTracker& tracker) {
     std::set<std::string> tried = {failed_url};
     MigrationHooks hooks;
-    hooks.pick = [&](const std::set<std::string>& t) { return pick(c->route, t); };
+    // The continuation may land on a decode node of a PD pair: it then prefills prompt + tokens so far there.
+    hooks.pick = [&](const std::set<std::string>& t) { return pick(c->route, t, c->prefill_url); };
     hooks.write = [&](const std::string& bytes) { return c->writer->write(bytes); };
     hooks.client_gone = [&] { return c->client_gone.load(); };
     hooks.exchange = [&](const std::string& url, const std::string& body,
@@ -474,6 +513,8 @@ struct Gateway::Impl {
 
   static json node_json(const NodeStatus& s) {
     return {{"url", s.load.url},
+            {"role", s.load.role},
+            {"host_id", s.load.host_id},
             {"healthy", s.healthy},
             {"draining", s.draining},
             {"in_rotation", s.healthy && !s.draining},
@@ -502,6 +543,7 @@ struct Gateway::Impl {
 
   void add_node(const NodeSpec& spec) {
     if (!registry.add(spec.url, spec.capacity)) return;
+    registry.set_role(spec.url, spec.role, spec.host_id);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_added(spec.url);
   }
@@ -530,6 +572,26 @@ struct Gateway::Impl {
     for (auto& f : running) f.wait();
   }
 
+  // A node added without a role (--nodes, the admin API) says what it is on GET /internal/pd/info; a node
+  // without that route serves whole requests.
+  void learn_role(const std::string& url) {
+    auto known = registry.status(url);
+    if (!known || !known->load.role.empty()) return;
+    http::ClientRequest req;
+    req.url = url + "/internal/pd/info";
+    req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
+    auto r = http::fetch(req);
+    if (!r.ok()) return;
+    if (r->status == 404) {
+      registry.set_role(url, "both", "");
+      return;
+    }
+    auto info = parse_pd_info(r->body);
+    if (r->status != 200 || !info.ok()) return;
+    registry.set_role(url, info->role, info->host_id);
+    log::info("router: node {} has role {}", url, info->role);
+  }
+
   void probe(const std::string& url) {
     http::ClientRequest req;
     req.url = url + "/health";
@@ -543,6 +605,7 @@ struct Gateway::Impl {
         capacity = j["kv_blocks_total"].get<double>();
       }
     }
+    if (ok) learn_role(url);
     if (registry.probe_result(url, ok, capacity)) {
       if (ok) {
         log::info("router: node {} back in rotation", url);
@@ -655,6 +718,11 @@ void Gateway::stop() {
 
 void Gateway::on_node_added(const NodeSpec& node) { impl_->add_node(node); }
 void Gateway::on_node_removed(const std::string& url) { impl_->remove_node(url); }
+void Gateway::on_node_updated(const NodeSpec& node) {
+  if (node.capacity > 0) impl_->registry.set_capacity(node.url, node.capacity);
+  impl_->registry.set_role(node.url, node.role, node.host_id);
+}
 NodeRegistry& Gateway::registry() { return impl_->registry; }
+http::Server& Gateway::http_server() { return impl_->server; }
 
 }  // namespace tessera::router

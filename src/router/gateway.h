@@ -33,6 +33,7 @@
 #include "router/health.h"
 #include "router/membership.h"
 #include "router/node_registry.h"
+#include "router/pd_pairing.h"
 #include "router/strategy.h"
 
 namespace tessera::router {
@@ -48,6 +49,10 @@ struct GatewayOptions {
   int max_attempts = 3;              // nodes tried per request
   int backoff_ms = 10;               // before the 2nd attempt; doubles each time, at most 500 ms
   int upstream_timeout_ms = 600000;  // whole upstream exchange
+  bool upstream_keepalive = true;    // reuse connections to the nodes (http::ConnectionPool)
+  // PD mode: when prefill nodes are known, choose (decode, prefill) pairs jointly (pd_pairing.h).
+  bool pd_pairing = true;
+  PairingOptions pairing;
   // Prompt text -> token ids, for the prefix strategies (the model's tokenizer). Unset: prompts given as
   // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).
   std::function<std::vector<int32_t>(std::string_view)> tokenize;
@@ -65,7 +70,10 @@ class Gateway final : public MembershipListener {
 
   void on_node_added(const NodeSpec& node) override;
   void on_node_removed(const std::string& url) override;
+  void on_node_updated(const NodeSpec& node) override;
   NodeRegistry& registry();
+  // The HTTP server, for another service to mount its routes on before start() (the hosted control plane).
+  http::Server& http_server();
 
   struct Impl;
 

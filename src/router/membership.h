@@ -1,7 +1,7 @@
-// Membership: where the router learns which nodes exist. A MembershipSource pushes add/remove events to a
-// listener; the gateway is the listener. Today there is one source, the static list of `--nodes` (plus the
-// admin API, which calls the same listener). The control plane (`--ctrl URL`, src/ctrl, watches with leases)
-// plugs in as another source without changing the gateway.
+// Membership: where the router learns which nodes exist. A MembershipSource pushes add/update/remove events
+// to a listener; the gateway is the listener. Two sources: the static list of `--nodes` (plus the admin API,
+// which calls the same listener), and the control plane (`--ctrl`, ctrl_membership.h: the nodes registered
+// in a ctrl store with leases, kept current by its watch).
 #pragma once
 
 #include <memory>
@@ -15,6 +15,9 @@ namespace tessera::router {
 struct NodeSpec {
   std::string url;      // http://host:port
   double capacity = 0;  // <= 0: learn it from the node's /health
+  std::string role;     // "both", "prefill", "decode"; empty: unknown (learnt from GET /internal/pd/info)
+  std::string backend;  // informational ("cpu", "opencl", ...)
+  std::string host_id;  // equal for nodes on one host (link::local_host_id()); empty: unknown
 };
 
 class MembershipListener {
@@ -22,6 +25,8 @@ class MembershipListener {
   virtual ~MembershipListener() = default;
   virtual void on_node_added(const NodeSpec& node) = 0;
   virtual void on_node_removed(const std::string& url) = 0;
+  // A known node's role, capacity or host changed.
+  virtual void on_node_updated(const NodeSpec& node) {}
 };
 
 class MembershipSource {

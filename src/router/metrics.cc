@@ -21,6 +21,10 @@ struct RouterMetrics::Impl {
                                         .Name("tessera_router_upstream_failures_total")
                                         .Help("Failed upstream attempts by kind (connect, 5xx, 429, stream)")
                                         .Register(*registry);
+  p::Family<p::Counter>& pd_pairs = p::BuildCounter()
+                                        .Name("tessera_router_pd_pairs_total")
+                                        .Help("Prefill/decode pairs chosen, by the link between them (shm, tcp)")
+                                        .Register(*registry);
   p::Counter& retries = p::BuildCounter()
                             .Name("tessera_router_retries_total")
                             .Help("Requests sent again to another node")
@@ -57,6 +61,7 @@ void RouterMetrics::upstream_failure(std::string_view kind) {
 }
 void RouterMetrics::first_byte(double seconds) { impl_->ttfb.Observe(seconds); }
 void RouterMetrics::request_latency(double seconds) { impl_->latency.Observe(seconds); }
+void RouterMetrics::pd_pair(std::string_view link) { impl_->pd_pairs.Add({{"link", std::string(link)}}).Increment(); }
 
 std::string RouterMetrics::render(const std::vector<NodeStatus>& nodes, size_t queued, int busy_workers) {
   std::string out = p::TextSerializer().Serialize(impl_->registry->Collect());

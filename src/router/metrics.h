@@ -23,6 +23,7 @@ class RouterMetrics {
   void upstream_failure(std::string_view kind);  // "connect", "5xx", "429", "stream"
   void first_byte(double seconds);               // router receipt to the first byte forwarded
   void request_latency(double seconds);
+  void pd_pair(std::string_view link);  // a PD pair was chosen; link "shm" or "tcp"
 
   std::string render(const std::vector<NodeStatus>& nodes, size_t queued, int busy_workers);
 

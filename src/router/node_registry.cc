@@ -44,6 +44,15 @@ bool NodeRegistry::set_capacity(const std::string& url, double capacity) {
   return true;
 }
 
+bool NodeRegistry::set_role(const std::string& url, const std::string& role, const std::string& host_id) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end()) return false;
+  if (!role.empty()) it->second.load.role = role;
+  if (!host_id.empty()) it->second.load.host_id = host_id;
+  return true;
+}
+
 bool NodeRegistry::contains(const std::string& url) const {
   std::lock_guard lock(mu_);
   return nodes_.count(url) != 0;
@@ -53,7 +62,17 @@ std::vector<NodeSnapshot> NodeRegistry::candidates(const std::set<std::string>& 
   std::lock_guard lock(mu_);
   std::vector<NodeSnapshot> out;
   for (const auto& [url, n] : nodes_) {
-    if (n.draining || !health_.healthy(url) || exclude.count(url) != 0) continue;
+    if (n.draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role == "prefill") continue;
+    out.push_back(n.load);
+  }
+  return out;
+}
+
+std::vector<NodeSnapshot> NodeRegistry::prefill_candidates(const std::set<std::string>& exclude) const {
+  std::lock_guard lock(mu_);
+  std::vector<NodeSnapshot> out;
+  for (const auto& [url, n] : nodes_) {
+    if (n.draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role != "prefill") continue;
     out.push_back(n.load);
   }
   return out;

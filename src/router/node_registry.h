@@ -5,7 +5,8 @@
 // speed: tokens generated per second of time the node had work (an EWMA over windows of at least
 // `speed_window_ms`), which least_latency divides queued work by. Health comes from a HealthTracker (active
 // probes + passive outlier detection) kept under the same lock. A draining node finishes what it has but gets
-// nothing new. candidates() is what strategies choose from: healthy, not draining, sorted by URL.
+// nothing new. candidates() is what strategies choose from: healthy, not draining, not prefill-only, sorted
+// by URL; prefill_candidates() are the healthy prefill-only nodes the PD pairing chooses from.
 //
 // Thread-safe (one mutex); the clock is injected so tests drive time by hand.
 #pragma once
@@ -49,10 +50,13 @@ class NodeRegistry {
   bool remove(const std::string& url);
   bool set_draining(const std::string& url, bool draining);
   bool set_capacity(const std::string& url, double capacity);
+  // Role ("both", "prefill", "decode") and host id; an empty argument leaves that field as it is.
+  bool set_role(const std::string& url, const std::string& role, const std::string& host_id);
   bool contains(const std::string& url) const;
 
   // Healthy, not draining, not in `exclude`; sorted by URL.
   std::vector<NodeSnapshot> candidates(const std::set<std::string>& exclude = {}) const;
+  std::vector<NodeSnapshot> prefill_candidates(const std::set<std::string>& exclude = {}) const;
   std::vector<NodeStatus> list() const;
   std::optional<NodeStatus> status(const std::string& url) const;
 

@@ -30,6 +30,8 @@ struct NodeSnapshot {
   int in_flight = 0;               // requests routed and not yet finished
   int64_t outstanding_tokens = 0;  // prompt + requested output tokens of those requests
   double tokens_per_s = 0;         // measured generation speed (EWMA), > 0
+  std::string role;                // "both", "prefill", "decode"; empty: not known yet
+  std::string host_id;             // empty: not known
 };
 
 // What strategies may look at in a request.

@@ -10,7 +10,7 @@
 
 #include "base/log.h"
 #include "serve/metrics.h"
-#include "serve/resume.h"
+#include "serve/resume_text.h"
 
 namespace tessera::serve {
 namespace {
@@ -19,6 +19,23 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// The parsed request's generation options as the engine takes them (prompt and length are set later).
+engine::GenerationRequest engine_request(const GenerationOptions& g) {
+  engine::GenerationRequest out;
+  out.sampling.temperature = g.sampling.temperature;
+  out.sampling.top_p = g.sampling.top_p;
+  out.sampling.top_k = g.sampling.top_k;
+  out.sampling.seed = g.sampling.seed;
+  out.sampling.min_p = g.sampling.min_p;
+  out.sampling.presence_penalty = g.sampling.presence_penalty;
+  out.sampling.frequency_penalty = g.sampling.frequency_penalty;
+  out.stop = g.stop;
+  out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
+  out.ignore_eos = g.ignore_eos;
+  out.logprobs = g.logprobs;
+  return out;
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -224,11 +241,11 @@ struct NodeServer::Impl {
     return o;
   }
 
-  void apply_resume(Call& c, const Resume& res) {
-    c.pending = pending_text(engine.tokenizer(), c.req.generation.prompt.back(), res);
+  void apply_resume(Call& c, engine::GenerationRequest& gen, const Resume& res) {
+    c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
     c.resumed = static_cast<int>(res.tokens.size());
-    c.req.generation.prompt.insert(c.req.generation.prompt.end(), res.tokens.begin(), res.tokens.end());
-    c.req.generation.max_tokens -= c.resumed;
+    gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
+    gen.max_tokens -= c.resumed;
     c.role_sent = res.preamble_sent;
     if (!res.id.empty()) c.id = res.id;
     if (res.created != 0) c.created = res.created;
@@ -273,6 +290,7 @@ struct NodeServer::Impl {
     const model::Tokenizer& tok = engine.tokenizer();
     const model::ModelConfig& cfg = engine.config();
     std::string prompt_text;
+    engine::GenerationRequest gen = engine_request(r.generation);
     if (chat) {
       if (!options.chat) {
         return reply_error(
@@ -284,14 +302,14 @@ struct NodeServer::Impl {
       if (!formatted.ok())
         return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = *formatted;
-      r.generation.prompt = tok.encode(prompt_text, true);
+      gen.prompt = tok.encode(prompt_text, true);
     } else if (r.prompt_is_tokens) {
-      r.generation.prompt = r.prompt_tokens;
+      gen.prompt = r.prompt_tokens;
     } else {
       prompt_text = r.prompt;
-      r.generation.prompt = tok.encode(prompt_text, true);
+      gen.prompt = tok.encode(prompt_text, true);
     }
-    const int prompt_len = static_cast<int>(r.generation.prompt.size());
+    const int prompt_len = static_cast<int>(gen.prompt.size());
     if (prompt_len >= cfg.max_seq_len) {
       return reply_error(w, endpoint,
                          {400,
@@ -314,14 +332,14 @@ struct NodeServer::Impl {
     if (!resume.ok()) {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
-    r.generation.max_tokens = max_tokens;
+    gen.max_tokens = max_tokens;
     call->writer = w;
     call->model = options.model_name;
     call->created = unix_now();
     call->start = call->last = Clock::now();
     call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
     call->token_ids = r.stream && hreq.header(std::string(kTokenIdsHeader)) == "1";
-    if (*resume) apply_resume(*call, **resume);
+    if (*resume) apply_resume(*call, gen, **resume);
     const bool preamble = !*resume || !(*resume)->preamble_sent;
     std::string echo_text =
         (!chat && r.echo && preamble) ? (r.prompt_is_tokens ? tok.decode(r.prompt_tokens) : r.prompt) : "";
@@ -340,10 +358,10 @@ struct NodeServer::Impl {
       call->text = echo_text;
     }
     auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
-    if (call->resumed > 0 && r.generation.max_tokens <= 0) {  // every token was generated already
+    if (call->resumed > 0 && gen.max_tokens <= 0) {  // every token was generated already
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
-      o.prompt_tokens = static_cast<int>(r.generation.prompt.size());
+      o.prompt_tokens = static_cast<int>(gen.prompt.size());
       return on_out(o);
     }
     if (options.pd != nullptr && options.pd->options().role == "decode") {
@@ -363,17 +381,17 @@ struct NodeServer::Impl {
         if (handle->id) eng->cancel(*handle->id);
       });
       options.pd->generate(
-          std::move(r.generation), on_out,
+          std::move(gen), on_out,
           [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
             if (!id.ok()) return fail_submit(call, endpoint, id.status());
             std::lock_guard<std::mutex> lock(handle->mu);
             handle->id = *id;
             if (handle->gone) eng->cancel(*id);
           },
-          cancelled);
+          cancelled, hreq.header("x-tessera-prefill-node"));
       return;
     }
-    auto id = engine.submit(r.generation, on_out);
+    auto id = engine.submit(std::move(gen), on_out);
     if (!id.ok()) return fail_submit(call, endpoint, id.status());
     engine::Engine* eng = &engine;
     w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
@@ -432,6 +450,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_requests_total counter\n"
           "tessera_pd_requests_total{{path=\"remote\"}} {}\ntessera_pd_requests_total{{path=\"local\"}} {}\n"
           "tessera_pd_requests_total{{path=\"fallback\"}} {}\n"
+          "# HELP tessera_pd_router_choice_total Remote prefills done on the prefill node the router named\n"
+          "# TYPE tessera_pd_router_choice_total counter\ntessera_pd_router_choice_total {}\n"
           "# HELP tessera_pd_kv_bytes_total KV bytes received from prefill nodes\n# TYPE tessera_pd_kv_bytes_total "
           "counter\n"
           "tessera_pd_kv_bytes_total {}\n"
@@ -442,7 +462,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
           "front\n"
           "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n",
-          p.remote, p.local, p.fallbacks, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
+          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
           p.deferred_reservations);
     }
     w->send(200, text, "text/plain; version=0.0.4");

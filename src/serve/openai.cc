@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -125,7 +126,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
           int64_t v = t.get<int64_t>();
           if (v < 0 || v > std::numeric_limits<int32_t>::max())
             return bad(fmt::format("token id {} is out of range", v), "prompt");
-          r.prompt_tokens.push_back(static_cast<model::TokenId>(v));
+          r.prompt_tokens.push_back(static_cast<int32_t>(v));
         }
         if (r.prompt_tokens.empty()) return bad("'prompt' must not be empty", "prompt");
       }
@@ -149,7 +150,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
   r.max_tokens = static_cast<int>(max_tokens);
 
-  engine::SamplingParams& sp = r.generation.sampling;
+  SamplingOptions& sp = r.generation.sampling;
   double v = 1.0;
   if (auto e = number(j, "temperature", 0.0, 2.0, v)) return *e;
   sp.temperature = static_cast<float>(v);
@@ -194,7 +195,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     if (!it->is_array()) return bad("'stop_token_ids' must be an array of integers", "stop_token_ids");
     for (const json& t : *it) {
       if (!t.is_number_integer()) return bad("'stop_token_ids' must be an array of integers", "stop_token_ids");
-      r.generation.stop_token_ids.push_back(t.get<model::TokenId>());
+      r.generation.stop_token_ids.push_back(t.get<int32_t>());
     }
   }
   if (auto e = boolean(j, "ignore_eos", r.generation.ignore_eos)) return *e;

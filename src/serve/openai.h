@@ -1,14 +1,16 @@
 // The OpenAI wire format: parsing /v1/completions and /v1/chat/completions bodies into a validated
 // request, and the error body shape. Pure functions (no engine, no sockets), so every rejection rule is
 // unit-testable. The JSON library stays inside the .cc files.
+//
+// This is its own library (tessera_openai: base + JSON only) because the router validates bodies with it
+// and must not link the engine; the node converts GenerationOptions into an engine request itself.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include "engine/engine.h"
 
 namespace tessera::serve {
 
@@ -25,16 +27,36 @@ struct ChatMessage {
   std::string content;
 };
 
+// The sampling fields of a request, as engine::SamplingParams names them.
+struct SamplingOptions {
+  float temperature = 1.0f;
+  float top_p = 1.0f;  // 1: no nucleus cut
+  int top_k = 0;       // 0: no top-k cut
+  uint64_t seed = 0;   // 0: not given
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+};
+
+// What a request asks of generation besides its prompt and length.
+struct GenerationOptions {
+  SamplingOptions sampling;
+  std::vector<std::string> stop;        // stop strings
+  std::vector<int32_t> stop_token_ids;  // extra stop tokens
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+};
+
 struct ApiRequest {
   bool chat = false;
   std::string model;
   // completions: text, or token ids when prompt_is_tokens
   std::string prompt;
-  std::vector<model::TokenId> prompt_tokens;
+  std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
-  std::vector<ChatMessage> messages;     // chat
-  engine::GenerationRequest generation;  // sampling, stops, logprobs; prompt filled in later
-  int max_tokens = -1;                   // -1: not given (completions default 16; chat: rest of the context)
+  std::vector<ChatMessage> messages;  // chat
+  GenerationOptions generation;       // sampling, stops, logprobs
+  int max_tokens = -1;                // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;

@@ -257,8 +257,10 @@ struct PdService::Impl {
 
   // ---- decode role ----
   // Returns the imported KV for `gen`, or an error (the caller then prefills locally).
+  // `preferred` (the router's choice) goes first, then this node's own list in turn.
   Result<std::shared_ptr<engine::ImportedKv>> remote_prefill(const engine::GenerationRequest& gen,
-                                                             const engine::PrefixLookup& hit) {
+                                                             const engine::PrefixLookup& hit,
+                                                             const std::string& preferred) {
     const model::ModelConfig& c = engine.config();
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - hit.cached_tokens;
@@ -273,10 +275,16 @@ struct PdService::Impl {
       return desc.status();
     }
     Status last = unavailable("no prefill node configured");
-    // Each attempt of this request goes to a different prefill node, whatever other requests do meanwhile.
-    const size_t first = next_prefill++;
-    for (size_t attempt = 0; attempt < options.prefill_urls.size(); ++attempt) {
-      const std::string& url = options.prefill_urls[(first + attempt) % options.prefill_urls.size()];
+    // The router's choice first, then the others; each attempt of this request goes to a different prefill node,
+    // whatever other requests do meanwhile.
+    std::vector<std::string> order;
+    if (!preferred.empty()) order.push_back(preferred);
+    const size_t start = next_prefill++;
+    for (size_t i = 0; i < options.prefill_urls.size(); ++i) {
+      const std::string& url = options.prefill_urls[(start + i) % options.prefill_urls.size()];
+      if (url != preferred) order.push_back(url);
+    }
+    for (const std::string& url : order) {
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       json body = {{"prompt", gen.prompt},
                    {"export_from", hit.cached_tokens},
@@ -323,6 +331,7 @@ struct PdService::Impl {
       release();
       std::lock_guard<std::mutex> lock(stats_mu);
       stats.kv_bytes += total;
+      if (url == preferred) stats.router_choice++;
       return kv;
     }
     release();
@@ -379,10 +388,10 @@ void PdService::register_routes(http::Server& server) {
 
 void PdService::generate(engine::GenerationRequest request, engine::OutputCallback callback,
                          std::function<void(Result<engine::RequestId>)> on_started,
-                         std::shared_ptr<std::atomic<bool>> cancelled) {
+                         std::shared_ptr<std::atomic<bool>> cancelled, std::string prefill_url) {
   Impl* d = impl_.get();
   std::thread([d, request = std::move(request), callback = std::move(callback), on_started = std::move(on_started),
-               cancelled]() mutable {
+               cancelled, prefill_url = std::move(prefill_url)]() mutable {
     auto local = [&](bool fallback) {
       std::lock_guard<std::mutex> lock(d->stats_mu);
       (fallback ? d->stats.fallbacks : d->stats.local)++;
@@ -409,7 +418,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       std::lock_guard<std::mutex> lock(d->stats_mu);
       d->stats.deferred_reservations++;
     }
-    auto kv = d->remote_prefill(request, *hit);
+    auto kv = d->remote_prefill(request, *hit, prefill_url);
     if (!kv.ok() || *cancelled) {
       if (!kv.ok()) log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
       d->engine.release_blocks(hit->blocks);

@@ -38,10 +38,11 @@ struct PdOptions {
 };
 
 struct PdStats {
-  uint64_t remote = 0;     // requests whose prompt was prefilled on a prefill node
-  uint64_t local = 0;      // prefilled here by choice (short or cached prompt)
-  uint64_t fallbacks = 0;  // remote path failed, prefilled here instead
-  uint64_t kv_bytes = 0;   // KV bytes received
+  uint64_t remote = 0;         // requests whose prompt was prefilled on a prefill node
+  uint64_t local = 0;          // prefilled here by choice (short or cached prompt)
+  uint64_t fallbacks = 0;      // remote path failed, prefilled here instead
+  uint64_t router_choice = 0;  // remote prefills done on the prefill node the router named (x-tessera-prefill-node)
+  uint64_t kv_bytes = 0;       // KV bytes received
   uint64_t checksum_mismatches = 0;
   uint64_t deferred_reservations = 0;  // KV blocks could not be reserved up front; allocated at import instead
   double transfer_seconds = 0;         // time from the prefill call to the KV being imported
@@ -58,10 +59,11 @@ class PdService {
 
   // Decode role: generates `request` (prefilled remotely when worthwhile, else locally) reporting through
   // `callback`; `on_started` gets the engine's request id once the request is in the engine, so the caller
-  // can cancel it. Runs the remote part on a worker thread; returns at once.
+  // can cancel it. `prefill_url` (the router's choice, may be empty) is tried before this node's own
+  // prefill nodes. Runs the remote part on a worker thread; returns at once.
   void generate(engine::GenerationRequest request, engine::OutputCallback callback,
-                std::function<void(Result<engine::RequestId>)> on_started,
-                std::shared_ptr<std::atomic<bool>> cancelled);
+                std::function<void(Result<engine::RequestId>)> on_started, std::shared_ptr<std::atomic<bool>> cancelled,
+                std::string prefill_url = {});
 
  private:
   struct Impl;

@@ -22,7 +22,7 @@ Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size
       return invalid_argument(
           fmt::format("'tessera_resume.tokens' holds {}, not a token id below {}", t.dump(), vocab_size));
     }
-    out.tokens.push_back(t.get<model::TokenId>());
+    out.tokens.push_back(t.get<int32_t>());
   }
   if (auto it = r.find("text_bytes"); it != r.end()) {
     if (!it->is_number_unsigned())
@@ -38,16 +38,7 @@ Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size
   return std::optional<Resume>(std::move(out));
 }
 
-std::string pending_text(const model::Tokenizer& tokenizer, model::TokenId prev, const Resume& resume) {
-  std::string text;
-  for (model::TokenId t : resume.tokens) {
-    text += tokenizer.decode_piece(prev, t);
-    prev = t;
-  }
-  return resume.text_bytes >= text.size() ? std::string() : text.substr(resume.text_bytes);
-}
-
-std::string token_comment(const std::vector<model::TokenId>& tokens) {
+std::string token_comment(const std::vector<int32_t>& tokens) {
   return fmt::format("{}{}\n\n", kTokenComment, fmt::join(tokens, ","));
 }
 

@@ -14,6 +14,9 @@
 //   usage reports the original prompt and every completion token. With greedy sampling the continuation is
 //   token-exact.
 //
+// Part of tessera_openai (the wire format, no engine): the router uses it too. The node's text side is
+// serve/resume_text.h.
+//
 // Thread-safety: pure functions.
 #pragma once
 
@@ -24,7 +27,6 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 
@@ -32,10 +34,10 @@ inline constexpr std::string_view kTokenIdsHeader = "x-tessera-token-ids";
 inline constexpr std::string_view kTokenComment = ": tessera-tokens ";
 
 struct Resume {
-  std::vector<model::TokenId> tokens;  // generated so far
-  uint64_t text_bytes = 0;             // bytes of their text the client already has
-  bool preamble_sent = false;          // role chunk (chat) / echo (completions) already sent
-  std::string id;                      // the stream's id, kept ("" when not known)
+  std::vector<int32_t> tokens;  // generated so far
+  uint64_t text_bytes = 0;      // bytes of their text the client already has
+  bool preamble_sent = false;   // role chunk (chat) / echo (completions) already sent
+  std::string id;               // the stream's id, kept ("" when not known)
   int64_t created = 0;
 };
 
@@ -43,11 +45,7 @@ struct Resume {
 // [0, vocab_size).
 Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size);
 
-// The part of the resumed tokens' text the client has not received: their decode_piece() chain (starting
-// after `prev`, the last prompt token) without its first text_bytes bytes.
-std::string pending_text(const model::Tokenizer& tokenizer, model::TokenId prev, const Resume& resume);
-
 // ": tessera-tokens 1,2,3\n\n"
-std::string token_comment(const std::vector<model::TokenId>& tokens);
+std::string token_comment(const std::vector<int32_t>& tokens);
 
 }  // namespace tessera::serve

@@ -192,7 +192,9 @@ TEST(RouterCli, BadFlagsFailWithAnActionableMessage) {
       {{"--nodes", "http://127.0.0.1:1=abc"}, "bad capacity"},
       {{"--nodes", "http://a:1,http://a:1"}, "listed twice"},
       {{}, "no nodes given"},
-      {{"--ctrl", "http://127.0.0.1:1"}, "--ctrl is not available"},
+      {{"--ctrl", "ftp://x"}, "must be KIND=URL"},
+      {{"--ctrl", "zookeeper=http://127.0.0.1:1"}, "unknown ctrl store 'zookeeper'; known: embedded, etcd"},
+      {{"--ctrl", "http://127.0.0.1:1", "--ctrl-embedded"}, "exclude each other"},
       {{"--nodes", "http://127.0.0.1:1", "--tokenizer", "/nonexistent/tok.bin"}, "tok.bin"},
   };
   for (const auto& c : cases) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace tessera::http {
 namespace {
@@ -209,6 +210,89 @@ TEST_F(HttpTest, ClientTimesOutAndReportsUnreachableServers) {
   auto refused = fetch({.url = "http://127.0.0.1:" + std::to_string(port) + "/"});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(HttpTest, PooledClientReusesOneKeepAliveConnection) {
+  ConnectionPool pool;
+  for (int i = 0; i < 5; ++i) {
+    ClientRequest r;
+    r.url = base_ + "/hello?name=" + std::to_string(i);
+    r.pool = &pool;
+    auto res = fetch(r);
+    ASSERT_TRUE(res.ok()) << res.status().to_string();
+    EXPECT_EQ(res->body, "hello " + std::to_string(i));
+  }
+  // A streamed response read to its end also gives its connection back.
+  ClientRequest s;
+  s.url = base_ + "/stream";
+  s.pool = &pool;
+  std::string got;
+  ASSERT_TRUE(fetch_streaming(s, [&](std::string_view p) {
+                got += p;
+                return true;
+              }).ok());
+  EXPECT_EQ(got, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  EXPECT_EQ(pool.reused(), 5u);
+  EXPECT_EQ(pool.idle(), 1u);
+  EXPECT_EQ(server_->open_connections(), 1);
+}
+
+TEST_F(HttpTest, AbandonedStreamIsNotReused) {
+  ConnectionPool pool;
+  chunks_ = 50;
+  ClientRequest s;
+  s.url = base_ + "/stream";
+  s.pool = &pool;
+  ASSERT_TRUE(fetch_streaming(s, [](std::string_view) { return false; }).ok());
+  EXPECT_EQ(pool.idle(), 0u) << "a half-read response must not go back to the pool";
+  ClientRequest r;
+  r.url = base_ + "/hello";
+  r.pool = &pool;
+  auto res = fetch(r);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->body, "hello");
+}
+
+TEST(HttpPool, ConnectionClosedByTheServerWhileIdleIsReplaced) {
+  ServerOptions o;
+  o.idle_timeout_ms = 100;
+  Server server(o);
+  server.route("GET", "/x", [](const Request&, std::shared_ptr<ResponseWriter> w) { w->send(200, "x", "text/plain"); });
+  ASSERT_TRUE(server.start().ok());
+  ConnectionPool pool;
+  ClientRequest r;
+  r.url = "http://127.0.0.1:" + std::to_string(server.port()) + "/x";
+  r.pool = &pool;
+  ASSERT_TRUE(fetch(r).ok());
+  EXPECT_EQ(pool.idle(), 1u);
+  std::this_thread::sleep_for(400ms);  // the server closes the idle connection
+  auto res = fetch(r);
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_EQ(res->body, "x");
+  server.stop(1000);
+}
+
+TEST_F(HttpTest, PoolUnderConcurrencyKeepsFewConnections) {
+  ConnectionPool pool;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        ClientRequest r;
+        r.method = "POST";
+        r.url = base_ + "/echo";
+        r.body = std::to_string(t) + "-" + std::to_string(i);
+        r.pool = &pool;
+        auto res = fetch(r);
+        ok += res.ok() && res->body == r.body ? 1 : 0;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok, 120);
+  EXPECT_LE(server_->open_connections(), 6);
+  EXPECT_GE(pool.reused(), 100u);
 }
 
 TEST(Url, Parses) {

@@ -31,7 +31,12 @@ constexpr const char* kSse =
 // A scripted node: /health answers 200, /v1/completions runs `handler`.
 class FakeNode {
  public:
-  explicit FakeNode(std::string model = "m") : server_(http::ServerOptions{}) {
+  // `pd_info`: the body of GET /internal/pd/info (a PD node); empty: no such route (a colocated node).
+  explicit FakeNode(std::string model = "m", std::string pd_info = "") : server_(http::ServerOptions{}) {
+    if (!pd_info.empty()) {
+      server_.route("GET", "/internal/pd/info",
+                    [pd_info](const http::Request&, WriterPtr w) { w->send(200, pd_info); });
+    }
     server_.route("GET", "/health", [this](const http::Request&, WriterPtr w) {
       if (!healthy) return w->send(503, R"({"status":"draining"})");
       w->send(200, R"({"status":"ok","kv_blocks_total":64})");
@@ -46,6 +51,10 @@ class FakeNode {
       w->send(200, body.dump());
     });
     auto gen = [this](const http::Request& r, WriterPtr w) {
+      {
+        std::lock_guard lock(mu);
+        last_prefill = r.header("x-tessera-prefill-node");
+      }
       hits++;
       last_request_id = r.header("x-request-id");
       handler(r, std::move(w));
@@ -59,6 +68,12 @@ class FakeNode {
   std::atomic<int> hits{0};
   std::atomic<bool> healthy{true};
   std::string last_request_id;
+  std::mutex mu;
+  std::string last_prefill;  // GUARDED_BY(mu): the x-tessera-prefill-node header of the last request
+  std::string prefill_header() {
+    std::lock_guard lock(mu);
+    return last_prefill;
+  }
   std::function<void(const http::Request&, WriterPtr)> handler = [](const http::Request& r, WriterPtr w) {
     if (json::parse(r.body).value("stream", false)) {
       w->start_stream(200);
@@ -337,6 +352,55 @@ TEST_F(GatewayTest, AdminApiAddsDrainsAndRemovesNodes) {
   EXPECT_NE(metrics.body.find("tessera_router_requests_total"), std::string::npos);
   EXPECT_NE(metrics.body.find("tessera_router_node_in_flight{node=\"" + a.url() + "\"} 0"), std::string::npos)
       << metrics.body;
+}
+
+std::string pd_info(const std::string& role, const std::string& host) {
+  return json{{"role", role}, {"agent", "name=" + role + " host=" + host + " tcp=127.0.0.1:1"}}.dump();
+}
+
+// PD mode: roles and hosts learnt from /internal/pd/info; the router sends client requests to the decode
+// node only, naming the prefill node it chose (same host first, the other when that one is drained), and
+// never forwards a client's own x-tessera-prefill-node header.
+TEST_F(GatewayTest, PrefillDecodePairsAreChosenByTheRouter) {
+  FakeNode near("m", pd_info("prefill", "hostB")), far("m", pd_info("prefill", "hostA")),
+      decode("m", pd_info("decode", "hostB")), colocated("m");
+  GatewayOptions o;
+  o.health.probe_interval_ms = 20;
+  start({near.url(), far.url(), decode.url()}, o);
+  auto roles_known = [&] {
+    json list = json::parse(get("/admin/nodes").body)["nodes"];
+    int known = 0;
+    for (const auto& n : list) known += n.value("role", "").empty() ? 0 : 1;
+    return known == 3;
+  };
+  for (int i = 0; i < 200 && !roles_known(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(roles_known());
+  for (int i = 0; i < 3; ++i) {
+    auto r = post("/v1/completions", R"({"model":"m","prompt":"x"})", {{"x-tessera-prefill-node", "http://evil:1"}});
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers["x-tessera-prefill-node"], near.url());
+  }
+  EXPECT_EQ(decode.hits, 3);
+  EXPECT_EQ(near.hits + far.hits, 0) << "client requests went to a prefill node";
+  EXPECT_EQ(decode.prefill_header(), near.url());
+  // Streams name it too.
+  auto s = post("/v1/completions", R"({"model":"m","prompt":"x","stream":true})");
+  EXPECT_EQ(s.headers["x-tessera-prefill-node"], near.url());
+  // The near one drained: the far one (over tcp) is the only choice left.
+  EXPECT_EQ(post("/admin/nodes/drain", json{{"url", near.url()}}.dump()).status, 200);
+  post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(decode.prefill_header(), far.url());
+  auto metrics = get("/metrics").body;
+  EXPECT_NE(metrics.find("tessera_router_pd_pairs_total{link=\"shm\"} 4"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_router_pd_pairs_total{link=\"tcp\"} 1"), std::string::npos) << metrics;
+  // Without a decode node in rotation, a colocated node serves whole requests and no prefill node is named.
+  EXPECT_EQ(post("/admin/nodes/drain", json{{"url", decode.url()}}.dump()).status, 200);
+  EXPECT_EQ(post("/admin/nodes", json{{"url", colocated.url()}}.dump()).status, 201);
+  auto whole = post("/v1/completions", R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_EQ(colocated.hits, 1);
+  EXPECT_EQ(colocated.prefill_header(), "");
+  EXPECT_EQ(whole.headers.count("x-tessera-prefill-node"), 0u);
 }
 
 // A node that accepts requests and never answers them: once its probes fail, what waits on it is retried

@@ -52,7 +52,7 @@ TEST(OpenAiParse, DefaultsAreOpenAIs) {
 }
 
 TEST(OpenAiParse, TokenPromptsAndSingleElementLists) {
-  EXPECT_EQ(ok(R"({"model":"m","prompt":[1,2,3]})").prompt_tokens, (std::vector<model::TokenId>{1, 2, 3}));
+  EXPECT_EQ(ok(R"({"model":"m","prompt":[1,2,3]})").prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(ok(R"({"model":"m","prompt":["only"]})").prompt, "only");
   EXPECT_NE(err(R"({"model":"m","prompt":["a","b"]})").message.find("several prompts"), std::string::npos);
   EXPECT_EQ(err(R"({"model":"m","prompt":[1,"x"]})").param, "prompt");
