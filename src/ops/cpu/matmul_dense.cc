@@ -20,38 +20,44 @@ constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while th
 constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
 constexpr int64_t kSmallBatch = 4;    // fewer activation rows than this: row-by-row dot products
 
+// Four dot products against one activation row, each summed in exactly the order dot() uses (two
+// accumulators over alternating 8-wide chunks, then the tail), so a row's result does not depend on whether
+// it was computed here or by dot(): outputs are the same whatever the batch size (graph replay pads batches).
 template <typename W>
 void tile4(const W* w, int64_t k, const float* x, float* out) {
-  const W* w0 = w;
-  const W* w1 = w + k;
-  const W* w2 = w + 2 * k;
-  const W* w3 = w + 3 * k;
+  const W* r[4] = {w, w + k, w + 2 * k, w + 3 * k};
   int64_t j = 0;
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (; j + 8 <= k; j += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + j);
-    a0 = _mm256_fmadd_ps(load8(w0 + j), xv, a0);
-    a1 = _mm256_fmadd_ps(load8(w1 + j), xv, a1);
-    a2 = _mm256_fmadd_ps(load8(w2 + j), xv, a2);
-    a3 = _mm256_fmadd_ps(load8(w3 + j), xv, a3);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  for (; j + 16 <= k; j += 16) {
+    const __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
+    a0 = _mm256_fmadd_ps(load8(r[0] + j), xa, a0);
+    a1 = _mm256_fmadd_ps(load8(r[1] + j), xa, a1);
+    a2 = _mm256_fmadd_ps(load8(r[2] + j), xa, a2);
+    a3 = _mm256_fmadd_ps(load8(r[3] + j), xa, a3);
+    b0 = _mm256_fmadd_ps(load8(r[0] + j + 8), xb, b0);
+    b1 = _mm256_fmadd_ps(load8(r[1] + j + 8), xb, b1);
+    b2 = _mm256_fmadd_ps(load8(r[2] + j + 8), xb, b2);
+    b3 = _mm256_fmadd_ps(load8(r[3] + j + 8), xb, b3);
   }
-  s0 = hsum(a0);
-  s1 = hsum(a1);
-  s2 = hsum(a2);
-  s3 = hsum(a3);
+  if (j + 8 <= k) {
+    const __m256 xa = _mm256_loadu_ps(x + j);
+    a0 = _mm256_fmadd_ps(load8(r[0] + j), xa, a0);
+    a1 = _mm256_fmadd_ps(load8(r[1] + j), xa, a1);
+    a2 = _mm256_fmadd_ps(load8(r[2] + j), xa, a2);
+    a3 = _mm256_fmadd_ps(load8(r[3] + j), xa, a3);
+    j += 8;
+  }
+  s[0] = hsum(_mm256_add_ps(a0, b0));
+  s[1] = hsum(_mm256_add_ps(a1, b1));
+  s[2] = hsum(_mm256_add_ps(a2, b2));
+  s[3] = hsum(_mm256_add_ps(a3, b3));
 #endif
   for (; j < k; ++j) {
-    s0 += to_f32(w0[j]) * x[j];
-    s1 += to_f32(w1[j]) * x[j];
-    s2 += to_f32(w2[j]) * x[j];
-    s3 += to_f32(w3[j]) * x[j];
+    for (int t = 0; t < 4; ++t) s[t] += to_f32(r[t][j]) * x[j];
   }
-  out[0] = s0;
-  out[1] = s1;
-  out[2] = s2;
-  out[3] = s3;
+  std::copy(s, s + 4, out);
 }
 
 template <typename W>

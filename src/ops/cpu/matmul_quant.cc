@@ -89,41 +89,12 @@ inline int weight_at(const BlockQ4_0& b, int i) {
   return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
 }
 
-// out[t] = dot(weight row t, x) for `rows` (<= 4) weight rows of `nb` blocks each.
+// One block's contribution, in plain integer arithmetic (the tail and the baseline build).
 template <typename B>
-void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, float* out) {
-#if defined(__AVX2__)
-  if (rows == kTile) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const B* w0 = w;
-    const B* w1 = w + nb;
-    const B* w2 = w + 2 * nb;
-    const B* w3 = w + 3 * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
-      const float dx = xd[b];
-      a0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w0[b].d) * dx), dot_i8(weights_i8(w0[b]), xv), a0);
-      a1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w1[b].d) * dx), dot_i8(weights_i8(w1[b]), xv), a1);
-      a2 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w2[b].d) * dx), dot_i8(weights_i8(w2[b]), xv), a2);
-      a3 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w3[b].d) * dx), dot_i8(weights_i8(w3[b]), xv), a3);
-    }
-    out[0] = hsum(a0);
-    out[1] = hsum(a1);
-    out[2] = hsum(a2);
-    out[3] = hsum(a3);
-    return;
-  }
-#endif
-  for (int64_t t = 0; t < rows; ++t) {
-    float s = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const B& blk = w[t * nb + b];
-      int32_t acc = 0;
-      for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(blk, i) * xq[b * kQuantBlock + i];
-      s += scale(blk.d) * xd[b] * static_cast<float>(acc);
-    }
-    out[t] = s;
-  }
+float block_dot(const B& blk, const int8_t* xq, float xd) {
+  int32_t acc = 0;
+  for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(blk, i) * xq[i];
+  return scale(blk.d) * xd * static_cast<float>(acc);
 }
 
 // dot(one weight row of `nb` blocks, x), two accumulators so consecutive blocks do not wait on each other.
@@ -142,11 +113,40 @@ float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd) {
   s = hsum(_mm256_add_ps(a0, a1));
 #endif
   for (; b < nb; ++b) {
-    int32_t acc = 0;
-    for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(w[b], i) * xq[b * kQuantBlock + i];
-    s += scale(w[b].d) * xd[b] * static_cast<float>(acc);
+    s += block_dot(w[b], xq + b * kQuantBlock, xd[b]);
   }
   return s;
+}
+
+// out[t] = dot(weight row t, x) for `rows` (<= 4) weight rows of `nb` blocks each, each summed in exactly the
+// order row_dot() uses, so a row's result does not depend on the batch size it was computed in.
+template <typename B>
+void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, float* out) {
+#if defined(__AVX2__)
+  if (rows == kTile) {
+    const B* r[4] = {w, w + nb, w + 2 * nb, w + 3 * nb};
+    __m256 a[4], c[4];
+    for (int t = 0; t < 4; ++t) a[t] = c[t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (b + 1) * kQuantBlock));
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        a[t] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r[t][b].d) * xd[b]), dot_i8(weights_i8(r[t][b]), x0), a[t]);
+        c[t] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r[t][b + 1].d) * xd[b + 1]), dot_i8(weights_i8(r[t][b + 1]), x1),
+                               c[t]);
+      }
+    }
+    for (int t = 0; t < 4; ++t) {
+      float s = hsum(_mm256_add_ps(a[t], c[t]));
+      for (int64_t e = b; e < nb; ++e) s += block_dot(r[t][e], xq + e * kQuantBlock, xd[e]);
+      out[t] = s;
+    }
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < rows; ++t) out[t] = row_dot(w + t * nb, nb, xq, xd);
 }
 
 template <typename B>
