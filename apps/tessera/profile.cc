@@ -33,6 +33,7 @@ struct ProfileArgs {
   int max_tokens = 256;
   int max_batch = 16;
   int repeats = 3;
+  int threads = 0;
   double memory_gb = 0;
   double network_gb_s = 0;
   double interconnect_gb_s = 0;
@@ -54,7 +55,9 @@ int run_profile(const ProfileArgs& a) {
     return fail("--repeats, --max-tokens, --max-batch too small");
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
-  auto device = ops::open_device(a.backend);
+  ops::DeviceOptions dopts;
+  dopts.threads = a.threads;  // as `tessera serve --threads`, so a profile matches the node it describes
+  auto device = ops::open_device(a.backend, 0, dopts);
   if (!device.ok()) return fail(device.status().message());
   const model::ModelConfig& c = model->config;
   int max_tokens = std::min(a.max_tokens, c.max_seq_len - 1);
@@ -145,6 +148,8 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--max-tokens", args->max_tokens, "Longest prompt / context timed")->capture_default_str();
   cmd->add_option("--max-batch", args->max_batch, "Largest decode batch timed")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "Runs per point (the median is kept)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--memory-gb", args->memory_gb, "Device memory, when the backend does not report it");
   cmd->add_option("--network-gb-s", args->network_gb_s,
                   "Link bandwidth to other instances (not measured yet: no link benchmark)");

@@ -8,6 +8,7 @@
 //   nodes:
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
+// A plan written by `tessera solve --out` for pools that exist here is such a spec (solver/launch.h).
 // Decode nodes get every prefill node as --prefill-nodes. cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
@@ -74,6 +75,11 @@ Result<ClusterSpec> load_spec(const std::string& path) {
   try {
     YAML::Node y = YAML::LoadFile(path);
     if (!y.IsMap()) return invalid_argument(fmt::format("{}: the spec must be a mapping", path));
+    // A plan from `tessera solve --out` is a spec when its pools exist here; otherwise it says why not.
+    if (y["launchable"] && !y["launchable"].as<bool>()) {
+      return invalid_argument(fmt::format("{}: this plan cannot be launched here: {}", path,
+                                          y["launch_note"] ? y["launch_note"].as<std::string>() : "no reason given"));
+    }
     s.model = y["model"] ? y["model"].as<std::string>() : std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
     if (y["tokenizer"]) s.tokenizer = y["tokenizer"].as<std::string>();
     if (y["chat_template"]) s.chat_template = y["chat_template"].as<std::string>();

@@ -46,6 +46,8 @@ Status check_plan(const Problem& p, const Plan& plan) {
     if (pp.role == Role::kIdle) continue;
     if (pp.instances < 1 || pp.tp < 1 || pp.max_batch < 1)
       return invalid_argument(fmt::format("pool {}: a non-idle pool needs instances, tp, max_batch >= 1", pool.name));
+    if (!pool.roles.empty() && std::find(pool.roles.begin(), pool.roles.end(), role_name(pp.role)) == pool.roles.end())
+      return invalid_argument(fmt::format("pool {}: role {} is not among its roles", pool.name, role_name(pp.role)));
     if (static_cast<long>(pp.instances) * pp.tp > pool.count)
       return invalid_argument(fmt::format("pool {}: {} instances x {} devices exceed its {} devices", pool.name,
                                           pp.instances, pp.tp, pool.count));

@@ -349,9 +349,11 @@ std::vector<PoolConfig> pool_configs(const Problem& p, size_t pool) {
   const Pool& pl = p.fleet.pools[pool];
   std::vector<int> batches = pl.batch_limits.empty() ? std::vector<int>{16, 64, 256} : pl.batch_limits;
   std::vector<PoolConfig> out;
-  for (Role r : {Role::kPrefill, Role::kDecode, Role::kBoth})
+  for (Role r : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
+    if (!pl.roles.empty() && std::find(pl.roles.begin(), pl.roles.end(), role_name(r)) == pl.roles.end()) continue;
     for (int tp : fitting_sizes(p, pl))
       for (int b : batches) out.push_back({r, tp, b});
+  }
   return out;
 }
 
