@@ -81,6 +81,7 @@ Result<SimConfig> sim_config(const Problem& p, const Plan& plan) {
   SimConfig c;
   c.cost = p.cost;
   c.token_budget = p.fleet.token_budget;
+  c.request_overhead_s = p.fleet.request_overhead_s;
   c.router = p.router;
   for (size_t i = 0; i < plan.pools.size(); ++i) {
     const PoolPlacement& pp = plan.pools[i];

@@ -42,6 +42,7 @@ struct Fleet {
   int token_budget = 2048;     // tokens per step (chunked prefill chunk + decode tokens)
   std::string router = "least-loaded";
   double memory_utilization = 0.9;  // fraction of device memory for weights + KV
+  double request_overhead_s = 0;    // serving path outside the engines per request (HTTP hops), in TTFT
 
   Status validate() const;
 };

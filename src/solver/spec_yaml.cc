@@ -318,6 +318,11 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
     TS_RETURN_IF_ERROR(m.get("token_budget", &f.token_budget, false));
     TS_RETURN_IF_ERROR(m.get("router", &f.router, false));
     TS_RETURN_IF_ERROR(m.get("memory_utilization", &f.memory_utilization, false));
+    double overhead_ms = 0;
+    TS_RETURN_IF_ERROR(m.get("request_overhead_ms", &overhead_ms, false));
+    if (!(overhead_ms >= 0 && overhead_ms < 1e6))
+      return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("request_overhead_ms")));
+    f.request_overhead_s = overhead_ms / 1e3;
     if (!m.has("pools")) return invalid_argument(fmt::format("{}: missing required key 'pools'", origin));
     YAML::Node pools = m.node("pools");
     if (!pools.IsSequence()) return invalid_argument(fmt::format("{}: expected a list", m.at("pools")));
