@@ -9,7 +9,8 @@
 # JSON-lines trace, so the simulator and the cluster see the same requests.
 #
 # Each run (REPEATS per workload), in order, so that the profile sees the machine as the run does:
-#   1. `tessera profile` on CPU 0 and on CPU 1 (the two nodes' CPUs);
+#   1. `tessera profile` on CPU 0 (with --prefill-export, as the prefill node runs) and on CPU 1 (the decode
+#      node's CPU);
 #   2. `tessera up` the plan;
 #   3. calibration: 20 spaced single requests (16-token prompts, 4 tokens out); the median TTFT the cluster
 #      shows above the simulator's prediction for them is the serving path overhead (HTTP hops, JSON) of
@@ -108,10 +109,10 @@ for w in "${WORKLOADS[@]}"; do
     run="$OUT/$name-r$r"
     mkdir -p "$run"
     uptime > "$run/uptime.txt"
-    for cpu in 0 1; do
+    for cpu in 0 1; do  # CPU 0 runs the prefill node: time prefill with its layer-wise KV export
       taskset -c "$cpu" "$B" profile --model "$tmp/s15.bin" --tokenizer "$tmp/s15.tok.bin" --backend cpu --threads 1 \
         --family "cpu$cpu" --memory-gb 1 --max-tokens 255 --max-batch 16 --repeats 5 --out "$run/cpu$cpu.yaml" \
-        > "$run/profile-cpu$cpu.txt"
+        $([ "$cpu" = 0 ] && echo --prefill-export) > "$run/profile-cpu$cpu.txt"
     done
     fleet "$run/fleet0.yaml" 0 "$run"
     "$B" solve --fleet "$run/fleet0.yaml" --workload "$tmp/calib.yaml" --slo "$tmp/slo.yaml" \
@@ -127,6 +128,9 @@ for w in "${WORKLOADS[@]}"; do
     "$B" bench serve --url "$url" --dataset "trace:$tmp/$name.jsonl" --num-prompts "$N" --seed "$r" \
       --out "$run/bench.json" >&2
     stop_cluster
+    for j in "$run/bench.json" "$run/calib.json"; do  # keep the summaries, not every request's token times
+      python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dump({k: v for k, v in d.items() if not isinstance(v, list)}, open(sys.argv[1], "w"), indent=1, sort_keys=True)' "$j"
+    done
     overhead=$(python3 - "$run/calib.json" "$(predicted "$run/calib-plan.yaml" ttft_ms p50)" <<'PY'
 import json, sys
 print(f"{max(0.0, json.load(open(sys.argv[1]))['median_ttft_ms'] - float(sys.argv[2])):.3f}")

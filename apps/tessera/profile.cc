@@ -39,6 +39,7 @@ struct ProfileArgs {
   int max_batch = 16;
   int repeats = 3;
   std::string statistic = "min";
+  bool prefill_export = false;
   int threads = 0;
   double memory_gb = 0;
   double network_gb_s = 0;
@@ -92,6 +93,23 @@ int run_profile(const ProfileArgs& a) {
 
   std::vector<float> logits;
   auto tokens = [&](int n) { return std::vector<model::TokenId>(static_cast<size_t>(n), 1); };
+  // A prefill node streams each layer's K and V out as soon as the layer is computed (docs/pd-protocol.md):
+  // with --prefill-export the timed prefill does the same (export to the f32 wire layout, one copy).
+  std::vector<float> wire_k, wire_v, staging;
+  auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
+    if (!a.prefill_export) return r.prefill(seq, ids, logits);
+    const int first = seq.length, n = static_cast<int>(ids.size());
+    TS_RETURN_IF_ERROR(r.kv_cache().reserve(seq, first + n));
+    const size_t rows = static_cast<size_t>(c.kv_dim()) * n;
+    wire_k.resize(rows), wire_v.resize(rows), staging.resize(2 * rows);
+    engine::Segment seg{&seq, ids, true};
+    return r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
+      TS_RETURN_IF_ERROR(r.export_kv(seq, layer, first, n, DType::kF32, wire_k.data(), wire_v.data()));
+      std::copy(wire_k.begin(), wire_k.end(), staging.begin());
+      std::copy(wire_v.begin(), wire_v.end(), staging.begin() + static_cast<std::ptrdiff_t>(rows));
+      return ok_status();
+    });
+  };
   std::vector<int> prompt_lengths;
   for (int t = 8; t <= max_tokens; t *= 2) prompt_lengths.push_back(t);
   if (prompt_lengths.back() != max_tokens) prompt_lengths.push_back(max_tokens);  // the longest prompt too
@@ -101,7 +119,7 @@ int run_profile(const ProfileArgs& a) {
       engine::SequenceKv seq;
       auto ids = tokens(t);
       auto t0 = std::chrono::steady_clock::now();
-      if (Status s = r.prefill(seq, ids, logits); !s.ok()) return fail(s.message());
+      if (Status s = run_prefill(seq, ids); !s.ok()) return fail(s.message());
       times.push_back(seconds_since(t0));
       r.release(seq);
       pause(times.back());
@@ -193,6 +211,8 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--max-tokens", args->max_tokens, "Longest prompt / context timed")->capture_default_str();
   cmd->add_option("--max-batch", args->max_batch, "Largest decode batch timed")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "Runs per point")->capture_default_str();
+  cmd->add_flag("--prefill-export", args->prefill_export,
+                "Time prefill as a prefill node runs it: each layer's KV exported to the wire layout as it is made");
   cmd->add_option("--statistic", args->statistic, "Kept of the runs per point: min (the fastest) or median")
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
