@@ -108,6 +108,18 @@ TEST(Simulator, TransfersShareTheLink) {
   EXPECT_NEAR(res->requests[1].e2e_s, 0.421, 1e-12);
 }
 
+TEST(Simulator, TheFirstTokenWaitsForTheDecodeStepInFlight) {
+  // Both prompts prefill in one step (210 ms); transfers end at 310 and 410 ms. The first request decodes
+  // 10 steps of 11 ms from 310 ms (to 420 ms); the second request's KV arrives during the step that started
+  // at 409 ms, so it joins, and its first token goes out, at 420 ms; one more step ends it at 431 ms.
+  auto res = simulate(config({toy(Role::kPrefill), toy(Role::kDecode)}), {{0, 100, 11}, {0, 100, 2}});
+  ASSERT_TRUE(res.ok());
+  EXPECT_NEAR(res->requests[0].ttft_s, 0.310, 1e-12);
+  EXPECT_NEAR(res->requests[0].e2e_s, 0.420, 1e-12);
+  EXPECT_NEAR(res->requests[1].ttft_s, 0.420, 1e-12);
+  EXPECT_NEAR(res->requests[1].e2e_s, 0.431, 1e-12);
+}
+
 TEST(Simulator, KvCapacityLimitsConcurrencyAndRejectsWhatNeverFits) {
   // 150 tokens of KV: the second 111-token request waits until the first finishes at 220 ms.
   auto res = simulate(config({toy(Role::kBoth, 8, 150)}), {{0, 100, 11}, {0, 100, 11}, {0, 140, 20}});
