@@ -144,9 +144,9 @@ TEST(ProfileCli, MeasuresFitsAndFeedsTheSolver) {
 TEST(ProfileCli, MeasuresTheSameHostHandOffUnlessTheLinkIsGiven) {
   TS_REQUIRE_STORIES260K();
   std::string out = scratch_dir() + "/p.yaml";
-  ProcessResult r = run_process({tessera_bin(), "profile", "--model", stories260k_dir(), "--backend", "ref",
-                                 "--memory-gb", "1", "--max-tokens", "32", "--max-batch", "2", "--repeats", "1",
-                                 "--out", out});
+  ProcessResult r =
+      run_process({tessera_bin(), "profile", "--model", stories260k_dir(), "--backend", "ref", "--memory-gb", "1",
+                   "--max-tokens", "32", "--max-batch", "2", "--repeats", "1", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("measured: same-host KV export + copy + import"), std::string::npos) << r.out;
   // Copies through host memory: far above 10 MB/s and far below 1 TB/s.
