@@ -193,7 +193,7 @@ TEST(Spec, LaunchRolesAndOverheadParse) {
 }
 
 TEST(Spec, LaunchRolesAndOverheadErrorsNameTheProblem) {
-  auto err = [](std::string from, std::string to) {
+  auto err = [](const std::string& from, const std::string& to) {
     std::string t = kLocalFleet;
     t.replace(t.find(from), from.size(), to);
     return parse_fleet(t, "f.yaml", ".").status().message();

@@ -26,7 +26,7 @@ class FakeCluster {
  public:
   explicit FakeCluster(int calm_scrapes) : calm_scrapes_(calm_scrapes), t0_(std::chrono::steady_clock::now()) {
     server_ = std::make_unique<http::Server>(http::ServerOptions{});
-    server_->route("GET", "/metrics", [this](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+    server_->route("GET", "/metrics", [this](const http::Request&, const std::shared_ptr<http::ResponseWriter>& w) {
       w->send(200,
               fmt::format("# TYPE tessera_router_node_healthy gauge\n"
                           "tessera_router_node_healthy{{node=\"http://127.0.0.1:{}/n0\"}} 1\n"
@@ -34,7 +34,7 @@ class FakeCluster {
                           server_->port()),
               "text/plain");
     });
-    server_->route("GET", "/n0/metrics", [this](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+    server_->route("GET", "/n0/metrics", [this](const http::Request&, const std::shared_ptr<http::ResponseWriter>& w) {
       w->send(200, node_metrics(), "text/plain");
     });
     EXPECT_TRUE(server_->start().ok());
