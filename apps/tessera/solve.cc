@@ -4,14 +4,19 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "base/mapped_file.h"
 #include "commands.h"
+#include "http/http.h"
+#include "solver/live_metrics.h"
 #include "solver/plan_yaml.h"
 #include "solver/search.h"
 #include "solver/spec_yaml.h"
+#include "solver/watch.h"
 
 namespace tessera::cli {
 namespace {
@@ -24,7 +29,73 @@ struct SolveArgs {
   double max_sim_steps = 5e6;
   bool homogeneous = false;
   bool verbose = false;
+  std::string watch;  // router (or node) base URL
+  double interval_s = 10;
+  int windows = 0;  // 0: until interrupted
 };
+
+// The serving counters of the cluster behind `url`: a router's nodes (named by its node gauges), or the
+// node at `url` itself when it is not a router.
+Result<solver::ServingCounters> scrape(const std::string& url) {
+  auto fetch_samples = [](const std::string& base) -> Result<solver::PromSamples> {
+    auto r = http::fetch({.url = base + "/metrics", .timeout_ms = 5000});
+    if (!r.ok()) return r.status().with_context(base + "/metrics");
+    if (r->status != 200) return unavailable(fmt::format("{}/metrics answered {}", base, r->status));
+    return solver::parse_prometheus(r->body);
+  };
+  TS_ASSIGN_OR_RETURN(solver::PromSamples front, fetch_samples(url));
+  std::vector<std::string> nodes = solver::label_values(front, "tessera_router_node_healthy", "node");
+  std::vector<solver::PromSamples> all;
+  if (nodes.empty()) all.push_back(std::move(front));
+  for (const std::string& n : nodes) {
+    TS_ASSIGN_OR_RETURN(solver::PromSamples s, fetch_samples(n));
+    all.push_back(std::move(s));
+  }
+  return solver::serving_counters(all);
+}
+
+// Reads the cluster's metrics every interval and prints one decision line per window (watch.h).
+int run_watch(const SolveArgs& a, const solver::Problem& problem, const solver::SearchResult& plan,
+              const solver::SearchOptions& options) {
+  if (!(a.interval_s > 0)) return fail("--interval must be positive");
+  solver::WatchState state = solver::watch_start(problem, plan.best);
+  solver::ReplanPolicy policy;
+  std::printf(
+      "watch: %s every %.3g s; planned rate %.2f/s, lengths %.0f/%.0f, predicted TTFT p%g %.0f ms, TPOT p50 %.1f ms\n",
+      a.watch.c_str(), a.interval_s, state.predicted.rate, state.predicted.mean_input, state.predicted.mean_output,
+      problem.slo.percentile, state.predicted.ttft_s * 1e3, state.predicted.tpot_s * 1e3);
+  std::fflush(stdout);
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto before = scrape(a.watch);
+  double t_before = elapsed();
+  if (!before.ok()) std::printf("[t=%.1fs] no metrics yet: %s\n", t_before, before.status().message().c_str());
+  for (int w = 1; a.windows <= 0 || w <= a.windows; ++w) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.interval_s));
+    auto after = scrape(a.watch);
+    double t = elapsed();
+    std::string line;
+    if (!after.ok()) {
+      line = fmt::format("keep: no metrics ({})", after.status().message());
+    } else if (!before.ok()) {
+      line = "keep: first scrape, no window yet";
+    } else if (after->requests < before->requests) {
+      line = "keep: counters went back (a node restarted); window skipped";
+    } else {
+      auto live = solver::window_metrics(*before, *after, t - t_before, problem.slo);
+      if (!live.ok()) {
+        line = fmt::format("keep: {}", live.status().message());
+      } else {
+        auto d = solver::watch_window(state, *live, t, policy, options);
+        line = d.ok() ? d->line : fmt::format("keep: re-solve failed: {}", d.status().message());
+      }
+    }
+    std::printf("[t=%.1fs] %s\n", t, line.c_str());
+    std::fflush(stdout);
+    if (after.ok()) before = std::move(after), t_before = t;
+  }
+  return 0;
+}
 
 int run_solve(const SolveArgs& a) {
   auto fleet = solver::load_fleet(a.fleet);
@@ -59,6 +130,7 @@ int run_solve(const SolveArgs& a) {
     if (Status s = write_file_atomic(a.out, bytes); !s.ok()) return fail(s.message());
     std::fprintf(stderr, "wrote %s\n", a.out.c_str());
   }
+  if (!a.watch.empty()) return run_watch(a, *problem, *result, options);
   return 0;
 }
 
@@ -79,6 +151,11 @@ Action add_solve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--homogeneous", args->homogeneous, "Only plans whose serving pools are all one device family");
   cmd->add_flag("--verbose", args->verbose, "Also print the capacity probe table of the scalable search");
+  cmd->add_option("--watch", args->watch,
+                  "Router (or node) URL: read its /metrics every --interval and print keep / re-place decisions");
+  cmd->add_option("--interval", args->interval_s, "--watch: seconds per metrics window")->capture_default_str();
+  cmd->add_option("--windows", args->windows, "--watch: stop after this many windows (0: run until interrupted)")
+      ->capture_default_str();
   return [args] { return run_solve(*args); };
 }
 

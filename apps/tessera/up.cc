@@ -5,9 +5,11 @@
 //   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
 //   chat_template: plain                    # passed to the nodes
 //   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node
+//                                           # optional args: [...] (further `tessera route` flags)
 //   nodes:
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
+// A plan written by `tessera solve --out` for pools that exist here is such a spec (solver/launch.h).
 // Decode nodes get every prefill node as --prefill-nodes; the router gets every node and pairs them.
 // cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
@@ -50,6 +52,7 @@ struct ClusterSpec {
   bool router = true;
   int router_port = 8000;
   std::string strategy = "least_latency";
+  std::vector<std::string> router_args;  // further `tessera route` flags
   std::vector<NodeSpec> nodes;
 };
 
@@ -75,6 +78,11 @@ Result<ClusterSpec> load_spec(const std::string& path) {
   try {
     YAML::Node y = YAML::LoadFile(path);
     if (!y.IsMap()) return invalid_argument(fmt::format("{}: the spec must be a mapping", path));
+    // A plan from `tessera solve --out` is a spec when its pools exist here; otherwise it says why not.
+    if (y["launchable"] && !y["launchable"].as<bool>()) {
+      return invalid_argument(fmt::format("{}: this plan cannot be launched here: {}", path,
+                                          y["launch_note"] ? y["launch_note"].as<std::string>() : "no reason given"));
+    }
     s.model = y["model"] ? y["model"].as<std::string>() : std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
     if (y["tokenizer"]) s.tokenizer = y["tokenizer"].as<std::string>();
     if (y["chat_template"]) s.chat_template = y["chat_template"].as<std::string>();
@@ -84,6 +92,7 @@ Result<ClusterSpec> load_spec(const std::string& path) {
       } else {
         s.router_port = y["router"]["port"] ? y["router"]["port"].as<int>() : s.router_port;
         s.strategy = y["router"]["strategy"] ? y["router"]["strategy"].as<std::string>() : s.strategy;
+        if (y["router"]["args"]) s.router_args = y["router"]["args"].as<std::vector<std::string>>();
       }
     }
     if (!y["nodes"] || !y["nodes"].IsSequence() || y["nodes"].size() == 0) {
@@ -266,10 +275,15 @@ int run_up(const std::string& spec_path, int router_port_override) {
     // node of each request jointly with its decode node (docs/pd-protocol.md); it sends them no client request.
     std::vector<std::string> router_nodes = front_urls;
     router_nodes.insert(router_nodes.end(), prefill_urls.begin(), prefill_urls.end());
-    st = start("router",
-               {"route", "--port", std::to_string(spec->router_port), "--nodes",
-                fmt::format("{}", fmt::join(router_nodes, ",")), "--strategy", spec->strategy},
-               {});
+    std::vector<std::string> route = {"route",
+                                      "--port",
+                                      std::to_string(spec->router_port),
+                                      "--nodes",
+                                      fmt::format("{}", fmt::join(router_nodes, ",")),
+                                      "--strategy",
+                                      spec->strategy};
+    route.insert(route.end(), spec->router_args.begin(), spec->router_args.end());
+    st = start("router", route, {});
     if (st.ok()) endpoint = children.back().url;
   }
   if (!st.ok()) {

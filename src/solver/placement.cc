@@ -46,6 +46,8 @@ Status check_plan(const Problem& p, const Plan& plan) {
     if (pp.role == Role::kIdle) continue;
     if (pp.instances < 1 || pp.tp < 1 || pp.max_batch < 1)
       return invalid_argument(fmt::format("pool {}: a non-idle pool needs instances, tp, max_batch >= 1", pool.name));
+    if (!pool.roles.empty() && std::find(pool.roles.begin(), pool.roles.end(), role_name(pp.role)) == pool.roles.end())
+      return invalid_argument(fmt::format("pool {}: role {} is not among its roles", pool.name, role_name(pp.role)));
     if (static_cast<long>(pp.instances) * pp.tp > pool.count)
       return invalid_argument(fmt::format("pool {}: {} instances x {} devices exceed its {} devices", pool.name,
                                           pp.instances, pp.tp, pool.count));
@@ -79,6 +81,7 @@ Result<SimConfig> sim_config(const Problem& p, const Plan& plan) {
   SimConfig c;
   c.cost = p.cost;
   c.token_budget = p.fleet.token_budget;
+  c.request_overhead_s = p.fleet.request_overhead_s;
   c.router = p.router;
   for (size_t i = 0; i < plan.pools.size(); ++i) {
     const PoolPlacement& pp = plan.pools[i];

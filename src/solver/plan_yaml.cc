@@ -6,6 +6,8 @@
 
 #include <fmt/core.h>
 
+#include "solver/launch.h"
+
 namespace tessera::solver {
 namespace {
 
@@ -14,6 +16,32 @@ void latency(YAML::Emitter& e, const char* key, const LatencySummary& s) {
   e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
   e << YAML::Key << "p50" << YAML::Value << ms(s.p50) << YAML::Key << "p90" << YAML::Value << ms(s.p90);
   e << YAML::Key << "p99" << YAML::Value << ms(s.p99) << YAML::EndMap;
+}
+
+// The keys `tessera up` reads (model, tokenizer, chat_template, router, nodes), when the plan runs here.
+void launch(YAML::Emitter& e, const Problem& p, const Plan& plan) {
+  auto c = launch_cluster(p, plan);
+  e << YAML::Key << "launchable" << YAML::Value << c.ok();
+  if (!c.ok()) {
+    e << YAML::Key << "launch_note" << YAML::Value << c.status().message();
+    return;
+  }
+  e << YAML::Key << "model" << YAML::Value << c->model;
+  if (!c->tokenizer.empty()) e << YAML::Key << "tokenizer" << YAML::Value << c->tokenizer;
+  e << YAML::Key << "chat_template" << YAML::Value << c->chat_template;
+  e << YAML::Key << "router" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "port" << YAML::Value
+    << c->router_port << YAML::Key << "strategy" << YAML::Value << c->strategy << YAML::EndMap;
+  e << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const LaunchNode& n : c->nodes) {
+    e << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "name" << YAML::Value << n.name << YAML::Key << "role" << YAML::Value << n.role;
+    e << YAML::Key << "backend" << YAML::Value << n.backend;
+    if (n.threads > 0) e << YAML::Key << "threads" << YAML::Value << n.threads;
+    if (!n.cpus.empty()) e << YAML::Key << "cpus" << YAML::Value << YAML::Flow << n.cpus;
+    e << YAML::Key << "args" << YAML::Value << YAML::Flow << n.args;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
 }
 
 }  // namespace
@@ -27,7 +55,7 @@ std::string plan_to_yaml(const Problem& p, const SearchResult& r, const ReplanPo
   e << YAML::Key << "meets_slo" << YAML::Value << b.report.meets_slo;
   e << YAML::Key << "fallback" << YAML::Value << r.fallback;
   e << YAML::Key << "note" << YAML::Value << r.note;
-  e << YAML::Key << "model" << YAML::Value << (p.workload.model.name.empty() ? "unnamed" : p.workload.model.name);
+  e << YAML::Key << "model_name" << YAML::Value << (p.workload.model.name.empty() ? "unnamed" : p.workload.model.name);
   e << YAML::Key << "slo" << YAML::Value << YAML::Flow << YAML::BeginMap;
   e << YAML::Key << "ttft_ms" << YAML::Value << p.slo.ttft_s * 1e3 << YAML::Key << "tpot_ms" << YAML::Value
     << p.slo.tpot_s * 1e3 << YAML::Key << "percentile" << YAML::Value << p.slo.percentile << YAML::Key << "attainment"
@@ -75,6 +103,7 @@ std::string plan_to_yaml(const Problem& p, const SearchResult& r, const ReplanPo
   e << YAML::Key << "search" << YAML::Value << YAML::Flow << YAML::BeginMap;
   e << YAML::Key << "simulations" << YAML::Value << r.evaluations << YAML::Key << "probes" << YAML::Value << r.probes
     << YAML::Key << "seconds" << YAML::Value << std::round(solve_seconds * 1e3) / 1e3 << YAML::EndMap;
+  launch(e, p, b.plan);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

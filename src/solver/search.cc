@@ -163,6 +163,7 @@ double probe_capacity(const Problem& p, size_t pool, const PoolConfig& cfg, cons
   SimConfig c;
   c.cost = p.cost;
   c.token_budget = p.fleet.token_budget;
+  c.request_overhead_s = p.fleet.request_overhead_s;
   c.router = p.router;
   if (cfg.role == Role::kPrefill) c.instances = {s, ideal_partner(Role::kDecode, s.network_bandwidth)};
   if (cfg.role == Role::kDecode) c.instances = {ideal_partner(Role::kPrefill, s.network_bandwidth), s};
@@ -349,9 +350,11 @@ std::vector<PoolConfig> pool_configs(const Problem& p, size_t pool) {
   const Pool& pl = p.fleet.pools[pool];
   std::vector<int> batches = pl.batch_limits.empty() ? std::vector<int>{16, 64, 256} : pl.batch_limits;
   std::vector<PoolConfig> out;
-  for (Role r : {Role::kPrefill, Role::kDecode, Role::kBoth})
+  for (Role r : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
+    if (!pl.roles.empty() && std::find(pl.roles.begin(), pl.roles.end(), role_name(r)) == pl.roles.end()) continue;
     for (int tp : fitting_sizes(p, pl))
       for (int b : batches) out.push_back({r, tp, b});
+  }
   return out;
 }
 
@@ -503,6 +506,21 @@ Result<SearchResult> scalable_search(const Problem& p, const SearchOptions& o) {
         if (c.role == pp.role && c.tp == pp.tp && c.max_batch == pp.max_batch) continue;
         Plan n = cur;
         n.pools[i] = {c.role, std::max(1, devices / c.tp), c.tp, c.max_batch};
+        nbrs.push_back(repair(n));
+        if (n.pools[i].instances > 1) {  // a larger batch limit may need fewer instances: both moves at once
+          Plan fewer = n;
+          fewer.pools[i].instances--;
+          nbrs.push_back(repair(fewer));
+        }
+        // The same change with the rest of the plan colocated (a disaggregated plan becoming a colocated
+        // one needs every pool to change at once, which single moves cannot reach through valid plans).
+        if (c.role != Role::kBoth) continue;
+        for (size_t j = 0; j < n.pools.size(); ++j) {
+          PoolPlacement& q = n.pools[j];
+          if (j == i || (q.role != Role::kPrefill && q.role != Role::kDecode)) continue;
+          for (const PoolConfig& cj : pool_configs(p, j))
+            if (cj.role == Role::kBoth && cj.tp == q.tp && cj.max_batch == q.max_batch) q.role = Role::kBoth;
+        }
         nbrs.push_back(repair(n));
       }
     }

@@ -167,8 +167,8 @@ class Sim {
       o.prefill_instance = q.prefill_inst;
       o.decode_instance = q.decode_inst;
       if (!o.served) continue;
-      o.ttft_s = q.first - q.arrival;
-      o.e2e_s = q.finish - q.arrival;
+      o.ttft_s = q.first - q.arrival + c_.request_overhead_s;
+      o.e2e_s = q.finish - q.arrival + c_.request_overhead_s;
       o.tpot_s = q.out > 1 ? (q.finish - q.first) / (q.out - 1) : 0;
       out.end_s = std::max(out.end_s, q.finish);
     }
@@ -296,6 +296,9 @@ class Sim {
   void start_step(int i) {
     Inst& x = inst_[i];
     for (int req : x.joining) {
+      // Disaggregated: the client gets its first token from the decode instance once the KV is in
+      // (docs/pd-protocol.md, decode-first), i.e. at the first step boundary after the transfer.
+      if (x.spec->role == Role::kDecode) r_[req].first = now_;
       x.running++;
       x.context_sum += r_[req].in + 1;
       x.finish.push({x.step + (r_[req].out - 1) - 1, req});
@@ -351,7 +354,7 @@ class Sim {
         continue;
       }
       int req = ch.req;
-      r_[req].first = now_;
+      if (x.spec->role == Role::kBoth || r_[req].out == 1) r_[req].first = now_;
       if (x.spec->role == Role::kBoth) {
         if (r_[req].out == 1) {
           x.slots--;

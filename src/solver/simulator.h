@@ -9,9 +9,12 @@
 // - Admission reserves KV for the whole request (prompt + output on decode/both; the prompt on prefill,
 //   held until its transfer ends) and a batch slot, so nothing is ever preempted. A request that cannot
 //   fit any instance is counted as unserved.
-// - Prefill produces the first token. On a prefill instance the request then goes (router) to a decode
+// - Prefill computes the first token. On a prefill instance the request then goes (router) to a decode
 //   instance's queue; when admitted there, its prompt KV moves over the pair's link (one transfer at a time
-//   per instance side) and it joins the decode batch at the next step boundary.
+//   per instance side) and it joins the decode batch at the next step boundary, which is when the client
+//   gets the first token (Tessera's decode-first hand-off: the decode node answers the client): the
+//   transfer is part of TTFT, not TPOT. On a colocated instance the first token is out when prefill ends.
+// - A fixed request overhead (the serving path outside the engines: HTTP hops, JSON) is added to TTFT.
 //
 // Pure and deterministic: the same inputs give bit-identical outputs (ties break by index).
 // Thread-safety: simulate() has no shared state; call it from any thread.
@@ -53,7 +56,8 @@ struct SimConfig {
   std::vector<SimInstance> instances;
   int token_budget = 2048;
   RouterPolicy router = RouterPolicy::kLeastLoaded;
-  long max_steps = 50000000;  // a simulation needing more steps fails (ResourceExhausted) instead of hanging
+  double request_overhead_s = 0;  // serving path outside the engines (HTTP hops, JSON), added to TTFT and E2E
+  long max_steps = 50000000;      // a simulation needing more steps fails (ResourceExhausted) instead of hanging
 };
 
 struct RequestOutcome {

@@ -15,6 +15,16 @@
 
 namespace tessera::solver {
 
+// How to start one instance of a pool on this machine with `tessera serve` (solver/launch.h), for pools
+// that exist here: the backend, its host threads, the CPUs instances are pinned to (in turn, `threads`
+// each) and further serve flags. An empty backend: the pool cannot be launched locally.
+struct LaunchSpec {
+  std::string backend;
+  int threads = 0;
+  std::vector<int> cpus;
+  std::vector<std::string> args;
+};
+
 struct Pool {
   std::string name;
   int count = 0;                    // devices
@@ -22,6 +32,8 @@ struct Pool {
   DeviceProfile profile;            // from a profile file or a datasheet
   std::vector<int> instance_sizes;  // tensor-parallel sizes the search may use (empty: smallest that fits)
   std::vector<int> batch_limits;    // max running sequences per instance the search may use
+  std::vector<std::string> roles;   // roles the search may give it (prefill, decode, both); empty: any
+  LaunchSpec launch;                // optional
 };
 
 struct Fleet {
@@ -30,6 +42,7 @@ struct Fleet {
   int token_budget = 2048;     // tokens per step (chunked prefill chunk + decode tokens)
   std::string router = "least-loaded";
   double memory_utilization = 0.9;  // fraction of device memory for weights + KV
+  double request_overhead_s = 0;    // serving path outside the engines per request (HTTP hops), in TTFT
 
   Status validate() const;
 };
@@ -56,6 +69,8 @@ struct ModelSpec {
   model::ModelConfig config;
   double weight_bytes = 2;  // per parameter
   double kv_bytes = 2;      // per cached element
+  std::string path;         // optional: the checkpoint (file or directory) a launched plan serves
+  std::string tokenizer;    // optional: its tokenizer file, when `path` is a file
   ModelCost cost() const { return ModelCost::from_config(config, weight_bytes, kv_bytes); }
 };
 

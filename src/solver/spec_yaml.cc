@@ -318,6 +318,11 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
     TS_RETURN_IF_ERROR(m.get("token_budget", &f.token_budget, false));
     TS_RETURN_IF_ERROR(m.get("router", &f.router, false));
     TS_RETURN_IF_ERROR(m.get("memory_utilization", &f.memory_utilization, false));
+    double overhead_ms = 0;
+    TS_RETURN_IF_ERROR(m.get("request_overhead_ms", &overhead_ms, false));
+    if (!(overhead_ms >= 0 && overhead_ms < 1e6))
+      return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("request_overhead_ms")));
+    f.request_overhead_s = overhead_ms / 1e3;
     if (!m.has("pools")) return invalid_argument(fmt::format("{}: missing required key 'pools'", origin));
     YAML::Node pools = m.node("pools");
     if (!pools.IsSequence()) return invalid_argument(fmt::format("{}: expected a list", m.at("pools")));
@@ -332,6 +337,22 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
       TS_RETURN_IF_ERROR(pm.get("profile", &profile_path, false));
       TS_RETURN_IF_ERROR(pm.get_list("instance_sizes", &p.instance_sizes));
       TS_RETURN_IF_ERROR(pm.get_list("batch_limits", &p.batch_limits));
+      TS_RETURN_IF_ERROR(pm.get_list("roles", &p.roles));
+      for (const std::string& r : p.roles)
+        if (r != "prefill" && r != "decode" && r != "both")
+          return invalid_argument(
+              fmt::format("{}: unknown role '{}'; known: prefill, decode, both", pm.at("roles"), r));
+      if (pm.has("launch")) {
+        TS_ASSIGN_OR_RETURN(Map lm, Map::from(pm.node("launch"), pm.at("launch")));
+        TS_RETURN_IF_ERROR(lm.get("backend", &p.launch.backend, true));
+        TS_RETURN_IF_ERROR(lm.get("threads", &p.launch.threads, false));
+        TS_RETURN_IF_ERROR(lm.get_list("cpus", &p.launch.cpus));
+        TS_RETURN_IF_ERROR(lm.get_list("args", &p.launch.args));
+        TS_RETURN_IF_ERROR(lm.finish());
+        if (p.launch.threads < 0) return invalid_argument(fmt::format("{}: must be >= 0", lm.at("threads")));
+        for (int c : p.launch.cpus)
+          if (c < 0) return invalid_argument(fmt::format("{}: CPU ids must be >= 0", lm.at("cpus")));
+      }
       bool has_sheet = pm.has("datasheet");
       if (has_sheet == !profile_path.empty())
         return invalid_argument(fmt::format("{}: give exactly one of 'profile' (a file) or 'datasheet'", pm.where()));
@@ -386,6 +407,13 @@ Result<Workload> parse_workload(const std::string& text, const std::string& orig
       TS_RETURN_IF_ERROR(mm.get("head_dim", &c.head_dim, false));
       TS_RETURN_IF_ERROR(mm.get("weight_bytes", &w.model.weight_bytes, false));
       TS_RETURN_IF_ERROR(mm.get("kv_bytes", &w.model.kv_bytes, false));
+      TS_RETURN_IF_ERROR(mm.get("path", &w.model.path, false));
+      TS_RETURN_IF_ERROR(mm.get("tokenizer", &w.model.tokenizer, false));
+      // Launched plans run elsewhere (another working directory): keep these absolute.
+      if (!w.model.path.empty())
+        w.model.path = std::filesystem::absolute(resolve(base_dir, w.model.path)).lexically_normal().string();
+      if (!w.model.tokenizer.empty())
+        w.model.tokenizer = std::filesystem::absolute(resolve(base_dir, w.model.tokenizer)).lexically_normal().string();
       TS_RETURN_IF_ERROR(mm.finish());
     }
     std::string trace;

@@ -81,14 +81,22 @@ TEST(Simulator, ContinuousBatchingSharesSteps) {
 }
 
 TEST(Simulator, DisaggregatedPaysTheKvTransfer) {
-  // Prefill 110 ms; 100 KV bytes over 1000 B/s = 100 ms; 10 decode steps of 11 ms.
+  // Prefill 110 ms; 100 KV bytes over 1000 B/s = 100 ms; the first token reaches the client from the
+  // decode instance once the KV is there (210 ms); then 10 decode steps of 11 ms.
   RequestOutcome o = one(config({toy(Role::kPrefill), toy(Role::kDecode)}), {0, 100, 11});
   ASSERT_TRUE(o.served);
   EXPECT_EQ(o.prefill_instance, 0);
   EXPECT_EQ(o.decode_instance, 1);
-  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(o.ttft_s, 0.110 + 0.100, 1e-12);
   EXPECT_NEAR(o.e2e_s, 0.110 + 0.100 + 0.110, 1e-12);
-  EXPECT_NEAR(o.tpot_s, 0.210 / 10, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.110 / 10, 1e-12);
+  // A request overhead (HTTP hops) adds to TTFT and E2E, not to TPOT.
+  SimConfig c = config({toy(Role::kPrefill), toy(Role::kDecode)});
+  c.request_overhead_s = 0.005;
+  RequestOutcome h = one(c, {0, 100, 11});
+  EXPECT_NEAR(h.ttft_s, 0.215, 1e-12);
+  EXPECT_NEAR(h.e2e_s, 0.325, 1e-12);
+  EXPECT_NEAR(h.tpot_s, 0.011, 1e-12);
 }
 
 TEST(Simulator, TransfersShareTheLink) {
@@ -98,6 +106,18 @@ TEST(Simulator, TransfersShareTheLink) {
   // First: transfer ends at 310 ms, one decode step of 11 ms -> 321 ms. Second: transfer ends at 410 ms.
   EXPECT_NEAR(res->requests[0].e2e_s, 0.321, 1e-12);
   EXPECT_NEAR(res->requests[1].e2e_s, 0.421, 1e-12);
+}
+
+TEST(Simulator, TheFirstTokenWaitsForTheDecodeStepInFlight) {
+  // Both prompts prefill in one step (210 ms); transfers end at 310 and 410 ms. The first request decodes
+  // 10 steps of 11 ms from 310 ms (to 420 ms); the second request's KV arrives during the step that started
+  // at 409 ms, so it joins, and its first token goes out, at 420 ms; one more step ends it at 431 ms.
+  auto res = simulate(config({toy(Role::kPrefill), toy(Role::kDecode)}), {{0, 100, 11}, {0, 100, 2}});
+  ASSERT_TRUE(res.ok());
+  EXPECT_NEAR(res->requests[0].ttft_s, 0.310, 1e-12);
+  EXPECT_NEAR(res->requests[0].e2e_s, 0.420, 1e-12);
+  EXPECT_NEAR(res->requests[1].ttft_s, 0.420, 1e-12);
+  EXPECT_NEAR(res->requests[1].e2e_s, 0.431, 1e-12);
 }
 
 TEST(Simulator, KvCapacityLimitsConcurrencyAndRejectsWhatNeverFits) {

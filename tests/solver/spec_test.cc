@@ -161,3 +161,49 @@ TEST(Spec, Slo) {
 
 }  // namespace
 }  // namespace tessera::solver
+
+namespace tessera::solver {
+namespace {
+
+const char* kLocalFleet = R"(
+request_overhead_ms: 2.5
+pools:
+  - {name: pre, count: 2, cost_per_hour: 1, roles: [prefill],
+     launch: {backend: cpu, threads: 2, cpus: [0, 1], args: [--no-prefix-cache]},
+     datasheet: {peak_tflops: 1, memory_bandwidth_gb_s: 50, memory_gb: 8, network_gb_s: 5}}
+)";
+
+TEST(Spec, LaunchRolesAndOverheadParse) {
+  auto f = parse_fleet(kLocalFleet, "f.yaml", ".");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_DOUBLE_EQ(f->request_overhead_s, 0.0025);
+  const Pool& p = f->pools[0];
+  EXPECT_EQ(p.roles, std::vector<std::string>{"prefill"});
+  EXPECT_EQ(p.launch.backend, "cpu");
+  EXPECT_EQ(p.launch.threads, 2);
+  EXPECT_EQ(p.launch.cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.launch.args, std::vector<std::string>{"--no-prefix-cache"});
+  auto w = parse_workload(
+      "model: {shape: tiny, path: models/m.bin, tokenizer: models/t.bin}\nrate: 1\n"
+      "input: {fixed: 4}\noutput: {fixed: 4}\n",
+      "w.yaml", "/base");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->model.path, "/base/models/m.bin");  // absolute: a launched plan runs from anywhere
+  EXPECT_EQ(w->model.tokenizer, "/base/models/t.bin");
+}
+
+TEST(Spec, LaunchRolesAndOverheadErrorsNameTheProblem) {
+  auto err = [](const std::string& from, const std::string& to) {
+    std::string t = kLocalFleet;
+    t.replace(t.find(from), from.size(), to);
+    return parse_fleet(t, "f.yaml", ".").status().message();
+  };
+  EXPECT_NE(err("roles: [prefill]", "roles: [prefil]").find("unknown role 'prefil'"), std::string::npos);
+  EXPECT_NE(err("cpus: [0, 1]", "cpus: [0, -1]").find("CPU ids must be >= 0"), std::string::npos);
+  EXPECT_NE(err("backend: cpu, ", "").find("missing required key 'backend'"), std::string::npos);
+  EXPECT_NE(err("threads: 2", "thread: 2").find("unknown key 'thread'"), std::string::npos);
+  EXPECT_NE(err("request_overhead_ms: 2.5", "request_overhead_ms: -1").find("request_overhead_ms"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::solver
