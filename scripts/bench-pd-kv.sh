@@ -7,14 +7,15 @@
 # node's PD timing counters. A `tessera link bench` of the same link at the per-layer write sizes is the
 # ceiling.
 #   bash scripts/bench-pd-kv.sh      # writes docs/bench/pd-kv/{raw.jsonl,summary.md,env.txt}
-# Knobs: LENGTHS ("128 512 1024 2048 4096"), REPEATS (3), LINKS ("shm tcp"), OVERLAPS ("on off"),
+# Knobs: LENGTHS ("128 512 1024 2048 4096"), REPEATS (2), LONG_REPEATS (REPEATS; for prompts over 1024), LINKS ("shm tcp"), OVERLAPS ("on off"),
 #        CHUNK (512: prefill chunk = --max-batch-tokens), OUT (docs/bench/pd-kv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 B=$ROOT/build/release/bin/tessera
 LENGTHS=${LENGTHS:-"128 512 1024 2048 4096"}
-REPEATS=${REPEATS:-3}
+REPEATS=${REPEATS:-2}
+LONG_REPEATS=${LONG_REPEATS:-$REPEATS}
 LINKS=${LINKS:-"shm tcp"}
 OVERLAPS=${OVERLAPS:-"on off"}
 CHUNK=${CHUNK:-512}
@@ -33,7 +34,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_node NAME CPU ARGS...: starts `tessera serve` pinned to CPU, echoes its URL.
+# start_node NAME CPU ARGS...: starts `tessera serve` pinned to CPU; sets $url. (Not called through $(...):
+# the pid must be recorded in this shell so the nodes are stopped.)
 start_node() {
   local name=$1 cpu=$2
   shift 2
@@ -42,7 +44,7 @@ start_node() {
   pids+=($!)
   for _ in $(seq 600); do
     if grep -q "listening on" "$tmp/$name.out"; then
-      grep -o 'http://[0-9.]*:[0-9]*' "$tmp/$name.out"
+      url=$(grep -o 'http://[0-9.]*:[0-9]*' "$tmp/$name.out")
       return 0
     fi
     kill -0 "${pids[-1]}" 2> /dev/null || break
@@ -75,7 +77,7 @@ staging=$(((max_len + 64) * 12 * 2 * 768 * 4 / 1048576 + 16))
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') x $(nproc)"
   echo "kernel: $(uname -r)"
   echo "model: $(cat "$tmp/synth.txt")"
-  echo "lengths: $LENGTHS; repeats: $REPEATS; links: $LINKS; overlaps: $OVERLAPS; prefill chunk: $CHUNK tokens"
+  echo "lengths: $LENGTHS; repeats: $REPEATS ($LONG_REPEATS above 1024 tokens); links: $LINKS; overlaps: $OVERLAPS; prefill chunk: $CHUNK tokens"
 } > "$OUT/env.txt"
 : > "$OUT/raw.jsonl"
 
@@ -86,13 +88,17 @@ for link in $LINKS; do
   taskset -c 0,1 "$B" link bench --endpoint "$link" --sizes "$write_bytes" --repeats 3 --seconds 0.5 \
     > "$OUT/link-$link.txt" 2>&1 || echo "bench-pd-kv: link bench $link failed (see $OUT/link-$link.txt)" >&2
   for overlap in $OVERLAPS; do
-    P=$(start_node "prefill-$link-$overlap" 0 --role prefill --pd-overlap "$overlap" --link-endpoints "$link")
-    D=$(start_node "decode-$link-$overlap" 1 --role decode --prefill-nodes "$P" --link-endpoints "$link" \
-      --pd-min-tokens 1 --pd-staging-mib "$staging" --pd-timeout-ms 900000)
+    start_node "prefill-$link-$overlap" 0 --role prefill --pd-overlap "$overlap" --link-endpoints "$link"
+    P=$url
+    start_node "decode-$link-$overlap" 1 --role decode --prefill-nodes "$P" --link-endpoints "$link" \
+      --pd-min-tokens 1 --pd-staging-mib "$staging" --pd-timeout-ms 900000
+    D=$url
     # One warm-up request (first connection, page faults), not recorded.
     "$B" bench serve --url "$D" --input-len 64 --output-len 1 --num-prompts 1 --seed 999 > /dev/null
     for len in $LENGTHS; do
-      for r in $(seq "$REPEATS"); do
+      reps=$REPEATS
+      [ "$len" -gt 1024 ] && reps=$LONG_REPEATS
+      for r in $(seq "$reps"); do
         load=$(cut -d' ' -f1 /proc/loadavg)
         before=$(metrics "$D")
         "$B" bench serve --url "$D" --input-len "$len" --output-len 1 --num-prompts 1 --seed "$((len * 100 + r))" \

@@ -28,6 +28,17 @@ Result<json> read_json(const std::string& path) {
   return j;
 }
 
+// The 1-minute load average (Linux), so each saved run says how busy the machine was; NaN elsewhere.
+double load_average() {
+  auto text = read_file("/proc/loadavg");
+  if (!text.ok()) return std::nan("");
+  try {
+    return std::stod(*text);
+  } catch (...) {
+    return std::nan("");
+  }
+}
+
 std::string point_name(double v) {
   if (v == std::floor(v) && std::abs(v) < 1e9) return fmt::format("{}", static_cast<long long>(v));
   return fmt::format("{:g}", v);
@@ -59,6 +70,7 @@ struct LoadedSweep {
   std::string mode;
   std::vector<double> values;
   std::vector<std::vector<json>> runs;
+  std::vector<std::vector<double>> loads;  // 1-minute load average before each run (may be empty)
 };
 
 Result<LoadedSweep> load_sweep(const std::string& index_path) {
@@ -74,6 +86,11 @@ Result<LoadedSweep> load_sweep(const std::string& index_path) {
     if (!p.contains("runs") || !p["runs"].is_array() || !p.contains("value") || !p["value"].is_number()) {
       return invalid_argument(fmt::format("{}: each point needs a numeric \"value\" and a \"runs\" list", index_path));
     }
+    std::vector<double> loads;
+    if (p.contains("load_1min") && p["load_1min"].is_array()) {
+      for (const json& l : p["load_1min"]) loads.push_back(l.is_number() ? l.get<double>() : std::nan(""));
+    }
+    s.loads.push_back(std::move(loads));
     std::vector<json> runs;
     for (const json& f : p["runs"]) {
       if (!f.is_string()) return invalid_argument(fmt::format("{}: run entries must be file names", index_path));
@@ -158,7 +175,7 @@ Result<std::string> run_sweep(const SweepOptions& o, const std::function<void(co
 
   json index = {{"label", o.label}, {"mode", o.mode}, {"repeats", o.repeats}, {"points", json::array()}};
   for (double p : o.points) {
-    json point = {{"value", p}, {"runs", json::array()}};
+    json point = {{"value", p}, {"runs", json::array()}, {"load_1min", json::array()}};
     for (int r = 0; r < o.repeats; ++r) {
       ServeBenchOptions b = o.base;
       b.workload.seed = o.base.workload.seed + static_cast<uint64_t>(r);
@@ -167,6 +184,8 @@ Result<std::string> run_sweep(const SweepOptions& o, const std::function<void(co
       } else {
         b.max_concurrency = static_cast<int>(p);
       }
+      const double load = load_average();
+      point["load_1min"].push_back(std::isfinite(load) ? json(load) : json(nullptr));
       auto result = run_serve_bench(b);
       if (!result.ok()) return result.status().with_context(fmt::format("{} {} run {}", o.mode, p, r + 1));
       const std::string file =
@@ -269,8 +288,9 @@ Result<std::vector<std::string>> plot_sweeps(const std::vector<std::string>& ind
   for (const LoadedSweep& s : sweeps) {
     md += fmt::format(
         "**{}** (median, min-max over {} run(s) per point)\n\n"
-        "| {} | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | E2E p99 ms | failed |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| {} | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | E2E p99 ms | failed | "
+        "load |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         s.label, s.runs.empty() ? 0 : s.runs[0].size(), mode_title(s.mode));
     for (size_t k = 0; k < s.values.size(); ++k) {
       md += fmt::format("| {} |", point_name(s.values[k]));
@@ -283,7 +303,9 @@ Result<std::vector<std::string>> plot_sweeps(const std::vector<std::string>& ind
       }
       int failed = 0;
       for (const json& r : s.runs[k]) failed += r.value("failed", 0);
-      md += fmt::format(" {} |\n", failed);
+      Spread load = spread(k < s.loads.size() ? s.loads[k] : std::vector<double>{});
+      md += fmt::format(" {} | {} |\n", failed,
+                        load.lo == load.hi ? num3(load.lo) : fmt::format("{}-{}", num3(load.lo), num3(load.hi)));
     }
     md += "\n";
   }

@@ -46,11 +46,12 @@ TEST(Sweep, PlotsAndSummaryFromSavedReports) {
   write(dir + "/a-rate-2-r1.json", report(1.8, 300));
   write(dir + "/a-rate-2-r2.json", report(1.9, 500));
   write(dir + "/b-rate-1-r1.json", report(1.0, 80));
-  write(dir + "/a-sweep.json", {{"label", "a"},
-                                {"mode", "rate"},
-                                {"points",
-                                 {{{"value", 1}, {"runs", {"a-rate-1-r1.json", "a-rate-1-r2.json"}}},
-                                  {{"value", 2}, {"runs", {"a-rate-2-r1.json", "a-rate-2-r2.json"}}}}}});
+  write(dir + "/a-sweep.json",
+        {{"label", "a"},
+         {"mode", "rate"},
+         {"points",
+          {{{"value", 1}, {"runs", {"a-rate-1-r1.json", "a-rate-1-r2.json"}}, {"load_1min", {2.5, 3.5}}},
+           {{"value", 2}, {"runs", {"a-rate-2-r1.json", "a-rate-2-r2.json"}}}}}});
   write(dir + "/b-sweep.json",
         {{"label", "b"}, {"mode", "rate"}, {"points", {{{"value", 1}, {"runs", {"b-rate-1-r1.json"}}}}}});
   auto files = plot_sweeps({dir + "/a-sweep.json", dir + "/b-sweep.json"}, dir + "/plots", "x-");
@@ -70,6 +71,7 @@ TEST(Sweep, PlotsAndSummaryFromSavedReports) {
   EXPECT_EQ(names, (std::vector<std::string>{"a TTFT p50", "a TTFT p99", "b TTFT p50", "b TTFT p99"}));
   auto md = read_file(dir + "/plots/x-summary.md");
   ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("| 0 | 2.5-3.5 |\n"), std::string::npos) << *md;  // point 1's load before each run
   // Point 2 of sweep a: median TTFT p50 of 300 and 500 is 400, spread 300-500.
   EXPECT_NE(md->find("| 2 | 1.85 (1.8-1.9) | 18.5 (18.0-19.0) | 400 (300-500) | 800 (600-1000) |"), std::string::npos)
       << *md;
