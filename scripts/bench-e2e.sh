@@ -75,7 +75,9 @@ spec() {
   echo "model: $tmp/s15.bin"
   echo "tokenizer: $tmp/s15.tok.bin"
   echo "chat_template: plain"
-  echo "router: {port: 0, strategy: round_robin}"
+  # Generous health probes: a node pinned to one busy core can take seconds to answer /health, and an
+  # ejected node's in-flight streams are cancelled.
+  echo "router: {port: 0, strategy: round_robin, args: [--probe-timeout-ms, \"5000\", --unhealthy-threshold, \"5\"]}"
   echo "nodes:"
   case "$1" in
     colocated)

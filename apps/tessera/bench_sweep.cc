@@ -75,7 +75,8 @@ Action add_bench_sweep_subcommand(CLI::App& bench) {
   cmd->add_option("--concurrencies", a->concurrencies, "Concurrency limits to sweep (all requests sent at once)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", a->repeats, "Runs per point (seeds --seed, --seed+1, ...)")
+  cmd->add_option("--repeats", a->repeats,
+                  "Runs per point (every run of the sweep gets its own seed: --seed, --seed+1, ...)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--out-dir", a->out_dir, "Folder for the per-run JSON reports, the sweep index and the plots")

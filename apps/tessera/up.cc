@@ -4,7 +4,8 @@
 // Spec (YAML):
 //   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
 //   chat_template: plain                    # passed to the nodes
-//   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node
+//   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node;
+//                                                   # args: [...] adds `tessera route` flags
 //   nodes:
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
@@ -49,6 +50,7 @@ struct ClusterSpec {
   bool router = true;
   int router_port = 8000;
   std::string strategy = "least_latency";
+  std::vector<std::string> router_args;  // further `tessera route` flags
   std::vector<NodeSpec> nodes;
 };
 
@@ -83,6 +85,7 @@ Result<ClusterSpec> load_spec(const std::string& path) {
       } else {
         s.router_port = y["router"]["port"] ? y["router"]["port"].as<int>() : s.router_port;
         s.strategy = y["router"]["strategy"] ? y["router"]["strategy"].as<std::string>() : s.strategy;
+        if (y["router"]["args"]) s.router_args = y["router"]["args"].as<std::vector<std::string>>();
       }
     }
     if (!y["nodes"] || !y["nodes"].IsSequence() || y["nodes"].size() == 0) {
@@ -261,10 +264,15 @@ int run_up(const std::string& spec_path, int router_port_override) {
   if (st.ok() && front_urls.empty()) st = invalid_argument("the spec has no node that serves clients (decode or both)");
   std::string endpoint = front_urls.empty() ? "" : front_urls.front();
   if (st.ok() && spec->router) {
-    st = start("router",
-               {"route", "--port", std::to_string(spec->router_port), "--nodes",
-                fmt::format("{}", fmt::join(front_urls, ",")), "--strategy", spec->strategy},
-               {});
+    std::vector<std::string> args = {"route",
+                                     "--port",
+                                     std::to_string(spec->router_port),
+                                     "--nodes",
+                                     fmt::format("{}", fmt::join(front_urls, ",")),
+                                     "--strategy",
+                                     spec->strategy};
+    args.insert(args.end(), spec->router_args.begin(), spec->router_args.end());
+    st = start("router", args, {});
     if (st.ok()) endpoint = children.back().url;
   }
   if (!st.ok()) {

@@ -174,11 +174,14 @@ Result<std::string> run_sweep(const SweepOptions& o, const std::function<void(co
   if (ec) return unavailable(fmt::format("cannot create {}: {}", o.out_dir, ec.message()));
 
   json index = {{"label", o.label}, {"mode", o.mode}, {"repeats", o.repeats}, {"points", json::array()}};
-  for (double p : o.points) {
-    json point = {{"value", p}, {"runs", json::array()}, {"load_1min", json::array()}};
+  for (size_t k = 0; k < o.points.size(); ++k) {
+    const double p = o.points[k];
+    json point = {{"value", p}, {"runs", json::array()}, {"seeds", json::array()}, {"load_1min", json::array()}};
     for (int r = 0; r < o.repeats; ++r) {
       ServeBenchOptions b = o.base;
-      b.workload.seed = o.base.workload.seed + static_cast<uint64_t>(r);
+      // A fresh seed for every run: reusing prompts across points would hand later points prefix-cache hits.
+      b.workload.seed = o.base.workload.seed + k * static_cast<uint64_t>(o.repeats) + static_cast<uint64_t>(r);
+      point["seeds"].push_back(b.workload.seed);
       if (o.mode == "rate") {
         b.workload.request_rate = p;
       } else {

@@ -28,7 +28,7 @@ struct SweepOptions {
   ServeBenchOptions base;       // the workload and client settings shared by every point
   std::string mode = "rate";    // "rate": points are request rates; "concurrency": max-concurrency limits
   std::vector<double> points;   // in the order run (and plotted)
-  int repeats = 1;              // runs per point; the workload seed is base seed + repeat index
+  int repeats = 1;              // runs per point; run r of point k uses workload seed base + k * repeats + r
   std::string out_dir;          // created if missing
   std::string label = "sweep";  // names the files and the plot series
 };

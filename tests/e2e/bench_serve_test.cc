@@ -82,6 +82,7 @@ TEST(BenchSweep, TinySweepWritesReportsIndexAndPlots) {
     ASSERT_EQ(index["points"][i]["runs"].size(), 1u);
     auto j = nlohmann::json::parse(*read_file(dir + "/" + index["points"][i]["runs"][0].get<std::string>()));
     EXPECT_EQ(j["request_rate"].get<double>(), i == 0 ? 20.0 : 100.0);
+    EXPECT_EQ(j["seed"].get<int>(), 3 + static_cast<int>(i));  // fresh prompts per point: no prefix-cache reuse
     EXPECT_EQ(j["completed"], 6);
     EXPECT_EQ(j["total_output_tokens"], 6 * 8);
   }
