@@ -54,7 +54,10 @@ if [[ " $SETUPS " == *" pd-opencl "* ]] && ! "$B" generate --model "$tmp/s15.bin
   die "no usable OpenCL device for pd-opencl ($(tail -1 "$tmp/opencl.txt")); run with SETUPS=\"colocated pd-cpu\""
 fi
 
+# env.txt gets one block per invocation (a rerun of one setup appends its own; a full run starts afresh).
+if [ "$SETUPS" = "colocated pd-cpu pd-opencl" ]; then : > "$OUT/env.txt"; fi
 {
+  echo "== run of setups: $SETUPS"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet 2> /dev/null || echo ' (modified)')"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') x $(nproc); memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
@@ -65,9 +68,9 @@ fi
   echo "model: $(cat "$tmp/synth.txt")"
   echo "weights f32, KV cache f32 on every node, KV wire dtype f32, block 16 tokens, prefill chunk 512 tokens"
   echo "workloads: liso $LISO (rates $LISO_RATES), silo $SILO (rates $SILO_RATES); fixed lengths, Poisson arrivals"
-  echo "num_prompts $NUM_PROMPTS per run, $REPEATS runs per point (seeds 1..$REPEATS)"
+  echo "num_prompts $NUM_PROMPTS per run, $REPEATS runs per point, a fresh workload seed per run (listed in each sweep index)"
   echo "uptime at start: $(uptime)"
-} > "$OUT/env.txt"
+} >> "$OUT/env.txt"
 
 # spec SETUP: the `tessera up` cluster spec of a setup.
 spec() {
@@ -110,6 +113,7 @@ for setup in $SETUPS; do
   url=$(grep -o 'http://[0-9.]*:[0-9]*' "$tmp/up.out" | head -1)
   decode_url=$(grep -o 'decode-0 (decode, [a-z]*) at http://[0-9.]*:[0-9]*' "$tmp/up.err" | grep -o 'http://.*' || true)
   echo "== $setup at $url (uptime: $(uptime | sed 's/.*load average: //'))" >&2
+  echo "$setup started: $(uptime)" >> "$OUT/env.txt"
   # Warm-up (first OpenCL kernels, first link connection, page faults): not recorded.
   "$B" bench serve --url "$url" --input-len 200 --output-len 8 --num-prompts 2 --seed 999 > /dev/null
   for wl in liso silo; do
@@ -145,7 +149,7 @@ for setup in $SETUPS; do
           prefill_compute_ms: per("tessera_pd_prefill_compute_seconds_total"),
           kv_exposed_ms: per("tessera_pd_kv_exposed_seconds_total"), kv_verify_ms: per("tessera_pd_kv_verify_seconds_total"),
           kv_share_of_mean_ttft: (per("tessera_pd_kv_exposed_seconds_total") + per("tessera_pd_kv_verify_seconds_total")) / (ttft / n)}));
-      ' "$tmp/before.txt" "$tmp/after.txt" "$setup" "$wl" "$OUT/$wl/$setup-sweep.json" >> "$tmp/kv.jsonl"
+      ' "$tmp/before.txt" "$tmp/after.txt" "$setup" "$wl" "$OUT/$wl/$setup-sweep.json" > "$OUT/$wl/$setup-kv.json"
     fi
   done
   kill -TERM "$up_pid"
@@ -153,20 +157,25 @@ for setup in $SETUPS; do
   up_pid=
 done
 
-[ -f "$tmp/kv.jsonl" ] && cp "$tmp/kv.jsonl" "$OUT/kv-share.jsonl"
+# Plots and tables over every setup with results in $OUT (a rerun of one setup, SETUPS=..., keeps the others).
+: > "$OUT/kv-share.jsonl"
 for wl in liso silo; do
   indexes=()
-  for setup in $SETUPS; do indexes+=("$OUT/$wl/$setup-sweep.json"); done
+  for setup in colocated pd-cpu pd-opencl; do
+    [ -f "$OUT/$wl/$setup-sweep.json" ] && indexes+=("$OUT/$wl/$setup-sweep.json")
+    [ -f "$OUT/$wl/$setup-kv.json" ] && cat "$OUT/$wl/$setup-kv.json" >> "$OUT/kv-share.jsonl"
+  done
   "$B" bench plot "${indexes[@]}" --out-dir "$OUT/$wl" > /dev/null
 done
 echo "uptime at end: $(uptime)" >> "$OUT/env.txt"
+echo >> "$OUT/env.txt"
 {
   for wl in liso silo; do
     echo "### $wl"
     echo
     cat "$OUT/$wl/summary.md"
   done
-  if [ -f "$OUT/kv-share.jsonl" ]; then
+  if [ -s "$OUT/kv-share.jsonl" ]; then
     echo "### KV transfer share (PD setups, means per remote request over each whole sweep)"
     echo
     echo "| setup | workload | remote / local / fallback | KV MiB per request | mean TTFT ms | prefill compute ms | KV exposed ms | KV receive ms | KV share of mean TTFT |"

@@ -142,9 +142,18 @@ std::string render_line_plot(const PlotOptions& o, const std::vector<PlotSeries>
   if (yr.hi == yr.lo) yr.hi = yr.lo + 1;
   std::vector<double> xt = o.log_x ? log_ticks(xr.lo, xr.hi) : nice_ticks(xr.lo, xr.hi, 6);
   std::vector<double> yt = nice_ticks(yr.lo, yr.hi, 6);
-  // Widen the ranges to the outer ticks so the grid frames the data.
-  if (!o.log_x && !xt.empty()) xr = {std::min(xr.lo, xt.front()), std::max(xr.hi, xt.back())};
-  if (!yt.empty()) yr = {std::min(yr.lo, yt.front()), std::max(yr.hi, yt.back())};
+  // Widen linear ranges out to the next tick on each side, so the grid frames the data and no point sits on
+  // an axis line.
+  auto frame = [](Range& r, std::vector<double>& t) {
+    if (t.size() >= 2) {
+      const double step = t[1] - t[0];
+      if (t.front() > r.lo) t.insert(t.begin(), t.front() - step);
+      if (t.back() < r.hi) t.push_back(t.back() + step);
+    }
+    if (!t.empty()) r = {std::min(r.lo, t.front()), std::max(r.hi, t.back())};
+  };
+  if (!o.log_x) frame(xr, xt);
+  frame(yr, yt);
 
   const double left = 78, top = 44, bottom = 58;
   const double right = series.empty() ? 24 : 230;  // room for the legend
