@@ -51,6 +51,8 @@ struct ServeArgs {
   std::vector<std::string> prefill_nodes;
   int pd_min_tokens = 32;
   double pd_staging_mib = 64;
+  std::string pd_overlap = "on";
+  int pd_timeout_ms = 30000;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
   std::string ctrl;
   std::string advertise_url;
@@ -125,6 +127,8 @@ int run_serve(const ServeArgs& a) {
     po.prefill_urls = a.prefill_nodes;
     po.min_remote_tokens = a.pd_min_tokens;
     po.staging_bytes = static_cast<size_t>(a.pd_staging_mib * 1024 * 1024);
+    po.overlap = a.pd_overlap == "on";
+    po.transfer_timeout_ms = a.pd_timeout_ms;
     po.link_endpoints = a.link_endpoints;
     auto created = serve::PdService::create(engine, po);
     if (!created.ok()) return fail(created.status().message());
@@ -196,6 +200,15 @@ Action add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--pd-staging-mib", args->pd_staging_mib, "decode role: link memory for KV in flight (MiB)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pd-overlap", args->pd_overlap,
+                  "prefill role: on streams each layer's KV while later layers compute; off sends it all after "
+                  "the prompt is done")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--pd-timeout-ms", args->pd_timeout_ms,
+                  "decode role: a remote prefill (compute and KV transfer) not done by then is redone locally")
+      ->check(CLI::Range(100, 24 * 3600 * 1000))
       ->capture_default_str();
   cmd->add_option("--link-endpoints", args->link_endpoints, "Transfer endpoints to offer (shm, tcp, ucx)")
       ->delimiter(',');

@@ -21,6 +21,7 @@ struct SynthArgs {
   std::string dtype;
   uint64_t seed = 1;
   int layers = 0;
+  int max_seq_len = 0;
   std::string out;
   std::string tokenizer_out;
 };
@@ -29,6 +30,7 @@ int run_synth(const SynthArgs& a) {
   auto config = model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
   if (a.layers > 0) config->n_layers = a.layers;
+  if (a.max_seq_len > 0) config->max_seq_len = a.max_seq_len;
   model::ModelWriteOptions o;
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);
@@ -71,6 +73,8 @@ Action add_synth_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Seed; the same seed gives the same bytes")->capture_default_str();
   cmd->add_option("--layers", args->layers, "Override the shape's layer count (smaller test models)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-seq-len", args->max_seq_len, "Override the shape's context length (longer prompts)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
   cmd->add_option("--tokenizer-out", args->tokenizer_out, "Also write a matching llama2.c tokenizer here");
   return [args] { return run_synth(*args); };

@@ -4,8 +4,8 @@
 // Spec (YAML):
 //   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
 //   chat_template: plain                    # passed to the nodes
-//   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node
-//                                           # optional args: [...] (further `tessera route` flags)
+//   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node;
+//                                                   # args: [...] adds `tessera route` flags
 //   nodes:
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}

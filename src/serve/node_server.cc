@@ -461,9 +461,18 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
           "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
           "front\n"
-          "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n",
+          "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n"
+          "# HELP tessera_pd_prefill_compute_seconds_total Prefill node time computing remote prompts\n"
+          "# TYPE tessera_pd_prefill_compute_seconds_total counter\ntessera_pd_prefill_compute_seconds_total {}\n"
+          "# HELP tessera_pd_kv_exposed_seconds_total KV transfer time not hidden behind prefill compute\n"
+          "# TYPE tessera_pd_kv_exposed_seconds_total counter\ntessera_pd_kv_exposed_seconds_total {}\n"
+          "# HELP tessera_pd_kv_active_seconds_total First KV write issued to last completed, per request\n"
+          "# TYPE tessera_pd_kv_active_seconds_total counter\ntessera_pd_kv_active_seconds_total {}\n"
+          "# HELP tessera_pd_kv_verify_seconds_total Checksumming and copying received KV out of staging\n"
+          "# TYPE tessera_pd_kv_verify_seconds_total counter\ntessera_pd_kv_verify_seconds_total {}\n",
           p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
-          p.deferred_reservations);
+          p.deferred_reservations, p.prefill_compute_seconds, p.kv_exposed_seconds, p.kv_active_seconds,
+          p.kv_verify_seconds);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -193,11 +194,14 @@ struct PdService::Impl {
       return w->send(
           400, error_json(fmt::format("the reserved region holds {} bytes; {} are needed", region->length, total)));
     }
+    // Written by the engine thread (the layer hook), read by the completion thread after the request's last
+    // output, which the engine delivers after its last hook call.
     struct Job {
       std::vector<uint8_t> local;
       link::RegionId local_id{};
       std::vector<link::TransferFuture> futures;
-      Status error;
+      std::vector<std::vector<link::Assignment>> deferred;  // overlap off: writes issued after the prefill
+      std::optional<Clock::time_point> first_write;
     };
     auto job = std::make_shared<Job>();
     job->local.resize(total);
@@ -208,15 +212,24 @@ struct PdService::Impl {
     const link::RegionId remote = region->id;
     const int from = gen.export_from;
     link::Agent* ag = agent.get();
-    gen.on_kv_layer = [job, peer, remote, remote_offset, from, half, row, wire, ag](
+    const bool overlap = options.overlap;
+    gen.on_kv_layer = [job, peer, remote, remote_offset, from, half, row, wire, ag, overlap](
                           engine::ModelRunner& runner, const engine::SequenceKv& seq, int layer, int first, int cnt) {
       const size_t k_off = static_cast<size_t>(layer) * 2 * half + static_cast<size_t>(first - from) * row;
       const size_t v_off = k_off + half;
+      // The rows are copied out of the paged cache now in both modes: the cache blocks may be reused once
+      // the request finishes. Only the link writes wait when the overlap is off.
       TS_RETURN_IF_ERROR(
           runner.export_kv(seq, layer, first, cnt, wire, job->local.data() + k_off, job->local.data() + v_off));
       const uint64_t len = static_cast<uint64_t>(cnt) * row;
-      job->futures.push_back(ag->write(peer, {{job->local_id, k_off, remote, remote_offset + k_off, len},
-                                              {job->local_id, v_off, remote, remote_offset + v_off, len}}));
+      std::vector<link::Assignment> batch = {{job->local_id, k_off, remote, remote_offset + k_off, len},
+                                             {job->local_id, v_off, remote, remote_offset + v_off, len}};
+      if (!overlap) {
+        job->deferred.push_back(std::move(batch));
+        return ok_status();
+      }
+      if (!job->first_write) job->first_write = Clock::now();
+      job->futures.push_back(ag->write(peer, std::move(batch)));
       return ok_status();
     };
     const uint64_t tag = j["tag"].get<uint64_t>();
@@ -224,15 +237,21 @@ struct PdService::Impl {
     auto id = engine.submit(
         std::move(gen), [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
           if (o.finish == engine::FinishReason::kNone) return;
+          const auto computed = Clock::now();
           // Leave the engine thread: waiting for the transfers must not stall other requests.
-          std::thread([this, job, w, peer, remote, remote_offset, tag, t0, wire, o] {
+          std::thread([this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
             Status st = o.finish == engine::FinishReason::kError ? o.error : ok_status();
             if (st.ok() && o.tokens.empty()) st = internal_error("the prefill produced no token");
+            if (st.ok() && !job->deferred.empty()) job->first_write = Clock::now();
+            for (auto& batch : job->deferred) {
+              if (st.ok()) job->futures.push_back(agent->write(peer, std::move(batch)));
+            }
             for (auto& f : job->futures) {
               if (!st.ok()) break;
               st = f.wait();
             }
             if (st.ok()) st = agent->write_with_imm(peer, {{job->local_id, 0, remote, remote_offset, 0}}, tag).wait();
+            const auto done = Clock::now();
             const uint64_t sum = link::checksum64(job->local.data(), job->local.size());
             (void)agent->unregister_region(job->local_id);
             if (!st.ok()) {
@@ -240,11 +259,16 @@ struct PdService::Impl {
               peers.erase(peer);  // reconnect next time: the connection may be what failed
               return w->send(502, error_json(st.message()));
             }
+            auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
             w->send(200, json{{"first_token", o.tokens[0]},
                               {"checksum", sum},
                               {"kv_dtype", std::string(dtype_name(wire))},
                               {"bytes", job->local.size()},
-                              {"prefill_ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}}
+                              {"overlap", job->deferred.empty()},
+                              {"compute_ms", ms(computed - t0)},
+                              {"transfer_wait_ms", ms(done - computed)},
+                              {"transfer_ms", ms(done - job->first_write.value_or(computed))},
+                              {"prefill_ms", ms(Clock::now() - t0)}}
                              .dump());
           }).detach();
         });
@@ -308,12 +332,14 @@ struct PdService::Impl {
         last = unavailable(fmt::format("{}: HTTP {} {}", url, r->status, r->body.substr(0, 200)));
         continue;
       }
+      const auto replied = Clock::now();
       // The prefill node answers 200 only after its tagged write completed, so the tag is due at once; a lost
       // one must not hold the request for the whole transfer timeout.
       if (!wait_tag(tag, std::chrono::milliseconds(std::min(options.transfer_timeout_ms, kTagGraceMs)))) {
         last = deadline_exceeded(fmt::format("{}: the KV completion tag never arrived", url));
         continue;
       }
+      const auto tagged = Clock::now();
       const uint8_t* data = reinterpret_cast<const uint8_t*>(staging_bytes.data()) + *offset;
       if (link::checksum64(data, total) != reply.value("checksum", uint64_t{0})) {
         std::lock_guard<std::mutex> lock(stats_mu);
@@ -332,6 +358,11 @@ struct PdService::Impl {
       std::lock_guard<std::mutex> lock(stats_mu);
       stats.kv_bytes += total;
       if (url == preferred) stats.router_choice++;
+      stats.prefill_compute_seconds += reply.value("compute_ms", 0.0) / 1000;
+      stats.kv_active_seconds += reply.value("transfer_ms", 0.0) / 1000;
+      stats.kv_exposed_seconds +=
+          reply.value("transfer_wait_ms", 0.0) / 1000 + std::chrono::duration<double>(tagged - replied).count();
+      stats.kv_verify_seconds += std::chrono::duration<double>(Clock::now() - tagged).count();
       return kv;
     }
     release();

@@ -33,6 +33,9 @@ struct PdOptions {
   int min_remote_tokens = 32;             // decode: fewer uncached prompt tokens are prefilled here
   size_t staging_bytes = 64u << 20;       // decode: link memory for KV in flight
   int transfer_timeout_ms = 30000;        // decode: a reservation not completed by then is given up
+  // prefill: write each layer's KV as soon as it is computed (overlapping transfer with compute); false
+  // defers every write until the prompt is done (the baseline that shows what the overlap hides).
+  bool overlap = true;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
   std::string agent_name;  // default: derived from the role and the process id
 };
@@ -46,6 +49,12 @@ struct PdStats {
   uint64_t checksum_mismatches = 0;
   uint64_t deferred_reservations = 0;  // KV blocks could not be reserved up front; allocated at import instead
   double transfer_seconds = 0;         // time from the prefill call to the KV being imported
+  // Where that time goes, summed over remote requests (the prefill node reports its part in its reply):
+  double prefill_compute_seconds = 0;  // prefill node: the prompt computed and the first token sampled
+  double kv_exposed_seconds = 0;       // KV transfer not hidden behind compute: prefill waiting for its
+                                       // writes after the last layer, plus decode waiting for the tag
+  double kv_active_seconds = 0;        // prefill node: first write issued to last write completed
+  double kv_verify_seconds = 0;        // decode: checksum and copy out of the staging memory
 };
 
 class PdService {

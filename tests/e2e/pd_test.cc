@@ -130,6 +130,29 @@ TEST_F(Pd, ShortAndCachedPromptsStayOnTheDecodeNodeAndOnlyMissingBlocksMove) {
   EXPECT_LT(bytes2, bytes1) << "the cached prefix was not sent again";
 }
 
+// Overlap off (every KV write after the prompt is done) over a forced tcp link, with prompts chunked into
+// several prefill steps: the same greedy text, and the timing counters behind docs/benchmarks.md move.
+TEST_F(Pd, OverlapOffOverTcpGivesTheSameGreedyTextAndReportsTimings) {
+  for (const char* overlap : {"off", "on"}) {
+    Node prefill = start_node({"--role", "prefill", "--backend", "cpu", "--threads", "1", "--pd-overlap", overlap,
+                               "--link-endpoints", "tcp", "--max-batch-tokens", "8"});
+    Node decode = start_node({"--role", "decode", "--backend", "cpu", "--threads", "1", "--prefill-nodes", prefill.url,
+                              "--pd-min-tokens", "4", "--link-endpoints", "tcp"});
+    for (const std::string& prompt : kPrompts)
+      EXPECT_EQ(complete(decode.url, prompt, 30), reference(prompt, 30)) << overlap;
+    EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0) << overlap;
+    EXPECT_GT(metric(decode.url, "tessera_pd_prefill_compute_seconds_total"), 0.0) << overlap;
+    const double exposed = metric(decode.url, "tessera_pd_kv_exposed_seconds_total");
+    const double active = metric(decode.url, "tessera_pd_kv_active_seconds_total");
+    EXPECT_GT(exposed, 0.0) << overlap;
+    EXPECT_GT(active, 0.0) << overlap;
+    // Without overlap every byte moves after the compute: all of the transfer is exposed.
+    if (std::string(overlap) == "off") EXPECT_GE(exposed, active) << "exposed " << exposed << " active " << active;
+    EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+    EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+  }
+}
+
 TEST_F(Pd, ADeadPrefillNodeLosesNoRequest) {
   Node prefill = start_node({"--role", "prefill"});
   Node decode =
