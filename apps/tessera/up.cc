@@ -10,7 +10,9 @@
 //     - {name: prefill-0, role: prefill, backend: cpu, threads: 1, cpus: [0]}
 //     - {name: decode-0, role: decode, backend: opencl, cpus: [1]}
 // A plan written by `tessera solve --out` for pools that exist here is such a spec (solver/launch.h).
-// Decode nodes get every prefill node as --prefill-nodes; the router gets every node and pairs them.
+// With a router, `tessera up` first starts the embedded control plane (`tessera ctrl`); every node registers
+// there and the router discovers them through it. Decode nodes get every prefill node as --prefill-nodes;
+// the router pairs them.
 // cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
@@ -184,6 +186,24 @@ Status wait_healthy(const Child& c, int timeout_ms) {
   return deadline_exceeded(fmt::format("{} at {} is not healthy", c.name, c.url));
 }
 
+// Until the router's node list (GET /admin/nodes) holds every url of `nodes`.
+Status wait_router_knows(const std::string& router, const std::vector<std::string>& nodes, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t known = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = http::fetch({.url = router + "/admin/nodes", .timeout_ms = 1000});
+    if (r.ok() && r->status == 401) return ok_status();  // an API key guards the list: rely on discovery
+    if (r.ok() && r->status == 200) {
+      known = 0;
+      for (const std::string& url : nodes) known += r->body.find("\"" + url + "\"") != std::string::npos;
+      if (known == nodes.size()) return ok_status();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return deadline_exceeded(
+      fmt::format("the router discovered {} of the {} nodes through the control plane", known, nodes.size()));
+}
+
 void stop_all(std::vector<Child>& children) {
   // Front to back: the router first, so nothing new reaches the nodes, then decode before prefill.
   for (auto it = children.rbegin(); it != children.rend(); ++it) {
@@ -248,11 +268,22 @@ int run_up(const std::string& spec_path, int router_port_override) {
 
   std::vector<std::string> prefill_urls, front_urls;
   Status st;
+  // With a router, the embedded control plane comes first: every node registers there (role, backend,
+  // capacity, host, under a lease) and the router discovers them and follows changes through it.
+  std::string ctrl_url;
+  if (spec->router) {
+    st = start("ctrl", {"ctrl", "--port", "0"}, {});
+    if (st.ok()) {
+      ctrl_url = children.back().url;
+      std::fprintf(stderr, "tessera up: control plane (embedded) at %s\n", ctrl_url.c_str());
+    }
+  }
   for (int pass = 0; pass < 3 && st.ok(); ++pass) {
     const char* role = pass == 0 ? "prefill" : pass == 1 ? "decode" : "both";
     for (const NodeSpec& n : spec->nodes) {
       if (n.role != role || !st.ok()) continue;
       std::vector<std::string> args = node_args(n);
+      if (!ctrl_url.empty()) args.insert(args.end(), {"--ctrl", ctrl_url});
       if (n.role == "decode") {
         if (prefill_urls.empty()) {
           st = invalid_argument(fmt::format("decode node {} needs a prefill node in the spec", n.name));
@@ -271,20 +302,19 @@ int run_up(const std::string& spec_path, int router_port_override) {
   if (st.ok() && front_urls.empty()) st = invalid_argument("the spec has no node that serves clients (decode or both)");
   std::string endpoint = front_urls.empty() ? "" : front_urls.front();
   if (st.ok() && spec->router) {
-    // The prefill nodes too: the router learns their role (GET /internal/pd/info) and chooses the prefill
-    // node of each request jointly with its decode node (docs/pd-protocol.md); it sends them no client request.
-    std::vector<std::string> router_nodes = front_urls;
-    router_nodes.insert(router_nodes.end(), prefill_urls.begin(), prefill_urls.end());
-    std::vector<std::string> route = {"route",
-                                      "--port",
-                                      std::to_string(spec->router_port),
-                                      "--nodes",
-                                      fmt::format("{}", fmt::join(router_nodes, ",")),
-                                      "--strategy",
-                                      spec->strategy};
+    // The router discovers every node, prefill nodes included, from the control plane: it learns their roles
+    // there and chooses the prefill node of each request jointly with its decode node (docs/pd-protocol.md);
+    // prefill nodes get no client request.
+    std::vector<std::string> route = {
+        "route", "--port", std::to_string(spec->router_port), "--ctrl", ctrl_url, "--strategy", spec->strategy};
     route.insert(route.end(), spec->router_args.begin(), spec->router_args.end());
     st = start("router", route, {});
-    if (st.ok()) endpoint = children.back().url;
+    if (st.ok()) {
+      endpoint = children.back().url;
+      std::vector<std::string> all = front_urls;
+      all.insert(all.end(), prefill_urls.begin(), prefill_urls.end());
+      st = wait_router_knows(endpoint, all, 30000);
+    }
   }
   if (!st.ok()) {
     stop_all(children);

@@ -52,6 +52,10 @@ Status EmbeddedServer::start(const std::string& host, uint16_t port) {
   o.host = host;
   o.port = port;
   own_server_ = std::make_unique<http::Server>(o);
+  // Standalone (`tessera ctrl`): a liveness probe for supervisors such as `tessera up`.
+  own_server_->route("GET", "/health", [](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+    w->send(200, R"({"status":"ok"})");
+  });
   mount(*own_server_);
   return own_server_->start();
 }

@@ -137,7 +137,7 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
 #pragma omp parallel num_threads(ctx.threads)
   {
     std::vector<float> scores;
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 1)  // decode has one item per head: chunks of 4 left a thread idle
     for (int64_t wi = 0; wi < work; ++wi) {
       const int64_t i = wi / n_heads, h = wi % n_heads;
       const float* qh = q + (i * n_heads + h) * hd;
