@@ -92,16 +92,23 @@ TEST(SolveLaunch, ProfileSolveUpAnswersThroughThePlannedPrefillAndDecodeNodes) {
   EXPECT_EQ(body["usage"]["completion_tokens"].get<int>(), 12);
   EXPECT_FALSE(body["choices"][0]["text"].get<std::string>().empty());
 
-  // The request went the planned way: the router's only node is the decode node, which had it prefilled remotely.
+  // The request went the planned way: the router knows the decode and the prefill node (it pairs them), and
+  // the decode node had the prompt prefilled remotely.
   auto m = http::fetch({.url = url + "/metrics"});
   ASSERT_TRUE(m.ok());
-  size_t node = m->body.find("tessera_router_node_healthy{node=\"");
-  ASSERT_NE(node, std::string::npos) << m->body;
-  node += std::string("tessera_router_node_healthy{node=\"").size();
-  std::string decode_url = m->body.substr(node, m->body.find('"', node) - node);
-  auto dm = http::fetch({.url = decode_url + "/metrics"});
-  ASSERT_TRUE(dm.ok());
-  EXPECT_EQ(sample(dm->body, "tessera_pd_requests_total{path=\"remote\"}"), 1) << dm->body;
+  const std::string key = "tessera_router_node_healthy{node=\"";
+  int nodes = 0, remote = 0;
+  for (size_t at = m->body.find(key); at != std::string::npos; at = m->body.find(key, at + 1)) {
+    const size_t from = at + key.size();
+    const std::string node_url = m->body.substr(from, m->body.find('"', from) - from);
+    auto nm = http::fetch({.url = node_url + "/metrics"});
+    ASSERT_TRUE(nm.ok()) << node_url;
+    ++nodes;
+    if (nm->body.find("tessera_pd_requests_total{path=\"remote\"}") != std::string::npos)
+      remote += static_cast<int>(sample(nm->body, "tessera_pd_requests_total{path=\"remote\"}"));
+  }
+  EXPECT_EQ(nodes, 2) << m->body;
+  EXPECT_EQ(remote, 1) << "the decode node prefilled the prompt on the prefill node";
   EXPECT_EQ(up.stop(SIGTERM, 30), 0);
 }
 
