@@ -80,13 +80,39 @@ start() {
   URL[$name]="${line#listening on }"
 }
 
+# CTRL (a control-plane URL) set: nodes register there and the router discovers them through it (--ctrl)
+# instead of being given --nodes.
+CTRL=""
 serve() {
   local name="$1"
   shift
-  start "$name" "$BIN" serve --model "$MODEL" --port 0 "$@"
+  start "$name" "$BIN" serve --model "$MODEL" --port 0 ${CTRL:+--ctrl "$CTRL"} "$@"
 }
 ROUTER_FLAGS=(--strategy round_robin --probe-interval-ms 250 --probe-timeout-ms 500 --unhealthy-threshold 2)
-router() { start router "$BIN" route --port "${2:-0}" --nodes "$1" "${ROUTER_FLAGS[@]}"; }
+# router URLS [PORT]: with CTRL, the router discovers the nodes and this waits until it lists all of URLS.
+router() {
+  if [ -z "$CTRL" ]; then
+    start router "$BIN" route --port "${2:-0}" --nodes "$1" "${ROUTER_FLAGS[@]}"
+    return
+  fi
+  start router "$BIN" route --port "${2:-0}" --ctrl "$CTRL" "${ROUTER_FLAGS[@]}" || return 1
+  wait_router_knows "${URL[router]}" "$1"
+}
+# wait_router_knows ROUTER URL,URL,...: until the router's /admin/nodes lists every URL (10 s at most).
+wait_router_knows() {
+  local want missing
+  for _ in $(seq 200); do
+    local nodes
+    nodes="$(http_get "$1" /admin/nodes 2>/dev/null)"
+    missing=0
+    IFS=, read -ra want <<<"$2"
+    for u in "${want[@]}"; do [[ $nodes == *"\"$u\""* ]] || missing=1; done
+    [ "$missing" = 0 ] && return 0
+    sleep 0.05
+  done
+  echo "fault-suite: the router did not discover $2 through the control plane" >&2
+  return 1
+}
 
 # Two colocated nodes behind the router.
 colocated2() {
@@ -105,9 +131,9 @@ pd_cluster() {
   serve p2 --role prefill || return 1
   for d in d1 d2; do
     start "$d" "$BIN" serve --model "$MODEL" --port 0 --role decode --prefill-nodes "${URL[p1]},${URL[p2]}" \
-      --pd-min-tokens 4 || return 1
+      --pd-min-tokens 4 ${CTRL:+--ctrl "$CTRL"} || return 1
   done
-  router "${URL[d1]},${URL[d2]}"
+  if [ -n "$CTRL" ]; then router "${URL[d1]},${URL[d2]},${URL[p1]},${URL[p2]}"; else router "${URL[d1]},${URL[d2]}"; fi
 }
 
 # http_get URL PATH: the response (headers and body) of a GET, through bash's /dev/tcp (no curl needed).
@@ -221,14 +247,17 @@ sc_node_kill() {  # a colocated node dies mid-stream (2 nodes)
   check "$label" redundant
 }
 
-sc_router_restart() {  # the router dies and restarts on its port with the same --nodes (one router)
+sc_router_restart() {  # the router dies and restarts on its port; it rediscovers the nodes from the control plane
   local label="router SIGKILL + restart (1 router)"
-  pd_cluster || return
+  start ctrl "$BIN" ctrl --port 0 || return
+  CTRL="${URL[ctrl]}"
+  pd_cluster || { CTRL=""; return; }
+  CTRL=""
   local rport="${URL[router]##*:}"
   cat >"$WORK/restart-router.sh" <<EOF
 kill -9 ${PID[router]}
 for i in \$(seq 100); do
-  "$BIN" route --port $rport --nodes "${URL[d1]},${URL[d2]}" ${ROUTER_FLAGS[*]} >"$WORK/router2.out" 2>"$WORK/router2.err" &
+  "$BIN" route --port $rport --ctrl "${URL[ctrl]}" ${ROUTER_FLAGS[*]} >"$WORK/router2.out" 2>"$WORK/router2.err" &
   echo \$! >"$WORK/router2.pid"
   for j in \$(seq 40); do grep -q 'listening on' "$WORK/router2.out" 2>/dev/null && exit 0; kill -0 \$! 2>/dev/null || break; sleep 0.025; done
   sleep 0.05
@@ -237,14 +266,17 @@ exit 1
 EOF
   load "$label" "bash $WORK/restart-router.sh"
   [ -f "$WORK/router2.pid" ] && PIDS+=("$(cat "$WORK/router2.pid")")
-  echo "router SIGKILL + restart: the new router gets the same --nodes list (discovery through --ctrl is not on this branch); streams open through the dead router fail with a broken connection, later requests succeed once a client's connection retry reaches the new router" >>"$NOTES"
+  echo "router SIGKILL + restart: nodes registered with the control plane (tessera ctrl); the new router is started with only --ctrl and rediscovers all four nodes from it; streams open through the dead router fail with a broken connection, later requests succeed once a client's connection retry reaches the new router" >>"$NOTES"
   check "$label" clean
 }
 
 sc_ctrl_kill() {  # the control-plane process dies: serving continues on the last known membership
   local label="control plane SIGKILL"
-  start ctrl "$BIN" ctrl --port 0 && colocated2 && load "$label" "kill -9 ${PID[ctrl]}"
-  echo "control plane SIGKILL: on this branch neither router nor nodes consult the control plane while serving (membership is the router's --nodes), so its death cannot interrupt serving; this row shows it does not" >>"$NOTES"
+  start ctrl "$BIN" ctrl --port 0 || return
+  CTRL="${URL[ctrl]}"
+  colocated2 && load "$label" "kill -9 ${PID[ctrl]}"
+  CTRL=""
+  echo "control plane SIGKILL: the nodes registered with the control plane and the router discovered them through it (--ctrl, no --nodes); after the control plane dies the router keeps serving on the last membership it knew" >>"$NOTES"
   check "$label" redundant
 }
 
