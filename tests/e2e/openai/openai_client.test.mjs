@@ -230,18 +230,20 @@ test('clients disconnecting mid-stream cancel their requests and free every bloc
     sock.on('data', (d) => { if (String(d).includes('data: {')) { sock.destroy(); resolve(); } });
     sock.on('error', resolve);
   })));
-  let used = -1, running = -1;
+  // The engine frees a cancelled request's blocks before the handler counts it, so wait for all three.
+  const count499 = (text) => text.split('\n')
+    .filter((l) => l.startsWith('tessera_requests_total{') && l.includes('status="499"'))
+    .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
+  let used = -1, running = -1, cancelled = 0;
   for (let i = 0; i < 200; i++) {
     used = await metric(server.url, 'tessera_kv_blocks_used');
     running = await metric(server.url, 'tessera_requests_running');
-    if (used === 0 && running === 0) break;
+    cancelled = count499(await (await fetch(server.url + '/metrics')).text());
+    if (used === 0 && running === 0 && cancelled >= 1) break;
     await new Promise((r) => setTimeout(r, 20));
   }
   assert.equal(used, 0, 'every KV block is back in the pool');
   assert.equal(running, 0);
-  const text = await (await fetch(server.url + '/metrics')).text();
-  const cancelled = text.split('\n').filter((l) => l.startsWith('tessera_requests_total{') && l.includes('status="499"'))
-                        .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
   assert.ok(cancelled >= 1, `requests cancelled by disconnect: ${cancelled}`);
 });
 
