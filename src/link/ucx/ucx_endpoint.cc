@@ -320,7 +320,10 @@ class UcxWorker {
       }
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
       pollfd p[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      poll(p, 2, 100);
+      // A short timeout, not a long sleep: on UCX's tcp transport a target worker whose event fd missed a
+      // wakeup stalled every emulated put/get it serves until the timeout (100 ms each made a 1,300-chunk
+      // batch take minutes). Waking every 2 ms when idle costs a few microseconds each time.
+      poll(p, 2, 2);
       uint64_t v;
       (void)!read(wake_fd_, &v, sizeof v);
     }
