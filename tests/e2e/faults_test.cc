@@ -11,11 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http.h"
+#include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
 
 namespace tessera {
 namespace {
+
+using testing::complete_greedy;
+using testing::scrape_metric;
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -52,26 +56,6 @@ std::string reference(const std::string& prompt, int n) {
                                  "--max-tokens", std::to_string(n), "--temperature", "0", "--no-echo", "--quiet"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.out.substr(0, r.out.size() - 1);
-}
-
-double metric(const std::string& url, const std::string& line_prefix) {
-  auto r = http::fetch({.url = url + "/metrics"});
-  if (!r.ok()) return -1;
-  size_t at = r->body.find("\n" + line_prefix + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(r->body.substr(at + line_prefix.size() + 2));
-}
-
-std::string complete(const std::string& url, const std::string& prompt, int n) {
-  auto r = http::fetch(
-      {.method = "POST",
-       .url = url + "/v1/completions",
-       .headers = {{"Content-Type", "application/json"}},
-       .body = json{{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump()});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return "";
-  EXPECT_EQ(r->status, 200) << r->body;
-  return json::parse(r->body)["choices"][0]["text"].get<std::string>();
 }
 
 // What one streamed completion delivered to its client.
@@ -152,14 +136,14 @@ TEST_F(Faults, CorruptedKvTransferIsCaughtByItsChecksumAndRedone) {
   const std::vector<std::string> prompts = {
       "Once upon a time, there was a little girl named", "Lily went to the park with her mom and she saw",
       "The cat sat on the mat and looked at the big dog", "Tom had a red ball. He liked to throw it to his"};
-  for (const std::string& p : prompts) EXPECT_EQ(complete(decode.url, p, 30), reference(p, 30)) << p;
-  const double mismatches = metric(decode.url, "tessera_pd_checksum_mismatches_total");
+  for (const std::string& p : prompts) EXPECT_EQ(complete_greedy(decode.url, p, 30), reference(p, 30)) << p;
+  const double mismatches = scrape_metric(decode.url, "tessera_pd_checksum_mismatches_total");
   std::printf("checksum mismatches %.0f, remote %.0f, fallback %.0f\n", mismatches,
-              metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"),
-              metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"));
+              scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"),
+              scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"));
   EXPECT_GE(mismatches, 1.0) << "the decode node tries prefill nodes in turn: A got some of the prompts";
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 4.0) << "redone on B, not locally";
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 0.0);
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 4.0) << "redone on B, not locally";
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 0.0);
 }
 
 TEST_F(Faults, ADisconnectingLinkIsRetriedAndTheNextTransferReconnects) {
@@ -171,10 +155,10 @@ TEST_F(Faults, ADisconnectingLinkIsRetriedAndTheNextTransferReconnects) {
   const std::string base = "Once upon a time, there was a little girl named Lily. She";
   for (int i = 0; i < 6; ++i) {
     const std::string p = base + " saw " + std::to_string(i) + " birds";
-    EXPECT_EQ(complete(decode.url, p, 20), reference(p, 20)) << p;
+    EXPECT_EQ(complete_greedy(decode.url, p, 20), reference(p, 20)) << p;
   }
-  const double remote = metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}");
-  const double fallback = metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}");
+  const double remote = scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}");
+  const double fallback = scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}");
   std::printf("remote %.0f, fallback %.0f\n", remote, fallback);
   EXPECT_EQ(fallback, 1.0) << "the cut transfer is prefilled locally";
   EXPECT_EQ(remote, 5.0) << "after the cut the prefill node must reconnect";
@@ -196,7 +180,7 @@ TEST_F(Faults, ANodeKilledMidStreamLosesAndRepeatsNoToken) {
     for (auto& t : ts) t.join();
   }
   const double migrated_before =
-      std::max(0.0, metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
+      std::max(0.0, scrape_metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
   std::atomic<int> progress{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i) {
@@ -206,7 +190,8 @@ TEST_F(Faults, ANodeKilledMidStreamLosesAndRepeatsNoToken) {
   while (progress < kStreams && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(a.proc->stop(SIGKILL), 128 + SIGKILL);
   for (auto& t : ts) t.join();
-  const double migrated = metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
+  const double migrated =
+      scrape_metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
   std::printf("streams continued elsewhere: %.0f\n", migrated);
   EXPECT_GE(migrated, 1.0) << "the kill landed after every stream had ended: nothing was tested";
   for (int i = 0; i < kStreams; ++i) {

@@ -16,11 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http.h"
+#include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
 
 namespace tessera {
 namespace {
+
+using testing::scrape_metric;
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -117,13 +120,6 @@ Streamed stream(const std::string& url, const std::string& prompt, int n, std::a
   return s;
 }
 
-double metric(const std::string& url, const std::string& name) {
-  auto r = http::fetch({.url = url + "/metrics"});
-  if (!r.ok()) return -1;
-  size_t at = r->body.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + name.size() + 2));
-}
-
 TEST(Partition, ACutLinkEjectsTheNodeAndItsStreamsContinueElsewhere) {
   TS_REQUIRE_STORIES260K();
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces (running as uid " << geteuid() << ")";
@@ -166,7 +162,7 @@ TEST(Partition, ACutLinkEjectsTheNodeAndItsStreamsContinueElsewhere) {
     for (auto& t : ts) t.join();
   }
   const double migrated_before =
-      std::max(0.0, metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
+      std::max(0.0, scrape_metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
   std::atomic<int> progress{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i)
@@ -178,7 +174,7 @@ TEST(Partition, ACutLinkEjectsTheNodeAndItsStreamsContinueElsewhere) {
   for (auto& t : ts) t.join();
   const double recovered_s = std::chrono::duration<double>(Time::now() - cut_at).count();
   const double continued =
-      metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
+      scrape_metric(router_url, "tessera_router_stream_migrations_total{result=\"ok\"}") - migrated_before;
   double stall_s = 0;
   for (const Streamed& g : got) stall_s = std::max(stall_s, g.max_gap_s);
   std::printf("link cut; longest stall of a stream %.2f s; every stream done %.2f s later; %.0f continued elsewhere\n",

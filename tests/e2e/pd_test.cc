@@ -6,11 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http.h"
+#include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
 
 namespace tessera {
 namespace {
+
+using testing::complete_greedy;
+using testing::scrape_metric;
 
 using testing::BackgroundProcess;
 using testing::tessera_bin;
@@ -38,26 +42,6 @@ std::string reference(const std::string& prompt, int n, const std::string& backe
                                  "--backend", backend});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.out.substr(0, r.out.size() - 1);  // generate ends with a newline
-}
-
-std::string complete(const std::string& url, const std::string& prompt, int n) {
-  auto r = http::fetch(
-      {.method = "POST",
-       .url = url + "/v1/completions",
-       .headers = {{"Content-Type", "application/json"}},
-       .body = json{{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump()});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return "";
-  EXPECT_EQ(r->status, 200) << r->body;
-  return json::parse(r->body)["choices"][0]["text"].get<std::string>();
-}
-
-double metric(const std::string& url, const std::string& line_prefix) {
-  auto r = http::fetch({.url = url + "/metrics"});
-  if (!r.ok()) return -1;
-  size_t at = r->body.find("\n" + line_prefix + " ");  // the sample line, not its # HELP line
-  if (at == std::string::npos) return -1;
-  return std::stod(r->body.substr(at + line_prefix.size() + 2));
 }
 
 const std::vector<std::string> kPrompts = {"Once upon a time, there was a little girl named",
@@ -96,7 +80,7 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
     Node decode = start_node(d);
     const bool f16 = c.decode.size() > 2 && c.decode[3] == "f16";
     for (const std::string& prompt : kPrompts) {
-      std::string got = complete(decode.url, prompt, 40);
+      std::string got = complete_greedy(decode.url, prompt, 40);
       std::string want = reference(prompt, 40);
       if (f16) {
         EXPECT_EQ(got.substr(0, 16), want.substr(0, 16)) << "f16 cache: " << prompt;
@@ -104,9 +88,10 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
         EXPECT_EQ(got, want) << prompt;
       }
     }
-    EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
-    EXPECT_GT(metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
-    EXPECT_EQ(metric(decode.url, "tessera_pd_deferred_reservations_total"), 0.0) << "KV blocks were reserved up front";
+    EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
+    EXPECT_GT(scrape_metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
+    EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"), 0.0)
+        << "KV blocks were reserved up front";
     EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
     EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
   }
@@ -115,17 +100,17 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
 TEST_F(Pd, ShortAndCachedPromptsStayOnTheDecodeNodeAndOnlyMissingBlocksMove) {
   Node prefill = start_node({"--role", "prefill"});
   Node decode = start_node({"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "24"});
-  EXPECT_EQ(complete(decode.url, "Lily", 10), reference("Lily", 10));
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"local\"}"), 1.0);
+  EXPECT_EQ(complete_greedy(decode.url, "Lily", 10), reference("Lily", 10));
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"local\"}"), 1.0);
 
   std::string prefix = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
-  EXPECT_EQ(complete(decode.url, prefix + " One day", 8), reference(prefix + " One day", 8));
-  const double bytes1 = metric(decode.url, "tessera_pd_kv_bytes_total");
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 1.0);
+  EXPECT_EQ(complete_greedy(decode.url, prefix + " One day", 8), reference(prefix + " One day", 8));
+  const double bytes1 = scrape_metric(decode.url, "tessera_pd_kv_bytes_total");
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 1.0);
   // The same prefix again plus a long new tail: only the blocks the decode node lacks are sent.
   std::string longer = prefix + " Her mom said she could go to the big park with her friend Tom after lunch.";
-  EXPECT_EQ(complete(decode.url, longer, 8), reference(longer, 8));
-  const double bytes2 = metric(decode.url, "tessera_pd_kv_bytes_total") - bytes1;
+  EXPECT_EQ(complete_greedy(decode.url, longer, 8), reference(longer, 8));
+  const double bytes2 = scrape_metric(decode.url, "tessera_pd_kv_bytes_total") - bytes1;
   EXPECT_GT(bytes2, 0.0);
   EXPECT_LT(bytes2, bytes1) << "the cached prefix was not sent again";
 }
@@ -139,15 +124,17 @@ TEST_F(Pd, OverlapOffOverTcpGivesTheSameGreedyTextAndReportsTimings) {
     Node decode = start_node({"--role", "decode", "--backend", "cpu", "--threads", "1", "--prefill-nodes", prefill.url,
                               "--pd-min-tokens", "4", "--link-endpoints", "tcp"});
     for (const std::string& prompt : kPrompts)
-      EXPECT_EQ(complete(decode.url, prompt, 30), reference(prompt, 30)) << overlap;
-    EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0) << overlap;
-    EXPECT_GT(metric(decode.url, "tessera_pd_prefill_compute_seconds_total"), 0.0) << overlap;
-    const double exposed = metric(decode.url, "tessera_pd_kv_exposed_seconds_total");
-    const double active = metric(decode.url, "tessera_pd_kv_active_seconds_total");
+      EXPECT_EQ(complete_greedy(decode.url, prompt, 30), reference(prompt, 30)) << overlap;
+    EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0) << overlap;
+    EXPECT_GT(scrape_metric(decode.url, "tessera_pd_prefill_compute_seconds_total"), 0.0) << overlap;
+    const double exposed = scrape_metric(decode.url, "tessera_pd_kv_exposed_seconds_total");
+    const double active = scrape_metric(decode.url, "tessera_pd_kv_active_seconds_total");
     EXPECT_GT(exposed, 0.0) << overlap;
     EXPECT_GT(active, 0.0) << overlap;
     // Without overlap every byte moves after the compute: all of the transfer is exposed.
-    if (std::string(overlap) == "off") EXPECT_GE(exposed, active) << "exposed " << exposed << " active " << active;
+    if (std::string(overlap) == "off") {
+      EXPECT_GE(exposed, active) << "exposed " << exposed << " active " << active;
+    }
     EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
     EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
   }
@@ -157,10 +144,10 @@ TEST_F(Pd, ADeadPrefillNodeLosesNoRequest) {
   Node prefill = start_node({"--role", "prefill"});
   Node decode =
       start_node({"--role", "decode", "--prefill-nodes", prefill.url + ",http://127.0.0.1:1", "--pd-min-tokens", "4"});
-  EXPECT_EQ(complete(decode.url, kPrompts[0], 20), reference(kPrompts[0], 20));
+  EXPECT_EQ(complete_greedy(decode.url, kPrompts[0], 20), reference(kPrompts[0], 20));
   prefill.proc->stop(SIGKILL);
-  for (const std::string& prompt : kPrompts) EXPECT_EQ(complete(decode.url, prompt, 20), reference(prompt, 20));
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 3.0);
+  for (const std::string& prompt : kPrompts) EXPECT_EQ(complete_greedy(decode.url, prompt, 20), reference(prompt, 20));
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 3.0);
 }
 
 TEST_F(Pd, DecodeRoleNeedsPrefillNodes) {

@@ -10,11 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http.h"
+#include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
 
 namespace tessera {
 namespace {
+
+using testing::scrape_metric;
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -39,14 +42,6 @@ Proc start_node(std::vector<std::string> extra) {
   std::vector<std::string> args = {"serve", "--model", testing::stories260k_dir(), "--port", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   return start(args);
-}
-
-double metric(const std::string& url, const std::string& line_prefix) {
-  auto r = http::fetch({.url = url + "/metrics"});
-  if (!r.ok()) return -1;
-  size_t at = r->body.find("\n" + line_prefix + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(r->body.substr(at + line_prefix.size() + 2));
 }
 
 struct Answer {
@@ -109,8 +104,8 @@ TEST(RouterPdEndToEnd, TheRoutersPrefillChoiceIsHonoured) {
   // The decode node's own path (its list: p1 only) is the reference text.
   std::vector<std::string> want;
   for (const auto& p : prompts) want.push_back(complete(decode.url, p).text);
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
-  const double p2_tokens_before = metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}");
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
+  const double p2_tokens_before = scrape_metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}");
   EXPECT_EQ(p2_tokens_before, 0.0) << "p2 is in no decode node's list: only the router can send it work";
 
   // p1 drained in the router: every pair is (decode, p2).
@@ -120,16 +115,16 @@ TEST(RouterPdEndToEnd, TheRoutersPrefillChoiceIsHonoured) {
     EXPECT_EQ(a.prefill_node, p2.url);
     EXPECT_EQ(a.text, want[i]) << prompts[i];
   }
-  EXPECT_EQ(metric(decode.url, "tessera_pd_router_choice_total"), 3.0);
-  EXPECT_EQ(metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 6.0);
-  EXPECT_GT(metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}"), 0.0)
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_router_choice_total"), 3.0);
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 6.0);
+  EXPECT_GT(scrape_metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}"), 0.0)
       << "the router's choice was not honoured";
   // The other way round: p2 drained, p1 chosen.
   ASSERT_TRUE(drain(router.url, p1.url, false));
   ASSERT_TRUE(drain(router.url, p2.url, true));
-  const double p2_tokens = metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}");
+  const double p2_tokens = scrape_metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}");
   EXPECT_EQ(complete(router.url, prompts[0]).prefill_node, p1.url);
-  EXPECT_EQ(metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}"), p2_tokens);
+  EXPECT_EQ(scrape_metric(p2.url, "tessera_prompt_tokens_total{model=\"stories260K\"}"), p2_tokens);
 
   // A dead chosen prefill node: the decode node falls back to its own list; the request still completes.
   ASSERT_TRUE(drain(router.url, p2.url, false));
