@@ -207,15 +207,7 @@ void Engine::loop() {
     if (!active_.empty()) run_step();
     std::erase_if(active_, [](const auto& kv) { return kv.second->finished; });
 
-    EngineStats s = counters_;
-    s.waiting = scheduler_.waiting();
-    s.running = scheduler_.running();
-    s.kv_blocks_total = runner_.kv_cache().num_blocks();
-    s.kv_blocks_used = runner_.kv_cache().blocks().used();
-    s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
-    s.prefix = runner_.kv_cache().blocks().stats();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_ = s;
+    publish_stats();
   }
   for (auto& [id, a] : active_) {
     if (!a->finished) finish(*a, FinishReason::kCancelled);
@@ -406,6 +398,7 @@ void Engine::release_blocks(const std::vector<int32_t>& blocks) {
   if (blocks.empty()) return;
   Status st = run_on_engine_thread([&] {
     for (int32_t b : blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
+    publish_stats();
   });
   (void)st;  // a stopped engine has nothing left to release into
 }
@@ -426,9 +419,22 @@ Result<std::vector<int32_t>> Engine::reserve_blocks(int count) {
       }
       out.push_back(static_cast<int32_t>(*id));
     }
+    publish_stats();  // a caller that reads stats() next sees the reservation
   }));
   if (!st.ok()) return st;
   return out;
+}
+
+void Engine::publish_stats() {
+  EngineStats s = counters_;
+  s.waiting = scheduler_.waiting();
+  s.running = scheduler_.running();
+  s.kv_blocks_total = runner_.kv_cache().num_blocks();
+  s.kv_blocks_used = runner_.kv_cache().blocks().used();
+  s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
+  s.prefix = runner_.kv_cache().blocks().stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = s;
 }
 
 void Engine::finish(Active& a, FinishReason reason, Status error) {
@@ -442,6 +448,8 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   a.pending.prompt_tokens = a.seq.prompt_len;
   a.pending.completion_tokens = a.seq.generated();
   a.pending.cached_tokens = std::max(0, a.cached_tokens);
+  // Whoever sees the final output and then reads stats() must find this request's blocks already free.
+  publish_stats();
   a.callback(a.pending);
   a.pending = RequestOutput{};
 }

@@ -138,6 +138,7 @@ class Engine {
   void run_step();
   void admit_new();
   void finish(Active& a, FinishReason reason, Status error = ok_status());
+  void publish_stats();  // copies the engine thread's counters into stats_
   void on_token(Active& a, const std::vector<float>& logits, size_t row);
   // Appends a token chosen by `on_token` or received from a prefill node and reports it.
   void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
