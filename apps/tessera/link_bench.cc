@@ -296,28 +296,47 @@ int run_link_bench(const LinkBenchArgs& a) {
               memcpy_ceiling_wanted ? "memcpy between two shared-memory segments in one process, same sizes and volume"
                                     : "plain TCP streams between two processes (raw sink), as many as --streams",
               a.endpoint == "ucx" ? "; UCX_TLS=" : "", a.endpoint == "ucx" ? (tls ? tls : "(unset)") : "");
-  std::printf("%8s %10s %17s %9s %9s %10s %17s %9s\n", "size", "GB/s", "(min..max)", "p50 ms", "p99 ms", "ceil GB/s",
-              "(min..max)", "fraction");
+  std::printf("%8s %10s %17s %9s %9s %10s %17s %9s %13s\n", "size", "GB/s", "(min..max)", "p50 ms", "p99 ms",
+              "ceil GB/s", "(min..max)", "fraction", "(min..max)");
   for (uint64_t size : *sizes) {
-    std::vector<double> link_gbps, ceil_gbps, lat;
+    std::vector<double> link_gbps, ceil_gbps, ratio, lat;
+    // Each repeat measures the link and its ceiling back to back, in alternating order, and the fraction is
+    // the median of those paired ratios: this machine's throughput drifts by 10% or more between seconds,
+    // which a ratio of two separate medians would fold into the result.
     for (int rep = 0; rep < a.repeats; ++rep) {
-      auto r = run_link(**agent, "bench-peer", *local, remote, region, size, a);
-      if (!r.ok()) return fail(r.status().message());
-      link_gbps.push_back(r->gbps);
-      lat.insert(lat.end(), r->latency_ms.begin(), r->latency_ms.end());
-      if (memcpy_ceiling_wanted) {
-        ceil_gbps.push_back(memcpy_ceiling(local_bytes.data(), scratch.data(), region, size, a));
-      } else {
-        uint64_t total = std::max<uint64_t>(static_cast<uint64_t>(r->gbps * 1e9 * a.seconds), 4 * size);
+      double link_rate = 0, ceil_rate = 0;
+      auto measure_link = [&]() -> Status {
+        auto r = run_link(**agent, "bench-peer", *local, remote, region, size, a);
+        if (!r.ok()) return r.status();
+        link_rate = r->gbps;
+        lat.insert(lat.end(), r->latency_ms.begin(), r->latency_ms.end());
+        return ok_status();
+      };
+      auto measure_ceiling = [&]() -> Status {
+        if (memcpy_ceiling_wanted) {
+          ceil_rate = memcpy_ceiling(local_bytes.data(), scratch.data(), region, size, a);
+          return ok_status();
+        }
+        // About as many bytes as the link moves in its measuring time (its last rate, or a guess at first).
+        const double guess = link_rate > 0 ? link_rate : (link_gbps.empty() ? 1.0 : link_gbps.back());
+        uint64_t total = std::max<uint64_t>(static_cast<uint64_t>(guess * 1e9 * a.seconds), 4 * size);
         auto c = raw.round(local_bytes.data(), region, size, total);
-        if (!c.ok()) return fail(c.status().message());
-        ceil_gbps.push_back(*c);
-      }
+        if (!c.ok()) return c.status();
+        ceil_rate = *c;
+        return ok_status();
+      };
+      Status st = rep % 2 == 0 ? measure_link() : measure_ceiling();
+      if (st.ok()) st = rep % 2 == 0 ? measure_ceiling() : measure_link();
+      if (!st.ok()) return fail(st.message());
+      link_gbps.push_back(link_rate);
+      ceil_gbps.push_back(ceil_rate);
+      ratio.push_back(link_rate / ceil_rate);
     }
-    Spread l = spread(link_gbps), c = spread(ceil_gbps);
-    std::printf("%8s %10.2f %17s %9.3f %9.3f %10.2f %17s %8.0f%%\n", human(size).c_str(), l.median,
+    Spread l = spread(link_gbps), c = spread(ceil_gbps), f = spread(ratio);
+    std::printf("%8s %10.2f %17s %9.3f %9.3f %10.2f %17s %8.0f%% %13s\n", human(size).c_str(), l.median,
                 fmt::format("({:.2f}..{:.2f})", l.lo, l.hi).c_str(), percentile(lat, 0.5), percentile(lat, 0.99),
-                c.median, fmt::format("({:.2f}..{:.2f})", c.lo, c.hi).c_str(), 100.0 * l.median / c.median);
+                c.median, fmt::format("({:.2f}..{:.2f})", c.lo, c.hi).c_str(), 100.0 * f.median,
+                fmt::format("({:.0f}..{:.0f}%)", 100.0 * f.lo, 100.0 * f.hi).c_str());
     std::fflush(stdout);
   }
   (*agent)->shutdown(std::chrono::milliseconds(1000));

@@ -1,5 +1,6 @@
 #include "link/checksum.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tessera::link {
@@ -18,21 +19,21 @@ uint64_t mix(uint64_t x) {
 
 // Eight 64-bit lanes as four 2-lane vectors (GCC vector extensions: SSE2 on x86-64, NEON on aarch64, no
 // ISA flags needed). Each lane keeps a running sum `a` and a sum of sums `b` (Fletcher), so both a changed
-// word and a moved word change the result.
-uint64_t checksum64(const void* data, size_t length) {
+// word and a moved word change the result. Lane j takes the j-th word of every 64-byte block.
+void Checksum64::blocks(const unsigned char* p, size_t count) {
   using V = uint64_t __attribute__((vector_size(16)));
-  const auto* p = static_cast<const unsigned char*>(data);
-  V a[4] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
-  V b[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-  size_t i = 0;
+  V a0, a1, a2, a3, b0, b1, b2, b3;
+  std::memcpy(&a0, a_ + 0, 16), std::memcpy(&a1, a_ + 2, 16), std::memcpy(&a2, a_ + 4, 16);
+  std::memcpy(&a3, a_ + 6, 16);
+  std::memcpy(&b0, b_ + 0, 16), std::memcpy(&b1, b_ + 2, 16), std::memcpy(&b2, b_ + 4, 16);
+  std::memcpy(&b3, b_ + 6, 16);
   // Named registers, unrolled by hand: at -O2 GCC keeps arrays indexed in a loop in memory.
-  V a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
-  for (; i + 64 <= length; i += 64) {
+  for (size_t i = 0; i < count; ++i, p += 64) {
     V w0, w1, w2, w3;
-    std::memcpy(&w0, p + i, 16);
-    std::memcpy(&w1, p + i + 16, 16);
-    std::memcpy(&w2, p + i + 32, 16);
-    std::memcpy(&w3, p + i + 48, 16);
+    std::memcpy(&w0, p, 16);
+    std::memcpy(&w1, p + 16, 16);
+    std::memcpy(&w2, p + 32, 16);
+    std::memcpy(&w3, p + 48, 16);
     a0 += w0;
     a1 += w1;
     a2 += w2;
@@ -42,20 +43,45 @@ uint64_t checksum64(const void* data, size_t length) {
     b2 += a2;
     b3 += a3;
   }
-  a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
-  unsigned char tail[64] = {};
-  if (length > i) std::memcpy(tail, p + i, length - i);  // p may be null when length is 0
-  for (int k = 0; k < 4; ++k) {
-    V w;
-    std::memcpy(&w, tail + 16 * k, 16);
-    a[k] += w;
-    b[k] += a[k];
+  std::memcpy(a_ + 0, &a0, 16), std::memcpy(a_ + 2, &a1, 16), std::memcpy(a_ + 4, &a2, 16);
+  std::memcpy(a_ + 6, &a3, 16);
+  std::memcpy(b_ + 0, &b0, 16), std::memcpy(b_ + 2, &b1, 16), std::memcpy(b_ + 4, &b2, 16);
+  std::memcpy(b_ + 6, &b3, 16);
+}
+
+void Checksum64::update(const void* data, size_t length) {
+  if (length == 0) return;  // data may be null
+  const auto* p = static_cast<const unsigned char*>(data);
+  length_ += length;
+  if (carry_len_ > 0) {
+    const size_t take = std::min(length, sizeof carry_ - carry_len_);
+    std::memcpy(carry_ + carry_len_, p, take);
+    carry_len_ += take;
+    p += take;
+    length -= take;
+    if (carry_len_ < sizeof carry_) return;
+    blocks(carry_, 1);
+    carry_len_ = 0;
   }
-  uint64_t h = mix(length ^ 0x9e3779b97f4a7c15ull);
-  for (int k = 0; k < 4; ++k) {
-    for (int j = 0; j < 2; ++j) h = mix(h ^ a[k][j]) + mix(b[k][j] + static_cast<uint64_t>(2 * k + j));
-  }
+  blocks(p, length / 64);
+  carry_len_ = length % 64;
+  std::memcpy(carry_, p + (length - carry_len_), carry_len_);
+}
+
+uint64_t Checksum64::value() const {
+  // The last, partial block (possibly empty) counts once more, zero-padded.
+  Checksum64 end = *this;
+  std::memset(end.carry_ + end.carry_len_, 0, sizeof end.carry_ - end.carry_len_);
+  end.blocks(end.carry_, 1);
+  uint64_t h = mix(length_ ^ 0x9e3779b97f4a7c15ull);
+  for (int j = 0; j < 8; ++j) h = mix(h ^ end.a_[j]) + mix(end.b_[j] + static_cast<uint64_t>(j));
   return h;
+}
+
+uint64_t checksum64(const void* data, size_t length) {
+  Checksum64 c;
+  c.update(data, length);
+  return c.value();
 }
 
 }  // namespace tessera::link

@@ -48,7 +48,7 @@ TEST(LinkBench, ReportsEachSizeWithItsCeilingAndFraction) {
     EXPECT_NE(r.out.find("# ceiling: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("     64K "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("      1M "), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("%\n"), std::string::npos) << "a fraction per size: " << r.out;
+    EXPECT_NE(r.out.find("%)\n"), std::string::npos) << "a fraction per size, with its spread: " << r.out;
   }
   auto bad = run_process({tessera_bin(), "link", "bench", "--endpoint", "tcp", "--sizes", "banana"});
   EXPECT_NE(bad.exit_code, 0);

@@ -257,7 +257,8 @@ Result<RegionDesc> FramedConnection::describe_remote(RegionId id, std::chrono::m
   Status sent;
   {
     std::lock_guard<std::mutex> lock(lanes_[0]->write_mu);
-    sent = send_frame(lanes_[0]->fd, h, nullptr, 0);
+    sent = flush_owed(*lanes_[0]);
+    if (sent.ok()) sent = send_frame(lanes_[0]->fd, h, nullptr, 0);
   }
   bool done = sent.ok() && wait->state.wait_for_ms(timeout.count());
   {
@@ -291,7 +292,44 @@ void FramedConnection::writer_loop(Lane& lane) {
   }
 }
 
+Status FramedConnection::flush_owed(Lane& lane) {
+  if (lane.owed.empty()) return ok_status();
+  Status s = write_all(lane.fd, lane.owed.data(), lane.owed.size());
+  lane.owed.clear();
+  return s;
+}
+
+void FramedConnection::reply(Lane& lane, FrameType type, uint64_t op_id) {
+  FrameHeader h = make_header(type, op_id);
+  {
+    std::unique_lock<std::mutex> lock(lane.write_mu, std::try_to_lock);
+    if (lock.owns_lock() && lane.owed.empty()) {
+      seal(h);
+      // Never blocks: a reader stuck in send() while both peers' buffers are full would deadlock the lane.
+      ssize_t put = ::send(lane.fd, &h, sizeof h, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (put == static_cast<ssize_t>(sizeof h)) return;
+      if (put > 0) {
+        // The rest goes out first thing under write_mu; a flush item makes sure someone sends it.
+        lane.owed.assign(reinterpret_cast<const char*>(&h) + put, sizeof h - static_cast<size_t>(put));
+        lock.unlock();
+        OutItem flush;
+        flush.flush_only = true;
+        enqueue(lane, std::move(flush));
+        return;
+      }
+      // Would block, or failed: the writer sends it (and meets any error itself).
+    }
+  }
+  OutItem item;
+  item.header = h;
+  enqueue(lane, std::move(item));
+}
+
 Status FramedConnection::write_item(Lane& lane, OutItem& item) {
+  if (item.flush_only) {
+    std::lock_guard<std::mutex> lock(lane.write_mu);
+    return flush_owed(lane);
+  }
   if (item.is_chunk) return write_chunk(lane, item.chunk_id);
   FrameHeader h = item.header;
   const void* payload = nullptr;
@@ -304,8 +342,10 @@ Status FramedConnection::write_item(Lane& lane, OutItem& item) {
     n = item.bytes.size();
     h.length = n;
   }
-  h.aux = checksum64(payload, n);
   std::lock_guard<std::mutex> lock(lane.write_mu);
+  TS_RETURN_IF_ERROR(flush_owed(lane));
+  if (h.type == static_cast<uint8_t>(FrameType::kReadResp)) return send_data_frame(lane.fd, h, payload, n);
+  h.aux = checksum64(payload, n);
   return send_frame(lane.fd, h, payload, n);
 }
 
@@ -317,6 +357,7 @@ Status FramedConnection::write_chunk(Lane& lane, uint64_t id) {
     FrameHeader h = make_header(FrameType::kImm, id);
     h.aux = c->op->tag;
     std::lock_guard<std::mutex> lock(lane.write_mu);
+    TS_RETURN_IF_ERROR(flush_owed(lane));
     return send_frame(lane.fd, h, nullptr, 0);
   }
   if (local_ && kind != OpKind::kSend) {
@@ -331,6 +372,7 @@ Status FramedConnection::write_chunk(Lane& lane, uint64_t id) {
     h.offset = c->remote_offset;
     h.length = c->length;
     std::lock_guard<std::mutex> lock(lane.write_mu);
+    TS_RETURN_IF_ERROR(flush_owed(lane));
     return send_frame(lane.fd, h, nullptr, 0);
   }
   FrameHeader h = make_header(kind == OpKind::kSend ? FrameType::kSend : FrameType::kWrite, id);
@@ -354,9 +396,9 @@ Status FramedConnection::write_chunk(Lane& lane, uint64_t id) {
       payload = staged.data();
     }
   }
-  h.aux = checksum64(payload, h.length);
   std::lock_guard<std::mutex> lock(lane.write_mu);
-  return send_frame(lane.fd, h, payload, h.length);
+  TS_RETURN_IF_ERROR(flush_owed(lane));
+  return send_data_frame(lane.fd, h, payload, h.length);
 }
 
 void FramedConnection::reply_error(Lane& lane, uint64_t op_id, const Status& s) {
@@ -387,30 +429,26 @@ void FramedConnection::reader_loop(Lane& lane) {
 
 Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
   auto type = static_cast<FrameType>(h.type);
-  auto ack = [&](FrameType t) {
-    OutItem item;
-    item.header = make_header(t, h.op_id);
-    enqueue(lane, std::move(item));
-  };
+  auto ack = [&](FrameType t) { reply(lane, t, h.op_id); };
   switch (type) {
     case FrameType::kWrite: {
       std::shared_ptr<Region> r = core_.find_region(RegionId{h.region});
       Status v = r ? check_range(r->length, h.offset, h.length, r->id, "remote")
                    : not_found(fmt::format("region {} is not registered with agent {}", h.region, core_.name()));
       if (!v.ok()) {
-        TS_RETURN_IF_ERROR(discard(lane.fd, h.length));
+        TS_RETURN_IF_ERROR(discard_data_payload(lane.fd, h.length));
         reply_error(lane, h.op_id, v);
         return ok_status();
       }
       Status st;
+      bool intact = false;
       if (r->data) {
-        TS_RETURN_IF_ERROR(read_exact(lane.fd, r->data + h.offset, h.length));
-        if (checksum64(r->data + h.offset, h.length) != h.aux) st = payload_mismatch(core_.name());
+        TS_RETURN_IF_ERROR(read_data_payload(lane.fd, r->data + h.offset, h.length, &intact));
+        if (!intact) st = payload_mismatch(core_.name());
       } else {
         std::vector<std::byte> staged(h.length);
-        TS_RETURN_IF_ERROR(read_exact(lane.fd, staged.data(), h.length));
-        st = checksum64(staged.data(), h.length) != h.aux ? payload_mismatch(core_.name())
-                                                          : r->copy_in(h.offset, staged.data(), h.length);
+        TS_RETURN_IF_ERROR(read_data_payload(lane.fd, staged.data(), h.length, &intact));
+        st = !intact ? payload_mismatch(core_.name()) : r->copy_in(h.offset, staged.data(), h.length);
       }
       if (st.ok()) {
         ack(FrameType::kWriteAck);
@@ -445,20 +483,19 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
     }
     case FrameType::kReadResp: {
       std::optional<Chunk> c = lookup(h.op_id);
-      if (!c) return discard(lane.fd, h.length);
+      if (!c) return discard_data_payload(lane.fd, h.length);
       if (h.length != c->length) {
         return data_loss(fmt::format("peer answered a {}-byte read with {} bytes", c->length, h.length));
       }
       Status st;
+      bool intact = false;
       if (c->local->data) {
-        std::byte* dst = c->local->data + c->local_offset;
-        TS_RETURN_IF_ERROR(read_exact(lane.fd, dst, h.length));
-        if (checksum64(dst, h.length) != h.aux) st = payload_mismatch(peer_);
+        TS_RETURN_IF_ERROR(read_data_payload(lane.fd, c->local->data + c->local_offset, h.length, &intact));
+        if (!intact) st = payload_mismatch(peer_);
       } else {
         std::vector<std::byte> staged(h.length);
-        TS_RETURN_IF_ERROR(read_exact(lane.fd, staged.data(), h.length));
-        st = checksum64(staged.data(), h.length) != h.aux ? payload_mismatch(peer_)
-                                                          : c->local->copy_in(c->local_offset, staged.data(), h.length);
+        TS_RETURN_IF_ERROR(read_data_payload(lane.fd, staged.data(), h.length, &intact));
+        st = !intact ? payload_mismatch(peer_) : c->local->copy_in(c->local_offset, staged.data(), h.length);
       }
       finish(h.op_id, st);
       return ok_status();
@@ -475,8 +512,9 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
     case FrameType::kSend: {
       if (h.length > kMaxMessageBytes) return invalid_argument(fmt::format("peer sent a {}-byte message", h.length));
       std::vector<std::byte> bytes(h.length);
-      TS_RETURN_IF_ERROR(read_exact(lane.fd, bytes.data(), bytes.size()));
-      if (checksum64(bytes.data(), bytes.size()) != h.aux) {
+      bool intact = false;
+      TS_RETURN_IF_ERROR(read_data_payload(lane.fd, bytes.data(), bytes.size(), &intact));
+      if (!intact) {
         reply_error(lane, h.op_id, payload_mismatch(core_.name()));
         return ok_status();
       }

@@ -67,6 +67,7 @@ class FramedConnection final : public Connection {
     std::shared_ptr<Region> source;  // read reply: payload comes from this region
     uint64_t source_offset = 0;
     std::vector<std::byte> bytes;  // small payloads (errors, descriptions, staged device data)
+    bool flush_only = false;       // nothing to send but the lane's owed bytes
   };
   struct Lane {
     int fd = -1;
@@ -76,6 +77,7 @@ class FramedConnection final : public Connection {
     std::condition_variable cv;
     std::deque<OutItem> queue;  // guarded by mu
     std::mutex write_mu;        // held while writing one frame to fd
+    std::string owed;           // guarded by write_mu: the unsent rest of a reply the reader sent itself
   };
   struct DescribeWait {
     OpState state;
@@ -83,6 +85,10 @@ class FramedConnection final : public Connection {
   };
 
   void reader_loop(Lane& lane);
+  // Sends a payload-free reply (an acknowledgement) from the reader thread when the lane is free and the
+  // socket has room, else queues it for the lane's writer: saves a thread wake-up per acknowledged chunk.
+  void reply(Lane& lane, FrameType type, uint64_t op_id);
+  static Status flush_owed(Lane& lane);  // with write_mu held: first what a partial reply left unsent
   void writer_loop(Lane& lane);
   Status write_item(Lane& lane, OutItem& item);
   Status write_chunk(Lane& lane, uint64_t id);

@@ -1,7 +1,10 @@
 // The framed wire protocol of the socket endpoints (tcp, and shm's control lanes): a fixed 64-byte header,
-// protected by its own checksum, followed by `length` payload bytes whose checksum64 is in `aux` (for frames
-// that carry data). All integers little-endian (x86-64 and aarch64 hosts; a big-endian host is refused at
-// build time). Also blocking helpers for whole-buffer socket I/O.
+// protected by its own checksum, followed by `length` payload bytes. Data frames (kWrite, kReadResp, kSend)
+// end with an 8-byte trailer holding checksum64 of the payload, so the receiver can sum each piece as it
+// arrives (still in cache from the socket copy) instead of a second pass over the whole payload, and a
+// sender of a huge payload can sum piece by piece. Other frames carry no trailer. All integers little-endian
+// (x86-64 and aarch64 hosts; a big-endian host is refused at build time). Also blocking helpers for
+// whole-buffer socket I/O.
 #pragma once
 
 #include <sys/uio.h>
@@ -19,13 +22,13 @@ namespace tessera::link::internal {
 
 enum class FrameType : uint8_t {
   kHello = 1,          // region=connection id, offset=lane, aux=lane count, payload=agent name
-  kWrite = 2,          // op_id, region, offset, length, aux=checksum, payload=data
+  kWrite = 2,          // op_id, region, offset, length, payload=data, trailer=checksum
   kWriteAck = 3,       // op_id
   kReadReq = 4,        // op_id, region, offset, length (requested)
-  kReadResp = 5,       // op_id, length, aux=checksum, payload=data
+  kReadResp = 5,       // op_id, length, payload=data, trailer=checksum
   kImm = 6,            // op_id, aux=tag
   kImmAck = 7,         // op_id
-  kSend = 8,           // op_id, length, aux=checksum, payload=message
+  kSend = 8,           // op_id, length, payload=message, trailer=checksum
   kSendAck = 9,        // op_id
   kDescribeReq = 10,   // op_id, region
   kDescribeResp = 11,  // op_id, payload=RegionDesc::encode()
@@ -63,5 +66,13 @@ Status discard(int fd, uint64_t n);
 
 // Seals and sends a header plus n payload bytes (the caller sets h.length).
 Status send_frame(int fd, FrameHeader h, const void* payload, size_t n);
+
+// A data frame: header, n payload bytes (h.length is set here), and the checksum trailer.
+Status send_data_frame(int fd, FrameHeader h, const void* payload, size_t n);
+// Reads a data frame's n payload bytes into dst and its trailer; *intact says whether the checksum matched
+// (the bytes are in dst either way). Unavailable when the socket fails.
+Status read_data_payload(int fd, void* dst, size_t n, bool* intact);
+// Reads and discards a data frame's payload and trailer (a write that was rejected).
+Status discard_data_payload(int fd, uint64_t n);
 
 }  // namespace tessera::link::internal
