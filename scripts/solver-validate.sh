@@ -12,9 +12,14 @@
 #   1. `tessera profile` on CPU 0 (with --prefill-export, as the prefill node runs) and on CPU 1 (the decode
 #      node's CPU);
 #   2. `tessera up` the plan;
-#   3. calibration: 20 spaced single requests (16-token prompts, 4 tokens out); the fastest one's TTFT above
-#      the simulator's prediction for them is the serving path overhead (HTTP hops, JSON) of this run,
-#      `request_overhead_ms` of the fleet (a constant: other load can only add to it);
+#   3. calibration, on requests of its own (never the workloads' traces): 20 single requests with short answers
+#      (16-token prompts, 8 tokens out, 0.25 s apart) and 20 with long ones (16 in, 128 out, 0.7 s apart).
+#      Each request's TTFT above the simulator's prediction for it is one sample of the serving path overhead
+#      (HTTP hops, JSON): the fleet's `request_overhead_samples_ms`, a distribution, not a constant. The
+#      median TPOT above the predicted one, for short and for long answers, fitted as c_t + c_s / (out - 1),
+#      gives `token_overhead_ms` (c_t: serving work per streamed token on the decode node's CPU, which the
+#      simulator adds to each step per decoding sequence) and `stream_start_overhead_ms` (c_s: paid once per
+#      stream in its first inter-token gap);
 #   4. `tessera bench serve` replays the workload's trace; the cluster stops;
 #   5. `tessera solve` predicts TTFT and TPOT p50/p90 on that trace from this run's profiles and overhead.
 # Machine load (`uptime`) is recorded before each run.
@@ -74,15 +79,15 @@ trace: $tmp/$1.csv
 EOF
 }
 
-# fleet FILE OVERHEAD_MS PROFILE_DIR
+# fleet FILE OVERHEAD_YAML PROFILE_DIR: OVERHEAD_YAML is the fleet's serving-overhead keys, one line each
 fleet() {
   cat > "$1" <<EOF
 token_budget: 256
-request_overhead_ms: $2
+$2
 pools:
-  - {name: pre, count: 1, cost_per_hour: 1, profile: $3/cpu0.yaml, roles: [prefill], batch_limits: [64],
+  - {name: pre, count: 1, cost_per_hour: 1, profile: $3/cpu0.yaml, roles: [prefill], batch_limits: [64], decode_points: true,
      launch: {backend: cpu, threads: 1, cpus: [0], args: [--no-prefix-cache]}}
-  - {name: dec, count: 1, cost_per_hour: 1, profile: $3/cpu1.yaml, roles: [decode], batch_limits: [64],
+  - {name: dec, count: 1, cost_per_hour: 1, profile: $3/cpu1.yaml, roles: [decode], batch_limits: [64], decode_points: true,
      launch: {backend: cpu, threads: 1, cpus: [1], args: [--no-prefix-cache]}}
 EOF
 }
@@ -100,7 +105,8 @@ PY
 $B synth --shape stories15M --seed 1 --out "$tmp/s15.bin" --tokenizer-out "$tmp/s15.tok.bin" >/dev/null 2>&1
 echo "ttft_ms: 100000
 tpot_ms: 10000" > "$tmp/slo.yaml"
-trace calib 3 16:16 4:4 20 0.3
+trace calib_s 4 16:16 8:8 20 0.25
+trace calib_l 1.5 16:16 128:128 20 0.7
 
 for w in "${WORKLOADS[@]}"; do
   read -r name rate inr outr <<<"$w"
@@ -114,34 +120,56 @@ for w in "${WORKLOADS[@]}"; do
         --family "cpu$cpu" --memory-gb 1 --max-tokens 255 --max-batch 16 --repeats 5 --out "$run/cpu$cpu.yaml" \
         $([ "$cpu" = 0 ] && echo --prefill-export) > "$run/profile-cpu$cpu.txt"
     done
-    fleet "$run/fleet0.yaml" 0 "$run"
-    "$B" solve --fleet "$run/fleet0.yaml" --workload "$tmp/calib.yaml" --slo "$tmp/slo.yaml" \
-      --out "$run/calib-plan.yaml" > "$run/calib-solve.txt" 2>&1
+    fleet "$run/fleet0.yaml" "request_overhead_ms: 0" "$run"
+    for c in calib_s calib_l; do
+      "$B" solve --fleet "$run/fleet0.yaml" --workload "$tmp/$c.yaml" --slo "$tmp/slo.yaml" \
+        --out "$run/$c-plan.yaml" > "$run/$c-solve.txt" 2>&1
+    done
     # The router's health probe (500 ms by default) can time out on a node starved of CPU by other work on
     # this shared machine, which takes the node out of rotation and cancels its streams: be patient here.
     sed -i 's/strategy: least_latency}/strategy: least_latency, args: [--probe-timeout-ms, "10000", --unhealthy-threshold, "10"]}/' \
-      "$run/calib-plan.yaml"
-    "$B" up "$run/calib-plan.yaml" --port 0 > "$tmp/up.out" 2> "$run/up.err" &
+      "$run/calib_s-plan.yaml"
+    "$B" up "$run/calib_s-plan.yaml" --port 0 > "$tmp/up.out" 2> "$run/up.err" &
     up_pid=$!
     for _ in $(seq 600); do grep -q "cluster ready" "$tmp/up.out" && break; kill -0 "$up_pid" || break; sleep 0.1; done
     url=$(grep -o 'http://[0-9.]*:[0-9]*' "$tmp/up.out" | head -1 || true)
     [ -n "$url" ] || { cat "$run/up.err" >&2; exit 1; }
     echo "solver-validate: $name run $r at $url ($(cut -d, -f3- "$run/uptime.txt" | xargs))" >&2
-    "$B" bench serve --url "$url" --dataset "trace:$tmp/calib.jsonl" --num-prompts 20 --seed "$((100 + r))" \
-      --out "$run/calib.json" > /dev/null 2>&1 || echo "solver-validate: calibration requests failed" >&2
+    for c in calib_s calib_l; do
+      "$B" bench serve --url "$url" --dataset "trace:$tmp/$c.jsonl" --num-prompts 20 --seed "$((100 + r))" \
+        --out "$run/$c.json" > /dev/null 2>&1 || echo "solver-validate: calibration requests failed" >&2
+    done
     "$B" bench serve --url "$url" --dataset "trace:$tmp/$name.jsonl" --num-prompts "$N" --seed "$r" \
       --out "$run/bench.json" >&2 || echo "solver-validate: some requests failed (counted in the table)" >&2
     stop_cluster
-    # The serving path overhead is a constant that load can only add to: the fastest calibration request.
-    overhead=$(python3 - "$run/calib.json" "$(predicted "$run/calib-plan.yaml" ttft_ms p50)" <<'PY'
-import json, sys
-print(f"{max(0.0, min(json.load(open(sys.argv[1]))['ttfts']) * 1e3 - float(sys.argv[2])):.3f}")
+    # Serving overheads from the calibration requests alone (see the header).
+    overheads=$(python3 - "$run" \
+      "$(predicted "$run/calib_s-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_s-plan.yaml" tpot_ms p50)" \
+      "$(predicted "$run/calib_l-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_l-plan.yaml" tpot_ms p50)" <<'PY'
+import json, statistics, sys
+run, ttft_s, tpot_s, ttft_l, tpot_l = sys.argv[1], *map(float, sys.argv[2:6])
+short, long_ = json.load(open(run + "/calib_s.json")), json.load(open(run + "/calib_l.json"))
+def tpot(d):
+    return statistics.median(sum(g) / len(g) * 1e3 for g in d["itls"] if g)
+samples = sorted([max(0.0, t * 1e3 - ttft_s) for t in short["ttfts"] if t] +
+                 [max(0.0, t * 1e3 - ttft_l) for t in long_["ttfts"] if t])
+ds, dl = tpot(short) - tpot_s, tpot(long_) - tpot_l  # excess per gap with 7 and 127 gaps
+xs, xl = 1 / 7, 1 / 127
+cs = (ds - dl) / (xs - xl)
+ct = dl - cs * xl
+if cs < 0:  # no start cost: one constant per token
+    cs, ct = 0.0, max(0.0, (ds + dl) / 2)
+elif ct < 0:  # no per-token cost: least squares of d = cs * x
+    ct, cs = 0.0, max(0.0, (ds * xs + dl * xl) / (xs * xs + xl * xl))
+print("request_overhead_samples_ms: [" + ", ".join(f"{x:.3f}" for x in samples) + "]")
+print(f"token_overhead_ms: {ct:.4f}")
+print(f"stream_start_overhead_ms: {cs:.3f}")
 PY
 )
-    for j in "$run/bench.json" "$run/calib.json"; do  # keep the summaries, not every request's token times
+    for j in "$run/bench.json" "$run/calib_s.json" "$run/calib_l.json"; do  # keep the summaries, not every request's token times
       python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dump({k: v for k, v in d.items() if not isinstance(v, list)}, open(sys.argv[1], "w"), indent=1, sort_keys=True)' "$j"
     done
-    fleet "$run/fleet.yaml" "$overhead" "$run"
+    fleet "$run/fleet.yaml" "$overheads" "$run"
     "$B" solve --fleet "$run/fleet.yaml" --workload "$tmp/$name.yaml" --slo "$tmp/slo.yaml" \
       --out "$run/plan.yaml" > "$run/solve.txt" 2>&1
   done
@@ -156,7 +184,12 @@ def pred(path):
     get = lambda k: {q: float(v) for q, v in re.findall(r"(p\d+): ([-\d.]+)", re.search(k + r": \{([^}]*)\}", p).group(1))}
     return {"ttft": get("ttft_ms"), "tpot": get("tpot_ms")}
 def overhead(path):
-    return float(re.search(r"request_overhead_ms: ([\d.]+)", open(path).read()).group(1))
+    text = open(path).read()
+    samples = [float(x) for x in re.search(r"request_overhead_samples_ms: \[([^\]]*)\]", text).group(1).split(",")]
+    token = float(re.search(r"token_overhead_ms: ([\d.]+)", text).group(1))
+    start = float(re.search(r"stream_start_overhead_ms: ([\d.]+)", text).group(1))
+    return "%.1f (%.1f-%.1f), per token %.2f, stream start %.1f" % (statistics.median(samples), min(samples),
+                                                                    max(samples), token, start)
 print("| workload | metric | predicted ms (runs) | measured ms (runs) | error % (runs) | median error % |")
 print("| --- | --- | --- | --- | --- | --- |")
 errors, notes = [], []
@@ -181,9 +214,9 @@ for w in wls:
             print(f"| {label} | {metric.upper()} {q} | {', '.join(f'{x:.1f}' for x in p)} | "
                   f"{', '.join(f'{x:.1f}' for x in m)} | {', '.join(f'{x:+.0f}' for x in e)} | {med:+.0f} |")
     loads = [open(f"{d}/uptime.txt").read().split("load average:")[1].strip() for d in runs]
-    ovh = ", ".join("%.1f" % overhead(d + "/fleet.yaml") for d in runs)
+    ovh = "; ".join(overhead(d + "/fleet.yaml") for d in runs)
     failed = ", ".join(str(m.get("failed", 0)) for m in meas)
-    notes.append(f"- {name}: failed requests {failed}; request overhead {ovh} ms; "
+    notes.append(f"- {name}: failed requests {failed}; request overhead median (min-max), per token, stream start, ms: {ovh}; "
                  f"load averages (1, 5, 15 min) before the runs: {'; '.join(loads)}")
 within = sum(e <= 20 for e in errors)
 print(f"\n{within} of {len(errors)} cells within 20% (median over runs); largest median |error| {max(errors):.0f}%.\n")

@@ -4,9 +4,11 @@
 // What it measures: prefill latency of one sequence versus prompt length (the engine prefills one
 // sequence per call, so a batch of b prompts costs b calls and is not timed separately), and decode step
 // latency versus batch size and context length, each the fastest (or the median: --statistic) of --repeats
-// runs with a pause as long as the run between runs. On a shared machine a run is only ever slowed by other
-// processes, so the fastest is the cost of the work; the pause keeps this process from being scheduled as a
-// CPU hog, which a serving node (idle between steps) is not. KV bytes per token come
+// runs. Prefill runs have a pause as long as the run between them (a node is idle between prompts); decode
+// steps of one point run back to back after an untimed one (a node decodes a stream's steps back to back),
+// with a pause after the point. On a shared machine a run is only ever slowed by other processes, so the
+// fastest is the cost of the work; the pauses keep this process from being scheduled as a CPU hog, which a
+// serving node is not. KV bytes per token come
 // from the engine's cache. The link rate is that of the same-host KV hand-off (export every layer to the
 // wire layout, one copy for the shm link, import), unless --network-gb-s gives another link's figure
 // (between hosts: `tessera link bench`). Not measured: device memory when the backend does not report it
@@ -135,14 +137,21 @@ int run_profile(const ProfileArgs& a) {
         if (Status st = r.prefill(s, ids, logits); !st.ok()) return fail(st.message());
         ptrs.push_back(&s);
       }
+      // Decode steps back to back, after one untimed step, as a node runs them while it has sequences to
+      // decode (pausing between steps measured a step after idling, 10-25% slower here than a stream's).
       std::vector<double> times;
       auto step_ids = tokens(b);
+      if (ptrs[0]->length < c.max_seq_len) {
+        if (Status st = r.decode(ptrs, step_ids, logits); !st.ok()) return fail(st.message());
+      }
+      double busy = 0;
       for (int k = 0; k < a.repeats && ptrs[0]->length < c.max_seq_len; ++k) {
         auto t0 = std::chrono::steady_clock::now();
         if (Status st = r.decode(ptrs, step_ids, logits); !st.ok()) return fail(st.message());
         times.push_back(seconds_since(t0));
-        pause(times.back());
+        busy += times.back();
       }
+      pause(busy);
       for (auto& s : seqs) r.release(s);
       p.decode.push_back({b, ctx, pick(times)});
     }

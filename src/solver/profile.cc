@@ -39,6 +39,40 @@ StepWork step_work(const ModelCost& c, const StepShape& s) {
   return w;
 }
 
+namespace {
+
+// Linear through (x0, y0), (x1, y1) at x; the single value when the two x are equal.
+double line(double x0, double y0, double x1, double y1, double x) {
+  return x1 == x0 ? y0 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+// y at x on the polyline through points sorted by x, the end segments extended.
+double polyline(const std::vector<std::pair<double, double>>& xy, double x) {
+  if (xy.size() == 1) return xy[0].second;
+  size_t k = 1;
+  while (k + 1 < xy.size() && xy[k].first < x) ++k;
+  return line(xy[k - 1].first, xy[k - 1].second, xy[k].first, xy[k].second, x);
+}
+
+}  // namespace
+
+Result<double> interpolate_decode(const std::vector<DecodePoint>& points, double batch, double context) {
+  if (points.empty()) return invalid_argument("no measured decode points to interpolate");
+  std::vector<int> contexts;
+  for (const DecodePoint& p : points) contexts.push_back(p.context);
+  std::sort(contexts.begin(), contexts.end());
+  contexts.erase(std::unique(contexts.begin(), contexts.end()), contexts.end());
+  std::vector<std::pair<double, double>> by_context;  // (context, seconds at this batch)
+  for (int c : contexts) {
+    std::vector<std::pair<double, double>> by_batch;
+    for (const DecodePoint& p : points)
+      if (p.context == c) by_batch.emplace_back(p.batch, p.seconds);
+    std::sort(by_batch.begin(), by_batch.end());
+    by_context.emplace_back(c, polyline(by_batch, batch));
+  }
+  return std::max(0.0, polyline(by_context, context));
+}
+
 StepShape prefill_shape(double tokens, double batch) {
   StepShape s;
   s.prefill_tokens = tokens * batch;

@@ -112,6 +112,11 @@ StepShape decode_shape(double batch, double context);
 double step_seconds(const LatencyModel& m, const StepWork& w, int tp, double interconnect_bandwidth,
                     const ModelCost& cost);
 
+// A decode step's seconds read off measured points instead of a fitted model: piecewise linear in batch at
+// each measured context, then linear in context between the two nearest contexts; beyond the measured range
+// the end segments extend (never below zero). Fails (InvalidArgument) without points.
+Result<double> interpolate_decode(const std::vector<DecodePoint>& points, double batch, double context);
+
 DeviceProfile profile_from_datasheet(const std::string& family, const Datasheet& d);
 Status validate_datasheet(const Datasheet& d);
 

@@ -105,6 +105,7 @@ SimInstance instance_of(const Problem& p, size_t pool, const PoolConfig& c) {
   s.interconnect_bandwidth = pl.profile.interconnect_bandwidth;
   s.network_bandwidth = pl.profile.network_bandwidth * c.tp;
   s.kv_capacity_tokens = kv_capacity_tokens(p, pl, c.tp);
+  if (pl.decode_points && c.tp == 1) s.decode_points = pl.profile.decode;  // measured at tp 1
   return s;
 }
 
@@ -164,6 +165,9 @@ double probe_capacity(const Problem& p, size_t pool, const PoolConfig& cfg, cons
   c.cost = p.cost;
   c.token_budget = p.fleet.token_budget;
   c.request_overhead_s = p.fleet.request_overhead_s;
+  c.request_overhead_samples_s = p.fleet.request_overhead_samples_s;
+  c.token_overhead_s = p.fleet.token_overhead_s;
+  c.stream_start_overhead_s = p.fleet.stream_start_overhead_s;
   c.router = p.router;
   if (cfg.role == Role::kPrefill) c.instances = {s, ideal_partner(Role::kDecode, s.network_bandwidth)};
   if (cfg.role == Role::kDecode) c.instances = {ideal_partner(Role::kPrefill, s.network_bandwidth), s};

@@ -82,7 +82,8 @@ struct Event {
 
 class Sim {
  public:
-  Sim(const SimConfig& c, const std::vector<Request>& reqs) : c_(c) {
+  Sim(const SimConfig& c, const std::vector<Request>& reqs) : c_(c), overhead_sorted_(c.request_overhead_samples_s) {
+    std::sort(overhead_sorted_.begin(), overhead_sorted_.end());
     r_.resize(reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
       r_[i].in = reqs[i].input_tokens;
@@ -167,9 +168,11 @@ class Sim {
       o.prefill_instance = q.prefill_inst;
       o.decode_instance = q.decode_inst;
       if (!o.served) continue;
-      o.ttft_s = q.first - q.arrival + c_.request_overhead_s;
-      o.e2e_s = q.finish - q.arrival + c_.request_overhead_s;
-      o.tpot_s = q.out > 1 ? (q.finish - q.first) / (q.out - 1) : 0;
+      const double overhead = request_overhead(i);
+      const double start = q.out > 1 ? c_.stream_start_overhead_s : 0;
+      o.ttft_s = q.first - q.arrival + overhead;
+      o.e2e_s = q.finish - q.arrival + overhead + start;
+      o.tpot_s = q.out > 1 ? (q.finish - q.first + start) / (q.out - 1) : 0;
       out.end_s = std::max(out.end_s, q.finish);
     }
     return out;
@@ -177,6 +180,15 @@ class Sim {
 
  private:
   double cap(int i) const { return cap_[i]; }
+
+  // Request i's serving-path overhead: the constant, or the sample at quantile frac(0.5 + i / phi) of the
+  // sorted samples (an evenly spread, deterministic walk over the measured distribution).
+  double request_overhead(size_t i) const {
+    if (overhead_sorted_.empty()) return c_.request_overhead_s;
+    const double u = std::fmod(0.5 + static_cast<double>(i) * 0.6180339887498949, 1.0);
+    const auto k = static_cast<size_t>(u * static_cast<double>(overhead_sorted_.size()));
+    return overhead_sorted_[std::min(k, overhead_sorted_.size() - 1)];
+  }
 
   void push(double t, int kind, int inst, int req) { events_.push({t, seq_++, kind, inst, req}); }
 
@@ -322,6 +334,16 @@ class Sim {
     if (s.decode_seqs + s.prefill_tokens <= 0) return;
     const SimInstance& sp = *x.spec;
     double dt = step_seconds(sp.latency, step_work(c_.cost, s), sp.tp, sp.interconnect_bandwidth, c_.cost);
+    if (!sp.decode_points.empty() && s.decode_seqs > 0) {
+      // The measured decode step replaces the model's; the model's price of the prefill part stays.
+      StepShape d = decode_shape(s.decode_seqs, 0);
+      d.decode_context_sum = s.decode_context_sum;
+      const double model = step_seconds(sp.latency, step_work(c_.cost, d), sp.tp, sp.interconnect_bandwidth, c_.cost);
+      const double measured =
+          *interpolate_decode(sp.decode_points, s.decode_seqs, s.decode_context_sum / s.decode_seqs);
+      dt = std::max(measured, dt - model + measured);
+    }
+    dt += c_.token_overhead_s * s.decode_seqs;
     x.busy = true;
     ++steps_;
     push(now_ + dt, 0, i, -1);
@@ -398,6 +420,7 @@ class Sim {
   }
 
   const SimConfig& c_;
+  std::vector<double> overhead_sorted_;
   std::vector<ReqState> r_;
   std::vector<Inst> inst_;
   std::vector<int> prefill_capable_, decoders_;
@@ -464,6 +487,10 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<Request>& 
   if (!prefill && !both) return invalid_argument("no instance can prefill (need a prefill or both instance)");
   if (prefill != decode) return invalid_argument("prefill instances need decode instances and vice versa");
   if (config.token_budget < 1) return invalid_argument("token budget must be positive");
+  if (!(config.request_overhead_s >= 0) || !(config.token_overhead_s >= 0) || !(config.stream_start_overhead_s >= 0))
+    return invalid_argument("request, token and stream-start overheads must be >= 0");
+  for (double v : config.request_overhead_samples_s)
+    if (!(v >= 0)) return invalid_argument("request overhead samples must be >= 0");
   for (size_t i = 1; i < requests.size(); ++i)
     if (requests[i].arrival_s < requests[i - 1].arrival_s)
       return invalid_argument("requests must be sorted by arrival");

@@ -14,7 +14,10 @@
 //   per instance side) and it joins the decode batch at the next step boundary, which is when the client
 //   gets the first token (Tessera's decode-first hand-off: the decode node answers the client): the
 //   transfer is part of TTFT, not TPOT. On a colocated instance the first token is out when prefill ends.
-// - A fixed request overhead (the serving path outside the engines: HTTP hops, JSON) is added to TTFT.
+// - A request overhead (the serving path outside the engines: HTTP hops, JSON) is added to TTFT: a constant,
+//   or drawn from measured samples. A per-token serving cost (detokenising, streaming each token) lengthens
+//   every step by that much per decoding sequence, since it runs on the same device between steps. A
+//   per-stream start cost lengthens each request's first inter-token gap (it counts in TPOT and E2E).
 //
 // Pure and deterministic: the same inputs give bit-identical outputs (ties break by index).
 // Thread-safety: simulate() has no shared state; call it from any thread.
@@ -49,6 +52,9 @@ struct SimInstance {
   double interconnect_bandwidth = 0;
   double network_bandwidth = 0;   // per instance (all its devices), bytes/s
   double kv_capacity_tokens = 0;  // KV positions that fit beside the weights
+  // When not empty: the decode part of each step is read off these measured points (interpolate_decode)
+  // instead of the latency model, which still prices any prefill part of the step.
+  std::vector<DecodePoint> decode_points;
 };
 
 struct SimConfig {
@@ -57,7 +63,12 @@ struct SimConfig {
   int token_budget = 2048;
   RouterPolicy router = RouterPolicy::kLeastLoaded;
   double request_overhead_s = 0;  // serving path outside the engines (HTTP hops, JSON), added to TTFT and E2E
-  long max_steps = 50000000;      // a simulation needing more steps fails (ResourceExhausted) instead of hanging
+  // When not empty: request i's overhead is drawn from these samples instead (a fixed low-discrepancy
+  // sequence over their quantiles, so results stay deterministic and follow the measured spread).
+  std::vector<double> request_overhead_samples_s;
+  double token_overhead_s = 0;         // added to a step per decoding sequence (serving work on the same device)
+  double stream_start_overhead_s = 0;  // added once to each request's first inter-token gap (and E2E)
+  long max_steps = 50000000;           // a simulation needing more steps fails (ResourceExhausted) instead of hanging
 };
 
 struct RequestOutcome {

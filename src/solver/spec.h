@@ -34,6 +34,7 @@ struct Pool {
   std::vector<int> batch_limits;    // max running sequences per instance the search may use
   std::vector<std::string> roles;   // roles the search may give it (prefill, decode, both); empty: any
   LaunchSpec launch;                // optional
+  bool decode_points = false;       // decode steps from the profile's measured points, not its fitted model
 };
 
 struct Fleet {
@@ -43,6 +44,14 @@ struct Fleet {
   std::string router = "least-loaded";
   double memory_utilization = 0.9;  // fraction of device memory for weights + KV
   double request_overhead_s = 0;    // serving path outside the engines per request (HTTP hops), in TTFT
+  // Or its measured distribution: each request gets one of these (deterministically spread), not a constant.
+  std::vector<double> request_overhead_samples_s;
+  // Serving CPU time per streamed token on the instance that decodes it (detokenising, the SSE write),
+  // taken from that instance's device: each step lasts this much longer per decoding sequence.
+  double token_overhead_s = 0;
+  // Per streamed request: the gap between its first and second token is this much longer than a step
+  // (what a stream pays once for starting on the decode side), so it weighs on short answers' TPOT.
+  double stream_start_overhead_s = 0;
 
   Status validate() const;
 };

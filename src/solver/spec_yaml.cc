@@ -323,6 +323,27 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
     if (!(overhead_ms >= 0 && overhead_ms < 1e6))
       return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("request_overhead_ms")));
     f.request_overhead_s = overhead_ms / 1e3;
+    std::vector<double> samples_ms;
+    TS_RETURN_IF_ERROR(m.get_list("request_overhead_samples_ms", &samples_ms));
+    if (!samples_ms.empty() && m.has("request_overhead_ms"))
+      return invalid_argument(fmt::format("{}: give request_overhead_ms or request_overhead_samples_ms, not both",
+                                          m.at("request_overhead_samples_ms")));
+    for (double v : samples_ms) {
+      if (!(v >= 0 && v < 1e6))
+        return invalid_argument(
+            fmt::format("{}: every sample must be in [0, 1e6)", m.at("request_overhead_samples_ms")));
+      f.request_overhead_samples_s.push_back(v / 1e3);
+    }
+    double token_ms = 0;
+    TS_RETURN_IF_ERROR(m.get("token_overhead_ms", &token_ms, false));
+    if (!(token_ms >= 0 && token_ms < 1e4))
+      return invalid_argument(fmt::format("{}: must be in [0, 1e4)", m.at("token_overhead_ms")));
+    f.token_overhead_s = token_ms / 1e3;
+    double start_ms = 0;
+    TS_RETURN_IF_ERROR(m.get("stream_start_overhead_ms", &start_ms, false));
+    if (!(start_ms >= 0 && start_ms < 1e6))
+      return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("stream_start_overhead_ms")));
+    f.stream_start_overhead_s = start_ms / 1e3;
     if (!m.has("pools")) return invalid_argument(fmt::format("{}: missing required key 'pools'", origin));
     YAML::Node pools = m.node("pools");
     if (!pools.IsSequence()) return invalid_argument(fmt::format("{}: expected a list", m.at("pools")));
@@ -366,6 +387,9 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
           return invalid_argument(
               fmt::format("{}: family '{}' does not match profile family '{}'", pm.where(), family, p.profile.family));
       }
+      TS_RETURN_IF_ERROR(pm.get("decode_points", &p.decode_points, false));
+      if (p.decode_points && p.profile.decode.empty())
+        return invalid_argument(fmt::format("{}: needs a measured profile with decode points", pm.at("decode_points")));
       TS_RETURN_IF_ERROR(pm.finish());
       f.pools.push_back(std::move(p));
     }

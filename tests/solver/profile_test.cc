@@ -100,6 +100,20 @@ TEST(Profile, FitRejectsBadPoints) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(Profile, DecodeStepsInterpolateTheMeasuredPoints) {
+  // A grid with a step change at batch 4 (as the cpu backend has), which no roofline follows.
+  std::vector<DecodePoint> pts = {{1, 8, 0.003},   {2, 8, 0.003},   {4, 8, 0.006},
+                                  {1, 128, 0.004}, {2, 128, 0.004}, {4, 128, 0.008}};
+  auto at = [&](double b, double c) { return *interpolate_decode(pts, b, c); };
+  EXPECT_NEAR(at(4, 8), 0.006, 1e-15) << "exact at a measured point";
+  EXPECT_NEAR(at(3, 8), 0.0045, 1e-15) << "linear in batch between points";
+  EXPECT_NEAR(at(4, 68), 0.007, 1e-15) << "linear in context between the measured contexts";
+  EXPECT_NEAR(at(6, 8), 0.009, 1e-15) << "the last batch segment extends";
+  EXPECT_NEAR(at(2, 4), 0.003 - 0.001 * 4 / 120, 1e-15) << "the first context segment extends below";
+  EXPECT_GE(at(1, 0.0), 0.0);
+  EXPECT_FALSE(interpolate_decode({}, 1, 8).ok());
+}
+
 TEST(Profile, DatasheetAppliesEfficiencies) {
   Datasheet d;
   d.peak_flops = 989e12;

@@ -3,6 +3,9 @@
 // tokens takes overhead + n ms.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include "solver/simulator.h"
 
 namespace tessera::solver {
@@ -97,6 +100,65 @@ TEST(Simulator, DisaggregatedPaysTheKvTransfer) {
   EXPECT_NEAR(h.ttft_s, 0.215, 1e-12);
   EXPECT_NEAR(h.e2e_s, 0.325, 1e-12);
   EXPECT_NEAR(h.tpot_s, 0.011, 1e-12);
+}
+
+TEST(Simulator, PerTokenServingWorkLengthensEachStepPerDecodingSequence) {
+  // 2 ms of serving work per streamed token: one sequence's decode steps take 11 + 2 ms, two sequences'
+  // 12 + 2 * 2 ms. Prefill-only steps (no decoding sequence) are unchanged.
+  SimConfig c = config({toy(Role::kBoth)});
+  c.token_overhead_s = 0.002;
+  RequestOutcome o = one(c, {0, 100, 11});
+  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.013, 1e-12);
+  auto two = simulate(c, {{0, 100, 11}, {0, 100, 11}});
+  ASSERT_TRUE(two.ok());
+  for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, 0.016, 1e-12);
+  c.token_overhead_s = -1;
+  EXPECT_FALSE(simulate(c, {{0, 100, 11}}).ok());
+}
+
+TEST(Simulator, StreamStartCostWeighsOnShortAnswersOnly) {
+  // 20 ms once per stream, steps of 11 ms: 11 tokens -> TPOT (110 + 20) / 10 ms; 101 tokens -> (1100 + 20) / 100.
+  SimConfig c = config({toy(Role::kBoth)});
+  c.stream_start_overhead_s = 0.020;
+  EXPECT_NEAR(one(c, {0, 100, 11}).tpot_s, 0.013, 1e-12);
+  EXPECT_NEAR(one(c, {0, 100, 11}).ttft_s, 0.110, 1e-12) << "not part of TTFT";
+  EXPECT_NEAR(one(c, {0, 100, 101}).tpot_s, 0.0112, 1e-12);
+  EXPECT_NEAR(one(c, {0, 100, 1}).e2e_s, 0.110, 1e-12) << "a one-token answer has no stream to start";
+}
+
+TEST(Simulator, MeasuredOverheadSamplesSpreadOverTheRequestsDeterministically) {
+  // Requests far apart, each alone: TTFT = 110 ms + its overhead sample. Every sample is used in turn
+  // (a golden-ratio walk over the sorted samples), the same way on every run.
+  SimConfig c = config({toy(Role::kBoth)});
+  c.request_overhead_samples_s = {0.009, 0.001, 0.005, 0.003};
+  std::vector<Request> reqs;
+  for (int k = 0; k < 40; ++k) reqs.push_back({k * 10.0, 100, 1});
+  auto a = simulate(c, reqs);
+  auto b = simulate(c, reqs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::map<long, int> seen;
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    EXPECT_EQ(a->requests[k].ttft_s, b->requests[k].ttft_s);
+    seen[std::lround((a->requests[k].ttft_s - 0.110) * 1e6)]++;
+  }
+  ASSERT_EQ(seen.size(), 4u) << "every sample is drawn";
+  for (auto [us, n] : seen) EXPECT_GE(n, 8) << us << " us drawn " << n << " times of 40";
+  c.request_overhead_samples_s = {0.001, -0.002};
+  EXPECT_FALSE(simulate(c, reqs).ok());
+}
+
+TEST(Simulator, MeasuredDecodePointsReplaceTheModelForDecodeSteps) {
+  // The toy model's decode step is 11 ms; measured points say 4 ms for one sequence at any context, so
+  // the 10 decode steps take 40 ms while the prefill step keeps the model's 110 ms.
+  SimConfig c = config({toy(Role::kBoth)});
+  c.instances[0].decode_points = {{1, 8, 0.004}, {1, 512, 0.004}, {2, 8, 0.006}, {2, 512, 0.006}};
+  RequestOutcome o = one(c, {0, 100, 11});
+  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.004, 1e-12);
+  auto two = simulate(c, {{0, 100, 11}, {0, 100, 11}});
+  ASSERT_TRUE(two.ok());
+  for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, 0.006, 1e-12);
 }
 
 TEST(Simulator, TransfersShareTheLink) {

@@ -203,6 +203,26 @@ TEST(Spec, LaunchRolesAndOverheadErrorsNameTheProblem) {
   EXPECT_NE(err("backend: cpu, ", "").find("missing required key 'backend'"), std::string::npos);
   EXPECT_NE(err("threads: 2", "thread: 2").find("unknown key 'thread'"), std::string::npos);
   EXPECT_NE(err("request_overhead_ms: 2.5", "request_overhead_ms: -1").find("request_overhead_ms"), std::string::npos);
+  EXPECT_NE(
+      err("request_overhead_ms: 2.5", "request_overhead_ms: 2.5\nrequest_overhead_samples_ms: [1, 2]").find("not both"),
+      std::string::npos);
+  EXPECT_NE(err("request_overhead_ms: 2.5", "request_overhead_samples_ms: [1, -2]").find("every sample"),
+            std::string::npos);
+  EXPECT_NE(err("request_overhead_ms: 2.5", "token_overhead_ms: -0.5").find("token_overhead_ms"), std::string::npos);
+  EXPECT_NE(err("roles: [prefill]", "roles: [prefill], decode_points: true").find("needs a measured profile"),
+            std::string::npos)
+      << "a datasheet has no measured points";
+}
+
+TEST(Spec, MeasuredServingOverheadsParse) {
+  std::string t = kLocalFleet;
+  t.replace(t.find("request_overhead_ms: 2.5"), 24,
+            "request_overhead_samples_ms: [3, 1.5]\ntoken_overhead_ms: 0.25\nstream_start_overhead_ms: 12");
+  auto f = parse_fleet(t, "f.yaml", ".");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->request_overhead_samples_s, (std::vector<double>{0.003, 0.0015}));
+  EXPECT_DOUBLE_EQ(f->token_overhead_s, 0.00025);
+  EXPECT_DOUBLE_EQ(f->stream_start_overhead_s, 0.012);
 }
 
 }  // namespace
