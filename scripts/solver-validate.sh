@@ -19,7 +19,9 @@
 #      median TPOT above the predicted one, for short and for long answers, fitted as c_t + c_s / (out - 1),
 #      gives `token_overhead_ms` (c_t: serving work per streamed token on the decode node's CPU, which the
 #      simulator adds to each step per decoding sequence) and `stream_start_overhead_ms` (c_s: paid once per
-#      stream in its first inter-token gap);
+#      stream in its first inter-token gap); and 7 rounds of a long request (16 in, 200 out) with 3 short
+#      ones (16 in, 8 out) arriving while it decodes: their TTFT above the prediction is one sample each of
+#      `request_overhead_busy_samples_ms`, the overhead when the decode node's CPU is busy with steps;
 #   4. `tessera bench serve` replays the workload's trace; the cluster stops;
 #   5. `tessera solve` predicts TTFT and TPOT p50/p90 on that trace from this run's profiles and overhead.
 # Machine load (`uptime`) is recorded before each run.
@@ -79,6 +81,24 @@ trace: $tmp/$1.csv
 EOF
 }
 
+# busy_trace NAME: 7 rounds 1.2 s apart: a long request (16 in, 200 out), then short ones (16 in, 8 out)
+# 0.15, 0.35 and 0.55 s into it, while the long one decodes.
+busy_trace() {
+  python3 - "$tmp/$1" <<'PY'
+import json, sys
+with open(sys.argv[1] + ".csv", "w") as c, open(sys.argv[1] + ".jsonl", "w") as j:
+    for r in range(7):
+        for dt, out in ((0.0, 200), (0.15, 8), (0.35, 8), (0.55, 8)):
+            t = round(1.2 * r + dt, 6)
+            c.write(f"{t:.6f},16,{out}\n")
+            j.write(json.dumps({"timestamp": t, "input_len": 16, "output_len": out}) + "\n")
+PY
+  cat > "$tmp/$1.yaml" <<EOF
+model: {shape: stories15M, weight_bytes: 4, kv_bytes: 4, path: $tmp/s15.bin, tokenizer: $tmp/s15.tok.bin}
+trace: $tmp/$1.csv
+EOF
+}
+
 # fleet FILE OVERHEAD_YAML PROFILE_DIR: OVERHEAD_YAML is the fleet's serving-overhead keys, one line each
 fleet() {
   cat > "$1" <<EOF
@@ -107,6 +127,7 @@ echo "ttft_ms: 100000
 tpot_ms: 10000" > "$tmp/slo.yaml"
 trace calib_s 4 16:16 8:8 20 0.25
 trace calib_l 1.5 16:16 128:128 20 0.7
+busy_trace calib_b
 
 for w in "${WORKLOADS[@]}"; do
   read -r name rate inr outr <<<"$w"
@@ -121,7 +142,7 @@ for w in "${WORKLOADS[@]}"; do
         $([ "$cpu" = 0 ] && echo --prefill-export) > "$run/profile-cpu$cpu.txt"
     done
     fleet "$run/fleet0.yaml" "request_overhead_ms: 0" "$run"
-    for c in calib_s calib_l; do
+    for c in calib_s calib_l calib_b; do
       "$B" solve --fleet "$run/fleet0.yaml" --workload "$tmp/$c.yaml" --slo "$tmp/slo.yaml" \
         --out "$run/$c-plan.yaml" > "$run/$c-solve.txt" 2>&1
     done
@@ -135,8 +156,9 @@ for w in "${WORKLOADS[@]}"; do
     url=$(grep -o 'http://[0-9.]*:[0-9]*' "$tmp/up.out" | head -1 || true)
     [ -n "$url" ] || { cat "$run/up.err" >&2; exit 1; }
     echo "solver-validate: $name run $r at $url ($(cut -d, -f3- "$run/uptime.txt" | xargs))" >&2
-    for c in calib_s calib_l; do
-      "$B" bench serve --url "$url" --dataset "trace:$tmp/$c.jsonl" --num-prompts 20 --seed "$((100 + r))" \
+    for c in calib_s calib_l calib_b; do
+      "$B" bench serve --url "$url" --dataset "trace:$tmp/$c.jsonl" --num-prompts "$(wc -l < "$tmp/$c.jsonl")" \
+        --seed "$((100 + r))" \
         --out "$run/$c.json" > /dev/null 2>&1 || echo "solver-validate: calibration requests failed" >&2
     done
     "$B" bench serve --url "$url" --dataset "trace:$tmp/$name.jsonl" --num-prompts "$N" --seed "$r" \
@@ -145,9 +167,12 @@ for w in "${WORKLOADS[@]}"; do
     # Serving overheads from the calibration requests alone (see the header).
     overheads=$(python3 - "$run" \
       "$(predicted "$run/calib_s-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_s-plan.yaml" tpot_ms p50)" \
-      "$(predicted "$run/calib_l-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_l-plan.yaml" tpot_ms p50)" <<'PY'
+      "$(predicted "$run/calib_l-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_l-plan.yaml" tpot_ms p50)" \
+      "$(predicted "$run/calib_b-plan.yaml" ttft_ms p50)" <<'PY'
 import json, statistics, sys
-run, ttft_s, tpot_s, ttft_l, tpot_l = sys.argv[1], *map(float, sys.argv[2:6])
+run, ttft_s, tpot_s, ttft_l, tpot_l, ttft_b = sys.argv[1], *map(float, sys.argv[2:7])
+busy = json.load(open(run + "/calib_b.json"))
+busy_samples = sorted(max(0.0, t * 1e3 - ttft_b) for t, n in zip(busy["ttfts"], busy["output_lens"]) if t and n == 8)
 short, long_ = json.load(open(run + "/calib_s.json")), json.load(open(run + "/calib_l.json"))
 def tpot(d):
     return statistics.median(sum(g) / len(g) * 1e3 for g in d["itls"] if g)
@@ -162,11 +187,12 @@ if cs < 0:  # no start cost: one constant per token
 elif ct < 0:  # no per-token cost: least squares of d = cs * x
     ct, cs = 0.0, max(0.0, (ds * xs + dl * xl) / (xs * xs + xl * xl))
 print("request_overhead_samples_ms: [" + ", ".join(f"{x:.3f}" for x in samples) + "]")
+print("request_overhead_busy_samples_ms: [" + ", ".join(f"{x:.3f}" for x in busy_samples) + "]")
 print(f"token_overhead_ms: {ct:.4f}")
 print(f"stream_start_overhead_ms: {cs:.3f}")
 PY
 )
-    for j in "$run/bench.json" "$run/calib_s.json" "$run/calib_l.json"; do  # keep the summaries, not every request's token times
+    for j in "$run/bench.json" "$run/calib_s.json" "$run/calib_l.json" "$run/calib_b.json"; do  # keep the summaries, not every request's token times
       python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dump({k: v for k, v in d.items() if not isinstance(v, list)}, open(sys.argv[1], "w"), indent=1, sort_keys=True)' "$j"
     done
     fleet "$run/fleet.yaml" "$overheads" "$run"
@@ -188,8 +214,10 @@ def overhead(path):
     samples = [float(x) for x in re.search(r"request_overhead_samples_ms: \[([^\]]*)\]", text).group(1).split(",")]
     token = float(re.search(r"token_overhead_ms: ([\d.]+)", text).group(1))
     start = float(re.search(r"stream_start_overhead_ms: ([\d.]+)", text).group(1))
-    return "%.1f (%.1f-%.1f), per token %.2f, stream start %.1f" % (statistics.median(samples), min(samples),
-                                                                    max(samples), token, start)
+    busy = [float(x) for x in re.search(r"request_overhead_busy_samples_ms: \[([^\]]*)\]", text).group(1).split(",")]
+    return "%.1f (%.1f-%.1f), busy %.1f (%.1f-%.1f), per token %.2f, stream start %.1f" % (
+        statistics.median(samples), min(samples), max(samples), statistics.median(busy), min(busy), max(busy),
+        token, start)
 print("| workload | metric | predicted ms (runs) | measured ms (runs) | error % (runs) | median error % |")
 print("| --- | --- | --- | --- | --- | --- |")
 errors, notes = [], []
@@ -216,7 +244,7 @@ for w in wls:
     loads = [open(f"{d}/uptime.txt").read().split("load average:")[1].strip() for d in runs]
     ovh = "; ".join(overhead(d + "/fleet.yaml") for d in runs)
     failed = ", ".join(str(m.get("failed", 0)) for m in meas)
-    notes.append(f"- {name}: failed requests {failed}; request overhead median (min-max), per token, stream start, ms: {ovh}; "
+    notes.append(f"- {name}: failed requests {failed}; request overhead median (min-max) idle and busy, per token, stream start, ms: {ovh}; "
                  f"load averages (1, 5, 15 min) before the runs: {'; '.join(loads)}")
 within = sum(e <= 20 for e in errors)
 print(f"\n{within} of {len(errors)} cells within 20% (median over runs); largest median |error| {max(errors):.0f}%.\n")

@@ -166,6 +166,7 @@ double probe_capacity(const Problem& p, size_t pool, const PoolConfig& cfg, cons
   c.token_budget = p.fleet.token_budget;
   c.request_overhead_s = p.fleet.request_overhead_s;
   c.request_overhead_samples_s = p.fleet.request_overhead_samples_s;
+  c.request_overhead_busy_samples_s = p.fleet.request_overhead_busy_samples_s;
   c.token_overhead_s = p.fleet.token_overhead_s;
   c.stream_start_overhead_s = p.fleet.stream_start_overhead_s;
   c.router = p.router;

@@ -46,6 +46,7 @@ struct ReqState {
   double arrival = 0, first = -1, finish = -1;
   int prefill_inst = -1, decode_inst = -1;
   bool served = true;
+  bool busy = false;  // arrived while its decoding instance was decoding
 };
 
 struct Chunk {
@@ -82,8 +83,10 @@ struct Event {
 
 class Sim {
  public:
-  Sim(const SimConfig& c, const std::vector<Request>& reqs) : c_(c), overhead_sorted_(c.request_overhead_samples_s) {
+  Sim(const SimConfig& c, const std::vector<Request>& reqs)
+      : c_(c), overhead_sorted_(c.request_overhead_samples_s), busy_sorted_(c.request_overhead_busy_samples_s) {
     std::sort(overhead_sorted_.begin(), overhead_sorted_.end());
+    std::sort(busy_sorted_.begin(), busy_sorted_.end());
     r_.resize(reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
       r_[i].in = reqs[i].input_tokens;
@@ -168,7 +171,7 @@ class Sim {
       o.prefill_instance = q.prefill_inst;
       o.decode_instance = q.decode_inst;
       if (!o.served) continue;
-      const double overhead = request_overhead(i);
+      const double overhead = request_overhead(i, q.busy);
       const double start = q.out > 1 ? c_.stream_start_overhead_s : 0;
       o.ttft_s = q.first - q.arrival + overhead;
       o.e2e_s = q.finish - q.arrival + overhead + start;
@@ -183,11 +186,13 @@ class Sim {
 
   // Request i's serving-path overhead: the constant, or the sample at quantile frac(0.5 + i / phi) of the
   // sorted samples (an evenly spread, deterministic walk over the measured distribution).
-  double request_overhead(size_t i) const {
-    if (overhead_sorted_.empty()) return c_.request_overhead_s;
+  // A busy request (see ReqState) draws from the busy samples when there are any.
+  double request_overhead(size_t i, bool busy) const {
+    const std::vector<double>& v = busy && !busy_sorted_.empty() ? busy_sorted_ : overhead_sorted_;
+    if (v.empty()) return c_.request_overhead_s;
     const double u = std::fmod(0.5 + static_cast<double>(i) * 0.6180339887498949, 1.0);
-    const auto k = static_cast<size_t>(u * static_cast<double>(overhead_sorted_.size()));
-    return overhead_sorted_[std::min(k, overhead_sorted_.size() - 1)];
+    const auto k = static_cast<size_t>(u * static_cast<double>(v.size()));
+    return v[std::min(k, v.size() - 1)];
   }
 
   void push(double t, int kind, int inst, int req) { events_.push({t, seq_++, kind, inst, req}); }
@@ -256,6 +261,14 @@ class Sim {
       return -1;
     }
     r_[req].prefill_inst = best;
+    // Busy: the instance that will decode it is decoding now (colocated: this one; disaggregated: every
+    // decode instance has sequences, so whichever the router picks has).
+    if (both_[best]) {
+      r_[req].busy = inst_[best].running > 0;
+    } else {
+      r_[req].busy = !decoders_.empty();
+      for (int d : decoders_) r_[req].busy = r_[req].busy && inst_[d].running > 0;
+    }
     inst_[best].waiting.push_back(req);
     add_queued(best, q.in);
     return best;
@@ -420,7 +433,7 @@ class Sim {
   }
 
   const SimConfig& c_;
-  std::vector<double> overhead_sorted_;
+  std::vector<double> overhead_sorted_, busy_sorted_;
   std::vector<ReqState> r_;
   std::vector<Inst> inst_;
   std::vector<int> prefill_capable_, decoders_;
@@ -490,6 +503,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<Request>& 
   if (!(config.request_overhead_s >= 0) || !(config.token_overhead_s >= 0) || !(config.stream_start_overhead_s >= 0))
     return invalid_argument("request, token and stream-start overheads must be >= 0");
   for (double v : config.request_overhead_samples_s)
+    if (!(v >= 0)) return invalid_argument("request overhead samples must be >= 0");
+  for (double v : config.request_overhead_busy_samples_s)
     if (!(v >= 0)) return invalid_argument("request overhead samples must be >= 0");
   for (size_t i = 1; i < requests.size(); ++i)
     if (requests[i].arrival_s < requests[i - 1].arrival_s)

@@ -66,6 +66,8 @@ struct SimConfig {
   // When not empty: request i's overhead is drawn from these samples instead (a fixed low-discrepancy
   // sequence over their quantiles, so results stay deterministic and follow the measured spread).
   std::vector<double> request_overhead_samples_s;
+  // When not empty: drawn instead for a request that arrives while its decoding instance is decoding.
+  std::vector<double> request_overhead_busy_samples_s;
   double token_overhead_s = 0;         // added to a step per decoding sequence (serving work on the same device)
   double stream_start_overhead_s = 0;  // added once to each request's first inter-token gap (and E2E)
   long max_steps = 50000000;           // a simulation needing more steps fails (ResourceExhausted) instead of hanging

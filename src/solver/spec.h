@@ -46,6 +46,9 @@ struct Fleet {
   double request_overhead_s = 0;    // serving path outside the engines per request (HTTP hops), in TTFT
   // Or its measured distribution: each request gets one of these (deterministically spread), not a constant.
   std::vector<double> request_overhead_samples_s;
+  // Optional, with the samples: the overhead of a request that reaches its decoding instance while that
+  // instance is decoding (its serving work then shares the device with the steps).
+  std::vector<double> request_overhead_busy_samples_s;
   // Serving CPU time per streamed token on the instance that decodes it (detokenising, the SSE write),
   // taken from that instance's device: each step lasts this much longer per decoding sequence.
   double token_overhead_s = 0;

@@ -323,17 +323,25 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
     if (!(overhead_ms >= 0 && overhead_ms < 1e6))
       return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("request_overhead_ms")));
     f.request_overhead_s = overhead_ms / 1e3;
-    std::vector<double> samples_ms;
-    TS_RETURN_IF_ERROR(m.get_list("request_overhead_samples_ms", &samples_ms));
-    if (!samples_ms.empty() && m.has("request_overhead_ms"))
+    // Measured overhead distributions, in ms: each sample in [0, 1e6), stored in seconds.
+    auto samples = [&](const std::string& key, std::vector<double>* out) -> Status {
+      std::vector<double> ms;
+      TS_RETURN_IF_ERROR(m.get_list(key, &ms));
+      for (double v : ms) {
+        if (!(v >= 0 && v < 1e6))
+          return invalid_argument(fmt::format("{}: every sample must be in [0, 1e6)", m.at(key)));
+        out->push_back(v / 1e3);
+      }
+      return ok_status();
+    };
+    TS_RETURN_IF_ERROR(samples("request_overhead_samples_ms", &f.request_overhead_samples_s));
+    TS_RETURN_IF_ERROR(samples("request_overhead_busy_samples_ms", &f.request_overhead_busy_samples_s));
+    if (!f.request_overhead_samples_s.empty() && m.has("request_overhead_ms"))
       return invalid_argument(fmt::format("{}: give request_overhead_ms or request_overhead_samples_ms, not both",
                                           m.at("request_overhead_samples_ms")));
-    for (double v : samples_ms) {
-      if (!(v >= 0 && v < 1e6))
-        return invalid_argument(
-            fmt::format("{}: every sample must be in [0, 1e6)", m.at("request_overhead_samples_ms")));
-      f.request_overhead_samples_s.push_back(v / 1e3);
-    }
+    if (!f.request_overhead_busy_samples_s.empty() && f.request_overhead_samples_s.empty())
+      return invalid_argument(fmt::format("{}: needs request_overhead_samples_ms too (for idle arrivals)",
+                                          m.at("request_overhead_busy_samples_ms")));
     double token_ms = 0;
     TS_RETURN_IF_ERROR(m.get("token_overhead_ms", &token_ms, false));
     if (!(token_ms >= 0 && token_ms < 1e4))

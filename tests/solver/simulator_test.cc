@@ -148,6 +148,27 @@ TEST(Simulator, MeasuredOverheadSamplesSpreadOverTheRequestsDeterministically) {
   EXPECT_FALSE(simulate(c, reqs).ok());
 }
 
+TEST(Simulator, ARequestArrivingWhileItsDecoderDecodesDrawsTheBusySamples) {
+  // Request 0 decodes from 110 ms to 220 ms; request 1 arrives at 150 ms (busy), request 2 at 10 s (idle).
+  SimConfig c = config({toy(Role::kBoth)});
+  c.request_overhead_samples_s = {0.001};
+  c.request_overhead_busy_samples_s = {0.050};
+  auto res = simulate(c, {{0, 100, 11}, {0.150, 10, 2}, {10, 100, 11}});
+  ASSERT_TRUE(res.ok());
+  EXPECT_NEAR(res->requests[0].ttft_s, 0.111, 1e-9);
+  EXPECT_GT(res->requests[1].ttft_s, 0.050);
+  EXPECT_NEAR(res->requests[2].ttft_s, 0.111, 1e-9);
+  // Disaggregated: the decode instance's state counts, not the prefill instance's.
+  SimConfig d = config({toy(Role::kPrefill), toy(Role::kDecode)});
+  d.request_overhead_samples_s = {0.001};
+  d.request_overhead_busy_samples_s = {0.050};
+  auto pd = simulate(d, {{0, 100, 11}, {0.250, 10, 2}, {10, 100, 11}});
+  ASSERT_TRUE(pd.ok());
+  EXPECT_NEAR(pd->requests[0].ttft_s, 0.211, 1e-9);
+  EXPECT_GT(pd->requests[1].ttft_s, 0.050) << "request 0 decodes from 210 to 320 ms";
+  EXPECT_NEAR(pd->requests[2].ttft_s, 0.211, 1e-9);
+}
+
 TEST(Simulator, MeasuredDecodePointsReplaceTheModelForDecodeSteps) {
   // The toy model's decode step is 11 ms; measured points say 4 ms for one sequence at any context, so
   // the 10 decode steps take 40 ms while the prefill step keeps the model's 110 ms.

@@ -209,6 +209,9 @@ TEST(Spec, LaunchRolesAndOverheadErrorsNameTheProblem) {
   EXPECT_NE(err("request_overhead_ms: 2.5", "request_overhead_samples_ms: [1, -2]").find("every sample"),
             std::string::npos);
   EXPECT_NE(err("request_overhead_ms: 2.5", "token_overhead_ms: -0.5").find("token_overhead_ms"), std::string::npos);
+  EXPECT_NE(err("request_overhead_ms: 2.5", "request_overhead_busy_samples_ms: [4]")
+                .find("needs request_overhead_samples_ms"),
+            std::string::npos);
   EXPECT_NE(err("roles: [prefill]", "roles: [prefill], decode_points: true").find("needs a measured profile"),
             std::string::npos)
       << "a datasheet has no measured points";
