@@ -337,8 +337,21 @@ TEST(LinkTest, ChecksumInPiecesEqualsTheWholeChecksum) {
   }
 }
 
-// The data-frame wire format on a real socket pair: payloads below and above the one-call size arrive
-// intact, and a payload damaged after its checksum was taken is reported, with the stream still in step.
+// The checksum's values are part of the wire format: pinned here as the portable (SSE2/NEON) build computed
+// them, so the AVX2 build this CPU may pick, and any other CPU's, must agree byte for byte.
+TEST(LinkTest, ChecksumValuesArePinnedAcrossBuilds) {
+  std::vector<unsigned char> v(1000003);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<unsigned char>((i * 131u + 7u) >> 3);
+  const std::pair<size_t, uint64_t> pinned[] = {{0, 0xaca98184e20e327dull},       {1, 0xf0938e609e1b5e7cull},
+                                                {63, 0x6b1fa34d4083968full},      {64, 0xb2cf5c4cd5c9bcbeull},
+                                                {65, 0x1d3c1acfa0a27740ull},      {1000, 0xd6d96a8725a82db8ull},
+                                                {v.size(), 0x223dec3f51d1566aull}};
+  for (auto [n, want] : pinned) EXPECT_EQ(checksum64(v.data(), n), want) << n << " bytes";
+}
+
+// The data-frame wire format on a real socket pair: payloads summed before they are sent (small) and after
+// (large, in pieces) arrive intact, and a payload damaged after its checksum was taken is reported, with the stream
+// still in step.
 TEST(LinkTest, DataFramesCarryAChecksumTrailerThatCatchesDamage) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

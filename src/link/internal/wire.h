@@ -60,7 +60,8 @@ Status verify(const FrameHeader& h);  // DataLoss on a bad magic or header check
 // Blocking whole-buffer I/O on a socket; Unavailable on EOF or error (EINTR retried).
 Status read_exact(int fd, void* buf, size_t n);
 Status write_all(int fd, const void* buf, size_t n);
-Status writev_all(int fd, iovec* iov, int count);
+// flags: extra sendmsg flags (MSG_MORE: more of this frame follows at once, hold a partial segment).
+Status writev_all(int fd, iovec* iov, int count, int flags = 0);
 // Reads and discards n bytes (a payload that was rejected).
 Status discard(int fd, uint64_t n);
 
