@@ -28,6 +28,10 @@ struct LinkOptions {
   int streams = 4;               // connections striped per peer (lanes)
   uint64_t split_threshold = 0;  // assignments longer than this are split into chunks; 0: the endpoint default
   uint64_t max_inflight_bytes = 64ull << 20;  // per peer; more waits in a queue (backpressure)
+  // Per peer on this host over a socket (tcp over loopback): two 1 MiB chunks, so the bytes between the
+  // sender's copy into the socket and the receiver's copy out stay in the CPUs' caches. Measured: 64 MiB
+  // in flight gave 85-92% of the raw-socket ceiling at >= 4 MiB, 2 MiB 104-134% (docs/benchmarks.md).
+  uint64_t same_host_inflight_bytes = 2ull << 20;
   std::string faults;  // the faulty endpoint's schedule (faulty/fault_schedule.h); empty: TESSERA_LINK_FAULTS
 };
 

@@ -1,8 +1,10 @@
 #include "link/internal/framed_connection.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -21,9 +23,39 @@ Status payload_mismatch(const std::string& peer) {
 
 }  // namespace
 
+namespace {
+
+// Whether a connected IP socket's two ends are on this host (loopback, or our own address on both ends).
+// Unix sockets and anything that cannot be told say no.
+bool ip_peer_on_this_host(int fd) {
+  sockaddr_storage self{}, peer{};
+  socklen_t self_len = sizeof self, peer_len = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 || self.ss_family != peer.ss_family) {
+    return false;
+  }
+  if (self.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(self).sin_addr;
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+    return a.s_addr == b.s_addr || (ntohl(b.s_addr) >> 24) == 127;
+  }
+  if (self.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(self).sin6_addr;
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    return std::memcmp(&a, &b, sizeof a) == 0 || IN6_IS_ADDR_LOOPBACK(&b);
+  }
+  return false;
+}
+
+}  // namespace
+
 FramedConnection::FramedConnection(AgentCore& core, std::string endpoint, std::string peer, std::vector<int> fds,
                                    LinkOptions options, std::unique_ptr<LocalDataPath> local)
     : core_(core), endpoint_(std::move(endpoint)), peer_(std::move(peer)), options_(options), local_(std::move(local)) {
+  inflight_limit_ = options_.max_inflight_bytes;
+  if (!fds.empty() && ip_peer_on_this_host(fds.front())) {
+    inflight_limit_ = std::min(inflight_limit_, options_.same_host_inflight_bytes);
+  }
   for (int fd : fds) {
     auto lane = std::make_unique<Lane>();
     lane->fd = fd;
@@ -113,7 +145,11 @@ void FramedConnection::pump() {
         waiting_.pop_front();
         continue;
       }
-      if (!inflight_.empty() && inflight_bytes_ + c.length > options_.max_inflight_bytes) break;
+      // Two chunks may always be in flight (one on the wire while the next is written), within the hard limit.
+      const uint64_t after = inflight_bytes_ + c.length;
+      const bool room = inflight_.empty() || after <= inflight_limit_ ||
+                        (inflight_.size() < 2 && after <= options_.max_inflight_bytes);
+      if (!room) break;
       uint64_t id = next_id_++;
       inflight_bytes_ += c.length;
       sends.emplace_back(lanes_[next_lane_++ % lanes_.size()].get(), id);

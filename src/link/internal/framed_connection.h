@@ -6,7 +6,8 @@
 // requests and completes ours). Readers never block on a socket write (replies go through the writer
 // queue), so two agents reading from each other cannot deadlock.
 //
-// Backpressure: at most LinkOptions::max_inflight_bytes of chunks are on the lanes at once; the rest wait in
+// Backpressure: at most LinkOptions::max_inflight_bytes of chunks are on the lanes at once (to a peer on this
+// host over IP, at most same_host_inflight_bytes, and two chunks whatever their size); the rest wait in
 // order. Cancelled operations' waiting chunks are dropped. A socket error or EOF fails every pending chunk
 // with Unavailable at once (a killed peer's kernel closes its sockets, so this takes milliseconds).
 #pragma once
@@ -105,6 +106,7 @@ class FramedConnection final : public Connection {
   const std::string endpoint_;
   const std::string peer_;
   const LinkOptions options_;
+  uint64_t inflight_limit_ = 0;  // bytes of chunks on the lanes; set in the constructor only
   std::unique_ptr<LocalDataPath> local_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<bool> stopping_{false};
