@@ -99,15 +99,29 @@ trace: $tmp/$1.csv
 EOF
 }
 
+# prefill_trace NAME: 7 rounds 1.2 s apart: a long request (16 in, 200 out), then 0.2 s into it one with a
+# long prompt (240 in, 2 out), whose prefill on the other node runs while the long one decodes.
+prefill_trace() {
+  python3 - "$tmp/$1" <<'PY'
+import json, sys
+with open(sys.argv[1] + ".csv", "w") as c, open(sys.argv[1] + ".jsonl", "w") as j:
+    for r in range(7):
+        for dt, inp, out in ((0.0, 16, 200), (0.2, 240, 2)):
+            t = round(1.2 * r + dt, 6)
+            c.write(f"{t:.6f},{inp},{out}\n")
+            j.write(json.dumps({"timestamp": t, "input_len": inp, "output_len": out}) + "\n")
+PY
+}
+
 # fleet FILE OVERHEAD_YAML PROFILE_DIR: OVERHEAD_YAML is the fleet's serving-overhead keys, one line each
 fleet() {
   cat > "$1" <<EOF
 token_budget: 256
 $2
 pools:
-  - {name: pre, count: 1, cost_per_hour: 1, profile: $3/cpu0.yaml, roles: [prefill], batch_limits: [64], decode_points: true,
+  - {name: pre, count: 1, cost_per_hour: 1, profile: $3/cpu0.yaml, roles: [prefill], batch_limits: [64], decode_points: true, prefill_points: true,
      launch: {backend: cpu, threads: 1, cpus: [0], args: [--no-prefix-cache]}}
-  - {name: dec, count: 1, cost_per_hour: 1, profile: $3/cpu1.yaml, roles: [decode], batch_limits: [64], decode_points: true,
+  - {name: dec, count: 1, cost_per_hour: 1, profile: $3/cpu1.yaml, roles: [decode], batch_limits: [64], decode_points: true, prefill_points: true,
      launch: {backend: cpu, threads: 1, cpus: [1], args: [--no-prefix-cache]}}
 EOF
 }
@@ -128,6 +142,7 @@ tpot_ms: 10000" > "$tmp/slo.yaml"
 trace calib_s 4 16:16 8:8 20 0.25
 trace calib_l 1.5 16:16 128:128 20 0.7
 busy_trace calib_b
+prefill_trace calib_p
 
 for w in "${WORKLOADS[@]}"; do
   read -r name rate inr outr <<<"$w"
@@ -156,7 +171,7 @@ for w in "${WORKLOADS[@]}"; do
     url=$(grep -o 'http://[0-9.]*:[0-9]*' "$tmp/up.out" | head -1 || true)
     [ -n "$url" ] || { cat "$run/up.err" >&2; exit 1; }
     echo "solver-validate: $name run $r at $url ($(cut -d, -f3- "$run/uptime.txt" | xargs))" >&2
-    for c in calib_s calib_l calib_b; do
+    for c in calib_s calib_l calib_b calib_p; do
       "$B" bench serve --url "$url" --dataset "trace:$tmp/$c.jsonl" --num-prompts "$(wc -l < "$tmp/$c.jsonl")" \
         --seed "$((100 + r))" \
         --out "$run/$c.json" > /dev/null 2>&1 || echo "solver-validate: calibration requests failed" >&2
@@ -164,6 +179,41 @@ for w in "${WORKLOADS[@]}"; do
     "$B" bench serve --url "$url" --dataset "trace:$tmp/$name.jsonl" --num-prompts "$N" --seed "$r" \
       --out "$run/bench.json" >&2 || echo "solver-validate: some requests failed (counted in the table)" >&2
     stop_cluster
+    # The colocated slowdown: the long streams' inter-token gaps while the other node prefills a long prompt
+    # against their gaps away from it (see the header); the other calibrations are predicted with it.
+    slowdown=$(python3 - "$run/calib_p.json" "$tmp/calib_p.jsonl" "$run/cpu0.yaml" <<'PY'
+import json, re, statistics, sys
+d, trace = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
+pts = sorted((int(t), float(ms)) for t, b, ms in re.findall(r"tokens: (\d+), batch: (\d+), ms: ([\d.]+)", open(sys.argv[3]).read()) if b == "1")
+def prefill_ms(n):  # the profile's measured prefill at n tokens, linear between points
+    k = max(1, min(len(pts) - 1, next((i for i, (t, _) in enumerate(pts) if t >= n), len(pts) - 1)))
+    (t0, y0), (t1, y1) = pts[k - 1], pts[k]
+    return y0 + (y1 - y0) * (n - t0) / (t1 - t0)
+inside, outside = [], []
+for r in range(0, len(trace), 2):
+    lo, pr = r, r + 1
+    if not d["ttfts"][lo] or not d["ttfts"][pr] or not d["itls"][lo]:
+        continue
+    end = trace[pr]["timestamp"] + d["ttfts"][pr]  # the probe's first token: its prefill and KV hand-off are done
+    window = (end - prefill_ms(trace[pr]["input_len"]) / 1e3, end)
+    t = trace[lo]["timestamp"] + d["ttfts"][lo]
+    for k, gap in enumerate(d["itls"][lo]):
+        a, t = t, t + gap
+        if k < 3:
+            continue  # the stream's start
+        if a >= window[0] and t <= window[1]:
+            inside.append(gap)
+        elif t < window[0] - 0.05 or a > window[1] + 0.05:
+            outside.append(gap)
+f = statistics.mean(inside) / statistics.mean(outside) - 1 if len(inside) >= 20 and outside else 0.0
+print(f"{max(0.0, f):.4f}")
+PY
+)
+    fleet "$run/fleet0.yaml" "colocated_slowdown: $slowdown" "$run"
+    for c in calib_s calib_l calib_b; do
+      "$B" solve --fleet "$run/fleet0.yaml" --workload "$tmp/$c.yaml" --slo "$tmp/slo.yaml" \
+        --out "$run/$c-plan.yaml" > "$run/$c-solve.txt" 2>&1
+    done
     # Serving overheads from the calibration requests alone (see the header).
     overheads=$(python3 - "$run" \
       "$(predicted "$run/calib_s-plan.yaml" ttft_ms p50)" "$(predicted "$run/calib_s-plan.yaml" tpot_ms p50)" \
@@ -192,7 +242,9 @@ print(f"token_overhead_ms: {ct:.4f}")
 print(f"stream_start_overhead_ms: {cs:.3f}")
 PY
 )
-    for j in "$run/bench.json" "$run/calib_s.json" "$run/calib_l.json" "$run/calib_b.json"; do  # keep the summaries, not every request's token times
+    overheads="$overheads
+colocated_slowdown: $slowdown"
+    for j in "$run/bench.json" "$run/calib_s.json" "$run/calib_l.json" "$run/calib_b.json" "$run/calib_p.json"; do  # keep the summaries, not every request's token times
       python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dump({k: v for k, v in d.items() if not isinstance(v, list)}, open(sys.argv[1], "w"), indent=1, sort_keys=True)' "$j"
     done
     fleet "$run/fleet.yaml" "$overheads" "$run"
@@ -215,9 +267,10 @@ def overhead(path):
     token = float(re.search(r"token_overhead_ms: ([\d.]+)", text).group(1))
     start = float(re.search(r"stream_start_overhead_ms: ([\d.]+)", text).group(1))
     busy = [float(x) for x in re.search(r"request_overhead_busy_samples_ms: \[([^\]]*)\]", text).group(1).split(",")]
-    return "%.1f (%.1f-%.1f), busy %.1f (%.1f-%.1f), per token %.2f, stream start %.1f" % (
+    slow = float(re.search(r"colocated_slowdown: ([\d.]+)", text).group(1))
+    return "%.1f (%.1f-%.1f), busy %.1f (%.1f-%.1f), per token %.2f, stream start %.1f, colocated slowdown %.2f" % (
         statistics.median(samples), min(samples), max(samples), statistics.median(busy), min(busy), max(busy),
-        token, start)
+        token, start, slow)
 print("| workload | metric | predicted ms (runs) | measured ms (runs) | error % (runs) | median error % |")
 print("| --- | --- | --- | --- | --- | --- |")
 errors, notes = [], []
@@ -244,7 +297,7 @@ for w in wls:
     loads = [open(f"{d}/uptime.txt").read().split("load average:")[1].strip() for d in runs]
     ovh = "; ".join(overhead(d + "/fleet.yaml") for d in runs)
     failed = ", ".join(str(m.get("failed", 0)) for m in meas)
-    notes.append(f"- {name}: failed requests {failed}; request overhead median (min-max) idle and busy, per token, stream start, ms: {ovh}; "
+    notes.append(f"- {name}: failed requests {failed}; request overhead median (min-max) idle and busy, per token, stream start (ms), colocated slowdown (fraction): {ovh}; "
                  f"load averages (1, 5, 15 min) before the runs: {'; '.join(loads)}")
 within = sum(e <= 20 for e in errors)
 print(f"\n{within} of {len(errors)} cells within 20% (median over runs); largest median |error| {max(errors):.0f}%.\n")

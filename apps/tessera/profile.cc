@@ -128,8 +128,15 @@ int run_profile(const ProfileArgs& a) {
     }
     p.prefill.push_back({t, 1, pick(times)});
   }
+  // Decode contexts: 8, 32, 128, ... and the longest one whose timed steps still fit the model's context, so
+  // that steps of long prompts are read off a measured point rather than a line extended past the last one.
+  std::vector<int> contexts;
+  for (int ctx = 8; ctx <= max_tokens; ctx *= 4) contexts.push_back(ctx);
+  if (const int top = std::min(max_tokens, c.max_seq_len - a.repeats - 1); top > contexts.back()) {
+    contexts.push_back(top);
+  }
   for (int b = 1; b <= a.max_batch; b *= 2) {
-    for (int ctx = 8; ctx <= max_tokens; ctx *= 4) {
+    for (int ctx : contexts) {
       std::vector<engine::SequenceKv> seqs(static_cast<size_t>(b));
       std::vector<engine::SequenceKv*> ptrs;
       for (auto& s : seqs) {

@@ -86,6 +86,7 @@ Result<SimConfig> sim_config(const Problem& p, const Plan& plan) {
   c.request_overhead_busy_samples_s = p.fleet.request_overhead_busy_samples_s;
   c.token_overhead_s = p.fleet.token_overhead_s;
   c.stream_start_overhead_s = p.fleet.stream_start_overhead_s;
+  c.colocated_slowdown = p.fleet.colocated_slowdown;
   c.router = p.router;
   for (size_t i = 0; i < plan.pools.size(); ++i) {
     const PoolPlacement& pp = plan.pools[i];
@@ -101,6 +102,7 @@ Result<SimConfig> sim_config(const Problem& p, const Plan& plan) {
     s.network_bandwidth = pool.profile.network_bandwidth * pp.tp;
     s.kv_capacity_tokens = kv_capacity_tokens(p, pool, pp.tp);
     if (pool.decode_points && pp.tp == 1) s.decode_points = pool.profile.decode;  // measured at tp 1
+    if (pool.prefill_points && pp.tp == 1) s.prefill_points = pool.profile.prefill;
     for (int k = 0; k < pp.instances; ++k) c.instances.push_back(s);
   }
   return c;

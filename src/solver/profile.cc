@@ -73,6 +73,15 @@ Result<double> interpolate_decode(const std::vector<DecodePoint>& points, double
   return std::max(0.0, polyline(by_context, context));
 }
 
+Result<double> interpolate_prefill(const std::vector<PrefillPoint>& points, double tokens) {
+  std::vector<std::pair<double, double>> xy;
+  for (const PrefillPoint& p : points)
+    if (p.batch == 1) xy.emplace_back(p.tokens, p.seconds);
+  if (xy.empty()) return invalid_argument("no measured single-prompt prefill points to interpolate");
+  std::sort(xy.begin(), xy.end());
+  return std::max(0.0, polyline(xy, tokens));
+}
+
 StepShape prefill_shape(double tokens, double batch) {
   StepShape s;
   s.prefill_tokens = tokens * batch;

@@ -116,6 +116,10 @@ double step_seconds(const LatencyModel& m, const StepWork& w, int tp, double int
 // each measured context, then linear in context between the two nearest contexts; beyond the measured range
 // the end segments extend (never below zero). Fails (InvalidArgument) without points.
 Result<double> interpolate_decode(const std::vector<DecodePoint>& points, double batch, double context);
+// A prefill step of one prompt of `tokens` tokens read off the measured single-prompt points (batch 1),
+// piecewise linear in tokens, the end segments extended (never below zero). Fails (InvalidArgument) without
+// such points.
+Result<double> interpolate_prefill(const std::vector<PrefillPoint>& points, double tokens);
 
 DeviceProfile profile_from_datasheet(const std::string& family, const Datasheet& d);
 Status validate_datasheet(const Datasheet& d);

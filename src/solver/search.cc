@@ -106,6 +106,7 @@ SimInstance instance_of(const Problem& p, size_t pool, const PoolConfig& c) {
   s.network_bandwidth = pl.profile.network_bandwidth * c.tp;
   s.kv_capacity_tokens = kv_capacity_tokens(p, pl, c.tp);
   if (pl.decode_points && c.tp == 1) s.decode_points = pl.profile.decode;  // measured at tp 1
+  if (pl.prefill_points && c.tp == 1) s.prefill_points = pl.profile.prefill;
   return s;
 }
 
@@ -169,6 +170,7 @@ double probe_capacity(const Problem& p, size_t pool, const PoolConfig& cfg, cons
   c.request_overhead_busy_samples_s = p.fleet.request_overhead_busy_samples_s;
   c.token_overhead_s = p.fleet.token_overhead_s;
   c.stream_start_overhead_s = p.fleet.stream_start_overhead_s;
+  c.colocated_slowdown = p.fleet.colocated_slowdown;
   c.router = p.router;
   if (cfg.role == Role::kPrefill) c.instances = {s, ideal_partner(Role::kDecode, s.network_bandwidth)};
   if (cfg.role == Role::kDecode) c.instances = {ideal_partner(Role::kPrefill, s.network_bandwidth), s};

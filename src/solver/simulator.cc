@@ -356,8 +356,25 @@ class Sim {
           *interpolate_decode(sp.decode_points, s.decode_seqs, s.decode_context_sum / s.decode_seqs);
       dt = std::max(measured, dt - model + measured);
     }
+    if (!sp.prefill_points.empty() && s.prefill_tokens > 0) {
+      // The measured prompt of the step's tokens, plus what the model says the actual chunks cost beyond it.
+      StepShape part;
+      part.prefill_tokens = s.prefill_tokens;
+      part.prefill_positions = s.prefill_positions;
+      part.prefill_past = s.prefill_past;
+      part.sampled = s.sampled - s.decode_seqs;
+      const auto price = [&](const StepShape& shape) {
+        return step_seconds(sp.latency, step_work(c_.cost, shape), sp.tp, sp.interconnect_bandwidth, c_.cost);
+      };
+      const double fresh = price(prefill_shape(s.prefill_tokens, 1));
+      const double model = price(part);
+      const double measured = std::max(0.0, *interpolate_prefill(sp.prefill_points, s.prefill_tokens) + model - fresh);
+      dt = std::max(measured, dt - model + measured);
+    }
     dt += c_.token_overhead_s * s.decode_seqs;
+    if (busy_instances_ > 0) dt *= 1 + c_.colocated_slowdown;  // another instance is mid-step
     x.busy = true;
+    ++busy_instances_;
     ++steps_;
     push(now_ + dt, 0, i, -1);
   }
@@ -413,6 +430,7 @@ class Sim {
     x.assigned = 0;
     x.step++;
     x.busy = false;
+    --busy_instances_;
     for (int req : handoff_) {
       int d = pick_decoder(req);
       TS_CHECK(d >= 0);  // arrive() only routes requests some decoder can hold
@@ -438,6 +456,7 @@ class Sim {
   std::vector<Inst> inst_;
   std::vector<int> prefill_capable_, decoders_;
   std::vector<int> handoff_;  // scratch for step_end
+  int busy_instances_ = 0;    // instances mid-step
   // Per instance, contiguous for the router's scan: prefill seconds per token, queued prompt tokens (waiting
   // or in progress), KV capacity, colocated or not.
   std::vector<double> spt_, queued_, cap_;
@@ -502,6 +521,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<Request>& 
   if (config.token_budget < 1) return invalid_argument("token budget must be positive");
   if (!(config.request_overhead_s >= 0) || !(config.token_overhead_s >= 0) || !(config.stream_start_overhead_s >= 0))
     return invalid_argument("request, token and stream-start overheads must be >= 0");
+  if (!(config.colocated_slowdown >= 0)) return invalid_argument("the colocated slowdown must be >= 0");
   for (double v : config.request_overhead_samples_s)
     if (!(v >= 0)) return invalid_argument("request overhead samples must be >= 0");
   for (double v : config.request_overhead_busy_samples_s)

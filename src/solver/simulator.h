@@ -55,6 +55,10 @@ struct SimInstance {
   // When not empty: the decode part of each step is read off these measured points (interpolate_decode)
   // instead of the latency model, which still prices any prefill part of the step.
   std::vector<DecodePoint> decode_points;
+  // When not empty: the prefill part of each step is read off these measured single-prompt points
+  // (interpolate_prefill at the step's prompt tokens), the model pricing only how the step's chunks differ
+  // from one fresh prompt of that many tokens (cached positions, several prompts).
+  std::vector<PrefillPoint> prefill_points;
 };
 
 struct SimConfig {
@@ -70,6 +74,7 @@ struct SimConfig {
   std::vector<double> request_overhead_busy_samples_s;
   double token_overhead_s = 0;         // added to a step per decoding sequence (serving work on the same device)
   double stream_start_overhead_s = 0;  // added once to each request's first inter-token gap (and E2E)
+  double colocated_slowdown = 0;       // a step starting while another instance is mid-step runs this much longer
   long max_steps = 50000000;           // a simulation needing more steps fails (ResourceExhausted) instead of hanging
 };
 

@@ -35,6 +35,7 @@ struct Pool {
   std::vector<std::string> roles;   // roles the search may give it (prefill, decode, both); empty: any
   LaunchSpec launch;                // optional
   bool decode_points = false;       // decode steps from the profile's measured points, not its fitted model
+  bool prefill_points = false;      // prefill steps likewise
 };
 
 struct Fleet {
@@ -55,6 +56,10 @@ struct Fleet {
   // Per streamed request: the gap between its first and second token is this much longer than a step
   // (what a stream pays once for starting on the decode side), so it weighs on short answers' TPOT.
   double stream_start_overhead_s = 0;
+  // For a fleet whose instances share one machine (a local cluster): a step that starts while another
+  // instance is mid-step runs this fraction longer (the cores share caches and memory bandwidth, and each
+  // node's serving threads take turns on the CPUs). 0: instances do not affect each other.
+  double colocated_slowdown = 0;
 
   Status validate() const;
 };

@@ -352,6 +352,9 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
     if (!(start_ms >= 0 && start_ms < 1e6))
       return invalid_argument(fmt::format("{}: must be in [0, 1e6)", m.at("stream_start_overhead_ms")));
     f.stream_start_overhead_s = start_ms / 1e3;
+    TS_RETURN_IF_ERROR(m.get("colocated_slowdown", &f.colocated_slowdown, false));
+    if (!(f.colocated_slowdown >= 0 && f.colocated_slowdown < 10))
+      return invalid_argument(fmt::format("{}: must be in [0, 10)", m.at("colocated_slowdown")));
     if (!m.has("pools")) return invalid_argument(fmt::format("{}: missing required key 'pools'", origin));
     YAML::Node pools = m.node("pools");
     if (!pools.IsSequence()) return invalid_argument(fmt::format("{}: expected a list", m.at("pools")));
@@ -398,6 +401,11 @@ Result<Fleet> parse_fleet(const std::string& text, const std::string& origin, co
       TS_RETURN_IF_ERROR(pm.get("decode_points", &p.decode_points, false));
       if (p.decode_points && p.profile.decode.empty())
         return invalid_argument(fmt::format("{}: needs a measured profile with decode points", pm.at("decode_points")));
+      TS_RETURN_IF_ERROR(pm.get("prefill_points", &p.prefill_points, false));
+      if (p.prefill_points && std::none_of(p.profile.prefill.begin(), p.profile.prefill.end(),
+                                           [](const PrefillPoint& q) { return q.batch == 1; }))
+        return invalid_argument(
+            fmt::format("{}: needs a measured profile with single-prompt prefill points", pm.at("prefill_points")));
       TS_RETURN_IF_ERROR(pm.finish());
       f.pools.push_back(std::move(p));
     }

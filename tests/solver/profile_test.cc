@@ -114,6 +114,17 @@ TEST(Profile, DecodeStepsInterpolateTheMeasuredPoints) {
   EXPECT_FALSE(interpolate_decode({}, 1, 8).ok());
 }
 
+TEST(Profile, PrefillStepsInterpolateTheSinglePromptPoints) {
+  std::vector<PrefillPoint> pts = {{128, 1, 0.030}, {8, 1, 0.005}, {255, 1, 0.060}, {64, 4, 0.5}};
+  auto at = [&](double t) { return *interpolate_prefill(pts, t); };
+  EXPECT_NEAR(at(128), 0.030, 1e-15) << "exact at a measured point (unsorted input)";
+  EXPECT_NEAR(at(68), 0.005 + 0.025 * 60 / 120, 1e-15) << "linear between points; batch-4 points ignored";
+  EXPECT_NEAR(at(300), 0.060 + 0.030 * 45 / 127, 1e-15) << "the last segment extends";
+  EXPECT_GE(at(0), 0.0);
+  EXPECT_FALSE(interpolate_prefill({}, 8).ok());
+  EXPECT_FALSE(interpolate_prefill({{64, 4, 0.5}}, 8).ok()) << "only single-prompt points count";
+}
+
 TEST(Profile, DatasheetAppliesEfficiencies) {
   Datasheet d;
   d.peak_flops = 989e12;

@@ -182,6 +182,38 @@ TEST(Simulator, MeasuredDecodePointsReplaceTheModelForDecodeSteps) {
   for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, 0.006, 1e-12);
 }
 
+TEST(Simulator, MeasuredPrefillPointsReplaceTheModelForPrefillSteps) {
+  // The toy model's 100-token prefill step is 110 ms; measured points say 50 ms at 100 tokens (between
+  // 30 ms at 50 and 90 ms at 200). Decode steps keep the model's 11 ms.
+  SimConfig c = config({toy(Role::kBoth)});
+  c.instances[0].prefill_points = {{50, 1, 0.030}, {200, 1, 0.090}};
+  RequestOutcome o = one(c, {0, 100, 11});
+  EXPECT_NEAR(o.ttft_s, 0.050, 1e-12);
+  EXPECT_NEAR(o.tpot_s, 0.011, 1e-12);
+  // Two prompts in one step: 200 tokens read 90 ms (the toy model prices no attention, so several
+  // prompts cost what one prompt of their tokens does).
+  auto two = simulate(c, {{0, 100, 1}, {0, 100, 1}});
+  ASSERT_TRUE(two.ok());
+  for (const auto& r : two->requests) EXPECT_NEAR(r.ttft_s, 0.090, 1e-12);
+}
+
+TEST(Simulator, ColocatedInstancesSlowEachOthersSteps) {
+  // Slowdown 0.5. Request 0 prefills alone (110 ms), its KV arrives at 210 ms and it decodes 10 steps of
+  // 11 ms from there, alone. Request 1 arrives at 300 ms, during step 9 (298-309): its prefill starts while
+  // the decode instance is mid-step, so it takes 165 ms (to 465), and step 10 starts while that prefill
+  // runs: 16.5 ms, done at 325.5 ms. Request 1's KV arrives at 565 ms; its decode step starts alone.
+  SimConfig c = config({toy(Role::kPrefill), toy(Role::kDecode)});
+  c.colocated_slowdown = 0.5;
+  auto res = simulate(c, {{0, 100, 11}, {0.300, 100, 2}});
+  ASSERT_TRUE(res.ok());
+  EXPECT_NEAR(res->requests[0].ttft_s, 0.210, 1e-12);
+  EXPECT_NEAR(res->requests[0].e2e_s, 0.3255, 1e-12);
+  EXPECT_NEAR(res->requests[1].ttft_s, 0.265, 1e-12);
+  EXPECT_NEAR(res->requests[1].e2e_s, 0.276, 1e-12);
+  c.colocated_slowdown = -0.1;
+  EXPECT_FALSE(simulate(c, {{0, 100, 2}}).ok());
+}
+
 TEST(Simulator, TransfersShareTheLink) {
   // Both prompts prefill in one step (210 ms); the second transfer waits for the first (link busy).
   auto res = simulate(config({toy(Role::kPrefill), toy(Role::kDecode)}), {{0, 100, 2}, {0, 100, 2}});

@@ -215,6 +215,9 @@ TEST(Spec, LaunchRolesAndOverheadErrorsNameTheProblem) {
   EXPECT_NE(err("roles: [prefill]", "roles: [prefill], decode_points: true").find("needs a measured profile"),
             std::string::npos)
       << "a datasheet has no measured points";
+  EXPECT_NE(err("roles: [prefill]", "roles: [prefill], prefill_points: true").find("needs a measured profile"),
+            std::string::npos);
+  EXPECT_NE(err("request_overhead_ms: 2.5", "colocated_slowdown: -0.2").find("colocated_slowdown"), std::string::npos);
 }
 
 TEST(Spec, MeasuredServingOverheadsParse) {
@@ -226,6 +229,7 @@ TEST(Spec, MeasuredServingOverheadsParse) {
   EXPECT_EQ(f->request_overhead_samples_s, (std::vector<double>{0.003, 0.0015}));
   EXPECT_DOUBLE_EQ(f->token_overhead_s, 0.00025);
   EXPECT_DOUBLE_EQ(f->stream_start_overhead_s, 0.012);
+  EXPECT_EQ(f->colocated_slowdown, 0.0) << "absent: instances do not affect each other";
 }
 
 }  // namespace
