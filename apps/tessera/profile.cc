@@ -135,7 +135,9 @@ int run_profile(const ProfileArgs& a) {
   if (const int top = std::min(max_tokens, c.max_seq_len - a.repeats - 1); top > contexts.back()) {
     contexts.push_back(top);
   }
-  for (int b = 1; b <= a.max_batch; b *= 2) {
+  // Batches 1, 2, 3, 4, 8, 16, ...: every batch below 4, where the cpu backend changes kernels (a step of 3
+  // costs what one of 2 does, one of 4 twice that), so no interpolation spans the jump.
+  for (int b = 1; b <= a.max_batch; b = b < 4 ? b + 1 : b * 2) {
     for (int ctx : contexts) {
       std::vector<engine::SequenceKv> seqs(static_cast<size_t>(b));
       std::vector<engine::SequenceKv*> ptrs;

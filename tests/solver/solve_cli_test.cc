@@ -125,9 +125,10 @@ TEST(ProfileCli, MeasuresFitsAndFeedsTheSolver) {
   EXPECT_EQ(p["source"].as<std::string>(), "measured");
   EXPECT_EQ(p["model"].as<std::string>(), "stories260K");
   EXPECT_EQ(p["prefill"].size(), 4u);  // 8, 16, 32, 64 tokens
-  EXPECT_EQ(p["decode"].size(), 9u);   // batch 1, 2, 4 x context 8, 32 and the longest, 64
+  EXPECT_EQ(p["decode"].size(), 12u);  // batch 1, 2, 3, 4 x context 8, 32 and the longest, 64
   EXPECT_EQ(p["decode"][2]["context"].as<int>(), 64);
-  EXPECT_EQ(p["fit"]["points"].as<int>(), 13);
+  EXPECT_EQ(p["decode"][6]["batch"].as<int>(), 3);
+  EXPECT_EQ(p["fit"]["points"].as<int>(), 16);
   EXPECT_GE(p["fit"]["mean_abs_rel_error"].as<double>(), 0.0);
   // stories260K: 5 layers x kv_dim 32 (4 kv heads of 8) x 2 (k, v) x 4 bytes (f32 cache) = 1280 bytes.
   EXPECT_EQ(p["kv_bytes_per_token"].as<double>(), 1280);
