@@ -81,36 +81,25 @@ trace: $tmp/$1.csv
 EOF
 }
 
-# busy_trace NAME: 7 rounds 1.2 s apart: a long request (16 in, 200 out), then short ones (16 in, 8 out)
-# 0.15, 0.35 and 0.55 s into it, while the long one decodes.
-busy_trace() {
-  python3 - "$tmp/$1" <<'PY'
+# rounds_trace NAME OFFSET:IN:OUT...: 7 rounds 1.2 s apart, each with a request per OFFSET:IN:OUT (seconds
+# into the round, prompt and answer tokens).
+rounds_trace() {
+  local name=$1
+  shift
+  python3 - "$tmp/$name" "$@" <<'PY'
 import json, sys
+shape = [tuple(float(x) if k == 0 else int(x) for k, x in enumerate(s.split(":"))) for s in sys.argv[2:]]
 with open(sys.argv[1] + ".csv", "w") as c, open(sys.argv[1] + ".jsonl", "w") as j:
     for r in range(7):
-        for dt, out in ((0.0, 200), (0.15, 8), (0.35, 8), (0.55, 8)):
-            t = round(1.2 * r + dt, 6)
-            c.write(f"{t:.6f},16,{out}\n")
-            j.write(json.dumps({"timestamp": t, "input_len": 16, "output_len": out}) + "\n")
-PY
-  cat > "$tmp/$1.yaml" <<EOF
-model: {shape: stories15M, weight_bytes: 4, kv_bytes: 4, path: $tmp/s15.bin, tokenizer: $tmp/s15.tok.bin}
-trace: $tmp/$1.csv
-EOF
-}
-
-# prefill_trace NAME: 7 rounds 1.2 s apart: a long request (16 in, 200 out), then 0.2 s into it one with a
-# long prompt (240 in, 2 out), whose prefill on the other node runs while the long one decodes.
-prefill_trace() {
-  python3 - "$tmp/$1" <<'PY'
-import json, sys
-with open(sys.argv[1] + ".csv", "w") as c, open(sys.argv[1] + ".jsonl", "w") as j:
-    for r in range(7):
-        for dt, inp, out in ((0.0, 16, 200), (0.2, 240, 2)):
+        for dt, inp, out in shape:
             t = round(1.2 * r + dt, 6)
             c.write(f"{t:.6f},{inp},{out}\n")
             j.write(json.dumps({"timestamp": t, "input_len": inp, "output_len": out}) + "\n")
 PY
+  cat > "$tmp/$name.yaml" <<EOF
+model: {shape: stories15M, weight_bytes: 4, kv_bytes: 4, path: $tmp/s15.bin, tokenizer: $tmp/s15.tok.bin}
+trace: $tmp/$name.csv
+EOF
 }
 
 # fleet FILE OVERHEAD_YAML PROFILE_DIR: OVERHEAD_YAML is the fleet's serving-overhead keys, one line each
@@ -141,8 +130,11 @@ echo "ttft_ms: 100000
 tpot_ms: 10000" > "$tmp/slo.yaml"
 trace calib_s 4 16:16 8:8 20 0.25
 trace calib_l 1.5 16:16 128:128 20 0.7
-busy_trace calib_b
-prefill_trace calib_p
+# Busy arrivals: a long request (16 in, 200 out), then short ones (16 in, 8 out) 0.15, 0.35 and 0.55 s into
+# it, while the long one decodes. Colocated prefill: a long request, then 0.2 s into it one with a long
+# prompt (240 in, 2 out), whose prefill on the other node runs while the long one decodes.
+rounds_trace calib_b 0.0:16:200 0.15:16:8 0.35:16:8 0.55:16:8
+rounds_trace calib_p 0.0:16:200 0.2:240:2
 
 for w in "${WORKLOADS[@]}"; do
   read -r name rate inr outr <<<"$w"

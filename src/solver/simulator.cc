@@ -507,6 +507,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<Request>& 
         !(s.latency.bytes_per_s > 0) || !(s.latency.overhead_s >= 0))
       return invalid_argument(
           fmt::format("instance {} ({}): needs tp, max_batch, KV capacity and rates > 0", i, s.pool));
+    if (!s.prefill_points.empty() && !interpolate_prefill(s.prefill_points, 1).ok())
+      return invalid_argument(fmt::format("instance {} ({}): prefill points need single-prompt points", i, s.pool));
     if (s.role == Role::kPrefill) prefill = true;
     if (s.role == Role::kDecode) {
       decode = true;

@@ -195,6 +195,8 @@ TEST(Simulator, MeasuredPrefillPointsReplaceTheModelForPrefillSteps) {
   auto two = simulate(c, {{0, 100, 1}, {0, 100, 1}});
   ASSERT_TRUE(two.ok());
   for (const auto& r : two->requests) EXPECT_NEAR(r.ttft_s, 0.090, 1e-12);
+  c.instances[0].prefill_points = {{50, 2, 0.030}};
+  EXPECT_EQ(simulate(c, {{0, 100, 11}}).status().code(), StatusCode::kInvalidArgument) << "no single-prompt point";
 }
 
 TEST(Simulator, ColocatedInstancesSlowEachOthersSteps) {

@@ -21,10 +21,6 @@ Status payload_mismatch(const std::string& peer) {
   return data_loss(fmt::format("payload checksum mismatch on the link with {}: the data was corrupted", peer));
 }
 
-}  // namespace
-
-namespace {
-
 // Whether a connected IP socket's two ends are on this host (loopback, or our own address on both ends).
 // Unix sockets and anything that cannot be told say no.
 bool ip_peer_on_this_host(int fd) {
