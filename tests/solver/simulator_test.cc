@@ -46,6 +46,17 @@ RequestOutcome one(const SimConfig& c, Request r) {
   return res->requests[0];
 }
 
+// A 100-token prompt with 11 tokens out on a colocated instance, alone and then two at once: its TTFT and
+// TPOT alone, and both requests' TPOT when they decode together.
+void expect_alone_and_paired(const SimConfig& c, double ttft, double tpot_alone, double tpot_paired) {
+  RequestOutcome o = one(c, {0, 100, 11});
+  EXPECT_NEAR(o.ttft_s, ttft, 1e-12);
+  EXPECT_NEAR(o.tpot_s, tpot_alone, 1e-12);
+  auto two = simulate(c, {{0, 100, 11}, {0, 100, 11}});
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, tpot_paired, 1e-12);
+}
+
 TEST(Simulator, SingleRequestColocated) {
   // Prefill: 10 ms + 100 ms. Then 10 decode steps of 10 ms + 1 ms.
   RequestOutcome o = one(config({toy(Role::kBoth)}), {0, 100, 11});
@@ -107,12 +118,7 @@ TEST(Simulator, PerTokenServingWorkLengthensEachStepPerDecodingSequence) {
   // 12 + 2 * 2 ms. Prefill-only steps (no decoding sequence) are unchanged.
   SimConfig c = config({toy(Role::kBoth)});
   c.token_overhead_s = 0.002;
-  RequestOutcome o = one(c, {0, 100, 11});
-  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
-  EXPECT_NEAR(o.tpot_s, 0.013, 1e-12);
-  auto two = simulate(c, {{0, 100, 11}, {0, 100, 11}});
-  ASSERT_TRUE(two.ok());
-  for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, 0.016, 1e-12);
+  expect_alone_and_paired(c, 0.110, 0.013, 0.016);
   c.token_overhead_s = -1;
   EXPECT_FALSE(simulate(c, {{0, 100, 11}}).ok());
 }
@@ -174,12 +180,7 @@ TEST(Simulator, MeasuredDecodePointsReplaceTheModelForDecodeSteps) {
   // the 10 decode steps take 40 ms while the prefill step keeps the model's 110 ms.
   SimConfig c = config({toy(Role::kBoth)});
   c.instances[0].decode_points = {{1, 8, 0.004}, {1, 512, 0.004}, {2, 8, 0.006}, {2, 512, 0.006}};
-  RequestOutcome o = one(c, {0, 100, 11});
-  EXPECT_NEAR(o.ttft_s, 0.110, 1e-12);
-  EXPECT_NEAR(o.tpot_s, 0.004, 1e-12);
-  auto two = simulate(c, {{0, 100, 11}, {0, 100, 11}});
-  ASSERT_TRUE(two.ok());
-  for (const auto& r : two->requests) EXPECT_NEAR(r.tpot_s, 0.006, 1e-12);
+  expect_alone_and_paired(c, 0.110, 0.004, 0.006);
 }
 
 TEST(Simulator, MeasuredPrefillPointsReplaceTheModelForPrefillSteps) {
