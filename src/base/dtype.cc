@@ -8,8 +8,8 @@ namespace tessera {
 namespace {
 // Indexed by the enumerator. Sizes are ggml's block structs (base/quant.h asserts them).
 constexpr DTypeInfo kInfos[] = {
-    {"f32", 1, 4},     {"f16", 1, 2},     {"bf16", 1, 2},    {"q8_0", 32, 34},  {"q4_0", 32, 18},
-    {"i32", 1, 4},     {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},  {"q2_k", 256, 84},
+    {"f32", 1, 4},      {"f16", 1, 2},      {"bf16", 1, 2},     {"q8_0", 32, 34},   {"q4_0", 32, 18},
+    {"i32", 1, 4},      {"q4_1", 32, 20},   {"q5_0", 32, 22},   {"q5_1", 32, 24},   {"q2_k", 256, 84},
     {"q3_k", 256, 110}, {"q4_k", 256, 144}, {"q5_k", 256, 176}, {"q6_k", 256, 210},
 };
 constexpr auto kAll = [] {

@@ -143,13 +143,15 @@ void pack_k4_scales(const int* sc, const int* m, uint8_t* s) {
 // Two-bit fields of q2_k / q3_k: element e in byte 32 * (e / 128) + e % 32 at bit 2 * (e % 128 / 32).
 void put_crumbs(const int* q, uint8_t* qs) {
   std::memset(qs, 0, 64);
-  for (int e = 0; e < kSuperBlock; ++e) qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q[e] & 3) << (2 * (e % 128 / 32)));
+  for (int e = 0; e < kSuperBlock; ++e)
+    qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q[e] & 3) << (2 * (e % 128 / 32)));
 }
 int get_crumb(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
 // Four-bit fields of q4_k / q5_k: element e in byte 32 * (e / 64) + e % 32, high nibble when e % 64 >= 32.
 void put_k4_nibbles(const int* q, uint8_t* qs) {
   std::memset(qs, 0, 128);
-  for (int e = 0; e < kSuperBlock; ++e) qs[32 * (e / 64) + e % 32] |= static_cast<uint8_t>((q[e] & 15) << (e % 64 < 32 ? 0 : 4));
+  for (int e = 0; e < kSuperBlock; ++e)
+    qs[32 * (e / 64) + e % 32] |= static_cast<uint8_t>((q[e] & 15) << (e % 64 < 32 ? 0 : 4));
 }
 int get_k4_nibble(const uint8_t* qs, int e) {
   const uint8_t b = qs[32 * (e / 64) + e % 32];
@@ -311,7 +313,8 @@ void dequantize_blocks(const void* src, DType from, size_t n, float* dst) {
     case DType::kQ3_K:
       return each_block<BlockQ3_K>(src, n, dst, 256, dequantize_q3_k);
     case DType::kQ4_K:
-      return each_block<BlockQ4_K>(src, n, dst, 256, [](const BlockQ4_K& b, float* y) { dequantize_k4(b, nullptr, y); });
+      return each_block<BlockQ4_K>(src, n, dst, 256,
+                                   [](const BlockQ4_K& b, float* y) { dequantize_k4(b, nullptr, y); });
     case DType::kQ5_K:
       return each_block<BlockQ5_K>(src, n, dst, 256, [](const BlockQ5_K& b, float* y) { dequantize_k4(b, b.qh, y); });
     case DType::kQ6_K:

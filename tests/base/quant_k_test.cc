@@ -14,10 +14,10 @@
 namespace tessera {
 namespace {
 
-constexpr uint16_t kHalf = 0x3800;     // 0.5
-constexpr uint16_t kQuarter = 0x3400;  // 0.25
+constexpr uint16_t kHalf = 0x3800;      // 0.5
+constexpr uint16_t kQuarter = 0x3400;   // 0.25
 constexpr uint16_t kMinusOne = 0xBC00;  // -1.0
-constexpr uint16_t kEighth = 0x3000;   // 0.125
+constexpr uint16_t kEighth = 0x3000;    // 0.125
 
 template <typename B>
 std::vector<float> decode(const B& b, DType t) {
@@ -173,8 +173,8 @@ TEST(QuantK, RoundTripErrorIsBoundedPerType) {
   const struct {
     DType t;
     double max_nmse;
-  } kTypes[] = {{DType::kQ4_1, 0.01},  {DType::kQ5_0, 0.003}, {DType::kQ5_1, 0.003}, {DType::kQ2_K, 0.15},
-                {DType::kQ3_K, 0.05},  {DType::kQ4_K, 0.012}, {DType::kQ5_K, 0.003}, {DType::kQ6_K, 0.0008}};
+  } kTypes[] = {{DType::kQ4_1, 0.01}, {DType::kQ5_0, 0.003}, {DType::kQ5_1, 0.003}, {DType::kQ2_K, 0.15},
+                {DType::kQ3_K, 0.05}, {DType::kQ4_K, 0.012}, {DType::kQ5_K, 0.003}, {DType::kQ6_K, 0.0008}};
   for (auto [t, bound] : kTypes) {
     std::vector<uint8_t> q(dtype_bytes(t, x.size()));
     ASSERT_TRUE(quantize(x, t, q.data()).ok());

@@ -308,11 +308,10 @@ TEST_F(GgufBadInput, UnsupportedArchitectureAndTensorType) {
 }
 
 TEST(GgufFile, GgmlTypeIdsAndNames) {
-  const std::pair<uint32_t, DType> kIds[] = {{0, DType::kF32},   {1, DType::kF16},   {2, DType::kQ4_0},
-                                             {3, DType::kQ4_1},  {6, DType::kQ5_0},  {7, DType::kQ5_1},
-                                             {8, DType::kQ8_0},  {10, DType::kQ2_K}, {11, DType::kQ3_K},
-                                             {12, DType::kQ4_K}, {13, DType::kQ5_K}, {14, DType::kQ6_K},
-                                             {30, DType::kBF16}};
+  const std::pair<uint32_t, DType> kIds[] = {
+      {0, DType::kF32},   {1, DType::kF16},   {2, DType::kQ4_0},  {3, DType::kQ4_1},  {6, DType::kQ5_0},
+      {7, DType::kQ5_1},  {8, DType::kQ8_0},  {10, DType::kQ2_K}, {11, DType::kQ3_K}, {12, DType::kQ4_K},
+      {13, DType::kQ5_K}, {14, DType::kQ6_K}, {30, DType::kBF16}};
   for (auto [id, d] : kIds) {
     auto r = dtype_from_ggml_type(id);
     ASSERT_TRUE(r.ok()) << id;

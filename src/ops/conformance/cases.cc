@@ -31,16 +31,16 @@ constexpr int kSuperBlockElems = 256;
 constexpr int64_t kSlowCache = 1 << 18;
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 const DType kCacheTypes[] = {DType::kF32, DType::kF16};
 
 void add_matmul(std::vector<Case>& cases) {
   const std::pair<int64_t, int64_t> block_shapes[] = {{32, 1},    {64, 64},   {64, 172},  {128, 96},
                                                       {288, 288}, {288, 768}, {768, 288}, {512, 1000}};
   // K-quant rows are whole 256-element super-blocks: the stories110M (768, 2048) and Llama (4096) widths.
-  const std::pair<int64_t, int64_t> super_shapes[] = {{256, 1},    {256, 64},  {512, 172},
-                                                      {768, 288},  {2048, 96}, {4096, 33}};
+  const std::pair<int64_t, int64_t> super_shapes[] = {{256, 1},   {256, 64},  {512, 172},
+                                                      {768, 288}, {2048, 96}, {4096, 33}};
   const std::pair<int64_t, int64_t> odd_shapes[] = {{172, 64}, {77, 13}};  // rows not a whole block
   for (DType w : kWeightTypes) {
     const int block = dtype_info(w).block_elems;

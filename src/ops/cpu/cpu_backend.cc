@@ -11,8 +11,8 @@
 
 #include <fmt/core.h>
 
-#include "ops/cpu/ceilings.h"
 #include "base/quant.h"
+#include "ops/cpu/ceilings.h"
 #include "ops/cpu/kernels.h"
 
 namespace tessera::ops::cpu {
@@ -97,7 +97,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
   return std::visit(
       [&ctx](const auto& o) -> Status {
         using T = std::decay_t<decltype(o)>;
-#define TS_CPU_CALL(fn)                                      \
+#define TS_CPU_CALL(fn)                                          \
   if constexpr (kIsa == Isa::kAvx512) return avx512::fn(o, ctx); \
   if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);     \
   return generic::fn(o, ctx)

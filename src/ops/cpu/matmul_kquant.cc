@@ -31,9 +31,9 @@ namespace {
 constexpr int64_t kRowBlock = 64;
 
 struct QuantRowsK {
-  std::vector<int8_t> q;    // n * k
-  std::vector<float> d;     // n * k / 256
-  std::vector<int16_t> s;   // n * k / 16: sums of 16 consecutive q
+  std::vector<int8_t> q;   // n * k
+  std::vector<float> d;    // n * k / 256
+  std::vector<int16_t> s;  // n * k / 16: sums of 16 consecutive q
 };
 
 void quantize_block(const float* x, int8_t* q, float* d_out, int16_t* sums) {
@@ -229,7 +229,8 @@ void unpack(const BlockQ3_K& b, Unpacked& u) {
     store32(u.q + 32 * t, _mm256_or_si256(v, bit_of(h, t, 2)));
   }
 #else
-  for (int e = 0; e < kSuperBlock; ++e) u.q[e] = static_cast<uint8_t>(u.q[e] | (((b.hmask[e % 32] >> (e / 32)) & 1) << 2));
+  for (int e = 0; e < kSuperBlock; ++e)
+    u.q[e] = static_cast<uint8_t>(u.q[e] | (((b.hmask[e % 32] >> (e / 32)) & 1) << 2));
 #endif
 }
 
@@ -279,8 +280,8 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
         unpack(w[i * nb + b], u);
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t blk = r * nb + b;
-          acc[r - r0] += block_dot(u, xq.q.data() + blk * kSuperBlock, xq.d[static_cast<size_t>(blk)],
-                                   xq.s.data() + blk * 16);
+          acc[r - r0] +=
+              block_dot(u, xq.q.data() + blk * kSuperBlock, xq.d[static_cast<size_t>(blk)], xq.s.data() + blk * 16);
         }
       }
       for (int64_t r = r0; r < r1; ++r) out[r * m + i] = bias ? acc[r - r0] + bias[i] : acc[r - r0];

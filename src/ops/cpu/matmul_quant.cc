@@ -1,9 +1,9 @@
 // Matrix products with GGUF q8_0 and q4_0 weights. The activation row is quantised once to int8 blocks
 // of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without VNNI
 // that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits)
-// and madd (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with the two scales per block. Decode
-// (a few activation rows) streams one weight row at a time; larger batches take weight rows four at a time
-// so the activation block is loaded once for four rows.
+// and madd (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with
+// the two scales per block. Decode (a few activation rows) streams one weight row at a time; larger batches take weight
+// rows four at a time so the activation block is loaded once for four rows.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -261,20 +261,20 @@ struct GgmlTypeName {
   std::optional<DType> dtype;
 };
 constexpr GgmlTypeName kGgmlTypes[] = {
-    {0, "F32", DType::kF32},        {1, "F16", DType::kF16},          {2, "Q4_0", DType::kQ4_0},
-    {3, "Q4_1", DType::kQ4_1},      {4, "Q4_2", std::nullopt},        {5, "Q4_3", std::nullopt},
-    {6, "Q5_0", DType::kQ5_0},      {7, "Q5_1", DType::kQ5_1},        {8, "Q8_0", DType::kQ8_0},
-    {9, "Q8_1", std::nullopt},      {10, "Q2_K", DType::kQ2_K},       {11, "Q3_K", DType::kQ3_K},
-    {12, "Q4_K", DType::kQ4_K},     {13, "Q5_K", DType::kQ5_K},       {14, "Q6_K", DType::kQ6_K},
-    {15, "Q8_K", std::nullopt},     {16, "IQ2_XXS", std::nullopt},    {17, "IQ2_XS", std::nullopt},
-    {18, "IQ3_XXS", std::nullopt},  {19, "IQ1_S", std::nullopt},      {20, "IQ4_NL", std::nullopt},
-    {21, "IQ3_S", std::nullopt},    {22, "IQ2_S", std::nullopt},      {23, "IQ4_XS", std::nullopt},
-    {24, "I8", std::nullopt},       {25, "I16", std::nullopt},        {26, "I32", std::nullopt},
-    {27, "I64", std::nullopt},      {28, "F64", std::nullopt},        {29, "IQ1_M", std::nullopt},
-    {30, "BF16", DType::kBF16},     {31, "Q4_0_4_4", std::nullopt},   {32, "Q4_0_4_8", std::nullopt},
-    {33, "Q4_0_8_8", std::nullopt}, {34, "TQ1_0", std::nullopt},      {35, "TQ2_0", std::nullopt},
+    {0, "F32", DType::kF32},          {1, "F16", DType::kF16},          {2, "Q4_0", DType::kQ4_0},
+    {3, "Q4_1", DType::kQ4_1},        {4, "Q4_2", std::nullopt},        {5, "Q4_3", std::nullopt},
+    {6, "Q5_0", DType::kQ5_0},        {7, "Q5_1", DType::kQ5_1},        {8, "Q8_0", DType::kQ8_0},
+    {9, "Q8_1", std::nullopt},        {10, "Q2_K", DType::kQ2_K},       {11, "Q3_K", DType::kQ3_K},
+    {12, "Q4_K", DType::kQ4_K},       {13, "Q5_K", DType::kQ5_K},       {14, "Q6_K", DType::kQ6_K},
+    {15, "Q8_K", std::nullopt},       {16, "IQ2_XXS", std::nullopt},    {17, "IQ2_XS", std::nullopt},
+    {18, "IQ3_XXS", std::nullopt},    {19, "IQ1_S", std::nullopt},      {20, "IQ4_NL", std::nullopt},
+    {21, "IQ3_S", std::nullopt},      {22, "IQ2_S", std::nullopt},      {23, "IQ4_XS", std::nullopt},
+    {24, "I8", std::nullopt},         {25, "I16", std::nullopt},        {26, "I32", std::nullopt},
+    {27, "I64", std::nullopt},        {28, "F64", std::nullopt},        {29, "IQ1_M", std::nullopt},
+    {30, "BF16", DType::kBF16},       {31, "Q4_0_4_4", std::nullopt},   {32, "Q4_0_4_8", std::nullopt},
+    {33, "Q4_0_8_8", std::nullopt},   {34, "TQ1_0", std::nullopt},      {35, "TQ2_0", std::nullopt},
     {36, "IQ4_NL_4_4", std::nullopt}, {37, "IQ4_NL_4_8", std::nullopt}, {38, "IQ4_NL_8_8", std::nullopt},
-    {39, "MXFP4", std::nullopt},    {40, "NVFP4", std::nullopt},      {41, "Q1_0", std::nullopt},
+    {39, "MXFP4", std::nullopt},      {40, "NVFP4", std::nullopt},      {41, "Q1_0", std::nullopt},
     {42, "Q2_0", std::nullopt},
 };
 
