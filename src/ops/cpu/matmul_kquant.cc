@@ -92,23 +92,60 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRowsK& out, const 
   }
 }
 
-// One weight super-block, unpacked: q[e] unsigned, w[e] = d * sc[e / 16] * q[e] - dmin * mn[e / 16].
+// One weight super-block, unpacked: q[e] unsigned, w[e] = d * sc[e / 16] * q[e] - dmin * mn[e / 16]. In the
+// SIMD builds scv[c] holds the scales of elements 32c..32c+31 as 16 int16 lanes (the first 8 lanes cover
+// the first 16 elements after maddubs), ready for madd / vpdpwssd.
 struct Unpacked {
   alignas(32) uint8_t q[kSuperBlock];
   alignas(32) int16_t sc[16];
   alignas(32) int16_t mn[16];
+  alignas(32) int16_t scv[8][16];
   float d, dmin;
-  bool pairs;  // sc and mn are equal within each 32 (q4_k, q5_k): one broadcast per 32 elements
 };
 
-void set_k4_scales(const uint8_t* s, Unpacked& u) {
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    unpack_k4_scale(s, j, &sc, &m);
-    u.sc[2 * j] = u.sc[2 * j + 1] = static_cast<int16_t>(sc);
-    u.mn[2 * j] = u.mn[2 * j + 1] = static_cast<int16_t>(m);
+#if defined(__AVX2__)
+// scv from sc[16] (a scale per 16 elements).
+void spread_scales(Unpacked& u) {
+  const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.sc));
+  // Each int32 lane holds one scale twice; a permute then puts scale 2c in lanes 0-3, 2c + 1 in lanes 4-7.
+  const __m256i lo = _mm256_unpacklo_epi16(v, v), hi = _mm256_unpackhi_epi16(v, v);
+  // unpack works within 128-bit halves: lo = sc 0-3 | 8-11, hi = sc 4-7 | 12-15 (each doubled).
+  const __m256i d0 = _mm256_permute2x128_si256(lo, hi, 0x20), d1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+  for (int c = 0; c < 8; ++c) {
+    const int a = (2 * c) % 8, b = (2 * c + 1) % 8;
+    const __m256i idx = _mm256_setr_epi32(a, a, a, a, b, b, b, b);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u.scv[c]), _mm256_permutevar8x32_epi32(c < 4 ? d0 : d1, idx));
   }
-  u.pairs = true;
+}
+#else
+void spread_scales(Unpacked&) {}
+#endif
+
+// q4_k / q5_k: eight six-bit scale/min pairs (base/quant.h's unpack_k4_scale), four at a time with 32-bit
+// masks: bytes 0-3 and 4-7 hold scales / mins 0-3 in their low six bits and the top two bits of 4-7.
+void set_k4_scales(const uint8_t* s, Unpacked& u) {
+  uint32_t a[3];
+  std::memcpy(a, s, 12);
+  const uint32_t sc_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+#if defined(__AVX2__)
+  const __m128i sc8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.mn),
+                     _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8)));
+  alignas(16) int16_t scs[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(scs), sc8);
+  for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(u.scv[c]), _mm256_set1_epi16(scs[c]));
+#else
+  const uint32_t sc_w[2] = {sc_lo, sc_hi}, m_w[2] = {m_lo, m_hi};
+  for (int j = 0; j < 8; ++j) {
+    const auto sc = static_cast<int16_t>((sc_w[j / 4] >> (8 * (j % 4))) & 0xff);
+    const auto m = static_cast<int16_t>((m_w[j / 4] >> (8 * (j % 4))) & 0xff);
+    u.sc[2 * j] = u.sc[2 * j + 1] = sc;
+    u.mn[2 * j] = u.mn[2 * j + 1] = m;
+  }
+#endif
 }
 
 #if defined(__AVX2__)
@@ -163,11 +200,17 @@ void unpack(const BlockQ5_K& b, Unpacked& u) {
 
 void unpack(const BlockQ6_K& b, Unpacked& u) {
   u.d = u.dmin = f16_to_f32(b.d);
+#if defined(__AVX2__)
+  const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.sc), sc);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.mn), _mm256_slli_epi16(sc, 5));  // 32 sc
+  spread_scales(u);
+#else
   for (int g = 0; g < 16; ++g) {
     u.sc[g] = b.scales[g];
     u.mn[g] = static_cast<int16_t>(32 * b.scales[g]);
   }
-  u.pairs = false;
+#endif
 #if defined(__AVX2__)
   const __m256i lo4 = _mm256_set1_epi8(0x0f), lo2 = _mm256_set1_epi8(0x03);
   for (int h = 0; h < 2; ++h) {
@@ -208,7 +251,7 @@ void unpack(const BlockQ2_K& b, Unpacked& u) {
     u.sc[g] = static_cast<int16_t>(b.scales[g] & 15);
     u.mn[g] = static_cast<int16_t>(b.scales[g] >> 4);
   }
-  u.pairs = false;
+  spread_scales(u);
   unpack_crumbs(b.qs, u.q);
 }
 
@@ -220,7 +263,7 @@ void unpack(const BlockQ3_K& b, Unpacked& u) {
     u.sc[g] = static_cast<int16_t>(sc[g] - 32);
     u.mn[g] = static_cast<int16_t>(4 * (sc[g] - 32));  // q3_k's q - 4 as q with a min of 4 sc
   }
-  u.pairs = false;
+  spread_scales(u);
   unpack_crumbs(b.qs, u.q);
 #if defined(__AVX2__)
   const __m256i h = load32(b.hmask);
@@ -234,25 +277,34 @@ void unpack(const BlockQ3_K& b, Unpacked& u) {
 #endif
 }
 
-// dot(unpacked super-block, one activation block): the formula of the file comment.
-inline float block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs) {
+// dot(unpacked super-block, one activation block), the formula of the file comment, added to a row's
+// accumulator. The AVX2 accumulator is 8 float lanes, summed once per output (no horizontal sum per block).
 #if defined(__AVX2__)
-  __m256i acc = _mm256_setzero_si256();
+using Acc = __m256;
+inline Acc acc_zero() { return _mm256_setzero_ps(); }
+inline float acc_total(Acc a) { return hsum(a); }
+inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
+  __m256i isum = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
     const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * c)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-    const __m256i s = u.pairs ? _mm256_set1_epi16(u.sc[2 * c])
-                              : _mm256_set_m128i(_mm_set1_epi16(u.sc[2 * c + 1]), _mm_set1_epi16(u.sc[2 * c]));
+    const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scv[c]));
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    acc = _mm256_dpwssd_epi32(acc, p, s);
+    isum = _mm256_dpwssd_epi32(isum, p, s);
 #else
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
 #endif
   }
-  const int32_t isum = hsum_epi32(acc);
-  const int32_t msum = hsum_epi32(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
-                                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs))));
+  const __m256i msum = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(xd * u.d), _mm256_cvtepi32_ps(isum), acc);
+  acc = _mm256_fnmadd_ps(_mm256_set1_ps(xd * u.dmin), _mm256_cvtepi32_ps(msum), acc);
+}
 #else
+using Acc = float;
+inline Acc acc_zero() { return 0.0f; }
+inline float acc_total(Acc a) { return a; }
+inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
   int32_t isum = 0, msum = 0;
   for (int g = 0; g < 16; ++g) {
     int32_t dot = 0;
@@ -260,9 +312,9 @@ inline float block_dot(const Unpacked& u, const int8_t* xq, float xd, const int1
     isum += u.sc[g] * dot;
     msum += u.mn[g] * xs[g];
   }
-#endif
-  return xd * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(msum));
+  acc += xd * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(msum));
 }
+#endif
 
 template <typename B>
 void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
@@ -275,16 +327,20 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
       Unpacked u;
-      float acc[kRowBlock] = {};
+      Acc acc[kRowBlock];
+      for (int64_t r = r0; r < r1; ++r) acc[r - r0] = acc_zero();
       for (int64_t b = 0; b < nb; ++b) {
         unpack(w[i * nb + b], u);
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t blk = r * nb + b;
-          acc[r - r0] +=
-              block_dot(u, xq.q.data() + blk * kSuperBlock, xq.d[static_cast<size_t>(blk)], xq.s.data() + blk * 16);
+          block_dot(u, xq.q.data() + blk * kSuperBlock, xq.d[static_cast<size_t>(blk)], xq.s.data() + blk * 16,
+                    acc[r - r0]);
         }
       }
-      for (int64_t r = r0; r < r1; ++r) out[r * m + i] = bias ? acc[r - r0] + bias[i] : acc[r - r0];
+      for (int64_t r = r0; r < r1; ++r) {
+        const float v = acc_total(acc[r - r0]);
+        out[r * m + i] = bias ? v + bias[i] : v;
+      }
     }
   }
 }
