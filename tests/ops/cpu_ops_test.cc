@@ -1,5 +1,6 @@
 // The cpu backend gives every activation row the same bits whatever batch it arrives in: decode batches are
 // padded to graph buckets, and a single sequence must not change its greedy output because others joined it.
+// Every weight type, including a partial pair of blocks (the scalar tail of the 32-element kernels).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -48,8 +49,10 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
   const DType dtype = GetParam();
   // 37 weight rows (a partial tile of four), k = 5 quant blocks = 160: an odd block and, for the dense
   // kernels, a 16-wide main loop with no 8-wide remainder; k = 168 adds the 8-wide and scalar tails.
-  for (int64_t k : {int64_t{160}, int64_t{168}}) {
-    if ((dtype == DType::kQ8_0 || dtype == DType::kQ4_0) && k % 32 != 0) continue;
+  // K-quants: 1 and 2 super-blocks.
+  for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{256}, int64_t{512}}) {
+    const int block = dtype_info(dtype).block_elems;
+    if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
     const int64_t m = 37, n = 9;
     Rng rng(7 + static_cast<uint64_t>(k));
     std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
@@ -59,6 +62,20 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
     ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
     Tensor wt = make(dtype, {m, k}, stored.data());
     std::vector<float> batched = matmul(x, n, k, wt, m);
+    // And the batch is right: against the stored weights widened to f32 (activations are quantised to 8 bits).
+    std::vector<float> wf(w.size());
+    ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
+    double err = 0, sig = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < m; ++i) {
+        double want = 0;
+        for (int64_t j = 0; j < k; ++j) want += double(wf[i * k + j]) * x[r * k + j];
+        const double got = batched[r * m + i];
+        err += (got - want) * (got - want);
+        sig += want * want;
+      }
+    }
+    EXPECT_LT(err / sig, 2e-3) << dtype_name(dtype) << " k=" << k;
     for (int64_t r = 0; r < n; ++r) {
       std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
       std::vector<float> alone = matmul(row, 1, k, wt, m);
@@ -69,7 +86,9 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMul,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                                           DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -58,24 +58,8 @@ Result<Isa> resolve(Isa isa) {
   return isa;
 }
 
-// Weight types with a cpu kernel; the others (q4_1, q5_0, q5_1) are declined so the model runner widens them.
-bool weight_supported(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+// Every storage type has a cpu matmul kernel.
+bool weight_supported(DType t) { return t != DType::kI32; }
 bool is_kquant(DType t) { return dtype_info(t).block_elems == kSuperBlock; }
 bool cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
@@ -116,7 +100,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
           TS_CPU_CALL(attention_decode);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
-          if (o.w.dtype == DType::kQ8_0 || o.w.dtype == DType::kQ4_0) {
+          if (dtype_info(o.w.dtype).block_elems == kQuantBlock) {
             TS_CPU_CALL(matmul_quant);
           } else if (is_kquant(o.w.dtype)) {
             TS_CPU_CALL(matmul_kquant);

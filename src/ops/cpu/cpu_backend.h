@@ -5,9 +5,9 @@
 // (AVX2/FMA/F16C) and generic (portable loops). `--cpu-isa` / TESSERA_CPU_ISA (auto|avx512|avx2|generic)
 // forces one; forcing a variant this processor cannot run is an error, never a crash. The device's name
 // says which variant runs. f32 products with many rows go to OpenBLAS; work is split over OpenMP threads
-// (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16 and the GGUF block types
-// q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k (integer dot products against activations quantised to int8;
-// q4_1 / q5_0 / q5_1 are declined and widened by the model runner). KV cache: f32 or f16.
+// (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16 and every GGUF block type
+// of base/quant.h (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k: integer dot products against activations
+// quantised once per row to int8). KV cache: f32 or f16.
 //
 // Thread-safety: as backend.h. Each Stream runs its operators on the calling thread plus the OpenMP team.
 #pragma once

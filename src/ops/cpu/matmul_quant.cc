@@ -1,11 +1,14 @@
-// Matrix products with GGUF q8_0 and q4_0 weights. The activation row is quantised once to int8 blocks
-// of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without VNNI
-// that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits)
-// and madd (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with
-// the two scales per block. Decode (a few activation rows) streams one weight row at a time; larger batches take weight
-// rows four at a time so the activation block is loaded once for four rows.
+// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1. The activation row is quantised
+// once to int8 blocks of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without
+// VNNI that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits) and madd
+// (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with the two
+// scales per block. Decode (a few activation rows) streams one weight row at a time; larger batches take weight rows
+// four at a time so the activation block is loaded once for four rows. The _1 types' minimum m adds m * xd * sum(x_q)
+// per block; the activation sums are computed once with the quantisation.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -21,11 +24,13 @@ constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: row-by-r
 struct QuantRows {
   std::vector<int8_t> q;  // n * k
   std::vector<float> d;   // n * k / 32
+  std::vector<float> s;   // n * k / 32: d * sum(q), for the weight types with a minimum
 };
 
 void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const Ctx& ctx) {
   out.q.resize(static_cast<size_t>(n * k));
   out.d.resize(static_cast<size_t>(n * k / kQuantBlock));
+  out.s.resize(static_cast<size_t>(n * k / kQuantBlock));
   const int64_t blocks = n * k / kQuantBlock;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 256)
   for (int64_t b = 0; b < blocks; ++b) {
@@ -52,6 +57,8 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
       const __m256i p8 =
           _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + b * kQuantBlock), p8);
+      out.s[static_cast<size_t>(b)] =
+          d * static_cast<float>(hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3))));
       continue;
     }
 #endif
@@ -60,9 +67,12 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out.d[static_cast<size_t>(b)] = d;
+    int sum = 0;
     for (int i = 0; i < kQuantBlock; ++i) {
       out.q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+      sum += out.q[static_cast<size_t>(b * kQuantBlock + i)];
     }
+    out.s[static_cast<size_t>(b)] = d * static_cast<float>(sum);
   }
 }
 
@@ -73,6 +83,25 @@ inline __m256i weights_i8(const BlockQ4_0& b) {
   const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
   return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+}
+// 0x10 in byte j where bit j of the 32-bit qh is set: each byte picks its qh byte, then tests its own bit.
+inline __m256i fifth_bits(const uint8_t* qh4) {
+  uint32_t h;
+  std::memcpy(&h, qh4, 4);
+  const __m256i pick =
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)), pick);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+inline __m256i weights_i8(const BlockQ4_1& b) { return nibbles(b.qs); }
+inline __m256i weights_i8(const BlockQ5_0& b) {
+  return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)), _mm256_set1_epi8(16));
+}
+inline __m256i weights_i8(const BlockQ5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 // 8 int32 partial sums of w . x as floats. VNNI's vpdpbusd multiplies u8 by s8 and sums groups of four
 // into int32 in one instruction, where AVX2 needs maddubs (to int16 pairs) and madd (to int32).
 inline __m256 dot_i8(__m256i w, __m256i x) {
@@ -89,23 +118,55 @@ inline float scale(uint16_t h) { return _cvtsh_ss(h); }
 inline float scale(uint16_t h) { return f16_to_f32(h); }
 #endif
 
-inline int weight_at(const BlockQ8_0& b, int i) { return b.qs[i]; }
-inline int weight_at(const BlockQ4_0& b, int i) {
-  const uint8_t byte = b.qs[i % 16];
-  return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
+// The 32 weights of a block as integers (the tail and the baseline build).
+inline void weights_of(const BlockQ8_0& b, int* w) {
+  for (int i = 0; i < 32; ++i) w[i] = b.qs[i];
+}
+inline void nibbles_of(const uint8_t* qs, int offset, int* w) {
+  for (int j = 0; j < 16; ++j) {
+    w[j] = (qs[j] & 0x0f) - offset;
+    w[j + 16] = (qs[j] >> 4) - offset;
+  }
+}
+inline void add_fifth_bits(const uint8_t* qh4, int* w) {
+  uint32_t h;
+  std::memcpy(&h, qh4, 4);
+  for (int i = 0; i < 32; ++i) w[i] += static_cast<int>((h >> i) & 1u) << 4;
+}
+inline void weights_of(const BlockQ4_0& b, int* w) { nibbles_of(b.qs, 8, w); }
+inline void weights_of(const BlockQ4_1& b, int* w) { nibbles_of(b.qs, 0, w); }
+inline void weights_of(const BlockQ5_0& b, int* w) {
+  nibbles_of(b.qs, 16, w);
+  add_fifth_bits(b.qh, w);
+}
+inline void weights_of(const BlockQ5_1& b, int* w) {
+  nibbles_of(b.qs, 0, w);
+  add_fifth_bits(b.qh, w);
+}
+
+// sum over blocks of m * xd * sum(x_q) for the types with a minimum; zero (and no work) for the others.
+template <typename B>
+float min_term(const B* w, int64_t nb, const float* xs) {
+  float s = 0.0f;
+  if constexpr (std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1>) {
+    for (int64_t b = 0; b < nb; ++b) s += scale(w[b].m) * xs[b];
+  }
+  return s;
 }
 
 // One block's contribution, in plain integer arithmetic (the tail and the baseline build).
 template <typename B>
 float block_dot(const B& blk, const int8_t* xq, float xd) {
+  int w[kQuantBlock];
+  weights_of(blk, w);
   int32_t acc = 0;
-  for (int i = 0; i < kQuantBlock; ++i) acc += weight_at(blk, i) * xq[i];
+  for (int i = 0; i < kQuantBlock; ++i) acc += w[i] * xq[i];
   return scale(blk.d) * xd * static_cast<float>(acc);
 }
 
 // dot(one weight row of `nb` blocks, x), two accumulators so consecutive blocks do not wait on each other.
 template <typename B>
-float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd) {
+float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd, const float* xs) {
   int64_t b = 0;
   float s = 0.0f;
 #if defined(__AVX2__)
@@ -121,13 +182,13 @@ float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd) {
   for (; b < nb; ++b) {
     s += block_dot(w[b], xq + b * kQuantBlock, xd[b]);
   }
-  return s;
+  return s + min_term(w, nb, xs);
 }
 
 // out[t] = dot(weight row t, x) for `rows` (<= 4) weight rows of `nb` blocks each, each summed in exactly the
 // order row_dot() uses, so a row's result does not depend on the batch size it was computed in.
 template <typename B>
-void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, float* out) {
+void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, const float* xs, float* out) {
 #if defined(__AVX2__)
   if (rows == kTile) {
     const B* r[4] = {w, w + nb, w + 2 * nb, w + 3 * nb};
@@ -147,12 +208,12 @@ void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* x
     for (int t = 0; t < 4; ++t) {
       float s = hsum(_mm256_add_ps(a[t], c[t]));
       for (int64_t e = b; e < nb; ++e) s += block_dot(r[t][e], xq + e * kQuantBlock, xd[e]);
-      out[t] = s;
+      out[t] = s + min_term(r[t], nb, xs);
     }
     return;
   }
 #endif
-  for (int64_t t = 0; t < rows; ++t) out[t] = row_dot(w + t * nb, nb, xq, xd);
+  for (int64_t t = 0; t < rows; ++t) out[t] = row_dot(w + t * nb, nb, xq, xd, xs);
 }
 
 template <typename B>
@@ -167,7 +228,7 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t r = 0; r < n; ++r) {
-        const float v = row_dot(w + i * nb, nb, xq.q.data() + r * k, xq.d.data() + r * nb);
+        const float v = row_dot(w + i * nb, nb, xq.q.data() + r * k, xq.d.data() + r * nb, xq.s.data() + r * nb);
         out[r * m + i] = bias ? v + bias[i] : v;
       }
     }
@@ -181,7 +242,7 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
       const int64_t i0 = t * kTile, rows = std::min(kTile, m - i0);
       float tmp[kTile];
       for (int64_t r = r0; r < r1; ++r) {
-        tile(w + i0 * nb, nb, rows, xq.q.data() + r * k, xq.d.data() + r * nb, tmp);
+        tile(w + i0 * nb, nb, rows, xq.q.data() + r * k, xq.d.data() + r * nb, xq.s.data() + r * nb, tmp);
         for (int64_t i = 0; i < rows; ++i) out[r * m + i0 + i] = bias ? tmp[i] + bias[i0 + i] : tmp[i];
       }
     }
@@ -197,6 +258,12 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     matmul_blocks<BlockQ8_0>(op, xq, ctx);
   } else if (op.w.dtype == DType::kQ4_0) {
     matmul_blocks<BlockQ4_0>(op, xq, ctx);
+  } else if (op.w.dtype == DType::kQ4_1) {
+    matmul_blocks<BlockQ4_1>(op, xq, ctx);
+  } else if (op.w.dtype == DType::kQ5_0) {
+    matmul_blocks<BlockQ5_0>(op, xq, ctx);
+  } else if (op.w.dtype == DType::kQ5_1) {
+    matmul_blocks<BlockQ5_1>(op, xq, ctx);
   } else {
     return unimplemented("cpu quantised matmul takes q8_0 or q4_0 weights");
   }
