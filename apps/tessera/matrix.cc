@@ -115,6 +115,16 @@ int run_matrix(const MatrixArgs& a) {
     auto d = ops::open_device(name, 0, ops::DeviceOptions{a.threads, ""});
     backends.push_back({name, d.ok() ? std::move(d).value() : nullptr, d.ok() ? "" : d.status().message()});
   }
+  // The cpu backend's other kernel variants this processor runs (the registry's "cpu" is the one auto picks).
+  if (auto chosen = ops::cpu::create_backend(); chosen.ok()) {
+    for (ops::cpu::Isa isa : ops::cpu::runnable_isas()) {
+      auto be = ops::cpu::create_backend(isa);
+      if (!be.ok()) continue;
+      auto d = (*be)->open_device_with(0, ops::DeviceOptions{a.threads, ""});
+      if (!d.ok() || ops::cpu::detected_isa().rfind(std::string(ops::cpu::isa_name(isa)), 0) == 0) continue;
+      backends.push_back({fmt::format("cpu({})", ops::cpu::isa_name(isa)), std::move(d).value(), ""});
+    }
+  }
   for (const char* known : {"ref", "cpu", "opencl", "cuda"}) {
     bool have = false;
     for (const Backend& b : backends) have = have || b.name == known;
