@@ -14,6 +14,8 @@
 // With a router, `tessera up` first starts the embedded control plane (`tessera ctrl`); every node registers
 // there and the router discovers them through it. Decode nodes get every prefill node as --prefill-nodes;
 // the router pairs them.
+// Every process gets the cluster token (--cluster-token-file): the given one, or a new one created in the run
+// folder with mode 0600 (docs/security.md).
 // cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
@@ -36,6 +38,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cluster_token.h"
 #include "commands.h"
 #include "http/http.h"
 #include "model_paths.h"
@@ -200,11 +203,14 @@ Status wait_healthy(const Child& c, int timeout_ms) {
 }
 
 // Until the router's node list (GET /admin/nodes) holds every url of `nodes`.
-Status wait_router_knows(const std::string& router, const std::vector<std::string>& nodes, int timeout_ms) {
+Status wait_router_knows(const std::string& router, const std::vector<std::string>& nodes, int timeout_ms,
+                         const ClusterToken& token) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t known = 0;
+  http::Headers headers;
+  http::add_cluster_token(headers, token);
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http::fetch({.url = router + "/admin/nodes", .timeout_ms = 1000});
+    auto r = http::fetch({.url = router + "/admin/nodes", .headers = headers, .timeout_ms = 1000});
     if (r.ok() && r->status == 401) return ok_status();  // an API key guards the list: rely on discovery
     if (r.ok() && r->status == 200) {
       known = 0;
@@ -237,7 +243,7 @@ void stop_all(std::vector<Child>& children) {
   }
 }
 
-int run_up(const std::string& spec_path, int router_port_override) {
+int run_up(const std::string& spec_path, int router_port_override, const std::string& token_file) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -252,9 +258,15 @@ int run_up(const std::string& spec_path, int router_port_override) {
   std::fflush(stdout);
   const std::string logs = fmt::format("{}/tessera-up-{}", std::filesystem::temp_directory_path().string(), getpid());
   std::filesystem::create_directories(logs);
+  // One credential per cluster: every child proves it to the others (control plane, /internal/pd, link).
+  const std::string token_path = token_file.empty() ? logs + "/cluster-token" : token_file;
+  auto token = token_file.empty() ? ClusterToken::create(token_path) : ClusterToken::load(token_path);
+  if (!token.ok()) return fail(token.status().with_context("cluster token").message());
+  const std::vector<std::string> token_flag = {"--cluster-token-file", token_path};
 
   std::vector<Child> children;
   auto start = [&](const std::string& name, std::vector<std::string> args, const std::vector<int>& cpus) -> Status {
+    args.insert(args.begin() + 1, token_flag.begin(), token_flag.end());
     auto c = spawn(name, args, cpus, logs + "/" + name + ".log");
     if (!c.ok()) return c.status();
     children.push_back(*c);
@@ -329,7 +341,7 @@ int run_up(const std::string& spec_path, int router_port_override) {
       endpoint = children.back().url;
       std::vector<std::string> all = front_urls;
       all.insert(all.end(), prefill_urls.begin(), prefill_urls.end());
-      st = wait_router_knows(endpoint, all, 30000);
+      st = wait_router_knows(endpoint, all, 30000, *token);
     }
   }
   if (!st.ok()) {
@@ -357,7 +369,10 @@ Action add_up_command(CLI::App& app) {
       app.add_subcommand("up", "Start a local cluster from a spec (default: prefill on cpu, decode on opencl)");
   cmd->add_option("spec", *spec, "Cluster spec (YAML); see deploy/local-mixed.yaml");
   cmd->add_option("--port", *port, "Router port (overrides the spec; 0: any free port)")->check(CLI::Range(0, 65535));
-  return [spec, port] { return run_up(*spec, *port); };
+  auto token_file = std::make_shared<std::string>();
+  cmd->add_option("--cluster-token-file", *token_file,
+                  "The cluster credential given to every process (default: a new one, mode 0600, in the run folder)");
+  return [spec, port, token_file] { return run_up(*spec, *port, *token_file); };
 }
 
 }  // namespace tessera::cli

@@ -16,7 +16,7 @@ constexpr int kWatchWaitMs = 1000;
 
 class EmbeddedStore final : public Store {
  public:
-  explicit EmbeddedStore(std::string base) : base_(std::move(base)) {}
+  EmbeddedStore(std::string base, StoreAuth auth) : base_(std::move(base)), auth_(std::move(auth)) {}
 
   Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
     TS_ASSIGN_OR_RETURN(json r, call("lease/grant", {{"ttl_ms", ttl.count()}}));
@@ -71,17 +71,34 @@ class EmbeddedStore final : public Store {
     req.url = base_ + "/v1/ctrl/" + op;
     req.body = body.dump();
     req.headers["Content-Type"] = "application/json";
+    http::add_cluster_token(req.headers, auth_.cluster_token);
+    req.tls_ca_file = auth_.tls_ca_file;
     req.timeout_ms = timeout_ms;
     auto resp = http::fetch(req);
     if (!resp.ok()) return resp.status().with_context(fmt::format("ctrl store {}", base_));
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) return data_loss(fmt::format("ctrl store {} answered {} with non-JSON", base_, op));
     if (resp->status == 200) return j;
-    std::string msg = j.is_object() ? j.value("error", "") : "";
-    if (resume && j.is_object()) *resume = j.value("revision", int64_t{0});
+    // {"error": "..."} from the store itself; {"error": {"message": ...}} from the credential guard.
+    std::string msg;
+    if (j.is_object() && j.contains("error")) {
+      const json& e = j["error"];
+      if (e.is_string()) {
+        msg = e.get<std::string>();
+      } else if (e.is_object() && e.contains("message") && e["message"].is_string()) {
+        msg = e["message"].get<std::string>();
+      }
+    }
+    if (resume && j.is_object() && j.contains("revision") && j["revision"].is_number_integer()) {
+      *resume = j["revision"].get<int64_t>();
+    }
     switch (resp->status) {
       case 400:
         return invalid_argument(msg);
+      case 401:
+        return unauthenticated(fmt::format("ctrl store {}: {} (give --cluster-token-file)", base_, msg));
+      case 403:
+        return permission_denied(fmt::format("ctrl store {}: {}", base_, msg));
       case 404:
         return not_found(msg);
       case 410:
@@ -94,14 +111,15 @@ class EmbeddedStore final : public Store {
   }
 
   std::string base_;
+  const StoreAuth auth_;
 };
 
 }  // namespace
 
-std::unique_ptr<Store> make_embedded_store(const std::string& endpoint) {
+std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth) {
   std::string base = endpoint;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  return std::make_unique<EmbeddedStore>(base);
+  return std::make_unique<EmbeddedStore>(base, auth);
 }
 
 }  // namespace tessera::ctrl

@@ -318,9 +318,11 @@ struct PdService::Impl {
                    {"offset", *offset},
                    {"tag", tag},
                    {"model", model_json()}};
+      http::Headers headers{{"Content-Type", "application/json"}};
+      http::add_cluster_token(headers, options.cluster_token);
       auto r = http::fetch({.method = "POST",
                             .url = url + "/internal/pd/prefill",
-                            .headers = {{"Content-Type", "application/json"}},
+                            .headers = std::move(headers),
                             .body = body.dump(),
                             .timeout_ms = options.transfer_timeout_ms});
       if (!r.ok()) {
@@ -386,6 +388,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
                 : options.agent_name;
   ao.endpoints = options.link_endpoints;
+  ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
   if (options.role == "decode") {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
@@ -406,14 +409,20 @@ PdStats PdService::stats() const {
 
 void PdService::register_routes(http::Server& server) {
   Impl* d = impl_.get();
-  server.route("GET", "/internal/pd/info", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    w->send(200,
+  const ClusterToken& token = d->options.cluster_token;
+  server.route(
+      "GET", "/internal/pd/info",
+      http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+        w->send(
+            200,
             json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
-  });
+      }));
   if (d->options.role == "prefill" || d->options.role == "both") {
-    server.route("POST", "/internal/pd/prefill", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-      d->handle_prefill(r, std::move(w));
-    });
+    server.route(
+        "POST", "/internal/pd/prefill",
+        http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+          d->handle_prefill(r, std::move(w));
+        }));
   }
 }
 
