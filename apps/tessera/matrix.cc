@@ -26,6 +26,7 @@
 #include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "model/loader.h"
+#include "model_paths.h"
 #include "ops/conformance/conformance.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
@@ -170,8 +171,8 @@ int run_matrix(const MatrixArgs& a) {
   }
 
   // Models x backends.
-  const std::string model_dir =
-      a.model_dir.empty() ? std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K" : a.model_dir;
+  auto bundled = default_model_dir();
+  const std::string model_dir = !a.model_dir.empty() ? a.model_dir : bundled.ok() ? *bundled : "models/stories260K";
   const char* kModelDtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
   std::vector<std::vector<ModelCheck>> model_rows(std::size(kModelDtypes), std::vector<ModelCheck>(backends.size()));
   auto model = model::load_model(model_dir);
