@@ -54,7 +54,9 @@ void add_matmul(std::vector<Case>& cases) {
     std::vector<std::pair<int64_t, int64_t>> shapes;
     if (block <= 32) shapes.assign(std::begin(block_shapes), std::end(block_shapes));
     if (block == kSuperBlockElems || w == DType::kQ8_0 || w == DType::kQ4_0)
-      shapes.insert(shapes.end(), std::begin(super_shapes), std::end(super_shapes));
+      for (auto sh : super_shapes) {
+        if (std::find(shapes.begin(), shapes.end(), sh) == shapes.end()) shapes.push_back(sh);
+      }
     if (!quant) shapes.insert(shapes.end(), std::begin(odd_shapes), std::end(odd_shapes));
     for (auto [k, m] : shapes) {
       for (int64_t n : {1, 2, 3, 5, 8, 16, 33, 64}) {
