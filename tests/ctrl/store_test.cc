@@ -232,3 +232,53 @@ TEST(EmbeddedServerTest, MountsOnAnExistingHttpServer) {
 
 }  // namespace
 }  // namespace tessera::ctrl
+
+namespace tessera::ctrl {
+namespace {
+
+ClusterToken token(char c) { return std::move(ClusterToken::from_secret(std::string(40, c))).value(); }
+
+// With a cluster token the store refuses every operation from a caller without it (issue 20: anyone who
+// reached the port could read the membership, register a node, or delete real ones).
+TEST(EmbeddedServerAuth, OperationsWithoutTheTokenAreRefusedAndChangeNothing) {
+  EmbeddedServer store(SteadyClock::instance(), token('t'));
+  ASSERT_TRUE(store.start("127.0.0.1", 0).ok());
+  const std::string url = fmt::format("http://127.0.0.1:{}", store.port());
+  auto member = std::move(make_store("embedded", url, {.cluster_token = token('t')})).value();
+  ASSERT_TRUE(member->put("/tessera/nodes/real", "{\"address\":\"http://127.0.0.1:1\"}").ok());
+
+  for (const ClusterToken& t : {ClusterToken(), token('x')}) {
+    auto outsider = std::move(make_store("embedded", url, {.cluster_token = t})).value();
+    const StatusCode want = t.configured() ? StatusCode::kPermissionDenied : StatusCode::kUnauthenticated;
+    EXPECT_EQ(outsider->put("/tessera/nodes/fake", "{}").code(), want);
+    EXPECT_EQ(outsider->remove("/tessera/nodes/real").code(), want);
+    EXPECT_EQ(outsider->range("/tessera/").status().code(), want);
+    EXPECT_EQ(outsider->grant_lease(std::chrono::milliseconds(5000)).status().code(), want);
+    EXPECT_EQ(outsider->watch("/tessera/", [](const std::vector<WatchEvent>&, const Status&) {}).status().code(),
+              want);
+  }
+  // Raw requests too: 401 without the header, 403 with a wrong one.
+  for (const char* op : {"kv/put", "kv/delete", "kv/range", "lease/grant", "watch"}) {
+    auto r = http::fetch({.method = "POST", .url = url + "/v1/ctrl/" + op, .body = "{}"});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 401) << op;
+    r = http::fetch({.method = "POST",
+                     .url = url + "/v1/ctrl/" + op,
+                     .headers = {{std::string(kClusterTokenHeader), std::string(40, 'y')}},
+                     .body = "{}"});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 403) << op;
+  }
+  auto kvs = member->range("/tessera/");
+  ASSERT_TRUE(kvs.ok());
+  ASSERT_EQ(kvs->size(), 1u);
+  EXPECT_EQ((*kvs)[0].key, "/tessera/nodes/real");
+  // /health stays open for supervisors.
+  auto health = http::fetch({.url = url + "/health"});
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(health->status, 200);
+  store.stop();
+}
+
+}  // namespace
+}  // namespace tessera::ctrl
