@@ -1,6 +1,8 @@
 // `tessera serve`: one node serving the OpenAI API from one model on one backend.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <pthread.h>
 #include <signal.h>
 
@@ -79,6 +81,10 @@ int run_serve(const ServeArgs& a) {
   if (!store_auth.ok()) return fail(store_auth.status().message());
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
+  // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
+  std::fprintf(stderr, "tessera serve: loaded %s (%s), tokenizer %s\n",
+               std::filesystem::absolute(model->checkpoint_path).lexically_normal().c_str(), model->format.c_str(),
+               std::filesystem::absolute(model->tokenizer_path).lexically_normal().c_str());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
   auto device = ops::open_device(a.backend, 0, dopts);

@@ -2,7 +2,8 @@
 // every process is healthy, prints the endpoint, and stops everything on Ctrl-C or SIGTERM.
 //
 // Spec (YAML):
-//   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
+//   model: ../models/stories260K            # directory (or checkpoint file + tokenizer:); relative paths are
+//                                           # read against the spec's folder, then the working directory
 //   chat_template: plain                    # passed to the nodes
 //   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node;
 //                                                   # args: [...] adds `tessera route` flags
@@ -40,6 +41,7 @@
 #include "base/cluster_token.h"
 #include "commands.h"
 #include "http/http.h"
+#include "model_paths.h"
 #include "ops/registry.h"
 
 namespace tessera::cli {
@@ -70,7 +72,7 @@ struct Child {
 
 Result<ClusterSpec> default_spec() {
   ClusterSpec s;
-  s.model = std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
+  TS_ASSIGN_OR_RETURN(s.model, default_model_dir());
   const bool opencl = ops::open_device("opencl").ok();
   s.nodes.push_back({"prefill-0", "prefill", "cpu", 1, {0}, {}});
   s.nodes.push_back({"decode-0", "decode", opencl ? "opencl" : "ref", 1, {1}, {}});
@@ -88,8 +90,19 @@ Result<ClusterSpec> load_spec(const std::string& path) {
       return invalid_argument(fmt::format("{}: this plan cannot be launched here: {}", path,
                                           y["launch_note"] ? y["launch_note"].as<std::string>() : "no reason given"));
     }
-    s.model = y["model"] ? y["model"].as<std::string>() : std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
-    if (y["tokenizer"]) s.tokenizer = y["tokenizer"].as<std::string>();
+    const std::string spec_dir = std::filesystem::path(path).parent_path().string();
+    if (y["model"]) {
+      auto m = resolve_path(y["model"].as<std::string>(), spec_dir);
+      if (!m.ok()) return m.status().with_context(fmt::format("{}: model", path));
+      s.model = *m;
+    } else {
+      TS_ASSIGN_OR_RETURN(s.model, default_model_dir());
+    }
+    if (y["tokenizer"]) {
+      auto t = resolve_path(y["tokenizer"].as<std::string>(), spec_dir);
+      if (!t.ok()) return t.status().with_context(fmt::format("{}: tokenizer", path));
+      s.tokenizer = *t;
+    }
     if (y["chat_template"]) s.chat_template = y["chat_template"].as<std::string>();
     if (y["router"]) {
       if (y["router"].IsScalar()) {
@@ -240,6 +253,9 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
   auto spec = spec_path.empty() ? default_spec() : load_spec(spec_path);
   if (!spec.ok()) return fail(spec.status().message());
   if (router_port_override >= 0) spec->router_port = router_port_override;
+  std::printf("tessera up: model %s%s%s\n", spec->model.c_str(), spec->tokenizer.empty() ? "" : ", tokenizer ",
+              spec->tokenizer.c_str());
+  std::fflush(stdout);
   const std::string logs = fmt::format("{}/tessera-up-{}", std::filesystem::temp_directory_path().string(), getpid());
   std::filesystem::create_directories(logs);
   // One credential per cluster: every child proves it to the others (control plane, /internal/pd, link).

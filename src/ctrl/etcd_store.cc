@@ -18,6 +18,7 @@ using nlohmann::json;
 
 constexpr int kRequestTimeoutMs = 5000;
 constexpr int kWatchWaitMs = 1000;
+constexpr size_t kMaxWatchBuffer = 64 << 20;  // one watch message is far smaller
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -70,6 +71,29 @@ int64_t to_i64(const json& j, const char* key) {
   return 0;
 }
 
+// A string field, or "" when absent or not a string (etcd's answers are untrusted input: a wrong type must
+// not throw on the watch thread).
+std::string str_of(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The array under `key`, or an empty one.
+const json& array_of(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  if (!j.is_object()) return kEmpty;
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
+// The object under `key`, or `j` itself when there is none (etcd wraps some answers in "result").
+const json& result_of(const json& j) {
+  if (!j.is_object()) return j;
+  auto it = j.find("result");
+  return it != j.end() && it->is_object() ? *it : j;
+}
+
 // The end of the key range holding every key with this prefix (etcd's convention).
 std::string prefix_end(std::string prefix) {
   while (!prefix.empty()) {
@@ -83,9 +107,10 @@ std::string prefix_end(std::string prefix) {
 }
 
 Result<KeyValue> kv_from_etcd(const json& j) {
+  if (!j.is_object()) return data_loss("etcd sent a key-value that is not an object");
   KeyValue kv;
-  TS_ASSIGN_OR_RETURN(kv.key, b64_decode(j.value("key", "")));
-  TS_ASSIGN_OR_RETURN(kv.value, b64_decode(j.value("value", "")));
+  TS_ASSIGN_OR_RETURN(kv.key, b64_decode(str_of(j, "key")));
+  TS_ASSIGN_OR_RETURN(kv.value, b64_decode(str_of(j, "value")));
   kv.mod_revision = to_i64(j, "mod_revision");
   kv.lease = LeaseId{to_i64(j, "lease")};
   return kv;
@@ -149,7 +174,7 @@ class EtcdStore final : public Store {
   Status keep_alive(LeaseId lease) override {
     TS_ASSIGN_OR_RETURN(json r, call("/v3/lease/keepalive", {{"ID", static_cast<int64_t>(lease)}}));
     // One keep-alive response; an expired lease answers with TTL 0 (or no TTL at all).
-    const json& res = r.contains("result") ? r.at("result") : r;
+    const json& res = result_of(r);
     if (to_i64(res, "TTL") <= 0)
       return not_found(fmt::format("etcd lease {} has expired", static_cast<int64_t>(lease)));
     return ok_status();
@@ -190,12 +215,12 @@ class EtcdStore final : public Store {
     TS_ASSIGN_OR_RETURN(
         json r, call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}}));
     std::vector<KeyValue> out;
-    for (const json& kv : r.value("kvs", json::array())) {
+    for (const json& kv : array_of(r, "kvs")) {
       TS_ASSIGN_OR_RETURN(KeyValue k, kv_from_etcd(kv));
       out.push_back(std::move(k));
     }
     std::sort(out.begin(), out.end(), [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
-    *revision = r.contains("header") ? to_i64(r.at("header"), "revision") : 0;
+    *revision = r.is_object() && r.contains("header") ? to_i64(r.at("header"), "revision") : 0;
     return out;
   }
 
@@ -218,22 +243,28 @@ class EtcdStore final : public Store {
     std::string buf;
     auto r = http::fetch_streaming(req, [&](std::string_view chunk) {
       buf.append(chunk);
+      if (buf.size() > kMaxWatchBuffer) {
+        stream_error = data_loss("etcd watch: an unterminated message larger than 64 MiB");
+        return false;
+      }
       for (const json& msg : take_objects(buf)) {
+        if (!msg.is_object()) continue;
         if (msg.contains("error")) {
           stream_error = unavailable(fmt::format("etcd watch: {}", msg.at("error").dump()));
           return false;
         }
-        const json& res = msg.contains("result") ? msg.at("result") : msg;
+        const json& res = result_of(msg);
         if (int64_t compact = to_i64(res, "compact_revision"); compact > 0) {
           *resume = compact - 1;
           stream_error = out_of_range(fmt::format("etcd compacted history to revision {}; re-read", compact));
           return false;
         }
-        for (const json& e : res.value("events", json::array())) {
-          auto kv = kv_from_etcd(e.value("kv", json::object()));
+        for (const json& e : array_of(res, "events")) {
+          if (!e.is_object() || !e.contains("kv")) continue;
+          auto kv = kv_from_etcd(e.at("kv"));
           if (!kv.ok()) continue;
           WatchEvent ev;
-          ev.type = e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
+          ev.type = str_of(e, "type") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
           ev.kv = std::move(*kv);
           out.revision = std::max(out.revision, ev.kv.mod_revision);
           out.events.push_back(std::move(ev));
@@ -292,7 +323,8 @@ class EtcdStore final : public Store {
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) return data_loss(fmt::format("etcd {} answered {} with non-JSON", base_, path));
     if (resp->status == 200 && !j.contains("error")) return j;
-    std::string msg = j.is_object() ? j.value("message", j.value("error", std::string())) : resp->body;
+    std::string msg = j.is_object() ? str_of(j, "message") : resp->body.substr(0, 200);
+    if (msg.empty()) msg = j.is_object() && j.contains("error") ? j.at("error").dump() : resp->body.substr(0, 200);
     int code = j.is_object() ? static_cast<int>(to_i64(j, "code")) : 0;
     if (code == 5 || msg.find("not found") != std::string::npos) return not_found(fmt::format("etcd: {}", msg));
     if (code == 3) return invalid_argument(fmt::format("etcd: {}", msg));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -23,6 +24,10 @@
 
 namespace tessera::router {
 namespace {
+
+constexpr int kProbeThreads = 8;                 // health probes in flight at once, whatever the node count
+constexpr size_t kModelsFanout = 16;             // nodes asked for /v1/models at once
+constexpr int64_t kMaxReportedTokens = 1 << 24;  // a node's completion_tokens beyond this is not believed
 
 using json = nlohmann::json;
 using SteadyTime = std::chrono::steady_clock;
@@ -95,6 +100,7 @@ struct Gateway::Impl {
   std::condition_variable health_cv;
   bool health_stop = false;  // GUARDED_BY(health_mu)
   std::thread health_thread;
+  WorkerPool probe_pool{kProbeThreads, std::numeric_limits<size_t>::max()};  // health probes (health_loop)
 
   Impl(GatewayOptions o, std::unique_ptr<Strategy> s)
       : options(std::move(o)),
@@ -293,9 +299,13 @@ struct Gateway::Impl {
     }
     int64_t generated = 0;
     if (r->status == 200) {
+      // The node's count feeds its load estimate: a non-number or an absurd value is ignored, not trusted.
       json j = json::parse(r->body, nullptr, false);
       if (j.is_object() && j.contains("usage") && j["usage"].is_object()) {
-        generated = j["usage"].value("completion_tokens", int64_t{0});
+        const json& n = j["usage"]["completion_tokens"];
+        if (n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() <= kMaxReportedTokens) {
+          generated = n.get<int64_t>();
+        }
       }
     }
     note_outcome(url, c.reserved_tokens, generated, outcome_of(r->status));
@@ -484,21 +494,25 @@ struct Gateway::Impl {
   void handle_models(const WriterPtr& w) {
     auto task = [this, w] {
       std::vector<NodeSnapshot> nodes = registry.candidates();
-      std::vector<std::future<Result<http::Response>>> answers;
-      for (const auto& n : nodes) {
-        answers.push_back(std::async(std::launch::async, [this, url = n.url] {
-          http::ClientRequest req;
-          http::add_cluster_token(req.headers, options.cluster_token);
-          req.tls_ca_file = options.upstream_tls_ca_file;
-          req.url = url + "/v1/models";
-          req.timeout_ms = 2000;
-          return http::fetch(req);
-        }));
+      // At most kModelsFanout nodes asked at once: the router's thread count must not grow with the fleet.
+      std::vector<Result<http::Response>> answers;
+      for (size_t at = 0; at < nodes.size(); at += kModelsFanout) {
+        std::vector<std::future<Result<http::Response>>> batch;
+        for (size_t i = at; i < std::min(nodes.size(), at + kModelsFanout); ++i) {
+          batch.push_back(std::async(std::launch::async, [this, url = nodes[i].url] {
+            http::ClientRequest req;
+            http::add_cluster_token(req.headers, options.cluster_token);
+            req.tls_ca_file = options.upstream_tls_ca_file;
+            req.url = url + "/v1/models";
+            req.timeout_ms = 2000;
+            return http::fetch(req);
+          }));
+        }
+        for (auto& f : batch) answers.push_back(f.get());
       }
       json data = json::array();
       std::set<std::string> seen;
-      for (auto& f : answers) {
-        auto r = f.get();
+      for (auto& r : answers) {
         if (!r.ok() || r->status != 200) continue;
         json j = json::parse(r->body, nullptr, false);
         if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) continue;
@@ -575,20 +589,21 @@ struct Gateway::Impl {
 
   // ---- health probes --------------------------------------------------------------------------------------
 
+  // Probes run on a fixed pool (kProbeThreads): a thread per due probe made the router's thread count grow
+  // with the registered nodes (800 fake nodes: 72 -> 872 threads). A node is probed again only after its
+  // last probe finished (the registry marks it), so the queue holds at most one probe per node.
   void health_loop() {
-    std::vector<std::future<void>> running;
     std::unique_lock lock(health_mu);
     while (!health_stop) {
       lock.unlock();
-      std::erase_if(running, [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
       for (const std::string& url : registry.due_probes()) {
-        running.push_back(std::async(std::launch::async, [this, url] { probe(url); }));
+        if (!probe_pool.submit([this, url] { probe(url); })) registry.probe_result(url, false, 0);
       }
       lock.lock();
       health_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return health_stop; });
     }
     lock.unlock();
-    for (auto& f : running) f.wait();
+    probe_pool.drop_queued();
   }
 
   // A node added without a role (--nodes, the admin API) says what it is on GET /internal/pd/info; a node

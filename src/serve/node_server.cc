@@ -390,6 +390,10 @@ struct NodeServer::Impl {
       options.pd->generate(
           std::move(gen), on_out,
           [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
+            if (!id.ok() && id.status().code() == StatusCode::kCancelled) {
+              metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
+              return call->writer->end();
+            }
             if (!id.ok()) return fail_submit(call, endpoint, id.status());
             std::lock_guard<std::mutex> lock(handle->mu);
             handle->id = *id;
@@ -479,6 +483,12 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "tessera_pd_kv_bytes_total {}\n"
           "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
           "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
+          "# HELP tessera_pd_cancelled_total Requests whose client left before their prompt was prefilled\n"
+          "# TYPE tessera_pd_cancelled_total counter\ntessera_pd_cancelled_total {}\n"
+          "# HELP tessera_pd_breaker_opened_total Times a prefill node's breaker opened (timeouts or errors)\n"
+          "# TYPE tessera_pd_breaker_opened_total counter\ntessera_pd_breaker_opened_total {}\n"
+          "# HELP tessera_pd_breaker_skipped_total Prefill calls not sent because the node's breaker was open\n"
+          "# TYPE tessera_pd_breaker_skipped_total counter\ntessera_pd_breaker_skipped_total {}\n"
           "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
           "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
           "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
@@ -492,9 +502,9 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_kv_active_seconds_total counter\ntessera_pd_kv_active_seconds_total {}\n"
           "# HELP tessera_pd_kv_verify_seconds_total Checksumming and copying received KV out of staging\n"
           "# TYPE tessera_pd_kv_verify_seconds_total counter\ntessera_pd_kv_verify_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
-          p.deferred_reservations, p.prefill_compute_seconds, p.kv_exposed_seconds, p.kv_active_seconds,
-          p.kv_verify_seconds);
+          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
+          p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
+          p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

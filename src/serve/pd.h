@@ -51,6 +51,9 @@ struct PdStats {
   uint64_t router_choice = 0;  // remote prefills done on the prefill node the router named (x-tessera-prefill-node)
   uint64_t kv_bytes = 0;       // KV bytes received
   uint64_t checksum_mismatches = 0;
+  uint64_t cancelled = 0;              // the client left before the prompt was prefilled (not a fallback)
+  uint64_t breaker_opened = 0;         // a prefill node's breaker opened (prefill_breaker.h)
+  uint64_t breaker_skipped = 0;        // times a request did not wait on a prefill node with an open breaker
   uint64_t deferred_reservations = 0;  // KV blocks could not be reserved up front; allocated at import instead
   double transfer_seconds = 0;         // time from the prefill call to the KV being imported
   // Where that time goes, summed over remote requests (the prefill node reports its part in its reply):
