@@ -7,18 +7,19 @@
 
 namespace tessera::cli {
 
-Result<ClusterToken> cluster_token_from_flag(const std::string& path, std::string_view command,
-                                             std::string_view planes) {
-  if (path.empty()) {
-    std::fprintf(stderr,
-                 "tessera %.*s: warning: no --cluster-token-file: %.*s accept anyone who can reach them "
-                 "(fine for a single-user machine; see docs/security.md)\n",
-                 static_cast<int>(command.size()), command.data(), static_cast<int>(planes.size()), planes.data());
-    return ClusterToken();
-  }
+Result<ClusterToken> cluster_token_from_flag(const std::string& path) {
+  if (path.empty()) return ClusterToken();
   auto token = ClusterToken::load(path);
   if (!token.ok()) return token.status().with_context("--cluster-token-file");
   return token;
+}
+
+void warn_if_open(const ClusterToken& token, std::string_view command, std::string_view planes) {
+  if (token.configured()) return;
+  std::fprintf(stderr,
+               "tessera %.*s: warning: no --cluster-token-file: %.*s accept anyone who can reach them "
+               "(fine for a single-user machine; see docs/security.md)\n",
+               static_cast<int>(command.size()), command.data(), static_cast<int>(planes.size()), planes.data());
 }
 
 Result<ctrl::StoreAuth> store_auth_from_flags(const ClusterToken& token, const std::string& tls_ca,

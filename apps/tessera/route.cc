@@ -62,7 +62,7 @@ int run_route(const RouteArgs& a) {
   if (!a.ctrl.empty() && a.ctrl_embedded) {
     return fail("--ctrl (an external control plane) and --ctrl-embedded (one hosted here) exclude each other");
   }
-  auto token = cluster_token_from_flag(a.cluster_token_file, "route", "/admin/* and the control plane");
+  auto token = cluster_token_from_flag(a.cluster_token_file);
   if (!token.ok()) return fail(token.status().message());
   if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
   auto auth = store_auth_from_flags(*token, a.tls_ca, a.etcd_user, a.etcd_password_file);
@@ -151,6 +151,7 @@ int run_route(const RouteArgs& a) {
     sources.push_back(router::make_ctrl_membership(std::move(store)));
     if (Status s = sources.back()->start(**gateway); !s.ok()) return fail(s.message());
   }
+  warn_if_open(*token, "route", "/admin/* and the control plane");
   if (hosted) std::printf("tessera route: control plane (embedded) at %s\n", self.c_str());
   std::printf("tessera route: %zu nodes%s, strategy %s, listening on %s\n", (*gateway)->registry().list().size(),
               discovery ? " (more from the control plane)" : "", a.strategy.c_str(), self.c_str());

@@ -74,7 +74,7 @@ int run_serve(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto token = cluster_token_from_flag(a.cluster_token_file, "serve", "/internal/pd/* and the link port");
+  auto token = cluster_token_from_flag(a.cluster_token_file);
   if (!token.ok()) return fail(token.status().message());
   if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
   auto store_auth = store_auth_from_flags(*token, a.tls_ca, a.etcd_user, a.etcd_password_file);
@@ -182,6 +182,7 @@ int run_serve(const ServeArgs& a) {
       return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
     registration = std::move(reg).value();
   }
+  warn_if_open(*token, "serve", "/internal/pd/* and the link port");
   std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on %s://%s:%u\n",
               a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size,
               a.tls_cert.empty() ? "http" : "https", a.host.c_str(), node.port());
