@@ -9,13 +9,16 @@
 //   POST /v1/ctrl/kv/delete       {"key"}                              -> {"revision"} | 404
 //   POST /v1/ctrl/kv/range        {"prefix"}                           -> {"revision", "kvs": [...]}
 //   POST /v1/ctrl/watch           {"prefix", "since", "timeout_ms"}    -> {"revision", "events": [...]} | 410
-// Errors are {"error": message} with 400 (bad request), 404 (unknown lease/key), 410 (watch must re-read).
+// Errors are {"error": message} with 400 (bad request, a TTL or size beyond the limits), 403 (an entry
+// without a lease from an unprivileged caller), 404 (unknown lease/key), 410 (watch must re-read), 429 (a
+// quota of memory_core.h's MemoryLimits is full, or too many watches are waiting).
 //
 // Thread-safety: all methods thread-safe; handlers run on the http server's io threads.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +33,11 @@ namespace tessera::ctrl {
 
 class EmbeddedServer {
  public:
-  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance());
+  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), MemoryLimits limits = {});
+  // Decides whether a request's caller may write entries without a lease (PutOptions::privileged): the
+  // cluster-credential check. Unset, every caller may (a store run without any credential configured has
+  // no one to tell apart). Call before mount()/start().
+  void set_privileged(std::function<bool(const http::Request&)> is_privileged);
   ~EmbeddedServer();
   EmbeddedServer(const EmbeddedServer&) = delete;
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
@@ -58,9 +65,10 @@ class EmbeddedServer {
   std::unique_ptr<http::Server> own_server_;
   std::mutex mu_;
   std::condition_variable cv_;
-  MemoryCore core_;                    // guarded by mu_
-  std::vector<PendingWatch> pending_;  // guarded by mu_
-  bool stopping_ = false;              // guarded by mu_
+  MemoryCore core_;                                       // guarded by mu_
+  std::vector<PendingWatch> pending_;                     // guarded by mu_
+  bool stopping_ = false;                                 // guarded by mu_
+  std::function<bool(const http::Request&)> privileged_;  // set before serving; read-only after
   std::thread ticker_;
 };
 
