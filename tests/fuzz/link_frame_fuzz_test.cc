@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 
 #include <chrono>
 #include <fstream>
@@ -227,6 +228,39 @@ TEST_F(RogueLinkPeer, APeerThatNeverReadsItsRepliesIsCutOff) {
   EXPECT_TRUE(cut || closed_by_peer(fd, 3000)) << "the agent kept queueing replies for a peer that reads none";
   ::close(fd);
   expect_healthy(*target_, region_, "honest-3");
+}
+
+// Connections that announce many lanes and never bring the rest: their sockets must not pile up.
+TEST_F(RogueLinkPeer, UnfinishedHandshakesDoNotPileUp) {
+  auto open_fds = [] {
+    int n = 0;
+    for (int fd = 0; fd < 4096; ++fd) n += fcntl(fd, F_GETFD) != -1;
+    return n;
+  };
+  const int before = open_fds();
+  std::vector<int> mine;
+  for (int i = 0; i < 200; ++i) {
+    const std::string addr = tcp_address(*target_);
+    const size_t colon = addr.rfind(':');
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+    inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    FrameHeader h = internal::make_header(FrameType::kHello, 0);
+    h.region = 5000 + i;  // a new connection each time
+    h.aux = 64;           // of 64 lanes, only the first ever arrives
+    const std::string name = "half-" + std::to_string(i);
+    h.length = name.size();
+    ASSERT_TRUE(internal::send_frame(fd, h, name.data(), name.size()).ok());
+    mine.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Ours (200) plus at most the agent's bound of unfinished connections (64) and a little slack.
+  EXPECT_LE(open_fds() - before, 200 + 64 + 8);
+  for (int fd : mine) ::close(fd);
+  expect_healthy(*target_, region_, "honest-5");
 }
 
 TEST_F(RogueLinkPeer, SeededRandomFramesNeverTakeTheAgentDown) {

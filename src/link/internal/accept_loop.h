@@ -43,8 +43,10 @@ class AcceptLoop {
     std::string peer;
     std::vector<int> fds;  // by lane; -1 until connected
     int have = 0;
+    uint64_t since = 0;  // arrival order, to drop the oldest when too many are unfinished
   };
   std::map<uint64_t, Pending> pending_;  // owned by the accept thread
+  uint64_t next_pending_ = 0;            // owned by the accept thread
 };
 
 // Connecting side: performs the handshake on each of the already-connected `fds` (lane i = fds[i]), checks
