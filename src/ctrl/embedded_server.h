@@ -13,6 +13,9 @@
 // without a lease from an unprivileged caller), 404 (unknown lease/key), 410 (watch must re-read), 429 (a
 // quota of memory_core.h's MemoryLimits is full, or too many watches are waiting).
 //
+// With a cluster token every /v1/ctrl/ route requires it (x-tessera-cluster-token: 401 without, 403 wrong);
+// without one the store is open to anyone who reaches its port (docs/security.md). /health stays open.
+//
 // Thread-safety: all methods thread-safe; handlers run on the http server's io threads.
 #pragma once
 
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/cluster_token.h"
 #include "ctrl/memory_core.h"
 #include "http/http.h"
 
@@ -33,10 +37,11 @@ namespace tessera::ctrl {
 
 class EmbeddedServer {
  public:
-  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), MemoryLimits limits = {});
-  // Decides whether a request's caller may write entries without a lease (PutOptions::privileged): the
-  // cluster-credential check. Unset, every caller may (a store run without any credential configured has
-  // no one to tell apart). Call before mount()/start().
+  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), ClusterToken token = {},
+                          MemoryLimits limits = {});
+  // Decides whether a request's caller may write entries without a lease (PutOptions::privileged). Unset,
+  // every caller that reached the handler may: with a cluster token every route already required it, and
+  // without one there is no credential to tell callers apart. Call before mount()/start().
   void set_privileged(std::function<bool(const http::Request&)> is_privileged);
   ~EmbeddedServer();
   EmbeddedServer(const EmbeddedServer&) = delete;
@@ -62,6 +67,7 @@ class EmbeddedServer {
   void tick_loop();
 
   const Clock& clock_;
+  const ClusterToken token_;
   std::unique_ptr<http::Server> own_server_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -18,7 +18,7 @@ constexpr size_t kMaxEntries = 1 << 20;
 
 class EmbeddedStore final : public Store {
  public:
-  explicit EmbeddedStore(std::string base) : base_(std::move(base)) {}
+  EmbeddedStore(std::string base, StoreAuth auth) : base_(std::move(base)), auth_(std::move(auth)) {}
 
   Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
     TS_ASSIGN_OR_RETURN(json r, call("lease/grant", {{"ttl_ms", ttl.count()}}));
@@ -94,25 +94,37 @@ class EmbeddedStore final : public Store {
     req.url = base_ + "/v1/ctrl/" + op;
     req.body = body.dump();
     req.headers["Content-Type"] = "application/json";
+    http::add_cluster_token(req.headers, auth_.cluster_token);
+    req.tls_ca_file = auth_.tls_ca_file;
     req.timeout_ms = timeout_ms;
     auto resp = http::fetch(req);
     if (!resp.ok()) return resp.status().with_context(fmt::format("ctrl store {}", base_));
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) return data_loss(fmt::format("ctrl store {} answered {} with non-JSON", base_, op));
     if (resp->status == 200) return j;
-    JsonFields f(j, "ctrl store error");
-    std::string msg = f.string("error", 4096, "");
-    if (resume) *resume = f.integer("revision", 0, INT64_MAX, 0);
-    if (!f.ok()) msg = f.status().message();
+    // {"error": "..."} from the store itself; {"error": {"message": ...}} from the credential guard.
+    std::string msg;
+    if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+      JsonFields e(j["error"], "ctrl store error");
+      msg = e.string("message", 4096, "");
+      if (!e.ok()) msg = e.status().message();
+    } else {
+      JsonFields f(j, "ctrl store error");
+      msg = f.string("error", 4096, "");
+      if (resume) *resume = f.integer("revision", 0, INT64_MAX, 0);
+      if (!f.ok()) msg = f.status().message();
+    }
     switch (resp->status) {
       case 400:
         return invalid_argument(msg);
+      case 401:
+        return unauthenticated(fmt::format("ctrl store {}: {} (give --cluster-token-file)", base_, msg));
+      case 403:
+        return permission_denied(fmt::format("ctrl store {}: {}", base_, msg));
       case 404:
         return not_found(msg);
       case 410:
         return out_of_range(msg);
-      case 403:
-        return permission_denied(msg);
       case 413:
       case 429:
         return resource_exhausted(msg);
@@ -124,14 +136,15 @@ class EmbeddedStore final : public Store {
   }
 
   std::string base_;
+  const StoreAuth auth_;
 };
 
 }  // namespace
 
-std::unique_ptr<Store> make_embedded_store(const std::string& endpoint) {
+std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth) {
   std::string base = endpoint;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  return std::make_unique<EmbeddedStore>(base);
+  return std::make_unique<EmbeddedStore>(base, auth);
 }
 
 }  // namespace tessera::ctrl

@@ -1,6 +1,8 @@
 // The "etcd" Store: etcd's v3 JSON gateway (grpc-gateway over HTTP/1.1; etcd 3.4 serves it under /v3/).
 // Keys and values travel base64-encoded; 64-bit integers come back as JSON strings. Lease TTLs are whole
 // seconds in etcd (see grant_lease for how a TTL in milliseconds maps onto them).
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -149,7 +151,7 @@ class EtcdStore final : public Store {
  public:
   static constexpr int64_t kMinTtlMs = 3000;
 
-  explicit EtcdStore(std::string base) : base_(std::move(base)) {}
+  EtcdStore(std::string base, StoreAuth auth) : base_(std::move(base)), auth_(std::move(auth)) {}
 
   Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
     // etcd's leases are whole seconds, at least 2 (its minimum lease TTL), and its lessor checks for expiry
@@ -228,6 +230,7 @@ class EtcdStore final : public Store {
     req.method = "POST";
     req.url = base_ + "/v3/watch";
     req.headers["Content-Type"] = "application/json";
+    TS_RETURN_IF_ERROR(authorize(req));
     req.body = json{{"create_request",
                      {{"key", b64_encode(prefix)},
                       {"range_end", b64_encode(prefix_end(prefix))},
@@ -276,6 +279,32 @@ class EtcdStore final : public Store {
     return out;
   }
 
+  // etcd's user auth: a token from /v3/auth/authenticate, sent as the Authorization header; fetched on first
+  // use and again when etcd says it expired. Also the CA file for https://.
+  Status authorize(http::ClientRequest& req, bool refresh = false) {
+    req.tls_ca_file = auth_.tls_ca_file;
+    if (auth_.etcd_user.empty()) return ok_status();
+    std::lock_guard lock(auth_mu_);
+    if (auth_token_.empty() || refresh) {
+      http::ClientRequest a;
+      a.method = "POST";
+      a.url = base_ + "/v3/auth/authenticate";
+      a.headers["Content-Type"] = "application/json";
+      a.body = json{{"name", auth_.etcd_user}, {"password", auth_.etcd_password}}.dump();
+      a.timeout_ms = kRequestTimeoutMs;
+      a.tls_ca_file = auth_.tls_ca_file;
+      auto r = http::fetch(a);
+      if (!r.ok()) return r.status().with_context(fmt::format("etcd {} authenticate", base_));
+      json j = json::parse(r->body, nullptr, false);
+      if (r->status != 200 || !j.is_object() || !j.contains("token") || !j["token"].is_string()) {
+        return unauthenticated(fmt::format("etcd {} refused user '{}' (HTTP {})", base_, auth_.etcd_user, r->status));
+      }
+      auth_token_ = j["token"].get<std::string>();
+    }
+    req.headers["Authorization"] = auth_token_;
+    return ok_status();
+  }
+
   Result<json> call(const std::string& path, const json& body) {
     http::ClientRequest req;
     req.method = "POST";
@@ -283,7 +312,13 @@ class EtcdStore final : public Store {
     req.body = body.dump();
     req.headers["Content-Type"] = "application/json";
     req.timeout_ms = kRequestTimeoutMs;
+    TS_RETURN_IF_ERROR(authorize(req));
     auto resp = http::fetch(req);
+    // An expired auth token: authenticate again once.
+    if (resp.ok() && !auth_.etcd_user.empty() && resp->status == 401) {
+      TS_RETURN_IF_ERROR(authorize(req, true));
+      resp = http::fetch(req);
+    }
     if (!resp.ok()) return resp.status().with_context(fmt::format("etcd {}", base_));
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) return data_loss(fmt::format("etcd {} answered {} with non-JSON", base_, path));
@@ -293,18 +328,23 @@ class EtcdStore final : public Store {
     int code = j.is_object() ? static_cast<int>(to_i64(j, "code")) : 0;
     if (code == 5 || msg.find("not found") != std::string::npos) return not_found(fmt::format("etcd: {}", msg));
     if (code == 3) return invalid_argument(fmt::format("etcd: {}", msg));
+    if (code == 16 || resp->status == 401) return unauthenticated(fmt::format("etcd {}: {}", base_, msg));
+    if (code == 7 || resp->status == 403) return permission_denied(fmt::format("etcd {}: {}", base_, msg));
     return unavailable(fmt::format("etcd {} {} failed (HTTP {}): {}", base_, path, resp->status, msg));
   }
 
   std::string base_;
+  const StoreAuth auth_;
+  std::mutex auth_mu_;
+  std::string auth_token_;  // GUARDED_BY(auth_mu_)
 };
 
 }  // namespace
 
-std::unique_ptr<Store> make_etcd_store(const std::string& endpoint) {
+std::unique_ptr<Store> make_etcd_store(const std::string& endpoint, const StoreAuth& auth) {
   std::string base = endpoint;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  return std::make_unique<EtcdStore>(base);
+  return std::make_unique<EtcdStore>(base, auth);
 }
 
 }  // namespace tessera::ctrl

@@ -115,11 +115,7 @@ struct Gateway::Impl {
   bool authorized(const http::Request& r, const WriterPtr& w, std::string_view endpoint) {
     if (options.api_keys.empty()) return true;
     const std::string auth = r.header("authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
-      const std::string key = auth.substr(kBearer.size());
-      if (std::find(options.api_keys.begin(), options.api_keys.end(), key) != options.api_keys.end()) return true;
-    }
+    if (http::api_key_matches(http::bearer_token(r), options.api_keys)) return true;
     metrics.request_finished(endpoint, 401);
     w->send(401, error_json(401,
                             auth.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'"
@@ -210,6 +206,8 @@ struct Gateway::Impl {
     req.body = c.body;
     req.timeout_ms = options.upstream_timeout_ms;
     req.headers["content-type"] = "application/json";
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.headers["x-request-id"] = c.request_id;
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
     if (!c.prefill_url.empty()) req.headers[kPrefillNodeHeader] = c.prefill_url;
@@ -232,6 +230,18 @@ struct Gateway::Impl {
     finish(c, status);
     c.writer->send(status, error_json(status, std::move(message), std::move(type), std::move(code)), "application/json",
                    {{"x-request-id", c.request_id}});
+  }
+
+  // /admin/*: the cluster token when one is configured (an operator's credential, not a client's); otherwise
+  // the API keys, as before.
+  http::Handler admin(std::function<void(const http::Request&, const WriterPtr&)> h) {
+    if (options.cluster_token.configured()) {
+      return http::require_cluster_token(options.cluster_token,
+                                         [h = std::move(h)](const http::Request& r, WriterPtr w) { h(r, w); });
+    }
+    return [this, h = std::move(h)](const http::Request& r, WriterPtr w) {
+      if (authorized(r, w, "admin")) h(r, w);
+    };
   }
 
   static bool retryable(int status) { return status >= 500 || status == 429; }
@@ -440,6 +450,13 @@ struct Gateway::Impl {
       metrics.request_finished(c->endpoint, e->status);
       return w->send(e->status, serve::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
     }
+    if (serve::has_resume_field(r.body)) {
+      metrics.request_finished(c->endpoint, 400);
+      return w->send(400,
+                     error_json(400, "'tessera_resume' is an internal field and cannot be sent by a client",
+                                "invalid_request_error", "internal_field"),
+                     "application/json", {{"x-request-id", c->request_id}});
+    }
     const serve::ApiRequest& req = std::get<serve::ApiRequest>(parsed);
     c->body = r.body;
     c->stream = req.stream;
@@ -483,8 +500,10 @@ struct Gateway::Impl {
       for (size_t at = 0; at < nodes.size(); at += kModelsFanout) {
         std::vector<std::future<Result<http::Response>>> batch;
         for (size_t i = at; i < std::min(nodes.size(), at + kModelsFanout); ++i) {
-          batch.push_back(std::async(std::launch::async, [url = nodes[i].url] {
+          batch.push_back(std::async(std::launch::async, [this, url = nodes[i].url] {
             http::ClientRequest req;
+            http::add_cluster_token(req.headers, options.cluster_token);
+            req.tls_ca_file = options.upstream_tls_ca_file;
             req.url = url + "/v1/models";
             req.timeout_ms = 2000;
             return http::fetch(req);
@@ -594,6 +613,8 @@ struct Gateway::Impl {
     auto known = registry.status(url);
     if (!known || !known->load.role.empty()) return;
     http::ClientRequest req;
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.url = url + "/internal/pd/info";
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
@@ -610,6 +631,8 @@ struct Gateway::Impl {
 
   void probe(const std::string& url) {
     http::ClientRequest req;
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.url = url + "/health";
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
@@ -658,14 +681,12 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   d->server.route("GET", "/metrics", [d](const http::Request&, const WriterPtr& w) {
     w->send(200, d->metrics.render(d->registry.list(), d->pool.queued(), d->pool.busy()), "text/plain; version=0.0.4");
   });
-  d->server.route("GET", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  d->server.route("GET", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     json nodes = json::array();
     for (const auto& s : d->registry.list()) nodes.push_back(Impl::node_json(s));
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
-  });
-  d->server.route("POST", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     NodeSpec spec{body->first, 0};
@@ -683,9 +704,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     d->add_node(spec);
     log::info("router: node {} added", spec.url);
     w->send(201, dump(Impl::node_json(*d->registry.status(spec.url))));
-  });
-  d->server.route("POST", "/admin/nodes/remove", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes/remove", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     if (!d->remove_node(body->first)) {
@@ -694,9 +714,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     }
     log::info("router: node {} removed", body->first);
     w->send(200, dump({{"url", body->first}, {"removed", true}}));
-  });
-  d->server.route("POST", "/admin/nodes/drain", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes/drain", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     bool drain = true;
@@ -711,7 +730,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
                                      "invalid_request_error", "node_not_found"));
     }
     w->send(200, dump(Impl::node_json(*d->registry.status(body->first))));
-  });
+  }));
 }
 
 Gateway::~Gateway() { stop(); }

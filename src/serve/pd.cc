@@ -23,6 +23,7 @@
 #include "link/agent.h"
 #include "link/checksum.h"
 #include "serve/pd_messages.h"
+#include "serve/prefill_breaker.h"
 
 namespace tessera::serve {
 namespace {
@@ -74,7 +75,16 @@ class RangeAllocator {
   std::map<uint64_t, uint64_t> free_, used_;
 };
 
-constexpr int kTagGraceMs = 2000;  // how long a tag may trail the prefill node's 200
+constexpr int kTagGraceMs = 2000;     // how long a tag may trail the prefill node's 200
+constexpr int kProbeTimeoutMs = 500;  // the breaker's probe of an open prefill node (GET /internal/pd/info)
+
+// One call to a prefill node in flight: `abandon` ends it early, set when the client left (`client`) or when
+// another call's timeout opened that node's breaker.
+struct Attempt {
+  std::atomic<bool> abandon{false};
+  std::shared_ptr<std::atomic<bool>> client;
+};
+using AttemptPtr = std::shared_ptr<Attempt>;
 
 std::string error_json(const std::string& message) { return json{{"error", {{"message", message}}}}.dump(); }
 
@@ -99,15 +109,27 @@ struct PdService::Impl {
   mutable std::mutex stats_mu;
   PdStats stats;  // GUARDED_BY(stats_mu)
 
-  // Prefill: peers already connected.
+  // Decode: the breaker per prefill node, its prober, and the calls in flight per node.
+  PrefillBreaker breaker{SteadyClock::instance(), BreakerOptions{}};
+  std::thread prober;
+  std::mutex attempts_mu;
+  std::map<std::string, std::set<AttemptPtr>> attempts;  // GUARDED_BY(attempts_mu)
+
+  // Prefill: peers already connected. A connection is set up under its own peer's lock, never under peers_mu
+  // and never on an HTTP I/O thread: a peer whose address accepts and never answers must stall only itself.
+  struct Peer {
+    std::mutex mu;
+    bool connected = false;  // GUARDED_BY(mu)
+  };
   std::mutex peers_mu;
-  std::set<std::string> peers;  // GUARDED_BY(peers_mu)
+  std::map<std::string, std::shared_ptr<Peer>> peers;  // GUARDED_BY(peers_mu)
 
   Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
 
   ~Impl() {
     stopping = true;
     if (notifier.joinable()) notifier.join();
+    if (prober.joinable()) prober.join();
     if (agent) agent->shutdown(std::chrono::milliseconds(1000));
   }
 
@@ -134,6 +156,56 @@ struct PdService::Impl {
     return ok;
   }
 
+  // Decode: every 50 ms, passes client cancellations on to the calls waiting for a prefill node, and probes
+  // the prefill nodes whose breaker is open (prefill_breaker.h).
+  void probe_loop() {
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      {
+        std::lock_guard<std::mutex> lock(attempts_mu);
+        for (auto& [url, set] : attempts) {
+          for (const AttemptPtr& a : set) {
+            if (a->client && *a->client) a->abandon = true;
+          }
+        }
+      }
+      for (const std::string& url : breaker.due_probes()) {
+        http::Headers headers;
+        http::add_cluster_token(headers, options.cluster_token);
+        auto r = http::fetch({.method = "GET",
+                              .url = url + "/internal/pd/info",
+                              .headers = std::move(headers),
+                              .timeout_ms = kProbeTimeoutMs});
+        const bool ok = r.ok() && r->status == 200;
+        breaker.probe_result(url, ok);
+        if (ok) log::info("prefill node {} answers again: one request will try it", url);
+      }
+    }
+  }
+
+  AttemptPtr begin_attempt(const std::string& url, std::shared_ptr<std::atomic<bool>> client) {
+    auto a = std::make_shared<Attempt>();
+    a->client = std::move(client);
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    attempts[url].insert(a);
+    return a;
+  }
+  void end_attempt(const std::string& url, const AttemptPtr& a) {
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    auto it = attempts.find(url);
+    if (it == attempts.end()) return;
+    it->second.erase(a);
+    if (it->second.empty()) attempts.erase(it);
+  }
+  // The breaker of `url` just opened: nobody else waits out the timeout on it.
+  void abandon_node(const std::string& url, const std::string& why) {
+    log::warn("prefill node {} {}: not waiting on it until it answers a probe", url, why);
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    auto it = attempts.find(url);
+    if (it == attempts.end()) return;
+    for (const AttemptPtr& a : it->second) a->abandon = true;
+  }
+
   // ---- prefill role ----
   // Written by the engine thread (the layer hook), read by the completion thread after the request's last
   // output, which the engine delivers after its last hook call.
@@ -144,6 +216,8 @@ struct PdService::Impl {
     std::vector<std::vector<link::Assignment>> deferred;  // overlap off: writes issued after the prefill
     std::optional<Clock::time_point> first_write;
   };
+  // Runs on a thread of its own (see register_routes): connecting to the decode node may take the link's whole
+  // connect timeout.
   void handle_prefill(const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
     const model::ModelConfig& c = engine.config();
     const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
@@ -159,11 +233,18 @@ struct PdService::Impl {
     auto info = link::AgentInfo::decode(call->agent);
     auto region = link::RegionDesc::decode(call->region);
     if (!info.ok() || !region.ok()) return w->send(400, error_json("bad agent or region description"));
+    std::shared_ptr<Peer> p;
     {
       std::lock_guard<std::mutex> lock(peers_mu);
-      if (!peers.count(info->name)) {
+      auto& slot = peers[info->name];
+      if (!slot) slot = std::make_shared<Peer>();
+      p = slot;
+    }
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      if (!p->connected) {
         if (Status s = agent->connect(*info); !s.ok()) return w->send(502, error_json(s.message()));
-        peers.insert(info->name);
+        p->connected = true;
       }
     }
     engine::GenerationRequest gen;
@@ -272,9 +353,11 @@ struct PdService::Impl {
   // ---- decode role ----
   // Returns the imported KV for `gen`, or an error (the caller then prefills locally).
   // `preferred` (the router's choice) goes first, then this node's own list in turn.
+  // Prefill nodes whose breaker is open are skipped; Cancelled when the client left meanwhile.
   Result<std::shared_ptr<engine::ImportedKv>> remote_prefill(const engine::GenerationRequest& gen,
                                                              const engine::PrefixLookup& hit,
-                                                             const std::string& preferred) {
+                                                             const std::string& preferred,
+                                                             const std::shared_ptr<std::atomic<bool>>& client) {
     const model::ModelConfig& c = engine.config();
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - hit.cached_tokens;
@@ -299,6 +382,11 @@ struct PdService::Impl {
       if (url != preferred) order.push_back(url);
     }
     for (const std::string& url : order) {
+      if (client && *client) break;
+      if (!breaker.allow(url)) {
+        last = unavailable(fmt::format("{}: its breaker is open (it timed out or failed; probing it)", url));
+        continue;
+      }
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       json body = {{"prompt", gen.prompt},
                    {"export_from", hit.cached_tokens},
@@ -308,14 +396,29 @@ struct PdService::Impl {
                    {"offset", *offset},
                    {"tag", tag},
                    {"model", model_json()}};
+      http::Headers headers{{"Content-Type", "application/json"}};
+      http::add_cluster_token(headers, options.cluster_token);
+      const AttemptPtr attempt = begin_attempt(url, client);
       auto r = http::fetch({.method = "POST",
                             .url = url + "/internal/pd/prefill",
-                            .headers = {{"Content-Type", "application/json"}},
+                            .headers = std::move(headers),
                             .body = body.dump(),
-                            .timeout_ms = options.transfer_timeout_ms});
+                            .timeout_ms = options.transfer_timeout_ms,
+                            .cancel = &attempt->abandon});
+      end_attempt(url, attempt);
       if (!r.ok()) {
         last = r.status().with_context(url);
+        if (r.status().code() == StatusCode::kCancelled) continue;  // the client left, or the breaker opened
+        const bool timed_out = r.status().code() == StatusCode::kDeadlineExceeded;
+        if (timed_out ? breaker.timeout(url) : breaker.error(url)) {
+          abandon_node(url, timed_out ? "timed out" : "keeps failing");
+        }
         continue;
+      }
+      if (r->status >= 500) {
+        if (breaker.error(url)) abandon_node(url, "keeps failing");
+      } else {
+        breaker.success(url);  // it answered: alive, whatever it said
       }
       if (r->status != 200) {
         last = unavailable(fmt::format("{}: HTTP {} {}", url, r->status, r->body.substr(0, 200)));
@@ -363,6 +466,7 @@ struct PdService::Impl {
       return kv;
     }
     release();
+    if (client && *client) return cancelled("the client went away during the remote prefill");
     return last;
   }
 };
@@ -383,6 +487,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
                 : options.agent_name;
   ao.endpoints = options.link_endpoints;
+  ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
   if (options.role == "decode") {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
@@ -390,6 +495,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
     impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
     Impl* d = impl.get();
     impl->notifier = std::thread([d] { d->notifications(); });
+    impl->prober = std::thread([d] { d->probe_loop(); });
   }
   return std::unique_ptr<PdService>(new PdService(std::move(impl)));
 }
@@ -397,20 +503,36 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
 const PdOptions& PdService::options() const { return impl_->options; }
 
 PdStats PdService::stats() const {
+  const BreakerCounters b = impl_->breaker.counters();
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
-  return impl_->stats;
+  PdStats s = impl_->stats;
+  s.breaker_opened = b.opened;
+  s.breaker_skipped = b.skipped;
+  return s;
 }
 
 void PdService::register_routes(http::Server& server) {
   Impl* d = impl_.get();
-  server.route("GET", "/internal/pd/info", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    w->send(200,
+  const ClusterToken& token = d->options.cluster_token;
+  server.route(
+      "GET", "/internal/pd/info",
+      http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+        w->send(
+            200,
             json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
-  });
+      }));
   if (d->options.role == "prefill" || d->options.role == "both") {
-    server.route("POST", "/internal/pd/prefill", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-      d->handle_prefill(r, std::move(w));
-    });
+    server.route(
+        "POST", "/internal/pd/prefill",
+        http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+          // Off the I/O thread: with 2 I/O threads, two calls naming an agent address that never answers used
+          // to freeze the node's HTTP face for the link's connect timeout (issue 20).
+          std::thread([d, r, w = std::move(w)]() mutable {
+            run_guarded(
+                "pd prefill", [&] { d->handle_prefill(r, w); },
+                [&] { w->send(500, error_json("the prefill request failed unexpectedly")); });
+          }).detach();
+        }));
   }
 }
 
@@ -454,9 +576,18 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
             std::lock_guard<std::mutex> lock(d->stats_mu);
             d->stats.deferred_reservations++;
           }
-          auto kv = d->remote_prefill(request, *hit, prefill_url);
-          if (!kv.ok() || *cancelled) {
-            if (!kv.ok()) log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
+          auto kv = d->remote_prefill(request, *hit, prefill_url, cancelled);
+          if (*cancelled) {  // the client left: neither a fallback nor work worth doing
+            d->engine.release_blocks(hit->blocks);
+            d->engine.release_blocks(reserved);
+            {
+              std::lock_guard<std::mutex> lock(d->stats_mu);
+              d->stats.cancelled++;
+            }
+            return start(tessera::cancelled("the client went away before its prompt was prefilled"));
+          }
+          if (!kv.ok()) {
+            log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
             d->engine.release_blocks(hit->blocks);
             d->engine.release_blocks(reserved);
             local(true);

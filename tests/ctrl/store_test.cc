@@ -259,7 +259,7 @@ TEST(EmbeddedServerTest, MountsOnAnExistingHttpServer) {
 TEST(EmbeddedServerTest, QuotasTtlBoundsAndLeaselessEntriesAreRefusedOverHttp) {
   MemoryLimits limits;
   limits.max_keys_per_lease = 3;
-  EmbeddedServer store(SteadyClock::instance(), limits);
+  EmbeddedServer store(SteadyClock::instance(), ClusterToken{}, limits);
   store.set_privileged([](const http::Request& r) { return r.header("x-test-admin") == "yes"; });
   ASSERT_TRUE(store.start("127.0.0.1", 0).ok());
   const std::string url = fmt::format("http://127.0.0.1:{}", store.port());

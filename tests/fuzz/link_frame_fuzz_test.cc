@@ -44,8 +44,28 @@ std::string tcp_address(const Agent& a) {
   return "";
 }
 
-// A socket that has completed the one-lane handshake with `target` as agent `name`; -1 on failure.
-int rogue_connect(const Agent& target, const std::string& name, uint64_t conn_id) {
+// Lane 0 of a connection of `lanes` lanes: hello (name, nonce, no proof), the acceptor's hello, an empty
+// proof (the target runs without a cluster token, so anyone may connect) and its "accepted".
+bool handshake(int fd, const std::string& name, uint64_t conn_id, uint64_t lanes) {
+  FrameHeader h = internal::make_header(FrameType::kHello, 0);
+  h.region = conn_id;
+  h.offset = 0;
+  h.aux = lanes;
+  const std::string payload = name + "\n" + std::string(32, 'a') + "\n";
+  h.length = payload.size();
+  if (!internal::send_frame(fd, h, payload.data(), payload.size()).ok()) return false;
+  FrameHeader reply;
+  if (!internal::read_exact(fd, &reply, sizeof reply).ok() || !internal::verify(reply).ok() ||
+      !internal::discard(fd, reply.length).ok()) {
+    return false;
+  }
+  FrameHeader auth = internal::make_header(FrameType::kAuth, 0);
+  if (!internal::send_frame(fd, auth, nullptr, 0).ok()) return false;
+  return internal::read_exact(fd, &reply, sizeof reply).ok() && internal::verify(reply).ok() &&
+         reply.type == static_cast<uint8_t>(FrameType::kAuth) && internal::discard(fd, reply.length).ok();
+}
+
+int tcp_socket(const Agent& target) {
   const std::string addr = tcp_address(target);
   const size_t colon = addr.rfind(':');
   sockaddr_in sa{};
@@ -60,18 +80,14 @@ int rogue_connect(const Agent& target, const std::string& name, uint64_t conn_id
     ::close(fd);
     return -1;
   }
-  FrameHeader h = internal::make_header(FrameType::kHello, 0);
-  h.region = conn_id;
-  h.offset = 0;
-  h.aux = 1;
-  h.length = name.size();
-  if (!internal::send_frame(fd, h, name.data(), name.size()).ok()) {
-    ::close(fd);
-    return -1;
-  }
-  FrameHeader reply;
-  if (!internal::read_exact(fd, &reply, sizeof reply).ok() || !internal::verify(reply).ok() ||
-      !internal::discard(fd, reply.length).ok()) {
+  return fd;
+}
+
+// A socket that has completed the one-lane handshake with `target` as agent `name`; -1 on failure.
+int rogue_connect(const Agent& target, const std::string& name, uint64_t conn_id) {
+  int fd = tcp_socket(target);
+  if (fd < 0) return -1;
+  if (!handshake(fd, name, conn_id, 1)) {
     ::close(fd);
     return -1;
   }
@@ -240,20 +256,10 @@ TEST_F(RogueLinkPeer, UnfinishedHandshakesDoNotPileUp) {
   const int before = open_fds();
   std::vector<int> mine;
   for (int i = 0; i < 200; ++i) {
-    const std::string addr = tcp_address(*target_);
-    const size_t colon = addr.rfind(':');
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
-    inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-    FrameHeader h = internal::make_header(FrameType::kHello, 0);
-    h.region = 5000 + i;  // a new connection each time
-    h.aux = 64;           // of 64 lanes, only the first ever arrives
-    const std::string name = "half-" + std::to_string(i);
-    h.length = name.size();
-    ASSERT_TRUE(internal::send_frame(fd, h, name.data(), name.size()).ok());
+    int fd = tcp_socket(*target_);
+    ASSERT_GE(fd, 0);
+    // A new connection each time, of 64 lanes of which only the first ever arrives.
+    ASSERT_TRUE(handshake(fd, "half-" + std::to_string(i), 5000 + i, 64));
     mine.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
