@@ -10,13 +10,19 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxWatchWaitMs = 30000;
+// Long polls parked at once: each holds a connection and a writer; more are refused (429), not queued.
+constexpr size_t kMaxPendingWatches = 10000;
 
 int http_status(const Status& s) {
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
       return 400;
+    case StatusCode::kPermissionDenied:
+      return 403;
     case StatusCode::kNotFound:
       return 404;
+    case StatusCode::kResourceExhausted:
+      return 429;
     case StatusCode::kOutOfRange:
       return 410;
     default:
@@ -30,8 +36,12 @@ void send_error(http::ResponseWriter& w, const Status& s, int64_t revision) {
 
 }  // namespace
 
-EmbeddedServer::EmbeddedServer(const Clock& clock, ClusterToken token)
-    : clock_(clock), token_(std::move(token)), core_(clock) {}
+EmbeddedServer::EmbeddedServer(const Clock& clock, ClusterToken token, MemoryLimits limits)
+    : clock_(clock), token_(std::move(token)), core_(clock, 10000, limits) {}
+
+void EmbeddedServer::set_privileged(std::function<bool(const http::Request&)> is_privileged) {
+  privileged_ = std::move(is_privileged);
+}
 
 EmbeddedServer::~EmbeddedServer() { stop(); }
 
@@ -100,9 +110,10 @@ void EmbeddedServer::handle(const std::string& op, const http::Request& req, std
       w->send(200, "{}");
     } else if (op == "kv/put" || op == "kv/delete") {
       std::string key = body.at("key").get<std::string>();
-      auto r = op == "kv/put"
-                   ? core_.put(key, body.at("value").get<std::string>(), LeaseId{body.value("lease", int64_t{0})})
-                   : core_.remove(key);
+      const PutOptions put_options{.privileged = !privileged_ || privileged_(req)};
+      auto r = op == "kv/put" ? core_.put(key, body.at("value").get<std::string>(),
+                                          LeaseId{body.value("lease", int64_t{0})}, put_options)
+                              : core_.remove(key);
       if (!r.ok()) return send_error(*w, r.status(), core_.revision());
       w->send(200, json{{"revision", *r}}.dump());
     } else if (op == "kv/range") {
@@ -121,6 +132,10 @@ void EmbeddedServer::handle(const std::string& op, const http::Request& req, std
         for (const WatchEvent& e : *events) evs.push_back(event_to_json(e));
         w->send(200, json{{"revision", core_.revision()}, {"events", evs}}.dump());
         return;
+      }
+      if (pending_.size() >= kMaxPendingWatches) {
+        return send_error(*w, resource_exhausted(fmt::format("{} watches are already waiting", pending_.size())),
+                          core_.revision());
       }
       p.deadline_ns = clock_.now_ns() + wait_ms * 1000000;
       p.writer = std::move(w);

@@ -9,7 +9,9 @@
 //   POST /v1/ctrl/kv/delete       {"key"}                              -> {"revision"} | 404
 //   POST /v1/ctrl/kv/range        {"prefix"}                           -> {"revision", "kvs": [...]}
 //   POST /v1/ctrl/watch           {"prefix", "since", "timeout_ms"}    -> {"revision", "events": [...]} | 410
-// Errors are {"error": message} with 400 (bad request), 404 (unknown lease/key), 410 (watch must re-read).
+// Errors are {"error": message} with 400 (bad request, a TTL or size beyond the limits), 403 (an entry
+// without a lease from an unprivileged caller), 404 (unknown lease/key), 410 (watch must re-read), 429 (a
+// quota of memory_core.h's MemoryLimits is full, or too many watches are waiting).
 //
 // With a cluster token every /v1/ctrl/ route requires it (x-tessera-cluster-token: 401 without, 403 wrong);
 // without one the store is open to anyone who reaches its port (docs/security.md). /health stays open.
@@ -19,6 +21,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,7 +37,12 @@ namespace tessera::ctrl {
 
 class EmbeddedServer {
  public:
-  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), ClusterToken token = {});
+  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), ClusterToken token = {},
+                          MemoryLimits limits = {});
+  // Decides whether a request's caller may write entries without a lease (PutOptions::privileged). Unset,
+  // every caller that reached the handler may: with a cluster token every route already required it, and
+  // without one there is no credential to tell callers apart. Call before mount()/start().
+  void set_privileged(std::function<bool(const http::Request&)> is_privileged);
   ~EmbeddedServer();
   EmbeddedServer(const EmbeddedServer&) = delete;
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
@@ -63,9 +71,10 @@ class EmbeddedServer {
   std::unique_ptr<http::Server> own_server_;
   std::mutex mu_;
   std::condition_variable cv_;
-  MemoryCore core_;                    // guarded by mu_
-  std::vector<PendingWatch> pending_;  // guarded by mu_
-  bool stopping_ = false;              // guarded by mu_
+  MemoryCore core_;                                       // guarded by mu_
+  std::vector<PendingWatch> pending_;                     // guarded by mu_
+  bool stopping_ = false;                                 // guarded by mu_
+  std::function<bool(const http::Request&)> privileged_;  // set before serving; read-only after
   std::thread ticker_;
 };
 

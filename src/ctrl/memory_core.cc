@@ -6,7 +6,13 @@ namespace tessera::ctrl {
 
 Result<LeaseId> MemoryCore::grant(int64_t ttl_ms) {
   expire();
-  if (ttl_ms <= 0) return invalid_argument(fmt::format("lease TTL must be positive, got {} ms", ttl_ms));
+  if (ttl_ms < limits_.min_ttl_ms || ttl_ms > limits_.max_ttl_ms) {
+    return invalid_argument(fmt::format("lease TTL must be between {} and {} ms, got {} ms", limits_.min_ttl_ms,
+                                        limits_.max_ttl_ms, ttl_ms));
+  }
+  if (leases_.size() >= limits_.max_leases) {
+    return resource_exhausted(fmt::format("the store holds its maximum of {} leases", limits_.max_leases));
+  }
   int64_t id = next_lease_++;
   Lease l;
   l.ttl_ns = ttl_ms * 1000000;
@@ -33,13 +39,34 @@ Status MemoryCore::revoke(LeaseId lease) {
   return ok_status();
 }
 
-Result<int64_t> MemoryCore::put(const std::string& key, const std::string& value, LeaseId lease) {
+Result<int64_t> MemoryCore::put(const std::string& key, const std::string& value, LeaseId lease, PutOptions options) {
   expire();
   if (key.empty()) return invalid_argument("empty key");
-  if (lease != LeaseId::kNone && !leases_.count(static_cast<int64_t>(lease))) {
+  if (key.size() > limits_.max_key_bytes) {
+    return invalid_argument(
+        fmt::format("a {}-byte key is longer than the {} allowed", key.size(), limits_.max_key_bytes));
+  }
+  if (value.size() > limits_.max_value_bytes) {
+    return invalid_argument(
+        fmt::format("a {}-byte value is larger than the {} allowed", value.size(), limits_.max_value_bytes));
+  }
+  if (lease == LeaseId::kNone && !options.privileged) {
+    return permission_denied(fmt::format(
+        "'{}': an entry without a lease never expires; only a caller with the cluster credential may write one", key));
+  }
+  auto lease_it = leases_.find(static_cast<int64_t>(lease));
+  if (lease != LeaseId::kNone && lease_it == leases_.end()) {
     return not_found(fmt::format("lease {} has expired or never existed", static_cast<int64_t>(lease)));
   }
+  if (lease != LeaseId::kNone && lease_it->second.keys.size() >= limits_.max_keys_per_lease &&
+      !lease_it->second.keys.count(key)) {
+    return resource_exhausted(fmt::format("lease {} already holds its maximum of {} keys", static_cast<int64_t>(lease),
+                                          limits_.max_keys_per_lease));
+  }
   auto old = kv_.find(key);
+  if (old == kv_.end() && kv_.size() >= limits_.max_keys) {
+    return resource_exhausted(fmt::format("the store holds its maximum of {} keys", limits_.max_keys));
+  }
   if (old != kv_.end() && old->second.lease != LeaseId::kNone && old->second.lease != lease) {
     auto l = leases_.find(static_cast<int64_t>(old->second.lease));
     if (l != leases_.end()) l->second.keys.erase(key);

@@ -88,6 +88,26 @@ Status Registration::update(std::string value) {
   return store_.put(key_, value, lease);
 }
 
+// The lease is alive, but the entry itself may have been deleted (or overwritten) by another client while
+// this process still runs: a live node must not vanish from the cluster for good. Writes it again under the
+// same lease when it is missing or is no longer ours.
+Status Registration::restore_if_gone(LeaseId lease) {
+  auto kvs = store_.range(key_);
+  if (!kvs.ok()) return ok_status();  // the store is unreachable: the next keep-alive tells
+  std::string value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    value = value_;
+  }
+  for (const KeyValue& kv : *kvs) {
+    if (kv.key == key_ && kv.lease == lease && kv.value == value) return ok_status();
+  }
+  log::warn("ctrl: entry {} was deleted or replaced while this process is alive; writing it again", key_);
+  Status s = store_.put(key_, value, lease);
+  if (s.ok()) restorations_.fetch_add(1);
+  return s;
+}
+
 void Registration::heartbeat_loop() {
   const auto period = std::max(ttl_ / 3, std::chrono::milliseconds(5));
   std::unique_lock<std::mutex> lock(mu_);
@@ -98,6 +118,7 @@ void Registration::heartbeat_loop() {
     LeaseId lease = lease_;
     lock.unlock();
     Status s = lost ? unavailable("re-registering") : store_.keep_alive(lease);
+    if (s.ok()) s = restore_if_gone(lease);
     if (!s.ok()) {
       // Expired or forgotten (store restart), or the store is unreachable: write the entry again as soon as
       // the store answers.

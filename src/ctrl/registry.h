@@ -5,8 +5,10 @@
 //
 // Registration keeps one entry alive: it renews the lease every TTL/3 on its own thread, and when renewal
 // fails with NotFound (the lease expired during a stall, or the store restarted and forgot it) it grants a
-// new lease and writes the entry again. So after a store restart every live process re-registers within
-// about TTL/3; a dead process stops renewing and its entry disappears within the TTL.
+// new lease and writes the entry again. When renewal succeeds but the entry is gone (another client deleted
+// it, or replaced its value), it is written again under the same lease on that heartbeat. So after a store restart
+// every live process re-registers within about TTL/3; a dead process stops renewing and its entry disappears within the
+// TTL.
 //
 // Thread-safety: Registration is thread-safe; NodeInfo is a value.
 #pragma once
@@ -51,11 +53,14 @@ class Registration {
   Status update(std::string value);
   // How many times the entry has been written with a new lease (1 after create()).
   int registrations() const { return registrations_.load(); }
+  // How many times the entry was found deleted or replaced under a live lease and written again.
+  int restorations() const { return restorations_.load(); }
 
  private:
   Registration(Store& store, std::string key, std::string value, std::chrono::milliseconds ttl)
       : store_(store), key_(std::move(key)), value_(std::move(value)), ttl_(ttl) {}
   Status register_now();
+  Status restore_if_gone(LeaseId lease);
   void heartbeat_loop();
 
   Store& store_;
@@ -67,6 +72,7 @@ class Registration {
   bool stop_ = false;  // guarded by mu_
   const std::chrono::milliseconds ttl_;
   std::atomic<int> registrations_{0};
+  std::atomic<int> restorations_{0};
   std::thread thread_;
 };
 

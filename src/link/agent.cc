@@ -12,11 +12,17 @@
 
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "link/internal/agent_core.h"
 #include "link/internal/region.h"
+#include "link/internal/wire.h"
 
 namespace tessera::link {
 namespace {
+
+// Bounds on what peers can make an agent hold before its owner claims it (peers are untrusted input).
+constexpr size_t kMaxPendingNotifications = 1 << 16;
+constexpr uint64_t kMaxUnclaimedMessageBytes = 2 * internal::kMaxMessagePayload;  // per peer
 
 using internal::Chunk;
 using internal::Operation;
@@ -195,6 +201,7 @@ class AgentImpl final : public Agent, public internal::AgentCore {
       }
       message = std::move(inbox.front());
       inbox.pop_front();
+      inbox_bytes_[peer] -= message.size();
     }
     scatter(post, message);
     return f;
@@ -234,24 +241,43 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   void deliver_notification(Notification n) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // Nobody draining them, or a peer flooding: the oldest unclaimed tags go (their waiters time out and
+      // fall back), memory does not grow without bound.
+      if (notifications_.size() >= kMaxPendingNotifications) {
+        if (!notifications_dropped_) {
+          log::warn("link agent {}: more than {} unclaimed notifications; dropping the oldest", name(),
+                    kMaxPendingNotifications);
+        }
+        notifications_dropped_ = true;
+        notifications_.pop_front();
+      }
       notifications_.push_back(std::move(n));
     }
     notify_cv_.notify_all();
   }
 
-  void deliver_message(const std::string& peer, std::vector<std::byte> bytes) override {
+  Status deliver_message(const std::string& peer, std::vector<std::byte> bytes) override {
     PostedRecv post;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& q = posted_[peer];
       if (q.empty()) {
+        uint64_t& held = inbox_bytes_[peer];
+        if (held + bytes.size() > kMaxUnclaimedMessageBytes) {
+          return resource_exhausted(
+              fmt::format("agent {} already holds {} bytes of messages from {} that no recv "
+                          "claimed; post a recv first",
+                          name(), held, peer));
+        }
+        held += bytes.size();
         inbox_[peer].push_back(std::move(bytes));
-        return;
+        return ok_status();
       }
       post = std::move(q.front());
       q.pop_front();
     }
     scatter(post, bytes);
+    return ok_status();
   }
 
   void adopt_connection(std::shared_ptr<Connection> conn) override {
@@ -305,6 +331,12 @@ class AgentImpl final : public Agent, public internal::AgentCore {
     op->tag = tag;
     std::vector<Chunk> chunks;
     if (kind == OpKind::kSend) {
+      uint64_t total = 0;
+      for (const Assignment& a : batch) total += a.length;
+      if (total > internal::kMaxMessagePayload) {
+        return TransferFuture::ready_with(invalid_argument(fmt::format(
+            "a {}-byte message is more than the {} one send() may carry", total, internal::kMaxMessagePayload)));
+      }
       Chunk c;
       c.op = op;
       for (const Assignment& a : batch) {
@@ -371,6 +403,8 @@ class AgentImpl final : public Agent, public internal::AgentCore {
   std::vector<std::shared_ptr<Connection>> all_conns_;               // guarded by mu_
   std::deque<Notification> notifications_;                           // guarded by mu_
   std::map<std::string, std::deque<std::vector<std::byte>>> inbox_;  // guarded by mu_
+  std::map<std::string, uint64_t> inbox_bytes_;                      // guarded by mu_: bytes in inbox_[peer]
+  bool notifications_dropped_ = false;                               // guarded by mu_
   std::map<std::string, std::deque<PostedRecv>> posted_;             // guarded by mu_
 };
 

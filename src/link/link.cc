@@ -1,5 +1,6 @@
 #include "link/link.h"
 
+#include <charconv>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -38,13 +39,21 @@ Result<RegionDesc> RegionDesc::decode(std::string_view text) {
     size_t eq = tok.find('=');
     if (eq == std::string::npos) return invalid_argument(fmt::format("region description: '{}' is not KEY=VALUE", tok));
     std::string key = tok.substr(0, eq), v = tok.substr(eq + 1);
+    // Strict decimal: std::stoull would take "-1" as 2^64-1 and ignore trailing junk.
+    auto number = [&](uint64_t& out) {
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+      return ec == std::errc() && end == v.data() + v.size() && !v.empty();
+    };
+    uint64_t n = 0;
     try {
       if (key == "agent") {
         d.agent = v;
       } else if (key == "id") {
-        d.id = RegionId{std::stoull(v)};
+        if (!number(n)) return invalid_argument(fmt::format("region description: bad number in '{}'", tok));
+        d.id = RegionId{n};
       } else if (key == "length") {
-        d.length = std::stoull(v);
+        if (!number(n)) return invalid_argument(fmt::format("region description: bad number in '{}'", tok));
+        d.length = n;
       } else if (key == "kind") {
         if (v != "host" && v != "device") return invalid_argument(fmt::format("region kind '{}' unknown", v));
         d.kind = v == "host" ? MemoryKind::kHost : MemoryKind::kDevice;

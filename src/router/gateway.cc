@@ -28,6 +28,7 @@ namespace {
 constexpr int kProbeThreads = 8;                 // health probes in flight at once, whatever the node count
 constexpr size_t kModelsFanout = 16;             // nodes asked for /v1/models at once
 constexpr int64_t kMaxReportedTokens = 1 << 24;  // a node's completion_tokens beyond this is not believed
+constexpr double kMaxReportedBlocks = 1 << 24;   // nor a KV block count beyond this
 
 using json = nlohmann::json;
 using SteadyTime = std::chrono::steady_clock;
@@ -639,8 +640,11 @@ struct Gateway::Impl {
     double capacity = 0;
     if (ok) {
       json j = json::parse(r->body, nullptr, false);
+      // Capacity steers routing: only a plausible block count is believed (a node claiming 1e300 would
+      // otherwise draw every request).
       if (j.is_object() && j.contains("kv_blocks_total") && j["kv_blocks_total"].is_number()) {
-        capacity = j["kv_blocks_total"].get<double>();
+        const double blocks = j["kv_blocks_total"].get<double>();
+        if (blocks > 0 && blocks <= kMaxReportedBlocks) capacity = blocks;
       }
     }
     if (ok) learn_role(url);

@@ -32,14 +32,22 @@ std::string label_of(std::string_view key, const std::string& label) {
   return end == std::string_view::npos ? "" : std::string(key.substr(at, end - at));
 }
 
+// A node's /metrics is another process's output: a counter that is not a finite, non-negative number of a
+// sane size (NaN, -5, 1e300) is ignored rather than let it turn every rate and percentile into NaN or inf.
+constexpr double kMaxCounter = 1e15;
+bool sane_counter(double v) { return std::isfinite(v) && v >= 0 && v <= kMaxCounter; }
+
 void add_histogram(Histogram& h, const PromSamples& s, const std::string& name) {
   // Cumulative bucket counts by bound, summed over series of this name (one per node and model).
   std::map<double, double> by_bound;
   for (const auto& [key, v] : s) {
+    if (!sane_counter(v)) continue;
     std::string_view n = name_of(key);
     if (n == name + "_bucket") {
       std::string le = label_of(key, "le");
-      double b = le == "+Inf" ? std::numeric_limits<double>::infinity() : std::strtod(le.c_str(), nullptr);
+      char* end = nullptr;
+      double b = le == "+Inf" ? std::numeric_limits<double>::infinity() : std::strtod(le.c_str(), &end);
+      if (le != "+Inf" && (le.empty() || end != le.c_str() + le.size() || !std::isfinite(b) || b < 0)) continue;
       by_bound[b] += v;
     } else if (n == name + "_sum") {
       h.sum += v;
@@ -129,6 +137,7 @@ ServingCounters serving_counters(const std::vector<PromSamples>& nodes) {
   ServingCounters c;
   for (const PromSamples& s : nodes) {
     for (const auto& [key, v] : s) {
+      if (!sane_counter(v)) continue;
       std::string_view n = name_of(key);
       if (n == "tessera_requests_total" && label_of(key, "status") == "200" &&
           label_of(key, "endpoint").find("completions") != std::string::npos)

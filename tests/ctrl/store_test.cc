@@ -185,6 +185,30 @@ TEST_P(StoreTest, AgentsFindEachOtherThroughTheControlPlane) {
   EXPECT_EQ((*d1)->lookup("cb").status().code(), StatusCode::kNotFound);
 }
 
+// A client deleting a live node's entry (issue 20: "delete real nodes, they never re-register"): the
+// registration notices on its next heartbeat and writes it again, well within one TTL.
+TEST_P(StoreTest, ADeletedLiveEntryIsWrittenAgain) {
+  const milliseconds ttl = ttl_for(GetParam());
+  auto reg = Registration::create(*client_, "/tessera/nodes/live", R"({"id":"live"})", ttl);
+  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+  ASSERT_TRUE(has_key("/tessera/nodes/live"));
+  ASSERT_TRUE(client_->remove("/tessera/nodes/live").ok());
+  EXPECT_GE(wait_until([&] { return has_key("/tessera/nodes/live"); }, ttl).count(), 0) << "not back within the TTL";
+  // Counted just after the write lands, so allow the heartbeat thread a moment.
+  EXPECT_GE(wait_until([&] { return (*reg)->restorations() >= 1; }, milliseconds(1000)).count(), 0);
+  // Overwritten with another value (a hijack of the key): its own value comes back.
+  ASSERT_TRUE(client_->put("/tessera/nodes/live", R"({"id":"evil"})", LeaseId::kNone).ok());
+  EXPECT_GE(wait_until(
+                [&] {
+                  auto r = client_->range("/tessera/nodes/live");
+                  return r.ok() && r->size() == 1 && (*r)[0].value == R"({"id":"live"})";
+                },
+                ttl)
+                .count(),
+            0);
+  EXPECT_EQ((*reg)->registrations(), 1) << "restored under the same lease, not a new one";
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("embedded", "etcd"));
 
 TEST(StoreRegistryTest, UnknownKindsAndBadSpecs) {
@@ -228,6 +252,44 @@ TEST(EmbeddedServerTest, MountsOnAnExistingHttpServer) {
   EXPECT_EQ(r->status, 400);
   store.stop();
   server.stop(100);
+}
+
+// Control-plane hygiene over HTTP (issue 20, item 4): each refusal is a 4xx the client maps to a clear
+// Status. The privilege predicate stands in for the cluster-credential check (a header here).
+TEST(EmbeddedServerTest, QuotasTtlBoundsAndLeaselessEntriesAreRefusedOverHttp) {
+  MemoryLimits limits;
+  limits.max_keys_per_lease = 3;
+  EmbeddedServer store(SteadyClock::instance(), ClusterToken{}, limits);
+  store.set_privileged([](const http::Request& r) { return r.header("x-test-admin") == "yes"; });
+  ASSERT_TRUE(store.start("127.0.0.1", 0).ok());
+  const std::string url = fmt::format("http://127.0.0.1:{}", store.port());
+  auto client = make_store("embedded", url);
+  ASSERT_TRUE(client.ok());
+  Store& c = **client;
+  // TTL of INT64_MAX ms (accepted before), and one of a millisecond.
+  auto forever = c.grant_lease(milliseconds(INT64_MAX));
+  EXPECT_EQ(forever.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(forever.status().message().find("3600000"), std::string::npos) << forever.status().message();
+  EXPECT_EQ(c.grant_lease(milliseconds(1)).status().code(), StatusCode::kInvalidArgument);
+  // A lease-less entry from a caller without the credential: 403, PermissionDenied.
+  EXPECT_EQ(c.put("/tessera/nodes/fake", "{}").code(), StatusCode::kPermissionDenied);
+  http::ClientRequest admin;
+  admin.method = "POST";
+  admin.url = url + "/v1/ctrl/kv/put";
+  admin.headers["x-test-admin"] = "yes";
+  admin.body = R"({"key": "/tessera/config", "value": "x", "lease": 0})";
+  auto ok = http::fetch(admin);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  // Entries per lease and sizes.
+  auto lease = c.grant_lease(milliseconds(2000));
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.put(fmt::format("/l/{}", i), "v", *lease).ok());
+  EXPECT_EQ(c.put("/l/3", "v", *lease).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.put(std::string(5000, 'k'), "v", *lease).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.put("/big", std::string((1 << 20) + 1, 'v'), *lease).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.range("/")->size(), 4u);
+  store.stop();
 }
 
 }  // namespace

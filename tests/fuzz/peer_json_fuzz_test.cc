@@ -12,6 +12,8 @@
 #include "base/json_fields.h"
 #include "ctrl/json_codec.h"
 #include "ctrl/registry.h"
+#include "link/discovery.h"
+#include "link/link.h"
 #include "router/ctrl_membership.h"
 #include "serve/pd_messages.h"
 
@@ -264,6 +266,45 @@ TEST(PeerJsonFuzz, ControlPlaneStoreAnswersNeverThrow) {
   every_field_every_value(ev, event_parse);
   random_mutations(kv, kv_parse, 13, 2000);
   random_mutations(ev, event_parse, 14, 2000);
+}
+
+// The link runtime's entries in the control plane (/tessera/agents/, /tessera/regions/) and the descriptions
+// inside prefill requests: KEY=VALUE text, decoded by AgentInfo::decode and RegionDesc::decode.
+TEST(PeerJsonFuzz, AgentAndRegionDescriptionsNeverThrow) {
+  const std::string agent = "name=d1 host=h1 shm=/tmp/x.sock tcp=127.0.0.1:4711";
+  const std::string region = "agent=d1 id=3 length=4096 kind=host shm=- ucx.addr=7f00 ucx.rkey=abcd";
+  ASSERT_TRUE(link::AgentInfo::decode(agent).ok());
+  ASSERT_TRUE(link::RegionDesc::decode(region).ok());
+  for (const char* bad : {"agent=d1 id=-1 length=1 kind=host shm=-",
+                          "agent=d1 id=1 length=99999999999999999999999 "
+                          "kind=host shm=-",
+                          "agent=d1 id=x length=1 kind=host shm=-", "agent=d1 id=1 length=1 kind=gpu shm=-"}) {
+    EXPECT_FALSE(link::RegionDesc::decode(bad).ok()) << bad;
+  }
+  auto agent_parse = [](const std::string& b) -> Result<link::AgentInfo> {
+    auto r = link::AgentInfo::decode(b);
+    if (!r.ok()) return r.status();
+    return r;
+  };
+  auto region_parse = [](const std::string& b) -> Result<link::RegionDesc> { return link::RegionDesc::decode(b); };
+  std::mt19937_64 rng(15);
+  const std::string alphabet = "=  -0123456789abcdefxyz/.:\n\t";
+  for (int i = 0; i < 4000; ++i) {
+    std::string a = agent, r = region;
+    for (std::string* s : {&a, &r}) {
+      const int edits = 1 + static_cast<int>(rng() % 5);
+      for (int e = 0; e < edits && !s->empty(); ++e) {
+        const size_t at = rng() % s->size();
+        if (rng() % 3 == 0) {
+          s->resize(at);
+        } else {
+          (*s)[at] = rng() % 4 == 0 ? static_cast<char>(rng()) : alphabet[rng() % alphabet.size()];
+        }
+      }
+    }
+    expect_clean(agent_parse, a);
+    expect_clean(region_parse, r);
+  }
 }
 
 TEST(JsonFields, RangesAndTypesAreChecked) {

@@ -1,6 +1,9 @@
 // Live metrics from Prometheus text, and the workload re-made for them (re-placement inputs).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "solver/live_metrics.h"
 #include "solver/watch.h"
 
@@ -58,6 +61,25 @@ TEST(LiveMetrics, AWindowBetweenTwoScrapesOfTwoNodes) {
   // Within 55 ms: 10 + 10 * 45/90 = 15 of 20.
   EXPECT_NEAR(m->attainment, 0.75, 1e-9);
   EXPECT_FALSE(window_metrics(a, a, 10, slo).ok());  // nothing finished
+}
+
+// A node's /metrics is untrusted input: NaN, negative, huge or mislabelled samples are ignored, so the
+// window stays the one the sane samples describe instead of NaN or inf.
+TEST(LiveMetrics, InsaneSamplesFromANodeAreIgnored) {
+  PromSamples rogue = node(1e300, -3, std::nan(""), std::numeric_limits<double>::infinity());
+  rogue["tessera_time_to_first_token_seconds_bucket{model=\"m\",le=\"banana\"}"] = 4;
+  rogue["tessera_time_to_first_token_seconds_bucket{model=\"m\",le=\"nan\"}"] = 4;
+  rogue["tessera_prompt_tokens_total{model=\"m\"}"] = -1e9;
+  ServingCounters a = serving_counters({node(5, 5, 5, 5), rogue});
+  ServingCounters b = serving_counters({node(15, 10, 15, 15), rogue});
+  Slo slo{0.055, 0.05, 90, 0.9};
+  auto m = window_metrics(a, b, 10, slo);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_DOUBLE_EQ(m->rate, 1.0);  // the sane node's 10 requests in 10 s
+  EXPECT_DOUBLE_EQ(m->mean_input, 100);
+  EXPECT_TRUE(std::isfinite(m->ttft_s));
+  EXPECT_TRUE(std::isfinite(m->attainment));
+  EXPECT_TRUE(std::isfinite(m->tpot_s));
 }
 
 TEST(LiveMetrics, ThePercentileBeyondTheLastBoundReadsAsThatBound) {

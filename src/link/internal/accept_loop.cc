@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kHandshakeTimeoutMs = 5000;
 constexpr int kMaxLanes = 64;
+constexpr size_t kMaxPendingConnections = 64;
 
 void set_recv_timeout(int fd, int ms) {
   timeval tv{ms / 1000, (ms % 1000) * 1000};
@@ -193,8 +194,23 @@ void AcceptLoop::handle(int fd) {
   }
   set_recv_timeout(fd, 0);
   const FrameHeader h = hello->header;
+  // Half-made connections hold sockets until their last lane arrives: a peer opening new ones without ever
+  // finishing must not pile them up. The oldest incomplete one is dropped.
+  if (!pending_.count(h.region) && pending_.size() >= kMaxPendingConnections) {
+    auto oldest = pending_.begin();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (it->second.since < oldest->second.since) oldest = it;
+    }
+    log::warn("link {}: dropping an unfinished connection from {} ({} are waiting for lanes)", endpoint_,
+              oldest->second.peer, pending_.size());
+    for (int f : oldest->second.fds) {
+      if (f >= 0) ::close(f);
+    }
+    pending_.erase(oldest);
+  }
   Pending& p = pending_[h.region];
   if (p.fds.empty()) {
+    p.since = next_pending_++;
     p.peer = hello->name;
     p.fds.assign(h.aux, -1);
   }

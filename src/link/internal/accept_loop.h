@@ -55,8 +55,10 @@ class AcceptLoop {
     std::string peer;
     std::vector<int> fds;  // by lane; -1 until connected
     int have = 0;
+    uint64_t since = 0;  // arrival order, to drop the oldest when too many are unfinished
   };
   std::map<uint64_t, Pending> pending_;  // owned by the accept thread
+  uint64_t next_pending_ = 0;            // owned by the accept thread
   std::set<std::string> refused_;        // owned by the accept thread: peer addresses already logged
 };
 

@@ -9,12 +9,17 @@
 
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "link/checksum.h"
 
 namespace tessera::link::internal {
 namespace {
 
-constexpr uint64_t kMaxMessageBytes = 1ull << 32;  // one send(); larger messages are refused
+// Replies (acks, read data, errors) queued for a peer that does not read them: beyond this the peer is
+// flooding us with requests, and the connection is closed rather than let the queue grow without bound.
+constexpr size_t kMaxQueuedReplies = 1 << 16;
+// The largest refused payload skipped to keep the stream in step; a longer claim closes the connection.
+constexpr uint64_t kMaxSkippedPayload = 64ull << 20;
 constexpr uint64_t kInlineCopyBytes = 4ull << 20;  // local-path operations up to this size run in the caller
 
 Status payload_mismatch(const std::string& peer) {
@@ -450,6 +455,11 @@ void FramedConnection::reader_loop(Lane& lane) {
     if (s.ok()) s = verify(h);
     if (s.ok()) s = handle_frame(lane, h);
     if (!s.ok()) {
+      // A peer that breaks the protocol (a bad header, an impossible length) loses the connection, with the
+      // reason in the log; the process and other connections carry on. A closed socket is routine.
+      if (s.code() != StatusCode::kUnavailable) {
+        log::warn("link {}: closing the connection with {}: {}", endpoint_, peer_, s.message());
+      }
       Status why = s.code() == StatusCode::kUnavailable
                        ? unavailable(fmt::format("link to {} lost: {}", peer_, s.message()))
                        : s.with_context(fmt::format("link to {}", peer_));
@@ -462,12 +472,36 @@ void FramedConnection::reader_loop(Lane& lane) {
 Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
   auto type = static_cast<FrameType>(h.type);
   auto ack = [&](FrameType t) { reply(lane, t, h.op_id); };
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    if (lane.queue.size() > kMaxQueuedReplies) {
+      return resource_exhausted(
+          fmt::format("the peer sent requests faster than it reads the replies ({} queued)", lane.queue.size()));
+    }
+  }
+  switch (type) {
+    case FrameType::kWriteAck:
+    case FrameType::kImmAck:
+    case FrameType::kSendAck:
+    case FrameType::kImm:
+    case FrameType::kDescribeReq:
+      // Frames without a payload: a length would desynchronise the stream (its bytes read as headers).
+      if (h.length != 0) return data_loss(fmt::format("frame type {} with a {}-byte payload", h.type, h.length));
+      break;
+    default:
+      break;
+  }
   switch (type) {
     case FrameType::kWrite: {
       std::shared_ptr<Region> r = core_.find_region(RegionId{h.region});
       Status v = r ? check_range(r->length, h.offset, h.length, r->id, "remote")
                    : not_found(fmt::format("region {} is not registered with agent {}", h.region, core_.name()));
       if (!v.ok()) {
+        // A refused write's payload is still on the wire; skipping it keeps the stream in step. A claimed
+        // length beyond any chunk a peer sends would hold this lane reading (or waiting for) that much.
+        if (h.length > kMaxSkippedPayload) {
+          return data_loss(fmt::format("a refused {}-byte write ({})", h.length, v.message()));
+        }
         TS_RETURN_IF_ERROR(discard_data_payload(lane.fd, h.length));
         reply_error(lane, h.op_id, v);
         return ok_status();
@@ -478,9 +512,13 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
         TS_RETURN_IF_ERROR(read_data_payload(lane.fd, r->data + h.offset, h.length, &intact));
         if (!intact) st = payload_mismatch(core_.name());
       } else {
-        std::vector<std::byte> staged(h.length);
-        TS_RETURN_IF_ERROR(read_data_payload(lane.fd, staged.data(), h.length, &intact));
-        st = !intact ? payload_mismatch(core_.name()) : r->copy_in(h.offset, staged.data(), h.length);
+        // A device region: staged through a bounded buffer, never one of the frame's claimed size.
+        Status copied;
+        TS_RETURN_IF_ERROR(read_data_payload_pieces(
+            lane.fd, h.length, kStagingPieceBytes,
+            [&](uint64_t at, const std::byte* p, size_t n) { return r->copy_in(h.offset + at, p, n); }, &intact,
+            &copied));
+        st = !intact ? payload_mismatch(core_.name()) : copied;
       }
       if (st.ok()) {
         ack(FrameType::kWriteAck);
@@ -504,6 +542,13 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
         item.source = r;
         item.source_offset = h.offset;
       } else {
+        if (h.length > kMaxStagedReadBytes) {
+          reply_error(lane, h.op_id,
+                      invalid_argument(fmt::format("a read of {} bytes from a device region is more than the {} "
+                                                   "allowed at once; split it",
+                                                   h.length, kMaxStagedReadBytes)));
+          return ok_status();
+        }
         item.bytes.resize(h.length);
         if (Status st = r->copy_out(h.offset, item.bytes.data(), h.length); !st.ok()) {
           reply_error(lane, h.op_id, st);
@@ -515,6 +560,7 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
     }
     case FrameType::kReadResp: {
       std::optional<Chunk> c = lookup(h.op_id);
+      // An operation that failed or was cancelled meanwhile: skipped without allocating anything for it.
       if (!c) return discard_data_payload(lane.fd, h.length);
       if (h.length != c->length) {
         return data_loss(fmt::format("peer answered a {}-byte read with {} bytes", c->length, h.length));
@@ -542,7 +588,10 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
       ack(FrameType::kImmAck);
       return ok_status();
     case FrameType::kSend: {
-      if (h.length > kMaxMessageBytes) return invalid_argument(fmt::format("peer sent a {}-byte message", h.length));
+      if (h.length > kMaxMessagePayload) {
+        return invalid_argument(
+            fmt::format("peer sent a {}-byte message; at most {} are accepted", h.length, kMaxMessagePayload));
+      }
       std::vector<std::byte> bytes(h.length);
       bool intact = false;
       TS_RETURN_IF_ERROR(read_data_payload(lane.fd, bytes.data(), bytes.size(), &intact));
@@ -550,7 +599,10 @@ Status FramedConnection::handle_frame(Lane& lane, const FrameHeader& h) {
         reply_error(lane, h.op_id, payload_mismatch(core_.name()));
         return ok_status();
       }
-      core_.deliver_message(peer_, std::move(bytes));
+      if (Status d = core_.deliver_message(peer_, std::move(bytes)); !d.ok()) {
+        reply_error(lane, h.op_id, d);
+        return ok_status();
+      }
       ack(FrameType::kSendAck);
       return ok_status();
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -146,6 +147,25 @@ Status read_data_payload(int fd, void* dst, size_t n, bool* intact) {
     } else if (errno != EINTR) {
       return unavailable(fmt::format("receive failed: {}", std::strerror(errno)));
     }
+  }
+  uint64_t trailer = 0;
+  TS_RETURN_IF_ERROR(read_exact(fd, &trailer, sizeof trailer));
+  *intact = trailer == sum.value();
+  return ok_status();
+}
+
+Status read_data_payload_pieces(int fd, uint64_t n, size_t piece,
+                                const std::function<Status(uint64_t, const std::byte*, size_t)>& sink, bool* intact,
+                                Status* sink_status) {
+  std::vector<std::byte> buf(static_cast<size_t>(std::min<uint64_t>(n, piece)));
+  Checksum64 sum;
+  *sink_status = ok_status();
+  for (uint64_t at = 0; at < n;) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - at));
+    TS_RETURN_IF_ERROR(read_exact(fd, buf.data(), take));
+    sum.update(buf.data(), take);
+    if (sink_status->ok()) *sink_status = sink(at, buf.data(), take);
+    at += take;
   }
   uint64_t trailer = 0;
   TS_RETURN_IF_ERROR(read_exact(fd, &trailer, sizeof trailer));

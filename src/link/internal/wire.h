@@ -12,6 +12,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -53,6 +54,11 @@ static_assert(sizeof(FrameHeader) == 64);
 
 constexpr uint32_t kFrameMagic = 0x4b4c5354;      // "TSLK"
 constexpr uint64_t kMaxControlPayload = 1 << 20;  // hello, describe, error messages
+// Limits a receiver enforces on a peer's frames BEFORE it allocates anything for them (a peer is untrusted
+// input: a 64-byte header must never make a node allocate what its length field claims).
+constexpr uint64_t kMaxMessagePayload = 64ull << 20;   // one send(); larger sends are refused by both sides
+constexpr uint64_t kStagingPieceBytes = 4ull << 20;    // device-region writes are staged in pieces this big
+constexpr uint64_t kMaxStagedReadBytes = 64ull << 20;  // one read of a device region (staged whole)
 
 FrameHeader make_header(FrameType type, uint64_t op_id);
 void seal(FrameHeader& h);            // sets magic and header_check
@@ -74,6 +80,12 @@ Status send_data_frame(int fd, FrameHeader h, const void* payload, size_t n);
 // Reads a data frame's n payload bytes into dst and its trailer; *intact says whether the checksum matched
 // (the bytes are in dst either way). Unavailable when the socket fails.
 Status read_data_payload(int fd, void* dst, size_t n, bool* intact);
+// Reads a data frame's n payload bytes through a buffer of at most `piece` bytes, handing each piece to
+// `sink(offset, bytes, len)`, then its trailer; *intact as above. A sink error stops the sink calls (the rest
+// is still read, so the stream stays in step) and is returned in *sink_status.
+Status read_data_payload_pieces(int fd, uint64_t n, size_t piece,
+                                const std::function<Status(uint64_t, const std::byte*, size_t)>& sink, bool* intact,
+                                Status* sink_status);
 // Reads and discards a data frame's payload and trailer (a write that was rejected).
 Status discard_data_payload(int fd, uint64_t n);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -440,7 +441,12 @@ class UcxDataPath final : public internal::LocalDataPath {
       if (!rkey) return r;
       it = rkeys_.emplace(k->second, rkey).first;
     }
-    r.addr = std::stoull(a->second, nullptr, 16);
+    // The peer's text: a malformed address (std::stoull would throw on this thread) means the framed path.
+    const std::string& hex = a->second;
+    uint64_t addr = 0;
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), addr, 16);
+    if (ec != std::errc() || end != hex.data() + hex.size() || hex.empty()) return r;
+    r.addr = addr;
     r.rkey = it->second;
     return r;
   }
