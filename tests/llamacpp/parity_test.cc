@@ -16,9 +16,10 @@
 // recorded as the test property `identical_<label>`.
 //
 // To add a shape or a preset, add one line to kShapes or kPresets. A preset needs Tessera to load every tensor
-// type llama-quantize writes for it: note that llama-quantize keeps the output (or tied embedding) matrix at
-// Q8_0 whenever the model dimension is not a multiple of 256 and at Q6_K otherwise, so K-type presets want such
-// a dimension to test K-types in the layers too.
+// type llama-quantize writes for it. Note that llama-quantize stores a matrix whose rows are not a multiple of
+// 256 long in a 32-block fallback type (Q4_K -> Q5_0, Q6_K -> Q8_0; the output matrix -> Q8_0): with today's
+// shapes (dim 288 and 896) the K-type presets put K-types only in ffn_down (rows of 768 and 4864), the rest in
+// the fallbacks. A shape of dim 256k (e.g. qwen3-0.6b's 1024) tests K-types in every layer matrix.
 //
 // Skips, saying why, when llama.cpp's binaries are absent (scripts/llamacpp.sh builds them); labelled
 // `llamacpp` in ctest.
@@ -72,11 +73,16 @@ struct ParityPreset {
   double max_logprob_gap;
 };
 
+// One preset per line:
+// clang-format off
 const std::vector<ParityPreset> kPresets = {
     {"F16", {}, 0.02},
     {"Q8_0", {}, 0.05},
     {"Q4_0", {}, 0.1},
+    {"Q6_K", {}, 0.05},
+    {"Q4_K_M", {}, 0.1},
 };
+// clang-format on
 constexpr double kSourceMaxLogprobGap = 0.02;  // the f32/f16 file as tessera synth wrote it
 
 constexpr int kPrompts = 8;
