@@ -69,6 +69,16 @@ for cmd in npm tar git cmake c++; do
   command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' is not installed (scripts/install-deps installs it)"
 done
 mkdir -p "$root" || die "cannot create $root"
+# One builder at a time (two checkouts' test runs may start together); the second waits, then finds it built.
+exec 9>"$root/.lock"
+if command -v flock >/dev/null 2>&1; then
+  flock 9 || die "cannot lock $root/.lock"
+  if all_built; then
+    log "llama.cpp (node-llama-cpp@$version) built meanwhile by another run"
+    echo "$bin_dir"
+    exit 0
+  fi
+fi
 
 # 1. The package tarball (npm pack writes node-llama-cpp-VERSION.tgz into the current folder).
 tgz="$root/node-llama-cpp-$version.tgz"

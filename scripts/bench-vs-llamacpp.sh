@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Tessera side by side with llama.cpp on the same GGUF files and the same machine (issue 16 item 7).
+#
+# 1. llama.cpp from scripts/llamacpp.sh (node-llama-cpp's git bundle, built natively into a cache folder).
+# 2. Models from `tessera synth` (llama2-style stories110M as f32, the qwen2.5-0.5b shape as f16: its
+#    151936-token vocabulary makes an f32 file 2 GB), each quantized by llama.cpp's own `llama-quantize` to
+#    every preset in PRESETS. Files are cached under WORK (keyed by shape, preset and seed).
+# 3. Single stream, for each shape x preset x THREADS, REPEATS times, the two engines alternating:
+#    decode:  `llama-bench -p 0 -n 32 -d 512`     vs `tessera bench generate --prompt-tokens 512 --gen-tokens 32`
+#    prefill: `llama-bench -p 512 -n 0`           vs the same `tessera bench generate` run's prefill of 512
+# 4. Serving, SERVE_SHAPE at SERVE_PRESET: `llama-server -np N` and `tessera serve --max-num-seqs N` (both up at
+#    once, idle while the other is measured) under the same `tessera bench serve` load (token-id prompts of
+#    INPUT_LEN, OUTPUT_LEN tokens, ignore_eos) at each concurrency N in CONCURRENCY, alternating, REPEATS times.
+# 5. Writes OUT (default docs/bench/vs-llamacpp): raw/ (every tool's own output), results.jsonl (one line per
+#    measurement), summary.md (medians, min-max spread, ratio tessera / llama.cpp), plots/ (`tessera bench plot`
+#    of the serving sweeps), and replaces the section between the vs-llamacpp markers in docs/benchmarks.md.
+#
+# A point Tessera cannot run (e.g. a tensor type it does not load yet) is recorded with Tessera's error and
+# the script goes on. Speed needs an idle machine: the load average before every run is recorded.
+#
+# Usage: scripts/bench-vs-llamacpp.sh            (REPEATS=3, every point: about an hour on 2 idle cores)
+#        REPEATS=1 PRESETS="Q8_0" SHAPES=stories110M THREADS=2 CONCURRENCY="1 8" scripts/bench-vs-llamacpp.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+
+REPEATS="${REPEATS:-3}"
+SHAPES="${SHAPES:-stories110M qwen2.5-0.5b}"
+PRESETS="${PRESETS:-F16 Q8_0 Q4_0 Q4_K_M}"
+THREADS="${THREADS:-1 2}"
+QWEN_THREADS="${QWEN_THREADS:-2}"  # the qwen shape only at these thread counts (issue 16: 2 threads)
+CONCURRENCY="${CONCURRENCY:-1 8 32}"
+SERVE_SHAPE="${SERVE_SHAPE:-stories110M}"
+SERVE_PRESET="${SERVE_PRESET:-Q8_0}"
+SERVE_THREADS="${SERVE_THREADS:-2}"
+INPUT_LEN="${INPUT_LEN:-256}"
+OUTPUT_LEN="${OUTPUT_LEN:-64}"
+DEPTH=512
+GEN=32
+SEED=1
+OUT="${OUT:-docs/bench/vs-llamacpp}"
+WORK="${WORK:-${TESSERA_CACHE:-$HOME/.cache/tessera}/bench-vs-llamacpp}"
+tessera="${TESSERA_BIN:-$root/build/release/bin/tessera}"
+
+die() {
+  echo "bench-vs-llamacpp: error: $*" >&2
+  exit 1
+}
+log() { echo "bench-vs-llamacpp: $*" >&2; }
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer, not '$REPEATS'"
+[[ -x "$tessera" ]] || die "no tessera binary at $tessera (run: bash scripts/build release)"
+command -v python3 >/dev/null || die "python3 is needed to summarize (scripts/install-deps installs it)"
+bin="$(bash scripts/llamacpp.sh)" || die "scripts/llamacpp.sh could not provide llama.cpp"
+mkdir -p "$WORK" "$OUT/raw" "$OUT/plots"
+results="$OUT/results.jsonl"
+: >"$results"
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# One JSON line per measurement: engine, what, shape, preset, threads, rep, value (tok/s) or error.
+record() {
+  python3 - "$results" "$@" <<'EOF'
+import json, sys
+path, engine, what, shape, preset, threads, rep, value, load, raw = sys.argv[1:11]
+line = {"engine": engine, "what": what, "shape": shape, "preset": preset, "threads": int(threads),
+        "rep": int(rep), "load_1min": float(load), "raw": raw}
+try:
+    line["tok_s"] = float(value)
+except ValueError:
+    line["error"] = value
+with open(path, "a") as f:
+    f.write(json.dumps(line) + "\n")
+EOF
+}
+
+# The tok/s of llama-bench's one test in a JSON output file.
+llama_ts() {
+  python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(t[0]["avg_ts"])' "$1" 2>/dev/null || echo "no result"
+}
+# The median tok/s on tessera bench generate's "prefill"/"decode" line, or its error line.
+tessera_ts() {
+  local v
+  v="$(awk -v k="$2" '$1 == k && $2 == "tok/s" && $3 == "median" {print $4}' "$1")"
+  if [[ -n "$v" ]]; then echo "$v"; else grep -m1 -o 'error: .*' "$1" | cut -c1-200 || echo "no result"; fi
+}
+
+model_file() {  # shape preset -> path (writing it on first use)
+  local shape="$1" preset="$2" src_dtype=f32
+  [[ "$shape" == qwen* ]] && src_dtype=f16
+  local src="$WORK/$shape-s$SEED-$src_dtype.gguf" out="$WORK/$shape-s$SEED-$preset.gguf"
+  if [[ ! -s "$src" ]]; then
+    log "tessera synth $shape ($src_dtype)"
+    "$tessera" synth --shape "$shape" --format gguf --dtype "$src_dtype" --seed "$SEED" --max-seq-len 2048 \
+      --out "$src" 2>"$WORK/$shape-synth.log" || die "tessera synth failed: $(cat "$WORK/$shape-synth.log")"
+  fi
+  if [[ ! -s "$out" ]]; then
+    log "llama-quantize $shape $preset"
+    "$bin/llama-quantize" "$src" "$out.tmp" "$preset" >"$WORK/$shape-$preset-quantize.log" 2>&1 ||
+      die "llama-quantize $preset failed (see $WORK/$shape-$preset-quantize.log)"
+    mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
+vocab_of() { grep -o 'vocab [0-9]*' "$WORK/$1-synth.log" | head -1 | cut -d' ' -f2; }
+
+# --- single stream ---------------------------------------------------------------------------------------
+for shape in $SHAPES; do
+  threads_list="$THREADS"
+  [[ "$shape" == qwen* ]] && threads_list="$QWEN_THREADS"
+  for preset in $PRESETS; do
+    model="$(model_file "$shape" "$preset")"
+    for t in $threads_list; do
+      for rep in $(seq 1 "$REPEATS"); do
+        tag="$shape-$preset-t$t-r$rep"
+        l="$(load1)"
+        "$bin/llama-bench" -m "$model" -t "$t" -p 0 -n "$GEN" -d "$DEPTH" -r 1 -o json \
+          >"$OUT/raw/llama-bench-decode-$tag.json" 2>"$WORK/llama-bench.err" || true
+        record llama.cpp decode "$shape" "$preset" "$t" "$rep" "$(llama_ts "$OUT/raw/llama-bench-decode-$tag.json")" \
+          "$l" "raw/llama-bench-decode-$tag.json"
+        l="$(load1)"
+        "$bin/llama-bench" -m "$model" -t "$t" -p "$DEPTH" -n 0 -r 1 -o json \
+          >"$OUT/raw/llama-bench-prefill-$tag.json" 2>"$WORK/llama-bench.err" || true
+        record llama.cpp prefill "$shape" "$preset" "$t" "$rep" \
+          "$(llama_ts "$OUT/raw/llama-bench-prefill-$tag.json")" "$l" "raw/llama-bench-prefill-$tag.json"
+        l="$(load1)"
+        "$tessera" bench generate --model "$model" --threads "$t" --prompt-tokens "$DEPTH" --gen-tokens "$GEN" \
+          --repeat 1 --no-ceilings >"$OUT/raw/tessera-generate-$tag.txt" 2>&1 || true
+        for what in decode prefill; do
+          record tessera "$what" "$shape" "$preset" "$t" "$rep" "$(tessera_ts "$OUT/raw/tessera-generate-$tag.txt" "$what")" \
+            "$l" "raw/tessera-generate-$tag.txt"
+        done
+        log "$tag done (load $l)"
+      done
+    done
+  done
+done
+
+# --- serving ---------------------------------------------------------------------------------------------
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+trap cleanup EXIT
+wait_url() {  # log-file -> URL once "listening on http://..." appears and /health answers 200
+  local url="" i
+  for i in $(seq 1 600); do
+    url="$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$1" | head -1 | cut -d' ' -f3 || true)"
+    if [[ -n "$url" ]] && python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' \
+      "$url" >/dev/null 2>&1; then
+      echo "$url"
+      return 0
+    fi
+    sleep 0.2
+  done
+  return 1
+}
+
+if [[ -n "$CONCURRENCY" ]]; then
+  model="$(model_file "$SERVE_SHAPE" "$SERVE_PRESET")"
+  vocab="$(vocab_of "$SERVE_SHAPE")"
+  for engine in llama-server tessera; do
+    printf '{"label": "%s", "mode": "concurrency", "repeats": %s, "points": [' "$engine" "$REPEATS" \
+      >"$OUT/raw/$engine-sweep.json"
+  done
+  first=1
+  for c in $CONCURRENCY; do
+    ctx=$((c * (INPUT_LEN + OUTPUT_LEN + 64)))
+    "$bin/llama-server" -m "$model" --host 127.0.0.1 --port 0 -np "$c" -c "$ctx" -t "$SERVE_THREADS" --no-webui \
+      >"$WORK/llama-server-c$c.log" 2>&1 &
+    pids+=($!)
+    "$tessera" serve --model "$model" --port 0 --backend cpu --threads "$SERVE_THREADS" --max-num-seqs "$c" \
+      --served-model-name bench >"$WORK/tessera-serve-c$c.log" 2>&1 &
+    pids+=($!)
+    lurl="$(wait_url "$WORK/llama-server-c$c.log")" || die "llama-server did not come up (see $WORK/llama-server-c$c.log)"
+    turl="$(wait_url "$WORK/tessera-serve-c$c.log")" || die "tessera serve did not come up (see $WORK/tessera-serve-c$c.log)"
+    prompts=$((c * 2 > 8 ? c * 2 : 8))
+    declare -A runs=([llama-server]="" [tessera]="")
+    declare -A loads=([llama-server]="" [tessera]="")
+    for rep in $(seq 1 "$REPEATS"); do
+      for engine in llama-server tessera; do
+        url="$lurl"
+        [[ "$engine" == tessera ]] && url="$turl"
+        f="serve-$engine-c$c-r$rep.json"
+        l="$(load1)"
+        "$tessera" bench serve --url "$url" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --num-prompts "$prompts" \
+          --max-concurrency "$c" --seed "$rep" --vocab-size "$vocab" --out "$OUT/raw/$f" \
+          >"$OUT/raw/serve-$engine-c$c-r$rep.txt" 2>&1 || die "bench serve against $engine failed (see $OUT/raw/serve-$engine-c$c-r$rep.txt)"
+        runs[$engine]+="${runs[$engine]:+, }\"$f\""
+        loads[$engine]+="${loads[$engine]:+, }$l"
+        log "serving $engine c=$c rep $rep done (load $l)"
+      done
+    done
+    for engine in llama-server tessera; do
+      printf '%s{"value": %s, "runs": [%s], "load_1min": [%s]}' "$([[ $first == 1 ]] || echo ', ')" "$c" \
+        "${runs[$engine]}" "${loads[$engine]}" >>"$OUT/raw/$engine-sweep.json"
+    done
+    first=0
+    cleanup
+  done
+  for engine in llama-server tessera; do echo ']}' >>"$OUT/raw/$engine-sweep.json"; done
+  "$tessera" bench plot --out-dir "$OUT/plots" "$OUT/raw/llama-server-sweep.json" "$OUT/raw/tessera-sweep.json" >/dev/null
+fi
+
+# --- summary ---------------------------------------------------------------------------------------------
+llama_commit="$(git -C "$bin/../../src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" --serve-dir "$OUT/raw" \
+  --concurrency "$CONCURRENCY" --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+  --nproc "$(nproc)" --llama-commit "$llama_commit" --tessera-commit "$(git rev-parse --short HEAD)" \
+  --command "REPEATS=$REPEATS SHAPES=\"$SHAPES\" PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
+  --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, 2 x concurrency requests (at least 8)" \
+  --benchmarks-md docs/benchmarks.md
+log "wrote $OUT/summary.md, $OUT/plots/ and the vs-llamacpp section of docs/benchmarks.md"
