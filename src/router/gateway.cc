@@ -182,7 +182,12 @@ struct Gateway::Impl {
     if (it->second.empty()) inflight.erase(it);
   }
   // The node left rotation: abandon what is open there (retried elsewhere when nothing was forwarded yet).
+  // A draining node is not failing: what it has open finishes there (or breaks on its own and migrates).
   void cancel_node(const std::string& url) {
+    if (auto s = registry.status(url); s && s->draining) {
+      log::info("router: node {} is draining: its open exchanges are left to finish", url);
+      return;
+    }
     std::lock_guard lock(inflight_mu);
     auto it = inflight.find(url);
     if (it == inflight.end()) return;
@@ -228,6 +233,17 @@ struct Gateway::Impl {
   }
 
   static bool retryable(int status) { return status >= 500 || status == 429; }
+  // A 503 from a node that is draining (serve answers new calls so while it finishes the old ones).
+  static bool draining_answer(const http::Response& r) {
+    auto it = r.headers.find("x-tessera-draining");
+    return r.status == 503 && it != r.headers.end() && it->second == "1";
+  }
+  // What a node's answer says about its health: a draining node is alive, only closed for new work.
+  RequestOutcome outcome_from(const std::string& url, const http::Response& r) {
+    if (!draining_answer(r)) return outcome_of(r.status);
+    if (registry.set_node_draining(url, true)) log::info("router: node {} is draining", url);
+    return RequestOutcome::kSuccess;
+  }
   static RequestOutcome outcome_of(int status) {
     return status >= 500 ? RequestOutcome::kServerError : RequestOutcome::kSuccess;
   }
@@ -288,7 +304,7 @@ struct Gateway::Impl {
         generated = j["usage"].value("completion_tokens", int64_t{0});
       }
     }
-    note_outcome(url, c.reserved_tokens, generated, outcome_of(r->status));
+    note_outcome(url, c.reserved_tokens, generated, outcome_from(url, *r));
     if (retryable(r->status) && !last) {
       metrics.upstream_failure(r->status == 429 ? "429" : "5xx");
       last_status = r->status;
@@ -310,8 +326,10 @@ struct Gateway::Impl {
     bool started = false;
     int status = 0;
     int64_t generated = 0;
+    RequestOutcome head_outcome = RequestOutcome::kSuccess;
     auto on_headers = [&](const http::Response& head) {
       status = head.status;
+      head_outcome = outcome_from(url, head);
       if (retryable(head.status) && !last) return false;
       started = true;
       metrics.first_byte(since(c->start));
@@ -360,7 +378,7 @@ struct Gateway::Impl {
       finish(*c, 502);
       return true;
     }
-    note_outcome(url, c->reserved_tokens, generated, outcome_of(status));
+    note_outcome(url, c->reserved_tokens, generated, head_outcome);
     if (!started) {
       metrics.upstream_failure(status == 429 ? "429" : "5xx");
       last_status = status;
@@ -598,6 +616,13 @@ struct Gateway::Impl {
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
     bool ok = r.ok() && r->status == 200;
+    if (r.ok() && draining_answer(*r)) {
+      // Alive and finishing its work: out of the candidates, not ejected (which would cancel its streams).
+      if (registry.set_node_draining(url, true)) log::info("router: node {} is draining", url);
+      registry.probe_result(url, true);
+      return;
+    }
+    if (ok) registry.set_node_draining(url, false);
     double capacity = 0;
     if (ok) {
       json j = json::parse(r->body, nullptr, false);

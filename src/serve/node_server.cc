@@ -4,6 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -58,8 +59,20 @@ ApiError from_status(const Status& s) {
   }
 }
 
+// Counts a call as in flight for as long as it lives (the drain waits for the count to reach zero).
+struct InFlight {
+  explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~InFlight() { --n_; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+
 // The state of one API call, shared by the handler and the engine callback.
 struct Call {
+  std::unique_ptr<InFlight> in_flight;
   std::shared_ptr<http::ResponseWriter> writer;
   ApiRequest req;
   std::string id;
@@ -103,6 +116,7 @@ struct NodeServer::Impl {
   http::Server server;
   Metrics metrics;
   std::atomic<bool> draining{false};
+  std::atomic<int> calls{0};  // generation calls accepted and not yet over
   std::atomic<uint64_t> next_id{1};
 
   Impl(engine::Engine& e, NodeOptions o)
@@ -275,7 +289,13 @@ struct NodeServer::Impl {
 
   void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
     const std::string_view endpoint = chat ? "chat" : "completions";
-    if (draining) return reply_error(w, endpoint, {503, "the server is shutting down", "service_unavailable", "", ""});
+    if (draining) {
+      // The header tells a router this node is draining, not failing: it stops sending new requests here and
+      // leaves the streams in flight alone (drain is not failure).
+      metrics.request_finished(endpoint, 503);
+      return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
+                     "application/json", {{"x-tessera-draining", "1"}});
+    }
     auto parsed = parse_request(hreq.body, chat);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
@@ -333,6 +353,7 @@ struct NodeServer::Impl {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
     gen.max_tokens = max_tokens;
+    call->in_flight = std::make_unique<InFlight>(calls);
     call->writer = w;
     call->model = options.model_name;
     call->created = unix_now();
@@ -436,7 +457,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
   });
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    if (d->draining) return w->send(503, R"({"status":"draining"})");
+    if (d->draining) return w->send(503, R"({"status":"draining"})", "application/json", {{"x-tessera-draining", "1"}});
     engine::EngineStats s = d->engine.stats();
     w->send(200, dump({{"status", "ok"},
                        {"model", d->options.model_name},
@@ -495,8 +516,13 @@ Status NodeServer::start() { return impl_->server.start(); }
 uint16_t NodeServer::port() const { return impl_->server.port(); }
 
 void NodeServer::stop(int grace_ms) {
+  // Draining: keep listening (so /health says "draining" rather than refusing, which a router would take for
+  // a dead node and cancel its streams) and answer new calls 503 until the calls in flight are over.
   impl_->draining = true;
-  impl_->server.stop(grace_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(0, grace_ms));
+  while (impl_->calls.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  impl_->server.stop(static_cast<int>(std::max<int64_t>(0, left)));
 }
 
 }  // namespace tessera::serve

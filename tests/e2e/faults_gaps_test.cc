@@ -64,6 +64,63 @@ std::string reference(const std::string& prompt, int n) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// What one streamed greedy completion delivered to its client.
+struct Streamed {
+  int tokens = 0, errors = 0, done = 0;
+  int http_status = 0;
+  std::string text, finish;
+  Status status;
+};
+
+Streamed stream(const std::string& url, const std::string& prompt, int n, std::atomic<int>* progress = nullptr) {
+  Streamed s;
+  std::string buffer;
+  auto on_chunk = [&](std::string_view piece) {
+    buffer.append(piece);
+    for (size_t end = buffer.find("\n\n"); end != std::string::npos; end = buffer.find("\n\n")) {
+      std::string ev = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (ev.rfind("data: ", 0) != 0) continue;
+      if (ev == "data: [DONE]") {
+        ++s.done;
+        continue;
+      }
+      json j = json::parse(ev.substr(6), nullptr, false);
+      if (!j.is_object() || j.contains("error")) {
+        ++s.errors;
+        continue;
+      }
+      for (const auto& c : j["choices"]) {
+        s.text += c.value("text", "");
+        if (c["logprobs"].is_object()) s.tokens += static_cast<int>(c["logprobs"]["tokens"].size());
+        if (!c["finish_reason"].is_null()) s.finish = c["finish_reason"];
+      }
+      if (progress) ++*progress;
+    }
+    return true;
+  };
+  auto r = http::fetch_streaming(
+      {.method = "POST",
+       .url = url + "/v1/completions",
+       .headers = {{"Content-Type", "application/json"}},
+       .body = json{{"model", "stories260K"},
+                    {"prompt", prompt},
+                    {"max_tokens", n},
+                    {"temperature", 0},
+                    {"ignore_eos", true},
+                    {"logprobs", 0},
+                    {"stream", true}}
+                   .dump(),
+       .timeout_ms = 120000},
+      [&](const http::Response& head) {
+        s.http_status = head.status;
+        return true;
+      },
+      on_chunk);
+  s.status = r.ok() ? ok_status() : r.status();
+  return s;
+}
+
 class FaultGaps : public ::testing::Test {
  protected:
   void SetUp() override { TS_REQUIRE_STORIES260K(); }
@@ -190,6 +247,67 @@ TEST_F(FaultGaps, APrefillNodeAnswersWhilePeersItConnectsToNeverAnswer) {
   }
   for (auto& t : ts) t.join();
   for (int s : status) EXPECT_EQ(s, 502) << "a peer that cannot be reached is a clean 502";
+}
+
+// Drain is not failure: a node draining after SIGTERM answers /health "draining" and new calls 503 (with
+// x-tessera-draining) while it finishes its streams; the router stops sending it work but neither ejects it
+// nor cancels those streams, so every one of them completes there (none migrates).
+TEST_F(FaultGaps, StreamsInFlightToADrainingNodeAllComplete) {
+  // One sequence at a time on A: its streams wait their turn there, so the drain lasts seconds.
+  Proc a = start_node({"--shutdown-grace-ms", "60000", "--max-num-seqs", "1"});
+  Proc b = start_node({});
+  Proc router = start({"route", "--port", "0", "--nodes", a.url + "," + b.url, "--strategy", "round_robin",
+                       "--probe-interval-ms", "200", "--probe-timeout-ms", "500"});
+  constexpr int kStreams = 12, kTokens = 450;
+  std::atomic<int> progress{0};
+  std::vector<Streamed> got(kStreams);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kStreams; ++i) {
+    ts.emplace_back(
+        [&, i] { got[i] = stream(router.url, "Once upon a time " + std::to_string(i), kTokens, &progress); });
+  }
+  const auto t0 = Clock::now();
+  while (progress < kStreams && seconds_since(t0) < 30) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(kill(a.proc->pid(), SIGTERM), 0);
+  const auto drain_start = Clock::now();
+  // While A drains, new requests go to B (or are retried there) and succeed.
+  std::this_thread::sleep_for(500ms);
+  {
+    auto nodes = http::fetch({.method = "GET", .url = router.url + "/admin/nodes"});
+    ASSERT_TRUE(nodes.ok());
+    bool seen = false;
+    const json listed = json::parse(nodes->body);
+    for (const json& n : listed["nodes"]) {
+      if (n["url"] != a.url) continue;
+      seen = true;
+      EXPECT_TRUE(n["draining"].get<bool>()) << n.dump();
+      EXPECT_TRUE(n["healthy"].get<bool>()) << "a draining node is not ejected: " << n.dump();
+    }
+    EXPECT_TRUE(seen) << nodes->body;
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(complete_greedy(router.url, "The dog " + std::to_string(i), 4).empty());
+  for (auto& t : ts) t.join();
+  std::printf("the streams ended %.1f s after SIGTERM\n", seconds_since(drain_start));
+  int on_a_unfinished = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.to_string();
+    EXPECT_EQ(got[i].http_status, 200) << i;
+    EXPECT_EQ(got[i].errors, 0) << i;
+    EXPECT_EQ(got[i].done, 1) << i;
+    EXPECT_EQ(got[i].tokens, kTokens) << i;
+    EXPECT_EQ(got[i].finish, "length") << i;
+    on_a_unfinished += got[i].tokens == kTokens ? 0 : 1;
+  }
+  EXPECT_LE(scrape_metric(router.url, "tessera_router_stream_migrations_total{result=\"ok\"}"), 0.0)
+      << "the draining node's streams were taken from it";
+  EXPECT_EQ(on_a_unfinished, 0);
+  // Drained, A stops listening: its port refuses connections within the grace.
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    closed = !http::fetch({.method = "GET", .url = a.url + "/health", .timeout_ms = 500}).ok();
+    if (!closed) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(closed) << "the drained node never stopped";
 }
 
 }  // namespace
