@@ -99,6 +99,7 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
   uint64_t generated_tokens = 0;
+  uint64_t imports_requeued = 0;  // imported KV given up for lack of blocks; the prompt was recomputed here
 };
 
 class Engine {

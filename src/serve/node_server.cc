@@ -504,6 +504,11 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
           p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
           p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
+      text += fmt::format(
+          "# HELP tessera_pd_imports_requeued_total Imported prompts with no KV room and nothing running to free "
+          "any, queued and recomputed here instead of failing\n"
+          "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
+          d->engine.stats().imports_requeued);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

@@ -310,5 +310,59 @@ TEST_F(FaultGaps, StreamsInFlightToADrainingNodeAllComplete) {
   EXPECT_TRUE(closed) << "the drained node never stopped";
 }
 
+// A PD decode node whose KV cache holds one full context (32 blocks of 16 tokens, --max-num-seqs 1) takes
+// eight concurrent requests whose prompts are prefilled remotely and whose outputs need most of the cache
+// each: it queues and preempts as a colocated node does, and every answer equals the fault-free one.
+TEST_F(FaultGaps, APdDecodeNodeUnderKvPressureQueuesInsteadOfRefusing) {
+  Proc prefill = start_node({"--role", "prefill"});
+  Proc decode =
+      start_node({"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4", "--max-num-seqs", "1"});
+  constexpr int kRequests = 16, kTokens = 250;
+  auto prompt = [](int i) {
+    std::string p = "Once upon a time " + std::to_string(i) + ",";
+    for (int k = 0; k < 5; ++k) {
+      p += " there was a little girl named Lily. She loved to play outside in the park with her friends.";
+    }
+    return p;
+  };
+  struct Answer {
+    int status = 0;
+    std::string text;
+  };
+  auto complete = [&](const std::string& url, int i) {
+    Answer out;
+    auto r = http::fetch({.method = "POST",
+                          .url = url + "/v1/completions",
+                          .headers = {{"Content-Type", "application/json"}},
+                          .body = json{{"model", "stories260K"},
+                                       {"prompt", prompt(i)},
+                                       {"max_tokens", kTokens},
+                                       {"temperature", 0},
+                                       {"ignore_eos", true}}
+                                      .dump(),
+                          .timeout_ms = 120000});
+    out.status = r.ok() ? r->status : -1;
+    if (r.ok() && r->status == 200) out.text = json::parse(r->body)["choices"][0]["text"];
+    if (r.ok() && r->status != 200) std::printf("request %d: %d %s\n", i, r->status, r->body.c_str());
+    return out;
+  };
+  std::vector<Answer> got(kRequests);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kRequests; ++i) ts.emplace_back([&, i] { got[i] = complete(decode.url, i); });
+  for (auto& t : ts) t.join();
+  // The fault-free answers: one at a time on a colocated node with room to spare.
+  Proc colocated = start_node({});
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(got[i].status, 200) << i;
+    EXPECT_EQ(got[i].text, complete(colocated.url, i).text) << i;
+  }
+  const double remote = scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}");
+  std::printf("remote %.0f, fallback %.0f, imports requeued %.0f, deferred reservations %.0f\n", remote,
+              scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"),
+              scrape_metric(decode.url, "tessera_pd_imports_requeued_total"),
+              scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"));
+  EXPECT_GE(remote, 1.0) << "the prompts were to be prefilled remotely";
+}
+
 }  // namespace
 }  // namespace tessera
