@@ -152,6 +152,16 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   return id;
 }
 
+Status Engine::admission() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return unavailable("the engine is shutting down");
+  const int queued = stats_.waiting + static_cast<int>(incoming_.size());
+  if (queued >= options_.scheduler.max_waiting) {
+    return resource_exhausted(fmt::format("the server is busy: {} requests are already waiting", queued));
+  }
+  return ok_status();
+}
+
 void Engine::cancel(RequestId id) {
   {
     std::lock_guard<std::mutex> lock(mu_);

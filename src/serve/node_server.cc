@@ -72,6 +72,7 @@ struct InFlight {
 
 // The state of one API call, shared by the handler and the engine callback.
 struct Call {
+  std::mutex mu;  // the handler holds it from submit() until the stream has started; outputs wait for it
   std::unique_ptr<InFlight> in_flight;
   std::shared_ptr<http::ResponseWriter> writer;
   ApiRequest req;
@@ -122,9 +123,12 @@ struct NodeServer::Impl {
   Impl(engine::Engine& e, NodeOptions o)
       : engine(e), options(std::move(o)), server(options.http), metrics(options.model_name) {}
 
+  // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
   void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const ApiError& e) {
     metrics.request_finished(endpoint, e.status);
-    w->send(e.status, error_body(e));
+    http::Headers h;
+    if (e.status == 429) h.emplace("Retry-After", "1");
+    w->send(e.status, error_body(e), "application/json", h);
   }
 
   json logprobs_json(Call& c, const std::vector<engine::TokenLogprobs>& lps, const std::vector<std::string>& texts) {
@@ -165,6 +169,7 @@ struct NodeServer::Impl {
   }
 
   void on_output(const std::shared_ptr<Call>& c, const engine::RequestOutput& out) {
+    std::lock_guard<std::mutex> started(c->mu);
     engine::RequestOutput resumed_out;
     if (c->resumed > 0) resumed_out = resumed_output(*c, out);
     const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : out;
@@ -365,27 +370,37 @@ struct NodeServer::Impl {
     std::string echo_text =
         (!chat && r.echo && preamble) ? (r.prompt_is_tokens ? tok.decode(r.prompt_tokens) : r.prompt) : "";
 
-    if (r.stream) {
-      http::Headers h;
-      h.emplace("X-Request-Id", hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id"));
-      w->start_stream(200, "text/event-stream", h);
-      if (!echo_text.empty()) {
-        w->write(
-            "data: " +
-            dump(chunk(*call, {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-            "\n\n");
+    // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
+    // 429 the router can retry elsewhere, not a 200 followed by an error event.
+    const std::string request_id = hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id");
+    auto start_answer = [this, call, request_id, echo_text] {
+      if (call->req.stream) {
+        http::Headers h;
+        h.emplace("X-Request-Id", request_id);
+        call->writer->start_stream(200, "text/event-stream", h);
+        if (!echo_text.empty()) {
+          call->writer->write(
+              "data: " +
+              dump(chunk(*call,
+                         {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+              "\n\n");
+        }
+      } else {
+        call->text = echo_text;
       }
-    } else {
-      call->text = echo_text;
-    }
+    };
     auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
     if (call->resumed > 0 && gen.max_tokens <= 0) {  // every token was generated already
+      start_answer();
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
       o.prompt_tokens = static_cast<int>(gen.prompt.size());
       return on_out(o);
     }
     if (options.pd != nullptr && options.pd->options().role == "decode") {
+      // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
+      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, from_status(admit));
+      start_answer();
       // The PD path decides where the prompt is prefilled and hands the request to the engine later.
       struct Handle {
         std::mutex mu;
@@ -416,8 +431,11 @@ struct NodeServer::Impl {
           cancelled, hreq.header("x-tessera-prefill-node"));
       return;
     }
+    std::unique_lock<std::mutex> starting(call->mu);
     auto id = engine.submit(std::move(gen), on_out);
-    if (!id.ok()) return fail_submit(call, endpoint, id.status());
+    if (!id.ok()) return reply_error(w, endpoint, from_status(id.status()));
+    start_answer();
+    starting.unlock();
     engine::Engine* eng = &engine;
     w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
   }

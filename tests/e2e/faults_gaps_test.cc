@@ -68,6 +68,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 struct Streamed {
   int tokens = 0, errors = 0, done = 0;
   int http_status = 0;
+  std::string retry_after;
   std::string text, finish;
   Status status;
 };
@@ -114,6 +115,8 @@ Streamed stream(const std::string& url, const std::string& prompt, int n, std::a
        .timeout_ms = 120000},
       [&](const http::Response& head) {
         s.http_status = head.status;
+        auto ra = head.headers.find("retry-after");
+        if (ra != head.headers.end()) s.retry_after = ra->second;
         return true;
       },
       on_chunk);
@@ -362,6 +365,54 @@ TEST_F(FaultGaps, APdDecodeNodeUnderKvPressureQueuesInsteadOfRefusing) {
               scrape_metric(decode.url, "tessera_pd_imports_requeued_total"),
               scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"));
   EXPECT_GE(remote, 1.0) << "the prompts were to be prefilled remotely";
+}
+
+// Admission control: a node whose queue is full answers a streamed request 429 with Retry-After before any
+// stream starts (never 200 + an SSE error event); behind the router, with an idle node beside it, the router
+// retries those 429s there and no request fails.
+TEST_F(FaultGaps, AFullQueueAnswers429BeforeTheStreamAndTheRouterRetriesElsewhere) {
+  Proc busy = start_node({"--max-num-seqs", "1", "--max-queue", "1"});
+  constexpr int kRequests = 16, kTokens = 64;
+  {
+    std::vector<Streamed> got(kRequests);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kRequests; ++i) {
+      ts.emplace_back([&, i] { got[i] = stream(busy.url, "Once upon a time " + std::to_string(i), kTokens); });
+    }
+    for (auto& t : ts) t.join();
+    int refused = 0;
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.to_string();
+      if (got[i].http_status == 429) {
+        ++refused;
+        EXPECT_EQ(got[i].retry_after, "1") << i;
+        EXPECT_EQ(got[i].tokens, 0) << i;
+        continue;
+      }
+      EXPECT_EQ(got[i].http_status, 200) << i;
+      EXPECT_EQ(got[i].errors, 0) << "a stream that started must not carry the refusal: " << i;
+      EXPECT_EQ(got[i].tokens, kTokens) << i;
+    }
+    std::printf("direct: %d of %d refused with 429\n", refused, kRequests);
+    EXPECT_GE(refused, 1) << "the queue never filled: nothing was tested";
+  }
+  Proc idle = start_node({});
+  Proc router = start({"route", "--port", "0", "--nodes", busy.url + "," + idle.url, "--strategy", "round_robin"});
+  std::vector<Streamed> got(kRequests);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kRequests; ++i) {
+    ts.emplace_back([&, i] { got[i] = stream(router.url, "Once upon a time " + std::to_string(i), kTokens); });
+  }
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(got[i].status.ok()) << got[i].status.to_string();
+    EXPECT_EQ(got[i].http_status, 200) << i;
+    EXPECT_EQ(got[i].errors, 0) << i;
+    EXPECT_EQ(got[i].tokens, kTokens) << i;
+  }
+  const double retried = scrape_metric(router.url, "tessera_router_upstream_failures_total{kind=\"429\"}");
+  std::printf("through the router: %.0f 429s retried on the idle node\n", retried);
+  EXPECT_GE(retried, 1.0) << "the busy node never refused: nothing was tested";
 }
 
 }  // namespace
