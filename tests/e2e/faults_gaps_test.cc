@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -413,6 +415,49 @@ TEST_F(FaultGaps, AFullQueueAnswers429BeforeTheStreamAndTheRouterRetriesElsewher
   const double retried = scrape_metric(router.url, "tessera_router_upstream_failures_total{kind=\"429\"}");
   std::printf("through the router: %.0f 429s retried on the idle node\n", retried);
   EXPECT_GE(retried, 1.0) << "the busy node never refused: nothing was tested";
+}
+
+// Out of file descriptors, the accept loop backs off (50 ms) and logs at most once a second instead of
+// spinning (1.75 M log lines in 4 s before), and serves again once descriptors are free.
+TEST_F(FaultGaps, RunningOutOfFileDescriptorsBacksOffInsteadOfSpinning) {
+  const std::string log_file = ::testing::TempDir() + "fd_exhaustion_" + std::to_string(getpid()) + ".log";
+  BackgroundProcess node({"/bin/sh", "-c",
+                          "ulimit -n 32 && exec " + tessera_bin() + " serve --model " + testing::stories260k_dir() +
+                              " --port 0 2>" + log_file});
+  const int port = testing::port_from_line(node.wait_for_line("listening on"));
+  ASSERT_GT(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  std::vector<int> fds;
+  for (int i = 0; i < 48; ++i) {  // more than the node can accept: the rest wait in the backlog
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(2500ms);
+  auto count_lines = [&] {
+    std::ifstream in(log_file);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find("accept failed") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  const int lines = count_lines();
+  std::printf("accept failures logged in 2.5 s with descriptors exhausted: %d lines\n", lines);
+  EXPECT_GE(lines, 1) << "the descriptors never ran out: nothing was tested";
+  EXPECT_LE(lines, 5) << "the accept loop spins";
+  for (int fd : fds) close(fd);
+  bool served = false;
+  const auto t0 = Clock::now();
+  while (!served && seconds_since(t0) < 10) {
+    auto h = http::fetch({.method = "GET", .url = url + "/health", .timeout_ms = 1000});
+    served = h.ok() && h->status == 200;
+    if (!served) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(served) << "the node never served again once descriptors were free";
+  std::remove(log_file.c_str());
 }
 
 }  // namespace
