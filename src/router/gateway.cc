@@ -392,7 +392,7 @@ struct Gateway::Impl {
     }
     if (std::string rest = tracker.take_rest(); !rest.empty()) c->writer->write(rest);
     c->writer->end();
-    finish(*c, c->client_gone ? 499 : status);
+    finish(*c, c->client_gone && !tracker.done() ? 499 : status);  // a client that leaves after [DONE] got it all
     return true;
   }
 

@@ -12,9 +12,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -458,6 +461,78 @@ TEST_F(FaultGaps, RunningOutOfFileDescriptorsBacksOffInsteadOfSpinning) {
   }
   EXPECT_TRUE(served) << "the node never served again once descriptors were free";
   std::remove(log_file.c_str());
+}
+
+// The pids whose parent is `pid` (from /proc).
+std::vector<int> children_of(int pid) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Alive and not a zombie (a reparented child may stay a zombie where nobody reaps it).
+bool running(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] != 'Z';
+}
+
+// `tessera up` SIGKILLed: its children (control plane, node, router) die with it (PR_SET_PDEATHSIG), and a new
+// `tessera up` of the same spec, on the same router port, starts and serves.
+TEST_F(FaultGaps, TesseraUpChildrenDieWithItAndARestartAfterSigkillWorks) {
+  const std::string dir = ::testing::TempDir() + "up_sigkill_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  int port = 0;
+  {
+    SilentListener probe;  // a free port, released at once: both runs use it
+    port = probe.port;
+  }
+  ASSERT_GT(port, 0);
+  std::ofstream(dir + "/spec.yaml")
+      << "model: " << testing::stories260k_dir() << "\nchat_template: plain\nrouter: {port: " << port
+      << ", strategy: round_robin}\nnodes:\n  - {name: node-0, role: both, backend: ref}\n";
+  auto up = [&] {
+    auto p = std::make_unique<BackgroundProcess>(std::vector<std::string>{tessera_bin(), "up", dir + "/spec.yaml"});
+    EXPECT_NE(p->wait_for_line("cluster ready", 90), "") << "tessera up did not come up";
+    return p;
+  };
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto first = up();
+  EXPECT_FALSE(complete_greedy(url, "Once upon a time", 4).empty());
+  const std::vector<int> kids = children_of(first->pid());
+  EXPECT_EQ(kids.size(), 3u) << "control plane, node, router";
+  EXPECT_EQ(first->stop(SIGKILL), 128 + SIGKILL);
+  const auto t0 = Clock::now();
+  auto alive = [&] {
+    int n = 0;
+    for (int k : kids) n += running(k) ? 1 : 0;
+    return n;
+  };
+  while (alive() > 0 && seconds_since(t0) < 20) std::this_thread::sleep_for(100ms);
+  std::printf("children of the SIGKILLed tessera up gone after %.1f s\n", seconds_since(t0));
+  EXPECT_EQ(alive(), 0) << "children outlived tessera up";
+  for (int k : kids) {
+    if (running(k)) kill(k, SIGKILL);
+  }
+  auto second = up();
+  EXPECT_FALSE(complete_greedy(url, "Once upon a time", 4).empty()) << "the restarted cluster does not serve";
+  EXPECT_EQ(second->stop(SIGTERM, 30), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
