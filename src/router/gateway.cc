@@ -166,8 +166,15 @@ struct Gateway::Impl {
       c.attempt = flag;
       if (c.client_gone) *flag = true;
     }
-    std::lock_guard lock(inflight_mu);
-    inflight[url].insert(flag);
+    {
+      std::lock_guard lock(inflight_mu);
+      inflight[url].insert(flag);
+    }
+    // The node may have left rotation between pick() and now: cancel_node() ran before the flag was in the set
+    // and will not run again, so this exchange would wait out the whole upstream timeout on a node that never
+    // answers (the 3-in-1600 hang of issue 20, with fake nodes ejected under load). Checked after the insert, so
+    // either this sees the ejection or cancel_node() sees the flag.
+    if (auto s = registry.status(url); !s || (!s->healthy && !s->draining)) *flag = true;
     return flag;
   }
   void end_attempt(Call& c, const std::string& url, const CancelFlag& flag) {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -533,6 +534,63 @@ TEST_F(FaultGaps, TesseraUpChildrenDieWithItAndARestartAfterSigkillWorks) {
   EXPECT_FALSE(complete_greedy(url, "Once upon a time", 4).empty()) << "the restarted cluster does not serve";
   EXPECT_EQ(second->stop(SIGTERM, 30), 0);
   std::filesystem::remove_all(dir);
+}
+
+// Fake nodes (they accept and never answer) registered during load are ejected by the probes; a request that
+// picked one just before its ejection used to wait out the whole upstream timeout (3 of 1600 hung). Every
+// request must now end quickly, and succeed on the real node.
+TEST_F(FaultGaps, RequestsNeverHangOnFakeNodesEjectedDuringLoad) {
+  Proc real = start_node({});
+  Proc router = start({"route", "--port", "0", "--nodes", real.url, "--strategy", "round_robin", "--probe-interval-ms",
+                       "100", "--probe-timeout-ms", "200", "--max-attempts", "8", "--upstream-timeout", "60"});
+  constexpr int kClients = 8, kPerClient = 40, kWaves = 6;
+  std::atomic<bool> load_done{false};
+  std::vector<std::unique_ptr<SilentListener>> fakes;
+  std::thread registrar([&] {
+    for (int w = 0; w < kWaves && !load_done; ++w) {
+      for (int k = 0; k < 3; ++k) {
+        fakes.push_back(std::make_unique<SilentListener>());
+        auto r = http::fetch({.method = "POST",
+                              .url = router.url + "/admin/nodes",
+                              .headers = {{"Content-Type", "application/json"}},
+                              .body = json{{"url", "http://127.0.0.1:" + std::to_string(fakes.back()->port)}}.dump()});
+        EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().to_string());
+      }
+      std::this_thread::sleep_for(400ms);
+    }
+  });
+  std::vector<double> worst(kClients, 0);
+  std::vector<int> failed(kClients, 0);
+  std::vector<std::thread> ts;
+  for (int c = 0; c < kClients; ++c) {
+    ts.emplace_back([&, c] {
+      for (int i = 0; i < kPerClient; ++i) {
+        const auto t = Clock::now();
+        auto r = http::fetch({.method = "POST",
+                              .url = router.url + "/v1/completions",
+                              .headers = {{"Content-Type", "application/json"}},
+                              .body = json{{"model", "stories260K"},
+                                           {"prompt", "Once upon a time " + std::to_string(i)},
+                                           {"max_tokens", 4},
+                                           {"temperature", 0},
+                                           {"stream", i % 2 == 0}}
+                                          .dump(),
+                              .timeout_ms = 90000});
+        worst[c] = std::max(worst[c], seconds_since(t));
+        if (!r.ok() || r->status != 200) ++failed[c];
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  load_done = true;
+  registrar.join();
+  const double slowest = *std::max_element(worst.begin(), worst.end());
+  int failures = 0;
+  for (int f : failed) failures += f;
+  std::printf("%d requests with %zu fake nodes registered and ejected: %d failed, slowest %.2f s\n",
+              kClients * kPerClient, fakes.size(), failures, slowest);
+  EXPECT_EQ(failures, 0);
+  EXPECT_LT(slowest, 10.0) << "a request waited on a fake node after its ejection";
 }
 
 }  // namespace
