@@ -72,8 +72,8 @@ Result<ClusterToken> ClusterToken::load(const std::string& path) {
     return not_found(fmt::format("cluster token file {}: {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) return invalid_argument(fmt::format("cluster token file {} is not a file", path));
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-    return permission_denied(fmt::format(
-        "cluster token file {} may be read by other users (mode {:o}); chmod 600 it", path, st.st_mode & 0777));
+    return permission_denied(fmt::format("cluster token file {} may be read by other users (mode {:o}); chmod 600 it",
+                                         path, st.st_mode & 0777));
   std::ifstream in(path);
   if (!in) return not_found(fmt::format("cannot read cluster token file {}", path));
   std::stringstream ss;

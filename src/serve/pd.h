@@ -9,6 +9,7 @@
 // timeout), are prefilled locally instead: a request is never lost to the disaggregated path.
 //
 // A prefill node (role prefill) serves POST /internal/pd/prefill. Either role answers GET /internal/pd/info.
+// Both require the cluster token when one is configured.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -38,6 +39,9 @@ struct PdOptions {
   bool overlap = true;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
   std::string agent_name;  // default: derived from the role and the process id
+  // The cluster credential: required on /internal/pd/*, sent on this node's prefill calls, and proven at
+  // link connection set-up (docs/security.md). Unconfigured: all of these are open.
+  ClusterToken cluster_token;
 };
 
 struct PdStats {

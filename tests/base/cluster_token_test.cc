@@ -72,9 +72,7 @@ TEST(ClusterToken, CreateWritesAPrivateFileThatLoadReads) {
 
 TEST(ClusterToken, LoadRefusesFilesOthersCanReadAndMissingFiles) {
   std::string path = temp_path("tessera-token-open");
-  {
-    std::ofstream(path) << kSecret << "\n";
-  }
+  { std::ofstream(path) << kSecret << "\n"; }
   ::chmod(path.c_str(), 0644);
   auto r = ClusterToken::load(path);
   EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().to_string();
