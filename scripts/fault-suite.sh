@@ -120,6 +120,8 @@ colocated2() {
 }
 # Prefill/decode: prefill nodes p1 (with optional link faults in $1) and p2, decode nodes d1 and d2 (entry
 # points, both using p1 then p2), the router in front of d1 and d2.
+# PD_DECODE_FLAGS: extra flags for d1 and d2 (a scenario sets them).
+PD_DECODE_FLAGS=()
 pd_cluster() {
   local faults="${1:-}"
   if [ -n "$faults" ]; then
@@ -131,7 +133,7 @@ pd_cluster() {
   serve p2 --role prefill || return 1
   for d in d1 d2; do
     start "$d" "$BIN" serve --model "$MODEL" --port 0 --role decode --prefill-nodes "${URL[p1]},${URL[p2]}" \
-      --pd-min-tokens 4 ${CTRL:+--ctrl "$CTRL"} || return 1
+      --pd-min-tokens 4 ${CTRL:+--ctrl "$CTRL"} "${PD_DECODE_FLAGS[@]}" || return 1
   done
   if [ -n "$CTRL" ]; then router "${URL[d1]},${URL[d2]},${URL[p1]},${URL[p2]}"; else router "${URL[d1]},${URL[d2]}"; fi
 }
@@ -348,8 +350,48 @@ sc_only_prefill_kill() {  # the only prefill node dies: the decode node prefills
   check "$label" redundant
 }
 
+sc_prefill_hang() {  # a prefill node hangs (SIGSTOP): each decode node's breaker stops waiting on it
+  local label="prefill node SIGSTOP (2 prefill, 2 decode; --pd-timeout-ms 1000)"
+  PD_DECODE_FLAGS=(--pd-timeout-ms 1000)
+  pd_cluster && load "$label" "kill -STOP ${PID[p1]}"
+  PD_DECODE_FLAGS=()
+  local b=""
+  for d in d1 d2; do
+    b+="$d: breaker opened $(metric "${URL[$d]}" tessera_pd_breaker_opened_total), calls not sent to the hung node "
+    b+="$(metric "${URL[$d]}" tessera_pd_breaker_skipped_total); "
+  done
+  echo "prefill node SIGSTOP: $(pd_counters); ${b%; } (a request waits on the hung node only until the first timeout opens the breaker)" >>"$NOTES"
+  kill -CONT "${PID[p1]}" 2>/dev/null
+  check "$label" redundant
+}
+
+sc_drain() {  # a colocated node gets SIGTERM under load: it drains (its streams finish there), the other takes the rest
+  local label="colocated node SIGTERM drain (2 nodes)"
+  serve a --shutdown-grace-ms 60000 && serve b && router "${URL[a]},${URL[b]}" && load "$label" "kill -TERM ${PID[a]}"
+  echo "colocated node SIGTERM drain: router: $(grep -c 'continuing a broken stream' "$WORK/router.err") streams continued elsewhere, $(grep -c 'is draining' "$WORK/router.err") drain notices; a: $(grep -c 'draining' "$WORK/a.err") drain log lines" >>"$NOTES"
+  check "$label" redundant
+}
+
+sc_pd_kv_pressure() {  # PD decode nodes with one context of KV each (32 blocks, --max-num-seqs 1)
+  local label="KV pressure on PD decode nodes (32 KV blocks each)"
+  PD_DECODE_FLAGS=(--max-num-seqs 1)
+  pd_cluster && load "$label"
+  PD_DECODE_FLAGS=()
+  local r=""
+  for d in d1 d2; do r+="$d: imports requeued $(metric "${URL[$d]}" tessera_pd_imports_requeued_total), deferred reservations $(metric "${URL[$d]}" tessera_pd_deferred_reservations_total); "; done
+  echo "KV pressure on PD decode nodes: $(pd_counters); ${r%; }" >>"$NOTES"
+  check "$label" redundant
+}
+
+sc_queue_overflow() {  # node a admits one request and queues one; b is idle: the router retries a's 429s on b
+  local label="queue overflow with a spare node (a: --max-num-seqs 1 --max-queue 1)"
+  serve a --max-num-seqs 1 --max-queue 1 && serve b && router "${URL[a]},${URL[b]}" && load "$label"
+  echo "queue overflow: router: $(metric "${URL[router]}" 'tessera_router_upstream_failures_total{kind="429"}') answers 429 retried on the other node" >>"$NOTES"
+  check "$label" redundant
+}
+
 SCENARIOS=(prefill_kill decode_kill node_kill router_restart ctrl_kill link_corrupt link_drop link_disconnect partition
-  only_node_kill only_prefill_kill)
+  only_node_kill only_prefill_kill prefill_hang drain pd_kv_pressure queue_overflow)
 for sc in "${SCENARIOS[@]}"; do
   [ -z "$only" ] || [[ " $only " == *" $sc "* ]] || continue
   "sc_$sc"

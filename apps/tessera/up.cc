@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,9 +144,15 @@ Result<Child> spawn(const std::string& name, const std::vector<std::string>& arg
                     const std::string& log) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return unavailable("pipe failed");
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return unavailable("fork failed");
   if (pid == 0) {
+    // The cluster dies with `tessera up`, even a SIGKILLed one: the kernel sends each child SIGTERM (which it
+    // takes as a drain) when this thread's process is gone. A parent already gone before prctl ran is caught by
+    // getppid().
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
     dup2(out[1], 1);
     int err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (err >= 0) dup2(err, 2);

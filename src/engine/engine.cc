@@ -152,6 +152,16 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   return id;
 }
 
+Status Engine::admission() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return unavailable("the engine is shutting down");
+  const int queued = stats_.waiting + static_cast<int>(incoming_.size());
+  if (queued >= options_.scheduler.max_waiting) {
+    return resource_exhausted(fmt::format("the server is busy: {} requests are already waiting", queued));
+  }
+  return ok_status();
+}
+
 void Engine::cancel(RequestId id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -189,16 +199,12 @@ void Engine::loop() {
       if (!st.ok()) finish(*active_[id], FinishReason::kError, st);
       if (imported) importing_.push_back(id);
     }
-    // Imported KV goes in as soon as blocks allow, oldest first.
-    while (!importing_.empty()) {
-      auto it = active_.find(importing_.front());
-      if (it == active_.end() || it->second->finished) {
-        importing_.erase(importing_.begin());
-        continue;
-      }
-      if (!import(*it->second)) break;
-      importing_.erase(importing_.begin());
-    }
+    // Imported KV goes in as soon as blocks allow, oldest first; one that must wait for blocks does not hold
+    // up those behind it (they may hold reserved blocks and need nothing more).
+    std::erase_if(importing_, [&](RequestId id) {
+      auto it = active_.find(id);
+      return it == active_.end() || it->second->finished || import(*it->second);
+    });
     for (RequestId id : cancels) {
       auto it = active_.find(id);
       if (it != active_.end() && !it->second->finished) finish(*it->second, FinishReason::kCancelled);
@@ -306,7 +312,20 @@ void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
 bool Engine::import(Active& a) {
   const ImportedKv& kv = *a.req.imported;
   Status st = runner_.kv_cache().reserve(a.seq.kv, static_cast<int32_t>(a.seq.tokens.size()));
-  if (st.code() == StatusCode::kResourceExhausted && scheduler_.running() > 0) return false;  // wait for blocks
+  if (st.code() == StatusCode::kResourceExhausted) {
+    if (scheduler_.running() > 0) return false;  // running sequences will free blocks: wait for them
+    // Nothing running will free blocks (other requests' reservations hold them): rather than fail, the prompt
+    // joins the waiting queue and is recomputed here once blocks free up, queueing and preempting by the
+    // scheduler's rules like any local request. The transferred KV is given up.
+    for (int32_t b : a.seq.kv.blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
+    a.seq.kv.blocks.clear();
+    a.seq.kv.length = 0;
+    a.seq.prefix_checked = false;
+    a.req.imported.reset();
+    counters_.imports_requeued++;
+    if (Status added = scheduler_.add(&a.seq); !added.ok()) finish(a, FinishReason::kError, added);
+    return true;
+  }
   const model::ModelConfig& c = runner_.config();
   const size_t half = static_cast<size_t>(kv.count) * dtype_bytes(kv.dtype, static_cast<size_t>(c.kv_dim()));
   for (int l = 0; st.ok() && l < c.n_layers; ++l) {

@@ -99,6 +99,7 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
   uint64_t generated_tokens = 0;
+  uint64_t imports_requeued = 0;  // imported KV given up for lack of blocks; the prompt was recomputed here
 };
 
 class Engine {
@@ -115,6 +116,9 @@ class Engine {
   // InvalidArgument for bad parameters or a prompt that leaves no room in the context; ResourceExhausted
   // when the queue is full. On success the callback will be called at least once, last with finish set.
   Result<RequestId> submit(GenerationRequest request, OutputCallback callback);
+  // What submit() would answer about the queue now: ResourceExhausted when it is full, Unavailable when stopped
+  // (a caller that must answer before it submits checks this first; submit() still decides).
+  Status admission() const;
   // Ends a request early (its callback gets kCancelled). Unknown or finished ids are ignored.
   void cancel(RequestId id);
 

@@ -27,6 +27,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+constexpr int kAcceptBackoffMs = 50;
 
 struct Route {
   std::string method;
@@ -86,6 +87,11 @@ struct Server::Impl {
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{ioc};
+  // Accept errors (EMFILE, ENFILE, ENOBUFS...) leave the connection in the backlog, so an immediate retry fails
+  // the same way: the loop waits kAcceptBackoffMs and logs at most once a second, with a count.
+  asio::steady_timer accept_backoff{ioc};
+  std::chrono::steady_clock::time_point accept_error_logged{};
+  uint64_t accept_errors_unlogged = 0;
   std::vector<std::thread> threads;
   std::vector<Route> routes;
   std::atomic<int> connections{0};
@@ -424,7 +430,19 @@ void Server::Impl::accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      log::warn("accept failed: {}", ec.message());
+      ++accept_errors_unlogged;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - accept_error_logged >= std::chrono::seconds(1)) {
+        log::warn("accept failed ({} times since the last report): {}; retrying every {} ms", accept_errors_unlogged,
+                  ec.message(), kAcceptBackoffMs);
+        accept_error_logged = now;
+        accept_errors_unlogged = 0;
+      }
+      accept_backoff.expires_after(std::chrono::milliseconds(kAcceptBackoffMs));
+      accept_backoff.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec && acceptor.is_open()) accept();
+      });
+      return;
     } else if (!stopping) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);

@@ -169,8 +169,15 @@ struct Gateway::Impl {
       c.attempt = flag;
       if (c.client_gone) *flag = true;
     }
-    std::lock_guard lock(inflight_mu);
-    inflight[url].insert(flag);
+    {
+      std::lock_guard lock(inflight_mu);
+      inflight[url].insert(flag);
+    }
+    // The node may have left rotation between pick() and now: cancel_node() ran before the flag was in the set
+    // and will not run again, so this exchange would wait out the whole upstream timeout on a node that never
+    // answers (the 3-in-1600 hang of issue 20, with fake nodes ejected under load). Checked after the insert, so
+    // either this sees the ejection or cancel_node() sees the flag.
+    if (auto s = registry.status(url); !s || (!s->healthy && !s->draining)) *flag = true;
     return flag;
   }
   void end_attempt(Call& c, const std::string& url, const CancelFlag& flag) {
@@ -185,7 +192,12 @@ struct Gateway::Impl {
     if (it->second.empty()) inflight.erase(it);
   }
   // The node left rotation: abandon what is open there (retried elsewhere when nothing was forwarded yet).
+  // A draining node is not failing: what it has open finishes there (or breaks on its own and migrates).
   void cancel_node(const std::string& url) {
+    if (auto s = registry.status(url); s && s->draining) {
+      log::info("router: node {} is draining: its open exchanges are left to finish", url);
+      return;
+    }
     std::lock_guard lock(inflight_mu);
     auto it = inflight.find(url);
     if (it == inflight.end()) return;
@@ -245,6 +257,17 @@ struct Gateway::Impl {
   }
 
   static bool retryable(int status) { return status >= 500 || status == 429; }
+  // A 503 from a node that is draining (serve answers new calls so while it finishes the old ones).
+  static bool draining_answer(const http::Response& r) {
+    auto it = r.headers.find("x-tessera-draining");
+    return r.status == 503 && it != r.headers.end() && it->second == "1";
+  }
+  // What a node's answer says about its health: a draining node is alive, only closed for new work.
+  RequestOutcome outcome_from(const std::string& url, const http::Response& r) {
+    if (!draining_answer(r)) return outcome_of(r.status);
+    if (registry.set_node_draining(url, true)) log::info("router: node {} is draining", url);
+    return RequestOutcome::kSuccess;
+  }
   static RequestOutcome outcome_of(int status) {
     return status >= 500 ? RequestOutcome::kServerError : RequestOutcome::kSuccess;
   }
@@ -309,7 +332,7 @@ struct Gateway::Impl {
         }
       }
     }
-    note_outcome(url, c.reserved_tokens, generated, outcome_of(r->status));
+    note_outcome(url, c.reserved_tokens, generated, outcome_from(url, *r));
     if (retryable(r->status) && !last) {
       metrics.upstream_failure(r->status == 429 ? "429" : "5xx");
       last_status = r->status;
@@ -331,8 +354,10 @@ struct Gateway::Impl {
     bool started = false;
     int status = 0;
     int64_t generated = 0;
+    RequestOutcome head_outcome = RequestOutcome::kSuccess;
     auto on_headers = [&](const http::Response& head) {
       status = head.status;
+      head_outcome = outcome_from(url, head);
       if (retryable(head.status) && !last) return false;
       started = true;
       metrics.first_byte(since(c->start));
@@ -381,7 +406,7 @@ struct Gateway::Impl {
       finish(*c, 502);
       return true;
     }
-    note_outcome(url, c->reserved_tokens, generated, outcome_of(status));
+    note_outcome(url, c->reserved_tokens, generated, head_outcome);
     if (!started) {
       metrics.upstream_failure(status == 429 ? "429" : "5xx");
       last_status = status;
@@ -395,7 +420,7 @@ struct Gateway::Impl {
     }
     if (std::string rest = tracker.take_rest(); !rest.empty()) c->writer->write(rest);
     c->writer->end();
-    finish(*c, c->client_gone ? 499 : status);
+    finish(*c, c->client_gone && !tracker.done() ? 499 : status);  // a client that leaves after [DONE] got it all
     return true;
   }
 
@@ -637,6 +662,13 @@ struct Gateway::Impl {
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
     bool ok = r.ok() && r->status == 200;
+    if (r.ok() && draining_answer(*r)) {
+      // Alive and finishing its work: out of the candidates, not ejected (which would cancel its streams).
+      if (registry.set_node_draining(url, true)) log::info("router: node {} is draining", url);
+      registry.probe_result(url, true);
+      return;
+    }
+    if (ok) registry.set_node_draining(url, false);
     double capacity = 0;
     if (ok) {
       json j = json::parse(r->body, nullptr, false);

@@ -35,6 +35,14 @@ bool NodeRegistry::set_draining(const std::string& url, bool draining) {
   return true;
 }
 
+bool NodeRegistry::set_node_draining(const std::string& url, bool draining) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end() || it->second.node_draining == draining) return false;
+  it->second.node_draining = draining;
+  return true;
+}
+
 bool NodeRegistry::set_capacity(const std::string& url, double capacity) {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(url);
@@ -62,7 +70,8 @@ std::vector<NodeSnapshot> NodeRegistry::candidates(const std::set<std::string>& 
   std::lock_guard lock(mu_);
   std::vector<NodeSnapshot> out;
   for (const auto& [url, n] : nodes_) {
-    if (n.draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role == "prefill") continue;
+    if (n.draining || n.node_draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role == "prefill")
+      continue;
     out.push_back(n.load);
   }
   return out;
@@ -72,7 +81,8 @@ std::vector<NodeSnapshot> NodeRegistry::prefill_candidates(const std::set<std::s
   std::lock_guard lock(mu_);
   std::vector<NodeSnapshot> out;
   for (const auto& [url, n] : nodes_) {
-    if (n.draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role != "prefill") continue;
+    if (n.draining || n.node_draining || !health_.healthy(url) || exclude.count(url) != 0 || n.load.role != "prefill")
+      continue;
     out.push_back(n.load);
   }
   return out;
@@ -82,7 +92,7 @@ NodeStatus NodeRegistry::status_of(const std::string& url, const Node& n) const 
   NodeStatus s;
   s.load = n.load;
   s.healthy = health_.healthy(url);
-  s.draining = n.draining;
+  s.draining = n.draining || n.node_draining;
   s.capacity_set = n.capacity_set;
   s.requests_total = n.requests_total;
   s.failures_total = n.failures_total;

@@ -49,6 +49,10 @@ class NodeRegistry {
   bool add(const std::string& url, double capacity = 0);
   bool remove(const std::string& url);
   bool set_draining(const std::string& url, bool draining);
+  // The node itself says it is draining (its /health or a 503 with x-tessera-draining): like set_draining, but
+  // kept apart from the operator's choice, and cleared when the node reports healthy again (a restart). True
+  // when it changed.
+  bool set_node_draining(const std::string& url, bool draining);
   bool set_capacity(const std::string& url, double capacity);
   // Role ("both", "prefill", "decode") and host id; an empty argument leaves that field as it is.
   bool set_role(const std::string& url, const std::string& role, const std::string& host_id);
@@ -76,6 +80,7 @@ class NodeRegistry {
     NodeSnapshot load;
     bool capacity_set = false;
     bool draining = false;
+    bool node_draining = false;
     uint64_t requests_total = 0;
     uint64_t failures_total = 0;
     int64_t last_change_ns = 0;  // last in_flight change, for busy time

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -58,8 +59,21 @@ ApiError from_status(const Status& s) {
   }
 }
 
+// Counts a call as in flight for as long as it lives (the drain waits for the count to reach zero).
+struct InFlight {
+  explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~InFlight() { --n_; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+
 // The state of one API call, shared by the handler and the engine callback.
 struct Call {
+  std::mutex mu;  // the handler holds it from submit() until the stream has started; outputs wait for it
+  std::unique_ptr<InFlight> in_flight;
   std::shared_ptr<http::ResponseWriter> writer;
   ApiRequest req;
   std::string id;
@@ -103,14 +117,18 @@ struct NodeServer::Impl {
   http::Server server;
   Metrics metrics;
   std::atomic<bool> draining{false};
+  std::atomic<int> calls{0};  // generation calls accepted and not yet over
   std::atomic<uint64_t> next_id{1};
 
   Impl(engine::Engine& e, NodeOptions o)
       : engine(e), options(std::move(o)), server(options.http), metrics(options.model_name) {}
 
+  // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
   void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const ApiError& e) {
     metrics.request_finished(endpoint, e.status);
-    w->send(e.status, error_body(e));
+    http::Headers h;
+    if (e.status == 429) h.emplace("Retry-After", "1");
+    w->send(e.status, error_body(e), "application/json", h);
   }
 
   json logprobs_json(Call& c, const std::vector<engine::TokenLogprobs>& lps, const std::vector<std::string>& texts) {
@@ -151,6 +169,7 @@ struct NodeServer::Impl {
   }
 
   void on_output(const std::shared_ptr<Call>& c, const engine::RequestOutput& out) {
+    std::lock_guard<std::mutex> started(c->mu);
     engine::RequestOutput resumed_out;
     if (c->resumed > 0) resumed_out = resumed_output(*c, out);
     const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : out;
@@ -275,7 +294,13 @@ struct NodeServer::Impl {
 
   void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
     const std::string_view endpoint = chat ? "chat" : "completions";
-    if (draining) return reply_error(w, endpoint, {503, "the server is shutting down", "service_unavailable", "", ""});
+    if (draining) {
+      // The header tells a router this node is draining, not failing: it stops sending new requests here and
+      // leaves the streams in flight alone (drain is not failure).
+      metrics.request_finished(endpoint, 503);
+      return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
+                     "application/json", {{"x-tessera-draining", "1"}});
+    }
     auto parsed = parse_request(hreq.body, chat);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
@@ -340,6 +365,7 @@ struct NodeServer::Impl {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
     gen.max_tokens = max_tokens;
+    call->in_flight = std::make_unique<InFlight>(calls);
     call->writer = w;
     call->model = options.model_name;
     call->created = unix_now();
@@ -351,27 +377,37 @@ struct NodeServer::Impl {
     std::string echo_text =
         (!chat && r.echo && preamble) ? (r.prompt_is_tokens ? tok.decode(r.prompt_tokens) : r.prompt) : "";
 
-    if (r.stream) {
-      http::Headers h;
-      h.emplace("X-Request-Id", hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id"));
-      w->start_stream(200, "text/event-stream", h);
-      if (!echo_text.empty()) {
-        w->write(
-            "data: " +
-            dump(chunk(*call, {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-            "\n\n");
+    // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
+    // 429 the router can retry elsewhere, not a 200 followed by an error event.
+    const std::string request_id = hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id");
+    auto start_answer = [this, call, request_id, echo_text] {
+      if (call->req.stream) {
+        http::Headers h;
+        h.emplace("X-Request-Id", request_id);
+        call->writer->start_stream(200, "text/event-stream", h);
+        if (!echo_text.empty()) {
+          call->writer->write(
+              "data: " +
+              dump(chunk(*call,
+                         {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+              "\n\n");
+        }
+      } else {
+        call->text = echo_text;
       }
-    } else {
-      call->text = echo_text;
-    }
+    };
     auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
     if (call->resumed > 0 && gen.max_tokens <= 0) {  // every token was generated already
+      start_answer();
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
       o.prompt_tokens = static_cast<int>(gen.prompt.size());
       return on_out(o);
     }
     if (options.pd != nullptr && options.pd->options().role == "decode") {
+      // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
+      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, from_status(admit));
+      start_answer();
       // The PD path decides where the prompt is prefilled and hands the request to the engine later.
       struct Handle {
         std::mutex mu;
@@ -402,8 +438,11 @@ struct NodeServer::Impl {
           cancelled, internal ? hreq.header("x-tessera-prefill-node") : std::string());
       return;
     }
+    std::unique_lock<std::mutex> starting(call->mu);
     auto id = engine.submit(std::move(gen), on_out);
-    if (!id.ok()) return fail_submit(call, endpoint, id.status());
+    if (!id.ok()) return reply_error(w, endpoint, from_status(id.status()));
+    start_answer();
+    starting.unlock();
     engine::Engine* eng = &engine;
     w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
   }
@@ -458,7 +497,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
         w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
       }));
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    if (d->draining) return w->send(503, R"({"status":"draining"})");
+    if (d->draining) return w->send(503, R"({"status":"draining"})", "application/json", {{"x-tessera-draining", "1"}});
     engine::EngineStats s = d->engine.stats();
     w->send(200, dump({{"status", "ok"},
                        {"model", d->options.model_name},
@@ -505,6 +544,11 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
           p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
           p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
+      text += fmt::format(
+          "# HELP tessera_pd_imports_requeued_total Imported prompts with no KV room and nothing running to free "
+          "any, queued and recomputed here instead of failing\n"
+          "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
+          d->engine.stats().imports_requeued);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });
@@ -517,8 +561,13 @@ Status NodeServer::start() { return impl_->server.start(); }
 uint16_t NodeServer::port() const { return impl_->server.port(); }
 
 void NodeServer::stop(int grace_ms) {
+  // Draining: keep listening (so /health says "draining" rather than refusing, which a router would take for
+  // a dead node and cancel its streams) and answer new calls 503 until the calls in flight are over.
   impl_->draining = true;
-  impl_->server.stop(grace_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(0, grace_ms));
+  while (impl_->calls.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  impl_->server.stop(static_cast<int>(std::max<int64_t>(0, left)));
 }
 
 }  // namespace tessera::serve

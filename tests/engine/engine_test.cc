@@ -322,6 +322,47 @@ TEST_F(EngineTest, ReservedBlocksHoldTheImportAndAreAllOrNothing) {
   EXPECT_EQ(engine_->stats().kv_blocks_used, 0) << "reserved blocks return to the pool with the sequence";
 }
 
+// A decode node's cache can be full of blocks reserved for other requests' KV still in flight, with nothing
+// running that would free any. An import that finds no room then waits in the queue as a local request (it is
+// recomputed once blocks free up) instead of failing with "all N KV blocks are in use" (issue 20).
+TEST_F(EngineTest, AnImportWithNoRoomQueuesUntilBlocksFreeInsteadOfFailing) {
+  start(8, {}, 8);
+  RunnerOptions ro;
+  auto prefill_runner = ModelRunner::create(*device_, model_.config, model_.weights, ro).value();
+  Engine prefill(*prefill_runner, *model_.tokenizer, EngineOptions{});
+  prefill.start();
+  const std::string prompt = "Once upon a time, there was a little girl named Lily. She";
+  GenerationRequest r = greedy(prompt, 1);
+  const int n = static_cast<int>(r.prompt.size());
+  const size_t half = static_cast<size_t>(n) * dtype_bytes(DType::kF32, static_cast<size_t>(model_.config.kv_dim()));
+  auto imported = std::make_shared<ImportedKv>();
+  imported->count = n;
+  imported->data.resize(static_cast<size_t>(model_.config.n_layers) * 2 * half);
+  r.on_kv_layer = [&](ModelRunner& runner, const SequenceKv& seq, int layer, int first, int count) {
+    uint8_t* base = imported->data.data() + static_cast<size_t>(layer) * 2 * half;
+    const size_t row = half / static_cast<size_t>(n);
+    return runner.export_kv(seq, layer, first, count, DType::kF32, base + static_cast<size_t>(first) * row,
+                            base + half + static_cast<size_t>(first) * row);
+  };
+  Collected first = submit_to(prefill, r).get();
+  ASSERT_EQ(first.tokens.size(), 1u);
+  imported->first_token = first.tokens[0];
+
+  auto others = engine_->reserve_blocks(8);  // every block, reserved for transfers still in flight
+  ASSERT_TRUE(others.ok());
+  GenerationRequest d = greedy(prompt, 6);
+  d.imported = imported;  // no reservation of its own
+  auto out = submit(d);
+  EXPECT_EQ(out.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "with no block free it can only wait (or fail, the bug)";
+  engine_->release_blocks(*others);  // those transfers failed or finished elsewhere
+  Collected got = out.get();
+  EXPECT_EQ(got.finish, FinishReason::kLength) << got.error.to_string();
+  EXPECT_EQ(got.text, reference(prompt, 6));
+  EXPECT_EQ(engine_->stats().imports_requeued, 1u);
+  EXPECT_EQ(engine_->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, MalformedImportsAreRejected) {
   start(64, {});
   GenerationRequest d = greedy("Once upon a time", 5);

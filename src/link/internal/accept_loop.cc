@@ -7,7 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -139,12 +143,30 @@ void AcceptLoop::stop() {
 }
 
 void AcceptLoop::run() {
+  constexpr int kAcceptBackoffMs = 50;
+  std::chrono::steady_clock::time_point accept_error_logged{};
+  uint64_t accept_errors = 0;
   while (!stop_.load()) {
     pollfd p{listen_fd_, POLLIN, 0};
     int n = poll(&p, 1, 100);
     if (n <= 0) continue;
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors (or buffers) the connection stays in the backlog and poll() reports it again at once:
+      // back off instead of spinning, and log at most once a second.
+      const int err = errno;
+      if (err == EINTR || err == EAGAIN || err == ECONNABORTED) continue;
+      ++accept_errors;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - accept_error_logged >= std::chrono::seconds(1)) {
+        log::warn("link {}: accept failed ({} times since the last report): {}; retrying every {} ms", endpoint_,
+                  accept_errors, std::strerror(err), kAcceptBackoffMs);
+        accept_error_logged = now;
+        accept_errors = 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptBackoffMs));
+      continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on Unix sockets
     handle(fd);
