@@ -125,8 +125,6 @@ class EmbeddedStore final : public Store {
         return not_found(msg);
       case 410:
         return out_of_range(msg);
-      case 403:
-        return permission_denied(msg);
       case 413:
       case 429:
         return resource_exhausted(msg);
