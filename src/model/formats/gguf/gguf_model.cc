@@ -248,9 +248,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
       (w.find("rope_factors_long.weight") == nullptr || w.find("rope_factors_short.weight") == nullptr))
     return invalid_argument("longrope scaling needs rope_factors_long.weight and rope_factors_short.weight");
   RopeLayout layout = probe.rope_layout;
-  TS_ASSIGN_OR_RETURN(ExportedWeights ex,
-                      export_weights(config, w, layout, options.matrix_dtype,
-                                     {all_dtypes().begin(), all_dtypes().end()}));
+  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(config, w, layout, options.matrix_dtype,
+                                                         {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
   if (config.arch == "phi3") TS_RETURN_IF_ERROR(fuse_phi3(config, ex));
 
