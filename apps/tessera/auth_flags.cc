@@ -1,23 +1,40 @@
 #include "auth_flags.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include <fmt/format.h>
 
 namespace tessera::cli {
 
-Result<ClusterToken> cluster_token_from_flag(const std::string& path, std::string_view command,
-                                             std::string_view planes) {
-  if (path.empty()) {
-    std::fprintf(stderr,
-                 "tessera %.*s: warning: no --cluster-token-file: %.*s accept anyone who can reach them "
-                 "(fine for a single-user machine; see docs/security.md)\n",
-                 static_cast<int>(command.size()), command.data(), static_cast<int>(planes.size()), planes.data());
-    return ClusterToken();
-  }
+Result<ClusterToken> cluster_token_from_flag(const std::string& path) {
+  if (path.empty()) return ClusterToken();
   auto token = ClusterToken::load(path);
   if (!token.ok()) return token.status().with_context("--cluster-token-file");
   return token;
+}
+
+void warn_if_open(const ClusterToken& token, std::string_view command, std::string_view planes) {
+  if (token.configured()) return;
+  std::fprintf(stderr,
+               "tessera %.*s: warning: no --cluster-token-file: %.*s accept anyone who can reach them "
+               "(fine for a single-user machine; see docs/security.md)\n",
+               static_cast<int>(command.size()), command.data(), static_cast<int>(planes.size()), planes.data());
+}
+
+Result<ctrl::StoreAuth> store_auth_from_flags(const ClusterToken& token, const std::string& tls_ca,
+                                              const std::string& etcd_user, const std::string& etcd_password_file) {
+  ctrl::StoreAuth auth{.cluster_token = token, .tls_ca_file = tls_ca, .etcd_user = etcd_user};
+  if (etcd_user.empty() != etcd_password_file.empty()) {
+    return invalid_argument("--etcd-user and --etcd-password-file go together");
+  }
+  if (!etcd_password_file.empty()) {
+    std::ifstream in(etcd_password_file);
+    if (!in || !std::getline(in, auth.etcd_password) || auth.etcd_password.empty()) {
+      return invalid_argument(fmt::format("cannot read a password from --etcd-password-file {}", etcd_password_file));
+    }
+  }
+  return auth;
 }
 
 Status check_tls_flags(const std::string& cert, const std::string& key) {

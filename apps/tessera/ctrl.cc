@@ -27,10 +27,11 @@ int run_ctrl(const CtrlArgs& a) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts, so all inherit it
-  auto token = cluster_token_from_flag(a.cluster_token_file, "ctrl", "the control plane's routes");
+  auto token = cluster_token_from_flag(a.cluster_token_file);
   if (!token.ok()) return fail(token.status().message());
   ctrl::EmbeddedServer server(SteadyClock::instance(), *token);
   if (Status s = server.start(a.host, a.port); !s.ok()) return fail(s.message());
+  warn_if_open(*token, "ctrl", "the control plane's routes");
   std::printf("ctrl store listening on http://%s:%u (embedded)\n", a.host.c_str(), server.port());
   std::fflush(stdout);
   int sig = 0;

@@ -49,6 +49,7 @@ struct RouteArgs {
   uint64_t seed = 1;
   std::string cluster_token_file;
   std::string tls_cert, tls_key, tls_ca;
+  std::string etcd_user, etcd_password_file;
 };
 
 int run_route(const RouteArgs& a) {
@@ -61,10 +62,12 @@ int run_route(const RouteArgs& a) {
   if (!a.ctrl.empty() && a.ctrl_embedded) {
     return fail("--ctrl (an external control plane) and --ctrl-embedded (one hosted here) exclude each other");
   }
-  auto token = cluster_token_from_flag(a.cluster_token_file, "route", "/admin/* and the control plane");
+  auto token = cluster_token_from_flag(a.cluster_token_file);
   if (!token.ok()) return fail(token.status().message());
   if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
-  const ctrl::StoreAuth store_auth{.cluster_token = *token, .tls_ca_file = a.tls_ca};
+  auto auth = store_auth_from_flags(*token, a.tls_ca, a.etcd_user, a.etcd_password_file);
+  if (!auth.ok()) return fail(auth.status().message());
+  const ctrl::StoreAuth store_auth = *auth;
   const bool discovery = !a.ctrl.empty() || a.ctrl_embedded;
   std::vector<router::NodeSpec> nodes;
   if (!a.nodes.empty() || !discovery) {
@@ -148,6 +151,7 @@ int run_route(const RouteArgs& a) {
     sources.push_back(router::make_ctrl_membership(std::move(store)));
     if (Status s = sources.back()->start(**gateway); !s.ok()) return fail(s.message());
   }
+  warn_if_open(*token, "route", "/admin/* and the control plane");
   if (hosted) std::printf("tessera route: control plane (embedded) at %s\n", self.c_str());
   std::printf("tessera route: %zu nodes%s, strategy %s, listening on %s\n", (*gateway)->registry().list().size(),
               discovery ? " (more from the control plane)" : "", a.strategy.c_str(), self.c_str());
@@ -182,6 +186,8 @@ Action add_route_command(CLI::App& app) {
                   "the nodes and an external --ctrl; none: those are open (docs/security.md)");
   cmd->add_option("--tls-cert", a->tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--etcd-user", a->etcd_user, "--ctrl etcd=...: authenticate as this etcd user");
+  cmd->add_option("--etcd-password-file", a->etcd_password_file, "--etcd-user's password (first line of the file)");
   cmd->add_option("--tls-ca", a->tls_ca,
                   "CA file trusted for https:// nodes and control plane (default: the system's)");
   cmd->add_option("--strategy", a->strategy,

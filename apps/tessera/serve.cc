@@ -64,6 +64,7 @@ struct ServeArgs {
   std::string cluster_token_file;
   std::vector<std::string> api_keys;
   std::string tls_cert, tls_key, tls_ca;
+  std::string etcd_user, etcd_password_file;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -74,9 +75,11 @@ int run_serve(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto token = cluster_token_from_flag(a.cluster_token_file, "serve", "/internal/pd/* and the link port");
+  auto token = cluster_token_from_flag(a.cluster_token_file);
   if (!token.ok()) return fail(token.status().message());
   if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
+  auto store_auth = store_auth_from_flags(*token, a.tls_ca, a.etcd_user, a.etcd_password_file);
+  if (!store_auth.ok()) return fail(store_auth.status().message());
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
@@ -177,7 +180,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<ctrl::Store> ctrl_store;
   std::unique_ptr<ctrl::Registration> registration;
   if (!a.ctrl.empty()) {
-    auto store = ctrl::make_store_from_flag(a.ctrl, {.cluster_token = *token, .tls_ca_file = a.tls_ca});
+    auto store = ctrl::make_store_from_flag(a.ctrl, *store_auth);
     if (!store.ok()) return fail(store.status().message());
     ctrl_store = std::move(store).value();
     ctrl::NodeInfo info;
@@ -195,6 +198,7 @@ int run_serve(const ServeArgs& a) {
       return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
     registration = std::move(reg).value();
   }
+  warn_if_open(*token, "serve", "/internal/pd/* and the link port");
   std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on %s://%s:%u\n",
               a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size,
               a.tls_cert.empty() ? "http" : "https", a.host.c_str(), node.port());
@@ -264,6 +268,8 @@ Action add_serve_command(CLI::App& app) {
                   "Accepted API key on /v1/* (Authorization: Bearer KEY; repeatable); none: no key needed");
   cmd->add_option("--tls-cert", args->tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   cmd->add_option("--tls-key", args->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--etcd-user", args->etcd_user, "--ctrl etcd=...: authenticate as this etcd user");
+  cmd->add_option("--etcd-password-file", args->etcd_password_file, "--etcd-user's password (first line of the file)");
   cmd->add_option("--tls-ca", args->tls_ca, "CA file trusted for an https:// --ctrl (default: the system's)");
   cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")

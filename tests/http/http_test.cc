@@ -302,7 +302,12 @@ TEST(Url, Parses) {
   EXPECT_EQ(u->port, 8080);
   EXPECT_EQ(u->target, "/v1/models?x=1");
   EXPECT_EQ(parse_url("http://h")->target, "/");
-  EXPECT_FALSE(parse_url("https://h/").ok());
+  auto tls = parse_url("https://h/");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->port, 443);
+  EXPECT_FALSE(u->tls);
+  EXPECT_FALSE(parse_url("ftp://h/").ok());
   EXPECT_FALSE(parse_url("http://h:99999/").ok());
   EXPECT_FALSE(parse_url("http://:80/").ok());
 }

@@ -444,6 +444,51 @@ TEST_F(GatewayTest, NoNodesIsA503) {
   EXPECT_EQ(get("/health").status, 503);
 }
 
+// Internal fields stay internal (issue 20): client x-tessera-* headers never reach a node, whose only
+// x-tessera-cluster-token is the router's own; a client body with tessera_resume is a 400 that reaches no
+// node; /admin/* takes the cluster token, not an API key.
+TEST_F(GatewayTest, ClientInternalFieldsNeverReachANodeAndAdminNeedsTheToken) {
+  FakeNode node;
+  std::mutex mu;
+  http::Headers seen;
+  node.handler = [&](const http::Request& r, WriterPtr w) {
+    {
+      std::lock_guard lock(mu);
+      seen = r.headers;
+    }
+    w->send(200, R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})");
+  };
+  GatewayOptions o;
+  o.api_keys = {"sk-client"};
+  o.cluster_token = std::move(ClusterToken::from_secret(std::string(48, 'r'))).value();
+  start({node.url()}, o);
+  const http::Headers client = {{"Authorization", "Bearer sk-client"},
+                                {"x-tessera-cluster-token", "forged-by-the-client"},
+                                {"x-tessera-prefill-node", "http://127.0.0.1:9"},
+                                {"x-tessera-anything", "1"}};
+  auto r = post("/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":2})", client);
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(seen["x-tessera-cluster-token"], std::string(48, 'r'));
+    EXPECT_EQ(seen.count("x-tessera-prefill-node"), 0u);
+    EXPECT_EQ(seen.count("x-tessera-anything"), 0u);
+    EXPECT_EQ(seen.count("authorization"), 0u);  // the client's key is the router's business
+  }
+  const int hits = node.hits.load();
+  auto forged = post("/v1/completions", R"({"model":"m","prompt":"hi","tessera_resume":{"tokens":[1,2]}})", client);
+  expect_openai_error(forged, 400);
+  EXPECT_EQ(node.hits.load(), hits);
+  // /admin/*: the API key alone is not enough once a cluster token is configured.
+  EXPECT_EQ(get("/admin/nodes", {{"Authorization", "Bearer sk-client"}}).status, 401);
+  EXPECT_EQ(get("/admin/nodes", {{"x-tessera-cluster-token", "wrong"}}).status, 403);
+  EXPECT_EQ(
+      post("/admin/nodes/remove", "{\"url\": \"" + node.url() + "\"}", {{"Authorization", "Bearer sk-client"}}).status,
+      401);
+  EXPECT_EQ(get("/admin/nodes", {{"x-tessera-cluster-token", std::string(48, 'r')}}).status, 200);
+  EXPECT_TRUE(gateway_->registry().contains(node.url()));
+}
+
 TEST(GatewayCreate, UnknownStrategyIsAnError) {
   GatewayOptions o;
   o.strategy = "nope";

@@ -6,6 +6,7 @@
 // memory (memory registered by address, device memory) fall back to framed data over the same sockets, so every region
 // works with every endpoint.
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -100,6 +101,9 @@ class ShmEndpoint final : public Endpoint {
     stream_protocol::endpoint ep(path_);
     acceptor.open(ep.protocol(), ec);
     if (!ec) acceptor.bind(ep, ec);
+    // Only this user may connect (as its segments are 0600); the handshake still proves the cluster token.
+    if (!ec && ::chmod(path_.c_str(), 0600) != 0)
+      ec = boost::system::error_code(errno, boost::system::system_category());
     if (!ec) acceptor.listen(128, ec);
     if (ec) return unavailable(fmt::format("cannot listen on unix socket {}: {}", path_, ec.message()));
     int fd = acceptor.release(ec);
