@@ -43,6 +43,7 @@ struct ServeArgs {
   int max_batch_tokens = 256;
   int block_size = 16;
   double kv_memory_mib = 1024;
+  int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
   int io_threads = 2;
@@ -89,7 +90,9 @@ int run_serve(const ServeArgs& a) {
   dopts.threads = a.threads;
   auto device = ops::open_device(a.backend, 0, dopts);
   if (!device.ok()) return fail(device.status().message());
-  const model::ModelConfig& cfg = model->config;
+  // The served context: --max-model-len, else the model's, shortened (with a warning) to what the KV budget
+  // holds, as vLLM does, so that a 32k-context model starts with the default budget.
+  model::ModelConfig cfg = model->config;
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = a.max_batch_tokens;
@@ -99,16 +102,29 @@ int run_serve(const ServeArgs& a) {
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
   const double bytes_per_block =
       2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
-  const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
+  if (a.max_model_len > cfg.max_seq_len)
+    return fail(
+        fmt::format("--max-model-len {} exceeds the model's context of {} tokens", a.max_model_len, cfg.max_seq_len));
+  if (a.max_model_len > 0) {
+    cfg.max_seq_len = a.max_model_len;
+  } else if (budget_blocks * a.block_size < cfg.max_seq_len && budget_blocks > 0) {
+    const auto fits = static_cast<int>(budget_blocks * a.block_size);
+    std::fprintf(stderr,
+                 "tessera serve: warning: --kv-memory %g MiB holds %d tokens, less than the model's context of %d; "
+                 "serving a context of %d (set --max-model-len or --kv-memory to choose)\n",
+                 a.kv_memory_mib, fits, cfg.max_seq_len, fits);
+    cfg.max_seq_len = fits;
+  }
+  const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
   // No more than every running sequence at full context could use; at least one full context.
   ro.kv.num_blocks =
       static_cast<int>(std::min<int64_t>(budget_blocks, static_cast<int64_t>(blocks_per_seq) * a.max_num_seqs));
   if (ro.kv.num_blocks < blocks_per_seq) {
-    return fail(fmt::format(
-        "--kv-memory {} MiB holds {} tokens, less than the model's context of {} tokens ({:.1f} MiB needed)",
-        a.kv_memory_mib, budget_blocks * a.block_size, cfg.max_seq_len,
-        blocks_per_seq * bytes_per_block / (1024 * 1024)));
+    return fail(
+        fmt::format("--kv-memory {} MiB holds {} tokens, less than the served context of {} tokens ({:.1f} MiB needed)",
+                    a.kv_memory_mib, budget_blocks * a.block_size, cfg.max_seq_len,
+                    blocks_per_seq * bytes_per_block / (1024 * 1024)));
   }
   auto runner = engine::ModelRunner::create(**device, cfg, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
@@ -265,6 +281,10 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--max-model-len", args->max_model_len,
+                  "Longest sequence served, prompt and output (default: the model's context, or what --kv-memory "
+                  "holds, with a warning)")
+      ->check(CLI::Range(1, 1 << 22));
   cmd->add_option("--kv-memory", args->kv_memory_mib, "KV cache memory budget in MiB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

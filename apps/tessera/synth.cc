@@ -22,12 +22,13 @@ struct SynthArgs {
   uint64_t seed = 1;
   int layers = 0;
   int max_seq_len = 0;
+  bool small = false;
   std::string out;
   std::string tokenizer_out;
 };
 
 int run_synth(const SynthArgs& a) {
-  auto config = model::synth_shape(a.shape);
+  auto config = a.small ? model::synth_shape_small(a.shape) : model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
   if (a.layers > 0) config->n_layers = a.layers;
   if (a.max_seq_len > 0) config->max_seq_len = a.max_seq_len;
@@ -42,6 +43,7 @@ int run_synth(const SynthArgs& a) {
   }
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
+  if (Status s = config->validate(); !s.ok()) return fail(s.message());
   model::SynthModel m = model::synthesize_weights(*config, a.seed);
   auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
   o.tokenizer = tok.get();
@@ -80,6 +82,8 @@ Action add_synth_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-seq-len", args->max_seq_len, "Override the shape's context length (longer prompts)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--small", args->small,
+                "The shape's family at test size (dim 64, head_dim 32, vocab 512, every feature kept)");
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
   cmd->add_option("--tokenizer-out", args->tokenizer_out, "Also write a matching llama2.c tokenizer here");
   return [args] { return run_synth(*args); };

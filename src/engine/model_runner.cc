@@ -1,11 +1,13 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/core.h>
 
 #include "base/quant.h"
+#include "model/rope_scaling.h"
 
 namespace tessera::engine {
 namespace {
@@ -164,9 +166,48 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
     TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
     TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
+    if (config_.qk_norm) {
+      TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
+      TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
+    }
+    if (config_.post_norms) {
+      TS_ASSIGN_OR_RETURN(layer.post_attn_norm, upload(weights, name("post_attention_norm.weight"), {d}));
+      TS_ASSIGN_OR_RETURN(layer.post_ffw_norm, upload(weights, name("post_ffw_norm.weight"), {d}));
+    }
+    layer.scores.scale = config_.attn_scale;
+    layer.scores.softcap = config_.attn_softcap;
+    layer.scores.window = config_.is_sliding_layer(l) ? config_.sliding_window : 0;
     layers_.push_back(layer);
   }
+  TS_RETURN_IF_ERROR(setup_rope(weights));
   return stream_->synchronize();
+}
+
+Status ModelRunner::setup_rope(const model::ModelWeights& weights) {
+  std::vector<std::pair<std::vector<float>, ops::Tensor>> uploaded;
+  for (int l = 0; l < config_.n_layers; ++l) {
+    TS_ASSIGN_OR_RETURN(model::RopeFrequencies f, model::rope_frequencies(config_, weights, l, config_.max_seq_len));
+    Layer& layer = layers_[static_cast<size_t>(l)];
+    layer.rope_theta = f.theta;
+    layer.rope_mscale = f.mscale;
+    if (f.inv_freq.empty()) continue;
+    auto same = std::find_if(uploaded.begin(), uploaded.end(), [&](const auto& u) { return u.first == f.inv_freq; });
+    if (same != uploaded.end()) {
+      layer.rope_freqs = same->second;
+      continue;
+    }
+    TS_ASSIGN_OR_RETURN(ops::Tensor t, alloc(DType::kF32, {static_cast<int64_t>(f.inv_freq.size())}));
+    TS_RETURN_IF_ERROR(stream_->upload(t, f.inv_freq.data()));
+    layer.rope_freqs = t;
+    uploaded.emplace_back(std::move(f.inv_freq), t);
+  }
+  return ok_status();
+}
+
+void ModelRunner::cap_logits(float* logits, size_t count) const {
+  const float cap = config_.final_softcap;
+  if (cap <= 0.0f) return;
+  for (size_t i = 0; i < count; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 Status ModelRunner::run(const ops::Op& op) {
@@ -183,37 +224,46 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   ops::Tensor att2 = att.reshaped({n, c.q_dim()});
   ops::Tensor positions = s_.positions.rows(0, n);
 
-  TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{token_embd_, s_.ids.rows(0, n), x}));
+  const float emb_scale = c.embedding_scale > 0.0f ? c.embedding_scale : 1.0f;
+  const ops::Activation act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
+  TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{token_embd_, s_.ids.rows(0, n), x, emb_scale}));
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
-    TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, c.rope_theta, c.rope_layout}));
+    if (c.qk_norm) {  // per head, in place: rows of head_dim
+      ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
+      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
+      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
+    }
+    TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale}));
     TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
     if (decodes > 0) {
       TS_RETURN_IF_ERROR(
           run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
-                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes)}));
+                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores}));
     }
     for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
       const Placed& p = placed[pi];
       const auto len = static_cast<int64_t>(p.segment->tokens.size());
       ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
-      TS_RETURN_IF_ERROR(run(
-          ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table, att.rows(p.row0, len), p.start}));
+      TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
+                                                     att.rows(p.row0, len), p.start, lw.scores}));
     }
     if (after_layer) {
       TS_RETURN_IF_ERROR(stream_->synchronize());
       TS_RETURN_IF_ERROR(after_layer(l));
     }
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
+    if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_up, hb2}));
-    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb}));
+    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{hb, lw.w_down, delta}));
+    if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_ffw_norm, delta, c.norm_eps}));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
   }
@@ -298,6 +348,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   std::vector<float> rows(static_cast<size_t>(wanted) * vocab);
   if (wanted > 0) TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, wanted), rows.data()));
   TS_RETURN_IF_ERROR(stream_->synchronize());
+  cap_logits(rows.data(), rows.size());
   std::vector<int64_t> row_of(segments.size(), -1);
   int64_t next_prefill_row = decodes;
   for (size_t i = 0; i < placed.size(); ++i) {
@@ -469,7 +520,9 @@ Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<co
   for (SequenceKv* s : seqs) s->length += 1;
   logits.resize(b * static_cast<size_t>(config_.vocab_size));
   TS_RETURN_IF_ERROR(stream_->download(out, logits.data()));
-  return stream_->synchronize();
+  TS_RETURN_IF_ERROR(stream_->synchronize());
+  cap_logits(logits.data(), logits.size());
+  return ok_status();
 }
 
 }  // namespace tessera::engine

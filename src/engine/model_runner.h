@@ -1,4 +1,5 @@
-// ModelRunner: the Llama forward pass, expressed as a sequence of operator calls on one Device.
+// ModelRunner: the decoder forward pass of every supported family (model/model_config.h), expressed as a
+// sequence of operator calls on one Device.
 //
 // It never names a backend: it uploads the weights through Device::alloc and Stream::write, keeps the
 // paged KV cache, and submits ops::Op values to its stream, so any backend that implements the operator
@@ -96,7 +97,12 @@ class ModelRunner {
  private:
   struct Layer {
     ops::Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    ops::Tensor bq, bk, bv;  // optional projection biases (Qwen2); invalid when the model has none
+    ops::Tensor bq, bk, bv;                     // optional projection biases (Qwen2); invalid when the model has none
+    ops::Tensor q_norm, k_norm;                 // qk_norm families (Qwen3, Gemma 3)
+    ops::Tensor post_attn_norm, post_ffw_norm;  // post_norms families (Gemma)
+    ops::Tensor rope_freqs;                     // scaled rotary: per-pair inverse frequencies (else invalid)
+    float rope_theta = 10000.0f, rope_mscale = 1.0f;
+    ops::AttentionScores scores;
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
@@ -120,6 +126,10 @@ class ModelRunner {
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
   Result<ops::Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape);
+  // The rotary tables of every layer (model/rope_scaling.h), uploaded once per distinct table.
+  Status setup_rope(const model::ModelWeights& weights);
+  // Gemma 2's final soft-capping of `count` rows of logits on the host (they come back every step anyway).
+  void cap_logits(float* logits, size_t count) const;
   // Layout of one step: decode segments (one token) first, in rows [0, decodes), then prefill segments.
   struct Placed {
     const Segment* segment;

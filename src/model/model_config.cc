@@ -1,13 +1,56 @@
 #include "model/model_config.h"
 
-#include <fmt/core.h>
+#include <cmath>
+
+#include <fmt/format.h>
 
 namespace tessera::model {
+
+std::string_view rope_scaling_name(RopeScalingType t) {
+  switch (t) {
+    case RopeScalingType::kNone:
+      return "none";
+    case RopeScalingType::kLinear:
+      return "linear";
+    case RopeScalingType::kLlama3:
+      return "llama3";
+    case RopeScalingType::kYarn:
+      return "yarn";
+    case RopeScalingType::kLongrope:
+      return "longrope";
+  }
+  return "?";
+}
+
+std::vector<std::string> supported_archs() { return {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}; }
+
+Status apply_arch_features(ModelConfig& c) {
+  const std::string& a = c.arch;
+  bool known = false;
+  for (const std::string& s : supported_archs()) known = known || s == a;
+  if (!known)
+    return unimplemented(
+        fmt::format("architecture '{}' is not supported (supported: {})", a, fmt::join(supported_archs(), ", ")));
+  // llama.cpp rotates llama's tensors in adjacent pairs (its converter permutes Q/K) and every other
+  // family's in halves, as their Hugging Face checkpoints do.
+  c.rope_layout = a == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
+  c.qk_norm = a == "qwen3" || a == "gemma3";
+  const bool gemma = a == "gemma2" || a == "gemma3";
+  c.post_norms = gemma;
+  c.gelu_mlp = gemma;
+  c.embedding_scale = gemma ? std::sqrt(static_cast<float>(c.dim)) : 0.0f;
+  if (a == "gemma2") c.sliding_pattern = 2;
+  if (a == "gemma3") c.sliding_pattern = 6;
+  if (a == "phi3" || a == "llama") c.sliding_pattern = 1;  // Mistral v0.1 and Phi-3 slide in every layer
+  return ok_status();
+}
 
 int64_t ModelConfig::parameter_count() const {
   int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
   int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
   if (arch == "qwen2") per_layer += q + 2 * kv;  // q/k/v biases
+  if (qk_norm) per_layer += 2 * head_dim;
+  if (post_norms) per_layer += 2 * d;
   int64_t emb = static_cast<int64_t>(vocab_size) * d;
   return emb * (tied_embeddings ? 1 : 2) + n_layers * per_layer + d;
 }
@@ -32,9 +75,36 @@ Status ModelConfig::validate() const {
     return invalid_argument(fmt::format("vocab_size {} is out of range [3, 4194304]", vocab_size));
   if (!in_range(max_seq_len, 1, 1 << 22))
     return invalid_argument(fmt::format("max_seq_len {} is out of range [1, 4194304]", max_seq_len));
-  if (!(rope_theta > 0.0f)) return invalid_argument(fmt::format("rope_theta {} must be positive", rope_theta));
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
+    return invalid_argument(fmt::format("rope_theta {} must be positive", rope_theta));
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     return invalid_argument(fmt::format("norm_eps {} must be in (0, 1)", norm_eps));
+  auto finite_nonneg = [](float v) { return std::isfinite(v) && v >= 0.0f; };
+  if (!finite_nonneg(embedding_scale) || !finite_nonneg(attn_scale) || !finite_nonneg(attn_softcap) ||
+      !finite_nonneg(final_softcap) || !finite_nonneg(rope_theta_sliding))
+    return invalid_argument(
+        "embedding scale, attention scale, soft-caps and rope_theta_sliding must be finite and >= 0");
+  if (sliding_window < 0 || sliding_pattern < 0)
+    return invalid_argument(
+        fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));
+  const RopeScaling& r = rope_scaling;
+  if (r.type != RopeScalingType::kNone) {
+    if (!(r.factor > 0.0f) || !std::isfinite(r.factor))
+      return invalid_argument(fmt::format("rope scaling factor {} must be positive", r.factor));
+    if (!(r.mscale > 0.0f) || !std::isfinite(r.mscale))
+      return invalid_argument(fmt::format("rope scaling attention factor {} must be positive", r.mscale));
+    const bool needs_orig =
+        r.type == RopeScalingType::kLlama3 || r.type == RopeScalingType::kYarn || r.type == RopeScalingType::kLongrope;
+    if (needs_orig && r.original_context <= 0)
+      return invalid_argument(
+          fmt::format("{} rope scaling needs the original context length", rope_scaling_name(r.type)));
+    if (r.type == RopeScalingType::kLlama3 && !(r.high_freq_factor > r.low_freq_factor && r.low_freq_factor > 0.0f))
+      return invalid_argument(fmt::format("llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({})",
+                                          r.low_freq_factor, r.high_freq_factor));
+    if (r.type == RopeScalingType::kYarn && !(r.beta_fast > r.beta_slow && r.beta_slow > 0.0f))
+      return invalid_argument(
+          fmt::format("yarn rope scaling needs 0 < beta_slow ({}) < beta_fast ({})", r.beta_slow, r.beta_fast));
+  }
   return ok_status();
 }
 

@@ -58,6 +58,9 @@ Status write_model(const std::string& format, const std::string& path, const Mod
     if (config.arch != "llama" || weights.find("blk.0.attn_q.bias") != nullptr)
       return invalid_argument(
           fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config.arch));
+    if (config.rope_scaling.type != RopeScalingType::kNone || weights.find("rope_freqs.weight") != nullptr ||
+        config.sliding_window > 0)
+      return invalid_argument("llama2.c checkpoints cannot state rope scaling or a sliding window");
     if (o.dtype && *o.dtype != DType::kF32)
       return invalid_argument(fmt::format("llama2.c checkpoints hold f32, not {}", dtype_name(*o.dtype)));
     TS_ASSIGN_OR_RETURN(ExportedWeights ex,

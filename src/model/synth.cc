@@ -1,5 +1,7 @@
 #include "model/synth.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -25,7 +27,79 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 
 }  // namespace
 
-std::vector<std::string> synth_shape_names() { return {"tiny", "stories15M", "stories110M", "qwen2.5-0.5b"}; }
+std::vector<std::string> synth_shape_names() {
+  return {"tiny",       "stories15M",   "stories110M", "qwen2.5-0.5b", "llama2-7b", "llama3.2-1b", "llama3.1-8b",
+          "mistral-7b", "smollm2-135m", "qwen3-0.6b",  "gemma2-2b",    "gemma3-1b", "phi3-mini",   "phi3-mini-128k"};
+}
+
+namespace {
+
+// The published configs of each family's models (their config.json values).
+Result<ModelConfig> family_shape(const std::string& name) {
+  ModelConfig c;
+  if (name == "llama2-7b") {
+    c = make_shape(4096, 11008, 32, 32, 32, 32000, 4096);
+    c.tied_embeddings = false;
+  } else if (name == "llama3.2-1b" || name == "llama3.1-8b") {
+    c = name == "llama3.2-1b" ? make_shape(2048, 8192, 16, 32, 8, 128256, 131072)
+                              : make_shape(4096, 14336, 32, 32, 8, 128256, 131072);
+    c.rope_theta = 500000.0f;
+    c.tied_embeddings = name == "llama3.2-1b";
+    c.rope_scaling = {RopeScalingType::kLlama3, name == "llama3.2-1b" ? 32.0f : 8.0f, 8192, 1.0f, 4.0f};
+  } else if (name == "mistral-7b") {  // v0.3: no sliding window, vocabulary of 32768
+    c = make_shape(4096, 14336, 32, 32, 8, 32768, 32768);
+    c.rope_theta = 1000000.0f;
+    c.tied_embeddings = false;
+  } else if (name == "smollm2-135m") {
+    c = make_shape(576, 1536, 30, 9, 3, 49152, 8192);
+    c.rope_theta = 100000.0f;
+  } else if (name == "qwen3-0.6b") {
+    c = make_shape(1024, 3072, 28, 16, 8, 151936, 40960);
+    c.arch = "qwen3";
+    c.head_dim = 128;
+    c.rope_theta = 1000000.0f;
+    c.norm_eps = 1e-6f;
+  } else if (name == "gemma2-2b") {
+    c = make_shape(2304, 9216, 26, 8, 4, 256000, 8192);
+    c.arch = "gemma2";
+    c.head_dim = 256;
+    c.norm_eps = 1e-6f;
+    c.attn_softcap = 50.0f;
+    c.final_softcap = 30.0f;
+    c.sliding_window = 4096;
+  } else if (name == "gemma3-1b") {
+    c = make_shape(1152, 6912, 26, 4, 1, 262144, 32768);
+    c.arch = "gemma3";
+    c.head_dim = 256;
+    c.norm_eps = 1e-6f;
+    c.rope_theta = 1000000.0f;
+    c.rope_theta_sliding = 10000.0f;
+    c.sliding_window = 512;
+  } else if (name == "phi3-mini" || name == "phi3-mini-128k") {
+    c = make_shape(3072, 8192, 32, 32, 32, 32064, name == "phi3-mini" ? 4096 : 131072);
+    c.arch = "phi3";
+    c.tied_embeddings = false;
+    c.sliding_window = name == "phi3-mini" ? 2047 : 262144;
+    if (name == "phi3-mini-128k") {
+      const float factor = 131072.0f / 4096.0f;
+      c.rope_scaling.type = RopeScalingType::kLongrope;
+      c.rope_scaling.original_context = 4096;
+      c.rope_scaling.factor = factor;
+      c.rope_scaling.mscale = std::sqrt(1.0f + std::log(factor) / std::log(4096.0f));
+    }
+  } else {
+    return invalid_argument(
+        fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
+  }
+  const ModelConfig stated = c;
+  TS_RETURN_IF_ERROR(apply_arch_features(c));
+  if (c.arch == "gemma2" || c.arch == "gemma3") c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  (void)stated;
+  if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+  return c;
+}
+
+}  // namespace
 
 Result<ModelConfig> synth_shape(const std::string& name) {
   if (name == "tiny") return make_shape(64, 172, 5, 8, 4, 512, 512);
@@ -41,8 +115,30 @@ Result<ModelConfig> synth_shape(const std::string& name) {
     c.tied_embeddings = true;
     return c;
   }
-  return invalid_argument(
-      fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
+  return family_shape(name);
+}
+
+Result<ModelConfig> synth_shape_small(const std::string& name) {
+  TS_ASSIGN_OR_RETURN(ModelConfig c, synth_shape(name));
+  // Small enough to run in milliseconds on the ref backend, big enough for grouped-query attention and for
+  // every block type (q8_0/q4_0 need rows of 32).
+  const int group = c.n_heads / c.n_kv_heads > 1 ? 2 : 1;
+  c.n_kv_heads = 2;
+  c.n_heads = 2 * group;
+  c.head_dim = 32;
+  c.dim = 64;
+  c.hidden_dim = 128;
+  c.vocab_size = 512;
+  c.max_seq_len = std::min(c.max_seq_len, 512);
+  c.n_layers = std::min(c.n_layers, 6);
+  if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.sliding_window > 0) c.sliding_window = 8;  // short prompts already cross it
+  if (c.rope_scaling.type != RopeScalingType::kNone) {
+    // Keep the scaling active at the small context: the original context shrinks with it.
+    c.rope_scaling.original_context = c.rope_scaling.type == RopeScalingType::kLongrope ? 64 : 128;
+  }
+  return c;
 }
 
 SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
@@ -65,11 +161,21 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
       specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
       specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
     }
+    if (c.qk_norm) {
+      specs.push_back({layer_tensor_name(l, "attn_q_norm.weight"), {c.head_dim}, true});
+      specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
+    }
     specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
+    if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
     specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
     specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+    if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_ffw_norm.weight"), {d}, true});
+  }
+  if (c.rope_scaling.type == RopeScalingType::kLongrope) {
+    specs.push_back({"rope_factors_long.weight", {c.head_dim / 2}, false});
+    specs.push_back({"rope_factors_short.weight", {c.head_dim / 2}, false});
   }
   specs.push_back({"output_norm.weight", {d}, true});
   if (!c.tied_embeddings) specs.push_back({"output.weight", {c.vocab_size, d}, false});
@@ -87,7 +193,18 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
   for (const Spec& s : specs) {
     WeightTensor t{s.name, DType::kF32, s.shape, reinterpret_cast<const uint8_t*>(p), 0};
     size_t n = static_cast<size_t>(t.numel());
-    for (size_t i = 0; i < n; ++i) p[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
+    if (s.name == "rope_factors_long.weight" || s.name == "rope_factors_short.weight") {
+      // Phi-3's shape of factors: 1 for the fastest pairs, growing towards the slowest (long: up to the
+      // context factor; short: a few percent), seeded jitter on top.
+      const bool is_long = s.name == "rope_factors_long.weight";
+      const float top = is_long ? c.rope_scaling.factor : 1.1f;
+      for (size_t i = 0; i < n; ++i) {
+        const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
+        p[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) p[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
+    }
     t.bytes = n * sizeof(float);
     p += n;
     out.weights.add(std::move(t));

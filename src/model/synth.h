@@ -20,7 +20,14 @@ namespace tessera::model {
 // "tiny" (the stories260K shape, vocab 512), "stories15M", "stories110M", and "qwen2.5-0.5b" (Qwen2.5-0.5B's
 // shape: 24 layers, hidden 896, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, q/k/v biases, tied
 // embeddings, rotate-half rotary). Models of arch "qwen2" get q/k/v biases.
+// Family shapes, at their published configs: llama2-7b, llama3.2-1b and llama3.1-8b (llama3 rope scaling),
+// mistral-7b (v0.3), smollm2-135m, qwen3-0.6b, gemma2-2b, gemma3-1b, phi3-mini (4k) and phi3-mini-128k
+// (longrope, with synthetic factor tensors).
 Result<ModelConfig> synth_shape(const std::string& name);
+// The same family at test size (dim 64, head_dim 32, 2 kv heads, vocab 512, at most 6 layers and 512
+// positions), every feature kept active: sliding windows of 8, rope scaling from a context of 128 (64 for
+// longrope, so its long factors apply).
+Result<ModelConfig> synth_shape_small(const std::string& name);
 std::vector<std::string> synth_shape_names();
 
 struct SynthModel {

@@ -1,6 +1,8 @@
 #include "model/weight_export.h"
 
-#include <fmt/core.h>
+#include <algorithm>
+
+#include <fmt/format.h>
 
 #include "base/quant.h"
 #include "model/rope_permute.h"
@@ -9,18 +11,54 @@ namespace tessera::model {
 
 std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const ModelWeights& w) {
   std::vector<std::string> names = {"token_embd.weight"};
+  for (const char* s : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
+    if (w.find(s) != nullptr) names.push_back(s);
   for (int l = 0; l < c.n_layers; ++l) {
-    for (const char* s : {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
-                          "attn_v.weight", "attn_v.bias", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                          "ffn_up.weight", "ffn_down.weight"}) {
+    for (const char* s :
+         {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight",
+          "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight", "post_attention_norm.weight",
+          "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight"}) {
+      const std::string_view sv(s);
       std::string n = layer_tensor_name(l, s);
-      if (std::string_view(s).ends_with(".bias") && w.find(n) == nullptr) continue;
+      if (sv.ends_with(".bias") && w.find(n) == nullptr) continue;
+      if (!c.qk_norm && (sv == "attn_q_norm.weight" || sv == "attn_k_norm.weight")) continue;
+      if (!c.post_norms && (sv == "post_attention_norm.weight" || sv == "post_ffw_norm.weight")) continue;
       names.push_back(std::move(n));
     }
   }
   names.push_back("output_norm.weight");
   if (!c.tied_embeddings) names.push_back("output.weight");
   return names;
+}
+
+Status fuse_rows(ExportedWeights& ex, const std::vector<std::string>& parts, const std::string& fused) {
+  std::vector<uint8_t> bytes;
+  int64_t rows = 0;
+  const WeightTensor* first = nullptr;
+  size_t at = ex.tensors.size();
+  for (const std::string& p : parts) {
+    const WeightTensor* t = nullptr;
+    for (size_t i = 0; i < ex.tensors.size(); ++i) {
+      if (ex.tensors[i].name != p) continue;
+      t = &ex.tensors[i];
+      at = std::min(at, i);
+    }
+    if (first == nullptr) first = t;
+    if (t == nullptr || t->dtype != first->dtype || t->shape.size() != 2 || t->shape[1] != first->shape[1])
+      return invalid_argument(fmt::format("cannot fuse {} into {}", p, fused));
+    bytes.insert(bytes.end(), t->data, t->data + t->bytes);
+    rows += t->shape[0];
+  }
+  WeightTensor f{fused, first->dtype, {rows, first->shape[1]}, nullptr, bytes.size()};
+  ex.owned.push_back(std::move(bytes));
+  f.data = ex.owned.back().data();
+  std::vector<WeightTensor> out;
+  for (size_t i = 0; i < ex.tensors.size(); ++i) {
+    if (i == at) out.push_back(f);
+    if (std::find(parts.begin(), parts.end(), ex.tensors[i].name) == parts.end()) out.push_back(ex.tensors[i]);
+  }
+  ex.tensors = std::move(out);
+  return ok_status();
 }
 
 Result<std::vector<float>> tensor_to_f32(const WeightTensor& t) {

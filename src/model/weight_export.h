@@ -28,6 +28,10 @@ struct ExportedWeights {
 Result<ExportedWeights> export_weights(const ModelConfig& config, const ModelWeights& weights, RopeLayout file_layout,
                                        std::optional<DType> matrix_dtype, const std::set<DType>& format_dtypes);
 
+// Replaces the 2-D tensors `parts` (same type and width) by one tensor `fused` of their rows in order, at
+// the position of the first (Phi-3's qkv and gate_up projections).
+Status fuse_rows(ExportedWeights& ex, const std::vector<std::string>& parts, const std::string& fused);
+
 // The names of the tensors a model of this config has, in canonical order (optional biases included only
 // when present in `weights`).
 std::vector<std::string> canonical_tensor_names(const ModelConfig& config, const ModelWeights& weights);

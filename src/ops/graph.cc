@@ -23,7 +23,7 @@ void for_each_tensor(Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
           f(o.residual), f(o.delta), f(o.weight), f(o.out);
         } else if constexpr (std::is_same_v<T, RopeOp>) {
-          f(o.q), f(o.k), f(o.positions);
+          f(o.q), f(o.k), f(o.positions), f(o.freqs);
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {

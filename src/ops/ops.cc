@@ -1,5 +1,7 @@
 #include "ops/ops.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "ops/backend.h"
@@ -71,6 +73,12 @@ void check_attention_q(Checker& c, const Tensor& q, const Tensor& kc, const Tens
   c.same_shape(q, "q", out, "out");
 }
 
+void check_scores(Checker& c, const AttentionScores& s) {
+  c.require(std::isfinite(s.scale) && s.scale >= 0.0f, "scores.scale must be finite and >= 0");
+  c.require(std::isfinite(s.softcap) && s.softcap >= 0.0f, "scores.softcap must be finite and >= 0");
+  c.require(s.window >= 0, "scores.window must be >= 0");
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) {
@@ -90,6 +98,7 @@ Status validate(const Op& op) {
           c.present(o.table, "table").present(o.ids, "ids").present(o.out, "out");
           c.rank(o.table, "table", 2).dtype(o.table, "table", DType::kF32).dtype(o.ids, "ids", DType::kI32);
           c.rank(o.ids, "ids", 1).rank(o.out, "out", 2).dtype(o.out, "out", DType::kF32);
+          c.require(std::isfinite(o.scale), "scale must be finite");
           if (c.ok()) c.dim(o.out, "out", 0, o.ids.dim(0)).dim(o.out, "out", 1, o.table.dim(1));
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
           c.present(o.x, "x").present(o.weight, "weight").present(o.out, "out").rank(o.x, "x", 2);
@@ -110,6 +119,13 @@ Status validate(const Op& op) {
             c.dim(o.k, "k", 0, o.q.dim(0)).dim(o.k, "k", 2, o.q.dim(2)).rank(o.positions, "positions", 1);
             c.dim(o.positions, "positions", 0, o.q.dim(0)).require(o.q.dim(2) % 2 == 0, "head_dim must be even");
             c.require(o.theta > 0.0f, "theta must be positive");
+            if (o.freqs.valid()) {
+              c.present(o.freqs, "freqs").dtype(o.freqs, "freqs", DType::kF32).rank(o.freqs, "freqs", 1);
+              if (c.ok()) c.dim(o.freqs, "freqs", 0, o.q.dim(2) / 2);
+              c.require(std::isfinite(o.mscale) && o.mscale > 0.0f, "mscale must be positive");
+            } else {
+              c.require(o.mscale == 1.0f, "mscale needs freqs");
+            }
           }
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           check_kv_cache(c, o.k_cache, o.v_cache);
@@ -128,6 +144,7 @@ Status validate(const Op& op) {
           check_attention_q(c, o.q, o.k_cache, o.out);
           c.present(o.block_table, "block_table").rank(o.block_table, "block_table", 1);
           c.dtype(o.block_table, "block_table", DType::kI32).require(o.start_pos >= 0, "start_pos is negative");
+          check_scores(c, o.scores);
           if (c.ok()) {
             int64_t need = o.start_pos + o.q.dim(0);
             c.require(need <= o.block_table.dim(0) * o.k_cache.dim(1), "the block table does not cover every position");
@@ -138,6 +155,7 @@ Status validate(const Op& op) {
           c.present(o.block_tables, "block_tables").present(o.context_lens, "context_lens");
           c.rank(o.block_tables, "block_tables", 2).dtype(o.block_tables, "block_tables", DType::kI32);
           c.rank(o.context_lens, "context_lens", 1).dtype(o.context_lens, "context_lens", DType::kI32);
+          check_scores(c, o.scores);
           if (c.ok()) {
             c.dim(o.block_tables, "block_tables", 0, o.q.dim(0)).dim(o.context_lens, "context_lens", 0, o.q.dim(0));
           }

@@ -26,9 +26,11 @@ namespace tessera::ops {
 
 using model::RopeLayout;
 
-// out[i] = table[ids[i]].  table [vocab, dim] (f32), ids i32 [n], out f32 [n, dim].
+// out[i] = table[ids[i]] * scale.  table [vocab, dim] (f32), ids i32 [n], out f32 [n, dim]. Gemma scales its
+// embeddings by sqrt(dim); scale 1 copies the rows exactly.
 struct EmbeddingOp {
   Tensor table, ids, out;
+  float scale = 1.0f;
 };
 
 // out = x / sqrt(mean(x^2) + eps) * weight, per row.  x, out [n, dim]; weight [dim].
@@ -44,11 +46,26 @@ struct AddRmsNormOp {
 };
 
 // Rotary position embedding applied in place to q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim]
-// for the token positions i32 [n]. Pair j of a head turns by pos * theta^(-2j/head_dim).
+// for the token positions i32 [n]. Pair j of a head turns by pos * theta^(-2j/head_dim), or, when `freqs`
+// (f32 [head_dim / 2]) is given, by pos * freqs[j] with cos and sin multiplied by `mscale`: every rope
+// scaling type (linear, llama3, yarn, longrope) reduces to such a table (model/rope_scaling.h).
 struct RopeOp {
   Tensor q, k, positions;
   float theta = 10000.0f;
   RopeLayout layout = RopeLayout::kInterleaved;
+  Tensor freqs;         // optional: per-pair inverse frequencies
+  float mscale = 1.0f;  // only with freqs
+};
+
+// Score options shared by both attention operators. Defaults are plain causal attention with scores
+// q.k / sqrt(head_dim). scale > 0: scores q.k * scale (Gemma's query_pre_attn_scalar). softcap > 0:
+// scores cap * tanh(score / cap) before the softmax (Gemma 2). window > 0: a query at position p attends
+// only to positions p - window + 1 .. p (sliding-window layers).
+struct AttentionScores {
+  float scale = 0.0f;
+  float softcap = 0.0f;
+  int32_t window = 0;
+  bool is_default() const { return scale == 0.0f && softcap == 0.0f && window == 0; }
 };
 
 // Stores k, v [n, n_kv_heads, head_dim] into the paged caches at slots i32 [n]
@@ -63,12 +80,14 @@ struct KvWriteOp {
 struct AttentionPrefillOp {
   Tensor q, k_cache, v_cache, block_table, out;
   int32_t start_pos = 0;
+  AttentionScores scores;
 };
 
 // One new token for each of b sequences. q [b, n_heads, head_dim]; block_tables i32 [b, max_blocks];
 // context_lens i32 [b] (the new token included: it sits at position context_lens[i] - 1); out like q.
 struct AttentionDecodeOp {
   Tensor q, k_cache, v_cache, block_tables, context_lens, out;
+  AttentionScores scores;
 };
 
 // out [n, m] = x [n, k] . w[m, k]^T (+ bias [m] when given; Qwen2's q/k/v projections have one).
@@ -78,9 +97,13 @@ struct MatMulOp {
   Tensor bias;  // optional: f32 [m]
 };
 
-// out = silu(gate) * up, elementwise.  gate, up, out [n, hidden].
+// The gated MLP activation: out = act(gate) * up, elementwise.  gate, up, out [n, hidden]. act is SiLU
+// (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// evaluated as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) to avoid cancellation for negative x).
+enum class Activation : uint8_t { kSilu, kGeluTanh };
 struct SiluMulOp {
   Tensor gate, up, out;
+  Activation act = Activation::kSilu;
 };
 
 // out = a + b, elementwise (out may alias a).

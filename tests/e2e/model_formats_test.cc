@@ -155,5 +155,55 @@ TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
                      "llama2.c checkpoints hold f32");
 }
 
+// Every family's synth shape writes and generates through the CLI, as GGUF and as a HF folder.
+TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
+  std::string dir = testing::scratch_dir();
+  for (const char* shape : {"llama3.2-1b", "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini-128k"}) {
+    const std::string base = dir + "/" + shape;
+    auto g = tessera({"synth", "--shape", shape, "--small", "--layers", "2", "--format", "gguf", "--out",
+                      base + ".gguf", "--tokenizer-out", base + ".tok"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    auto h = tessera(
+        {"synth", "--shape", shape, "--small", "--layers", "2", "--format", "safetensors", "--out", base + "-hf"});
+    ASSERT_EQ(h.exit_code, 0) << h.err;
+    // One tokenizer for both (the GGUF's embedded vocabulary tokenizes as llama.cpp does, not as llama2.c).
+    auto a = tessera({"generate", "--model", base + ".gguf", "--tokenizer", base + ".tok", "--prompt", "Once upon",
+                      "--max-tokens", "20", "--temperature", "0", "--quiet"});
+    auto b = tessera({"generate", "--model", base + "-hf", "--tokenizer", base + ".tok", "--prompt", "Once upon",
+                      "--max-tokens", "20", "--temperature", "0", "--quiet"});
+    ASSERT_EQ(a.exit_code, 0) << shape << ": " << a.err;
+    ASSERT_EQ(b.exit_code, 0) << shape << ": " << b.err;
+    EXPECT_EQ(a.out, b.out) << shape;
+    EXPECT_GT(a.out.size(), std::string("Once upon").size()) << shape;
+  }
+}
+
+// A model whose context the KV budget cannot hold starts anyway, serving what fits (with a warning), unless
+// --max-model-len asks for more than the model has.
+TEST(ModelFormatsCli, ServeFitsTheContextToTheKvBudget) {
+  std::string dir = testing::scratch_dir();
+  auto s = tessera({"synth", "--shape", "qwen3-0.6b", "--small", "--layers", "2", "--max-seq-len", "32768", "--format",
+                    "gguf", "--out", dir + "/q.gguf"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  // 2 layers x K and V x 2 kv heads x 32 x 4 bytes = 1 KiB per token: 1 MiB holds 1024 of the 32768.
+  auto r = run_process({tessera_bin(), "serve", "--model", dir + "/q.gguf", "--port", "0", "--kv-memory", "1"}, 6.0);
+  EXPECT_TRUE(r.timed_out) << "serve exited: " << r.err;  // still serving when the test stopped it
+  EXPECT_NE(r.out.find("listening on"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("serving a context of 1024"), std::string::npos) << r.err;
+  // serve reports what it loaded before failing, so the error is its last line rather than its only one.
+  auto refused = [&](std::vector<std::string> args, const std::string& needle) {
+    auto e = tessera(std::move(args));
+    EXPECT_FALSE(e.timed_out);
+    EXPECT_NE(e.exit_code, 0);
+    EXPECT_LT(e.exit_code, 128) << e.err;
+    EXPECT_NE(e.err.find("tessera: error: "), std::string::npos) << e.err;
+    EXPECT_NE(e.err.find(needle), std::string::npos) << e.err;
+  };
+  refused({"serve", "--model", dir + "/q.gguf", "--port", "0", "--max-model-len", "40000"},
+          "exceeds the model's context of 32768");
+  refused({"serve", "--model", dir + "/q.gguf", "--port", "0", "--kv-memory", "1", "--max-model-len", "4096"},
+          "less than the served context of 4096");
+}
+
 }  // namespace
 }  // namespace tessera

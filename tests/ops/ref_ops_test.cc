@@ -287,5 +287,61 @@ TEST_F(RefOps, KvCacheInF16RoundsStoredValuesOnly) {
             StatusCode::kInvalidArgument);
 }
 
+// The family options, each on a case worked out by hand.
+TEST_F(RefAttention, SlidingWindowHidesOlderPositions) {
+  // q=[1,0] at position 2 with a window of 2 sees positions 1 and 2 only: scores [0, .707107], softmax
+  // [.330238 .669762] -> .330238*[3,4] + .669762*[5,6] = [4.339523, 5.339523].
+  Tensor out = make(DType::kF32, {1, 1, 2});
+  AttentionDecodeOp op{f32({1, 1, 2}, {1, 0}), kc_, vc_, i32({1, 2}, {1, 0}), i32({1}, {3}), out};
+  op.scores.window = 2;
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {4.339523f, 5.339523f}, 1e-4f);
+  // The same through prefill: position 2 of a 3-token chunk.
+  Tensor out3 = make(DType::kF32, {3, 1, 2});
+  AttentionPrefillOp pre{f32({3, 1, 2}, {1, 0, 1, 0, 1, 0}), kc_, vc_, i32({2}, {1, 0}), out3, 0};
+  pre.scores.window = 2;
+  ASSERT_TRUE(stream_->run(pre).ok());
+  std::vector<float> got = get(out3);
+  EXPECT_NEAR(got[4], 4.339523f, 1e-4f);
+  EXPECT_NEAR(got[5], 5.339523f, 1e-4f);
+  EXPECT_NEAR(got[0], 1.0f, 1e-6f);  // position 0 sees itself
+}
+
+TEST_F(RefAttention, ScaleAndSoftCap) {
+  // q=[0,1], scale 1: dots [0,1,1]; soft-cap 0.5: 0.5 tanh(s / 0.5) = [0, .482014, .482014];
+  // softmax -> [3.292230, 4.292230] (uncapped it would be [3.533913, 4.533913]).
+  Tensor out = make(DType::kF32, {1, 1, 2});
+  AttentionDecodeOp op{f32({1, 1, 2}, {0, 1}), kc_, vc_, i32({1, 2}, {1, 0}), i32({1}, {3}), out};
+  op.scores.scale = 1.0f;
+  op.scores.softcap = 0.5f;
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {3.292230f, 4.292230f}, 1e-4f);
+  op.scores.softcap = -1.0f;
+  EXPECT_EQ(stream_->run(op).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RefOps, RopeWithFrequencyTableAndMscale) {
+  // Half layout, position 3, freqs [0.5, 0.1], mscale 2: pair (x0=1, x2=3) turns by 1.5 with cos/sin
+  // doubled -> [1c - 3s, 1s + 3c] = [-5.843496, 2.419413]; pair (x1=2, x3=4) by 0.3 -> [1.457184, 8.824773].
+  Tensor q = f32({1, 1, 4}, {1, 2, 3, 4});
+  RopeOp op{q, f32({1, 1, 4}, {0, 0, 0, 0}), i32({1}, {3}), 10000.0f, RopeLayout::kHalf};
+  op.freqs = f32({2}, {0.5f, 0.1f});
+  op.mscale = 2.0f;
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(q), {-5.843496f, 1.457184f, 2.419413f, 8.824773f});
+  op.freqs = f32({3}, {1, 1, 1});  // not head_dim / 2
+  EXPECT_EQ(stream_->run(op).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RefOps, GeluTanhMulAndScaledEmbedding) {
+  // gelu_tanh(1) = 0.841192, gelu_tanh(-2) = -0.045402 (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+  Tensor out = make(DType::kF32, {1, 2});
+  ASSERT_TRUE(stream_->run(SiluMulOp{f32({1, 2}, {1, -2}), f32({1, 2}, {2, 1}), out, Activation::kGeluTanh}).ok());
+  expect_near(get(out), {1.682384f, -0.045402f});
+  Tensor emb = make(DType::kF32, {1, 2});
+  ASSERT_TRUE(stream_->run(EmbeddingOp{f32({2, 2}, {1, 2, 3, 4}), i32({1}, {1}), emb, 2.5f}).ok());
+  expect_near(get(emb), {7.5f, 10.0f}, 0);
+}
+
 }  // namespace
 }  // namespace tessera::ops

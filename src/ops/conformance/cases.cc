@@ -3,6 +3,7 @@
 // to 64; contexts up to 4096; every weight and cache dtype an operator takes; and inputs holding NaN and
 // +-Inf for the elementwise and row operators.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <fmt/core.h>
@@ -154,6 +155,51 @@ void add_attention(std::vector<Case>& cases) {
         }
       }
     }
+    // The score options of Gemma and sliding-window families: an explicit scale, soft-capping (scores of
+    // inputs scaled 2.0 reach the cap), windows shorter and longer than the context.
+    for (int64_t hd : {64, 256}) {
+      const HeadConfig h{4, 2};
+      for (AttentionScores opt : {AttentionScores{0.0625f, 0.0f, 0}, AttentionScores{0.0625f, 5.0f, 0},
+                                  AttentionScores{0.0f, 0.0f, 7}, AttentionScores{0.0625f, 5.0f, 40}}) {
+        const std::string what = fmt::format("scale={} softcap={} window={}", opt.scale, opt.softcap, opt.window);
+        for (int64_t ctx : {3, 100}) {
+          const int64_t b = 3, max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens, pool = b * max_blocks;
+          cases.push_back(
+              {"attention_decode", cache, fmt::format("b={} ctx<={} heads=4/2 head_dim={} {}", b, ctx, hd, what),
+               kAttention, false, [=](CaseEnv& e) -> Op {
+                 std::vector<int32_t> lens(static_cast<size_t>(b)), tables(static_cast<size_t>(b * max_blocks));
+                 for (int64_t i = 0; i < b; ++i)
+                   lens[static_cast<size_t>(i)] = static_cast<int32_t>(i == 0 ? ctx : 1 + e.rng().next_u32() % ctx);
+                 std::iota(tables.begin(), tables.end(), 0);
+                 AttentionDecodeOp op{e.random(DType::kF32, {b, h.n_heads, hd}, 2.0f),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.ints({b, max_blocks}, tables),
+                                      e.ints({b}, lens),
+                                      e.output(DType::kF32, {b, h.n_heads, hd})};
+                 op.scores = opt;
+                 return op;
+               }});
+        }
+        for (int64_t start : {0, 45}) {
+          const int64_t n = 17, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
+          cases.push_back({"attention_prefill", cache,
+                           fmt::format("n={} start={} heads=4/2 head_dim={} {}", n, start, hd, what), kAttention, false,
+                           [=](CaseEnv& e) -> Op {
+                             std::vector<int32_t> table(static_cast<size_t>(blocks));
+                             std::iota(table.begin(), table.end(), 0);
+                             AttentionPrefillOp op{e.random(DType::kF32, {n, h.n_heads, hd}, 2.0f),
+                                                   e.random(cache, {blocks, kBlockTokens, h.kv_heads, hd}),
+                                                   e.random(cache, {blocks, kBlockTokens, h.kv_heads, hd}),
+                                                   e.ints({blocks}, table),
+                                                   e.output(DType::kF32, {n, h.n_heads, hd}),
+                                                   static_cast<int32_t>(start)};
+                             op.scores = opt;
+                             return op;
+                           }});
+        }
+      }
+    }
     // KV writes to distinct random slots; the untouched slots must stay as they were.
     for (int64_t hd : {64, 128}) {
       for (int64_t kv : {1, 2, 4}) {
@@ -194,6 +240,34 @@ void add_rope(std::vector<Case>& cases) {
                              }});
           }
         }
+      }
+    }
+  }
+}
+
+// Scaled rotary embeddings: an explicit table of per-pair frequencies (what linear, llama3, yarn and
+// longrope reduce to) and a cos/sin multiplier.
+void add_scaled_rope(std::vector<Case>& cases) {
+  for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kHalf}) {
+    for (int64_t hd : {64, 128}) {
+      for (float mscale : {1.0f, 1.19f}) {
+        const int64_t n = 17;
+        cases.push_back({"rope", DType::kF32,
+                         fmt::format("{} n={} heads=4/2 head_dim={} freqs mscale={}",
+                                     layout == RopeLayout::kInterleaved ? "interleaved" : "half", n, hd, mscale),
+                         kTranscendental, false, [=](CaseEnv& e) -> Op {
+                           std::vector<int32_t> pos(static_cast<size_t>(n));
+                           for (int32_t& p : pos) p = static_cast<int32_t>(e.rng().next_u32() % 100000);
+                           std::vector<float> f(static_cast<size_t>(hd / 2));
+                           for (size_t j = 0; j < f.size(); ++j)
+                             f[j] = std::pow(500000.0f, -2.0f * static_cast<float>(j) / static_cast<float>(hd)) /
+                                    (1.0f + 31.0f * e.rng().next_f32());
+                           RopeOp op{e.output(DType::kF32, {n, 4, hd}), e.output(DType::kF32, {n, 2, hd}),
+                                     e.ints({n}, pos), 500000.0f, layout};
+                           op.freqs = e.values(DType::kF32, {hd / 2}, f);
+                           op.mscale = mscale;
+                           return op;
+                         }});
       }
     }
   }
@@ -246,6 +320,15 @@ void add_rows(std::vector<Case>& cases) {
                            return EmbeddingOp{e.random(DType::kF32, {vocab, dim}), e.ints({n}, ids),
                                               e.output(DType::kF32, {n, dim})};
                          }});
+        if (n != 7) continue;
+        // Gemma's scaled lookup (one multiply per element in every backend).
+        cases.push_back({"embedding", DType::kF32, fmt::format("n={} vocab={} dim={} scale=48", n, vocab, dim), kExact,
+                         false, [=](CaseEnv& e) -> Op {
+                           std::vector<int32_t> ids(static_cast<size_t>(n));
+                           for (int32_t& id : ids) id = static_cast<int32_t>(e.rng().next_u32() % vocab);
+                           return EmbeddingOp{e.random(DType::kF32, {vocab, dim}), e.ints({n}, ids),
+                                              e.output(DType::kF32, {n, dim}), 48.0f};
+                         }});
       }
     }
   }
@@ -257,6 +340,11 @@ void add_rows(std::vector<Case>& cases) {
         cases.push_back({"silu_mul", DType::kF32, shape, kTranscendental, false, [=](CaseEnv& e) -> Op {
                            return SiluMulOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special, 8.0f)),
                                             e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width})};
+                         }});
+        cases.push_back({"silu_mul", DType::kF32, shape + " gelu_tanh", kTranscendental, false, [=](CaseEnv& e) -> Op {
+                           return SiluMulOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special, 8.0f)),
+                                            e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width}),
+                                            Activation::kGeluTanh};
                          }});
         cases.push_back({"add", DType::kF32, shape, kExact, false, [=](CaseEnv& e) -> Op {
                            return AddOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special)),
@@ -289,6 +377,7 @@ std::vector<Case> conformance_cases() {
   add_matmul(cases);
   add_attention(cases);
   add_rope(cases);
+  add_scaled_rope(cases);
   add_rows(cases);
   return cases;
 }

@@ -85,54 +85,67 @@ inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col,
 
 template <typename T>
 void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
-                 std::vector<float>& scores) {
+                 std::vector<float>& scores, const AttentionScores& opt) {
   const int64_t hd = c.head_dim;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
-  auto k_at = [&](int32_t t) { return kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh); };
-  auto v_at = [&](int32_t t) { return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh); };
+  // Positions first .. pos are visible (a sliding window starts later); scores[i] is position first + i.
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+  const int32_t count = pos - first + 1;
+  auto k_at = [&](int32_t i) {
+    const int32_t t = first + i;
+    return kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+  };
+  auto v_at = [&](int32_t i) {
+    const int32_t t = first + i;
+    return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+  };
   const float denom = std::sqrt(static_cast<float>(hd));
-  scores.resize(static_cast<size_t>(pos) + 1);
+  const bool scaled = opt.scale > 0.0f;
+  scores.resize(static_cast<size_t>(count));
   float max_score = -INFINITY;
   int32_t t = 0;
 #if defined(__AVX2__)
   if (hd % 8 == 0) {
-    const __m256 dv = _mm256_set1_ps(denom);
-    for (; t + 8 <= pos + 1; t += 8) {
+    const __m256 dv = _mm256_set1_ps(denom), sv = _mm256_set1_ps(opt.scale);
+    for (; t + 8 <= count; t += 8) {
       const T* rows[8];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) rows[r] = k_at(t + r);
-      _mm256_storeu_ps(scores.data() + t, _mm256_div_ps(dot8(rows, q, hd), dv));
+      const __m256 d = dot8(rows, q, hd);
+      _mm256_storeu_ps(scores.data() + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
     }
-    for (int32_t u = 0; u < t; ++u) max_score = std::max(max_score, scores[static_cast<size_t>(u)]);
   }
 #endif
-  for (; t <= pos; ++t) {
-    const float s = dot(k_at(t), q, hd) / denom;
-    scores[static_cast<size_t>(t)] = s;
-    max_score = s > max_score ? s : max_score;
+  for (; t < count; ++t) {
+    const float d = dot(k_at(t), q, hd);
+    scores[static_cast<size_t>(t)] = scaled ? d * opt.scale : d / denom;
   }
+  if (opt.softcap > 0.0f) {
+    for (float& s : scores) s = opt.softcap * std::tanh(s / opt.softcap);
+  }
+  for (float s : scores) max_score = s > max_score ? s : max_score;
   float sum = 0.0f;
-  for (t = 0; t <= pos; ++t) {
+  for (t = 0; t < count; ++t) {
     scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
     sum += scores[static_cast<size_t>(t)];
   }
   const float inv = 1.0f / sum;
-  for (t = 0; t <= pos; ++t) scores[static_cast<size_t>(t)] *= inv;
+  for (t = 0; t < count; ++t) scores[static_cast<size_t>(t)] *= inv;
   int64_t col = 0;
 #if defined(__AVX2__)
-  for (; col + 64 <= hd; col += 64) weighted_sum64<T>(v_at, scores.data(), pos + 1, col, out);
+  for (; col + 64 <= hd; col += 64) weighted_sum64<T>(v_at, scores.data(), count, col, out);
 #endif
   if (col < hd) {
     std::memset(out + col, 0, static_cast<size_t>(hd - col) * sizeof(float));
-    for (t = 0; t <= pos; ++t) axpy(scores[static_cast<size_t>(t)], v_at(t) + col, out + col, hd - col);
+    for (t = 0; t < count; ++t) axpy(scores[static_cast<size_t>(t)], v_at(t) + col, out + col, hd - col);
   }
 }
 
 // Runs attention for `count` queries; query i is at position pos(i), reads table(i), writes out row i.
 template <typename Pos, typename Table>
 void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, float* out, Pos pos, Table table,
-                const Ctx& ctx) {
+                const AttentionScores& opt, const Ctx& ctx) {
   const int64_t group = n_heads / c.kv_heads, hd = c.head_dim, work = count * n_heads;
 #pragma omp parallel num_threads(ctx.threads)
   {
@@ -143,9 +156,9 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
       const float* qh = q + (i * n_heads + h) * hd;
       float* oh = out + (i * n_heads + h) * hd;
       if (c.f16) {
-        attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores);
+        attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
       } else {
-        attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores);
+        attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
       }
     }
   }
@@ -194,7 +207,8 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
   const int32_t start = op.start_pos;
   attend_all(
       c, op.q.dim(0), op.q.dim(1), data<const float>(op.q), data<float>(op.out),
-      [start](int64_t i) { return static_cast<int32_t>(start + i); }, [table](int64_t) { return table; }, ctx);
+      [start](int64_t i) { return static_cast<int32_t>(start + i); }, [table](int64_t) { return table; }, op.scores,
+      ctx);
   return ok_status();
 }
 
@@ -209,7 +223,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   }
   attend_all(
       c, b, op.q.dim(1), data<const float>(op.q), data<float>(op.out), [lens](int64_t i) { return lens[i] - 1; },
-      [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, ctx);
+      [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, op.scores, ctx);
   return ok_status();
 }
 

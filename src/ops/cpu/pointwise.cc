@@ -47,8 +47,11 @@ Status embedding(const EmbeddingOp& op, const Ctx& ctx) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", ids[i], vocab));
     }
-    std::memcpy(data<float>(op.out) + i * dim, data<const float>(op.table) + static_cast<int64_t>(ids[i]) * dim,
+    float* out = data<float>(op.out) + i * dim;
+    std::memcpy(out, data<const float>(op.table) + static_cast<int64_t>(ids[i]) * dim,
                 static_cast<size_t>(dim) * sizeof(float));
+    if (op.scale != 1.0f)
+      for (int64_t j = 0; j < dim; ++j) out[j] *= op.scale;
   }
   return ok_status();
 }
@@ -78,8 +81,11 @@ Status rope(const RopeOp& op, const Ctx& ctx) {
   const int64_t n = op.q.dim(0), hd = op.q.dim(2), half = hd / 2;
   const auto* pos = data<const int32_t>(op.positions);
   std::vector<float> freq(static_cast<size_t>(half));
+  const float* table = op.freqs.valid() ? data<const float>(op.freqs) : nullptr;
+  const float mscale = table ? op.mscale : 1.0f;
   for (int64_t j = 0; j < half; ++j) {
-    freq[static_cast<size_t>(j)] = 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+    freq[static_cast<size_t>(j)] =
+        table ? table[j] : 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(hd));
   }
 #pragma omp parallel for num_threads(ctx.threads) if (n * op.q.row_elems() > kParallelMin)
   for (int64_t t = 0; t < n; ++t) {
@@ -88,6 +94,10 @@ Status rope(const RopeOp& op, const Ctx& ctx) {
       const float angle = static_cast<float>(pos[t]) * freq[static_cast<size_t>(j)];
       cs[static_cast<size_t>(j)] = std::cos(angle);
       sn[static_cast<size_t>(j)] = std::sin(angle);
+      if (table) {
+        cs[static_cast<size_t>(j)] *= mscale;
+        sn[static_cast<size_t>(j)] *= mscale;
+      }
     }
     rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, cs.data(), sn.data(), op.layout);
     rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, cs.data(), sn.data(), op.layout);
@@ -100,6 +110,15 @@ Status silu_mul(const SiluMulOp& op, const Ctx& ctx) {
   const auto* u = data<const float>(op.up);
   auto* out = data<float>(op.out);
   const int64_t n = op.gate.numel();
+  if (op.act == Activation::kGeluTanh) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;  // ref's arithmetic
+#pragma omp parallel for num_threads(ctx.threads) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = g[i];
+      out[i] = x / (1.0f + std::exp(-2.0f * kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * u[i];
+    }
+    return ok_status();
+  }
 #pragma omp parallel for num_threads(ctx.threads) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float v = g[i];

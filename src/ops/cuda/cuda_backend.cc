@@ -46,6 +46,18 @@ Support capability(const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
   if (cache && !type_ok(cache->dtype)) return Support::no("cuda keeps the KV cache in f32 or f16");
+  // The family options added for Gemma, Phi-3 and scaled rotary embeddings have no CUDA kernels yet: refuse
+  // them rather than compute the plain operator.
+  if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->scale != 1.0f)
+    return Support::no("cuda embedding has no scale");
+  if (const auto* r = std::get_if<RopeOp>(&op); r && r->freqs.valid())
+    return Support::no("cuda rope has no frequency table (rope scaling)");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !a->scores.is_default())
+    return Support::no("cuda attention has no scale, soft-cap or sliding window");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !a->scores.is_default())
+    return Support::no("cuda attention has no scale, soft-cap or sliding window");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act != Activation::kSilu)
+    return Support::no("cuda has no gelu*mul");
   return Support::yes();
 }
 

@@ -12,14 +12,15 @@
 inline void flag(__global int* err) { atomic_cmpxchg(err, 0, ERR_INDEX); }
 
 __kernel void embedding(__global const float* table, ulong table_off, __global const int* ids, ulong ids_off,
-                        __global float* out, ulong out_off, int dim, int vocab, __global int* err) {
+                        __global float* out, ulong out_off, int dim, int vocab, float scale, __global int* err) {
   const int i = get_global_id(0), j = get_global_id(1);
   const int id = ids[ids_off + i];
   if (id < 0 || id >= vocab) {
     flag(err);
     return;
   }
-  out[out_off + (ulong)i * dim + j] = table[table_off + (ulong)id * dim + j];
+  const float v = table[table_off + (ulong)id * dim + j];
+  out[out_off + (ulong)i * dim + j] = scale == 1.0f ? v : v * scale;
 }
 
 inline void rms_row(__global const float* x, __global const float* w, __global float* out, int n, float eps) {
@@ -49,11 +50,16 @@ __kernel void add_rms_norm(__global float* res, ulong res_off, __global const fl
 
 // One work-item per (token, pair j): turns pair j of every q and k head of that token.
 __kernel void rope(__global float* q, ulong q_off, __global float* k, ulong k_off, __global const int* pos,
-                   ulong pos_off, int q_heads, int k_heads, int hd, float theta, int interleaved) {
+                   ulong pos_off, int q_heads, int k_heads, int hd, float theta, int interleaved,
+                   __global const float* freqs, ulong freqs_off, int has_freqs, float mscale) {
   const int t = get_global_id(0), j = get_global_id(1), half_dim = hd / 2;
-  const float freq = 1.0f / pow(theta, (float)(2 * j) / (float)hd);
+  const float freq = has_freqs ? freqs[freqs_off + j] : 1.0f / pow(theta, (float)(2 * j) / (float)hd);
   const float angle = (float)pos[pos_off + t] * freq;
-  const float c = cos(angle), s = sin(angle);
+  float c = cos(angle), s = sin(angle);
+  if (has_freqs) {
+    c *= mscale;
+    s *= mscale;
+  }
   const int a = interleaved ? 2 * j : j;
   const int b = interleaved ? 2 * j + 1 : j + half_dim;
   for (int h = 0; h < q_heads; ++h) {
@@ -94,26 +100,27 @@ KV_WRITE(kv_write_f16, half, STORE_F16)
 #define ATTEND(NAME, T, LOAD)                                                                                    \
   inline void NAME(__global const T* kc, __global const T* vc, __global const int* table, int pos,             \
                    __global const float* q, __global float* out, __global float* scores, int block_tokens,     \
-                   int kv_heads, int kvh, int hd) {                                                            \
+                   int kv_heads, int kvh, int hd, float scale, float softcap, int first) {                     \
     const float denom = sqrt((float)hd);                                                                       \
     float max_score = -INFINITY;                                                                               \
-    for (int t = 0; t <= pos; ++t) {                                                                           \
+    for (int t = first; t <= pos; ++t) {                                                                       \
       const ulong row = (((ulong)table[t / block_tokens] * block_tokens + t % block_tokens) * kv_heads + kvh) * \
                         hd;                                                                                    \
       float s = 0.0f;                                                                                          \
       for (int i = 0; i < hd; ++i) s += q[i] * LOAD(kc, row + i);                                              \
-      s /= denom;                                                                                              \
+      s = scale > 0.0f ? s * scale : s / denom;                                                                \
+      if (softcap > 0.0f) s = softcap * tanh(s / softcap);                                                     \
       scores[t] = s;                                                                                           \
       max_score = s > max_score ? s : max_score;                                                               \
     }                                                                                                          \
     float sum = 0.0f;                                                                                          \
-    for (int t = 0; t <= pos; ++t) {                                                                           \
+    for (int t = first; t <= pos; ++t) {                                                                       \
       scores[t] = exp(scores[t] - max_score);                                                                  \
       sum += scores[t];                                                                                        \
     }                                                                                                          \
-    for (int t = 0; t <= pos; ++t) scores[t] /= sum;                                                           \
+    for (int t = first; t <= pos; ++t) scores[t] /= sum;                                                       \
     for (int i = 0; i < hd; ++i) out[i] = 0.0f;                                                                \
-    for (int t = 0; t <= pos; ++t) {                                                                           \
+    for (int t = first; t <= pos; ++t) {                                                                       \
       const ulong row = (((ulong)table[t / block_tokens] * block_tokens + t % block_tokens) * kv_heads + kvh) * \
                         hd;                                                                                    \
       const float a = scores[t];                                                                               \
@@ -132,7 +139,8 @@ ATTEND(attend_f16, half, LOAD_F16)
                      ulong vc_off, __global const int* tables, ulong tables_off, int table_stride,                \
                      __global const int* lens, ulong lens_off, int start_pos, int decode, __global float* out,    \
                      ulong out_off, __global float* scores, int max_ctx, int n_heads, int kv_heads, int hd,       \
-                     int block_tokens, int num_blocks, __global int* err) {                                       \
+                     int block_tokens, int num_blocks, float scale, float softcap, int window,                    \
+                     __global int* err) {                                                                         \
     const int i = get_global_id(0), h = get_global_id(1);                                                         \
     const int pos = decode ? lens[lens_off + i] - 1 : start_pos + i;                                              \
     __global const int* table = tables + tables_off + (decode ? (ulong)i * table_stride : 0);                    \
@@ -149,7 +157,8 @@ ATTEND(attend_f16, half, LOAD_F16)
     }                                                                                                             \
     const ulong qo = ((ulong)i * n_heads + h) * hd;                                                               \
     ATTEND_FN(kc + kc_off, vc + vc_off, table, pos, q + q_off + qo, out + out_off + qo,                          \
-              scores + ((ulong)i * n_heads + h) * max_ctx, block_tokens, kv_heads, h / (n_heads / kv_heads), hd); \
+              scores + ((ulong)i * n_heads + h) * max_ctx, block_tokens, kv_heads, h / (n_heads / kv_heads), hd,  \
+              scale, softcap, window > 0 ? max(0, pos - window + 1) : 0);                                         \
   }
 ATTENTION(attention_f32, float, attend_f32)
 ATTENTION(attention_f16, half, attend_f16)
@@ -176,9 +185,13 @@ MATMUL(matmul_f32, float, LOAD4_F32, LOAD1_F32)
 MATMUL(matmul_f16, half, LOAD4_F16, LOAD1_F16)
 
 __kernel void silu_mul(__global const float* g, ulong g_off, __global const float* u, ulong u_off,
-                       __global float* out, ulong out_off) {
+                       __global float* out, ulong out_off, int gelu) {
   const ulong i = get_global_id(0);
   float v = g[g_off + i];
+  if (gelu) {  // GELU's tanh approximation as ref evaluates it: x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3)))
+    out[out_off + i] = v / (1.0f + exp(-2.0f * 0.79788456080286535588f * v * (1.0f + 0.044715f * v * v))) * u[u_off + i];
+    return;
+  }
   v *= (1.0f / (1.0f + exp(-v)));
   v *= u[u_off + i];
   out[out_off + i] = v;

@@ -236,7 +236,7 @@ class ClStream final : public Stream {
   Status enqueue(const EmbeddingOp& o) {
     return launch("embedding", {sz(o.ids.dim(0)), sz(o.table.dim(1))}, mem_of(o.table), elem_off(o.table),
                   mem_of(o.ids), elem_off(o.ids), mem_of(o.out), elem_off(o.out), i32(o.table.dim(1)),
-                  i32(o.table.dim(0)), err_);
+                  i32(o.table.dim(0)), o.scale, err_);
   }
   Status enqueue(const RmsNormOp& o) {
     return launch("rms_norm", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.weight), elem_off(o.weight),
@@ -250,7 +250,9 @@ class ClStream final : public Stream {
   Status enqueue(const RopeOp& o) {
     return launch("rope", {sz(o.q.dim(0)), sz(o.q.dim(2) / 2)}, mem_of(o.q), elem_off(o.q), mem_of(o.k), elem_off(o.k),
                   mem_of(o.positions), elem_off(o.positions), i32(o.q.dim(1)), i32(o.k.dim(1)), i32(o.q.dim(2)),
-                  o.theta, cl_int{o.layout == RopeLayout::kInterleaved ? 1 : 0});
+                  o.theta, cl_int{o.layout == RopeLayout::kInterleaved ? 1 : 0},
+                  mem_of(o.freqs.valid() ? o.freqs : o.positions), elem_off(o.freqs.valid() ? o.freqs : o.positions),
+                  cl_int{o.freqs.valid() ? 1 : 0}, o.mscale);
   }
   Status enqueue(const KvWriteOp& o) {
     const char* name = o.k_cache.dtype == DType::kF16 ? "kv_write_f16" : "kv_write_f32";
@@ -259,23 +261,25 @@ class ClStream final : public Stream {
                   elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
   }
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t table_stride,
-                   const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx) {
+                   const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx,
+                   const AttentionScores& opt) {
     const int64_t count = q.dim(0), heads = q.dim(1);
     TS_ASSIGN_OR_RETURN(cl_mem s, scratch(sz(std::max<int64_t>(1, count * heads * max_ctx)) * sizeof(float)));
     const char* name = kc.dtype == DType::kF16 ? "attention_f16" : "attention_f32";
     return launch(name, {sz(count), sz(heads)}, mem_of(q), elem_off(q), mem_of(kc), elem_off(kc), mem_of(vc),
                   elem_off(vc), mem_of(tables), elem_off(tables), i32(table_stride), mem_of(lens), elem_off(lens),
                   cl_int{start_pos}, cl_int{decode ? 1 : 0}, mem_of(out), elem_off(out), s, i32(max_ctx), i32(heads),
-                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), err_);
+                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), opt.scale, opt.softcap,
+                  cl_int{opt.window}, err_);
   }
   Status enqueue(const AttentionPrefillOp& o) {
     return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos, false,
-                     o.out, o.start_pos + o.q.dim(0));
+                     o.out, o.start_pos + o.q.dim(0), o.scores);
   }
   Status enqueue(const AttentionDecodeOp& o) {
     const int64_t stride = o.block_tables.dim(1);
     return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, o.context_lens, 0, true, o.out,
-                     stride * o.k_cache.dim(1));
+                     stride * o.k_cache.dim(1), o.scores);
   }
   Status enqueue(const MatMulOp& o) {
     const char* name = o.w.dtype == DType::kF16 ? "matmul_f16" : "matmul_f32";
@@ -286,7 +290,7 @@ class ClStream final : public Stream {
   }
   Status enqueue(const SiluMulOp& o) {
     return launch("silu_mul", {sz(o.gate.numel())}, mem_of(o.gate), elem_off(o.gate), mem_of(o.up), elem_off(o.up),
-                  mem_of(o.out), elem_off(o.out));
+                  mem_of(o.out), elem_off(o.out), cl_int{o.act == Activation::kGeluTanh ? 1 : 0});
   }
   Status enqueue(const AddOp& o) {
     return launch("add", {sz(o.a.numel())}, mem_of(o.a), elem_off(o.a), mem_of(o.b), elem_off(o.b), mem_of(o.out),

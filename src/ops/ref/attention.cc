@@ -3,6 +3,7 @@
 // are accumulated position by position: run.c's order exactly. An f16 cache is stored with base/quant.h's
 // rounding and widened row by row before the same arithmetic, so f32 and f16 caches differ only by that
 // rounding.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -57,7 +58,7 @@ Status check_cache_dtype(const Tensor& kc) {
 // Attention of one query token at position `pos` (attending to 0..pos) of a sequence with `table`.
 // `scores` is scratch of at least pos + 1 floats.
 Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, int32_t pos, const float* q,
-                  int64_t n_heads, float* out, std::vector<float>& scores) {
+                  int64_t n_heads, float* out, std::vector<float>& scores, const AttentionScores& opt) {
   const int64_t hd = c.head_dim, group = n_heads / c.kv_heads;
   const int64_t n_blocks_needed = pos / c.block_tokens + 1;
   if (n_blocks_needed > table_len)
@@ -68,28 +69,35 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
     }
   }
   const float denom = std::sqrt(static_cast<float>(hd));
+  // A sliding window starts the visible positions later; positions before `first` are never read.
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
   scores.resize(static_cast<size_t>(pos) + 1);
   for (int64_t h = 0; h < n_heads; ++h) {
     const float* qh = q + h * hd;
     const int64_t kvh = h / group;
     float max_score = -INFINITY;
-    for (int32_t t = 0; t <= pos; ++t) {
+    for (int32_t t = first; t <= pos; ++t) {
       const float* k = c.k_at(c.row(table[t / c.block_tokens], t % c.block_tokens, kvh));
       float s = 0.0f;
       for (int64_t i = 0; i < hd; ++i) s += qh[i] * k[i];
-      s /= denom;
+      if (opt.scale > 0.0f) {
+        s *= opt.scale;
+      } else {
+        s /= denom;
+      }
+      if (opt.softcap > 0.0f) s = opt.softcap * std::tanh(s / opt.softcap);
       scores[static_cast<size_t>(t)] = s;
       if (s > max_score) max_score = s;
     }
     float sum = 0.0f;
-    for (int32_t t = 0; t <= pos; ++t) {
+    for (int32_t t = first; t <= pos; ++t) {
       scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
       sum += scores[static_cast<size_t>(t)];
     }
-    for (int32_t t = 0; t <= pos; ++t) scores[static_cast<size_t>(t)] /= sum;
+    for (int32_t t = first; t <= pos; ++t) scores[static_cast<size_t>(t)] /= sum;
     float* oh = out + h * hd;
     std::memset(oh, 0, static_cast<size_t>(hd) * sizeof(float));
-    for (int32_t t = 0; t <= pos; ++t) {
+    for (int32_t t = first; t <= pos; ++t) {
       const float* v = c.v_at(c.row(table[t / c.block_tokens], t % c.block_tokens, kvh));
       const float a = scores[static_cast<size_t>(t)];
       for (int64_t i = 0; i < hd; ++i) oh[i] += a * v[i];
@@ -134,7 +142,7 @@ Status run_attention_prefill(const AttentionPrefillOp& op) {
   for (int64_t t = 0; t < op.q.dim(0); ++t) {
     TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_table), op.block_table.dim(0),
                                   static_cast<int32_t>(op.start_pos + t), data<const float>(op.q) + t * row,
-                                  op.q.dim(1), data<float>(op.out) + t * row, scores));
+                                  op.q.dim(1), data<float>(op.out) + t * row, scores, op.scores));
   }
   return ok_status();
 }
@@ -148,8 +156,8 @@ Status run_attention_decode(const AttentionDecodeOp& op) {
   for (int64_t s = 0; s < op.q.dim(0); ++s) {
     if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
     TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_tables) + s * max_blocks, max_blocks, lens[s] - 1,
-                                  data<const float>(op.q) + s * row, op.q.dim(1), data<float>(op.out) + s * row,
-                                  scores));
+                                  data<const float>(op.q) + s * row, op.q.dim(1), data<float>(op.out) + s * row, scores,
+                                  op.scores));
   }
   return ok_status();
 }

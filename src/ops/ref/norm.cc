@@ -31,6 +31,8 @@ Status run_embedding(const EmbeddingOp& op) {
       return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", ids[i], vocab));
     }
     std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim, static_cast<size_t>(dim) * sizeof(float));
+    if (op.scale != 1.0f)
+      for (int64_t j = 0; j < dim; ++j) out[i * dim + j] *= op.scale;
   }
   return ok_status();
 }

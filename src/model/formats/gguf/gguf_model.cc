@@ -1,5 +1,6 @@
 #include "model/formats/gguf/gguf_model.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -7,6 +8,7 @@
 
 #include "base/mapped_file.h"
 #include "model/formats/gguf/gguf_file.h"
+#include "model/rope_scaling.h"
 #include "model/tokenizer/gguf_vocab.h"
 #include "model/weight_export.h"
 
@@ -22,6 +24,104 @@ Result<int> get_dim(const GgufContents& c, const std::string& key) {
 Result<int> get_dim_or(const GgufContents& c, const std::string& key, int fallback) {
   if (c.find(key) == nullptr) return fallback;
   return get_dim(c, key);
+}
+
+Result<float> get_float_or(const GgufContents& c, const std::string& key, float fallback) {
+  if (c.find(key) == nullptr) return fallback;
+  TS_ASSIGN_OR_RETURN(double v, c.get_float(key));
+  if (!std::isfinite(v)) return invalid_argument(fmt::format("GGUF {} = {} is not finite", key, v));
+  return static_cast<float>(v);
+}
+
+// Soft-capping, sliding windows, the attention scale and Gemma 3's second rotary base, with llama.cpp's
+// defaults where its converter leaves a key out.
+Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string& a = cfg.arch;
+  if (a == "gemma2") {
+    TS_ASSIGN_OR_RETURN(cfg.attn_softcap, get_float_or(c, a + ".attn_logit_softcapping", 50.0f));
+    TS_ASSIGN_OR_RETURN(cfg.final_softcap, get_float_or(c, a + ".final_logit_softcapping", 30.0f));
+    TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim_or(c, a + ".attention.sliding_window", 4096));
+  } else if (a == "gemma3") {
+    TS_ASSIGN_OR_RETURN(cfg.final_softcap, get_float_or(c, a + ".final_logit_softcapping", 0.0f));
+    TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim_or(c, a + ".attention.sliding_window", 0));
+    TS_ASSIGN_OR_RETURN(cfg.rope_theta_sliding, get_float_or(c, a + ".rope.freq_base_swa", 10000.0f));
+  } else if (a == "phi3" || a == "llama" || a == "qwen2" || a == "qwen3") {
+    TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim_or(c, a + ".attention.sliding_window", 0));
+  }
+  if (cfg.sliding_window > 0 && c.find(a + ".attention.sliding_window_pattern")) {
+    const GgufValue* v = c.find(a + ".attention.sliding_window_pattern");
+    if (v->type == GgufType::kArray)
+      return unimplemented("a per-layer attention.sliding_window_pattern array is not supported");
+    TS_ASSIGN_OR_RETURN(cfg.sliding_pattern, get_dim(c, a + ".attention.sliding_window_pattern"));
+  }
+  if (a == "gemma2" || a == "gemma3") {
+    // llama.cpp's rule (gemma_pytorch's config): the 27B models scale by 1/sqrt(dim / heads), the others by
+    // 1/sqrt(head_dim); the GGUF files do not carry query_pre_attn_scalar.
+    const bool is_27b = (a == "gemma2" && cfg.n_layers == 46) || (a == "gemma3" && cfg.n_layers == 62);
+    const float scalar = is_27b ? static_cast<float>(cfg.dim / cfg.n_heads) : static_cast<float>(cfg.head_dim);
+    cfg.attn_scale = 1.0f / std::sqrt(scalar);
+  }
+  return ok_status();
+}
+
+Status read_rope_scaling(const GgufContents& c, ModelConfig& cfg) {
+  const std::string k = cfg.arch + ".rope.scaling.";
+  RopeScaling& r = cfg.rope_scaling;
+  std::string type = "none";
+  if (c.find(k + "type")) {
+    TS_ASSIGN_OR_RETURN(type, c.get_string(k + "type"));
+  } else if (cfg.arch == "phi3" && c.find(k + "original_context_length")) {
+    type = "longrope";  // llama.cpp's phi3 converter writes the factor tensors and these keys, not the type
+  }
+  TS_ASSIGN_OR_RETURN(float factor, get_float_or(c, k + "factor", 1.0f));
+  TS_ASSIGN_OR_RETURN(r.original_context, get_dim_or(c, k + "original_context_length", 0));
+  TS_ASSIGN_OR_RETURN(float attn_factor, get_float_or(c, k + "attn_factor", 1.0f));
+  for (const char* unsupported : {"yarn_ext_factor", "yarn_log_multiplier", "alpha"}) {
+    if (c.find(k + unsupported))
+      return unimplemented(fmt::format("GGUF {}{} is not supported (only plain yarn is)", k, unsupported));
+  }
+  if (type == "none") return ok_status();
+  r.factor = factor;
+  if (type == "linear") {
+    r.type = RopeScalingType::kLinear;
+  } else if (type == "yarn") {
+    r.type = RopeScalingType::kYarn;
+    TS_ASSIGN_OR_RETURN(r.beta_fast, get_float_or(c, k + "yarn_beta_fast", 32.0f));
+    TS_ASSIGN_OR_RETURN(r.beta_slow, get_float_or(c, k + "yarn_beta_slow", 1.0f));
+    // llama.cpp multiplies the stated attention factor by YaRN's 1 + 0.1 ln(factor).
+    r.mscale = attn_factor * (1.0f + 0.1f * std::log(factor));
+  } else if (type == "longrope") {
+    r.type = RopeScalingType::kLongrope;
+    r.mscale = attn_factor;
+  } else {
+    return unimplemented(fmt::format("GGUF {}type '{}' is not supported (none, linear, yarn, longrope are)", k, type));
+  }
+  return ok_status();
+}
+
+// Phi-3 files fuse Q, K and V into attn_qkv and the gate and up projections into one ffn_up of twice the
+// feed-forward width (gate first); the engine reads them as separate row ranges of the same bytes.
+Status split_fused_tensors(const ModelConfig& cfg, ModelWeights& w) {
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (const WeightTensor* qkv = w.find(layer_tensor_name(l, "attn_qkv.weight"))) {
+      TS_ASSIGN_OR_RETURN(auto parts,
+                          split_rows(*qkv,
+                                     {layer_tensor_name(l, "attn_q.weight"), layer_tensor_name(l, "attn_k.weight"),
+                                      layer_tensor_name(l, "attn_v.weight")},
+                                     {cfg.q_dim(), cfg.kv_dim(), cfg.kv_dim()}));
+      for (WeightTensor& t : parts) w.add(std::move(t));
+    }
+    const WeightTensor* up = w.find(layer_tensor_name(l, "ffn_up.weight"));
+    if (up && w.find(layer_tensor_name(l, "ffn_gate.weight")) == nullptr && !up->shape.empty() &&
+        up->shape[0] == 2 * static_cast<int64_t>(cfg.hidden_dim)) {
+      TS_ASSIGN_OR_RETURN(
+          auto parts, split_rows(*up, {layer_tensor_name(l, "ffn_gate.weight"), layer_tensor_name(l, "ffn_up.weight")},
+                                 {cfg.hidden_dim, cfg.hidden_dim}));
+      w.replace(std::move(parts[1]));
+      w.add(std::move(parts[0]));
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace
@@ -44,10 +144,9 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
   auto ctx = [&](const Status& s) { return s.with_context(name); };
   auto arch = c.get_string("general.architecture");
   if (!arch.ok()) return ctx(arch.status());
-  if (*arch != "llama" && *arch != "qwen2")
-    return unimplemented(fmt::format("{}: GGUF architecture '{}' is not supported (llama, qwen2 are)", name, *arch));
   ModelConfig& cfg = m.config;
   cfg.arch = *arch;
+  if (Status s = apply_arch_features(cfg); !s.ok()) return ctx(unimplemented("GGUF " + s.message()));
   const std::string& a = *arch;
   Status st = [&]() -> Status {
     TS_ASSIGN_OR_RETURN(cfg.dim, get_dim(c, a + ".embedding_length"));
@@ -58,6 +157,10 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     TS_ASSIGN_OR_RETURN(cfg.max_seq_len, get_dim(c, a + ".context_length"));
     if (cfg.n_heads <= 0) return invalid_argument("attention.head_count must be positive");
     TS_ASSIGN_OR_RETURN(cfg.head_dim, get_dim_or(c, a + ".attention.key_length", cfg.dim / cfg.n_heads));
+    TS_ASSIGN_OR_RETURN(int v_dim, get_dim_or(c, a + ".attention.value_length", cfg.head_dim));
+    if (v_dim != cfg.head_dim)
+      return unimplemented(
+          fmt::format("value heads of {} dimensions differ from key heads of {}", v_dim, cfg.head_dim));
     TS_ASSIGN_OR_RETURN(int rope_dims, get_dim_or(c, a + ".rope.dimension_count", cfg.head_dim));
     if (rope_dims != cfg.head_dim)
       return unimplemented(
@@ -70,12 +173,16 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       TS_ASSIGN_OR_RETURN(double eps, c.get_float(a + ".attention.layer_norm_rms_epsilon"));
       cfg.norm_eps = static_cast<float>(eps);
     }
-    return ok_status();
+    if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
+    TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
+    return read_rope_scaling(c, cfg);
   }();
   if (!st.ok()) return ctx(st);
-  cfg.rope_layout = a == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
   m.weights = ModelWeights(std::move(keep_alive));
   for (const GgufTensor& t : c.tensors) m.weights.add({t.name, t.dtype, t.shape(), t.data, t.bytes});
+  if (Status s = split_fused_tensors(cfg, m.weights); !s.ok()) return ctx(s);
+  if (cfg.rope_scaling.type == RopeScalingType::kNone && m.weights.find("rope_factors_long.weight") != nullptr)
+    return ctx(invalid_argument("rope_factors_long.weight is present but the rope.scaling keys are missing"));
   const WeightTensor* emb = m.weights.find("token_embd.weight");
   if (!emb || emb->shape.size() != 2) return invalid_argument(fmt::format("{}: no 2-D token_embd.weight", name));
   cfg.vocab_size = static_cast<int>(emb->shape[0]);
@@ -103,17 +210,48 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
   return m;
 }
 
+namespace {
+
+// Phi-3's fused layout, as llama.cpp's converter writes it: attn_qkv = [q; k; v] and ffn_up = [gate; up].
+Status fuse_phi3(const ModelConfig& c, ExportedWeights& ex) {
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto n = [l](const char* s) { return layer_tensor_name(l, s); };
+    TS_RETURN_IF_ERROR(
+        fuse_rows(ex, {n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight")}, n("attn_qkv.weight")));
+    TS_RETURN_IF_ERROR(fuse_rows(ex, {n("ffn_gate.weight"), n("ffn_up.weight")}, n("ffn_up.weight")));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Status write_gguf_model(const std::string& path, const ModelConfig& config, const ModelWeights& weights,
                         const Vocab* vocab, const GgufWriteOptions& options) {
-  if (config.arch != "llama" && config.arch != "qwen2")
-    return unimplemented(fmt::format("GGUF writing supports llama and qwen2, not '{}'", config.arch));
+  ModelConfig probe = config;
+  TS_RETURN_IF_ERROR(apply_arch_features(probe));
   const bool has_bias = weights.find("blk.0.attn_q.bias") != nullptr;
-  if (config.arch == "llama" && has_bias)
-    return invalid_argument("a llama model has no q/k/v biases; write it as qwen2");
-  RopeLayout layout = config.arch == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(config, weights, layout, options.matrix_dtype,
+  if (config.arch != "qwen2" && has_bias)
+    return invalid_argument(fmt::format("a {} model has no q/k/v biases; write it as qwen2", config.arch));
+  const RopeScaling& rs = config.rope_scaling;
+  // Llama 3.1's scaling travels as the tensor of frequency divisors llama.cpp reads.
+  ModelWeights w = weights;
+  std::vector<float> llama3_factors;
+  if (rs.type == RopeScalingType::kLlama3 && w.find("rope_freqs.weight") == nullptr) {
+    llama3_factors = llama3_freq_factors(config);
+    w.add({"rope_freqs.weight",
+           DType::kF32,
+           {static_cast<int64_t>(llama3_factors.size())},
+           reinterpret_cast<const uint8_t*>(llama3_factors.data()),
+           llama3_factors.size() * sizeof(float)});
+  }
+  if (rs.type == RopeScalingType::kLongrope &&
+      (w.find("rope_factors_long.weight") == nullptr || w.find("rope_factors_short.weight") == nullptr))
+    return invalid_argument("longrope scaling needs rope_factors_long.weight and rope_factors_short.weight");
+  RopeLayout layout = probe.rope_layout;
+  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(config, w, layout, options.matrix_dtype,
                                                          {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
+  if (config.arch == "phi3") TS_RETURN_IF_ERROR(fuse_phi3(config, ex));
 
   const std::string& a = config.arch;
   std::vector<std::pair<std::string, GgufValue>> kv;
@@ -126,7 +264,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".feed_forward_length", GgufValue::u32(static_cast<uint32_t>(config.hidden_dim)));
   kv.emplace_back(a + ".attention.head_count", GgufValue::u32(static_cast<uint32_t>(config.n_heads)));
   kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
-  if (config.head_dim * config.n_heads != config.dim) {
+  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3") {
     kv.emplace_back(a + ".attention.key_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
     kv.emplace_back(a + ".attention.value_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
   }
@@ -134,6 +272,49 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
   kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
   kv.emplace_back(a + ".vocab_size", GgufValue::u32(static_cast<uint32_t>(config.vocab_size)));
+  if (a == "gemma2") {
+    kv.emplace_back(a + ".attn_logit_softcapping", GgufValue::f32(config.attn_softcap));
+    kv.emplace_back(a + ".final_logit_softcapping", GgufValue::f32(config.final_softcap));
+  } else if (config.attn_softcap > 0.0f) {
+    return unimplemented(fmt::format("GGUF {} files cannot state attention soft-capping", a));
+  } else if (config.final_softcap > 0.0f) {
+    if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state final soft-capping", a));
+    kv.emplace_back(a + ".final_logit_softcapping", GgufValue::f32(config.final_softcap));
+  }
+  if (config.sliding_window > 0) {
+    kv.emplace_back(a + ".attention.sliding_window", GgufValue::u32(static_cast<uint32_t>(config.sliding_window)));
+    if (config.sliding_pattern != probe.sliding_pattern)
+      kv.emplace_back(a + ".attention.sliding_window_pattern",
+                      GgufValue::u32(static_cast<uint32_t>(config.sliding_pattern)));
+  }
+  if (config.rope_theta_sliding > 0.0f) {
+    if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));
+    if (config.rope_theta_sliding != 10000.0f)
+      kv.emplace_back(a + ".rope.freq_base_swa", GgufValue::f32(config.rope_theta_sliding));
+  }
+  const std::string rk = a + ".rope.scaling.";
+  switch (rs.type) {
+    case RopeScalingType::kNone:
+    case RopeScalingType::kLlama3:  // the rope_freqs.weight tensor
+      break;
+    case RopeScalingType::kLinear:
+      kv.emplace_back(rk + "type", GgufValue::str("linear"));
+      kv.emplace_back(rk + "factor", GgufValue::f32(rs.factor));
+      break;
+    case RopeScalingType::kYarn:
+      kv.emplace_back(rk + "type", GgufValue::str("yarn"));
+      kv.emplace_back(rk + "factor", GgufValue::f32(rs.factor));
+      kv.emplace_back(rk + "original_context_length", GgufValue::u32(static_cast<uint32_t>(rs.original_context)));
+      kv.emplace_back(rk + "yarn_beta_fast", GgufValue::f32(rs.beta_fast));
+      kv.emplace_back(rk + "yarn_beta_slow", GgufValue::f32(rs.beta_slow));
+      kv.emplace_back(rk + "attn_factor", GgufValue::f32(rs.mscale / (1.0f + 0.1f * std::log(rs.factor))));
+      break;
+    case RopeScalingType::kLongrope:
+      if (a != "phi3") kv.emplace_back(rk + "type", GgufValue::str("longrope"));
+      kv.emplace_back(rk + "attn_factor", GgufValue::f32(rs.mscale));
+      kv.emplace_back(rk + "original_context_length", GgufValue::u32(static_cast<uint32_t>(rs.original_context)));
+      break;
+  }
   std::optional<Vocab> padded;
   if (vocab && static_cast<int>(vocab->tokens.size()) < config.vocab_size) {
     // HF models pad their embedding beyond the tokenizer (Qwen2: 151936 rows, 151665 tokens); GGUF wants one

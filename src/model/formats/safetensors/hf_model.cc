@@ -1,5 +1,7 @@
 #include "model/formats/safetensors/hf_model.h"
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -22,8 +24,18 @@ struct NamePair {
   const char* hf;
   const char* gguf;
 };
+// Gemma names its norms differently (post_attention_layernorm is the norm after attention, not before the MLP).
+constexpr NamePair kGemmaLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
 constexpr NamePair kLayerNames[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
     {"self_attn.q_proj.bias", "attn_q.bias"},
     {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -38,7 +50,7 @@ constexpr NamePair kLayerNames[] = {
 };
 
 // HF name -> GGUF name; nullopt for tensors the engine does not use (rotary caches).
-std::optional<std::string> to_gguf_name(const std::string& hf) {
+std::optional<std::string> to_gguf_name(const std::string& hf, bool gemma) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -49,18 +61,24 @@ std::optional<std::string> to_gguf_name(const std::string& hf) {
   std::string layer = hf.substr(kPrefix.size(), dot - kPrefix.size());
   std::string rest = hf.substr(dot + 1);
   if (rest == "self_attn.rotary_emb.inv_freq") return std::nullopt;
+  if (gemma)
+    for (const NamePair& p : kGemmaLayerNames)
+      if (rest == p.hf) return "blk." + layer + "." + p.gguf;
   for (const NamePair& p : kLayerNames)
     if (rest == p.hf) return "blk." + layer + "." + p.gguf;
   return hf;
 }
 
-std::string to_hf_name(const std::string& gguf) {
+std::string to_hf_name(const std::string& gguf, bool gemma) {
   if (gguf == "token_embd.weight") return "model.embed_tokens.weight";
   if (gguf == "output_norm.weight") return "model.norm.weight";
   if (gguf == "output.weight") return "lm_head.weight";
   if (gguf.rfind("blk.", 0) == 0) {
     size_t dot = gguf.find('.', 4);
     std::string layer = gguf.substr(4, dot - 4), rest = gguf.substr(dot + 1);
+    if (gemma)
+      for (const NamePair& p : kGemmaLayerNames)
+        if (rest == p.gguf) return "model.layers." + layer + "." + p.hf;
     for (const NamePair& p : kLayerNames)
       if (rest == p.gguf) return "model.layers." + layer + "." + p.hf;
   }
@@ -99,6 +117,160 @@ bool looks_like_hf_folder(const std::string& dir) {
   return fs::is_directory(dir, ec) && fs::is_regular_file(fs::path(dir) / "config.json", ec);
 }
 
+namespace {
+
+struct HfArch {
+  const char* hf;
+  const char* arch;
+};
+constexpr HfArch kHfArchs[] = {
+    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
+    {"Phi3ForCausalLM", "phi3"},
+};
+
+// The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
+Status parse_rope_scaling(const Json& j, ModelConfig& c, const std::string& name) {
+  auto rs = j.find("rope_scaling");
+  if (rs == j.end() || rs->is_null()) return ok_status();
+  if (!rs->is_object()) return invalid_argument(fmt::format("{}: rope_scaling is not an object", name));
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (rs->contains(k) && (*rs)[k].is_string()) type = (*rs)[k].get<std::string>();
+  if (type.empty() || type == "default") return ok_status();
+  const std::string where = fmt::format("{}: rope_scaling ({})", name, type);
+  auto num = [&](const char* key, std::optional<double> fallback) -> Result<double> {
+    auto it = rs->find(key);
+    if (it == rs->end() || it->is_null()) {
+      if (fallback) return *fallback;
+      return invalid_argument(fmt::format("{} needs \"{}\"", where, key));
+    }
+    if (!it->is_number()) return invalid_argument(fmt::format("{}: \"{}\" is not a number", where, key));
+    return it->get<double>();
+  };
+  RopeScaling& r = c.rope_scaling;
+  TS_ASSIGN_OR_RETURN(int orig_top, get_int(j, "original_max_position_embeddings", 0, name));
+  if (type == "linear") {
+    r.type = RopeScalingType::kLinear;
+    TS_ASSIGN_OR_RETURN(double f, num("factor", std::nullopt));
+    r.factor = static_cast<float>(f);
+  } else if (type == "llama3") {
+    r.type = RopeScalingType::kLlama3;
+    TS_ASSIGN_OR_RETURN(double f, num("factor", std::nullopt));
+    TS_ASSIGN_OR_RETURN(double lo, num("low_freq_factor", std::nullopt));
+    TS_ASSIGN_OR_RETURN(double hi, num("high_freq_factor", std::nullopt));
+    TS_ASSIGN_OR_RETURN(double orig, num("original_max_position_embeddings", std::nullopt));
+    r.factor = static_cast<float>(f);
+    r.low_freq_factor = static_cast<float>(lo);
+    r.high_freq_factor = static_cast<float>(hi);
+    r.original_context = static_cast<int>(orig);
+  } else if (type == "yarn") {
+    for (const char* k : {"mscale", "mscale_all_dim"})
+      if (rs->contains(k) && !(*rs)[k].is_null())
+        return unimplemented(fmt::format("{}: \"{}\" (DeepSeek's YaRN variant) is not supported", where, k));
+    if (rs->contains("truncate") && (*rs)["truncate"] == false)
+      return unimplemented(fmt::format("{}: \"truncate\": false is not supported", where));
+    r.type = RopeScalingType::kYarn;
+    TS_ASSIGN_OR_RETURN(double f, num("factor", std::nullopt));
+    TS_ASSIGN_OR_RETURN(double orig, num("original_max_position_embeddings",
+                                         orig_top > 0 ? std::optional<double>(orig_top) : std::nullopt));
+    TS_ASSIGN_OR_RETURN(double bf, num("beta_fast", 32.0));
+    TS_ASSIGN_OR_RETURN(double bs, num("beta_slow", 1.0));
+    r.factor = static_cast<float>(f);
+    r.original_context = static_cast<int>(orig);
+    r.beta_fast = static_cast<float>(bf);
+    r.beta_slow = static_cast<float>(bs);
+    TS_ASSIGN_OR_RETURN(double af, num("attention_factor", 0.1 * std::log(f) + 1.0));
+    r.mscale = static_cast<float>(af);
+  } else if (type == "longrope") {
+    r.type = RopeScalingType::kLongrope;
+    TS_ASSIGN_OR_RETURN(double orig, num("original_max_position_embeddings",
+                                         orig_top > 0 ? std::optional<double>(orig_top) : std::nullopt));
+    r.original_context = static_cast<int>(orig);
+    TS_ASSIGN_OR_RETURN(double f, num("factor", static_cast<double>(c.max_seq_len) / orig));
+    r.factor = static_cast<float>(f);
+    const double fallback = f <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(f) / std::log(orig));
+    TS_ASSIGN_OR_RETURN(double af, num("attention_factor", fallback));
+    r.mscale = static_cast<float>(af);
+    for (const char* k : {"short_factor", "long_factor"}) {
+      auto it = rs->find(k);
+      if (it == rs->end() || !it->is_array() || static_cast<int>(it->size()) != c.head_dim / 2)
+        return invalid_argument(
+            fmt::format("{} needs \"{}\" as a list of head_dim / 2 = {} numbers", where, k, c.head_dim / 2));
+      for (const Json& v : *it)
+        if (!v.is_number()) return invalid_argument(fmt::format("{}: \"{}\" holds a non-number", where, k));
+    }
+  } else {
+    return unimplemented(
+        fmt::format("{}: rope_scaling type '{}' is not supported (linear, llama3, yarn, longrope are)", name, type));
+  }
+  return ok_status();
+}
+
+// Gemma's and Phi-3's extra settings, refused where they ask for something the engine does not compute.
+Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
+  auto opt_num = [&](const char* key, double fallback) -> Result<double> { return get_num(j, key, fallback, name); };
+  if (c.arch == "gemma2" || c.arch == "gemma3") {
+    std::string act = "gelu_pytorch_tanh";
+    for (const char* k : {"hidden_activation", "hidden_act"})
+      if (j.contains(k) && j[k].is_string()) {
+        act = j[k].get<std::string>();
+        break;
+      }
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+      return unimplemented(
+          fmt::format("{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh is)", name, act));
+    TS_ASSIGN_OR_RETURN(double qpas, opt_num("query_pre_attn_scalar", c.head_dim));
+    if (!(qpas > 0)) return invalid_argument(fmt::format("{}: query_pre_attn_scalar must be positive", name));
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(qpas));
+    TS_ASSIGN_OR_RETURN(double asc, opt_num("attn_logit_softcapping", 0.0));
+    TS_ASSIGN_OR_RETURN(double fsc, opt_num("final_logit_softcapping", 0.0));
+    c.attn_softcap = static_cast<float>(asc);
+    c.final_softcap = static_cast<float>(fsc);
+    c.tied_embeddings = true;
+  }
+  if (c.arch == "gemma3") {
+    TS_ASSIGN_OR_RETURN(double local, opt_num("rope_local_base_freq", 10000.0));
+    c.rope_theta_sliding = static_cast<float>(local);
+    TS_ASSIGN_OR_RETURN(c.sliding_pattern, get_int(j, "sliding_window_pattern", 6, name));
+  }
+  if (c.arch == "phi3") {
+    TS_ASSIGN_OR_RETURN(double prf, opt_num("partial_rotary_factor", 1.0));
+    if (prf != 1.0) return unimplemented(fmt::format("{}: partial_rotary_factor {} is not supported", name, prf));
+  }
+  if (c.arch == "qwen3" || c.arch == "llama" || c.arch == "phi3") {
+    if (j.contains("attention_bias") && j["attention_bias"] == true)
+      return unimplemented(fmt::format("{}: attention_bias true is not supported for {}", name, c.arch));
+  }
+  if (auto sw = j.find("sliding_window"); sw != j.end() && !sw->is_null()) {
+    if (!sw->is_number_integer() || sw->get<int64_t>() < 0 || sw->get<int64_t>() > (1 << 22))
+      return invalid_argument(fmt::format("{}: sliding_window is not a valid integer", name));
+    c.sliding_window = static_cast<int>(sw->get<int64_t>());
+    // Qwen2/Qwen3 configs state a window that their use_sliding_window flag leaves off.
+    if (j.contains("use_sliding_window") && j["use_sliding_window"] == false) c.sliding_window = 0;
+    if ((c.arch == "qwen2" || c.arch == "qwen3") && c.sliding_window > 0)
+      return unimplemented(fmt::format("{}: use_sliding_window is not supported for {}", name, c.arch));
+    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;  // no position is ever outside it
+  }
+  if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array() && c.sliding_window > 0) {
+    if (static_cast<int>(lt->size()) != c.n_layers)
+      return invalid_argument(
+          fmt::format("{}: layer_types has {} entries for {} layers", name, lt->size(), c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const Json& e = (*lt)[static_cast<size_t>(l)];
+      const bool sliding = e == "sliding_attention";
+      if (!e.is_string() || (!sliding && e != "full_attention"))
+        return unimplemented(fmt::format("{}: layer_types entry {} is not supported", name, e.dump()));
+      if (sliding != c.is_sliding_layer(l))
+        return unimplemented(fmt::format("{}: layer_types does not follow a sliding pattern of {} (layer {} differs)",
+                                         name, c.sliding_pattern, l));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& name) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument(fmt::format("{} is not a JSON object", name));
@@ -106,17 +278,19 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     arch = (*a)[0].get<std::string>();
   ModelConfig c;
-  if (arch == "LlamaForCausalLM") {
-    c.arch = "llama";
-  } else if (arch == "Qwen2ForCausalLM") {
-    c.arch = "qwen2";
-  } else {
-    return unimplemented(
-        fmt::format("{}: architecture '{}' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)", name,
-                    arch.empty() ? "(none)" : arch));
+  std::vector<std::string> known;
+  bool found = false;
+  for (const HfArch& h : kHfArchs) {
+    known.push_back(h.hf);
+    if (arch == h.hf) {
+      c.arch = h.arch;
+      found = true;
+    }
   }
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null())
-    return unimplemented(fmt::format("{}: rope_scaling is not supported", name));
+  if (!found)
+    return unimplemented(fmt::format("{}: architecture '{}' is not supported (supported: {})", name,
+                                     arch.empty() ? "(none)" : arch, fmt::join(known, ", ")));
+  TS_RETURN_IF_ERROR(apply_arch_features(c));
   TS_ASSIGN_OR_RETURN(c.dim, get_int(j, "hidden_size", std::nullopt, name));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, get_int(j, "intermediate_size", std::nullopt, name));
   TS_ASSIGN_OR_RETURN(c.n_layers, get_int(j, "num_hidden_layers", std::nullopt, name));
@@ -131,8 +305,10 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   c.rope_theta = static_cast<float>(theta);
   c.norm_eps = static_cast<float>(eps);
   auto tie = j.find("tie_word_embeddings");
-  c.tied_embeddings = tie != j.end() && tie->is_boolean() ? tie->get<bool>() : c.arch == "llama" ? false : false;
-  c.rope_layout = c.arch == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
+  c.tied_embeddings = tie != j.end() && tie->is_boolean() ? tie->get<bool>() : false;
+  if (c.post_norms) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));  // Gemma
+  TS_RETURN_IF_ERROR(parse_family(j, c, name));
+  TS_RETURN_IF_ERROR(parse_rope_scaling(j, c, name));
   if (Status s = c.validate(); !s.ok()) return s.with_context(name);
   return c;
 }
@@ -167,13 +343,14 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   }
   auto storage = std::make_shared<Storage>();
   std::vector<WeightTensor> tensors;
+  const bool gemma = m.config.arch == "gemma2" || m.config.arch == "gemma3";
   for (const std::string& f : files) {
     std::string path = (d / f).string();
     TS_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::open(path));
     TS_ASSIGN_OR_RETURN(SafetensorsContents c, parse_safetensors(file->bytes(), path));
     storage->files.push_back(file);
     for (SafetensorsTensor& t : c.tensors) {
-      std::optional<std::string> name = to_gguf_name(t.name);
+      std::optional<std::string> name = to_gguf_name(t.name, gemma);
       if (!name) continue;
       tensors.push_back({*name, t.dtype, t.shape, t.data, t.bytes});
     }
@@ -192,8 +369,54 @@ Result<HfModel> load_hf_model(const std::string& dir) {
       t.data = storage->owned.back().data();
     }
   }
+  auto own_f32 = [&](std::vector<float> v) {
+    std::vector<uint8_t> bytes(v.size() * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    storage->owned.push_back(std::move(bytes));
+    return storage->owned.back().data();
+  };
+  if (gemma) {
+    // Gemma's RMSNorm multiplies by (1 + w); the engine (like GGUF) keeps the multiplier itself.
+    for (WeightTensor& t : tensors) {
+      if (!t.name.ends_with("norm.weight")) continue;
+      TS_ASSIGN_OR_RETURN(std::vector<float> v, tensor_to_f32(t));
+      for (float& x : v) x += 1.0f;
+      t.bytes = v.size() * sizeof(float);
+      t.dtype = DType::kF32;
+      t.data = own_f32(std::move(v));
+    }
+  }
+  if (c.rope_scaling.type == RopeScalingType::kLongrope) {
+    // config.json's factor lists become the tensors GGUF files carry (parse_hf_config checked their shape).
+    Json j = Json::parse(cfg_text, nullptr, false);
+    for (const auto& [key, tensor] : {std::pair{"long_factor", "rope_factors_long.weight"},
+                                      std::pair{"short_factor", "rope_factors_short.weight"}}) {
+      std::vector<float> v;
+      for (const Json& x : j["rope_scaling"][key]) v.push_back(x.get<float>());
+      const auto n = static_cast<int64_t>(v.size());
+      tensors.push_back({tensor, DType::kF32, {n}, own_f32(std::move(v)), static_cast<size_t>(n) * sizeof(float)});
+    }
+  }
   m.weights = ModelWeights(storage);
   for (WeightTensor& t : tensors) m.weights.add(std::move(t));
+  if (c.arch == "phi3") {
+    for (int l = 0; l < c.n_layers; ++l) {
+      const WeightTensor* qkv = m.weights.find(layer_tensor_name(l, "attn_qkv.weight"));
+      const WeightTensor* gu = m.weights.find(layer_tensor_name(l, "ffn_gate_up.weight"));
+      if (qkv == nullptr || gu == nullptr)
+        return invalid_argument(fmt::format("{}: Phi-3 layer {} lacks qkv_proj or gate_up_proj", dir, l));
+      TS_ASSIGN_OR_RETURN(auto a,
+                          split_rows(*qkv,
+                                     {layer_tensor_name(l, "attn_q.weight"), layer_tensor_name(l, "attn_k.weight"),
+                                      layer_tensor_name(l, "attn_v.weight")},
+                                     {c.q_dim(), c.kv_dim(), c.kv_dim()}));
+      TS_ASSIGN_OR_RETURN(
+          auto b, split_rows(*gu, {layer_tensor_name(l, "ffn_gate.weight"), layer_tensor_name(l, "ffn_up.weight")},
+                             {c.hidden_dim, c.hidden_dim}));
+      for (auto* parts : {&a, &b})
+        for (WeightTensor& t : *parts) m.weights.add(std::move(t));
+    }
+  }
   if (!c.tied_embeddings && m.weights.find("output.weight") == nullptr)
     return invalid_argument(fmt::format("{}: tie_word_embeddings is false but lm_head.weight is missing", dir));
   if (c.tied_embeddings && m.weights.find("output.weight") != nullptr) {
@@ -225,17 +448,47 @@ Result<HfModel> load_hf_model(const std::string& dir) {
 
 Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelWeights& weights,
                       const HfWriteOptions& options) {
-  if (c.arch != "llama" && c.arch != "qwen2")
-    return unimplemented(fmt::format("HF writing supports llama and qwen2, not '{}'", c.arch));
-  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(c, weights, RopeLayout::kHalf, options.dtype,
-                                                         {DType::kF32, DType::kF16, DType::kBF16}));
+  const char* hf_arch = nullptr;
+  for (const HfArch& h : kHfArchs)
+    if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
+  if (hf_arch == nullptr)
+    return unimplemented(fmt::format("HF writing supports {}, not '{}'", fmt::join(supported_archs(), ", "), c.arch));
+  if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3)
+    return unimplemented(
+        "rope_freqs.weight without its llama3 rope_scaling parameters cannot be written to config.json");
+  const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
+  // The rotary factor tensors live in config.json, not in the safetensors file.
+  ModelWeights w;
+  for (const WeightTensor& t : weights.tensors())
+    if (!t.name.starts_with("rope_")) w.add(t);
+  TS_ASSIGN_OR_RETURN(ExportedWeights ex,
+                      export_weights(c, w, RopeLayout::kHalf, options.dtype, {DType::kF32, DType::kF16, DType::kBF16}));
+  for (WeightTensor& t : ex.tensors) {
+    if (!gemma || !t.name.ends_with("norm.weight")) continue;
+    TS_ASSIGN_OR_RETURN(std::vector<float> v, tensor_to_f32(t));
+    for (float& x : v) x -= 1.0f;  // Gemma stores (multiplier - 1)
+    std::vector<uint8_t> bytes(v.size() * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    ex.owned.push_back(std::move(bytes));
+    t.dtype = DType::kF32;
+    t.data = ex.owned.back().data();
+    t.bytes = ex.owned.back().size();
+  }
+  if (c.arch == "phi3") {
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto n = [l](const char* s) { return layer_tensor_name(l, s); };
+      TS_RETURN_IF_ERROR(
+          fuse_rows(ex, {n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight")}, n("attn_qkv.weight")));
+      TS_RETURN_IF_ERROR(fuse_rows(ex, {n("ffn_gate.weight"), n("ffn_up.weight")}, n("ffn_gate_up.weight")));
+    }
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return unavailable(fmt::format("cannot create {}: {}", dir, ec.message()));
   fs::path d(dir);
   Json cfg;
-  cfg["architectures"] = {c.arch == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"};
-  cfg["model_type"] = c.arch;
+  cfg["architectures"] = {hf_arch};
+  cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch;
   cfg["hidden_size"] = c.dim;
   cfg["intermediate_size"] = c.hidden_dim;
   cfg["num_hidden_layers"] = c.n_layers;
@@ -247,7 +500,58 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   cfg["rope_theta"] = c.rope_theta;
   cfg["rms_norm_eps"] = c.norm_eps;
   cfg["tie_word_embeddings"] = c.tied_embeddings;
-  cfg["hidden_act"] = "silu";
+  cfg["hidden_act"] = c.gelu_mlp ? "gelu_pytorch_tanh" : "silu";
+  if (gemma) {
+    cfg["hidden_activation"] = "gelu_pytorch_tanh";
+    const double qpas = c.attn_scale > 0.0f ? 1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale) : c.head_dim;
+    cfg["query_pre_attn_scalar"] = std::round(qpas);
+    cfg["attn_logit_softcapping"] = c.attn_softcap > 0.0f ? Json(c.attn_softcap) : Json(nullptr);
+    cfg["final_logit_softcapping"] = c.final_softcap > 0.0f ? Json(c.final_softcap) : Json(nullptr);
+  } else if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f || c.attn_scale > 0.0f) {
+    return unimplemented(fmt::format("{} configs cannot state soft-capping or an attention scale", hf_arch));
+  }
+  if (c.arch == "gemma3") {
+    cfg["rope_local_base_freq"] = c.rope_theta_sliding;
+    cfg["sliding_window_pattern"] = c.sliding_pattern;
+  }
+  if (c.arch == "qwen3" || c.arch == "llama" || c.arch == "phi3") cfg["attention_bias"] = false;
+  cfg["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+  const RopeScaling& r = c.rope_scaling;
+  switch (r.type) {
+    case RopeScalingType::kNone:
+      cfg["rope_scaling"] = nullptr;
+      break;
+    case RopeScalingType::kLinear:
+      cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+      break;
+    case RopeScalingType::kLlama3:
+      cfg["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", r.factor},
+                             {"low_freq_factor", r.low_freq_factor},
+                             {"high_freq_factor", r.high_freq_factor},
+                             {"original_max_position_embeddings", r.original_context}};
+      break;
+    case RopeScalingType::kYarn:
+      cfg["rope_scaling"] = {{"rope_type", "yarn"},          {"factor", r.factor},
+                             {"beta_fast", r.beta_fast},     {"beta_slow", r.beta_slow},
+                             {"attention_factor", r.mscale}, {"original_max_position_embeddings", r.original_context}};
+      break;
+    case RopeScalingType::kLongrope: {
+      const WeightTensor* lf = weights.find("rope_factors_long.weight");
+      const WeightTensor* sf = weights.find("rope_factors_short.weight");
+      if (lf == nullptr || sf == nullptr)
+        return invalid_argument("longrope scaling needs rope_factors_long.weight and rope_factors_short.weight");
+      TS_ASSIGN_OR_RETURN(std::vector<float> lv, tensor_to_f32(*lf));
+      TS_ASSIGN_OR_RETURN(std::vector<float> sv, tensor_to_f32(*sf));
+      cfg["rope_scaling"] = {{"rope_type", "longrope"},
+                             {"long_factor", lv},
+                             {"short_factor", sv},
+                             {"attention_factor", r.mscale},
+                             {"factor", r.factor}};
+      cfg["original_max_position_embeddings"] = r.original_context;
+      break;
+    }
+  }
   cfg["torch_dtype"] = ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kBF16  ? "bfloat16"
                        : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
                                                                                      : "float32";
@@ -261,7 +565,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back({to_hf_name(t.name), t.dtype, t.shape, t.data, t.bytes});
+    shards.back().push_back({to_hf_name(t.name, gemma), t.dtype, t.shape, t.data, t.bytes});
     shard_bytes += t.bytes;
     total += t.bytes;
   }
