@@ -152,6 +152,11 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     TS_ASSIGN_OR_RETURN(cfg.dim, get_dim(c, a + ".embedding_length"));
     TS_ASSIGN_OR_RETURN(cfg.hidden_dim, get_dim(c, a + ".feed_forward_length"));
     TS_ASSIGN_OR_RETURN(cfg.n_layers, get_dim(c, a + ".block_count"));
+    // Every layer has tensors of its own: a larger count is a damaged header, and refusing it here keeps the
+    // per-layer loops below from walking a billion layers.
+    if (static_cast<size_t>(cfg.n_layers) > c.tensors.size())
+      return invalid_argument(
+          fmt::format("block_count {} exceeds the {} tensors in the file", cfg.n_layers, c.tensors.size()));
     TS_ASSIGN_OR_RETURN(cfg.n_heads, get_dim(c, a + ".attention.head_count"));
     TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or(c, a + ".attention.head_count_kv", cfg.n_heads));
     TS_ASSIGN_OR_RETURN(cfg.max_seq_len, get_dim(c, a + ".context_length"));
