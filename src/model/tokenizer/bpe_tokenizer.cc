@@ -7,8 +7,9 @@
 #include <climits>
 #include <queue>
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
+#include "model/tokenizer/gguf_pre_tokenizers.h"
 #include "model/tokenizer/unicode.h"
 
 namespace tessera::model {
@@ -16,13 +17,8 @@ namespace {
 
 constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581
 
-// The pre-tokenizer regexes llama.cpp names in `tokenizer.ggml.pre` (the same patterns tokenizer.json files
-// carry for GPT-2, Qwen2 and Llama-3).
+// The regex of a ByteLevel pre-tokenizer with use_regex (GPT-2's).
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct ByteMap {
   std::string to_unicode[256];
@@ -62,13 +58,6 @@ int parse_byte_piece(std::string_view p) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-bool is_word_byte(char c) {
-  auto u = static_cast<unsigned char>(c);
-  return u >= 0x80 || std::isalnum(u) || c == '_';
-}
-
-bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
 }  // namespace
 
 const std::string& byte_to_unicode(uint8_t b) { return byte_map().to_unicode[b]; }
@@ -77,7 +66,7 @@ int unicode_to_byte(uint32_t cp) { return cp < 512 ? byte_map().from_cp[cp] : -1
 
 struct BpeTokenizer::Compiled {
   std::vector<pcre2_code*> regexes;  // one per kSplitRegex / regex-using kByteLevel step, in order
-  std::vector<const BpeSpec::AddedToken*> added_by_length;  // longest first
+  AddedTokenMatcher added;
   ~Compiled() {
     for (pcre2_code* r : regexes) pcre2_code_free(r);
   }
@@ -138,10 +127,8 @@ Status BpeTokenizer::compile() {
   for (const BpeSpec::AddedToken& a : spec_.added) {
     if (a.id < 0 || a.id >= static_cast<TokenId>(spec_.tokens.size()))
       return invalid_argument(fmt::format("added token '{}' has id {} outside the vocabulary", a.content, a.id));
-    if (!a.content.empty()) compiled_->added_by_length.push_back(&a);
   }
-  std::stable_sort(compiled_->added_by_length.begin(), compiled_->added_by_length.end(),
-                   [](const auto* x, const auto* y) { return x->content.size() > y->content.size(); });
+  compiled_->added = AddedTokenMatcher(spec_.added);
   for (auto [what, id] : {std::pair{"bos", spec_.bos}, {"eos", spec_.eos}, {"unk", spec_.unk}}) {
     if (id < -1 || id >= static_cast<TokenId>(spec_.tokens.size()))
       return invalid_argument(fmt::format("{} id {} is outside the vocabulary", what, id));
@@ -356,39 +343,24 @@ void BpeTokenizer::encode_segment(std::string_view text, std::vector<TokenId>& o
   for (const std::string& w : pieces) encode_word(w, out);
 }
 
-std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<TokenId> BpeTokenizer::tokenize(std::string_view text, const EncodeOptions& options) const {
   std::vector<TokenId> out;
-  if (add_bos && spec_.bos >= 0) out.push_back(spec_.bos);
-  const auto& added = compiled_->added_by_length;
-  size_t seg_start = 0, i = 0;
-  while (i < text.size()) {
-    const BpeSpec::AddedToken* hit = nullptr;
-    for (const auto* a : added) {
-      if (text.compare(i, a->content.size(), a->content) != 0) continue;
-      if (a->single_word) {
-        bool left_ok = i == 0 || !is_word_byte(text[i - 1]);
-        size_t e = i + a->content.size();
-        bool right_ok = e >= text.size() || !is_word_byte(text[e]);
-        if (!left_ok || !right_ok) continue;
-      }
-      hit = a;
-      break;
+  if (options.add_special && spec_.add_bos && spec_.bos >= 0) out.push_back(spec_.bos);
+  for (const AddedTokenMatcher::Piece& p : compiled_->added.split(text, options.parse_special)) {
+    if (p.id >= 0) {
+      out.push_back(p.id);
+    } else {
+      encode_segment(p.text, out);
     }
-    if (hit == nullptr) {
-      ++i;
-      continue;
-    }
-    size_t seg_end = i, after = i + hit->content.size();
-    if (hit->lstrip)
-      while (seg_end > seg_start && is_space_byte(text[seg_end - 1])) --seg_end;
-    if (hit->rstrip)
-      while (after < text.size() && is_space_byte(text[after])) ++after;
-    encode_segment(text.substr(seg_start, seg_end - seg_start), out);
-    out.push_back(hit->id);
-    seg_start = i = after;
   }
-  encode_segment(text.substr(seg_start), out);
+  if (options.add_special && spec_.add_eos && spec_.eos >= 0) out.push_back(spec_.eos);
   return out;
+}
+
+bool BpeTokenizer::is_special(TokenId token) const {
+  if (token == spec_.bos || token == spec_.eos) return token >= 0;
+  const AddedToken* a = compiled_->added.find(token);
+  return a != nullptr && a->special;
 }
 
 std::string BpeTokenizer::decode_piece(TokenId prev, TokenId token) const {
@@ -431,8 +403,19 @@ Result<Vocab> BpeTokenizer::to_vocab() const {
   v.unk = spec_.unk;
   v.pad = spec_.pad;
   v.add_bos = spec_.add_bos;
+  v.add_eos = spec_.add_eos;
   v.add_space_prefix = spec_.strip_first_space;
   v.pre = spec_.pre_name;
+  if (spec_.byte_level && v.pre == "default") {
+    // No Split regex llama.cpp has a name for: only GPT-2's own (a ByteLevel step with its regex) has one.
+    bool gpt2 = !spec_.pre_tokenizers.empty();
+    for (const BpeSpec::PreTokenizer& p : spec_.pre_tokenizers)
+      gpt2 = gpt2 && p.kind == BpeSpec::PreTokenizer::kByteLevel && p.use_regex && !p.add_prefix_space;
+    if (!gpt2)
+      return unimplemented("this tokenizer's pre-tokenizer has no GGUF name (tokenizer.ggml.pre); known: " +
+                           fmt::format("{}", fmt::join(gguf_pre_tokenizer_names(), ", ")));
+    v.pre = "gpt-2";
+  }
   v.tokens = spec_.tokens;
   for (size_t i = 0; i < v.tokens.size(); ++i)
     if (v.tokens[i].empty()) v.tokens[i] = fmt::format("[UNUSED{}]", i);
@@ -469,29 +452,19 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_vocab(const Vocab& v) {
     if (sp == std::string::npos) return invalid_argument(fmt::format("GGUF merge '{}' has no space", m));
     s.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
-  std::string pattern;
-  if (v.pre == "default" || v.pre == "gpt2" || v.pre.empty()) {
-    pattern = kGpt2Pattern;
-  } else if (v.pre == "qwen2") {
-    pattern = kQwen2Pattern;
-    s.normalizers.push_back({BpeSpec::Normalizer::kNfc, "", ""});
-  } else if (v.pre == "llama3" || v.pre == "llama-bpe") {
-    pattern = kLlama3Pattern;
-    s.ignore_merges = true;
-  } else {
-    return unimplemented(fmt::format("GGUF pre-tokenizer '{}' is not supported (gpt2, qwen2, llama3 are)", v.pre));
-  }
-  s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kSplitRegex, pattern, false, false});
+  TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre.empty() ? "default" : v.pre));
+  if (pre.nfc) s.normalizers.push_back({BpeSpec::Normalizer::kNfc, "", ""});
+  s.ignore_merges = pre.ignore_merges;
+  for (const std::string& re : pre.regexes)
+    s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kSplitRegex, re, false, false});
   s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kByteLevel, "", false, false});
-  for (size_t i = 0; i < v.types.size(); ++i) {
-    if (v.types[i] == kTokenControl || v.types[i] == kTokenUserDefined)
-      s.added.push_back({static_cast<TokenId>(i), v.tokens[i], v.types[i] == kTokenControl, false, false, false});
-  }
+  s.added = v.added_tokens();
   s.bos = v.bos;
   s.eos = v.eos;
   s.unk = v.unk;
   s.pad = v.pad;
   s.add_bos = v.add_bos;
+  s.add_eos = v.add_eos;
   s.pre_name = v.pre;
   return create(std::move(s));
 }

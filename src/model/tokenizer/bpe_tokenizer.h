@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/tokenizer/added_tokens.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/vocab.h"
 
@@ -35,11 +36,7 @@ struct BpeSpec {
     bool add_prefix_space = false;  // kByteLevel, kMetaspace (prepend_scheme != never)
     bool use_regex = true;          // kByteLevel; kMetaspace: split on the replacement
   };
-  struct AddedToken {
-    TokenId id;
-    std::string content;
-    bool special = false, lstrip = false, rstrip = false, single_word = false;
-  };
+  using AddedToken = model::AddedToken;
 
   bool byte_level = false;                                  // a ByteLevel pre-tokenizer or decoder is present
   std::vector<std::string> tokens;                          // id -> token (model vocabulary and added tokens)
@@ -49,8 +46,8 @@ struct BpeSpec {
   std::vector<AddedToken> added;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   TokenId unk = -1, bos = -1, eos = -1, pad = -1;
-  bool add_bos = false;
-  bool strip_first_space = false;  // the decoder drops the space the normalizer prepended
+  bool add_bos = false, add_eos = false;  // what encode() with add_special adds
+  bool strip_first_space = false;         // the decoder drops the space the normalizer prepended
   std::string pre_name = "default";
 };
 
@@ -66,7 +63,7 @@ class BpeTokenizer final : public Tokenizer {
   // OpenAI's GPT-2 files: encoder.json (token -> id) and vocab.bpe (merges).
   static Result<std::unique_ptr<BpeTokenizer>> load_gpt2(const std::string& encoder_json_path,
                                                          const std::string& vocab_bpe_path);
-  // A GGUF `gpt2` vocabulary; `pre` selects the pre-tokenizer regex (gpt2, qwen2, llama3, ...).
+  // A GGUF `gpt2` vocabulary; `pre` selects the pre-tokenizer (gguf_pre_tokenizers.h).
   static Result<std::unique_ptr<BpeTokenizer>> from_vocab(const Vocab& vocab);
 
   ~BpeTokenizer() override;
@@ -74,7 +71,11 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(spec_.tokens.size()); }
   TokenId bos_id() const override { return spec_.bos; }
   TokenId eos_id() const override { return spec_.eos; }
-  std::vector<TokenId> encode(std::string_view text, bool add_bos) const override;
+  std::vector<TokenId> encode(std::string_view text, bool add_bos) const override {
+    return tokenize(text, {add_bos, true});
+  }
+  std::vector<TokenId> tokenize(std::string_view text, const EncodeOptions& options) const override;
+  bool is_special(TokenId token) const override;
   std::string decode_piece(TokenId prev, TokenId token) const override;
   std::string_view kind() const override { return spec_.byte_level ? "byte-level-bpe" : "bpe"; }
   Result<Vocab> to_vocab() const override;

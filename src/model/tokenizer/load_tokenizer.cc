@@ -6,6 +6,7 @@
 
 #include "model/formats/gguf/gguf_model.h"
 #include "model/tokenizer/bpe_tokenizer.h"
+#include "model/tokenizer/gguf_vocab.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
@@ -20,11 +21,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
     if (!fs::exists(p / "tokenizer.json", ec)) return not_found(fmt::format("no tokenizer.json in {}", path));
     p /= "tokenizer.json";
   }
-  if (looks_like_gguf(p.string())) {
-    TS_ASSIGN_OR_RETURN(GgufModel m, load_gguf_model(p.string()));
-    if (!m.tokenizer) return not_found(fmt::format("{} embeds no tokenizer", path));
-    return std::move(m.tokenizer);
-  }
+  if (looks_like_gguf(p.string())) return load_gguf_tokenizer(p.string());
   if (p.extension() == ".json") {
     TS_ASSIGN_OR_RETURN(auto t, BpeTokenizer::load(p.string()));
     return std::unique_ptr<Tokenizer>(std::move(t));

@@ -1,5 +1,6 @@
 #include "model/tokenizer/spm_tokenizer.h"
 
+#include <algorithm>
 #include <queue>
 
 #include <fmt/core.h>
@@ -40,13 +41,12 @@ SpmTokenizer::SpmTokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
     const std::string& t = vocab_.tokens[i];
     if (vocab_.types[i] == kTokenByte) {
       if (int b = parse_byte_piece(t); b >= 0 && byte_ids_[b] < 0) byte_ids_[b] = static_cast<TokenId>(i);
-      continue;
     }
-    // Control and unknown tokens are never produced from text.
-    if (vocab_.types[i] == kTokenControl || vocab_.types[i] == kTokenUnknown || vocab_.types[i] == kTokenUnused)
-      continue;
-    index_.emplace(t, static_cast<TokenId>(i));
+    // Every entry can be the result of a merge, control and byte tokens included (llama.cpp looks merges up
+    // in the whole vocabulary); a later duplicate wins, as there.
+    index_[t] = static_cast<TokenId>(i);
   }
+  added_ = AddedTokenMatcher(vocab_.added_tokens());
 }
 
 Result<std::unique_ptr<SpmTokenizer>> SpmTokenizer::create(Vocab vocab) {
@@ -60,38 +60,48 @@ TokenId SpmTokenizer::lookup(std::string_view piece) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool add_bos) const {
+bool SpmTokenizer::is_special(TokenId token) const {
+  if (token < 0 || token >= vocab_size()) return false;
+  int32_t t = vocab_.types[static_cast<size_t>(token)];
+  return t == kTokenControl || token == vocab_.bos || token == vocab_.eos;
+}
+
+std::vector<TokenId> SpmTokenizer::tokenize(std::string_view text, const EncodeOptions& options) const {
   std::vector<TokenId> out;
-  if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
-  if (text.empty()) return out;
-  std::string norm;
-  norm.reserve(text.size() * 2 + 3);
-  if (vocab_.add_space_prefix) norm += kSpace;
-  for (char c : text) {
-    if (c == ' ') {
-      norm += kSpace;
-    } else {
-      norm += c;
+  if (options.add_special && vocab_.add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+  bool after_special = true;  // the text's start counts as following an added token
+  for (const AddedTokenMatcher::Piece& p : added_.split(text, options.parse_special)) {
+    if (p.id >= 0) {
+      out.push_back(p.id);
+      after_special = true;
+      continue;
     }
+    std::string norm;
+    norm.reserve(p.text.size() * 2 + 3);
+    if (vocab_.add_space_prefix && after_special) norm += kSpace;
+    for (char c : p.text) {
+      if (c == ' ') {
+        norm += kSpace;
+      } else {
+        norm += c;
+      }
+    }
+    encode_piece(norm, out);
+    after_special = false;
   }
-  // Symbols are byte ranges of `norm`; a symbol with a fixed id (byte fallback) never merges.
+  if (options.add_special && vocab_.add_eos && vocab_.eos >= 0) out.push_back(vocab_.eos);
+  return out;
+}
+
+void SpmTokenizer::encode_piece(const std::string& norm, std::vector<TokenId>& out) const {
+  // Symbols are byte ranges of `norm`, one UTF-8 character each to begin with.
   struct Sym {
     size_t start, len;
-    TokenId id;
   };
   std::vector<Sym> syms;
   for (size_t i = 0; i < norm.size();) {
     size_t n = std::min(utf8_len(static_cast<unsigned char>(norm[i])), norm.size() - i);
-    TokenId id = lookup(std::string_view(norm).substr(i, n));
-    if (id >= 0) {
-      syms.push_back({i, n, id});
-    } else {
-      for (size_t k = 0; k < n; ++k) {
-        TokenId b = byte_ids_[static_cast<unsigned char>(norm[i + k])];
-        syms.push_back({i + k, 1, b >= 0 ? b : vocab_.unk});
-        syms.back().len = 0;  // marks "not mergeable"
-      }
-    }
+    syms.push_back({i, n});
     i += n;
   }
   // Best-scoring pair first, the leftmost among equal scores (the order of a full rescan each round, as
@@ -106,7 +116,6 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool add_bos) c
     float score;
     int left, right;
     size_t len;
-    TokenId id;
     bool operator<(const Cand& o) const { return score != o.score ? score < o.score : left > o.left; }
   };
   std::priority_queue<Cand> heap;
@@ -115,9 +124,8 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool add_bos) c
     int r = next[static_cast<size_t>(l)];
     if (r < 0) return;
     const Sym &a = syms[static_cast<size_t>(l)], &b = syms[static_cast<size_t>(r)];
-    if (a.len == 0 || b.len == 0) return;
     TokenId id = lookup(std::string_view(norm).substr(a.start, a.len + b.len));
-    if (id >= 0) heap.push({vocab_.scores[static_cast<size_t>(id)], l, r, a.len + b.len, id});
+    if (id >= 0) heap.push({vocab_.scores[static_cast<size_t>(id)], l, r, a.len + b.len});
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
   while (!heap.empty()) {
@@ -128,18 +136,30 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool add_bos) c
     Sym& b = syms[static_cast<size_t>(c.right)];
     if (b.len == 0 || a.len + b.len != c.len) continue;
     a.len += b.len;
-    a.id = c.id;
     b.len = 0;
-    b.id = -1;
     int nr = next[static_cast<size_t>(c.right)];
     next[static_cast<size_t>(c.left)] = nr;
     if (nr >= 0) prev[static_cast<size_t>(nr)] = c.left;
     consider(prev[static_cast<size_t>(c.left)]);
     consider(c.left);
   }
-  for (const Sym& s : syms)
-    if (s.id >= 0 || s.len > 0) out.push_back(s.id);
-  return out;
+  for (int i = 0; i >= 0 && i < n; i = next[static_cast<size_t>(i)]) {
+    const Sym& s = syms[static_cast<size_t>(i)];
+    std::string_view piece = std::string_view(norm).substr(s.start, s.len);
+    if (TokenId id = lookup(piece); id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    // A character with no entry of its own: its bytes, or <unk> where the vocabulary has no byte tokens.
+    for (char ch : piece) {
+      TokenId b = byte_ids_[static_cast<unsigned char>(ch)];
+      if (b >= 0) {
+        out.push_back(b);
+      } else if (vocab_.unk >= 0) {
+        out.push_back(vocab_.unk);
+      }
+    }
+  }
 }
 
 std::string SpmTokenizer::decode_piece(TokenId prev, TokenId token) const {

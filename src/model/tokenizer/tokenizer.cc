@@ -18,4 +18,15 @@ std::string Tokenizer::decode(std::span<const TokenId> tokens) const {
   return out;
 }
 
+std::string Tokenizer::decode(std::span<const TokenId> tokens, bool skip_special) const {
+  if (!skip_special) return decode(tokens);
+  std::string out;
+  TokenId prev = -1;
+  for (TokenId t : tokens) {
+    if (!is_special(t)) out += decode_piece(prev, t);
+    prev = t;
+  }
+  return out;
+}
+
 }  // namespace tessera::model

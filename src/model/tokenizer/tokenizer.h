@@ -26,8 +26,22 @@ class Tokenizer {
   virtual TokenId bos_id() const = 0;
   virtual TokenId eos_id() const = 0;
 
-  // Token ids for `text`; with add_bos the first id is bos_id().
+  // Token ids for `text`; with add_bos, the special tokens the model's tokenizer adds around a text (BOS for
+  // Llama and llama2.c, nothing for Qwen or GPT-2). Text spelling a special token becomes that token.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_bos) const = 0;
+
+  struct EncodeOptions {
+    bool add_special = true;    // as encode()'s add_bos
+    bool parse_special = true;  // false: text spelling a control token is tokenized as plain text
+                                // (user-defined tokens still match, as in llama.cpp and Hugging Face)
+  };
+  // encode() with both choices (llama.cpp's llama_tokenize flags); formats without special-token matching
+  // ignore parse_special.
+  virtual std::vector<TokenId> tokenize(std::string_view text, const EncodeOptions& options) const {
+    return encode(text, options.add_special);
+  }
+  // Control tokens (BOS, EOS, chat markers): what skip_special_tokens leaves out of decoded text.
+  virtual bool is_special(TokenId token) const { return token == bos_id() || token == eos_id(); }
 
   // The bytes `token` contributes to the output text when it follows `prev` (some formats drop a
   // leading space after BOS). Byte tokens yield their raw byte, so a multi-byte UTF-8 character spread
@@ -42,6 +56,8 @@ class Tokenizer {
 
   // The text of a token sequence (concatenated decode_piece()s); a leading BOS contributes nothing.
   std::string decode(std::span<const TokenId> tokens) const;
+  // The same, with skip_special the text of special tokens left out (vLLM's skip_special_tokens).
+  std::string decode(std::span<const TokenId> tokens, bool skip_special) const;
 };
 
 }  // namespace tessera::model

@@ -14,11 +14,25 @@ Status Vocab::validate() const {
     return invalid_argument(fmt::format("vocabulary has {} tokens but {} scores", n, scores.size()));
   if (!types.empty() && types.size() != n)
     return invalid_argument(fmt::format("vocabulary has {} tokens but {} token types", n, types.size()));
+  if (!strip.empty() && strip.size() != n)
+    return invalid_argument(fmt::format("vocabulary has {} tokens but {} strip flags", n, strip.size()));
   for (auto [what, id] : {std::pair{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}}) {
     if (id < -1 || id >= static_cast<TokenId>(n))
       return invalid_argument(fmt::format("{} token id {} is outside the vocabulary of {}", what, id, n));
   }
   return ok_status();
+}
+
+std::vector<AddedToken> Vocab::added_tokens() const {
+  std::vector<AddedToken> out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    int32_t t = types[i];
+    if (t != kTokenControl && t != kTokenUserDefined && t != kTokenUnknown) continue;
+    uint8_t f = strip.empty() ? 0 : strip[i];
+    out.push_back({static_cast<TokenId>(i), tokens[i], t != kTokenUserDefined, (f & kStripLeft) != 0,
+                   (f & kStripRight) != 0, false});
+  }
+  return out;
 }
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/tokenizer/added_tokens.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::model {
@@ -31,6 +32,8 @@ enum TokenType : int32_t {
   kTokenByte = 6,
 };
 
+enum : uint8_t { kStripLeft = 1, kStripRight = 2 };
+
 struct Vocab {
   VocabKind kind = VocabKind::kSentencePiece;
   std::vector<std::string> tokens;
@@ -38,13 +41,20 @@ struct Vocab {
   std::vector<int32_t> types;       // empty: all normal
   std::vector<std::string> merges;  // byte-level only, best first
   TokenId bos = -1, eos = -1, unk = -1, pad = -1;
-  bool add_bos = true;
-  bool add_space_prefix = true;  // SentencePiece: prepend a space to the text
-  std::string pre = "default";   // byte-level pre-tokenizer name
+  bool add_bos = true;           // encode() with add_special starts with BOS
+  bool add_eos = false;          // ... and ends with EOS
+  bool add_space_prefix = true;  // SentencePiece: prepend a space to the text (and after each added token)
+  std::string pre = "default";   // byte-level pre-tokenizer name (tokenizer.ggml.pre, see gguf_pre_tokenizers.h)
+  // Per token, kStripLeft/kStripRight: whitespace next to the token in text is swallowed when it is matched
+  // (llama.cpp's LSTRIP/RSTRIP attributes; GGUF does not store them, the reader derives them). Empty: none.
+  std::vector<uint8_t> strip;
 
   std::string_view kind_name() const { return kind == VocabKind::kSentencePiece ? "llama" : "gpt2"; }
   // InvalidArgument when lengths disagree or special ids are out of range.
   Status validate() const;
+  // The tokens matched in raw text before tokenizing: control and unknown tokens (special: only with
+  // parse_special) and user-defined ones, as llama.cpp partitions them.
+  std::vector<AddedToken> added_tokens() const;
 };
 
 // A working tokenizer for a vocabulary (SpmTokenizer or BpeTokenizer).

@@ -7,6 +7,7 @@
 
 #include "base/mapped_file.h"
 #include "model/formats/gguf/gguf_file.h"
+#include "model/tokenizer/gguf_vocab.h"
 #include "model/weight_export.h"
 
 namespace tessera::model {
@@ -21,62 +22,6 @@ Result<int> get_dim(const GgufContents& c, const std::string& key) {
 Result<int> get_dim_or(const GgufContents& c, const std::string& key, int fallback) {
   if (c.find(key) == nullptr) return fallback;
   return get_dim(c, key);
-}
-
-Result<Vocab> read_vocab(const GgufContents& c) {
-  Vocab v;
-  TS_ASSIGN_OR_RETURN(std::string model, c.get_string("tokenizer.ggml.model"));
-  if (model == "llama") {
-    v.kind = VocabKind::kSentencePiece;
-  } else if (model == "gpt2") {
-    v.kind = VocabKind::kByteLevelBpe;
-    v.add_bos = false;
-    v.add_space_prefix = false;
-  } else {
-    return unimplemented(fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama, gpt2 are)", model));
-  }
-  const GgufValue* tokens = c.find("tokenizer.ggml.tokens");
-  if (!tokens || tokens->type != GgufType::kArray || tokens->elem_type != GgufType::kString)
-    return invalid_argument("GGUF tokenizer.ggml.tokens is missing or not an array of strings");
-  v.tokens = tokens->strings;
-  if (const GgufValue* s = c.find("tokenizer.ggml.scores")) {
-    if (s->floats.size() != v.tokens.size())
-      return invalid_argument(
-          fmt::format("GGUF tokenizer.ggml.scores has {} entries for {} tokens", s->floats.size(), v.tokens.size()));
-    v.scores.assign(s->floats.begin(), s->floats.end());
-  }
-  if (const GgufValue* t = c.find("tokenizer.ggml.token_type")) {
-    if (t->ints.size() != v.tokens.size())
-      return invalid_argument(
-          fmt::format("GGUF tokenizer.ggml.token_type has {} entries for {} tokens", t->ints.size(), v.tokens.size()));
-    v.types.assign(t->ints.begin(), t->ints.end());
-  }
-  if (const GgufValue* m = c.find("tokenizer.ggml.merges")) v.merges = m->strings;
-  auto id = [&](const char* key, TokenId& out) -> Status {
-    if (c.find(key) == nullptr) return ok_status();
-    TS_ASSIGN_OR_RETURN(int64_t x, c.get_int(key));
-    out = static_cast<TokenId>(x);
-    if (x < 0 || x >= static_cast<int64_t>(v.tokens.size()))
-      return invalid_argument(fmt::format("GGUF {} = {} is outside the vocabulary of {}", key, x, v.tokens.size()));
-    return ok_status();
-  };
-  TS_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", v.bos));
-  TS_RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", v.eos));
-  TS_RETURN_IF_ERROR(id("tokenizer.ggml.unknown_token_id", v.unk));
-  TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", v.pad));
-  if (c.find("tokenizer.ggml.add_bos_token")) {
-    TS_ASSIGN_OR_RETURN(int64_t b, c.get_int("tokenizer.ggml.add_bos_token"));
-    v.add_bos = b != 0;
-  }
-  if (c.find("tokenizer.ggml.add_space_prefix")) {
-    TS_ASSIGN_OR_RETURN(int64_t b, c.get_int("tokenizer.ggml.add_space_prefix"));
-    v.add_space_prefix = b != 0;
-  }
-  if (c.find("tokenizer.ggml.pre")) {
-    TS_ASSIGN_OR_RETURN(v.pre, c.get_string("tokenizer.ggml.pre"));
-  }
-  TS_RETURN_IF_ERROR(v.validate());
-  return v;
 }
 
 }  // namespace
@@ -149,7 +94,7 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     if (t.ok()) m.chat_template_tool_use = *t;
   }
   if (c.find("tokenizer.ggml.model")) {
-    auto v = read_vocab(c);
+    auto v = read_gguf_vocab(c);
     if (!v.ok()) return ctx(v.status());
     if (static_cast<int>(v->tokens.size()) != cfg.vocab_size)
       return invalid_argument(fmt::format("{}: the embedded tokenizer has {} tokens but token_embd has {} rows", name,
@@ -170,9 +115,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   if (config.arch == "llama" && has_bias)
     return invalid_argument("a llama model has no q/k/v biases; write it as qwen2");
   RopeLayout layout = config.arch == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  TS_ASSIGN_OR_RETURN(ExportedWeights ex,
-                      export_weights(config, weights, layout, options.matrix_dtype,
-                                     {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}));
+  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(config, weights, layout, options.matrix_dtype,
+                                                         {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
 
   const std::string& a = config.arch;

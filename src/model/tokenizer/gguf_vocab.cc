@@ -1,0 +1,151 @@
+#include "model/tokenizer/gguf_vocab.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/core.h>
+
+#include "base/mapped_file.h"
+#include "model/tokenizer/gguf_pre_tokenizers.h"
+
+namespace tessera::model {
+namespace {
+
+// Tokens llama.cpp treats as end-of-turn / end-of-message markers by their text, and therefore as control
+// tokens even where the converter typed them normal (GPT-2's <|endoftext|>, Phi-3's <|end|>).
+constexpr std::string_view kEndMarkers[] = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<end_of_utterance>",
+    "<|eom_id|>",
+    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",  // DeepSeek's <｜end▁of▁sentence｜>
+    "end\xE2\x96\x81"
+    "of\xE2\x96\x81"
+    "sentence\xEF\xBD\x9C>",  // DeepSeek's <｜end▁of▁sentence｜>
+};
+
+Result<bool> get_bool(const GgufContents& c, const std::string& key, bool fallback) {
+  if (c.find(key) == nullptr) return fallback;
+  TS_ASSIGN_OR_RETURN(int64_t v, c.get_int(key));
+  return v != 0;
+}
+
+}  // namespace
+
+Result<Vocab> read_gguf_vocab(const GgufContents& c) {
+  if (c.find("tokenizer.ggml.model") == nullptr) return not_found("the GGUF file has no tokenizer.ggml.model");
+  Vocab v;
+  TS_ASSIGN_OR_RETURN(std::string model, c.get_string("tokenizer.ggml.model"));
+  if (model == "llama") {
+    v.kind = VocabKind::kSentencePiece;
+    v.add_bos = true;
+    v.add_space_prefix = true;
+  } else if (model == "gpt2") {
+    v.kind = VocabKind::kByteLevelBpe;
+    v.add_space_prefix = false;
+    v.pre = "default";  // llama.cpp's choice (with a warning) when the file names none
+    if (c.find("tokenizer.ggml.pre")) {
+      TS_ASSIGN_OR_RETURN(v.pre, c.get_string("tokenizer.ggml.pre"));
+    }
+    TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre));
+    v.add_bos = pre.add_bos;
+  } else {
+    return unimplemented(fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama and gpt2 are)", model));
+  }
+  const GgufValue* tokens = c.find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type != GgufType::kArray || tokens->elem_type != GgufType::kString)
+    return invalid_argument("GGUF tokenizer.ggml.tokens is missing or not an array of strings");
+  v.tokens = tokens->strings;
+  const size_t n = v.tokens.size();
+  if (n == 0) return invalid_argument("GGUF tokenizer.ggml.tokens is empty");
+  for (size_t i = 0; i < n; ++i)  // as llama.cpp: an empty entry gets a placeholder that text never spells
+    if (v.tokens[i].empty()) v.tokens[i] = fmt::format("[EMPTY_{}]", i);
+  if (const GgufValue* s = c.find("tokenizer.ggml.scores")) {
+    if (s->type != GgufType::kArray || (s->elem_type != GgufType::kFloat32 && s->elem_type != GgufType::kInt32))
+      return invalid_argument("GGUF tokenizer.ggml.scores is not an array of float32 or int32");
+    if (s->array_size() < n)
+      return invalid_argument(
+          fmt::format("GGUF tokenizer.ggml.scores has {} entries for {} tokens", s->array_size(), n));
+    v.scores.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      v.scores[i] =
+          s->elem_type == GgufType::kInt32 ? static_cast<float>(s->ints[i]) : static_cast<float>(s->floats[i]);
+  }
+  if (const GgufValue* t = c.find("tokenizer.ggml.token_type")) {
+    if (t->type != GgufType::kArray || t->elem_type != GgufType::kInt32)
+      return invalid_argument("GGUF tokenizer.ggml.token_type is not an array of int32");
+    if (t->ints.size() < n)
+      return invalid_argument(
+          fmt::format("GGUF tokenizer.ggml.token_type has {} entries for {} tokens", t->ints.size(), n));
+    v.types.assign(t->ints.begin(), t->ints.begin() + static_cast<std::ptrdiff_t>(n));
+  } else {
+    v.types.assign(n, kTokenNormal);
+  }
+  if (const GgufValue* m = c.find("tokenizer.ggml.merges")) {
+    if (m->type != GgufType::kArray || m->elem_type != GgufType::kString)
+      return invalid_argument("GGUF tokenizer.ggml.merges is not an array of strings");
+    v.merges = m->strings;
+  }
+  if (v.kind == VocabKind::kByteLevelBpe && v.merges.empty())
+    return invalid_argument("GGUF gpt2 tokenizer has no tokenizer.ggml.merges");
+  auto id = [&](const char* key, TokenId& out) -> Status {
+    if (c.find(key) == nullptr) return ok_status();
+    TS_ASSIGN_OR_RETURN(int64_t x, c.get_int(key));
+    if (x < 0 || x >= static_cast<int64_t>(n))
+      return invalid_argument(fmt::format("GGUF {} = {} is outside the vocabulary of {}", key, x, n));
+    out = static_cast<TokenId>(x);
+    return ok_status();
+  };
+  TS_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", v.bos));
+  TS_RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", v.eos));
+  TS_RETURN_IF_ERROR(id("tokenizer.ggml.unknown_token_id", v.unk));
+  TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", v.pad));
+  TS_ASSIGN_OR_RETURN(v.add_bos, get_bool(c, "tokenizer.ggml.add_bos_token", v.add_bos));
+  TS_ASSIGN_OR_RETURN(v.add_eos, get_bool(c, "tokenizer.ggml.add_eos_token", v.add_eos));
+  TS_ASSIGN_OR_RETURN(v.add_space_prefix, get_bool(c, "tokenizer.ggml.add_space_prefix", v.add_space_prefix));
+  if (v.add_bos && v.bos < 0) return invalid_argument("GGUF tokenizer adds BOS but has no tokenizer.ggml.bos_token_id");
+  if (v.add_eos && v.eos < 0) return invalid_argument("GGUF tokenizer adds EOS but has no tokenizer.ggml.eos_token_id");
+
+  for (size_t i = 0; i < n; ++i) {
+    for (std::string_view m : kEndMarkers)
+      if (v.tokens[i] == m && v.types[i] != kTokenControl) v.types[i] = kTokenControl;
+  }
+  // Phi-3's tokenizer.json strips the whitespace after its special tokens (rstrip) except after these;
+  // llama.cpp recognises the model by name, and so does this reader.
+  std::string name;
+  if (c.find("general.name")) {
+    auto s = c.get_string("general.name");
+    if (s.ok()) name = *s;
+  }
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    v.strip.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      int32_t t = v.types[i];
+      bool keep = v.tokens[i] == "<unk>" || v.tokens[i] == "<s>" || v.tokens[i] == "<|endoftext|>";
+      if ((t == kTokenControl || t == kTokenUserDefined || t == kTokenUnknown || v.tokens[i] == "</s>") && !keep)
+        v.strip[i] = kStripRight;
+    }
+  }
+  TS_RETURN_IF_ERROR(v.validate());
+  return v;
+}
+
+Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::open(path));
+  TS_ASSIGN_OR_RETURN(GgufContents c, parse_gguf(file->bytes(), path));
+  auto v = read_gguf_vocab(c);
+  if (!v.ok()) return v.status().with_context(path);
+  auto t = make_tokenizer(*v);
+  if (!t.ok()) return t.status().with_context(path);
+  return std::move(*t);
+}
+
+}  // namespace tessera::model
