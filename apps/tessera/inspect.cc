@@ -7,8 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
 #include "commands.h"
+
 #include "model/chat_template.h"
+#include "model/chat_template_renderer.h"
 #include "model/loader.h"
 
 namespace tessera::cli {
@@ -61,19 +64,18 @@ int run_inspect(const InspectArgs& a) {
   }
   if (!a.chat_template.empty() || !a.chat.empty()) {
     // What a server would do with this model: pick the template, render one user turn.
-    auto t = model::choose_chat_template(a.chat_template, m->chat_template);
-    if (!t.ok()) return fail(t.status().message());
-    fmt::print("chat template: {} ({})\n", model::chat_template_name(*t),
-               a.chat_template.empty() ? "from the model" : "--chat-template");
+    auto r = model::ChatTemplateRenderer::choose(a.chat_template, model::model_chat_info(*m));
+    if (!r.ok()) return fail(r.status().message());
+    fmt::print("chat template: {}\n", r->description());
     if (!a.chat.empty()) {
-      std::vector<model::ChatMessage> msgs = {{"user", a.chat}};
-      auto text = model::render_chat(*t, msgs, /*add_generation_prompt=*/true);
+      nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", a.chat}}});
+      auto text = r->render(msgs.dump(), "", /*add_generation_prompt=*/true);
       if (!text.ok()) return fail(text.status().message());
-      fmt::print("chat prompt:   {}\n", escape_newlines(*text));
+      fmt::print("chat prompt:   {}{}\n", text->add_bos && m->tokenizer ? "(BOS) " : "", escape_newlines(text->text));
     }
   } else if (!m->chat_template.empty()) {
-    auto t = model::detect_chat_template(m->chat_template);
-    fmt::print("chat template: {}\n", t ? std::string(model::chat_template_name(*t)) : "unrecognised");
+    auto r = model::ChatTemplateRenderer::choose("", model::model_chat_info(*m));
+    fmt::print("chat template: {}\n", r.ok() ? r->description() : r.status().message());
   }
   if (a.tensors) {
     for (const model::WeightTensor& t : m->weights.tensors())
@@ -91,9 +93,9 @@ Action add_inspect_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file to report on");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
-  cmd->add_option(
-      "--chat-template", args->chat_template,
-      fmt::format("Chat template family ({}); default: the model's", fmt::join(model::chat_template_names(), ", ")));
+  cmd->add_option("--chat-template", args->chat_template,
+                  fmt::format("Chat template: a Jinja file, inline Jinja or a fallback name ({}); default: the model's",
+                              fmt::join(model::chat_template_names(), ", ")));
   cmd->add_option("--chat", args->chat, "Render this user message with the chat template");
   return [args] { return run_inspect(*args); };
 }

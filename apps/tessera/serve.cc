@@ -15,6 +15,7 @@
 
 #include "auth_flags.h"
 #include "base/dtype.h"
+#include "base/log.h"
 #include "commands.h"
 #include "ctrl/registry.h"
 #include "ctrl/store.h"
@@ -144,16 +145,29 @@ int run_serve(const ServeArgs& a) {
   no.http.tls_key_file = a.tls_key;
   no.api_keys = a.api_keys;
   no.cluster_token = *token;
-  // The template: --chat-template, else the family of the model's own template (tokenizer_config.json or
-  // GGUF); a model with neither serves /v1/completions only and says so on /v1/chat/completions.
-  std::string chat_name = a.chat_template;
-  if (chat_name.empty() && !model->chat_template.empty()) {
-    auto family = model::choose_chat_template("", model->chat_template);
-    if (family.ok()) chat_name = std::string(model::chat_template_name(*family));
-  }
-  if (!chat_name.empty()) {
-    if (Status s = serve::format_chat({{"user", "x"}}, chat_name).status(); !s.ok()) return fail(s.message());
-    no.chat = [chat_name](const std::vector<serve::ChatMessage>& m) { return serve::format_chat(m, chat_name); };
+  // The template: --chat-template (a file, inline Jinja, a fallback name or "plain"), else the model's own
+  // Jinja template (GGUF, chat_template.jinja or tokenizer_config.json). A model template that does not parse
+  // falls back to its family when one is recognisable, with a warning; a model with no template serves
+  // /v1/completions only and says so on /v1/chat/completions.
+  const model::ModelChatInfo chat_info = model::model_chat_info(*model);
+  if (!a.chat_template.empty()) {
+    auto format = serve::make_chat_format(a.chat_template, chat_info);
+    if (!format.ok()) return fail(format.status().message());
+    no.chat = std::move(format->formatter);
+    log::info("chat template: {}", format->description);
+  } else if (!model->chat_template.empty()) {
+    auto format = serve::make_chat_format("", chat_info);
+    if (!format.ok()) {
+      auto family = model::detect_chat_template(model->chat_template);
+      log::warn("{}; {}", format.status().message(),
+                family ? fmt::format("using the '{}' fallback", model::chat_template_name(*family))
+                       : std::string("chat completions are off (use --chat-template)"));
+      if (family) format = serve::make_chat_format(model::chat_template_name(*family), chat_info);
+    }
+    if (format.ok()) {
+      no.chat = std::move(format->formatter);
+      log::info("chat template: {}", format->description);
+    }
   }
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both") {
@@ -292,7 +306,8 @@ Action add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template,
-                  "Chat prompt format: plain, llama-2, llama-3, chatml (default: from the model's own template)");
+                  "Chat template: a Jinja file (or tokenizer_config.json), inline Jinja, or a named format: plain, "
+                  "llama-2, llama-3, chatml (default: the model's own template)");
   cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

@@ -83,6 +83,7 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
     m.tokenizer = std::move(hf.tokenizer);
     m.tokenizer_path = (fs::path(model_path) / "tokenizer.json").string();
     m.chat_template = std::move(hf.chat_template);
+    m.chat_template_tool_use = std::move(hf.chat_template_tool_use);
     TS_RETURN_IF_ERROR(attach_tokenizer(m, tokenizer_path, require_tokenizer));
     return m;
   }
@@ -121,6 +122,7 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
     m.tokenizer = std::move(g.tokenizer);
     m.tokenizer_path = m.checkpoint_path;
     m.chat_template = std::move(g.chat_template);
+    m.chat_template_tool_use = std::move(g.chat_template_tool_use);
     TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
     return m;
   }

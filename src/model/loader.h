@@ -22,9 +22,10 @@ namespace tessera::model {
 struct LoadedModel {
   std::string name;  // file stem of the checkpoint ("stories260K"): the id servers report
   std::string checkpoint_path;
-  std::string tokenizer_path;  // the file the tokenizer came from (the checkpoint itself when embedded)
-  std::string format;          // "llama2c", "gguf", "safetensors"
-  std::string chat_template;   // from the GGUF file or tokenizer_config.json, when present
+  std::string tokenizer_path;          // the file the tokenizer came from (the checkpoint itself when embedded)
+  std::string format;                  // "llama2c", "gguf", "safetensors"
+  std::string chat_template;           // from the GGUF file, chat_template.jinja or tokenizer_config.json, when present
+  std::string chat_template_tool_use;  // the model's named "tool_use" template, when present
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;

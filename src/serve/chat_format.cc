@@ -1,8 +1,8 @@
 #include "serve/chat_format.h"
 
-#include <fmt/format.h>
+#include <memory>
 
-#include "model/chat_template.h"
+#include <fmt/format.h>
 
 namespace tessera::serve {
 
@@ -12,26 +12,44 @@ std::vector<std::string> chat_format_names() {
   return names;
 }
 
-Result<std::string> format_chat(const std::vector<ChatMessage>& messages, const std::string& name) {
-  if (name == "plain") {
-    std::string out;
-    for (const ChatMessage& m : messages) {
-      if (m.content.empty()) continue;
-      if (!out.empty()) out += "\n\n";
-      out += m.content;
-    }
-    if (out.empty()) return invalid_argument("the messages contain no text");
-    return out;
+Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& info) {
+  if (spec == "plain") {
+    ChatFormat f;
+    f.description = "plain";
+    f.formatter = [](const ApiRequest& r) -> Result<ChatPrompt> {
+      if (!r.tools_json.empty())
+        return invalid_argument("tools need a chat template; this server joins messages as plain text");
+      ChatPrompt p;
+      for (const ChatMessage& m : r.messages) {
+        if (m.content.empty()) continue;
+        if (!p.text.empty()) p.text += "\n\n";
+        p.text += m.content;
+      }
+      if (p.text.empty()) return invalid_argument("the messages contain no text");
+      return p;
+    };
+    return f;
   }
-  auto family = model::chat_template_from_name(name);
-  if (!family.ok()) {
-    return invalid_argument(
-        fmt::format("unknown chat template '{}'; known templates: {}", name, fmt::join(chat_format_names(), ", ")));
+  auto renderer = model::ChatTemplateRenderer::choose(spec, info);
+  if (!renderer.ok()) {
+    if (renderer.status().code() == StatusCode::kNotFound)
+      return not_found(
+          fmt::format("{}; known names: {}", renderer.status().message(), fmt::join(chat_format_names(), ", ")));
+    return renderer.status();
   }
-  std::vector<model::ChatMessage> converted;
-  converted.reserve(messages.size());
-  for (const ChatMessage& m : messages) converted.push_back({m.role == "developer" ? "system" : m.role, m.content});
-  return model::render_chat(*family, converted, /*add_generation_prompt=*/true);
+  auto shared = std::make_shared<const model::ChatTemplateRenderer>(std::move(*renderer));
+  ChatFormat f;
+  f.description = shared->description();
+  f.formatter = [shared](const ApiRequest& r) -> Result<ChatPrompt> {
+    TS_ASSIGN_OR_RETURN(model::RenderedChat rc,
+                        shared->render(r.messages_json, r.tools_json, /*add_generation_prompt=*/true));
+    ChatPrompt p;
+    p.text = std::move(rc.text);
+    p.add_bos = rc.add_bos;
+    if (!r.tools_json.empty() && r.tool_choice != "none") p.tool_calls = shared->tool_call_format();
+    return p;
+  };
+  return f;
 }
 
 }  // namespace tessera::serve

@@ -1,18 +1,40 @@
-// Chat prompt formats for models served by this node: the model families of model/chat_template.h
-// (llama-2, llama-3, chatml), plus "plain", which joins the message contents with blank lines and no role
+// Chat prompt formats for models served by this node: the model's own Jinja chat template, a
+// `--chat-template` file or inline template, the named fallback families of model/chat_template.h
+// (llama-2, llama-3, chatml), or "plain", which joins the message contents with blank lines and no role
 // markers: the honest choice for base models such as stories260K that were never trained on a chat format.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "model/chat_template_renderer.h"
 #include "serve/openai.h"
 
 namespace tessera::serve {
 
-// InvalidArgument naming the known formats when `name` is not one of them.
-Result<std::string> format_chat(const std::vector<ChatMessage>& messages, const std::string& name);
+// A rendered chat prompt and how to tokenize it.
+struct ChatPrompt {
+  std::string text;
+  bool add_bos = true;  // tokenize with the tokenizer's BOS (model/chat_template_renderer.h says when)
+  // How the model writes tool calls; kNone when the request has no tools, tool_choice is "none", or the
+  // template's format is not one Tessera parses (then calls come back as plain content).
+  model::ToolCallFormat tool_calls = model::ToolCallFormat::kNone;
+};
+
+// Turns a chat request into the prompt text the model was trained on. InvalidArgument when it cannot.
+using ChatFormatter = std::function<Result<ChatPrompt>(const ApiRequest&)>;
+
+struct ChatFormat {
+  ChatFormatter formatter;
+  std::string description;  // "the model's chat template", "plain", ...
+};
+
+// `spec` is --chat-template: "plain", a fallback family name, a template file or inline template, or empty
+// for the model's own template (FailedPrecondition when the model has none).
+Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& model);
 std::vector<std::string> chat_format_names();
 
 }  // namespace tessera::serve

@@ -15,13 +15,11 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "http/http.h"
+#include "serve/chat_format.h"
 #include "serve/openai.h"
 #include "serve/pd.h"
 
 namespace tessera::serve {
-
-// Turns chat messages into the prompt text the model was trained on. InvalidArgument when it cannot.
-using ChatFormatter = std::function<Result<std::string>(const std::vector<ChatMessage>&)>;
 
 struct NodeOptions {
   std::string model_name;  // the id clients send as "model"

@@ -67,6 +67,85 @@ std::optional<ApiError> message_content(const json& m, std::string& out) {
   return std::nullopt;
 }
 
+using ojson = nlohmann::ordered_json;  // keeps the client's key order, which templates print (tojson)
+
+// One message as a chat template sees it; `text` is the already validated content.
+std::optional<ApiError> template_message(const ojson& m, const std::string& text, ojson& out) {
+  const std::string role = m["role"].get<std::string>();
+  out = ojson::object();
+  out["role"] = role;
+  const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+  if (!m.contains("content") || m["content"].is_null()) {
+    out["content"] = has_calls ? ojson() : ojson("");
+  } else {
+    out["content"] = text;
+  }
+  for (const char* key : {"name", "tool_call_id"}) {
+    if (!m.contains(key) || m[key].is_null()) continue;
+    if (!m[key].is_string()) return bad(fmt::format("message '{}' must be a string", key), "messages");
+    out[key] = m[key];
+  }
+  if (role == "tool" && !out.contains("tool_call_id") && !out.contains("name"))
+    return bad("a 'tool' message needs 'tool_call_id'", "messages");
+  if (!has_calls) return std::nullopt;
+  if (role != "assistant") return bad("only assistant messages carry 'tool_calls'", "messages");
+  if (!m["tool_calls"].is_array()) return bad("'tool_calls' must be an array", "messages");
+  ojson calls = ojson::array();
+  for (const ojson& c : m["tool_calls"]) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
+        !c["function"]["name"].is_string())
+      return bad("each tool call needs 'function': {'name', 'arguments'}", "messages");
+    ojson call = c;
+    ojson& args = call["function"]["arguments"];
+    if (args.is_string()) {
+      ojson parsed = ojson::parse(args.get<std::string>(), nullptr, false);
+      if (parsed.is_discarded())
+        return bad(
+            fmt::format("the arguments of tool call '{}' are not valid JSON", c["function"]["name"].get<std::string>()),
+            "messages");
+      args = std::move(parsed);
+    } else if (args.is_null()) {
+      args = ojson::object();
+    }
+    calls.push_back(std::move(call));
+  }
+  out["tool_calls"] = std::move(calls);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    const ojson& tools = body["tools"];
+    if (!tools.is_array()) return bad("'tools' must be an array", "tools");
+    for (const ojson& t : tools) {
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+          !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+        return bad("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+      if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object() &&
+          !t["function"]["parameters"].is_null())
+        return bad("a tool's 'parameters' must be a JSON Schema object", "tools");
+    }
+    if (!tools.empty()) r.tools_json = tools.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const ojson& c = body["tool_choice"];
+    if (c.is_string() && (c == "auto" || c == "none")) {
+      r.tool_choice = c.get<std::string>();
+    } else if ((c.is_string() && c == "required") || c.is_object()) {
+      return bad(
+          "tool_choice 'required' or a named function needs constrained decoding, which this server does not "
+          "do; use 'auto' or 'none'",
+          "tool_choice");
+    } else {
+      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}", "tool_choice");
+    }
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
+      !body["parallel_tool_calls"].is_boolean())
+    return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string error_body(const ApiError& e) {
@@ -90,18 +169,27 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   if (chat) {
     auto it = j.find("messages");
     if (it == j.end() || !it->is_array() || it->empty()) return bad("'messages' must be a non-empty array", "messages");
-    for (const json& m : *it) {
+    const ojson ordered = ojson::parse(body, nullptr, false);
+    ojson template_messages = ojson::array();
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& m = (*it)[i];
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
         return bad("each message needs a string 'role'", "messages");
       }
       ChatMessage msg{m["role"].get<std::string>(), ""};
-      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer") {
+      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer" &&
+          msg.role != "tool") {
         return bad(fmt::format("unsupported message role '{}'", msg.role), "messages");
       }
       if (auto e = message_content(m, msg.content)) return *e;
+      ojson tm;
+      if (auto e = template_message(ordered["messages"][i], msg.content, tm)) return *e;
+      template_messages.push_back(std::move(tm));
       r.messages.push_back(std::move(msg));
     }
-    for (const char* unsupported : {"tools", "functions", "tool_choice", "response_format", "audio"}) {
+    r.messages_json = template_messages.dump(-1, ' ', false, ojson::error_handler_t::replace);
+    if (auto e = parse_tools(ordered, r)) return *e;
+    for (const char* unsupported : {"functions", "response_format", "audio"}) {
       if (j.contains(unsupported) && !j[unsupported].is_null()) {
         return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);
       }

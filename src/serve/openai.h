@@ -23,7 +23,7 @@ struct ApiError {
 };
 
 struct ChatMessage {
-  std::string role;  // system, user, assistant
+  std::string role;  // system, user, assistant, developer, tool
   std::string content;
 };
 
@@ -55,8 +55,13 @@ struct ApiRequest {
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
   std::vector<ChatMessage> messages;  // chat
-  GenerationOptions generation;       // sampling, stops, logprobs
-  int max_tokens = -1;                // -1: not given (completions default 16; chat: rest of the context)
+  // chat: the messages as a chat template sees them (JSON array, the client's key order): text content parts
+  // joined, assistant tool-call `arguments` parsed from their JSON string into objects (as vLLM passes them)
+  std::string messages_json;
+  std::string tools_json;            // chat: the request's `tools` (JSON array), "" when none
+  std::string tool_choice = "auto";  // "auto" or "none" (forcing a call needs constrained decoding: a 400)
+  GenerationOptions generation;      // sampling, stops, logprobs
+  int max_tokens = -1;               // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
@@ -64,7 +69,7 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Malformed JSON, wrong types and out-of-range values are 400s
-// naming the field; unsupported features (n > 1, best_of, tools, suffix) are 400s saying so.
+// naming the field; unsupported features (n > 1, best_of, suffix, tool_choice "required") are 400s saying so.
 std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat);
 
 // {"error": {"message", "type", "param", "code"}}

@@ -116,12 +116,23 @@ TEST(ModelFormatsCli, ChatTemplateFromTokenizerConfigOrFlag) {
         R"({"chat_template": "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n'}}{% endfor %}"})");
   auto r = tessera({"inspect", dir + "/hf", "--chat", "Hi"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("chat template: chatml (from the model)"), std::string::npos) << r.out;
+  // The model's own Jinja template runs as written (this one prints role headers only).
+  EXPECT_NE(r.out.find("chat template: the model's chat template"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat prompt:   <|im_start|>user\\n\n"), std::string::npos) << r.out;
+  r = tessera({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", "chatml"});
+  EXPECT_NE(r.out.find("chatml (named fallback)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("chat prompt:   <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n"), std::string::npos)
       << r.out;
-  r = tessera({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", "llama-3"});
-  EXPECT_NE(r.out.find("llama-3 (--chat-template)"), std::string::npos) << r.out;
-  expect_clean_error({"inspect", dir + "/hf", "--chat-template", "alpaca"}, "unknown chat template 'alpaca'");
+  write(dir + "/t.jinja", "{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}{% endfor %}");
+  r = tessera({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", dir + "/t.jinja"});
+  EXPECT_NE(r.out.find("chat prompt:   [USER] Hi\n"), std::string::npos) << r.out;
+  // chat_template.jinja beside tokenizer_config.json is the one transformers reads.
+  write(dir + "/hf/chat_template.jinja", "jinja file: {{ messages[0].content }}");
+  r = tessera({"inspect", dir + "/hf", "--chat", "Hi"});
+  EXPECT_NE(r.out.find("chat prompt:   jinja file: Hi\n"), std::string::npos) << r.out;
+  expect_clean_error({"inspect", dir + "/hf", "--chat-template", "alpaca"}, "'alpaca' is not a file");
+  write(dir + "/bad.jinja", "ok\n{% for x in %}");
+  expect_clean_error({"inspect", dir + "/hf", "--chat", "Hi", "--chat-template", dir + "/bad.jinja"}, "line 2");
 }
 
 TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {

@@ -104,13 +104,21 @@ TEST(OpenAiParse, ErrorBodyHasOpenAIsShape) {
 }
 
 TEST(ChatFormat, PlainJoinsContents) {
-  auto s = format_chat({{"system", "Be kind."}, {"user", "Tell a story."}}, "plain");
+  auto req = [](std::string body) { return std::get<ApiRequest>(parse_request(body, true)); };
+  ApiRequest r = req(
+      R"({"model":"m","messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Tell a story."}]})");
+  auto plain = make_chat_format("plain", {});
+  ASSERT_TRUE(plain.ok());
+  auto s = plain->formatter(r);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, "Be kind.\n\nTell a story.");
-  auto chatml = format_chat({{"system", "Be kind."}, {"user", "Hi"}}, "chatml");
+  EXPECT_EQ(s->text, "Be kind.\n\nTell a story.");
+  auto chatml = make_chat_format("chatml", {});
   ASSERT_TRUE(chatml.ok());
-  EXPECT_EQ(*chatml, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  auto bad = format_chat({{"user", "x"}}, "nope");
+  r = req(R"({"model":"m","messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Hi"}]})");
+  auto c = chatml->formatter(r);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->text, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  auto bad = make_chat_format("nope", {});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("plain"), std::string::npos);
 }

@@ -7,15 +7,18 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import net from 'node:net';
 import OpenAI from 'openai';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const BIN = process.env.TESSERA_BIN;
 const MODEL_DIR = process.env.TESSERA_MODEL_DIR;
 const MODEL = 'stories260K';
 
 // Starts `tessera serve --port 0 ...` and resolves once it prints its address.
-function startServer(extraArgs = []) {
+function startServer(extraArgs = [], chatTemplate = 'plain') {
   return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, ['serve', '--model', MODEL_DIR, '--port', '0', '--chat-template', 'plain', ...extraArgs],
+    const proc = spawn(BIN, ['serve', '--model', MODEL_DIR, '--port', '0', '--chat-template', chatTemplate, ...extraArgs],
                        { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '', err = '';
     const timer = setTimeout(() => reject(new Error(`server did not start: ${out} ${err}`)), 15000);
@@ -72,6 +75,46 @@ before(async () => {
 after(async () => {
   const code = await stopServer(server);
   assert.equal(code, 0, 'SIGTERM ends the server cleanly');
+});
+
+// A Hermes-style Jinja template (as Qwen's): tools are rendered into a system turn with tojson.
+const HERMES = `{% if tools %}<|im_start|>system
+<tools>
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}</tools>
+Answer with <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}`;
+
+test('tools from the OpenAI client reach the Jinja chat template; forcing a call is refused', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tessera-tools-'));
+  writeFileSync(join(dir, 'hermes.jinja'), HERMES);
+  const s = await startServer([], join(dir, 'hermes.jinja'));
+  try {
+    const c = new OpenAI({ apiKey: 'unused', baseURL: s.url + '/v1', maxRetries: 0, timeout: 60000 });
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather in a city',
+                     parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const plain = await c.chat.completions.create({ model: MODEL, messages, max_tokens: 20, temperature: 0 });
+    const withTools = await c.chat.completions.create({ model: MODEL, messages, tools, max_tokens: 20, temperature: 0 });
+    assert.ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 40,
+              `${withTools.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}: the tool schema is in the prompt`);
+    // stories260K writes no tool call: the reply is content, and streaming (which holds back what could
+    // open a call) gives the same text.
+    assert.equal(withTools.choices[0].message.tool_calls, undefined);
+    const stream = await c.chat.completions.create({ model: MODEL, messages, tools, max_tokens: 20, temperature: 0,
+                                                     stream: true });
+    let text = '';
+    for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? '';
+    assert.equal(text, withTools.choices[0].message.content);
+    await assert.rejects(
+      c.chat.completions.create({ model: MODEL, messages, tools, tool_choice: 'required', max_tokens: 5 }),
+      (e) => e.status === 400 && /tool_choice/.test(e.message));
+  } finally {
+    assert.equal(await stopServer(s), 0);
+  }
 });
 
 test('models endpoint lists the served model', async () => {

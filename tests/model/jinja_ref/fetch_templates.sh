@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Makes llama.cpp's chat templates (models/templates/*.jinja) available at the cache path the tests read:
-# $TESSERA_LLAMACPP_SRC (default ~/.cache/tessera/llama.cpp/src). llama.cpp's source comes the way the
-# project gets it everywhere (docs/architecture.md): `npm pack node-llama-cpp@3.21.1`, whose
-# package/llama/gitRelease.bundle is a git bundle of the source. Does nothing when the folder exists.
+# $TESSERA_LLAMACPP_SRC (default: where scripts/llamacpp.sh keeps the source,
+# ${TESSERA_CACHE:-~/.cache/tessera}/llama.cpp/3.21.1/src). The source comes the way scripts/llamacpp.sh
+# gets it: `npm pack node-llama-cpp@3.21.1`, whose package/llama/gitRelease.bundle is a git bundle of it;
+# llamacpp.sh reuses the clone (it only builds). Does nothing when the folder exists.
 set -euo pipefail
-src="${TESSERA_LLAMACPP_SRC:-$HOME/.cache/tessera/llama.cpp/src}"
+src="${TESSERA_LLAMACPP_SRC:-${TESSERA_CACHE:-$HOME/.cache/tessera}/llama.cpp/3.21.1/src}"
 if [ -d "$src/models/templates" ]; then exit 0; fi
 if [ -e "$src" ]; then
   echo "fetch_templates: $src exists but has no models/templates; remove it to fetch again" >&2

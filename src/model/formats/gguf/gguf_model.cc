@@ -201,6 +201,10 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     auto t = c.get_string("tokenizer.chat_template");
     if (t.ok()) m.chat_template = *t;
   }
+  if (c.find("tokenizer.chat_template.tool_use")) {  // llama.cpp's name for a named "tool_use" template
+    auto t = c.get_string("tokenizer.chat_template.tool_use");
+    if (t.ok()) m.chat_template_tool_use = *t;
+  }
   if (c.find("tokenizer.ggml.model")) {
     auto v = read_gguf_vocab(c);
     if (!v.ok()) return ctx(v.status());

@@ -30,6 +30,7 @@ struct GgufModel {
   std::optional<Vocab> vocab;            // when the file embeds a tokenizer
   std::unique_ptr<Tokenizer> tokenizer;  // built from `vocab`
   std::string chat_template;             // tokenizer.chat_template, when present
+  std::string chat_template_tool_use;    // tokenizer.chat_template.tool_use, when present
   std::string name;                      // general.name, when present
 };
 

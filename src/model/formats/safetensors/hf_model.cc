@@ -439,9 +439,16 @@ Result<HfModel> load_hf_model(const std::string& dir) {
         for (const Json& e : t) {
           if (!e.is_object() || !e.contains("name") || !e.contains("template")) continue;
           if (e["name"] == "default" && e["template"].is_string()) m.chat_template = e["template"].get<std::string>();
+          if (e["name"] == "tool_use" && e["template"].is_string())
+            m.chat_template_tool_use = e["template"].get<std::string>();
         }
       }
     }
+  }
+  // transformers writes the template to its own file and reads that file first.
+  fs::path jinja = d / "chat_template.jinja";
+  if (fs::exists(jinja, ec)) {
+    TS_ASSIGN_OR_RETURN(m.chat_template, read_file(jinja.string()));
   }
   return m;
 }

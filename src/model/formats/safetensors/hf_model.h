@@ -25,7 +25,8 @@ struct HfModel {
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.json
-  std::string chat_template;             // tokenizer_config.json's chat_template, when present
+  std::string chat_template;             // chat_template.jinja, else tokenizer_config.json's chat_template
+  std::string chat_template_tool_use;    // its named "tool_use" template, when present
 };
 
 // Does `dir` hold a config.json?

@@ -1,0 +1,185 @@
+#include "model/chat_template_renderer.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
+#include "model/jinja/template.h"
+#include "model/loader.h"
+#include "model/tokenizer/vocab.h"
+
+namespace tessera::model {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+ToolCallFormat detect_tool_format(std::string_view t) {
+  if (t.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (t.find("<|python_tag|>") != std::string_view::npos ||
+      (t.find("<|start_header_id|>") != std::string_view::npos && t.find("parameters") != std::string_view::npos &&
+       t.find("tools") != std::string_view::npos))
+    return ToolCallFormat::kLlama3Json;
+  return ToolCallFormat::kNone;
+}
+
+// Messages for a fallback family: text content only.
+Result<std::vector<ChatMessage>> plain_messages(const Json& messages) {
+  std::vector<ChatMessage> out;
+  for (const Json& m : messages) {
+    ChatMessage c;
+    c.role = m.value("role", "");
+    if (c.role == "developer") c.role = "system";
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
+      return invalid_argument(
+          "tool calls in messages need a Jinja chat template (the model's own, or --chat-template FILE)");
+    const Json& content = m.contains("content") ? m["content"] : Json();
+    if (content.is_string()) {
+      c.content = content.get<std::string>();
+    } else if (content.is_array()) {
+      for (const Json& p : content)
+        if (p.is_object() && p.contains("text") && p["text"].is_string()) c.content += p["text"].get<std::string>();
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const jinja::Template>> compile(std::string_view source, std::string_view what) {
+  auto t = jinja::Template::parse(source);
+  if (!t.ok()) return invalid_argument(fmt::format("{} does not parse: {}", what, t.status().message()));
+  return std::make_shared<const jinja::Template>(std::move(*t));
+}
+
+// A --chat-template file: a Jinja file, or a JSON file with "chat_template" (tokenizer_config.json).
+Result<std::string> template_from_file(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  if (!text.empty() && text[0] == '{' && text.find("{{") == std::string::npos && text.find("{%") == std::string::npos)
+    return invalid_argument(fmt::format("{} is neither a Jinja template nor JSON with a chat_template", path));
+  if (!text.empty() && text[0] == '{') {
+    Json j = Json::parse(text, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("chat_template")) {
+      const Json& t = j["chat_template"];
+      if (t.is_string()) return t.get<std::string>();
+      if (t.is_array())
+        for (const Json& e : t)
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+            return e["template"].get<std::string>();
+      return invalid_argument(fmt::format("{}: chat_template has no default template", path));
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+ModelChatInfo model_chat_info(const LoadedModel& m) {
+  ModelChatInfo info;
+  info.chat_template = m.chat_template;
+  info.tool_use_template = m.chat_template_tool_use;
+  if (m.tokenizer) {
+    auto vocab = m.tokenizer->to_vocab();
+    if (vocab.ok()) {
+      auto text = [&](TokenId id) {
+        return id >= 0 && static_cast<size_t>(id) < vocab->tokens.size() ? vocab->tokens[static_cast<size_t>(id)]
+                                                                         : std::string();
+      };
+      info.bos_token = text(m.tokenizer->bos_id());
+      info.eos_token = text(m.tokenizer->eos_id());
+    }
+  }
+  return info;
+}
+
+std::string_view tool_call_format_name(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kNone:
+      return "none";
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3-json";
+  }
+  return "?";
+}
+
+Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec, const ModelChatInfo& model) {
+  ChatTemplateRenderer r;
+  r.bos_ = model.bos_token;
+  r.eos_ = model.eos_token;
+  std::string source;
+  if (spec.empty()) {
+    if (model.chat_template.empty())
+      return failed_precondition(
+          fmt::format("the model has no chat template; choose one with --chat-template (a file, or one of: {})",
+                      fmt::join(chat_template_names(), ", ")));
+    source = model.chat_template;
+    r.description_ = "the model's chat template";
+    if (!model.tool_use_template.empty()) {
+      TS_ASSIGN_OR_RETURN(r.jinja_tool_use_, compile(model.tool_use_template, "the model's tool_use chat template"));
+    }
+  } else if (auto family = chat_template_from_name(spec); family.ok()) {
+    r.family_ = *family;
+    r.description_ = fmt::format("{} (named fallback)", spec);
+    r.tool_format_ = *family == ChatTemplate::kChatml   ? ToolCallFormat::kHermes
+                     : *family == ChatTemplate::kLlama3 ? ToolCallFormat::kLlama3Json
+                                                        : ToolCallFormat::kNone;
+    return r;
+  } else if (spec.find("{{") != std::string_view::npos || spec.find("{%") != std::string_view::npos) {
+    source = std::string(spec);
+    r.description_ = "the --chat-template text";
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::string(spec), ec))
+      return not_found(fmt::format("--chat-template '{}' is not a file, a template or a known name ({})", spec,
+                                   fmt::join(chat_template_names(), ", ")));
+    TS_ASSIGN_OR_RETURN(source, template_from_file(std::string(spec)));
+    r.description_ = fmt::format("the template file {}", spec);
+  }
+  TS_ASSIGN_OR_RETURN(r.jinja_, compile(source, r.description_));
+  r.tool_format_ = detect_tool_format(source);
+  r.takes_tools_ = source.find("tools") != std::string::npos || r.jinja_tool_use_ != nullptr;
+  return r;
+}
+
+Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json, std::string_view tools_json,
+                                                  bool add_generation_prompt) const {
+  Json messages = Json::parse(messages_json, nullptr, false);
+  if (messages.is_discarded() || !messages.is_array()) return invalid_argument("messages must be a JSON array");
+  RenderedChat out;
+  if (family_) {
+    if (!tools_json.empty())
+      return invalid_argument(fmt::format(
+          "tools need a Jinja chat template (the model's own, or --chat-template FILE); this server uses {}",
+          description_));
+    TS_ASSIGN_OR_RETURN(std::vector<ChatMessage> plain, plain_messages(messages));
+    TS_ASSIGN_OR_RETURN(out.text, render_chat(*family_, plain, add_generation_prompt));
+    out.add_bos = true;  // the families leave BOS to the tokenizer
+    return out;
+  }
+  Json ctx = Json::object();
+  ctx["messages"] = std::move(messages);
+  if (!tools_json.empty()) {
+    Json tools = Json::parse(tools_json, nullptr, false);
+    if (tools.is_discarded() || !tools.is_array()) return invalid_argument("tools must be a JSON array");
+    ctx["tools"] = std::move(tools);
+  }
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = bos_;
+  ctx["eos_token"] = eos_;
+  TS_ASSIGN_OR_RETURN(jinja::Value v, jinja::value_from_json(ctx.dump()));
+  const jinja::Template& t = (!tools_json.empty() && jinja_tool_use_) ? *jinja_tool_use_ : *jinja_;
+  auto text = t.render(v.obj());
+  if (!text.ok()) {
+    return Status(text.status().code(), fmt::format("{}: {}", description_, text.status().message()));
+  }
+  out.text = std::move(*text);
+  if (!bos_.empty() && out.text.compare(0, bos_.size(), bos_) == 0) {
+    out.text.erase(0, bos_.size());
+    out.add_bos = true;
+  }
+  return out;
+}
+
+}  // namespace tessera::model

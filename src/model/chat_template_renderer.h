@@ -1,0 +1,83 @@
+// The chat template a server renders prompts with: the model's own Jinja template (GGUF
+// `tokenizer.chat_template`, tokenizer_config.json `chat_template` as a string or a list of named templates,
+// or chat_template.jinja), a file or inline template given as `--chat-template` (as vLLM takes it), or one
+// of the named fallback families of chat_template.h ("llama-2", "llama-3", "chatml").
+//
+// Jinja templates see what transformers passes: `messages` (OpenAI messages, assistant `tool_calls` with
+// `arguments` as an object), `tools` when the request has them, `add_generation_prompt`, `bos_token` and
+// `eos_token` (the tokenizer's strings). A model with a "tool_use" named template renders with it when the
+// request has tools, as transformers does. Like transformers and vLLM, the rendered text is tokenized
+// without adding BOS: when the template writes the BOS token itself, `add_bos` says so (it is removed
+// from the text, and the tokenizer adds the token), so that the prompt holds exactly one BOS.
+//
+// Thread-safety: immutable after choose(); render() may run on many threads at once.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "model/chat_template.h"
+
+namespace tessera::model {
+
+namespace jinja {
+class Template;
+}
+
+// How a model writes tool calls in its output, for the server to parse them back into `tool_calls`.
+enum class ToolCallFormat : uint8_t {
+  kNone,
+  kHermes,      // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen2.5, Qwen3, chatml)
+  kLlama3Json,  // {"name": ..., "parameters": {...}} as the whole reply, or after <|python_tag|> (Llama 3.x)
+};
+std::string_view tool_call_format_name(ToolCallFormat f);
+
+// What a model file says about chat: its templates and special-token strings.
+struct ModelChatInfo {
+  std::string chat_template;         // the default template (empty: none)
+  std::string tool_use_template;     // a named "tool_use" template, when the model has one
+  std::string bos_token, eos_token;  // token strings ("<|begin_of_text|>"); empty when the model has none
+};
+
+struct LoadedModel;
+// The templates of a loaded model, and its BOS/EOS token strings from its tokenizer (as transformers
+// passes bos_token / eos_token: the tokens' text, "" when the tokenizer has none).
+ModelChatInfo model_chat_info(const LoadedModel& m);
+
+struct RenderedChat {
+  std::string text;
+  // Tokenize with the tokenizer's BOS: the template wrote bos_token first (removed from `text`), or a fallback
+  // family, which leaves BOS to the tokenizer. False: the text is the whole prompt.
+  bool add_bos = false;
+};
+
+class ChatTemplateRenderer {
+ public:
+  // `spec` as --chat-template takes it: empty (the model's own template; FailedPrecondition when it has
+  // none), a fallback family name, a path to a template file, or a template itself (text with "{{" or
+  // "{%"). InvalidArgument naming the line when a template does not parse; NotFound for a missing file.
+  static Result<ChatTemplateRenderer> choose(std::string_view spec, const ModelChatInfo& model);
+
+  // `messages_json`: a JSON array of messages; `tools_json`: a JSON array of tools or empty. Returns
+  // InvalidArgument with the template's own message when it refuses the conversation (raise_exception).
+  Result<RenderedChat> render(std::string_view messages_json, std::string_view tools_json,
+                              bool add_generation_prompt) const;
+
+  // "the model's chat template", "chatml (named fallback)", "template file x.jinja": for logs and errors.
+  const std::string& description() const { return description_; }
+  ToolCallFormat tool_call_format() const { return tool_format_; }
+  bool takes_tools() const { return takes_tools_; }
+
+ private:
+  std::optional<ChatTemplate> family_;
+  std::shared_ptr<const jinja::Template> jinja_, jinja_tool_use_;
+  std::string bos_, eos_;
+  std::string description_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
+  bool takes_tools_ = false;
+};
+
+}  // namespace tessera::model
