@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -19,30 +18,20 @@
 
 #include "base/mapped_file.h"
 #include "model/tokenizer/gguf_vocab.h"
+#include "support/paths.h"
 
 namespace tessera::model {
 namespace {
 namespace fs = std::filesystem;
 
-// Where llama.cpp's models/ folder may be: $TESSERA_LLAMACPP_SRC/models, next to the binaries that
-// scripts/llamacpp.sh built ($TESSERA_LLAMACPP_BIN/../../src/models), or in its cache.
-std::string vocab_dir() {
-  std::vector<fs::path> candidates;
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) candidates.push_back(fs::path(s) / "models");
-  if (const char* b = std::getenv("TESSERA_LLAMACPP_BIN"))
-    candidates.push_back(fs::path(b) / ".." / ".." / "src" / "models");
-  std::string cache = std::getenv("TESSERA_CACHE") ? std::getenv("TESSERA_CACHE")
-                      : std::getenv("HOME")        ? std::string(std::getenv("HOME")) + "/.cache/tessera"
-                                                   : "/root/.cache/tessera";
-  candidates.push_back(fs::path(cache) / "llama.cpp" / "3.21.1" / "src" / "models");
-  candidates.push_back(fs::path(cache) / "llama.cpp" / "src" / "models");
-  std::error_code ec;
-  for (const fs::path& p : candidates)
-    if (fs::exists(p / "ggml-vocab-llama-spm.gguf", ec)) return p.lexically_normal().string();
-  std::string tried;
-  for (const fs::path& p : candidates) tried += " " + p.string();
-  return "(not found; looked in" + tried + ")";
-}
+std::string vocab_dir() { return testing::llamacpp_vocab_dir(); }
+
+#define TS_REQUIRE_VOCABS()                                                                                 \
+  do {                                                                                                      \
+    if (vocab_dir().empty())                                                                                \
+      GTEST_SKIP() << "llama.cpp's models/ folder is not here (scripts/llamacpp.sh unpacks it); looked in " \
+                   << testing::llamacpp_vocab_candidates();                                                 \
+  } while (0)
 
 std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
@@ -97,8 +86,8 @@ std::string escape(const std::string& s) {
 class LlamaCppVocab : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LlamaCppVocab, IdsEqualTheReferenceVectors) {
+  TS_REQUIRE_VOCABS();
   const std::string dir = vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP() << "llama.cpp's models/ folder " << dir << " (scripts/llamacpp.sh fetches it)";
   const std::string base = dir + "/ggml-vocab-" + GetParam() + ".gguf";
   if (!fs::exists(base + ".inp")) GTEST_SKIP() << base << ".inp is not in this llama.cpp version";
   auto tok = load_gguf_tokenizer(base);
@@ -146,7 +135,7 @@ std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& 
 
 // What the vectors do not cover: special tokens in text, BOS/EOS per family, whitespace stripping.
 TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily) {
-  if (!fs::exists(vocab_dir())) GTEST_SKIP() << "llama.cpp's models/ folder " << vocab_dir();
+  TS_REQUIRE_VOCABS();
   using Opt = Tokenizer::EncodeOptions;
   // Llama 3: BOS 128000 added (llama.cpp's default for the type; the file does not say), control tokens.
   auto llama3 = load_vocab("llama-bpe");
@@ -193,8 +182,8 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
 
 // The families Tessera does not tokenize are refused with the name of what is missing.
 TEST(LlamaCppVocabRefused, UnsupportedModelsAreNamed) {
+  TS_REQUIRE_VOCABS();
   const std::string dir = vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP() << "llama.cpp's models/ folder " << dir << " (scripts/llamacpp.sh fetches it)";
   for (auto [file, name] : {std::pair{"bert-bge", "bert"}, {"nomic-bert-moe", "t5"}, {"gemma-4", "gemma4"}}) {
     std::string path = dir + "/ggml-vocab-" + file + ".gguf";
     if (!fs::exists(path)) continue;

@@ -363,6 +363,10 @@ bool BpeTokenizer::is_special(TokenId token) const {
   return a != nullptr && a->special;
 }
 
+std::string BpeTokenizer::special_text(TokenId token) const {
+  return is_special(token) ? spec_.tokens[static_cast<size_t>(token)] : std::string();
+}
+
 std::string BpeTokenizer::decode_piece(TokenId prev, TokenId token) const {
   if (token < 0 || token >= vocab_size()) return {};
   const std::string& t = spec_.tokens[static_cast<size_t>(token)];
