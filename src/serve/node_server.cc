@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
+#include "serve/tokenize_api.h"
 
 namespace tessera::serve {
 namespace {
@@ -421,6 +422,16 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
   });
   d->server.route("POST", "/v1/chat/completions", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
     d->handle_generate(r, std::move(w), true);
+  });
+  // vLLM's tokenizer routes (serve/tokenize_api.h); public, like /v1/*.
+  d->server.route("POST", "/tokenize", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+    TokenizeReply t = tokenize_request(r.body, d->engine.tokenizer(), d->options.chat, d->options.model_name,
+                                       d->engine.config().max_seq_len);
+    w->send(t.status, t.body);
+  });
+  d->server.route("POST", "/detokenize", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);
+    w->send(t.status, t.body);
   });
   d->server.route("GET", "/v1/models", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     json m = {{"id", d->options.model_name},

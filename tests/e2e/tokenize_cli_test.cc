@@ -5,7 +5,12 @@
 
 #include <algorithm>
 
+#include <csignal>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "http/http.h"
 
 #include "model/tokenizer/gguf_vocab.h"
 #include "model/tokenizer/load_tokenizer.h"
@@ -72,6 +77,41 @@ TEST(TokenizeCli, VocabOnlyGgufFiles) {
                         "outside the vocabulary of 128256");
   expect_one_line_error(tessera({"tokenize", "--model", llama3}), "give TEXT");
   expect_one_line_error(tessera({"tokenize", "--model", vocabs + "/ggml-vocab-bert-bge.gguf", "hi"}), "'bert'");
+}
+
+// The routes on a real `tessera serve`: /tokenize gives the ids /v1/completions is charged for, and
+// /detokenize turns them back into the prompt.
+TEST(TokenizeRoutes, ServeAnswersTokenizeAndDetokenize) {
+  TS_REQUIRE_STORIES260K();
+  using json = nlohmann::json;
+  testing::BackgroundProcess server(
+      {testing::tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0"});
+  int port = testing::port_from_line(server.wait_for_line("listening on"));
+  ASSERT_GT(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto post = [&](const std::string& path, const json& body) {
+    auto r = http::fetch(
+        {.method = "POST", .url = url + path, .headers = {{"Content-Type", "application/json"}}, .body = body.dump()});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::pair{r->status, json::parse(r->body, nullptr, false)} : std::pair{0, json()};
+  };
+  const std::string prompt = "Once upon a time";
+  auto [st, tk] = post("/tokenize", {{"model", "stories260K"}, {"prompt", prompt}});
+  ASSERT_EQ(st, 200) << tk.dump();
+  auto [cst, completion] =
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}});
+  ASSERT_EQ(cst, 200) << completion.dump();
+  EXPECT_EQ(tk["count"], completion["usage"]["prompt_tokens"]);
+  auto [dst, dt] =
+      post("/detokenize", {{"model", "stories260K"}, {"tokens", tk["tokens"]}, {"skip_special_tokens", true}});
+  ASSERT_EQ(dst, 200) << dt.dump();
+  EXPECT_EQ(dt["prompt"], prompt);
+  auto [est, err] = post("/detokenize", {{"tokens", {1, 100000}}});
+  EXPECT_EQ(est, 400);
+  EXPECT_EQ(err["error"]["param"], "tokens");
+  auto [mst, merr] = post("/tokenize", {{"model", "gpt-9"}, {"prompt", "x"}});
+  EXPECT_EQ(mst, 404);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
 TEST(TokenizeCli, MissingModelIsAnError) {
