@@ -149,8 +149,8 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
       llama3->tokenize("<|begin_of_text|>Hello", {.add_special = false, .parse_special = false});
   EXPECT_GT(plain.size(), 3u);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 128000), 0);
-  EXPECT_EQ(llama3->decode(plain), "<|begin_of_text|>Hello");
-  EXPECT_TRUE(llama3->is_special(128009));  // <|eot_id|>
+  EXPECT_EQ(llama3->decode(plain), "<|begin_of_text|>Hello");  // plain text, not the control token
+  EXPECT_TRUE(llama3->is_special(128009));                     // <|eot_id|>
   EXPECT_FALSE(llama3->is_special(9906));
 
   // Qwen2: no BOS even though the file names one; <|im_start|> parsed as one token.
@@ -159,7 +159,10 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
   std::vector<TokenId> user = qwen->tokenize("user", {.add_special = false, .parse_special = false});
   EXPECT_EQ(qwen->encode("user", true), user);
   EXPECT_EQ(qwen->encode("<|im_start|>user", true), concat({151644}, user));
-  EXPECT_EQ(qwen->decode(std::vector<TokenId>{151644, 151645}), "<|im_start|><|im_end|>");
+  EXPECT_EQ(qwen->decode(std::vector<TokenId>{151644, 151645}, /*skip_special=*/false), "<|im_start|><|im_end|>");
+  // Generated text leaves special tokens out (vLLM's skip_special_tokens default).
+  EXPECT_EQ(qwen->decode_piece(872, 151645), "");
+  EXPECT_EQ(llama3->decode_piece(9906, 128009), "");
   EXPECT_EQ(qwen->decode(concat({151644}, user), /*skip_special=*/true), "user");
 
   // Llama 2 (SentencePiece): BOS 1; "</s>" is the EOS control token only with parse_special, and the text

@@ -47,8 +47,9 @@ class Tokenizer {
   virtual std::string special_text(TokenId /*token*/) const { return {}; }
 
   // The bytes `token` contributes to the output text when it follows `prev` (some formats drop a
-  // leading space after BOS). Byte tokens yield their raw byte, so a multi-byte UTF-8 character spread
-  // over several tokens comes out whole once all of them are concatenated.
+  // leading space after BOS); nothing for special tokens (is_special), which generated text leaves out. Byte tokens
+  // yield their raw byte, so a multi-byte UTF-8 character spread over several tokens comes out whole once all of them
+  // are concatenated.
   virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
 
   // A short name of the algorithm ("llama2c", "sentencepiece-bpe", "bpe", "byte-level-bpe", ...).
