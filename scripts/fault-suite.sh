@@ -7,13 +7,13 @@
 #   scripts/fault-suite.sh            8 clients x 100 requests x 32 tokens per scenario -> docs/faults.md
 #   scripts/fault-suite.sh --quick    4 clients x 12 requests x 16 tokens (what CI runs) -> build/faults-quick.md
 #   options: --out FILE, --clients N, --requests N, --tokens N, --only "NAME ..." (names: see SCENARIOS)
-# Environment: TESSERA_BIN (default build/release/bin/tessera), TESSERA_MODEL_DIR (../shared/models/stories260K).
+# Environment: TESSERA_BIN (default build/release/bin/tessera), TESSERA_MODEL_DIR (models/stories260K).
 # The partition scenario needs root and `ip netns`; otherwise its row says why it was skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 BIN="${TESSERA_BIN:-$root/build/release/bin/tessera}"
-MODEL="${TESSERA_MODEL_DIR:-$root/../shared/models/stories260K}"
+MODEL="${TESSERA_MODEL_DIR:-$root/models/stories260K}"
 quick=0
 clients=8 requests=100 tokens=32
 out=""

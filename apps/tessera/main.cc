@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "commands.h"
+#include "ops/cpu/cpu_backend.h"
 
 namespace tessera::cli {
 
@@ -20,6 +22,12 @@ int main(int argc, char** argv) {
   CLI::App app("Tessera: LLM serving across unlike accelerators", "tessera");
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
+  // Global, accepted before or after the subcommand; exported as TESSERA_CPU_ISA so that every cpu backend
+  // this process creates (and every child `tessera up` starts) uses the same kernels.
+  std::string cpu_isa;
+  app.add_option("--cpu-isa", cpu_isa,
+                 "cpu kernels: auto, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
+  app.fallthrough();
   std::vector<std::pair<CLI::App*, Action>> actions;
   auto add = [&](Action (*adder)(CLI::App&)) {
     Action a = adder(app);
@@ -65,6 +73,15 @@ int main(int argc, char** argv) {
     for (char& c : what) c = c == '\n' ? ' ' : c;
     std::fprintf(stderr, "tessera: error: %s (run 'tessera --help' for usage)\n", what.c_str());
     return 2;
+  }
+  if (!cpu_isa.empty()) {
+    auto isa = tessera::ops::cpu::parse_isa(cpu_isa);
+    if (!isa.ok()) return fail("--cpu-isa: " + isa.status().message());
+    if (!tessera::ops::cpu::isa_supported(*isa)) {
+      return fail("--cpu-isa " + cpu_isa +
+                  ": this processor cannot run those kernels (it runs: " + tessera::ops::cpu::detected_isa() + ")");
+    }
+    setenv("TESSERA_CPU_ISA", cpu_isa.c_str(), 1);
   }
   for (auto& [sub, action] : actions) {
     if (sub->parsed()) return action();

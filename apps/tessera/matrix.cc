@@ -26,6 +26,7 @@
 #include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "model/loader.h"
+#include "model_paths.h"
 #include "ops/conformance/conformance.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
@@ -114,6 +115,16 @@ int run_matrix(const MatrixArgs& a) {
     auto d = ops::open_device(name, 0, ops::DeviceOptions{a.threads, ""});
     backends.push_back({name, d.ok() ? std::move(d).value() : nullptr, d.ok() ? "" : d.status().message()});
   }
+  // The cpu backend's other kernel variants this processor runs (the registry's "cpu" is the one auto picks).
+  if (auto chosen = ops::cpu::create_backend(); chosen.ok()) {
+    for (ops::cpu::Isa isa : ops::cpu::runnable_isas()) {
+      auto be = ops::cpu::create_backend(isa);
+      if (!be.ok()) continue;
+      auto d = (*be)->open_device_with(0, ops::DeviceOptions{a.threads, ""});
+      if (!d.ok() || ops::cpu::detected_isa().rfind(std::string(ops::cpu::isa_name(isa)), 0) == 0) continue;
+      backends.push_back({fmt::format("cpu({})", ops::cpu::isa_name(isa)), std::move(d).value(), ""});
+    }
+  }
   for (const char* known : {"ref", "cpu", "opencl", "cuda"}) {
     bool have = false;
     for (const Backend& b : backends) have = have || b.name == known;
@@ -160,8 +171,8 @@ int run_matrix(const MatrixArgs& a) {
   }
 
   // Models x backends.
-  const std::string model_dir =
-      a.model_dir.empty() ? std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K" : a.model_dir;
+  auto bundled = default_model_dir();
+  const std::string model_dir = !a.model_dir.empty() ? a.model_dir : bundled.ok() ? *bundled : "models/stories260K";
   const char* kModelDtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
   std::vector<std::vector<ModelCheck>> model_rows(std::size(kModelDtypes), std::vector<ModelCheck>(backends.size()));
   auto model = model::load_model(model_dir);

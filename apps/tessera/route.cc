@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include "auth_flags.h"
 #include "commands.h"
 #include "ctrl/embedded_server.h"
 #include "ctrl/store.h"
@@ -46,6 +47,8 @@ struct RouteArgs {
   int upstream_timeout_s = 600;
   int io_threads = 2;
   uint64_t seed = 1;
+  std::string cluster_token_file;
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 int run_route(const RouteArgs& a) {
@@ -58,6 +61,10 @@ int run_route(const RouteArgs& a) {
   if (!a.ctrl.empty() && a.ctrl_embedded) {
     return fail("--ctrl (an external control plane) and --ctrl-embedded (one hosted here) exclude each other");
   }
+  auto token = cluster_token_from_flag(a.cluster_token_file, "route", "/admin/* and the control plane");
+  if (!token.ok()) return fail(token.status().message());
+  if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
+  const ctrl::StoreAuth store_auth{.cluster_token = *token, .tls_ca_file = a.tls_ca};
   const bool discovery = !a.ctrl.empty() || a.ctrl_embedded;
   std::vector<router::NodeSpec> nodes;
   if (!a.nodes.empty() || !discovery) {
@@ -69,7 +76,7 @@ int run_route(const RouteArgs& a) {
   }
   std::unique_ptr<ctrl::Store> store;
   if (!a.ctrl.empty()) {
-    auto s = ctrl::make_store_from_flag(a.ctrl);
+    auto s = ctrl::make_store_from_flag(a.ctrl, store_auth);
     if (!s.ok()) return fail(s.status().message());
     store = std::move(s).value();
   }
@@ -78,6 +85,10 @@ int run_route(const RouteArgs& a) {
   o.http.host = a.host;
   o.http.port = static_cast<uint16_t>(a.port);
   o.http.io_threads = a.io_threads;
+  o.http.tls_cert_file = a.tls_cert;
+  o.http.tls_key_file = a.tls_key;
+  o.cluster_token = *token;
+  o.upstream_tls_ca_file = a.tls_ca;
   o.strategy = a.strategy;
   o.strategy_options.seed = a.seed;
   o.strategy_options.block_tokens = a.block_size;
@@ -118,7 +129,7 @@ int run_route(const RouteArgs& a) {
   // is started and stopped after it (the routes point at it).
   std::unique_ptr<ctrl::EmbeddedServer> hosted;
   if (a.ctrl_embedded) {
-    hosted = std::make_unique<ctrl::EmbeddedServer>();
+    hosted = std::make_unique<ctrl::EmbeddedServer>(SteadyClock::instance(), *token);
     hosted->mount((*gateway)->http_server());
   }
   std::vector<std::unique_ptr<router::MembershipSource>> sources;
@@ -127,9 +138,9 @@ int run_route(const RouteArgs& a) {
     if (Status s = m->start(**gateway); !s.ok()) return fail(s.message());
   }
   if (Status s = (*gateway)->start(); !s.ok()) return fail(s.message());
-  const std::string self = fmt::format("http://{}:{}", a.host, (*gateway)->port());
+  const std::string self = fmt::format("{}://{}:{}", a.tls_cert.empty() ? "http" : "https", a.host, (*gateway)->port());
   if (hosted) {
-    auto s = ctrl::make_store("embedded", self);
+    auto s = ctrl::make_store("embedded", self, store_auth);
     if (!s.ok()) return fail(s.status().message());
     store = std::move(s).value();
   }
@@ -166,6 +177,13 @@ Action add_route_command(CLI::App& app) {
                   "etcd=http://host:port");
   cmd->add_flag("--ctrl-embedded", a->ctrl_embedded,
                 "Host the embedded control plane on this router's port (nodes register with --ctrl ROUTER_URL)");
+  cmd->add_option("--cluster-token-file", a->cluster_token_file,
+                  "The cluster credential (mode 0600): required on /admin/* and the hosted control plane, sent to "
+                  "the nodes and an external --ctrl; none: those are open (docs/security.md)");
+  cmd->add_option("--tls-cert", a->tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
+  cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", a->tls_ca,
+                  "CA file trusted for https:// nodes and control plane (default: the system's)");
   cmd->add_option("--strategy", a->strategy,
                   "round_robin | weighted_random | consistent_hash | least_latency | prefix_cache | kv_aware")
       ->capture_default_str();

@@ -1,6 +1,8 @@
 // `tessera serve`: one node serving the OpenAI API from one model on one backend.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <pthread.h>
 #include <signal.h>
 
@@ -11,6 +13,7 @@
 
 #include <fmt/core.h>
 
+#include "auth_flags.h"
 #include "base/dtype.h"
 #include "commands.h"
 #include "ctrl/registry.h"
@@ -57,6 +60,9 @@ struct ServeArgs {
   std::string ctrl;
   std::string advertise_url;
   int ctrl_ttl_ms = 3000;
+  std::string cluster_token_file;
+  std::vector<std::string> api_keys;
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -67,8 +73,15 @@ int run_serve(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  auto token = cluster_token_from_flag(a.cluster_token_file, "serve", "/internal/pd/* and the link port");
+  if (!token.ok()) return fail(token.status().message());
+  if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
+  // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
+  std::fprintf(stderr, "tessera serve: loaded %s (%s), tokenizer %s\n",
+               std::filesystem::absolute(model->checkpoint_path).lexically_normal().c_str(), model->format.c_str(),
+               std::filesystem::absolute(model->tokenizer_path).lexically_normal().c_str());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
   auto device = ops::open_device(a.backend, 0, dopts);
@@ -108,6 +121,10 @@ int run_serve(const ServeArgs& a) {
   no.http.host = a.host;
   no.http.port = static_cast<uint16_t>(a.port);
   no.http.io_threads = a.io_threads;
+  no.http.tls_cert_file = a.tls_cert;
+  no.http.tls_key_file = a.tls_key;
+  no.api_keys = a.api_keys;
+  no.cluster_token = *token;
   // The template: --chat-template, else the family of the model's own template (tokenizer_config.json or
   // GGUF); a model with neither serves /v1/completions only and says so on /v1/chat/completions.
   std::string chat_name = a.chat_template;
@@ -130,6 +147,7 @@ int run_serve(const ServeArgs& a) {
     po.overlap = a.pd_overlap == "on";
     po.transfer_timeout_ms = a.pd_timeout_ms;
     po.link_endpoints = a.link_endpoints;
+    po.cluster_token = *token;
     auto created = serve::PdService::create(engine, po);
     if (!created.ok()) return fail(created.status().message());
     pd = std::move(created).value();
@@ -143,11 +161,13 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<ctrl::Store> ctrl_store;
   std::unique_ptr<ctrl::Registration> registration;
   if (!a.ctrl.empty()) {
-    auto store = ctrl::make_store_from_flag(a.ctrl);
+    auto store = ctrl::make_store_from_flag(a.ctrl, {.cluster_token = *token, .tls_ca_file = a.tls_ca});
     if (!store.ok()) return fail(store.status().message());
     ctrl_store = std::move(store).value();
     ctrl::NodeInfo info;
-    info.address = a.advertise_url.empty() ? fmt::format("http://{}:{}", a.host, node.port()) : a.advertise_url;
+    info.address = a.advertise_url.empty()
+                       ? fmt::format("{}://{}:{}", a.tls_cert.empty() ? "http" : "https", a.host, node.port())
+                       : a.advertise_url;
     info.id = fmt::format("{}-{}", a.role, info.address.substr(info.address.find("//") + 2));
     info.role = a.role;
     info.backend = a.backend;
@@ -159,9 +179,9 @@ int run_serve(const ServeArgs& a) {
       return fail(fmt::format("cannot register with the control plane {}: {}", a.ctrl, reg.status().message()));
     registration = std::move(reg).value();
   }
-  std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on http://%s:%u\n",
-              a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size, a.host.c_str(),
-              node.port());
+  std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on %s://%s:%u\n",
+              a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size,
+              a.tls_cert.empty() ? "http" : "https", a.host.c_str(), node.port());
   std::fflush(stdout);
 
   int sig = 0;
@@ -221,6 +241,14 @@ Action add_serve_command(CLI::App& app) {
                   "--ctrl: lease TTL; a node that dies disappears from the control plane within it")
       ->check(CLI::Range(100, 600000))
       ->capture_default_str();
+  cmd->add_option("--cluster-token-file", args->cluster_token_file,
+                  "The cluster credential (mode 0600): required on /internal/pd/* and link connections, and what "
+                  "lets the router's internal fields through; none: those are open (docs/security.md)");
+  cmd->add_option("--api-key", args->api_keys,
+                  "Accepted API key on /v1/* (Authorization: Bearer KEY; repeatable); none: no key needed");
+  cmd->add_option("--tls-cert", args->tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
+  cmd->add_option("--tls-key", args->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", args->tls_ca, "CA file trusted for an https:// --ctrl (default: the system's)");
   cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")
       ->check(CLI::Range(1, 4096))

@@ -34,7 +34,10 @@ int run_synth(const SynthArgs& a) {
   model::ModelWriteOptions o;
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);
-    if (!d) return fail(fmt::format("unknown --dtype '{}' (f32, f16, bf16, q8_0, q4_0)", a.dtype));
+    if (!d)
+      return fail(fmt::format(
+          "unknown --dtype '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)",
+          a.dtype));
     o.dtype = *d;
   }
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
@@ -69,7 +72,9 @@ Action add_synth_command(CLI::App& app) {
   cmd->add_option("--format", args->format,
                   fmt::format("Output format: {}", fmt::join(model::model_format_names(), ", ")))
       ->capture_default_str();
-  cmd->add_option("--dtype", args->dtype, "Matrix type (gguf: f32 f16 bf16 q8_0 q4_0; safetensors: f32 f16 bf16)");
+  cmd->add_option(
+      "--dtype", args->dtype,
+      "Matrix type (gguf: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; safetensors: f32 f16 bf16)");
   cmd->add_option("--seed", args->seed, "Seed; the same seed gives the same bytes")->capture_default_str();
   cmd->add_option("--layers", args->layers, "Override the shape's layer count (smaller test models)")
       ->check(CLI::PositiveNumber);

@@ -2,7 +2,8 @@
 // every process is healthy, prints the endpoint, and stops everything on Ctrl-C or SIGTERM.
 //
 // Spec (YAML):
-//   model: ../shared/models/stories260K     # directory (or checkpoint file + tokenizer:)
+//   model: ../models/stories260K            # directory (or checkpoint file + tokenizer:); relative paths are
+//                                           # read against the spec's folder, then the working directory
 //   chat_template: plain                    # passed to the nodes
 //   router: {port: 8000, strategy: least_latency}   # "router: off" serves through the first decode node;
 //                                                   # args: [...] adds `tessera route` flags
@@ -13,6 +14,8 @@
 // With a router, `tessera up` first starts the embedded control plane (`tessera ctrl`); every node registers
 // there and the router discovers them through it. Decode nodes get every prefill node as --prefill-nodes;
 // the router pairs them.
+// Every process gets the cluster token (--cluster-token-file): the given one, or a new one created in the run
+// folder with mode 0600 (docs/security.md).
 // cpus pins a process (sched_setaffinity).
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
@@ -35,8 +38,10 @@
 
 #include <fmt/format.h>
 
+#include "base/cluster_token.h"
 #include "commands.h"
 #include "http/http.h"
+#include "model_paths.h"
 #include "ops/registry.h"
 
 namespace tessera::cli {
@@ -67,7 +72,7 @@ struct Child {
 
 Result<ClusterSpec> default_spec() {
   ClusterSpec s;
-  s.model = std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
+  TS_ASSIGN_OR_RETURN(s.model, default_model_dir());
   const bool opencl = ops::open_device("opencl").ok();
   s.nodes.push_back({"prefill-0", "prefill", "cpu", 1, {0}, {}});
   s.nodes.push_back({"decode-0", "decode", opencl ? "opencl" : "ref", 1, {1}, {}});
@@ -85,8 +90,19 @@ Result<ClusterSpec> load_spec(const std::string& path) {
       return invalid_argument(fmt::format("{}: this plan cannot be launched here: {}", path,
                                           y["launch_note"] ? y["launch_note"].as<std::string>() : "no reason given"));
     }
-    s.model = y["model"] ? y["model"].as<std::string>() : std::string(TESSERA_DEFAULT_MODELS_DIR) + "/stories260K";
-    if (y["tokenizer"]) s.tokenizer = y["tokenizer"].as<std::string>();
+    const std::string spec_dir = std::filesystem::path(path).parent_path().string();
+    if (y["model"]) {
+      auto m = resolve_path(y["model"].as<std::string>(), spec_dir);
+      if (!m.ok()) return m.status().with_context(fmt::format("{}: model", path));
+      s.model = *m;
+    } else {
+      TS_ASSIGN_OR_RETURN(s.model, default_model_dir());
+    }
+    if (y["tokenizer"]) {
+      auto t = resolve_path(y["tokenizer"].as<std::string>(), spec_dir);
+      if (!t.ok()) return t.status().with_context(fmt::format("{}: tokenizer", path));
+      s.tokenizer = *t;
+    }
     if (y["chat_template"]) s.chat_template = y["chat_template"].as<std::string>();
     if (y["router"]) {
       if (y["router"].IsScalar()) {
@@ -187,11 +203,14 @@ Status wait_healthy(const Child& c, int timeout_ms) {
 }
 
 // Until the router's node list (GET /admin/nodes) holds every url of `nodes`.
-Status wait_router_knows(const std::string& router, const std::vector<std::string>& nodes, int timeout_ms) {
+Status wait_router_knows(const std::string& router, const std::vector<std::string>& nodes, int timeout_ms,
+                         const ClusterToken& token) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t known = 0;
+  http::Headers headers;
+  http::add_cluster_token(headers, token);
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http::fetch({.url = router + "/admin/nodes", .timeout_ms = 1000});
+    auto r = http::fetch({.url = router + "/admin/nodes", .headers = headers, .timeout_ms = 1000});
     if (r.ok() && r->status == 401) return ok_status();  // an API key guards the list: rely on discovery
     if (r.ok() && r->status == 200) {
       known = 0;
@@ -224,7 +243,7 @@ void stop_all(std::vector<Child>& children) {
   }
 }
 
-int run_up(const std::string& spec_path, int router_port_override) {
+int run_up(const std::string& spec_path, int router_port_override, const std::string& token_file) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -234,11 +253,20 @@ int run_up(const std::string& spec_path, int router_port_override) {
   auto spec = spec_path.empty() ? default_spec() : load_spec(spec_path);
   if (!spec.ok()) return fail(spec.status().message());
   if (router_port_override >= 0) spec->router_port = router_port_override;
+  std::printf("tessera up: model %s%s%s\n", spec->model.c_str(), spec->tokenizer.empty() ? "" : ", tokenizer ",
+              spec->tokenizer.c_str());
+  std::fflush(stdout);
   const std::string logs = fmt::format("{}/tessera-up-{}", std::filesystem::temp_directory_path().string(), getpid());
   std::filesystem::create_directories(logs);
+  // One credential per cluster: every child proves it to the others (control plane, /internal/pd, link).
+  const std::string token_path = token_file.empty() ? logs + "/cluster-token" : token_file;
+  auto token = token_file.empty() ? ClusterToken::create(token_path) : ClusterToken::load(token_path);
+  if (!token.ok()) return fail(token.status().with_context("cluster token").message());
+  const std::vector<std::string> token_flag = {"--cluster-token-file", token_path};
 
   std::vector<Child> children;
   auto start = [&](const std::string& name, std::vector<std::string> args, const std::vector<int>& cpus) -> Status {
+    args.insert(args.begin() + 1, token_flag.begin(), token_flag.end());
     auto c = spawn(name, args, cpus, logs + "/" + name + ".log");
     if (!c.ok()) return c.status();
     children.push_back(*c);
@@ -313,7 +341,7 @@ int run_up(const std::string& spec_path, int router_port_override) {
       endpoint = children.back().url;
       std::vector<std::string> all = front_urls;
       all.insert(all.end(), prefill_urls.begin(), prefill_urls.end());
-      st = wait_router_knows(endpoint, all, 30000);
+      st = wait_router_knows(endpoint, all, 30000, *token);
     }
   }
   if (!st.ok()) {
@@ -341,7 +369,10 @@ Action add_up_command(CLI::App& app) {
       app.add_subcommand("up", "Start a local cluster from a spec (default: prefill on cpu, decode on opencl)");
   cmd->add_option("spec", *spec, "Cluster spec (YAML); see deploy/local-mixed.yaml");
   cmd->add_option("--port", *port, "Router port (overrides the spec; 0: any free port)")->check(CLI::Range(0, 65535));
-  return [spec, port] { return run_up(*spec, *port); };
+  auto token_file = std::make_shared<std::string>();
+  cmd->add_option("--cluster-token-file", *token_file,
+                  "The cluster credential given to every process (default: a new one, mode 0600, in the run folder)");
+  return [spec, port, token_file] { return run_up(*spec, *port, *token_file); };
 }
 
 }  // namespace tessera::cli

@@ -132,6 +132,9 @@ Status quantize(std::span<const float> src, DType to, void* dst) {
       return ok_status();
     case DType::kI32:
       break;
+    default:
+      quantize_blocks(src.data(), n, to, dst);
+      return ok_status();
   }
   return invalid_argument(fmt::format("{} is not a floating-point storage type", dtype_name(to)));
 }
@@ -168,6 +171,9 @@ Status dequantize(const void* src, DType from, std::span<float> dst) {
       return ok_status();
     case DType::kI32:
       break;
+    default:
+      dequantize_blocks(src, from, n, dst.data());
+      return ok_status();
   }
   return invalid_argument(fmt::format("{} is not a floating-point storage type", dtype_name(from)));
 }

@@ -30,6 +30,10 @@ std::string_view status_code_name(StatusCode code) {
       return "DataLoss";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kUnauthenticated:
+      return "Unauthenticated";
   }
   return "Unknown";
 }
@@ -62,5 +66,7 @@ Status deadline_exceeded(std::string m) { return Status(StatusCode::kDeadlineExc
 Status unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status data_loss(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+Status permission_denied(std::string m) { return Status(StatusCode::kPermissionDenied, std::move(m)); }
+Status unauthenticated(std::string m) { return Status(StatusCode::kUnauthenticated, std::move(m)); }
 
 }  // namespace tessera

@@ -31,6 +31,8 @@ enum class StatusCode : int {
   kUnimplemented,
   kDataLoss,
   kInternal,
+  kPermissionDenied,  // the caller is known but not allowed (wrong credential)
+  kUnauthenticated,   // the caller presented no valid credential
 };
 
 // "InvalidArgument", "NotFound", ...
@@ -68,6 +70,8 @@ Status deadline_exceeded(std::string message);
 Status unimplemented(std::string message);
 Status data_loss(std::string message);
 Status internal_error(std::string message);
+Status permission_denied(std::string message);
+Status unauthenticated(std::string message);
 
 // Either a T or a non-OK Status. Accessing the value of an error Result aborts (a broken invariant).
 template <typename T>

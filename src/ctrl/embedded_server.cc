@@ -30,7 +30,8 @@ void send_error(http::ResponseWriter& w, const Status& s, int64_t revision) {
 
 }  // namespace
 
-EmbeddedServer::EmbeddedServer(const Clock& clock) : clock_(clock), core_(clock) {}
+EmbeddedServer::EmbeddedServer(const Clock& clock, ClusterToken token)
+    : clock_(clock), token_(std::move(token)), core_(clock) {}
 
 EmbeddedServer::~EmbeddedServer() { stop(); }
 
@@ -39,9 +40,10 @@ void EmbeddedServer::mount(http::Server& server) {
        {"lease/grant", "lease/keepalive", "lease/revoke", "kv/put", "kv/delete", "kv/range", "watch"}) {
     std::string name = op;
     server.route("POST", std::string("/v1/ctrl/") + op,
-                 [this, name](const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
-                   handle(name, req, std::move(w));
-                 });
+                 http::require_cluster_token(
+                     token_, [this, name](const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
+                       handle(name, req, std::move(w));
+                     }));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ticker_.joinable()) ticker_ = std::thread([this] { tick_loop(); });

@@ -11,6 +11,9 @@
 //   POST /v1/ctrl/watch           {"prefix", "since", "timeout_ms"}    -> {"revision", "events": [...]} | 410
 // Errors are {"error": message} with 400 (bad request), 404 (unknown lease/key), 410 (watch must re-read).
 //
+// With a cluster token every /v1/ctrl/ route requires it (x-tessera-cluster-token: 401 without, 403 wrong);
+// without one the store is open to anyone who reaches its port (docs/security.md). /health stays open.
+//
 // Thread-safety: all methods thread-safe; handlers run on the http server's io threads.
 #pragma once
 
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/cluster_token.h"
 #include "ctrl/memory_core.h"
 #include "http/http.h"
 
@@ -30,7 +34,7 @@ namespace tessera::ctrl {
 
 class EmbeddedServer {
  public:
-  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance());
+  explicit EmbeddedServer(const Clock& clock = SteadyClock::instance(), ClusterToken token = {});
   ~EmbeddedServer();
   EmbeddedServer(const EmbeddedServer&) = delete;
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
@@ -55,6 +59,7 @@ class EmbeddedServer {
   void tick_loop();
 
   const Clock& clock_;
+  const ClusterToken token_;
   std::unique_ptr<http::Server> own_server_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -13,14 +13,19 @@ using nlohmann::json;
 
 constexpr int kRequestTimeoutMs = 5000;
 constexpr int kWatchWaitMs = 1000;
+// More entries than any store answer should hold (the server caps its keys far below this).
+constexpr size_t kMaxEntries = 1 << 20;
 
 class EmbeddedStore final : public Store {
  public:
-  explicit EmbeddedStore(std::string base) : base_(std::move(base)) {}
+  EmbeddedStore(std::string base, StoreAuth auth) : base_(std::move(base)), auth_(std::move(auth)) {}
 
   Result<LeaseId> grant_lease(std::chrono::milliseconds ttl) override {
     TS_ASSIGN_OR_RETURN(json r, call("lease/grant", {{"ttl_ms", ttl.count()}}));
-    return LeaseId{r.value("lease", int64_t{0})};
+    JsonFields f(r, fmt::format("ctrl store {} lease answer", base_));
+    const int64_t id = f.integer("lease", 1, INT64_MAX);
+    if (!f.ok()) return data_loss(f.status().message());
+    return LeaseId{id};
   }
   Status keep_alive(LeaseId lease) override {
     return call("lease/keepalive", {{"lease", static_cast<int64_t>(lease)}}).status();
@@ -46,8 +51,17 @@ class EmbeddedStore final : public Store {
       auto r = call("watch", body, kWatchWaitMs + kRequestTimeoutMs, resume);
       if (!r.ok()) return r.status();
       PollResult out;
-      out.revision = r->value("revision", since);
-      for (const json& e : r->value("events", json::array())) out.events.push_back(event_from_json(e));
+      JsonFields f(*r, fmt::format("ctrl store {} watch answer", base_));
+      out.revision = f.integer("revision", 0, INT64_MAX, since);
+      const json* events = f.array("events", kMaxEntries, true);
+      if (!f.ok()) return data_loss(f.status().message());
+      if (events != nullptr) {
+        for (const json& e : *events) {
+          auto ev = event_from_json(e);
+          if (!ev.ok()) return data_loss(ev.status().message());
+          out.events.push_back(std::move(*ev));
+        }
+      }
       return out;
     };
     return std::unique_ptr<Watch>(std::make_unique<WatchLoop>(rev, std::move(poll), std::move(callback)));
@@ -57,8 +71,17 @@ class EmbeddedStore final : public Store {
   Result<std::vector<KeyValue>> range_at(const std::string& prefix, int64_t* revision) {
     TS_ASSIGN_OR_RETURN(json r, call("kv/range", {{"prefix", prefix}}));
     std::vector<KeyValue> out;
-    for (const json& kv : r.value("kvs", json::array())) out.push_back(kv_from_json(kv));
-    *revision = r.value("revision", int64_t{0});
+    JsonFields f(r, fmt::format("ctrl store {} range answer", base_));
+    *revision = f.integer("revision", 0, INT64_MAX, 0);
+    const json* kvs = f.array("kvs", kMaxEntries, true);
+    if (!f.ok()) return data_loss(f.status().message());
+    if (kvs != nullptr) {
+      for (const json& kv : *kvs) {
+        auto one = kv_from_json(kv);
+        if (!one.ok()) return data_loss(one.status().message());
+        out.push_back(std::move(*one));
+      }
+    }
     return out;
   }
 
@@ -71,21 +94,40 @@ class EmbeddedStore final : public Store {
     req.url = base_ + "/v1/ctrl/" + op;
     req.body = body.dump();
     req.headers["Content-Type"] = "application/json";
+    http::add_cluster_token(req.headers, auth_.cluster_token);
+    req.tls_ca_file = auth_.tls_ca_file;
     req.timeout_ms = timeout_ms;
     auto resp = http::fetch(req);
     if (!resp.ok()) return resp.status().with_context(fmt::format("ctrl store {}", base_));
     json j = json::parse(resp->body, nullptr, false);
     if (j.is_discarded()) return data_loss(fmt::format("ctrl store {} answered {} with non-JSON", base_, op));
     if (resp->status == 200) return j;
-    std::string msg = j.is_object() ? j.value("error", "") : "";
-    if (resume && j.is_object()) *resume = j.value("revision", int64_t{0});
+    // {"error": "..."} from the store itself; {"error": {"message": ...}} from the credential guard.
+    std::string msg;
+    if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+      JsonFields e(j["error"], "ctrl store error");
+      msg = e.string("message", 4096, "");
+      if (!e.ok()) msg = e.status().message();
+    } else {
+      JsonFields f(j, "ctrl store error");
+      msg = f.string("error", 4096, "");
+      if (resume) *resume = f.integer("revision", 0, INT64_MAX, 0);
+      if (!f.ok()) msg = f.status().message();
+    }
     switch (resp->status) {
       case 400:
         return invalid_argument(msg);
+      case 401:
+        return unauthenticated(fmt::format("ctrl store {}: {} (give --cluster-token-file)", base_, msg));
+      case 403:
+        return permission_denied(fmt::format("ctrl store {}: {}", base_, msg));
       case 404:
         return not_found(msg);
       case 410:
         return out_of_range(msg);
+      case 413:
+      case 429:
+        return resource_exhausted(msg);
       case 503:
         return unavailable(msg);
       default:
@@ -94,14 +136,15 @@ class EmbeddedStore final : public Store {
   }
 
   std::string base_;
+  const StoreAuth auth_;
 };
 
 }  // namespace
 
-std::unique_ptr<Store> make_embedded_store(const std::string& endpoint) {
+std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth) {
   std::string base = endpoint;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  return std::make_unique<EmbeddedStore>(base);
+  return std::make_unique<EmbeddedStore>(base, auth);
 }
 
 }  // namespace tessera::ctrl

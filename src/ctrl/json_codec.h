@@ -2,7 +2,10 @@
 // files that speak HTTP).
 #pragma once
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "base/json_fields.h"
 
 #include "ctrl/store.h"
 
@@ -15,12 +18,20 @@ inline nlohmann::json kv_to_json(const KeyValue& kv) {
           {"lease", static_cast<int64_t>(kv.lease)}};
 }
 
-inline KeyValue kv_from_json(const nlohmann::json& j) {
+// Limits a decoded entry must respect (the server enforces the same on put; see memory_core.h): a value
+// beyond them did not come from a well-behaved store.
+inline constexpr size_t kMaxDecodedKeyBytes = 64 << 10;
+inline constexpr size_t kMaxDecodedValueBytes = 16 << 20;
+
+// Store answers are untrusted input: a wrong type is an InvalidArgument, never an exception.
+inline Result<KeyValue> kv_from_json(const nlohmann::json& j) {
+  JsonFields f(j, "ctrl entry");
   KeyValue kv;
-  kv.key = j.value("key", "");
-  kv.value = j.value("value", "");
-  kv.mod_revision = j.value("mod_revision", int64_t{0});
-  kv.lease = LeaseId{j.value("lease", int64_t{0})};
+  kv.key = f.string("key", kMaxDecodedKeyBytes);
+  kv.value = f.string("value", kMaxDecodedValueBytes, "");
+  kv.mod_revision = f.integer("mod_revision", 0, INT64_MAX, 0);
+  kv.lease = LeaseId{f.integer("lease", 0, INT64_MAX, 0)};
+  if (!f.ok()) return f.status();
   return kv;
 }
 
@@ -30,10 +41,14 @@ inline nlohmann::json event_to_json(const WatchEvent& e) {
   return j;
 }
 
-inline WatchEvent event_from_json(const nlohmann::json& j) {
+inline Result<WatchEvent> event_from_json(const nlohmann::json& j) {
+  JsonFields f(j, "ctrl event");
+  const std::string type = f.string("type", 16, "put");
+  if (f.ok() && type != "put" && type != "delete") f.fail(fmt::format("ctrl event: unknown type '{}'", type));
+  if (!f.ok()) return f.status();
   WatchEvent e;
-  e.type = j.value("type", "put") == "put" ? WatchEvent::Type::kPut : WatchEvent::Type::kDelete;
-  e.kv = kv_from_json(j);
+  e.type = type == "put" ? WatchEvent::Type::kPut : WatchEvent::Type::kDelete;
+  TS_ASSIGN_OR_RETURN(e.kv, kv_from_json(j));
   return e;
 }
 

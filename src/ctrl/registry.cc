@@ -4,11 +4,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_fields.h"
 #include "base/log.h"
 
 namespace tessera::ctrl {
 
 using nlohmann::json;
+
+// Bounds for a node's entry: an id, role or address longer than this is not a real node's, and a capacity
+// beyond this would dominate every routing decision.
+constexpr size_t kMaxNodeFieldBytes = 1024;
+constexpr double kMaxNodeCapacity = 1e9;
 
 std::string NodeInfo::to_json() const {
   json j = {{"id", id},           {"role", role},         {"backend", backend},
@@ -20,18 +26,17 @@ std::string NodeInfo::to_json() const {
 Result<NodeInfo> NodeInfo::from_json(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument("node info is not a JSON object");
+  // Written by any process that can reach the store: every field is checked, none may throw.
+  JsonFields f(j, "node info");
   NodeInfo n;
-  try {
-    n.id = j.at("id").get<std::string>();
-    n.role = j.value("role", "");
-    n.backend = j.value("backend", "");
-    n.address = j.value("address", "");
-    n.capacity = j.value("capacity", 0.0);
-    n.load = j.value("load", 0.0);
-    n.host_id = j.value("host_id", "");
-  } catch (const json::exception& e) {
-    return invalid_argument(fmt::format("node info: {}", e.what()));
-  }
+  n.id = f.string("id", kMaxNodeFieldBytes);
+  n.role = f.string("role", kMaxNodeFieldBytes, "");
+  n.backend = f.string("backend", kMaxNodeFieldBytes, "");
+  n.address = f.string("address", kMaxNodeFieldBytes, "");
+  n.capacity = f.number("capacity", 0, kMaxNodeCapacity, 0.0);
+  n.load = f.number("load", 0, kMaxNodeCapacity, 0.0);
+  n.host_id = f.string("host_id", kMaxNodeFieldBytes, "");
+  if (!f.ok()) return f.status();
   if (n.id.empty()) return invalid_argument("node info has an empty id");
   return n;
 }

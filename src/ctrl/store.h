@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cluster_token.h"
 #include "base/status.h"
 
 namespace tessera::ctrl {
@@ -59,15 +60,26 @@ class Store {
   virtual Result<std::unique_ptr<Watch>> watch(const std::string& prefix, WatchCallback callback) = 0;
 };
 
-// `kind` is "embedded" or "etcd"; `endpoint` the base URL ("http://127.0.0.1:2379"). Unknown kinds list
-// the known ones.
-using StoreFactory = std::function<Result<std::unique_ptr<Store>>(const std::string& endpoint)>;
+// How a client proves itself to the store (docs/security.md). The embedded store takes the cluster token (in
+// x-tessera-cluster-token); etcd takes a user and password (its v3 auth: a token from /v3/auth/authenticate
+// in the Authorization header). Either may use https:// with `tls_ca_file` as the trusted authorities.
+struct StoreAuth {
+  ClusterToken cluster_token;
+  std::string tls_ca_file;
+  std::string etcd_user;
+  std::string etcd_password;
+};
+
+// `kind` is "embedded" or "etcd"; `endpoint` the base URL ("http://127.0.0.1:2379" or https://). Unknown
+// kinds list the known ones.
+using StoreFactory = std::function<Result<std::unique_ptr<Store>>(const std::string& endpoint, const StoreAuth& auth)>;
 void register_store(const std::string& kind, StoreFactory factory);
-Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint);
+Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint,
+                                          const StoreAuth& auth = {});
 // "embedded=http://host:port" or "etcd=http://host:port".
-Result<std::unique_ptr<Store>> make_store(const std::string& spec);
+Result<std::unique_ptr<Store>> make_store(const std::string& spec, const StoreAuth& auth = {});
 // A command-line --ctrl value: "KIND=URL" as above, or a bare "http://host:port", which is the embedded store.
-Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag);
+Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag, const StoreAuth& auth = {});
 void register_builtin_stores();
 
 }  // namespace tessera::ctrl

@@ -7,8 +7,8 @@
 
 namespace tessera::ctrl {
 
-std::unique_ptr<Store> make_embedded_store(const std::string& endpoint);
-std::unique_ptr<Store> make_etcd_store(const std::string& endpoint);
+std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth);
+std::unique_ptr<Store> make_etcd_store(const std::string& endpoint, const StoreAuth& auth);
 
 namespace {
 
@@ -31,13 +31,16 @@ void register_store(const std::string& kind, StoreFactory factory) {
 void register_builtin_stores() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_store("embedded",
-                   [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_embedded_store(e); });
-    register_store("etcd", [](const std::string& e) -> Result<std::unique_ptr<Store>> { return make_etcd_store(e); });
+    register_store("embedded", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
+      return make_embedded_store(e, a);
+    });
+    register_store("etcd", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
+      return make_etcd_store(e, a);
+    });
   });
 }
 
-Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint) {
+Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint, const StoreAuth& auth) {
   register_builtin_stores();
   StoreFactory f;
   std::string known;
@@ -48,23 +51,23 @@ Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::st
     for (auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
   }
   if (!f) return invalid_argument(fmt::format("unknown ctrl store '{}'; known: {}", kind, known));
-  if (endpoint.rfind("http://", 0) != 0) {
-    return invalid_argument(fmt::format("ctrl store endpoint '{}' must be an http:// URL", endpoint));
+  if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0) {
+    return invalid_argument(fmt::format("ctrl store endpoint '{}' must be an http:// or https:// URL", endpoint));
   }
-  return f(endpoint);
+  return f(endpoint, auth);
 }
 
-Result<std::unique_ptr<Store>> make_store(const std::string& spec) {
+Result<std::unique_ptr<Store>> make_store(const std::string& spec, const StoreAuth& auth) {
   size_t eq = spec.find('=');
   if (eq == std::string::npos) {
     return invalid_argument(fmt::format("ctrl store '{}' must be KIND=URL, e.g. embedded=http://127.0.0.1:7070", spec));
   }
-  return make_store(spec.substr(0, eq), spec.substr(eq + 1));
+  return make_store(spec.substr(0, eq), spec.substr(eq + 1), auth);
 }
 
-Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag) {
-  if (flag.rfind("http://", 0) == 0) return make_store("embedded", flag);
-  return make_store(flag);
+Result<std::unique_ptr<Store>> make_store_from_flag(const std::string& flag, const StoreAuth& auth) {
+  if (flag.rfind("http://", 0) == 0 || flag.rfind("https://", 0) == 0) return make_store("embedded", flag, auth);
+  return make_store(flag, auth);
 }
 
 }  // namespace tessera::ctrl

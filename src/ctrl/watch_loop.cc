@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "base/guarded.h"
+
 namespace tessera::ctrl {
 
 WatchLoop::WatchLoop(int64_t start_revision, PollFn poll, WatchCallback callback)
@@ -15,6 +17,19 @@ WatchLoop::~WatchLoop() {
 }
 
 void WatchLoop::run() {
+  // A throwing poller or callback (a bug, or a store answer validation missed) must not end the process,
+  // nor the watch: the callback hears an error (and re-reads), and polling resumes.
+  while (!stop_.load()) {
+    run_guarded(
+        "ctrl watch", [this] { run_polls(); },
+        [this] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          callback_({}, Status(StatusCode::kOutOfRange, "watch failed unexpectedly; re-read"));
+        });
+  }
+}
+
+void WatchLoop::run_polls() {
   bool failing = false;
   while (!stop_.load()) {
     int64_t resume = since_;

@@ -27,7 +27,8 @@ class WatchLoop final : public Watch {
   ~WatchLoop() override;
 
  private:
-  void run();
+  void run();  // the thread: run_polls() under run_guarded, restarted after an exception
+  void run_polls();
   int64_t since_;
   PollFn poll_;
   WatchCallback callback_;

@@ -1,12 +1,15 @@
 // The synchronous HTTP client: each call runs its own io_context with C++20 coroutines, so the whole
 // exchange (resolve, connect, write, read) honours one deadline. Pooled connections travel between calls
-// as bare file descriptors (released from one io_context's socket, assigned to the next one's).
+// as bare file descriptors (released from one io_context's socket, assigned to the next one's). https://
+// runs the same exchange over an OpenSSL stream on top of the TCP one (verifying the server's certificate
+// and name); such connections are not pooled.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <charconv>
 #include <map>
@@ -103,6 +106,33 @@ struct Attempt {
 
 std::string pool_key(const Url& url) { return fmt::format("{}:{}", url.host, url.port); }
 
+// One client TLS context per CA file, made on first use and kept for the process (contexts are thread-safe
+// once configured, and loading a CA file per request would dominate a short exchange).
+Result<asio::ssl::context*> client_tls_context(const std::string& ca_file) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<asio::ssl::context>> contexts;
+  std::lock_guard lock(mu);
+  auto& ctx = contexts[ca_file];
+  if (ctx) return ctx.get();
+  auto made = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+  beast::error_code ec;
+  made->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                        asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1,
+                    ec);
+  made->set_verify_mode(asio::ssl::verify_peer, ec);
+  if (ca_file.empty()) {
+    made->set_default_verify_paths(ec);
+  } else {
+    made->load_verify_file(ca_file, ec);
+  }
+  if (ec) {
+    contexts.erase(ca_file);
+    return invalid_argument(fmt::format("cannot load the TLS CA file '{}': {}", ca_file, ec.message()));
+  }
+  ctx = std::move(made);
+  return ctx.get();
+}
+
 // Gives the connection back to the pool when the response was complete and keep-alive; else closes it.
 void finish_connection(beast::tcp_stream& stream, const ClientRequest& req, const Url& url, bool reusable) {
   beast::error_code ignored;
@@ -119,6 +149,71 @@ void finish_connection(beast::tcp_stream& stream, const ClientRequest& req, cons
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
+// The request and its response over `io` (the TCP stream itself, or TLS on top of it).
+template <class Stream>
+asio::awaitable<beast::error_code> converse(Stream& io, beast::tcp_stream& tcp_layer, const ClientRequest& req,
+                                            const Url& url, Response& out, const HeadersCallback* on_headers,
+                                            const ChunkCallback* on_chunk, Attempt& at) {
+  beast::error_code ec;
+  auto redirect = asio::redirect_error(asio::use_awaitable, ec);
+  bhttp::request<bhttp::string_body> r{bhttp::string_to_verb(req.method), url.target, 11};
+  r.set(bhttp::field::host, fmt::format("{}:{}", url.host, url.port));
+  r.set(bhttp::field::user_agent, "tessera");
+  for (const auto& [k, v] : req.headers) r.set(k, v);
+  if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
+    r.body() = req.body;
+    r.prepare_payload();
+  }
+  if (req.pool == nullptr) r.keep_alive(false);
+  co_await bhttp::async_write(io, r, redirect);
+  if (ec) co_return ec;
+  beast::flat_buffer buffer;
+  if (on_chunk == nullptr) {
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(1ull << 32);
+    co_await bhttp::async_read_header(io, buffer, parser, redirect);
+    at.got_bytes = buffer.size() > 0 || parser.is_header_done();
+    if (ec) co_return ec;
+    co_await bhttp::async_read(io, buffer, parser, redirect);
+    if (ec) co_return ec;
+    auto& msg = parser.get();
+    out.status = static_cast<int>(msg.result_int());
+    for (const auto& f : msg) out.headers[std::string(f.name_string())] = std::string(f.value());
+    const bool reusable = parser.is_done() && msg.keep_alive() && buffer.size() == 0;
+    out.body = std::move(msg.body());
+    finish_connection(tcp_layer, req, url, !url.tls && reusable);
+    co_return beast::error_code{};
+  }
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  parser.body_limit(boost::none);
+  co_await bhttp::async_read_header(io, buffer, parser, redirect);
+  at.got_bytes = buffer.size() > 0 || parser.is_header_done();
+  if (ec) co_return ec;
+  out.status = static_cast<int>(parser.get().result_int());
+  for (const auto& f : parser.get()) out.headers[std::string(f.name_string())] = std::string(f.value());
+  if (on_headers != nullptr && !(*on_headers)(out)) {
+    finish_connection(tcp_layer, req, url, false);
+    co_return beast::error_code{};
+  }
+  char chunk[16384];
+  bool stopped = false;
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof chunk;
+    co_await bhttp::async_read_some(io, buffer, parser, redirect);
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) co_return ec;
+    size_t n = sizeof chunk - parser.get().body().size;
+    if (n > 0 && !(*on_chunk)(std::string_view(chunk, n))) {
+      stopped = true;
+      break;
+    }
+  }
+  finish_connection(tcp_layer, req, url,
+                    !url.tls && !stopped && parser.is_done() && parser.get().keep_alive() && buffer.size() == 0);
+  co_return beast::error_code{};
+}
+
 asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url& url, Response& out,
                                             const HeadersCallback* on_headers, const ChunkCallback* on_chunk,
                                             Attempt& at) {
@@ -128,7 +223,7 @@ asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url&
   tcp::resolver resolver(ex);
   beast::tcp_stream stream(ex);
   stream.expires_after(std::chrono::milliseconds(req.timeout_ms));
-  if (req.pool != nullptr && !at.fresh_only) {
+  if (req.pool != nullptr && !at.fresh_only && !url.tls) {
     if (auto idle = req.pool->impl().take(pool_key(url))) {
       stream.socket().assign(idle->v6 ? tcp::v6() : tcp::v4(), idle->fd, ec);
       if (ec) {
@@ -155,61 +250,25 @@ asio::awaitable<beast::error_code> exchange(const ClientRequest& req, const Url&
     beast::error_code ignored;
     stream.socket().set_option(tcp::no_delay(true), ignored);
   }
-  bhttp::request<bhttp::string_body> r{bhttp::string_to_verb(req.method), url.target, 11};
-  r.set(bhttp::field::host, fmt::format("{}:{}", url.host, url.port));
-  r.set(bhttp::field::user_agent, "tessera");
-  for (const auto& [k, v] : req.headers) r.set(k, v);
-  if (!req.body.empty() || req.method == "POST" || req.method == "PUT") {
-    r.body() = req.body;
-    r.prepare_payload();
-  }
-  if (req.pool == nullptr) r.keep_alive(false);
-  co_await bhttp::async_write(stream, r, redirect);
-  if (ec) co_return ec;
-  beast::flat_buffer buffer;
-  if (on_chunk == nullptr) {
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(1ull << 32);
-    co_await bhttp::async_read_header(stream, buffer, parser, redirect);
-    at.got_bytes = buffer.size() > 0 || parser.is_header_done();
-    if (ec) co_return ec;
-    co_await bhttp::async_read(stream, buffer, parser, redirect);
-    if (ec) co_return ec;
-    auto& msg = parser.get();
-    out.status = static_cast<int>(msg.result_int());
-    for (const auto& f : msg) out.headers[std::string(f.name_string())] = std::string(f.value());
-    const bool reusable = parser.is_done() && msg.keep_alive() && buffer.size() == 0;
-    out.body = std::move(msg.body());
-    finish_connection(stream, req, url, reusable);
-    co_return beast::error_code{};
-  }
-  bhttp::response_parser<bhttp::buffer_body> parser;
-  parser.body_limit(boost::none);
-  co_await bhttp::async_read_header(stream, buffer, parser, redirect);
-  at.got_bytes = buffer.size() > 0 || parser.is_header_done();
-  if (ec) co_return ec;
-  out.status = static_cast<int>(parser.get().result_int());
-  for (const auto& f : parser.get()) out.headers[std::string(f.name_string())] = std::string(f.value());
-  if (on_headers != nullptr && !(*on_headers)(out)) {
-    finish_connection(stream, req, url, false);
-    co_return beast::error_code{};
-  }
-  char chunk[16384];
-  bool stopped = false;
-  while (!parser.is_done()) {
-    parser.get().body().data = chunk;
-    parser.get().body().size = sizeof chunk;
-    co_await bhttp::async_read_some(stream, buffer, parser, redirect);
-    if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec) co_return ec;
-    size_t n = sizeof chunk - parser.get().body().size;
-    if (n > 0 && !(*on_chunk)(std::string_view(chunk, n))) {
-      stopped = true;
-      break;
+  if (url.tls) {
+    auto ctx = client_tls_context(req.tls_ca_file);
+    if (!ctx.ok()) co_return beast::error_code(asio::error::invalid_argument);
+    beast::ssl_stream<beast::tcp_stream&> tls(stream, **ctx);
+    // The certificate must name the host: an IP address in its subjectAltName, or a DNS name (also sent as SNI).
+    X509_VERIFY_PARAM* param = SSL_get0_param(tls.native_handle());
+    beast::error_code not_ip;
+    asio::ip::make_address(url.host, not_ip);
+    if (!not_ip) {
+      X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str());
+    } else {
+      X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0);
+      SSL_set_tlsext_host_name(tls.native_handle(), url.host.c_str());
     }
+    co_await tls.async_handshake(asio::ssl::stream_base::client, redirect);
+    if (ec) co_return ec;
+    co_return co_await converse(tls, stream, req, url, out, on_headers, on_chunk, at);
   }
-  finish_connection(stream, req, url, !stopped && parser.is_done() && parser.get().keep_alive() && buffer.size() == 0);
-  co_return beast::error_code{};
+  co_return co_await converse(stream, stream, req, url, out, on_headers, on_chunk, at);
 }
 
 Result<Response> run_once(const ClientRequest& req, const Url& url, const HeadersCallback* on_headers,
@@ -251,6 +310,7 @@ Result<Response> run_once(const ClientRequest& req, const Url& url, const Header
 
 Result<Response> run(const ClientRequest& req, const HeadersCallback* on_headers, const ChunkCallback* on_chunk) {
   TS_ASSIGN_OR_RETURN(Url url, parse_url(req.url));
+  if (url.tls) TS_RETURN_IF_ERROR(client_tls_context(req.tls_ca_file).status());
   Attempt at;
   auto r = run_once(req, url, on_headers, on_chunk, at);
   if (at.reused) req.pool->impl().count_reuse();
@@ -268,11 +328,17 @@ Result<Response> run(const ClientRequest& req, const HeadersCallback* on_headers
 
 Result<Url> parse_url(std::string_view url) {
   constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return invalid_argument(fmt::format("unsupported URL '{}': expected http://host:port/path", url));
-  }
-  url.remove_prefix(kScheme.size());
+  constexpr std::string_view kTlsScheme = "https://";
   Url out;
+  if (url.substr(0, kTlsScheme.size()) == kTlsScheme) {
+    out.tls = true;
+    out.port = 443;
+    url.remove_prefix(kTlsScheme.size());
+  } else if (url.substr(0, kScheme.size()) == kScheme) {
+    url.remove_prefix(kScheme.size());
+  } else {
+    return invalid_argument(fmt::format("unsupported URL '{}': expected http(s)://host:port/path", url));
+  }
   size_t slash = url.find('/');
   std::string_view authority = url.substr(0, slash);
   out.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));

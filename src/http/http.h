@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/cluster_token.h"
 #include "base/status.h"
 
 namespace tessera::http {
@@ -70,6 +71,9 @@ using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWrite
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
+  // TLS (both set): the server speaks HTTPS only, with this PEM certificate chain and private key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   uint16_t port = 0;  // 0: any free port (see Server::port())
   int io_threads = 2;
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
@@ -136,8 +140,11 @@ struct ClientRequest {
   // Optional: once it reads true, the exchange is abandoned within ~20 ms and the call returns Cancelled
   // (the connection is closed). Lets a proxy give up on a node that stopped answering. Must outlive the call.
   const std::atomic<bool>* cancel = nullptr;
-  // Optional: reuse keep-alive connections from this pool (must outlive the call).
+  // Optional: reuse keep-alive connections from this pool (must outlive the call). https:// connections are
+  // never pooled (a TLS session cannot travel as a bare file descriptor).
   ConnectionPool* pool = nullptr;
+  // https:// only: PEM file of the certificate authorities trusted for the server (empty: the system's).
+  std::string tls_ca_file;
 };
 
 // Returns false to stop reading (the connection is then closed).
@@ -157,9 +164,29 @@ Result<Response> fetch_streaming(const ClientRequest& request, const HeadersCall
 
 struct Url {
   std::string host;
-  uint16_t port = 80;
+  uint16_t port = 80;  // 443 for https:// without a port
   std::string target = "/";
+  bool tls = false;  // https://
 };
 Result<Url> parse_url(std::string_view url);
+
+// ---- credentials (http/auth.cc; docs/security.md) -----------------------------------------------------------
+
+// Wraps the handler of an internal route: it runs only for callers presenting `token` in the
+// x-tessera-cluster-token header; others get 401 (no header) or 403 (a wrong one), compared in constant time.
+// Each refusal is logged once per peer IP address, not once per request. An unconfigured token lets every
+// caller through: the open single-user mode, which the process announces once at startup.
+Handler require_cluster_token(const ClusterToken& token, Handler handler);
+// True when `r` presents the configured token; false when none is configured.
+bool presents_cluster_token(const Request& r, const ClusterToken& token);
+// True when `r` may use internal fields (x-tessera-* headers, tessera_resume): it presents the token, or no
+// token is configured (open mode).
+bool internal_caller(const Request& r, const ClusterToken& token);
+// Adds the x-tessera-cluster-token header when a token is configured.
+void add_cluster_token(Headers& headers, const ClusterToken& token);
+// The API key presented as "Authorization: Bearer KEY" (vLLM's and OpenAI's way), or "" when absent.
+std::string bearer_token(const Request& r);
+// True when `presented` equals one of `keys` (constant time per key).
+bool api_key_matches(std::string_view presented, const std::vector<std::string>& keys);
 
 }  // namespace tessera::http

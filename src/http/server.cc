@@ -1,9 +1,12 @@
 // The asynchronous HTTP/1.1 server. One Session per connection, all of its socket work on its own strand;
-// a Writer is the handler's handle to the session, and every call on it is posted to that strand.
+// a Writer is the handler's handle to the session, and every call on it is posted to that strand. With TLS a
+// session runs an OpenSSL stream over its TCP stream (handshake first, under the header timeout); every read
+// and write then goes through it, and nothing else changes.
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -91,6 +94,7 @@ struct Server::Impl {
   std::mutex sessions_mu;
   std::list<std::weak_ptr<Session>> sessions;  // GUARDED_BY(sessions_mu)
   uint16_t port = 0;
+  std::optional<asio::ssl::context> tls;  // set in start() when the options name a certificate
 
   explicit Impl(ServerOptions o) : options(std::move(o)) {}
   void accept();
@@ -104,11 +108,19 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
+    if (server_.tls) tls_.emplace(stream_, *server_.tls);
   }
   ~Session() { server_.connections--; }
 
   void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->tls_) return self->read_request();
+      self->stream_.expires_after(std::chrono::milliseconds(self->server_.options.header_timeout_ms));
+      self->tls_->async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) return self->shutdown();  // not TLS, a bad certificate on the client's side, or too slow
+        self->read_request();
+      });
+    });
   }
 
   // ---- called (via post) by Writer, always on the strand ----
@@ -149,8 +161,12 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(
         std::chrono::milliseconds(first_ ? server_.options.header_timeout_ms : server_.options.idle_timeout_ms));
     first_ = false;
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); };
+    if (tls_) {
+      bhttp::async_read(*tls_, buffer_, *parser_, std::move(done));
+    } else {
+      bhttp::async_read(stream_, buffer_, *parser_, std::move(done));
+    }
   }
 
   void on_request(beast::error_code ec) {
@@ -209,20 +225,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // While a handler works, a pending read tells us at once if the client hangs up.
   void watch_for_disconnect() {
     watching_ = true;
-    stream_.socket().async_read_some(
-        buffer_.prepare(4096),
-        asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->watching_ = false;
-          if (!ec) {
-            self->buffer_.commit(n);  // a pipelined request: keep it for the next read
-            if (self->response_open_) return self->watch_for_disconnect();
-            return self->read_request();
-          }
-          if (ec == asio::error::operation_aborted && !self->response_open_) {
-            return self->read_request();  // cancelled on purpose: the response is done
-          }
-          if (ec != asio::error::operation_aborted) self->mark_gone();
-        }));
+    read_some(buffer_.prepare(4096),
+              asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+                self->watching_ = false;
+                if (!ec) {
+                  self->buffer_.commit(n);  // a pipelined request: keep it for the next read
+                  if (self->response_open_) return self->watch_for_disconnect();
+                  return self->read_request();
+                }
+                if (ec == asio::error::operation_aborted && !self->response_open_) {
+                  return self->read_request();  // cancelled on purpose: the response is done
+                }
+                if (ec != asio::error::operation_aborted) self->mark_gone();
+              }));
   }
 
   void mark_gone() {
@@ -247,16 +262,16 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     current_ = std::move(out_.front());
     out_.pop_front();
-    asio::async_write(stream_.socket(), asio::buffer(current_),
-                      asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-                        if (ec) {
-                          self->writing_ = false;
-                          self->mark_gone();
-                          if (self->last_queued_) self->finish_response();
-                          return;
-                        }
-                        self->write_next();
-                      }));
+    write_some(asio::buffer(current_),
+               asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+                 if (ec) {
+                   self->writing_ = false;
+                   self->mark_gone();
+                   if (self->last_queued_) self->finish_response();
+                   return;
+                 }
+                 self->write_next();
+               }));
   }
 
   void finish_response() {
@@ -272,6 +287,24 @@ class Session : public std::enable_shared_from_this<Session> {
     read_request();
   }
 
+  // Reads some bytes / writes a whole buffer, through TLS when the session has it.
+  template <class Buffers, class Callback>
+  void read_some(const Buffers& b, Callback cb) {
+    if (tls_) {
+      tls_->async_read_some(b, std::move(cb));
+    } else {
+      stream_.socket().async_read_some(b, std::move(cb));
+    }
+  }
+  template <class Buffers, class Callback>
+  void write_some(const Buffers& b, Callback cb) {
+    if (tls_) {
+      asio::async_write(*tls_, b, std::move(cb));
+    } else {
+      asio::async_write(stream_.socket(), b, std::move(cb));
+    }
+  }
+
   void shutdown() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -279,6 +312,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
+  std::optional<beast::ssl_stream<beast::tcp_stream&>> tls_;  // over stream_, when the server has TLS
   asio::any_io_executor strand_{stream_.get_executor()};
   Server::Impl& server_;
   beast::flat_buffer buffer_;
@@ -420,6 +454,25 @@ void Server::route_prefix(std::string method, std::string prefix, Handler handle
 
 Status Server::start() {
   beast::error_code ec;
+  const ServerOptions& o = impl_->options;
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return invalid_argument("TLS needs both a certificate and a private key file");
+  }
+  if (!o.tls_cert_file.empty()) {
+    impl_->tls.emplace(asio::ssl::context::tls_server);
+    impl_->tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                                asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                                asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                            ec);
+    impl_->tls->use_certificate_chain_file(o.tls_cert_file, ec);
+    if (ec) {
+      return invalid_argument(fmt::format("cannot load the TLS certificate '{}': {}", o.tls_cert_file, ec.message()));
+    }
+    impl_->tls->use_private_key_file(o.tls_key_file, asio::ssl::context::pem, ec);
+    if (ec) {
+      return invalid_argument(fmt::format("cannot load the TLS private key '{}': {}", o.tls_key_file, ec.message()));
+    }
+  }
   auto address = asio::ip::make_address(impl_->options.host, ec);
   if (ec) return invalid_argument(fmt::format("bad listen address '{}': {}", impl_->options.host, ec.message()));
   tcp::endpoint ep(address, impl_->options.port);

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/cluster_token.h"
 #include "base/status.h"
 #include "link/internal/op_state.h"
 #include "link/link.h"
@@ -33,6 +34,9 @@ struct LinkOptions {
   // in flight gave 85-92% of the raw-socket ceiling at >= 4 MiB, 2 MiB 104-134% (docs/benchmarks.md).
   uint64_t same_host_inflight_bytes = 2ull << 20;
   std::string faults;  // the faulty endpoint's schedule (faulty/fault_schedule.h); empty: TESSERA_LINK_FAULTS
+  // Proven by both sides at connection set-up (HMAC over the other side's nonce, accept_loop.h); a peer that
+  // cannot prove it is refused. Unconfigured: peers without a token are accepted (open mode).
+  ClusterToken cluster_token;
 };
 
 struct EndpointCaps {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -23,6 +24,10 @@
 
 namespace tessera::router {
 namespace {
+
+constexpr int kProbeThreads = 8;                 // health probes in flight at once, whatever the node count
+constexpr size_t kModelsFanout = 16;             // nodes asked for /v1/models at once
+constexpr int64_t kMaxReportedTokens = 1 << 24;  // a node's completion_tokens beyond this is not believed
 
 using json = nlohmann::json;
 using SteadyTime = std::chrono::steady_clock;
@@ -95,6 +100,7 @@ struct Gateway::Impl {
   std::condition_variable health_cv;
   bool health_stop = false;  // GUARDED_BY(health_mu)
   std::thread health_thread;
+  WorkerPool probe_pool{kProbeThreads, std::numeric_limits<size_t>::max()};  // health probes (health_loop)
 
   Impl(GatewayOptions o, std::unique_ptr<Strategy> s)
       : options(std::move(o)),
@@ -108,11 +114,7 @@ struct Gateway::Impl {
   bool authorized(const http::Request& r, const WriterPtr& w, std::string_view endpoint) {
     if (options.api_keys.empty()) return true;
     const std::string auth = r.header("authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
-      const std::string key = auth.substr(kBearer.size());
-      if (std::find(options.api_keys.begin(), options.api_keys.end(), key) != options.api_keys.end()) return true;
-    }
+    if (http::api_key_matches(http::bearer_token(r), options.api_keys)) return true;
     metrics.request_finished(endpoint, 401);
     w->send(401, error_json(401,
                             auth.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'"
@@ -203,6 +205,8 @@ struct Gateway::Impl {
     req.body = c.body;
     req.timeout_ms = options.upstream_timeout_ms;
     req.headers["content-type"] = "application/json";
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.headers["x-request-id"] = c.request_id;
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
     if (!c.prefill_url.empty()) req.headers[kPrefillNodeHeader] = c.prefill_url;
@@ -225,6 +229,18 @@ struct Gateway::Impl {
     finish(c, status);
     c.writer->send(status, error_json(status, std::move(message), std::move(type), std::move(code)), "application/json",
                    {{"x-request-id", c.request_id}});
+  }
+
+  // /admin/*: the cluster token when one is configured (an operator's credential, not a client's); otherwise
+  // the API keys, as before.
+  http::Handler admin(std::function<void(const http::Request&, const WriterPtr&)> h) {
+    if (options.cluster_token.configured()) {
+      return http::require_cluster_token(options.cluster_token,
+                                         [h = std::move(h)](const http::Request& r, WriterPtr w) { h(r, w); });
+    }
+    return [this, h = std::move(h)](const http::Request& r, WriterPtr w) {
+      if (authorized(r, w, "admin")) h(r, w);
+    };
   }
 
   static bool retryable(int status) { return status >= 500 || status == 429; }
@@ -283,9 +299,13 @@ struct Gateway::Impl {
     }
     int64_t generated = 0;
     if (r->status == 200) {
+      // The node's count feeds its load estimate: a non-number or an absurd value is ignored, not trusted.
       json j = json::parse(r->body, nullptr, false);
       if (j.is_object() && j.contains("usage") && j["usage"].is_object()) {
-        generated = j["usage"].value("completion_tokens", int64_t{0});
+        const json& n = j["usage"]["completion_tokens"];
+        if (n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() <= kMaxReportedTokens) {
+          generated = n.get<int64_t>();
+        }
       }
     }
     note_outcome(url, c.reserved_tokens, generated, outcome_of(r->status));
@@ -429,6 +449,13 @@ struct Gateway::Impl {
       metrics.request_finished(c->endpoint, e->status);
       return w->send(e->status, serve::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
     }
+    if (serve::has_resume_field(r.body)) {
+      metrics.request_finished(c->endpoint, 400);
+      return w->send(400,
+                     error_json(400, "'tessera_resume' is an internal field and cannot be sent by a client",
+                                "invalid_request_error", "internal_field"),
+                     "application/json", {{"x-request-id", c->request_id}});
+    }
     const serve::ApiRequest& req = std::get<serve::ApiRequest>(parsed);
     c->body = r.body;
     c->stream = req.stream;
@@ -467,19 +494,25 @@ struct Gateway::Impl {
   void handle_models(const WriterPtr& w) {
     auto task = [this, w] {
       std::vector<NodeSnapshot> nodes = registry.candidates();
-      std::vector<std::future<Result<http::Response>>> answers;
-      for (const auto& n : nodes) {
-        answers.push_back(std::async(std::launch::async, [url = n.url] {
-          http::ClientRequest req;
-          req.url = url + "/v1/models";
-          req.timeout_ms = 2000;
-          return http::fetch(req);
-        }));
+      // At most kModelsFanout nodes asked at once: the router's thread count must not grow with the fleet.
+      std::vector<Result<http::Response>> answers;
+      for (size_t at = 0; at < nodes.size(); at += kModelsFanout) {
+        std::vector<std::future<Result<http::Response>>> batch;
+        for (size_t i = at; i < std::min(nodes.size(), at + kModelsFanout); ++i) {
+          batch.push_back(std::async(std::launch::async, [this, url = nodes[i].url] {
+            http::ClientRequest req;
+            http::add_cluster_token(req.headers, options.cluster_token);
+            req.tls_ca_file = options.upstream_tls_ca_file;
+            req.url = url + "/v1/models";
+            req.timeout_ms = 2000;
+            return http::fetch(req);
+          }));
+        }
+        for (auto& f : batch) answers.push_back(f.get());
       }
       json data = json::array();
       std::set<std::string> seen;
-      for (auto& f : answers) {
-        auto r = f.get();
+      for (auto& r : answers) {
         if (!r.ok() || r->status != 200) continue;
         json j = json::parse(r->body, nullptr, false);
         if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) continue;
@@ -556,20 +589,21 @@ struct Gateway::Impl {
 
   // ---- health probes --------------------------------------------------------------------------------------
 
+  // Probes run on a fixed pool (kProbeThreads): a thread per due probe made the router's thread count grow
+  // with the registered nodes (800 fake nodes: 72 -> 872 threads). A node is probed again only after its
+  // last probe finished (the registry marks it), so the queue holds at most one probe per node.
   void health_loop() {
-    std::vector<std::future<void>> running;
     std::unique_lock lock(health_mu);
     while (!health_stop) {
       lock.unlock();
-      std::erase_if(running, [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
       for (const std::string& url : registry.due_probes()) {
-        running.push_back(std::async(std::launch::async, [this, url] { probe(url); }));
+        if (!probe_pool.submit([this, url] { probe(url); })) registry.probe_result(url, false, 0);
       }
       lock.lock();
       health_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return health_stop; });
     }
     lock.unlock();
-    for (auto& f : running) f.wait();
+    probe_pool.drop_queued();
   }
 
   // A node added without a role (--nodes, the admin API) says what it is on GET /internal/pd/info; a node
@@ -578,6 +612,8 @@ struct Gateway::Impl {
     auto known = registry.status(url);
     if (!known || !known->load.role.empty()) return;
     http::ClientRequest req;
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.url = url + "/internal/pd/info";
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
@@ -594,6 +630,8 @@ struct Gateway::Impl {
 
   void probe(const std::string& url) {
     http::ClientRequest req;
+    http::add_cluster_token(req.headers, options.cluster_token);
+    req.tls_ca_file = options.upstream_tls_ca_file;
     req.url = url + "/health";
     req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
     auto r = http::fetch(req);
@@ -639,14 +677,12 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   d->server.route("GET", "/metrics", [d](const http::Request&, const WriterPtr& w) {
     w->send(200, d->metrics.render(d->registry.list(), d->pool.queued(), d->pool.busy()), "text/plain; version=0.0.4");
   });
-  d->server.route("GET", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  d->server.route("GET", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     json nodes = json::array();
     for (const auto& s : d->registry.list()) nodes.push_back(Impl::node_json(s));
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
-  });
-  d->server.route("POST", "/admin/nodes", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     NodeSpec spec{body->first, 0};
@@ -664,9 +700,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     d->add_node(spec);
     log::info("router: node {} added", spec.url);
     w->send(201, dump(Impl::node_json(*d->registry.status(spec.url))));
-  });
-  d->server.route("POST", "/admin/nodes/remove", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes/remove", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     if (!d->remove_node(body->first)) {
@@ -675,9 +710,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     }
     log::info("router: node {} removed", body->first);
     w->send(200, dump({{"url", body->first}, {"removed", true}}));
-  });
-  d->server.route("POST", "/admin/nodes/drain", [d](const http::Request& r, const WriterPtr& w) {
-    if (!d->authorized(r, w, "admin")) return;
+  }));
+  d->server.route("POST", "/admin/nodes/drain", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
     if (!body) return;
     bool drain = true;
@@ -692,7 +726,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
                                      "invalid_request_error", "node_not_found"));
     }
     w->send(200, dump(Impl::node_json(*d->registry.status(body->first))));
-  });
+  }));
 }
 
 Gateway::~Gateway() { stop(); }

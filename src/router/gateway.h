@@ -15,7 +15,9 @@
 // When a node leaves rotation (probes or passive ejection), the exchanges still open on it are abandoned:
 // those that forwarded nothing yet are retried elsewhere, streams already under way end with the SSE error
 // event, so no request waits out the upstream timeout on a node that stopped answering.
-// x-request-id is taken from the client (or made up), sent to the node and returned.
+// x-request-id is taken from the client (or made up), sent to the node and returned. Internal fields stay
+// internal: a client body carrying `tessera_resume` gets 400, and no client header other than x-request-id and
+// x-session-id reaches a node (the router sets its own x-tessera-* headers, with the cluster token).
 //
 // Threads: HTTP I/O on `http.io_threads` threads; each proxied request holds one thread of a bounded pool
 // (`workers` threads, `max_queue` waiting; beyond that 503) for its blocking upstream call; one health
@@ -44,6 +46,11 @@ struct GatewayOptions {
   StrategyOptions strategy_options;
   HealthOptions health;
   std::vector<std::string> api_keys;  // empty: no authentication
+  // The cluster credential (docs/security.md): required on /admin/* (instead of an API key) and sent to the
+  // nodes on every call, which is what lets them honour the router's internal fields. Unconfigured: /admin/*
+  // takes the API keys, as the public routes do.
+  ClusterToken cluster_token;
+  std::string upstream_tls_ca_file;  // CA file trusted for https:// nodes (empty: the system's)
   int workers = 64;
   size_t max_queue = 4096;
   int max_attempts = 3;              // nodes tried per request

@@ -33,7 +33,7 @@ Result<std::string> normalize_node_url(const std::string& url) {
   if (u.target != "/") {
     return invalid_argument(fmt::format("node URL '{}' must be http://host:port without a path", url));
   }
-  return fmt::format("http://{}:{}", u.host, u.port);
+  return fmt::format("{}://{}:{}", u.tls ? "https" : "http", u.host, u.port);
 }
 
 Result<std::vector<NodeSpec>> parse_node_list(const std::string& list) {

@@ -1,5 +1,7 @@
 #include "router/worker_pool.h"
 
+#include "base/guarded.h"
+
 namespace tessera::router {
 
 WorkerPool::WorkerPool(int threads, size_t max_queue) : max_queue_(max_queue) {
@@ -25,6 +27,11 @@ bool WorkerPool::submit(std::function<void()> task) {
   return true;
 }
 
+void WorkerPool::drop_queued() {
+  std::lock_guard lock(mu_);
+  queue_.clear();
+}
+
 size_t WorkerPool::queued() const {
   std::lock_guard lock(mu_);
   return queue_.size();
@@ -46,7 +53,7 @@ void WorkerPool::loop() {
       queue_.pop_front();
       ++busy_;
     }
-    task();
+    run_guarded("router worker", task);
     std::lock_guard lock(mu_);
     --busy_;
   }

@@ -1,7 +1,8 @@
 // WorkerPool: a fixed set of threads for the router's blocking upstream calls (http::fetch*). Each proxied
 // request holds one worker while it streams, so `threads` bounds the requests the router has in flight
 // upstream; at most `max_queue` more wait for a worker, and submit() refuses beyond that (the gateway then
-// answers 503). Thread-safe; the destructor finishes queued work and joins.
+// answers 503). A task that throws is logged and dropped (the thread lives on). Thread-safe; the destructor
+// finishes queued work (unless drop_queued() was called) and joins.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +23,8 @@ class WorkerPool {
 
   // False when the queue is full or the pool is stopping.
   bool submit(std::function<void()> task);
+  // Forgets the tasks still waiting (the running ones finish); for a fast shutdown.
+  void drop_queued();
   size_t queued() const;
   int busy() const;
 

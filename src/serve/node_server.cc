@@ -329,6 +329,13 @@ struct NodeServer::Impl {
                        cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
            "invalid_request_error", "max_tokens", "context_length_exceeded"});
     }
+    // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
+    const bool internal = http::internal_caller(hreq, options.cluster_token);
+    if (!internal && has_resume_field(hreq.body)) {
+      return reply_error(w, endpoint,
+                         {403, "'tessera_resume' is an internal field: only cluster members may send it",
+                          "permission_error", "tessera_resume", "internal_field"});
+    }
     auto resume = parse_resume(hreq.body, cfg.vocab_size);
     if (!resume.ok()) {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
@@ -339,7 +346,7 @@ struct NodeServer::Impl {
     call->created = unix_now();
     call->start = call->last = Clock::now();
     call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
-    call->token_ids = r.stream && hreq.header(std::string(kTokenIdsHeader)) == "1";
+    call->token_ids = r.stream && internal && hreq.header(std::string(kTokenIdsHeader)) == "1";
     if (*resume) apply_resume(*call, gen, **resume);
     const bool preamble = !*resume || !(*resume)->preamble_sent;
     std::string echo_text =
@@ -384,12 +391,16 @@ struct NodeServer::Impl {
       options.pd->generate(
           std::move(gen), on_out,
           [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
+            if (!id.ok() && id.status().code() == StatusCode::kCancelled) {
+              metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
+              return call->writer->end();
+            }
             if (!id.ok()) return fail_submit(call, endpoint, id.status());
             std::lock_guard<std::mutex> lock(handle->mu);
             handle->id = *id;
             if (handle->gone) eng->cancel(*id);
           },
-          cancelled, hreq.header("x-tessera-prefill-node"));
+          cancelled, internal ? hreq.header("x-tessera-prefill-node") : std::string());
       return;
     }
     auto id = engine.submit(std::move(gen), on_out);
@@ -417,31 +428,46 @@ struct NodeServer::Impl {
 NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
   Impl* d = impl_.get();
-  d->server.route("POST", "/v1/completions", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-    d->handle_generate(r, std::move(w), false);
-  });
-  d->server.route("POST", "/v1/chat/completions", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-    d->handle_generate(r, std::move(w), true);
-  });
-  // vLLM's tokenizer routes (serve/tokenize_api.h); public, like /v1/*.
-  d->server.route("POST", "/tokenize", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-    TokenizeReply t = tokenize_request(r.body, d->engine.tokenizer(), d->options.chat, d->options.model_name,
-                                       d->engine.config().max_seq_len);
-    w->send(t.status, t.body);
-  });
-  d->server.route("POST", "/detokenize", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);
-    w->send(t.status, t.body);
-  });
-  d->server.route("GET", "/v1/models", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    json m = {{"id", d->options.model_name},
-              {"object", "model"},
-              {"created", unix_now()},
-              {"owned_by", "tessera"},
-              {"max_model_len", d->engine.config().max_seq_len},
-              {"vocab_size", d->engine.config().vocab_size}};  // an extension: lets load generators send token ids
-    w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
-  });
+  // /v1/*: an API key (when configured) or the cluster token (the router forwarding for its own clients).
+  auto keyed = [d](http::Handler h) -> http::Handler {
+    if (d->options.api_keys.empty()) return h;
+    return [d, h = std::move(h)](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+      if (!http::api_key_matches(http::bearer_token(r), d->options.api_keys) &&
+          !http::presents_cluster_token(r, d->options.cluster_token)) {
+        return w->send(401, R"({"error":{"message":"Incorrect API key provided: send Authorization: Bearer KEY",)"
+                            R"("type":"invalid_request_error","param":null,"code":"invalid_api_key"}})");
+      }
+      h(r, std::move(w));
+    };
+  };
+  d->server.route("POST", "/v1/completions",
+                  keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    d->handle_generate(r, std::move(w), false);
+                  }));
+  d->server.route("POST", "/v1/chat/completions",
+                  keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    d->handle_generate(r, std::move(w), true);
+                  }));
+  // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
+  d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    TokenizeReply t = tokenize_request(r.body, d->engine.tokenizer(), d->options.chat,
+                                                       d->options.model_name, d->engine.config().max_seq_len);
+                    w->send(t.status, t.body);
+                  }));
+  d->server.route("POST", "/detokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);
+                    w->send(t.status, t.body);
+                  }));
+  d->server.route(
+      "GET", "/v1/models", keyed([d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+        json m = {{"id", d->options.model_name},
+                  {"object", "model"},
+                  {"created", unix_now()},
+                  {"owned_by", "tessera"},
+                  {"max_model_len", d->engine.config().max_seq_len},
+                  {"vocab_size", d->engine.config().vocab_size}};  // an extension: lets load generators send token ids
+        w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
+      }));
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     if (d->draining) return w->send(503, R"({"status":"draining"})");
     engine::EngineStats s = d->engine.stats();
@@ -468,6 +494,12 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "tessera_pd_kv_bytes_total {}\n"
           "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
           "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
+          "# HELP tessera_pd_cancelled_total Requests whose client left before their prompt was prefilled\n"
+          "# TYPE tessera_pd_cancelled_total counter\ntessera_pd_cancelled_total {}\n"
+          "# HELP tessera_pd_breaker_opened_total Times a prefill node's breaker opened (timeouts or errors)\n"
+          "# TYPE tessera_pd_breaker_opened_total counter\ntessera_pd_breaker_opened_total {}\n"
+          "# HELP tessera_pd_breaker_skipped_total Prefill calls not sent because the node's breaker was open\n"
+          "# TYPE tessera_pd_breaker_skipped_total counter\ntessera_pd_breaker_skipped_total {}\n"
           "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
           "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
           "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
@@ -481,9 +513,9 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# TYPE tessera_pd_kv_active_seconds_total counter\ntessera_pd_kv_active_seconds_total {}\n"
           "# HELP tessera_pd_kv_verify_seconds_total Checksumming and copying received KV out of staging\n"
           "# TYPE tessera_pd_kv_verify_seconds_total counter\ntessera_pd_kv_verify_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.transfer_seconds,
-          p.deferred_reservations, p.prefill_compute_seconds, p.kv_exposed_seconds, p.kv_active_seconds,
-          p.kv_verify_seconds);
+          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
+          p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
+          p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

@@ -28,6 +28,11 @@ struct NodeOptions {
   http::ServerOptions http;
   ChatFormatter chat;       // null: chat completions answer 400 (the model has no chat template)
   PdService* pd = nullptr;  // not owned; decode role: prompts may be prefilled on prefill nodes
+  // Accepted API keys ("Authorization: Bearer KEY") on /v1/*; empty: no key needed. /health stays open.
+  std::vector<std::string> api_keys;
+  // The cluster credential. Internal fields (x-tessera-* headers, tessera_resume) are honoured only from a
+  // caller presenting it, and a caller presenting it needs no API key (the router). Unconfigured: open.
+  ClusterToken cluster_token;
 };
 
 class NodeServer {

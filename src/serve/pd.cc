@@ -18,9 +18,12 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "base/guarded.h"
 #include "base/log.h"
 #include "link/agent.h"
 #include "link/checksum.h"
+#include "serve/pd_messages.h"
+#include "serve/prefill_breaker.h"
 
 namespace tessera::serve {
 namespace {
@@ -72,29 +75,16 @@ class RangeAllocator {
   std::map<uint64_t, uint64_t> free_, used_;
 };
 
-json sampling_json(const engine::SamplingParams& s) {
-  return {{"temperature", s.temperature},
-          {"top_p", s.top_p},
-          {"top_k", s.top_k},
-          {"min_p", s.min_p},
-          {"seed", s.seed},
-          {"presence_penalty", s.presence_penalty},
-          {"frequency_penalty", s.frequency_penalty}};
-}
+constexpr int kTagGraceMs = 2000;     // how long a tag may trail the prefill node's 200
+constexpr int kProbeTimeoutMs = 500;  // the breaker's probe of an open prefill node (GET /internal/pd/info)
 
-engine::SamplingParams sampling_from(const json& j) {
-  engine::SamplingParams s;
-  s.temperature = j.value("temperature", 1.0f);
-  s.top_p = j.value("top_p", 1.0f);
-  s.top_k = j.value("top_k", 0);
-  s.min_p = j.value("min_p", 0.0f);
-  s.seed = j.value("seed", uint64_t{0});
-  s.presence_penalty = j.value("presence_penalty", 0.0f);
-  s.frequency_penalty = j.value("frequency_penalty", 0.0f);
-  return s;
-}
-
-constexpr int kTagGraceMs = 2000;  // how long a tag may trail the prefill node's 200
+// One call to a prefill node in flight: `abandon` ends it early, set when the client left (`client`) or when
+// another call's timeout opened that node's breaker.
+struct Attempt {
+  std::atomic<bool> abandon{false};
+  std::shared_ptr<std::atomic<bool>> client;
+};
+using AttemptPtr = std::shared_ptr<Attempt>;
 
 std::string error_json(const std::string& message) { return json{{"error", {{"message", message}}}}.dump(); }
 
@@ -119,15 +109,27 @@ struct PdService::Impl {
   mutable std::mutex stats_mu;
   PdStats stats;  // GUARDED_BY(stats_mu)
 
-  // Prefill: peers already connected.
+  // Decode: the breaker per prefill node, its prober, and the calls in flight per node.
+  PrefillBreaker breaker{SteadyClock::instance(), BreakerOptions{}};
+  std::thread prober;
+  std::mutex attempts_mu;
+  std::map<std::string, std::set<AttemptPtr>> attempts;  // GUARDED_BY(attempts_mu)
+
+  // Prefill: peers already connected. A connection is set up under its own peer's lock, never under peers_mu
+  // and never on an HTTP I/O thread: a peer whose address accepts and never answers must stall only itself.
+  struct Peer {
+    std::mutex mu;
+    bool connected = false;  // GUARDED_BY(mu)
+  };
   std::mutex peers_mu;
-  std::set<std::string> peers;  // GUARDED_BY(peers_mu)
+  std::map<std::string, std::shared_ptr<Peer>> peers;  // GUARDED_BY(peers_mu)
 
   Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
 
   ~Impl() {
     stopping = true;
     if (notifier.joinable()) notifier.join();
+    if (prober.joinable()) prober.join();
     if (agent) agent->shutdown(std::chrono::milliseconds(1000));
   }
 
@@ -154,34 +156,103 @@ struct PdService::Impl {
     return ok;
   }
 
+  // Decode: every 50 ms, passes client cancellations on to the calls waiting for a prefill node, and probes
+  // the prefill nodes whose breaker is open (prefill_breaker.h).
+  void probe_loop() {
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      {
+        std::lock_guard<std::mutex> lock(attempts_mu);
+        for (auto& [url, set] : attempts) {
+          for (const AttemptPtr& a : set) {
+            if (a->client && *a->client) a->abandon = true;
+          }
+        }
+      }
+      for (const std::string& url : breaker.due_probes()) {
+        http::Headers headers;
+        http::add_cluster_token(headers, options.cluster_token);
+        auto r = http::fetch({.method = "GET",
+                              .url = url + "/internal/pd/info",
+                              .headers = std::move(headers),
+                              .timeout_ms = kProbeTimeoutMs});
+        const bool ok = r.ok() && r->status == 200;
+        breaker.probe_result(url, ok);
+        if (ok) log::info("prefill node {} answers again: one request will try it", url);
+      }
+    }
+  }
+
+  AttemptPtr begin_attempt(const std::string& url, std::shared_ptr<std::atomic<bool>> client) {
+    auto a = std::make_shared<Attempt>();
+    a->client = std::move(client);
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    attempts[url].insert(a);
+    return a;
+  }
+  void end_attempt(const std::string& url, const AttemptPtr& a) {
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    auto it = attempts.find(url);
+    if (it == attempts.end()) return;
+    it->second.erase(a);
+    if (it->second.empty()) attempts.erase(it);
+  }
+  // The breaker of `url` just opened: nobody else waits out the timeout on it.
+  void abandon_node(const std::string& url, const std::string& why) {
+    log::warn("prefill node {} {}: not waiting on it until it answers a probe", url, why);
+    std::lock_guard<std::mutex> lock(attempts_mu);
+    auto it = attempts.find(url);
+    if (it == attempts.end()) return;
+    for (const AttemptPtr& a : it->second) a->abandon = true;
+  }
+
   // ---- prefill role ----
+  // Written by the engine thread (the layer hook), read by the completion thread after the request's last
+  // output, which the engine delivers after its last hook call.
+  struct Job {
+    std::vector<uint8_t> local;
+    link::RegionId local_id{};
+    std::vector<link::TransferFuture> futures;
+    std::vector<std::vector<link::Assignment>> deferred;  // overlap off: writes issued after the prefill
+    std::optional<Clock::time_point> first_write;
+  };
+  // Runs on a thread of its own (see register_routes): connecting to the decode node may take the link's whole
+  // connect timeout.
   void handle_prefill(const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_array() ||
-        !j.contains("agent") || !j.contains("region") || !j.contains("tag")) {
-      return w->send(400, error_json("expected {prompt, export_from, sampling, agent, region, offset, tag, model}"));
+    const model::ModelConfig& c = engine.config();
+    const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
+    auto call = parse_prefill_call(req.body, c.vocab_size, max_prompt);
+    if (!call.ok()) {
+      log::warn("pd: refused a prefill request: {}", call.status().message());
+      return w->send(400, error_json(call.status().message()));
     }
-    if (j.value("model", json::object()) != model_json()) {
+    if (call->model != model_json()) {
       return w->send(409, error_json(fmt::format("model mismatch: this prefill node serves {}, the request wants {}",
-                                                 model_json().dump(), j.value("model", json::object()).dump())));
+                                                 model_json().dump(), call->model.dump())));
     }
-    auto info = link::AgentInfo::decode(j["agent"].get<std::string>());
-    auto region = link::RegionDesc::decode(j["region"].get<std::string>());
+    auto info = link::AgentInfo::decode(call->agent);
+    auto region = link::RegionDesc::decode(call->region);
     if (!info.ok() || !region.ok()) return w->send(400, error_json("bad agent or region description"));
+    std::shared_ptr<Peer> p;
     {
       std::lock_guard<std::mutex> lock(peers_mu);
-      if (!peers.count(info->name)) {
+      auto& slot = peers[info->name];
+      if (!slot) slot = std::make_shared<Peer>();
+      p = slot;
+    }
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      if (!p->connected) {
         if (Status s = agent->connect(*info); !s.ok()) return w->send(502, error_json(s.message()));
-        peers.insert(info->name);
+        p->connected = true;
       }
     }
     engine::GenerationRequest gen;
-    for (const json& t : j["prompt"]) gen.prompt.push_back(t.get<model::TokenId>());
-    gen.sampling = sampling_from(j.value("sampling", json::object()));
+    gen.prompt = std::move(call->prompt);
+    gen.sampling = call->sampling;
     gen.max_tokens = 1;
     gen.ignore_eos = true;
-    gen.export_from = j.value("export_from", 0);
-    const model::ModelConfig& c = engine.config();
+    gen.export_from = call->export_from;
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - gen.export_from;
     if (gen.export_from < 0 || count < 1) return w->send(400, error_json("export_from must leave at least one token"));
@@ -189,20 +260,11 @@ struct PdService::Impl {
     const size_t row = dtype_bytes(wire, static_cast<size_t>(c.kv_dim()));
     const size_t half = static_cast<size_t>(count) * row;
     const size_t total = static_cast<size_t>(c.n_layers) * 2 * half;
-    const uint64_t remote_offset = j.value("offset", uint64_t{0});
+    const uint64_t remote_offset = call->offset;
     if (total > region->length || remote_offset > region->length - total) {
       return w->send(
           400, error_json(fmt::format("the reserved region holds {} bytes; {} are needed", region->length, total)));
     }
-    // Written by the engine thread (the layer hook), read by the completion thread after the request's last
-    // output, which the engine delivers after its last hook call.
-    struct Job {
-      std::vector<uint8_t> local;
-      link::RegionId local_id{};
-      std::vector<link::TransferFuture> futures;
-      std::vector<std::vector<link::Assignment>> deferred;  // overlap off: writes issued after the prefill
-      std::optional<Clock::time_point> first_write;
-    };
     auto job = std::make_shared<Job>();
     job->local.resize(total);
     auto reg = agent->register_region(job->local.data(), total);
@@ -232,7 +294,7 @@ struct PdService::Impl {
       job->futures.push_back(ag->write(peer, std::move(batch)));
       return ok_status();
     };
-    const uint64_t tag = j["tag"].get<uint64_t>();
+    const uint64_t tag = call->tag;
     const auto t0 = Clock::now();
     auto id = engine.submit(
         std::move(gen), [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
@@ -240,36 +302,10 @@ struct PdService::Impl {
           const auto computed = Clock::now();
           // Leave the engine thread: waiting for the transfers must not stall other requests.
           std::thread([this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
-            Status st = o.finish == engine::FinishReason::kError ? o.error : ok_status();
-            if (st.ok() && o.tokens.empty()) st = internal_error("the prefill produced no token");
-            if (st.ok() && !job->deferred.empty()) job->first_write = Clock::now();
-            for (auto& batch : job->deferred) {
-              if (st.ok()) job->futures.push_back(agent->write(peer, std::move(batch)));
-            }
-            for (auto& f : job->futures) {
-              if (!st.ok()) break;
-              st = f.wait();
-            }
-            if (st.ok()) st = agent->write_with_imm(peer, {{job->local_id, 0, remote, remote_offset, 0}}, tag).wait();
-            const auto done = Clock::now();
-            const uint64_t sum = link::checksum64(job->local.data(), job->local.size());
-            (void)agent->unregister_region(job->local_id);
-            if (!st.ok()) {
-              std::lock_guard<std::mutex> lock(peers_mu);
-              peers.erase(peer);  // reconnect next time: the connection may be what failed
-              return w->send(502, error_json(st.message()));
-            }
-            auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-            w->send(200, json{{"first_token", o.tokens[0]},
-                              {"checksum", sum},
-                              {"kv_dtype", std::string(dtype_name(wire))},
-                              {"bytes", job->local.size()},
-                              {"overlap", job->deferred.empty()},
-                              {"compute_ms", ms(computed - t0)},
-                              {"transfer_wait_ms", ms(done - computed)},
-                              {"transfer_ms", ms(done - job->first_write.value_or(computed))},
-                              {"prefill_ms", ms(Clock::now() - t0)}}
-                             .dump());
+            run_guarded(
+                "pd prefill completion",
+                [&] { finish_prefill(job, w, peer, remote, remote_offset, tag, t0, computed, wire, o); },
+                [&] { w->send(500, error_json("internal error while sending the KV")); });
           }).detach();
         });
     if (!id.ok()) {
@@ -279,12 +315,49 @@ struct PdService::Impl {
     }
   }
 
+  void finish_prefill(const std::shared_ptr<Job>& job, const std::shared_ptr<http::ResponseWriter>& w,
+                      const std::string& peer, link::RegionId remote, uint64_t remote_offset, uint64_t tag,
+                      Clock::time_point t0, Clock::time_point computed, DType wire, const engine::RequestOutput& o) {
+    Status st = o.finish == engine::FinishReason::kError ? o.error : ok_status();
+    if (st.ok() && o.tokens.empty()) st = internal_error("the prefill produced no token");
+    if (st.ok() && !job->deferred.empty()) job->first_write = Clock::now();
+    for (auto& batch : job->deferred) {
+      if (st.ok()) job->futures.push_back(agent->write(peer, std::move(batch)));
+    }
+    for (auto& f : job->futures) {
+      if (!st.ok()) break;
+      st = f.wait();
+    }
+    if (st.ok()) st = agent->write_with_imm(peer, {{job->local_id, 0, remote, remote_offset, 0}}, tag).wait();
+    const auto done = Clock::now();
+    const uint64_t sum = link::checksum64(job->local.data(), job->local.size());
+    (void)agent->unregister_region(job->local_id);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(peers_mu);
+      peers.erase(peer);  // reconnect next time: the connection may be what failed
+      return w->send(502, error_json(st.message()));
+    }
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    w->send(200, json{{"first_token", o.tokens[0]},
+                      {"checksum", sum},
+                      {"kv_dtype", std::string(dtype_name(wire))},
+                      {"bytes", job->local.size()},
+                      {"overlap", job->deferred.empty()},
+                      {"compute_ms", ms(computed - t0)},
+                      {"transfer_wait_ms", ms(done - computed)},
+                      {"transfer_ms", ms(done - job->first_write.value_or(computed))},
+                      {"prefill_ms", ms(Clock::now() - t0)}}
+                     .dump());
+  }
+
   // ---- decode role ----
   // Returns the imported KV for `gen`, or an error (the caller then prefills locally).
   // `preferred` (the router's choice) goes first, then this node's own list in turn.
+  // Prefill nodes whose breaker is open are skipped; Cancelled when the client left meanwhile.
   Result<std::shared_ptr<engine::ImportedKv>> remote_prefill(const engine::GenerationRequest& gen,
                                                              const engine::PrefixLookup& hit,
-                                                             const std::string& preferred) {
+                                                             const std::string& preferred,
+                                                             const std::shared_ptr<std::atomic<bool>>& client) {
     const model::ModelConfig& c = engine.config();
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - hit.cached_tokens;
@@ -309,27 +382,54 @@ struct PdService::Impl {
       if (url != preferred) order.push_back(url);
     }
     for (const std::string& url : order) {
+      if (client && *client) break;
+      if (!breaker.allow(url)) {
+        last = unavailable(fmt::format("{}: its breaker is open (it timed out or failed; probing it)", url));
+        continue;
+      }
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       json body = {{"prompt", gen.prompt},
                    {"export_from", hit.cached_tokens},
-                   {"sampling", sampling_json(gen.sampling)},
+                   {"sampling", sampling_to_json(gen.sampling)},
                    {"agent", agent->info().encode()},
                    {"region", desc->encode()},
                    {"offset", *offset},
                    {"tag", tag},
                    {"model", model_json()}};
+      http::Headers headers{{"Content-Type", "application/json"}};
+      http::add_cluster_token(headers, options.cluster_token);
+      const AttemptPtr attempt = begin_attempt(url, client);
       auto r = http::fetch({.method = "POST",
                             .url = url + "/internal/pd/prefill",
-                            .headers = {{"Content-Type", "application/json"}},
+                            .headers = std::move(headers),
                             .body = body.dump(),
-                            .timeout_ms = options.transfer_timeout_ms});
+                            .timeout_ms = options.transfer_timeout_ms,
+                            .cancel = &attempt->abandon});
+      end_attempt(url, attempt);
       if (!r.ok()) {
         last = r.status().with_context(url);
+        if (r.status().code() == StatusCode::kCancelled) continue;  // the client left, or the breaker opened
+        const bool timed_out = r.status().code() == StatusCode::kDeadlineExceeded;
+        if (timed_out ? breaker.timeout(url) : breaker.error(url)) {
+          abandon_node(url, timed_out ? "timed out" : "keeps failing");
+        }
         continue;
       }
-      json reply = json::parse(r->body, nullptr, false);
-      if (r->status != 200 || reply.is_discarded()) {
+      if (r->status >= 500) {
+        if (breaker.error(url)) abandon_node(url, "keeps failing");
+      } else {
+        breaker.success(url);  // it answered: alive, whatever it said
+      }
+      if (r->status != 200) {
         last = unavailable(fmt::format("{}: HTTP {} {}", url, r->status, r->body.substr(0, 200)));
+        continue;
+      }
+      // Validated before waiting for the tag: a malformed reply is that prefill node's fault, and this request
+      // goes on to the next one (or prefills here).
+      auto reply = parse_prefill_reply(r->body, total, c.vocab_size);
+      if (!reply.ok()) {
+        log::warn("pd: bad prefill reply from {}: {}", url, reply.status().message());
+        last = reply.status().with_context(url);
         continue;
       }
       const auto replied = Clock::now();
@@ -341,7 +441,7 @@ struct PdService::Impl {
       }
       const auto tagged = Clock::now();
       const uint8_t* data = reinterpret_cast<const uint8_t*>(staging_bytes.data()) + *offset;
-      if (link::checksum64(data, total) != reply.value("checksum", uint64_t{0})) {
+      if (link::checksum64(data, total) != reply->checksum) {
         std::lock_guard<std::mutex> lock(stats_mu);
         stats.checksum_mismatches++;
         last = data_loss(fmt::format("{}: KV checksum mismatch", url));
@@ -352,20 +452,21 @@ struct PdService::Impl {
       kv->count = count;
       kv->dtype = DType::kF32;
       kv->data.assign(data, data + total);
-      kv->first_token = reply.value("first_token", 0);
+      kv->first_token = reply->first_token;
       kv->cached_blocks = hit.blocks;
       release();
       std::lock_guard<std::mutex> lock(stats_mu);
       stats.kv_bytes += total;
       if (url == preferred) stats.router_choice++;
-      stats.prefill_compute_seconds += reply.value("compute_ms", 0.0) / 1000;
-      stats.kv_active_seconds += reply.value("transfer_ms", 0.0) / 1000;
+      stats.prefill_compute_seconds += reply->compute_ms / 1000;
+      stats.kv_active_seconds += reply->transfer_ms / 1000;
       stats.kv_exposed_seconds +=
-          reply.value("transfer_wait_ms", 0.0) / 1000 + std::chrono::duration<double>(tagged - replied).count();
+          reply->transfer_wait_ms / 1000 + std::chrono::duration<double>(tagged - replied).count();
       stats.kv_verify_seconds += std::chrono::duration<double>(Clock::now() - tagged).count();
       return kv;
     }
     release();
+    if (client && *client) return cancelled("the client went away during the remote prefill");
     return last;
   }
 };
@@ -386,6 +487,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
                 : options.agent_name;
   ao.endpoints = options.link_endpoints;
+  ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
   if (options.role == "decode") {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
@@ -393,6 +495,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
     impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
     Impl* d = impl.get();
     impl->notifier = std::thread([d] { d->notifications(); });
+    impl->prober = std::thread([d] { d->probe_loop(); });
   }
   return std::unique_ptr<PdService>(new PdService(std::move(impl)));
 }
@@ -400,20 +503,36 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
 const PdOptions& PdService::options() const { return impl_->options; }
 
 PdStats PdService::stats() const {
+  const BreakerCounters b = impl_->breaker.counters();
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
-  return impl_->stats;
+  PdStats s = impl_->stats;
+  s.breaker_opened = b.opened;
+  s.breaker_skipped = b.skipped;
+  return s;
 }
 
 void PdService::register_routes(http::Server& server) {
   Impl* d = impl_.get();
-  server.route("GET", "/internal/pd/info", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    w->send(200,
+  const ClusterToken& token = d->options.cluster_token;
+  server.route(
+      "GET", "/internal/pd/info",
+      http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+        w->send(
+            200,
             json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
-  });
+      }));
   if (d->options.role == "prefill" || d->options.role == "both") {
-    server.route("POST", "/internal/pd/prefill", [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-      d->handle_prefill(r, std::move(w));
-    });
+    server.route(
+        "POST", "/internal/pd/prefill",
+        http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+          // Off the I/O thread: with 2 I/O threads, two calls naming an agent address that never answers used
+          // to freeze the node's HTTP face for the link's connect timeout (issue 20).
+          std::thread([d, r, w = std::move(w)]() mutable {
+            run_guarded(
+                "pd prefill", [&] { d->handle_prefill(r, w); },
+                [&] { w->send(500, error_json("the prefill request failed unexpectedly")); });
+          }).detach();
+        }));
   }
 }
 
@@ -423,52 +542,73 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
   Impl* d = impl_.get();
   std::thread([d, request = std::move(request), callback = std::move(callback), on_started = std::move(on_started),
                cancelled, prefill_url = std::move(prefill_url)]() mutable {
-    auto local = [&](bool fallback) {
-      std::lock_guard<std::mutex> lock(d->stats_mu);
-      (fallback ? d->stats.fallbacks : d->stats.local)++;
+    bool started = false;
+    auto start = [&](Result<engine::RequestId> id) {
+      started = true;
+      on_started(std::move(id));
     };
-    if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
-      request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
-    }
-    auto hit = d->engine.lookup_prefix(request.prompt);
-    const int n = static_cast<int>(request.prompt.size());
-    if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
-      if (hit.ok()) d->engine.release_blocks(hit->blocks);
-      local(false);
-      return on_started(d->engine.submit(std::move(request), std::move(callback)));
-    }
-    const auto t0 = Clock::now();
-    // Reserve the KV blocks the transferred positions will occupy before asking for them, so the import never
-    // waits for room. A full cache does not refuse the request: the blocks are then allocated at import.
-    std::vector<int32_t> reserved;
-    const int bt = d->engine.block_tokens();
-    auto r = d->engine.reserve_blocks((n + bt - 1) / bt - static_cast<int>(hit->blocks.size()));
-    if (r.ok()) {
-      reserved = std::move(*r);
-    } else {
-      std::lock_guard<std::mutex> lock(d->stats_mu);
-      d->stats.deferred_reservations++;
-    }
-    auto kv = d->remote_prefill(request, *hit, prefill_url);
-    if (!kv.ok() || *cancelled) {
-      if (!kv.ok()) log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
-      d->engine.release_blocks(hit->blocks);
-      d->engine.release_blocks(reserved);
-      local(true);
-      return on_started(d->engine.submit(std::move(request), std::move(callback)));
-    }
-    {
-      std::lock_guard<std::mutex> lock(d->stats_mu);
-      d->stats.remote++;
-      d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-    (*kv)->reserved_blocks = reserved;
-    std::vector<int32_t> blocks = (*kv)->cached_blocks;
-    blocks.insert(blocks.end(), reserved.begin(), reserved.end());
-    request.imported = *kv;
-    auto id = d->engine.submit(std::move(request), std::move(callback));
-    if (!id.ok()) d->engine.release_blocks(blocks);
-    on_started(std::move(id));
+    run_guarded(
+        "pd generate",
+        [&] {
+          auto local = [&](bool fallback) {
+            std::lock_guard<std::mutex> lock(d->stats_mu);
+            (fallback ? d->stats.fallbacks : d->stats.local)++;
+          };
+          if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
+            request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
+          }
+          auto hit = d->engine.lookup_prefix(request.prompt);
+          const int n = static_cast<int>(request.prompt.size());
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
+            if (hit.ok()) d->engine.release_blocks(hit->blocks);
+            local(false);
+            return start(d->engine.submit(std::move(request), std::move(callback)));
+          }
+          const auto t0 = Clock::now();
+          // Reserve the KV blocks the transferred positions will occupy before asking for them, so the import never
+          // waits for room. A full cache does not refuse the request: the blocks are then allocated at import.
+          std::vector<int32_t> reserved;
+          const int bt = d->engine.block_tokens();
+          auto r = d->engine.reserve_blocks((n + bt - 1) / bt - static_cast<int>(hit->blocks.size()));
+          if (r.ok()) {
+            reserved = std::move(*r);
+          } else {
+            std::lock_guard<std::mutex> lock(d->stats_mu);
+            d->stats.deferred_reservations++;
+          }
+          auto kv = d->remote_prefill(request, *hit, prefill_url, cancelled);
+          if (*cancelled) {  // the client left: neither a fallback nor work worth doing
+            d->engine.release_blocks(hit->blocks);
+            d->engine.release_blocks(reserved);
+            {
+              std::lock_guard<std::mutex> lock(d->stats_mu);
+              d->stats.cancelled++;
+            }
+            return start(tessera::cancelled("the client went away before its prompt was prefilled"));
+          }
+          if (!kv.ok()) {
+            log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
+            d->engine.release_blocks(hit->blocks);
+            d->engine.release_blocks(reserved);
+            local(true);
+            return start(d->engine.submit(std::move(request), std::move(callback)));
+          }
+          {
+            std::lock_guard<std::mutex> lock(d->stats_mu);
+            d->stats.remote++;
+            d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          }
+          (*kv)->reserved_blocks = reserved;
+          std::vector<int32_t> blocks = (*kv)->cached_blocks;
+          blocks.insert(blocks.end(), reserved.begin(), reserved.end());
+          request.imported = *kv;
+          auto id = d->engine.submit(std::move(request), std::move(callback));
+          if (!id.ok()) d->engine.release_blocks(blocks);
+          start(std::move(id));
+        },
+        [&] {
+          if (!started) start(internal_error("the prefill/decode path failed unexpectedly"));
+        });
   }).detach();
 }
 

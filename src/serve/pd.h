@@ -9,6 +9,7 @@
 // timeout), are prefilled locally instead: a request is never lost to the disaggregated path.
 //
 // A prefill node (role prefill) serves POST /internal/pd/prefill. Either role answers GET /internal/pd/info.
+// Both require the cluster token when one is configured.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -38,6 +39,9 @@ struct PdOptions {
   bool overlap = true;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
   std::string agent_name;  // default: derived from the role and the process id
+  // The cluster credential: required on /internal/pd/*, sent on this node's prefill calls, and proven at
+  // link connection set-up (docs/security.md). Unconfigured: all of these are open.
+  ClusterToken cluster_token;
 };
 
 struct PdStats {
@@ -47,6 +51,9 @@ struct PdStats {
   uint64_t router_choice = 0;  // remote prefills done on the prefill node the router named (x-tessera-prefill-node)
   uint64_t kv_bytes = 0;       // KV bytes received
   uint64_t checksum_mismatches = 0;
+  uint64_t cancelled = 0;              // the client left before the prompt was prefilled (not a fallback)
+  uint64_t breaker_opened = 0;         // a prefill node's breaker opened (prefill_breaker.h)
+  uint64_t breaker_skipped = 0;        // times a request did not wait on a prefill node with an open breaker
   uint64_t deferred_reservations = 0;  // KV blocks could not be reserved up front; allocated at import instead
   double transfer_seconds = 0;         // time from the prefill call to the KV being imported
   // Where that time goes, summed over remote requests (the prefill node reports its part in its reply):

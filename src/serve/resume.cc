@@ -7,8 +7,16 @@ namespace tessera::serve {
 
 using json = nlohmann::json;
 
+namespace {
+// The cheap test before a full parse. A key may be spelled with \u escapes ("tessera\u005fresume"), which a
+// plain search misses, so a body with any escape is parsed.
+bool may_hold_resume(std::string_view body) {
+  return body.find("tessera_resume") != std::string_view::npos || body.find("\\u") != std::string_view::npos;
+}
+}  // namespace
+
 Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size) {
-  if (body.find("tessera_resume") == std::string_view::npos) return std::optional<Resume>();
+  if (!may_hold_resume(body)) return std::optional<Resume>();
   json j = json::parse(body, nullptr, false);
   if (!j.is_object() || !j.contains("tessera_resume")) return std::optional<Resume>();
   const json& r = j["tessera_resume"];
@@ -36,6 +44,12 @@ Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size
   if (auto it = r.find("id"); it != r.end() && it->is_string()) out.id = it->get<std::string>().substr(0, 200);
   if (auto it = r.find("created"); it != r.end() && it->is_number_integer()) out.created = it->get<int64_t>();
   return std::optional<Resume>(std::move(out));
+}
+
+bool has_resume_field(std::string_view body) {
+  if (!may_hold_resume(body)) return false;
+  json j = json::parse(body, nullptr, false);
+  return j.is_object() && j.contains("tessera_resume");
 }
 
 std::string token_comment(const std::vector<int32_t>& tokens) {

@@ -45,6 +45,10 @@ struct Resume {
 // [0, vocab_size).
 Result<std::optional<Resume>> parse_resume(std::string_view body, int vocab_size);
 
+// True when `body` is a JSON object with a "tessera_resume" member (whatever its value): an internal field
+// that only cluster members may send (docs/security.md).
+bool has_resume_field(std::string_view body);
+
 // ": tessera-tokens 1,2,3\n\n"
 std::string token_comment(const std::vector<int32_t>& tokens);
 

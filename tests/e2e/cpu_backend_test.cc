@@ -25,6 +25,35 @@ TEST(CpuBackend, ReproducesLlama2cGreedyOutputByteForByte) {
   }
 }
 
+// Every kernel variant the processor runs gives llama2.c's greedy text; forcing one it cannot run, or naming
+// one that does not exist, is a one-line error. `bench generate` names the variant in use.
+TEST(CpuBackend, EveryKernelVariantReproducesTheGreedyOutput) {
+  TS_REQUIRE_STORIES260K();
+  auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
+  ASSERT_TRUE(want.ok());
+  int ran = 0;
+  for (const char* isa : {"avx512", "avx2", "generic"}) {
+    auto r = run_process({tessera_bin(), "generate", "--cpu-isa", isa, "--model", testing::stories260k_dir(),
+                          "--temperature", "0", "--max-tokens", "256", "--backend", "cpu", "--threads", "2"});
+    if (r.exit_code != 0 && r.err.find("this processor cannot run those kernels") != std::string::npos) {
+      std::printf("[ cpu ] %s kernels not runnable here: %s", isa, r.err.c_str());
+      continue;
+    }
+    ASSERT_EQ(r.exit_code, 0) << isa << ": " << r.err;
+    EXPECT_EQ(r.out, *want) << isa;
+    ++ran;
+  }
+  EXPECT_GE(ran, 1);  // generic runs everywhere
+  auto bad = run_process({tessera_bin(), "generate", "--cpu-isa", "sse9", "--model", testing::stories260k_dir()});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown cpu kernel variant 'sse9' (auto, avx512, avx2 or generic)"), std::string::npos)
+      << bad.err;
+  auto b = run_process({tessera_bin(), "bench", "generate", "--cpu-isa", "generic", "--model",
+                        testing::stories260k_dir(), "--backend", "cpu", "--prompt-tokens", "4", "--gen-tokens", "4"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE((b.out + b.err).find("generic kernels"), std::string::npos) << b.out << b.err;
+}
+
 TEST(OpenClBackend, ReproducesLlama2cGreedyOutputByteForByte) {
   TS_REQUIRE_STORIES260K();
   auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");

@@ -285,11 +285,71 @@ TEST_F(GgufBadInput, UnsupportedArchitectureAndTensorType) {
   size_t at = b.find("token_embd.weight");
   ASSERT_NE(at, std::string::npos);
   size_t type_off = at + 17 + 4 + 2 * 8;
-  uint32_t q2k = 10;
-  std::memcpy(b.data() + type_off, &q2k, 4);
+  // A ggml type Tessera does not read is named, with the types it does read.
+  uint32_t iq2_xxs = 16;
+  std::memcpy(b.data() + type_off, &iq2_xxs, 4);
   Status s = parse(b);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
-  EXPECT_NE(s.message().find("type 10"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("GGUF tensor type 16 (IQ2_XXS) is not supported"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Q4_K=12"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("token_embd.weight"), std::string::npos) << s.message();
+  // An id ggml never had is called unknown, not unsupported.
+  uint32_t bogus = 99;
+  std::memcpy(b.data() + type_off, &bogus, 4);
+  s = parse(b);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("GGUF tensor type 99 is unknown"), std::string::npos) << s.message();
+  // A K-quant tensor whose rows are not whole 256-element super-blocks (the tiny shape's rows are 64 long).
+  uint32_t q4k = 12;
+  std::memcpy(b.data() + type_off, &q4k, 4);
+  s = parse(b);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("q4_k block size 256"), std::string::npos) << s.message();
+}
+
+TEST(GgufFile, GgmlTypeIdsAndNames) {
+  const std::pair<uint32_t, DType> kIds[] = {
+      {0, DType::kF32},   {1, DType::kF16},   {2, DType::kQ4_0},  {3, DType::kQ4_1},  {6, DType::kQ5_0},
+      {7, DType::kQ5_1},  {8, DType::kQ8_0},  {10, DType::kQ2_K}, {11, DType::kQ3_K}, {12, DType::kQ4_K},
+      {13, DType::kQ5_K}, {14, DType::kQ6_K}, {30, DType::kBF16}};
+  for (auto [id, d] : kIds) {
+    auto r = dtype_from_ggml_type(id);
+    ASSERT_TRUE(r.ok()) << id;
+    EXPECT_EQ(*r, d) << id;
+    EXPECT_EQ(ggml_type_of(d), id) << dtype_name(d);
+  }
+  EXPECT_STREQ(ggml_type_name(14), "Q6_K");
+  EXPECT_STREQ(ggml_type_name(39), "MXFP4");
+  EXPECT_EQ(ggml_type_name(99), nullptr);
+}
+
+// Every K-quant and classic type through a GGUF file and back, on a shape whose rows are whole super-blocks.
+TEST(GgufModel, KQuantTensorsRoundTrip) {
+  ModelConfig cfg = small_llama();
+  cfg.dim = 256;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 4;
+  cfg.head_dim = 64;
+  cfg.hidden_dim = 512;
+  SynthModel m = synthesize_weights(cfg, 9);
+  for (DType d : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
+    std::string path = testing::scratch_dir() + "/k.gguf";
+    GgufWriteOptions o;
+    o.matrix_dtype = d;
+    ASSERT_TRUE(write_gguf_model(path, cfg, m.weights, nullptr, o).ok());
+    auto g = load_gguf_model(path);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    const WeightTensor* r = g->weights.find("blk.1.ffn_down.weight");
+    const WeightTensor* t = m.weights.find("blk.1.ffn_down.weight");
+    ASSERT_TRUE(r && t);
+    EXPECT_EQ(r->dtype, d);
+    std::vector<uint8_t> expect(dtype_bytes(d, static_cast<size_t>(t->numel())));
+    ASSERT_TRUE(
+        quantize({reinterpret_cast<const float*>(t->data), static_cast<size_t>(t->numel())}, d, expect.data()).ok());
+    ASSERT_EQ(r->bytes, expect.size());
+    EXPECT_EQ(std::memcmp(r->data, expect.data(), expect.size()), 0) << dtype_name(d);
+  }
 }
 
 TEST_F(GgufBadInput, MissingFileIsNotFound) {

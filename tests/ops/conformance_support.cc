@@ -20,10 +20,13 @@ std::vector<DeviceUnderTest> devices_under_test() {
       std::printf("[ conformance ] backend %s not tested here: %s\n", name.c_str(), d.status().message().c_str());
     }
   }
-  auto generic = cpu::create_backend(cpu::Isa::kGeneric);
-  if (generic.ok()) {
-    auto d = (*generic)->open_device_with(0, DeviceOptions{2, ""});
-    if (d.ok()) out.push_back({"cpu(generic)", std::move(d).value()});
+  // Every cpu kernel variant this processor runs, beside the one the registry's "cpu" picked.
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    if (cpu::detected_isa().rfind(std::string(cpu::isa_name(isa)), 0) == 0) continue;
+    auto variant = cpu::create_backend(isa);
+    if (!variant.ok()) continue;
+    auto d = (*variant)->open_device_with(0, DeviceOptions{2, ""});
+    if (d.ok()) out.push_back({fmt::format("cpu({})", cpu::isa_name(isa)), std::move(d).value()});
   }
   return out;
 }

@@ -13,6 +13,7 @@ namespace tessera::testing {
 namespace fs = std::filesystem;
 
 std::string tessera_bin() { return TESSERA_BIN; }
+std::string source_dir() { return TESSERA_SOURCE_DIR; }
 std::string models_dir() { return TESSERA_MODELS_DIR; }
 std::string stories260k_dir() { return models_dir() + "/stories260K"; }
 bool have_stories260k() { return fs::exists(stories260k_dir() + "/stories260K.bin"); }

@@ -1,4 +1,4 @@
-// Where tests find things: the tessera binary, the shared models, a scratch directory per test.
+// Where tests find things: the tessera binary, the source tree, the bundled models, a scratch directory per test.
 #pragma once
 
 #include <string>
@@ -6,7 +6,8 @@
 namespace tessera::testing {
 
 std::string tessera_bin();
-std::string models_dir();       // ../shared/models (TESSERA_MODELS_DIR at configure time)
+std::string source_dir();       // the repository checkout the tests were built from
+std::string models_dir();       // models/ in the source tree (TESSERA_MODELS_DIR at configure time)
 std::string stories260k_dir();  // models_dir()/stories260K
 bool have_stories260k();
 // llama.cpp's models/ folder (its ggml-vocab-*.gguf tokenizer test vectors): $TESSERA_LLAMACPP_SRC/models,
@@ -20,10 +21,10 @@ std::string scratch_dir();
 
 }  // namespace tessera::testing
 
-// Skips the current test, saying why, when the shared stories260K model is not on this machine.
-#define TS_REQUIRE_STORIES260K()                                                            \
-  do {                                                                                      \
-    if (!::tessera::testing::have_stories260k())                                            \
-      GTEST_SKIP() << "shared model not found at " << ::tessera::testing::stories260k_dir() \
-                   << " (configure with -DTESSERA_MODELS_DIR=...)";                         \
+// Skips the current test, saying why, when the stories260K model is not where TESSERA_MODELS_DIR points.
+#define TS_REQUIRE_STORIES260K()                                                           \
+  do {                                                                                     \
+    if (!::tessera::testing::have_stories260k())                                           \
+      GTEST_SKIP() << "stories260K not found at " << ::tessera::testing::stories260k_dir() \
+                   << " (configure with -DTESSERA_MODELS_DIR=...)";                        \
   } while (0)

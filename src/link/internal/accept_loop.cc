@@ -1,5 +1,6 @@
 #include "link/internal/accept_loop.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -23,26 +24,96 @@ void set_recv_timeout(int fd, int ms) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-Status send_hello(int fd, const std::string& name, uint64_t conn_id, uint64_t lane, uint64_t lanes) {
+constexpr size_t kNonceBytes = 16;
+
+struct Hello {
+  FrameHeader header;
+  std::string name;
+  std::string nonce;
+  std::string mac;  // empty from the connector, and from an acceptor without a token
+};
+
+Status send_hello(int fd, const std::string& name, const std::string& nonce, const std::string& mac, uint64_t conn_id,
+                  uint64_t lane, uint64_t lanes) {
   FrameHeader h = make_header(FrameType::kHello, 0);
   h.region = conn_id;
   h.offset = lane;
   h.aux = lanes;
-  h.length = name.size();
-  return send_frame(fd, h, name.data(), name.size());
+  const std::string payload = name + "\n" + nonce + "\n" + mac;
+  h.length = payload.size();
+  return send_frame(fd, h, payload.data(), payload.size());
 }
 
-Result<std::pair<FrameHeader, std::string>> read_hello(int fd) {
-  FrameHeader h;
+Result<Hello> read_hello(int fd) {
+  Hello out;
+  FrameHeader& h = out.header;
   TS_RETURN_IF_ERROR(read_exact(fd, &h, sizeof h));
   TS_RETURN_IF_ERROR(verify(h));
   if (h.type != static_cast<uint8_t>(FrameType::kHello) || h.length > 4096 || h.aux == 0 || h.aux > kMaxLanes ||
       h.offset >= h.aux) {
     return invalid_argument("malformed link handshake");
   }
-  std::string name(h.length, '\0');
-  TS_RETURN_IF_ERROR(read_exact(fd, name.data(), name.size()));
-  return std::make_pair(h, std::move(name));
+  std::string payload(h.length, '\0');
+  TS_RETURN_IF_ERROR(read_exact(fd, payload.data(), payload.size()));
+  // name \n nonce \n mac, split from the right (a name may hold anything but the nonce and mac are hex).
+  const size_t second = payload.rfind('\n');
+  const size_t first = second == std::string::npos || second == 0 ? std::string::npos : payload.rfind('\n', second - 1);
+  if (first == std::string::npos) return invalid_argument("malformed link handshake (no nonce)");
+  out.name = payload.substr(0, first);
+  out.nonce = payload.substr(first + 1, second - first - 1);
+  out.mac = payload.substr(second + 1);
+  if (out.nonce.size() != 2 * kNonceBytes) return invalid_argument("malformed link handshake (bad nonce)");
+  return out;
+}
+
+Status send_auth(int fd, const std::string& mac) {
+  FrameHeader h = make_header(FrameType::kAuth, 0);
+  h.length = mac.size();
+  return send_frame(fd, h, mac.data(), mac.size());
+}
+
+Result<std::string> read_auth(int fd) {
+  FrameHeader h;
+  TS_RETURN_IF_ERROR(read_exact(fd, &h, sizeof h));
+  TS_RETURN_IF_ERROR(verify(h));
+  if (h.type != static_cast<uint8_t>(FrameType::kAuth) || h.length > 256) {
+    return invalid_argument("malformed link handshake (expected the proof of the cluster token)");
+  }
+  std::string mac(h.length, '\0');
+  TS_RETURN_IF_ERROR(read_exact(fd, mac.data(), mac.size()));
+  return mac;
+}
+
+// What both proofs cover; `role` keeps the acceptor's proof from being replayed as the connector's.
+std::string transcript(std::string_view role, const Hello& c, const std::string& acceptor_name,
+                       const std::string& acceptor_nonce) {
+  return fmt::format("tessera-link-auth-v1\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", role, c.name, acceptor_name, c.nonce,
+                     acceptor_nonce, c.header.region, c.header.offset, c.header.aux);
+}
+
+std::string prove(const ClusterToken& token, const std::string& message) {
+  return token.configured() ? token.hmac_hex(message) : std::string();
+}
+
+// True when `mac` is the peer's valid proof, or when this side has no token (open mode: anyone is accepted).
+bool proof_ok(const ClusterToken& token, const std::string& message, const std::string& mac) {
+  return !token.configured() || token.verify_hmac(message, mac);
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+    return buf;
+  }
+  if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+    return buf;
+  }
+  return "a local socket";
 }
 
 }  // namespace
@@ -87,37 +158,62 @@ void AcceptLoop::run() {
 
 void AcceptLoop::handle(int fd) {
   set_recv_timeout(fd, kHandshakeTimeoutMs);
+  const ClusterToken& token = options_.cluster_token;
+  Status refused;
   auto hello = read_hello(fd);
+  std::string nonce;
   if (!hello.ok()) {
-    log::warn("link {}: rejected a connection: {}", endpoint_, hello.status().message());
+    refused = hello.status();
+  } else if (auto n = random_hex(kNonceBytes); !n.ok()) {
+    refused = n.status();
+  } else {
+    nonce = *n;
+    const FrameHeader& h = hello->header;
+    refused = send_hello(fd, core_.name(), nonce, prove(token, transcript("acceptor", *hello, core_.name(), nonce)),
+                         h.region, h.offset, h.aux);
+    if (refused.ok()) {
+      auto mac = read_auth(fd);
+      if (!mac.ok()) {
+        refused = mac.status();
+      } else if (!proof_ok(token, transcript("connector", *hello, core_.name(), nonce), *mac)) {
+        refused = permission_denied(mac->empty() ? "the peer presented no cluster token proof"
+                                                 : "the peer's proof of the cluster token is wrong");
+      }
+    }
+  }
+  if (!refused.ok()) {
+    // Once per address: a scanner or a misconfigured peer retrying in a loop must not flood the log.
+    const std::string from = peer_address(fd);
+    if (refused_.size() < 4096 && refused_.insert(from).second) {
+      log::warn("link {}: refused a connection from {}{}: {} (further refusals from there are not logged)", endpoint_,
+                from, hello.ok() ? " (agent '" + hello->name + "')" : std::string(), refused.message());
+    }
     ::close(fd);
     return;
   }
   set_recv_timeout(fd, 0);
-  const FrameHeader h = hello->first;
+  const FrameHeader h = hello->header;
   Pending& p = pending_[h.region];
   if (p.fds.empty()) {
-    p.peer = hello->second;
+    p.peer = hello->name;
     p.fds.assign(h.aux, -1);
   }
-  if (p.fds.size() != h.aux || p.fds[h.offset] >= 0 || p.peer != hello->second) {
+  if (p.fds.size() != h.aux || p.fds[h.offset] >= 0 || p.peer != hello->name) {
     ::close(fd);
     return;
   }
   p.fds[h.offset] = fd;
   if (++p.have < static_cast<int>(p.fds.size())) {
-    if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok())
-      log::warn("link {}: handshake reply failed", endpoint_);
+    if (!send_auth(fd, "").ok()) log::warn("link {}: handshake reply failed", endpoint_);
     return;
   }
-  // The last lane: the connection is adopted before its reply goes out, so once the connector's handshake
-  // returns, this side can already start transfers towards it.
+  // The last lane: the connection is adopted before its "accepted" goes out, so once the connector's
+  // handshake returns, this side can already start transfers towards it.
   auto conn = std::make_shared<FramedConnection>(core_, endpoint_, p.peer, std::move(p.fds), options_,
                                                  local_ ? local_() : nullptr);
   pending_.erase(h.region);
   core_.adopt_connection(conn);
-  if (!send_hello(fd, core_.name(), h.region, h.offset, h.aux).ok())
-    log::warn("link {}: handshake reply failed", endpoint_);
+  if (!send_auth(fd, "").ok()) log::warn("link {}: handshake reply failed", endpoint_);
   conn->start();
 }
 
@@ -126,16 +222,41 @@ Result<std::shared_ptr<Connection>> finish_connect(AgentCore& core, const std::s
                                                    const LinkOptions& options, std::unique_ptr<LocalDataPath> local) {
   std::random_device rd;
   uint64_t conn_id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  const ClusterToken& token = options.cluster_token;
   Status s;
   for (size_t i = 0; i < fds.size() && s.ok(); ++i) {
     set_recv_timeout(fds[i], kHandshakeTimeoutMs);
-    s = send_hello(fds[i], core.name(), conn_id, i, fds.size());
+    auto nonce = random_hex(kNonceBytes);
+    if (!nonce.ok()) {
+      s = nonce.status();
+      break;
+    }
+    Hello mine;
+    mine.header.region = conn_id;
+    mine.header.offset = i;
+    mine.header.aux = fds.size();
+    mine.name = core.name();
+    mine.nonce = *nonce;
+    s = send_hello(fds[i], core.name(), mine.nonce, "", conn_id, i, fds.size());
     if (!s.ok()) break;
     auto reply = read_hello(fds[i]);
     if (!reply.ok()) {
       s = reply.status();
-    } else if (reply->second != peer) {
-      s = failed_precondition(fmt::format("expected agent '{}' at this address but found '{}'", peer, reply->second));
+    } else if (reply->name != peer) {
+      s = failed_precondition(fmt::format("expected agent '{}' at this address but found '{}'", peer, reply->name));
+    } else if (!proof_ok(token, transcript("acceptor", mine, reply->name, reply->nonce), reply->mac)) {
+      s = permission_denied(reply->mac.empty() ? "the peer holds no cluster token"
+                                               : "the peer's proof of the cluster token is wrong");
+    } else {
+      s = send_auth(fds[i], prove(token, transcript("connector", mine, reply->name, reply->nonce)));
+      if (s.ok()) {
+        auto accepted = read_auth(fds[i]);
+        // A refused proof is answered by a closed socket.
+        if (!accepted.ok()) {
+          s = permission_denied(
+              fmt::format("the peer refused this side's cluster token ({})", accepted.status().message()));
+        }
+      }
     }
     set_recv_timeout(fds[i], 0);
   }

@@ -2,6 +2,17 @@
 // groups lanes by connection id and hands each complete group to the agent as one FramedConnection.
 // Also the connecting side's handshake. Endpoints only create sockets; everything after is shared here.
 //
+// The handshake proves the cluster token (LinkOptions::cluster_token) on every lane without sending it:
+//   connector -> HELLO  name_c, nonce_c                  (16 random bytes, hex)
+//   acceptor  -> HELLO  name_a, nonce_a, HMAC(token, "acceptor" transcript)
+//   connector -> AUTH   HMAC(token, "connector" transcript)
+//   acceptor  -> AUTH   (empty: accepted; the lane belongs to a connection from now on)
+// The transcript binds both names, both nonces, the connection id and the lane, so a proof cannot be replayed
+// on another connection or reflected back to its author. Each side checks the other's proof in constant
+// time; a side holding a token refuses a peer without one, and a side without a token (open mode) sends
+// empty proofs. No frame of the link protocol is read before the handshake succeeded; a failure closes the
+// socket and is logged once per peer address.
+//
 // Thread-safety: one accept thread per loop; stop() may be called from any thread.
 #pragma once
 
@@ -9,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +57,7 @@ class AcceptLoop {
     int have = 0;
   };
   std::map<uint64_t, Pending> pending_;  // owned by the accept thread
+  std::set<std::string> refused_;        // owned by the accept thread: peer addresses already logged
 };
 
 // Connecting side: performs the handshake on each of the already-connected `fds` (lane i = fds[i]), checks

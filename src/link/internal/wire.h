@@ -21,7 +21,7 @@ static_assert(std::endian::native == std::endian::little, "the link wire format 
 namespace tessera::link::internal {
 
 enum class FrameType : uint8_t {
-  kHello = 1,          // region=connection id, offset=lane, aux=lane count, payload=agent name
+  kHello = 1,          // region=connection id, offset=lane, aux=lane count, payload=name\nnonce\nmac (accept_loop.h)
   kWrite = 2,          // op_id, region, offset, length, payload=data, trailer=checksum
   kWriteAck = 3,       // op_id
   kReadReq = 4,        // op_id, region, offset, length (requested)
@@ -33,6 +33,7 @@ enum class FrameType : uint8_t {
   kDescribeReq = 10,   // op_id, region
   kDescribeResp = 11,  // op_id, payload=RegionDesc::encode()
   kError = 12,         // op_id, code=StatusCode, payload=message
+  kAuth = 13,          // handshake: the connector's proof (payload=mac), then the acceptor's empty "accepted"
 };
 
 struct FrameHeader {

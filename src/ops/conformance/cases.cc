@@ -19,23 +19,37 @@ constexpr double kReduction = 1e-9;
 constexpr double kTranscendental = 1e-8;
 constexpr double kAttention = 1e-7;
 constexpr double kQuantMatMul = 5e-4;
+// K-quant products quantise activations in 256-element blocks (one scale per weight super-block, as
+// llama.cpp's q8_K does): a coarser step than 32-element blocks, and cases with a single output (m = 1) see
+// the relative error of one dot product, which is heavy-tailed when that dot happens to be near zero.
+constexpr double kKQuantMatMul = 2e-3;
 
 // Work (multiply-adds) above which a case is `slow`: the scalar reference takes tens of milliseconds.
 constexpr int64_t kSlowWork = 6'000'000;
+constexpr int kSuperBlockElems = 256;
 // KV cache elements above which a case is `slow`: filling and uploading the cache dominates.
 constexpr int64_t kSlowCache = 1 << 18;
 
-const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                              DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 const DType kCacheTypes[] = {DType::kF32, DType::kF16};
 
 void add_matmul(std::vector<Case>& cases) {
   const std::pair<int64_t, int64_t> block_shapes[] = {{32, 1},    {64, 64},   {64, 172},  {128, 96},
                                                       {288, 288}, {288, 768}, {768, 288}, {512, 1000}};
+  // K-quant rows are whole 256-element super-blocks: the stories110M (768, 2048) and Llama (4096) widths.
+  const std::pair<int64_t, int64_t> super_shapes[] = {{256, 1},   {256, 64},  {512, 172},
+                                                      {768, 288}, {2048, 96}, {4096, 33}};
   const std::pair<int64_t, int64_t> odd_shapes[] = {{172, 64}, {77, 13}};  // rows not a whole block
   for (DType w : kWeightTypes) {
-    const bool quant = w == DType::kQ8_0 || w == DType::kQ4_0;
-    const double bound = quant ? kQuantMatMul : kReduction;
-    std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(block_shapes), std::end(block_shapes));
+    const int block = dtype_info(w).block_elems;
+    const bool quant = block > 1;
+    const double bound = block == kSuperBlockElems ? kKQuantMatMul : quant ? kQuantMatMul : kReduction;
+    std::vector<std::pair<int64_t, int64_t>> shapes;
+    if (block <= 32) shapes.assign(std::begin(block_shapes), std::end(block_shapes));
+    if (block == kSuperBlockElems || w == DType::kQ8_0 || w == DType::kQ4_0)
+      shapes.insert(shapes.end(), std::begin(super_shapes), std::end(super_shapes));
     if (!quant) shapes.insert(shapes.end(), std::begin(odd_shapes), std::end(odd_shapes));
     for (auto [k, m] : shapes) {
       for (int64_t n : {1, 2, 3, 5, 8, 16, 33, 64}) {

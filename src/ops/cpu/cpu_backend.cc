@@ -11,6 +11,7 @@
 
 #include <fmt/core.h>
 
+#include "base/quant.h"
 #include "ops/cpu/ceilings.h"
 #include "ops/cpu/kernels.h"
 
@@ -22,10 +23,60 @@ constexpr int kMaxThreads = 1024;
 bool has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
-
-bool weight_supported(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+bool has_avx512() {
+  return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
 }
+
+const char* isa_features(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512f/bw/vl/dq+vnni";
+    case Isa::kAvx2:
+      return "avx2+fma+f16c";
+    default:
+      return "scalar";
+  }
+}
+
+// TESSERA_CPU_ISA resolved to a concrete variant (never kAuto).
+Result<Isa> resolve(Isa isa) {
+  if (isa == Isa::kAuto) {
+    const char* env = std::getenv("TESSERA_CPU_ISA");
+    if (env != nullptr && *env != '\0') {
+      auto parsed = parse_isa(env);
+      if (!parsed.ok()) return parsed.status().with_context("TESSERA_CPU_ISA");
+      isa = *parsed;
+    }
+  }
+  if (isa == Isa::kAuto) return has_avx512() ? Isa::kAvx512 : has_avx2() ? Isa::kAvx2 : Isa::kGeneric;
+  if (!isa_supported(isa)) {
+    return failed_precondition(fmt::format("cpu: the {} kernels need {}, which this processor does not report",
+                                           isa_name(isa), isa_features(isa)));
+  }
+  return isa;
+}
+
+// Weight types with a cpu kernel; the others (q4_1, q5_0, q5_1) are declined so the model runner widens them.
+bool weight_supported(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+bool is_kquant(DType t) { return dtype_info(t).block_elems == kSuperBlock; }
 bool cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
 Support capability(const Op& op) {
@@ -41,12 +92,15 @@ Support capability(const Op& op) {
   return Support::yes();
 }
 
-template <bool kAvx2>
+template <Isa kIsa>
 Status dispatch(const Op& op, const Ctx& ctx) {
   return std::visit(
       [&ctx](const auto& o) -> Status {
         using T = std::decay_t<decltype(o)>;
-#define TS_CPU_CALL(fn) return kAvx2 ? avx2::fn(o, ctx) : generic::fn(o, ctx)
+#define TS_CPU_CALL(fn)                                          \
+  if constexpr (kIsa == Isa::kAvx512) return avx512::fn(o, ctx); \
+  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);     \
+  return generic::fn(o, ctx)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
           TS_CPU_CALL(embedding);
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
@@ -62,8 +116,13 @@ Status dispatch(const Op& op, const Ctx& ctx) {
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
           TS_CPU_CALL(attention_decode);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
-          if (o.w.dtype == DType::kQ8_0 || o.w.dtype == DType::kQ4_0) TS_CPU_CALL(matmul_quant);
-          TS_CPU_CALL(matmul_dense);
+          if (o.w.dtype == DType::kQ8_0 || o.w.dtype == DType::kQ4_0) {
+            TS_CPU_CALL(matmul_quant);
+          } else if (is_kquant(o.w.dtype)) {
+            TS_CPU_CALL(matmul_kquant);
+          } else {
+            TS_CPU_CALL(matmul_dense);
+          }
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
           TS_CPU_CALL(silu_mul);
         } else if constexpr (std::is_same_v<T, AddOp>) {
@@ -80,7 +139,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
 
 class CpuStream final : public Stream {
  public:
-  CpuStream(bool avx2, int threads) : avx2_(avx2), ctx_{threads} {}
+  CpuStream(Isa isa, int threads) : isa_(isa), ctx_{threads} {}
 
   Status run(const Op& op) override {
     Support s = capability(op);
@@ -88,7 +147,14 @@ class CpuStream final : public Stream {
       if (Status v = validate(op); !v.ok()) return v;
       return unimplemented(s.reason);
     }
-    return avx2_ ? dispatch<true>(op, ctx_) : dispatch<false>(op, ctx_);
+    switch (isa_) {
+      case Isa::kAvx512:
+        return dispatch<Isa::kAvx512>(op, ctx_);
+      case Isa::kAvx2:
+        return dispatch<Isa::kAvx2>(op, ctx_);
+      default:
+        return dispatch<Isa::kGeneric>(op, ctx_);
+    }
   }
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
@@ -103,16 +169,16 @@ class CpuStream final : public Stream {
   Status synchronize() override { return ok_status(); }
 
  private:
-  bool avx2_;
+  Isa isa_;
   Ctx ctx_;
 };
 
 class CpuDevice final : public Device {
  public:
-  CpuDevice(bool avx2, int threads) : avx2_(avx2), threads_(threads) {
+  CpuDevice(Isa isa, int threads) : isa_(isa), threads_(threads) {
     info_.backend = "cpu";
-    info_.name =
-        fmt::format("host CPU ({}, {} thread{})", avx2 ? "avx2+fma+f16c" : "generic", threads, threads == 1 ? "" : "s");
+    info_.name = fmt::format("host CPU ({} kernels: {}, {} thread{})", isa_name(isa), isa_features(isa), threads,
+                             threads == 1 ? "" : "s");
     info_.host_visible = true;
     info_.supports_graphs = false;
   }
@@ -120,17 +186,17 @@ class CpuDevice final : public Device {
 
   Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return alloc_host_buffer(bytes, "cpu"); }
   Support supports(const Op& op) const override { return capability(op); }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(avx2_, threads_); }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(isa_, threads_); }
 
  private:
-  bool avx2_;
+  Isa isa_;
   int threads_;
   DeviceInfo info_;
 };
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(Isa isa) : avx2_(isa == Isa::kAuto && has_avx2()) {}
+  explicit CpuBackend(Isa isa) : isa_(isa) {}
   std::string_view name() const override { return "cpu"; }
   int device_count() const override { return 1; }
   Result<std::unique_ptr<Device>> open_device(int index) override { return open_device_with(index, {}); }
@@ -141,17 +207,63 @@ class CpuBackend final : public Backend {
           fmt::format("cpu: threads must be in [0, {}] (0: every processor), not {}", kMaxThreads, options.threads));
     }
     const int threads = options.threads > 0 ? options.threads : std::max(1, omp_get_num_procs());
-    return std::unique_ptr<Device>(new CpuDevice(avx2_, threads));
+    return std::unique_ptr<Device>(new CpuDevice(isa_, threads));
   }
 
  private:
-  bool avx2_;
+  Isa isa_;  // resolved: never kAuto
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> create_backend(Isa isa) { return std::unique_ptr<Backend>(new CpuBackend(isa)); }
+Result<Isa> parse_isa(std::string_view name) {
+  for (Isa i : {Isa::kAuto, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+    if (isa_name(i) == name) return i;
+  }
+  return invalid_argument(fmt::format("unknown cpu kernel variant '{}' (auto, avx512, avx2 or generic)", name));
+}
 
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto:
+      return "auto";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kGeneric:
+      return "generic";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return has_avx512();
+    case Isa::kAvx2:
+      return has_avx2();
+    default:
+      return true;
+  }
+}
+
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+    if (isa_supported(i)) out.push_back(i);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Backend>> create_backend(Isa isa) {
+  TS_ASSIGN_OR_RETURN(Isa resolved, resolve(isa));
+  return std::unique_ptr<Backend>(new CpuBackend(resolved));
+}
+
+namespace avx512 {
+Ceilings measure(int threads, size_t bytes);
+}
 namespace avx2 {
 Ceilings measure(int threads, size_t bytes);
 }
@@ -161,10 +273,16 @@ Ceilings measure(int threads, size_t bytes);
 
 Ceilings measure_ceilings(int threads, size_t bytes) {
   threads = std::max(1, threads);
+  if (has_avx512()) return avx512::measure(threads, bytes);
   return has_avx2() ? avx2::measure(threads, bytes) : generic::measure(threads, bytes);
 }
 
-const char* detected_isa() { return has_avx2() ? "avx2+fma+f16c" : "generic"; }
+std::string detected_isa() {
+  auto isa = resolve(Isa::kAuto);
+  if (!isa.ok()) return isa.status().message();
+  if (*isa == Isa::kGeneric) return "generic";
+  return fmt::format("{} ({})", isa_name(*isa), isa_features(*isa));
+}
 
 std::string runtime_versions() {
   std::string blas = openblas_get_config();

@@ -1,15 +1,21 @@
 // The cpu backend: the host processor, one device ("cpu:0"), operators run synchronously in Stream::run.
 //
-// Matrix products and attention use AVX2/FMA/F16C kernels when the processor has them (checked at run
-// time; the binary itself targets baseline x86-64) and portable loops otherwise; f32 products with many
-// rows go to OpenBLAS; work is split over OpenMP threads (DeviceOptions::threads, default: every
-// processor). Weights: f32, f16, bf16, q8_0, q4_0 (GGUF blocks). KV cache: f32 or f16.
+// Kernels come in three builds of one source, chosen when the backend is created from what CPUID reports
+// (the binary itself targets baseline x86-64): avx512 (AVX-512 F/BW/VL/DQ + VNNI, on top of AVX2), avx2
+// (AVX2/FMA/F16C) and generic (portable loops). `--cpu-isa` / TESSERA_CPU_ISA (auto|avx512|avx2|generic)
+// forces one; forcing a variant this processor cannot run is an error, never a crash. The device's name
+// says which variant runs. f32 products with many rows go to OpenBLAS; work is split over OpenMP threads
+// (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16 and the GGUF block types
+// q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k (integer dot products against activations quantised to int8;
+// q4_1 / q5_0 / q5_1 are declined and widened by the model runner). KV cache: f32 or f16.
 //
 // Thread-safety: as backend.h. Each Stream runs its operators on the calling thread plus the OpenMP team.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "ops/backend.h"
@@ -17,14 +23,27 @@
 namespace tessera::ops::cpu {
 
 enum class Isa {
-  kAuto,     // the widest kernels this processor runs
-  kGeneric,  // the portable fallback only (what a processor without AVX2 gets); for tests
+  kAuto,     // TESSERA_CPU_ISA if set, else the widest kernels this processor runs
+  kAvx512,   // AVX-512 F/BW/VL/DQ + VNNI (and AVX2/FMA/F16C)
+  kAvx2,     // AVX2/FMA/F16C
+  kGeneric,  // the portable fallback (what a processor without AVX2 gets)
 };
 
+// "auto", "avx512", "avx2", "generic"; InvalidArgument naming the accepted values otherwise.
+Result<Isa> parse_isa(std::string_view name);
+std::string_view isa_name(Isa isa);
+// Whether this processor can run the variant (kAuto: always).
+bool isa_supported(Isa isa);
+// The variants this processor runs, widest first (for the conformance suite and the support matrix).
+std::vector<Isa> runnable_isas();
+
+// kAuto resolves TESSERA_CPU_ISA, then the widest runnable variant. A forced variant this processor cannot
+// run, or a bad TESSERA_CPU_ISA, is an error (FailedPrecondition / InvalidArgument).
 Result<std::unique_ptr<Backend>> create_backend(Isa isa = Isa::kAuto);
 
-// "avx2+fma+f16c" or "generic": what kAuto picks on this processor.
-const char* detected_isa();
+// What kAuto picks here, with its instruction sets: "avx512 (avx512f/bw/vl/dq+vnni)", "avx2 (avx2+fma+f16c)"
+// or "generic"; TESSERA_CPU_ISA is honoured when valid.
+std::string detected_isa();
 
 // The libraries the backend runs on, for reports: "OpenBLAS 0.3.21 ...; OpenMP 201511; GCC 12.2.0".
 std::string runtime_versions();

@@ -1,7 +1,9 @@
-// Kernels of the cpu backend. Every kernel source is compiled twice: once with AVX2/FMA/F16C enabled
-// (namespace cpu::avx2) and once for baseline x86-64 (namespace cpu::generic); cpu_backend.cc picks one
-// at run time from what the processor reports. Inside a kernel file `#if defined(__AVX2__)` selects the
-// intrinsic paths, so both builds come from one source and the fallback is always compiled and tested.
+// Kernels of the cpu backend. Every kernel source is compiled three times: with AVX-512 F/BW/VL/VNNI on
+// top of AVX2/FMA/F16C (namespace cpu::avx512), with AVX2/FMA/F16C (cpu::avx2), and for baseline x86-64
+// (cpu::generic); cpu_backend.cc picks one at run time from what the processor reports (or what
+// --cpu-isa / TESSERA_CPU_ISA forces). Inside a kernel file `#if defined(__AVX2__)` selects the intrinsic
+// paths and `#if defined(__AVX512VNNI__)` the VNNI instructions, so every build comes from one source and
+// each variant is compiled and tested.
 //
 // Inputs have passed ops::validate() and the device's supports(); data-dependent checks (ids, slots,
 // block numbers in range) are done here and return OutOfRange. Kernels split work over `threads`
@@ -36,12 +38,14 @@ T* data(const Tensor& t) {
   Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx);   \
   Status matmul_dense(const MatMulOp& op, const Ctx& ctx);                \
   Status matmul_quant(const MatMulOp& op, const Ctx& ctx);                \
+  Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);               \
   Status silu_mul(const SiluMulOp& op, const Ctx& ctx);                   \
   Status add(const AddOp& op, const Ctx& ctx);                            \
   Status softmax(const SoftmaxOp& op, const Ctx& ctx);                    \
   Status argmax(const ArgmaxOp& op, const Ctx& ctx);                      \
   }
 
+TS_CPU_DECLARE_KERNELS(avx512)
 TS_CPU_DECLARE_KERNELS(avx2)
 TS_CPU_DECLARE_KERNELS(generic)
 

@@ -1,9 +1,9 @@
 // Matrix products with GGUF q8_0 and q4_0 weights. The activation row is quantised once to int8 blocks
 // of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without VNNI
 // that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits)
-// and madd (pairs to int32), one int->float conversion and one FMA with the two scales per block. Decode
-// (a few activation rows) streams one weight row at a time; larger batches take weight rows four at a time
-// so the activation block is loaded once for four rows.
+// and madd (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with
+// the two scales per block. Decode (a few activation rows) streams one weight row at a time; larger batches take weight
+// rows four at a time so the activation block is loaded once for four rows.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -73,10 +73,16 @@ inline __m256i weights_i8(const BlockQ4_0& b) {
   const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
   return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
-// 8 int32 partial sums of w . x as floats.
+// 8 int32 partial sums of w . x as floats. VNNI's vpdpbusd multiplies u8 by s8 and sums groups of four
+// into int32 in one instruction, where AVX2 needs maddubs (to int16 pairs) and madd (to int32).
 inline __m256 dot_i8(__m256i w, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_cvtepi32_ps(
+      _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)));
+#else
   const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
 }
 inline float scale(uint16_t h) { return _cvtsh_ss(h); }
 #else

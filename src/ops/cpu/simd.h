@@ -1,6 +1,6 @@
 // Small vector helpers shared by the cpu kernels: dot products and axpy over f32 rows, and loads of
-// f16 / bf16 rows widened to f32. With AVX2/FMA/F16C (the avx2 build) they use 8-wide intrinsics and
-// several accumulators; in the generic build they are plain loops.
+// f16 / bf16 rows widened to f32. With AVX2/FMA/F16C (the avx2 and avx512 builds) they use 8-wide
+// intrinsics and several accumulators; in the generic build they are plain loops.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,12 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
 }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {  // f16

@@ -1,6 +1,6 @@
 // Matrix products, one output at a time with a sequential float accumulator (run.c's order). Stored weight
-// types (f16, bf16, q8_0, q4_0) are widened to f32 one row at a time with base/quant.h's reference
-// conversions, then multiplied exactly like f32 weights: the oracle for every quantised kernel.
+// types (f16, bf16 and every GGUF block type of base/quant.h) are widened to f32 one row at a time with base/quant.h's
+// reference conversions, then multiplied exactly like f32 weights: the oracle for every quantised kernel.
 #include <vector>
 
 #include <fmt/core.h>
@@ -10,9 +10,7 @@
 
 namespace tessera::ops::ref {
 
-bool matmul_weight_supported(DType w) {
-  return w == DType::kF32 || w == DType::kF16 || w == DType::kBF16 || w == DType::kQ8_0 || w == DType::kQ4_0;
-}
+bool matmul_weight_supported(DType w) { return w != DType::kI32; }
 
 Status run_matmul(const MatMulOp& op) {
   if (!matmul_weight_supported(op.w.dtype)) {

@@ -1,7 +1,7 @@
 // tessera serve against the official OpenAI Node client (v4) and raw HTTP: completions and chat, streaming
 // and not, concurrency, prefix caching, bad input, disconnects and shutdown. Greedy outputs must equal
 // `tessera generate` for the same prompts.
-//   TESSERA_BIN=build/release/bin/tessera TESSERA_MODEL_DIR=../shared/models/stories260K node openai_client.test.mjs
+//   TESSERA_BIN=build/release/bin/tessera TESSERA_MODEL_DIR=models/stories260K node openai_client.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';

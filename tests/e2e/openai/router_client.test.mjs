@@ -1,7 +1,7 @@
 // tessera route in front of two tessera serve nodes, driven by the official OpenAI Node client (v4):
 // results through the router equal `tessera generate`, streams arrive as events, API keys and malformed
 // bodies fail the way the client expects (AuthenticationError, BadRequestError) without reaching a node.
-//   TESSERA_BIN=build/release/bin/tessera TESSERA_MODEL_DIR=../shared/models/stories260K node router_client.test.mjs
+//   TESSERA_BIN=build/release/bin/tessera TESSERA_MODEL_DIR=models/stories260K node router_client.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';

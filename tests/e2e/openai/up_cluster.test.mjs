@@ -21,8 +21,9 @@ function reference(prompt, n) {
 test('tessera up: router + prefill(cpu) + decode(ref) serve 50 concurrent streamed chats', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-up-test-'));
   const spec = path.join(dir, 'cluster.yaml');
+  // A relative model path is read against the spec's folder, whatever the working directory is.
   fs.writeFileSync(spec, [
-    `model: ${MODEL_DIR}`,
+    `model: ${path.relative(dir, path.resolve(MODEL_DIR))}`,
     'chat_template: plain',
     'router: {port: 0, strategy: least_latency}',
     'nodes:',
@@ -30,8 +31,9 @@ test('tessera up: router + prefill(cpu) + decode(ref) serve 50 concurrent stream
     '  - {name: decode-0, role: decode, backend: ref, args: ["--pd-min-tokens", "4"]}',
     '',
   ].join('\n'));
-  const up = spawn(BIN, ['up', spec], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
+  const up = spawn(path.resolve(BIN), ['up', spec], { stdio: ['ignore', 'pipe', 'pipe'], cwd: os.homedir() });
+  let err = '', upOut = '';
+  up.stdout.on('data', (d) => { upOut += d; });
   up.stderr.on('data', (d) => { err += d; });
   const url = await new Promise((resolve, reject) => {
     let out = '';
@@ -44,6 +46,7 @@ test('tessera up: router + prefill(cpu) + decode(ref) serve 50 concurrent stream
     up.on('exit', (code) => { clearTimeout(timer); reject(new Error(`tessera up exited ${code}: ${err}`)); });
   });
   try {
+    assert.ok(upOut.includes(`tessera up: model ${path.resolve(MODEL_DIR)}\n`), `up did not name the model: ${upOut}`);
     const client = new OpenAI({ apiKey: 'unused', baseURL: url + '/v1', maxRetries: 0, timeout: 120000 });
     const subjects = ['Lily', 'Tom', 'the cat', 'a little dog', 'the sun', 'Max', 'the park', 'a big red ball',
                       'the girl', 'Sue'];

@@ -4,8 +4,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/core.h>
+
+#include "base/check.h"
 
 namespace tessera::model {
 namespace {
@@ -249,41 +252,67 @@ Result<std::string> GgufContents::get_string(const std::string& key) const {
   return v->s;
 }
 
-Result<DType> dtype_from_ggml_type(uint32_t t) {
-  switch (t) {
-    case 0:
-      return DType::kF32;
-    case 1:
-      return DType::kF16;
-    case 2:
-      return DType::kQ4_0;
-    case 8:
-      return DType::kQ8_0;
-    case 30:
-      return DType::kBF16;
-    default:
-      return unimplemented(
-          fmt::format("GGUF tensor type {} is not supported (supported: F32=0, F16=1, Q4_0=2, "
-                      "Q8_0=8, BF16=30)",
-                      t));
+namespace {
+// ggml's tensor type ids (ggml.h, enum ggml_type), with Tessera's DType where it reads the type. Ids whose
+// support ggml removed keep their old names so that an old file's error still says what it holds.
+struct GgmlTypeName {
+  uint32_t id;
+  const char* name;
+  std::optional<DType> dtype;
+};
+constexpr GgmlTypeName kGgmlTypes[] = {
+    {0, "F32", DType::kF32},          {1, "F16", DType::kF16},          {2, "Q4_0", DType::kQ4_0},
+    {3, "Q4_1", DType::kQ4_1},        {4, "Q4_2", std::nullopt},        {5, "Q4_3", std::nullopt},
+    {6, "Q5_0", DType::kQ5_0},        {7, "Q5_1", DType::kQ5_1},        {8, "Q8_0", DType::kQ8_0},
+    {9, "Q8_1", std::nullopt},        {10, "Q2_K", DType::kQ2_K},       {11, "Q3_K", DType::kQ3_K},
+    {12, "Q4_K", DType::kQ4_K},       {13, "Q5_K", DType::kQ5_K},       {14, "Q6_K", DType::kQ6_K},
+    {15, "Q8_K", std::nullopt},       {16, "IQ2_XXS", std::nullopt},    {17, "IQ2_XS", std::nullopt},
+    {18, "IQ3_XXS", std::nullopt},    {19, "IQ1_S", std::nullopt},      {20, "IQ4_NL", std::nullopt},
+    {21, "IQ3_S", std::nullopt},      {22, "IQ2_S", std::nullopt},      {23, "IQ4_XS", std::nullopt},
+    {24, "I8", std::nullopt},         {25, "I16", std::nullopt},        {26, "I32", std::nullopt},
+    {27, "I64", std::nullopt},        {28, "F64", std::nullopt},        {29, "IQ1_M", std::nullopt},
+    {30, "BF16", DType::kBF16},       {31, "Q4_0_4_4", std::nullopt},   {32, "Q4_0_4_8", std::nullopt},
+    {33, "Q4_0_8_8", std::nullopt},   {34, "TQ1_0", std::nullopt},      {35, "TQ2_0", std::nullopt},
+    {36, "IQ4_NL_4_4", std::nullopt}, {37, "IQ4_NL_4_8", std::nullopt}, {38, "IQ4_NL_8_8", std::nullopt},
+    {39, "MXFP4", std::nullopt},      {40, "NVFP4", std::nullopt},      {41, "Q1_0", std::nullopt},
+    {42, "Q2_0", std::nullopt},
+};
+
+std::string supported_ggml_types() {
+  std::string out;
+  for (const GgmlTypeName& t : kGgmlTypes) {
+    if (t.dtype) out += fmt::format("{}{}={}", out.empty() ? "" : ", ", t.name, t.id);
   }
+  return out;
+}
+}  // namespace
+
+const char* ggml_type_name(uint32_t ggml_type) {
+  for (const GgmlTypeName& t : kGgmlTypes) {
+    if (t.id == ggml_type) return t.name;
+  }
+  return nullptr;
+}
+
+Result<DType> dtype_from_ggml_type(uint32_t t) {
+  const char* name = ggml_type_name(t);
+  if (!name) {
+    return invalid_argument(
+        fmt::format("GGUF tensor type {} is unknown (not a ggml type; supported: {})", t, supported_ggml_types()));
+  }
+  for (const GgmlTypeName& g : kGgmlTypes) {
+    if (g.id == t && g.dtype) return *g.dtype;
+  }
+  return unimplemented(
+      fmt::format("GGUF tensor type {} ({}) is not supported (supported: {})", t, name, supported_ggml_types()));
 }
 
 uint32_t ggml_type_of(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return 1;
-    case DType::kQ4_0:
-      return 2;
-    case DType::kQ8_0:
-      return 8;
-    case DType::kBF16:
-      return 30;
-    case DType::kI32:
-      return 26;
+  if (d == DType::kI32) return 26;
+  for (const GgmlTypeName& g : kGgmlTypes) {
+    if (g.dtype == d) return g.id;
   }
+  TS_CHECK(false && "ggml_type_of: every DType has a ggml id");
   return 0;
 }
 

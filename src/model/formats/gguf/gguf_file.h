@@ -90,7 +90,9 @@ struct GgufContents {
   Result<std::string> get_string(const std::string& key) const;
 };
 
-// ggml type ids of the tensor types Tessera reads and writes.
+// ggml type ids of the tensor types Tessera reads and writes; errors name the type ("GGUF tensor type 16
+// (IQ2_XXS) is not supported ...", "type 99 is unknown"). ggml_type_name() is null for an unknown id.
+const char* ggml_type_name(uint32_t ggml_type);
 Result<DType> dtype_from_ggml_type(uint32_t ggml_type);
 uint32_t ggml_type_of(DType dtype);
 

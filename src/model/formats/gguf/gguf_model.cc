@@ -111,9 +111,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   if (config.arch == "llama" && has_bias)
     return invalid_argument("a llama model has no q/k/v biases; write it as qwen2");
   RopeLayout layout = config.arch == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  TS_ASSIGN_OR_RETURN(ExportedWeights ex,
-                      export_weights(config, weights, layout, options.matrix_dtype,
-                                     {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}));
+  TS_ASSIGN_OR_RETURN(ExportedWeights ex, export_weights(config, weights, layout, options.matrix_dtype,
+                                                         {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
 
   const std::string& a = config.arch;

@@ -1,0 +1,374 @@
+// Matrix products with GGUF K-quant weights (q2_k, q3_k, q4_k, q5_k, q6_k), integer dot products as the
+// fastest CPU engines do them.
+//
+// Activations are quantised once per call, per row, into 256-element blocks matching the weights'
+// super-blocks: an f32 scale, 256 int8 values and the sum of every 16 of them. Every K-quant element is
+// w = d * sc_g * q - dmin * mn_g with an unsigned q (< 64) and integer group scales sc_g / mins mn_g per 16
+// elements (the symmetric types fold their offset into mn: q6_k's q - 32 is q with mn = 32 sc, dmin = d), so
+// one super-block's dot product with an activation block of scale xd is
+//     xd * (d * sum_g sc_g * (q_g . x_g) - dmin * sum_g mn_g * xsum_g),
+// all integer inside the brackets: maddubs (u8 x s8, pairs to int16; 2 * 63 * 127 fits) and then madd with
+// the group scales (pairs to int32) on AVX2, or VNNI's vpdpwssd (multiply int16 pairs and accumulate in one
+// instruction) in the avx512 build; the min term is one madd over the 16 sums.
+//
+// A weight super-block is unpacked once (to 256 bytes of q plus its scales, in L1) and then multiplied
+// against every activation row of the batch, so decode batches and prefill read and decode each weight
+// byte once per block of 64 rows. Each output is accumulated super-block by super-block in the same order
+// whatever the batch, so a row's result does not depend on what shares its batch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA {
+namespace {
+
+constexpr int64_t kRowBlock = 64;
+
+struct QuantRowsK {
+  std::vector<int8_t> q;   // n * k
+  std::vector<float> d;    // n * k / 256
+  std::vector<int16_t> s;  // n * k / 16: sums of 16 consecutive q
+};
+
+void quantize_block(const float* x, int8_t* q, float* d_out, int16_t* sums) {
+  float amax = 0.0f;
+#if defined(__AVX2__)
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < kSuperBlock; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  amax = _mm_cvtss_f32(h);
+  const float d = amax / 127.0f;
+  const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  *d_out = d;
+  for (int i = 0; i < kSuperBlock; i += 32) {
+    // cvtps rounds to nearest even, as nearbyint does in the scalar build.
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), id));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), id));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), id));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), id));
+    // 16-element sums before packing: (i0 + i1) and (i2 + i3), eight lanes each.
+    const __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+    sums[i / 16] = static_cast<int16_t>(hsum_epi32(s01));
+    sums[i / 16 + 1] = static_cast<int16_t>(hsum_epi32(s23));
+    const __m256i p16a = _mm256_packs_epi32(i0, i1), p16b = _mm256_packs_epi32(i2, i3);
+    const __m256i p8 =
+        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), p8);
+  }
+#else
+  for (int i = 0; i < kSuperBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_out = d;
+  for (int g = 0; g < 16; ++g) {
+    int s = 0;
+    for (int i = 16 * g; i < 16 * g + 16; ++i) {
+      q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+      s += q[i];
+    }
+    sums[g] = static_cast<int16_t>(s);
+  }
+#endif
+}
+
+void quantize_rows(const float* x, int64_t n, int64_t k, QuantRowsK& out, const Ctx& ctx) {
+  const int64_t blocks = n * k / kSuperBlock;
+  out.q.resize(static_cast<size_t>(n * k));
+  out.d.resize(static_cast<size_t>(blocks));
+  out.s.resize(static_cast<size_t>(blocks * 16));
+#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 32)
+  for (int64_t b = 0; b < blocks; ++b) {
+    quantize_block(x + b * kSuperBlock, out.q.data() + b * kSuperBlock, &out.d[static_cast<size_t>(b)],
+                   out.s.data() + b * 16);
+  }
+}
+
+// One weight super-block, unpacked: q[e] unsigned, w[e] = d * sc[e / 16] * q[e] - dmin * mn[e / 16]. In the
+// SIMD builds scv[c] holds the scales of elements 32c..32c+31 as 16 int16 lanes (the first 8 lanes cover
+// the first 16 elements after maddubs), ready for madd / vpdpwssd.
+struct Unpacked {
+  alignas(32) uint8_t q[kSuperBlock];
+  alignas(32) int16_t sc[16];
+  alignas(32) int16_t mn[16];
+  alignas(32) int16_t scv[8][16];
+  float d, dmin;
+};
+
+#if defined(__AVX2__)
+// scv from sc[16] (a scale per 16 elements).
+void spread_scales(Unpacked& u) {
+  const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.sc));
+  // Each int32 lane holds one scale twice; a permute then puts scale 2c in lanes 0-3, 2c + 1 in lanes 4-7.
+  const __m256i lo = _mm256_unpacklo_epi16(v, v), hi = _mm256_unpackhi_epi16(v, v);
+  // unpack works within 128-bit halves: lo = sc 0-3 | 8-11, hi = sc 4-7 | 12-15 (each doubled).
+  const __m256i d0 = _mm256_permute2x128_si256(lo, hi, 0x20), d1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+  for (int c = 0; c < 8; ++c) {
+    const int a = (2 * c) % 8, b = (2 * c + 1) % 8;
+    const __m256i idx = _mm256_setr_epi32(a, a, a, a, b, b, b, b);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u.scv[c]), _mm256_permutevar8x32_epi32(c < 4 ? d0 : d1, idx));
+  }
+}
+#else
+void spread_scales(Unpacked&) {}
+#endif
+
+// q4_k / q5_k: eight six-bit scale/min pairs (base/quant.h's unpack_k4_scale), four at a time with 32-bit
+// masks: bytes 0-3 and 4-7 hold scales / mins 0-3 in their low six bits and the top two bits of 4-7.
+void set_k4_scales(const uint8_t* s, Unpacked& u) {
+  uint32_t a[3];
+  std::memcpy(a, s, 12);
+  const uint32_t sc_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+#if defined(__AVX2__)
+  const __m128i sc8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.mn),
+                     _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8)));
+  alignas(16) int16_t scs[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(scs), sc8);
+  for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(u.scv[c]), _mm256_set1_epi16(scs[c]));
+#else
+  const uint32_t sc_w[2] = {sc_lo, sc_hi}, m_w[2] = {m_lo, m_hi};
+  for (int j = 0; j < 8; ++j) {
+    const auto sc = static_cast<int16_t>((sc_w[j / 4] >> (8 * (j % 4))) & 0xff);
+    const auto m = static_cast<int16_t>((m_w[j / 4] >> (8 * (j % 4))) & 0xff);
+    u.sc[2 * j] = u.sc[2 * j + 1] = sc;
+    u.mn[2 * j] = u.mn[2 * j + 1] = m;
+  }
+#endif
+}
+
+#if defined(__AVX2__)
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline void store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+// Bit t of every byte, moved to bit `to`.
+inline __m256i bit_of(__m256i v, int t, int to) {
+  const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, t), _mm256_set1_epi8(1));
+  return _mm256_slli_epi16(b, to);
+}
+#endif
+
+void unpack(const BlockQ4_K& b, Unpacked& u) {
+  u.d = f16_to_f32(b.d);
+  u.dmin = f16_to_f32(b.dmin);
+  set_k4_scales(b.scales, u);
+#if defined(__AVX2__)
+  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = load32(b.qs + 32 * c);
+    store32(u.q + 64 * c, _mm256_and_si256(v, lo4));
+    store32(u.q + 64 * c + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4));
+  }
+#else
+  for (int e = 0; e < kSuperBlock; ++e) {
+    const uint8_t v = b.qs[32 * (e / 64) + e % 32];
+    u.q[e] = e % 64 < 32 ? (v & 15) : (v >> 4);
+  }
+#endif
+}
+
+void unpack(const BlockQ5_K& b, Unpacked& u) {
+  u.d = f16_to_f32(b.d);
+  u.dmin = f16_to_f32(b.dmin);
+  set_k4_scales(b.scales, u);
+#if defined(__AVX2__)
+  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+  const __m256i h = load32(b.qh);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = load32(b.qs + 32 * c);
+    store32(u.q + 64 * c, _mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * c, 4)));
+    store32(u.q + 64 * c + 32,
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * c + 1, 4)));
+  }
+#else
+  for (int e = 0; e < kSuperBlock; ++e) {
+    const uint8_t v = b.qs[32 * (e / 64) + e % 32];
+    u.q[e] = static_cast<uint8_t>((e % 64 < 32 ? (v & 15) : (v >> 4)) | (((b.qh[e % 32] >> (e / 32)) & 1) << 4));
+  }
+#endif
+}
+
+void unpack(const BlockQ6_K& b, Unpacked& u) {
+  u.d = u.dmin = f16_to_f32(b.d);
+#if defined(__AVX2__)
+  const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.sc), sc);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(u.mn), _mm256_slli_epi16(sc, 5));  // 32 sc
+  spread_scales(u);
+#else
+  for (int g = 0; g < 16; ++g) {
+    u.sc[g] = b.scales[g];
+    u.mn[g] = static_cast<int16_t>(32 * b.scales[g]);
+  }
+#endif
+#if defined(__AVX2__)
+  const __m256i lo4 = _mm256_set1_epi8(0x0f), lo2 = _mm256_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load32(b.ql + 64 * h), l1 = load32(b.ql + 64 * h + 32), hb = load32(b.qh + 32 * h);
+    auto high = [&](int g) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), lo2), 4); };
+    uint8_t* q = u.q + 128 * h;
+    store32(q, _mm256_or_si256(_mm256_and_si256(l0, lo4), high(0)));
+    store32(q + 32, _mm256_or_si256(_mm256_and_si256(l1, lo4), high(1)));
+    store32(q + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), high(2)));
+    store32(q + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4), high(3)));
+  }
+#else
+  for (int e = 0; e < kSuperBlock; ++e) {
+    const int h = e / 128, g = e % 128 / 32, l = e % 32;
+    const uint8_t lo = b.ql[64 * h + 32 * (g & 1) + l];
+    u.q[e] = static_cast<uint8_t>(((g >= 2 ? lo >> 4 : lo) & 15) | (((b.qh[32 * h + l] >> (2 * g)) & 3) << 4));
+  }
+#endif
+}
+
+// Two-bit fields shared by q2_k and q3_k: element e in byte 32 * (e / 128) + e % 32 at bit 2 * (e % 128 / 32).
+void unpack_crumbs(const uint8_t* qs, uint8_t* q) {
+#if defined(__AVX2__)
+  const __m256i lo2 = _mm256_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i v = load32(qs + 32 * h);
+    for (int j = 0; j < 4; ++j) store32(q + 128 * h + 32 * j, _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), lo2));
+  }
+#else
+  for (int e = 0; e < kSuperBlock; ++e) q[e] = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+#endif
+}
+
+void unpack(const BlockQ2_K& b, Unpacked& u) {
+  u.d = f16_to_f32(b.d);
+  u.dmin = f16_to_f32(b.dmin);
+  for (int g = 0; g < 16; ++g) {
+    u.sc[g] = static_cast<int16_t>(b.scales[g] & 15);
+    u.mn[g] = static_cast<int16_t>(b.scales[g] >> 4);
+  }
+  spread_scales(u);
+  unpack_crumbs(b.qs, u.q);
+}
+
+void unpack(const BlockQ3_K& b, Unpacked& u) {
+  u.d = u.dmin = f16_to_f32(b.d);
+  int sc[16];
+  unpack_q3_k_scales(b.scales, sc);
+  for (int g = 0; g < 16; ++g) {
+    u.sc[g] = static_cast<int16_t>(sc[g] - 32);
+    u.mn[g] = static_cast<int16_t>(4 * (sc[g] - 32));  // q3_k's q - 4 as q with a min of 4 sc
+  }
+  spread_scales(u);
+  unpack_crumbs(b.qs, u.q);
+#if defined(__AVX2__)
+  const __m256i h = load32(b.hmask);
+  for (int t = 0; t < 8; ++t) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * t));
+    store32(u.q + 32 * t, _mm256_or_si256(v, bit_of(h, t, 2)));
+  }
+#else
+  for (int e = 0; e < kSuperBlock; ++e)
+    u.q[e] = static_cast<uint8_t>(u.q[e] | (((b.hmask[e % 32] >> (e / 32)) & 1) << 2));
+#endif
+}
+
+// dot(unpacked super-block, one activation block), the formula of the file comment, added to a row's
+// accumulator. The AVX2 accumulator is 8 float lanes, summed once per output (no horizontal sum per block).
+#if defined(__AVX2__)
+using Acc = __m256;
+inline Acc acc_zero() { return _mm256_setzero_ps(); }
+inline float acc_total(Acc a) { return hsum(a); }
+inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * c)),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+    const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scv[c]));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    isum = _mm256_dpwssd_epi32(isum, p, s);
+#else
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+#endif
+  }
+  const __m256i msum = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(xd * u.d), _mm256_cvtepi32_ps(isum), acc);
+  acc = _mm256_fnmadd_ps(_mm256_set1_ps(xd * u.dmin), _mm256_cvtepi32_ps(msum), acc);
+}
+#else
+using Acc = float;
+inline Acc acc_zero() { return 0.0f; }
+inline float acc_total(Acc a) { return a; }
+inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
+  int32_t isum = 0, msum = 0;
+  for (int g = 0; g < 16; ++g) {
+    int32_t dot = 0;
+    for (int i = 16 * g; i < 16 * g + 16; ++i) dot += static_cast<int32_t>(u.q[i]) * xq[i];
+    isum += u.sc[g] * dot;
+    msum += u.mn[g] * xs[g];
+  }
+  acc += xd * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(msum));
+}
+#endif
+
+template <typename B>
+void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0), nb = k / kSuperBlock;
+  const B* w = data<const B>(op.w);
+  float* out = data<float>(op.out);
+  const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    const int64_t r1 = std::min(n, r0 + kRowBlock);
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      Unpacked u;
+      Acc acc[kRowBlock];
+      for (int64_t r = r0; r < r1; ++r) acc[r - r0] = acc_zero();
+      for (int64_t b = 0; b < nb; ++b) {
+        unpack(w[i * nb + b], u);
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t blk = r * nb + b;
+          block_dot(u, xq.q.data() + blk * kSuperBlock, xq.d[static_cast<size_t>(blk)], xq.s.data() + blk * 16,
+                    acc[r - r0]);
+        }
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float v = acc_total(acc[r - r0]);
+        out[r * m + i] = bias ? v + bias[i] : v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
+  thread_local QuantRowsK xq;
+  quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
+  switch (op.w.dtype) {
+    case DType::kQ2_K:
+      matmul_k<BlockQ2_K>(op, xq, ctx);
+      return ok_status();
+    case DType::kQ3_K:
+      matmul_k<BlockQ3_K>(op, xq, ctx);
+      return ok_status();
+    case DType::kQ4_K:
+      matmul_k<BlockQ4_K>(op, xq, ctx);
+      return ok_status();
+    case DType::kQ5_K:
+      matmul_k<BlockQ5_K>(op, xq, ctx);
+      return ok_status();
+    case DType::kQ6_K:
+      matmul_k<BlockQ6_K>(op, xq, ctx);
+      return ok_status();
+    default:
+      return unimplemented(fmt::format("cpu K-quant matmul does not take {} weights", dtype_name(op.w.dtype)));
+  }
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA
