@@ -114,6 +114,30 @@ TEST(TokenizeRoutes, ServeAnswersTokenizeAndDetokenize) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+// With --api-key the routes are keyed like /v1/*: no key, no tokens.
+TEST(TokenizeRoutes, RequireTheApiKeyWhenOneIsSet) {
+  TS_REQUIRE_STORIES260K();
+  testing::BackgroundProcess server(
+      {testing::tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0", "--api-key", "sekrit"});
+  int port = testing::port_from_line(server.wait_for_line("listening on"));
+  ASSERT_GT(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    std::string body = std::string(path) == "/tokenize" ? R"({"prompt":"hi"})" : R"({"tokens":[1]})";
+    auto r = http::fetch(
+        {.method = "POST", .url = url + path, .headers = {{"Content-Type", "application/json"}}, .body = body});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, 401) << path << " " << r->body;
+    r = http::fetch({.method = "POST",
+                     .url = url + path,
+                     .headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer sekrit"}},
+                     .body = body});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, 200) << path << " " << r->body;
+  }
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
 TEST(TokenizeCli, MissingModelIsAnError) {
   expect_one_line_error(tessera({"tokenize", "--model", "/nonexistent/model.gguf", "hi"}), "does not exist");
 }
