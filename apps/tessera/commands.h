@@ -30,6 +30,7 @@ Action add_solve_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 Action add_convert_command(CLI::App& app);
 Action add_inspect_command(CLI::App& app);
+Action add_tokenize_command(CLI::App& app);
 Action add_fault_load_command(CLI::App& app);
 
 // Prints "tessera: error: <message>" on one line of stderr and returns 1.

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   add(add_profile_command);
   add(add_convert_command);
   add(add_inspect_command);
+  add(add_tokenize_command);
   add(add_fault_load_command);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
+#include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
 namespace tessera::serve {
@@ -532,6 +533,16 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
   d->server.route("POST", "/v1/chat/completions",
                   keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     d->handle_generate(r, std::move(w), true);
+                  }));
+  // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
+  d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    TokenizeReply t = tokenize_request(r.body, d->engine.tokenizer(), d->options.chat,
+                                                       d->options.model_name, d->engine.config().max_seq_len);
+                    w->send(t.status, t.body);
+                  }));
+  d->server.route("POST", "/detokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);
+                    w->send(t.status, t.body);
                   }));
   d->server.route(
       "GET", "/v1/models", keyed([d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {

@@ -44,7 +44,8 @@ TEST(GgufVocab, VocabOnlyFileLoadsAndTokenizes) {
     EXPECT_EQ((*tok)->encode("hello wor", true), (std::vector<TokenId>{hello, space_wo, 'r'}));
     EXPECT_EQ((*tok)->encode("hello<|end|>", false), (std::vector<TokenId>{hello, end}));
     EXPECT_EQ((*tok)->tokenize("<|end|>", {.add_special = false, .parse_special = false}).size(), 7u);
-    EXPECT_EQ((*tok)->decode(std::vector<TokenId>{hello, space_wo, end}), "hello wo<|end|>");
+    EXPECT_EQ((*tok)->decode(std::vector<TokenId>{hello, space_wo, end}, /*skip_special=*/false), "hello wo<|end|>");
+    EXPECT_EQ((*tok)->decode(std::vector<TokenId>{hello, space_wo, end}), "hello wo");
     EXPECT_EQ((*tok)->decode(std::vector<TokenId>{hello, space_wo, end}, /*skip_special=*/true), "hello wo");
   }
 }

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -19,30 +18,20 @@
 
 #include "base/mapped_file.h"
 #include "model/tokenizer/gguf_vocab.h"
+#include "support/paths.h"
 
 namespace tessera::model {
 namespace {
 namespace fs = std::filesystem;
 
-// Where llama.cpp's models/ folder may be: $TESSERA_LLAMACPP_SRC/models, next to the binaries that
-// scripts/llamacpp.sh built ($TESSERA_LLAMACPP_BIN/../../src/models), or in its cache.
-std::string vocab_dir() {
-  std::vector<fs::path> candidates;
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) candidates.push_back(fs::path(s) / "models");
-  if (const char* b = std::getenv("TESSERA_LLAMACPP_BIN"))
-    candidates.push_back(fs::path(b) / ".." / ".." / "src" / "models");
-  std::string cache = std::getenv("TESSERA_CACHE") ? std::getenv("TESSERA_CACHE")
-                      : std::getenv("HOME")        ? std::string(std::getenv("HOME")) + "/.cache/tessera"
-                                                   : "/root/.cache/tessera";
-  candidates.push_back(fs::path(cache) / "llama.cpp" / "3.21.1" / "src" / "models");
-  candidates.push_back(fs::path(cache) / "llama.cpp" / "src" / "models");
-  std::error_code ec;
-  for (const fs::path& p : candidates)
-    if (fs::exists(p / "ggml-vocab-llama-spm.gguf", ec)) return p.lexically_normal().string();
-  std::string tried;
-  for (const fs::path& p : candidates) tried += " " + p.string();
-  return "(not found; looked in" + tried + ")";
-}
+std::string vocab_dir() { return testing::llamacpp_vocab_dir(); }
+
+#define TS_REQUIRE_VOCABS()                                                                                 \
+  do {                                                                                                      \
+    if (vocab_dir().empty())                                                                                \
+      GTEST_SKIP() << "llama.cpp's models/ folder is not here (scripts/llamacpp.sh unpacks it); looked in " \
+                   << testing::llamacpp_vocab_candidates();                                                 \
+  } while (0)
 
 std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
@@ -97,8 +86,8 @@ std::string escape(const std::string& s) {
 class LlamaCppVocab : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LlamaCppVocab, IdsEqualTheReferenceVectors) {
+  TS_REQUIRE_VOCABS();
   const std::string dir = vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP() << "llama.cpp's models/ folder " << dir << " (scripts/llamacpp.sh fetches it)";
   const std::string base = dir + "/ggml-vocab-" + GetParam() + ".gguf";
   if (!fs::exists(base + ".inp")) GTEST_SKIP() << base << ".inp is not in this llama.cpp version";
   auto tok = load_gguf_tokenizer(base);
@@ -146,7 +135,7 @@ std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& 
 
 // What the vectors do not cover: special tokens in text, BOS/EOS per family, whitespace stripping.
 TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily) {
-  if (!fs::exists(vocab_dir())) GTEST_SKIP() << "llama.cpp's models/ folder " << vocab_dir();
+  TS_REQUIRE_VOCABS();
   using Opt = Tokenizer::EncodeOptions;
   // Llama 3: BOS 128000 added (llama.cpp's default for the type; the file does not say), control tokens.
   auto llama3 = load_vocab("llama-bpe");
@@ -160,8 +149,8 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
       llama3->tokenize("<|begin_of_text|>Hello", {.add_special = false, .parse_special = false});
   EXPECT_GT(plain.size(), 3u);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 128000), 0);
-  EXPECT_EQ(llama3->decode(plain), "<|begin_of_text|>Hello");
-  EXPECT_TRUE(llama3->is_special(128009));  // <|eot_id|>
+  EXPECT_EQ(llama3->decode(plain), "<|begin_of_text|>Hello");  // plain text, not the control token
+  EXPECT_TRUE(llama3->is_special(128009));                     // <|eot_id|>
   EXPECT_FALSE(llama3->is_special(9906));
 
   // Qwen2: no BOS even though the file names one; <|im_start|> parsed as one token.
@@ -170,7 +159,10 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
   std::vector<TokenId> user = qwen->tokenize("user", {.add_special = false, .parse_special = false});
   EXPECT_EQ(qwen->encode("user", true), user);
   EXPECT_EQ(qwen->encode("<|im_start|>user", true), concat({151644}, user));
-  EXPECT_EQ(qwen->decode(std::vector<TokenId>{151644, 151645}), "<|im_start|><|im_end|>");
+  EXPECT_EQ(qwen->decode(std::vector<TokenId>{151644, 151645}, /*skip_special=*/false), "<|im_start|><|im_end|>");
+  // Generated text leaves special tokens out (vLLM's skip_special_tokens default).
+  EXPECT_EQ(qwen->decode_piece(872, 151645), "");
+  EXPECT_EQ(llama3->decode_piece(9906, 128009), "");
   EXPECT_EQ(qwen->decode(concat({151644}, user), /*skip_special=*/true), "user");
 
   // Llama 2 (SentencePiece): BOS 1; "</s>" is the EOS control token only with parse_special, and the text
@@ -193,8 +185,8 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
 
 // The families Tessera does not tokenize are refused with the name of what is missing.
 TEST(LlamaCppVocabRefused, UnsupportedModelsAreNamed) {
+  TS_REQUIRE_VOCABS();
   const std::string dir = vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP() << "llama.cpp's models/ folder " << dir << " (scripts/llamacpp.sh fetches it)";
   for (auto [file, name] : {std::pair{"bert-bge", "bert"}, {"nomic-bert-moe", "t5"}, {"gemma-4", "gemma4"}}) {
     std::string path = dir + "/ggml-vocab-" + file + ".gguf";
     if (!fs::exists(path)) continue;

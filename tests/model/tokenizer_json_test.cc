@@ -30,7 +30,8 @@ TEST(BpeTokenizer, ByteLevelMergesByRank) {
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ((*t)->encode("hello world", false), (std::vector<TokenId>{10, 3, 11, 3, 6, 2, 7}));
   EXPECT_EQ((*t)->encode("hello<|end|>", false), (std::vector<TokenId>{10, 3, 12}));
-  EXPECT_EQ((*t)->decode((*t)->encode("hello world<|end|>", false)), "hello world<|end|>");
+  EXPECT_EQ((*t)->decode((*t)->encode("hello world<|end|>", false), /*skip_special=*/false), "hello world<|end|>");
+  EXPECT_EQ((*t)->decode((*t)->encode("hello world<|end|>", false)), "hello world");  // special: not text
 }
 
 TEST(BpeTokenizer, SentencePieceStyleWithByteFallback) {

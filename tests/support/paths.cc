@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <vector>
@@ -16,6 +17,33 @@ std::string source_dir() { return TESSERA_SOURCE_DIR; }
 std::string models_dir() { return TESSERA_MODELS_DIR; }
 std::string stories260k_dir() { return models_dir() + "/stories260K"; }
 bool have_stories260k() { return fs::exists(stories260k_dir() + "/stories260K.bin"); }
+
+namespace {
+std::vector<fs::path> vocab_candidates() {
+  std::vector<fs::path> c;
+  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) c.push_back(fs::path(s) / "models");
+  if (const char* b = std::getenv("TESSERA_LLAMACPP_BIN")) c.push_back(fs::path(b) / ".." / ".." / "src" / "models");
+  std::string cache = std::getenv("TESSERA_CACHE") ? std::getenv("TESSERA_CACHE")
+                      : std::getenv("HOME")        ? std::string(std::getenv("HOME")) + "/.cache/tessera"
+                                                   : "/root/.cache/tessera";
+  c.push_back(fs::path(cache) / "llama.cpp" / "3.21.1" / "src" / "models");
+  c.push_back(fs::path(cache) / "llama.cpp" / "src" / "models");
+  return c;
+}
+}  // namespace
+
+std::string llamacpp_vocab_dir() {
+  std::error_code ec;
+  for (const fs::path& p : vocab_candidates())
+    if (fs::exists(p / "ggml-vocab-llama-spm.gguf", ec)) return p.lexically_normal().string();
+  return "";
+}
+
+std::string llamacpp_vocab_candidates() {
+  std::string out;
+  for (const fs::path& p : vocab_candidates()) out += (out.empty() ? "" : ", ") + p.string();
+  return out;
+}
 
 namespace {
 struct ScratchDirs {

@@ -10,6 +10,12 @@ std::string source_dir();       // the repository checkout the tests were built 
 std::string models_dir();       // models/ in the source tree (TESSERA_MODELS_DIR at configure time)
 std::string stories260k_dir();  // models_dir()/stories260K
 bool have_stories260k();
+// llama.cpp's models/ folder (its ggml-vocab-*.gguf tokenizer test vectors): $TESSERA_LLAMACPP_SRC/models,
+// next to the binaries scripts/llamacpp.sh built ($TESSERA_LLAMACPP_BIN/../../src/models), or in its cache
+// (${TESSERA_CACHE:-~/.cache/tessera}/llama.cpp/{3.21.1/,}src/models). "" when none holds the files.
+std::string llamacpp_vocab_dir();
+// Where llamacpp_vocab_dir() looked, for skip messages.
+std::string llamacpp_vocab_candidates();
 // A fresh empty directory under the system temp dir, named after the running test; removed at exit.
 std::string scratch_dir();
 

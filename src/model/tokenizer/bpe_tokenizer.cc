@@ -363,11 +363,18 @@ bool BpeTokenizer::is_special(TokenId token) const {
   return a != nullptr && a->special;
 }
 
+std::string BpeTokenizer::special_text(TokenId token) const {
+  return is_special(token) ? spec_.tokens[static_cast<size_t>(token)] : std::string();
+}
+
 std::string BpeTokenizer::decode_piece(TokenId prev, TokenId token) const {
   if (token < 0 || token >= vocab_size()) return {};
+  // Special tokens are not text (vLLM's skip_special_tokens default, and what SentencePiece does with
+  // control tokens): a generated <|im_end|> or <|eot_id|> never reaches the client as characters.
+  // decode(tokens, skip_special = false) and special_text() still spell them.
+  if (is_special(token)) return {};
   const std::string& t = spec_.tokens[static_cast<size_t>(token)];
-  for (const BpeSpec::AddedToken& a : spec_.added)
-    if (a.id == token) return a.content;
+  if (const AddedToken* a = compiled_->added.find(token)) return a->content;
   std::string out;
   if (spec_.byte_level) {
     for (size_t i = 0; i < t.size();) {

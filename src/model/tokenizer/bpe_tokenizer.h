@@ -76,6 +76,7 @@ class BpeTokenizer final : public Tokenizer {
   }
   std::vector<TokenId> tokenize(std::string_view text, const EncodeOptions& options) const override;
   bool is_special(TokenId token) const override;
+  std::string special_text(TokenId token) const override;
   std::string decode_piece(TokenId prev, TokenId token) const override;
   std::string_view kind() const override { return spec_.byte_level ? "byte-level-bpe" : "bpe"; }
   Result<Vocab> to_vocab() const override;

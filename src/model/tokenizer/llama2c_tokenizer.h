@@ -36,6 +36,10 @@ class Llama2cTokenizer final : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool add_bos) const override;
   std::string decode_piece(TokenId prev, TokenId token) const override;
   std::string_view kind() const override { return "llama2c"; }
+  // The file spells BOS/EOS "\n<s>\n" / "\n</s>\n"; shown as SentencePiece names them.
+  std::string special_text(TokenId token) const override {
+    return token == 1 ? "<s>" : token == 2 ? "</s>" : std::string();
+  }
   // As SentencePiece pieces: spaces back to U+2581, "<s>"/"</s>" for BOS/EOS, token types.
   Result<Vocab> to_vocab() const override;
 

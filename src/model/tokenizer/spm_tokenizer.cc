@@ -66,6 +66,10 @@ bool SpmTokenizer::is_special(TokenId token) const {
   return t == kTokenControl || token == vocab_.bos || token == vocab_.eos;
 }
 
+std::string SpmTokenizer::special_text(TokenId token) const {
+  return is_special(token) ? vocab_.tokens[static_cast<size_t>(token)] : std::string();
+}
+
 std::vector<TokenId> SpmTokenizer::tokenize(std::string_view text, const EncodeOptions& options) const {
   std::vector<TokenId> out;
   if (options.add_special && vocab_.add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);

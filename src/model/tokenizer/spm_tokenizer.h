@@ -32,6 +32,7 @@ class SpmTokenizer final : public Tokenizer {
   }
   std::vector<TokenId> tokenize(std::string_view text, const EncodeOptions& options) const override;
   bool is_special(TokenId token) const override;
+  std::string special_text(TokenId token) const override;
   std::string decode_piece(TokenId prev, TokenId token) const override;
   std::string_view kind() const override { return "sentencepiece-bpe"; }
   Result<Vocab> to_vocab() const override { return vocab_; }

@@ -19,11 +19,15 @@ std::string Tokenizer::decode(std::span<const TokenId> tokens) const {
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> tokens, bool skip_special) const {
-  if (!skip_special) return decode(tokens);
   std::string out;
   TokenId prev = -1;
   for (TokenId t : tokens) {
-    if (!is_special(t)) out += decode_piece(prev, t);
+    if (!is_special(t)) {
+      out += decode_piece(prev, t);
+    } else if (!skip_special) {
+      std::string s = special_text(t);
+      out += s.empty() ? decode_piece(prev, t) : s;
+    }
     prev = t;
   }
   return out;

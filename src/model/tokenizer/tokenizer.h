@@ -42,10 +42,14 @@ class Tokenizer {
   }
   // Control tokens (BOS, EOS, chat markers): what skip_special_tokens leaves out of decoded text.
   virtual bool is_special(TokenId token) const { return token == bos_id() || token == eos_id(); }
+  // How a special token is spelled ("<s>", "<|im_end|>"), for showing it when special tokens are not
+  // skipped; empty where the format does not keep the spelling.
+  virtual std::string special_text(TokenId /*token*/) const { return {}; }
 
   // The bytes `token` contributes to the output text when it follows `prev` (some formats drop a
-  // leading space after BOS). Byte tokens yield their raw byte, so a multi-byte UTF-8 character spread
-  // over several tokens comes out whole once all of them are concatenated.
+  // leading space after BOS); nothing for special tokens (is_special), which generated text leaves out. Byte tokens
+  // yield their raw byte, so a multi-byte UTF-8 character spread over several tokens comes out whole once all of them
+  // are concatenated.
   virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
 
   // A short name of the algorithm ("llama2c", "sentencepiece-bpe", "bpe", "byte-level-bpe", ...).
