@@ -59,7 +59,7 @@ TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& to
       return error(400, fmt::format("'{}' is not supported by this server", unsupported), unsupported);
   }
   std::string text;
-  bool add_special = true;
+  bool add_special = true, template_bos = true;
   if (has_prompt) {
     if (!j["prompt"].is_string()) return error(400, "'prompt' must be a string", "prompt");
     text = j["prompt"].get<std::string>();
@@ -73,11 +73,14 @@ TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& to
     json as_chat = {{"model", model_name}, {"messages", j["messages"]}};
     auto req = parse_request(dump(as_chat), /*chat=*/true);
     if (auto* e = std::get_if<ApiError>(&req)) return {e->status, error_body(*e)};
-    auto rendered = chat(std::get<ApiRequest>(req).messages);
+    auto rendered = chat(std::get<ApiRequest>(req));
     if (!rendered.ok()) return error(400, rendered.status().message(), "messages");
-    text = std::move(*rendered);
+    text = std::move(rendered->text);
+    template_bos = rendered->add_bos;
   }
   if (auto e = get_bool(j, "add_special_tokens", add_special)) return *e;
+  // A template that writes BOS itself leaves none to add (chat completions tokenizes the same way).
+  add_special = add_special && template_bos;
   std::vector<model::TokenId> ids = tok.tokenize(text, {.add_special = add_special, .parse_special = true});
   json out = {{"count", ids.size()}, {"max_model_len", max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
   return {200, dump(out)};

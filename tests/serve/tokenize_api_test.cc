@@ -22,10 +22,10 @@ class TokenizeApi : public ::testing::Test {
     auto t = model::load_tokenizer(testing::stories260k_dir() + "/tok512.bin");
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     tok_ = std::move(*t);
-    chat_ = [](const std::vector<ChatMessage>& m) -> Result<std::string> {
+    chat_ = [](const ApiRequest& r) -> Result<ChatPrompt> {
       std::string s;
-      for (const ChatMessage& x : m) s += x.role + ": " + x.content + "\n";
-      return s + "assistant:";
+      for (const ChatMessage& x : r.messages) s += x.role + ": " + x.content + "\n";
+      return ChatPrompt{.text = s + "assistant:"};
     };
   }
   json ok_tokenize(const std::string& body) {
