@@ -155,6 +155,7 @@ void AcceptLoop::run() {
       // Out of descriptors (or buffers) the connection stays in the backlog and poll() reports it again at once:
       // back off instead of spinning, and log at most once a second.
       const int err = errno;
+      if (stop_.load()) break;  // stop() shut the socket down: accept fails with EINVAL, which is no error
       if (err == EINTR || err == EAGAIN || err == ECONNABORTED) continue;
       ++accept_errors;
       const auto now = std::chrono::steady_clock::now();
