@@ -148,7 +148,9 @@ TEST(LlamaCppQuantize, EveryPresetLoadsWithLlamaCppsBlockLayouts) {
     }
     for (DType d : expected) EXPECT_TRUE(seen.count(d)) << preset << " holds no " << dtype_name(d) << " tensor";
     seen_all.insert(seen.begin(), seen.end());
-    if (preset == "Q4_0") EXPECT_EQ(g->weights.find("output.weight")->dtype, DType::kQ6_K);
+    if (preset == "Q4_0") {
+      EXPECT_EQ(g->weights.find("output.weight")->dtype, DType::kQ6_K);
+    }
 
     // The cpu kernels (the fast path for q8_0, q4_0 and the K-quants; widened to f32 otherwise) against ref.
     const std::vector<float> a = logits(**ref, *g), b = logits(**cpu, *g);
