@@ -187,6 +187,9 @@ void Engine::loop() {
       });
       if (stopping_) break;
       incoming.swap(incoming_);
+      // Until the next publish these are in neither incoming_ nor the published waiting count: count them now,
+      // or submit() would admit past the limit and Scheduler::add refuse after the caller's 200 went out.
+      for (const auto& a : incoming) stats_.waiting += a->req.imported ? 0 : 1;
       cancels.swap(cancels_);
       tasks.swap(tasks_);
     }

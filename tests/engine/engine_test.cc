@@ -216,6 +216,30 @@ TEST_F(EngineTest, BadRequestsAreRejectedAtSubmission) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
 }
 
+// A full queue is refused at submit(), never after: whoever was told "accepted" (a server that then sent its
+// 200) must not see the request fail with "the queue is full". Submitting in a tight loop races the engine
+// thread taking requests off its incoming list.
+TEST_F(EngineTest, AnAcceptedSubmissionIsNeverRefusedByTheQueueLater) {
+  start(64, {.max_running = 1, .max_waiting = 1});
+  std::vector<std::future<Collected>> accepted;
+  int refused = 0;
+  for (int i = 0; i < 400 && accepted.size() < 60; ++i) {
+    Status st;
+    auto f = submit(greedy("Lily", 2), &st);
+    if (st.ok()) {
+      accepted.push_back(std::move(f));
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0) << "the loop never filled the queue: the test proves nothing";
+  for (auto& f : accepted) {
+    Collected c = f.get();
+    EXPECT_NE(c.finish, FinishReason::kError) << c.error.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::engine
 
