@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "model/tokenizer/unicode.h"
+
 namespace tessera::model::jinja {
 
 char32_t decode_utf8(std::string_view s, size_t i, size_t* len) {
@@ -28,23 +30,7 @@ char32_t decode_utf8(std::string_view s, size_t i, size_t* len) {
   return cp;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void append_utf8(std::string& out, char32_t cp) { utf8_append(out, static_cast<uint32_t>(cp)); }
 
 bool js_is_space(char32_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' || c == 0xA0 || c == 0x1680 ||
