@@ -263,11 +263,9 @@ void AcceptLoop::handshake(Handshake* self) {
     if (refused.ok() && stop_.load()) refused = Status(StatusCode::kCancelled, "the endpoint is stopping");
     if (!refused.ok()) {
       // Once per address: a scanner or a misconfigured peer retrying in a loop must not flood the log.
-      if (refused.code() != StatusCode::kCancelled && refused_.size() < 4096 &&
-          refused_.insert(self->address).second) {
-        log::warn("link {}: refused a connection from {}{}: {} (further refusals from there are not logged)",
-                  endpoint_, self->address, hello.ok() ? " (agent '" + hello->name + "')" : std::string(),
-                  refused.message());
+      if (refused.code() != StatusCode::kCancelled && refused_.size() < 4096 && refused_.insert(self->address).second) {
+        log::warn("link {}: refused a connection from {}{}: {} (further refusals from there are not logged)", endpoint_,
+                  self->address, hello.ok() ? " (agent '" + hello->name + "')" : std::string(), refused.message());
       }
       lock.unlock();
       ::close(fd);

@@ -26,8 +26,8 @@
 #include <functional>
 #include <list>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
