@@ -13,6 +13,7 @@
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
 #include "auth_flags.h"
 #include "base/dtype.h"
 #include "base/log.h"
@@ -101,8 +102,8 @@ int run_serve(const ServeArgs& a) {
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
-  const double bytes_per_block =
-      2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
+  const auto bytes_per_block =
+      static_cast<double>(api::KvLayout{cfg.n_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
   if (a.max_model_len > cfg.max_seq_len)
     return fail(

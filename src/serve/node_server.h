@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "api/openai.h"
 #include "base/status.h"
 #include "engine/engine.h"
 #include "http/http.h"
 #include "serve/chat_format.h"
-#include "serve/openai.h"
 #include "serve/pd.h"
 
 namespace tessera::serve {
