@@ -124,7 +124,16 @@ struct PdService::Impl {
   std::mutex peers_mu;
   std::map<std::string, std::shared_ptr<Peer>> peers;  // GUARDED_BY(peers_mu)
 
-  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
+  // The current role; written by set_role() (an admin call), read by every request.
+  mutable std::mutex role_mu;
+  std::string role;  // GUARDED_BY(role_mu)
+
+  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)), role(options.role) {}
+
+  std::string current_role() const {
+    std::lock_guard<std::mutex> lock(role_mu);
+    return role;
+  }
 
   ~Impl() {
     stopping = true;
@@ -222,6 +231,10 @@ struct PdService::Impl {
     const model::ModelConfig& c = engine.config();
     const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
     auto call = parse_prefill_call(req.body, c.vocab_size, max_prompt);
+    if (const std::string now = current_role(); now == "decode") {
+      // Re-roled since the caller chose this node: it prefills elsewhere or locally (never lost).
+      return w->send(503, error_json(fmt::format("this node is no longer a prefill node (role {})", now)));
+    }
     if (!call.ok()) {
       log::warn("pd: refused a prefill request: {}", call.status().message());
       return w->send(400, error_json(call.status().message()));
@@ -478,7 +491,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
   if (options.role != "prefill" && options.role != "decode" && options.role != "both") {
     return invalid_argument(fmt::format("unknown role '{}'; roles: prefill, decode, both", options.role));
   }
-  if (options.role == "decode" && options.prefill_urls.empty()) {
+  if (options.role == "decode" && options.prefill_urls.empty() && !options.switchable) {
     return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
   }
   auto impl = std::make_unique<Impl>(engine, options);
@@ -489,7 +502,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
   ao.endpoints = options.link_endpoints;
   ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
-  if (options.role == "decode") {
+  if (options.role == "decode" || options.switchable) {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
     TS_ASSIGN_OR_RETURN(impl->staging_bytes, impl->agent->host_bytes(impl->staging));
     impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
@@ -501,6 +514,23 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
 }
 
 const PdOptions& PdService::options() const { return impl_->options; }
+
+std::string PdService::role() const { return impl_->current_role(); }
+
+Status PdService::set_role(const std::string& role) {
+  if (role != "prefill" && role != "decode" && role != "both") {
+    return invalid_argument(fmt::format("unknown role '{}'; roles: prefill, decode, both", role));
+  }
+  std::lock_guard<std::mutex> lock(impl_->role_mu);
+  if (role == impl_->role) return ok_status();
+  if (!impl_->options.switchable) {
+    return failed_precondition(fmt::format(
+        "this node was started as a {} node without --role-switchable; its role cannot change", impl_->role));
+  }
+  log::info("pd: role {} -> {}", impl_->role, role);
+  impl_->role = role;
+  return ok_status();
+}
 
 PdStats PdService::stats() const {
   const BreakerCounters b = impl_->breaker.counters();
@@ -519,9 +549,9 @@ void PdService::register_routes(http::Server& server) {
       http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
         w->send(
             200,
-            json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
+            json{{"role", d->current_role()}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
       }));
-  if (d->options.role == "prefill" || d->options.role == "both") {
+  if (d->options.role == "prefill" || d->options.role == "both" || d->options.switchable) {
     server.route(
         "POST", "/internal/pd/prefill",
         http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
@@ -559,7 +589,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
           }
           auto hit = d->engine.lookup_prefix(request.prompt);
           const int n = static_cast<int>(request.prompt.size());
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode") {
             if (hit.ok()) d->engine.release_blocks(hit->blocks);
             local(false);
             return start(d->engine.submit(std::move(request), std::move(callback)));
