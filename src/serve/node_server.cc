@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
+#include "serve/role_admin.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
@@ -335,6 +336,13 @@ struct NodeServer::Impl {
       return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
                      "application/json", {{std::string(api::kDrainingHeader), "1"}});
     }
+    if (options.pd != nullptr && options.pd->options().switchable && options.pd->role() == "prefill") {
+      // Re-roled to prefill since the router chose this node: a 429 is retried on another node before any byte
+      // went out, and does not count against this node's health (role_admin.h).
+      return reply_error(w, endpoint,
+                         {429, "this node is a prefill node now: client requests go to decode nodes",
+                          "rate_limit_error", "", "role_changed"});
+    }
     auto parsed = api::parse_request(hreq.body, chat);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
@@ -439,7 +447,7 @@ struct NodeServer::Impl {
       o.prompt_tokens = static_cast<int>(gen.prompt.size());
       return on_out(o);
     }
-    if (options.pd != nullptr && options.pd->options().role == "decode") {
+    if (options.pd != nullptr && options.pd->role() == "decode") {
       // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
       if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, api::error_for(admit));
       start_answer();
@@ -592,10 +600,16 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "any, queued and recomputed here instead of failing\n"
           "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
           d->engine.stats().imports_requeued);
+      text += fmt::format(
+          "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
+          "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",
+          d->options.pd->role());
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
+  register_role_routes(
+      d->server, {d->options.pd, [d] { return d->calls.load(); }, d->options.on_role_change, d->options.cluster_token});
 }
 
 NodeServer::~NodeServer() { stop(0); }

@@ -96,7 +96,6 @@ std::string error_json(const std::string& message) { return json{{"error", {{"me
 struct PdService::Impl {
   engine::Engine& engine;
   PdOptions options;
-  api::NodeRole role = api::NodeRole::kBoth;
   std::unique_ptr<link::Agent> agent;
   link::RegionId staging{};
   std::unique_ptr<RangeAllocator> staging_alloc;
@@ -128,7 +127,16 @@ struct PdService::Impl {
   std::mutex peers_mu;
   std::map<std::string, std::shared_ptr<Peer>> peers;  // GUARDED_BY(peers_mu)
 
-  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
+  // The current role; written by set_role() (an admin call), read by every request.
+  mutable std::mutex role_mu;
+  std::string role;  // GUARDED_BY(role_mu)
+
+  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)), role(options.role) {}
+
+  std::string current_role() const {
+    std::lock_guard<std::mutex> lock(role_mu);
+    return role;
+  }
 
   ~Impl() {
     stopping = true;
@@ -226,6 +234,10 @@ struct PdService::Impl {
     const model::ModelConfig& c = engine.config();
     const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
     auto call = api::parse_prefill_call(req.body, c.vocab_size, max_prompt);
+    if (const std::string now = current_role(); now == "decode") {
+      // Re-roled since the caller chose this node: it prefills elsewhere or locally (never lost).
+      return w->send(503, error_json(fmt::format("this node is no longer a prefill node (role {})", now)));
+    }
     if (!call.ok()) {
       log::warn("pd: refused a prefill request: {}", call.status().message());
       return w->send(400, error_json(call.status().message()));
@@ -479,11 +491,10 @@ PdService::~PdService() = default;
 
 Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdOptions options) {
   TS_ASSIGN_OR_RETURN(const api::NodeRole role, api::parse_role(options.role));
-  if (role == api::NodeRole::kDecode && options.prefill_urls.empty()) {
+  if (role == api::NodeRole::kDecode && options.prefill_urls.empty() && !options.switchable) {
     return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
   }
   auto impl = std::make_unique<Impl>(engine, options);
-  impl->role = role;
   link::AgentOptions ao;
   ao.name = options.agent_name.empty()
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
@@ -491,7 +502,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
   ao.endpoints = options.link_endpoints;
   ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
-  if (role == api::NodeRole::kDecode) {
+  if (role == api::NodeRole::kDecode || options.switchable) {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
     TS_ASSIGN_OR_RETURN(impl->staging_bytes, impl->agent->host_bytes(impl->staging));
     impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
@@ -503,6 +514,21 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
 }
 
 const PdOptions& PdService::options() const { return impl_->options; }
+
+std::string PdService::role() const { return impl_->current_role(); }
+
+Status PdService::set_role(const std::string& role) {
+  TS_RETURN_IF_ERROR(api::parse_role(role).status());
+  std::lock_guard<std::mutex> lock(impl_->role_mu);
+  if (role == impl_->role) return ok_status();
+  if (!impl_->options.switchable) {
+    return failed_precondition(fmt::format(
+        "this node was started as a {} node without --role-switchable; its role cannot change", impl_->role));
+  }
+  log::info("pd: role {} -> {}", impl_->role, role);
+  impl_->role = role;
+  return ok_status();
+}
 
 PdStats PdService::stats() const {
   const BreakerCounters b = impl_->breaker.counters();
@@ -516,11 +542,15 @@ PdStats PdService::stats() const {
 void PdService::register_routes(http::Server& server) {
   Impl* d = impl_.get();
   const ClusterToken& token = d->options.cluster_token;
-  server.route("GET", "/internal/pd/info",
-               http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-                 w->send(200, api::pd_info_body(d->role, d->agent->info().encode(), d->model_json()));
-               }));
-  if (d->role != api::NodeRole::kDecode) {
+  server.route(
+      "GET", "/internal/pd/info",
+      http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+        // current_role() only ever holds a name parse_role() accepted (create, set_role).
+        auto role = api::parse_role(d->current_role());
+        w->send(200, api::pd_info_body(role.ok() ? *role : api::NodeRole::kBoth, d->agent->info().encode(),
+                                       d->model_json()));
+      }));
+  if (d->options.role == "prefill" || d->options.role == "both" || d->options.switchable) {
     server.route(
         "POST", "/internal/pd/prefill",
         http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
@@ -558,7 +588,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
           }
           auto hit = d->engine.lookup_prefix(request.prompt);
           const int n = static_cast<int>(request.prompt.size());
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->role != api::NodeRole::kDecode) {
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode") {
             if (hit.ok()) d->engine.release_blocks(hit->blocks);
             local(false);
             return start(d->engine.submit(std::move(request), std::move(callback)));
