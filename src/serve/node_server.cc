@@ -23,6 +23,16 @@ using Clock = std::chrono::steady_clock;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// A Prometheus label value: backslash, double quote and newline escaped, as the text format requires.
+std::string prometheus_label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 // The parsed request's generation options as the engine takes them (prompt and length are set later).
 engine::GenerationRequest engine_request(const GenerationOptions& g) {
   engine::GenerationRequest out;
@@ -559,6 +569,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     engine::EngineStats s = d->engine.stats();
     w->send(200, dump({{"status", "ok"},
                        {"model", d->options.model_name},
+                       {"backend", d->options.backend},
+                       {"device", d->options.device},
                        {"waiting", s.waiting},
                        {"running", s.running},
                        {"kv_blocks_used", s.kv_blocks_used},
@@ -607,6 +619,12 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "any, queued and recomputed here instead of failing\n"
           "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
           d->engine.stats().imports_requeued);
+      text +=
+          "# HELP tessera_pd_kv_bytes_from_total KV bytes received, by the prefill node that sent them\n"
+          "# TYPE tessera_pd_kv_bytes_from_total counter\n";
+      for (const auto& [url, bytes] : p.kv_bytes_from) {
+        text += fmt::format("tessera_pd_kv_bytes_from_total{{prefill=\"{}\"}} {}\n", prometheus_label(url), bytes);
+      }
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

@@ -31,6 +31,10 @@ struct NodeOptions {
   // The cluster credential. Internal fields (x-tessera-* headers, tessera_resume) are honoured only from a
   // caller presenting it, and a caller presenting it needs no API key (the router). Unconfigured: open.
   ClusterToken cluster_token;
+  // What /health reports about the hardware (the router's dashboard shows it): the backend's registry name
+  // and the device's own name.
+  std::string backend;
+  std::string device;
 };
 
 class NodeServer {
