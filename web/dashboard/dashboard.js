@@ -8,6 +8,7 @@
 (function () {
   const POLL_MS = 1000;
   const TIMELINE_S = 600;  // the planner timeline shows the last ten minutes
+  const MIN_WINDOW_S = 60;  // the live charts show at least the last minute
   const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#be185d', '#4d7c0f'];
   const dash = { charts: {}, state: null, polls: 0, errors: 0, lastError: null };
   window.tesseraDashboard = dash;
@@ -118,7 +119,7 @@
       tr.append(name);
       tr.append(el('td', n.role, `role role-${n.role}`));
       tr.append(el('td', n.backend || '–'));
-      tr.append(el('td', n.device || '–'));
+      tr.append(el('td', n.device || '–', 'device'));
       const [h, cls] = health(n);
       const ht = el('td', h, cls);
       if (n.error) ht.title = n.error;
@@ -234,10 +235,15 @@
     }
     drawNodes(s.nodes);
     ensureCharts();
-    const x = s.series.t;
-    setData('ttft', [x, s.series.ttft_ms, s.series.ttft_max_ms]);
-    setData('tpot', [x, s.series.tpot_ms, s.series.tpot_max_ms]);
-    setData('throughput', [x, s.series.tokens_per_s, s.series.requests, s.series.errors]);
+    // The router keeps minutes of seconds; the charts start at the first second with traffic (at least the
+    // last MIN_WINDOW_S seconds), so a fresh router's few points are not squeezed against the right edge.
+    const sr = s.series;
+    const firstBusy = sr.requests.findIndex((n) => n > 0);
+    const from = Math.max(0, Math.min(firstBusy < 0 ? sr.t.length : firstBusy, sr.t.length - MIN_WINDOW_S));
+    const cut = (a) => a.slice(from);
+    setData('ttft', [cut(sr.t), cut(sr.ttft_ms), cut(sr.ttft_max_ms)]);
+    setData('tpot', [cut(sr.t), cut(sr.tpot_ms), cut(sr.tpot_max_ms)]);
+    setData('throughput', [cut(sr.t), cut(sr.tokens_per_s), cut(sr.requests), cut(sr.errors)]);
     setData('link', [s.link.t, s.link.bytes_per_s]);
     drawKv(s.kv);
     drawLinks(s.link);
