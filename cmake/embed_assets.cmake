@@ -21,8 +21,6 @@ foreach(entry IN LISTS assets)
   string(LENGTH "${hex}" hex_len)
   math(EXPR size "${hex_len} / 2")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  # Lines of 32 bytes keep the generated file readable in an editor.
-  string(REGEX REPLACE "((0x..,){32})" "\\1\n" bytes "${bytes}")
   if(name MATCHES "\\.html$")
     set(type "text/html; charset=utf-8")
   elseif(name MATCHES "\\.js$")
