@@ -17,6 +17,7 @@
 #include "model/loader.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
 #include "router/ctrl_membership.h"
+#include "router/dashboard/dashboard.h"
 #include "router/gateway.h"
 #include "router/membership.h"
 
@@ -78,10 +79,14 @@ int run_route(const RouteArgs& a) {
     nodes = std::move(parsed).value();
   }
   std::unique_ptr<ctrl::Store> store;
+  std::unique_ptr<ctrl::Store> dashboard_store;  // the dashboard reads the planner's history with its own client
   if (!a.ctrl.empty()) {
     auto s = ctrl::make_store_from_flag(a.ctrl, store_auth);
     if (!s.ok()) return fail(s.status().message());
     store = std::move(s).value();
+    auto d = ctrl::make_store_from_flag(a.ctrl, store_auth);
+    if (!d.ok()) return fail(d.status().message());
+    dashboard_store = std::move(d).value();
   }
 
   router::GatewayOptions o;
@@ -135,6 +140,12 @@ int run_route(const RouteArgs& a) {
     hosted = std::make_unique<ctrl::EmbeddedServer>(SteadyClock::instance(), *token);
     hosted->mount((*gateway)->http_server());
   }
+  router::DashboardOptions dopts;
+  dopts.api_keys = a.api_keys;
+  dopts.cluster_token = *token;
+  dopts.tls_ca_file = a.tls_ca;
+  router::Dashboard dashboard(**gateway, dopts);
+  dashboard.mount((*gateway)->http_server());
   std::vector<std::unique_ptr<router::MembershipSource>> sources;
   if (!nodes.empty()) sources.push_back(router::make_static_membership(nodes));
   for (auto& m : sources) {
@@ -146,13 +157,18 @@ int run_route(const RouteArgs& a) {
     auto s = ctrl::make_store("embedded", self, store_auth);
     if (!s.ok()) return fail(s.status().message());
     store = std::move(s).value();
+    auto d = ctrl::make_store("embedded", self, store_auth);
+    if (!d.ok()) return fail(d.status().message());
+    dashboard_store = std::move(d).value();
   }
+  dashboard.start(std::move(dashboard_store));
   if (store) {
     sources.push_back(router::make_ctrl_membership(std::move(store)));
     if (Status s = sources.back()->start(**gateway); !s.ok()) return fail(s.message());
   }
   warn_if_open(*token, "route", "/admin/* and the control plane");
   if (hosted) std::printf("tessera route: control plane (embedded) at %s\n", self.c_str());
+  std::printf("tessera route: dashboard at %s/dashboard\n", self.c_str());
   std::printf("tessera route: %zu nodes%s, strategy %s, listening on %s\n", (*gateway)->registry().list().size(),
               discovery ? " (more from the control plane)" : "", a.strategy.c_str(), self.c_str());
   std::fflush(stdout);
@@ -161,6 +177,7 @@ int run_route(const RouteArgs& a) {
   sigwait(&signals, &sig);
   std::fprintf(stderr, "tessera route: %s received, stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   for (auto& m : sources) m->stop();
+  dashboard.stop();
   (*gateway)->stop();
   if (hosted) hosted->stop();
   return 0;

@@ -141,6 +141,8 @@ int run_serve(const ServeArgs& a) {
 
   serve::NodeOptions no;
   no.model_name = a.served_name.empty() ? model->name : a.served_name;
+  no.backend = a.backend;
+  no.device = (*device)->info().name;
   no.http.host = a.host;
   no.http.port = static_cast<uint16_t>(a.port);
   no.http.io_threads = a.io_threads;

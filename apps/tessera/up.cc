@@ -489,6 +489,7 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
   }
   std::printf("tessera up: cluster ready: OpenAI API at %s/v1 (%zu processes, logs in %s)\n", endpoint.c_str(),
               processes, logs.c_str());
+  if (spec->router) std::printf("tessera up: fleet dashboard at %s/dashboard\n", endpoint.c_str());
   std::fflush(stdout);
 
   int sig = 0;

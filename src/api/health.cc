@@ -9,6 +9,8 @@ using json = nlohmann::json;
 std::string health_body(const NodeHealth& h) {
   return json{{"status", "ok"},
               {"model", h.model},
+              {"backend", h.backend},
+              {"device", h.device},
               {"waiting", h.waiting},
               {"running", h.running},
               {"kv_blocks_used", h.kv_blocks_used},

@@ -71,6 +71,8 @@ struct Call {
   int64_t reserved_tokens = 0;
   std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
   SteadyTime::time_point start = SteadyTime::now();
+  double first_token_s = -1;  // since start, the first data event forwarded; < 0: none (or not streamed)
+  int64_t tokens = 0;         // output tokens forwarded (token ids tracked, or usage.completion_tokens)
   std::atomic<bool> client_gone{false};
   std::mutex mu;
   std::shared_ptr<std::atomic<bool>> attempt;  // GUARDED_BY(mu): cancels the current upstream exchange
@@ -92,6 +94,7 @@ struct Gateway::Impl {
   std::mutex strategy_mu;
   NodeRegistry registry;
   RouterMetrics metrics;
+  LiveStats live{wall_clock()};  // the dashboard's per-second history (live_stats.h)
   WorkerPool pool;
   http::Server server;
   mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
@@ -235,9 +238,20 @@ struct Gateway::Impl {
     return h;
   }
 
+  // The dashboard's TTFT and token count of a stream: the first data event forwarded, the tokens tracked.
+  static void note_tokens(Call& c, const StreamTracker& tracker, std::string_view forwarded) {
+    if (c.first_token_s < 0 && (tracker.tokens() > 0 || count_events(forwarded) > 0)) c.first_token_s = since(c.start);
+    // A node that sends no token ids (not a tessera node) is counted by its data events.
+    c.tokens = tracker.tokens() > 0 ? static_cast<int64_t>(tracker.tokens()) : c.tokens + count_events(forwarded);
+  }
+
   void finish(Call& c, int status) {
+    const double total = since(c.start);
     metrics.request_finished(c.endpoint, status);
-    metrics.request_latency(since(c.start));
+    metrics.request_latency(total);
+    const bool timed = c.first_token_s >= 0;
+    live.record({c.first_token_s, timed && c.tokens >= 2 ? (total - c.first_token_s) / (c.tokens - 1) : -1, c.tokens,
+                 (status >= 200 && status < 300) || status == 499});
   }
 
   void reply_error(Call& c, int status, std::string message, std::string type, std::string code = "") {
@@ -342,6 +356,7 @@ struct Gateway::Impl {
       return false;
     }
     metrics.first_byte(since(c.start));
+    c.tokens = generated;
     finish(c, r->status);
     auto ct = r->headers.find("content-type");
     c.writer->send(r->status, std::move(r->body), ct == r->headers.end() ? "application/json" : ct->second,
@@ -374,6 +389,7 @@ struct Gateway::Impl {
       generated += count_events(piece);
       if (status != 200) return c->writer->write(std::string(piece));  // an error body, not SSE
       std::string out = tracker.feed(piece);
+      note_tokens(*c, tracker, out);
       return out.empty() || c->writer->write(out);
     };
     http::ClientRequest up = upstream_request(*c, url, cancel);
@@ -447,7 +463,9 @@ struct Gateway::Impl {
           req, [&](const http::Response& head) { return (status = head.status) == 200; },
           [&](std::string_view piece) {
             generated += count_events(piece);
-            return !c->client_gone && on_chunk(piece);
+            const bool more = !c->client_gone && on_chunk(piece);
+            note_tokens(*c, tracker, "");
+            return more;
           });
       end_attempt(*c, url, cancel);
       note_outcome(url, c->reserved_tokens, generated, r.ok() ? outcome_of(status) : RequestOutcome::kConnectError);
@@ -787,6 +805,8 @@ void Gateway::on_node_updated(const NodeSpec& node) {
   impl_->registry.set_role(node.url, node.role, node.host_id);
 }
 NodeRegistry& Gateway::registry() { return impl_->registry; }
+LiveStats& Gateway::live_stats() { return impl_->live; }
+const GatewayOptions& Gateway::options() const { return impl_->options; }
 http::Server& Gateway::http_server() { return impl_->server; }
 
 }  // namespace tessera::router

@@ -33,6 +33,7 @@
 #include "base/status.h"
 #include "http/http.h"
 #include "router/health.h"
+#include "router/live_stats.h"
 #include "router/membership.h"
 #include "router/node_registry.h"
 #include "router/pd_pairing.h"
@@ -79,6 +80,9 @@ class Gateway final : public MembershipListener {
   void on_node_removed(const std::string& url) override;
   void on_node_updated(const NodeSpec& node) override;
   NodeRegistry& registry();
+  // Per-second history of finished requests (TTFT, TPOT, tokens), for the dashboard.
+  LiveStats& live_stats();
+  const GatewayOptions& options() const;
   // The HTTP server, for another service to mount its routes on before start() (the hosted control plane).
   http::Server& http_server();
 

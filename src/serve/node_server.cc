@@ -32,6 +32,16 @@ using api::GenerationOptions;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// A Prometheus label value: backslash, double quote and newline escaped, as the text format requires.
+std::string prometheus_label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 // The parsed request's generation options as the engine takes them (prompt and length are set later).
 engine::GenerationRequest engine_request(const GenerationOptions& g) {
   engine::GenerationRequest out;
@@ -555,7 +565,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                      {{std::string(api::kDrainingHeader), "1"}});
     }
     engine::EngineStats s = d->engine.stats();
-    w->send(200, api::health_body({d->options.model_name, s.waiting, s.running, s.kv_blocks_used, s.kv_blocks_total}));
+    w->send(200, api::health_body({d->options.model_name, d->options.backend, d->options.device, s.waiting, s.running,
+                                   s.kv_blocks_used, s.kv_blocks_total}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     std::string text = d->metrics.render(d->engine.stats());
@@ -604,6 +615,12 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
           "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",
           d->options.pd->role());
+      text +=
+          "# HELP tessera_pd_kv_bytes_from_total KV bytes received, by the prefill node that sent them\n"
+          "# TYPE tessera_pd_kv_bytes_from_total counter\n";
+      for (const auto& [url, bytes] : p.kv_bytes_from) {
+        text += fmt::format("tessera_pd_kv_bytes_from_total{{prefill=\"{}\"}} {}\n", prometheus_label(url), bytes);
+      }
     }
     w->send(200, text, "text/plain; version=0.0.4");
   });

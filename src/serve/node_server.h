@@ -33,6 +33,10 @@ struct NodeOptions {
   ClusterToken cluster_token;
   // Called after POST /admin/role changed the role (serve/role_admin.h): re-registers the node under it.
   std::function<Status(const std::string& role)> on_role_change;
+  // What /health reports about the hardware (the router's dashboard shows it): the backend's registry name
+  // and the device's own name.
+  std::string backend;
+  std::string device;
 };
 
 class NodeServer {

@@ -472,6 +472,9 @@ struct PdService::Impl {
       release();
       std::lock_guard<std::mutex> lock(stats_mu);
       stats.kv_bytes += total;
+      // Per sender for the router's link view; the URL came from this node's list or the router (a token holder),
+      // and the map stays bounded whatever they name.
+      if (stats.kv_bytes_from.size() < kMaxKvPeers || stats.kv_bytes_from.count(url)) stats.kv_bytes_from[url] += total;
       if (url == preferred) stats.router_choice++;
       stats.prefill_compute_seconds += reply->compute_ms / 1000;
       stats.kv_active_seconds += reply->transfer_ms / 1000;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,12 +51,16 @@ struct PdOptions {
   ClusterToken cluster_token;
 };
 
+// Prefill peers whose KV bytes a decode node counts separately (PdStats::kv_bytes_from).
+inline constexpr size_t kMaxKvPeers = 64;
+
 struct PdStats {
   uint64_t remote = 0;         // requests whose prompt was prefilled on a prefill node
   uint64_t local = 0;          // prefilled here by choice (short or cached prompt)
   uint64_t fallbacks = 0;      // remote path failed, prefilled here instead
   uint64_t router_choice = 0;  // remote prefills done on the prefill node the router named (x-tessera-prefill-node)
   uint64_t kv_bytes = 0;       // KV bytes received
+  std::map<std::string, uint64_t> kv_bytes_from;  // the same by prefill node URL (at most kMaxKvPeers of them)
   uint64_t checksum_mismatches = 0;
   uint64_t cancelled = 0;              // the client left before the prompt was prefilled (not a fallback)
   uint64_t breaker_opened = 0;         // a prefill node's breaker opened (prefill_breaker.h)
