@@ -478,8 +478,8 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
   if (options.role != "prefill" && options.role != "decode" && options.role != "both") {
     return invalid_argument(fmt::format("unknown role '{}'; roles: prefill, decode, both", options.role));
   }
-  if (options.role == "decode" && options.prefill_urls.empty()) {
-    return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
+  if (options.role == "decode" && options.prefill_urls.empty() && !options.prefill_from_router) {
+    return invalid_argument("a decode node needs --prefill-nodes URL[,URL...] (or --ctrl, where a router names them)");
   }
   auto impl = std::make_unique<Impl>(engine, options);
   link::AgentOptions ao;
@@ -487,6 +487,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
                 : options.agent_name;
   ao.endpoints = options.link_endpoints;
+  ao.host = options.link_host;
   ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
   if (options.role == "decode") {
@@ -559,7 +560,9 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
           }
           auto hit = d->engine.lookup_prefix(request.prompt);
           const int n = static_cast<int>(request.prompt.size());
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
+          const bool nowhere = prefill_url.empty() && d->options.prefill_urls.empty();  // no router pick, no list
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode" ||
+              nowhere) {
             if (hit.ok()) d->engine.release_blocks(hit->blocks);
             local(false);
             return start(d->engine.submit(std::move(request), std::move(callback)));
