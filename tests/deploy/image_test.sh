@@ -13,14 +13,26 @@ command -v podman >/dev/null || skip "podman is not installed (opt-in: apt-get i
 [ "$(id -u)" = 0 ] || skip "needs root (rootful podman with host networking); running as uid $(id -u)"
 if ! out="$(podman info 2>&1 >/dev/null)"; then skip "podman cannot run containers here: $(echo "$out" | head -1)"; fi
 podman image exists "$image" || skip "the image $image is not built: bash scripts/build-image (opt-in; minutes)"
+# How containers run here: podman's defaults, else runc with limits this process may set. (On a machine
+# without CAP_SYS_RESOURCE and with hybrid cgroups, crun refuses podman's default rlimits and the cgroup
+# layout; runc with nofile/nproc at or under the current hard limits works.)
+run_opts=()
+if ! err="$(podman run --rm --network host --entrypoint /bin/true "$image" 2>&1)"; then
+  alt=(--ulimit "nofile=$(ulimit -n):$(ulimit -Hn)" --ulimit "nproc=4096:4096")
+  command -v runc >/dev/null && alt=(--runtime runc "${alt[@]}")
+  if ! err2="$(podman run --rm --network host "${alt[@]}" --entrypoint /bin/true "$image" 2>&1)"; then
+    skip "podman cannot start a container here: $(echo "$err" | tail -1); with ${alt[*]}: $(echo "$err2" | tail -1)"
+  fi
+  run_opts=("${alt[@]}")
+fi
 want="$(sha256sum build/release/bin/tessera | cut -d' ' -f1)"
-have="$(podman run --rm --entrypoint /usr/bin/sha256sum "$image" /usr/bin/tessera | cut -d' ' -f1)"
+have="$(podman run --rm "${run_opts[@]}" --entrypoint /usr/bin/sha256sum "$image" /usr/bin/tessera | cut -d' ' -f1)"
 [ "$want" = "$have" ] || skip "$image holds another tessera binary than build/release/bin/tessera: rebuild it (bash scripts/build-image)"
 
 name="tessera-image-test-$$"
 trap 'podman rm -f "$name" >/dev/null 2>&1' EXIT
-podman run -d --name "$name" --network host "$image" serve --host 127.0.0.1 --port 0 \
-  --model /usr/share/tessera/models/stories260K >/dev/null || fail "podman run failed"
+podman run -d --name "$name" --network host "${run_opts[@]}" "$image" serve --host 127.0.0.1 --port 0 \
+  --model /usr/share/tessera/models/stories260K --served-model-name stories260K >/dev/null || fail "podman run failed"
 port=""
 for _ in $(seq 1 300); do
   port="$(podman logs "$name" 2>/dev/null | sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' | head -1)"
@@ -39,8 +51,8 @@ http() {  # METHOD PATH [BODY]
 }
 health="$(http GET /health "")"
 echo "$health" | head -1 | grep -q "200" || fail "/health did not answer 200: $(echo "$health" | head -1)"
-completion="$(http POST /v1/completions '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')"
+completion="$(http POST /v1/completions '{"model":"stories260K","prompt":"Once upon a time","max_tokens":8,"temperature":0}')"
 echo "$completion" | head -1 | grep -q "200" || fail "a completion failed: $(echo "$completion" | tail -1)"
 echo "$completion" | grep -q '"text"' || fail "a completion without text: $(echo "$completion" | tail -1)"
-podman run --rm --entrypoint /usr/bin/etcd "$image" --version | grep -q "etcd Version: 3.4" || fail "no etcd 3.4 in the image"
+podman run --rm "${run_opts[@]}" --entrypoint /usr/bin/etcd "$image" --version | grep -q "etcd Version: 3.4" || fail "no etcd 3.4 in the image"
 echo "image $image: /health 200, a completion answered, etcd 3.4 inside"
