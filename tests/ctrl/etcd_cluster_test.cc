@@ -197,6 +197,39 @@ TEST_F(EtcdClusterTest, AMemberWithoutALeaderRefusesAtOnce) {
   EXPECT_LT(took, milliseconds(1000));
 }
 
+// With etcd's user auth on, a client authenticates with each member it fails over to (simple tokens are
+// valid only on the member that issued them): losing its member costs it neither calls nor its watch.
+TEST_F(EtcdClusterTest, AuthenticatedClientsFailOverToo) {
+  auto call = [&](const std::string& path, const std::string& body) {
+    http::ClientRequest r{.method = "POST", .url = cluster_->url(1) + path, .body = body};
+    auto res = http::fetch(r);
+    ASSERT_TRUE(res.ok() && res->status == 200) << path << ": " << (res.ok() ? res->body : res.status().to_string());
+  };
+  call("/v3/auth/user/add", R"({"name": "root", "password": "rootpw"})");
+  call("/v3/auth/user/grant", R"({"user": "root", "role": "root"})");
+  call("/v3/auth/enable", "{}");
+  std::string urls;
+  for (size_t i = 0; i < proxies_.size(); ++i)
+    urls += fmt::format("{}http://127.0.0.1:{}", i ? "," : "", proxies_[i]->port());
+  auto s = make_store("etcd=" + urls, StoreAuth{.etcd_user = "root", .etcd_password = "rootpw"});
+  ASSERT_TRUE(s.ok());
+  auto& authed = *s;
+  ASSERT_TRUE(authed->put("/w/k00", "v").ok());
+  Seen seen;
+  auto w = authed->watch("/w/", [&](const auto& ev, const Status& st) { seen.add(ev, st); });
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  cluster_->kill(0);  // the member both the calls and the watch used
+  for (int i = 1; i <= 5; ++i) {
+    Status st = authed->put(fmt::format("/w/k{:02}", i), "v");
+    ASSERT_TRUE(st.ok()) << i << ": " << st.to_string();
+  }
+  ASSERT_TRUE(wait_for([&] { return seen.count() >= 5; }, seconds(20))) << seen.count() << " of 5 events";
+  std::lock_guard lock(seen.mu);
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(seen.keys[i - 1], fmt::format("/w/k{:02}", i));
+  auto anonymous = std::move(make_store("etcd=" + urls)).value();
+  EXPECT_FALSE(anonymous->put("/w/x", "v").ok());
+}
+
 TEST(EtcdEndpoints, BadListsAreClearErrors) {
   EXPECT_EQ(make_store("etcd=http://127.0.0.1:1,ftp://x").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(make_store("etcd=http://127.0.0.1:1,").status().code(), StatusCode::kInvalidArgument);
