@@ -16,6 +16,7 @@ Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
 Action add_up_command(CLI::App& app);
+Action add_join_command(CLI::App& app);
 Action add_route_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_matrix_command(CLI::App& app);

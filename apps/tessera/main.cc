@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add(add_synth_command);
   add(add_serve_command);
   add(add_up_command);
+  add(add_join_command);
   add(add_route_command);
   add(add_bench_command);
   add(add_matrix_command);

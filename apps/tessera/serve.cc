@@ -62,6 +62,7 @@ struct ServeArgs {
   std::string pd_overlap = "on";
   int pd_timeout_ms = 30000;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
+  std::string link_host;  // empty: --host, or 127.0.0.1 when --host is a wildcard
   std::string ctrl;
   std::string advertise_url;
   int ctrl_ttl_ms = 3000;
@@ -186,6 +187,10 @@ int run_serve(const ServeArgs& a) {
     po.overlap = a.pd_overlap == "on";
     po.transfer_timeout_ms = a.pd_timeout_ms;
     po.link_endpoints = a.link_endpoints;
+    po.link_host = !a.link_host.empty()                      ? a.link_host
+                   : (a.host == "0.0.0.0" || a.host == "::") ? std::string("127.0.0.1")
+                                                             : a.host;
+    po.prefill_from_router = !a.ctrl.empty();
     po.cluster_token = *token;
     auto created = serve::PdService::create(engine, po);
     if (!created.ok()) return fail(created.status().message());
@@ -288,6 +293,9 @@ Action add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--link-endpoints", args->link_endpoints, "Transfer endpoints to offer (shm, tcp, ucx)")
       ->delimiter(',');
+  cmd->add_option("--link-host", args->link_host,
+                  "Address the tcp link endpoint listens on and peers connect to (default: --host, or 127.0.0.1 "
+                  "when --host is a wildcard)");
   cmd->add_option("--ctrl", args->ctrl,
                   "Register this node in a control plane (http://host:port: embedded, e.g. a router's "
                   "--ctrl-embedded or `tessera ctrl`; etcd=http://host:port)");

@@ -8,7 +8,7 @@
 namespace tessera::ctrl {
 
 std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth);
-std::unique_ptr<Store> make_etcd_store(const std::string& endpoint, const StoreAuth& auth);
+Result<std::unique_ptr<Store>> make_etcd_store(const std::string& endpoints, const StoreAuth& auth);
 
 namespace {
 

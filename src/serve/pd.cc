@@ -494,8 +494,9 @@ PdService::~PdService() = default;
 
 Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdOptions options) {
   TS_ASSIGN_OR_RETURN(const api::NodeRole role, api::parse_role(options.role));
-  if (role == api::NodeRole::kDecode && options.prefill_urls.empty() && !options.switchable) {
-    return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
+  if (role == api::NodeRole::kDecode && options.prefill_urls.empty() && !options.switchable &&
+      !options.prefill_from_router) {
+    return invalid_argument("a decode node needs --prefill-nodes URL[,URL...] (or --ctrl, where a router names them)");
   }
   auto impl = std::make_unique<Impl>(engine, options);
   link::AgentOptions ao;
@@ -503,6 +504,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
                 ? fmt::format("{}-{}-{}", options.role, getpid(), std::random_device{}() % 100000)
                 : options.agent_name;
   ao.endpoints = options.link_endpoints;
+  ao.host = options.link_host;
   ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
   if (role == api::NodeRole::kDecode || options.switchable) {
@@ -591,7 +593,9 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
           }
           auto hit = d->engine.lookup_prefix(request.prompt);
           const int n = static_cast<int>(request.prompt.size());
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode") {
+          const bool nowhere = prefill_url.empty() && d->options.prefill_urls.empty();  // no router pick, no list
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode" ||
+              nowhere) {
             if (hit.ok()) d->engine.release_blocks(hit->blocks);
             local(false);
             return start(d->engine.submit(std::move(request), std::move(callback)));

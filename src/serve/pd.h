@@ -45,6 +45,11 @@ struct PdOptions {
   // defers every write until the prompt is done (the baseline that shows what the overlap hides).
   bool overlap = true;
   std::vector<std::string> link_endpoints = {"shm", "tcp"};
+  // Where the tcp endpoint listens: an address that peers on other hosts reach (tessera join sets it).
+  std::string link_host = "127.0.0.1";
+  // decode: the router names the prefill node of each request (x-tessera-prefill-node, from the control
+  // plane's membership), so prefill_urls may be empty; a request without a named node is prefilled here.
+  bool prefill_from_router = false;
   std::string agent_name;  // default: derived from the role and the process id
   // The cluster credential: required on /internal/pd/*, sent on this node's prefill calls, and proven at
   // link connection set-up (docs/security.md). Unconfigured: all of these are open.

@@ -1,0 +1,115 @@
+// EtcdCluster (etcd_cluster.h).
+#include "etcd_cluster.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "http/http.h"
+#include "store_fixture.h"
+
+namespace tessera::ctrl::testing {
+
+Result<std::unique_ptr<EtcdCluster>> EtcdCluster::start(const std::string& dir, int members) {
+  if (access("/usr/bin/etcd", X_OK) != 0) {
+    return not_found("etcd is not installed at /usr/bin/etcd (apt package etcd-server; scripts/install-deps)");
+  }
+  auto c = std::unique_ptr<EtcdCluster>(new EtcdCluster());
+  for (int i = 0; i < members; ++i) {
+    Member m;
+    m.name = fmt::format("m{}", i);
+    m.dir = fmt::format("{}/{}", dir, m.name);
+    m.client_port = free_port();
+    m.peer_port = free_port();
+    std::filesystem::create_directories(m.dir);
+    std::filesystem::permissions(m.dir, std::filesystem::perms::owner_all);
+    c->initial_cluster_ += fmt::format("{}{}=http://127.0.0.1:{}", i ? "," : "", m.name, m.peer_port);
+    c->members_.push_back(std::move(m));
+  }
+  for (int i = 0; i < members; ++i) TS_RETURN_IF_ERROR(c->spawn(i, "new"));
+  for (int i = 0; i < members; ++i) TS_RETURN_IF_ERROR(c->wait_ready(i));
+  return c;
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (int i = 0; i < size(); ++i) kill(i);
+}
+
+std::string EtcdCluster::url(int i) const { return fmt::format("http://127.0.0.1:{}", members_[i].client_port); }
+
+std::string EtcdCluster::urls() const {
+  std::string out;
+  for (int i = 0; i < size(); ++i) out += (i ? "," : "") + url(i);
+  return out;
+}
+
+void EtcdCluster::kill(int i) {
+  if (members_[i].child) members_[i].child->kill_now();
+  members_[i].child.reset();
+}
+
+Status EtcdCluster::restart(int i) {
+  kill(i);
+  Status s;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // the ports may linger briefly
+    s = spawn(i, "existing");
+    if (s.ok()) s = wait_ready(i);
+    if (s.ok()) return s;
+    kill(i);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s;
+}
+
+Status EtcdCluster::spawn(int i, const std::string& state) {
+  Member& m = members_[i];
+  const std::string client = url(i);
+  const std::string peer = fmt::format("http://127.0.0.1:{}", m.peer_port);
+  auto child = cli::ChildProcess::spawn({"/usr/bin/etcd",
+                                         "--name",
+                                         m.name,
+                                         "--data-dir",
+                                         m.dir,
+                                         "--listen-client-urls",
+                                         client,
+                                         "--advertise-client-urls",
+                                         client,
+                                         "--listen-peer-urls",
+                                         peer,
+                                         "--initial-advertise-peer-urls",
+                                         peer,
+                                         "--initial-cluster",
+                                         initial_cluster_,
+                                         "--initial-cluster-state",
+                                         state,
+                                         "--heartbeat-interval",
+                                         "50",
+                                         "--election-timeout",
+                                         "500",
+                                         "--logger",
+                                         "zap",
+                                         "--log-level",
+                                         "error"});
+  TS_RETURN_IF_ERROR(child.status());
+  m.child.emplace(std::move(*child));
+  return ok_status();
+}
+
+Status EtcdCluster::wait_ready(int i) {
+  for (int k = 0; k < 400; ++k) {
+    http::ClientRequest req;
+    req.method = "POST";
+    req.url = url(i) + "/v3/kv/range";
+    req.body = R"({"key":"AA=="})";  // linearizable: answers only once the member has a leader
+    req.timeout_ms = 1000;
+    auto r = http::fetch(req);
+    if (r.ok() && r->status == 200) return ok_status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return unavailable(fmt::format("etcd member {} did not start answering within 20 s", members_[i].name));
+}
+
+}  // namespace tessera::ctrl::testing
