@@ -60,30 +60,58 @@ class ClBuffer final : public Buffer {
   cl_mem mem_;
 };
 
+bool is_block_type(DType t) { return dtype_info(t).block_elems > 1; }
+// The unit a kernel indexes a tensor in: bytes for block-quantised weights, else one element.
+size_t index_unit(DType t) { return is_block_type(t) ? 1 : t == DType::kF16 ? 2 : 4; }
+
 cl_mem mem_of(const Tensor& t) { return static_cast<ClBuffer*>(t.buffer)->mem(); }
-cl_ulong elem_off(const Tensor& t) {
-  const size_t e = t.dtype == DType::kF16 ? 2 : 4;
-  return static_cast<cl_ulong>(t.offset / e);
+cl_ulong elem_off(const Tensor& t) { return static_cast<cl_ulong>(t.offset / index_unit(t.dtype)); }
+
+bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool weight_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K ||
+         t == DType::kQ6_K;
 }
 
-bool weight_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+// The matmul kernel of a weight type (weight_ok types only).
+const char* matmul_kernel(DType w) {
+  switch (w) {
+    case DType::kF16:
+      return "matmul_f16";
+    case DType::kQ8_0:
+      return "matmul_q8_0";
+    case DType::kQ4_0:
+      return "matmul_q4_0";
+    case DType::kQ4_K:
+      return "matmul_q4_k";
+    case DType::kQ6_K:
+      return "matmul_q6_k";
+    default:
+      return "matmul_f32";
+  }
+}
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_ok(mm->w.dtype)) {
-    return Support::no(fmt::format("opencl matmul takes f32 or f16 weights, not {}", dtype_name(mm->w.dtype)));
+    return Support::no(
+        fmt::format("opencl matmul takes f32, f16, q8_0, q4_0, q4_k or q6_k weights, not {}", dtype_name(mm->w.dtype)));
+  }
+  // Block kernels read the f16 scales with vload_half: the view must start on an even byte.
+  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && is_block_type(mm->w.dtype) && mm->w.offset % 2 != 0) {
+    return Support::no("opencl needs quantised weight views at an even byte offset");
   }
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !weight_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
+  if (cache && !cache_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
   // Views must start on an element boundary of their type (kernels index by element).
   bool aligned = true;
   std::visit(
       [&aligned](const auto& o) {
         auto check = [&aligned](const Tensor& t) {
-          if (t.valid()) aligned = aligned && t.offset % (t.dtype == DType::kF16 ? 2 : 4) == 0;
+          if (t.valid()) aligned = aligned && t.offset % index_unit(t.dtype) == 0;
         };
         if constexpr (requires { o.x; }) check(o.x);
         if constexpr (requires { o.w; }) check(o.w);
@@ -282,7 +310,7 @@ class ClStream final : public Stream {
                      stride * o.k_cache.dim(1), o.scores);
   }
   Status enqueue(const MatMulOp& o) {
-    const char* name = o.w.dtype == DType::kF16 ? "matmul_f16" : "matmul_f32";
+    const char* name = matmul_kernel(o.w.dtype);
     const Tensor& bias = o.bias.valid() ? o.bias : o.x;
     return launch(name, {sz(o.w.dim(0)), sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.w), elem_off(o.w),
                   mem_of(o.out), elem_off(o.out), mem_of(bias), elem_off(bias), cl_int{o.bias.valid() ? 1 : 0},
