@@ -48,6 +48,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   if (options.weight_dtype && (*options.weight_dtype == DType::kI32)) {
     return invalid_argument("weights can be converted to f32, f16, bf16, q8_0 or q4_0, not i32");
   }
+  if (options.graph && !device.info().supports_graphs) {
+    return invalid_argument(
+        fmt::format("the {} backend cannot record graphs (supports_graphs is false): decode eagerly "
+                    "(--graph off) or pick a backend that records (cpu, opencl, cuda)",
+                    device.info().backend));
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);

@@ -16,6 +16,7 @@
 #include <fmt/core.h>
 
 #include "base/check.h"
+#include "ops/opencl/command_buffer.h"
 
 namespace tessera::ops::opencl {
 
@@ -128,6 +129,7 @@ struct Shared {
   cl_device_id device = nullptr;
   cl_program program = nullptr;
   bool sub_device = false;
+  CommandBufferApi command_buffer;  // cl_khr_command_buffer where the device has it
   ~Shared() {
     if (program) clReleaseProgram(program);
     if (context) clReleaseContext(context);
@@ -226,6 +228,8 @@ class ClStream final : public Stream {
   }
 
   // Sets the arguments in order and enqueues `name` over a 1-D or 2-D range (nothing when it is empty).
+  // While recording (rec_ set) the kernel is a new object of its own whose arguments stay bound, appended
+  // to the recording instead of enqueued.
   template <typename... Args>
   Status launch(const char* name, std::initializer_list<size_t> global, const Args&... args) {
     cl_kernel k = kernel(name);
@@ -233,10 +237,23 @@ class ClStream final : public Stream {
     for (size_t g : global) {
       if (g == 0) return ok_status();
     }
-    cl_uint i = 0;
     cl_int e = CL_SUCCESS;
+    if (rec_) {
+      k = clCreateKernel(shared_->program, name, &e);
+      if (e != CL_SUCCESS) return internal_error(cl_error(fmt::format("clCreateKernel({})", name).c_str(), e));
+    }
+    cl_uint i = 0;
     ((e = e == CL_SUCCESS ? clSetKernelArg(k, i++, sizeof(Args), &args) : e), ...);
-    if (e != CL_SUCCESS) return internal_error(cl_error(fmt::format("clSetKernelArg({})", name).c_str(), e));
+    if (e != CL_SUCCESS) {
+      if (rec_) clReleaseKernel(k);
+      return internal_error(cl_error(fmt::format("clSetKernelArg({})", name).c_str(), e));
+    }
+    if (rec_) {
+      BoundKernel b{k, static_cast<cl_uint>(global.size()), {1, 1}};
+      std::copy(global.begin(), global.end(), b.global);
+      rec_->push_back(b);
+      return ok_status();
+    }
     std::vector<size_t> g(global);
     e = clEnqueueNDRangeKernel(queue_, k, static_cast<cl_uint>(g.size()), nullptr, g.data(), nullptr, 0, nullptr,
                                nullptr);
@@ -244,6 +261,10 @@ class ClStream final : public Stream {
   }
 
   Result<cl_mem> scratch(size_t bytes) {
+    if (rec_) {  // a recording has its own scratch, sized for its largest attention before recording
+      if (bytes > rec_scratch_bytes_) return internal_error("opencl: recorded attention outgrew its scratch");
+      return rec_scratch_;
+    }
     if (bytes > scratch_bytes_) {
       if (scratch_) clReleaseMemObject(scratch_);
       cl_int e = CL_SUCCESS;
@@ -288,6 +309,49 @@ class ClStream final : public Stream {
                   mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache), elem_off(o.v_cache), mem_of(o.slots),
                   elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
   }
+  // Bytes of attention scores an operator needs (0 for non-attention), as attention() computes them.
+  static size_t scores_bytes(const Op& op) {
+    int64_t floats = 0;
+    if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) {
+      floats = a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0));
+    } else if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) {
+      floats = d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1);
+    }
+    return sz(std::max<int64_t>(1, floats)) * sizeof(float);
+  }
+
+ public:
+  tessera::Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) override {
+    size_t bytes = 0;
+    for (const Op& op : ops) {
+      if (Support s = capability(op); !s.supported) {
+        TS_RETURN_IF_ERROR(validate(op));
+        return unimplemented(s.reason);
+      }
+      bytes = std::max(bytes, scores_bytes(op));
+    }
+    cl_int e = CL_SUCCESS;
+    cl_mem scores = clCreateBuffer(shared_->context, CL_MEM_READ_WRITE, bytes, nullptr, &e);
+    if (e != CL_SUCCESS) return resource_exhausted(cl_error("allocating a recording's attention scratch", e));
+    std::vector<BoundKernel> kernels;
+    rec_ = &kernels;
+    rec_scratch_ = scores;
+    rec_scratch_bytes_ = bytes;
+    Status st = ok_status();
+    for (const Op& op : ops) {
+      st = std::visit([this](const auto& o) { return enqueue(o); }, op);
+      if (!st.ok()) break;
+    }
+    rec_ = nullptr;
+    rec_scratch_ = nullptr;
+    rec_scratch_bytes_ = 0;
+    auto rec = std::make_unique<ClRecording>(queue_, std::move(kernels), scores);  // owns them, even on error
+    TS_RETURN_IF_ERROR(st);
+    rec->try_command_buffer(shared_->command_buffer);
+    return std::unique_ptr<Recording>(std::move(rec));
+  }
+
+ private:
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t table_stride,
                    const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx,
                    const AttentionScores& opt) {
@@ -339,6 +403,9 @@ class ClStream final : public Stream {
   cl_mem err_ = nullptr;
   cl_mem scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  std::vector<BoundKernel>* rec_ = nullptr;  // while record() runs
+  cl_mem rec_scratch_ = nullptr;
+  size_t rec_scratch_bytes_ = 0;
 };
 
 class ClDevice final : public Device {
@@ -473,6 +540,9 @@ class ClBackend final : public Backend {
     std::string how;
     TS_RETURN_IF_ERROR(
         build_program(*shared, options.cache_dir.empty() ? default_cache_dir() : options.cache_dir, how));
+    shared->command_buffer = CommandBufferApi::load(shared->device);
+    how += shared->command_buffer.available() ? "; graphs: cl_khr_command_buffer"
+                                              : "; graphs: kernel lists (" + shared->command_buffer.why_not + ")";
     DeviceInfo info;
     info.backend = "opencl";
     info.name = fmt::format("{} ({}, {} compute units{}; {})", device_string(shared->device, CL_DEVICE_NAME),
@@ -482,7 +552,7 @@ class ClBackend final : public Backend {
     clGetDeviceInfo(shared->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, nullptr);
     info.memory_bytes = mem;
     info.host_visible = false;
-    info.supports_graphs = false;
+    info.supports_graphs = true;  // ClStream::record
     return std::unique_ptr<Device>(new ClDevice(std::move(shared), std::move(info), max_alloc));
   }
 
