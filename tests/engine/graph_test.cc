@@ -140,6 +140,40 @@ TEST(Graph, ReplayEqualsEagerOnEveryBackendThatRecords) {
   EXPECT_GE(checked, 1);
 }
 
+// The engine drives the runner through step(); in graph mode a step of single next tokens must take the
+// recorded path (what `serve --graph on` relies on), while prefill chunks stay eager.
+TEST(Graph, DecodeOnlyStepsGoThroughTheRecordedGraphs) {
+  auto d = ops::open_device("cpu", 0, ops::DeviceOptions{2, ""});
+  ASSERT_TRUE(d.ok());
+  auto c = model::synth_shape("tiny");
+  c->n_layers = 2;
+  c->max_seq_len = 64;
+  model::SynthModel m = model::synthesize_weights(*c, 21);
+  RunnerOptions o;
+  o.max_batch_tokens = 8;
+  o.max_sequences = 2;
+  o.kv.block_tokens = 4;
+  o.graph = true;
+  auto r = ModelRunner::create(**d, m.config, m.weights, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  SequenceKv a, b;
+  std::vector<TokenId> pa = {1, 5, 9}, pb = {1, 7};
+  std::vector<float> logits;
+  std::vector<Segment> prefill = {{&a, pa, true}, {&b, pb, true}};
+  ASSERT_TRUE((*r)->step(prefill, logits).ok());
+  EXPECT_TRUE((*r)->graphs().empty()) << "a prefill step is not recorded";
+  for (int i = 0; i < 3; ++i) {
+    const TokenId ta = 11 + i, tb = 20 + i;
+    std::vector<Segment> dec = {{&a, std::span(&ta, 1), true}, {&b, std::span(&tb, 1), true}};
+    ASSERT_TRUE((*r)->step(dec, logits).ok());
+  }
+  ASSERT_EQ((*r)->graphs().size(), 1u);
+  EXPECT_EQ((*r)->graphs().begin()->first, 2);
+  EXPECT_EQ((*r)->graphs().begin()->second->replayed_as(), "cpu op list");
+  EXPECT_EQ(a.length, 6);
+  EXPECT_EQ(b.length, 5);
+}
+
 // ref does not record: the graph path refuses it rather than pretend.
 TEST(Graph, BackendsThatCannotRecordAreRefused) {
   auto d = ops::open_device("ref");
