@@ -69,5 +69,21 @@ TEST(GraphServeRefusal, ABackendThatCannotRecordIsRefusedAtStartup) {
   EXPECT_NE(r.err.find("cannot record graphs"), std::string::npos) << r.err;
 }
 
+// `tessera bench decode-step` reports both modes per batch size and checks replay == eager itself.
+TEST(BenchDecodeStep, ReportsEagerAndGraphRowsWithEqualLogits) {
+  TS_REQUIRE_STORIES260K();
+  auto r = testing::run_process({tessera_bin(), "bench", "decode-step", "--model", testing::stories260k_dir(),
+                                 "--backend", "cpu", "--batch", "1,3", "--steps", "3", "--context", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| 1 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 3 | "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| NO |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| yes | cpu op list |"), std::string::npos) << r.out;
+  auto bad = testing::run_process({tessera_bin(), "bench", "decode-step", "--model", testing::stories260k_dir(),
+                                   "--backend", "ref", "--batch", "1", "--steps", "1"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("cannot record graphs"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace tessera
