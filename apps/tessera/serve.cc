@@ -98,11 +98,11 @@ int run_serve(const ServeArgs& a) {
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = a.max_batch_tokens;
+  ro.graph = a.graph == "on";
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
-  ro.graph = a.graph == "on";
   const double bytes_per_block =
       2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
