@@ -23,8 +23,12 @@ build=1
 
 gpu="${GPU_CHECK_BACKEND:-cuda}"
 if [ "$gpu" = cuda ]; then
-  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1; then
-    echo "gpu-check: no NVIDIA GPU visible here (nvidia-smi missing or failing: $(head -c 200 "$logs/nvidia-smi.txt" 2>/dev/null)); nothing checked" >&2
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU visible here (nvidia-smi not found); nothing checked" >&2
+    exit 2
+  fi
+  if ! nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$logs/nvidia-smi.txt"; then
+    echo "gpu-check: no NVIDIA GPU visible here (nvidia-smi -L: $(head -c 200 "$logs/nvidia-smi.txt")); nothing checked" >&2
     exit 2
   fi
   echo "gpu-check: $(head -1 "$logs/nvidia-smi.txt")"
