@@ -31,6 +31,7 @@ struct BenchArgs {
   std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f32";
   int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3;
   bool skip_ceilings = false;
+  std::string graph = "off";
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -63,6 +64,7 @@ int run_bench(const BenchArgs& a) {
   ro.max_batch_tokens = std::max(1, std::min(512, a.prompt_tokens));
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  ro.graph = a.graph == "on";
   auto runner = engine::ModelRunner::create(**device, c, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
   engine::ModelRunner& r = **runner;
@@ -151,6 +153,9 @@ Action add_bench_generate_subcommand(CLI::App& bench) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
       ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--graph", args->graph, "Decode through recorded graphs (backends with supports_graphs)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-ceilings", args->skip_ceilings, "Skip the bandwidth and FMA measurements");
   return [args] { return run_bench(*args); };

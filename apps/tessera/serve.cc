@@ -56,6 +56,7 @@ struct ServeArgs {
   int threads = 0;
   std::string weight_dtype;
   std::string kv_dtype = "f32";
+  std::string graph = "off";
   std::vector<std::string> prefill_nodes;
   int pd_min_tokens = 32;
   double pd_staging_mib = 64;
@@ -101,6 +102,7 @@ int run_serve(const ServeArgs& a) {
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = a.max_batch_tokens;
+  ro.graph = a.graph == "on";
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
@@ -346,6 +348,10 @@ Action add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--graph", args->graph,
+                  "Decode through recorded graphs, one per batch-size bucket (backends with supports_graphs)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();

@@ -48,6 +48,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   if (options.weight_dtype && (*options.weight_dtype == DType::kI32)) {
     return invalid_argument("weights can be converted to f32, f16, bf16, q8_0 or q4_0, not i32");
   }
+  if (options.graph && !device.info().supports_graphs) {
+    return invalid_argument(
+        fmt::format("the {} backend cannot record graphs (supports_graphs is false): decode eagerly "
+                    "(--graph off) or pick a backend that records (cpu, opencl, cuda)",
+                    device.info().backend));
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
@@ -283,6 +289,19 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
 
 Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer) {
   if (segments.empty()) return invalid_argument("a step needs at least one segment");
+  // Graph mode: a step made only of next tokens that each want logits (and no layer hook) is a decode step,
+  // replayed from its bucket's recording; prefill chunks and mixed steps run eagerly.
+  if (options_.graph && !after_layer && std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
+        return seg.seq != nullptr && seg.tokens.size() == 1 && seg.want_logits;
+      })) {
+    std::vector<SequenceKv*> seqs;
+    std::vector<TokenId> tokens;
+    for (const Segment& seg : segments) {
+      seqs.push_back(seg.seq);
+      tokens.push_back(seg.tokens[0]);
+    }
+    return decode(seqs, tokens, logits);
+  }
   int64_t n = 0;
   for (const Segment& seg : segments) {
     if (seg.seq == nullptr || seg.tokens.empty()) return invalid_argument("a segment needs a sequence and tokens");

@@ -47,7 +47,8 @@ struct RunnerOptions {
   std::optional<DType> weight_dtype;
   // Decode through the graph path: the first step of each batch-size bucket (powers of two up to
   // max_batch_tokens) is recorded and compiled (ops/graph.h), later steps replay it. Smaller batches are
-  // padded to their bucket with rows that write to a KV block reserved for padding.
+  // padded to their bucket with rows that write to a KV block reserved for padding. Needs a device whose
+  // DeviceInfo::supports_graphs is true (create() refuses otherwise): replays launch its native recording.
   bool graph = false;
 };
 

@@ -6,13 +6,20 @@
 //   Stream   an ordered queue of copies and operators. Operations on one stream run in submission order;
 //            synchronize() waits for all of them. A failed operation's Status is returned by the call that
 //            submitted it where the backend can tell at once, otherwise by the next synchronize().
+//   Recording an operator list a stream recorded once (Stream::record, where DeviceInfo::supports_graphs)
+//            and replays without re-validating, re-dispatching or re-binding arguments: CUDA Graphs on cuda,
+//            a cl_khr_command_buffer or a list of argument-bound kernels on opencl, a pre-dispatched list on
+//            cpu. What changes between replays (token ids, positions, slots, block tables, lengths) must be
+//            in buffers the operators read, written before each replay; the values in the ops are fixed.
 //
 // Thread-safety: a Device may be shared by threads; a Stream is used by one thread at a time.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -48,14 +55,31 @@ struct DeviceInfo {
   std::string backend;  // registry name
   std::string name;     // human-readable device name
   size_t memory_bytes = 0;
-  bool host_visible = false;  // Buffer::host_ptr() is non-null
-  bool supports_graphs = false;
+  bool host_visible = false;     // Buffer::host_ptr() is non-null
+  bool supports_graphs = false;  // Stream::record works (ops/graph.h replays through it)
+};
+
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  // Enqueues the recorded operators, in order, on the stream that recorded them (same thread rules as
+  // that stream; it must outlive the recording). Errors the kernels flag surface at the next synchronize().
+  virtual Status replay() = 0;
+  // How the backend holds it, for logs and reports: "cuda graph", "cl_khr_command_buffer", ...
+  virtual std::string_view kind() const = 0;
 };
 
 class Stream {
  public:
   virtual ~Stream() = default;
   virtual Status run(const Op& op) = 0;
+  // Records `ops` for replay (nothing runs now). The tensors they name must stay valid while the recording
+  // lives. InvalidArgument / Unimplemented for an op run() would refuse; Unimplemented where the device
+  // does not support graphs.
+  virtual Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) {
+    (void)ops;
+    return unimplemented("this backend cannot record operator lists (DeviceInfo::supports_graphs is false)");
+  }
   virtual Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
   virtual Status read(Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
   virtual Status synchronize() = 0;

@@ -83,14 +83,23 @@ Tensor Graph::remap(const Tensor& t) const {
   return t;
 }
 
-Status Graph::replay(Stream& stream) const {
-  for (const Op& op : ops_) TS_RETURN_IF_ERROR(stream.run(op));
-  return ok_status();
+Status Graph::replay(Stream& stream) {
+  if (!native_) {
+    for (const Op& op : ops_) TS_RETURN_IF_ERROR(stream.run(op));
+    return ok_status();
+  }
+  if (!recording_ || recorded_on_ != &stream) {
+    recording_.reset();
+    TS_ASSIGN_OR_RETURN(recording_, stream.record(ops_));
+    recorded_on_ = &stream;
+  }
+  return recording_->replay();
 }
 
 Result<std::unique_ptr<Graph>> compile(const std::vector<Op>& recorded, const std::vector<Buffer*>& scratch,
                                        Device& device) {
   std::unique_ptr<Graph> g(new Graph());
+  g->native_ = device.info().supports_graphs;
   g->ops_ = recorded;
   g->stats_.recorded_ops = static_cast<int>(recorded.size());
   g->stats_.folded = fold_elementwise(g->ops_);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "ops/conformance_support.h"
@@ -120,6 +121,31 @@ TEST(ConformanceHarness, CatchesRefusalsOverrunsWrongValuesAndNans) {
   EXPECT_NE(r[3].detail.find("normalised error"), std::string::npos) << r[3].detail;
   EXPECT_EQ(r[4].outcome, Outcome::kFail);
   EXPECT_NE(r[4].detail.find("nan"), std::string::npos) << r[4].detail;
+}
+
+// Issue 19: opencl runs the block-quantised weight types a mixed-family PD pair needs, and passes against
+// ref; unsupported would count as a failure here (the suite above only fails on FAIL).
+TEST(ConformanceSuite, OpenClRunsQ8_0Q4_0Q4_KAndQ6_KMatmulsAgainstRef) {
+  register_builtin_backends();
+  auto cl = open_device("opencl", 0, DeviceOptions{2, ""});
+  if (!cl.ok()) GTEST_SKIP() << "opencl not available here: " << cl.status().message();
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::map<DType, int> passed;
+  for (const Case& c : conformance_cases()) {
+    const bool wanted =
+        c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_0 || c.dtype == DType::kQ4_K || c.dtype == DType::kQ6_K;
+    // Every shape, at the batch sizes of decode (1, 5) and of a prefill chunk (33), with and without bias.
+    if (c.op != "matmul" || !wanted || c.slow) continue;
+    if (c.shape.rfind("n=1 ", 0) != 0 && c.shape.rfind("n=5 ", 0) != 0 && c.shape.rfind("n=33 ", 0) != 0) continue;
+    std::vector<CaseResult> r = run_case(c, **ref, {cl->get()});
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].outcome, Outcome::kPass) << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
+    passed[c.dtype] += r[0].outcome == Outcome::kPass;
+  }
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    EXPECT_GE(passed[t], 10) << dtype_name(t);
+  }
 }
 
 }  // namespace

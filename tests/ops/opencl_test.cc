@@ -63,10 +63,12 @@ TEST(OpenCl, OutOfRangeIdsAndSlotsAreErrorsNotCrashes) {
   std::vector<float> host(16);
   EXPECT_EQ(s->download(out, host.data()).code(), StatusCode::kOutOfRange);
   // Unsupported weight types are refused up front, with the reason.
-  Tensor wq = make(DType::kQ8_0, {4, 32});
+  Tensor wq = make(DType::kQ5_1, {4, 32});
   Support sup = d.supports(MatMulOp{make(DType::kF32, {1, 32}), wq, make(DType::kF32, {1, 4})});
   EXPECT_FALSE(sup.supported);
-  EXPECT_NE(sup.reason.find("q8_0"), std::string::npos) << sup.reason;
+  EXPECT_NE(sup.reason.find("q5_1"), std::string::npos) << sup.reason;
+  EXPECT_TRUE(d.supports(MatMulOp{make(DType::kF32, {1, 32}), make(DType::kQ8_0, {4, 32}), make(DType::kF32, {1, 4})})
+                  .supported);
 }
 
 }  // namespace

@@ -121,9 +121,51 @@ Status dispatch(const Op& op, const Ctx& ctx) {
       op);
 }
 
+using Kernel = Status (*)(const Op&, const Ctx&);
+Kernel kernel_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return &dispatch<Isa::kAvx512>;
+    case Isa::kAvx2:
+      return &dispatch<Isa::kAvx2>;
+    default:
+      return &dispatch<Isa::kGeneric>;
+  }
+}
+
+// A decode step as the cpu records it: each operator checked once and bound to its kernel variant, so a
+// replay is a straight walk that skips validation, capability checks and the ISA switch.
+class CpuRecording final : public Recording {
+ public:
+  explicit CpuRecording(Ctx ctx) : ctx_(ctx) {}
+  void add(Kernel k, const Op& op) { steps_.emplace_back(k, op); }
+  Status replay() override {
+    for (const auto& [kernel, op] : steps_) TS_RETURN_IF_ERROR(kernel(op, ctx_));
+    return ok_status();
+  }
+  std::string_view kind() const override { return "cpu op list"; }
+
+ private:
+  Ctx ctx_;
+  std::vector<std::pair<Kernel, Op>> steps_;
+};
+
 class CpuStream final : public Stream {
  public:
   CpuStream(Isa isa, int threads) : isa_(isa), ctx_{threads} {}
+
+  Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) override {
+    auto rec = std::make_unique<CpuRecording>(ctx_);
+    const Kernel kernel = kernel_for(isa_);
+    for (const Op& op : ops) {
+      if (Support s = capability(op); !s.supported) {
+        if (Status v = validate(op); !v.ok()) return v;
+        return unimplemented(s.reason);
+      }
+      rec->add(kernel, op);
+    }
+    return std::unique_ptr<Recording>(std::move(rec));
+  }
 
   Status run(const Op& op) override {
     Support s = capability(op);
@@ -164,7 +206,7 @@ class CpuDevice final : public Device {
     info_.name = fmt::format("host CPU ({} kernels: {}, {} thread{})", isa_name(isa), isa_features(isa), threads,
                              threads == 1 ? "" : "s");
     info_.host_visible = true;
-    info_.supports_graphs = false;
+    info_.supports_graphs = true;  // CpuStream::record
   }
   const DeviceInfo& info() const override { return info_; }
 

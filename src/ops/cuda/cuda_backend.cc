@@ -61,8 +61,76 @@ Support capability(const Op& op) {
   return Support::yes();
 }
 
+// A decode step captured from its stream into a CUDA graph (cudaStreamBeginCapture .. EndCapture) and
+// instantiated once: a replay is one cudaGraphLaunch, the kernels' arguments fixed at capture.
+class CudaGraphRecording final : public Recording {
+ public:
+  CudaGraphRecording(int device, cudaStream_t stream, cudaGraph_t graph, cudaGraphExec_t exec, float* scratch)
+      : device_(device), stream_(stream), graph_(graph), exec_(exec), scratch_(scratch) {}
+  ~CudaGraphRecording() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);  // a launch may still be running on it
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (scratch_) cudaFree(scratch_);
+  }
+  Status replay() override {
+    cudaSetDevice(device_);
+    return check("cudaGraphLaunch", cudaGraphLaunch(exec_, stream_));
+  }
+  std::string_view kind() const override { return "cuda graph"; }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  float* scratch_;  // the captured attention's scores: the graph's own, never reallocated
+};
+
 class CudaStream final : public Stream {
  public:
+  Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) override {
+    size_t floats = 1;
+    for (const Op& op : ops) {
+      if (Support s = capability(op); !s.supported) {
+        TS_RETURN_IF_ERROR(validate(op));
+        return unimplemented(s.reason);
+      }
+      if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) {
+        floats = std::max(floats, static_cast<size_t>(a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0))));
+      } else if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) {
+        floats = std::max(floats,
+                          static_cast<size_t>(d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1)));
+      }
+    }
+    cudaSetDevice(device_);
+    float* scores = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&scores), floats * sizeof(float)) != cudaSuccess) {
+      cudaGetLastError();
+      return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of graph attention scratch", floats));
+    }
+    TS_RETURN_IF_ERROR(
+        check("cudaStreamBeginCapture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
+    capture_scratch_ = scores;
+    capture_floats_ = floats;
+    Status st = ok_status();
+    for (const Op& op : ops) {
+      st = std::visit([this](const auto& o) { return enqueue(o); }, op);
+      if (!st.ok()) break;
+    }
+    capture_scratch_ = nullptr;
+    capture_floats_ = 0;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always: the stream leaves capture mode
+    cudaGraphExec_t exec = nullptr;
+    if (st.ok()) st = check("cudaStreamEndCapture", end);
+    if (st.ok()) st = check("cudaGraphInstantiate", cudaGraphInstantiate(&exec, graph, 0));
+    auto rec = std::make_unique<CudaGraphRecording>(device_, stream_, graph, exec, scores);  // frees on error
+    TS_RETURN_IF_ERROR(st);
+    return std::unique_ptr<Recording>(std::move(rec));
+  }
+
   explicit CudaStream(int device) : device_(device) {
     cudaSetDevice(device_);
     TS_CHECK(cudaStreamCreate(&stream_) == cudaSuccess);
@@ -147,6 +215,10 @@ class CudaStream final : public Stream {
                                  i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_, stream_));
   }
   Result<float*> scratch(size_t floats) {
+    if (capture_scratch_) {  // capturing: the graph's own scratch (a cudaFree now would break the graph)
+      if (floats > capture_floats_) return internal_error("cuda: captured attention outgrew its scratch");
+      return capture_scratch_;
+    }
     if (floats > scratch_floats_) {
       if (scratch_) cudaFree(scratch_);
       scratch_ = nullptr;
@@ -204,6 +276,8 @@ class CudaStream final : public Stream {
   int* err_ = nullptr;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
+  float* capture_scratch_ = nullptr;  // while record() captures
+  size_t capture_floats_ = 0;
 };
 
 class CudaDevice final : public Device {
@@ -242,7 +316,7 @@ class CudaBackend final : public Backend {
     info.name = fmt::format("{} (sm_{}{})", prop.name, prop.major, prop.minor);
     info.memory_bytes = prop.totalGlobalMem;
     info.host_visible = false;
-    info.supports_graphs = false;
+    info.supports_graphs = true;  // CudaStream::record: CUDA Graphs by stream capture
     return std::unique_ptr<Device>(new CudaDevice(index, std::move(info)));
   }
 

@@ -2,6 +2,7 @@
 // when CMake finds nvcc (TESSERA_CUDA=auto|ON|OFF). One device per CUDA device; buffers in device memory
 // (host_ptr() is null); operators run on one cudaStream_t per Stream; data-dependent index errors flagged
 // by kernels are reported at synchronize() or the next read. Weights: f32, f16. KV cache: f32, f16.
+// Graphs: Stream::record captures the operators into a CUDA graph (stream capture) replayed by one launch.
 #pragma once
 
 #include <memory>

@@ -3,7 +3,8 @@
 // Tensors arrive as a typed base pointer plus an element offset. Data-dependent checks (token ids, KV
 // slots, block numbers) cannot return a status from a kernel: an offending work-item skips its work and
 // records a code in `err`, which Stream::synchronize() turns into OutOfRange. Weights may be f32 or f16
-// (read with vload_half, core OpenCL: no cl_khr_fp16 needed); the KV cache may be f32 or f16.
+// (read with vload_half, core OpenCL: no cl_khr_fp16 needed), or GGUF blocks (kernels_quant.cl); the KV
+// cache may be f32 or f16.
 // Reductions that the reference does sequentially are done sequentially here too (one work-item per row),
 // so only the matrix products and attention dot products sum in another order.
 

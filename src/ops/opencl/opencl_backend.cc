@@ -16,6 +16,7 @@
 #include <fmt/core.h>
 
 #include "base/check.h"
+#include "ops/opencl/command_buffer.h"
 
 namespace tessera::ops::opencl {
 
@@ -60,30 +61,58 @@ class ClBuffer final : public Buffer {
   cl_mem mem_;
 };
 
+bool is_block_type(DType t) { return dtype_info(t).block_elems > 1; }
+// The unit a kernel indexes a tensor in: bytes for block-quantised weights, else one element.
+size_t index_unit(DType t) { return is_block_type(t) ? 1 : t == DType::kF16 ? 2 : 4; }
+
 cl_mem mem_of(const Tensor& t) { return static_cast<ClBuffer*>(t.buffer)->mem(); }
-cl_ulong elem_off(const Tensor& t) {
-  const size_t e = t.dtype == DType::kF16 ? 2 : 4;
-  return static_cast<cl_ulong>(t.offset / e);
+cl_ulong elem_off(const Tensor& t) { return static_cast<cl_ulong>(t.offset / index_unit(t.dtype)); }
+
+bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool weight_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K ||
+         t == DType::kQ6_K;
 }
 
-bool weight_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+// The matmul kernel of a weight type (weight_ok types only).
+const char* matmul_kernel(DType w) {
+  switch (w) {
+    case DType::kF16:
+      return "matmul_f16";
+    case DType::kQ8_0:
+      return "matmul_q8_0";
+    case DType::kQ4_0:
+      return "matmul_q4_0";
+    case DType::kQ4_K:
+      return "matmul_q4_k";
+    case DType::kQ6_K:
+      return "matmul_q6_k";
+    default:
+      return "matmul_f32";
+  }
+}
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_ok(mm->w.dtype)) {
-    return Support::no(fmt::format("opencl matmul takes f32 or f16 weights, not {}", dtype_name(mm->w.dtype)));
+    return Support::no(
+        fmt::format("opencl matmul takes f32, f16, q8_0, q4_0, q4_k or q6_k weights, not {}", dtype_name(mm->w.dtype)));
+  }
+  // Block kernels read the f16 scales with vload_half: the view must start on an even byte.
+  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && is_block_type(mm->w.dtype) && mm->w.offset % 2 != 0) {
+    return Support::no("opencl needs quantised weight views at an even byte offset");
   }
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !weight_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
+  if (cache && !cache_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
   // Views must start on an element boundary of their type (kernels index by element).
   bool aligned = true;
   std::visit(
       [&aligned](const auto& o) {
         auto check = [&aligned](const Tensor& t) {
-          if (t.valid()) aligned = aligned && t.offset % (t.dtype == DType::kF16 ? 2 : 4) == 0;
+          if (t.valid()) aligned = aligned && t.offset % index_unit(t.dtype) == 0;
         };
         if constexpr (requires { o.x; }) check(o.x);
         if constexpr (requires { o.w; }) check(o.w);
@@ -100,6 +129,7 @@ struct Shared {
   cl_device_id device = nullptr;
   cl_program program = nullptr;
   bool sub_device = false;
+  CommandBufferApi command_buffer;  // cl_khr_command_buffer where the device has it
   ~Shared() {
     if (program) clReleaseProgram(program);
     if (context) clReleaseContext(context);
@@ -198,6 +228,8 @@ class ClStream final : public Stream {
   }
 
   // Sets the arguments in order and enqueues `name` over a 1-D or 2-D range (nothing when it is empty).
+  // While recording (rec_ set) the kernel is a new object of its own whose arguments stay bound, appended
+  // to the recording instead of enqueued.
   template <typename... Args>
   Status launch(const char* name, std::initializer_list<size_t> global, const Args&... args) {
     cl_kernel k = kernel(name);
@@ -205,10 +237,23 @@ class ClStream final : public Stream {
     for (size_t g : global) {
       if (g == 0) return ok_status();
     }
-    cl_uint i = 0;
     cl_int e = CL_SUCCESS;
+    if (rec_) {
+      k = clCreateKernel(shared_->program, name, &e);
+      if (e != CL_SUCCESS) return internal_error(cl_error(fmt::format("clCreateKernel({})", name).c_str(), e));
+    }
+    cl_uint i = 0;
     ((e = e == CL_SUCCESS ? clSetKernelArg(k, i++, sizeof(Args), &args) : e), ...);
-    if (e != CL_SUCCESS) return internal_error(cl_error(fmt::format("clSetKernelArg({})", name).c_str(), e));
+    if (e != CL_SUCCESS) {
+      if (rec_) clReleaseKernel(k);
+      return internal_error(cl_error(fmt::format("clSetKernelArg({})", name).c_str(), e));
+    }
+    if (rec_) {
+      BoundKernel b{k, static_cast<cl_uint>(global.size()), {1, 1}};
+      std::copy(global.begin(), global.end(), b.global);
+      rec_->push_back(b);
+      return ok_status();
+    }
     std::vector<size_t> g(global);
     e = clEnqueueNDRangeKernel(queue_, k, static_cast<cl_uint>(g.size()), nullptr, g.data(), nullptr, 0, nullptr,
                                nullptr);
@@ -216,6 +261,10 @@ class ClStream final : public Stream {
   }
 
   Result<cl_mem> scratch(size_t bytes) {
+    if (rec_) {  // a recording has its own scratch, sized for its largest attention before recording
+      if (bytes > rec_scratch_bytes_) return internal_error("opencl: recorded attention outgrew its scratch");
+      return rec_scratch_;
+    }
     if (bytes > scratch_bytes_) {
       if (scratch_) clReleaseMemObject(scratch_);
       cl_int e = CL_SUCCESS;
@@ -260,6 +309,49 @@ class ClStream final : public Stream {
                   mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache), elem_off(o.v_cache), mem_of(o.slots),
                   elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
   }
+  // Bytes of attention scores an operator needs (0 for non-attention), as attention() computes them.
+  static size_t scores_bytes(const Op& op) {
+    int64_t floats = 0;
+    if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) {
+      floats = a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0));
+    } else if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) {
+      floats = d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1);
+    }
+    return sz(std::max<int64_t>(1, floats)) * sizeof(float);
+  }
+
+ public:
+  tessera::Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) override {
+    size_t bytes = 0;
+    for (const Op& op : ops) {
+      if (Support s = capability(op); !s.supported) {
+        TS_RETURN_IF_ERROR(validate(op));
+        return unimplemented(s.reason);
+      }
+      bytes = std::max(bytes, scores_bytes(op));
+    }
+    cl_int e = CL_SUCCESS;
+    cl_mem scores = clCreateBuffer(shared_->context, CL_MEM_READ_WRITE, bytes, nullptr, &e);
+    if (e != CL_SUCCESS) return resource_exhausted(cl_error("allocating a recording's attention scratch", e));
+    std::vector<BoundKernel> kernels;
+    rec_ = &kernels;
+    rec_scratch_ = scores;
+    rec_scratch_bytes_ = bytes;
+    Status st = ok_status();
+    for (const Op& op : ops) {
+      st = std::visit([this](const auto& o) { return enqueue(o); }, op);
+      if (!st.ok()) break;
+    }
+    rec_ = nullptr;
+    rec_scratch_ = nullptr;
+    rec_scratch_bytes_ = 0;
+    auto rec = std::make_unique<ClRecording>(queue_, std::move(kernels), scores);  // owns them, even on error
+    TS_RETURN_IF_ERROR(st);
+    rec->try_command_buffer(shared_->command_buffer);
+    return std::unique_ptr<Recording>(std::move(rec));
+  }
+
+ private:
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t table_stride,
                    const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx,
                    const AttentionScores& opt) {
@@ -282,7 +374,7 @@ class ClStream final : public Stream {
                      stride * o.k_cache.dim(1), o.scores);
   }
   Status enqueue(const MatMulOp& o) {
-    const char* name = o.w.dtype == DType::kF16 ? "matmul_f16" : "matmul_f32";
+    const char* name = matmul_kernel(o.w.dtype);
     const Tensor& bias = o.bias.valid() ? o.bias : o.x;
     return launch(name, {sz(o.w.dim(0)), sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.w), elem_off(o.w),
                   mem_of(o.out), elem_off(o.out), mem_of(bias), elem_off(bias), cl_int{o.bias.valid() ? 1 : 0},
@@ -311,6 +403,9 @@ class ClStream final : public Stream {
   cl_mem err_ = nullptr;
   cl_mem scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  std::vector<BoundKernel>* rec_ = nullptr;  // while record() runs
+  cl_mem rec_scratch_ = nullptr;
+  size_t rec_scratch_bytes_ = 0;
 };
 
 class ClDevice final : public Device {
@@ -445,6 +540,9 @@ class ClBackend final : public Backend {
     std::string how;
     TS_RETURN_IF_ERROR(
         build_program(*shared, options.cache_dir.empty() ? default_cache_dir() : options.cache_dir, how));
+    shared->command_buffer = CommandBufferApi::load(shared->device);
+    how += shared->command_buffer.available() ? "; graphs: cl_khr_command_buffer"
+                                              : "; graphs: kernel lists (" + shared->command_buffer.why_not + ")";
     DeviceInfo info;
     info.backend = "opencl";
     info.name = fmt::format("{} ({}, {} compute units{}; {})", device_string(shared->device, CL_DEVICE_NAME),
@@ -454,7 +552,7 @@ class ClBackend final : public Backend {
     clGetDeviceInfo(shared->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, nullptr);
     info.memory_bytes = mem;
     info.host_visible = false;
-    info.supports_graphs = false;
+    info.supports_graphs = true;  // ClStream::record
     return std::unique_ptr<Device>(new ClDevice(std::move(shared), std::move(info), max_alloc));
   }
 
