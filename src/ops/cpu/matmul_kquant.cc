@@ -28,6 +28,13 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
+// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
@@ -100,7 +107,7 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRowsK& out, const 
 // SIMD builds scv[c] holds the scales of elements 32c..32c+31 as 16 int16 lanes (the first 8 lanes cover
 // the first 16 elements after maddubs), ready for madd / vpdpwssd.
 struct Unpacked {
-  alignas(32) uint8_t q[kSuperBlock];
+  alignas(64) uint8_t q[kSuperBlock];
   alignas(32) int16_t sc[16];
   alignas(32) int16_t mn[16];
   alignas(32) int16_t scv[8][16];
@@ -299,12 +306,23 @@ inline float acc_total(Acc a) { return hsum(a); }
 // (lane l: elements 4l..4l+3 of every 32), msum's the min terms. Integer sums are exact, so the direct
 // decoders below (decode: no unpacked copy) give bit for bit what this gives from an unpacked block.
 inline void sums_unpacked(const Unpacked& u, const int8_t* xq, const int16_t* xs, __m256i& isum, __m256i& msum) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // Two 32-element chunks per 512-bit step (scv[c] and scv[c + 1] are adjacent); adding the halves at the end
+  // gives the 256-bit path's lanes exactly (integer sums).
+  __m512i wide = _mm512_setzero_si512();
+  for (int c = 0; c < 8; c += 2) {
+    const __m512i p = _mm512_maddubs_epi16(_mm512_load_si512(u.q + 32 * c), _mm512_loadu_si512(xq + 32 * c));
+    wide = _mm512_dpwssd_epi32(wide, p, _mm512_loadu_si512(u.scv[c]));
+  }
+  isum = _mm256_add_epi32(_mm512_castsi512_si256(wide), _mm512_extracti64x4_epi64(wide, 1));
+#else
   isum = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
     const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * c)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
     isum = scaled_add(isum, p, _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scv[c])));
   }
+#endif
   msum = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
 }
