@@ -28,7 +28,7 @@ namespace tessera::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f32";
+  std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f16";
   int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3;
   bool skip_ceilings = false;
   std::string graph = "off";

@@ -27,7 +27,7 @@ struct GenerateArgs {
   engine::SamplingParams sampling;  // --temperature, --top-p, --top-k, --seed
   int threads = 0;
   std::string weight_dtype;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "f16";  // half the bytes attention reads per token; f32 stays selectable
   std::string graph = "off";
   bool no_echo = false;
   bool quiet = false;

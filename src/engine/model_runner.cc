@@ -148,11 +148,16 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
   TS_ASSIGN_OR_RETURN(output_norm_, upload(weights, "output_norm.weight", {d}));
-  if (config_.tied_embeddings && options_.weight_dtype.value_or(token_embd_.dtype) == token_embd_.dtype) {
+  // With tied embeddings the classifier is the matrix in the type upload_matrix() would give it: as stored, or
+  // RunnerOptions::weight_dtype for an f32 one. The lookup may have widened its copy to f32 (the embedding
+  // operator takes f32 tables); the classifier is read in full every token, so it keeps the stored type
+  // (a q6_k table is 20 MB where its f32 copy is 98 MB at the stories110M shape) and the lookup keeps its own.
+  const DType stored = weights.find("token_embd.weight")->dtype;
+  const DType classifier_type = stored == DType::kF32 ? options_.weight_dtype.value_or(stored) : stored;
+  if (config_.tied_embeddings && classifier_type == token_embd_.dtype) {
     classifier_ = token_embd_;
     streamed_bytes_ += token_embd_.bytes();
   } else if (config_.tied_embeddings) {
-    // The lookup needs f32 rows; the classifier gets its own converted copy of the shared matrix.
     TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "token_embd.weight", {config_.vocab_size, d}));
   } else {
     TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "output.weight", {config_.vocab_size, d}));

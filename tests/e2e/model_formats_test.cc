@@ -196,11 +196,12 @@ TEST(ModelFormatsCli, ServeFitsTheContextToTheKvBudget) {
   auto s = tessera({"synth", "--shape", "qwen3-0.6b", "--small", "--layers", "2", "--max-seq-len", "32768", "--format",
                     "gguf", "--out", dir + "/q.gguf"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  // 2 layers x K and V x 2 kv heads x 32 x 4 bytes = 1 KiB per token: 1 MiB holds 1024 of the 32768.
+  // 2 layers x K and V x 2 kv heads x 32 x 2 bytes (the default f16 cache) = 512 B per token: 1 MiB holds 2048
+  // of the 32768.
   auto r = run_process({tessera_bin(), "serve", "--model", dir + "/q.gguf", "--port", "0", "--kv-memory", "1"}, 6.0);
   EXPECT_TRUE(r.timed_out) << "serve exited: " << r.err;  // still serving when the test stopped it
   EXPECT_NE(r.out.find("listening on"), std::string::npos) << r.out << r.err;
-  EXPECT_NE(r.err.find("serving a context of 1024"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("serving a context of 2048"), std::string::npos) << r.err;
   // serve reports what it loaded before failing, so the error is its last line rather than its only one.
   auto refused = [&](std::vector<std::string> args, const std::string& needle) {
     auto e = tessera(std::move(args));

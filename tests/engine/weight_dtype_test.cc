@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "base/quant.h"
 #include "engine/model_runner.h"
 #include "model/synth.h"
 #include "ops/registry.h"
@@ -71,6 +73,53 @@ TEST(WeightDtype, RowsThatAreNotWholeBlocksStayF32) {
   EXPECT_EQ((*r)->unconverted_matrices(), 1);
   o.weight_dtype = DType::kI32;
   EXPECT_EQ(ModelRunner::create(**d, m.config, m.weights, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A tied embedding stored quantised: the lookup needs f32 rows (the embedding operator's table type), but
+// the classifier, read in full every token, stays in the stored type. It computes what the f32 table the
+// stored one dequantises to computes, within the activation quantisation of the integer kernels.
+TEST(WeightDtype, TiedClassifierKeepsTheStoredType) {
+  auto d = ops::open_device("cpu", 0, ops::DeviceOptions{1, ""});
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto c = model::synth_shape("tiny");
+  c->n_layers = 1;
+  c->max_seq_len = 16;
+  ASSERT_TRUE(c->tied_embeddings);
+  for (DType stored : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
+    model::SynthModel m = model::synthesize_weights(*c, 9);
+    model::WeightTensor t = *m.weights.find("token_embd.weight");
+    const auto n = static_cast<size_t>(t.numel());
+    std::vector<float> f32(n);
+    std::memcpy(f32.data(), t.data, n * 4);
+    std::vector<uint8_t> packed(dtype_bytes(stored, n));
+    ASSERT_TRUE(quantize(f32, stored, packed.data()).ok());
+    std::vector<float> widened(n);  // what the stored table means, as f32
+    ASSERT_TRUE(dequantize(packed.data(), stored, widened).ok());
+
+    model::SynthModel wide = model::synthesize_weights(*c, 9);
+    model::WeightTensor w = t;
+    w.data = reinterpret_cast<const uint8_t*>(widened.data());
+    wide.weights.replace(w);
+    std::unique_ptr<ModelRunner> wide_runner;
+    std::vector<float> want = logits_for(**d, wide, std::nullopt, &wide_runner);
+
+    t.dtype = stored;
+    t.data = packed.data();
+    t.bytes = packed.size();
+    m.weights.replace(t);
+    std::unique_ptr<ModelRunner> runner;
+    std::vector<float> got = logits_for(**d, m, std::nullopt, &runner);
+    // The f32 run streams the f32 table; this one the stored bytes instead.
+    EXPECT_EQ(runner->weight_bytes_per_token() + n * 4, wide_runner->weight_bytes_per_token() + packed.size())
+        << dtype_name(stored);
+    ASSERT_EQ(got.size(), want.size());
+    float scale = 0.0f, err = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) {
+      scale = std::max(scale, std::fabs(want[i]));
+      err = std::max(err, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_LE(err, 0.02f * scale) << dtype_name(stored);
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "base/quant.h"
 #include "base/rng.h"
 #include "ops/backend.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
 
 namespace tessera::ops {
@@ -16,8 +17,13 @@ namespace {
 
 class CpuMatMul : public ::testing::TestWithParam<DType> {
  protected:
-  void SetUp() override {
-    auto d = open_device("cpu");
+  // Every kernel variant this processor runs (avx512, avx2, generic): each has its own decode and batch paths.
+  void open(cpu::Isa isa) {
+    buffers_.clear();
+    auto b = cpu::create_backend(isa);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    backend_ = std::move(b).value();
+    auto d = backend_->open_device_with(0, DeviceOptions{2, ""});
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     device_ = std::move(d).value();
     stream_ = device_->create_stream();
@@ -28,7 +34,9 @@ class CpuMatMul : public ::testing::TestWithParam<DType> {
     EXPECT_TRUE(b.ok());
     t.buffer = b->get();
     buffers_.push_back(std::move(b).value());
-    if (data) EXPECT_TRUE(stream_->upload(t, data).ok());
+    if (data) {
+      EXPECT_TRUE(stream_->upload(t, data).ok());
+    }
     return t;
   }
   std::vector<float> matmul(const std::vector<float>& x, int64_t n, int64_t k, const Tensor& w, int64_t m) {
@@ -40,6 +48,7 @@ class CpuMatMul : public ::testing::TestWithParam<DType> {
     return got;
   }
 
+  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Stream> stream_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
@@ -47,40 +56,44 @@ class CpuMatMul : public ::testing::TestWithParam<DType> {
 
 TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
   const DType dtype = GetParam();
-  // 37 weight rows (a partial tile of four), k = 5 quant blocks = 160: an odd block and, for the dense
-  // kernels, a 16-wide main loop with no 8-wide remainder; k = 168 adds the 8-wide and scalar tails.
-  // K-quants: 1 and 2 super-blocks.
-  for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{256}, int64_t{512}}) {
-    const int block = dtype_info(dtype).block_elems;
-    if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
-    const int64_t m = 37, n = 9;
-    Rng rng(7 + static_cast<uint64_t>(k));
-    std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
-    for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
-    for (float& v : x) v = rng.next_f32() * 2.0f - 1.0f;
-    std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
-    ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
-    Tensor wt = make(dtype, {m, k}, stored.data());
-    std::vector<float> batched = matmul(x, n, k, wt, m);
-    // And the batch is right: against the stored weights widened to f32 (activations are quantised to 8 bits).
-    std::vector<float> wf(w.size());
-    ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
-    double err = 0, sig = 0;
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < m; ++i) {
-        double want = 0;
-        for (int64_t j = 0; j < k; ++j) want += double(wf[i * k + j]) * x[r * k + j];
-        const double got = batched[r * m + i];
-        err += (got - want) * (got - want);
-        sig += want * want;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    open(isa);
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    // 37 weight rows (a partial tile of four), k = 5 quant blocks = 160: an odd block and, for the dense
+    // kernels, a 16-wide main loop with no 8-wide remainder; k = 168 adds the 8-wide and scalar tails.
+    // K-quants: 1 and 2 super-blocks.
+    for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{256}, int64_t{512}}) {
+      const int block = dtype_info(dtype).block_elems;
+      if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
+      const int64_t m = 37, n = 9;
+      Rng rng(7 + static_cast<uint64_t>(k));
+      std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
+      for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+      for (float& v : x) v = rng.next_f32() * 2.0f - 1.0f;
+      std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
+      ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
+      Tensor wt = make(dtype, {m, k}, stored.data());
+      std::vector<float> batched = matmul(x, n, k, wt, m);
+      // And the batch is right: against the stored weights widened to f32 (activations are quantised to 8 bits).
+      std::vector<float> wf(w.size());
+      ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
+      double err = 0, sig = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t i = 0; i < m; ++i) {
+          double want = 0;
+          for (int64_t j = 0; j < k; ++j) want += double(wf[i * k + j]) * x[r * k + j];
+          const double got = batched[r * m + i];
+          err += (got - want) * (got - want);
+          sig += want * want;
+        }
       }
-    }
-    EXPECT_LT(err / sig, 2e-3) << dtype_name(dtype) << " k=" << k;
-    for (int64_t r = 0; r < n; ++r) {
-      std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
-      std::vector<float> alone = matmul(row, 1, k, wt, m);
-      EXPECT_EQ(0, std::memcmp(alone.data(), batched.data() + r * m, static_cast<size_t>(m) * sizeof(float)))
-          << dtype_name(dtype) << " k=" << k << " row " << r << " differs between batch 1 and batch " << n;
+      EXPECT_LT(err / sig, 2e-3) << dtype_name(dtype) << " k=" << k;
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+        std::vector<float> alone = matmul(row, 1, k, wt, m);
+        EXPECT_EQ(0, std::memcmp(alone.data(), batched.data() + r * m, static_cast<size_t>(m) * sizeof(float)))
+            << dtype_name(dtype) << " k=" << k << " row " << r << " differs between batch 1 and batch " << n;
+      }
     }
   }
 }

@@ -20,44 +20,58 @@ constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while th
 constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
 constexpr int64_t kSmallBatch = 4;    // fewer activation rows than this: row-by-row dot products
 
-// Four dot products against one activation row, each summed in exactly the order dot() uses (two
-// accumulators over alternating 8-wide chunks, then the tail), so a row's result does not depend on whether
-// it was computed here or by dot(): outputs are the same whatever the batch size (graph replay pads batches).
-template <typename W>
-void tile4(const W* w, int64_t k, const float* x, float* out) {
+// Four weight rows against T activation rows (out[t * ld + r]), each output summed in exactly the order dot()
+// uses (two accumulators over alternating 8-wide chunks, then the tail), so a row's result does not depend on
+// whether it was computed here or by dot(): outputs are the same whatever the batch size (graph replay pads
+// batches). Each weight chunk is loaded (and widened from f16 / bf16) once for the T rows; the avx512 build
+// takes T = 2 (16 accumulators, 8 weight and 4 activation vectors in its 32 registers), the avx2 build T = 1.
+#if defined(__AVX512F__)
+constexpr int kTileTokens = 2;
+#else
+constexpr int kTileTokens = 1;
+#endif
+template <typename W, int T>
+void tile4(const W* w, int64_t k, const float* x, int64_t ldx, float* out, int64_t ld) {
   const W* r[4] = {w, w + k, w + 2 * k, w + 3 * k};
   int64_t j = 0;
-  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float s[T][4] = {};
 #if defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  __m256 a[T][4], b[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < 4; ++i) a[t][i] = b[t][i] = _mm256_setzero_ps();
   for (; j + 16 <= k; j += 16) {
-    const __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
-    a0 = _mm256_fmadd_ps(load8(r[0] + j), xa, a0);
-    a1 = _mm256_fmadd_ps(load8(r[1] + j), xa, a1);
-    a2 = _mm256_fmadd_ps(load8(r[2] + j), xa, a2);
-    a3 = _mm256_fmadd_ps(load8(r[3] + j), xa, a3);
-    b0 = _mm256_fmadd_ps(load8(r[0] + j + 8), xb, b0);
-    b1 = _mm256_fmadd_ps(load8(r[1] + j + 8), xb, b1);
-    b2 = _mm256_fmadd_ps(load8(r[2] + j + 8), xb, b2);
-    b3 = _mm256_fmadd_ps(load8(r[3] + j + 8), xb, b3);
+    __m256 wa[4], wb[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      wa[i] = load8(r[i] + j);
+      wb[i] = load8(r[i] + j + 8);
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
+      const __m256 xa = _mm256_loadu_ps(x + t * ldx + j), xb = _mm256_loadu_ps(x + t * ldx + j + 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        a[t][i] = _mm256_fmadd_ps(wa[i], xa, a[t][i]);
+        b[t][i] = _mm256_fmadd_ps(wb[i], xb, b[t][i]);
+      }
+    }
   }
   if (j + 8 <= k) {
-    const __m256 xa = _mm256_loadu_ps(x + j);
-    a0 = _mm256_fmadd_ps(load8(r[0] + j), xa, a0);
-    a1 = _mm256_fmadd_ps(load8(r[1] + j), xa, a1);
-    a2 = _mm256_fmadd_ps(load8(r[2] + j), xa, a2);
-    a3 = _mm256_fmadd_ps(load8(r[3] + j), xa, a3);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xa = _mm256_loadu_ps(x + t * ldx + j);
+      for (int i = 0; i < 4; ++i) a[t][i] = _mm256_fmadd_ps(load8(r[i] + j), xa, a[t][i]);
+    }
     j += 8;
   }
-  s[0] = hsum(_mm256_add_ps(a0, b0));
-  s[1] = hsum(_mm256_add_ps(a1, b1));
-  s[2] = hsum(_mm256_add_ps(a2, b2));
-  s[3] = hsum(_mm256_add_ps(a3, b3));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < 4; ++i) s[t][i] = hsum(_mm256_add_ps(a[t][i], b[t][i]));
 #endif
-  for (; j < k; ++j) {
-    for (int t = 0; t < 4; ++t) s[t] += to_f32(r[t][j]) * x[j];
+  for (int t = 0; t < T; ++t) {
+    for (int64_t e = j; e < k; ++e) {
+      for (int i = 0; i < 4; ++i) s[t][i] += to_f32(r[i][e]) * x[t * ldx + e];
+    }
+    std::copy(s[t], s[t] + 4, out + t * ld);
   }
-  std::copy(s, s + 4, out);
 }
 
 template <typename W>
@@ -84,12 +98,15 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t i0 = t * kTile;
       const int64_t cnt = std::min(kTile, m - i0);
-      float tmp[kTile];
-      for (int64_t r = r0; r < r1; ++r) {
+      int64_t r = r0;
+      if (cnt == kTile) {
+        for (; r + kTileTokens <= r1; r += kTileTokens)
+          tile4<W, kTileTokens>(w + i0 * k, k, x + r * k, k, out + r * m + i0, m);
+      }
+      for (; r < r1; ++r) {
         const float* xr = x + r * k;
         if (cnt == kTile) {
-          tile4(w + i0 * k, k, xr, tmp);
-          std::copy(tmp, tmp + kTile, out + r * m + i0);
+          tile4<W, 1>(w + i0 * k, k, xr, k, out + r * m + i0, m);
         } else {
           for (int64_t i = 0; i < cnt; ++i) out[r * m + i0 + i] = dot(w + (i0 + i) * k, xr, k);
         }

@@ -11,13 +11,16 @@
 // the group scales (pairs to int32) on AVX2, or VNNI's vpdpwssd (multiply int16 pairs and accumulate in one
 // instruction) in the avx512 build; the min term is one madd over the 16 sums.
 //
-// A weight super-block is unpacked once (to 256 bytes of q plus its scales, in L1) and then multiplied
-// against every activation row of the batch, so decode batches and prefill read and decode each weight
-// byte once per block of 64 rows. Each output is accumulated super-block by super-block in the same order
-// whatever the batch, so a row's result does not depend on what shares its batch.
+// In batches of 4 rows or more a weight super-block is unpacked once (to 256 bytes of q plus its scales, in
+// L1) and then multiplied against every activation row of the batch, so batched decode and prefill read and
+// decode each weight byte once per block of 64 rows. Below that (decode), q4_k and q6_k blocks go straight
+// from memory into the dot products, with the same integer sums and so the same outputs. Each output is accumulated
+// super-block by super-block in the same order whatever the batch, so a row's result does not depend on what shares its
+// batch.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/core.h>
@@ -25,10 +28,18 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
+// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
+constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: the direct (decode) kernels
 
 struct QuantRowsK {
   std::vector<int8_t> q;   // n * k
@@ -96,7 +107,7 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRowsK& out, const 
 // SIMD builds scv[c] holds the scales of elements 32c..32c+31 as 16 int16 lanes (the first 8 lanes cover
 // the first 16 elements after maddubs), ready for madd / vpdpwssd.
 struct Unpacked {
-  alignas(32) uint8_t q[kSuperBlock];
+  alignas(64) uint8_t q[kSuperBlock];
   alignas(32) int16_t sc[16];
   alignas(32) int16_t mn[16];
   alignas(32) int16_t scv[8][16];
@@ -281,25 +292,104 @@ void unpack(const BlockQ3_K& b, Unpacked& u) {
 // accumulator. The AVX2 accumulator is 8 float lanes, summed once per output (no horizontal sum per block).
 #if defined(__AVX2__)
 using Acc = __m256;
+// isum + (p . s) over int16 pairs: VNNI's vpdpwssd in one instruction, madd + add on AVX2.
+inline __m256i scaled_add(__m256i isum, __m256i p, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(isum, p, s);
+#else
+  return _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+#endif
+}
 inline Acc acc_zero() { return _mm256_setzero_ps(); }
 inline float acc_total(Acc a) { return hsum(a); }
-inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
-  __m256i isum = _mm256_setzero_si256();
+// The integer sums of the formula: isum's 8 lanes hold sum_g sc_g * (q_g . x_g) split by element position
+// (lane l: elements 4l..4l+3 of every 32), msum's the min terms. Integer sums are exact, so the direct
+// decoders below (decode: no unpacked copy) give bit for bit what this gives from an unpacked block.
+inline void sums_unpacked(const Unpacked& u, const int8_t* xq, const int16_t* xs, __m256i& isum, __m256i& msum) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // Two 32-element chunks per 512-bit step (scv[c] and scv[c + 1] are adjacent); adding the halves at the end
+  // gives the 256-bit path's lanes exactly (integer sums).
+  __m512i wide = _mm512_setzero_si512();
+  for (int c = 0; c < 8; c += 2) {
+    const __m512i p = _mm512_maddubs_epi16(_mm512_load_si512(u.q + 32 * c), _mm512_loadu_si512(xq + 32 * c));
+    wide = _mm512_dpwssd_epi32(wide, p, _mm512_loadu_si512(u.scv[c]));
+  }
+  isum = _mm256_add_epi32(_mm512_castsi512_si256(wide), _mm512_extracti64x4_epi64(wide, 1));
+#else
+  isum = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
     const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * c)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-    const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scv[c]));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    isum = _mm256_dpwssd_epi32(isum, p, s);
-#else
-    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
-#endif
+    isum = scaled_add(isum, p, _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scv[c])));
   }
-  const __m256i msum = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
-                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
-  acc = _mm256_fmadd_ps(_mm256_set1_ps(xd * u.d), _mm256_cvtepi32_ps(isum), acc);
-  acc = _mm256_fnmadd_ps(_mm256_set1_ps(xd * u.dmin), _mm256_cvtepi32_ps(msum), acc);
+#endif
+  msum = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
 }
+inline void accumulate(__m256i isum, __m256i msum, float xd, float d, float dmin, Acc& acc) {
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(isum), acc);
+  acc = _mm256_fnmadd_ps(_mm256_set1_ps(xd * dmin), _mm256_cvtepi32_ps(msum), acc);
+}
+inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16_t* xs, Acc& acc) {
+  __m256i isum, msum;
+  sums_unpacked(u, xq, xs, isum, msum);
+  accumulate(isum, msum, xd, u.d, u.dmin, acc);
+}
+
+// Direct decoders for decode-sized batches: the weight bytes go from the block to maddubs in registers.
+inline __m256i chunk_dot(__m256i q, const int8_t* x, __m256i scales, __m256i isum) {
+  return scaled_add(isum, _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), scales);
+}
+inline void sums_direct(const BlockQ4_K& b, const int8_t* xq, const int16_t* xs, __m256i& isum, __m256i& msum) {
+  uint32_t a[3];
+  std::memcpy(a, b.scales, 12);
+  const uint32_t sc_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+  const __m128i sc8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));
+  // 32-bit word j of scd holds scale j twice; a permute spreads one word over a vector.
+  const __m256i scd = _mm256_set_m128i(_mm_unpackhi_epi16(sc8, sc8), _mm_unpacklo_epi16(sc8, sc8));
+  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+  isum = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    const __m256i s0 = _mm256_permutevar8x32_epi32(scd, _mm256_set1_epi32(2 * c));
+    const __m256i s1 = _mm256_permutevar8x32_epi32(scd, _mm256_set1_epi32(2 * c + 1));
+    const __m256i v = load32(b.qs + 32 * c);
+    isum = chunk_dot(_mm256_and_si256(v, lo4), xq + 64 * c, s0, isum);
+    isum = chunk_dot(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), xq + 64 * c + 32, s1, isum);
+  }
+  const __m256i mn = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+  msum = _mm256_madd_epi16(mn, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+}
+inline void sums_direct(const BlockQ6_K& b, const int8_t* xq, const int16_t* xs, __m256i& isum, __m256i& msum) {
+  const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  // As spread_scales: scale 2c in lanes 0-7 of chunk c's vector, 2c + 1 in lanes 8-15.
+  const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
+  const __m256i d0 = _mm256_permute2x128_si256(lo, hi, 0x20), d1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+  const __m256i lo4 = _mm256_set1_epi8(0x0f), lo2 = _mm256_set1_epi8(0x03);
+  isum = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load32(b.ql + 64 * h), l1 = load32(b.ql + 64 * h + 32), hb = load32(b.qh + 32 * h);
+    auto high = [&](int g) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), lo2), 4); };
+    const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, lo4), high(0)),
+                          _mm256_or_si256(_mm256_and_si256(l1, lo4), high(1)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), high(2)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4), high(3))};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const int c = 4 * h + j, a = (2 * c) % 8, bb = (2 * c + 1) % 8;
+      const __m256i s = _mm256_permutevar8x32_epi32(c < 4 ? d0 : d1, _mm256_setr_epi32(a, a, a, a, bb, bb, bb, bb));
+      isum = chunk_dot(q[j], xq + 128 * h + 32 * j, s, isum);
+    }
+  }
+  msum = _mm256_madd_epi16(_mm256_slli_epi16(sc, 5), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+}
+template <typename B>
+constexpr bool kDirect = std::is_same_v<B, BlockQ4_K> || std::is_same_v<B, BlockQ6_K>;
+inline float scale_of(uint16_t h) { return _cvtsh_ss(h); }
+inline float dmin_of(const BlockQ4_K& b) { return scale_of(b.dmin); }
+inline float dmin_of(const BlockQ6_K& b) { return scale_of(b.d); }
 #else
 using Acc = float;
 inline Acc acc_zero() { return 0.0f; }
@@ -322,6 +412,34 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
   const B* w = data<const B>(op.w);
   float* out = data<float>(op.out);
   const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+#if defined(__AVX2__)
+  if constexpr (kDirect<B>) {
+    if (n < kSmallBatch) {
+      // Decode: each weight super-block goes straight from memory to the dot products (no unpacked copy);
+      // the same integer sums, hence the same outputs, as the unpacked path for larger batches.
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+      for (int64_t i = 0; i < m; ++i) {
+        Acc acc[kSmallBatch];
+        for (int64_t r = 0; r < n; ++r) acc[r] = acc_zero();
+        for (int64_t b = 0; b < nb; ++b) {
+          const B& blk = w[i * nb + b];
+          const float d = scale_of(blk.d), dmin = dmin_of(blk);
+          for (int64_t r = 0; r < n; ++r) {
+            const int64_t x = r * nb + b;
+            __m256i isum, msum;
+            sums_direct(blk, xq.q.data() + x * kSuperBlock, xq.s.data() + x * 16, isum, msum);
+            accumulate(isum, msum, xq.d[static_cast<size_t>(x)], d, dmin, acc[r]);
+          }
+        }
+        for (int64_t r = 0; r < n; ++r) {
+          const float v = acc_total(acc[r]);
+          out[r * m + i] = bias ? v + bias[i] : v;
+        }
+      }
+      return;
+    }
+  }
+#endif
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)

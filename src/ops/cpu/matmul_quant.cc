@@ -1,10 +1,10 @@
-// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1. The activation row is quantised
-// once to int8 blocks of 32 with an f32 scale, then every weight block is an int8 x int8 dot product: on AVX2 without
-// VNNI that is maddubs (|w| as unsigned times x carrying w's sign, pairs summed to int16; 2 * 127 * 127 fits) and madd
-// (pairs to int32); with VNNI (the avx512 build) one vpdpbusd; then one int->float conversion and one FMA with the two
-// scales per block. Decode (a few activation rows) streams one weight row at a time; larger batches take weight rows
-// four at a time so the activation block is loaded once for four rows. The _1 types' minimum m adds m * xd * sum(x_q)
-// per block; the activation sums are computed once with the quantisation.
+// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1. The activation rows are quantised
+// once per call to int8 blocks of 32 with an f32 scale and the block's integer sum; every weight block is then an
+// integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations, 512-bit
+// VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
+// int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
+// weight row at a time against all of them; prefill takes tiles of 4 (avx2: 2) weight rows x 4 activation rows,
+// so each weight block is decoded once for 4 rows and each activation block loaded once for 4 weight rows.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,23 +14,47 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
+// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
-constexpr int64_t kTile = 4;
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: row-by-row dot products
 
+// 64-byte aligned storage for vectors loaded with aligned 512-bit loads.
+template <typename T>
+struct AlignedAlloc {
+  using value_type = T;
+  AlignedAlloc() = default;
+  template <typename U>
+  AlignedAlloc(const AlignedAlloc<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const AlignedAlloc&) const { return true; }
+};
+
 struct QuantRows {
-  std::vector<int8_t> q;  // n * k
-  std::vector<float> d;   // n * k / 32
-  std::vector<float> s;   // n * k / 32: d * sum(q), for the weight types with a minimum
+  std::vector<int8_t> q;    // n * k
+  std::vector<float> d;     // n * k / 32
+  std::vector<float> s;     // n * k / 32: d * sum(q), for the weight types with a minimum
+  std::vector<int32_t> sq;  // n * k / 32: sum(q), for the offset of the unsigned weight bytes
+  // The avx512 build's per-pair vectors (see spread_pairs): for each row and pair of blocks, 16 scales (d of
+  // the first block in lanes 0-7, of the second in 8-15) and 16 ints (-sum(q) of each block in lanes 0 and 8).
+  std::vector<float, AlignedAlloc<float>> dv;
+  std::vector<int32_t, AlignedAlloc<int32_t>> nv;
 };
 
 void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const Ctx& ctx) {
   out.q.resize(static_cast<size_t>(n * k));
   out.d.resize(static_cast<size_t>(n * k / kQuantBlock));
   out.s.resize(static_cast<size_t>(n * k / kQuantBlock));
+  out.sq.resize(static_cast<size_t>(n * k / kQuantBlock));
   const int64_t blocks = n * k / kQuantBlock;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 256)
   for (int64_t b = 0; b < blocks; ++b) {
@@ -57,8 +81,9 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
       const __m256i p8 =
           _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + b * kQuantBlock), p8);
-      out.s[static_cast<size_t>(b)] =
-          d * static_cast<float>(hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3))));
+      const int32_t sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      out.sq[static_cast<size_t>(b)] = sum;
+      out.s[static_cast<size_t>(b)] = d * static_cast<float>(sum);
       continue;
     }
 #endif
@@ -72,17 +97,12 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
       out.q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
       sum += out.q[static_cast<size_t>(b * kQuantBlock + i)];
     }
+    out.sq[static_cast<size_t>(b)] = sum;
     out.s[static_cast<size_t>(b)] = d * static_cast<float>(sum);
   }
 }
 
 #if defined(__AVX2__)
-inline __m256i weights_i8(const BlockQ8_0& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
-inline __m256i weights_i8(const BlockQ4_0& b) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-  return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
-}
 inline __m256i nibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
@@ -96,22 +116,6 @@ inline __m256i fifth_bits(const uint8_t* qh4) {
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)), pick);
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
-}
-inline __m256i weights_i8(const BlockQ4_1& b) { return nibbles(b.qs); }
-inline __m256i weights_i8(const BlockQ5_0& b) {
-  return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)), _mm256_set1_epi8(16));
-}
-inline __m256i weights_i8(const BlockQ5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
-// 8 int32 partial sums of w . x as floats. VNNI's vpdpbusd multiplies u8 by s8 and sums groups of four
-// into int32 in one instruction, where AVX2 needs maddubs (to int16 pairs) and madd (to int32).
-inline __m256 dot_i8(__m256i w, __m256i x) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_cvtepi32_ps(
-      _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)));
-#else
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-#endif
 }
 inline float scale(uint16_t h) { return _cvtsh_ss(h); }
 #else
@@ -164,56 +168,247 @@ float block_dot(const B& blk, const int8_t* xq, float xd) {
   return scale(blk.d) * xd * static_cast<float>(acc);
 }
 
-// dot(one weight row of `nb` blocks, x), two accumulators so consecutive blocks do not wait on each other.
-template <typename B>
-float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd, const float* xs) {
-  int64_t b = 0;
-  float s = 0.0f;
 #if defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
-    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (b + 1) * kQuantBlock));
-    a0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[b].d) * xd[b]), dot_i8(weights_i8(w[b]), x0), a0);
-    a1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[b + 1].d) * xd[b + 1]), dot_i8(weights_i8(w[b + 1]), x1), a1);
-  }
-  s = hsum(_mm256_add_ps(a0, a1));
+// The SIMD kernel. Every weight block becomes 32 unsigned bytes u = q + off (q8_0: q + 128, q4_0: nibble = q + 8,
+// q5_0: q + 16, the _1 types: q itself), so one u8 x s8 product against the activation block gives
+// sum(u * x) = sum(q * x) + off * sum(x); the accumulator starts at -off * sum(x) (the activation block's
+// integer sum, kept with its quantisation), which leaves the exact sum(q * x) in int32 with no sign fix-ups.
+// With 512-bit VNNI one vpdpbusd takes two blocks (64 bytes); on AVX2 maddubs + madd take one (there q8_0
+// keeps its signed form, since 255 * 127 * 2 would saturate maddubs' int16 pairs, and uses the sign trick).
+// Each block's int32 lanes are converted once and multiplied by the vector of its two scales (weight d times
+// activation d); the _1 types then add m * d_x * sum(x) per block.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr int kStep = 2;  // blocks per vector
+using VI = __m512i;
+using VF = __m512;
+constexpr int kTileRows = 4, kTileTokens = 4;  // 16 accumulators + 8 weight vectors: 32 registers
+#else
+constexpr int kStep = 1;
+using VI = __m256i;
+using VF = __m256;
+constexpr int kTileRows = 2, kTileTokens = 4;  // 8 accumulators + 4 weight vectors: 16 registers
 #endif
-  for (; b < nb; ++b) {
-    s += block_dot(w[b], xq + b * kQuantBlock, xd[b]);
-  }
-  return s + min_term(w, nb, xs);
+
+template <typename B>
+constexpr bool kSignedDot = std::is_same_v<B, BlockQ8_0>&& kStep == 1;
+template <typename B>
+constexpr int kOffset = kSignedDot<B>                  ? 0
+                        : std::is_same_v<B, BlockQ8_0> ? 128
+                        : std::is_same_v<B, BlockQ4_0> ? 8
+                        : std::is_same_v<B, BlockQ5_0> ? 16
+                                                       : 0;
+
+template <typename B>
+constexpr int kLog2Offset = kOffset<B> == 128  ? 7
+                            : kOffset<B> == 16 ? 4
+                            : kOffset<B> == 8  ? 3
+                                               : 0;
+static_assert(kLog2Offset<BlockQ4_0> == 3 && kLog2Offset<BlockQ5_0> == 4);
+
+// One block's 32 weights as bytes: unsigned q + off, or (kSignedDot) q itself.
+inline __m256i block_bytes(const BlockQ8_0& b, bool signed_dot) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  return signed_dot ? v : _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+inline __m256i block_bytes(const BlockQ4_0& b, bool) { return nibbles(b.qs); }
+inline __m256i block_bytes(const BlockQ4_1& b, bool) { return nibbles(b.qs); }
+inline __m256i block_bytes(const BlockQ5_0& b, bool) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
+inline __m256i block_bytes(const BlockQ5_1& b, bool) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
+
+// Blocks b .. b + kStep - 1 of one weight row (`two`: whether block b + 1 exists; without it its lanes are zero).
+template <typename B>
+inline VI weight_vec(const B* w, int64_t b, bool two) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const __m256i lo = block_bytes(w[b], false);
+  const __m256i hi = two ? block_bytes(w[b + 1], false) : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+#else
+  (void)two;
+  return block_bytes(w[b], kSignedDot<B>);
+#endif
 }
 
-// out[t] = dot(weight row t, x) for `rows` (<= 4) weight rows of `nb` blocks each, each summed in exactly the
-// order row_dot() uses, so a row's result does not depend on the batch size it was computed in.
-template <typename B>
-void tile(const B* w, int64_t nb, int64_t rows, const int8_t* xq, const float* xd, const float* xs, float* out) {
-#if defined(__AVX2__)
-  if (rows == kTile) {
-    const B* r[4] = {w, w + nb, w + 2 * nb, w + 3 * nb};
-    __m256 a[4], c[4];
-    for (int t = 0; t < 4; ++t) a[t] = c[t] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (b + 1) * kQuantBlock));
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        a[t] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r[t][b].d) * xd[b]), dot_i8(weights_i8(r[t][b]), x0), a[t]);
-        c[t] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r[t][b + 1].d) * xd[b + 1]), dot_i8(weights_i8(r[t][b + 1]), x1),
-                               c[t]);
-      }
-    }
-    for (int t = 0; t < 4; ++t) {
-      float s = hsum(_mm256_add_ps(a[t], c[t]));
-      for (int64_t e = b; e < nb; ++e) s += block_dot(r[t][e], xq + e * kQuantBlock, xd[e]);
-      out[t] = s + min_term(r[t], nb, xs);
-    }
-    return;
-  }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// Lanes 0-7 take element 0 of v, lanes 8-15 element 1.
+inline VF spread2(__m128 v) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                               _mm512_zextps128_ps512(v));
+}
 #endif
-  for (int64_t t = 0; t < rows; ++t) out[t] = row_dot(w + t * nb, nb, xq, xd, xs);
+
+// The weight scales of the blocks in a vector, each over its block's lanes.
+template <typename B>
+inline VF weight_scales(const B* w, int64_t b, bool two) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const int h = static_cast<int>(w[b].d) | (two ? static_cast<int>(w[b + 1].d) << 16 : 0);
+  return spread2(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+  (void)two;
+  return _mm256_set1_ps(scale(w[b].d));
+#endif
+}
+inline VF act_scales(const float* xd, int64_t b, bool two) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return spread2(two ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd + b))) : _mm_load_ss(xd + b));
+#else
+  (void)two;
+  return _mm256_set1_ps(xd[b]);
+#endif
+}
+inline VI act_bytes(const int8_t* xq, int64_t b, bool two) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const int8_t* p = xq + b * kQuantBlock;
+  return two ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(0xffffffffull, p);
+#else
+  (void)two;
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQuantBlock));
+#endif
+}
+// The accumulator's start: -off * sum(x) in the first lane of each block.
+template <int kOff>
+inline VI act_start(const int32_t* sq, int64_t b, bool two) {
+  if constexpr (kOff == 0) {
+    (void)sq, (void)b, (void)two;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    return _mm512_setzero_si512();
+#else
+    return _mm256_setzero_si256();
+#endif
+  } else {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const __m128i c = _mm_setr_epi32(-kOff * sq[b], two ? -kOff * sq[b + 1] : 0, 0, 0);
+    return _mm512_maskz_permutexvar_epi32(0x0101, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                          _mm512_zextsi128_si512(c));
+#else
+    (void)two;
+    return _mm256_zextsi128_si256(_mm_cvtsi32_si128(-kOff * sq[b]));
+#endif
+  }
+}
+template <bool kSigned>
+inline VI dot_acc(VI start, VI w, VI x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_dpbusd_epi32(start, w, x);
+#else
+  const __m256i p16 =
+      kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)) : _mm256_maddubs_epi16(w, x);
+  return _mm256_add_epi32(start, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
+}
+inline VF fzero() {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_setzero_ps();
+#else
+  return _mm256_setzero_ps();
+#endif
+}
+inline VF vfmadd(VI i, VF s, VF acc) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), s, acc);
+#else
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), s, acc);
+#endif
+}
+inline VF vmul(VF a, VF b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_mul_ps(a, b);
+#else
+  return _mm256_mul_ps(a, b);
+#endif
+}
+inline float vsum(VF v) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+#else
+  return hsum(v);
+#endif
+}
+
+// out[r * ld + t] = dot(weight row r, activation row t) for R weight rows (`nb` blocks apart) and T activation
+// rows (`k` bytes apart in xq, `nb` scales apart). Each output is accumulated by exactly the same instructions
+// whatever R and T are, so its value does not depend on the tile it was computed in (decode, prefill and
+// graph replay's padded batches agree bit for bit).
+template <typename B, int R, int T>
+void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq, const float* xs,
+           const float* dv, const int32_t* nv, float* out, int64_t ld) {
+  VF acc[R][T];
+  for (auto& row : acc)
+    for (auto& a : row) a = fzero();
+  for (int64_t b = 0; b < nb; b += kStep) {
+    const bool two = kStep == 2 && b + 1 < nb;
+    VI wv[R];
+    VF ws[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      wv[r] = weight_vec(w + r * nb, b, two);
+      ws[r] = weight_scales(w + r * nb, b, two);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const VI xv = act_bytes(xq + t * k, b, two);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+      const int64_t pv = (t * ((nb + 1) / 2) + b / 2) * 16;
+      const VF xsc = _mm512_load_ps(dv + pv);
+      VI start = _mm512_setzero_si512();
+      if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
+#else
+      const VF xsc = act_scales(xd + t * nb, b, two);
+      const VI start = act_start<kOffset<B>>(sq + t * nb, b, two);
+#endif
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[t * ld + r] = vsum(acc[r][t]) + min_term(w + r * nb, nb, xs + t * nb);
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// QuantRows::dv / nv from d / sq, once per call: every weight row of the product then loads them instead of
+// assembling them per block. (Only the avx512 kernel uses them; the AVX2 one broadcasts one block's values.)
+void spread_pairs(QuantRows& x, int64_t n, int64_t nb) {
+  const int64_t np = (nb + 1) / 2;
+  x.dv.resize(static_cast<size_t>(n * np * 16));
+  x.nv.resize(static_cast<size_t>(n * np * 16));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t b = t * nb + 2 * p;
+      const bool two = 2 * p + 1 < nb;
+      const int64_t o = (t * np + p) * 16;
+      _mm512_store_ps(x.dv.data() + o, act_scales(x.d.data(), b, two));
+      const __m128i c =
+          _mm_setr_epi32(-x.sq[static_cast<size_t>(b)], two ? -x.sq[static_cast<size_t>(b + 1)] : 0, 0, 0);
+      _mm512_store_si512(x.nv.data() + o, _mm512_maskz_permutexvar_epi32(
+                                              0x0101, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                              _mm512_zextsi128_si512(c)));
+    }
+  }
+}
+#endif
+
+template <typename B, int R>
+void micro_tokens(int t, const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq,
+                  const float* xs, const float* dv, const int32_t* nv, float* out, int64_t ld) {
+  switch (t) {
+    case 1:
+      return micro<B, R, 1>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+    case 2:
+      return micro<B, R, 2>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+    case 3:
+      return micro<B, R, 3>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+    default:
+      return micro<B, R, kTileTokens>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+  }
+}
+#endif  // __AVX2__
+
+// dot(one weight row of `nb` blocks, x) in plain integer arithmetic (the baseline build).
+template <typename B>
+float row_dot(const B* w, int64_t nb, const int8_t* xq, const float* xd, const float* xs) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) s += block_dot(w[b], xq + b * kQuantBlock, xd[b]);
+  return s + min_term(w, nb, xs);
 }
 
 template <typename B>
@@ -222,31 +417,57 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
   const B* w = data<const B>(op.w);
   float* out = data<float>(op.out);
   const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+#if defined(__AVX2__)
+  const int8_t* q = xq.q.data();
+  const float *d = xq.d.data(), *s = xq.s.data();
+  const int32_t* sq = xq.sq.data();
+  const float* dv = xq.dv.data();
+  const int32_t* nv = xq.nv.data();
   if (n < kSmallBatch) {
     // Decode: one weight row at a time, front to back (see matmul_dense.cc: one sequential stream per thread
-    // is what the prefetcher serves; q8_0 2048 x 768 on one thread ran 5.7 GB/s tiled, 27 GB/s row by row).
+    // is what the prefetcher serves; q8_0 2048 x 768 on one thread ran 5.7 GB/s tiled, 27 GB/s row by row),
+    // against every activation row at once.
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
-      for (int64_t r = 0; r < n; ++r) {
-        const float v = row_dot(w + i * nb, nb, xq.q.data() + r * k, xq.d.data() + r * nb, xq.s.data() + r * nb);
-        out[r * m + i] = bias ? v + bias[i] : v;
-      }
+      micro_tokens<B, 1>(static_cast<int>(n), w + i * nb, nb, k, q, d, sq, s, dv, nv, out + i, m);
     }
-    return;
-  }
-  const int64_t tiles = (m + kTile - 1) / kTile;
-  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-    const int64_t r1 = std::min(n, r0 + kRowBlock);
+  } else {
+    // Prefill: tiles of kTileRows weight rows x kTileTokens activation rows; each weight block is decoded
+    // once per tile and the activation rows of a 64-row block stay in L2 while the weights stream past.
+    const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+      const int64_t r1 = std::min(n, r0 + kRowBlock);
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t i0 = t * kTile, rows = std::min(kTile, m - i0);
-      float tmp[kTile];
-      for (int64_t r = r0; r < r1; ++r) {
-        tile(w + i0 * nb, nb, rows, xq.q.data() + r * k, xq.d.data() + r * nb, xq.s.data() + r * nb, tmp);
-        for (int64_t i = 0; i < rows; ++i) out[r * m + i0 + i] = bias ? tmp[i] + bias[i0 + i] : tmp[i];
+      for (int64_t ti = 0; ti < tiles; ++ti) {
+        const int64_t i0 = ti * kTileRows, rows = std::min<int64_t>(kTileRows, m - i0);
+        for (int64_t t0 = r0; t0 < r1; t0 += kTileTokens) {
+          const int tt = static_cast<int>(std::min<int64_t>(kTileTokens, r1 - t0));
+          const int64_t xo = t0 * nb, vo = t0 * ((nb + 1) / 2) * 16;
+          if (rows == kTileRows) {
+            micro_tokens<B, kTileRows>(tt, w + i0 * nb, nb, k, q + t0 * k, d + xo, sq + xo, s + xo, dv + vo, nv + vo,
+                                       out + t0 * m + i0, m);
+          } else {
+            for (int64_t i = i0; i < i0 + rows; ++i)
+              micro_tokens<B, 1>(tt, w + i * nb, nb, k, q + t0 * k, d + xo, sq + xo, s + xo, dv + vo, nv + vo,
+                                 out + t0 * m + i, m);
+          }
+        }
       }
     }
   }
+  if (bias) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < m; ++i) out[r * m + i] += bias[i];
+  }
+#else
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float v = row_dot(w + i * nb, nb, xq.q.data() + r * k, xq.d.data() + r * nb, xq.s.data() + r * nb);
+      out[r * m + i] = bias ? v + bias[i] : v;
+    }
+  }
+#endif
 }
 
 }  // namespace
@@ -254,6 +475,9 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   thread_local QuantRows xq;
   quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  spread_pairs(xq, op.x.dim(0), op.x.dim(1) / kQuantBlock);
+#endif
   if (op.w.dtype == DType::kQ8_0) {
     matmul_blocks<BlockQ8_0>(op, xq, ctx);
   } else if (op.w.dtype == DType::kQ4_0) {
