@@ -123,7 +123,8 @@ Status dispatch(const Op& op, const Ctx& ctx) {
 
 class CpuStream final : public Stream {
  public:
-  CpuStream(Isa isa, int threads) : isa_(isa), ctx_{threads} {}
+  // The stream's threads live as long as it: one pool per stream, started here, not per operator.
+  CpuStream(Isa isa, int threads) : isa_(isa), pool_(threads), ctx_{threads, &pool_} {}
 
   Status run(const Op& op) override {
     Support s = capability(op);
@@ -154,6 +155,7 @@ class CpuStream final : public Stream {
 
  private:
   Isa isa_;
+  WorkerPool pool_;
   Ctx ctx_;
 };
 
