@@ -20,12 +20,13 @@
 #
 # Usage: scripts/bench-vs-llamacpp.sh            (REPEATS=3, every point: about an hour on 2 idle cores)
 #        REPEATS=1 PRESETS="Q8_0" SHAPES=stories110M THREADS=2 CONCURRENCY="1 8" scripts/bench-vs-llamacpp.sh
+#        SHAPES="" REPEATS=1 scripts/bench-vs-llamacpp.sh   (serving only: SERVE_SHAPE at SERVE_PRESET)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 
 REPEATS="${REPEATS:-3}"
-SHAPES="${SHAPES:-stories110M qwen2.5-0.5b}"
+SHAPES="${SHAPES-stories110M qwen2.5-0.5b}"  # "" : serving only
 PRESETS="${PRESETS:-F16 Q8_0 Q4_0 Q4_K_M}"
 THREADS="${THREADS:-1 2}"
 QWEN_THREADS="${QWEN_THREADS:-2}"  # the qwen shape only at these thread counts (issue 16: 2 threads)
@@ -35,6 +36,9 @@ SERVE_PRESET="${SERVE_PRESET:-Q8_0}"
 SERVE_THREADS="${SERVE_THREADS:-2}"
 INPUT_LEN="${INPUT_LEN:-256}"
 OUTPUT_LEN="${OUTPUT_LEN:-64}"
+NUM_PROMPTS="${NUM_PROMPTS:-32}"  # requests per serving run (issue 16: 32 requests 256 in / 64 out)
+SERVE_KV="${SERVE_KV:-f16}"        # tessera's KV cache type when serving: llama-server's default is f16
+BENCH_MD="${BENCH_MD:-docs/benchmarks.md}"  # whose vs-llamacpp section the summary replaces ("" : none)
 DEPTH=512
 GEN=32
 SEED=1
@@ -48,6 +52,8 @@ die() {
 }
 log() { echo "bench-vs-llamacpp: $*" >&2; }
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer, not '$REPEATS'"
+[[ "$NUM_PROMPTS" =~ ^[1-9][0-9]*$ ]] || die "NUM_PROMPTS must be a positive integer, not '$NUM_PROMPTS'"
+[[ "$SERVE_KV" == f16 || "$SERVE_KV" == f32 ]] || die "SERVE_KV must be f16 or f32, not '$SERVE_KV'"
 [[ -x "$tessera" ]] || die "no tessera binary at $tessera (run: bash scripts/build release)"
 command -v python3 >/dev/null || die "python3 is needed to summarize (scripts/install-deps installs it)"
 bin="$(bash scripts/llamacpp.sh)" || die "scripts/llamacpp.sh could not provide llama.cpp"
@@ -171,11 +177,11 @@ if [[ -n "$CONCURRENCY" ]]; then
       >"$WORK/llama-server-c$c.log" 2>&1 &
     pids+=($!)
     "$tessera" serve --model "$model" --port 0 --backend cpu --threads "$SERVE_THREADS" --max-num-seqs "$c" \
-      --served-model-name bench >"$WORK/tessera-serve-c$c.log" 2>&1 &
+      --kv-dtype "$SERVE_KV" --served-model-name bench >"$WORK/tessera-serve-c$c.log" 2>&1 &
     pids+=($!)
     lurl="$(wait_url "$WORK/llama-server-c$c.log")" || die "llama-server did not come up (see $WORK/llama-server-c$c.log)"
     turl="$(wait_url "$WORK/tessera-serve-c$c.log")" || die "tessera serve did not come up (see $WORK/tessera-serve-c$c.log)"
-    prompts=$((c * 2 > 8 ? c * 2 : 8))
+    prompts="$NUM_PROMPTS"
     declare -A runs=([llama-server]="" [tessera]="")
     declare -A loads=([llama-server]="" [tessera]="")
     for rep in $(seq 1 "$REPEATS"); do
@@ -208,7 +214,7 @@ llama_commit="$(git -C "$bin/../../src" rev-parse --short HEAD 2>/dev/null || ec
 python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" --serve-dir "$OUT/raw" \
   --concurrency "$CONCURRENCY" --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
   --nproc "$(nproc)" --llama-commit "$llama_commit" --tessera-commit "$(git rev-parse --short HEAD)" \
-  --command "REPEATS=$REPEATS SHAPES=\"$SHAPES\" PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
-  --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, 2 x concurrency requests (at least 8)" \
-  --benchmarks-md docs/benchmarks.md
+  --command "NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\" PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
+  --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, $NUM_PROMPTS requests, tessera KV $SERVE_KV" \
+  ${BENCH_MD:+--benchmarks-md "$BENCH_MD"}
 log "wrote $OUT/summary.md, $OUT/plots/ and the vs-llamacpp section of docs/benchmarks.md"

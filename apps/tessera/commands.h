@@ -26,6 +26,7 @@ Action add_bench_generate_subcommand(CLI::App& bench);
 Action add_bench_sweep_subcommand(CLI::App& bench);
 Action add_bench_plot_subcommand(CLI::App& bench);
 Action add_bench_decode_step_subcommand(CLI::App& bench);
+Action add_bench_step_subcommand(CLI::App& bench);
 Action add_link_command(CLI::App& app);
 Action add_ctrl_command(CLI::App& app);
 Action add_solve_command(CLI::App& app);

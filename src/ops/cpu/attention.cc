@@ -147,21 +147,18 @@ template <typename Pos, typename Table>
 void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, float* out, Pos pos, Table table,
                 const AttentionScores& opt, const Ctx& ctx) {
   const int64_t group = n_heads / c.kv_heads, hd = c.head_dim, work = count * n_heads;
-#pragma omp parallel num_threads(ctx.threads)
-  {
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1)  // decode has one item per head: chunks of 4 left a thread idle
-    for (int64_t wi = 0; wi < work; ++wi) {
-      const int64_t i = wi / n_heads, h = wi % n_heads;
-      const float* qh = q + (i * n_heads + h) * hd;
-      float* oh = out + (i * n_heads + h) * hd;
-      if (c.f16) {
-        attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
-      } else {
-        attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
-      }
+  // Items are claimed in chunks by whichever thread is free (worker_pool.h), so uneven contexts balance.
+  parallel_for(ctx, work, [&](int64_t wi) {
+    thread_local std::vector<float> scores;
+    const int64_t i = wi / n_heads, h = wi % n_heads;
+    const float* qh = q + (i * n_heads + h) * hd;
+    float* oh = out + (i * n_heads + h) * hd;
+    if (c.f16) {
+      attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
+    } else {
+      attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -152,7 +152,8 @@ class CpuRecording final : public Recording {
 
 class CpuStream final : public Stream {
  public:
-  CpuStream(Isa isa, int threads) : isa_(isa), ctx_{threads} {}
+  // The stream's threads live as long as it: one pool per stream, started here, not per operator.
+  CpuStream(Isa isa, int threads) : isa_(isa), pool_(threads), ctx_{threads, &pool_} {}
 
   Result<std::unique_ptr<Recording>> record(std::span<const Op> ops) override {
     auto rec = std::make_unique<CpuRecording>(ctx_);
@@ -196,6 +197,7 @@ class CpuStream final : public Stream {
 
  private:
   Isa isa_;
+  WorkerPool pool_;
   Ctx ctx_;
 };
 

@@ -6,21 +6,30 @@
 // each variant is compiled and tested.
 //
 // Inputs have passed ops::validate() and the device's supports(); data-dependent checks (ids, slots,
-// block numbers in range) are done here and return OutOfRange. Kernels split work over `threads`
-// OpenMP threads.
+// block numbers in range) are done here and return OutOfRange. Kernels split work over the stream's
+// WorkerPool (worker_pool.h) with parallel_for().
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "base/status.h"
 #include "ops/backend.h"
+#include "ops/cpu/worker_pool.h"
 #include "ops/ops.h"
 
 namespace tessera::ops::cpu {
 
 struct Ctx {
   int threads = 1;
+  WorkerPool* pool = nullptr;  // the stream's threads; null: run inline
 };
+
+// fn(i) for i in [0, n) on the stream's threads; inline when n * work_per_item < min_work.
+template <typename F>
+void parallel_for(const Ctx& ctx, int64_t n, F&& fn, double work_per_item = 1.0, double min_work = 0.0) {
+  parallel_for(ctx.pool, n, std::forward<F>(fn), work_per_item, min_work);
+}
 
 template <typename T>
 T* data(const Tensor& t) {

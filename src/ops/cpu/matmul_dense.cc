@@ -85,17 +85,15 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
     // cheaper but ran at 40% of this speed here: the hardware prefetcher follows one sequential stream far
     // better than four short ones (f16, 2048 x 768, one thread: 10 GB/s tiled vs 24 GB/s row by row, equal
     // to a plain read of the same bytes).
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
+    parallel_for(ctx, m, [&](int64_t i) {
       for (int64_t r = 0; r < n; ++r) out[r * m + i] = dot(w + i * k, x + r * k, k);
-    }
+    });
     return;
   }
   const int64_t tiles = (m + kTile - 1) / kTile;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
+    parallel_for(ctx, tiles, [&](int64_t t) {
       const int64_t i0 = t * kTile;
       const int64_t cnt = std::min(kTile, m - i0);
       int64_t r = r0;
@@ -111,7 +109,7 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
           for (int64_t i = 0; i < cnt; ++i) out[r * m + i0 + i] = dot(w + (i0 + i) * k, xr, k);
         }
       }
-    }
+    });
   }
 }
 
@@ -132,23 +130,22 @@ Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
   switch (op.w.dtype) {
     case DType::kF32:
       if (n >= kBlasMinRows) {
-        // One single-threaded sgemm per OpenMP thread on its slice of output columns: OpenBLAS's own
-        // thread pool and OpenMP's would otherwise spin against each other for the same cores.
+        // Single-threaded sgemms on slices of output columns, spread over the stream's threads: OpenBLAS's own
+        // thread pool and ours would otherwise spin against each other for the same cores.
         const float* x = data<const float>(op.x);
         const float* w = data<const float>(op.w);
         float* out = data<float>(op.out);
         openblas_set_num_threads(1);
-#pragma omp parallel num_threads(ctx.threads)
-        {
-          const int64_t parts = omp_get_num_threads(), p = omp_get_thread_num();
-          const int64_t per = (m / parts + 15) / 16 * 16;  // whole 16-column panels each
+        const int64_t parts = std::max(1, ctx.threads) * 2;
+        const int64_t per = (m / parts + 15) / 16 * 16;  // whole 16-column panels each
+        parallel_for(ctx, parts, [&](int64_t p) {
           const int64_t i0 = std::min(m, p * per), i1 = p + 1 == parts ? m : std::min(m, (p + 1) * per);
           if (i1 > i0) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(i1 - i0),
                         static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + i0 * k, static_cast<int>(k), 0.0f,
                         out + i0, static_cast<int>(m));
           }
-        }
+        });
       } else {
         matmul_rows<float>(op, ctx);
       }

@@ -96,11 +96,13 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRowsK& out, const 
   out.q.resize(static_cast<size_t>(n * k));
   out.d.resize(static_cast<size_t>(blocks));
   out.s.resize(static_cast<size_t>(blocks * 16));
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (blocks > 32)
-  for (int64_t b = 0; b < blocks; ++b) {
-    quantize_block(x + b * kSuperBlock, out.q.data() + b * kSuperBlock, &out.d[static_cast<size_t>(b)],
-                   out.s.data() + b * 16);
-  }
+  parallel_for(
+      ctx, blocks,
+      [&](int64_t b) {
+        quantize_block(x + b * kSuperBlock, out.q.data() + b * kSuperBlock, &out.d[static_cast<size_t>(b)],
+                       out.s.data() + b * 16);
+      },
+      1.0, 33.0);
 }
 
 // One weight super-block, unpacked: q[e] unsigned, w[e] = d * sc[e / 16] * q[e] - dmin * mn[e / 16]. In the
@@ -417,8 +419,7 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
     if (n < kSmallBatch) {
       // Decode: each weight super-block goes straight from memory to the dot products (no unpacked copy);
       // the same integer sums, hence the same outputs, as the unpacked path for larger batches.
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-      for (int64_t i = 0; i < m; ++i) {
+      parallel_for(ctx, m, [&](int64_t i) {
         Acc acc[kSmallBatch];
         for (int64_t r = 0; r < n; ++r) acc[r] = acc_zero();
         for (int64_t b = 0; b < nb; ++b) {
@@ -435,15 +436,14 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
           const float v = acc_total(acc[r]);
           out[r * m + i] = bias ? v + bias[i] : v;
         }
-      }
+      });
       return;
     }
   }
 #endif
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
+    parallel_for(ctx, m, [&](int64_t i) {
       Unpacked u;
       Acc acc[kRowBlock];
       for (int64_t r = r0; r < r1; ++r) acc[r - r0] = acc_zero();
@@ -459,7 +459,7 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
         const float v = acc_total(acc[r - r0]);
         out[r * m + i] = bias ? v + bias[i] : v;
       }
-    }
+    });
   }
 }
 

@@ -58,22 +58,27 @@ Status embedding(const EmbeddingOp& op, const Ctx& ctx) {
 
 Status rms_norm(const RmsNormOp& op, const Ctx& ctx) {
   const int64_t rows = op.x.dim(0), n = op.x.dim(1);
-#pragma omp parallel for num_threads(ctx.threads) if (rows * n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    rms_norm_row(data<const float>(op.x) + r * n, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
-  }
+  parallel_for(
+      ctx, rows,
+      [&](int64_t r) {
+        rms_norm_row(data<const float>(op.x) + r * n, data<const float>(op.weight), data<float>(op.out) + r * n, n,
+                     op.eps);
+      },
+      static_cast<double>(n), kParallelMin);
   return ok_status();
 }
 
 Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx) {
   const int64_t rows = op.residual.dim(0), n = op.residual.dim(1);
-#pragma omp parallel for num_threads(ctx.threads) if (rows * n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* x = data<float>(op.residual) + r * n;
-    const float* d = data<const float>(op.delta) + r * n;
-    for (int64_t j = 0; j < n; ++j) x[j] += d[j];
-    rms_norm_row(x, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
-  }
+  parallel_for(
+      ctx, rows,
+      [&](int64_t r) {
+        float* x = data<float>(op.residual) + r * n;
+        const float* d = data<const float>(op.delta) + r * n;
+        for (int64_t j = 0; j < n; ++j) x[j] += d[j];
+        rms_norm_row(x, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
+      },
+      static_cast<double>(n), kParallelMin);
   return ok_status();
 }
 
@@ -87,21 +92,23 @@ Status rope(const RopeOp& op, const Ctx& ctx) {
     freq[static_cast<size_t>(j)] =
         table ? table[j] : 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(hd));
   }
-#pragma omp parallel for num_threads(ctx.threads) if (n * op.q.row_elems() > kParallelMin)
-  for (int64_t t = 0; t < n; ++t) {
-    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-    for (int64_t j = 0; j < half; ++j) {
-      const float angle = static_cast<float>(pos[t]) * freq[static_cast<size_t>(j)];
-      cs[static_cast<size_t>(j)] = std::cos(angle);
-      sn[static_cast<size_t>(j)] = std::sin(angle);
-      if (table) {
-        cs[static_cast<size_t>(j)] *= mscale;
-        sn[static_cast<size_t>(j)] *= mscale;
-      }
-    }
-    rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, cs.data(), sn.data(), op.layout);
-    rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, cs.data(), sn.data(), op.layout);
-  }
+  parallel_for(
+      ctx, n,
+      [&](int64_t t) {
+        std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+        for (int64_t j = 0; j < half; ++j) {
+          const float angle = static_cast<float>(pos[t]) * freq[static_cast<size_t>(j)];
+          cs[static_cast<size_t>(j)] = std::cos(angle);
+          sn[static_cast<size_t>(j)] = std::sin(angle);
+          if (table) {
+            cs[static_cast<size_t>(j)] *= mscale;
+            sn[static_cast<size_t>(j)] *= mscale;
+          }
+        }
+        rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, cs.data(), sn.data(), op.layout);
+        rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, cs.data(), sn.data(), op.layout);
+      },
+      static_cast<double>(op.q.row_elems()), kParallelMin);
   return ok_status();
 }
 
@@ -112,19 +119,23 @@ Status silu_mul(const SiluMulOp& op, const Ctx& ctx) {
   const int64_t n = op.gate.numel();
   if (op.act == Activation::kGeluTanh) {
     constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;  // ref's arithmetic
-#pragma omp parallel for num_threads(ctx.threads) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = g[i];
-      out[i] = x / (1.0f + std::exp(-2.0f * kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * u[i];
-    }
+    parallel_for(
+        ctx, n,
+        [&](int64_t i) {
+          const float x = g[i];
+          out[i] = x / (1.0f + std::exp(-2.0f * kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * u[i];
+        },
+        1.0, kParallelMin);
     return ok_status();
   }
-#pragma omp parallel for num_threads(ctx.threads) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = g[i];
-    v *= (1.0f / (1.0f + std::exp(-v)));
-    out[i] = v * u[i];
-  }
+  parallel_for(
+      ctx, n,
+      [&](int64_t i) {
+        float v = g[i];
+        v *= (1.0f / (1.0f + std::exp(-v)));
+        out[i] = v * u[i];
+      },
+      1.0, kParallelMin);
   return ok_status();
 }
 
@@ -139,19 +150,21 @@ Status add(const AddOp& op, const Ctx& ctx) {
 
 Status softmax(const SoftmaxOp& op, const Ctx& ctx) {
   const int64_t rows = op.x.dim(0), m = op.x.dim(1);
-#pragma omp parallel for num_threads(ctx.threads) if (rows * m > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = data<const float>(op.x) + r * m;
-    float* out = data<float>(op.out) + r * m;
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < m; ++i) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < m; ++i) {
-      out[i] = std::exp(x[i] - mx);
-      sum += out[i];
-    }
-    for (int64_t i = 0; i < m; ++i) out[i] /= sum;
-  }
+  parallel_for(
+      ctx, rows,
+      [&](int64_t r) {
+        const float* x = data<const float>(op.x) + r * m;
+        float* out = data<float>(op.out) + r * m;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < m; ++i) mx = x[i] > mx ? x[i] : mx;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < m; ++i) {
+          out[i] = std::exp(x[i] - mx);
+          sum += out[i];
+        }
+        for (int64_t i = 0; i < m; ++i) out[i] /= sum;
+      },
+      static_cast<double>(m), kParallelMin);
   return ok_status();
 }
 

@@ -1,0 +1,139 @@
+// WorkerPool (worker_pool.h): chunk claiming, spin-then-sleep waits. The protocol, in short:
+//   run():    set writing_ and wait until no worker is inside a job (busy_ == 0), write the job, bump gen_,
+//             clear writing_, wake sleepers if any, claim chunks like a worker, wait until done_ == chunks.
+//   worker:   wait for gen_ to change; busy_++; if writing_ is clear, the job gen_ names is published and
+//             cannot be rewritten while busy_ > 0, so it claims chunks (none are left if that job is already
+//             over); busy_--. All of these are seq_cst, so run() and a worker never both go ahead.
+// A worker that goes to sleep announces it (sleepers_++, under sleep_mu_) before its last check of gen_, and
+// run() reads sleepers_ after bumping gen_ (both seq_cst), then takes sleep_mu_ before notifying, so a wake-up
+// is never lost. (A condition variable, not std::atomic::wait: GCC 12's wait on a 64-bit atomic lost a
+// wake-up here and hung a stream's destructor.)
+#include "ops/cpu/worker_pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tessera::ops::cpu {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// About 20-60 microseconds of pause instructions: longer than the gap between two operators of a step,
+// far shorter than the gap between steps of a server waiting for requests.
+constexpr int kSpins = 4000;
+constexpr int kYields = 64;
+
+}  // namespace
+
+WorkerPool::WorkerPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_main(); });
+}
+
+WorkerPool::~WorkerPool() {
+  stop_.store(true);
+  gen_.fetch_add(1);
+  wake_all();
+  for (auto& t : workers_) t.join();
+}
+
+void WorkerPool::wake_all() {
+  // Taking the lock orders this after a sleeper's check of gen_: it is either waiting (and is woken) or
+  // will see the new generation.
+  { std::lock_guard<std::mutex> lock(sleep_mu_); }
+  wake_.notify_all();
+}
+
+void WorkerPool::work_on_job() {
+  for (;;) {
+    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= chunks_) return;
+    fn_(ctx_, c);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void WorkerPool::worker_main() {
+  // The generation at construction, not gen_ now: a thread that starts late, after the destructor bumped
+  // gen_, must still see the change (reading gen_ here hung a short-lived pool's destructor).
+  uint64_t seen = 0;
+  for (;;) {
+    // Wait for a new job: spin, then yield the core, then sleep.
+    int spins = 0;
+    while (gen_.load(std::memory_order_acquire) == seen) {
+      if (spins < kSpins) {
+        cpu_relax();
+      } else if (spins < kSpins + kYields) {
+        std::this_thread::yield();
+      } else {
+        std::unique_lock<std::mutex> lock(sleep_mu_);
+        sleepers_.fetch_add(1);
+        while (gen_.load() == seen) wake_.wait(lock);
+        sleepers_.fetch_sub(1);
+      }
+      ++spins;
+    }
+    if (stop_.load()) return;
+    busy_.fetch_add(1);
+    // While run() writes a job, its fields and gen_ may disagree: stay out until it has published.
+    if (!writing_.load()) {
+      const uint64_t now = gen_.load();
+      if (now != seen) {
+        seen = now;
+        if (stop_.load()) {
+          busy_.fetch_sub(1);
+          return;
+        }
+        work_on_job();  // a job already finished has no chunk left to claim: returns at once
+      }
+    }
+    busy_.fetch_sub(1);
+  }
+}
+
+void WorkerPool::run(int64_t chunks, ChunkFn fn, void* ctx) {
+  if (chunks <= 0) return;
+  if (workers_.empty() || in_job_.load(std::memory_order_relaxed)) {
+    for (int64_t c = 0; c < chunks; ++c) fn(ctx, c);
+    return;
+  }
+  // No worker may be inside a job while it is rewritten: announce the write, then check (seq_cst on both sides,
+  // so either this sees the worker's busy_ or the worker sees writing_).
+  for (int spins = 0;; ++spins) {
+    writing_.store(true);
+    if (busy_.load() == 0) break;
+    writing_.store(false);
+    if (spins < kSpins) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  in_job_.store(true, std::memory_order_relaxed);
+  fn_ = fn;
+  ctx_ = ctx;
+  chunks_ = chunks;
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  jobs_.fetch_add(1, std::memory_order_relaxed);
+  gen_.fetch_add(1);  // seq_cst: publishes the job
+  writing_.store(false);
+  if (sleepers_.load() > 0) wake_all();
+  work_on_job();
+  // Chunks others claimed: spin briefly, then give the core to whoever holds them (a descheduled worker
+  // on a busy machine needs it to finish).
+  for (int spins = 0; done_.load(std::memory_order_acquire) < chunks; ++spins) {
+    if (spins < kSpins) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  in_job_.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace tessera::ops::cpu

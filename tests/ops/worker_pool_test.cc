@@ -1,0 +1,75 @@
+// The cpu backend's WorkerPool: every index of every job runs exactly once, whichever threads are awake;
+// jobs that follow each other at once (the operators of one step) and after the workers fell asleep (the
+// gap between steps) both complete; a thread that stalls inside a chunk delays only its chunk.
+#include "ops/cpu/worker_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace tessera::ops::cpu {
+namespace {
+
+TEST(WorkerPool, EveryIndexRunsExactlyOnceAcrossManyJobs) {
+  for (int threads : {1, 2, 3, 8}) {
+    WorkerPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    for (int64_t n : {1, 2, 7, 64, 1000, 4097}) {
+      for (int rep = 0; rep < 50; ++rep) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        parallel_for(&pool, n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << n;
+      }
+    }
+  }
+}
+
+TEST(WorkerPool, JobsAfterTheWorkersFellAsleepStillComplete) {
+  WorkerPool pool(3);
+  for (int rep = 0; rep < 5; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // long past the spin: workers sleep
+    std::atomic<int64_t> sum{0};
+    parallel_for(&pool, 256, [&](int64_t i) {
+      sum.fetch_add(i);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // long enough for workers to join in
+    });
+    EXPECT_EQ(sum.load(), 255 * 256 / 2);
+  }
+  EXPECT_GE(pool.jobs(), 5u);
+}
+
+TEST(WorkerPool, AStalledChunkDelaysOnlyItselfNotTheRest) {
+  WorkerPool pool(2);
+  // One index sleeps 200 ms; the other chunks are done by the other participant meanwhile, and the job ends
+  // when the slow chunk does: about 200 ms, not 200 ms times the chunks a static split would give that thread.
+  std::atomic<int> done{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  parallel_for(&pool, 8, [&](int64_t i) {
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (i != 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    done.fetch_add(1);
+  });
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(done.load(), 8);
+  // Static halves would be 200 + 3 * 40 = 320 ms on one side; claiming leaves the sleeper's partner the other
+  // seven chunks (280 ms) at worst. The bound only catches a serial run (480 ms).
+  EXPECT_LT(ms, 470.0);
+}
+
+TEST(WorkerPool, SmallWorkRunsInlineOnTheCaller) {
+  WorkerPool pool(4);
+  const auto me = std::this_thread::get_id();
+  bool all_here = true;
+  parallel_for(
+      &pool, 100, [&](int64_t) { all_here = all_here && std::this_thread::get_id() == me; }, 1.0, 1000.0);
+  EXPECT_TRUE(all_here);
+  EXPECT_EQ(pool.jobs(), 0u);
+  parallel_for(nullptr, 3, [&](int64_t) { all_here = all_here && std::this_thread::get_id() == me; });
+  EXPECT_TRUE(all_here);
+}
+
+}  // namespace
+}  // namespace tessera::ops::cpu
