@@ -16,6 +16,7 @@
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
 #include "base/dtype.h"
 #include "base/rng.h"
 #include "commands.h"
@@ -97,10 +98,10 @@ int run_bench(const BenchArgs& a) {
   const double matrix_params = static_cast<double>(c.n_layers) *
                                    (2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim) +
                                static_cast<double>(c.vocab_size) * c.dim;
-  const double cache_elem = ro.kv.dtype == DType::kF16 ? 2.0 : 4.0;
   const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
-  const double decode_bytes =
-      static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * c.n_layers * 2.0 * c.kv_dim() * cache_elem;
+  // The KV of one position, all layers, K and V (api/kv_layout.h), read once per attended position.
+  const auto kv_bytes_per_position = static_cast<double>(api::KvLayout{c.n_layers, c.kv_dim(), ro.kv.dtype, 1}.bytes());
+  const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * kv_bytes_per_position;
   const double prefill_ctx = (a.prompt_tokens + 1) / 2.0;
   const double prefill_flops = 2.0 * matrix_params + 4.0 * c.n_layers * c.q_dim() * prefill_ctx;
 

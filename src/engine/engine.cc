@@ -117,10 +117,10 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
     const ImportedKv& kv = *request.imported;
     const size_t want = api::KvLayout{c.n_layers, c.kv_dim(), kv.dtype, kv.count}.bytes();
     if (kv.first < 0 || kv.count < 1 || kv.first + kv.count != static_cast<int>(request.prompt.size()) ||
-        kv.data.size() != want) {
+        kv.bytes().size() != want) {
       return invalid_argument(
           fmt::format("imported KV covers [{}, {}) with {} bytes; the prompt has {} tokens and needs {} bytes",
-                      kv.first, kv.first + kv.count, kv.data.size(), request.prompt.size(), want));
+                      kv.first, kv.first + kv.count, kv.bytes().size(), request.prompt.size(), want));
     }
   }
   auto a = std::make_unique<Active>(std::move(request), std::move(callback));
@@ -332,8 +332,8 @@ bool Engine::import(Active& a) {
   const model::ModelConfig& c = runner_.config();
   const api::KvLayout layout{c.n_layers, c.kv_dim(), kv.dtype, kv.count};
   for (int l = 0; st.ok() && l < c.n_layers; ++l) {
-    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, kv.data.data() + layout.k_offset(l, 0),
-                           kv.data.data() + layout.v_offset(l, 0));
+    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, kv.bytes().data() + layout.k_offset(l, 0),
+                           kv.bytes().data() + layout.v_offset(l, 0));
   }
   if (!st.ok()) {
     finish(a, FinishReason::kError, st.with_context("importing the prefill node's KV"));
@@ -345,7 +345,9 @@ bool Engine::import(Active& a) {
   scheduler_.commit(Schedule{{{&a.seq, 0}}, {}, {}});  // register the imported full blocks for prefix reuse
   counters_.prompt_tokens += static_cast<uint64_t>(kv.count);
   a.sampler.skip_draw();
-  accept_token(a, kv.first_token, nullptr);
+  const TokenId first_token = kv.first_token;
+  a.req.imported.reset();  // the KV is in the cache: its memory (a decode node's staging range) goes back now
+  accept_token(a, first_token, nullptr);
   return true;
 }
 

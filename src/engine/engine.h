@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -39,7 +40,13 @@ struct ImportedKv {
   int first = 0;
   int count = 0;
   DType dtype = DType::kF32;
-  std::vector<uint8_t> data;
+  std::vector<uint8_t> data;  // the bytes, owned here; or, when `view` is set, ignored:
+  // A view of memory kept alive by `view_owner` (a decode node's link staging range, given back when the
+  // ImportedKv goes, which the engine lets happen as soon as the import is done): the KV goes from the wire
+  // memory into the device cache in one copy, never through `data`.
+  std::span<const uint8_t> view;
+  std::shared_ptr<const void> view_owner;
+  std::span<const uint8_t> bytes() const { return view.data() != nullptr ? view : std::span<const uint8_t>(data); }
   TokenId first_token = 0;
   std::vector<int32_t> cached_blocks;  // blocks holding positions [0, first), already retained (lookup_prefix)
   // Fresh blocks for the positions from `first` on, allocated before the transfer (reserve_blocks); the

@@ -421,23 +421,49 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
   }
   const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
   const size_t row_bytes = kv_->k(layer).row_bytes() / static_cast<size_t>(bt);  // one position of one block
-  std::vector<uint8_t> row(row_bytes);
-  const size_t wire_row = dtype_bytes(dtype, kv_dim);
-  for (int i = 0; i < count; ++i) {
+  // The positions as runs of rows that are contiguous in the cache (within a block, and across blocks whose ids
+  // follow each other): one device copy per run for K and one for V, never one per position. Offsets are
+  // relative to the layer's K (V) tensor; the host side is the rows in position order.
+  std::vector<ops::CopyRun> runs;
+  for (int i = 0; i < count;) {
     const int pos = first + i;
-    const size_t slot =
-        static_cast<size_t>(seq.blocks[static_cast<size_t>(pos / bt)]) * bt + static_cast<size_t>(pos % bt);
-    for (int which = 0; which < 2; ++which) {
-      const ops::Tensor& cache = which == 0 ? kv_->k(layer) : kv_->v(layer);
-      uint8_t* wire = (which == 0 ? k : v) + static_cast<size_t>(i) * wire_row;
-      const size_t at = cache.offset + slot * row_bytes;
-      if (out) {
-        TS_RETURN_IF_ERROR(stream_->read(*cache.buffer, at, row.data(), row_bytes));
-        TS_RETURN_IF_ERROR(convert_rows(row.data(), cache.dtype, wire, dtype, kv_dim));
-      } else {
-        TS_RETURN_IF_ERROR(convert_rows(wire, dtype, row.data(), cache.dtype, kv_dim));
-        TS_RETURN_IF_ERROR(stream_->write(*cache.buffer, at, row.data(), row_bytes));
-      }
+    const int32_t block = seq.blocks[static_cast<size_t>(pos / bt)];
+    if (block < 0 || block >= kv_->num_blocks()) {
+      return out_of_range(fmt::format("{}: block {} is not a block of this cache ({} blocks)",
+                                      out ? "export_kv" : "import_kv", block, kv_->num_blocks()));
+    }
+    const int rows = std::min(bt - pos % bt, count - i);
+    const size_t dev = (static_cast<size_t>(block) * bt + static_cast<size_t>(pos % bt)) * row_bytes;
+    const size_t host = static_cast<size_t>(i) * row_bytes;
+    const size_t bytes = static_cast<size_t>(rows) * row_bytes;
+    if (!runs.empty() && runs.back().device_offset + runs.back().bytes == dev) {
+      runs.back().bytes += bytes;
+    } else {
+      runs.push_back({dev, host, bytes});
+    }
+    i += rows;
+  }
+  const size_t native_bytes = static_cast<size_t>(count) * row_bytes;
+  // Same dtype on the wire as in the cache: the runs land in (come from) the caller's arrays directly, which
+  // on a prefill or decode node are the link's registered memory (one copy between device and wire). Otherwise
+  // they go through host scratch in the cache's dtype, converted row by row.
+  const bool direct = kv_->k(layer).dtype == dtype;
+  std::vector<std::byte> scratch(direct ? 0 : native_bytes);
+  for (int which = 0; which < 2; ++which) {
+    const ops::Tensor& cache = which == 0 ? kv_->k(layer) : kv_->v(layer);
+    uint8_t* wire = which == 0 ? k : v;
+    std::span<std::byte> host =
+        direct ? std::span<std::byte>(reinterpret_cast<std::byte*>(wire), native_bytes) : std::span(scratch);
+    if (!out && !direct) {
+      TS_RETURN_IF_ERROR(convert_rows(wire, dtype, host.data(), cache.dtype, kv_dim * static_cast<size_t>(count)));
+    }
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::HostStaging> staging, device_.register_staging(host));
+    std::vector<ops::CopyRun> placed = runs;
+    for (ops::CopyRun& r : placed) r.device_offset += cache.offset;
+    TS_RETURN_IF_ERROR(stream_->copy_runs(*cache.buffer, *staging, placed,
+                                          out ? ops::CopyDirection::kToHost : ops::CopyDirection::kToDevice));
+    if (out && !direct) {
+      TS_RETURN_IF_ERROR(convert_rows(host.data(), cache.dtype, wire, dtype, kv_dim * static_cast<size_t>(count)));
     }
   }
   return stream_->synchronize();

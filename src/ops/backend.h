@@ -3,6 +3,7 @@
 //   Backend  one per device family ("ref", later "cpu", "opencl", "cuda"); enumerates and opens devices.
 //   Device   allocates Buffers, answers capability queries, creates Streams.
 //   Buffer   device memory; owned by whoever allocated it (std::unique_ptr).
+//   HostStaging  host memory registered with a device for copies (pinned on cuda): where KV runs land.
 //   Stream   an ordered queue of copies and operators. Operations on one stream run in submission order;
 //            synchronize() waits for all of them. A failed operation's Status is returned by the call that
 //            submitted it where the backend can tell at once, otherwise by the next synchronize().
@@ -69,6 +70,30 @@ class Recording {
   virtual std::string_view kind() const = 0;
 };
 
+// Host memory a device copies runs to and from (copy_runs). A backend pins it where that makes the copies DMA
+// (cuda: cudaHostRegister for the region's lifetime); elsewhere it only records the range. The memory stays
+// the caller's and must outlive the registration.
+class HostStaging {
+ public:
+  explicit HostStaging(std::span<std::byte> bytes) : bytes_(bytes) {}
+  virtual ~HostStaging() = default;
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  std::span<std::byte> bytes() const { return bytes_; }
+
+ private:
+  std::span<std::byte> bytes_;
+};
+
+// One contiguous run of bytes between a device buffer and a staging region: a run of whole KV rows (positions
+// whose blocks are consecutive), one device copy.
+struct CopyRun {
+  size_t device_offset = 0;  // into the Buffer
+  size_t host_offset = 0;    // into the HostStaging
+  size_t bytes = 0;
+};
+enum class CopyDirection { kToHost, kToDevice };
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -83,6 +108,11 @@ class Stream {
   virtual Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
   virtual Status read(Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
   virtual Status synchronize() = 0;
+  // Copies each run between `buffer` and `staging`: exactly one device copy per run (opencl: one
+  // clEnqueueRead/WriteBuffer; cuda: one cudaMemcpyAsync on this stream; ref, cpu: one memcpy). Every run is
+  // bounds-checked on both sides first (OutOfRange, nothing copied). Complete when it returns. The default
+  // calls read()/write() once per run; backends with asynchronous queues enqueue all runs, then wait once.
+  virtual Status copy_runs(Buffer& buffer, HostStaging& staging, std::span<const CopyRun> runs, CopyDirection dir);
 
   // Convenience: copy a host array into / out of a tensor view (the whole view).
   Status upload(const Tensor& dst, const void* src);
@@ -97,6 +127,10 @@ class Device {
   virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
   virtual Support supports(const Op& op) const = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  // Registers host memory for copy_runs (see HostStaging). The default records the range; cuda pins it.
+  virtual Result<std::unique_ptr<HostStaging>> register_staging(std::span<std::byte> bytes) {
+    return std::make_unique<HostStaging>(bytes);
+  }
 };
 
 // Settings a caller may pass when opening a device; a backend ignores those that do not apply to it.

@@ -24,8 +24,10 @@
 #include "api/roles.h"
 #include "base/guarded.h"
 #include "base/log.h"
+#include "engine/kv_connector.h"
 #include "link/agent.h"
 #include "link/checksum.h"
+#include "serve/owned_threads.h"
 #include "serve/prefill_breaker.h"
 
 namespace tessera::serve {
@@ -94,11 +96,13 @@ std::string error_json(const std::string& message) { return json{{"error", {{"me
 }  // namespace
 
 struct PdService::Impl {
-  engine::Engine& engine;
+  engine::KvConnector kv;  // the engine, as far as this service may see it
   PdOptions options;
-  std::unique_ptr<link::Agent> agent;
+  // Shared with the staging ranges handed to the engine (ReceivedKv::owner), which may be given back after
+  // the last request thread ended.
+  std::shared_ptr<link::Agent> agent;
   link::RegionId staging{};
-  std::unique_ptr<RangeAllocator> staging_alloc;
+  std::shared_ptr<RangeAllocator> staging_alloc;
   std::span<std::byte> staging_bytes;
 
   // Decode: notifications by tag.
@@ -131,22 +135,45 @@ struct PdService::Impl {
   mutable std::mutex role_mu;
   std::string role;  // GUARDED_BY(role_mu)
 
-  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)), role(options.role) {}
-
   std::string current_role() const {
     std::lock_guard<std::mutex> lock(role_mu);
     return role;
   }
 
-  ~Impl() {
-    stopping = true;
-    if (notifier.joinable()) notifier.join();
-    if (prober.joinable()) prober.join();
-    if (agent) agent->shutdown(std::chrono::milliseconds(1000));
+  // Every per-request thread (prefill calls, their completions, remote prefills); joined by shutdown().
+  OwnedThreads threads;
+  std::once_flag shut;
+
+  Impl(engine::Engine& e, PdOptions o) : kv(e), options(std::move(o)), role(options.role) {}
+
+  ~Impl() { shutdown(); }
+
+  // Ends the work in flight promptly and joins every thread this service started: calls waiting on a prefill
+  // node are abandoned, waits for completion tags end, the link fails transfers not started and gives started
+  // ones a second; each request then ends the way a failure would (a decode request prefills locally, a
+  // prefill call answers 502), and its thread exits.
+  void shutdown() {
+    std::call_once(shut, [this] {
+      stopping = true;
+      {
+        std::lock_guard<std::mutex> lock(attempts_mu);
+        for (auto& [url, set] : attempts) {
+          for (const AttemptPtr& a : set) a->abandon = true;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        cv.notify_all();
+      }
+      if (agent) agent->shutdown(std::chrono::milliseconds(1000));
+      threads.join_all();
+      if (notifier.joinable()) notifier.join();
+      if (prober.joinable()) prober.join();
+    });
   }
 
   json model_json() const {
-    const model::ModelConfig& c = engine.config();
+    const model::ModelConfig& c = kv.config();
     return {
         {"name", options.model_name}, {"n_layers", c.n_layers}, {"kv_dim", c.kv_dim()}, {"vocab_size", c.vocab_size}};
   }
@@ -163,7 +190,7 @@ struct PdService::Impl {
 
   bool wait_tag(uint64_t tag, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu);
-    bool ok = cv.wait_for(lock, timeout, [&] { return arrived.count(tag) > 0; });
+    bool ok = cv.wait_for(lock, timeout, [&] { return arrived.count(tag) > 0 || stopping; }) && arrived.count(tag) > 0;
     arrived.erase(tag);
     return ok;
   }
@@ -199,6 +226,7 @@ struct PdService::Impl {
     auto a = std::make_shared<Attempt>();
     a->client = std::move(client);
     std::lock_guard<std::mutex> lock(attempts_mu);
+    if (stopping) a->abandon = true;  // shutdown() has swept the attempts already
     attempts[url].insert(a);
     return a;
   }
@@ -231,7 +259,7 @@ struct PdService::Impl {
   // Runs on a thread of its own (see register_routes): connecting to the decode node may take the link's whole
   // connect timeout.
   void handle_prefill(const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
-    const model::ModelConfig& c = engine.config();
+    const model::ModelConfig& c = kv.config();
     const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
     auto call = api::parse_prefill_call(req.body, c.vocab_size, max_prompt);
     if (const std::string now = current_role(); now == "decode") {
@@ -273,7 +301,7 @@ struct PdService::Impl {
     const int count = n - gen.export_from;
     if (gen.export_from < 0 || count < 1) return w->send(400, error_json("export_from must leave at least one token"));
     const DType wire = DType::kF32;
-    const api::KvLayout layout{c.n_layers, c.kv_dim(), wire, count};
+    const api::KvLayout layout = kv.layout(count, wire);
     const size_t total = layout.bytes();
     const uint64_t remote_offset = call->offset;
     if (total > region->length || remote_offset > region->length - total) {
@@ -290,17 +318,16 @@ struct PdService::Impl {
     const int from = gen.export_from;
     link::Agent* ag = agent.get();
     const bool overlap = options.overlap;
-    gen.on_kv_layer = [job, peer, remote, remote_offset, from, layout, wire, ag, overlap](
-                          engine::ModelRunner& runner, const engine::SequenceKv& seq, int layer, int first, int cnt) {
+    // The engine copies each layer's rows straight into job->local (the link-registered memory: one device
+    // copy per run of blocks); this hook then starts that layer's link write.
+    auto on_layer = [job, peer, remote, remote_offset, from, layout, ag, overlap](int layer, int first, int cnt) {
       const size_t k_off = layout.k_offset(layer, first - from);
       const size_t v_off = layout.v_offset(layer, first - from);
-      // The rows are copied out of the paged cache now in both modes: the cache blocks may be reused once
-      // the request finishes. Only the link writes wait when the overlap is off.
-      TS_RETURN_IF_ERROR(
-          runner.export_kv(seq, layer, first, cnt, wire, job->local.data() + k_off, job->local.data() + v_off));
       const uint64_t len = static_cast<uint64_t>(cnt) * layout.row_bytes();
       std::vector<link::Assignment> batch = {{job->local_id, k_off, remote, remote_offset + k_off, len},
                                              {job->local_id, v_off, remote, remote_offset + v_off, len}};
+      // The rows are out of the paged cache now in both modes (its blocks may be reused once the request
+      // finishes); only the link writes wait when the overlap is off.
       if (!overlap) {
         job->deferred.push_back(std::move(batch));
         return ok_status();
@@ -311,18 +338,23 @@ struct PdService::Impl {
     };
     const uint64_t tag = call->tag;
     const auto t0 = Clock::now();
-    auto id = engine.submit(
-        std::move(gen), [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
-          if (o.finish == engine::FinishReason::kNone) return;
-          const auto computed = Clock::now();
-          // Leave the engine thread: waiting for the transfers must not stall other requests.
-          std::thread([this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
-            run_guarded(
-                "pd prefill completion",
-                [&] { finish_prefill(job, w, peer, remote, remote_offset, tag, t0, computed, wire, o); },
-                [&] { w->send(500, error_json("internal error while sending the KV")); });
-          }).detach();
-        });
+    auto id =
+        kv.submit_exporting(std::move(gen), from, wire, job->local, std::move(on_layer),
+                            [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
+                              if (o.finish == engine::FinishReason::kNone) return;
+                              const auto computed = Clock::now();
+                              // Leave the engine thread: waiting for the transfers must not stall other requests.
+                              const bool started = threads.start(
+                                  "pd prefill completion",
+                                  [this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
+                                    finish_prefill(job, w, peer, remote, remote_offset, tag, t0, computed, wire, o);
+                                  },
+                                  [w] { w->send(500, error_json("internal error while sending the KV")); });
+                              if (!started) {
+                                (void)agent->unregister_region(job->local_id);
+                                w->send(503, error_json("the prefill node is shutting down"));
+                              }
+                            });
     if (!id.ok()) {
       (void)agent->unregister_region(job->local_id);
       return w->send(api::http_status(id.status()), error_json(id.status().message()));
@@ -366,17 +398,17 @@ struct PdService::Impl {
   }
 
   // ---- decode role ----
-  // Returns the imported KV for `gen`, or an error (the caller then prefills locally).
+  // Returns the KV for `gen` from `cached_tokens` on, still in the staging memory it arrived in (given back when
+  // the engine has imported it), or an error (the caller then prefills locally).
   // `preferred` (the router's choice) goes first, then this node's own list in turn.
   // Prefill nodes whose breaker is open are skipped; Cancelled when the client left meanwhile.
-  Result<std::shared_ptr<engine::ImportedKv>> remote_prefill(const engine::GenerationRequest& gen,
-                                                             const engine::PrefixLookup& hit,
-                                                             const std::string& preferred,
-                                                             const std::shared_ptr<std::atomic<bool>>& client) {
-    const model::ModelConfig& c = engine.config();
+  Result<engine::ReceivedKv> remote_prefill(const engine::GenerationRequest& gen, int cached_tokens,
+                                            const std::string& preferred,
+                                            const std::shared_ptr<std::atomic<bool>>& client) {
+    const model::ModelConfig& c = kv.config();
     const int n = static_cast<int>(gen.prompt.size());
-    const int count = n - hit.cached_tokens;
-    const size_t total = api::KvLayout{c.n_layers, c.kv_dim(), DType::kF32, count}.bytes();
+    const int count = n - cached_tokens;
+    const size_t total = kv.layout(count, DType::kF32).bytes();
     auto offset = staging_alloc->allocate(total);
     if (!offset) return resource_exhausted(fmt::format("no staging memory for {} KV bytes", total));
     auto release = [&] { staging_alloc->release(*offset); };
@@ -396,7 +428,7 @@ struct PdService::Impl {
       if (url != preferred) order.push_back(url);
     }
     for (const std::string& url : order) {
-      if (client && *client) break;
+      if ((client && *client) || stopping) break;
       if (!breaker.allow(url)) {
         last = unavailable(fmt::format("{}: its breaker is open (it timed out or failed; probing it)", url));
         continue;
@@ -404,7 +436,7 @@ struct PdService::Impl {
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
       api::PrefillCall call;
       call.prompt = gen.prompt;
-      call.export_from = hit.cached_tokens;
+      call.export_from = cached_tokens;
       call.sampling = gen.sampling;
       call.agent = agent->info().encode();
       call.region = desc->encode();
@@ -462,14 +494,16 @@ struct PdService::Impl {
         last = data_loss(fmt::format("{}: KV checksum mismatch", url));
         continue;
       }
-      auto kv = std::make_shared<engine::ImportedKv>();
-      kv->first = hit.cached_tokens;
-      kv->count = count;
-      kv->dtype = DType::kF32;
-      kv->data.assign(data, data + total);
-      kv->first_token = reply->first_token;
-      kv->cached_blocks = hit.blocks;
-      release();
+      // The engine imports straight from the staging range (one device copy per run of blocks per layer); the
+      // range goes back to the allocator when the engine lets go of it.
+      engine::ReceivedKv received;
+      received.bytes = {data, total};
+      received.dtype = DType::kF32;
+      received.first_token = reply->first_token;
+      received.owner =
+          std::shared_ptr<const void>(data, [alloc = staging_alloc, agent = agent, at = *offset](const void*) {
+            alloc->release(at);  // `agent` keeps the staging region mapped until then
+          });
       std::lock_guard<std::mutex> lock(stats_mu);
       stats.kv_bytes += total;
       // Per sender for the router's link view; the URL came from this node's list or the router (a token holder),
@@ -481,7 +515,7 @@ struct PdService::Impl {
       stats.kv_exposed_seconds +=
           reply->transfer_wait_ms / 1000 + std::chrono::duration<double>(tagged - replied).count();
       stats.kv_verify_seconds += std::chrono::duration<double>(Clock::now() - tagged).count();
-      return kv;
+      return received;
     }
     release();
     if (client && *client) return cancelled("the client went away during the remote prefill");
@@ -547,25 +581,23 @@ PdStats PdService::stats() const {
 void PdService::register_routes(http::Server& server) {
   Impl* d = impl_.get();
   const ClusterToken& token = d->options.cluster_token;
-  server.route(
-      "GET", "/internal/pd/info",
-      http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-        // current_role() only ever holds a name parse_role() accepted (create, set_role).
-        auto role = api::parse_role(d->current_role());
-        w->send(200, api::pd_info_body(role.ok() ? *role : api::NodeRole::kBoth, d->agent->info().encode(),
-                                       d->model_json()));
-      }));
+  server.route("GET", "/internal/pd/info",
+               http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+                 // current_role() only ever holds a name parse_role() accepted (create, set_role).
+                 auto role = api::parse_role(d->current_role());
+                 w->send(200, api::pd_info_body(role.ok() ? *role : api::NodeRole::kBoth, d->agent->info().encode(),
+                                                d->model_json()));
+               }));
   if (d->options.role == "prefill" || d->options.role == "both" || d->options.switchable) {
     server.route(
         "POST", "/internal/pd/prefill",
         http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
           // Off the I/O thread: with 2 I/O threads, two calls naming an agent address that never answers used
           // to freeze the node's HTTP face for the link's connect timeout (issue 20).
-          std::thread([d, r, w = std::move(w)]() mutable {
-            run_guarded(
-                "pd prefill", [&] { d->handle_prefill(r, w); },
-                [&] { w->send(500, error_json("the prefill request failed unexpectedly")); });
-          }).detach();
+          const bool started = d->threads.start(
+              "pd prefill", [d, r, w] { d->handle_prefill(r, w); },
+              [w] { w->send(500, error_json("the prefill request failed unexpectedly")); });
+          if (!started) w->send(503, error_json("the prefill node is shutting down"));
         }));
   }
 }
@@ -574,78 +606,61 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
                          std::function<void(Result<engine::RequestId>)> on_started,
                          std::shared_ptr<std::atomic<bool>> cancelled, std::string prefill_url) {
   Impl* d = impl_.get();
-  std::thread([d, request = std::move(request), callback = std::move(callback), on_started = std::move(on_started),
-               cancelled, prefill_url = std::move(prefill_url)]() mutable {
-    bool started = false;
-    auto start = [&](Result<engine::RequestId> id) {
-      started = true;
-      on_started(std::move(id));
+  // Both the body and the exception path may answer; `started` makes sure exactly one does.
+  auto started = std::make_shared<std::atomic<bool>>(false);
+  auto start = [started, on_started](Result<engine::RequestId> id) {
+    if (!started->exchange(true)) on_started(std::move(id));
+  };
+  auto body = [d, request = std::move(request), callback = std::move(callback), start, cancelled,
+               prefill_url = std::move(prefill_url)]() mutable {
+    auto local = [&](bool fallback) {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      (fallback ? d->stats.fallbacks : d->stats.local)++;
     };
-    run_guarded(
-        "pd generate",
-        [&] {
-          auto local = [&](bool fallback) {
-            std::lock_guard<std::mutex> lock(d->stats_mu);
-            (fallback ? d->stats.fallbacks : d->stats.local)++;
-          };
-          if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
-            request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
-          }
-          auto hit = d->engine.lookup_prefix(request.prompt);
-          const int n = static_cast<int>(request.prompt.size());
-          const bool nowhere = prefill_url.empty() && d->options.prefill_urls.empty();  // no router pick, no list
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode" ||
-              nowhere) {
-            if (hit.ok()) d->engine.release_blocks(hit->blocks);
-            local(false);
-            return start(d->engine.submit(std::move(request), std::move(callback)));
-          }
-          const auto t0 = Clock::now();
-          // Reserve the KV blocks the transferred positions will occupy before asking for them, so the import never
-          // waits for room. A full cache does not refuse the request: the blocks are then allocated at import.
-          std::vector<int32_t> reserved;
-          const int bt = d->engine.block_tokens();
-          auto r = d->engine.reserve_blocks((n + bt - 1) / bt - static_cast<int>(hit->blocks.size()));
-          if (r.ok()) {
-            reserved = std::move(*r);
-          } else {
-            std::lock_guard<std::mutex> lock(d->stats_mu);
-            d->stats.deferred_reservations++;
-          }
-          auto kv = d->remote_prefill(request, *hit, prefill_url, cancelled);
-          if (*cancelled) {  // the client left: neither a fallback nor work worth doing
-            d->engine.release_blocks(hit->blocks);
-            d->engine.release_blocks(reserved);
-            {
-              std::lock_guard<std::mutex> lock(d->stats_mu);
-              d->stats.cancelled++;
-            }
-            return start(tessera::cancelled("the client went away before its prompt was prefilled"));
-          }
-          if (!kv.ok()) {
-            log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
-            d->engine.release_blocks(hit->blocks);
-            d->engine.release_blocks(reserved);
-            local(true);
-            return start(d->engine.submit(std::move(request), std::move(callback)));
-          }
-          {
-            std::lock_guard<std::mutex> lock(d->stats_mu);
-            d->stats.remote++;
-            d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-          }
-          (*kv)->reserved_blocks = reserved;
-          std::vector<int32_t> blocks = (*kv)->cached_blocks;
-          blocks.insert(blocks.end(), reserved.begin(), reserved.end());
-          request.imported = *kv;
-          auto id = d->engine.submit(std::move(request), std::move(callback));
-          if (!id.ok()) d->engine.release_blocks(blocks);
-          start(std::move(id));
-        },
-        [&] {
-          if (!started) start(internal_error("the prefill/decode path failed unexpectedly"));
-        });
-  }).detach();
+    if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
+      request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
+    }
+    auto blocks = d->kv.hold_blocks(request.prompt);
+    const int n = static_cast<int>(request.prompt.size());
+    const bool nowhere = prefill_url.empty() && d->options.prefill_urls.empty();  // no router pick, no list
+    if (!blocks.ok() || n - blocks->cached_tokens() < d->options.min_remote_tokens || d->current_role() != "decode" ||
+        nowhere) {
+      if (blocks.ok()) blocks->release();
+      local(false);
+      return start(d->kv.submit(std::move(request), std::move(callback)));
+    }
+    const auto t0 = Clock::now();
+    if (!d->kv.reserve_rest(*blocks, n)) {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      d->stats.deferred_reservations++;
+    }
+    auto kv = d->remote_prefill(request, blocks->cached_tokens(), prefill_url, cancelled);
+    if (*cancelled) {  // the client left: neither a fallback nor work worth doing
+      {
+        std::lock_guard<std::mutex> lock(d->stats_mu);
+        d->stats.cancelled++;
+      }
+      return start(tessera::cancelled("the client went away before its prompt was prefilled"));
+    }
+    if (!kv.ok()) {
+      log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
+      blocks->release();
+      local(true);
+      return start(d->kv.submit(std::move(request), std::move(callback)));
+    }
+    {
+      std::lock_guard<std::mutex> lock(d->stats_mu);
+      d->stats.remote++;
+      d->stats.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    start(d->kv.submit_imported(std::move(request), std::move(*blocks), std::move(*kv), std::move(callback)));
+  };
+  const bool running = d->threads.start("pd generate", std::move(body), [start] {
+    start(internal_error("the prefill/decode path failed unexpectedly"));
+  });
+  if (!running) start(unavailable("the node is shutting down"));
 }
+
+void PdService::shutdown() { impl_->shutdown(); }
 
 }  // namespace tessera::serve

@@ -12,6 +12,8 @@
 // Both require the cluster token when one is configured. A switchable service (PdOptions::switchable) can
 // change its role while it runs (set_role, docs/solver.md "Live role change").
 //
+// Threads: the service owns every thread it starts (per prefill call, per completion, per remote prefill, a
+// notification reader and a breaker prober) and joins them in shutdown(); none is detached.
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
@@ -82,8 +84,13 @@ struct PdStats {
 
 class PdService {
  public:
+  // The service reaches the engine only through an engine::KvConnector (engine/kv_connector.h).
   static Result<std::unique_ptr<PdService>> create(engine::Engine& engine, PdOptions options);
-  ~PdService();
+  ~PdService();  // shutdown()
+  // Ends the work in flight (each request ends as a failure of its remote part would end it) and joins every
+  // thread the service started. Stop the engine first: its callbacks for prefill calls still reach the service.
+  // Idempotent.
+  void shutdown();
 
   const PdOptions& options() const;
   // The current role (options().role until set_role() changes it).

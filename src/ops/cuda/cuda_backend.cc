@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "base/check.h"
+#include "ops/copy_runs.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera::ops::cuda {
@@ -167,6 +168,26 @@ class CudaStream final : public Stream {
     TS_RETURN_IF_ERROR(check("cudaMemcpyAsync", cudaMemcpyAsync(dst, s, bytes, cudaMemcpyDeviceToHost, stream_)));
     return synchronize();
   }
+  // One cudaMemcpyAsync per run on this stream, then one synchronisation (the staging memory is the caller's
+  // again when this returns). With pinned staging (CudaDevice::register_staging) each copy is one DMA.
+  Status copy_runs(Buffer& buffer, HostStaging& staging, std::span<const CopyRun> runs, CopyDirection dir) override {
+    TS_RETURN_IF_ERROR(check_runs(buffer, staging, runs));
+    cudaSetDevice(device_);
+    auto* dev = static_cast<uint8_t*>(static_cast<CudaBuffer&>(buffer).device_ptr());
+    auto* host = reinterpret_cast<uint8_t*>(staging.bytes().data());
+    for (const CopyRun& r : runs) {
+      if (r.bytes == 0) continue;
+      const cudaError_t e =
+          dir == CopyDirection::kToHost
+              ? cudaMemcpyAsync(host + r.host_offset, dev + r.device_offset, r.bytes, cudaMemcpyDeviceToHost, stream_)
+              : cudaMemcpyAsync(dev + r.device_offset, host + r.host_offset, r.bytes, cudaMemcpyHostToDevice, stream_);
+      if (e != cudaSuccess) {
+        cudaStreamSynchronize(stream_);  // the runs already queued still name the caller's memory
+        return check("cudaMemcpyAsync", e);
+      }
+    }
+    return synchronize();
+  }
   Status synchronize() override {
     TS_RETURN_IF_ERROR(check("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
     int flag = 0;
@@ -280,6 +301,14 @@ class CudaStream final : public Stream {
   size_t capture_floats_ = 0;
 };
 
+// Staging memory pinned for the device (cudaHostRegister) while it is registered, so copy_runs is DMA rather than
+// the driver's bounce through its own pinned buffer.
+class PinnedStaging final : public HostStaging {
+ public:
+  explicit PinnedStaging(std::span<std::byte> bytes) : HostStaging(bytes) {}
+  ~PinnedStaging() override { cudaHostUnregister(bytes().data()); }
+};
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(int index, DeviceInfo info) : index_(index), info_(std::move(info)) {}
@@ -296,6 +325,15 @@ class CudaDevice final : public Device {
   }
   Support supports(const Op& op) const override { return capability(op); }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(index_); }
+  Result<std::unique_ptr<HostStaging>> register_staging(std::span<std::byte> bytes) override {
+    if (bytes.empty()) return std::make_unique<HostStaging>(bytes);
+    cudaSetDevice(index_);
+    const cudaError_t e = cudaHostRegister(bytes.data(), bytes.size(), cudaHostRegisterDefault);
+    if (e == cudaSuccess) return std::unique_ptr<HostStaging>(new PinnedStaging(bytes));
+    // Already registered (the link pinned it), or the driver refuses: copies still work, staged by the driver.
+    cudaGetLastError();
+    return std::make_unique<HostStaging>(bytes);
+  }
 
  private:
   int index_;

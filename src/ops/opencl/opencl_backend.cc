@@ -16,6 +16,7 @@
 #include <fmt/core.h>
 
 #include "base/check.h"
+#include "ops/copy_runs.h"
 #include "ops/opencl/command_buffer.h"
 
 namespace tessera::ops::opencl {
@@ -197,6 +198,27 @@ class ClStream final : public Stream {
     cl_int e = clFinish(queue_);
     if (e != CL_SUCCESS) return internal_error(cl_error("clFinish", e));
     return take_kernel_error();
+  }
+  // One non-blocking clEnqueueRead/WriteBuffer per run, then one clFinish: the host memory is the caller's
+  // again when this returns, and the queue is not drained once per run.
+  Status copy_runs(Buffer& buffer, HostStaging& staging, std::span<const CopyRun> runs, CopyDirection dir) override {
+    TS_RETURN_IF_ERROR(check_runs(buffer, staging, runs));
+    cl_mem m = static_cast<ClBuffer&>(buffer).mem();
+    std::byte* host = staging.bytes().data();
+    const bool to_host = dir == CopyDirection::kToHost;
+    cl_int e = CL_SUCCESS;
+    for (const CopyRun& r : runs) {
+      if (r.bytes == 0) continue;
+      e = to_host ? clEnqueueReadBuffer(queue_, m, CL_FALSE, r.device_offset, r.bytes, host + r.host_offset, 0, nullptr,
+                                        nullptr)
+                  : clEnqueueWriteBuffer(queue_, m, CL_FALSE, r.device_offset, r.bytes, host + r.host_offset, 0,
+                                         nullptr, nullptr);
+      if (e != CL_SUCCESS) break;
+    }
+    const cl_int finished = clFinish(queue_);
+    if (e != CL_SUCCESS) return internal_error(cl_error(to_host ? "clEnqueueReadBuffer" : "clEnqueueWriteBuffer", e));
+    if (finished != CL_SUCCESS) return internal_error(cl_error("clFinish", finished));
+    return to_host ? take_kernel_error() : ok_status();
   }
 
  private:
