@@ -8,11 +8,14 @@
 # ceiling.
 #   bash scripts/bench-pd-kv.sh      # writes docs/bench/pd-kv/{raw.jsonl,summary.md,env.txt}
 # Knobs: LENGTHS ("128 512 1024 2048 4096"), REPEATS (2), LONG_REPEATS (REPEATS; for prompts over 1024), LINKS ("shm tcp"), OVERLAPS ("on off"),
-#        CHUNK (512: prefill chunk = --max-batch-tokens), OUT (docs/bench/pd-kv).
+#        CHUNK (512: prefill chunk = --max-batch-tokens), OUT (docs/bench/pd-kv),
+#        PREFILL_BACKEND / DECODE_BACKEND (cpu; e.g. DECODE_BACKEND=opencl), TESSERA (the binary to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-B=$ROOT/build/release/bin/tessera
+B=${TESSERA:-$ROOT/build/release/bin/tessera}
+PREFILL_BACKEND=${PREFILL_BACKEND:-cpu}
+DECODE_BACKEND=${DECODE_BACKEND:-cpu}
 LENGTHS=${LENGTHS:-"128 512 1024 2048 4096"}
 REPEATS=${REPEATS:-2}
 LONG_REPEATS=${LONG_REPEATS:-$REPEATS}
@@ -34,12 +37,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_node NAME CPU ARGS...: starts `tessera serve` pinned to CPU; sets $url. (Not called through $(...):
+# start_node NAME CPU BACKEND ARGS...: starts `tessera serve` pinned to CPU; sets $url. (Not called through $(...):
 # the pid must be recorded in this shell so the nodes are stopped.)
 start_node() {
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$B" serve --model "$tmp/s110.bin" --tokenizer "$tmp/s110.tok.bin" --backend cpu --threads 1 \
+  local name=$1 cpu=$2 backend=$3
+  shift 3
+  taskset -c "$cpu" "$B" serve --model "$tmp/s110.bin" --tokenizer "$tmp/s110.tok.bin" --backend "$backend" --threads 1 \
     --port 0 --kv-memory 1200 --max-num-seqs 4 --max-batch-tokens "$CHUNK" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
   pids+=($!)
   for _ in $(seq 600); do
@@ -77,6 +80,7 @@ staging=$(((max_len + 64) * 12 * 2 * 768 * 4 / 1048576 + 16))
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') x $(nproc)"
   echo "kernel: $(uname -r)"
   echo "model: $(cat "$tmp/synth.txt")"
+  echo "backends: prefill $PREFILL_BACKEND, decode $DECODE_BACKEND"
   echo "lengths: $LENGTHS; repeats: $REPEATS ($LONG_REPEATS above 1024 tokens); links: $LINKS; overlaps: $OVERLAPS; prefill chunk: $CHUNK tokens"
 } > "$OUT/env.txt"
 : > "$OUT/raw.jsonl"
@@ -88,9 +92,9 @@ for link in $LINKS; do
   taskset -c 0,1 "$B" link bench --endpoint "$link" --sizes "$write_bytes" --repeats 3 --seconds 0.5 \
     > "$OUT/link-$link.txt" 2>&1 || echo "bench-pd-kv: link bench $link failed (see $OUT/link-$link.txt)" >&2
   for overlap in $OVERLAPS; do
-    start_node "prefill-$link-$overlap" 0 --role prefill --pd-overlap "$overlap" --link-endpoints "$link"
+    start_node "prefill-$link-$overlap" 0 "$PREFILL_BACKEND" --role prefill --pd-overlap "$overlap" --link-endpoints "$link"
     P=$url
-    start_node "decode-$link-$overlap" 1 --role decode --prefill-nodes "$P" --link-endpoints "$link" \
+    start_node "decode-$link-$overlap" 1 "$DECODE_BACKEND" --role decode --prefill-nodes "$P" --link-endpoints "$link" \
       --pd-min-tokens 1 --pd-staging-mib "$staging" --pd-timeout-ms 900000
     D=$url
     # One warm-up request (first connection, page faults), not recorded.

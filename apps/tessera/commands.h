@@ -27,6 +27,7 @@ Action add_bench_plot_subcommand(CLI::App& bench);
 Action add_link_command(CLI::App& app);
 Action add_ctrl_command(CLI::App& app);
 Action add_solve_command(CLI::App& app);
+Action add_plan_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 Action add_convert_command(CLI::App& app);
 Action add_inspect_command(CLI::App& app);

@@ -2,7 +2,7 @@
 // completions through a router, optionally run a fault command (kill a node, cut a link...) once N requests
 // have completed, and account for every token: the driver asks for token ids (`x-tessera-token-ids: 1`, which
 // the router honours by forwarding, just before each data chunk, the ids of the tokens that chunk carries;
-// serve/resume.h), and each request's ids and text are compared with a fault-free reference run, so a lost
+// api/resume.h), and each request's ids and text are compared with a fault-free reference run, so a lost
 // or repeated token is counted exactly (by longest common subsequence). The summary is JSON on stdout (and a
 // markdown row for docs/faults.md with --row LABEL).
 //

@@ -24,10 +24,7 @@ struct GenerateArgs {
   std::string backend = "ref";
   int max_tokens = 256;
   int steps = 0;
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
+  engine::SamplingParams sampling;  // --temperature, --top-p, --top-k, --seed
   int threads = 0;
   std::string weight_dtype;
   std::string kv_dtype = "f32";
@@ -55,7 +52,7 @@ int run_generate(const GenerateArgs& a) {
   engine::GenerateOptions go;
   go.max_tokens = a.max_tokens;
   go.echo_prompt = !a.no_echo;
-  go.sampling = {a.temperature, a.top_p, a.top_k, a.seed};
+  go.sampling = a.sampling;
   if (a.steps > 0) {
     // run.c's --steps: total positions, prompt (with BOS) included, capped by the context.
     int steps = std::min(a.steps, model->config.max_seq_len);
@@ -99,14 +96,14 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps,
                   "Total positions including the prompt and BOS, as llama2.c's run.c counts (overrides --max-tokens)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", args->temperature, "0 is greedy")
+  cmd->add_option("--temperature", args->sampling.temperature, "0 is greedy")
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: all)")
+  cmd->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  cmd->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Random seed (0: from the clock)");
+  cmd->add_option("--seed", args->sampling.seed, "Random seed (0: from the clock)");
   cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
       ->check(CLI::Range(0, 1024))

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   add(add_link_command);
   add(add_ctrl_command);
   add(add_solve_command);
+  add(add_plan_command);
   add(add_profile_command);
   add(add_convert_command);
   add(add_inspect_command);

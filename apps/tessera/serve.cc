@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
 #include "auth_flags.h"
 #include "base/dtype.h"
 #include "base/log.h"
@@ -39,6 +41,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string role = "both";
+  bool role_switchable = false;
   std::string served_name;
   int max_num_seqs = 64;
   int max_batch_tokens = 256;
@@ -101,8 +104,8 @@ int run_serve(const ServeArgs& a) {
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
-  const double bytes_per_block =
-      2.0 * cfg.n_layers * a.block_size * cfg.kv_dim() * static_cast<double>(dtype_bytes(ro.kv.dtype, 1));
+  const auto bytes_per_block =
+      static_cast<double>(api::KvLayout{cfg.n_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
   if (a.max_model_len > cfg.max_seq_len)
     return fail(
@@ -172,9 +175,10 @@ int run_serve(const ServeArgs& a) {
     }
   }
   std::unique_ptr<serve::PdService> pd;
-  if (a.role != "both") {
+  if (a.role != "both" || a.role_switchable) {
     serve::PdOptions po;
     po.role = a.role;
+    po.switchable = a.role_switchable;
     po.model_name = no.model_name;
     po.prefill_urls = a.prefill_nodes;
     po.min_remote_tokens = a.pd_min_tokens;
@@ -188,23 +192,33 @@ int run_serve(const ServeArgs& a) {
     pd = std::move(created).value();
     no.pd = pd.get();
   }
+  // POST /admin/role re-registers the node under its new role (serve/role_admin.h): same key, new value, so a
+  // router sees the node updated rather than gone and back.
+  std::unique_ptr<ctrl::Registration> registration;
+  ctrl::NodeInfo info;
+  std::mutex registration_mu;
+  no.on_role_change = [&](const std::string& role) -> Status {
+    std::lock_guard<std::mutex> lock(registration_mu);
+    if (!registration) return ok_status();
+    info.role = role;
+    return registration->update(info.to_json());
+  };
   serve::NodeServer node(engine, no);
   engine.start();
   if (Status s = node.start(); !s.ok()) return fail(s.message());
   // Control plane: this node's entry, kept alive by a lease while the process lives (routers discover it
   // there); revoked first on shutdown so that no router sends it new requests while it drains.
   std::unique_ptr<ctrl::Store> ctrl_store;
-  std::unique_ptr<ctrl::Registration> registration;
   if (!a.ctrl.empty()) {
     auto store = ctrl::make_store_from_flag(a.ctrl, *store_auth);
     if (!store.ok()) return fail(store.status().message());
     ctrl_store = std::move(store).value();
-    ctrl::NodeInfo info;
+    std::lock_guard<std::mutex> lock(registration_mu);
     info.address = a.advertise_url.empty()
                        ? fmt::format("{}://{}:{}", a.tls_cert.empty() ? "http" : "https", a.host, node.port())
                        : a.advertise_url;
     info.id = fmt::format("{}-{}", a.role, info.address.substr(info.address.find("//") + 2));
-    info.role = a.role;
+    info.role = pd ? pd->role() : a.role;  // the key keeps the starting role; the value follows changes
     info.backend = a.backend;
     info.capacity = ro.kv.num_blocks;
     info.host_id = link::local_host_id();
@@ -224,7 +238,10 @@ int run_serve(const ServeArgs& a) {
   sigwait(&signals, &sig);
   std::fprintf(stderr, "tessera serve: %s received, draining (up to %d ms)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_grace_ms);
-  registration.reset();
+  {
+    std::lock_guard<std::mutex> lock(registration_mu);
+    registration.reset();
+  }
   node.stop(a.shutdown_grace_ms);
   engine.stop();
   std::fprintf(stderr, "tessera serve: stopped\n");
@@ -249,6 +266,9 @@ Action add_serve_command(CLI::App& app) {
                   "prefilling long prompts on --prefill-nodes")
       ->check(CLI::IsMember({"both", "prefill", "decode"}))
       ->capture_default_str();
+  cmd->add_flag("--role-switchable", args->role_switchable,
+                "Prepare every role (link staging memory, the prefill route) so that POST /admin/role can change "
+                "the role while the node runs (the planner's re-role); a decode node then needs no --prefill-nodes");
   cmd->add_option("--prefill-nodes", args->prefill_nodes, "decode role: prefill node URLs")->delimiter(',');
   cmd->add_option("--pd-min-tokens", args->pd_min_tokens,
                   "decode role: prompts with fewer uncached tokens are prefilled locally")

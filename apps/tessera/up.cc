@@ -17,6 +17,10 @@
 // Every process gets the cluster token (--cluster-token-file): the given one, or a new one created in the run
 // folder with mode 0600 (docs/security.md).
 // cpus pins a process (sched_setaffinity).
+//   planner: {fleet: fleet.yaml, workload: workload.yaml, slo: slo.yaml,   # optional: the planner runs in
+//             interval_s: 5, cooldown_s: 60, min_gain: 0.15,               # this process (--planner on|off
+//             windows_to_act: 2, min_requests: 8, scale: false, port: 0}  # overrides); nodes start with
+//                                                                          # --role-switchable; docs/solver.md
 // Without a spec: prefill on cpu, decode on opencl (ref when this machine has no OpenCL device).
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
@@ -29,10 +33,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,9 +47,12 @@
 
 #include "base/cluster_token.h"
 #include "commands.h"
+#include "ctrl/store.h"
 #include "http/http.h"
 #include "model_paths.h"
 #include "ops/registry.h"
+#include "planner/launcher.h"
+#include "planner/planner_loop.h"
 
 namespace tessera::cli {
 namespace {
@@ -62,6 +71,13 @@ struct ClusterSpec {
   std::string strategy = "least_latency";
   std::vector<std::string> router_args;  // further `tessera route` flags
   std::vector<NodeSpec> nodes;
+  // The planner (src/planner/): on when the spec has a `planner:` section (or --planner on). Its specs are
+  // read against the spec's folder.
+  bool planner = false;
+  std::string planner_fleet, planner_workload, planner_slo;
+  double planner_interval_s = 5;
+  int planner_port = 0;
+  solver::PlannerPolicy planner_policy;
 };
 
 struct Child {
@@ -112,6 +128,36 @@ Result<ClusterSpec> load_spec(const std::string& path) {
         s.router_port = y["router"]["port"] ? y["router"]["port"].as<int>() : s.router_port;
         s.strategy = y["router"]["strategy"] ? y["router"]["strategy"].as<std::string>() : s.strategy;
         if (y["router"]["args"]) s.router_args = y["router"]["args"].as<std::vector<std::string>>();
+      }
+    }
+    if (y["planner"]) {
+      const YAML::Node& p = y["planner"];
+      if (p.IsScalar()) {
+        s.planner = p.as<std::string>() == "on";
+        if (s.planner)
+          return invalid_argument(fmt::format("{}: 'planner: on' needs its fleet, workload and slo", path));
+      } else {
+        s.planner = p["enabled"] ? p["enabled"].as<bool>() : true;
+        for (const char* k : {"fleet", "workload", "slo"}) {
+          if (!p[k]) return invalid_argument(fmt::format("{}: planner: '{}' (a spec file) is required", path, k));
+          auto f = resolve_path(p[k].as<std::string>(), spec_dir);
+          if (!f.ok()) return f.status().with_context(fmt::format("{}: planner: {}", path, k));
+          (std::string(k) == "fleet"      ? s.planner_fleet
+           : std::string(k) == "workload" ? s.planner_workload
+                                          : s.planner_slo) = *f;
+        }
+        if (p["interval_s"]) s.planner_interval_s = p["interval_s"].as<double>();
+        if (p["port"]) s.planner_port = p["port"].as<int>();
+        if (p["cooldown_s"]) s.planner_policy.cooldown_s = p["cooldown_s"].as<double>();
+        if (p["min_gain"]) s.planner_policy.min_gain = p["min_gain"].as<double>();
+        if (p["windows_to_act"]) s.planner_policy.windows_to_act = p["windows_to_act"].as<int>();
+        if (p["min_requests"]) s.planner_policy.min_requests = p["min_requests"].as<double>();
+        if (p["scale"]) s.planner_policy.scale = p["scale"].as<bool>();
+        if (!(s.planner_interval_s > 0) || s.planner_policy.windows_to_act < 1 || s.planner_policy.cooldown_s < 0 ||
+            s.planner_policy.min_gain < 0)
+          return invalid_argument(fmt::format(
+              "{}: planner: interval_s must be positive, windows_to_act at least 1, cooldown_s and min_gain >= 0",
+              path));
       }
     }
     if (!y["nodes"] || !y["nodes"].IsSequence() || y["nodes"].size() == 0) {
@@ -230,27 +276,31 @@ Status wait_router_knows(const std::string& router, const std::vector<std::strin
       fmt::format("the router discovered {} of the {} nodes through the control plane", known, nodes.size()));
 }
 
-void stop_all(std::vector<Child>& children) {
-  // Front to back: the router first, so nothing new reaches the nodes, then decode before prefill.
-  for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    if (it->pid <= 0) continue;
-    kill(it->pid, SIGTERM);
-    int status = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-    while (waitpid(it->pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(it->pid, SIGKILL);
-        waitpid(it->pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// SIGTERM (a node drains), SIGKILL after 15 s.
+void stop_child(Child& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (waitpid(c.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &status, 0);
+      break;
     }
-    if (it->out_fd >= 0) close(it->out_fd);
-    it->pid = -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (c.out_fd >= 0) close(c.out_fd);
+  c.pid = -1;
 }
 
-int run_up(const std::string& spec_path, int router_port_override, const std::string& token_file) {
+void stop_all(std::vector<Child>& children) {
+  // Front to back: the router first, so nothing new reaches the nodes, then decode before prefill.
+  for (auto it = children.rbegin(); it != children.rend(); ++it) stop_child(*it);
+}
+
+int run_up(const std::string& spec_path, int router_port_override, const std::string& token_file,
+           const std::string& planner_flag) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -260,6 +310,13 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
   auto spec = spec_path.empty() ? default_spec() : load_spec(spec_path);
   if (!spec.ok()) return fail(spec.status().message());
   if (router_port_override >= 0) spec->router_port = router_port_override;
+  if (planner_flag == "off") spec->planner = false;
+  if (planner_flag == "on") {
+    if (spec->planner_fleet.empty())
+      return fail("--planner on needs a `planner:` section (fleet, workload, slo) in the spec");
+    spec->planner = true;
+  }
+  if (spec->planner && !spec->router) return fail("the planner needs the router and its control plane (router: off)");
   std::printf("tessera up: model %s%s%s\n", spec->model.c_str(), spec->tokenizer.empty() ? "" : ", tokenizer ",
               spec->tokenizer.c_str());
   std::fflush(stdout);
@@ -271,15 +328,22 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
   if (!token.ok()) return fail(token.status().with_context("cluster token").message());
   const std::vector<std::string> token_flag = {"--cluster-token-file", token_path};
 
-  std::vector<Child> children;
-  auto start = [&](const std::string& name, std::vector<std::string> args, const std::vector<int>& cpus) -> Status {
+  std::vector<Child> children;  // GUARDED_BY(children_mu): the planner's launcher starts and stops nodes too
+  std::mutex children_mu;
+  auto start_child = [&](const std::string& name, std::vector<std::string> args,
+                         const std::vector<int>& cpus) -> Result<std::string> {
     args.insert(args.begin() + 1, token_flag.begin(), token_flag.end());
     auto c = spawn(name, args, cpus, logs + "/" + name + ".log");
     if (!c.ok()) return c.status();
-    children.push_back(*c);
-    Status s = wait_listening(children.back(), 60000);
-    if (s.ok()) s = wait_healthy(children.back(), 30000);
-    return s.ok() ? s : s.with_context(fmt::format("see {}/{}.log", logs, name));
+    Status s = wait_listening(*c, 60000);
+    if (s.ok()) s = wait_healthy(*c, 30000);
+    std::lock_guard<std::mutex> lock(children_mu);
+    children.push_back(*c);  // also when it failed: stop_all reaps it
+    if (!s.ok()) return s.with_context(fmt::format("see {}/{}.log", logs, name));
+    return c->url;
+  };
+  auto start = [&](const std::string& name, std::vector<std::string> args, const std::vector<int>& cpus) -> Status {
+    return start_child(name, std::move(args), cpus).status();
   };
   auto node_args = [&](const NodeSpec& n) {
     std::vector<std::string> a = {"serve",
@@ -297,6 +361,7 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
                                   std::filesystem::path(spec->model).filename().string()};
     if (!spec->tokenizer.empty()) a.insert(a.end(), {"--tokenizer", spec->tokenizer});
     if (n.threads > 0) a.insert(a.end(), {"--threads", std::to_string(n.threads)});
+    if (spec->planner) a.push_back("--role-switchable");  // the planner re-roles them (POST /admin/role)
     a.insert(a.end(), n.extra.begin(), n.extra.end());
     return a;
   };
@@ -352,17 +417,86 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
     }
   }
   if (!st.ok()) {
+    std::lock_guard<std::mutex> lock(children_mu);
     stop_all(children);
     return fail(st.message());
   }
+  std::unique_ptr<planner::PlannerLoop> plan;
+  if (spec->planner) {
+    // The local launcher: re-roles over /admin/role; scales by starting and stopping `tessera serve` processes
+    // of a pool's launch section, like the spec's own nodes.
+    int scaled = 0;
+    auto config = planner::planner_config_from_files(spec->planner_fleet, spec->planner_workload, spec->planner_slo);
+    planner::ScaleHooks hooks;
+    if (config.ok()) {
+      hooks.start = [&, fleet = config->fleet](const std::string& pool,
+                                               const std::string& role) -> Result<std::string> {
+        const solver::Pool* p = nullptr;
+        for (const solver::Pool& q : fleet.pools) p = q.name == pool ? &q : p;
+        if (p == nullptr || p->launch.backend.empty())
+          return failed_precondition(fmt::format("pool {} has no launch section: it cannot be started here", pool));
+        NodeSpec n{fmt::format("{}-planned-{}", pool, ++scaled),
+                   role,
+                   p->launch.backend,
+                   p->launch.threads,
+                   p->launch.cpus,
+                   p->launch.args};
+        std::vector<std::string> args = node_args(n);
+        args.insert(args.end(), {"--ctrl", ctrl_url});
+        std::fprintf(stderr, "tessera up: the planner starts %s (%s)\n", n.name.c_str(), role.c_str());
+        return start_child(n.name, args, n.cpus);
+      };
+      hooks.stop = [&](const std::string& address) -> Status {
+        Child c;
+        {
+          std::lock_guard<std::mutex> lock(children_mu);
+          auto it = std::find_if(children.begin(), children.end(), [&](const Child& x) { return x.url == address; });
+          if (it == children.end()) return not_found(fmt::format("no node of this cluster listens at {}", address));
+          c = *it;
+          children.erase(it);
+        }
+        std::fprintf(stderr, "tessera up: the planner stops %s at %s\n", c.name.c_str(), address.c_str());
+        stop_child(c);
+        return ok_status();
+      };
+    }
+    Result<std::unique_ptr<planner::PlannerLoop>> loop = config.status();
+    ctrl::StoreAuth auth;
+    auth.cluster_token = *token;
+    auto store = ctrl::make_store_from_flag(ctrl_url, auth);
+    if (config.ok() && !store.ok()) loop = store.status();
+    if (config.ok() && store.ok()) {
+      config->policy = spec->planner_policy;
+      config->interval_s = spec->planner_interval_s;
+      config->port = spec->planner_port;
+      config->cluster_token = *token;
+      auto launcher = planner::make_local_launcher(config->fleet, *token, hooks);
+      loop = planner::PlannerLoop::create(std::move(store).value(), std::move(launcher), std::move(*config));
+    }
+    Status started = loop.ok() ? (*loop)->start() : loop.status();
+    if (!started.ok()) {
+      std::lock_guard<std::mutex> lock(children_mu);
+      stop_all(children);
+      return fail(started.with_context("planner").message());
+    }
+    plan = std::move(loop).value();
+    std::printf("tessera up: planner at http://127.0.0.1:%u (every %.3g s)\n", plan->port(), spec->planner_interval_s);
+  }
+  size_t processes = 0;
+  {
+    std::lock_guard<std::mutex> lock(children_mu);
+    processes = children.size();
+  }
   std::printf("tessera up: cluster ready: OpenAI API at %s/v1 (%zu processes, logs in %s)\n", endpoint.c_str(),
-              children.size(), logs.c_str());
+              processes, logs.c_str());
   if (spec->router) std::printf("tessera up: fleet dashboard at %s/dashboard\n", endpoint.c_str());
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "tessera up: %s received, stopping the cluster\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (plan) plan->stop();  // first: nothing re-roles or starts a node while the cluster stops
+  std::lock_guard<std::mutex> lock(children_mu);
   stop_all(children);
   std::fprintf(stderr, "tessera up: stopped\n");
   return 0;
@@ -380,7 +514,12 @@ Action add_up_command(CLI::App& app) {
   auto token_file = std::make_shared<std::string>();
   cmd->add_option("--cluster-token-file", *token_file,
                   "The cluster credential given to every process (default: a new one, mode 0600, in the run folder)");
-  return [spec, port, token_file] { return run_up(*spec, *port, *token_file); };
+  auto planner = std::make_shared<std::string>();
+  cmd->add_option("--planner", *planner,
+                  "on: run the planner (the spec's `planner:` section) inside this process; off: do not, even when "
+                  "the spec has one")
+      ->check(CLI::IsMember({"on", "off"}));
+  return [spec, port, token_file, planner] { return run_up(*spec, *port, *token_file, *planner); };
 }
 
 }  // namespace tessera::cli

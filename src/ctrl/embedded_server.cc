@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "api/http_status.h"
 #include "ctrl/json_codec.h"
 
 namespace tessera::ctrl {
@@ -13,22 +14,9 @@ constexpr int64_t kMaxWatchWaitMs = 30000;
 // Long polls parked at once: each holds a connection and a writer; more are refused (429), not queued.
 constexpr size_t kMaxPendingWatches = 10000;
 
-int http_status(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-      return 400;
-    case StatusCode::kPermissionDenied:
-      return 403;
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kResourceExhausted:
-      return 429;
-    case StatusCode::kOutOfRange:
-      return 410;
-    default:
-      return 500;
-  }
-}
+// The canonical table (api/http_status.h), but for a compacted revision: 410 Gone, etcd's ErrCompacted, tells a
+// watcher to re-read rather than retry (in the store, OutOfRange means only that; embedded_store.cc maps it back).
+int http_status(const Status& s) { return s.code() == StatusCode::kOutOfRange ? 410 : api::http_status(s); }
 
 void send_error(http::ResponseWriter& w, const Status& s, int64_t revision) {
   w.send(http_status(s), json{{"error", s.message()}, {"revision", revision}}.dump());

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
 #include "base/log.h"
 
 namespace tessera::engine {
@@ -114,8 +115,7 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   if (request.logprobs > 20) return invalid_argument(fmt::format("at most 20 top logprobs, got {}", request.logprobs));
   if (request.imported) {
     const ImportedKv& kv = *request.imported;
-    const size_t want = static_cast<size_t>(c.n_layers) * 2 * static_cast<size_t>(kv.count) *
-                        dtype_bytes(kv.dtype, static_cast<size_t>(c.kv_dim()));
+    const size_t want = api::KvLayout{c.n_layers, c.kv_dim(), kv.dtype, kv.count}.bytes();
     if (kv.first < 0 || kv.count < 1 || kv.first + kv.count != static_cast<int>(request.prompt.size()) ||
         kv.data.size() != want) {
       return invalid_argument(
@@ -330,10 +330,10 @@ bool Engine::import(Active& a) {
     return true;
   }
   const model::ModelConfig& c = runner_.config();
-  const size_t half = static_cast<size_t>(kv.count) * dtype_bytes(kv.dtype, static_cast<size_t>(c.kv_dim()));
+  const api::KvLayout layout{c.n_layers, c.kv_dim(), kv.dtype, kv.count};
   for (int l = 0; st.ok() && l < c.n_layers; ++l) {
-    const uint8_t* base = kv.data.data() + static_cast<size_t>(l) * 2 * half;
-    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, base, base + half);
+    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, kv.data.data() + layout.k_offset(l, 0),
+                           kv.data.data() + layout.v_offset(l, 0));
   }
   if (!st.ok()) {
     finish(a, FinishReason::kError, st.with_context("importing the prefill node's KV"));

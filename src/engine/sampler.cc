@@ -26,24 +26,6 @@ void softmax_in_place(std::span<float> x) {
 
 }  // namespace
 
-Status validate(const SamplingParams& p) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-    return invalid_argument(fmt::format("temperature must be a finite number >= 0, got {}", p.temperature));
-  }
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
-    return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
-  if (p.top_k < 0) return invalid_argument(fmt::format("top_k must be >= 0, got {}", p.top_k));
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
-    return invalid_argument(fmt::format("min_p must be in [0, 1], got {}", p.min_p));
-  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
-    return invalid_argument(fmt::format("presence_penalty must be in [-2, 2], got {}", p.presence_penalty));
-  }
-  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
-    return invalid_argument(fmt::format("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty));
-  }
-  return ok_status();
-}
-
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), seed_(params.seed != 0 ? params.seed : seed_from_clock()), rng_(seed_) {}
 

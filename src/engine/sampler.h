@@ -14,21 +14,17 @@
 #include <span>
 #include <vector>
 
+#include "api/sampling.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 
-struct SamplingParams {
-  float temperature = 1.0f;
-  float top_p = 1.0f;              // 1: no nucleus cut
-  int top_k = 0;                   // 0: no top-k cut
-  uint64_t seed = 0;               // 0: derived from the clock
-  float min_p = 0.0f;              // 0: no min-p cut
-  float presence_penalty = 0.0f;   // [-2, 2]: subtracted once from every token generated before
-  float frequency_penalty = 0.0f;  // [-2, 2]: subtracted per occurrence
-};
+// The one definition lives with the wire contract (api/sampling.h): the router and both PD nodes read the
+// same struct the sampler does.
+using SamplingParams = api::SamplingParams;
+using api::validate;
 
 // log-probabilities of the chosen token and the most likely alternatives at one step.
 struct TokenLogprobs {
@@ -39,9 +35,6 @@ struct TokenLogprobs {
 
 // log_softmax(logits)[token] and the `top` largest entries.
 TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top);
-
-// InvalidArgument for a negative or non-finite temperature, top_p outside (0, 1], negative top_k.
-Status validate(const SamplingParams& p);
 
 class Sampler {
  public:

@@ -14,13 +14,16 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "api/headers.h"
+#include "api/health.h"
+#include "api/openai.h"
+#include "api/pd_messages.h"
+#include "api/resume.h"
 #include "base/log.h"
 #include "router/metrics.h"
 #include "router/migration.h"
 #include "router/pd_pairing.h"
 #include "router/worker_pool.h"
-#include "serve/openai.h"
-#include "serve/resume.h"
 
 namespace tessera::router {
 namespace {
@@ -28,7 +31,6 @@ namespace {
 constexpr int kProbeThreads = 8;                 // health probes in flight at once, whatever the node count
 constexpr size_t kModelsFanout = 16;             // nodes asked for /v1/models at once
 constexpr int64_t kMaxReportedTokens = 1 << 24;  // a node's completion_tokens beyond this is not believed
-constexpr double kMaxReportedBlocks = 1 << 24;   // nor a KV block count beyond this
 
 using json = nlohmann::json;
 using SteadyTime = std::chrono::steady_clock;
@@ -39,12 +41,12 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 double since(SteadyTime::time_point t) { return std::chrono::duration<double>(SteadyTime::now() - t).count(); }
 
 std::string error_json(int status, std::string message, std::string type, std::string code = "") {
-  serve::ApiError e;
+  api::ApiError e;
   e.status = status;
   e.message = std::move(message);
   e.type = std::move(type);
   e.code = std::move(code);
-  return serve::error_body(e);
+  return api::error_body(e);
 }
 
 // Counts SSE events carrying data in a piece of a stream (an approximation of tokens for speed accounting;
@@ -64,7 +66,7 @@ struct Call {
   std::string request_id;
   std::string session_id;
   bool stream = false;
-  bool token_ids = false;  // the client asked for token-id comments (serve/resume.h)
+  bool token_ids = false;  // the client asked for token-id comments (api/resume.h)
   RouteRequest route;
   int64_t reserved_tokens = 0;
   std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
@@ -225,14 +227,14 @@ struct Gateway::Impl {
     req.tls_ca_file = options.upstream_tls_ca_file;
     req.headers["x-request-id"] = c.request_id;
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
-    if (!c.prefill_url.empty()) req.headers[kPrefillNodeHeader] = c.prefill_url;
+    if (!c.prefill_url.empty()) req.headers[std::string(api::kPrefillNodeHeader)] = c.prefill_url;
     return req;
   }
 
   // Headers the client gets back: the request id, and in PD mode the prefill node chosen.
   static http::Headers reply_headers(const Call& c) {
     http::Headers h{{"x-request-id", c.request_id}};
-    if (!c.prefill_url.empty()) h[kPrefillNodeHeader] = c.prefill_url;
+    if (!c.prefill_url.empty()) h[std::string(api::kPrefillNodeHeader)] = c.prefill_url;
     return h;
   }
 
@@ -273,7 +275,7 @@ struct Gateway::Impl {
   static bool retryable(int status) { return status >= 500 || status == 429; }
   // A 503 from a node that is draining (serve answers new calls so while it finishes the old ones).
   static bool draining_answer(const http::Response& r) {
-    auto it = r.headers.find("x-tessera-draining");
+    auto it = r.headers.find(std::string(api::kDrainingHeader));
     return r.status == 503 && it != r.headers.end() && it->second == "1";
   }
   // What a node's answer says about its health: a draining node is alive, only closed for new work.
@@ -391,7 +393,7 @@ struct Gateway::Impl {
       return out.empty() || c->writer->write(out);
     };
     http::ClientRequest up = upstream_request(*c, url, cancel);
-    up.headers[std::string(serve::kTokenIdsHeader)] = "1";
+    up.headers[std::string(api::kTokenIdsHeader)] = "1";
     auto r = http::fetch_streaming(up, on_headers, on_chunk);
     if (!r.ok() && c->client_gone) {
       note_outcome(url, c->reserved_tokens, generated, RequestOutcome::kSuccess);
@@ -454,7 +456,7 @@ struct Gateway::Impl {
       const CancelFlag cancel = begin_attempt(*c, url);
       http::ClientRequest req = upstream_request(*c, url, cancel);
       req.body = body;
-      req.headers[std::string(serve::kTokenIdsHeader)] = "1";
+      req.headers[std::string(api::kTokenIdsHeader)] = "1";
       int status = 0;
       int64_t generated = 0;
       auto r = http::fetch_streaming(
@@ -488,23 +490,23 @@ struct Gateway::Impl {
       c->request_id = fmt::format("rt-{:x}-{:x}", SteadyClock::instance().now_ns(), next_id++);
     }
     if (!authorized(r, w, c->endpoint)) return;
-    auto parsed = serve::parse_request(r.body, chat);
-    if (auto* e = std::get_if<serve::ApiError>(&parsed)) {
+    auto parsed = api::parse_request(r.body, chat);
+    if (auto* e = std::get_if<api::ApiError>(&parsed)) {
       metrics.request_finished(c->endpoint, e->status);
-      return w->send(e->status, serve::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
+      return w->send(e->status, api::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
     }
-    if (serve::has_resume_field(r.body)) {
+    if (api::has_resume_field(r.body)) {
       metrics.request_finished(c->endpoint, 400);
       return w->send(400,
                      error_json(400, "'tessera_resume' is an internal field and cannot be sent by a client",
                                 "invalid_request_error", "internal_field"),
                      "application/json", {{"x-request-id", c->request_id}});
     }
-    const serve::ApiRequest& req = std::get<serve::ApiRequest>(parsed);
+    const api::ApiRequest& req = std::get<api::ApiRequest>(parsed);
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
-    c->token_ids = r.header(serve::kTokenIdsHeader) == "1";
+    c->token_ids = r.header(api::kTokenIdsHeader) == "1";
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;
@@ -666,7 +668,7 @@ struct Gateway::Impl {
       registry.set_role(url, "both", "");
       return;
     }
-    auto info = parse_pd_info(r->body);
+    auto info = api::parse_pd_info(r->body);
     if (r->status != 200 || !info.ok()) return;
     registry.set_role(url, info->role, info->host_id);
     log::info("router: node {} has role {}", url, info->role);
@@ -687,16 +689,8 @@ struct Gateway::Impl {
       return;
     }
     if (ok) registry.set_node_draining(url, false);
-    double capacity = 0;
-    if (ok) {
-      json j = json::parse(r->body, nullptr, false);
-      // Capacity steers routing: only a plausible block count is believed (a node claiming 1e300 would
-      // otherwise draw every request).
-      if (j.is_object() && j.contains("kv_blocks_total") && j["kv_blocks_total"].is_number()) {
-        const double blocks = j["kv_blocks_total"].get<double>();
-        if (blocks > 0 && blocks <= kMaxReportedBlocks) capacity = blocks;
-      }
-    }
+    // Capacity steers routing: only a plausible block count is believed (api/health.h).
+    const double capacity = ok ? api::health_capacity(r->body) : 0;
     if (ok) learn_role(url);
     if (registry.probe_result(url, ok, capacity)) {
       if (ok) {

@@ -6,7 +6,7 @@
 //   POST /admin/nodes/remove  {"url"}               remove
 //   POST /admin/nodes/drain   {"url", "drain"?}     stop (or, with "drain": false, resume) sending new requests
 //
-// Every body is validated here with the node's own parser (serve::parse_request), so a malformed request is
+// Every body is validated here with the node's own parser (api::parse_request), so a malformed request is
 // answered with an OpenAI-shaped 400 without reaching any node. Responses stream through as they arrive
 // (chunked, never buffered); non-streaming answers are read whole so that they can be retried. Before the
 // first response byte, a connect error, a 5xx, or a 429 goes to another node (at most `max_attempts` nodes,

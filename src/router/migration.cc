@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/resume.h"
 #include "base/log.h"
-#include "serve/resume.h"
 
 namespace tessera::router {
 namespace {
@@ -42,7 +42,7 @@ std::string StreamTracker::feed(std::string_view piece) {
 }
 
 void StreamTracker::event(std::string_view ev, std::string& out) {
-  const std::string_view comment = serve::kTokenComment;
+  const std::string_view comment = api::kTokenComment;
   if (ev.substr(0, comment.size()) == comment) {
     std::vector<int32_t> ids;
     if (parse_ids(ev.substr(comment.size()), ids)) tentative_.insert(tentative_.end(), ids.begin(), ids.end());
@@ -78,7 +78,7 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
   }
   const bool committed = !tentative_.empty() || !tokens_.empty();
   if (!tentative_.empty()) {
-    if (forward_ids_) out.insert(at, serve::token_comment(tentative_));
+    if (forward_ids_) out.insert(at, api::token_comment(tentative_));
     tokens_.insert(tokens_.end(), tentative_.begin(), tentative_.end());
     tentative_.clear();
   }

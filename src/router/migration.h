@@ -1,7 +1,7 @@
 // Decode migration: a streamed answer whose node dies mid-stream continues on another node, and the client
 // sees one unbroken stream with no token lost or repeated (token-exact for greedy sampling).
 //
-// The router asks every node for token ids (`x-tessera-token-ids: 1`, serve/resume.h). A StreamTracker sits
+// The router asks every node for token ids (`x-tessera-token-ids: 1`, api/resume.h). A StreamTracker sits
 // on the forwarded bytes: it removes the token-id comments, forwards complete SSE events only, and remembers
 // the tokens whose data chunk reached the client, how many bytes of text they carried, whether the preamble
 // (role chunk / echo) went out, and the stream's id. When the upstream breaks before [DONE],

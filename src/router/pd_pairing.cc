@@ -1,9 +1,6 @@
 #include "router/pd_pairing.h"
 
 #include <limits>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 namespace tessera::router {
 
@@ -53,26 +50,6 @@ PdRoute choose_pd_route(std::span<const NodeSnapshot> decodes, std::span<const N
     }
   }
   return out;
-}
-
-Result<PdInfo> parse_pd_info(std::string_view body) {
-  const auto j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) {
-    return invalid_argument("pd info must be a JSON object with a string 'role'");
-  }
-  PdInfo info;
-  info.role = j["role"].get<std::string>();
-  if (info.role != "both" && info.role != "prefill" && info.role != "decode") {
-    return invalid_argument("pd info has an unknown role '" + info.role + "'");
-  }
-  if (j.contains("agent") && j["agent"].is_string()) {
-    std::istringstream in(j["agent"].get<std::string>());
-    std::string tok;
-    while (in >> tok) {
-      if (tok.rfind("host=", 0) == 0) info.host_id = tok.substr(5);
-    }
-  }
-  return info;
 }
 
 }  // namespace tessera::router

@@ -7,8 +7,8 @@
 // the same host id (the KV moves over shared memory) and `tcp_link_cost` otherwise (or when a host is not
 // known). The cheapest pair wins; among equal costs the choice rotates with `rotation`, so that an idle
 // cluster still spreads requests. The gateway sends the request to the chosen decode node with the header
-// x-tessera-prefill-node naming the prefill node (docs/pd-protocol.md); the decode node still decides whether
-// the prompt is worth prefilling remotely at all (its prefix cache), and falls back to its own list if the
+// x-tessera-prefill-node (api/headers.h) naming the prefill node (docs/pd-protocol.md); the decode node still decides
+// whether the prompt is worth prefilling remotely at all (its prefix cache), and falls back to its own list if the
 // named prefill node fails.
 //
 // Pure functions: values in, a choice out.
@@ -24,8 +24,6 @@
 #include "router/strategy.h"
 
 namespace tessera::router {
-
-inline constexpr const char* kPrefillNodeHeader = "x-tessera-prefill-node";
 
 struct PairingOptions {
   double decode_weight = 1;
@@ -48,6 +46,8 @@ bool same_host(const NodeSnapshot& a, const NodeSnapshot& b);
 std::optional<PdPair> choose_pd_pair(std::span<const NodeSnapshot> decodes, std::span<const NodeSnapshot> prefills,
                                      const PairingOptions& options, uint64_t rotation = 0);
 
+// A node's GET /internal/pd/info body is read by api::parse_pd_info (api/pd_messages.h).
+
 // PD mode with colocated nodes (role "both") beside the decode nodes: a colocated node counts as a pair of
 // one (it prefills and decodes, no link), cost (decode_weight + prefill_weight) x load. The cheapest wins;
 // a tie goes to the disaggregated pair.
@@ -57,12 +57,5 @@ struct PdRoute {
 };
 PdRoute choose_pd_route(std::span<const NodeSnapshot> decodes, std::span<const NodeSnapshot> prefills,
                         std::span<const NodeSnapshot> colocated, const PairingOptions& options, uint64_t rotation = 0);
-
-struct PdInfo {
-  std::string role;
-  std::string host_id;
-};
-// A node's GET /internal/pd/info body ({"role", "agent": "name=... host=H ..."}); InvalidArgument otherwise.
-Result<PdInfo> parse_pd_info(std::string_view body);
 
 }  // namespace tessera::router

@@ -16,11 +16,11 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
   if (spec == "plain") {
     ChatFormat f;
     f.description = "plain";
-    f.formatter = [](const ApiRequest& r) -> Result<ChatPrompt> {
+    f.formatter = [](const api::ApiRequest& r) -> Result<ChatPrompt> {
       if (!r.tools_json.empty())
         return invalid_argument("tools need a chat template; this server joins messages as plain text");
       ChatPrompt p;
-      for (const ChatMessage& m : r.messages) {
+      for (const api::ChatMessage& m : r.messages) {
         if (m.content.empty()) continue;
         if (!p.text.empty()) p.text += "\n\n";
         p.text += m.content;
@@ -40,7 +40,7 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
   auto shared = std::make_shared<const model::ChatTemplateRenderer>(std::move(*renderer));
   ChatFormat f;
   f.description = shared->description();
-  f.formatter = [shared](const ApiRequest& r) -> Result<ChatPrompt> {
+  f.formatter = [shared](const api::ApiRequest& r) -> Result<ChatPrompt> {
     TS_ASSIGN_OR_RETURN(model::RenderedChat rc,
                         shared->render(r.messages_json, r.tools_json, /*add_generation_prompt=*/true));
     ChatPrompt p;

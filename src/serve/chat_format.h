@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "api/openai.h"
 #include "base/status.h"
 #include "model/chat_template_renderer.h"
-#include "serve/openai.h"
 
 namespace tessera::serve {
 
@@ -25,7 +25,7 @@ struct ChatPrompt {
 };
 
 // Turns a chat request into the prompt text the model was trained on. InvalidArgument when it cannot.
-using ChatFormatter = std::function<Result<ChatPrompt>(const ApiRequest&)>;
+using ChatFormatter = std::function<Result<ChatPrompt>(const api::ApiRequest&)>;
 
 struct ChatFormat {
   ChatFormatter formatter;

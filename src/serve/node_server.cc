@@ -9,9 +9,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "api/headers.h"
+#include "api/health.h"
+#include "api/http_status.h"
+#include "api/resume.h"
 #include "base/log.h"
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
+#include "serve/role_admin.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
@@ -20,6 +25,10 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using api::ApiError;
+using api::ApiRequest;
+using api::error_body;
+using api::GenerationOptions;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -36,13 +45,7 @@ std::string prometheus_label(std::string_view v) {
 // The parsed request's generation options as the engine takes them (prompt and length are set later).
 engine::GenerationRequest engine_request(const GenerationOptions& g) {
   engine::GenerationRequest out;
-  out.sampling.temperature = g.sampling.temperature;
-  out.sampling.top_p = g.sampling.top_p;
-  out.sampling.top_k = g.sampling.top_k;
-  out.sampling.seed = g.sampling.seed;
-  out.sampling.min_p = g.sampling.min_p;
-  out.sampling.presence_penalty = g.sampling.presence_penalty;
-  out.sampling.frequency_penalty = g.sampling.frequency_penalty;
+  out.sampling = g.sampling;
   out.stop = g.stop;
   out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
   out.ignore_eos = g.ignore_eos;
@@ -55,21 +58,6 @@ int64_t unix_now() {
 }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-ApiError from_status(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-      return {400, s.message(), "invalid_request_error", "", ""};
-    case StatusCode::kResourceExhausted:
-      return {429, s.message(), "rate_limit_error", "", "server_busy"};
-    case StatusCode::kUnavailable:
-    case StatusCode::kCancelled:
-      return {503, s.message(), "service_unavailable", "", ""};
-    default:
-      return {500, s.message(), "server_error", "", ""};
-  }
-}
 
 // Counts a call as in flight for as long as it lives (the drain waits for the count to reach zero).
 struct InFlight {
@@ -234,7 +222,7 @@ struct NodeServer::Impl {
       return;
     }
     if (o.finish == engine::FinishReason::kError) {
-      ApiError e = from_status(o.error);
+      ApiError e = api::error_for(o.error);
       metrics.request_finished(endpoint, e.status);
       if (c->req.stream) {
         c->writer->write("data: " + error_body(e) + "\n\n");
@@ -310,7 +298,7 @@ struct NodeServer::Impl {
     return o;
   }
 
-  void apply_resume(Call& c, engine::GenerationRequest& gen, const Resume& res) {
+  void apply_resume(Call& c, engine::GenerationRequest& gen, const api::Resume& res) {
     c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
     c.resumed = static_cast<int>(res.tokens.size());
     gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
@@ -345,7 +333,7 @@ struct NodeServer::Impl {
                       ? json{{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
                       : json{{"index", 0}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
     // The token ids and their chunk go out in one write, so they reach the router together.
-    c.writer->write((report_tokens ? token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
+    c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
                     "\n\n");
   }
 
@@ -356,9 +344,16 @@ struct NodeServer::Impl {
       // leaves the streams in flight alone (drain is not failure).
       metrics.request_finished(endpoint, 503);
       return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
-                     "application/json", {{"x-tessera-draining", "1"}});
+                     "application/json", {{std::string(api::kDrainingHeader), "1"}});
     }
-    auto parsed = parse_request(hreq.body, chat);
+    if (options.pd != nullptr && options.pd->options().switchable && options.pd->role() == "prefill") {
+      // Re-roled to prefill since the router chose this node: a 429 is retried on another node before any byte
+      // went out, and does not count against this node's health (role_admin.h).
+      return reply_error(w, endpoint,
+                         {429, "this node is a prefill node now: client requests go to decode nodes",
+                          "rate_limit_error", "", "role_changed"});
+    }
+    auto parsed = api::parse_request(hreq.body, chat);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
     call->req = std::move(std::get<ApiRequest>(parsed));
@@ -413,12 +408,12 @@ struct NodeServer::Impl {
     }
     // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
     const bool internal = http::internal_caller(hreq, options.cluster_token);
-    if (!internal && has_resume_field(hreq.body)) {
+    if (!internal && api::has_resume_field(hreq.body)) {
       return reply_error(w, endpoint,
                          {403, "'tessera_resume' is an internal field: only cluster members may send it",
                           "permission_error", "tessera_resume", "internal_field"});
     }
-    auto resume = parse_resume(hreq.body, cfg.vocab_size);
+    auto resume = api::parse_resume(hreq.body, cfg.vocab_size);
     if (!resume.ok()) {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
@@ -429,7 +424,7 @@ struct NodeServer::Impl {
     call->created = unix_now();
     call->start = call->last = Clock::now();
     call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
-    call->token_ids = r.stream && internal && hreq.header(std::string(kTokenIdsHeader)) == "1";
+    call->token_ids = r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1";
     if (*resume) apply_resume(*call, gen, **resume);
     const bool preamble = !*resume || !(*resume)->preamble_sent;
     std::string echo_text =
@@ -462,9 +457,9 @@ struct NodeServer::Impl {
       o.prompt_tokens = static_cast<int>(gen.prompt.size());
       return on_out(o);
     }
-    if (options.pd != nullptr && options.pd->options().role == "decode") {
+    if (options.pd != nullptr && options.pd->role() == "decode") {
       // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
-      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, from_status(admit));
+      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, api::error_for(admit));
       start_answer();
       // The PD path decides where the prompt is prefilled and hands the request to the engine later.
       struct Handle {
@@ -493,12 +488,12 @@ struct NodeServer::Impl {
             handle->id = *id;
             if (handle->gone) eng->cancel(*id);
           },
-          cancelled, internal ? hreq.header("x-tessera-prefill-node") : std::string());
+          cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string());
       return;
     }
     std::unique_lock<std::mutex> starting(call->mu);
     auto id = engine.submit(std::move(gen), on_out);
-    if (!id.ok()) return reply_error(w, endpoint, from_status(id.status()));
+    if (!id.ok()) return reply_error(w, endpoint, api::error_for(id.status()));
     start_answer();
     starting.unlock();
     engine::Engine* eng = &engine;
@@ -508,7 +503,7 @@ struct NodeServer::Impl {
   void fail_submit(const std::shared_ptr<Call>& call, std::string_view endpoint, const Status& status) {
     const std::shared_ptr<http::ResponseWriter>& w = call->writer;
     {
-      ApiError e = from_status(status);
+      ApiError e = api::error_for(status);
       metrics.request_finished(endpoint, e.status);
       if (call->req.stream) {
         w->write("data: " + error_body(e) + "\n\n");
@@ -565,16 +560,13 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
         w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
       }));
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    if (d->draining) return w->send(503, R"({"status":"draining"})", "application/json", {{"x-tessera-draining", "1"}});
+    if (d->draining) {
+      return w->send(503, std::string(api::kDrainingHealthBody), "application/json",
+                     {{std::string(api::kDrainingHeader), "1"}});
+    }
     engine::EngineStats s = d->engine.stats();
-    w->send(200, dump({{"status", "ok"},
-                       {"model", d->options.model_name},
-                       {"backend", d->options.backend},
-                       {"device", d->options.device},
-                       {"waiting", s.waiting},
-                       {"running", s.running},
-                       {"kv_blocks_used", s.kv_blocks_used},
-                       {"kv_blocks_total", s.kv_blocks_total}}));
+    w->send(200, api::health_body({d->options.model_name, d->options.backend, d->options.device, s.waiting, s.running,
+                                   s.kv_blocks_used, s.kv_blocks_total}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     std::string text = d->metrics.render(d->engine.stats());
@@ -619,6 +611,10 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           "any, queued and recomputed here instead of failing\n"
           "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
           d->engine.stats().imports_requeued);
+      text += fmt::format(
+          "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
+          "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",
+          d->options.pd->role());
       text +=
           "# HELP tessera_pd_kv_bytes_from_total KV bytes received, by the prefill node that sent them\n"
           "# TYPE tessera_pd_kv_bytes_from_total counter\n";
@@ -629,6 +625,8 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
+  register_role_routes(
+      d->server, {d->options.pd, [d] { return d->calls.load(); }, d->options.on_role_change, d->options.cluster_token});
 }
 
 NodeServer::~NodeServer() { stop(0); }

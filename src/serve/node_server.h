@@ -4,7 +4,7 @@
 // Handlers never block: they validate, tokenize and submit, and the engine's callbacks write the answer
 // (from the engine thread) through the http::ResponseWriter. A client that disconnects cancels its
 // request, which frees its KV blocks. stop() refuses new requests (503) and lets in-flight ones finish
-// within the grace period.
+// within the grace period. POST /admin/role changes a switchable node's role live (serve/role_admin.h).
 #pragma once
 
 #include <functional>
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "api/openai.h"
 #include "base/status.h"
 #include "engine/engine.h"
 #include "http/http.h"
 #include "serve/chat_format.h"
-#include "serve/openai.h"
 #include "serve/pd.h"
 
 namespace tessera::serve {
@@ -31,6 +31,8 @@ struct NodeOptions {
   // The cluster credential. Internal fields (x-tessera-* headers, tessera_resume) are honoured only from a
   // caller presenting it, and a caller presenting it needs no API key (the router). Unconfigured: open.
   ClusterToken cluster_token;
+  // Called after POST /admin/role changed the role (serve/role_admin.h): re-registers the node under it.
+  std::function<Status(const std::string& role)> on_role_change;
   // What /health reports about the hardware (the router's dashboard shows it): the backend's registry name
   // and the device's own name.
   std::string backend;

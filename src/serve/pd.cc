@@ -18,11 +18,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "api/http_status.h"
+#include "api/kv_layout.h"
+#include "api/pd_messages.h"
+#include "api/roles.h"
 #include "base/guarded.h"
 #include "base/log.h"
 #include "link/agent.h"
 #include "link/checksum.h"
-#include "serve/pd_messages.h"
 #include "serve/prefill_breaker.h"
 
 namespace tessera::serve {
@@ -124,7 +127,16 @@ struct PdService::Impl {
   std::mutex peers_mu;
   std::map<std::string, std::shared_ptr<Peer>> peers;  // GUARDED_BY(peers_mu)
 
-  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)) {}
+  // The current role; written by set_role() (an admin call), read by every request.
+  mutable std::mutex role_mu;
+  std::string role;  // GUARDED_BY(role_mu)
+
+  Impl(engine::Engine& e, PdOptions o) : engine(e), options(std::move(o)), role(options.role) {}
+
+  std::string current_role() const {
+    std::lock_guard<std::mutex> lock(role_mu);
+    return role;
+  }
 
   ~Impl() {
     stopping = true;
@@ -221,7 +233,11 @@ struct PdService::Impl {
   void handle_prefill(const http::Request& req, std::shared_ptr<http::ResponseWriter> w) {
     const model::ModelConfig& c = engine.config();
     const int max_prompt = c.max_seq_len > 0 ? c.max_seq_len : (1 << 20);
-    auto call = parse_prefill_call(req.body, c.vocab_size, max_prompt);
+    auto call = api::parse_prefill_call(req.body, c.vocab_size, max_prompt);
+    if (const std::string now = current_role(); now == "decode") {
+      // Re-roled since the caller chose this node: it prefills elsewhere or locally (never lost).
+      return w->send(503, error_json(fmt::format("this node is no longer a prefill node (role {})", now)));
+    }
     if (!call.ok()) {
       log::warn("pd: refused a prefill request: {}", call.status().message());
       return w->send(400, error_json(call.status().message()));
@@ -257,9 +273,8 @@ struct PdService::Impl {
     const int count = n - gen.export_from;
     if (gen.export_from < 0 || count < 1) return w->send(400, error_json("export_from must leave at least one token"));
     const DType wire = DType::kF32;
-    const size_t row = dtype_bytes(wire, static_cast<size_t>(c.kv_dim()));
-    const size_t half = static_cast<size_t>(count) * row;
-    const size_t total = static_cast<size_t>(c.n_layers) * 2 * half;
+    const api::KvLayout layout{c.n_layers, c.kv_dim(), wire, count};
+    const size_t total = layout.bytes();
     const uint64_t remote_offset = call->offset;
     if (total > region->length || remote_offset > region->length - total) {
       return w->send(
@@ -275,15 +290,15 @@ struct PdService::Impl {
     const int from = gen.export_from;
     link::Agent* ag = agent.get();
     const bool overlap = options.overlap;
-    gen.on_kv_layer = [job, peer, remote, remote_offset, from, half, row, wire, ag, overlap](
+    gen.on_kv_layer = [job, peer, remote, remote_offset, from, layout, wire, ag, overlap](
                           engine::ModelRunner& runner, const engine::SequenceKv& seq, int layer, int first, int cnt) {
-      const size_t k_off = static_cast<size_t>(layer) * 2 * half + static_cast<size_t>(first - from) * row;
-      const size_t v_off = k_off + half;
+      const size_t k_off = layout.k_offset(layer, first - from);
+      const size_t v_off = layout.v_offset(layer, first - from);
       // The rows are copied out of the paged cache now in both modes: the cache blocks may be reused once
       // the request finishes. Only the link writes wait when the overlap is off.
       TS_RETURN_IF_ERROR(
           runner.export_kv(seq, layer, first, cnt, wire, job->local.data() + k_off, job->local.data() + v_off));
-      const uint64_t len = static_cast<uint64_t>(cnt) * row;
+      const uint64_t len = static_cast<uint64_t>(cnt) * layout.row_bytes();
       std::vector<link::Assignment> batch = {{job->local_id, k_off, remote, remote_offset + k_off, len},
                                              {job->local_id, v_off, remote, remote_offset + v_off, len}};
       if (!overlap) {
@@ -310,8 +325,7 @@ struct PdService::Impl {
         });
     if (!id.ok()) {
       (void)agent->unregister_region(job->local_id);
-      return w->send(id.status().code() == StatusCode::kResourceExhausted ? 429 : 400,
-                     error_json(id.status().message()));
+      return w->send(api::http_status(id.status()), error_json(id.status().message()));
     }
   }
 
@@ -338,16 +352,17 @@ struct PdService::Impl {
       return w->send(502, error_json(st.message()));
     }
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-    w->send(200, json{{"first_token", o.tokens[0]},
-                      {"checksum", sum},
-                      {"kv_dtype", std::string(dtype_name(wire))},
-                      {"bytes", job->local.size()},
-                      {"overlap", job->deferred.empty()},
-                      {"compute_ms", ms(computed - t0)},
-                      {"transfer_wait_ms", ms(done - computed)},
-                      {"transfer_ms", ms(done - job->first_write.value_or(computed))},
-                      {"prefill_ms", ms(Clock::now() - t0)}}
-                     .dump());
+    api::PrefillReply reply;
+    reply.first_token = o.tokens[0];
+    reply.checksum = sum;
+    reply.kv_dtype = wire;
+    reply.bytes = job->local.size();
+    reply.overlap = job->deferred.empty();
+    reply.compute_ms = ms(computed - t0);
+    reply.transfer_wait_ms = ms(done - computed);
+    reply.transfer_ms = ms(done - job->first_write.value_or(computed));
+    reply.prefill_ms = ms(Clock::now() - t0);
+    w->send(200, api::prefill_reply_body(reply));
   }
 
   // ---- decode role ----
@@ -361,8 +376,7 @@ struct PdService::Impl {
     const model::ModelConfig& c = engine.config();
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - hit.cached_tokens;
-    const size_t row = dtype_bytes(DType::kF32, static_cast<size_t>(c.kv_dim()));
-    const size_t total = static_cast<size_t>(c.n_layers) * 2 * static_cast<size_t>(count) * row;
+    const size_t total = api::KvLayout{c.n_layers, c.kv_dim(), DType::kF32, count}.bytes();
     auto offset = staging_alloc->allocate(total);
     if (!offset) return resource_exhausted(fmt::format("no staging memory for {} KV bytes", total));
     auto release = [&] { staging_alloc->release(*offset); };
@@ -388,21 +402,22 @@ struct PdService::Impl {
         continue;
       }
       const uint64_t tag = (static_cast<uint64_t>(getpid()) << 40) ^ next_tag++;
-      json body = {{"prompt", gen.prompt},
-                   {"export_from", hit.cached_tokens},
-                   {"sampling", sampling_to_json(gen.sampling)},
-                   {"agent", agent->info().encode()},
-                   {"region", desc->encode()},
-                   {"offset", *offset},
-                   {"tag", tag},
-                   {"model", model_json()}};
+      api::PrefillCall call;
+      call.prompt = gen.prompt;
+      call.export_from = hit.cached_tokens;
+      call.sampling = gen.sampling;
+      call.agent = agent->info().encode();
+      call.region = desc->encode();
+      call.offset = *offset;
+      call.tag = tag;
+      call.model = model_json();
       http::Headers headers{{"Content-Type", "application/json"}};
       http::add_cluster_token(headers, options.cluster_token);
       const AttemptPtr attempt = begin_attempt(url, client);
       auto r = http::fetch({.method = "POST",
                             .url = url + "/internal/pd/prefill",
                             .headers = std::move(headers),
-                            .body = body.dump(),
+                            .body = api::prefill_call_body(call),
                             .timeout_ms = options.transfer_timeout_ms,
                             .cancel = &attempt->abandon});
       end_attempt(url, attempt);
@@ -426,7 +441,7 @@ struct PdService::Impl {
       }
       // Validated before waiting for the tag: a malformed reply is that prefill node's fault, and this request
       // goes on to the next one (or prefills here).
-      auto reply = parse_prefill_reply(r->body, total, c.vocab_size);
+      auto reply = api::parse_prefill_reply(r->body, total, c.vocab_size);
       if (!reply.ok()) {
         log::warn("pd: bad prefill reply from {}: {}", url, reply.status().message());
         last = reply.status().with_context(url);
@@ -478,10 +493,8 @@ PdService::PdService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PdService::~PdService() = default;
 
 Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdOptions options) {
-  if (options.role != "prefill" && options.role != "decode" && options.role != "both") {
-    return invalid_argument(fmt::format("unknown role '{}'; roles: prefill, decode, both", options.role));
-  }
-  if (options.role == "decode" && options.prefill_urls.empty()) {
+  TS_ASSIGN_OR_RETURN(const api::NodeRole role, api::parse_role(options.role));
+  if (role == api::NodeRole::kDecode && options.prefill_urls.empty() && !options.switchable) {
     return invalid_argument("a decode node needs --prefill-nodes URL[,URL...]");
   }
   auto impl = std::make_unique<Impl>(engine, options);
@@ -492,7 +505,7 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
   ao.endpoints = options.link_endpoints;
   ao.link.cluster_token = options.cluster_token;
   TS_ASSIGN_OR_RETURN(impl->agent, link::Agent::create(ao));
-  if (options.role == "decode") {
+  if (role == api::NodeRole::kDecode || options.switchable) {
     TS_ASSIGN_OR_RETURN(impl->staging, impl->agent->allocate_region(options.staging_bytes));
     TS_ASSIGN_OR_RETURN(impl->staging_bytes, impl->agent->host_bytes(impl->staging));
     impl->staging_alloc = std::make_unique<RangeAllocator>(options.staging_bytes);
@@ -504,6 +517,21 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
 }
 
 const PdOptions& PdService::options() const { return impl_->options; }
+
+std::string PdService::role() const { return impl_->current_role(); }
+
+Status PdService::set_role(const std::string& role) {
+  TS_RETURN_IF_ERROR(api::parse_role(role).status());
+  std::lock_guard<std::mutex> lock(impl_->role_mu);
+  if (role == impl_->role) return ok_status();
+  if (!impl_->options.switchable) {
+    return failed_precondition(fmt::format(
+        "this node was started as a {} node without --role-switchable; its role cannot change", impl_->role));
+  }
+  log::info("pd: role {} -> {}", impl_->role, role);
+  impl_->role = role;
+  return ok_status();
+}
 
 PdStats PdService::stats() const {
   const BreakerCounters b = impl_->breaker.counters();
@@ -520,11 +548,12 @@ void PdService::register_routes(http::Server& server) {
   server.route(
       "GET", "/internal/pd/info",
       http::require_cluster_token(token, [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-        w->send(
-            200,
-            json{{"role", d->options.role}, {"agent", d->agent->info().encode()}, {"model", d->model_json()}}.dump());
+        // current_role() only ever holds a name parse_role() accepted (create, set_role).
+        auto role = api::parse_role(d->current_role());
+        w->send(200, api::pd_info_body(role.ok() ? *role : api::NodeRole::kBoth, d->agent->info().encode(),
+                                       d->model_json()));
       }));
-  if (d->options.role == "prefill" || d->options.role == "both") {
+  if (d->options.role == "prefill" || d->options.role == "both" || d->options.switchable) {
     server.route(
         "POST", "/internal/pd/prefill",
         http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
@@ -562,7 +591,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
           }
           auto hit = d->engine.lookup_prefix(request.prompt);
           const int n = static_cast<int>(request.prompt.size());
-          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->options.role != "decode") {
+          if (!hit.ok() || n - hit->cached_tokens < d->options.min_remote_tokens || d->current_role() != "decode") {
             if (hit.ok()) d->engine.release_blocks(hit->blocks);
             local(false);
             return start(d->engine.submit(std::move(request), std::move(callback)));

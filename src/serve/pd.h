@@ -9,7 +9,8 @@
 // timeout), are prefilled locally instead: a request is never lost to the disaggregated path.
 //
 // A prefill node (role prefill) serves POST /internal/pd/prefill. Either role answers GET /internal/pd/info.
-// Both require the cluster token when one is configured.
+// Both require the cluster token when one is configured. A switchable service (PdOptions::switchable) can
+// change its role while it runs (set_role, docs/solver.md "Live role change").
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -29,7 +30,12 @@
 namespace tessera::serve {
 
 struct PdOptions {
-  std::string role = "both";  // prefill, decode or both
+  std::string role = "both";  // prefill, decode or both: the role at start (set_role() changes it)
+  // Prepare every role's machinery (decode staging memory, the prefill route) whatever the starting role,
+  // so that set_role() can change it at run time (`tessera serve --role-switchable`, the planner's re-role).
+  // A switchable decode node may have no prefill_urls: it then prefills where the router names
+  // (x-tessera-prefill-node), or locally.
+  bool switchable = false;
   std::string model_name;
   std::vector<std::string> prefill_urls;  // decode: prefill nodes, tried in turn
   int min_remote_tokens = 32;             // decode: fewer uncached prompt tokens are prefilled here
@@ -75,6 +81,13 @@ class PdService {
   ~PdService();
 
   const PdOptions& options() const;
+  // The current role (options().role until set_role() changes it).
+  std::string role() const;
+  // Changes the role at once: from now on the node takes only the new role's work (a prefill call reaching
+  // a node that is no longer a prefill node is refused, and its caller prefills elsewhere or locally); work
+  // already started finishes. FailedPrecondition when the service was not created switchable,
+  // InvalidArgument for an unknown role.
+  Status set_role(const std::string& role);
   PdStats stats() const;
   void register_routes(http::Server& server);
 

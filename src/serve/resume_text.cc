@@ -2,7 +2,7 @@
 
 namespace tessera::serve {
 
-std::string pending_text(const model::Tokenizer& tokenizer, model::TokenId prev, const Resume& resume) {
+std::string pending_text(const model::Tokenizer& tokenizer, model::TokenId prev, const api::Resume& resume) {
   std::string text;
   for (model::TokenId t : resume.tokens) {
     text += tokenizer.decode_piece(prev, t);

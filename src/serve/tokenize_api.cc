@@ -15,7 +15,8 @@ using json = nlohmann::json;
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 TokenizeReply error(int status, std::string message, std::string param = "", std::string code = "") {
-  return {status, error_body({status, std::move(message), "invalid_request_error", std::move(param), std::move(code)})};
+  return {status,
+          api::error_body({status, std::move(message), "invalid_request_error", std::move(param), std::move(code)})};
 }
 
 // The body as an object, with "model" checked against the served one (absent: the served one).
@@ -71,9 +72,9 @@ TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& to
     if (!chat) return error(400, "this model has no chat template; start the server with --chat-template", "messages");
     // The messages are validated by the chat-completions parser itself, so both routes accept the same.
     json as_chat = {{"model", model_name}, {"messages", j["messages"]}};
-    auto req = parse_request(dump(as_chat), /*chat=*/true);
-    if (auto* e = std::get_if<ApiError>(&req)) return {e->status, error_body(*e)};
-    auto rendered = chat(std::get<ApiRequest>(req));
+    auto req = api::parse_request(dump(as_chat), /*chat=*/true);
+    if (auto* e = std::get_if<api::ApiError>(&req)) return {e->status, api::error_body(*e)};
+    auto rendered = chat(std::get<api::ApiRequest>(req));
     if (!rendered.ok()) return error(400, rendered.status().message(), "messages");
     text = std::move(rendered->text);
     template_bos = rendered->add_bos;

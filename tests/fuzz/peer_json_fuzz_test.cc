@@ -9,13 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/pd_messages.h"
 #include "base/json_fields.h"
 #include "ctrl/json_codec.h"
 #include "ctrl/registry.h"
 #include "link/discovery.h"
 #include "link/link.h"
 #include "router/ctrl_membership.h"
-#include "serve/pd_messages.h"
 
 namespace tessera {
 namespace {
@@ -79,14 +79,14 @@ void expect_clean(F&& parse, const std::string& body) {
 }
 
 auto reply_parser() {
-  return [](const std::string& b) { return serve::parse_prefill_reply(b, kBytes, kVocab); };
+  return [](const std::string& b) { return api::parse_prefill_reply(b, kBytes, kVocab); };
 }
 auto call_parser() {
-  return [](const std::string& b) { return serve::parse_prefill_call(b, kVocab, 2048); };
+  return [](const std::string& b) { return api::parse_prefill_call(b, kVocab, 2048); };
 }
 
 TEST(PrefillReply, TheValidReplyParses) {
-  auto r = serve::parse_prefill_reply(good_reply().dump(), kBytes, kVocab);
+  auto r = api::parse_prefill_reply(good_reply().dump(), kBytes, kVocab);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->first_token, 17);
   EXPECT_EQ(r->checksum, 0xfedcba9876543210ull);
@@ -98,33 +98,33 @@ TEST(PrefillReply, TheReportedAttacksAreRefusedNamingTheField) {
   for (const char* field : {"first_token", "checksum"}) {
     json j = good_reply();
     j[field] = "12";
-    auto r = serve::parse_prefill_reply(j.dump(), kBytes, kVocab);
+    auto r = api::parse_prefill_reply(j.dump(), kBytes, kVocab);
     ASSERT_FALSE(r.ok()) << field;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
   }
   json missing = good_reply();
   missing.erase("checksum");
-  EXPECT_FALSE(serve::parse_prefill_reply(missing.dump(), kBytes, kVocab).ok());
+  EXPECT_FALSE(api::parse_prefill_reply(missing.dump(), kBytes, kVocab).ok());
   json negative = good_reply();
   negative["first_token"] = -1;
-  EXPECT_FALSE(serve::parse_prefill_reply(negative.dump(), kBytes, kVocab).ok());
+  EXPECT_FALSE(api::parse_prefill_reply(negative.dump(), kBytes, kVocab).ok());
   json beyond = good_reply();
   beyond["first_token"] = kVocab;  // not a token of this model
-  EXPECT_FALSE(serve::parse_prefill_reply(beyond.dump(), kBytes, kVocab).ok());
+  EXPECT_FALSE(api::parse_prefill_reply(beyond.dump(), kBytes, kVocab).ok());
   json huge_ms = good_reply();
   huge_ms["compute_ms"] = 1e300;  // would skew the stats
-  EXPECT_FALSE(serve::parse_prefill_reply(huge_ms.dump(), kBytes, kVocab).ok());
+  EXPECT_FALSE(api::parse_prefill_reply(huge_ms.dump(), kBytes, kVocab).ok());
   json other_size = good_reply();
   other_size["bytes"] = kBytes * 2;
-  EXPECT_FALSE(serve::parse_prefill_reply(other_size.dump(), kBytes, kVocab).ok());
+  EXPECT_FALSE(api::parse_prefill_reply(other_size.dump(), kBytes, kVocab).ok());
   for (const char* body : {"", "[]", "17", "null", "{", "\"x\""}) {
-    EXPECT_FALSE(serve::parse_prefill_reply(body, kBytes, kVocab).ok()) << body;
+    EXPECT_FALSE(api::parse_prefill_reply(body, kBytes, kVocab).ok()) << body;
   }
 }
 
 TEST(PrefillCall, TheValidCallParsesAndBadFieldsAreRefused) {
-  auto c = serve::parse_prefill_call(good_call().dump(), kVocab, 2048);
+  auto c = api::parse_prefill_call(good_call().dump(), kVocab, 2048);
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->prompt.size(), 5u);
   EXPECT_EQ(c->tag, 99u);
@@ -144,12 +144,12 @@ TEST(PrefillCall, TheValidCallParsesAndBadFieldsAreRefused) {
   for (const auto& [field, value] : bad) {
     json j = good_call();
     j[field] = value;
-    auto r = serve::parse_prefill_call(j.dump(), kVocab, 2048);
+    auto r = api::parse_prefill_call(j.dump(), kVocab, 2048);
     EXPECT_FALSE(r.ok()) << field << " = " << value.dump();
   }
   json long_prompt = good_call();
   long_prompt["prompt"] = std::vector<int>(2049, 1);  // longer than this node's context
-  EXPECT_FALSE(serve::parse_prefill_call(long_prompt.dump(), kVocab, 2048).ok());
+  EXPECT_FALSE(api::parse_prefill_call(long_prompt.dump(), kVocab, 2048).ok());
 }
 
 // Every field of a valid body replaced in turn by every hostile value, or removed.

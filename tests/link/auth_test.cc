@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "link/agent.h"
 #include "link/internal/wire.h"
@@ -93,10 +95,10 @@ int raw_connect(const Agent& b, const std::string& endpoint) {
   return fd;
 }
 
-// True when the peer closes the socket within 3 s (reads give EOF or an error).
-bool closed_by_peer(int fd) {
+// True when the peer closes the socket within `ms` (reads give EOF or an error).
+bool closed_by_peer(int fd, int ms = 3000) {
   char buf[256];
-  for (int i = 0; i < 30; ++i) {
+  for (int i = 0; i < ms / 100; ++i) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -170,6 +172,30 @@ TEST_P(LinkAuthTest, FramesWithoutTheHandshakeAreNeverRead) {
   testing::fill_random(*a->host_bytes(src), 9);
   ASSERT_TRUE(a->write(b->name(), {{src, 0, dst, 0, 4096}}).wait().ok());
   EXPECT_EQ(0, std::memcmp(a->host_bytes(src)->data(), b->host_bytes(dst)->data(), 4096));
+}
+
+// Peers that connect and then say nothing hold a handshake each until its 5 s timeout; they must not hold up
+// the accept of an honest peer behind them (each handshake runs on its own thread, accept_loop.h).
+TEST_P(LinkAuthTest, SilentPeersDoNotHoldUpAnHonestOne) {
+  auto b = agent(GetParam(), token('a'));
+  RegionId dst = *b->allocate_region(4096);
+  std::vector<int> silent;
+  for (int i = 0; i < 12; ++i) silent.push_back(raw_connect(*b, GetParam()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // accepted, each waiting for a HELLO
+  auto a = agent(GetParam(), token('a'));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a->connect(b->info()).ok());
+  RegionId src = *a->allocate_region(4096);
+  testing::fill_random(*a->host_bytes(src), 11);
+  ASSERT_TRUE(a->write(b->name(), {{src, 0, dst, 0, 4096}}).wait().ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Serial handshakes would have waited 12 x 5 s; one timeout is the bound that shows they overlap.
+  EXPECT_LT(waited, 4.0) << "the honest peer waited behind the silent ones";
+  EXPECT_EQ(0, std::memcmp(a->host_bytes(src)->data(), b->host_bytes(dst)->data(), 4096));
+  for (int fd : silent) {
+    EXPECT_TRUE(closed_by_peer(fd, 8000)) << "a silent handshake outlived its timeout";
+    ::close(fd);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Endpoints, LinkAuthTest, ::testing::Values("tcp", "shm"));

@@ -116,7 +116,7 @@ class TesseraServer {
   }
   const std::string& url() const { return url_; }
 
-  // Streams the completion with the token-id comments (src/serve/resume.h), which carry the ids generated;
+  // Streams the completion with the token-id comments (src/api/resume.h), which carry the ids generated;
   // logprobs 0 gives each generated token's log-probability.
   testing::Continuation complete(const std::vector<int32_t>& prompt, int n) {
     const json body{{"model", "parity"}, {"prompt", prompt}, {"max_tokens", n},

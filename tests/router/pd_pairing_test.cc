@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "api/pd_messages.h"
 #include "router/pd_pairing.h"
 
 namespace tessera::router {
@@ -120,14 +121,14 @@ TEST(PdPairing, ColocatedNodesCompeteAsPairsOfOne) {
 
 TEST(PdPairing, ParsesPdInfo) {
   auto info =
-      parse_pd_info(R"({"role":"prefill","agent":"name=p-1 host=vm/abc shm=/tmp/x tcp=127.0.0.1:5","model":{}})");
+      api::parse_pd_info(R"({"role":"prefill","agent":"name=p-1 host=vm/abc shm=/tmp/x tcp=127.0.0.1:5","model":{}})");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->role, "prefill");
   EXPECT_EQ(info->host_id, "vm/abc");
-  EXPECT_FALSE(parse_pd_info("nope").ok());
-  EXPECT_FALSE(parse_pd_info(R"({"role":"oracle"})").ok());
-  EXPECT_FALSE(parse_pd_info(R"({"role":3})").ok());
-  auto bare = parse_pd_info(R"({"role":"decode"})");
+  EXPECT_FALSE(api::parse_pd_info("nope").ok());
+  EXPECT_FALSE(api::parse_pd_info(R"({"role":"oracle"})").ok());
+  EXPECT_FALSE(api::parse_pd_info(R"({"role":3})").ok());
+  auto bare = api::parse_pd_info(R"({"role":"decode"})");
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ(bare->host_id, "");
 }

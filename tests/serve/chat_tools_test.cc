@@ -5,13 +5,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai.h"
 #include "serve/chat_format.h"
-#include "serve/openai.h"
 #include "serve/tool_calls.h"
 
 namespace tessera::serve {
 namespace {
 
+using api::ApiError;
+using api::ApiRequest;
+using api::parse_request;
 using model::ToolCallFormat;
 
 ApiRequest req(const std::string& body) {

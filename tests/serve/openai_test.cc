@@ -1,4 +1,4 @@
-#include "serve/openai.h"
+#include "api/openai.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,8 @@
 
 namespace tessera::serve {
 namespace {
+
+using namespace tessera::api;  // the parser under test; ChatFormat below is serve's
 
 ApiRequest ok(std::string_view body, bool chat = false) {
   auto r = parse_request(body, chat);

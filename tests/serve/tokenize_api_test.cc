@@ -22,9 +22,9 @@ class TokenizeApi : public ::testing::Test {
     auto t = model::load_tokenizer(testing::stories260k_dir() + "/tok512.bin");
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     tok_ = std::move(*t);
-    chat_ = [](const ApiRequest& r) -> Result<ChatPrompt> {
+    chat_ = [](const api::ApiRequest& r) -> Result<ChatPrompt> {
       std::string s;
-      for (const ChatMessage& x : r.messages) s += x.role + ": " + x.content + "\n";
+      for (const api::ChatMessage& x : r.messages) s += x.role + ": " + x.content + "\n";
       return ChatPrompt{.text = s + "assistant:"};
     };
   }

@@ -23,6 +23,8 @@ namespace {
 constexpr int kHandshakeTimeoutMs = 5000;
 constexpr int kMaxLanes = 64;
 constexpr size_t kMaxPendingConnections = 64;
+constexpr size_t kMaxHandshakes = 512;
+constexpr size_t kMaxHandshakesPerAddress = 2 * kMaxLanes;  // a connector opens all its lanes at once
 
 void set_recv_timeout(int fd, int ms) {
   timeval tv{ms / 1000, (ms % 1000) * 1000};
@@ -144,9 +146,10 @@ void AcceptLoop::stop() {
 
 void AcceptLoop::run() {
   constexpr int kAcceptBackoffMs = 50;
-  std::chrono::steady_clock::time_point accept_error_logged{};
-  uint64_t accept_errors = 0;
+  std::chrono::steady_clock::time_point accept_error_logged{}, busy_logged{};
+  uint64_t accept_errors = 0, busy_refused = 0;
   while (!stop_.load()) {
+    reap_finished();
     pollfd p{listen_fd_, POLLIN, 0};
     int n = poll(&p, 1, 100);
     if (n <= 0) continue;
@@ -170,8 +173,43 @@ void AcceptLoop::run() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on Unix sockets
-    handle(fd);
+    const std::string address = peer_address(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t in_flight = 0, from_address = 0;
+    for (const Handshake& h : handshakes_) {
+      if (h.done.load()) continue;
+      ++in_flight;
+      from_address += h.address == address;
+    }
+    if (in_flight >= kMaxHandshakes || from_address >= kMaxHandshakesPerAddress) {
+      ::close(fd);
+      ++busy_refused;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - busy_logged >= std::chrono::seconds(1)) {
+        log::warn("link {}: closed {} new connection(s) at once: {} handshakes in flight ({} from {})", endpoint_,
+                  busy_refused, in_flight, from_address, address);
+        busy_logged = now;
+        busy_refused = 0;
+      }
+      continue;
+    }
+    Handshake& h = handshakes_.emplace_back();
+    h.fd = fd;
+    h.address = address;
+    h.thread = std::thread([this, self = &h] { handshake(self); });
   }
+  // Wake every handshake still reading (its fd is still its own while `active`), then wait for them all.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Handshake& h : handshakes_) {
+      if (h.active) ::shutdown(h.fd, SHUT_RDWR);
+    }
+  }
+  for (Handshake& h : handshakes_) {
+    if (h.thread.joinable()) h.thread.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  handshakes_.clear();
   for (auto& [id, p] : pending_) {
     for (int fd : p.fds) {
       if (fd >= 0) ::close(fd);
@@ -180,7 +218,21 @@ void AcceptLoop::run() {
   pending_.clear();
 }
 
-void AcceptLoop::handle(int fd) {
+void AcceptLoop::reap_finished() {
+  std::list<Handshake> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      auto next = std::next(it);
+      if (it->done.load()) finished.splice(finished.end(), handshakes_, it);
+      it = next;
+    }
+  }
+  for (Handshake& h : finished) h.thread.join();
+}
+
+void AcceptLoop::handshake(Handshake* self) {
+  const int fd = self->fd;
   set_recv_timeout(fd, kHandshakeTimeoutMs);
   const ClusterToken& token = options_.cluster_token;
   Status refused;
@@ -205,52 +257,68 @@ void AcceptLoop::handle(int fd) {
       }
     }
   }
-  if (!refused.ok()) {
-    // Once per address: a scanner or a misconfigured peer retrying in a loop must not flood the log.
-    const std::string from = peer_address(fd);
-    if (refused_.size() < 4096 && refused_.insert(from).second) {
-      log::warn("link {}: refused a connection from {}{}: {} (further refusals from there are not logged)", endpoint_,
-                from, hello.ok() ? " (agent '" + hello->name + "')" : std::string(), refused.message());
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    self->active = false;  // from here on stop() leaves the fd alone: it is closed or filed below
+    if (refused.ok() && stop_.load()) refused = Status(StatusCode::kCancelled, "the endpoint is stopping");
+    if (!refused.ok()) {
+      // Once per address: a scanner or a misconfigured peer retrying in a loop must not flood the log.
+      if (refused.code() != StatusCode::kCancelled && refused_.size() < 4096 && refused_.insert(self->address).second) {
+        log::warn("link {}: refused a connection from {}{}: {} (further refusals from there are not logged)", endpoint_,
+                  self->address, hello.ok() ? " (agent '" + hello->name + "')" : std::string(), refused.message());
+      }
+      lock.unlock();
+      ::close(fd);
+    } else {
+      lock.unlock();
+      set_recv_timeout(fd, 0);
+      join_lane(fd, hello->header, hello->name);
     }
-    ::close(fd);
-    return;
   }
-  set_recv_timeout(fd, 0);
-  const FrameHeader h = hello->header;
-  // Half-made connections hold sockets until their last lane arrives: a peer opening new ones without ever
-  // finishing must not pile them up. The oldest incomplete one is dropped.
-  if (!pending_.count(h.region) && pending_.size() >= kMaxPendingConnections) {
-    auto oldest = pending_.begin();
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (it->second.since < oldest->second.since) oldest = it;
+  self->done.store(true);
+}
+
+void AcceptLoop::join_lane(int fd, const FrameHeader& h, const std::string& peer) {
+  std::shared_ptr<FramedConnection> conn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Half-made connections hold sockets until their last lane arrives: a peer opening new ones without ever
+    // finishing must not pile them up. The oldest incomplete one is dropped.
+    if (!pending_.count(h.region) && pending_.size() >= kMaxPendingConnections) {
+      auto oldest = pending_.begin();
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->second.since < oldest->second.since) oldest = it;
+      }
+      log::warn("link {}: dropping an unfinished connection from {} ({} are waiting for lanes)", endpoint_,
+                oldest->second.peer, pending_.size());
+      for (int f : oldest->second.fds) {
+        if (f >= 0) ::close(f);
+      }
+      pending_.erase(oldest);
     }
-    log::warn("link {}: dropping an unfinished connection from {} ({} are waiting for lanes)", endpoint_,
-              oldest->second.peer, pending_.size());
-    for (int f : oldest->second.fds) {
-      if (f >= 0) ::close(f);
+    Pending& p = pending_[h.region];
+    if (p.fds.empty()) {
+      p.since = next_pending_++;
+      p.peer = peer;
+      p.fds.assign(h.aux, -1);
     }
-    pending_.erase(oldest);
+    if (p.fds.size() != h.aux || p.fds[h.offset] >= 0 || p.peer != peer) {
+      ::close(fd);
+      return;
+    }
+    p.fds[h.offset] = fd;
+    if (++p.have == static_cast<int>(p.fds.size())) {
+      // The last lane: the connection is adopted before its "accepted" goes out, so once the connector's
+      // handshake returns, this side can already start transfers towards it.
+      conn = std::make_shared<FramedConnection>(core_, endpoint_, p.peer, std::move(p.fds), options_,
+                                                local_ ? local_() : nullptr);
+      pending_.erase(h.region);
+    }
   }
-  Pending& p = pending_[h.region];
-  if (p.fds.empty()) {
-    p.since = next_pending_++;
-    p.peer = hello->name;
-    p.fds.assign(h.aux, -1);
-  }
-  if (p.fds.size() != h.aux || p.fds[h.offset] >= 0 || p.peer != hello->name) {
-    ::close(fd);
-    return;
-  }
-  p.fds[h.offset] = fd;
-  if (++p.have < static_cast<int>(p.fds.size())) {
+  if (!conn) {
     if (!send_auth(fd, "").ok()) log::warn("link {}: handshake reply failed", endpoint_);
     return;
   }
-  // The last lane: the connection is adopted before its "accepted" goes out, so once the connector's
-  // handshake returns, this side can already start transfers towards it.
-  auto conn = std::make_shared<FramedConnection>(core_, endpoint_, p.peer, std::move(p.fds), options_,
-                                                 local_ ? local_() : nullptr);
-  pending_.erase(h.region);
   core_.adopt_connection(conn);
   if (!send_auth(fd, "").ok()) log::warn("link {}: handshake reply failed", endpoint_);
   conn->start();

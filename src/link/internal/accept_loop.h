@@ -13,13 +13,21 @@
 // empty proofs. No frame of the link protocol is read before the handshake succeeded; a failure closes the
 // socket and is logged once per peer address.
 //
-// Thread-safety: one accept thread per loop; stop() may be called from any thread.
+// Each accepted socket's handshake runs on a thread of its own, so a peer that connects and then sends nothing
+// (or one byte a second) delays only itself, never the next peer's accept: at most kMaxHandshakes are in
+// flight, kMaxHandshakesPerAddress from one address, and each ends within the handshake timeout. Beyond those
+// bounds a new socket is closed at once.
+//
+// Thread-safety: one accept thread per loop plus its handshake threads; pending_ and the handshake list are
+// guarded by mu_; stop() may be called from any thread and wakes and joins them all.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,8 +49,13 @@ class AcceptLoop {
   void stop();
 
  private:
+  struct Handshake;
+
   void run();
-  void handle(int fd);
+  void reap_finished();
+  void handshake(Handshake* self);
+  // Files a lane whose handshake succeeded under its connection; adopts the connection on its last lane.
+  void join_lane(int fd, const FrameHeader& h, const std::string& peer);
 
   int listen_fd_;
   AgentCore& core_;
@@ -51,15 +64,24 @@ class AcceptLoop {
   LocalPathFactory local_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  struct Handshake {
+    int fd = -1;
+    std::string address;
+    bool active = true;  // guarded by mu_: false once the thread has given the fd up (closed or filed)
+    std::atomic<bool> done{false};
+    std::thread thread;
+  };
+  std::mutex mu_;
+  std::list<Handshake> handshakes_;  // guarded by mu_ (elements stay put; the accept thread reaps them)
   struct Pending {
     std::string peer;
     std::vector<int> fds;  // by lane; -1 until connected
     int have = 0;
     uint64_t since = 0;  // arrival order, to drop the oldest when too many are unfinished
   };
-  std::map<uint64_t, Pending> pending_;  // owned by the accept thread
-  uint64_t next_pending_ = 0;            // owned by the accept thread
-  std::set<std::string> refused_;        // owned by the accept thread: peer addresses already logged
+  std::map<uint64_t, Pending> pending_;  // guarded by mu_
+  uint64_t next_pending_ = 0;            // guarded by mu_
+  std::set<std::string> refused_;        // guarded by mu_: peer addresses already logged
 };
 
 // Connecting side: performs the handshake on each of the already-connected `fds` (lane i = fds[i]), checks

@@ -1,10 +1,12 @@
-#include "serve/pd_messages.h"
+#include "api/pd_messages.h"
+
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "base/json_fields.h"
 
-namespace tessera::serve {
+namespace tessera::api {
 namespace {
 
 using json = nlohmann::json;
@@ -17,37 +19,12 @@ constexpr size_t kMaxDescriptionBytes = 16 << 10;
 
 }  // namespace
 
-json sampling_to_json(const engine::SamplingParams& s) {
-  return {{"temperature", s.temperature},
-          {"top_p", s.top_p},
-          {"top_k", s.top_k},
-          {"min_p", s.min_p},
-          {"seed", s.seed},
-          {"presence_penalty", s.presence_penalty},
-          {"frequency_penalty", s.frequency_penalty}};
-}
-
-Result<engine::SamplingParams> sampling_from_json(const json& j) {
-  // The same bounds as the public API (openai.cc), so a peer cannot ask for what a client may not.
-  JsonFields f(j, "sampling");
-  engine::SamplingParams s;
-  s.temperature = static_cast<float>(f.number("temperature", 0, 2, 1.0));
-  s.top_p = static_cast<float>(f.number("top_p", 0, 1, 1.0));
-  s.top_k = static_cast<int>(f.integer("top_k", 0, 1 << 20, 0));
-  s.min_p = static_cast<float>(f.number("min_p", 0, 1, 0.0));
-  s.seed = f.uint("seed", UINT64_MAX, 0);
-  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2, 2, 0.0));
-  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2, 2, 0.0));
-  if (!f.ok()) return f.status();
-  return s;
-}
-
 Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return invalid_argument("prefill reply is not JSON");
   JsonFields f(j, "prefill reply");
   PrefillReply r;
-  r.first_token = static_cast<model::TokenId>(f.integer("first_token", 0, vocab_size - 1));
+  r.first_token = static_cast<int32_t>(f.integer("first_token", 0, vocab_size - 1));
   r.checksum = f.uint("checksum");
   r.compute_ms = f.number("compute_ms", 0, kMaxPhaseMs, 0.0);
   r.transfer_ms = f.number("transfer_ms", 0, kMaxPhaseMs, 0.0);
@@ -91,7 +68,7 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
       return invalid_argument(
           fmt::format("prefill request: prompt token {} is not a token id in [0, {})", t.dump(), vocab_size));
     }
-    c.prompt.push_back(static_cast<model::TokenId>(t.get<int64_t>()));
+    c.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   if (c.export_from >= static_cast<int>(c.prompt.size())) {
     return invalid_argument("prefill request: export_from must leave at least one token");
@@ -99,4 +76,51 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   return c;
 }
 
-}  // namespace tessera::serve
+std::string prefill_reply_body(const PrefillReply& r) {
+  return json{{"first_token", r.first_token},
+              {"checksum", r.checksum},
+              {"kv_dtype", std::string(dtype_name(r.kv_dtype))},
+              {"bytes", r.bytes},
+              {"overlap", r.overlap},
+              {"compute_ms", r.compute_ms},
+              {"transfer_wait_ms", r.transfer_wait_ms},
+              {"transfer_ms", r.transfer_ms},
+              {"prefill_ms", r.prefill_ms}}
+      .dump();
+}
+
+std::string prefill_call_body(const PrefillCall& c) {
+  return json{{"prompt", c.prompt},
+              {"export_from", c.export_from},
+              {"sampling", sampling_to_json(c.sampling)},
+              {"agent", c.agent},
+              {"region", c.region},
+              {"offset", c.offset},
+              {"tag", c.tag},
+              {"model", c.model}}
+      .dump();
+}
+
+std::string pd_info_body(NodeRole role, const std::string& agent, const json& model) {
+  return json{{"role", std::string(role_name(role))}, {"agent", agent}, {"model", model}}.dump();
+}
+
+Result<PdInfo> parse_pd_info(std::string_view body) {
+  const auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) {
+    return invalid_argument("pd info must be a JSON object with a string 'role'");
+  }
+  PdInfo info;
+  info.role = j["role"].get<std::string>();
+  if (!parse_role(info.role).ok()) return invalid_argument("pd info has an unknown role '" + info.role + "'");
+  if (j.contains("agent") && j["agent"].is_string()) {
+    std::istringstream in(j["agent"].get<std::string>());
+    std::string tok;
+    while (in >> tok) {
+      if (tok.rfind("host=", 0) == 0) info.host_id = tok.substr(5);
+    }
+  }
+  return info;
+}
+
+}  // namespace tessera::api

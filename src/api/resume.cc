@@ -1,9 +1,9 @@
-#include "serve/resume.h"
+#include "api/resume.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-namespace tessera::serve {
+namespace tessera::api {
 
 using json = nlohmann::json;
 
@@ -56,4 +56,4 @@ std::string token_comment(const std::vector<int32_t>& tokens) {
   return fmt::format("{}{}\n\n", kTokenComment, fmt::join(tokens, ","));
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::api

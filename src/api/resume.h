@@ -14,7 +14,7 @@
 //   usage reports the original prompt and every completion token. With greedy sampling the continuation is
 //   token-exact.
 //
-// Part of tessera_openai (the wire format, no engine): the router uses it too. The node's text side is
+// Part of tessera_api (the wire contract, no engine): the router uses it too. The node's text side is
 // serve/resume_text.h.
 //
 // Thread-safety: pure functions.
@@ -26,11 +26,11 @@
 #include <string_view>
 #include <vector>
 
+#include "api/headers.h"  // kTokenIdsHeader
 #include "base/status.h"
 
-namespace tessera::serve {
+namespace tessera::api {
 
-inline constexpr std::string_view kTokenIdsHeader = "x-tessera-token-ids";
 inline constexpr std::string_view kTokenComment = ": tessera-tokens ";
 
 struct Resume {
@@ -52,4 +52,4 @@ bool has_resume_field(std::string_view body);
 // ": tessera-tokens 1,2,3\n\n"
 std::string token_comment(const std::vector<int32_t>& tokens);
 
-}  // namespace tessera::serve
+}  // namespace tessera::api

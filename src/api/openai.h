@@ -2,8 +2,8 @@
 // request, and the error body shape. Pure functions (no engine, no sockets), so every rejection rule is
 // unit-testable. The JSON library stays inside the .cc files.
 //
-// This is its own library (tessera_openai: base + JSON only) because the router validates bodies with it
-// and must not link the engine; the node converts GenerationOptions into an engine request itself.
+// Part of the wire contract (tessera_api: base + JSON only) because the router validates bodies with it and
+// must not link the engine; the node converts GenerationOptions into an engine request itself.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,10 @@
 #include <variant>
 #include <vector>
 
-namespace tessera::serve {
+#include "api/sampling.h"
+#include "base/status.h"
+
+namespace tessera::api {
 
 struct ApiError {
   int status = 400;
@@ -27,20 +30,9 @@ struct ChatMessage {
   std::string content;
 };
 
-// The sampling fields of a request, as engine::SamplingParams names them.
-struct SamplingOptions {
-  float temperature = 1.0f;
-  float top_p = 1.0f;  // 1: no nucleus cut
-  int top_k = 0;       // 0: no top-k cut
-  uint64_t seed = 0;   // 0: not given
-  float min_p = 0.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-};
-
 // What a request asks of generation besides its prompt and length.
 struct GenerationOptions {
-  SamplingOptions sampling;
+  SamplingParams sampling;
   std::vector<std::string> stop;        // stop strings
   std::vector<int32_t> stop_token_ids;  // extra stop tokens
   bool ignore_eos = false;
@@ -75,4 +67,8 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
 // {"error": {"message", "type", "param", "code"}}
 std::string error_body(const ApiError& e);
 
-}  // namespace tessera::serve
+// The error a failed Status answers with: its HTTP status from api/http_status.h and the OpenAI type for it
+// (400s invalid_request_error, 429 rate_limit_error with code server_busy, 503 service_unavailable, ...).
+ApiError error_for(const Status& s);
+
+}  // namespace tessera::api

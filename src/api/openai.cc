@@ -1,4 +1,4 @@
-#include "serve/openai.h"
+#include "api/openai.h"
 
 #include <cmath>
 #include <limits>
@@ -7,7 +7,9 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-namespace tessera::serve {
+#include "api/http_status.h"
+
+namespace tessera::api {
 namespace {
 
 using json = nlohmann::json;
@@ -157,6 +159,26 @@ std::string error_body(const ApiError& e) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+ApiError error_for(const Status& s) {
+  const int status = http_status(s);
+  switch (status) {
+    case 400:
+    case 404:
+    case 409:
+      return {status, s.message(), "invalid_request_error", "", ""};
+    case 401:
+    case 403:
+      return {status, s.message(), "authentication_error", "", ""};
+    case 429:
+      return {status, s.message(), "rate_limit_error", "", "server_busy"};
+    case 503:
+    case 504:
+      return {status, s.message(), "service_unavailable", "", ""};
+    default:
+      return {status, s.message(), "server_error", "", ""};
+  }
+}
+
 std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("the request body is not valid JSON");
@@ -238,7 +260,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
   r.max_tokens = static_cast<int>(max_tokens);
 
-  SamplingOptions& sp = r.generation.sampling;
+  SamplingParams& sp = r.generation.sampling;
   double v = 1.0;
   if (auto e = number(j, "temperature", 0.0, 2.0, v)) return *e;
   sp.temperature = static_cast<float>(v);
@@ -314,4 +336,4 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   return r;
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::api

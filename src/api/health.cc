@@ -1,0 +1,28 @@
+#include "api/health.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::api {
+
+using json = nlohmann::json;
+
+std::string health_body(const NodeHealth& h) {
+  return json{{"status", "ok"},
+              {"model", h.model},
+              {"backend", h.backend},
+              {"device", h.device},
+              {"waiting", h.waiting},
+              {"running", h.running},
+              {"kv_blocks_used", h.kv_blocks_used},
+              {"kv_blocks_total", h.kv_blocks_total}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+double health_capacity(std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("kv_blocks_total") || !j["kv_blocks_total"].is_number()) return 0;
+  const double blocks = j["kv_blocks_total"].get<double>();
+  return blocks > 0 && blocks <= kMaxReportedBlocks ? blocks : 0;
+}
+
+}  // namespace tessera::api

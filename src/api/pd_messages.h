@@ -1,0 +1,70 @@
+// The bodies of GET /internal/pd/info and POST /internal/pd/prefill as each side writes and reads them
+// (docs/pd-protocol.md). Read as untrusted input: the other node may be buggy, compromised or not a Tessera node at
+// all. Every field is checked for its type and range before anything is sized from it; a bad body is an InvalidArgument
+// that names the field, never an exception. The decode node then falls back to prefilling locally; the prefill node
+// answers 400.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/roles.h"
+#include "api/sampling.h"
+#include "base/dtype.h"
+#include "base/status.h"
+
+namespace tessera::api {
+
+// A prefill node's 200 reply. The decode node reads first_token, checksum and the three phase times, and
+// checks bytes and kv_dtype against what it reserved.
+struct PrefillReply {
+  int32_t first_token = 0;
+  uint64_t checksum = 0;
+  double compute_ms = 0;
+  double transfer_ms = 0;
+  double transfer_wait_ms = 0;
+  // Written by the prefill node for people and older decode nodes:
+  DType kv_dtype = DType::kF32;
+  uint64_t bytes = 0;
+  bool overlap = true;
+  double prefill_ms = 0;
+};
+std::string prefill_reply_body(const PrefillReply& r);
+
+// `expected_bytes`: the KV bytes the decode node reserved (a reply that says otherwise is refused);
+// `vocab_size`: first_token must be a token of the decode node's model.
+Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size);
+
+// What a prefill node takes from a decode node's request.
+struct PrefillCall {
+  std::vector<int32_t> prompt;
+  int export_from = 0;  // first position whose KV is sent; leaves at least one token
+  SamplingParams sampling;
+  std::string agent;   // link::AgentInfo::encode() of the decode node
+  std::string region;  // link::RegionDesc::encode() of its staging region
+  uint64_t offset = 0;
+  uint64_t tag = 0;
+  nlohmann::json model;  // must equal the prefill node's model description
+};
+
+// `max_prompt_tokens`: the longest prompt this node accepts (its model's context).
+Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, int max_prompt_tokens);
+std::string prefill_call_body(const PrefillCall& c);
+
+// GET /internal/pd/info: {"role", "agent": link::AgentInfo::encode(), "model": the model description}.
+std::string pd_info_body(NodeRole role, const std::string& agent, const nlohmann::json& model);
+// What the router takes from it: the role, and the host id inside the agent description ("host=H"), which
+// tells it which nodes share a machine. InvalidArgument for a body without a known role.
+struct PdInfo {
+  std::string role;
+  std::string host_id;
+};
+Result<PdInfo> parse_pd_info(std::string_view body);
+
+}  // namespace tessera::api
