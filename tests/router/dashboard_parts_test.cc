@@ -12,6 +12,7 @@
 #include "router/dashboard/node_report.h"
 #include "router/dashboard/planner_view.h"
 #include "router/live_stats.h"
+#include "solver/planner.h"
 
 namespace tessera::router {
 namespace {
@@ -97,6 +98,37 @@ TEST(PlannerView, ReadsTheContractsJson) {
   EXPECT_DOUBLE_EQ(d["predicted_gain"].get<double>(), 0.23);
   EXPECT_EQ(d["applied"], true);
   EXPECT_EQ(p["dropped"], 0);
+}
+
+// What the planner itself writes (solver::history_json), not only the contract's example: every decision kind
+// it makes must reach the page.
+TEST(PlannerView, ReadsWhatThePlannerWrites) {
+  solver::PlannerState state;
+  state.state = "acting";
+  state.reason = "prompts grew longer";
+  auto decision = [](int64_t ts, std::string action, std::string node, std::string from, std::string to) {
+    solver::Decision d;
+    d.ts_ms = ts;
+    d.action = std::move(action);
+    d.node = std::move(node);
+    d.from = std::move(from);
+    d.to = std::move(to);
+    d.reason = "why";
+    d.predicted_gain = 0.1;
+    d.applied = true;
+    return d;
+  };
+  state.history.push_back(decision(1, "keep", "", "cpu 1 prefill + 2 decode", "cpu 1 prefill + 2 decode"));
+  state.history.push_back(decision(2, "re-role", "decode-1", "decode", "prefill"));
+  state.history.push_back(decision(3, "scale-out", "prefill-1", "none", "prefill"));
+  state.history.push_back(decision(4, "scale-in", "decode-0", "decode", "none"));
+  json p = parse_planner_history(solver::history_json(state, 1700000000000));
+  ASSERT_EQ(p["status"], "ok") << p.dump();
+  EXPECT_EQ(p["dropped"], 0);
+  ASSERT_EQ(p["decisions"].size(), 4u);
+  EXPECT_EQ(p["decisions"][0]["from"], "cpu 1 prefill + 2 decode");
+  EXPECT_EQ(p["decisions"][2]["from"], "none");
+  EXPECT_EQ(p["decisions"][3]["action"], "scale-in");
 }
 
 TEST(PlannerView, RefusesMalformedValuesByName) {

@@ -12,6 +12,7 @@
 
 #include <fmt/core.h>
 
+#include "base/guarded.h"
 #include "base/log.h"
 #include "http/http.h"
 #include "router/dashboard/planner_view.h"
@@ -75,8 +76,11 @@ void FleetSampler::loop() {
     const bool watched = last_touch_ms_ > 0 && now - last_touch_ms_ <= options_.watch_ms;
     if (watched && now - last_sample_ms_ >= options_.interval_ms) {
       lock.unlock();
-      sample_now();
+      // No exception may leave the thread (std::async throws when no thread can be made): a failed sample is
+      // logged and the next one comes an interval later.
+      run_guarded("dashboard: sampling the fleet", [this] { sample_now(); });
       lock.lock();
+      last_sample_ms_ = steady_ms();
       continue;
     }
     // Asleep until the next sample is due, or indefinitely (until touch()) while nobody looks.

@@ -19,7 +19,6 @@ constexpr size_t kMaxText = 1024;      // reason, node id
 constexpr int64_t kMaxMs = 1LL << 52;  // a millisecond timestamp the page can hold exactly (a double)
 constexpr std::array<std::string_view, 3> kStates = {"acting", "holding", "off"};
 constexpr std::array<std::string_view, 4> kActions = {"keep", "re-role", "scale-out", "scale-in"};
-constexpr std::array<std::string_view, 4> kRoles = {"", "prefill", "decode", "both"};
 
 template <size_t N>
 bool one_of(const std::string& s, const std::array<std::string_view, N>& allowed) {
@@ -38,15 +37,15 @@ json decision(const json& d) {
   out["ts_ms"] = f.integer("ts_ms", 0, kMaxMs);
   out["action"] = f.string("action", 32);
   out["node"] = f.string("node", kMaxText, std::string());
-  out["from"] = f.string("from", 16, std::string());
-  out["to"] = f.string("to", 16, std::string());
+  // Roles for a move ("none" for a node started or stopped); a keep names the current and the best placements.
+  out["from"] = f.string("from", kMaxText, std::string());
+  out["to"] = f.string("to", kMaxText, std::string());
   out["reason"] = f.string("reason", kMaxText, std::string());
   const bool has_gain = f.has("predicted_gain");
   const double gain = f.number("predicted_gain", -1e6, 1e6, 0.0);
   out["predicted_gain"] = has_gain ? json(gain) : json(nullptr);
   out["applied"] = f.boolean("applied", false);
-  if (!f.ok() || !one_of(out["action"].get<std::string>(), kActions) ||
-      !one_of(out["from"].get<std::string>(), kRoles) || !one_of(out["to"].get<std::string>(), kRoles)) {
+  if (!f.ok() || !one_of(out["action"].get<std::string>(), kActions)) {
     return nullptr;
   }
   return out;

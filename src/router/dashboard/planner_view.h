@@ -3,6 +3,8 @@
 //   {"updated_ms":N, "state":"acting|holding|off", "reason":"...",
 //    "decisions":[{"ts_ms":N, "action":"keep|re-role|scale-out|scale-in", "node":"id", "from":"prefill",
 //                  "to":"decode", "reason":"...", "predicted_gain":0.23, "applied":true}, ...]}
+// (what solver::history_json writes: "from"/"to" are roles, "none" for a started or stopped node, and for a
+// keep the current and the best placement described).
 // A stored value is untrusted input (docs/architecture.md, Errors): parse_planner_history() checks every
 // field's type and range, keeps at most kMaxPlannerDecisions (the newest), drops decisions it cannot read
 // (counting them), and never throws. Pure.
