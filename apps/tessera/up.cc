@@ -460,7 +460,9 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
         return ok_status();
       };
     }
-    Result<std::unique_ptr<planner::PlannerLoop>> loop = config.status();
+    Result<std::unique_ptr<planner::PlannerLoop>> loop =
+        config.ok() ? Result<std::unique_ptr<planner::PlannerLoop>>(internal_error("planner not created"))
+                    : Result<std::unique_ptr<planner::PlannerLoop>>(config.status());
     ctrl::StoreAuth auth;
     auth.cluster_token = *token;
     auto store = ctrl::make_store_from_flag(ctrl_url, auth);
