@@ -8,8 +8,9 @@
 # against a reference (the fault suite's accounting: lost, repeated, mismatched tokens).
 #
 #   scripts/planner-shift.sh [RUNS]        (default 3 runs with the planner on, 3 with it off, interleaved)
-#   env: PHASE1_S / PHASE2_S (approximate phase lengths, seconds), CLIENTS, SLO_TTFT_MS, SLO_TPOT_MS,
-#        BIN (default build/release/bin/tessera), OUT (a folder kept with every run's JSON and logs)
+#   env: P1_REQUESTS / P2_REQUESTS (per client and phase), CLIENTS, SLO_TTFT_MS, SLO_TPOT_MS,
+#        START (2p1d, 1p2d or both), MODES ("off on"), BIN (default build/release/bin/tessera),
+#        OUT (a folder kept with every run's JSON and logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
@@ -127,12 +128,14 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def stats(mode):
     g = [r["goodput_rps"] for r in rows if r["mode"] == mode]
-    return statistics.mean(g), min(g), max(g), g
+    return (statistics.mean(g), min(g), max(g), g) if g else None
 on, off = stats("on"), stats("off")
 print(f"SLO: TTFT <= {sys.argv[2]} ms and mean TPOT <= {sys.argv[3]} ms")
 for name, s in (("planner on", on), ("planner off", off)):
-    print(f"{name}: phase-2 goodput mean {s[0]:.2f} req/s (min {s[1]:.2f}, max {s[2]:.2f}; runs {', '.join(f'{x:.2f}' for x in s[3])})")
-print(f"margin: {100 * (on[0] / off[0] - 1):+.0f}% (on vs off, means)" if off[0] > 0 else "margin: off run had 0 goodput")
+    if s:
+        print(f"{name}: phase-2 goodput mean {s[0]:.2f} req/s (min {s[1]:.2f}, max {s[2]:.2f}; runs {', '.join(f'{x:.2f}' for x in s[3])})")
+if on and off and off[0] > 0:
+    print(f"margin: {100 * (on[0] / off[0] - 1):+.0f}% (on vs off, means)")
 ch = [r["placement_change_s"] for r in rows if r["mode"] == "on"]
 print("placement change after the shift (s):", ", ".join("none" if c is None else f"{c:.1f}" for c in ch))
 print("failed requests:", sum(r["failed"] for r in rows), " lost tokens:", sum(r["lost"] for r in rows),
