@@ -48,6 +48,9 @@ struct LoadArgs {
   std::string fault_cmd;
   double connect_retry_s = 15;  // a client retries refused connections this long (the router may restart)
   std::string row;              // markdown row label
+  int prompt_words = 0;         // > 0: each prompt is padded with story text to about this many words
+  double slo_ttft_ms = 0;       // > 0 (with slo_tpot_ms): count requests within this SLO (planner-shift.sh)
+  double slo_tpot_ms = 0;
 };
 
 const char* const kStarters[] = {
@@ -59,10 +62,23 @@ const char* const kStarters[] = {
     "Sue liked to draw pictures of flowers and trees. Every morning she",
 };
 
-std::string prompt_for(int i) { return fmt::format("{} {}", kStarters[i % 6], i / 6); }
+std::string prompt_for(int i, int words = 0) {
+  std::string p = fmt::format("{} {}", kStarters[i % 6], i / 6);
+  // Long prompts (a workload shift to long prompts): earlier starters as context, the request's own last. The
+  // request's number comes first, so that no two prompts share a cached prefix (each is computed whole).
+  if (words <= 0) return p;
+  std::string pad = fmt::format("Story {}. ", i);
+  for (int k = 1, n = 0; n < words; ++k) {
+    const std::string s = kStarters[(i + k) % 6];
+    pad += s + " ";
+    n += 1 + static_cast<int>(std::count(s.begin(), s.end(), ' '));
+  }
+  return pad + p;
+}
 
 struct Outcome {
   double start = 0, end = 0;  // seconds since the run began
+  double first = -1;          // the first token's arrival, same clock
   bool ok = false;
   std::vector<std::string> tokens;  // token ids, as text
   std::string text;
@@ -75,7 +91,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
   const auto started = Clock::now();
   o.start = std::chrono::duration<double>(started - t0).count();
   const std::string body = json{{"model", a.model},
-                                {"prompt", prompt_for(i)},
+                                {"prompt", prompt_for(i, a.prompt_words)},
                                 {"max_tokens", a.max_tokens},
                                 {"temperature", 0},
                                 {"ignore_eos", true},
@@ -88,6 +104,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
     std::string buffer, finish;
     o.tokens.clear();
     o.text.clear();
+    o.first = -1;
     auto on_headers = [&](const http::Response& h) {
       headers = true;
       status = h.status;
@@ -99,6 +116,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
         std::string ev = buffer.substr(0, end);
         buffer.erase(0, end + 2);
         if (ev.rfind(": tessera-tokens ", 0) == 0) {
+          if (o.first < 0) o.first = std::chrono::duration<double>(Clock::now() - t0).count();
           for (size_t at = 17; at < ev.size();) {
             size_t comma = ev.find(',', at);
             if (comma == std::string::npos) comma = ev.size();
@@ -293,6 +311,17 @@ int run_load(const LoadArgs& a) {
       during.push_back(latency);
     }
   }
+  // Goodput: requests within the SLO (TTFT, and mean time per output token after the first), per second.
+  int within = 0;
+  std::vector<double> ttfts, tpots;
+  for (const Outcome& o : out) {
+    if (!o.ok || o.first < 0) continue;
+    const double ttft = o.first - o.start;
+    const double tpot = o.tokens.size() > 1 ? (o.end - o.first) / static_cast<double>(o.tokens.size() - 1) : 0;
+    ttfts.push_back(ttft);
+    tpots.push_back(tpot);
+    within += ttft * 1e3 <= a.slo_ttft_ms && tpot * 1e3 <= a.slo_tpot_ms;
+  }
   json summary = {{"sent", total},
                   {"completed", ok},
                   {"failed", failed},
@@ -309,6 +338,13 @@ int run_load(const LoadArgs& a) {
                   {"latency_after", percentiles(after)},
                   {"wall_s", wall},
                   {"errors", errors}};
+  if (a.slo_ttft_ms > 0 && a.slo_tpot_ms > 0) {
+    summary["slo"] = {{"ttft_ms", a.slo_ttft_ms}, {"tpot_ms", a.slo_tpot_ms}};
+    summary["within_slo"] = within;
+    summary["goodput_rps"] = wall > 0 ? within / wall : 0;
+    summary["ttft"] = percentiles(ttfts);
+    summary["tpot"] = percentiles(tpots);
+  }
   std::printf("%s\n", summary.dump().c_str());
   if (!a.row.empty()) {
     const std::string rec = f < 0 ? "-" : recovered < 0 ? "never" : fmt::format("{:.2f}", recovered - f);
@@ -343,6 +379,10 @@ Action add_fault_load_command(CLI::App& app) {
   cmd->add_option("--fault-cmd", a->fault_cmd, "Shell command that injects the fault");
   cmd->add_option("--connect-retry-s", a->connect_retry_s, "Retry refused connections this long")
       ->capture_default_str();
+  cmd->add_option("--prompt-words", a->prompt_words, "Pad each prompt with story text to about this many words")
+      ->check(CLI::Range(0, 4000));
+  cmd->add_option("--slo-ttft-ms", a->slo_ttft_ms, "With --slo-tpot-ms: report requests within this TTFT and goodput");
+  cmd->add_option("--slo-tpot-ms", a->slo_tpot_ms, "With --slo-ttft-ms: ... and this mean time per output token");
   cmd->add_option("--row", a->row, "Also print a docs/faults.md row with this label");
   return [a] { return run_load(*a); };
 }

@@ -422,10 +422,10 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
     return fail(st.message());
   }
   std::unique_ptr<planner::PlannerLoop> plan;
+  int scaled = 0;  // nodes the planner started (names them); used by the planner thread until plan->stop()
   if (spec->planner) {
     // The local launcher: re-roles over /admin/role; scales by starting and stopping `tessera serve` processes
     // of a pool's launch section, like the spec's own nodes.
-    int scaled = 0;
     auto config = planner::planner_config_from_files(spec->planner_fleet, spec->planner_workload, spec->planner_slo);
     planner::ScaleHooks hooks;
     if (config.ok()) {
@@ -460,7 +460,9 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
         return ok_status();
       };
     }
-    Result<std::unique_ptr<planner::PlannerLoop>> loop = config.status();
+    Result<std::unique_ptr<planner::PlannerLoop>> loop =
+        config.ok() ? Result<std::unique_ptr<planner::PlannerLoop>>(internal_error("planner not created"))
+                    : Result<std::unique_ptr<planner::PlannerLoop>>(config.status());
     ctrl::StoreAuth auth;
     auth.cluster_token = *token;
     auto store = ctrl::make_store_from_flag(ctrl_url, auth);

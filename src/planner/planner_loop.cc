@@ -94,6 +94,9 @@ struct PlannerLoop::Impl {
     std::map<std::string, solver::PromSamples> scrape;
     Status missing = ok_status();
     for (const solver::NodeView& n : nodes) {
+      // Client requests are counted where they are answered: a prefill node's engine counts the prompts it
+      // computes for decode nodes a second time, so its counters stay out of the window.
+      if (n.role == "prefill") continue;
       auto r = http::fetch({.url = n.url + "/metrics", .timeout_ms = 2000});
       if (!r.ok() || r->status != 200) {
         missing = unavailable(fmt::format("{}/metrics: {}", n.url,
