@@ -62,11 +62,27 @@ struct Cluster {
       out += fmt::format("{}http://{}:2379", i ? "," : "", hosts->address(order[i]));
     return out;
   }
-  std::unique_ptr<BackgroundProcess> join(int k, const std::string& role, int port) {
-    auto p = std::make_unique<BackgroundProcess>(
-        hosts->on(k, {testing::tessera_bin(), "join", "--ctrl", etcd_for(k), "--role", role, "--backend", "ref",
-                      "--model", testing::stories260k_dir(), "--advertise", hosts->address(k), "--port",
-                      std::to_string(port), "--cluster-token-file", token_file, "--", "--served-model-name", kModel}));
+  // listen_all: --listen 0.0.0.0 (the Kubernetes form: bind everything, advertise the pod's address).
+  std::unique_ptr<BackgroundProcess> join(int k, const std::string& role, int port, bool listen_all = false) {
+    std::vector<std::string> argv = {testing::tessera_bin(),
+                                     "join",
+                                     "--ctrl",
+                                     etcd_for(k),
+                                     "--role",
+                                     role,
+                                     "--backend",
+                                     "ref",
+                                     "--model",
+                                     testing::stories260k_dir(),
+                                     "--advertise",
+                                     hosts->address(k),
+                                     "--port",
+                                     std::to_string(port),
+                                     "--cluster-token-file",
+                                     token_file};
+    if (listen_all) argv.insert(argv.end(), {"--listen", "0.0.0.0"});
+    argv.insert(argv.end(), {"--", "--served-model-name", kModel});
+    auto p = std::make_unique<BackgroundProcess>(hosts->on(k, argv));
     if (p->wait_for_line("listening on", 60).empty()) return nullptr;
     return p;
   }
@@ -295,10 +311,16 @@ TEST(MultiHost, AnIsolatedEtcdMemberLeavesTheClusterServingAndAdmittingNodes) {
     if (!alone) std::this_thread::sleep_for(50ms);
   }
   ASSERT_TRUE(alone) << "host B's etcd member still has a leader: the isolation did not happen";
-  // A node joins on host B while its member is cut off (it asks that member first), and is admitted.
-  g->late_node = g->join(kB, "prefill", 8001);
+  // A node joins on host B while its member is cut off (it asks that member first), and is admitted. It
+  // listens on every interface and advertises host B's address, as pods do (deploy/kubernetes/).
+  g->late_node = g->join(kB, "prefill", 8001, true);
   ASSERT_TRUE(g->late_node) << "a node could not join while one etcd member was isolated";
   EXPECT_TRUE(g->wait_nodes(4, 30s)) << "the router did not admit the node that joined";
+  {
+    auto kvs = g->store->range("/tessera/nodes/prefill-" + g->hosts->address(kB) + ":8001");
+    ASSERT_TRUE(kvs.ok() && kvs->size() == 1) << "the late node's entry is not under its advertised address";
+    EXPECT_EQ(json::parse((*kvs)[0].value)["address"], fmt::format("http://{}:8001", g->hosts->address(kB)));
+  }
   // Serving goes on, across hosts, for longer than a lease lasts.
   // New prompts each round: a repeated one would be served from the decode node's prefix cache.
   for (int round = 0; Time::now() - t0 < 8s; ++round) expect_pd_answers_equal(100 + 2 * round, 2);
