@@ -279,7 +279,7 @@ void Engine::run_step() {
       return ok_status();
     };
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = step_logits_;  // reused: its capacity stays from step to step
   Status st = runner_.step(segments, logits, hook);
   counters_.steps++;
   if (!st.ok()) {
@@ -298,16 +298,16 @@ void Engine::run_step() {
   }
 }
 
-void Engine::on_token(Active& a, const std::vector<float>& logits, size_t row) {
+void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
-  std::vector<float> l(logits.begin() + static_cast<std::ptrdiff_t>(row * vocab),
-                       logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
+  // Sampled in place: each row belongs to one sequence and is read once, so no copy of vocab floats per token.
+  std::span<float> l(logits.data() + row * vocab, vocab);
   if (!a.counts.empty()) {
     std::vector<std::pair<TokenId, int>> counts(a.counts.begin(), a.counts.end());
     a.sampler.apply_penalties(l, counts);
   }
   std::vector<float> for_logprobs;
-  if (a.req.logprobs >= 0) for_logprobs = l;
+  if (a.req.logprobs >= 0) for_logprobs.assign(l.begin(), l.end());
   const TokenId tok = a.sampler.sample(l);
   accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
 }

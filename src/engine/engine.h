@@ -149,8 +149,8 @@ class Engine {
   void run_step();
   void admit_new();
   void finish(Active& a, FinishReason reason, Status error = ok_status());
-  void publish_stats();  // copies the engine thread's counters into stats_
-  void on_token(Active& a, const std::vector<float>& logits, size_t row);
+  void publish_stats();                                              // copies the engine thread's counters into stats_
+  void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
   // Appends a token chosen by `on_token` or received from a prefill node and reports it.
   void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
   // Installs imported KV; false when blocks are short (retried next loop).
@@ -176,6 +176,7 @@ class Engine {
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
   std::vector<RequestId> importing_;  // imported requests waiting for KV blocks
   EngineStats counters_;
+  std::vector<float> step_logits_;  // the step's logits, kept so that a step does not allocate them
 };
 
 }  // namespace tessera::engine

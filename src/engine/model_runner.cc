@@ -325,8 +325,9 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   }
 
   // Decode segments first so their rows are contiguous for one batched attention call.
-  std::vector<Placed> placed;
-  placed.reserve(segments.size());
+  // The host-side arrays of a step are members, reused: a serving step allocates nothing here.
+  std::vector<Placed>& placed = step_placed_;
+  placed.clear();
   for (const Segment& seg : segments) {
     if (seg.tokens.size() == 1) placed.push_back({&seg, 0, 0, seg.seq->length});
   }
@@ -336,11 +337,13 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   }
   const int bt = kv_->block_tokens();
   const auto max_blocks = static_cast<size_t>(max_blocks_per_seq_);
-  std::vector<int32_t> ids, positions, slots, lens;
-  std::vector<int32_t> tables(placed.size() * max_blocks, 0);
-  ids.reserve(static_cast<size_t>(n));
-  positions.reserve(static_cast<size_t>(n));
-  slots.reserve(static_cast<size_t>(n));
+  std::vector<int32_t>&ids = step_ids_, &positions = step_positions_, &slots = step_slots_, &lens = step_lens_;
+  std::vector<int32_t>& tables = step_tables_;
+  ids.clear();
+  positions.clear();
+  slots.clear();
+  lens.clear();
+  tables.assign(placed.size() * max_blocks, 0);
   int64_t row = 0;
   for (size_t i = 0; i < placed.size(); ++i) {
     Placed& p = placed[i];
@@ -369,11 +372,13 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   for (const Placed& p : std::span(placed).subspan(static_cast<size_t>(decodes)))
     wanted += p.segment->want_logits ? 1 : 0;
   const auto vocab = static_cast<size_t>(config_.vocab_size);
-  std::vector<float> rows(static_cast<size_t>(wanted) * vocab);
+  std::vector<float>& rows = step_rows_;
+  rows.resize(static_cast<size_t>(wanted) * vocab);
   if (wanted > 0) TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, wanted), rows.data()));
   TS_RETURN_IF_ERROR(stream_->synchronize());
   cap_logits(rows.data(), rows.size());
-  std::vector<int64_t> row_of(segments.size(), -1);
+  std::vector<int64_t>& row_of = step_row_of_;
+  row_of.assign(segments.size(), -1);
   int64_t next_prefill_row = decodes;
   for (size_t i = 0; i < placed.size(); ++i) {
     const auto seg_index = static_cast<size_t>(placed[i].segment - segments.data());

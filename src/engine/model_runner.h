@@ -159,6 +159,11 @@ class ModelRunner {
   std::map<int64_t, std::unique_ptr<ops::Graph>> graphs_;
   std::vector<ops::Buffer*> scratch_buffers_;  // the activations: what a graph's memory plan may move
   int32_t pad_block_ = -1;
+  // step()'s host-side arrays, kept between steps so that a step does not allocate.
+  std::vector<Placed> step_placed_;
+  std::vector<int32_t> step_ids_, step_positions_, step_slots_, step_lens_, step_tables_;
+  std::vector<float> step_rows_;
+  std::vector<int64_t> step_row_of_;
   size_t streamed_bytes_ = 0;
 };
 
