@@ -197,6 +197,10 @@ Result<Vocab> Llama2cTokenizer::to_vocab() const {
       if (p == "\n</s>\n") p = "</s>";
     } else if (parse_byte_piece(p) >= 0) {
       type = kTokenByte;
+    } else if (p.size() > 4 && p.starts_with("<|") && p.ends_with("|>") && p.find(' ') == std::string::npos) {
+      // Chat markers (<|end|>, <|user|>): llama2.c files cannot mark them, every SentencePiece model using
+      // them has them as control tokens.
+      type = kTokenControl;
     } else {
       std::string q;
       for (char c : p) q += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
