@@ -36,6 +36,7 @@ engine::GenerationRequest engine_request(const GenerationOptions& g) {
   out.stop = g.stop;
   out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
   out.ignore_eos = g.ignore_eos;
+  out.skip_special_tokens = g.skip_special_tokens;
   out.logprobs = g.logprobs;
   return out;
 }
@@ -348,7 +349,7 @@ struct NodeServer::Impl {
       return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
                      "application/json", {{"x-tessera-draining", "1"}});
     }
-    auto parsed = parse_request(hreq.body, chat);
+    auto parsed = parse_request(hreq.body, chat, options.default_sampling);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
     call->req = std::move(std::get<ApiRequest>(parsed));
@@ -559,6 +560,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     engine::EngineStats s = d->engine.stats();
     w->send(200, dump({{"status", "ok"},
                        {"model", d->options.model_name},
+                       {"backend", d->options.backend},
                        {"waiting", s.waiting},
                        {"running", s.running},
                        {"kv_blocks_used", s.kv_blocks_used},

@@ -31,6 +31,8 @@ struct NodeOptions {
   // The cluster credential. Internal fields (x-tessera-* headers, tessera_resume) are honoured only from a
   // caller presenting it, and a caller presenting it needs no API key (the router). Unconfigured: open.
   ClusterToken cluster_token;
+  std::string backend;               // the operator backend serving (reported on /health)
+  SamplingOptions default_sampling;  // for fields a request leaves out (the model's generation defaults)
 };
 
 class NodeServer {
