@@ -41,8 +41,7 @@ std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelW
     const int rank = static_cast<int>(w.shape.size());
     // As a matrix only: an embedding table a device cannot index in place is widened for lookups alone,
     // which costs memory but no speed.
-    if (!device_runs_weight(device, w.dtype, w.shape.back(), rank, /*is_embedding=*/false))
-      out.push_back(w.dtype);
+    if (!device_runs_weight(device, w.dtype, w.shape.back(), rank, /*is_embedding=*/false)) out.push_back(w.dtype);
   }
   return out;
 }
