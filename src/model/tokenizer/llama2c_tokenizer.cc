@@ -149,6 +149,7 @@ std::vector<TokenId> Llama2cTokenizer::encode(std::string_view text, bool add_bo
 
 std::string Llama2cTokenizer::decode_piece(TokenId prev, TokenId token) const {
   if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return {};
+  if (is_special(token)) return {};  // BOS/EOS are not text (the interface's rule; special_text() spells them)
   std::string_view p = pieces_[static_cast<size_t>(token)];
   if (prev == bos_id() && !p.empty() && p[0] == ' ') p.remove_prefix(1);
   if (int b = parse_byte_piece(p); b >= 0) return std::string(1, static_cast<char>(b));
