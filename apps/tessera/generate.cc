@@ -45,7 +45,6 @@ int run_generate(const GenerateArgs& a) {
   auto chosen = open_backend(a.backend, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
-  if (!chosen->reason.empty() && !a.quiet) std::fprintf(stderr, "backend %s\n", chosen->reason.c_str());
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = std::min(512, model->config.max_seq_len);
@@ -84,6 +83,8 @@ int run_generate(const GenerateArgs& a) {
                  "model %s (%s, %.2fM params) on %s | prefill: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n",
                  model->name.c_str(), model->config.arch.c_str(), model->config.parameter_count() / 1e6,
                  device->info().backend.c_str(), s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps);
+    // After the run, so that a failing command's error stays its only line.
+    if (!chosen->reason.empty()) std::fprintf(stderr, "backend %s\n", chosen->reason.c_str());
   }
   return 0;
 }
