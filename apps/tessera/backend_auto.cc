@@ -1,7 +1,6 @@
 #include "backend_auto.h"
 
 #include <algorithm>
-#include <cctype>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,16 +10,7 @@
 #include "ops/registry.h"
 
 namespace tessera::cli {
-namespace {
-
-bool is_cpu_device(const ops::DeviceInfo& info) {
-  std::string n = info.name;
-  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
-  return n.find("cpu") != std::string::npos || n.find("pthread") != std::string::npos ||
-         n.find("pocl") != std::string::npos;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Result<ChosenBackend> open_backend(const std::string& requested, const model::ModelWeights& weights,
                                    const ops::DeviceOptions& options) {
@@ -31,7 +21,7 @@ Result<ChosenBackend> open_backend(const std::string& requested, const model::Mo
   ops::register_builtin_backends();
   const std::vector<std::string> known = ops::BackendRegistry::global().names();
   std::vector<std::string> passed;
-  for (const char* name : {"cuda", "opencl", "cpu", "ref"}) {
+  for (const char* name : {"cuda", "cpu", "ref"}) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       passed.push_back(fmt::format("{}: not compiled in", name));
       continue;
@@ -40,11 +30,6 @@ Result<ChosenBackend> open_backend(const std::string& requested, const model::Mo
     if (!device.ok()) {
       const std::string why(device.status().message());
       passed.push_back(why.rfind(std::string(name) + ":", 0) == 0 ? why : fmt::format("{}: {}", name, why));
-      continue;
-    }
-    if (std::string_view(name) == "opencl" && is_cpu_device((*device)->info())) {
-      passed.push_back(
-          fmt::format("opencl: its device ({}) is a CPU, where the cpu backend is faster", (*device)->info().name));
       continue;
     }
     const std::vector<DType> widened = engine::widened_weight_types(**device, weights);

@@ -1,8 +1,9 @@
 // `--backend auto` (the default of `serve` and `generate`): the fastest backend on this host that runs the
 // model's weight types as they are stored.
 //
-// Preference: cuda (a GPU), then opencl when its device is not a CPU (a GPU driver; PoCL on a CPU is slower
-// than the cpu backend), then cpu (SIMD kernels and threads), then ref (scalar, runs everything). A backend
+// Preference: cuda (a GPU), then cpu (SIMD kernels and threads), then ref (scalar, runs everything). opencl
+// is not probed: opening it (PoCL here) costs seconds at every start, and on a CPU it is slower than cpu; a
+// host with an OpenCL GPU names it (--backend opencl). A backend
 // is passed over when it is not compiled in, has no device here, or would widen some weight type to f32 at
 // load (widened_weight_types); the choice and why the faster ones were passed over are said in the result.
 #pragma once
