@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "backend_auto.h"
 #include "base/dtype.h"
 #include "commands.h"
 #include "engine/generator.h"
@@ -21,7 +22,7 @@ struct GenerateArgs {
   std::string model;
   std::string tokenizer;
   std::string prompt;
-  std::string backend = "ref";
+  std::string backend = "auto";
   int max_tokens = 256;
   int steps = 0;
   engine::SamplingParams sampling;  // --temperature, --top-p, --top-k, --seed
@@ -38,21 +39,23 @@ int run_generate(const GenerateArgs& a) {
   if (!model.ok()) return fail(model.status().message());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto device = ops::open_device(a.backend, 0, dopts);
-  if (!device.ok()) return fail(device.status().message());
+  auto chosen = open_backend(a.backend, model->weights, dopts);
+  if (!chosen.ok()) return fail(chosen.status().message());
+  auto& device = chosen->device;
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = std::min(512, model->config.max_seq_len);
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
   ro.graph = a.graph == "on";
-  auto runner = engine::ModelRunner::create(**device, model->config, model->weights, ro);
+  auto runner = engine::ModelRunner::create(*device, model->config, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
 
   engine::GenerateOptions go;
   go.max_tokens = a.max_tokens;
   go.echo_prompt = !a.no_echo;
   go.sampling = a.sampling;
+  go.end_of_generation = model->generation.end_of_generation;
   if (a.steps > 0) {
     // run.c's --steps: total positions, prompt (with BOS) included, capped by the context.
     int steps = std::min(a.steps, model->config.max_seq_len);
@@ -76,7 +79,9 @@ int run_generate(const GenerateArgs& a) {
     std::fprintf(stderr,
                  "model %s (%s, %.2fM params) on %s | prefill: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s\n",
                  model->name.c_str(), model->config.arch.c_str(), model->config.parameter_count() / 1e6,
-                 (*device)->info().backend.c_str(), s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps);
+                 device->info().backend.c_str(), s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps);
+    // After the run, so that a failing command's error stays its only line.
+    if (!chosen->reason.empty()) std::fprintf(stderr, "backend %s\n", chosen->reason.c_str());
   }
   return 0;
 }
@@ -104,7 +109,9 @@ Action add_generate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", args->sampling.seed, "Random seed (0: from the clock)");
-  cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_option("--backend", args->backend,
+                  "Operator backend (auto: the fastest here that runs the model's weight types)")
+      ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();

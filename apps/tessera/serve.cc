@@ -16,6 +16,7 @@
 
 #include "api/kv_layout.h"
 #include "auth_flags.h"
+#include "backend_auto.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "commands.h"
@@ -37,7 +38,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::string tokenizer;
-  std::string backend = "ref";
+  std::string backend = "auto";
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string role = "both";
@@ -94,8 +95,11 @@ int run_serve(const ServeArgs& a) {
                std::filesystem::absolute(model->tokenizer_path).lexically_normal().c_str());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto device = ops::open_device(a.backend, 0, dopts);
-  if (!device.ok()) return fail(device.status().message());
+  auto chosen = open_backend(a.backend, model->weights, dopts);
+  if (!chosen.ok()) return fail(chosen.status().message());
+  auto& device = chosen->device;
+  const std::string& backend = chosen->name;
+  if (!chosen->reason.empty()) std::fprintf(stderr, "tessera serve: backend %s\n", chosen->reason.c_str());
   // The served context: --max-model-len, else the model's, shortened (with a warning) to what the KV budget
   // holds, as vLLM does, so that a 32k-context model starts with the default budget.
   model::ModelConfig cfg = model->config;
@@ -133,19 +137,19 @@ int run_serve(const ServeArgs& a) {
                     a.kv_memory_mib, budget_blocks * a.block_size, cfg.max_seq_len,
                     blocks_per_seq * bytes_per_block / (1024 * 1024)));
   }
-  auto runner = engine::ModelRunner::create(**device, cfg, model->weights, ro);
+  auto runner = engine::ModelRunner::create(*device, cfg, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
 
   engine::EngineOptions eo;
   eo.scheduler.max_batch_tokens = a.max_batch_tokens;
   eo.scheduler.max_running = a.max_num_seqs;
   eo.scheduler.max_waiting = a.max_queue;
+  eo.end_of_generation = model->generation.end_of_generation;
   engine::Engine engine(**runner, *model->tokenizer, eo);
 
   serve::NodeOptions no;
   no.model_name = a.served_name.empty() ? model->name : a.served_name;
-  no.backend = a.backend;
-  no.device = (*device)->info().name;
+  no.device = device->info().name;
   no.http.host = a.host;
   no.http.port = static_cast<uint16_t>(a.port);
   no.http.io_threads = a.io_threads;
@@ -153,6 +157,18 @@ int run_serve(const ServeArgs& a) {
   no.http.tls_key_file = a.tls_key;
   no.api_keys = a.api_keys;
   no.cluster_token = *token;
+  no.backend = backend;
+  // The model's recommended sampling (generation_config.json, GGUF general.sampling.*) replaces the OpenAI
+  // defaults for fields a request leaves out.
+  const model::GenerationDefaults& gd = model->generation;
+  if (gd.temperature) no.default_sampling.temperature = *gd.temperature;
+  if (gd.top_p) no.default_sampling.top_p = *gd.top_p;
+  if (gd.top_k) no.default_sampling.top_k = *gd.top_k;
+  if (gd.min_p) no.default_sampling.min_p = *gd.min_p;
+  if (!gd.source.empty())
+    log::info("default sampling from {}: temperature {}, top_p {}, top_k {}, min_p {}", gd.source,
+              no.default_sampling.temperature, no.default_sampling.top_p, no.default_sampling.top_k,
+              no.default_sampling.min_p);
   // The template: --chat-template (a file, inline Jinja, a fallback name or "plain"), else the model's own
   // Jinja template (GGUF, chat_template.jinja or tokenizer_config.json). A model template that does not parse
   // falls back to its family when one is recognisable, with a warning; a model with no template serves
@@ -226,7 +242,7 @@ int run_serve(const ServeArgs& a) {
                        : a.advertise_url;
     info.id = fmt::format("{}-{}", a.role, info.address.substr(info.address.find("//") + 2));
     info.role = pd ? pd->role() : a.role;  // the key keeps the starting role; the value follows changes
-    info.backend = a.backend;
+    info.backend = backend;
     info.capacity = ro.kv.num_blocks;
     info.host_id = link::local_host_id();
     auto reg = ctrl::Registration::create(*ctrl_store, ctrl::kNodesPrefix + info.id, info.to_json(),
@@ -237,7 +253,7 @@ int run_serve(const ServeArgs& a) {
   }
   warn_if_open(*token, "serve", "/internal/pd/* and the link port");
   std::printf("tessera serve: %s node, model %s (%s backend, %d KV blocks of %d tokens) listening on %s://%s:%u\n",
-              a.role.c_str(), no.model_name.c_str(), a.backend.c_str(), ro.kv.num_blocks, a.block_size,
+              a.role.c_str(), no.model_name.c_str(), backend.c_str(), ro.kv.num_blocks, a.block_size,
               a.tls_cert.empty() ? "http" : "https", a.host.c_str(), node.port());
   std::fflush(stdout);
 
@@ -263,7 +279,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
-  cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
+  cmd->add_option("--backend", args->backend,
+                  "Operator backend (auto: the fastest here that runs the model's weight types)")
+      ->capture_default_str();
   cmd->add_option("--host", args->host, "Listen address")->capture_default_str();
   cmd->add_option("--port", args->port, "Listen port (0: any free port, printed on stdout)")
       ->check(CLI::Range(0, 65535))

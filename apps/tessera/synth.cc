@@ -22,6 +22,11 @@ struct SynthArgs {
   uint64_t seed = 1;
   int layers = 0;
   int max_seq_len = 0;
+  int dim = 0;
+  int hidden_dim = 0;
+  int sliding_window = -1;
+  bool rare_byte_tokens = false;
+  bool decisive = false;
   bool small = false;
   std::string out;
   std::string tokenizer_out;
@@ -32,6 +37,8 @@ int run_synth(const SynthArgs& a) {
   if (!config.ok()) return fail(config.status().message());
   if (a.layers > 0) config->n_layers = a.layers;
   if (a.max_seq_len > 0) config->max_seq_len = a.max_seq_len;
+  if (Status s = model::resize_synth_shape(*config, a.dim, a.hidden_dim, a.sliding_window); !s.ok())
+    return fail(s.message());
   model::ModelWriteOptions o;
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);
@@ -44,8 +51,9 @@ int run_synth(const SynthArgs& a) {
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   if (Status s = config->validate(); !s.ok()) return fail(s.message());
-  model::SynthModel m = model::synthesize_weights(*config, a.seed);
-  auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed);
+  model::SynthModel m =
+      model::synthesize_weights(*config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive});
+  auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed, config->arch);
   o.tokenizer = tok.get();
   o.name = "synth-" + a.shape;
   std::vector<std::string> notes;
@@ -82,6 +90,16 @@ Action add_synth_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-seq-len", args->max_seq_len, "Override the shape's context length (longer prompts)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--dim", args->dim,
+                  "Override the residual width (heads follow it at the shape's head_dim), e.g. 256 for K-quant rows")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--hidden-dim", args->hidden_dim, "Override the feed-forward width")->check(CLI::PositiveNumber);
+  cmd->add_option("--sliding-window", args->sliding_window, "Override the sliding window (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--rare-byte-tokens", args->rare_byte_tokens,
+                "Make the byte-fallback tokens unlikely outputs, so greedy text is valid UTF-8 (llama.cpp parity)");
+  cmd->add_flag("--decisive", args->decisive,
+                "An untied classifier leaning on the token embedding: clear winners, few near ties (llama.cpp parity)");
   cmd->add_flag("--small", args->small,
                 "The shape's family at test size (dim 64, head_dim 32, vocab 512, every feature kept)");
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();

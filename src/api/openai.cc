@@ -148,6 +148,65 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
   return std::nullopt;
 }
 
+// Fields of the OpenAI (and vLLM) request that this server knows but does not act on, with the values that
+// ask for nothing (those are accepted): any other value is a 400 naming the field, never silently ignored.
+struct NotHonoured {
+  const char* field;
+  bool chat_only;
+  bool (*harmless)(const json& value);
+};
+bool never(const json&) { return false; }
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
+bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
+bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
+constexpr NotHonoured kNotHonoured[] = {
+    {"logit_bias", false, is_empty},
+    {"response_format", false, [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
+    {"function_call", true, never},
+    {"prediction", true, never},
+    {"web_search_options", true, never},
+    {"modalities", true, [](const json& v) { return v == json::array({"text"}); }},
+    {"store", true, is_false},
+    {"reasoning_effort", true, never},
+    {"verbosity", true, never},
+    {"service_tier", false, [](const json& v) { return v == "auto" || v == "default"; }},
+    {"repetition_penalty", false, is_one},
+    {"length_penalty", false, is_one},
+    {"use_beam_search", false, is_false},
+    {"min_tokens", false, is_zero},
+    {"include_stop_str_in_output", false, is_false},
+    {"prompt_logprobs", false, never},
+    {"truncate_prompt_tokens", false, never},
+    {"allowed_token_ids", false, is_empty},
+    {"bad_words", false, is_empty},
+    {"guided_json", false, never},
+    {"guided_regex", false, never},
+    {"guided_choice", false, never},
+    {"guided_grammar", false, never},
+    {"guided_decoding_backend", false, never},
+    {"guided_whitespace_pattern", false, never},
+    {"structured_outputs", false, never},
+    {"echo", true, is_false},  // chat; completions honour it
+    {"add_generation_prompt", true, is_true},
+    {"continue_final_message", true, is_false},
+    {"chat_template", true, never},
+    {"chat_template_kwargs", true, is_empty},
+    {"documents", true, never},
+};
+
+std::optional<ApiError> refuse_not_honoured(const json& j, bool chat) {
+  for (const NotHonoured& n : kNotHonoured) {
+    if (n.chat_only && !chat) continue;
+    auto it = j.find(n.field);
+    if (it == j.end() || it->is_null() || n.harmless(*it)) continue;
+    return bad(fmt::format("'{}' is not supported by this server (a request asking for it would not get it)", n.field),
+               n.field);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string error_body(const ApiError& e) {
@@ -179,7 +238,7 @@ ApiError error_for(const Status& s) {
   }
 }
 
-std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat) {
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const SamplingParams& defaults) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("the request body is not valid JSON");
   if (!j.is_object()) return bad("the request body must be a JSON object");
@@ -211,7 +270,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     }
     r.messages_json = template_messages.dump(-1, ' ', false, ojson::error_handler_t::replace);
     if (auto e = parse_tools(ordered, r)) return *e;
-    for (const char* unsupported : {"functions", "response_format", "audio"}) {
+    for (const char* unsupported : {"functions", "audio"}) {
       if (j.contains(unsupported) && !j[unsupported].is_null()) {
         return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);
       }
@@ -249,6 +308,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
       return bad("'best_of' > 1 is not supported", "best_of");
   }
 
+  if (auto e = refuse_not_honoured(j, chat)) return *e;
   int64_t n = 1;
   if (auto e = integer(j, "n", 1, 128, n)) return *e;
   if (n != 1) return bad("only n = 1 is supported; send several requests for several completions", "n");
@@ -261,17 +321,17 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   r.max_tokens = static_cast<int>(max_tokens);
 
   SamplingParams& sp = r.generation.sampling;
-  double v = 1.0;
+  double v = defaults.temperature;
   if (auto e = number(j, "temperature", 0.0, 2.0, v)) return *e;
   sp.temperature = static_cast<float>(v);
-  v = 1.0;
+  v = defaults.top_p;
   if (auto e = number(j, "top_p", 0.0, 1.0, v)) return *e;
   if (v <= 0.0) return bad("'top_p' must be greater than 0", "top_p");
   sp.top_p = static_cast<float>(v);
-  int64_t k = 0;
+  int64_t k = defaults.top_k;
   if (auto e = integer(j, "top_k", -1, 1 << 20, k)) return *e;
   sp.top_k = k < 0 ? 0 : static_cast<int>(k);  // -1 means "all", as in vLLM
-  v = 0.0;
+  v = defaults.min_p;
   if (auto e = number(j, "min_p", 0.0, 1.0, v)) return *e;
   sp.min_p = static_cast<float>(v);
   v = 0.0;
@@ -309,6 +369,13 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     }
   }
   if (auto e = boolean(j, "ignore_eos", r.generation.ignore_eos)) return *e;
+  if (auto e = boolean(j, "skip_special_tokens", r.generation.skip_special_tokens)) return *e;
+  // Special tokens spelled in the text are joined as they are, which is spaces_between_special_tokens false.
+  bool spaces = false;
+  if (auto e = boolean(j, "spaces_between_special_tokens", spaces)) return *e;
+  if (spaces && !r.generation.skip_special_tokens)
+    return bad("'spaces_between_special_tokens' true is not supported: special tokens are spelled without spaces",
+               "spaces_between_special_tokens");
 
   if (chat) {
     bool logprobs = false;

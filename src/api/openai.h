@@ -36,7 +36,8 @@ struct GenerationOptions {
   std::vector<std::string> stop;        // stop strings
   std::vector<int32_t> stop_token_ids;  // extra stop tokens
   bool ignore_eos = false;
-  int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  bool skip_special_tokens = true;  // false: generated special tokens are spelled in the text (vLLM's field)
+  int logprobs = -1;                // -1: none; 0..20: the chosen token's log-probability and this many alternatives
 };
 
 struct ApiRequest {
@@ -61,8 +62,12 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Malformed JSON, wrong types and out-of-range values are 400s
-// naming the field; unsupported features (n > 1, best_of, suffix, tool_choice "required") are 400s saying so.
-std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat);
+// naming the field; unsupported features (n > 1, best_of, suffix, tool_choice "required") are 400s saying so,
+// and so is every field of the OpenAI or vLLM request that this server knows but would not honour (logit_bias,
+// response_format other than text, repetition_penalty, guided decoding, ...; see kNotHonoured in openai.cc).
+// Sampling fields left out take `defaults` (the model's generation defaults; OpenAI's without them).
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat,
+                                                 const SamplingParams& defaults = {});
 
 // {"error": {"message", "type", "param", "code"}}
 std::string error_body(const ApiError& e);

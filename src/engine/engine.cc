@@ -356,12 +356,16 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
   a.seq.tokens.push_back(tok);
   a.counts[tok]++;
   counters_.generated_tokens++;
+  const std::vector<TokenId>& eog = options_.end_of_generation;
+  const bool ends_generation = eog.empty() ? (tok == tokenizer_.eos_id() || tok == tokenizer_.bos_id())
+                                           : std::find(eog.begin(), eog.end(), tok) != eog.end();
   const bool is_stop_token =
-      (!a.req.ignore_eos && (tok == tokenizer_.eos_id() || tok == tokenizer_.bos_id())) ||
+      (!a.req.ignore_eos && ends_generation) ||
       std::find(a.req.stop_token_ids.begin(), a.req.stop_token_ids.end(), tok) != a.req.stop_token_ids.end();
   if (is_stop_token) return finish(a, FinishReason::kStop);
 
-  std::string piece = tokenizer_.decode_piece(prev, tok);
+  std::string piece = !a.req.skip_special_tokens && tokenizer_.is_special(tok) ? tokenizer_.special_text(tok)
+                                                                               : tokenizer_.decode_piece(prev, tok);
   a.pending.tokens.push_back(tok);
   a.pending.token_texts.push_back(piece);
   if (logprob_logits) a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));

@@ -4,8 +4,9 @@
 // cancellations, ask the Scheduler for a step, run it on the ModelRunner, sample each sequence that
 // produced logits, turn tokens into text (holding back bytes that may start a stop string or an unfinished
 // UTF-8 character), and report each increment through the request's callback. A request ends at a stop
-// token (EOS or BOS), a stop string, a stop token id, max_tokens, the model's context, cancellation or an
-// error; its blocks then go back to the pool (full blocks stay in the prefix cache until evicted).
+// token (the model's end-of-generation list; EOS and BOS without one), a stop string, a stop token id, max_tokens, the
+// model's context, cancellation or an error; its blocks then go back to the pool (full blocks stay in the prefix cache
+// until evicted).
 //
 // Thread-safety: submit(), cancel(), stats() and stop() may be called from any thread. Callbacks run on the
 // engine thread and must not block.
@@ -66,6 +67,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;        // stop strings (not included in the output)
   std::vector<TokenId> stop_token_ids;  // extra stop tokens (not included)
   bool ignore_eos = false;
+  // false: special tokens generated (other than the stop tokens) are spelled in the text (vLLM's
+  // skip_special_tokens); true: they contribute no text.
+  bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
   // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
   // in the cache (positions [first, first + count)); an error fails the request.
@@ -93,6 +97,9 @@ using OutputCallback = std::function<void(const RequestOutput&)>;
 
 struct EngineOptions {
   SchedulerOptions scheduler;
+  // Tokens that end a request (unless it sets ignore_eos): the model's list (model::GenerationDefaults).
+  // Empty: the tokenizer's EOS and BOS.
+  std::vector<TokenId> end_of_generation;
 };
 
 struct EngineStats {

@@ -48,7 +48,9 @@ Result<GenerateStats> generate(ModelRunner& runner, const model::Tokenizer& toke
   TokenId current = tokens.back();
   for (;;) {
     TokenId next = sampler.sample(logits);
-    if (next == tokenizer.bos_id() || next == tokenizer.eos_id()) {
+    const std::vector<TokenId>& eog = options.end_of_generation;
+    if (eog.empty() ? (next == tokenizer.bos_id() || next == tokenizer.eos_id())
+                    : std::find(eog.begin(), eog.end(), next) != eog.end()) {
       stats.finish = FinishReason::kStop;
       break;
     }

@@ -22,6 +22,7 @@ struct GenerateOptions {
   int max_tokens = 256;  // new tokens
   bool echo_prompt = true;
   SamplingParams sampling;
+  std::vector<TokenId> end_of_generation;  // tokens that end the text; empty: the tokenizer's EOS and BOS
 };
 
 struct GenerateStats {

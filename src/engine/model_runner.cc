@@ -34,6 +34,18 @@ bool device_runs_weight(ops::Device& device, DType dtype, int64_t cols, int rank
 
 }  // namespace
 
+std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights) {
+  std::vector<DType> out;
+  for (const model::WeightTensor& w : weights.tensors()) {
+    if (w.dtype == DType::kF32 || std::find(out.begin(), out.end(), w.dtype) != out.end()) continue;
+    const int rank = static_cast<int>(w.shape.size());
+    // As a matrix only: an embedding table a device cannot index in place is widened for lookups alone,
+    // which costs memory but no speed.
+    if (!device_runs_weight(device, w.dtype, w.shape.back(), rank, /*is_embedding=*/false)) out.push_back(w.dtype);
+  }
+  return out;
+}
+
 ModelRunner::ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options)
     : device_(device), config_(config), options_(options) {}
 

@@ -52,6 +52,11 @@ struct RunnerOptions {
   bool graph = false;
 };
 
+// The storage types among `weights` that `device` has no matmul kernel for (ModelRunner widens those to f32
+// at load, at f32's memory and bandwidth cost); empty: it runs every weight as stored. `tessera serve --backend
+// auto` asks this of each backend.
+std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights);
+
 class ModelRunner {
  public:
   static Result<std::unique_ptr<ModelRunner>> create(ops::Device& device, const model::ModelConfig& config,

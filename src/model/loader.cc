@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "base/mapped_file.h"
 #include "model/formats/gguf/gguf_model.h"
 #include "model/formats/safetensors/hf_model.h"
 #include "model/llama2c/llama2c_checkpoint.h"
@@ -62,7 +63,16 @@ Status attach_tokenizer(LoadedModel& m, const std::string& tokenizer_path, bool 
     if (!required) return ok_status();
     return invalid_argument(fmt::format("no tokenizer for {}: pass --tokenizer", m.checkpoint_path));
   }
-  return check_vocab(m);
+  TS_RETURN_IF_ERROR(check_vocab(m));
+  // The tokens that end generation: the file's list (generation_config.json) plus what the tokenizer's
+  // vocabulary spells as such; llama2.c tokenizers also end at BOS, where run.c ends a story.
+  std::vector<TokenId>& eog = m.generation.end_of_generation;
+  const std::vector<TokenId> from_vocab = vocab_end_of_generation(*m.tokenizer);
+  eog.insert(eog.end(), from_vocab.begin(), from_vocab.end());
+  if (m.tokenizer->kind() == "llama2c" && m.tokenizer->bos_id() >= 0) eog.push_back(m.tokenizer->bos_id());
+  std::sort(eog.begin(), eog.end());
+  eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  return ok_status();
 }
 
 }  // namespace
@@ -84,6 +94,12 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
     m.tokenizer_path = (fs::path(model_path) / "tokenizer.json").string();
     m.chat_template = std::move(hf.chat_template);
     m.chat_template_tool_use = std::move(hf.chat_template_tool_use);
+    if (const fs::path gc = fs::path(model_path) / "generation_config.json"; fs::exists(gc, ec)) {
+      TS_ASSIGN_OR_RETURN(std::string text, read_file(gc.string()));
+      auto g = parse_generation_config(text, m.config.vocab_size);
+      if (!g.ok()) return g.status().with_context(gc.string());
+      m.generation = std::move(*g);
+    }
     TS_RETURN_IF_ERROR(attach_tokenizer(m, tokenizer_path, require_tokenizer));
     return m;
   }
@@ -123,6 +139,7 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
     m.tokenizer_path = m.checkpoint_path;
     m.chat_template = std::move(g.chat_template);
     m.chat_template_tool_use = std::move(g.chat_template_tool_use);
+    m.generation = std::move(g.generation);
     TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
     return m;
   }

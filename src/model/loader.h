@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "model/generation_defaults.h"
 #include "model/model_config.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
@@ -29,6 +30,9 @@ struct LoadedModel {
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  // Sampling defaults (GGUF metadata, generation_config.json) and the tokens that end generation, for the
+  // tokenizer actually used (see model/generation_defaults.h); end_of_generation is empty only without one.
+  GenerationDefaults generation;
 };
 
 // With require_tokenizer false, a model without one loads with a null tokenizer (for inspect / convert).

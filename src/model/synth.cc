@@ -141,7 +141,23 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
   return c;
 }
 
-SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
+Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_window) {
+  if (dim > 0) {
+    const int group = c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1;
+    if (dim % c.head_dim != 0 || (dim / c.head_dim) % group != 0)
+      return invalid_argument(fmt::format("--dim {} is not a multiple of head_dim {} x {} query heads per kv head", dim,
+                                          c.head_dim, group));
+    c.dim = dim;
+    c.n_heads = dim / c.head_dim;
+    c.n_kv_heads = c.n_heads / group;
+    if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  }
+  if (hidden_dim > 0) c.hidden_dim = hidden_dim;
+  if (sliding_window >= 0) c.sliding_window = sliding_window;
+  return c.validate();
+}
+
+SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWeightOptions& options) {
   TS_CHECK(c.validate().ok());
   struct Spec {
     std::string name;
@@ -205,6 +221,19 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
     } else {
       for (size_t i = 0; i < n; ++i) p[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
     }
+    if (options.decisive && s.name == "output.weight") {
+      const WeightTensor* embd = out.weights.find("token_embd.weight");
+      TS_CHECK(embd != nullptr && static_cast<size_t>(embd->numel()) == n);
+      const auto* e = reinterpret_cast<const float*>(embd->data);
+      const float norm = 1.0f / std::sqrt(1.25f);  // keeps the rows' scale
+      for (size_t i = 0; i < n; ++i) p[i] = (e[i] + 0.5f * p[i]) * norm;
+    }
+    const bool classifier = s.name == "output.weight" || (s.name == "token_embd.weight" && c.tied_embeddings);
+    if (options.rare_byte_tokens && classifier) {
+      constexpr int64_t kFirstByte = 3, kBytes = 256;
+      for (int64_t row = kFirstByte; row < std::min<int64_t>(kFirstByte + kBytes, s.shape[0]); ++row)
+        for (int64_t k = 0; k < s.shape[1]; ++k) p[row * s.shape[1] + k] *= 0.1f;
+    }
     t.bytes = n * sizeof(float);
     p += n;
     out.weights.add(std::move(t));
@@ -212,7 +241,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed) {
   return out;
 }
 
-std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed) {
+std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed, std::string_view arch) {
   std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
   for (int b = 0; b < 256; ++b) pieces.push_back(fmt::format("<0x{:02X}>", b));
   std::set<std::string> seen(pieces.begin(), pieces.end());
@@ -235,6 +264,15 @@ std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t 
     text_pieces.push_back(s);
   }
   for (int i = 0; static_cast<int>(pieces.size()) < vocab_size; ++i) pieces.push_back(fmt::format("<extra_{}>", i));
+  if (arch == "phi3") {
+    static const char* const kPhi3Added[] = {"<|endoftext|>",    "<|assistant|>",    "<|placeholder1|>",
+                                             "<|placeholder2|>", "<|placeholder3|>", "<|placeholder4|>",
+                                             "<|system|>",       "<|end|>",          "<|placeholder5|>",
+                                             "<|placeholder6|>", "<|user|>"};
+    const size_t n = std::size(kPhi3Added);
+    TS_CHECK(pieces.size() >= n + 259);
+    for (size_t i = 0; i < n; ++i) pieces[pieces.size() - n + i] = kPhi3Added[i];
+  }
   std::vector<float> scores(pieces.size(), 0.0f);
   for (size_t i = 259; i < pieces.size(); ++i) scores[i] = -static_cast<float>(i - 259);
   auto tok = Llama2cTokenizer::from_pieces(std::move(pieces), std::move(scores));

@@ -29,13 +29,35 @@ Result<ModelConfig> synth_shape(const std::string& name);
 // longrope, so its long factors apply).
 Result<ModelConfig> synth_shape_small(const std::string& name);
 std::vector<std::string> synth_shape_names();
+// Resizes a shape for tests that need other widths (e.g. rows of 256 for K-quant blocks): dim > 0 sets the
+// residual width and, keeping head_dim and the grouping of query heads, the head counts (n_heads = dim /
+// head_dim); hidden_dim > 0 sets the feed-forward width; sliding_window >= 0 sets the window (0: none).
+// Features that follow the width (gemma's embedding scale) follow it. InvalidArgument for widths the
+// heads cannot divide.
+Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_window);
 
 struct SynthModel {
   ModelConfig config;
   ModelWeights weights;  // owns its storage
 };
 
-SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed);
-std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed);
+struct SynthWeightOptions {
+  // The byte-fallback tokens of synthesize_tokenizer() (ids 3..258) get classifier rows a tenth as large, so
+  // they are rarely the most likely token, as in trained models. Greedy text of such a model is then valid
+  // UTF-8 (a random model otherwise emits lone high bytes, which llama-server refuses to return).
+  bool rare_byte_tokens = false;
+  // An untied classifier (output.weight) made of the token embedding plus half as much fresh noise (rescaled):
+  // as with tied embeddings, the residual stream's own token then leads the logits by a clear margin, so two
+  // engines whose roundings differ (llama.cpp's and Tessera's activation quantisation) rarely part at a near
+  // tie. The classifier is still its own tensor (reading token_embd in its place gives other tokens).
+  bool decisive = false;
+};
+
+SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed, const SynthWeightOptions& options = {});
+// `arch` adds the family's marker tokens where llama.cpp looks for them by text: for phi3, Phi-3's added
+// tokens (<|endoftext|>, <|assistant|>, <|system|>, <|end|>, <|user|>, placeholders) fill the last 11 ids, as
+// in Phi-3's vocabulary after its 32000 SentencePiece pieces (llama.cpp refuses a phi3 vocabulary without
+// <|endoftext|>).
+std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed, std::string_view arch = "llama");
 
 }  // namespace tessera::model

@@ -49,6 +49,7 @@ engine::GenerationRequest engine_request(const GenerationOptions& g) {
   out.stop = g.stop;
   out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
   out.ignore_eos = g.ignore_eos;
+  out.skip_special_tokens = g.skip_special_tokens;
   out.logprobs = g.logprobs;
   return out;
 }
@@ -353,7 +354,7 @@ struct NodeServer::Impl {
                          {429, "this node is a prefill node now: client requests go to decode nodes",
                           "rate_limit_error", "", "role_changed"});
     }
-    auto parsed = api::parse_request(hreq.body, chat);
+    auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
     auto call = std::make_shared<Call>();
     call->req = std::move(std::get<ApiRequest>(parsed));

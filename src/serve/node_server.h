@@ -37,6 +37,7 @@ struct NodeOptions {
   // and the device's own name.
   std::string backend;
   std::string device;
+  api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
 };
 
 class NodeServer {

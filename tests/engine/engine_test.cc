@@ -127,6 +127,39 @@ TEST_F(EngineTest, PreemptionUnderMemoryPressureDoesNotChangeResults) {
   EXPECT_EQ(s.kv_blocks_used, 0);
 }
 
+// The model's end-of-generation list (EngineOptions::end_of_generation) replaces EOS/BOS, and a special
+// token that does not end generation is spelled in the text only when skip_special_tokens is false.
+TEST_F(EngineTest, EndOfGenerationListAndSkipSpecialTokens) {
+  start(256, {.max_batch_tokens = 64, .max_running = 4});
+  Collected free_run = submit(greedy("Once upon a time", 24)).get();
+  ASSERT_GE(free_run.tokens.size(), 4u);
+  const TokenId third = free_run.tokens[2];
+  engine_->stop();
+  engine_ = std::make_unique<Engine>(*runner_, *model_.tokenizer,
+                                     EngineOptions{{.max_batch_tokens = 64, .max_running = 4}, {third}});
+  engine_->start();
+  Collected stopped = submit(greedy("Once upon a time", 24)).get();
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  EXPECT_EQ(stopped.tokens, std::vector<TokenId>(free_run.tokens.begin(), free_run.tokens.begin() + 2));
+
+  // Only EOS ends generation: stories260K's stories then run on past BOS, which delimits them.
+  engine_->stop();
+  const TokenId bos = model_.tokenizer->bos_id();
+  engine_ =
+      std::make_unique<Engine>(*runner_, *model_.tokenizer,
+                               EngineOptions{{.max_batch_tokens = 64, .max_running = 4}, {model_.tokenizer->eos_id()}});
+  engine_->start();
+  GenerationRequest spelled = greedy("Once upon a time", 400);
+  spelled.skip_special_tokens = false;
+  Collected with = submit(spelled).get();
+  Collected without = submit(greedy("Once upon a time", 400)).get();
+  ASSERT_EQ(with.tokens, without.tokens);
+  ASSERT_NE(std::find(with.tokens.begin(), with.tokens.end(), bos), with.tokens.end())
+      << "the story should reach a BOS within 400 tokens";
+  EXPECT_NE(with.text.find("<s>"), std::string::npos) << with.text;
+  EXPECT_EQ(without.text.find("<s>"), std::string::npos) << without.text;
+}
+
 TEST_F(EngineTest, StopStringsTruncateAndFinishWithStop) {
   start(64, {});
   std::string full = reference("Once upon a time", 60);

@@ -1,5 +1,5 @@
 // Tessera against llama.cpp on the same GGUF files: greedy continuations of random token-id prompts must be
-// identical (issue 17 item 6).
+// identical (issue 17 items 1 and 6), for every architecture family.
 //
 // For each shape below, `tessera synth` writes a small seeded model as GGUF; llama.cpp's own `llama-quantize`
 // turns it into each preset below; then `llama-server` (/completion with token ids, temperature 0) and
@@ -7,19 +7,19 @@
 // token-id prompts by up to 24 tokens each. Agreement rule, per (shape, preset):
 // - on every token both engines chose, their log-probabilities differ by at most the preset's `gap` (the
 //   argmax alone would hide a wrong scale that keeps the order of the logits);
-// - at least 7 of 8 continuations agree: identical (the same tokens, and the same early stop), or parting at a
-//   near tie, where llama.cpp rates Tessera's token within `gap` of its own choice (two engines whose
-//   log-probabilities differ by up to `gap` may order such a pair either way; random-weight models with a
-//   151936-token vocabulary have near-uniform distributions whose best two logits are often that close).
+// - at least 7 of 8 continuations are identical (the same tokens, and the same early stop): issue 17's
+//   must-show, for the file as synth wrote it and the F16, Q8_0, Q6_K and Q4_K_M presets. Q4_0 (not a
+//   must-show preset) also counts a continuation that parts at a near tie, where llama.cpp rates Tessera's
+//   token within `gap` of its own choice.
 // A real numerical bug (a wrong rotary layout, a missing bias, a misread block) shows as large gaps and as
-// divergences at clear winners. The strictly identical count (issue 17's must-show: 7 of 8) is printed and
-// recorded as the test property `identical_<label>`.
+// divergences at clear winners. The strictly identical count is printed and recorded as the test property
+// `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below make
+// them less so without changing what is computed (see kSmall256).
 //
 // To add a shape or a preset, add one line to kShapes or kPresets. A preset needs Tessera to load every tensor
-// type llama-quantize writes for it. Note that llama-quantize stores a matrix whose rows are not a multiple of
-// 256 long in a 32-block fallback type (Q4_K -> Q5_0, Q6_K -> Q8_0; the output matrix -> Q8_0): with today's
-// shapes (dim 288 and 896) the K-type presets put K-types only in ffn_down (rows of 768 and 4864), the rest in
-// the fallbacks. A shape of dim 256k (e.g. qwen3-0.6b's 1024) tests K-types in every layer matrix.
+// type llama-quantize writes for it. llama-quantize stores a matrix whose rows are not a multiple of 256 long
+// in a 32-block fallback type (Q4_K -> Q5_0, Q6_K -> Q8_0); the family shapes are written at dim 256 and
+// hidden 512 so that K-types land in every layer matrix and the embedding.
 //
 // Skips, saying why, when llama.cpp's binaries are absent (scripts/llamacpp.sh builds them); labelled
 // `llamacpp` in ctest.
@@ -50,44 +50,77 @@ using testing::run_process;
 
 // A model the test writes with `tessera synth`: small layer counts so each runs in well under a minute.
 struct ParityShape {
-  std::string name;          // the test's name suffix
-  std::string synth_shape;   // `tessera synth --shape`
-  int layers;                // `--layers`
-  std::string source_dtype;  // `--dtype` of the file llama-quantize reads (f32, or f16 to halve a big vocab)
+  std::string name;                      // the test's name suffix
+  std::string synth_shape;               // `tessera synth --shape`
+  int layers;                            // `--layers`
+  std::string source_dtype;              // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
+  std::vector<std::string> synth_flags;  // more `tessera synth` flags
 };
 
 // Test names show the shape's name, not its bytes.
 void PrintTo(const ParityShape& s, std::ostream* os) { *os << s.name; }
 
+// Every architecture family at test size: `--small` keeps each family's features (biases, q/k norms, post
+// norms, soft-capping, sliding windows of 8, embedding scale, llama3 rope_freqs, longrope factors, fused phi3
+// matrices) at a vocabulary of 512; `--dim 256 --hidden-dim 512` makes every layer matrix's rows a multiple of
+// 256 so the K-quant presets put K-types in every layer (and the embedding), not only their 32-block
+// fallbacks. phi3 without a window: llama.cpp disables Phi-3's sliding window (its phi3 loader sets n_swa 0),
+// so a window shorter than the prompts would differ by design, not by a bug.
+// --rare-byte-tokens: llama-server answers 500 to a continuation that is not valid UTF-8, which a random model
+// with a 512-token vocabulary (half of it byte-fallback tokens) emits on most prompts. --decisive: an untied
+// classifier (mistral, phi3) with a random direction of its own gives near-uniform logits whose best two are
+// often closer than the two engines' activation roundings; leaning on the embedding it has clear winners, as the
+// tied families do.
+const std::vector<std::string> kSmall256 = {"--small",   "--dim", "256", "--hidden-dim", "512", "--rare-byte-tokens",
+                                            "--decisive"};
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+// One shape per line:
+// clang-format off
 const std::vector<ParityShape> kShapes = {
-    {"llama2_stories15M", "stories15M", 2, "f32"},
-    {"qwen2_5_0_5b", "qwen2.5-0.5b", 2, "f16"},  // vocab 151936: the embedding alone is 136M parameters
+    {"llama2_stories15M", "stories15M", 2, "f32", {"--rare-byte-tokens"}},
+    {"llama3_2_1b", "llama3.2-1b", 2, "f32", kSmall256},
+    {"mistral_7b", "mistral-7b", 2, "f32", kSmall256},
+    {"smollm2_135m", "smollm2-135m", 2, "f32", kSmall256},
+    {"qwen2_5_0_5b", "qwen2.5-0.5b", 2, "f32", kSmall256},
+    {"qwen3_0_6b", "qwen3-0.6b", 2, "f32", kSmall256},
+    {"gemma2_2b", "gemma2-2b", 2, "f32", kSmall256},
+    {"gemma3_1b", "gemma3-1b", 2, "f32", kSmall256},
+    {"phi3_mini", "phi3-mini", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
+    {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
 };
+// clang-format on
 
 // A llama-quantize preset (its `type` argument), any extra flags it is run with, and how far apart the two
 // engines' log-probabilities of a token they both chose may be (llama.cpp quantizes activations to 8 bits
-// for quantized dot products; Tessera's kernels need not, so quantized presets get more room).
+// for quantized dot products, rounding differently from Tessera's kernels, so quantized presets get more
+// room). `strict`: the must-show rule of issue 17 (at least 7 of 8 continuations identical); the others
+// (Q4_0, not among the issue's must-show presets, whose 4-bit blocks amplify the activation roundings) allow
+// a continuation that parts at a near tie to count, and still fail on a real divergence.
 struct ParityPreset {
   std::string name;
   std::vector<std::string> quantize_flags;
   double max_logprob_gap;
+  bool strict;
 };
 
 // One preset per line:
 // clang-format off
 const std::vector<ParityPreset> kPresets = {
-    {"F16", {}, 0.02},
-    {"Q8_0", {}, 0.05},
-    {"Q4_0", {}, 0.1},
-    {"Q6_K", {}, 0.05},
-    {"Q4_K_M", {}, 0.1},
+    {"F16", {}, 0.02, true},
+    {"Q8_0", {}, 0.05, true},
+    {"Q4_0", {}, 0.1, false},
+    {"Q6_K", {}, 0.05, true},
+    {"Q4_K_M", {}, 0.1, true},
 };
 // clang-format on
 constexpr double kSourceMaxLogprobGap = 0.02;  // the f32/f16 file as tessera synth wrote it
 
 constexpr int kPrompts = 8;
 constexpr int kNewTokens = 24;
-constexpr int kRequiredIdentical = 7;  // identical or parting at a near tie, of kPrompts
+constexpr int kRequiredIdentical = 7;  // strictly identical continuations, of kPrompts
 constexpr int kContext = 512;
 constexpr int kThreads = 1;  // two busy cores, and ctest may run two of these at once
 
@@ -194,7 +227,8 @@ struct Verdict {
   double worst_gap = 0;  // largest |logprob difference| on tokens both engines chose
   std::string report;    // per prompt that is not identical: where and how the engines part
   double max_gap = 0;
-  bool holds() const { return identical + near_ties >= kRequiredIdentical && worst_gap <= max_gap; }
+  bool holds() const { return identical >= kRequiredIdentical && worst_gap <= max_gap; }
+  bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && worst_gap <= max_gap; }
 };
 
 Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuations& c, double max_logprob_gap) {
@@ -242,7 +276,7 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
 
 // Checks the agreement rule for one file, printing the counts and, per prompt, where the two engines part.
 void expect_agreement(const std::string& label, const std::vector<std::vector<int32_t>>& prompts,
-                      const Continuations& c, double max_logprob_gap) {
+                      const Continuations& c, double max_logprob_gap, bool strict = true) {
   ASSERT_TRUE(c.error.empty()) << label << ": " << c.error;
   ASSERT_EQ(c.tessera.size(), prompts.size());
   ASSERT_EQ(c.llamacpp.size(), prompts.size());
@@ -255,9 +289,9 @@ void expect_agreement(const std::string& label, const std::vector<std::vector<in
   std::string key = "identical_" + label.substr(0, label.find(" ("));
   std::replace(key.begin(), key.end(), ' ', '_');
   ::testing::Test::RecordProperty(key, std::to_string(v.identical) + "/" + std::to_string(prompts.size()));
-  EXPECT_GE(v.identical + v.near_ties, kRequiredIdentical)
-      << label << ": only " << v.identical << " of " << prompts.size() << " greedy continuations identical and "
-      << v.near_ties << " parting at a near tie" << v.report;
+  EXPECT_GE(strict ? v.identical : v.identical + v.near_ties, kRequiredIdentical)
+      << label << ": only " << v.identical << " of " << prompts.size() << " greedy continuations identical ("
+      << v.near_ties << " more parting at a near tie)" << v.report;
   EXPECT_LE(v.worst_gap, max_logprob_gap) << label << ": the engines agree on tokens but not on their probabilities";
   // Noise in, noise out: a random-weight model must still give prompt-dependent text, else agreeing on it
   // would prove little (e.g. both engines emitting one token forever).
@@ -271,10 +305,24 @@ TEST_P(LlamaCppParity, GreedyContinuationsMatchLlamaServer) {
   const ParityShape& shape = GetParam();
   const std::string dir = testing::scratch_dir();
   const std::string source = dir + "/" + shape.name + "-" + shape.source_dtype + ".gguf";
-  auto w = run_process({testing::tessera_bin(), "synth", "--shape", shape.synth_shape, "--format", "gguf", "--dtype",
-                        shape.source_dtype, "--layers", std::to_string(shape.layers), "--max-seq-len",
-                        std::to_string(kContext), "--seed", "7", "--out", source},
-                       300.0);
+  std::vector<std::string> argv = {testing::tessera_bin(),
+                                   "synth",
+                                   "--shape",
+                                   shape.synth_shape,
+                                   "--format",
+                                   "gguf",
+                                   "--dtype",
+                                   shape.source_dtype,
+                                   "--layers",
+                                   std::to_string(shape.layers),
+                                   "--max-seq-len",
+                                   std::to_string(kContext),
+                                   "--seed",
+                                   "7",
+                                   "--out",
+                                   source};
+  argv.insert(argv.end(), shape.synth_flags.begin(), shape.synth_flags.end());
+  auto w = run_process(argv, 300.0);
   ASSERT_EQ(w.exit_code, 0) << w.err;
   // The vocabulary size, from synth's summary line ("... vocab N, ...").
   const size_t at = w.err.find("vocab ");
@@ -291,7 +339,7 @@ TEST_P(LlamaCppParity, GreedyContinuationsMatchLlamaServer) {
     EXPECT_TRUE(err.empty()) << shape.name << " " << preset.name << ": " << err;
     if (!err.empty()) continue;
     expect_agreement(shape.name + " " + preset.name + " (llama-quantize)", prompts, continue_prompts(file, prompts),
-                     preset.max_logprob_gap);
+                     preset.max_logprob_gap, preset.strict);
     std::error_code ec;
     fs::remove(file, ec);  // the qwen shape's files are hundreds of MB each
   }

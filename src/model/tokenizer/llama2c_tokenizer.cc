@@ -149,6 +149,7 @@ std::vector<TokenId> Llama2cTokenizer::encode(std::string_view text, bool add_bo
 
 std::string Llama2cTokenizer::decode_piece(TokenId prev, TokenId token) const {
   if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return {};
+  if (is_special(token)) return {};  // BOS/EOS are not text (the interface's rule; special_text() spells them)
   std::string_view p = pieces_[static_cast<size_t>(token)];
   if (prev == bos_id() && !p.empty() && p[0] == ' ') p.remove_prefix(1);
   if (int b = parse_byte_piece(p); b >= 0) return std::string(1, static_cast<char>(b));
@@ -197,6 +198,10 @@ Result<Vocab> Llama2cTokenizer::to_vocab() const {
       if (p == "\n</s>\n") p = "</s>";
     } else if (parse_byte_piece(p) >= 0) {
       type = kTokenByte;
+    } else if (p.size() > 4 && p.starts_with("<|") && p.ends_with("|>") && p.find(' ') == std::string::npos) {
+      // Chat markers (<|end|>, <|user|>): llama2.c files cannot mark them, every SentencePiece model using
+      // them has them as control tokens.
+      type = kTokenControl;
     } else {
       std::string q;
       for (char c : p) q += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);

@@ -197,6 +197,11 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     auto n = c.get_string("general.name");
     if (n.ok()) m.name = *n;
   }
+  if (auto g = read_gguf_sampling(c); g.ok()) {
+    m.generation = std::move(*g);
+  } else {
+    return ctx(g.status());
+  }
   if (c.find("tokenizer.chat_template")) {
     auto t = c.get_string("tokenizer.chat_template");
     if (t.ok()) m.chat_template = *t;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/generation_defaults.h"
 #include "model/model_config.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/vocab.h"
@@ -32,6 +33,7 @@ struct GgufModel {
   std::string chat_template;             // tokenizer.chat_template, when present
   std::string chat_template_tool_use;    // tokenizer.chat_template.tool_use, when present
   std::string name;                      // general.name, when present
+  GenerationDefaults generation;         // general.sampling.* (end_of_generation: left to the loader)
 };
 
 // Cheap check of the magic.
