@@ -66,8 +66,7 @@ struct ApiRequest {
 // and so is every field of the OpenAI or vLLM request that this server knows but would not honour (logit_bias,
 // response_format other than text, repetition_penalty, guided decoding, ...; see kNotHonoured in openai.cc).
 // Sampling fields left out take `defaults` (the model's generation defaults; OpenAI's without them).
-std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat,
-                                                 const SamplingParams& defaults = {});
+std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const SamplingParams& defaults = {});
 
 // {"error": {"message", "type", "param", "code"}}
 std::string error_body(const ApiError& e);
