@@ -309,6 +309,14 @@ sc_partition() {
     why="ip netns add is not permitted here"
   else
     ip netns del "tsf$$probe"
+    # A run that was killed (e.g. by a test timeout) leaves its namespaces and their 10.231.k.1 routes behind,
+    # which make this run's addresses unreachable: remove those whose suite process is gone.
+    local stale pid
+    for stale in $(ip netns list | awk '{print $1}' | grep -E '^tsf[0-9]+n[12]$'); do
+      pid="${stale#tsf}"
+      pid="${pid%n[12]}"
+      kill -0 "$pid" 2>/dev/null || ip netns del "$stale" 2>/dev/null
+    done
     for k in 1 2; do
       ns="tsf$$n$k"
       { ip netns add "$ns" && NETNS+=("$ns") &&

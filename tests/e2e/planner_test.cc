@@ -69,9 +69,9 @@ TEST(PlannerE2E, UpWithThePlannerReRolesNodesUnderLoadWithNoTokenLost) {
   write_specs(dir);
   std::ofstream(dir + "/cluster.yaml")
       << "model: " << testing::stories260k_dir() << "\nrouter: {port: 0}\nnodes:\n"
-      << "  - {name: p0, role: prefill, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\"]}\n"
-      << "  - {name: p1, role: prefill, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\"]}\n"
-      << "  - {name: d0, role: decode, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\"]}\n"
+      << "  - {name: p0, role: prefill, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\", --kv-dtype, f32]}\n"
+      << "  - {name: p1, role: prefill, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\", --kv-dtype, f32]}\n"
+      << "  - {name: d0, role: decode, backend: cpu, threads: 1, args: [--pd-min-tokens, \"1\", --kv-dtype, f32]}\n"
       << "planner: {fleet: fleet.yaml, workload: workload.yaml, slo: slo.yaml, interval_s: 1, windows_to_act: 2,\n"
       << "          cooldown_s: 5, min_gain: 0.15, min_requests: 8}\n";
   BackgroundProcess up({tessera_bin(), "up", dir + "/cluster.yaml"});
@@ -89,8 +89,10 @@ TEST(PlannerE2E, UpWithThePlannerReRolesNodesUnderLoadWithNoTokenLost) {
   EXPECT_EQ(get(planner + "/status", "").status, 401);
   EXPECT_EQ(get(planner + "/metrics", "").status, 200);
 
-  // The reference: the same requests on a plain node (greedy: the same tokens wherever they are computed).
-  BackgroundProcess solo({tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0"});
+  // The reference: the same requests on a plain node like the cluster's (greedy: the same tokens wherever they
+  // are computed), with the cluster's f32 cache: an f16 cache rounds near ties differently on this tiny model.
+  BackgroundProcess solo({tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0", "--backend",
+                          "cpu", "--threads", "1", "--kv-dtype", "f32"});
   const int solo_port = testing::port_from_line(solo.wait_for_line("listening on", 60));
   ASSERT_GT(solo_port, 0);
   auto load = [&](const std::string& url, std::vector<std::string> extra) {

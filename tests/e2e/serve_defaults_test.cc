@@ -22,11 +22,12 @@ TEST(ServeDefaults, A32kContextModelStartsWithNoFlagsOnTheAutoBackend) {
   const std::string dir = testing::scratch_dir();
   const std::string model = dir + "/q.gguf";
   // qwen3's family at 32768 positions, wide enough in KV that the default 1024 MiB budget does not hold the
-  // whole context: 5 layers x K and V x 32 kv heads x 32 x 4 bytes = 40 KiB per token, so 26214 tokens fit.
+  // whole context: 10 layers x K and V x 32 kv heads x 32 x 2 bytes (the default f16 cache) = 40 KiB per token,
+  // so 26214 tokens fit.
   // (The qwen2.5-0.5b shape itself needs 24 KiB per token at 24 layers and fits its 32768 in 768 MiB.)
   auto s =
       run_process({tessera_bin(), "synth", "--shape", "qwen3-0.6b", "--small", "--dim", "2048", "--hidden-dim", "128",
-                   "--layers", "5", "--max-seq-len", "32768", "--format", "gguf", "--dtype", "q8_0", "--out", model},
+                   "--layers", "10", "--max-seq-len", "32768", "--format", "gguf", "--dtype", "q8_0", "--out", model},
                   300.0);
   ASSERT_EQ(s.exit_code, 0) << s.err;
 
