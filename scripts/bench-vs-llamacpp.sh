@@ -192,7 +192,10 @@ if [[ -n "$CONCURRENCY" ]]; then
         l="$(load1)"
         "$tessera" bench serve --url "$url" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --num-prompts "$prompts" \
           --max-concurrency "$c" --seed "$rep" --vocab-size "$vocab" --out "$OUT/raw/$f" \
-          >"$OUT/raw/serve-$engine-c$c-r$rep.txt" 2>&1 || die "bench serve against $engine failed (see $OUT/raw/serve-$engine-c$c-r$rep.txt)"
+          >"$OUT/raw/serve-$engine-c$c-r$rep.txt" 2>&1 ||
+          # Failed requests are part of the result (the summary's "failed" column); no result file is not.
+          { [[ -s "$OUT/raw/$f" ]] || die "bench serve against $engine failed (see $OUT/raw/serve-$engine-c$c-r$rep.txt)"
+            log "warning: $engine c=$c rep $rep: $(tail -1 "$OUT/raw/serve-$engine-c$c-r$rep.txt")"; }
         runs[$engine]+="${runs[$engine]:+, }\"$f\""
         loads[$engine]+="${loads[$engine]:+, }$l"
         log "serving $engine c=$c rep $rep done (load $l)"
