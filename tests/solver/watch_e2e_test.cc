@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 
@@ -98,7 +99,11 @@ TEST(SolveWatch, KeepsAMatchingPlanAndRePlacesAfterAHeldViolation) {
   ASSERT_EQ(lines.size(), 10u) << r.out;
   // Calm windows: the plan is kept without a trigger.
   for (int i = 0; i < 3; ++i) {
-    EXPECT_NE(lines[i].find("] keep: rate 2.0"), std::string::npos) << lines[i];
+    // The fake cluster's counters follow wall time: the measured rate is 2/s within a window's timing jitter.
+    const size_t at = lines[i].find("] keep: rate ");
+    ASSERT_NE(at, std::string::npos) << lines[i];
+    const double rate = std::strtod(lines[i].c_str() + at + 13, nullptr);
+    EXPECT_NEAR(rate, 2.0, 0.1) << lines[i];
     EXPECT_EQ(lines[i].find("above"), std::string::npos) << lines[i];
     EXPECT_EQ(lines[i].find("re-profile"), std::string::npos) << lines[i];
   }
