@@ -265,9 +265,10 @@ TEST_F(FaultGaps, APrefillNodeAnswersWhilePeersItConnectsToNeverAnswer) {
 // x-tessera-draining) while it finishes its streams; the router stops sending it work but neither ejects it
 // nor cancels those streams, so every one of them completes there (none migrates).
 TEST_F(FaultGaps, StreamsInFlightToADrainingNodeAllComplete) {
-  // One sequence at a time on A: its streams wait their turn there, so the drain lasts seconds.
-  Proc a = start_node({"--shutdown-grace-ms", "60000", "--max-num-seqs", "1"});
-  Proc b = start_node({});
+  // One sequence at a time on A, on the scalar ref backend: its streams wait their turn there, so the drain
+  // lasts seconds (on cpu, the default, all of them finished within the 500 ms before the check below).
+  Proc a = start_node({"--shutdown-grace-ms", "60000", "--max-num-seqs", "1", "--backend", "ref"});
+  Proc b = start_node({"--backend", "ref"});
   Proc router =
       start({"route", "--port", "0", "--nodes", a.url + "," + b.url, "--strategy", "round_robin", "--probe-interval-ms",
              "200", "--probe-timeout-ms", "3000"});  // a loaded machine must not look like a dead node
