@@ -167,7 +167,13 @@ bool EtcdWatch::stream_once(size_t member, Status* why) {
 
 void EtcdWatch::probe_loop() {
   const auto period = std::chrono::milliseconds(client_.timeouts().probe_interval_ms);
+  // A member that answers "no leader" may be in the middle of an election (its leader just died) rather than
+  // cut off from the quorum: the stream moves only when the answer holds for this many probes in a row, so
+  // that one election does not walk the stream round every member.
+  constexpr int kLeaderlessProbes = 3;
   std::unique_lock lock(mu_);
+  uint64_t leaderless_seq = 0;
+  int leaderless = 0;
   while (!stop_.load()) {
     cv_.wait_for(lock, period, [this] { return stop_.load(); });
     if (stop_.load() || !streaming_) continue;
@@ -177,7 +183,15 @@ void EtcdWatch::probe_loop() {
     Status s = client_.probe(member);
     lock.lock();
     // A failure that is not about the member (a permission, say) does not move the stream.
-    const bool sick = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    bool sick = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    const bool no_leader = sick && s.message().find("no leader") != std::string::npos;
+    if (no_leader) {
+      leaderless = leaderless_seq == seq ? leaderless + 1 : 1;
+      leaderless_seq = seq;
+      sick = leaderless >= kLeaderlessProbes;
+    } else {
+      leaderless = 0;
+    }
     if (sick && streaming_ && stream_seq_ == seq && !stop_.load()) {
       log::warn("ctrl: etcd {} failed its health probe ({}); moving the watch to another member",
                 client_.endpoint(member), s.message());

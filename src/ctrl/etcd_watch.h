@@ -3,9 +3,9 @@
 //
 // - The stream is opened once and kept: an idle watch costs no requests but its member's health probes.
 // - A stream can break silently (a member cut off by a partition keeps the TCP connection open), so a second
-//   thread probes the member every EtcdTimeouts::probe_interval_ms; a member that does not answer, or has no
-//   leader, has its stream cancelled, and the watch continues on the next member from revision+1: no event is
-//   lost or repeated.
+//   thread probes the member every EtcdTimeouts::probe_interval_ms; a member that does not answer, or has had
+//   no leader for three probes in a row (one election does not count), has its stream cancelled, and the watch
+//   continues on the next member from revision+1: no event is lost or repeated.
 // - History compacted past that revision: the callback hears OutOfRange (re-read with range()) and the stream
 //   continues from the revision etcd reported as current.
 // - Every member unreachable: the callback hears Unavailable once; the watch keeps retrying.
