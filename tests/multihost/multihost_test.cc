@@ -399,12 +399,19 @@ TEST(MultiHost, ACutLinkMidStreamLosesNoToken) {
   ASSERT_TRUE(g->wait_nodes(3, 30s));
   const double before =
       std::max(0.0, testing::scrape_metric(g->router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
-  std::atomic<int> progress{0};
+  // Every stream must be decoding at the cut (a few tokens in): a stream still in prefill or in its KV
+  // transfer when C goes would be retried whole, not continued, and would test nothing.
+  std::vector<std::atomic<int>> progress(kStreams);
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i)
-    ts.emplace_back([&, i] { got[i] = stream(g->router_url, prompt(i), kTokens, &progress); });
+    ts.emplace_back([&, i] { got[i] = stream(g->router_url, prompt(i), kTokens, &progress[i]); });
+  auto all_decoding = [&] {
+    for (const auto& p : progress)
+      if (p < 4) return false;
+    return true;
+  };
   const auto t0 = Time::now();
-  while (progress < 4 * kStreams && Time::now() - t0 < 30s) std::this_thread::sleep_for(1ms);
+  while (!all_decoding() && Time::now() - t0 < 30s) std::this_thread::sleep_for(1ms);
   const auto cut_at = Time::now();
   ASSERT_TRUE(g->hosts->cut(kC));
   for (auto& t : ts) t.join();
