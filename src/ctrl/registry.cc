@@ -109,40 +109,28 @@ Status Registration::restore_if_gone(LeaseId lease) {
 }
 
 void Registration::heartbeat_loop() {
-  using Clock = std::chrono::steady_clock;
   const auto period = std::max(ttl_ / 3, std::chrono::milliseconds(5));
   const auto retry = std::min(period, std::chrono::milliseconds(200));
   std::unique_lock<std::mutex> lock(mu_);
-  bool lost = false;            // the lease is gone: grant a new one as soon as the store answers
-  bool unanswered = false;      // the last renewal did not reach the store
-  auto renewed = Clock::now();  // the last time the store confirmed the lease
+  bool lost = false;        // the lease is gone: grant a new one as soon as the store answers
+  bool unanswered = false;  // the last renewal did not reach the store
   while (!stop_) {
     cv_.wait_for(lock, lost || unanswered ? retry : period);
     if (stop_) break;
     LeaseId lease = lease_;
     lock.unlock();
     Status s = lost ? not_found("re-registering") : store_.keep_alive(lease);
-    if (s.ok()) {
-      renewed = Clock::now();
-      unanswered = false;
-      s = restore_if_gone(lease);
-    }
-    // A store that does not answer (a member died and the cluster is electing a leader, say) may still hold
-    // the lease: keep renewing it until its TTL has run out since the last confirmed renewal. Granting a new
-    // lease at once would write the entry a second time and leave the old lease to expire on its own.
-    const bool transient = !s.ok() && s.code() != StatusCode::kNotFound && Clock::now() - renewed < ttl_;
-    if (transient) {
-      unanswered = true;
-    } else if (!s.ok()) {
-      // Expired or forgotten (store restart), or unreachable for longer than the TTL: write the entry again
-      // as soon as the store answers.
+    if (s.ok()) s = restore_if_gone(lease);
+    // A store that does not answer (a member died and the cluster is electing a leader, or the host is
+    // starved) may still hold the lease, however long it has been: only the store can say that the lease is
+    // gone, so renewal goes on under the same lease until it answers. Granting a new lease on a guess would
+    // write the entry a second time and leave the old lease to expire on its own.
+    unanswered = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    if (!s.ok() && !unanswered) {
+      // Expired or forgotten (store restart), or refused: write the entry again as soon as the store answers.
       Status r = register_now();
       if (!r.ok() && !lost) log::warn("ctrl: cannot re-register {}: {}", key_, r.message());
       lost = !r.ok();
-      if (r.ok()) {
-        renewed = Clock::now();
-        unanswered = false;
-      }
     }
     lock.lock();
   }

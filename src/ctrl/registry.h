@@ -4,12 +4,13 @@
 // /tessera/regions/<agent>/<id> (link::RegionDesc text). Every entry is put under its owner's lease.
 //
 // Registration keeps one entry alive: it renews the lease every TTL/3 on its own thread, and when renewal
-// fails with NotFound (the lease expired during a stall, or the store restarted and forgot it), or the store
-// has not answered for a whole TTL since the last renewal, it grants a new lease and writes the entry again; a
-// store that is briefly unreachable (an etcd election) is retried every 200 ms under the same lease. When renewal
-// succeeds but the entry is gone (another client deleted it, or replaced its value), it is written again under the same
-// lease on that heartbeat. So after a store restart every live process re-registers within about TTL/3; a dead process
-// stops renewing and its entry disappears within the TTL.
+// fails with NotFound (the lease expired during a stall, or the store restarted and forgot it) it grants a
+// new lease and writes the entry again. While the store does not answer at all (an etcd election, a
+// partition) renewal is retried every 200 ms under the same lease, since only the store knows whether it
+// still holds it. When renewal succeeds but the entry is gone (another client deleted it, or replaced its
+// value), it is written again under the same lease on that heartbeat. So after a store restart every live
+// process re-registers within about TTL/3 of the store answering again; a dead process stops renewing and
+// its entry disappears within the TTL.
 //
 // Thread-safety: Registration is thread-safe; NodeInfo is a value.
 #pragma once
