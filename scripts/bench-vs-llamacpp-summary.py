@@ -53,19 +53,27 @@ def single_stream_tables(rows):
         k = (r["shape"], r["preset"], r["threads"])
         if k not in keys:
             keys.append(k)
+    # Forced kernel variants (EXTRA_ISAS): engines named tessera-<isa>, one more pair of columns each.
+    extras = sorted({r["engine"] for r in rows if r["engine"].startswith("tessera-")})
     out = []
     for what, title in (("decode", f"Decode tok/s at depth 512 (32 tokens)"), ("prefill", "Prefill of 512 tokens, tok/s")):
         out.append(f"**{title}**: median (min-max) over runs; ratio = tessera / llama.cpp, higher is better for tessera\n")
-        out.append("| shape | preset | threads | llama.cpp | tessera | ratio | runs | tessera error |")
-        out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        head = "| shape | preset | threads | llama.cpp | tessera | ratio |"
+        head += "".join(f" {e} | {e} ratio |" for e in extras)
+        out.append(head + " runs | tessera error |")
+        out.append("|" + " --- |" * (8 + 2 * len(extras)))
         for shape, preset, threads in keys:
             sel = [r for r in rows if (r["shape"], r["preset"], r["threads"], r["what"]) == (shape, preset, threads, what)]
             lv = [r["tok_s"] for r in sel if r["engine"] == "llama.cpp" and "tok_s" in r]
             tv = [r["tok_s"] for r in sel if r["engine"] == "tessera" and "tok_s" in r]
-            errs = sorted({r["error"] for r in sel if r["engine"] == "tessera" and "error" in r})
+            errs = sorted({r["error"] for r in sel if r["engine"].startswith("tessera") and "error" in r})
             runs = max(len([r for r in sel if r["engine"] == e]) for e in ("llama.cpp", "tessera"))
             err = errs[0].replace("|", "\\|") if errs else ""
-            out.append(f"| {shape} | {preset} | {threads} | {cell(lv)} | {cell(tv)} | {ratio_cell(tv, lv)} | {runs} | {err} |")
+            line = f"| {shape} | {preset} | {threads} | {cell(lv)} | {cell(tv)} | {ratio_cell(tv, lv)} |"
+            for e in extras:
+                ev = [r["tok_s"] for r in sel if r["engine"] == e and "tok_s" in r]
+                line += f" {cell(ev)} | {ratio_cell(ev, lv)} |"
+            out.append(line + f" {runs} | {err} |")
         out.append("")
     return out
 
@@ -131,8 +139,8 @@ def main():
     loads = [r["load_1min"] for r in rows]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"Measured {when} on {a.cpu}, {a.nproc} vCPUs; tessera {a.tessera_commit}, llama.cpp {a.llama_commit} "
-            "(node-llama-cpp@3.21.1's bundle, `-DGGML_NATIVE=ON`); Tessera with its defaults (cpu backend, KV f32 "
-            "unless its default changed), llama.cpp with its own (KV f16).",
+            "(node-llama-cpp@3.21.1's bundle, `-DGGML_NATIVE=ON`); both with their defaults: Tessera `--backend auto` "
+            "(the cpu backend here, its kernel variant chosen from the CPU, KV f16), llama.cpp's (KV f16).",
             "",
             "```bash",
             a.command,

@@ -21,6 +21,7 @@
 # Usage: scripts/bench-vs-llamacpp.sh            (REPEATS=3, every point: about an hour on 2 idle cores)
 #        REPEATS=1 PRESETS="Q8_0" SHAPES=stories110M THREADS=2 CONCURRENCY="1 8" scripts/bench-vs-llamacpp.sh
 #        SHAPES="" REPEATS=1 scripts/bench-vs-llamacpp.sh   (serving only: SERVE_SHAPE at SERVE_PRESET)
+#        EXTRA_ISAS=avx2 ...   (tessera also with its AVX2 kernels forced, in extra columns)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -29,7 +30,8 @@ REPEATS="${REPEATS:-3}"
 SHAPES="${SHAPES-stories110M qwen2.5-0.5b}"  # "" : serving only
 PRESETS="${PRESETS:-F16 Q8_0 Q4_0 Q4_K_M}"
 THREADS="${THREADS:-1 2}"
-QWEN_THREADS="${QWEN_THREADS:-2}"  # the qwen shape only at these thread counts (issue 16: 2 threads)
+QWEN_THREADS="${QWEN_THREADS:-2}"
+EXTRA_ISAS="${EXTRA_ISAS:-}"       # e.g. "avx2": tessera also run with TESSERA_CPU_ISA forced to each  # the qwen shape only at these thread counts (issue 16: 2 threads)
 CONCURRENCY="${CONCURRENCY:-1 8 32}"
 SERVE_SHAPE="${SERVE_SHAPE:-stories110M}"
 SERVE_PRESET="${SERVE_PRESET:-Q8_0}"
@@ -133,6 +135,15 @@ for shape in $SHAPES; do
         for what in decode prefill; do
           record tessera "$what" "$shape" "$preset" "$t" "$rep" "$(tessera_ts "$OUT/raw/tessera-generate-$tag.txt" "$what")" \
             "$l" "raw/tessera-generate-$tag.txt"
+        done
+        for isa in $EXTRA_ISAS; do  # the same run with a forced kernel variant, reported beside the default
+          l="$(load1)"
+          TESSERA_CPU_ISA="$isa" "$tessera" bench generate --model "$model" --threads "$t" --prompt-tokens "$DEPTH" \
+            --gen-tokens "$GEN" --repeat 1 --no-ceilings >"$OUT/raw/tessera-$isa-generate-$tag.txt" 2>&1 || true
+          for what in decode prefill; do
+            record "tessera-$isa" "$what" "$shape" "$preset" "$t" "$rep" \
+              "$(tessera_ts "$OUT/raw/tessera-$isa-generate-$tag.txt" "$what")" "$l" "raw/tessera-$isa-generate-$tag.txt"
+          done
         done
         log "$tag done (load $l)"
       done
