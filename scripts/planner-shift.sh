@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The planner's workload-shift run (issue 18, docs/solver.md "Workload shift"): `tessera up` with 3 nodes of a
-# synthetic stories15M (f32, seed 1, 512 positions; `tessera synth`) on this machine's 2 CPUs, one thread each
+# synthetic stories15M (f16 GGUF, seed 1, 512 positions; `tessera synth`) on this machine's 2 CPUs, one thread each
 # (node-0 and node-2 pinned to CPU 0, node-1 to CPU 1), starting as 1 prefill (node-0) + 2 decode: a placement
 # for short prompts and long answers. `tessera fault-load` sends a short-prompt / long-answer phase (about 58
 # prompt tokens, 200 generated), then a long-prompt / short-answer phase (about 365 prompt tokens, 4
@@ -12,7 +12,8 @@
 # around it.
 #
 #   scripts/planner-shift.sh [RUNS]        (default 3 runs with the planner on, 3 with it off, interleaved)
-#   env: P1_REQUESTS / P2_REQUESTS (per client and phase), CLIENTS, SLO_TTFT_MS, SLO_TPOT_MS,
+#   env: WEIGHTS (f16, the default, or f32), P1_REQUESTS / P2_REQUESTS (per client and phase), CLIENTS,
+#        SLO_TTFT_MS, SLO_TPOT_MS,
 #        START (1p2d, 2p1d or both), MODES ("off on"), BIN (default build/release/bin/tessera),
 #        OUT (a folder kept with every run's JSON and logs)
 set -euo pipefail
@@ -32,17 +33,31 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 [ -x "$bin" ] || { echo "planner-shift: build first (bash scripts/build release)" >&2; exit 1; }
 bin=$(realpath "$bin")
-model="$out/s15.bin" tok="$out/s15.tok.bin"
-[ -f "$model" ] || "$bin" synth --shape stories15M --seed 1 --max-seq-len 512 --out "$model" --tokenizer-out "$tok" \
-  >"$out/synth.log" 2>&1
+# f16 weights by default: the cpu backend computes every row of an f16 matmul in the same order whatever the
+# batch, so a stream's tokens cannot depend on what shares its engine steps; with f32 weights a step of 16 rows
+# or more (a prompt chunk beside the decodes, which `both` nodes run) goes to sgemm, whose rounding differs
+# from the decode-only kernel's, and a near tie in greedy decoding can then flip (docs/solver.md).
+weights="${WEIGHTS:-f16}"
+case "$weights" in
+  f16) model="$out/s15-f16.gguf" tok="" wbytes=2
+    [ -f "$model" ] || "$bin" synth --shape stories15M --seed 1 --max-seq-len 512 --format gguf --dtype f16 \
+      --out "$model" >"$out/synth.log" 2>&1 ;;
+  f32) model="$out/s15.bin" tok="$out/s15.tok.bin" wbytes=4
+    [ -f "$model" ] || "$bin" synth --shape stories15M --seed 1 --max-seq-len 512 --out "$model" \
+      --tokenizer-out "$tok" >"$out/synth.log" 2>&1 ;;
+  *) echo "planner-shift: WEIGHTS is f16 or f32, not '$weights'" >&2; exit 2 ;;
+esac
+tokflag=() tokline=""
+if [ -n "$tok" ]; then tokflag=(--tokenizer "$tok"); tokline="tokenizer: $tok"; fi
 served=$(basename "$model")  # `tessera up` names the model after its file
 
 # The planner's inputs: a measured profile of one CPU thread (decode steps and prefill read off its points),
 # the fleet (one pool of 3 nodes) with the serving overheads scripts/solver-validate.sh calibrated for this
 # model and backend on this machine (docs/bench/solver-validate: every run's request-overhead samples pooled,
 # the medians of its per-token, stream-start and colocated-slowdown constants), the model, the SLO.
-[ -f "$out/cpu.yaml" ] || taskset -c 1 "$bin" profile --model "$model" --tokenizer "$tok" --backend cpu --threads 1 \
-  --family cpu --memory-gb 1 --max-tokens 480 --max-batch 16 --repeats 3 --prefill-export --out "$out/cpu.yaml" >"$out/profile.log" 2>&1
+[ -f "$out/cpu.yaml" ] || taskset -c 1 "$bin" profile --model "$model" "${tokflag[@]}" --backend cpu --threads 1 \
+  --family cpu --memory-gb 1 --max-tokens 480 --max-batch 16 --repeats 3 --prefill-export --out "$out/cpu.yaml" \
+  >"$out/profile.log" 2>&1
 overheads=$(python3 - docs/bench/solver-validate <<'PY'
 import glob, re, statistics, sys
 idle, busy, tok, start, slow = [], [], [], [], []
@@ -70,7 +85,7 @@ pools:
      prefill_points: true, launch: {backend: cpu, threads: 1}}
 EOF
 cat >"$out/workload.yaml" <<EOF
-model: {shape: stories15M, max_seq_len: 512, weight_bytes: 4, kv_bytes: 4, path: $model, tokenizer: $tok}
+model: {shape: stories15M, max_seq_len: 512, weight_bytes: $wbytes, kv_bytes: 2, path: $model}
 rate: 1
 input: {fixed: 64}
 output: {fixed: 64}
@@ -86,7 +101,7 @@ esac
 cluster() {  # $1: on|off
   cat >"$out/cluster-$1.yaml" <<EOF
 model: $model
-tokenizer: $tok
+$tokline
 router: {port: 0}
 nodes:
   - {name: node-0, role: $r0, backend: cpu, threads: 1, cpus: [0], args: [--pd-min-tokens, "1"]}
@@ -125,12 +140,14 @@ one_run() {  # $1: on|off, $2: run number
   local ref1="$out/ref-phase1.jsonl" ref2="$out/ref-phase2.jsonl" r1=() r2=()
   if [ -f "$ref1" ]; then r1=(--reference "$ref1"); else r1=(--write-reference "$ref1"); fi
   if [ -f "$ref2" ]; then r2=(--reference "$ref2"); else r2=(--write-reference "$ref2"); fi
-  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p1_requests" --max-tokens "$p1_tokens" \
+  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p1_requests" \
+    --max-tokens "$p1_tokens" \
     --prompt-words "$p1_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r1[@]}" >"$dir/phase1.json"
   check_reference "$ref1" "$dir/phase1.json" "${r1[0]}"
   local shift_ms
   shift_ms=$(now_ms)
-  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p2_requests" --max-tokens "$p2_tokens" \
+  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p2_requests" \
+    --max-tokens "$p2_tokens" \
     --prompt-words "$p2_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r2[@]}" >"$dir/phase2.json"
   check_reference "$ref2" "$dir/phase2.json" "${r2[0]}"
   # Each node's counters at the end (which node computed how many prompts, and decoded how many requests).
@@ -171,12 +188,13 @@ for phase, p in (("phase 1", p1), ("phase 2", p2)):
     for x in p.get("differing", []):
         t0, t1 = x["start_unix_ms"], x["end_unix_ms"] or x["start_unix_ms"]
         near = [a for a in acts if t0 - 10000 <= a["ts_ms"] <= t1 + 10000]
-        print(f"planner-shift: {mode} run {k} {phase}: request {x['i']} (client {x['client']}) differs from the reference "
-              f"from token {x['first_difference_at']} of {x['reference_tokens']} ({x['lost']} lost, {x['repeated']} repeated); "
-              f"node {x['node'] or '?'}, prefill node {x['prefill_node'] or 'none'}; sent {(t0 - shift) / 1e3:+.2f} s from the shift, "
-              f"first token {((x['first_token_unix_ms'] or t0) - t0):.0f} ms later, lasted {t1 - t0:.0f} ms; role changes within 10 s: "
-              + ("; ".join(f"{a['node']} {a['from']}->{a['to']} at {(a['ts_ms'] - t0) / 1e3:+.2f} s" for a in near) or "none"),
-              file=sys.stderr)
+        changes = "; ".join(f"{a['node']} {a['from']}->{a['to']} at {(a['ts_ms'] - t0) / 1e3:+.2f} s" for a in near)
+        print(f"planner-shift: {mode} run {k} {phase}: request {x['i']} (client {x['client']}) differs from the "
+              f"reference from token {x['first_difference_at']} of {x['reference_tokens']} ({x['lost']} lost, "
+              f"{x['repeated']} repeated); node {x['node'] or '?'}, prefill node {x['prefill_node'] or 'none'}; "
+              f"sent {(t0 - shift) / 1e3:+.2f} s from the shift, first token "
+              f"{((x['first_token_unix_ms'] or t0) - t0):.0f} ms later, lasted {t1 - t0:.0f} ms; "
+              f"role changes within 10 s: {changes or 'none'}", file=sys.stderr)
 PY
 }
 
