@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The planner's workload-shift run (issue 18, docs/solver.md "Workload shift"): `tessera up` with 3 nodes of a
-# synthetic stories15M (f16 GGUF, seed 1, 512 positions; `tessera synth`) on this machine's 2 CPUs, one thread each
-# (node-0 and node-2 pinned to CPU 0, node-1 to CPU 1), starting as 1 prefill (node-0) + 2 decode: a placement
+# The planner's workload-shift run (issue 18, docs/solver.md "Workload shift"): `tessera up` with 3 nodes of
+# a synthetic stories15M (f16 GGUF, seed 1, 512 positions; `tessera synth`) on this machine's 2 CPUs, one
+# thread each (node-0 and node-2 pinned to CPU 0, node-1 to CPU 1), starting as 1 prefill (node-0) + 2 decode: a placement
 # for short prompts and long answers. `tessera fault-load` sends a short-prompt / long-answer phase (about 58
 # prompt tokens, 200 generated), then a long-prompt / short-answer phase (about 365 prompt tokens, 4
 # generated), where the single 1-thread prefill node queues every prompt while CPU 1 (the decode node-1) sits
@@ -34,7 +34,7 @@ out=$(cd "$out" && pwd)
 [ -x "$bin" ] || { echo "planner-shift: build first (bash scripts/build release)" >&2; exit 1; }
 bin=$(realpath "$bin")
 # f16 weights by default: the cpu backend computes every row of an f16 matmul in the same order whatever the
-# batch, so a stream's tokens cannot depend on what shares its engine steps; with f32 weights a step of 16 rows
+# batch (CpuMatMul's bitwise test), so a stream's tokens do not depend on what shares its engine steps; with f32 weights a step of 16 rows
 # or more (a prompt chunk beside the decodes, which `both` nodes run) goes to sgemm, whose rounding differs
 # from the decode-only kernel's, and a near tie in greedy decoding can then flip (docs/solver.md).
 weights="${WEIGHTS:-f16}"
