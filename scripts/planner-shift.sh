@@ -1,60 +1,107 @@
 #!/usr/bin/env bash
 # The planner's workload-shift run (issue 18, docs/solver.md "Workload shift"): `tessera up` with 3 nodes of
-# stories260K on this machine's CPUs, starting as 2 prefill + 1 decode (a placement for long prompts);
-# `tessera fault-load` sends a long-prompt / short-answer phase (about 390 prompt tokens, 4 generated), then a
-# short-prompt / long-answer phase (about 20 prompt tokens, 200 generated). With the planner on, the
-# placement should change within 30 s of the shift; goodput (requests within the SLO, per second) over the
-# second phase is compared with the same run with the planner off. Every request is checked token by token
-# against a reference (the fault suite's accounting: lost, repeated, mismatched tokens).
+# a synthetic stories15M (f16 GGUF, seed 1, 512 positions; `tessera synth`) on this machine's 2 CPUs, one
+# thread each (node-0 and node-2 pinned to CPU 0, node-1 to CPU 1), starting as 1 prefill (node-0) + 2 decode: a placement
+# for short prompts and long answers. `tessera fault-load` sends a short-prompt / long-answer phase (about 58
+# prompt tokens, 200 generated), then a long-prompt / short-answer phase (about 365 prompt tokens, 4
+# generated), where the single 1-thread prefill node queues every prompt while CPU 1 (the decode node-1) sits
+# nearly idle. With the planner on, the placement should change within 30 s of the shift; goodput (requests
+# within the SLO, per second) over the second phase is compared with the same run with the planner off. Every
+# request is checked token by token against a reference (the fault suite's accounting: lost, repeated,
+# mismatched tokens); a request that differs is printed with its timing, its prefill node and the role changes
+# around it.
 #
 #   scripts/planner-shift.sh [RUNS]        (default 3 runs with the planner on, 3 with it off, interleaved)
-#   env: P1_REQUESTS / P2_REQUESTS (per client and phase), CLIENTS, SLO_TTFT_MS, SLO_TPOT_MS,
-#        START (2p1d, 1p2d or both), MODES ("off on"), BIN (default build/release/bin/tessera),
+#   env: WEIGHTS (f16, the default, or f32), P1_REQUESTS / P2_REQUESTS (per client and phase), CLIENTS,
+#        SLO_TTFT_MS, SLO_TPOT_MS,
+#        START (1p2d, 2p1d or both), MODES ("off on"), BIN (default build/release/bin/tessera),
 #        OUT (a folder kept with every run's JSON and logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
 bin="${BIN:-build/release/bin/tessera}"
-clients="${CLIENTS:-6}"
-ttft="${SLO_TTFT_MS:-250}"
-tpot="${SLO_TPOT_MS:-15}"
+clients="${CLIENTS:-4}"
+# The SLO (docs/solver.md): the first token within 300 ms, then on average one token per 50 ms.
+ttft="${SLO_TTFT_MS:-300}"
+tpot="${SLO_TPOT_MS:-50}"
 # Requests per client per phase (closed loop: each client sends its next request when the last is done).
-p1_requests="${P1_REQUESTS:-60}"
-p2_requests="${P2_REQUESTS:-300}"
-p1_tokens=4 p1_words=180 p2_tokens=200 p2_words=0
+p1_requests="${P1_REQUESTS:-25}"
+p2_requests="${P2_REQUESTS:-150}"
+p1_tokens=200 p1_words=0 p2_tokens=4 p2_words=60
 out="${OUT:-$(mktemp -d /tmp/planner-shift.XXXXXX)}"
 mkdir -p "$out"
-model="$PWD/models/stories260K"
+out=$(cd "$out" && pwd)
 [ -x "$bin" ] || { echo "planner-shift: build first (bash scripts/build release)" >&2; exit 1; }
+bin=$(realpath "$bin")
+# f16 weights by default: the cpu backend computes every row of an f16 matmul in the same order whatever the
+# batch (CpuMatMul's bitwise test), so a stream's tokens do not depend on what shares its engine steps; with f32 weights a step of 16 rows
+# or more (a prompt chunk beside the decodes, which `both` nodes run) goes to sgemm, whose rounding differs
+# from the decode-only kernel's, and a near tie in greedy decoding can then flip (docs/solver.md).
+weights="${WEIGHTS:-f16}"
+case "$weights" in
+  f16) model="$out/s15-f16.gguf" tok="" wbytes=2
+    [ -f "$model" ] || "$bin" synth --shape stories15M --seed 1 --max-seq-len 512 --format gguf --dtype f16 \
+      --out "$model" >"$out/synth.log" 2>&1 ;;
+  f32) model="$out/s15.bin" tok="$out/s15.tok.bin" wbytes=4
+    [ -f "$model" ] || "$bin" synth --shape stories15M --seed 1 --max-seq-len 512 --out "$model" \
+      --tokenizer-out "$tok" >"$out/synth.log" 2>&1 ;;
+  *) echo "planner-shift: WEIGHTS is f16 or f32, not '$weights'" >&2; exit 2 ;;
+esac
+tokflag=() tokline=""
+if [ -n "$tok" ]; then tokflag=(--tokenizer "$tok"); tokline="tokenizer: $tok"; fi
+served=$(basename "$model")  # `tessera up` names the model after its file
 
-# The planner's inputs: a measured profile of one CPU thread, the fleet (one pool of 3 nodes), the model, the SLO.
-"$bin" profile --model "$model" --backend cpu --threads 1 --memory-gb 1 --network-gb-s 1 --max-tokens 480 \
-  --max-batch 8 --repeats 1 --out "$out/cpu.yaml" >"$out/profile.log" 2>&1
+# The planner's inputs: a measured profile of one CPU thread (decode steps and prefill read off its points),
+# the fleet (one pool of 3 nodes) with the serving overheads scripts/solver-validate.sh calibrated for this
+# model and backend on this machine (docs/bench/solver-validate: every run's request-overhead samples pooled,
+# the medians of its per-token, stream-start and colocated-slowdown constants), the model, the SLO.
+[ -f "$out/cpu.yaml" ] || taskset -c 1 "$bin" profile --model "$model" "${tokflag[@]}" --backend cpu --threads 1 \
+  --family cpu --memory-gb 1 --max-tokens 480 --max-batch 16 --repeats 3 --prefill-export --out "$out/cpu.yaml" \
+  >"$out/profile.log" 2>&1
+overheads=$(python3 - docs/bench/solver-validate <<'PY'
+import glob, re, statistics, sys
+idle, busy, tok, start, slow = [], [], [], [], []
+for f in sorted(glob.glob(sys.argv[1] + "/*/fleet.yaml")):
+    t = open(f).read()
+    idle += re.search(r"request_overhead_samples_ms: \[([^\]]*)\]", t).group(1).split(",")
+    busy += re.search(r"request_overhead_busy_samples_ms: \[([^\]]*)\]", t).group(1).split(",")
+    tok.append(float(re.search(r"token_overhead_ms: ([\d.]+)", t).group(1)))
+    start.append(float(re.search(r"stream_start_overhead_ms: ([\d.]+)", t).group(1)))
+    slow.append(float(re.search(r"colocated_slowdown: ([\d.]+)", t).group(1)))
+if not tok:
+    sys.exit("planner-shift: no calibrated fleets in " + sys.argv[1] + " (run scripts/solver-validate.sh)")
+print("request_overhead_samples_ms: [" + ",".join(x.strip() for x in idle) + "]")
+print("request_overhead_busy_samples_ms: [" + ",".join(x.strip() for x in busy) + "]")
+print(f"token_overhead_ms: {statistics.median(tok):.4f}")
+print(f"stream_start_overhead_ms: {statistics.median(start):.3f}")
+print(f"colocated_slowdown: {statistics.median(slow):.4f}")
+PY
+)
 cat >"$out/fleet.yaml" <<EOF
+token_budget: 256
+$overheads
 pools:
-  - {name: cpu, count: 3, cost_per_hour: 1, profile: cpu.yaml, batch_limits: [16], launch: {backend: cpu, threads: 1}}
-request_overhead_ms: 3
-token_overhead_ms: 0.3
-colocated_slowdown: 0.3
+  - {name: cpu, count: 3, cost_per_hour: 1, profile: cpu.yaml, batch_limits: [64], decode_points: true,
+     prefill_points: true, launch: {backend: cpu, threads: 1}}
 EOF
 cat >"$out/workload.yaml" <<EOF
-model: {name: stories260K, dim: 64, hidden_dim: 172, n_layers: 5, n_heads: 8, n_kv_heads: 4,
-        vocab_size: 512, max_seq_len: 512, weight_bytes: 4, kv_bytes: 4, path: $model}
+model: {shape: stories15M, max_seq_len: 512, weight_bytes: $wbytes, kv_bytes: 2, path: $model}
 rate: 1
-input: {fixed: 16}
-output: {fixed: 16}
+input: {fixed: 64}
+output: {fixed: 64}
 EOF
 printf 'ttft_ms: %s\ntpot_ms: %s\npercentile: 90\nattainment: 0.9\n' "$ttft" "$tpot" >"$out/slo.yaml"
 
-# The starting placement: START=2p1d (the default), 1p2d, or both (3 colocated nodes).
-case "${START:-2p1d}" in
+# The starting placement: START=1p2d (the default), 2p1d, or both (3 colocated nodes).
+case "${START:-1p2d}" in
   both) r0=both r1=both r2=both ;;
-  1p2d) r0=prefill r1=decode r2=decode ;;
-  *) r0=prefill r1=prefill r2=decode ;;
+  2p1d) r0=prefill r1=prefill r2=decode ;;
+  *) r0=prefill r1=decode r2=decode ;;
 esac
 cluster() {  # $1: on|off
   cat >"$out/cluster-$1.yaml" <<EOF
 model: $model
+$tokline
 router: {port: 0}
 nodes:
   - {name: node-0, role: $r0, backend: cpu, threads: 1, cpus: [0], args: [--pd-min-tokens, "1"]}
@@ -67,9 +114,20 @@ EOF
 
 now_ms() { date +%s%3N; }
 
+# check_reference REF PHASE_JSON FLAG: a reference is only as good as its run; one with failed requests is
+# removed (and the script stops) rather than compared with.
+check_reference() {
+  [ "$3" = --write-reference ] || return 0
+  python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["failed"] != 0)' "$2" && return 0
+  rm -f "$1"
+  echo "planner-shift: the reference run had failed requests ($2); $1 not kept" >&2
+  exit 1
+}
+
 one_run() {  # $1: on|off, $2: run number
   local mode="$1" k="$2" dir="$out/$1-$2"
   mkdir -p "$dir"
+  uptime >"$dir/uptime.txt"
   cluster "$mode"
   "$bin" up "$out/cluster-$mode.yaml" --planner "$mode" >"$dir/up.out" 2>"$dir/up.err" &
   local up=$!
@@ -82,12 +140,22 @@ one_run() {  # $1: on|off, $2: run number
   local ref1="$out/ref-phase1.jsonl" ref2="$out/ref-phase2.jsonl" r1=() r2=()
   if [ -f "$ref1" ]; then r1=(--reference "$ref1"); else r1=(--write-reference "$ref1"); fi
   if [ -f "$ref2" ]; then r2=(--reference "$ref2"); else r2=(--write-reference "$ref2"); fi
-  "$bin" fault-load --url "$url" --clients "$clients" --requests "$p1_requests" --max-tokens "$p1_tokens" \
+  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p1_requests" \
+    --max-tokens "$p1_tokens" \
     --prompt-words "$p1_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r1[@]}" >"$dir/phase1.json"
+  check_reference "$ref1" "$dir/phase1.json" "${r1[0]}"
   local shift_ms
   shift_ms=$(now_ms)
-  "$bin" fault-load --url "$url" --clients "$clients" --requests "$p2_requests" --max-tokens "$p2_tokens" \
+  "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p2_requests" \
+    --max-tokens "$p2_tokens" \
     --prompt-words "$p2_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r2[@]}" >"$dir/phase2.json"
+  check_reference "$ref2" "$dir/phase2.json" "${r2[0]}"
+  # Each node's counters at the end (which node computed how many prompts, and decoded how many requests).
+  grep -o 'node-[0-9] ([a-z]*, [a-z]*) at http://[0-9.:]*' "$dir/up.err" | while read -r name _ _ _ nurl; do
+    echo "== $name $nurl"
+    curl -sS -m 5 -H "x-tessera-cluster-token: $(cat "$token")" "$nurl/metrics" |
+      grep -E '^tessera_(requests_total|prompt_tokens_total|generation_tokens_total|pd_requests_total)' || true
+  done >"$dir/nodes.txt" 2>&1
   if [ -n "$planner" ]; then
     curl -sS -H "x-tessera-cluster-token: $(cat "$token")" "$planner/status" >"$dir/planner.json" || true
   else
@@ -112,8 +180,21 @@ row = {"mode": mode, "run": int(k), "goodput_rps": p2["goodput_rps"], "within_sl
        "actions_before_shift": len(acts) - len(after), "actions_after_shift": len(after),
        "placement_change_s": change_s,
        "changes": [f'{x["node"]} {x["from"]}->{x["to"]}' for x in after],
-       "p2_ttft_p50_ms": p2["ttft"].get("p50_ms"), "p2_tpot_p50_ms": p2["tpot"].get("p50_ms")}
+       "p2_ttft_p50_ms": p2["ttft"].get("p50_ms"), "p2_tpot_p50_ms": p2["tpot"].get("p50_ms"),
+       "load": open(f"{d}/uptime.txt").read().split("load average:")[-1].strip()}
 print(json.dumps(row))
+# A request whose tokens differ from the reference: its path, its timing, and the role changes around it.
+for phase, p in (("phase 1", p1), ("phase 2", p2)):
+    for x in p.get("differing", []):
+        t0, t1 = x["start_unix_ms"], x["end_unix_ms"] or x["start_unix_ms"]
+        near = [a for a in acts if t0 - 10000 <= a["ts_ms"] <= t1 + 10000]
+        changes = "; ".join(f"{a['node']} {a['from']}->{a['to']} at {(a['ts_ms'] - t0) / 1e3:+.2f} s" for a in near)
+        print(f"planner-shift: {mode} run {k} {phase}: request {x['i']} (client {x['client']}) differs from the "
+              f"reference from token {x['first_difference_at']} of {x['reference_tokens']} ({x['lost']} lost, "
+              f"{x['repeated']} repeated); node {x['node'] or '?'}, prefill node {x['prefill_node'] or 'none'}; "
+              f"sent {(t0 - shift) / 1e3:+.2f} s from the shift, first token "
+              f"{((x['first_token_unix_ms'] or t0) - t0):.0f} ms later, lasted {t1 - t0:.0f} ms; "
+              f"role changes within 10 s: {changes or 'none'}", file=sys.stderr)
 PY
 }
 

@@ -4,7 +4,9 @@
 // the router honours by forwarding, just before each data chunk, the ids of the tokens that chunk carries;
 // api/resume.h), and each request's ids and text are compared with a fault-free reference run, so a lost
 // or repeated token is counted exactly (by longest common subsequence). The summary is JSON on stdout (and a
-// markdown row for docs/faults.md with --row LABEL).
+// markdown row for docs/faults.md with --row LABEL); its "differing" list details the first 20 requests that
+// differ from the reference: the node that answered and the prefill node (the router's x-tessera-node and
+// x-tessera-prefill-node), wall-clock times, and the first token that differs.
 //
 // Recovery time: from the start of the fault command until the last request it disturbed has ended: every
 // request in flight at that moment, and every later one that failed or was slow (latency above twice the
@@ -84,6 +86,7 @@ struct Outcome {
   std::string text;
   int usage_tokens = -1;
   std::string error;
+  std::string node, prefill_node;  // the router's x-tessera-node / x-tessera-prefill-node: the request's path
 };
 
 Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
@@ -108,6 +111,12 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
     auto on_headers = [&](const http::Response& h) {
       headers = true;
       status = h.status;
+      auto header = [&](std::string_view name) {
+        auto it = h.headers.find(std::string(name));
+        return it == h.headers.end() ? std::string() : it->second;
+      };
+      o.node = header("x-tessera-node");
+      o.prefill_node = header("x-tessera-prefill-node");
       return true;
     };
     auto on_chunk = [&](std::string_view piece) {
@@ -214,6 +223,10 @@ int run_load(const LoadArgs& a) {
   std::atomic<int> completed{0};
   std::atomic<double> fault_at{-1};
   const auto t0 = Clock::now();
+  // The run's start on the wall clock, so that a differing request's times line up with other logs (the
+  // planner's decisions carry Unix milliseconds).
+  const double t0_unix_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::thread fault;
   if (a.fault_after >= 0 && !a.fault_cmd.empty()) {
     fault = std::thread([&] {
@@ -245,6 +258,7 @@ int run_load(const LoadArgs& a) {
   int ok = 0, failed = 0, mismatched = 0, usage_wrong = 0, text_wrong = 0;
   int64_t lost = 0, dup = 0, tokens = 0;
   std::map<std::string, int> errors;
+  json differing = json::array();  // the first requests whose tokens differ from the reference, in detail
   for (int i = 0; i < total; ++i) {
     const Outcome& o = out[i];
     ok += o.ok;
@@ -260,6 +274,24 @@ int run_load(const LoadArgs& a) {
       dup += d;
       mismatched += (l + d) > 0;
       text_wrong += o.ok && o.text != want_text[i];
+      if ((l + d) > 0 && differing.size() < 20) {
+        size_t at = 0;
+        while (at < o.tokens.size() && at < want[i].size() && o.tokens[at] == want[i][at]) ++at;
+        auto unix_ms = [&](double s) { return s < 0 ? json() : json(static_cast<int64_t>(t0_unix_ms + s * 1e3)); };
+        differing.push_back({{"i", i},
+                             {"client", i / a.requests},
+                             {"node", o.node},
+                             {"prefill_node", o.prefill_node},
+                             {"start_unix_ms", unix_ms(o.start)},
+                             {"first_token_unix_ms", unix_ms(o.first)},
+                             {"end_unix_ms", unix_ms(o.end)},
+                             {"tokens", o.tokens.size()},
+                             {"reference_tokens", want[i].size()},
+                             {"first_difference_at", at},
+                             {"lost", l},
+                             {"repeated", d},
+                             {"error", o.error}});
+      }
     }
   }
   // Recovery and latency phases.
@@ -337,6 +369,8 @@ int run_load(const LoadArgs& a) {
                   {"latency_during", percentiles(during)},
                   {"latency_after", percentiles(after)},
                   {"wall_s", wall},
+                  {"start_unix_ms", static_cast<int64_t>(t0_unix_ms)},
+                  {"differing", differing},
                   {"errors", errors}};
   if (a.slo_ttft_ms > 0 && a.slo_tpot_ms > 0) {
     summary["slo"] = {{"ttft_ms", a.slo_ttft_ms}, {"tpot_ms", a.slo_tpot_ms}};

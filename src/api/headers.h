@@ -6,6 +6,8 @@
 //   x-tessera-token-ids      "1" on a streamed request: the node adds token-id comments (api/resume.h)
 //   x-tessera-prefill-node   router -> decode node: the prefill node the router paired it with
 //   x-tessera-draining       "1" on a node's 503: it is alive and finishing its work, closed for new work
+//   x-tessera-node           router -> client: the node that answered (with x-tessera-prefill-node, a request's
+//                            path through the cluster, for the fault suite's and planner-shift's accounting)
 #pragma once
 
 #include <string_view>
@@ -18,5 +20,6 @@ inline constexpr std::string_view kClusterTokenHeader = tessera::kClusterTokenHe
 inline constexpr std::string_view kTokenIdsHeader = "x-tessera-token-ids";
 inline constexpr std::string_view kPrefillNodeHeader = "x-tessera-prefill-node";
 inline constexpr std::string_view kDrainingHeader = "x-tessera-draining";
+inline constexpr std::string_view kServingNodeHeader = "x-tessera-node";
 
 }  // namespace tessera::api

@@ -231,9 +231,9 @@ struct Gateway::Impl {
     return req;
   }
 
-  // Headers the client gets back: the request id, and in PD mode the prefill node chosen.
-  static http::Headers reply_headers(const Call& c) {
-    http::Headers h{{"x-request-id", c.request_id}};
+  // Headers the client gets back: the request id, the node that answers, and in PD mode the prefill node chosen.
+  static http::Headers reply_headers(const Call& c, const std::string& url) {
+    http::Headers h{{"x-request-id", c.request_id}, {std::string(api::kServingNodeHeader), url}};
     if (!c.prefill_url.empty()) h[std::string(api::kPrefillNodeHeader)] = c.prefill_url;
     return h;
   }
@@ -360,7 +360,7 @@ struct Gateway::Impl {
     finish(c, r->status);
     auto ct = r->headers.find("content-type");
     c.writer->send(r->status, std::move(r->body), ct == r->headers.end() ? "application/json" : ct->second,
-                   reply_headers(c));
+                   reply_headers(c, url));
     return true;
   }
 
@@ -380,7 +380,7 @@ struct Gateway::Impl {
       metrics.first_byte(since(c->start));
       auto ct = head.headers.find("content-type");
       c->writer->start_stream(head.status, ct == head.headers.end() ? "text/event-stream" : ct->second,
-                              reply_headers(*c));
+                              reply_headers(*c, url));
       return true;
     };
     StreamTracker tracker(c->token_ids);  // token ids seen, for continuing elsewhere if this node dies (migration.h)

@@ -4,7 +4,8 @@
 // POST /admin/role (a decode node holding streams becomes a prefill node, a prefill node becomes a decode
 // node, and back): every request succeeds and every token matches a run without role changes (the fault
 // suite's token accounting: none lost, none repeated). The router follows the new role through the control
-// plane; the route refuses a caller without the cluster credential, bad bodies and non-switchable nodes.
+// plane; the route refuses a caller without the cluster credential, bad bodies and non-switchable nodes. And
+// the accounting details a request that differs from the reference (its nodes, times, first differing token).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -152,6 +153,30 @@ TEST(RoleChange, NodesSwitchRolesUnderLoadWithNoTokenLostOrRepeated) {
   }
   EXPECT_EQ(flips, 4);
   EXPECT_GT(busy, 0) << "no role change happened while its node held a request; the load is too short";
+
+  // The accounting names a request that differs: its path (the node that answered, its prefill node) and the
+  // first token that differs. A reference with request 5's token 10 changed stands in for a divergence.
+  std::ifstream ref_in(ref);
+  std::ofstream tampered(dir + "/tampered.jsonl");
+  for (std::string row; std::getline(ref_in, row);) {
+    json j = json::parse(row);
+    if (j["i"] == 5) j["tokens"][10] = "999999";
+    tampered << j.dump() << "\n";
+  }
+  tampered.close();
+  auto diff = load({"--reference", dir + "/tampered.jsonl"});
+  ASSERT_EQ(diff.exit_code, 0) << diff.err;
+  json d = json::parse(diff.out, nullptr, false);
+  ASSERT_TRUE(d.is_object()) << diff.out;
+  EXPECT_EQ(d["mismatched_requests"], 1) << diff.out;
+  ASSERT_EQ(d["differing"].size(), 1u) << diff.out;
+  const json& x = d["differing"][0];
+  EXPECT_EQ(x["i"], 5);
+  EXPECT_EQ(x["first_difference_at"], 10);
+  EXPECT_TRUE(x["node"] == b.url || x["node"] == c.url) << x.dump();  // the decode nodes, roles flipped back
+  EXPECT_EQ(x["prefill_node"], a.url) << x.dump();
+  EXPECT_LE(x["start_unix_ms"].get<int64_t>(), x["first_token_unix_ms"].get<int64_t>());
+  EXPECT_LE(x["first_token_unix_ms"].get<int64_t>(), x["end_unix_ms"].get<int64_t>());
 
   // The router follows a change through the control plane (same node, new role), and routes accordingly.
   auto r = call("POST", c.url + "/admin/role", R"({"role":"prefill"})", secret);

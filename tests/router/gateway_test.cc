@@ -379,6 +379,7 @@ TEST_F(GatewayTest, PrefillDecodePairsAreChosenByTheRouter) {
     auto r = post("/v1/completions", R"({"model":"m","prompt":"x"})", {{"x-tessera-prefill-node", "http://evil:1"}});
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.headers["x-tessera-prefill-node"], near.url());
+    EXPECT_EQ(r.headers["x-tessera-node"], decode.url()) << "the client is told which node answered";
   }
   EXPECT_EQ(decode.hits, 3);
   EXPECT_EQ(near.hits + far.hits, 0) << "client requests went to a prefill node";
@@ -386,6 +387,7 @@ TEST_F(GatewayTest, PrefillDecodePairsAreChosenByTheRouter) {
   // Streams name it too.
   auto s = post("/v1/completions", R"({"model":"m","prompt":"x","stream":true})");
   EXPECT_EQ(s.headers["x-tessera-prefill-node"], near.url());
+  EXPECT_EQ(s.headers["x-tessera-node"], decode.url());
   // The near one drained: the far one (over tcp) is the only choice left.
   EXPECT_EQ(post("/admin/nodes/drain", json{{"url", near.url()}}.dump()).status, 200);
   post("/v1/completions", R"({"model":"m","prompt":"x"})");
@@ -401,6 +403,7 @@ TEST_F(GatewayTest, PrefillDecodePairsAreChosenByTheRouter) {
   EXPECT_EQ(colocated.hits, 1);
   EXPECT_EQ(colocated.prefill_header(), "");
   EXPECT_EQ(whole.headers.count("x-tessera-prefill-node"), 0u);
+  EXPECT_EQ(whole.headers["x-tessera-node"], colocated.url());
 }
 
 // A node that accepts requests and never answers them: once its probes fail, what waits on it is retried
