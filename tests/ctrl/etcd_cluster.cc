@@ -99,7 +99,9 @@ Status EtcdCluster::spawn(int i, const std::string& state) {
 }
 
 Status EtcdCluster::wait_ready(int i) {
-  for (int k = 0; k < 400; ++k) {
+  // Bounded by the clock, not by a count of tries: each try may itself wait its full second on a starved host.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
     http::ClientRequest req;
     req.method = "POST";
     req.url = url(i) + "/v3/kv/range";
