@@ -2,8 +2,10 @@
 // streamed once, front to back, against every activation row: decode is bandwidth-bound and a single
 // sequential stream per thread is what the prefetcher serves fastest. With more rows, weight rows are taken
 // four at a time and every activation row is multiplied against those four while they sit in L1, so each
-// weight byte is read from memory once per block of activation rows. f32 products with many activation rows
-// (prefill) go to OpenBLAS's sgemm instead.
+// weight byte is read from memory once per block of activation rows; the avx512 build does this with a
+// register-blocked GEMM tile (4 weight rows x 6 activation rows of 512-bit accumulators, gemm() below) whose
+// every output is bit-identical to dot(). f32 products with many activation rows (prefill) go to OpenBLAS's
+// sgemm instead.
 #include <algorithm>
 
 #include <cblas.h>
@@ -23,13 +25,9 @@ constexpr int64_t kSmallBatch = 4;    // fewer activation rows than this: row-by
 // Four weight rows against T activation rows (out[t * ld + r]), each output summed in exactly the order dot()
 // uses (two accumulators over alternating 8-wide chunks, then the tail), so a row's result does not depend on
 // whether it was computed here or by dot(): outputs are the same whatever the batch size (graph replay pads
-// batches). Each weight chunk is loaded (and widened from f16 / bf16) once for the T rows; the avx512 build
-// takes T = 2 (16 accumulators, 8 weight and 4 activation vectors in its 32 registers), the avx2 build T = 1.
-#if defined(__AVX512F__)
-constexpr int kTileTokens = 2;
-#else
+// batches). Each weight chunk is loaded (and widened from f16 / bf16) once for the T rows; the avx2 build
+// takes T = 1 (8 accumulators and 8 weight vectors fill its 16 registers). The avx512 build uses gemm() below.
 constexpr int kTileTokens = 1;
-#endif
 template <typename W, int T>
 void tile4(const W* w, int64_t k, const float* x, int64_t ldx, float* out, int64_t ld) {
   const W* r[4] = {w, w + k, w + 2 * k, w + 3 * k};
@@ -74,6 +72,135 @@ void tile4(const W* w, int64_t k, const float* x, int64_t ldx, float* out, int64
   }
 }
 
+#if defined(__AVX512F__)
+// Prefill GEMM (the avx512 build): a register tile of kGemmRows weight rows x up to kGemmTokens activation
+// rows, one 512-bit accumulator per output, over the whole of k. A 16-lane accumulator fed 16-element chunks
+// holds exactly what dot()'s two 8-lane accumulators hold (lanes 0-7 its first, 8-15 its second), an 8-element
+// remainder goes to the low half only (a masked FMA leaves the high lanes untouched), and the reduction adds
+// the halves before the same horizontal sum: every output is bit-identical to dot() of its row, so results
+// do not depend on the batch size or on which path computed them. Each weight chunk is loaded and widened
+// (f16 / bf16 -> f32) once per tile and used for kGemmTokens FMAs; each activation chunk is used for
+// kGemmRows. 4 x 6 = 24 accumulators + 4 weight vectors + 1 activation vector fit the 32 registers.
+constexpr int kGemmRows = 4;
+constexpr int kGemmTokens = 6;
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+// The masked forms throughout: GCC 12 warns (-Wuninitialized) on the unmasked ones' undefined pass-through.
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load16(const Bf16* p) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
+}
+// The first 8 elements in the low lanes, zeros above (nothing past p + 8 is read).
+inline __m512 load8z(const float* p) { return _mm512_maskz_loadu_ps(0x00ff, p); }
+inline __m256i load8_u16(const void* p) {
+  return _mm256_zextsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+inline __m512 load8z(const uint16_t* p) { return _mm512_maskz_cvtph_ps(0x00ff, load8_u16(p)); }
+inline __m512 load8z(const Bf16* p) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0x00ff, load8_u16(p));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0x00ff, w, 16));
+}
+
+// out[t * ldo + i] = row i of w . row t of x, for i < R, t < T.
+template <typename W, int R, int T>
+void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
+  __m512 acc[R][T];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) wv[i] = load16(w + i * k + j);
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + t * k + j);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) acc[i][t] = _mm512_fmadd_ps(wv[i], xv, acc[i][t]);
+    }
+  }
+  if (j + 8 <= k) {
+    __m512 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = load8z(w + i * k + j);
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = load8z(x + t * k + j);
+      for (int i = 0; i < R; ++i) acc[i][t] = _mm512_mask3_fmadd_ps(wv[i], xv, acc[i][t], 0x00ff);
+    }
+    j += 8;
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < R; ++i) {
+      const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(acc[i][t]), 0));
+      const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(acc[i][t]), 1));
+      float s = hsum(_mm256_add_ps(lo, hi));
+      for (int64_t e = j; e < k; ++e) s += to_f32(w[i * k + e]) * x[t * k + e];
+      out[t * ldo + i] = s;
+    }
+  }
+}
+
+// Weight rows [i0, i0 + R) against activation rows [r0, r1), T at a time with a shorter tile for the rest.
+template <typename W, int R>
+void gemm_panel(const W* w, const float* x, int64_t k, int64_t m, int64_t i0, int64_t r0, int64_t r1, float* out) {
+  int64_t r = r0;
+  for (; r + kGemmTokens <= r1; r += kGemmTokens)
+    gemm_tile<W, R, kGemmTokens>(w + i0 * k, x + r * k, k, out + r * m + i0, m);
+  const W* wp = w + i0 * k;
+  const float* xp = x + r * k;
+  float* op = out + r * m + i0;
+  switch (r1 - r) {
+    case 5:
+      gemm_tile<W, R, 5>(wp, xp, k, op, m);
+      break;
+    case 4:
+      gemm_tile<W, R, 4>(wp, xp, k, op, m);
+      break;
+    case 3:
+      gemm_tile<W, R, 3>(wp, xp, k, op, m);
+      break;
+    case 2:
+      gemm_tile<W, R, 2>(wp, xp, k, op, m);
+      break;
+    case 1:
+      gemm_tile<W, R, 1>(wp, xp, k, op, m);
+      break;
+    default:
+      break;
+  }
+}
+
+// Many activation rows: blocks of rows sized to stay in L2 (~384 KiB) while every weight panel passes
+// through L1 once per block; the panels of a block are spread over the stream's threads.
+template <typename W>
+void gemm(const MatMulOp& op, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+  const float* x = data<const float>(op.x);
+  const W* w = data<const W>(op.w);
+  float* out = data<float>(op.out);
+  const int64_t block = std::clamp<int64_t>((384 << 10) / (k * 4) / kGemmTokens * kGemmTokens, kGemmTokens, 96);
+  const int64_t panels = (m + kGemmRows - 1) / kGemmRows;
+  for (int64_t r0 = 0; r0 < n; r0 += block) {
+    const int64_t r1 = std::min(n, r0 + block);
+    parallel_for(
+        ctx, panels,
+        [&](int64_t p) {
+          const int64_t i0 = p * kGemmRows;
+          if (i0 + kGemmRows <= m) {
+            gemm_panel<W, kGemmRows>(w, x, k, m, i0, r0, r1, out);
+          } else {
+            for (int64_t i = i0; i < m; ++i) gemm_panel<W, 1>(w, x, k, m, i, r0, r1, out);
+          }
+        },
+        static_cast<double>((r1 - r0) * k * kGemmRows), 1 << 16);
+  }
+}
+#endif
+
 template <typename W>
 void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
@@ -90,6 +217,9 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
     });
     return;
   }
+#if defined(__AVX512F__)
+  gemm<W>(op, ctx);
+#else
   const int64_t tiles = (m + kTile - 1) / kTile;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
@@ -111,6 +241,7 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
       }
     });
   }
+#endif
 }
 
 void add_bias(const MatMulOp& op) {
