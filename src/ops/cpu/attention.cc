@@ -68,6 +68,14 @@ inline __m256 dot8(const T* const* rows, const float* q, int64_t hd) {
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+// Rows of one head are a cache row apart (all kv heads of a position are stored together) and blocks are
+// scattered, which the hardware prefetcher follows poorly: decode at depth 512 spent most of its attention
+// time waiting on the first load of each row. So rows are prefetched this many positions ahead.
+constexpr int32_t kPrefetchRows = 16;
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
 // out[0..64) = sum_t p[t] * v_t[0..64): the 64 outputs stay in registers for the whole pass over positions.
 template <typename T, typename RowAt>
 inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col, float* out) {
@@ -77,12 +85,46 @@ inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col,
   for (int32_t t = 0; t < n; ++t) {
     const __m256 pv = _mm256_set1_ps(p[t]);
     const T* v = row_at(t) + col;
+    if (t + kPrefetchRows < n) prefetch_row(row_at(t + kPrefetchRows) + col, 64 * sizeof(T));
 #pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(pv, load8(v + 8 * u), o[u]);
   }
 #pragma GCC unroll 8
   for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + col + 8 * u, o[u]);
 }
+#endif
+
+#if defined(__AVX512F__)
+// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (relative error < 2e-8 there), and
+// 2^n applied by scalef. -inf (masked keys) and anything below -110 give 0; NaN stays NaN.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-110.0f), x);  // masked forms: see widen16
+  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(0xffff, p, n);
+}
+
+inline float sum16(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  return hsum(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+                            _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1))));
+}
+
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 #endif
 
 template <typename T>
@@ -114,6 +156,9 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
       const T* rows[8];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) rows[r] = k_at(t + r);
+      if (t + kPrefetchRows + 8 <= count) {
+        for (int r = 0; r < 8; ++r) prefetch_row(k_at(t + kPrefetchRows + r), hd * sizeof(T));
+      }
       const __m256 d = dot8(rows, q, hd);
       _mm256_storeu_ps(scores.data() + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
     }
@@ -128,7 +173,22 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
   }
   for (float s : scores) max_score = s > max_score ? s : max_score;
   float sum = 0.0f;
-  for (t = 0; t < count; ++t) {
+  t = 0;
+#if defined(__AVX512F__)
+  {
+    const __m512 mv = _mm512_set1_ps(max_score);
+    __m512 sv = _mm512_setzero_ps();
+    for (; t < count; t += 16) {
+      const __mmask16 live = count - t >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - t)) - 1);
+      const __m512 e =
+          _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores.data() + t), mv)));
+      _mm512_mask_storeu_ps(scores.data() + t, live, e);
+      sv = _mm512_add_ps(sv, e);
+    }
+    sum = sum16(sv);
+  }
+#endif
+  for (; t < count; ++t) {
     scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
     sum += scores[static_cast<size_t>(t)];
   }
@@ -153,36 +213,6 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
 // Softmax is the reference's (max-subtracted, then normalised) with a vectorised exp; a query's keys outside
 // its own range (causality, a window) get probability exactly 0.
 constexpr int kQTile = 6;
-
-// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (relative error < 2e-8 there), and
-// 2^n applied by scalef. -inf (masked keys) and anything below -110 give 0; NaN stays NaN.
-inline __m512 exp16(__m512 x) {
-  x = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-110.0f), x);  // masked forms: see widen16
-  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(0xffff, p, n);
-}
-
-inline float sum16(__m512 v) {
-  const __m512d d = _mm512_castps_pd(v);
-  return hsum(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
-                            _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1))));
-}
-
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
-  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 struct Query {
   const float* q;
