@@ -143,7 +143,57 @@ void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
     }
   }
 }
+#elif defined(__AVX2__)
+// The avx2 build's tile: 2 weight rows x 3 activation rows, each output in a pair of 8-lane accumulators that
+// are dot()'s two (the first and second half of each 16-element chunk), so outputs are bit-identical to dot()
+// here too. 12 accumulators, 2 weight vectors and 1 activation vector of the 16 registers; 10 loads feed 12
+// FMAs where tile4 (4 x 1) had 10 loads for 8.
+constexpr int kGemmRows = 2;
+constexpr int kGemmTokens = 3;
 
+template <typename W, int R, int T>
+void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
+  __m256 a[R][T], b[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) a[i][t] = b[i][t] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) {
+    __m256 wv[R];
+#pragma GCC unroll 2
+    for (int i = 0; i < R; ++i) wv[i] = load8(w + i * k + j);
+#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * k + j);
+#pragma GCC unroll 2
+      for (int i = 0; i < R; ++i) a[i][t] = _mm256_fmadd_ps(wv[i], xv, a[i][t]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < R; ++i) wv[i] = load8(w + i * k + j + 8);
+#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * k + j + 8);
+#pragma GCC unroll 2
+      for (int i = 0; i < R; ++i) b[i][t] = _mm256_fmadd_ps(wv[i], xv, b[i][t]);
+    }
+  }
+  if (j + 8 <= k) {
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * k + j);
+      for (int i = 0; i < R; ++i) a[i][t] = _mm256_fmadd_ps(load8(w + i * k + j), xv, a[i][t]);
+    }
+    j += 8;
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < R; ++i) {
+      float s = hsum(_mm256_add_ps(a[i][t], b[i][t]));
+      for (int64_t e = j; e < k; ++e) s += to_f32(w[i * k + e]) * x[t * k + e];
+      out[t * ldo + i] = s;
+    }
+  }
+}
+#endif
+
+#if defined(__AVX2__)
 // Weight rows [i0, i0 + R) against activation rows [r0, r1), T at a time with a shorter tile for the rest.
 template <typename W, int R>
 void gemm_panel(const W* w, const float* x, int64_t k, int64_t m, int64_t i0, int64_t r0, int64_t r1, float* out) {
@@ -217,7 +267,7 @@ void matmul_rows(const MatMulOp& op, const Ctx& ctx) {
     });
     return;
   }
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
   gemm<W>(op, ctx);
 #else
   const int64_t tiles = (m + kTile - 1) / kTile;
