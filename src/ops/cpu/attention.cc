@@ -2,9 +2,10 @@
 // pairs; each pair computes its scores eight positions at a time (eight dot products reduced together), a
 // max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in registers across all
 // positions. The reference's order of operations is kept except for summation order inside the dot products
-// and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 build,
-// prefill (and decode with grouped-query heads) takes the tiled path below instead: the queries that share a
-// kv head are multiplied against one widened, transposed key panel, several at a time.
+// and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
+// builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
+// multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
+// several at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -204,12 +205,64 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
   }
 }
 
+#if defined(__AVX2__)
+// The tiled path's vector: 16 lanes in the avx512 build, 8 in the avx2 build (kVPerPass vectors of outputs
+// per query held in registers by tile_values: 64 or 16 columns).
 #if defined(__AVX512F__)
+using VF = __m512;
+constexpr int kLanes = 16, kVPerPass = 4;
+inline VF vzero() { return _mm512_setzero_ps(); }
+inline VF vset(float v) { return _mm512_set1_ps(v); }
+inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
+inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
+inline VF vsub(VF a, VF b) { return _mm512_sub_ps(a, b); }
+inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+template <typename T>
+inline VF vwiden(const T* p) {
+  return widen16(p);
+}
+inline VF vexp(VF x) { return exp16(x); }
+inline float vsum(VF v) { return sum16(v); }
+#else
+using VF = __m256;
+constexpr int kLanes = 8, kVPerPass = 2;
+inline VF vzero() { return _mm256_setzero_ps(); }
+inline VF vset(float v) { return _mm256_set1_ps(v); }
+inline VF vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm256_storeu_ps(p, v); }
+inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
+inline VF vsub(VF a, VF b) { return _mm256_sub_ps(a, b); }
+inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+template <typename T>
+inline VF vwiden(const T* p) {
+  return load8(p);
+}
+// e^x as exp16 does, with 2^n built in the exponent field: anything below -87 (where 2^n would leave the
+// normal range), -inf included, gives 0; NaN stays NaN.
+inline VF vexp(VF x) {
+  const VF dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
+  const VF n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  VF r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  VF p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+inline float vsum(VF v) { return hsum(v); }
+#endif
+
 // Attention for several queries that read the same kv head (the tokens of a prefill chunk; the query heads
-// of a grouped-query decode) as small matrix products, the avx512 build. The keys the queries see are
-// widened once into a transposed f32 panel kt[d][t], so the scores of up to kQTile queries against 16 keys
-// are kQTile 512-bit accumulators fed by one panel load and broadcasts of the queries; the weighted sum over
-// values keeps kQTile x 64 outputs in 24 registers while each value row is widened once for all queries.
+// of a grouped-query decode) as small matrix products. The keys the queries see are
+// widened once into a transposed f32 panel kt[d][t], so the scores of up to kQTile queries against kLanes keys
+// are kQTile vector accumulators fed by one panel load and broadcasts of the queries; the weighted sum over
+// values keeps kQTile x kVPerPass vectors of outputs in registers while each value row is widened once for all queries.
 // Softmax is the reference's (max-subtracted, then normalised) with a vectorised exp; a query's keys outside
 // its own range (causality, a window) get probability exactly 0.
 constexpr int kQTile = 6;
@@ -223,42 +276,42 @@ struct Query {
 // Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
 template <int G>
 void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s) {
-  for (int64_t c = c0; c < c1; c += 16) {
-    __m512 acc[G];
+  for (int64_t c = c0; c < c1; c += kLanes) {
+    VF acc[G];
 #pragma GCC unroll 6
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int g = 0; g < G; ++g) acc[g] = vzero();
     for (int64_t d = 0; d < hd; ++d) {
-      const __m512 kv = _mm512_loadu_ps(kt + d * ld + c);
+      const VF kv = vload(kt + d * ld + c);
 #pragma GCC unroll 6
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(qs[g].q[d]), kv, acc[g]);
+      for (int g = 0; g < G; ++g) acc[g] = vfma(vset(qs[g].q[d]), kv, acc[g]);
     }
 #pragma GCC unroll 6
-    for (int g = 0; g < G; ++g) _mm512_storeu_ps(s + g * ld + c, acc[g]);
+    for (int g = 0; g < G; ++g) vstore(s + g * ld + c, acc[g]);
   }
 }
 
-// out_g[col .. col + 64) = sum over keys t in [lo + c0, lo + c1) of p_g[t] * v_t.
+// out_g[col .. col + kVPerPass * kLanes) = sum over keys t in [lo + c0, lo + c1) of p_g[t] * v_t.
 template <typename T, int G, typename RowAt>
 void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col) {
-  __m512 o[G][4];
+  VF o[G][kVPerPass];
 #pragma GCC unroll 6
   for (int g = 0; g < G; ++g)
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) o[g][u] = _mm512_setzero_ps();
+    for (int u = 0; u < kVPerPass; ++u) o[g][u] = vzero();
   for (int64_t c = c0; c < c1; ++c) {
     const T* v = v_at(c) + col;
-    __m512 vv[4];
+    VF vv[kVPerPass];
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) vv[u] = widen16(v + 16 * u);
+    for (int u = 0; u < kVPerPass; ++u) vv[u] = vwiden(v + kLanes * u);
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) {
-      const __m512 pv = _mm512_set1_ps(p[g * ld + c]);
+      const VF pv = vset(p[g * ld + c]);
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) o[g][u] = _mm512_fmadd_ps(pv, vv[u], o[g][u]);
+      for (int u = 0; u < kVPerPass; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
     }
   }
   for (int g = 0; g < G; ++g)
-    for (int u = 0; u < 4; ++u) _mm512_storeu_ps(qs[g].out + col + 16 * u, o[g][u]);
+    for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
 }
 
 template <typename T, int G>
@@ -287,22 +340,23 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
     for (int64_t t = a; t < b; ++t) mx = sg[t] > mx ? sg[t] : mx;
     for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
     for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
-    const __m512 mv = _mm512_set1_ps(mx);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = c0; t < c1; t += 16) {
-      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mv));
-      _mm512_storeu_ps(sg + t, e);
-      sum = _mm512_add_ps(sum, e);
+    const VF mv = vset(mx);
+    VF sum = vzero();
+    for (int64_t t = c0; t < c1; t += kLanes) {
+      const VF e = vexp(vsub(vload(sg + t), mv));
+      vstore(sg + t, e);
+      sum = vadd(sum, e);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / sum16(sum));
-    for (int64_t t = c0; t < c1; t += 16) _mm512_storeu_ps(sg + t, _mm512_mul_ps(_mm512_loadu_ps(sg + t), inv));
+    const VF inv = vset(1.0f / vsum(sum));
+    for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
   }
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
   auto v_at = [&](int64_t ci) {
     const int64_t t = lo + ci;
     return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
   };
-  for (int64_t col = 0; col < hd; col += 64) tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col);
+  for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
+    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col);
 }
 
 // Queries qs[0..nq) of kv head kvh, all reading `table`: widens their keys into the panel, then runs them
@@ -320,12 +374,12 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
   const int64_t ld = (hi - lo + 1 + 15) / 16 * 16 + 16;  // whole 16-key chunks from any start
   kt.resize(static_cast<size_t>(hd * ld));
   const T* kbase = reinterpret_cast<const T*>(c.k);
-  alignas(64) float row[16];
+  float row[kLanes];
   for (int32_t t = lo; t <= hi; ++t) {
     const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
-    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-      _mm512_store_ps(row, widen16(k + d0));
-      for (int64_t d = 0; d < 16; ++d) kt[static_cast<size_t>((d0 + d) * ld + (t - lo))] = row[d];
+    for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+      vstore(row, vwiden(k + d0));
+      for (int64_t d = 0; d < kLanes; ++d) kt[static_cast<size_t>((d0 + d) * ld + (t - lo))] = row[d];
     }
   }
   const T* vbase = reinterpret_cast<const T*>(c.v);
@@ -413,7 +467,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
   const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
   TS_RETURN_IF_ERROR(check_table(c, table, op.block_table.dim(0), last));
   const int32_t start = op.start_pos;
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
   if (c.head_dim % 64 == 0) {
     // Items of up to kQChunk consecutive tokens of one head: each widens the keys its tokens see once.
     constexpr int64_t kQChunk = 96;
@@ -455,7 +509,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
     TS_RETURN_IF_ERROR(check_table(c, tables + s * max_blocks, max_blocks, lens[s] - 1));
   }
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
   const int64_t heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
   if (group > 1 && hd % 64 == 0 && group <= 64) {
     // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
