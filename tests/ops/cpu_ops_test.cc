@@ -61,8 +61,8 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     // 37 weight rows (a partial tile of four), k = 5 quant blocks = 160: an odd block and, for the dense
     // kernels, a 16-wide main loop with no 8-wide remainder; k = 168 adds the 8-wide and scalar tails.
-    // K-quants: 1 and 2 super-blocks.
-    for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{256}, int64_t{512}}) {
+    // K-quants: 1 and 2 super-blocks. k = 173 (dense only): a 16-wide loop, the 8-wide and a 5-element tail.
+    for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{173}, int64_t{256}, int64_t{512}}) {
       const int block = dtype_info(dtype).block_elems;
       if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
       const int64_t m = 37, n = 9;

@@ -2,7 +2,10 @@
 // pairs; each pair computes its scores eight positions at a time (eight dot products reduced together), a
 // max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in registers across all
 // positions. The reference's order of operations is kept except for summation order inside the dot products
-// and the softmax normalisation (multiplied by 1/sum), within the conformance bound.
+// and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
+// builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
+// multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
+// several at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -66,6 +69,14 @@ inline __m256 dot8(const T* const* rows, const float* q, int64_t hd) {
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+// Rows of one head are a cache row apart (all kv heads of a position are stored together) and blocks are
+// scattered, which the hardware prefetcher follows poorly: decode at depth 512 spent most of its attention
+// time waiting on the first load of each row. So rows are prefetched this many positions ahead.
+constexpr int32_t kPrefetchRows = 16;
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
 // out[0..64) = sum_t p[t] * v_t[0..64): the 64 outputs stay in registers for the whole pass over positions.
 template <typename T, typename RowAt>
 inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col, float* out) {
@@ -75,12 +86,46 @@ inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col,
   for (int32_t t = 0; t < n; ++t) {
     const __m256 pv = _mm256_set1_ps(p[t]);
     const T* v = row_at(t) + col;
+    if (t + kPrefetchRows < n) prefetch_row(row_at(t + kPrefetchRows) + col, 64 * sizeof(T));
 #pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(pv, load8(v + 8 * u), o[u]);
   }
 #pragma GCC unroll 8
   for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + col + 8 * u, o[u]);
 }
+#endif
+
+#if defined(__AVX512F__)
+// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (relative error < 2e-8 there), and
+// 2^n applied by scalef. -inf (masked keys) and anything below -110 give 0; NaN stays NaN.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-110.0f), x);  // masked forms: see widen16
+  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(0xffff, p, n);
+}
+
+inline float sum16(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  return hsum(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+                            _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1))));
+}
+
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 #endif
 
 template <typename T>
@@ -112,6 +157,9 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
       const T* rows[8];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) rows[r] = k_at(t + r);
+      if (t + kPrefetchRows + 8 <= count) {
+        for (int r = 0; r < 8; ++r) prefetch_row(k_at(t + kPrefetchRows + r), hd * sizeof(T));
+      }
       const __m256 d = dot8(rows, q, hd);
       _mm256_storeu_ps(scores.data() + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
     }
@@ -125,6 +173,9 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
     for (float& s : scores) s = opt.softcap * std::tanh(s / opt.softcap);
   }
   for (float s : scores) max_score = s > max_score ? s : max_score;
+  // std::exp, as ref does: the decode path of a one-query-per-head model stays exact to the reference's
+  // exponentials (a vectorised exp here flipped a near-tie of stories260K at q8_0 in the PD test, and
+  // saved under 1% of decode time).
   float sum = 0.0f;
   for (t = 0; t < count; ++t) {
     scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
@@ -141,6 +192,208 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
     for (t = 0; t < count; ++t) axpy(scores[static_cast<size_t>(t)], v_at(t) + col, out + col, hd - col);
   }
 }
+
+#if defined(__AVX2__)
+// The tiled path's vector: 16 lanes in the avx512 build, 8 in the avx2 build (kVPerPass vectors of outputs
+// per query held in registers by tile_values: 64 or 16 columns).
+#if defined(__AVX512F__)
+using VF = __m512;
+constexpr int kLanes = 16, kVPerPass = 4;
+inline VF vzero() { return _mm512_setzero_ps(); }
+inline VF vset(float v) { return _mm512_set1_ps(v); }
+inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
+inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
+inline VF vsub(VF a, VF b) { return _mm512_sub_ps(a, b); }
+inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+template <typename T>
+inline VF vwiden(const T* p) {
+  return widen16(p);
+}
+inline VF vexp(VF x) { return exp16(x); }
+inline float vsum(VF v) { return sum16(v); }
+#else
+using VF = __m256;
+constexpr int kLanes = 8, kVPerPass = 2;
+inline VF vzero() { return _mm256_setzero_ps(); }
+inline VF vset(float v) { return _mm256_set1_ps(v); }
+inline VF vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm256_storeu_ps(p, v); }
+inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
+inline VF vsub(VF a, VF b) { return _mm256_sub_ps(a, b); }
+inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+template <typename T>
+inline VF vwiden(const T* p) {
+  return load8(p);
+}
+// e^x as exp16 does, with 2^n built in the exponent field: anything below -87 (where 2^n would leave the
+// normal range), -inf included, gives 0; NaN stays NaN.
+inline VF vexp(VF x) {
+  const VF dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
+  const VF n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  VF r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  VF p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+inline float vsum(VF v) { return hsum(v); }
+#endif
+
+// Attention for several queries that read the same kv head (the tokens of a prefill chunk; the query heads
+// of a grouped-query decode) as small matrix products. The keys the queries see are
+// widened once into a transposed f32 panel kt[d][t], so the scores of up to kQTile queries against kLanes keys
+// are kQTile vector accumulators fed by one panel load and broadcasts of the queries; the weighted sum over
+// values keeps kQTile x kVPerPass vectors of outputs in registers while each value row is widened once for all queries.
+// Softmax is the reference's (max-subtracted, then normalised) with a vectorised exp; a query's keys outside
+// its own range (causality, a window) get probability exactly 0.
+constexpr int kQTile = 6;
+
+struct Query {
+  const float* q;
+  float* out;
+  int32_t first, last;  // the positions it sees
+};
+
+// Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
+template <int G>
+void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s) {
+  for (int64_t c = c0; c < c1; c += kLanes) {
+    VF acc[G];
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) acc[g] = vzero();
+    for (int64_t d = 0; d < hd; ++d) {
+      const VF kv = vload(kt + d * ld + c);
+#pragma GCC unroll 6
+      for (int g = 0; g < G; ++g) acc[g] = vfma(vset(qs[g].q[d]), kv, acc[g]);
+    }
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) vstore(s + g * ld + c, acc[g]);
+  }
+}
+
+// out_g[col .. col + kVPerPass * kLanes) = sum over keys t in [lo + c0, lo + c1) of p_g[t] * v_t.
+template <typename T, int G, typename RowAt>
+void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col) {
+  VF o[G][kVPerPass];
+#pragma GCC unroll 6
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int u = 0; u < kVPerPass; ++u) o[g][u] = vzero();
+  for (int64_t c = c0; c < c1; ++c) {
+    const T* v = v_at(c) + col;
+    VF vv[kVPerPass];
+#pragma GCC unroll 4
+    for (int u = 0; u < kVPerPass; ++u) vv[u] = vwiden(v + kLanes * u);
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) {
+      const VF pv = vset(p[g * ld + c]);
+#pragma GCC unroll 4
+      for (int u = 0; u < kVPerPass; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
+}
+
+template <typename T, int G>
+void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const T* vbase, const Cache& c,
+                 const int32_t* table, int64_t kvh, std::vector<float>& s, const AttentionScores& opt) {
+  const int64_t hd = c.head_dim;
+  int32_t tlo = qs[0].first, thi = qs[0].last;
+  for (int g = 1; g < G; ++g) {
+    tlo = std::min(tlo, qs[g].first);
+    thi = std::max(thi, qs[g].last);
+  }
+  const int64_t c0 = (tlo - lo) / 16 * 16, c1 = (thi - lo) / 16 * 16 + 16;
+  s.resize(static_cast<size_t>(G * ld));
+  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
+  const float denom = std::sqrt(static_cast<float>(hd));
+  const bool scaled = opt.scale > 0.0f;
+  for (int g = 0; g < G; ++g) {
+    float* sg = s.data() + g * ld;
+    const int64_t a = qs[g].first - lo, b = qs[g].last - lo + 1;  // this query's keys: [a, b)
+    for (int64_t t = a; t < b; ++t) {
+      float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
+      if (opt.softcap > 0.0f) v = opt.softcap * std::tanh(v / opt.softcap);
+      sg[t] = v;
+    }
+    float mx = -INFINITY;
+    for (int64_t t = a; t < b; ++t) mx = sg[t] > mx ? sg[t] : mx;
+    for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
+    for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
+    const VF mv = vset(mx);
+    VF sum = vzero();
+    for (int64_t t = c0; t < c1; t += kLanes) {
+      const VF e = vexp(vsub(vload(sg + t), mv));
+      vstore(sg + t, e);
+      sum = vadd(sum, e);
+    }
+    const VF inv = vset(1.0f / vsum(sum));
+    for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
+  }
+  // Value rows are read for the keys some query of the tile sees, [tlo, thi].
+  auto v_at = [&](int64_t ci) {
+    const int64_t t = lo + ci;
+    return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+  };
+  for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
+    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col);
+}
+
+// Queries qs[0..nq) of kv head kvh, all reading `table`: widens their keys into the panel, then runs them
+// kQTile at a time. head_dim must be a multiple of 64.
+template <typename T>
+void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
+                    const AttentionScores& opt) {
+  thread_local std::vector<float> kt, s;
+  const int64_t hd = c.head_dim;
+  int32_t lo = qs[0].first, hi = qs[0].last;
+  for (int64_t i = 1; i < nq; ++i) {
+    lo = std::min(lo, qs[i].first);
+    hi = std::max(hi, qs[i].last);
+  }
+  const int64_t ld = (hi - lo + 1 + 15) / 16 * 16 + 16;  // whole 16-key chunks from any start
+  kt.resize(static_cast<size_t>(hd * ld));
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  float row[kLanes];
+  for (int32_t t = lo; t <= hi; ++t) {
+    const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+    for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+      vstore(row, vwiden(k + d0));
+      for (int64_t d = 0; d < kLanes; ++d) kt[static_cast<size_t>((d0 + d) * ld + (t - lo))] = row[d];
+    }
+  }
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  int64_t i = 0;
+  for (; i + kQTile <= nq; i += kQTile) attend_tile<T, kQTile>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+  switch (nq - i) {
+    case 5:
+      attend_tile<T, 5>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      break;
+    case 4:
+      attend_tile<T, 4>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      break;
+    case 3:
+      attend_tile<T, 3>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      break;
+    case 2:
+      attend_tile<T, 2>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      break;
+    case 1:
+      attend_tile<T, 1>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      break;
+    default:
+      break;
+  }
+}
+#endif
 
 // Runs attention for `count` queries; query i is at position pos(i), reads table(i), writes out row i.
 template <typename Pos, typename Table>
@@ -202,6 +455,32 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
   const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
   TS_RETURN_IF_ERROR(check_table(c, table, op.block_table.dim(0), last));
   const int32_t start = op.start_pos;
+#if defined(__AVX2__)
+  if (c.head_dim % 64 == 0) {
+    // Items of up to kQChunk consecutive tokens of one head: each widens the keys its tokens see once.
+    constexpr int64_t kQChunk = 96;
+    const int64_t n = op.q.dim(0), heads = op.q.dim(1), hd = c.head_dim, group = heads / c.kv_heads;
+    const int64_t chunks = (n + kQChunk - 1) / kQChunk;
+    const float* q = data<const float>(op.q);
+    float* out = data<float>(op.out);
+    const AttentionScores opt = op.scores;
+    parallel_for(ctx, chunks * heads, [&](int64_t wi) {
+      const int64_t h = wi % heads, i0 = wi / heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
+      Query qs[kQChunk];
+      for (int64_t i = i0; i < i1; ++i) {
+        const int32_t pos = static_cast<int32_t>(start + i);
+        qs[i - i0] = {q + (i * heads + h) * hd, out + (i * heads + h) * hd,
+                      opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos};
+      }
+      if (c.f16) {
+        attend_queries<uint16_t>(c, table, h / group, qs, i1 - i0, opt);
+      } else {
+        attend_queries<float>(c, table, h / group, qs, i1 - i0, opt);
+      }
+    });
+    return ok_status();
+  }
+#endif
   attend_all(
       c, op.q.dim(0), op.q.dim(1), data<const float>(op.q), data<float>(op.out),
       [start](int64_t i) { return static_cast<int32_t>(start + i); }, [table](int64_t) { return table; }, op.scores,
@@ -218,6 +497,30 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
     TS_RETURN_IF_ERROR(check_table(c, tables + s * max_blocks, max_blocks, lens[s] - 1));
   }
+#if defined(__AVX2__)
+  const int64_t heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
+  if (group > 1 && hd % 64 == 0 && group <= 64) {
+    // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
+    const float* q = data<const float>(op.q);
+    float* out = data<float>(op.out);
+    const AttentionScores opt = op.scores;
+    parallel_for(ctx, b * c.kv_heads, [&](int64_t wi) {
+      const int64_t sq = wi / c.kv_heads, kvh = wi % c.kv_heads;
+      const int32_t pos = lens[sq] - 1, first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+      Query qs[64];
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kvh * group + g;
+        qs[g] = {q + (sq * heads + h) * hd, out + (sq * heads + h) * hd, first, pos};
+      }
+      if (c.f16) {
+        attend_queries<uint16_t>(c, tables + sq * max_blocks, kvh, qs, group, opt);
+      } else {
+        attend_queries<float>(c, tables + sq * max_blocks, kvh, qs, group, opt);
+      }
+    });
+    return ok_status();
+  }
+#endif
   attend_all(
       c, b, op.q.dim(1), data<const float>(op.q), data<float>(op.out), [lens](int64_t i) { return lens[i] - 1; },
       [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, op.scores, ctx);
