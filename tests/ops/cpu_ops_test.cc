@@ -65,7 +65,7 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
     for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{173}, int64_t{256}, int64_t{512}}) {
       const int block = dtype_info(dtype).block_elems;
       if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
-      const int64_t m = 37, n = 9;
+      const int64_t m = 37, n = 20;  // 20 rows: more than one tile of tokens, and past any library-gemm cutoff
       Rng rng(7 + static_cast<uint64_t>(k));
       std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
       for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;

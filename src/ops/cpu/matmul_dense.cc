@@ -4,14 +4,10 @@
 // chunk), gemm() runs register tiles: the avx512 build 4 weight rows x 6 activation rows of 512-bit
 // accumulators, the avx2 build 2 x 3 of pairs of 256-bit ones; each weight panel sits in L1 while a block of
 // activation rows sized for L2 passes it, and every output is bit-identical to dot() of its row. The generic
-// build takes weight rows four at a time (tile4). f32 products with many rows go to OpenBLAS's sgemm in the
-// avx2 and generic builds, where it is faster than the tile.
+// build takes weight rows four at a time (tile4). f32 takes the same paths (no sgemm: see matmul_dense()).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
-
-#include <cblas.h>
-#include <omp.h>
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
@@ -19,15 +15,9 @@
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
-constexpr int64_t kTile = 4;          // weight rows per tile
-constexpr int64_t kRowBlock = 64;     // activation rows kept hot in L2 while the weights stream past
-constexpr int64_t kBlasMinRows = 16;  // below this, sgemm's packing costs more than it saves
-constexpr int64_t kSmallBatch = 4;    // fewer activation rows than this: row-by-row dot products
-#if defined(__AVX512F__)
-constexpr bool kF32Tile = true;  // f32 with many rows through gemm() below rather than OpenBLAS
-#else
-constexpr bool kF32Tile = false;
-#endif
+constexpr int64_t kTile = 4;        // weight rows per tile
+constexpr int64_t kRowBlock = 64;   // activation rows kept hot in L2 while the weights stream past
+constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: row-by-row dot products
 
 // Four weight rows against T activation rows (out[t * ld + r]), each output summed in exactly the order dot()
 // uses (two accumulators over alternating 8-wide chunks, then the tail), so a row's result does not depend on
@@ -337,32 +327,14 @@ void add_bias(const MatMulOp& op) {
 }  // namespace
 
 Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
-  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
   switch (op.w.dtype) {
     case DType::kF32:
-      // The avx512 tile beats OpenBLAS's sgemm here (stories110M f32, prefill 512, 1 thread: 2.9 s against
-      // 3.9 s of CPU time for 3 runs + warm-up); the avx2 tile does not (5.9 s against 4.4 s), so the avx2
-      // and generic builds keep sgemm for many rows.
-      if (n >= kBlasMinRows && !kF32Tile) {
-        // Single-threaded sgemms on slices of output columns, spread over the stream's threads: OpenBLAS's own
-        // thread pool and ours would otherwise spin against each other for the same cores.
-        const float* x = data<const float>(op.x);
-        const float* w = data<const float>(op.w);
-        float* out = data<float>(op.out);
-        openblas_set_num_threads(1);
-        const int64_t parts = std::max(1, ctx.threads) * 2;
-        const int64_t per = (m / parts + 15) / 16 * 16;  // whole 16-column panels each
-        parallel_for(ctx, parts, [&](int64_t p) {
-          const int64_t i0 = std::min(m, p * per), i1 = p + 1 == parts ? m : std::min(m, (p + 1) * per);
-          if (i1 > i0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(i1 - i0),
-                        static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + i0 * k, static_cast<int>(k), 0.0f,
-                        out + i0, static_cast<int>(m));
-          }
-        });
-      } else {
-        matmul_rows<float>(op, ctx);
-      }
+      // Through the tiles like f16 and bf16, never OpenBLAS's sgemm: sgemm rounds differently from dot(), so a
+      // row's result would depend on how many rows share its step (a decode stream next to a prefill chunk
+      // would then leave the greedy path a batch-1 run takes; scripts/planner-tie.sh found exactly that). The
+      // avx2 tile costs some speed against sgemm (stories110M f32, prefill 512, 1 thread: 5.9 s against 4.4 s
+      // of CPU time for 3 runs + warm-up); the avx512 tile beats it (2.9 s against 3.9 s).
+      matmul_rows<float>(op, ctx);
       break;
     case DType::kF16:
       matmul_rows<uint16_t>(op, ctx);
