@@ -12,6 +12,7 @@
 // engine thread and must not block.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -100,6 +101,12 @@ struct EngineOptions {
   // Tokens that end a request (unless it sets ignore_eos): the model's list (model::GenerationDefaults).
   // Empty: the tokenizer's EOS and BOS.
   std::vector<TokenId> end_of_generation;
+  // Arrivals at an idle engine are gathered for up to this long (or until they fill the sequence slots) before
+  // the first step, so that a burst is prefilled in one step and its streams then decode in step with each
+  // other: a prompt prefilled later, while the others already decode, would stretch every one of their
+  // inter-token times (docs/bench/serving-tpot.md). Only an idle engine waits, so no running
+  // stream is delayed; 0: no wait.
+  std::chrono::microseconds admission_window{0};
 };
 
 struct EngineStats {
