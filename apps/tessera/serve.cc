@@ -48,7 +48,8 @@ struct ServeArgs {
   // llama-server's n_batch: a burst of prompts is prefilled in one step, so its streams then decode in step
   // instead of each later prompt stalling the earlier streams (docs/bench/serving-tpot.md).
   int max_batch_tokens = 2048;
-  double admission_window_ms = 2;
+  double admission_window_ms = 50;
+  double admission_gap_ms = 5;
   int block_size = 16;
   double kv_memory_mib = 1024;
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
@@ -151,6 +152,7 @@ int run_serve(const ServeArgs& a) {
   eo.scheduler.max_running = a.max_num_seqs;
   eo.scheduler.max_step_sequences = ro.max_logit_rows;
   eo.admission_window = std::chrono::microseconds(static_cast<int64_t>(a.admission_window_ms * 1000));
+  eo.admission_gap = std::chrono::microseconds(static_cast<int64_t>(a.admission_gap_ms * 1000));
   eo.scheduler.max_waiting = a.max_queue;
   eo.end_of_generation = model->generation.end_of_generation;
   engine::Engine engine(**runner, *model->tokenizer, eo);
@@ -351,8 +353,13 @@ Action add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--admission-window-ms", args->admission_window_ms,
-                  "An idle engine gathers arriving requests this long (or until --max-num-seqs arrived) before its "
-                  "first step, so that a burst is prefilled together (0: no wait)")
+                  "An idle engine gathers arriving requests for at most this long before its first step, so that a "
+                  "burst is prefilled together (0: no wait)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--admission-gap-ms", args->admission_gap_ms,
+                  "... and stops gathering once no request arrived for this long, or --max-num-seqs have arrived "
+                  "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")

@@ -189,8 +189,16 @@ void Engine::loop() {
       if (active_.empty() && !incoming_.empty() && options_.admission_window.count() > 0) {
         // Idle, and requests arrive: let the rest of a burst catch up before the first step (EngineOptions).
         const size_t slots = static_cast<size_t>(std::max(1, options_.scheduler.max_running));
-        cv_.wait_until(lock, std::chrono::steady_clock::now() + options_.admission_window,
-                       [&] { return stopping_ || incoming_.size() >= slots || !cancels_.empty() || !tasks_.empty(); });
+        const auto deadline = std::chrono::steady_clock::now() + options_.admission_window;
+        size_t seen = incoming_.size();
+        while (incoming_.size() < slots && cancels_.empty() && tasks_.empty()) {
+          const auto until = std::min(deadline, std::chrono::steady_clock::now() + options_.admission_gap);
+          const bool woke = cv_.wait_until(lock, until, [&] {
+            return stopping_ || incoming_.size() != seen || !cancels_.empty() || !tasks_.empty();
+          });
+          if (!woke || stopping_ || std::chrono::steady_clock::now() >= deadline) break;  // quiet for a gap, or late
+          seen = incoming_.size();
+        }
         if (stopping_) break;
       }
       incoming.swap(incoming_);

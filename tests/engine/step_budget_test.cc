@@ -155,7 +155,7 @@ class AdmissionWindow : public ::testing::Test {
     model_ = std::move(model::load_model(testing::stories260k_dir()).value());
     device_ = std::move(ops::open_device("ref").value());
   }
-  void start(int max_running, std::chrono::milliseconds window) {
+  void start(int max_running, std::chrono::milliseconds window, std::chrono::milliseconds gap) {
     RunnerOptions ro;
     ro.max_batch_tokens = 256;
     ro.kv.block_tokens = 16;
@@ -164,6 +164,7 @@ class AdmissionWindow : public ::testing::Test {
     EngineOptions eo;
     eo.scheduler = {.max_batch_tokens = 256, .max_running = max_running};
     eo.admission_window = window;
+    eo.admission_gap = gap;
     engine_ = std::make_unique<Engine>(*runner_, *model_.tokenizer, eo);
     engine_->start();
   }
@@ -200,7 +201,7 @@ class AdmissionWindow : public ::testing::Test {
 
 TEST_F(AdmissionWindow, ABurstReachingAnIdleEngineIsPrefilledInOneStep) {
   // A long window that ends as soon as the 4 slots are taken: the test would take 20 s if it did not.
-  start(4, std::chrono::milliseconds(20000));
+  start(4, std::chrono::milliseconds(20000), std::chrono::milliseconds(20000));
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::future<Seen>> f;
   for (const char* p : {"Once upon a time", "The cat sat", "Lily went to the park", "One day"}) {
@@ -216,7 +217,7 @@ TEST_F(AdmissionWindow, ABurstReachingAnIdleEngineIsPrefilledInOneStep) {
 
 TEST_F(AdmissionWindow, WithoutAWindowTheSameBurstIsPrefilledOneByOne) {
   // The control: what the window changes (so the test above can fail).
-  start(4, std::chrono::milliseconds(0));
+  start(4, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   std::vector<std::future<Seen>> f;
   for (const char* p : {"Once upon a time", "The cat sat", "Lily went to the park", "One day"}) {
     f.push_back(submit(p));
@@ -227,13 +228,36 @@ TEST_F(AdmissionWindow, WithoutAWindowTheSameBurstIsPrefilledOneByOne) {
   EXPECT_LT(seen[0].first_step, seen[3].first_step);
 }
 
-TEST_F(AdmissionWindow, ALoneRequestWaitsAtMostTheWindow) {
-  start(4, std::chrono::milliseconds(300));
-  const auto t0 = std::chrono::steady_clock::now();
+TEST_F(AdmissionWindow, ALoneRequestWaitsOneGapAndAStreamOfArrivalsAtMostTheWindow) {
+  start(4, std::chrono::milliseconds(1500), std::chrono::milliseconds(300));
+  auto t0 = std::chrono::steady_clock::now();
   Seen s = submit("Once upon a time").get();
-  const auto waited = s.first_token - t0;
-  EXPECT_GE(waited, std::chrono::milliseconds(300)) << "a free slot was left: the engine should have waited";
+  auto waited = s.first_token - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(300)) << "a free slot was left: the engine should have waited a gap";
+  EXPECT_LT(waited, std::chrono::milliseconds(1500)) << "nothing else came: one gap, not the whole window";
+  // A second arrival within the gap renews it: the first request's first token comes after both gaps.
+  t0 = std::chrono::steady_clock::now();
+  std::future<Seen> first = submit("The cat sat");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::future<Seen> second = submit("One day");
+  waited = first.get().first_token - t0;
+  second.get();
+  EXPECT_GE(waited, std::chrono::milliseconds(500)) << "the second arrival renewed the gap";
   EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
+TEST_F(AdmissionWindow, ArrivalsThatKeepComingAreCutOffByTheWindow) {
+  start(16, std::chrono::milliseconds(400), std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::future<Seen>> f;
+  for (int i = 0; i < 10; ++i) {  // one every 150 ms: each within the gap of the last, for 1350 ms
+    f.push_back(submit("Once upon a time"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  }
+  std::vector<Seen> seen;
+  for (auto& x : f) seen.push_back(x.get());
+  EXPECT_LT(seen[0].first_token - t0, std::chrono::milliseconds(1100)) << "the window (400 ms) ends the wait";
+  EXPECT_LT(seen[0].first_step, seen[9].first_step) << "the last arrivals came after the window: a later step";
 }
 
 }  // namespace
