@@ -45,7 +45,11 @@ struct ServeArgs {
   bool role_switchable = false;
   std::string served_name;
   int max_num_seqs = 64;
-  int max_batch_tokens = 256;
+  // llama-server's n_batch: a burst of prompts is prefilled in one step, so its streams then decode in step
+  // instead of each later prompt stalling the earlier streams (docs/bench/serving-tpot.md).
+  int max_batch_tokens = 2048;
+  double admission_window_ms = 50;
+  double admission_gap_ms = 5;
   int block_size = 16;
   double kv_memory_mib = 1024;
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
@@ -106,6 +110,9 @@ int run_serve(const ServeArgs& a) {
 
   engine::RunnerOptions ro;
   ro.max_batch_tokens = a.max_batch_tokens;
+  // A step samples one row per sequence. At least the old default's 256 rows: imported KV (PD) can take the
+  // running set past --max-num-seqs, and the scheduler then spreads those sequences over steps.
+  ro.max_logit_rows = std::min(a.max_batch_tokens, std::max(a.max_num_seqs, 256));
   ro.graph = a.graph == "on";
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
@@ -143,6 +150,9 @@ int run_serve(const ServeArgs& a) {
   engine::EngineOptions eo;
   eo.scheduler.max_batch_tokens = a.max_batch_tokens;
   eo.scheduler.max_running = a.max_num_seqs;
+  eo.scheduler.max_step_sequences = ro.max_logit_rows;
+  eo.admission_window = std::chrono::microseconds(static_cast<int64_t>(a.admission_window_ms * 1000));
+  eo.admission_gap = std::chrono::microseconds(static_cast<int64_t>(a.admission_gap_ms * 1000));
   eo.scheduler.max_waiting = a.max_queue;
   eo.end_of_generation = model->generation.end_of_generation;
   engine::Engine engine(**runner, *model->tokenizer, eo);
@@ -341,6 +351,16 @@ Action add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens, "Token budget per engine step (prefill chunk size)")
       ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--admission-window-ms", args->admission_window_ms,
+                  "An idle engine gathers arriving requests for at most this long before its first step, so that a "
+                  "burst is prefilled together (0: no wait)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--admission-gap-ms", args->admission_gap_ms,
+                  "... and stops gathering once no request arrived for this long, or --max-num-seqs have arrived "
+                  "(a lone request on an idle server waits this long)")
+      ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))

@@ -186,6 +186,21 @@ void Engine::loop() {
         return stopping_ || !incoming_.empty() || !cancels_.empty() || !tasks_.empty() || !active_.empty();
       });
       if (stopping_) break;
+      if (active_.empty() && !incoming_.empty() && options_.admission_window.count() > 0) {
+        // Idle, and requests arrive: let the rest of a burst catch up before the first step (EngineOptions).
+        const size_t slots = static_cast<size_t>(std::max(1, options_.scheduler.max_running));
+        const auto deadline = std::chrono::steady_clock::now() + options_.admission_window;
+        size_t seen = incoming_.size();
+        while (incoming_.size() < slots && cancels_.empty() && tasks_.empty()) {
+          const auto until = std::min(deadline, std::chrono::steady_clock::now() + options_.admission_gap);
+          const bool woke = cv_.wait_until(lock, until, [&] {
+            return stopping_ || incoming_.size() != seen || !cancels_.empty() || !tasks_.empty();
+          });
+          if (!woke || stopping_ || std::chrono::steady_clock::now() >= deadline) break;  // quiet for a gap, or late
+          seen = incoming_.size();
+        }
+        if (stopping_) break;
+      }
       incoming.swap(incoming_);
       // Until the next publish these are in neither incoming_ nor the published waiting count: count them now,
       // or submit() would admit past the limit and Scheduler::add refuse after the caller's 200 went out.

@@ -12,6 +12,7 @@
 // engine thread and must not block.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -100,6 +101,14 @@ struct EngineOptions {
   // Tokens that end a request (unless it sets ignore_eos): the model's list (model::GenerationDefaults).
   // Empty: the tokenizer's EOS and BOS.
   std::vector<TokenId> end_of_generation;
+  // Arrivals at an idle engine are gathered before its first step while they keep coming (each one within
+  // admission_gap of the previous), for at most admission_window, and no longer once they fill the sequence
+  // slots: a burst is then prefilled in one step and its streams decode in step afterwards, whereas a prompt
+  // prefilled later, while the others already decode, stretches every one of their inter-token times
+  // (docs/bench/serving-tpot.md). Only an idle engine waits, so no running stream is delayed; a lone request
+  // waits admission_gap. admission_window 0: no wait.
+  std::chrono::microseconds admission_window{0};
+  std::chrono::microseconds admission_gap{0};
 };
 
 struct EngineStats {

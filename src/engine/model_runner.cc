@@ -57,6 +57,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   if (options.max_batch_tokens < 1 || options.max_sequences < 1) {
     return invalid_argument("max_batch_tokens and max_sequences must be positive");
   }
+  if (options.max_logit_rows < 0) {
+    return invalid_argument(
+        fmt::format("max_logit_rows must be 0 (max_batch_tokens) or positive, got {}", options.max_logit_rows));
+  }
   if (options.weight_dtype && (*options.weight_dtype == DType::kI32)) {
     return invalid_argument("weights can be converted to f32, f16, bf16, q8_0 or q4_0, not i32");
   }
@@ -89,7 +93,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.att, r->alloc(DType::kF32, {n, config.n_heads, config.head_dim}));
   TS_ASSIGN_OR_RETURN(s.hb, r->alloc(DType::kF32, {n, h}));
   TS_ASSIGN_OR_RETURN(s.hb2, r->alloc(DType::kF32, {n, h}));
-  TS_ASSIGN_OR_RETURN(s.logits, r->alloc(DType::kF32, {n, config.vocab_size}));
+  r->logit_rows_ = n;
+  if (options.max_logit_rows > 0) {
+    int64_t rows = 1;  // a power of two: the graph path writes logits for its whole padded bucket
+    while (rows < options.max_logit_rows) rows *= 2;
+    r->logit_rows_ = std::min(n, rows);
+  }
+  TS_ASSIGN_OR_RETURN(s.logits, r->alloc(DType::kF32, {r->logit_rows_, config.vocab_size}));
   TS_ASSIGN_OR_RETURN(s.ids, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.positions, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
@@ -328,6 +338,14 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
       return invalid_argument(fmt::format("{} positions exceed the model's context of {}", end, config_.max_seq_len));
     }
   }
+  // The classifier runs over every decode row and the last row of each prompt chunk that wants logits.
+  const auto logit_rows = std::count_if(segments.begin(), segments.end(),
+                                        [](const Segment& seg) { return seg.tokens.size() == 1 || seg.want_logits; });
+  if (logit_rows > logit_rows_) {
+    return invalid_argument(
+        fmt::format("a step sampling {} sequences exceeds the runner's {} logit rows (RunnerOptions::max_logit_rows)",
+                    logit_rows, logit_rows_));
+  }
   if (n > options_.max_batch_tokens || static_cast<int64_t>(segments.size()) > options_.max_batch_tokens) {
     return invalid_argument(fmt::format("a step of {} tokens in {} segments exceeds max_batch_tokens {}", n,
                                         segments.size(), options_.max_batch_tokens));
@@ -526,6 +544,10 @@ Status ModelRunner::decode(std::span<SequenceKv* const> seqs, std::span<const To
     if (seqs.size() > static_cast<size_t>(options_.max_batch_tokens)) {
       return invalid_argument(
           fmt::format("decode batch of {} exceeds max_batch_tokens {}", seqs.size(), options_.max_batch_tokens));
+    }
+    if (static_cast<int64_t>(seqs.size()) > logit_rows_) {
+      return invalid_argument(fmt::format("decode batch of {} exceeds the runner's {} logit rows (max_logit_rows)",
+                                          seqs.size(), logit_rows_));
     }
     for (SequenceKv* s : seqs) {
       if (s->length + 1 > config_.max_seq_len) {

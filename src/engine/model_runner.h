@@ -41,6 +41,11 @@ struct RunnerOptions {
   int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
   KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
   int max_sequences = 1;
+  // Rows of the logits buffer, i.e. how many sequences one step can sample (0: max_batch_tokens; rounded up to a
+  // power of two for the graph path's buckets, at most max_batch_tokens). A server whose token budget for prompt
+  // chunks is much larger than its sequence limit sets this to that limit: logits are vocab floats per row, so
+  // sizing them by a 2048-token budget would cost 262 MB for a 32000-token vocabulary and 1.2 GB for Qwen's.
+  int max_logit_rows = 0;
   // Converts f32 weight matrices (not the embedding table, not norms or biases) to this type at load, with
   // base/quant.h. A matrix whose rows are not a whole number of quantisation blocks stays f32 (see
   // ModelRunner::converted_matrices). nullopt: weights as stored.
@@ -152,6 +157,7 @@ class ModelRunner {
   model::ModelConfig config_;
   RunnerOptions options_;
   int max_blocks_per_seq_ = 0;
+  int64_t logit_rows_ = 0;  // rows of s_.logits (RunnerOptions::max_logit_rows, resolved)
   std::unique_ptr<ops::Stream> stream_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   ops::Tensor token_embd_, output_norm_, classifier_;

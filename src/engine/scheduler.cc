@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/core.h>
 
@@ -70,11 +71,13 @@ bool Scheduler::reserve_with_preemption(Sequence* seq, int length, Schedule& out
 Schedule Scheduler::schedule() {
   Schedule out;
   int budget = options_.max_batch_tokens;
+  const size_t max_chunks = options_.max_step_sequences > 0 ? static_cast<size_t>(options_.max_step_sequences)
+                                                            : std::numeric_limits<size_t>::max();
   // 1. Running sequences, decodes before prompt chunks, each group oldest first.
   for (int pass = 0; pass < 2 && budget > 0; ++pass) {
     std::vector<Sequence*> snapshot = running_;
     for (Sequence* seq : snapshot) {
-      if (budget <= 0) break;
+      if (budget <= 0 || out.chunks.size() >= max_chunks) break;
       if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;  // preempted meanwhile
       const bool decoding = seq->remaining() == 1;
       if (decoding != (pass == 0)) continue;
@@ -85,7 +88,8 @@ Schedule Scheduler::schedule() {
     }
   }
   // 2. Admissions in strict arrival order.
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+  while (budget > 0 && out.chunks.size() < max_chunks && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front();
     // Just preempted to make room: readmitting it in the same step would only undo that.
     if (std::find(out.preempted.begin(), out.preempted.end(), seq) != out.preempted.end()) break;

@@ -25,6 +25,10 @@ struct SchedulerOptions {
   int max_batch_tokens = 256;  // token budget per step
   int max_running = 64;        // sequences in the running set
   int max_waiting = 1024;      // queue limit; beyond it submissions are refused
+  // Sequences given work in one step (0: only the token budget limits them). The running set can outgrow
+  // max_running through add_running (KV imported from a prefill node), and a step must not sample more
+  // sequences than the runner has logit rows (RunnerOptions::max_logit_rows): the rest wait a step.
+  int max_step_sequences = 0;
 };
 
 struct ScheduledChunk {
