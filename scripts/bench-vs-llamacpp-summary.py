@@ -101,7 +101,7 @@ def serving_table(serve_dir, desc):
     out = [f"**Serving** ({desc}): median (min-max) over runs; ratios are tessera / llama-server for throughput "
            "(higher is better) and llama-server / tessera for latency (higher is better for tessera)\n",
            "| concurrency | output tok/s llama-server | output tok/s tessera | ratio | TPOT p50 ms llama-server | "
-           "TPOT p50 ms tessera | ratio | TTFT p50 ms llama-server | TTFT p50 ms tessera | ratio | failed |",
+           "TPOT p50 ms tessera | ratio | TTFT p50 ms llama-server | TTFT p50 ms tessera | ratio | failed requests, llama-server / tessera |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in sorted(set(ls) & set(ts)):
         def vals(reports, key):
@@ -109,7 +109,7 @@ def serving_table(serve_dir, desc):
         lo, to = vals(ls[c], "output_throughput"), vals(ts[c], "output_throughput")
         lt, tt = vals(ls[c], "median_tpot_ms"), vals(ts[c], "median_tpot_ms")
         lf, tf = vals(ls[c], "median_ttft_ms"), vals(ts[c], "median_ttft_ms")
-        failed = sum(r.get("failed", 0) for r in ls[c] + ts[c])
+        failed = f'{sum(r.get("failed", 0) for r in ls[c])} / {sum(r.get("failed", 0) for r in ts[c])}'
         out.append(f"| {c} | {cell(lo)} | {cell(to)} | {ratio_cell(to, lo)} | {cell(lt)} | {cell(tt)} | "
                    f"{ratio_cell(lt, tt)} | {cell(lf)} | {cell(tf)} | {ratio_cell(lf, tf)} | {failed} |")
     out.append("")
