@@ -141,13 +141,13 @@ one_run() {  # $1: on|off, $2: run number
   if [ -f "$ref1" ]; then r1=(--reference "$ref1"); else r1=(--write-reference "$ref1"); fi
   if [ -f "$ref2" ]; then r2=(--reference "$ref2"); else r2=(--write-reference "$ref2"); fi
   "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p1_requests" \
-    --max-tokens "$p1_tokens" \
+    --max-tokens "$p1_tokens" --cluster-token-file "$token" \
     --prompt-words "$p1_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r1[@]}" >"$dir/phase1.json"
   check_reference "$ref1" "$dir/phase1.json" "${r1[0]}"
   local shift_ms
   shift_ms=$(now_ms)
   "$bin" fault-load --url "$url" --model "$served" --clients "$clients" --requests "$p2_requests" \
-    --max-tokens "$p2_tokens" \
+    --max-tokens "$p2_tokens" --cluster-token-file "$token" \
     --prompt-words "$p2_words" --slo-ttft-ms "$ttft" --slo-tpot-ms "$tpot" "${r2[@]}" >"$dir/phase2.json"
   check_reference "$ref2" "$dir/phase2.json" "${r2[0]}"
   # Each node's counters at the end (which node computed how many prompts, and decoded how many requests).

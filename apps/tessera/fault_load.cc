@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "auth_flags.h"
 #include "commands.h"
 #include "http/http.h"
 
@@ -53,6 +54,8 @@ struct LoadArgs {
   int prompt_words = 0;         // > 0: each prompt is padded with story text to about this many words
   double slo_ttft_ms = 0;       // > 0 (with slo_tpot_ms): count requests within this SLO (planner-shift.sh)
   double slo_tpot_ms = 0;
+  std::string cluster_token_file;  // presented to the router: it then names the nodes that answered
+  ClusterToken token;              // loaded from cluster_token_file
 };
 
 const char* const kStarters[] = {
@@ -88,6 +91,12 @@ struct Outcome {
   std::string error;
   std::string node, prefill_node;  // the router's x-tessera-node / x-tessera-prefill-node: the request's path
 };
+
+http::Headers request_headers(const LoadArgs& a) {
+  http::Headers h = {{"Content-Type", "application/json"}, {"x-tessera-token-ids", "1"}};
+  http::add_cluster_token(h, a.token);
+  return h;
+}
 
 Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
   Outcome o;
@@ -157,7 +166,7 @@ Outcome run_request(const LoadArgs& a, int i, Clock::time_point t0) {
     };
     auto r = http::fetch_streaming({.method = "POST",
                                     .url = a.url + "/v1/completions",
-                                    .headers = {{"Content-Type", "application/json"}, {"x-tessera-token-ids", "1"}},
+                                    .headers = request_headers(a),
                                     .body = body,
                                     .timeout_ms = 120000},
                                    on_headers, on_chunk);
@@ -417,8 +426,15 @@ Action add_fault_load_command(CLI::App& app) {
       ->check(CLI::Range(0, 4000));
   cmd->add_option("--slo-ttft-ms", a->slo_ttft_ms, "With --slo-tpot-ms: report requests within this TTFT and goodput");
   cmd->add_option("--slo-tpot-ms", a->slo_tpot_ms, "With --slo-ttft-ms: ... and this mean time per output token");
+  cmd->add_option("--cluster-token-file", a->cluster_token_file,
+                  "Present this cluster token: the router then names the node and prefill node of each request");
   cmd->add_option("--row", a->row, "Also print a docs/faults.md row with this label");
-  return [a] { return run_load(*a); };
+  return [a] {
+    auto token = cli::cluster_token_from_flag(a->cluster_token_file);
+    if (!token.ok()) return fail(token.status().to_string());
+    a->token = std::move(*token);
+    return run_load(*a);
+  };
 }
 
 }  // namespace tessera::cli

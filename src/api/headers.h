@@ -6,8 +6,9 @@
 //   x-tessera-token-ids      "1" on a streamed request: the node adds token-id comments (api/resume.h)
 //   x-tessera-prefill-node   router -> decode node: the prefill node the router paired it with
 //   x-tessera-draining       "1" on a node's 503: it is alive and finishing its work, closed for new work
-//   x-tessera-node           router -> client: the node that answered (with x-tessera-prefill-node, a request's
-//                            path through the cluster, for the fault suite's and planner-shift's accounting)
+//   x-tessera-node           router -> client holding the cluster token: the node that answered (with
+//                            x-tessera-prefill-node, a request's path through the cluster, for the fault suite's
+//                            and planner-shift's accounting); public clients get neither
 #pragma once
 
 #include <string_view>

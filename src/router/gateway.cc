@@ -67,6 +67,7 @@ struct Call {
   std::string session_id;
   bool stream = false;
   bool token_ids = false;  // the client asked for token-id comments (api/resume.h)
+  bool internal = false;   // the caller holds the cluster credential (or none is configured): may see node URLs
   RouteRequest route;
   int64_t reserved_tokens = 0;
   std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
@@ -231,9 +232,13 @@ struct Gateway::Impl {
     return req;
   }
 
-  // Headers the client gets back: the request id, the node that answers, and in PD mode the prefill node chosen.
+  // Headers the client gets back: the request id; and, for a caller that holds the cluster credential (or on
+  // an open single-user cluster), the node that answers and in PD mode the prefill node chosen. A public client
+  // is not told the cluster's internal addresses.
   static http::Headers reply_headers(const Call& c, const std::string& url) {
-    http::Headers h{{"x-request-id", c.request_id}, {std::string(api::kServingNodeHeader), url}};
+    http::Headers h{{"x-request-id", c.request_id}};
+    if (!c.internal) return h;
+    h[std::string(api::kServingNodeHeader)] = url;
     if (!c.prefill_url.empty()) h[std::string(api::kPrefillNodeHeader)] = c.prefill_url;
     return h;
   }
@@ -507,6 +512,7 @@ struct Gateway::Impl {
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
     c->token_ids = r.header(api::kTokenIdsHeader) == "1";
+    c->internal = http::internal_caller(r, options.cluster_token);
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;

@@ -110,8 +110,19 @@ TEST(RoleChange, NodesSwitchRolesUnderLoadWithNoTokenLostOrRepeated) {
   // A fault-free reference run, then the same requests while the roles flip.
   const std::string ref = dir + "/ref.jsonl";
   auto load = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {tessera_bin(), "fault-load", "--url", router.url,     "--clients",
-                                     "4",           "--requests", "60",    "--max-tokens", "64"};
+    // With the cluster token: the router names each request's nodes to credential holders only.
+    std::vector<std::string> args = {tessera_bin(),
+                                     "fault-load",
+                                     "--url",
+                                     router.url,
+                                     "--clients",
+                                     "4",
+                                     "--requests",
+                                     "60",
+                                     "--max-tokens",
+                                     "64",
+                                     "--cluster-token-file",
+                                     token_file};
     args.insert(args.end(), extra.begin(), extra.end());
     return testing::run_process(args, 240);
   };

@@ -471,6 +471,13 @@ TEST_F(GatewayTest, ClientInternalFieldsNeverReachANodeAndAdminNeedsTheToken) {
                                 {"x-tessera-anything", "1"}};
   auto r = post("/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":2})", client);
   ASSERT_EQ(r.status, 200) << r.body;
+  // A public client is not told the cluster's internal addresses; a holder of the credential is.
+  EXPECT_EQ(r.headers.count("x-tessera-node"), 0u) << r.headers["x-tessera-node"];
+  EXPECT_EQ(r.headers.count("x-tessera-prefill-node"), 0u);
+  auto operator_call = post("/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":2})",
+                            {{"Authorization", "Bearer sk-client"}, {"x-tessera-cluster-token", std::string(48, 'r')}});
+  ASSERT_EQ(operator_call.status, 200) << operator_call.body;
+  EXPECT_EQ(operator_call.headers["x-tessera-node"], node.url());
   {
     std::lock_guard lock(mu);
     EXPECT_EQ(seen["x-tessera-cluster-token"], std::string(48, 'r'));
