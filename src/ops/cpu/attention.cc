@@ -16,6 +16,13 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
+// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
@@ -126,6 +133,136 @@ inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the 
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// Sixteen vectors a[0..16) to one: lane r = the sum of a[r]'s lanes. Pairs are interleaved and added (within
+// 128-bit lanes), then pairs of pairs, then the four 128-bit lanes are folded across: 45 instructions for 16
+// dot products, against 16 separate horizontal sums.
+inline __m512 reduce16(const __m512* a) {
+  __m512 b[8], c[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 f0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 f1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(f0, f1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(f0, f1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+#endif
+
+// The cache offsets of positions first .. first + count - 1 of kv head kvh: one division for the first, then
+// walking the blocks (a division per key, as c.elem(table[t / block_tokens], ...) costs in a loop, was a
+// third of decode attention's time at depth 512).
+inline void row_offsets(const Cache& c, const int32_t* table, int32_t first, int32_t count, int64_t kvh,
+                        std::vector<int64_t>& off) {
+  off.resize(static_cast<size_t>(count));
+  int64_t b = first / c.block_tokens, r = first % c.block_tokens;
+  for (int32_t i = 0; i < count; ++i) {
+    off[static_cast<size_t>(i)] = c.elem(table[b], r, kvh);
+    if (++r == c.block_tokens) {
+      r = 0;
+      ++b;
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// One query's decode attention with 512-bit vectors, head_dim = 16 * NV. Scores: sixteen keys at a time, each
+// a chain of NV FMAs against the query held in registers, the sixteen reduced together (reduce16). Softmax:
+// max-subtracted, exp16 sixteen at a time (the scalar std::exp was a fifth of this kernel's time; heads of
+// other sizes, such as stories260K's 8, keep attend_head and its std::exp). Values: two positions per step
+// into two sets of NV accumulators. Rows are prefetched kPrefetchKeys positions ahead (a cache block and more:
+// blocks are scattered, so the hardware prefetcher stops at each block's end).
+constexpr int32_t kPrefetchKeys = 64;
+template <typename T, int NV>
+void attend_head16(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
+                   std::vector<float>& scores, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 16 * NV;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+  const int32_t count = pos - first + 1;
+  row_offsets(c, table, first, count, kvh, off);
+  const int64_t* o = off.data();
+  __m512 qv[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
+  const bool scaled = opt.scale > 0.0f;
+  const __m512 dv = _mm512_set1_ps(std::sqrt(static_cast<float>(hd))), sv = _mm512_set1_ps(opt.scale);
+  scores.resize(static_cast<size_t>(count + 16));
+  for (int32_t t = 0; t < count; t += 16) {
+    const int n = std::min<int32_t>(16, count - t);
+    if (t + 16 + kPrefetchKeys <= count) {
+      for (int r = 0; r < 16; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
+    }
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      if (r < n) {
+        const T* k = kbase + o[t + r];
+        __m512 acc = _mm512_mul_ps(widen16(k), qv[0]);
+#pragma GCC unroll 8
+        for (int j = 1; j < NV; ++j) acc = _mm512_fmadd_ps(widen16(k + 16 * j), qv[j], acc);
+        a[r] = acc;
+      } else {
+        a[r] = _mm512_setzero_ps();
+      }
+    }
+    const __m512 d = reduce16(a);
+    _mm512_storeu_ps(scores.data() + t, scaled ? _mm512_mul_ps(d, sv) : _mm512_div_ps(d, dv));
+  }
+  float* sc = scores.data();
+  if (opt.softcap > 0.0f) {
+    for (int32_t t = 0; t < count; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
+  }
+  // Softmax sixteen scores at a time; the positions past count in the last vector are -inf, so exp16 gives 0.
+  const int32_t padded = (count + 15) / 16 * 16;
+  for (int32_t t = count; t < padded; ++t) sc[t] = -INFINITY;
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int32_t t = 0; t < padded; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + t));
+  const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int32_t t = 0; t < padded; t += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + t), mv));
+    _mm512_storeu_ps(sc + t, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int32_t t = 0; t < padded; t += 16) _mm512_storeu_ps(sc + t, _mm512_mul_ps(_mm512_loadu_ps(sc + t), inv));
+  __m512 o0[NV], o1[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) o0[j] = o1[j] = _mm512_setzero_ps();
+  int32_t t = 0;
+  for (; t + 2 <= count; t += 2) {
+    if (t + 2 + kPrefetchKeys <= count) {
+      prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
+      prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
+    }
+    const T* v0 = vbase + o[t];
+    const T* v1 = vbase + o[t + 1];
+    const __m512 p0 = _mm512_set1_ps(sc[t]), p1 = _mm512_set1_ps(sc[t + 1]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) {
+      o0[j] = _mm512_fmadd_ps(p0, widen16(v0 + 16 * j), o0[j]);
+      o1[j] = _mm512_fmadd_ps(p1, widen16(v1 + 16 * j), o1[j]);
+    }
+  }
+  if (t < count) {
+    const T* v0 = vbase + o[t];
+    const __m512 p0 = _mm512_set1_ps(sc[t]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) o0[j] = _mm512_fmadd_ps(p0, widen16(v0 + 16 * j), o0[j]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + 16 * j, _mm512_add_ps(o0[j], o1[j]));
+}
 #endif
 
 template <typename T>
@@ -406,6 +543,18 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
     const int64_t i = wi / n_heads, h = wi % n_heads;
     const float* qh = q + (i * n_heads + h) * hd;
     float* oh = out + (i * n_heads + h) * hd;
+#if defined(__AVX512F__)
+    if (hd == 64 || hd == 128) {
+      if (c.f16) {
+        (hd == 64 ? attend_head16<uint16_t, 4> : attend_head16<uint16_t, 8>)(c, table(i), pos(i), qh, h / group, oh,
+                                                                             scores, opt);
+      } else {
+        (hd == 64 ? attend_head16<float, 4> : attend_head16<float, 8>)(c, table(i), pos(i), qh, h / group, oh,
+                                                                       scores, opt);
+      }
+      return;
+    }
+#endif
     if (c.f16) {
       attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
     } else {
@@ -499,7 +648,16 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   }
 #if defined(__AVX2__)
   const int64_t heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
-  if (group > 1 && hd % 64 == 0 && group <= 64) {
+  // The avx512 build's one-query kernel (attend_head16, through attend_all below) takes heads of 64 and 128
+  // even when grouped: the tiled path widens its keys into a transposed panel element by element, which cost
+  // more than reading each kv head once per query (from cache after the group's first): qwen2.5-0.5b
+  // Q4_K_M at depth 512, a decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`).
+#if defined(__AVX512F__)
+  const bool one_query_kernel = hd == 64 || hd == 128;
+#else
+  const bool one_query_kernel = false;
+#endif
+  if (!one_query_kernel && group > 1 && hd % 64 == 0 && group <= 64) {
     // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
     const float* q = data<const float>(op.q);
     float* out = data<float>(op.out);
