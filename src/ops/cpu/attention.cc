@@ -549,8 +549,8 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
         (hd == 64 ? attend_head16<uint16_t, 4> : attend_head16<uint16_t, 8>)(c, table(i), pos(i), qh, h / group, oh,
                                                                              scores, opt);
       } else {
-        (hd == 64 ? attend_head16<float, 4> : attend_head16<float, 8>)(c, table(i), pos(i), qh, h / group, oh,
-                                                                       scores, opt);
+        (hd == 64 ? attend_head16<float, 4> : attend_head16<float, 8>)(c, table(i), pos(i), qh, h / group, oh, scores,
+                                                                       opt);
       }
       return;
     }
