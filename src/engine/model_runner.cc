@@ -155,6 +155,7 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
   TS_RETURN_IF_ERROR(stream_->upload(t, src));
+  resident_bytes_ += t.bytes();
   if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
   if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;
