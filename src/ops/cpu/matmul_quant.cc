@@ -332,9 +332,12 @@ inline float vsum(VF v) {
 // rows (`k` bytes apart in xq, `nb` scales apart). Each output is accumulated by exactly the same instructions
 // whatever R and T are, so its value does not depend on the tile it was computed in (decode, prefill and
 // graph replay's padded batches agree bit for bit).
+// `rs` / `os`: blocks between weight rows and floats between output rows when the R rows are not adjacent (0:
+// nb and 1, adjacent).
 template <typename B, int R, int T>
 void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq, const float* xs,
-           const float* dv, const int32_t* nv, float* out, int64_t ld) {
+           const float* dv, const int32_t* nv, float* out, int64_t ld, int64_t rs = 0, int64_t os = 1) {
+  if (rs == 0) rs = nb;
   VF acc[R][T];
   for (auto& row : acc)
     for (auto& a : row) a = fzero();
@@ -344,8 +347,8 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
     VF ws[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      wv[r] = weight_vec(w + r * nb, b, two);
-      ws[r] = weight_scales(w + r * nb, b, two);
+      wv[r] = weight_vec(w + r * rs, b, two);
+      ws[r] = weight_scales(w + r * rs, b, two);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
@@ -365,7 +368,7 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) out[t * ld + r] = vsum(acc[r][t]) + min_term(w + r * nb, nb, xs + t * nb);
+    for (int t = 0; t < T; ++t) out[t * ld + r * os] = vsum(acc[r][t]) + min_term(w + r * rs, nb, xs + t * nb);
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -393,16 +396,17 @@ void spread_pairs(QuantRows& x, int64_t n, int64_t nb) {
 
 template <typename B, int R>
 void micro_tokens(int t, const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq,
-                  const float* xs, const float* dv, const int32_t* nv, float* out, int64_t ld) {
+                  const float* xs, const float* dv, const int32_t* nv, float* out, int64_t ld, int64_t rs = 0,
+                  int64_t os = 1) {
   switch (t) {
     case 1:
-      return micro<B, R, 1>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+      return micro<B, R, 1>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld, rs, os);
     case 2:
-      return micro<B, R, 2>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+      return micro<B, R, 2>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld, rs, os);
     case 3:
-      return micro<B, R, 3>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+      return micro<B, R, 3>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld, rs, os);
     default:
-      return micro<B, R, kTileTokens>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld);
+      return micro<B, R, kTileTokens>(w, nb, k, xq, xd, sq, xs, dv, nv, out, ld, rs, os);
   }
 }
 #endif  // __AVX2__
@@ -431,9 +435,14 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
     // Decode: one weight row at a time, front to back (see matmul_dense.cc: one sequential stream per thread
     // is what the prefetcher serves; q8_0 2048 x 768 on one thread ran 5.7 GB/s tiled, 27 GB/s row by row),
     // against every activation row at once.
-    parallel_for(ctx, m, [&](int64_t i) {
-      micro_tokens<B, 1>(static_cast<int>(n), w + i * nb, nb, k, q, d, sq, s, dv, nv, out + i, m);
+    // Two rows at once, row i with row i + m / 2 (two long streams, as matmul_dense.cc's decode; each row
+    // summed by the same instructions as alone).
+    const int64_t half = m / 2;
+    parallel_for(ctx, half, [&](int64_t i) {
+      micro_tokens<B, 2>(static_cast<int>(n), w + i * nb, nb, k, q, d, sq, s, dv, nv, out + i, m, half * nb, half);
     });
+    for (int64_t i = 2 * half; i < m; ++i)
+      micro_tokens<B, 1>(static_cast<int>(n), w + i * nb, nb, k, q, d, sq, s, dv, nv, out + i, m);
   } else {
     // Prefill: tiles of kTileRows weight rows x kTileTokens activation rows; each weight block is decoded
     // once per tile and the activation rows of a 64-row block stay in L2 while the weights stream past.
