@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -471,9 +472,53 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 #endif
 }
 
+#if defined(__AVX2__)
+// Decoders for matmul_packed.h: each block's 32 weights as unsigned bytes q + off, a whole row at a time into
+// a panel (row) or one vector of kStep blocks at a time for the decode kernel (unit).
+template <typename B>
+struct PackBlocks {
+  using Block = B;
+  static constexpr int kBlockElems = kQuantBlock, kGroup = kQuantBlock, kStepBlocks = kStep;
+  static constexpr bool kMin = false;
+  static void scales(const B* w, int64_t b0, int nbl, float* s, float*) {
+    for (int i = 0; i < nbl; ++i) s[i * packed::kP] = scale(w[b0 + i].d);
+  }
+  static VI unit(const B* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
+};
+struct PackQ4_0 : PackBlocks<BlockQ4_0> {
+  static constexpr int kOffset = 8;
+  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float*) {
+    for (int64_t b = 0; b < nb; ++b) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + b * kQuantBlock), nibbles(w[b].qs));
+      s[b] = scale(w[b].d);
+    }
+  }
+};
+struct PackQ8_0 : PackBlocks<BlockQ8_0> {
+  static constexpr int kOffset = 128;
+  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float*) {
+    for (int64_t b = 0; b < nb; ++b) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + b * kQuantBlock), block_bytes(w[b], false));
+      s[b] = scale(w[b].d);
+    }
+  }
+};
+#endif
+
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AVX2__)
+  // The kernels of matmul_packed.h, for every batch size, where they cover the type in this build.
+  if (op.w.dtype == DType::kQ4_0) {
+    packed::matmul<PackQ4_0>(op, ctx);
+    return ok_status();
+  }
+  if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0) {
+    packed::matmul<PackQ8_0>(op, ctx);
+    return ok_status();
+  }
+#endif
   thread_local QuantRows xq;
   quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
