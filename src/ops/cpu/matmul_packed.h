@@ -438,27 +438,38 @@ void gemv_panel(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, c
       for (int r = rows; r < kP; ++r) part[static_cast<size_t>(i * kP + r)] = vi_zero();
   }
   const int8_t* xq = a.q.data();
+  static_assert(kStepElems % kUnitElems == 0, "a step is whole units");
+  const int64_t full = nb / Dec::kStepBlocks * Dec::kStepBlocks;  // blocks in whole steps
   for (int r = 0; r < rows; ++r) {
     const auto* wr = w + r * nb;
-    for (int64_t b0 = 0; b0 < nb; b0 += Dec::kStepBlocks) {
-      const int nbl = static_cast<int>(std::min<int64_t>(Dec::kStepBlocks, nb - b0));
+    // Whole steps: no bounds to check.
+    for (int64_t b0 = 0; b0 < full; b0 += Dec::kStepBlocks) {
       const int64_t g0 = b0 * Dec::kBlockElems / Dec::kGroup;
       // The rows of a panel are adjacent in memory: fetch ahead of this one (the hardware prefetcher alone left
       // each step waiting on its first load).
       _mm_prefetch(reinterpret_cast<const char*>(wr + b0) + kPrefetchBytes, _MM_HINT_T0);
-      Dec::scales(wr, b0, nbl, sbuf + g0 * kP + r, Dec::kMin ? mbuf + g0 * kP + r : nullptr);
+      Dec::scales(wr, b0, Dec::kStepBlocks, sbuf + g0 * kP + r, Dec::kMin ? mbuf + g0 * kP + r : nullptr);
       const int64_t e0 = b0 * Dec::kBlockElems;
 #pragma GCC unroll 8
       for (int u = 0; u < kUnits; ++u) {
         const int64_t e = e0 + u * kUnitElems;
-        if (kUnits > 1 && e >= k) break;
-        const int valid = static_cast<int>(std::min<int64_t>(kUnitElems, k - e));
-        const VI wv = Dec::unit(wr, b0, nbl, u);
-        const int64_t ui = e / kUnitElems;
+        const VI wv = Dec::unit(wr, b0, Dec::kStepBlocks, u);
+        VI* pr = part + (e / kUnitElems) * kP + r;
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; ++t)
-          part[static_cast<size_t>((t * units + ui) * kP + r)] = dot4(vi_zero(), wv, load_x(xq + t * k + e, valid));
+        for (int t = 0; t < TT; ++t) pr[t * units * kP] = dot4(vi_zero(), wv, load_x(xq + t * k + e, kUnitElems));
       }
+    }
+    // A last, partial step (the 32-element types with an odd number of blocks in the avx512 build).
+    if (full < nb) {
+      const int nbl = static_cast<int>(nb - full);
+      const int64_t g0 = full * Dec::kBlockElems / Dec::kGroup;
+      Dec::scales(wr, full, nbl, sbuf + g0 * kP + r, Dec::kMin ? mbuf + g0 * kP + r : nullptr);
+      const int64_t e = full * Dec::kBlockElems;
+      const int valid = static_cast<int>(k - e);
+      const VI wv = Dec::unit(wr, full, nbl, 0);
+      for (int t = 0; t < TT; ++t)
+        part[static_cast<size_t>((t * units + e / kUnitElems) * kP + r)] =
+            dot4(vi_zero(), wv, load_x(xq + t * k + e, valid));
     }
   }
   VF acc[TT];
