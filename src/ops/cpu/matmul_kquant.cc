@@ -410,8 +410,8 @@ inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16
 #endif
 
 #if defined(__AVX2__)
-// Decoders into the packed panels of matmul_packed.h. q4_k: groups of 32 with f32 scale d * sc and minimum
-// dmin * m; q6_k: groups of 16 with scale d * sc and the integer offset 32.
+// Decoders for matmul_packed.h (scales, and one vector of unsigned weight bytes at a time). q4_k: groups of 32 with f32
+// scale d * sc and minimum dmin * m; q6_k: groups of 16 with scale d * sc and the integer offset 32.
 struct PackQ4_K {
   using Block = BlockQ4_K;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 32, kOffset = 0, kStepBlocks = 1;
@@ -447,19 +447,6 @@ struct PackQ4_K {
     return _mm256_and_si256(u % 2 == 0 ? v : _mm256_srli_epi16(v, 4), lo4);
 #endif
   }
-  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float* mn) {
-    Unpacked up;
-    for (int64_t b = 0; b < nb; ++b) {
-      unpack(w[b], up);
-      std::memcpy(u + b * kSuperBlock, up.q, kSuperBlock);
-      for (int j = 0; j < 8; ++j) {
-        int sc, m;
-        unpack_k4_scale(w[b].scales, j, &sc, &m);
-        s[8 * b + j] = up.d * static_cast<float>(sc);
-        mn[8 * b + j] = up.dmin * static_cast<float>(m);
-      }
-    }
-  }
 };
 struct PackQ6_K {
   using Block = BlockQ6_K;
@@ -494,14 +481,6 @@ struct PackQ6_K {
     const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), _mm256_set1_epi8(3)), 4);
     return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0f)), high);
 #endif
-  }
-  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float*) {
-    Unpacked up;
-    for (int64_t b = 0; b < nb; ++b) {
-      unpack(w[b], up);
-      std::memcpy(u + b * kSuperBlock, up.q, kSuperBlock);
-      for (int g = 0; g < 16; ++g) s[16 * b + g] = up.d * static_cast<float>(w[b].scales[g]);
-    }
   }
 };
 #endif

@@ -1,6 +1,7 @@
-// The packed-panel GEMM behind the quantised matmuls of larger batches (prefill, and decode steps of 5 rows
-// or more), shared by matmul_quant.cc (q4_0, q8_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those
-// two files, inside their per-build namespace, and only in the SIMD builds.
+// The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 2 rows or
+// more (prefill, batched decode) and a decode kernel for single rows that gives the same bits, shared by
+// matmul_quant.cc (q4_0, q8_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
+// per-build namespace, and only in the SIMD builds.
 //
 // Why a different layout: the row-by-row kernels keep one weight row's elements across the vector lanes, so
 // every 32-element block of every (weight row, activation row) pair ends in its own int->float conversion and
@@ -181,86 +182,12 @@ inline void quantize_acts(const float* x, int64_t n, int64_t k, int g_size, int 
       static_cast<double>(k), 8192.0);
 }
 
-// One panel: kP weight rows decoded and interleaved. q: (k / 4) vectors of kP x 4 bytes; s, mn: per group a
-// vector of kP f32 values.
+// One panel: kP weight rows decoded and interleaved. q: (k / 4) vectors of kP x 4 bytes (vector j holds
+// elements 4j..4j+3 of every row, row r in lane r); s, mn: per group a vector of kP f32 values.
 struct Panel {
   AVec<uint8_t> q;
   AVec<float> s, mn;
-  AVec<uint8_t> rows;         // kP x k scratch: the rows decoded in element order, before interleaving
-  std::vector<float> rs, rm;  // kP x groups scratch
 };
-
-// Interleaves rows[kP][k] into p.q: vector j gets elements 4j..4j+3 of every row (row r in lane r).
-inline void interleave(Panel& p, int64_t k) {
-  const uint8_t* src = p.rows.data();
-  uint8_t* dst = p.q.data();
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  // 16 elements (4 dwords) of 16 rows at a time: A_i holds rows i, 4 + i, 8 + i, 12 + i in its 128-bit lanes;
-  // the 4 x 4 dword transpose of each lane then leaves dword j of row 4L + i at position 4L + i of output j.
-  for (int64_t e = 0; e < k; e += 16) {
-    __m512i a[4];
-    for (int i = 0; i < 4; ++i) {
-      auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + r * k + e)); };
-      __m512i v = _mm512_castsi128_si512(row(i));
-      v = _mm512_inserti32x4(v, row(4 + i), 1);
-      v = _mm512_inserti32x4(v, row(8 + i), 2);
-      a[i] = _mm512_inserti32x4(v, row(12 + i), 3);
-    }
-    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-    uint8_t* o = dst + e / 4 * 64;
-    _mm512_store_si512(o, _mm512_unpacklo_epi64(t0, t2));
-    _mm512_store_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
-    _mm512_store_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
-    _mm512_store_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
-  }
-#else
-  // 16 elements (4 dwords) of 8 rows: A_i holds rows i and 4 + i in its 128-bit lanes; the same transpose
-  // leaves dword j of row 4L + i at position 4L + i of output j.
-  for (int64_t e = 0; e < k; e += 16) {
-    __m256i a[4];
-    for (int i = 0; i < 4; ++i) {
-      a[i] = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (4 + i) * k + e)),
-                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * k + e)));
-    }
-    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-    uint8_t* o = dst + e / 4 * 32;
-    _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi64(t0, t2));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_unpackhi_epi64(t0, t2));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(o + 64), _mm256_unpacklo_epi64(t1, t3));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(o + 96), _mm256_unpackhi_epi64(t1, t3));
-  }
-#endif
-}
-
-// Decodes weight rows i0 .. i0 + rows - 1 into the panel. Dec::row(w_row, u, s, mn) writes one row's k
-// unsigned bytes, its per-group scales and (Dec::kMin) minimums; missing rows of the last panel are zero.
-template <typename Dec>
-void pack(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, Panel& p) {
-  const int64_t groups = k / Dec::kGroup;
-  p.rows.resize(static_cast<size_t>(kP * k));
-  p.q.resize(static_cast<size_t>(kP * k));
-  p.rs.assign(static_cast<size_t>(kP * groups), 0.0f);
-  p.rm.assign(static_cast<size_t>(kP * groups), 0.0f);
-  p.s.resize(static_cast<size_t>(kP * groups));
-  p.mn.resize(static_cast<size_t>(kP * groups));
-  for (int r = 0; r < kP; ++r) {
-    uint8_t* u = p.rows.data() + r * k;
-    if (r < rows) {
-      Dec::row(w + r * nb, nb, u, p.rs.data() + r * groups, p.rm.data() + r * groups);
-    } else {
-      std::memset(u, 0, static_cast<size_t>(k));
-    }
-  }
-  interleave(p, k);
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int r = 0; r < kP; ++r) {
-      p.s[static_cast<size_t>(g * kP + r)] = p.rs[static_cast<size_t>(r * groups + g)];
-      p.mn[static_cast<size_t>(g * kP + r)] = p.rm[static_cast<size_t>(r * groups + g)];
-    }
-  }
-}
 
 // out[t * ld + r] for the panel's rows r < rows and activation rows t0 .. t0 + TT - 1.
 template <int TT, int kG, bool kMin>
@@ -327,12 +254,12 @@ void tile(int tt, const Panel& p, int64_t k, const Acts& a, int64_t t0, float* o
   }
 }
 
-// ---- Decode-sized batches (up to kGemvRows activation rows): no panel is built. Each weight row's bytes go
+// ---- Single rows (up to kGemvRows; building a panel already pays at 2): no panel is built. Each weight row's bytes go
 // from its blocks (Dec::unit) straight into one integer dot product per unit of one vector (64 / 32 elements)
 // and activation row, which leaves partial sums spread over the lanes; a transpose-add then gathers them into
 // one vector per group with the panel's rows in its lanes, and from there the f32 steps are those of micro()
 // in the same order, so the outputs are bit for bit those of the panel path.
-constexpr int64_t kGemvRows = 4;
+constexpr int64_t kGemvRows = 1;
 constexpr int kPrefetchBytes = 1024;
 constexpr int kUnitElems = static_cast<int>(sizeof(VI));
 
@@ -518,6 +445,99 @@ void gemv(const MatMulOp& op, const Acts& acts, const Ctx& ctx) {
         return gemv_panel<Dec, 4>(wp, nb, k, rows, acts, o, m, bp);
     }
   });
+}
+
+// The transpose of kP unit vectors, one per row (each kUnitElems / 4 dwords of four elements): output j gets
+// dword j of every row. Dwords are first transposed four by four inside each 128-bit lane (unpack), then the
+// 128-bit lanes across the row groups (shuffle).
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline void transpose_units(const VI* v, VI* out) {
+  VI u[4][4];
+  for (int g = 0; g < 4; ++g) {
+    const VI* r = v + 4 * g;
+    const VI t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const VI t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    u[g][0] = _mm512_unpacklo_epi64(t0, t2);
+    u[g][1] = _mm512_unpackhi_epi64(t0, t2);
+    u[g][2] = _mm512_unpacklo_epi64(t1, t3);
+    u[g][3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+  // u[g][c], 128-bit lane L: dword 4L + c of rows 4g..4g+3.
+  for (int c = 0; c < 4; ++c) {
+    const VI t0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44), t1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xee);
+    const VI t2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44), t3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xee);
+    out[c] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+    out[8 + c] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    out[12 + c] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+  }
+}
+inline void store_vi(void* p, VI v) { _mm512_store_si512(p, v); }
+#else
+inline void transpose_units(const VI* v, VI* out) {
+  VI u[2][4];
+  for (int g = 0; g < 2; ++g) {
+    const VI* r = v + 4 * g;
+    const VI t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const VI t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    u[g][0] = _mm256_unpacklo_epi64(t0, t2);
+    u[g][1] = _mm256_unpackhi_epi64(t0, t2);
+    u[g][2] = _mm256_unpacklo_epi64(t1, t3);
+    u[g][3] = _mm256_unpackhi_epi64(t1, t3);
+  }
+  for (int c = 0; c < 4; ++c) {
+    out[c] = _mm256_permute2x128_si256(u[0][c], u[1][c], 0x20);
+    out[4 + c] = _mm256_permute2x128_si256(u[0][c], u[1][c], 0x31);
+  }
+}
+inline void store_vi(void* p, VI v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+#endif
+
+// Decodes weight rows i0 .. i0 + rows - 1 into the panel with the decode kernel's Dec::unit and Dec::scales
+// (so both paths see the same bytes and scales); missing rows of the last panel are zero.
+template <typename Dec>
+void pack(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, Panel& p) {
+  constexpr int kStepElems = Dec::kStepBlocks * Dec::kBlockElems;
+  constexpr int kUnits = kStepElems / kUnitElems;
+  constexpr int kDwords = kUnitElems / 4;  // output vectors per unit
+  const int64_t groups = k / Dec::kGroup;
+  p.q.resize(static_cast<size_t>(kP * k));
+  p.s.assign(static_cast<size_t>(kP * groups), 0.0f);
+  p.mn.assign(Dec::kMin ? static_cast<size_t>(kP * groups) : 0, 0.0f);
+  // Row by row first (one sequential stream, as in gemv_panel: walking the rows side by side left every block
+  // waiting on memory), into per-row unit vectors; then the transposes, from cache.
+  const int64_t units = (k + kUnitElems - 1) / kUnitElems;
+  thread_local AVec<VI> tls_rows;
+  tls_rows.resize(static_cast<size_t>(kP * units));
+  VI* rowv = tls_rows.data();  // [kP][units]
+  for (int r = 0; r < kP; ++r) {
+    VI* dst = rowv + r * units;
+    if (r >= rows) {
+      for (int64_t ui = 0; ui < units; ++ui) dst[ui] = vi_zero();
+      continue;
+    }
+    const auto* wr = w + r * nb;
+    for (int64_t b0 = 0; b0 < nb; b0 += Dec::kStepBlocks) {
+      const int nbl = static_cast<int>(std::min<int64_t>(Dec::kStepBlocks, nb - b0));
+      const int64_t g0 = b0 * Dec::kBlockElems / Dec::kGroup;
+      _mm_prefetch(reinterpret_cast<const char*>(wr + b0) + kPrefetchBytes, _MM_HINT_T0);
+      Dec::scales(wr, b0, nbl, p.s.data() + g0 * kP + r, Dec::kMin ? p.mn.data() + g0 * kP + r : nullptr);
+      for (int u = 0; u < kUnits; ++u) {
+        const int64_t e = b0 * Dec::kBlockElems + u * kUnitElems;
+        if (e >= k) break;
+        dst[e / kUnitElems] = Dec::unit(wr, b0, nbl, u);
+      }
+    }
+  }
+  VI v[kP], out[kP];
+  for (int64_t ui = 0; ui < units; ++ui) {
+    for (int r = 0; r < kP; ++r) v[r] = rowv[r * units + ui];
+    transpose_units(v, out);
+    const int64_t e = ui * kUnitElems;
+    const int n_out = static_cast<int>(std::min<int64_t>(kDwords, (k - e) / 4));
+    uint8_t* dst = p.q.data() + e * kP;
+    for (int j = 0; j < n_out; ++j) store_vi(dst + j * kP * 4, out[j]);
+  }
 }
 
 // Token rows per pass over the panels: their int8 activations (up to 256 x k bytes) stay in L2 while every

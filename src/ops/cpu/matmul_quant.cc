@@ -473,8 +473,8 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 }
 
 #if defined(__AVX2__)
-// Decoders for matmul_packed.h: each block's 32 weights as unsigned bytes q + off, a whole row at a time into
-// a panel (row) or one vector of kStep blocks at a time for the decode kernel (unit).
+// Decoders for matmul_packed.h: the blocks' scales, and their 32 weights as unsigned bytes q + off, one vector
+// of kStep blocks at a time.
 template <typename B>
 struct PackBlocks {
   using Block = B;
@@ -487,21 +487,9 @@ struct PackBlocks {
 };
 struct PackQ4_0 : PackBlocks<BlockQ4_0> {
   static constexpr int kOffset = 8;
-  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float*) {
-    for (int64_t b = 0; b < nb; ++b) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + b * kQuantBlock), nibbles(w[b].qs));
-      s[b] = scale(w[b].d);
-    }
-  }
 };
 struct PackQ8_0 : PackBlocks<BlockQ8_0> {
   static constexpr int kOffset = 128;
-  static void row(const Block* w, int64_t nb, uint8_t* u, float* s, float*) {
-    for (int64_t b = 0; b < nb; ++b) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + b * kQuantBlock), block_bytes(w[b], false));
-      s[b] = scale(w[b].d);
-    }
-  }
 };
 #endif
 
