@@ -19,6 +19,7 @@
 // batch.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -435,6 +436,30 @@ struct PackQ4_K {
       mn[j * packed::kP] = mv[j];
     }
   }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One super-block of 16 rows, as scales() computes it per row (the same f32 products).
+  static void scales16(const Block* b, __m512i offs, __mmask16 live, float* s, float* mn) {
+    const __m512i h = packed::gather_word(b, 0, offs, live);
+    const __m512i a0 = packed::gather_word(b, 4, offs, live), a1 = packed::gather_word(b, 8, offs, live);
+    const __m512i a2 = packed::gather_word(b, 12, offs, live);
+    const __m512 d = packed::half_lo(h), dmin = packed::half_lo(_mm512_srli_epi32(h, 16));
+    const __m512i c3f = _mm512_set1_epi32(0x3f3f3f3f), c0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i c03 = _mm512_set1_epi32(0x03030303);
+    const __m512i sc_lo = _mm512_and_si512(a0, c3f), m_lo = _mm512_and_si512(a1, c3f);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(a2, c0f),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, 6), c03), 4));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), c0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, 6), c03), 4));
+    const __m512i ff = _mm512_set1_epi32(0xff);
+    auto byte = [&](__m512i v, int j) { return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), ff)); };
+    for (int j = 0; j < 4; ++j) {
+      _mm512_store_ps(s + j * packed::kP, _mm512_mul_ps(d, byte(sc_lo, j)));
+      _mm512_store_ps(s + (4 + j) * packed::kP, _mm512_mul_ps(d, byte(sc_hi, j)));
+      _mm512_store_ps(mn + j * packed::kP, _mm512_mul_ps(dmin, byte(m_lo, j)));
+      _mm512_store_ps(mn + (4 + j) * packed::kP, _mm512_mul_ps(dmin, byte(m_hi, j)));
+    }
+  }
+#endif
   // Unit u: elements u * kUnitElems onwards, in Unpacked's order (low nibbles of a 32-byte run, then high).
   static packed::VI unit(const Block* w, int64_t b, int, int u) {
     const __m256i lo4 = _mm256_set1_epi8(0x0f);
@@ -460,6 +485,20 @@ struct PackQ6_K {
     _mm256_store_ps(sv + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))));
     for (int g = 0; g < 16; ++g) s[g * packed::kP] = sv[g];
   }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One super-block of 16 rows: d is the high half of the word at byte 206, the int8 scales bytes 192-207.
+  static void scales16(const Block* b, __m512i offs, __mmask16 live, float* s, float*) {
+    static_assert(offsetof(BlockQ6_K, scales) == 192 && offsetof(BlockQ6_K, d) == 208);
+    const __m512 d = packed::half_lo(_mm512_srli_epi32(packed::gather_word(b, 206, offs, live), 16));
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = packed::gather_word(b, 192 + 4 * q, offs, live);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * j), 24);
+        _mm512_store_ps(s + (4 * q + j) * packed::kP, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+    }
+  }
+#endif
   // Unit u in Unpacked's order: in half h, low nibbles of ql[64h..] (runs of 32) with qh bit pairs 0 and 1,
   // then the high nibbles with bit pairs 2 and 3.
   static packed::VI unit(const Block* w, int64_t b, int, int u) {

@@ -298,6 +298,13 @@ inline VI load_x(const int8_t* p, int valid) {
                              : _mm512_maskz_loadu_epi8((valid >= 64 ? ~0ull : (1ull << valid) - 1ull), p);
 }
 inline VI vi_zero() { return _mm512_setzero_si512(); }
+// The 32-bit word at byte `at` of block `b` of 16 rows (offs: the rows' byte offsets; rows outside `live` read 0).
+template <typename B>
+inline __m512i gather_word(const B* b, int at, __m512i offs, __mmask16 live) {
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, offs, reinterpret_cast<const char*>(b) + at, 1);
+}
+// f16 values in the low 16 bits of each lane, widened.
+inline __m512 half_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
 inline VI vi_add(VI a, VI b) { return _mm512_add_epi32(a, b); }
 #else
 // v[r]: 8 int32 lanes of row r. q[j] gets, in 128-bit lane L, the sums of lanes 4L..4L+3 of rows 4j..4j+3.
@@ -332,6 +339,29 @@ inline VI vi_zero() { return _mm256_setzero_si256(); }
 inline VI vi_add(VI a, VI b) { return _mm256_add_epi32(a, b); }
 #endif
 
+// Every group's scale (and minimum) of rows 0 .. rows - 1 into s[g * kP + r] (mn likewise); rows beyond
+// `rows` keep what they hold (zero). With Dec::scales16 (avx512 build) 16 rows at a time from gathered block
+// headers, else row by row; both compute the same f32 products.
+template <typename Dec>
+void scales_rows(const typename Dec::Block* w, int64_t nb, int rows, float* s, float* mn) {
+  for (int64_t b0 = 0; b0 < nb; b0 += Dec::kStepBlocks) {
+    const int nbl = static_cast<int>(std::min<int64_t>(Dec::kStepBlocks, nb - b0));
+    const int64_t g0 = b0 * Dec::kBlockElems / Dec::kGroup;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1u);
+    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(nb * sizeof(typename Dec::Block))));
+    for (int i = 0; i < nbl; ++i) {
+      const int64_t gb = g0 + i * Dec::kBlockElems / Dec::kGroup;
+      Dec::scales16(w + b0 + i, offs, live, s + gb * kP, Dec::kMin ? mn + gb * kP : nullptr);
+    }
+#else
+    for (int r = 0; r < rows; ++r)
+      Dec::scales(w + r * nb, b0, nbl, s + g0 * kP + r, Dec::kMin ? mn + g0 * kP + r : nullptr);
+#endif
+  }
+}
+
 // Rows i0 .. i0 + rows - 1 of w against TT activation rows. Dec::kStepBlocks blocks per step; Dec::scales
 // writes their groups' scale and minimum (stride kP apart), Dec::unit returns the unsigned bytes of one unit.
 // The weights are read one row at a time, front to back (one sequential stream is what the prefetcher
@@ -348,13 +378,13 @@ void gemv_panel(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, c
   // Scratch of this thread, reached through plain pointers below (each use of a thread_local name costs a
   // call to its initialisation guard).
   thread_local AVec<float> tls_s, tls_m;
-  thread_local AVec<VI> tls_part;
+  thread_local AVec<uint8_t> tls_part;  // raw bytes: a vector of VI would drop its alignment attribute
   tls_s.resize(static_cast<size_t>(groups * kP));
   if (Dec::kMin) tls_m.resize(static_cast<size_t>(groups * kP));
-  tls_part.resize(static_cast<size_t>(TT * units * kP));
+  tls_part.resize(static_cast<size_t>(TT * units * kP) * sizeof(VI));
   float* sbuf = tls_s.data();
   float* mbuf = Dec::kMin ? tls_m.data() : nullptr;
-  VI* part = tls_part.data();  // [TT][units][kP]
+  VI* part = reinterpret_cast<VI*>(tls_part.data());  // [TT][units][kP]
   if (rows < kP) {
     for (int64_t g = 0; g < groups; ++g)
       for (int r = rows; r < kP; ++r) {
@@ -371,11 +401,9 @@ void gemv_panel(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, c
     const auto* wr = w + r * nb;
     // Whole steps: no bounds to check.
     for (int64_t b0 = 0; b0 < full; b0 += Dec::kStepBlocks) {
-      const int64_t g0 = b0 * Dec::kBlockElems / Dec::kGroup;
       // The rows of a panel are adjacent in memory: fetch ahead of this one (the hardware prefetcher alone left
       // each step waiting on its first load).
       _mm_prefetch(reinterpret_cast<const char*>(wr + b0) + kPrefetchBytes, _MM_HINT_T0);
-      Dec::scales(wr, b0, Dec::kStepBlocks, sbuf + g0 * kP + r, Dec::kMin ? mbuf + g0 * kP + r : nullptr);
       const int64_t e0 = b0 * Dec::kBlockElems;
 #pragma GCC unroll 8
       for (int u = 0; u < kUnits; ++u) {
@@ -389,8 +417,6 @@ void gemv_panel(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, c
     // A last, partial step (the 32-element types with an odd number of blocks in the avx512 build).
     if (full < nb) {
       const int nbl = static_cast<int>(nb - full);
-      const int64_t g0 = full * Dec::kBlockElems / Dec::kGroup;
-      Dec::scales(wr, full, nbl, sbuf + g0 * kP + r, Dec::kMin ? mbuf + g0 * kP + r : nullptr);
       const int64_t e = full * Dec::kBlockElems;
       const int valid = static_cast<int>(k - e);
       const VI wv = Dec::unit(wr, full, nbl, 0);
@@ -399,6 +425,8 @@ void gemv_panel(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, c
             dot4(vi_zero(), wv, load_x(xq + t * k + e, valid));
     }
   }
+  // The scales of all rows at once, now that the panel's blocks are in cache.
+  scales_rows<Dec>(w, nb, rows, sbuf, mbuf);
   VF acc[TT];
 #pragma GCC unroll 4
   for (auto& v : acc) v = fzero();
@@ -507,9 +535,9 @@ void pack(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, Panel& 
   // Row by row first (one sequential stream, as in gemv_panel: walking the rows side by side left every block
   // waiting on memory), into per-row unit vectors; then the transposes, from cache.
   const int64_t units = (k + kUnitElems - 1) / kUnitElems;
-  thread_local AVec<VI> tls_rows;
-  tls_rows.resize(static_cast<size_t>(kP * units));
-  VI* rowv = tls_rows.data();  // [kP][units]
+  thread_local AVec<uint8_t> tls_rows;  // raw bytes, as in gemv_panel
+  tls_rows.resize(static_cast<size_t>(kP * units) * sizeof(VI));
+  VI* rowv = reinterpret_cast<VI*>(tls_rows.data());  // [kP][units]
   for (int r = 0; r < kP; ++r) {
     VI* dst = rowv + r * units;
     if (r >= rows) {
@@ -519,9 +547,7 @@ void pack(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, Panel& 
     const auto* wr = w + r * nb;
     for (int64_t b0 = 0; b0 < nb; b0 += Dec::kStepBlocks) {
       const int nbl = static_cast<int>(std::min<int64_t>(Dec::kStepBlocks, nb - b0));
-      const int64_t g0 = b0 * Dec::kBlockElems / Dec::kGroup;
       _mm_prefetch(reinterpret_cast<const char*>(wr + b0) + kPrefetchBytes, _MM_HINT_T0);
-      Dec::scales(wr, b0, nbl, p.s.data() + g0 * kP + r, Dec::kMin ? p.mn.data() + g0 * kP + r : nullptr);
       for (int u = 0; u < kUnits; ++u) {
         const int64_t e = b0 * Dec::kBlockElems + u * kUnitElems;
         if (e >= k) break;
@@ -529,6 +555,7 @@ void pack(const typename Dec::Block* w, int64_t nb, int64_t k, int rows, Panel& 
       }
     }
   }
+  scales_rows<Dec>(w, nb, rows, p.s.data(), Dec::kMin ? p.mn.data() : nullptr);
   VI v[kP], out[kP];
   for (int64_t ui = 0; ui < units; ++ui) {
     for (int r = 0; r < kP; ++r) v[r] = rowv[r * units + ui];

@@ -484,6 +484,12 @@ struct PackBlocks {
     for (int i = 0; i < nbl; ++i) s[i * packed::kP] = scale(w[b0 + i].d);
   }
   static VI unit(const B* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One block of 16 rows: d is the first half word.
+  static void scales16(const B* b, __m512i offs, __mmask16 live, float* s, float*) {
+    _mm512_store_ps(s, packed::half_lo(packed::gather_word(b, 0, offs, live)));
+  }
+#endif
 };
 struct PackQ4_0 : PackBlocks<BlockQ4_0> {
   static constexpr int kOffset = 8;
