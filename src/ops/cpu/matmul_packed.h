@@ -1,5 +1,5 @@
-// The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 2 rows or
-// more (prefill, batched decode) and a decode kernel for single rows that gives the same bits, shared by
+// The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 3 rows or
+// more (prefill, batched decode) and a decode kernel for 1-2 rows that gives the same bits, shared by
 // matmul_quant.cc (q4_0, q8_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
 // per-build namespace, and only in the SIMD builds.
 //
@@ -254,12 +254,12 @@ void tile(int tt, const Panel& p, int64_t k, const Acts& a, int64_t t0, float* o
   }
 }
 
-// ---- Single rows (up to kGemvRows; building a panel already pays at 2): no panel is built. Each weight row's bytes go
-// from its blocks (Dec::unit) straight into one integer dot product per unit of one vector (64 / 32 elements)
-// and activation row, which leaves partial sums spread over the lanes; a transpose-add then gathers them into
-// one vector per group with the panel's rows in its lanes, and from there the f32 steps are those of micro()
-// in the same order, so the outputs are bit for bit those of the panel path.
-constexpr int64_t kGemvRows = 1;
+// ---- Single rows (up to kGemvRows = 2; building a panel pays from 3 rows): no panel is built. Each weight row's bytes
+// go from its blocks (Dec::unit) straight into one integer dot product per unit of one vector (64 / 32 elements) and
+// activation row, which leaves partial sums spread over the lanes; a transpose-add then gathers them into one vector
+// per group with the panel's rows in its lanes, and from there the f32 steps are those of micro() in the same order, so
+// the outputs are bit for bit those of the panel path.
+constexpr int64_t kGemvRows = 2;
 constexpr int kPrefetchBytes = 1024;
 constexpr int kUnitElems = static_cast<int>(sizeof(VI));
 
