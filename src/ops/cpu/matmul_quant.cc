@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -471,9 +472,47 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 #endif
 }
 
+#if defined(__AVX2__)
+// Decoders for matmul_packed.h: the blocks' scales, and their 32 weights as unsigned bytes q + off, one vector
+// of kStep blocks at a time.
+template <typename B>
+struct PackBlocks {
+  using Block = B;
+  static constexpr int kBlockElems = kQuantBlock, kGroup = kQuantBlock, kStepBlocks = kStep;
+  static constexpr bool kMin = false;
+  static void scales(const B* w, int64_t b0, int nbl, float* s, float*) {
+    for (int i = 0; i < nbl; ++i) s[i * packed::kP] = scale(w[b0 + i].d);
+  }
+  static VI unit(const B* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One block of 16 rows: d is the first half word.
+  static void scales16(const B* b, __m512i offs, __mmask16 live, float* s, float*) {
+    _mm512_store_ps(s, packed::half_lo(packed::gather_word(b, 0, offs, live)));
+  }
+#endif
+};
+struct PackQ4_0 : PackBlocks<BlockQ4_0> {
+  static constexpr int kOffset = 8;
+};
+struct PackQ8_0 : PackBlocks<BlockQ8_0> {
+  static constexpr int kOffset = 128;
+};
+#endif
+
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AVX2__)
+  // The kernels of matmul_packed.h, for every batch size, where they cover the type in this build.
+  if (op.w.dtype == DType::kQ4_0) {
+    packed::matmul<PackQ4_0>(op, ctx);
+    return ok_status();
+  }
+  if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0) {
+    packed::matmul<PackQ8_0>(op, ctx);
+    return ok_status();
+  }
+#endif
   thread_local QuantRows xq;
   quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
