@@ -155,6 +155,12 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   t.buffer = buf.get();
   buffers_.push_back(std::move(buf));
   TS_RETURN_IF_ERROR(stream_->upload(t, src));
+  // A matmul weight may be re-laid for the device's kernels (cpu: panels); the embedding table (matrix false)
+  // never is, so a tied classifier that shares it reads the stored layout.
+  if (matrix) {
+    TS_RETURN_IF_ERROR(stream_->synchronize());
+    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(t));
+  }
   if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
   if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;

@@ -28,6 +28,8 @@
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_packed.h"
+#include "ops/cpu/matmul_repacked.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -582,6 +584,17 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+#if defined(__AVX2__)
+    // Repacked at load (repack.h): every batch size reads the panels.
+    if (op.w.dtype == DType::kQ4_K) return packed::matmul_repacked<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ6_K) return packed::matmul_repacked<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+#endif
+    return failed_precondition(
+        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
+                    "of {} rows",
+                    dtype_name(lay->type), lay->panel_rows));
+  }
 #if defined(__AVX2__)
   // q4_k and q6_k: the kernels of matmul_packed.h, for every batch size.
   if (op.w.dtype == DType::kQ4_K) {

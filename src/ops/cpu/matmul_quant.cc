@@ -11,8 +11,12 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/core.h>
+
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_packed.h"
+#include "ops/cpu/matmul_repacked.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -502,6 +506,18 @@ struct PackQ8_0 : PackBlocks<BlockQ8_0> {
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+#if defined(__AVX2__)
+    // Repacked at load (repack.h): every batch size reads the panels.
+    if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
+    if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0)
+      return packed::matmul_repacked<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
+#endif
+    return failed_precondition(
+        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
+                    "of {} rows",
+                    dtype_name(lay->type), lay->panel_rows));
+  }
 #if defined(__AVX2__)
   // The kernels of matmul_packed.h, for every batch size, where they cover the type in this build.
   if (op.w.dtype == DType::kQ4_0) {
