@@ -16,6 +16,13 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
+// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
@@ -128,6 +135,22 @@ inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the 
 
 #endif
 
+// The cache offsets of positions first .. first + count - 1 of kv head kvh: one division for the first, then
+// walking the blocks (a division per key, as c.elem(table[t / block_tokens], ...) costs in a loop, was a
+// third of decode attention's time at depth 512).
+inline void row_offsets(const Cache& c, const int32_t* table, int32_t first, int32_t count, int64_t kvh,
+                        std::vector<int64_t>& off) {
+  off.resize(static_cast<size_t>(count));
+  int64_t b = first / c.block_tokens, r = first % c.block_tokens;
+  for (int32_t i = 0; i < count; ++i) {
+    off[static_cast<size_t>(i)] = c.elem(table[b], r, kvh);
+    if (++r == c.block_tokens) {
+      r = 0;
+      ++b;
+    }
+  }
+}
+
 template <typename T>
 void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
                  std::vector<float>& scores, const AttentionScores& opt) {
@@ -194,6 +217,128 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
 }
 
 #if defined(__AVX2__)
+// e^x as exp16 does, with 2^n built in the exponent field: anything below -87 (where 2^n would leave the
+// normal range), -inf included, gives 0; NaN stays NaN.
+inline __m256 exp8(__m256 x) {
+  const __m256 dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+// Eight vectors to one, lane r = the sum of a[r]'s lanes (dot8's reduction).
+inline __m256 reduce8(const __m256* a) {
+  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+inline float hmax8(__m256 v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+// One query's decode attention, head_dim = 8 * NV (64 or 128), in 256-bit vectors in every build (a 512-bit
+// form of it, sixteen keys per reduction, measured 7% slower on Zen 4 at depth 1024). Scores: eight keys at a
+// time, each a chain of NV FMAs against the query held in registers, the eight reduced together (dot8's
+// reduction). Softmax: max-subtracted, exp8 eight at a time (a scalar std::exp was a fifth of the time;
+// heads of other sizes, such as stories260K's 8, keep attend_head and its std::exp). Values: two positions
+// per step into two sets of NV accumulators. Cache offsets come from row_offsets (no division per key); rows
+// are prefetched kPrefetchKeys positions ahead (blocks are scattered, so a stream stops at each block's end).
+// Going through the heads of a position together instead (one contiguous cache row) measured slower.
+constexpr int32_t kPrefetchKeys = 64;
+template <typename T, int NV>
+void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
+                std::vector<float>& scores, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 8 * NV;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+  const int32_t count = pos - first + 1, padded = (count + 8 - 1) / 8 * 8;
+  row_offsets(c, table, first, count, kvh, off);
+  const int64_t* o = off.data();
+  __m256 qv[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+  const bool scaled = opt.scale > 0.0f;
+  const __m256 dv = _mm256_set1_ps(std::sqrt(static_cast<float>(hd))), sv = _mm256_set1_ps(opt.scale);
+  scores.resize(static_cast<size_t>(padded));
+  float* sc = scores.data();
+  for (int32_t t = 0; t < count; t += 8) {
+    const int n = std::min<int32_t>(8, count - t);
+    if (t + 8 + kPrefetchKeys <= count) {
+      for (int r = 0; r < 8; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
+    }
+    __m256 a[8];
+#pragma GCC unroll 16
+    for (int r = 0; r < 8; ++r) {
+      if (r < n) {
+        const T* k = kbase + o[t + r];
+        __m256 acc = _mm256_mul_ps(load8(k), qv[0]);
+#pragma GCC unroll 16
+        for (int j = 1; j < NV; ++j) acc = _mm256_fmadd_ps(load8(k + 8 * j), qv[j], acc);
+        a[r] = acc;
+      } else {
+        a[r] = _mm256_setzero_ps();
+      }
+    }
+    const __m256 d = reduce8(a);
+    _mm256_storeu_ps(sc + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
+  }
+  if (opt.softcap > 0.0f) {
+    for (int32_t t = 0; t < count; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
+  }
+  // The positions past count in the last vector are -inf, so vexp gives them 0.
+  for (int32_t t = count; t < padded; ++t) sc[t] = -INFINITY;
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + t));
+  const __m256 mv = _mm256_set1_ps(hmax8(mx));
+  __m256 sum = _mm256_setzero_ps();
+  for (int32_t t = 0; t < padded; t += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mv));
+    _mm256_storeu_ps(sc + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+  for (int32_t t = 0; t < padded; t += 8) _mm256_storeu_ps(sc + t, _mm256_mul_ps(_mm256_loadu_ps(sc + t), inv));
+  __m256 o0[NV], o1[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) o0[j] = o1[j] = _mm256_setzero_ps();
+  int32_t t = 0;
+  for (; t + 2 <= count; t += 2) {
+    if (t + 2 + kPrefetchKeys <= count) {
+      prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
+      prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
+    }
+    const T* v0 = vbase + o[t];
+    const T* v1 = vbase + o[t + 1];
+    const __m256 p0 = _mm256_set1_ps(sc[t]), p1 = _mm256_set1_ps(sc[t + 1]);
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) {
+      o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+      o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
+    }
+  }
+  if (t < count) {
+    const T* v0 = vbase + o[t];
+    const __m256 p0 = _mm256_set1_ps(sc[t]);
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(o0[j], o1[j]));
+}
+
+#endif
+
+#if defined(__AVX2__)
 // The tiled path's vector: 16 lanes in the avx512 build, 8 in the avx2 build (kVPerPass vectors of outputs
 // per query held in registers by tile_values: 64 or 16 columns).
 #if defined(__AVX512F__)
@@ -228,21 +373,7 @@ template <typename T>
 inline VF vwiden(const T* p) {
   return load8(p);
 }
-// e^x as exp16 does, with 2^n built in the exponent field: anything below -87 (where 2^n would leave the
-// normal range), -inf included, gives 0; NaN stays NaN.
-inline VF vexp(VF x) {
-  const VF dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
-  const VF n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  VF r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  VF p = _mm256_set1_ps(1.0f / 5040.0f);
-  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
+inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
 #endif
 
@@ -406,6 +537,17 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
     const int64_t i = wi / n_heads, h = wi % n_heads;
     const float* qh = q + (i * n_heads + h) * hd;
     float* oh = out + (i * n_heads + h) * hd;
+#if defined(__AVX2__)
+    if (hd == 64 || hd == 128) {
+      if (c.f16) {
+        (hd == 64 ? attend_one<uint16_t, 8> : attend_one<uint16_t, 16>)(c, table(i), pos(i), qh, h / group, oh, scores,
+                                                                        opt);
+      } else {
+        (hd == 64 ? attend_one<float, 8> : attend_one<float, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt);
+      }
+      return;
+    }
+#endif
     if (c.f16) {
       attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
     } else {
@@ -499,7 +641,12 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   }
 #if defined(__AVX2__)
   const int64_t heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
-  if (group > 1 && hd % 64 == 0 && group <= 64) {
+  // The one-query kernel (attend_one, through attend_all below) takes heads of 64 and 128 even when grouped:
+  // the tiled path widens its keys into a transposed panel element by element, which cost more than reading
+  // each kv head once per query (from cache after the group's first): qwen2.5-0.5b Q4_K_M at depth 512, a
+  // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512).
+  const bool one_query_kernel = hd == 64 || hd == 128;
+  if (!one_query_kernel && group > 1 && hd % 64 == 0 && group <= 64) {
     // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
     const float* q = data<const float>(op.q);
     float* out = data<float>(op.out);
