@@ -120,61 +120,76 @@ struct PanelQ6_K {
   }
 };
 
-// out[t * ld + r] for the panel's kP rows and activation rows t0 .. t0 + TT - 1; the f32 steps are micro()'s.
+// One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
+// are micro()'s.
 template <typename L, int TT>
-void panel_rows(const uint8_t* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* out, int64_t ld,
-                const float* bias) {
+inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* const* xq, const Acts& a,
+                       int64_t t0, VF* acc) {
   constexpr int kD = L::kGroup / 4;
-  constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
-  const int64_t groups = k / L::kGroup;
   alignas(64) float s[L::kGroups * kP];
   alignas(64) float mn[L::kMin ? L::kGroups * kP : kP];
-  VF acc[TT];
+  L::scales(pb, s, mn);
+  for (int gl = 0; gl < L::kGroups; ++gl) {
+    const int64_t g = b * L::kGroups + gl;
+    VI u[kD];
+    L::group(pb, gl, u);
+    VI isum[TT];
 #pragma GCC unroll 16
-  for (auto& v : acc) v = fzero();
+    for (int t = 0; t < TT; ++t) isum[t] = bcast(a.start[static_cast<size_t>((t0 + t) * groups + g)]);
+#pragma GCC unroll 8
+    for (int d = 0; d < kD; ++d) {
+#pragma GCC unroll 16
+      for (int t = 0; t < TT; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, xq[t] + g * L::kGroup + 4 * d, 4);
+        isum[t] = dot4(isum[t], u[d], bcast(x4));
+      }
+    }
+    const VF sv = load_vf(s + gl * kP);
+#pragma GCC unroll 16
+    for (int t = 0; t < TT; ++t) {
+      const auto i = static_cast<size_t>((t0 + t) * groups + g);
+      acc[t] = fma_i(isum[t], vmul(sv, bcastf(a.xd[i])), acc[t]);
+    }
+    if constexpr (L::kMin) {
+      const VF mv = load_vf(mn + gl * kP);
+#pragma GCC unroll 16
+      for (int t = 0; t < TT; ++t) acc[t] = fnma(mv, bcastf(a.xs[static_cast<size_t>((t0 + t) * groups + g)]), acc[t]);
+    }
+  }
+}
+
+// out[p][t * ld + r] for NP panels (pw[p], each kP rows) and activation rows t0 .. t0 + TT - 1. NP = 2 walks two
+// panels far apart in lockstep: two sequential streams keep more loads in flight than one (decode reads every
+// weight byte once and waits on memory). Each panel's rows keep their own accumulators and instructions, so the
+// bits do not depend on NP.
+template <typename L, int TT, int NP = 1>
+void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
+                int64_t ld, const float* const* bias) {
+  constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
+  const int64_t groups = k / L::kGroup;
+  VF acc[NP][TT];
+  for (auto& row : acc)
+#pragma GCC unroll 16
+    for (auto& v : row) v = fzero();
   const uint8_t* xq[TT];
 #pragma GCC unroll 16
   for (int t = 0; t < TT; ++t) xq[t] = reinterpret_cast<const uint8_t*>(a.q.data() + (t0 + t) * k);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = pw + b * kPanelBlock;
-    // The panel is one sequential stream; fetch a few blocks ahead (the hardware prefetcher alone left the
-    // first loads of each block waiting).
-    for (int64_t o = 0; o < kPanelBlock; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * kPanelBlock + o), _MM_HINT_T0);
-    L::scales(pb, s, mn);
-    for (int gl = 0; gl < L::kGroups; ++gl) {
-      const int64_t g = b * L::kGroups + gl;
-      VI u[kD];
-      L::group(pb, gl, u);
-      VI isum[TT];
-#pragma GCC unroll 16
-      for (int t = 0; t < TT; ++t) isum[t] = bcast(a.start[static_cast<size_t>((t0 + t) * groups + g)]);
-#pragma GCC unroll 8
-      for (int d = 0; d < kD; ++d) {
-#pragma GCC unroll 16
-        for (int t = 0; t < TT; ++t) {
-          int32_t x4;
-          std::memcpy(&x4, xq[t] + g * L::kGroup + 4 * d, 4);
-          isum[t] = dot4(isum[t], u[d], bcast(x4));
-        }
-      }
-      const VF sv = load_vf(s + gl * kP);
-#pragma GCC unroll 16
-      for (int t = 0; t < TT; ++t) {
-        const auto i = static_cast<size_t>((t0 + t) * groups + g);
-        acc[t] = fma_i(isum[t], vmul(sv, bcastf(a.xd[i])), acc[t]);
-      }
-      if constexpr (L::kMin) {
-        const VF mv = load_vf(mn + gl * kP);
-#pragma GCC unroll 16
-        for (int t = 0; t < TT; ++t)
-          acc[t] = fnma(mv, bcastf(a.xs[static_cast<size_t>((t0 + t) * groups + g)]), acc[t]);
-      }
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* pb = pw[p] + b * kPanelBlock;
+      // Fetch a few blocks ahead (the hardware prefetcher alone left the first loads of each block waiting).
+      for (int64_t o = 0; o < kPanelBlock; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * kPanelBlock + o), _MM_HINT_T0);
+      block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
     }
   }
-  const VF bv = bias ? load_rows(bias, kP) : fzero();
+  for (int p = 0; p < NP; ++p) {
+    const VF bv = bias[p] ? load_rows(bias[p], kP) : fzero();
 #pragma GCC unroll 16
-  for (int t = 0; t < TT; ++t) store_rows(out + t * ld, bias ? vadd(acc[t], bv) : acc[t], kP);
+    for (int t = 0; t < TT; ++t) store_rows(out[p] + t * ld, bias[p] ? vadd(acc[p][t], bv) : acc[p][t], kP);
+  }
 }
 
 template <typename L>
@@ -183,7 +198,7 @@ void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a,
   switch (tt) {
 #define TS_REPACKED_CASE(n) \
   case n:                   \
-    return panel_rows<L, n>(pw, nb, k, a, t0, out, ld, bias);
+    return panel_rows<L, n>(&pw, nb, k, a, t0, &out, ld, &bias);
     TS_REPACKED_CASE(1)
     TS_REPACKED_CASE(2)
     TS_REPACKED_CASE(3)
@@ -195,7 +210,7 @@ void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a,
 #endif
 #undef TS_REPACKED_CASE
     default:
-      return panel_rows<L, kT>(pw, nb, k, a, t0, out, ld, bias);
+      return panel_rows<L, kT>(&pw, nb, k, a, t0, &out, ld, &bias);
   }
 }
 
@@ -222,6 +237,44 @@ Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ct
   const int64_t i0_tail = whole * kP;
   const auto* tail = reinterpret_cast<const typename Dec::Block*>(base + i0_tail * nb * L::kBytes);
   const float* tail_bias = bias ? bias + i0_tail : nullptr;
+  auto tail_rows_of = [&](int64_t r0, int64_t r1) {
+    // The row-major tail: matmul_packed.h's paths, as an unpacked matrix's last panel takes them.
+    const int rows = static_cast<int>(tail_rows);
+    if (n <= kGemvRows) {
+      if (n == 1) return gemv_panel<Dec, 1>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
+      return gemv_panel<Dec, 2>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
+    }
+    thread_local Panel panel;
+    pack<Dec>(tail, nb, k, rows, panel);
+    for (int64_t t0 = r0; t0 < r1; t0 += kT) {
+      const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
+      tile<Dec::kGroup, Dec::kMin>(tt, panel, k, acts, t0, out + t0 * m + i0_tail, m, rows, tail_bias);
+    }
+  };
+  auto panel_at = [&](int64_t pi) { return base + pi * kP * nb * L::kBytes; };
+  auto bias_at = [&](int64_t pi) { return bias ? bias + pi * kP : nullptr; };
+  if (n <= kGemvRows) {
+    // Decode: panels pi and pi + half in lockstep (two streams), the odd one and the tail alone.
+    const int64_t half = whole / 2;
+    parallel_for(ctx, half + (whole % 2) + (tail_rows > 0 ? 1 : 0), [&](int64_t j) {
+      if (j < half) {
+        const uint8_t* pw[2] = {panel_at(j), panel_at(j + half)};
+        float* o[2] = {out + j * kP, out + (j + half) * kP};
+        const float* bp[2] = {bias_at(j), bias_at(j + half)};
+        if (n == 1) return panel_rows<L, 1, 2>(pw, nb, k, acts, 0, o, m, bp);
+        return panel_rows<L, 2, 2>(pw, nb, k, acts, 0, o, m, bp);
+      }
+      if (j == half && whole % 2 == 1) {
+        const uint8_t* pw = panel_at(whole - 1);
+        float* o = out + (whole - 1) * kP;
+        const float* bp = bias_at(whole - 1);
+        if (n == 1) return panel_rows<L, 1>(&pw, nb, k, acts, 0, &o, m, &bp);
+        return panel_rows<L, 2>(&pw, nb, k, acts, 0, &o, m, &bp);
+      }
+      tail_rows_of(0, n);
+    });
+    return ok_status();
+  }
   for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {
     const int64_t r1 = std::min(n, r0 + kTokenBlock);
     parallel_for(ctx, whole + (tail_rows > 0 ? 1 : 0), [&](int64_t pi) {
@@ -233,18 +286,7 @@ Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ct
         }
         return;
       }
-      // The row-major tail: matmul_packed.h's paths, as an unpacked matrix's last panel takes them.
-      const int rows = static_cast<int>(tail_rows);
-      if (n <= kGemvRows) {
-        if (n == 1) return gemv_panel<Dec, 1>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
-        return gemv_panel<Dec, 2>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
-      }
-      thread_local Panel panel;
-      pack<Dec>(tail, nb, k, rows, panel);
-      for (int64_t t0 = r0; t0 < r1; t0 += kT) {
-        const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
-        tile<Dec::kGroup, Dec::kMin>(tt, panel, k, acts, t0, out + t0 * m + i0_tail, m, rows, tail_bias);
-      }
+      tail_rows_of(r0, r1);
     });
   }
   return ok_status();
