@@ -1,7 +1,9 @@
 // The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 3 rows or
 // more (prefill, batched decode) and a decode kernel for 1-2 rows that gives the same bits, shared by
 // matmul_quant.cc (q4_0, q8_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
-// per-build namespace, and only in the SIMD builds.
+// per-build namespace, and only in the SIMD builds. Matrices the device repacked at load (repack.h) take
+// matmul_repacked.h instead, which reads the panels directly; the paths here serve the rest (row-major matrices,
+// and the rows past a repacked matrix's last whole panel).
 //
 // Why a different layout: the row-by-row kernels keep one weight row's elements across the vector lanes, so
 // every 32-element block of every (weight row, activation row) pair ends in its own int->float conversion and

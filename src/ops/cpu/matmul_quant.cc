@@ -501,6 +501,9 @@ struct PackQ4_0 : PackBlocks<BlockQ4_0> {
 struct PackQ8_0 : PackBlocks<BlockQ8_0> {
   static constexpr int kOffset = 128;
 };
+struct PackQ5_0 : PackBlocks<BlockQ5_0> {
+  static constexpr int kOffset = 16;
+};
 #endif
 
 }  // namespace
@@ -510,6 +513,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AVX2__)
     // Repacked at load (repack.h): every batch size reads the panels.
     if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
     if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0)
       return packed::matmul_repacked<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
 #endif
@@ -526,6 +530,10 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   }
   if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0) {
     packed::matmul<PackQ8_0>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ5_0) {
+    packed::matmul<PackQ5_0>(op, ctx);
     return ok_status();
   }
 #endif

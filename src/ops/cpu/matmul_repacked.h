@@ -58,6 +58,30 @@ struct PanelQ4_0 {
     }
   }
 };
+// q5_0: q4_0's nibbles plus a fifth bit per element from the row's 32-bit qh (bit i: element i), spread to bit 4
+// of each byte: the four bits of a dword's elements times 0x00204081 land, without carries, at bits 0, 8, 16, 24.
+struct PanelQ5_0 {
+  static constexpr int kBytes = 22, kGroups = 1, kGroup = 32, kOffset = 16;
+  static constexpr bool kMin = false;
+  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
+  static VI fifth(VI qh, unsigned first) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const VI spread = _mm512_mullo_epi32(vand(srl(qh, first), bcast(0xf)), bcast(0x00204081));
+#else
+    const VI spread = _mm256_mullo_epi32(vand(srl(qh, first), bcast(0xf)), bcast(0x00204081));
+#endif
+    return sll(vand(spread, bcast(0x01010101)), 4);
+  }
+  static void group(const uint8_t* pb, int, VI* u) {
+    const VI m = bcast(0x0f0f0f0f);
+    const VI qh = ldu(pb + 2 * kP);
+    for (int j = 0; j < 4; ++j) {
+      const VI v = ldu(pb + 6 * kP + j * kV);
+      u[j] = vor(vand(v, m), fifth(qh, static_cast<unsigned>(4 * j)));
+      u[j + 4] = vor(vand(srl(v, 4), m), fifth(qh, static_cast<unsigned>(16 + 4 * j)));
+    }
+  }
+};
 struct PanelQ8_0 {
   static constexpr int kBytes = 34, kGroups = 1, kGroup = 32, kOffset = 128;
   static constexpr bool kMin = false;

@@ -37,6 +37,11 @@ void panel_block(DType type, const uint8_t* const* blocks, int p, uint8_t* dst) 
       halves(blocks, p, offsetof(BlockQ4_0, d), dst);
       interleave(blocks, p, offsetof(BlockQ4_0, qs), 4, 0, dst + 2 * p);
       return;
+    case DType::kQ5_0:
+      halves(blocks, p, offsetof(BlockQ5_0, d), dst);
+      interleave(blocks, p, offsetof(BlockQ5_0, qh), 1, 0, dst + 2 * p);
+      interleave(blocks, p, offsetof(BlockQ5_0, qs), 4, 0, dst + 6 * p);
+      return;
     case DType::kQ8_0:
       halves(blocks, p, offsetof(BlockQ8_0, d), dst);
       interleave(blocks, p, offsetof(BlockQ8_0, qs), 8, 0x80, dst + 2 * p);
@@ -93,6 +98,7 @@ bool repackable(DType type, int panel_rows) {
   if (panel_rows != 8 && panel_rows != 16) return false;
   switch (type) {
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
