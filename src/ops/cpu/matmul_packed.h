@@ -25,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -149,13 +150,57 @@ inline void quantize_block32(const float* xb, int8_t* q, float* d_out, int32_t* 
   s16[1] = hsum_epi32(_mm256_add_epi32(i2, i3));
 }
 
+// 256 elements as llama.cpp's q8_K blocks (quantize_row_q8_K_ref), which it multiplies K-quant weights with: one f32
+// scale d = max / -127 for the element of largest magnitude (the first one), q = min(127, round(x / d)), so that
+// the two engines quantise a K-quant matmul's activations alike. Writes q, the scale into all eight 32-element
+// block slots of `d_out`, and the 16-element sums.
+inline void quantize_block256(const float* xb, int8_t* q, float* d_out, int32_t* s16) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float amax = _mm_cvtss_f32(h);
+  if (amax == 0.0f) {
+    std::memset(q, 0, 256);
+    for (int i = 0; i < 8; ++i) d_out[i] = 0.0f;
+    for (int i = 0; i < 16; ++i) s16[i] = 0;
+    return;
+  }
+  float mx = amax;
+  for (int i = 0; i < 256; ++i) {
+    if (std::fabs(xb[i]) == amax) {
+      mx = xb[i];
+      break;
+    }
+  }
+  const float iscale = -127.0f / mx;
+  const __m256 is = _mm256_set1_ps(iscale);
+  const __m256i top = _mm256_set1_epi32(127);
+  for (int i = 0; i < 256; i += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j)
+      v[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * j), is)), top);
+    const __m256i p8 =
+        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])),
+                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), p8);
+    s16[i / 16] = hsum_epi32(_mm256_add_epi32(v[0], v[1]));
+    s16[i / 16 + 1] = hsum_epi32(_mm256_add_epi32(v[2], v[3]));
+  }
+  const float d = 1.0f / iscale;
+  for (int i = 0; i < 8; ++i) d_out[i] = d;
+}
+
 // Quantises x [n, k] for a weight type with groups of `g_size` (16 or 32) elements and offset `off`.
 // `f16_scale` (the 32-element types): the block scale used in the products is rounded to f16, as in GGUF's
 // q8_0 activation blocks, which llama.cpp multiplies q8_0 / q4_0 weights with; with the f32 scale, near-tie
 // greedy choices parted from llama.cpp's more often (phi3_mini Q8_0 parity: 6 of 8 continuations identical
 // against 8 of 8).
+// `k_blocks` (the K-quant types): blocks of 256 with one f32 scale (quantize_block256) instead of 32.
 inline void quantize_acts(const float* x, int64_t n, int64_t k, int g_size, int off, bool with_min, bool f16_scale,
-                          Acts& a, const Ctx& ctx) {
+                          Acts& a, const Ctx& ctx, bool k_blocks = false) {
   const int64_t blocks = n * k / 32, groups = k / g_size;
   a.q.resize(static_cast<size_t>(n * k));
   a.d.resize(static_cast<size_t>(blocks));
@@ -167,8 +212,13 @@ inline void quantize_acts(const float* x, int64_t n, int64_t k, int g_size, int 
       ctx, n,
       [&](int64_t r) {
         const int64_t b0 = r * k / 32;
-        for (int64_t b = b0; b < b0 + k / 32; ++b)
-          quantize_block32(x + b * 32, a.q.data() + b * 32, &a.d[static_cast<size_t>(b)], a.s16.data() + 2 * b);
+        if (k_blocks) {
+          for (int64_t b = b0; b < b0 + k / 32; b += 8)
+            quantize_block256(x + b * 32, a.q.data() + b * 32, &a.d[static_cast<size_t>(b)], a.s16.data() + 2 * b);
+        } else {
+          for (int64_t b = b0; b < b0 + k / 32; ++b)
+            quantize_block32(x + b * 32, a.q.data() + b * 32, &a.d[static_cast<size_t>(b)], a.s16.data() + 2 * b);
+        }
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t e = g * g_size;  // first element of the group within the row
           const int32_t* s = a.s16.data() + (r * k + e) / 16;
@@ -584,7 +634,8 @@ void matmul(const MatMulOp& op, const Ctx& ctx) {
   // thread_local inside the lambda would give each worker its own, empty, copy).
   thread_local Acts tls_acts;
   Acts& acts = tls_acts;
-  quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx);
+  quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx,
+                Dec::kBlockElems == 256);
   if (n <= kGemvRows) return gemv<Dec>(op, acts, ctx);
   const int64_t panels = (m + kP - 1) / kP;
   for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {

@@ -257,7 +257,8 @@ Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ct
   const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
   thread_local Acts tls_acts;  // the caller's thread's; workers reach it through the reference
   Acts& acts = tls_acts;
-  quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx);
+  quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx,
+                Dec::kBlockElems == 256);
   const int64_t i0_tail = whole * kP;
   const auto* tail = reinterpret_cast<const typename Dec::Block*>(base + i0_tail * nb * L::kBytes);
   const float* tail_bias = bias ? bias + i0_tail : nullptr;
