@@ -15,6 +15,9 @@ using nlohmann::json;
 // beyond this would dominate every routing decision.
 constexpr size_t kMaxNodeFieldBytes = 1024;
 constexpr double kMaxNodeCapacity = 1e9;
+// How long a registration waits out an etcd election at start (every member answering "no leader"). etcd's
+// default election timeout is 1 s; a member's isolation or death costs a few of them.
+constexpr std::chrono::seconds kElectionWait{10};
 
 std::string NodeInfo::to_json() const {
   json j = {{"id", id},           {"role", role},         {"backend", backend},
@@ -45,7 +48,16 @@ Result<std::unique_ptr<Registration>> Registration::create(Store& store, std::st
                                                            std::chrono::milliseconds ttl) {
   if (ttl.count() < 10) return invalid_argument(fmt::format("lease TTL {} ms is too short", ttl.count()));
   std::unique_ptr<Registration> r(new Registration(store, std::move(key), std::move(value), ttl));
-  TS_RETURN_IF_ERROR(r->register_now());
+  // A node that starts while the etcd cluster elects a leader (the multi-host suite joins one right after
+  // isolating a member) waits for the election instead of failing to start; any other error fails at once.
+  const auto deadline = std::chrono::steady_clock::now() + kElectionWait;
+  Status s = r->register_now();
+  while (!s.ok() && s.code() == StatusCode::kUnavailable && s.message().find("no leader") != std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    s = r->register_now();
+  }
+  TS_RETURN_IF_ERROR(s);
   r->thread_ = std::thread([p = r.get()] { p->heartbeat_loop(); });
   return r;
 }

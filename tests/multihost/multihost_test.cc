@@ -392,47 +392,58 @@ Streamed stream(const std::string& url, const std::string& prompt, int n, std::a
 TEST(MultiHost, ACutLinkMidStreamLosesNoToken) {
   REQUIRE_CLUSTER();
   constexpr int kStreams = 8, kTokens = 450;  // long enough to be mid-stream at the cut (context: 512)
-  auto prompt = [](int i) { return fmt::format("Once upon a time {}", i); };
-  std::vector<Streamed> want(kStreams), got(kStreams);
-  for (int i = 0; i < kStreams; ++i) want[i] = stream(g->reference_url, prompt(i), kTokens, nullptr);
-  // Both decode nodes in rotation (a loaded machine can make a probe time out), so that C has streams to lose.
-  ASSERT_TRUE(g->wait_nodes(3, 30s));
-  const double before =
-      std::max(0.0, testing::scrape_metric(g->router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
-  // Every stream must be decoding at the cut (a few tokens in): a stream still in prefill or in its KV
-  // transfer when C goes would be retried whole, not continued, and would test nothing.
-  std::vector<std::atomic<int>> progress(kStreams);
-  std::vector<std::thread> ts;
-  for (int i = 0; i < kStreams; ++i)
-    ts.emplace_back([&, i] { got[i] = stream(g->router_url, prompt(i), kTokens, &progress[i]); });
-  auto all_decoding = [&] {
-    for (const auto& p : progress)
-      if (p < 4) return false;
-    return true;
-  };
-  const auto t0 = Time::now();
-  while (!all_decoding() && Time::now() - t0 < 30s) std::this_thread::sleep_for(1ms);
-  const auto cut_at = Time::now();
-  ASSERT_TRUE(g->hosts->cut(kC));
-  for (auto& t : ts) t.join();
-  const double moved =
-      std::max(0.0, testing::scrape_metric(g->router_url, "tessera_router_stream_migrations_total{result=\"ok\"}")) -
-      before;
-  std::printf("host C cut: every stream done %.2f s later; %.0f continued on host D\n",
-              std::chrono::duration<double>(Time::now() - cut_at).count(), moved);
-  EXPECT_GE(moved, 1.0) << "no stream was on host C mid-stream: nothing was tested";
-  int tokens = 0;
-  for (int i = 0; i < kStreams; ++i) {
-    ASSERT_TRUE(want[i].status.ok()) << want[i].status.to_string();
-    EXPECT_EQ(want[i].ids.size(), static_cast<size_t>(kTokens));
-    EXPECT_TRUE(got[i].status.ok()) << got[i].status.to_string();
-    EXPECT_EQ(got[i].ids, want[i].ids) << "stream " << i << ": token ids lost, repeated or different";
-    EXPECT_EQ(got[i].text, want[i].text) << "stream " << i;
-    EXPECT_EQ(got[i].errors, 0);
-    EXPECT_EQ(got[i].done, 1);
-    tokens += static_cast<int>(got[i].ids.size());
+  // Now and then (1 run in 5 here, right after the router restart above) every stream went to host D, and a
+  // cut of C then tests nothing: such an attempt is repeated, C's link restored, up to 3 times. Every
+  // attempt's streams are checked token by token.
+  double moved = 0;
+  for (int attempt = 0; attempt < 3 && moved < 1.0; ++attempt) {
+    if (attempt > 0) {
+      ASSERT_TRUE(g->hosts->restore(kC));
+      ASSERT_TRUE(g->wait_nodes(3, 60s)) << "host C did not come back into rotation after its link was restored";
+    }
+    // New prompts each attempt: a repeated one would be served from the decode node's prefix cache.
+    auto prompt = [attempt](int i) { return fmt::format("Once upon a time {}", attempt * 100 + i); };
+    std::vector<Streamed> want(kStreams), got(kStreams);
+    for (int i = 0; i < kStreams; ++i) want[i] = stream(g->reference_url, prompt(i), kTokens, nullptr);
+    // Both decode nodes in rotation (a loaded machine can make a probe time out), so that C has streams to lose.
+    ASSERT_TRUE(g->wait_nodes(3, 30s));
+    const double before =
+        std::max(0.0, testing::scrape_metric(g->router_url, "tessera_router_stream_migrations_total{result=\"ok\"}"));
+    // Every stream must be decoding at the cut (a few tokens in): a stream still in prefill or in its KV
+    // transfer when C goes would be retried whole, not continued, and would test nothing.
+    std::vector<std::atomic<int>> progress(kStreams);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kStreams; ++i)
+      ts.emplace_back([&, i] { got[i] = stream(g->router_url, prompt(i), kTokens, &progress[i]); });
+    auto all_decoding = [&] {
+      for (const auto& p : progress)
+        if (p < 4) return false;
+      return true;
+    };
+    const auto t0 = Time::now();
+    while (!all_decoding() && Time::now() - t0 < 30s) std::this_thread::sleep_for(1ms);
+    const auto cut_at = Time::now();
+    ASSERT_TRUE(g->hosts->cut(kC));
+    for (auto& t : ts) t.join();
+    moved =
+        std::max(0.0, testing::scrape_metric(g->router_url, "tessera_router_stream_migrations_total{result=\"ok\"}")) -
+        before;
+    std::printf("attempt %d, host C cut: every stream done %.2f s later; %.0f continued on host D\n", attempt + 1,
+                std::chrono::duration<double>(Time::now() - cut_at).count(), moved);
+    int tokens = 0;
+    for (int i = 0; i < kStreams; ++i) {
+      ASSERT_TRUE(want[i].status.ok()) << want[i].status.to_string();
+      EXPECT_EQ(want[i].ids.size(), static_cast<size_t>(kTokens));
+      EXPECT_TRUE(got[i].status.ok()) << got[i].status.to_string();
+      EXPECT_EQ(got[i].ids, want[i].ids) << "stream " << i << ": token ids lost, repeated or different";
+      EXPECT_EQ(got[i].text, want[i].text) << "stream " << i;
+      EXPECT_EQ(got[i].errors, 0);
+      EXPECT_EQ(got[i].done, 1);
+      tokens += static_cast<int>(got[i].ids.size());
+    }
+    std::printf("tokens delivered %d of %d\n", tokens, kStreams * kTokens);
   }
-  std::printf("tokens delivered %d of %d\n", tokens, kStreams * kTokens);
+  EXPECT_GE(moved, 1.0) << "no stream was on host C mid-stream in 3 attempts: nothing was tested";
 }
 
 }  // namespace
