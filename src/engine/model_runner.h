@@ -76,6 +76,9 @@ class ModelRunner {
   // Bytes of the weights the forward pass reads per token (every matrix plus norms; the embedding row
   // read is negligible and not counted): what decode streams from memory per step.
   size_t weight_bytes_per_token() const { return streamed_bytes_; }
+  // Bytes of weights held on the device: the stored sizes, plus any copy widened to f32 for a device that
+  // cannot run a type (a tied table the device indexes in place is held once).
+  size_t resident_weight_bytes() const { return resident_bytes_; }
   // Compiled decode graphs so far (graph mode), by bucket.
   const std::map<int64_t, std::unique_ptr<ops::Graph>>& graphs() const { return graphs_; }
 
@@ -176,6 +179,7 @@ class ModelRunner {
   std::vector<float> step_rows_;
   std::vector<int64_t> step_row_of_;
   size_t streamed_bytes_ = 0;
+  size_t resident_bytes_ = 0;
 };
 
 }  // namespace tessera::engine

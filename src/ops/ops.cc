@@ -96,10 +96,18 @@ Status validate(const Op& op) {
         using T = std::decay_t<decltype(o)>;
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
           c.present(o.table, "table").present(o.ids, "ids").present(o.out, "out");
-          c.rank(o.table, "table", 2).dtype(o.table, "table", DType::kF32).dtype(o.ids, "ids", DType::kI32);
+          // The table in any storage type (a quantised one in whole blocks per row: each looked-up row is
+          // widened to f32 into out), so a model's embedding can stay in its stored type.
+          c.rank(o.table, "table", 2).dtype(o.ids, "ids", DType::kI32);
+          c.require(o.table.dtype != DType::kI32,
+                    "table must hold weights (f32, f16, bf16 or a quantised type), not i32");
           c.rank(o.ids, "ids", 1).rank(o.out, "out", 2).dtype(o.out, "out", DType::kF32);
           c.require(std::isfinite(o.scale), "scale must be finite");
-          if (c.ok()) c.dim(o.out, "out", 0, o.ids.dim(0)).dim(o.out, "out", 1, o.table.dim(1));
+          if (c.ok()) {
+            c.dim(o.out, "out", 0, o.ids.dim(0)).dim(o.out, "out", 1, o.table.dim(1));
+            c.require(o.table.dim(1) % dtype_info(o.table.dtype).block_elems == 0,
+                      "a quantised table's rows must be whole blocks");
+          }
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
           c.present(o.x, "x").present(o.weight, "weight").present(o.out, "out").rank(o.x, "x", 2);
           c.dtype(o.x, "x", DType::kF32).dtype(o.weight, "weight", DType::kF32).same_shape(o.x, "x", o.out, "out");

@@ -1,7 +1,8 @@
 // Weight matrices repacked into panels at load (src/ops/cpu/repack.h): for q4_0, q5_0, q8_0, q4_k and q6_k, in every
 // kernel build that repacks them, a matmul reading the panels gives the same bits as the same matmul on the row-major
 // blocks, at every batch size (so a row's bits still do not depend on its batch), including rows past the last
-// whole panel; and nothing but a matmul's weight operand can read a repacked buffer.
+// whole panel; the embedding lookup of a repacked (tied) table gives the stored rows; and nothing else can read a
+// repacked buffer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -121,6 +122,47 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
       }
       ++tested;
     }
+  }
+  if (tested == 0) GTEST_SKIP() << "no kernel build this processor runs repacks " << dtype_name(dtype);
+}
+
+// A tied classifier shares the embedding table, so the table is repacked too: the lookup must give the stored rows'
+// bits, from whole panels and from the row-major tail.
+TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
+  const DType dtype = GetParam();
+  int tested = 0;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    const int p = panel_rows(isa);
+    if (!cpu::repackable(dtype, p)) continue;
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    Cpu cpu(isa);
+    const int64_t vocab = 3 * p + 5, dim = 512;
+    Rng rng(5);
+    std::vector<float> w(static_cast<size_t>(vocab * dim));
+    for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+    std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
+    ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
+    const Tensor row_major = cpu.make(dtype, {vocab, dim}, stored.data());
+    const Tensor panels = cpu.make(dtype, {vocab, dim}, stored.data());
+    ASSERT_TRUE(cpu.device->prepare_matmul_weight(panels).ok());
+    ASSERT_NE(cpu::panel_layout(panels), nullptr);
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = (i * 7) % static_cast<int32_t>(vocab);
+    const Tensor it = cpu.make(DType::kI32, {vocab}, ids.data());
+    std::vector<float> want(static_cast<size_t>(vocab * dim)), got(want.size());
+    for (auto [table, dst] : {std::pair{&row_major, &want}, std::pair{&panels, &got}}) {
+      const Tensor out = cpu.make(DType::kF32, {vocab, dim}, nullptr);
+      const Status s = cpu.stream->run(EmbeddingOp{*table, it, out, 0.5f});
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_TRUE(cpu.stream->download(out, dst->data()).ok());
+    }
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+    // An id outside the vocabulary is still refused.
+    const int32_t bad = static_cast<int32_t>(vocab);
+    const Tensor bt = cpu.make(DType::kI32, {1}, &bad);
+    const Tensor o1 = cpu.make(DType::kF32, {1, dim}, nullptr);
+    EXPECT_EQ(cpu.stream->run(EmbeddingOp{panels, bt, o1}).code(), StatusCode::kOutOfRange);
+    ++tested;
   }
   if (tested == 0) GTEST_SKIP() << "no kernel build this processor runs repacks " << dtype_name(dtype);
 }

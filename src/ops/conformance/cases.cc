@@ -332,6 +332,21 @@ void add_rows(std::vector<Case>& cases) {
       }
     }
   }
+  // Tables in their stored type: every looked-up row widened exactly as dequantize() does.
+  for (DType w : kWeightTypes) {
+    if (w == DType::kF32) continue;
+    const int64_t dim = dtype_info(w).block_elems == kSuperBlockElems ? 768 : 288;
+    for (int64_t n : {1, 7}) {
+      cases.push_back(
+          {"embedding", w, fmt::format("n={} vocab=512 dim={}", n, dim), kExact, false, [=](CaseEnv& e) -> Op {
+             std::vector<int32_t> ids(static_cast<size_t>(n));
+             for (int32_t& id : ids) id = static_cast<int32_t>(e.rng().next_u32() % 512);
+             ids.back() = 511;
+             return EmbeddingOp{e.random(w, {512, dim}), e.ints({n}, ids), e.output(DType::kF32, {n, dim}),
+                                n == 7 ? 48.0f : 1.0f};
+           }});
+    }
+  }
   for (int64_t n : {1, 3, 64}) {
     for (int64_t width : {1, 7, 172, 768, 2048, 5632}) {
       for (bool special : {false, true}) {

@@ -88,6 +88,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
   if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);     \
   return generic::fn(o, ctx)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
+          if (panel_layout(o.table) != nullptr) return embedding_from_panels(o);  // a table shared with a matmul
           TS_CPU_CALL(embedding);
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
           TS_CPU_CALL(rms_norm);

@@ -50,8 +50,11 @@ Status embedding(const EmbeddingOp& op, const Ctx& ctx) {
       return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", ids[i], vocab));
     }
     float* out = data<float>(op.out) + i * dim;
-    std::memcpy(out, data<const float>(op.table) + static_cast<int64_t>(ids[i]) * dim,
-                static_cast<size_t>(dim) * sizeof(float));
+    // A table in its stored type (f16, bf16, a quantised type: whole blocks per row) widens each looked-up
+    // row, so a model's embedding keeps the file's size in memory (a tied classifier then shares it).
+    const size_t row_bytes = dtype_bytes(op.table.dtype, static_cast<size_t>(dim));
+    TS_RETURN_IF_ERROR(dequantize(data<const uint8_t>(op.table) + static_cast<size_t>(ids[i]) * row_bytes,
+                                  op.table.dtype, {out, static_cast<size_t>(dim)}));
     if (op.scale != 1.0f)
       for (int64_t j = 0; j < dim; ++j) out[j] *= op.scale;
   }

@@ -15,53 +15,76 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// Writes, for v in [0, vectors), vector v of P dwords: lane r = the 4 bytes at src_off + 4 v of row r's block,
-// each byte XOR `flip`.
-void interleave(const uint8_t* const* blocks, int p, int src_off, int vectors, uint8_t flip, uint8_t* dst) {
-  for (int v = 0; v < vectors; ++v)
-    for (int r = 0; r < p; ++r)
-      for (int b = 0; b < 4; ++b) *dst++ = blocks[r][src_off + 4 * v + b] ^ flip;
-}
-// P f16 values at src_off of each row's block.
-void halves(const uint8_t* const* blocks, int p, int src_off, uint8_t* dst) {
-  for (int r = 0; r < p; ++r) {
-    std::memcpy(dst, blocks[r] + src_off, 2);
-    dst += 2;
+// A panel block is a list of pieces: `dwords` == 0: the f16 at block_off of each row, P of them at panel_mult * P;
+// else `dwords` vectors of P dwords at panel_mult * P, vector v lane r = the 4 bytes at block_off + 4 v of row r's
+// block, each byte XOR `flip`.
+struct Piece {
+  int block_off, panel_mult, dwords;
+  uint8_t flip;
+};
+struct PieceList {
+  const Piece* begin_;
+  int n;
+  const Piece* begin() const { return begin_; }
+  const Piece* end() const { return begin_ + n; }
+};
+
+PieceList pieces(DType type) {
+  static const Piece q4_0[] = {{offsetof(BlockQ4_0, d), 0, 0, 0}, {offsetof(BlockQ4_0, qs), 2, 4, 0}};
+  static const Piece q5_0[] = {
+      {offsetof(BlockQ5_0, d), 0, 0, 0}, {offsetof(BlockQ5_0, qh), 2, 1, 0}, {offsetof(BlockQ5_0, qs), 6, 4, 0}};
+  static const Piece q8_0[] = {{offsetof(BlockQ8_0, d), 0, 0, 0}, {offsetof(BlockQ8_0, qs), 2, 8, 0x80}};
+  static const Piece q4_k[] = {{offsetof(BlockQ4_K, d), 0, 0, 0},
+                               {offsetof(BlockQ4_K, dmin), 2, 0, 0},
+                               {offsetof(BlockQ4_K, scales), 4, 3, 0},
+                               {offsetof(BlockQ4_K, qs), 16, 32, 0}};
+  static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
+                               {offsetof(BlockQ6_K, scales), 2, 4, 0},
+                               {offsetof(BlockQ6_K, ql), 18, 32, 0},
+                               {offsetof(BlockQ6_K, qh), 146, 16, 0}};
+  switch (type) {
+    case DType::kQ4_0:
+      return {q4_0, 2};
+    case DType::kQ5_0:
+      return {q5_0, 3};
+    case DType::kQ8_0:
+      return {q8_0, 2};
+    case DType::kQ4_K:
+      return {q4_k, 4};
+    case DType::kQ6_K:
+      return {q6_k, 4};
+    default:
+      return {nullptr, 0};  // repackable() keeps other types away
   }
 }
 
 // One panel block from the P row blocks (type layouts: base/quant.h; target layout: repack.h).
 void panel_block(DType type, const uint8_t* const* blocks, int p, uint8_t* dst) {
-  switch (type) {
-    case DType::kQ4_0:
-      halves(blocks, p, offsetof(BlockQ4_0, d), dst);
-      interleave(blocks, p, offsetof(BlockQ4_0, qs), 4, 0, dst + 2 * p);
-      return;
-    case DType::kQ5_0:
-      halves(blocks, p, offsetof(BlockQ5_0, d), dst);
-      interleave(blocks, p, offsetof(BlockQ5_0, qh), 1, 0, dst + 2 * p);
-      interleave(blocks, p, offsetof(BlockQ5_0, qs), 4, 0, dst + 6 * p);
-      return;
-    case DType::kQ8_0:
-      halves(blocks, p, offsetof(BlockQ8_0, d), dst);
-      interleave(blocks, p, offsetof(BlockQ8_0, qs), 8, 0x80, dst + 2 * p);
-      return;
-    case DType::kQ4_K:
-      halves(blocks, p, offsetof(BlockQ4_K, d), dst);
-      halves(blocks, p, offsetof(BlockQ4_K, dmin), dst + 2 * p);
-      interleave(blocks, p, offsetof(BlockQ4_K, scales), 3, 0, dst + 4 * p);
-      interleave(blocks, p, offsetof(BlockQ4_K, qs), 32, 0, dst + 16 * p);
-      return;
-    case DType::kQ6_K:
-      halves(blocks, p, offsetof(BlockQ6_K, d), dst);
-      interleave(blocks, p, offsetof(BlockQ6_K, scales), 4, 0, dst + 2 * p);
-      interleave(blocks, p, offsetof(BlockQ6_K, ql), 32, 0, dst + 18 * p);
-      interleave(blocks, p, offsetof(BlockQ6_K, qh), 16, 0, dst + 146 * p);
-      return;
-    default:
-      return;  // repackable() keeps other types away
+  for (const Piece& pc : pieces(type)) {
+    uint8_t* o = dst + pc.panel_mult * p;
+    if (pc.dwords == 0) {
+      for (int r = 0; r < p; ++r) std::memcpy(o + 2 * r, blocks[r] + pc.block_off, 2);
+      continue;
+    }
+    for (int v = 0; v < pc.dwords; ++v)
+      for (int r = 0; r < p; ++r)
+        for (int b = 0; b < 4; ++b) *o++ = blocks[r][pc.block_off + 4 * v + b] ^ pc.flip;
   }
 }
+
+// Row r (lane) of one panel block back into its stored block bytes: panel_block's inverse.
+void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
+  for (const Piece& pc : pieces(type)) {
+    const uint8_t* o = pb + pc.panel_mult * p;
+    if (pc.dwords == 0) {
+      std::memcpy(block + pc.block_off, o + 2 * r, 2);
+      continue;
+    }
+    for (int v = 0; v < pc.dwords; ++v)
+      for (int b = 0; b < 4; ++b) block[pc.block_off + 4 * v + b] = o[(v * p + r) * 4 + b] ^ pc.flip;
+  }
+}
+
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "the panel offsets above follow these sizes");
 
 template <typename T>
@@ -142,6 +165,40 @@ Status repack_matrix(const Tensor& w, int panel_rows) {
   return ok_status();
 }
 
+Status embedding_from_panels(const EmbeddingOp& op) {
+  const PanelLayout* l = panel_layout(op.table);
+  const int64_t vocab = op.table.dim(0), dim = op.table.dim(1);
+  if (l == nullptr || op.table.offset != 0 || l->type != op.table.dtype || l->rows != vocab || l->cols != dim) {
+    return failed_precondition("cpu embedding: the table's panel layout does not describe it");
+  }
+  const DTypeInfo& info = dtype_info(l->type);
+  const int64_t nb = dim / info.block_elems, p = l->panel_rows, whole = l->whole_panels();
+  const size_t bs = static_cast<size_t>(info.block_bytes), row_bytes = static_cast<size_t>(nb) * bs;
+  const auto* base = static_cast<const uint8_t*>(op.table.buffer->host_ptr());
+  const auto* ids = static_cast<const int32_t*>(op.ids.buffer->host_ptr()) + op.ids.offset / sizeof(int32_t);
+  auto* out0 = reinterpret_cast<float*>(static_cast<uint8_t*>(op.out.buffer->host_ptr()) + op.out.offset);
+  std::vector<uint8_t> row(row_bytes);
+  for (int64_t i = 0; i < op.ids.dim(0); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= vocab) {
+      return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", id, vocab));
+    }
+    const uint8_t* src = base + static_cast<size_t>(id) * row_bytes;  // a row-major tail row
+    if (id < whole * p) {
+      const int64_t panel = id / p;
+      for (int64_t b = 0; b < nb; ++b)
+        row_block(l->type, base + static_cast<size_t>(panel * nb + b) * static_cast<size_t>(p) * bs,
+                  static_cast<int>(p), static_cast<int>(id % p), row.data() + static_cast<size_t>(b) * bs);
+      src = row.data();
+    }
+    float* out = out0 + i * dim;
+    TS_RETURN_IF_ERROR(dequantize(src, l->type, {out, static_cast<size_t>(dim)}));
+    if (op.scale != 1.0f)
+      for (int64_t j = 0; j < dim; ++j) out[j] *= op.scale;
+  }
+  return ok_status();
+}
+
 Status check_not_repacked(const Buffer& b, const char* what) {
   if (panel_layout(&b) == nullptr) return ok_status();
   return failed_precondition(
@@ -157,7 +214,7 @@ Status check_unpacked_operands(const Op& op) {
         bool bad = false;
         auto any = [&bad](const auto&... t) { bad = (packed_in(t) || ...); };
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
-          any(o.table, o.ids, o.out);
+          any(o.ids, o.out);  // a repacked table is read through embedding_from_panels
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
           any(o.x, o.weight, o.out);
         } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {

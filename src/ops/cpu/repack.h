@@ -18,8 +18,9 @@
 // bytes.
 //
 // Safety: a repacked buffer is marked (PanelLayout, kept by the buffer). Only a matmul reading it as its weight
-// operand, in the kernel build that packed it, may touch it; Stream::read/write (downloads, transfers) and any
-// other operator refuse it with FailedPrecondition instead of seeing rearranged bytes.
+// operand, in the kernel build that packed it, and the embedding lookup (which gathers a row back from the panels)
+// may touch it; Stream::read/write (downloads, transfers) and any other operator refuse it with FailedPrecondition
+// instead of seeing rearranged bytes.
 #pragma once
 
 #include <cstddef>
@@ -70,7 +71,12 @@ bool repackable(DType type, int panel_rows);
 // InvalidArgument when `w` does not qualify (the caller then keeps the row-major layout).
 Status repack_matrix(const Tensor& w, int panel_rows);
 
-// FailedPrecondition when an operator would read or write a repacked buffer other than as a matmul's weight.
+// The embedding lookup for a repacked table (a tied classifier shares the table): each row's blocks are gathered
+// back from the panels, then widened as from a row-major table, so the rows are bit for bit the stored ones.
+Status embedding_from_panels(const EmbeddingOp& op);
+
+// FailedPrecondition when an operator would read or write a repacked buffer other than as a matmul's weight or an
+// embedding table.
 Status check_unpacked_operands(const Op& op);
 // FailedPrecondition naming `what` when `b` is repacked (Stream::read / write).
 Status check_not_repacked(const Buffer& b, const char* what);

@@ -51,6 +51,8 @@ Support capability(const Op& op) {
   // them rather than compute the plain operator.
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->scale != 1.0f)
     return Support::no("cuda embedding has no scale");
+  if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
+    return Support::no("cuda embedding takes an f32 table");
   if (const auto* r = std::get_if<RopeOp>(&op); r && r->freqs.valid())
     return Support::no("cuda rope has no frequency table (rope scaling)");
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !a->scores.is_default())

@@ -103,6 +103,8 @@ Support capability(const Op& op) {
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && is_block_type(mm->w.dtype) && mm->w.offset % 2 != 0) {
     return Support::no("opencl needs quantised weight views at an even byte offset");
   }
+  if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
+    return Support::no("opencl embedding takes an f32 table");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;

@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include "base/quant.h"
 #include "ops/ref/kernels.h"
 
 namespace tessera::ops::ref {
@@ -30,7 +31,10 @@ Status run_embedding(const EmbeddingOp& op) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", ids[i], vocab));
     }
-    std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim, static_cast<size_t>(dim) * sizeof(float));
+    // A row of a quantised (or f16/bf16) table is whole blocks: widened on its own.
+    const size_t row_bytes = dtype_bytes(op.table.dtype, static_cast<size_t>(dim));
+    TS_RETURN_IF_ERROR(dequantize(reinterpret_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * row_bytes,
+                                  op.table.dtype, {out + i * dim, static_cast<size_t>(dim)}));
     if (op.scale != 1.0f)
       for (int64_t j = 0; j < dim; ++j) out[i * dim + j] *= op.scale;
   }
