@@ -156,6 +156,12 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   buffers_.push_back(std::move(buf));
   TS_RETURN_IF_ERROR(stream_->upload(t, src));
   resident_bytes_ += t.bytes();
+  // A matmul weight may be re-laid for the device's kernels (cpu: panels); an embedding table only when a tied
+  // classifier shares it (upload_weights).
+  if (matrix) {
+    TS_RETURN_IF_ERROR(stream_->synchronize());
+    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(t));
+  }
   if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
   if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;
@@ -180,6 +186,9 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   if (config_.tied_embeddings && classifier_type == token_embd_.dtype) {
     classifier_ = token_embd_;
     streamed_bytes_ += token_embd_.bytes();
+    // The shared table is the classifier's matmul weight too: the device may re-lay it (its lookup still reads it).
+    TS_RETURN_IF_ERROR(stream_->synchronize());
+    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(classifier_));
   } else if (config_.tied_embeddings) {
     TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "token_embd.weight", {config_.vocab_size, d}));
   } else {

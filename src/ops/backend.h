@@ -131,6 +131,15 @@ class Device {
   virtual Result<std::unique_ptr<HostStaging>> register_staging(std::span<std::byte> bytes) {
     return std::make_unique<HostStaging>(bytes);
   }
+  // Called once for each weight matrix w [rows, cols] the engine has uploaded (whole buffer, offset 0, uploads
+  // finished), before any operator reads it: a device may re-lay its bytes for its matmul kernels (cpu: panels of
+  // rows, ops/cpu/repack.h). Afterwards w may only be a MatMulOp's weight or an EmbeddingOp's table (a tied
+  // classifier shares the table; the device's lookup must then read its layout); the device refuses reads, writes
+  // and other operators on its buffer. The default keeps the layout.
+  virtual Status prepare_matmul_weight(const Tensor& w) {
+    (void)w;
+    return ok_status();
+  }
 };
 
 // Settings a caller may pass when opening a device; a backend ignores those that do not apply to it.

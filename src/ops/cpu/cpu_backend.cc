@@ -14,6 +14,7 @@
 #include "base/quant.h"
 #include "ops/cpu/ceilings.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/repack.h"
 
 namespace tessera::ops::cpu {
 namespace {
@@ -65,6 +66,7 @@ bool cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+  if (Status s = check_unpacked_operands(op); !s.ok()) return Support::no(s.message());
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_supported(mm->w.dtype)) {
     return Support::no(fmt::format("cpu matmul does not take {} weights", dtype_name(mm->w.dtype)));
   }
@@ -86,6 +88,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
   if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);     \
   return generic::fn(o, ctx)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
+          if (panel_layout(o.table) != nullptr) return embedding_from_panels(o);  // a table shared with a matmul
           TS_CPU_CALL(embedding);
         } else if constexpr (std::is_same_v<T, RmsNormOp>) {
           TS_CPU_CALL(rms_norm);
@@ -161,6 +164,7 @@ class CpuStream final : public Stream {
     for (const Op& op : ops) {
       if (Support s = capability(op); !s.supported) {
         if (Status v = validate(op); !v.ok()) return v;
+        TS_RETURN_IF_ERROR(check_unpacked_operands(op));
         return unimplemented(s.reason);
       }
       rec->add(kernel, op);
@@ -172,6 +176,7 @@ class CpuStream final : public Stream {
     Support s = capability(op);
     if (!s.supported) {
       if (Status v = validate(op); !v.ok()) return v;
+      TS_RETURN_IF_ERROR(check_unpacked_operands(op));
       return unimplemented(s.reason);
     }
     switch (isa_) {
@@ -185,11 +190,13 @@ class CpuStream final : public Stream {
   }
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
+    TS_RETURN_IF_ERROR(check_not_repacked(dst, "write"));
     std::memcpy(static_cast<uint8_t*>(dst.host_ptr()) + offset, src, bytes);
     return ok_status();
   }
   Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
     TS_RETURN_IF_ERROR(check_host_range(src, offset, bytes, "read"));
+    TS_RETURN_IF_ERROR(check_not_repacked(src, "read"));
     std::memcpy(dst, static_cast<uint8_t*>(src.host_ptr()) + offset, bytes);
     return ok_status();
   }
@@ -212,8 +219,18 @@ class CpuDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
 
-  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return alloc_host_buffer(bytes, "cpu"); }
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return CpuBuffer::create(bytes); }
   Support supports(const Op& op) const override { return capability(op); }
+  // The avx512 and avx2 kernels read q4_0 / q8_0 / q4_k / q6_k matrices in panels of their vector's rows; the
+  // generic build keeps every matrix row-major.
+  Status prepare_matmul_weight(const Tensor& w) override {
+    const int p = isa_ == Isa::kAvx512 ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
+    if (p == 0 || !repackable(w.dtype, p) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
+        w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
+      return ok_status();
+    }
+    return repack_matrix(w, p);
+  }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(isa_, threads_); }
 
  private:

@@ -7,7 +7,8 @@
 // says which variant runs. f32 products with many rows go to OpenBLAS; work is split over OpenMP threads
 // (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16 and every GGUF block type
 // of base/quant.h (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k: integer dot products against activations
-// quantised once per row to int8). KV cache: f32 or f16.
+// quantised once per row to int8); q4_0, q5_0, q4_k, q6_k and (avx512) q8_0 matrices are repacked into row panels when
+// the engine uploads them (Device::prepare_matmul_weight, repack.h). KV cache: f32 or f16.
 //
 // Thread-safety: as backend.h. Each Stream runs its operators on the calling thread plus the OpenMP team.
 #pragma once

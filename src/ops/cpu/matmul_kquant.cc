@@ -19,6 +19,7 @@
 // batch.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -26,6 +27,9 @@
 #include <fmt/core.h>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_packed.h"
+#include "ops/cpu/matmul_repacked.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -408,6 +412,120 @@ inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16
 }
 #endif
 
+#if defined(__AVX2__)
+// Decoders for matmul_packed.h (scales, and one vector of unsigned weight bytes at a time). q4_k: groups of 32 with f32
+// scale d * sc and minimum dmin * m; q6_k: groups of 16 with scale d * sc and the integer offset 32.
+struct PackQ4_K {
+  using Block = BlockQ4_K;
+  static constexpr int kBlockElems = kSuperBlock, kGroup = 32, kOffset = 0, kStepBlocks = 1;
+  static constexpr bool kMin = true;
+  static void scales(const Block* w, int64_t b, int, float* s, float* mn) {
+    // As set_k4_scales: the eight scales and mins as bytes, four to a word, then widened and scaled at once.
+    uint32_t a[3];
+    std::memcpy(a, w[b].scales, 12);
+    const uint32_t sc_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+    const __m256 scf =
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
+    const __m256 mf =
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
+    alignas(32) float sv[8], mv[8];
+    _mm256_store_ps(sv, _mm256_mul_ps(_mm256_set1_ps(scale_of(w[b].d)), scf));
+    _mm256_store_ps(mv, _mm256_mul_ps(_mm256_set1_ps(scale_of(w[b].dmin)), mf));
+    for (int j = 0; j < 8; ++j) {
+      s[j * packed::kP] = sv[j];
+      mn[j * packed::kP] = mv[j];
+    }
+  }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One super-block of 16 rows, as scales() computes it per row (the same f32 products).
+  static void scales16(const Block* b, __m512i offs, __mmask16 live, float* s, float* mn) {
+    const __m512i h = packed::gather_word(b, 0, offs, live);
+    const __m512i a0 = packed::gather_word(b, 4, offs, live), a1 = packed::gather_word(b, 8, offs, live);
+    const __m512i a2 = packed::gather_word(b, 12, offs, live);
+    const __m512 d = packed::half_lo(h), dmin = packed::half_lo(_mm512_srli_epi32(h, 16));
+    const __m512i c3f = _mm512_set1_epi32(0x3f3f3f3f), c0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i c03 = _mm512_set1_epi32(0x03030303);
+    const __m512i sc_lo = _mm512_and_si512(a0, c3f), m_lo = _mm512_and_si512(a1, c3f);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(a2, c0f),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, 6), c03), 4));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), c0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, 6), c03), 4));
+    const __m512i ff = _mm512_set1_epi32(0xff);
+    auto byte = [&](__m512i v, int j) { return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), ff)); };
+    for (int j = 0; j < 4; ++j) {
+      _mm512_store_ps(s + j * packed::kP, _mm512_mul_ps(d, byte(sc_lo, j)));
+      _mm512_store_ps(s + (4 + j) * packed::kP, _mm512_mul_ps(d, byte(sc_hi, j)));
+      _mm512_store_ps(mn + j * packed::kP, _mm512_mul_ps(dmin, byte(m_lo, j)));
+      _mm512_store_ps(mn + (4 + j) * packed::kP, _mm512_mul_ps(dmin, byte(m_hi, j)));
+    }
+  }
+#endif
+  // Unit u: elements u * kUnitElems onwards, in Unpacked's order (low nibbles of a 32-byte run, then high).
+  static packed::VI unit(const Block* w, int64_t b, int, int u) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const __m256i v = load32(w[b].qs + 32 * u);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, lo4)),
+                              _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), 1);
+#else
+    const __m256i v = load32(w[b].qs + 32 * (u / 2));
+    return _mm256_and_si256(u % 2 == 0 ? v : _mm256_srli_epi16(v, 4), lo4);
+#endif
+  }
+};
+struct PackQ6_K {
+  using Block = BlockQ6_K;
+  static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 32, kStepBlocks = 1;
+  static constexpr bool kMin = false;
+  static void scales(const Block* w, int64_t b, int, float* s, float*) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
+    const __m256 d = _mm256_set1_ps(scale_of(w[b].d));
+    alignas(32) float sv[16];
+    _mm256_store_ps(sv, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))));
+    _mm256_store_ps(sv + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))));
+    for (int g = 0; g < 16; ++g) s[g * packed::kP] = sv[g];
+  }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One super-block of 16 rows: d is the high half of the word at byte 206, the int8 scales bytes 192-207.
+  static void scales16(const Block* b, __m512i offs, __mmask16 live, float* s, float*) {
+    static_assert(offsetof(BlockQ6_K, scales) == 192 && offsetof(BlockQ6_K, d) == 208);
+    const __m512 d = packed::half_lo(_mm512_srli_epi32(packed::gather_word(b, 206, offs, live), 16));
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = packed::gather_word(b, 192 + 4 * q, offs, live);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * j), 24);
+        _mm512_store_ps(s + (4 * q + j) * packed::kP, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+    }
+  }
+#endif
+  // Unit u in Unpacked's order: in half h, low nibbles of ql[64h..] (runs of 32) with qh bit pairs 0 and 1,
+  // then the high nibbles with bit pairs 2 and 3.
+  static packed::VI unit(const Block* w, int64_t b, int, int u) {
+    const BlockQ6_K& blk = w[b];
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const int h = u / 2, part = u % 2;
+    const __m512i l = _mm512_loadu_si512(blk.ql + 64 * h);
+    const __m512i hb = _mm512_broadcast_i64x4(load32(blk.qh + 32 * h));
+    const __m512i lo = part == 0 ? l : _mm512_srli_epi16(l, 4);
+    // Bit pairs 2 * (2 part) and 2 * (2 part + 1) for the two 32-element halves of the unit.
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * part)),
+                                             _mm256_set1_epi16(static_cast<int16_t>(4 * part + 2)), 1);
+    const __m512i high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, shift), _mm512_set1_epi8(3)), 4);
+    return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(0x0f)), high);
+#else
+    const int h = u / 4, j = u % 4;
+    const __m256i l = load32(blk.ql + 64 * h + 32 * (j & 1)), hb = load32(blk.qh + 32 * h);
+    const __m256i lo = j >= 2 ? _mm256_srli_epi16(l, 4) : l;
+    const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), _mm256_set1_epi8(3)), 4);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0f)), high);
+#endif
+  }
+};
+#endif
+
 template <typename B>
 void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0), nb = k / kSuperBlock;
@@ -466,6 +584,28 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+#if defined(__AVX2__)
+    // Repacked at load (repack.h): every batch size reads the panels.
+    if (op.w.dtype == DType::kQ4_K) return packed::matmul_repacked<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ6_K) return packed::matmul_repacked<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+#endif
+    return failed_precondition(
+        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
+                    "of {} rows",
+                    dtype_name(lay->type), lay->panel_rows));
+  }
+#if defined(__AVX2__)
+  // q4_k and q6_k: the kernels of matmul_packed.h, for every batch size.
+  if (op.w.dtype == DType::kQ4_K) {
+    packed::matmul<PackQ4_K>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ6_K) {
+    packed::matmul<PackQ6_K>(op, ctx);
+    return ok_status();
+  }
+#endif
   thread_local QuantRowsK xq;
   quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
   switch (op.w.dtype) {

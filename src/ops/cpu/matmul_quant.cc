@@ -11,7 +11,12 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/core.h>
+
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_packed.h"
+#include "ops/cpu/matmul_repacked.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
@@ -488,9 +493,67 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
 #endif
 }
 
+#if defined(__AVX2__)
+// Decoders for matmul_packed.h: the blocks' scales, and their 32 weights as unsigned bytes q + off, one vector
+// of kStep blocks at a time.
+template <typename B>
+struct PackBlocks {
+  using Block = B;
+  static constexpr int kBlockElems = kQuantBlock, kGroup = kQuantBlock, kStepBlocks = kStep;
+  static constexpr bool kMin = false;
+  static void scales(const B* w, int64_t b0, int nbl, float* s, float*) {
+    for (int i = 0; i < nbl; ++i) s[i * packed::kP] = scale(w[b0 + i].d);
+  }
+  static VI unit(const B* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  // One block of 16 rows: d is the first half word.
+  static void scales16(const B* b, __m512i offs, __mmask16 live, float* s, float*) {
+    _mm512_store_ps(s, packed::half_lo(packed::gather_word(b, 0, offs, live)));
+  }
+#endif
+};
+struct PackQ4_0 : PackBlocks<BlockQ4_0> {
+  static constexpr int kOffset = 8;
+};
+struct PackQ8_0 : PackBlocks<BlockQ8_0> {
+  static constexpr int kOffset = 128;
+};
+struct PackQ5_0 : PackBlocks<BlockQ5_0> {
+  static constexpr int kOffset = 16;
+};
+#endif
+
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+#if defined(__AVX2__)
+    // Repacked at load (repack.h): every batch size reads the panels.
+    if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
+    if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0)
+      return packed::matmul_repacked<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
+#endif
+    return failed_precondition(
+        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
+                    "of {} rows",
+                    dtype_name(lay->type), lay->panel_rows));
+  }
+#if defined(__AVX2__)
+  // The kernels of matmul_packed.h, for every batch size, where they cover the type in this build.
+  if (op.w.dtype == DType::kQ4_0) {
+    packed::matmul<PackQ4_0>(op, ctx);
+    return ok_status();
+  }
+  if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0) {
+    packed::matmul<PackQ8_0>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ5_0) {
+    packed::matmul<PackQ5_0>(op, ctx);
+    return ok_status();
+  }
+#endif
   thread_local QuantRows xq;
   quantize_rows(data<const float>(op.x), op.x.dim(0), op.x.dim(1), xq, ctx);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)

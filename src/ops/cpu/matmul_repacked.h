@@ -1,0 +1,321 @@
+// The quantised matmul for weights repacked into panels at load (repack.h has the layout): every batch size, 1
+// included, runs one kernel straight from the packed bytes. Per group of G elements it loads the P rows' dwords
+// (4-bit types: one load and an and / shift yield the dwords of two groups), runs one vpdpbusd (avx2: maddubs +
+// madd) per dword against each activation row's broadcast dword, and ends the group with one int->float
+// conversion and FMA for all P rows; per block, the P rows' scales come from one or a few vector loads. Included by
+// matmul_quant.cc and matmul_kquant.cc after matmul_packed.h, inside the same per-build namespace.
+//
+// Same bits at every batch size: each activation row has its own accumulators and meets the same instructions in
+// the same order whatever shares its tile, so a row's output does not depend on the batch. Rows past the last
+// whole panel (stored row-major) take matmul_packed.h's kernels, which agree with themselves across batch sizes.
+#pragma once
+
+#include <fmt/core.h>
+
+#include "ops/cpu/matmul_packed.h"
+#include "ops/cpu/repack.h"
+
+#if defined(__AVX2__)
+namespace tessera::ops::cpu::TS_CPU_ISA::packed {
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline VI ldu(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline VI vand(VI a, VI b) { return _mm512_and_si512(a, b); }
+inline VI vor(VI a, VI b) { return _mm512_or_si512(a, b); }
+inline VI srl(VI a, unsigned n) { return _mm512_srli_epi32(a, n); }
+inline VI sll(VI a, unsigned n) { return _mm512_slli_epi32(a, n); }
+inline VI sra(VI a, unsigned n) { return _mm512_srai_epi32(a, n); }
+inline VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
+// kP f16 values from p, widened.
+inline VF halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline void store_vf(float* p, VF v) { _mm512_store_ps(p, v); }
+#else
+inline VI ldu(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline VI vand(VI a, VI b) { return _mm256_and_si256(a, b); }
+inline VI vor(VI a, VI b) { return _mm256_or_si256(a, b); }
+inline VI srl(VI a, unsigned n) { return _mm256_srli_epi32(a, static_cast<int>(n)); }
+inline VI sll(VI a, unsigned n) { return _mm256_slli_epi32(a, static_cast<int>(n)); }
+inline VI sra(VI a, unsigned n) { return _mm256_srai_epi32(a, static_cast<int>(n)); }
+inline VF cvt(VI a) { return _mm256_cvtepi32_ps(a); }
+inline VF halves(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void store_vf(float* p, VF v) { _mm256_store_ps(p, v); }
+#endif
+constexpr int kV = kP * 4;  // bytes per vector of the panel: one dword per row
+
+// Readers of one panel block (P rows x one block). kBytes: the type's block bytes (a panel block is kP * kBytes);
+// kGroups groups of kGroup elements per block; scales() writes the groups' f32 scale (and minimum) vectors,
+// s[gl * kP + r]; group() the group's kGroup / 4 dword vectors of unsigned bytes.
+struct PanelQ4_0 {
+  static constexpr int kBytes = 18, kGroups = 1, kGroup = 32, kOffset = 8;
+  static constexpr bool kMin = false;
+  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
+  static void group(const uint8_t* pb, int, VI* u) {
+    const VI m = bcast(0x0f0f0f0f);
+    for (int j = 0; j < 4; ++j) {
+      const VI v = ldu(pb + 2 * kP + j * kV);
+      u[j] = vand(v, m);
+      u[j + 4] = vand(srl(v, 4), m);
+    }
+  }
+};
+// q5_0: q4_0's nibbles plus a fifth bit per element from the row's 32-bit qh (bit i: element i), spread to bit 4
+// of each byte: the four bits of a dword's elements times 0x00204081 land, without carries, at bits 0, 8, 16, 24.
+struct PanelQ5_0 {
+  static constexpr int kBytes = 22, kGroups = 1, kGroup = 32, kOffset = 16;
+  static constexpr bool kMin = false;
+  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
+  static VI fifth(VI qh, unsigned first) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const VI spread = _mm512_mullo_epi32(vand(srl(qh, first), bcast(0xf)), bcast(0x00204081));
+#else
+    const VI spread = _mm256_mullo_epi32(vand(srl(qh, first), bcast(0xf)), bcast(0x00204081));
+#endif
+    return sll(vand(spread, bcast(0x01010101)), 4);
+  }
+  static void group(const uint8_t* pb, int, VI* u) {
+    const VI m = bcast(0x0f0f0f0f);
+    const VI qh = ldu(pb + 2 * kP);
+    for (int j = 0; j < 4; ++j) {
+      const VI v = ldu(pb + 6 * kP + j * kV);
+      u[j] = vor(vand(v, m), fifth(qh, static_cast<unsigned>(4 * j)));
+      u[j + 4] = vor(vand(srl(v, 4), m), fifth(qh, static_cast<unsigned>(16 + 4 * j)));
+    }
+  }
+};
+struct PanelQ8_0 {
+  static constexpr int kBytes = 34, kGroups = 1, kGroup = 32, kOffset = 128;
+  static constexpr bool kMin = false;
+  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
+  static void group(const uint8_t* pb, int, VI* u) {
+    for (int j = 0; j < 8; ++j) u[j] = ldu(pb + 2 * kP + j * kV);
+  }
+};
+struct PanelQ4_K {
+  static constexpr int kBytes = 144, kGroups = 8, kGroup = 32, kOffset = 0;
+  static constexpr bool kMin = true;
+  // As matmul_kquant.cc's PackQ4_K::scales16: the same f32 products d * sc and dmin * m.
+  static void scales(const uint8_t* pb, float* s, float* mn) {
+    const VF d = halves(pb), dmin = halves(pb + 2 * kP);
+    const VI a0 = ldu(pb + 4 * kP), a1 = ldu(pb + 4 * kP + kV), a2 = ldu(pb + 4 * kP + 2 * kV);
+    const VI c3f = bcast(0x3f3f3f3f), c0f = bcast(0x0f0f0f0f), c03 = bcast(0x03030303), ff = bcast(0xff);
+    const VI sc_lo = vand(a0, c3f), m_lo = vand(a1, c3f);
+    const VI sc_hi = vor(vand(a2, c0f), sll(vand(srl(a0, 6), c03), 4));
+    const VI m_hi = vor(vand(srl(a2, 4), c0f), sll(vand(srl(a1, 6), c03), 4));
+    for (unsigned j = 0; j < 4; ++j) {
+      store_vf(s + j * kP, vmul(d, cvt(vand(srl(sc_lo, 8 * j), ff))));
+      store_vf(s + (4 + j) * kP, vmul(d, cvt(vand(srl(sc_hi, 8 * j), ff))));
+      store_vf(mn + j * kP, vmul(dmin, cvt(vand(srl(m_lo, 8 * j), ff))));
+      store_vf(mn + (4 + j) * kP, vmul(dmin, cvt(vand(srl(m_hi, 8 * j), ff))));
+    }
+  }
+  static void group(const uint8_t* pb, int gl, VI* u) {
+    const VI m = bcast(0x0f0f0f0f);
+    const uint8_t* q = pb + 16 * kP + (gl / 2) * 8 * kV;
+    for (int j = 0; j < 8; ++j) {
+      const VI v = ldu(q + j * kV);
+      u[j] = vand(gl % 2 == 0 ? v : srl(v, 4), m);
+    }
+  }
+};
+struct PanelQ6_K {
+  static constexpr int kBytes = 210, kGroups = 16, kGroup = 16, kOffset = 32;
+  static constexpr bool kMin = false;
+  // As PackQ6_K::scales16: d * sc with the int8 scales sign-extended.
+  static void scales(const uint8_t* pb, float* s, float*) {
+    const VF d = halves(pb);
+    for (int q = 0; q < 4; ++q) {
+      const VI v = ldu(pb + 2 * kP + q * kV);
+      for (unsigned j = 0; j < 4; ++j) store_vf(s + (4 * q + j) * kP, vmul(d, cvt(sra(sll(v, 24 - 8 * j), 24))));
+    }
+  }
+  // Group gl = 8h + 2 part + half of super-block half h: elements 32 part + 16 half .. of that half, whose low
+  // nibbles are in ql[64h + 32 (part & 1) ..] (shifted by 4 for part >= 2) and high bit pairs in qh[32h ..]
+  // (bit pair `part`).
+  static void group(const uint8_t* pb, int gl, VI* u) {
+    const int h = gl / 8, part = (gl % 8) / 2, half = gl % 2;
+    const uint8_t* ql = pb + 18 * kP + (16 * h + 8 * (part & 1) + 4 * half) * kV;
+    const uint8_t* qh = pb + 146 * kP + (8 * h + 4 * half) * kV;
+    const VI m = bcast(0x0f0f0f0f), m3 = bcast(0x03030303);
+    const auto lo_shift = static_cast<unsigned>(4 * (part >> 1)), hi_shift = static_cast<unsigned>(2 * part);
+    for (int d = 0; d < 4; ++d) {
+      const VI l = vand(srl(ldu(ql + d * kV), lo_shift), m);
+      u[d] = vor(l, sll(vand(srl(ldu(qh + d * kV), hi_shift), m3), 4));
+    }
+  }
+};
+
+// One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
+// are micro()'s.
+template <typename L, int TT>
+inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* const* xq, const Acts& a,
+                       int64_t t0, VF* acc) {
+  constexpr int kD = L::kGroup / 4;
+  alignas(64) float s[L::kGroups * kP];
+  alignas(64) float mn[L::kMin ? L::kGroups * kP : kP];
+  L::scales(pb, s, mn);
+  for (int gl = 0; gl < L::kGroups; ++gl) {
+    const int64_t g = b * L::kGroups + gl;
+    VI u[kD];
+    L::group(pb, gl, u);
+    VI isum[TT];
+#pragma GCC unroll 16
+    for (int t = 0; t < TT; ++t) isum[t] = bcast(a.start[static_cast<size_t>((t0 + t) * groups + g)]);
+#pragma GCC unroll 8
+    for (int d = 0; d < kD; ++d) {
+#pragma GCC unroll 16
+      for (int t = 0; t < TT; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, xq[t] + g * L::kGroup + 4 * d, 4);
+        isum[t] = dot4(isum[t], u[d], bcast(x4));
+      }
+    }
+    const VF sv = load_vf(s + gl * kP);
+#pragma GCC unroll 16
+    for (int t = 0; t < TT; ++t) {
+      const auto i = static_cast<size_t>((t0 + t) * groups + g);
+      acc[t] = fma_i(isum[t], vmul(sv, bcastf(a.xd[i])), acc[t]);
+    }
+    if constexpr (L::kMin) {
+      const VF mv = load_vf(mn + gl * kP);
+#pragma GCC unroll 16
+      for (int t = 0; t < TT; ++t) acc[t] = fnma(mv, bcastf(a.xs[static_cast<size_t>((t0 + t) * groups + g)]), acc[t]);
+    }
+  }
+}
+
+// out[p][t * ld + r] for NP panels (pw[p], each kP rows) and activation rows t0 .. t0 + TT - 1. NP = 2 walks two
+// panels far apart in lockstep: two sequential streams keep more loads in flight than one (decode reads every
+// weight byte once and waits on memory). Each panel's rows keep their own accumulators and instructions, so the
+// bits do not depend on NP.
+template <typename L, int TT, int NP = 1>
+void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
+                int64_t ld, const float* const* bias) {
+  constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
+  const int64_t groups = k / L::kGroup;
+  VF acc[NP][TT];
+  for (auto& row : acc)
+#pragma GCC unroll 16
+    for (auto& v : row) v = fzero();
+  const uint8_t* xq[TT];
+#pragma GCC unroll 16
+  for (int t = 0; t < TT; ++t) xq[t] = reinterpret_cast<const uint8_t*>(a.q.data() + (t0 + t) * k);
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* pb = pw[p] + b * kPanelBlock;
+      // Fetch a few blocks ahead (the hardware prefetcher alone left the first loads of each block waiting).
+      for (int64_t o = 0; o < kPanelBlock; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * kPanelBlock + o), _MM_HINT_T0);
+      block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const VF bv = bias[p] ? load_rows(bias[p], kP) : fzero();
+#pragma GCC unroll 16
+    for (int t = 0; t < TT; ++t) store_rows(out[p] + t * ld, bias[p] ? vadd(acc[p][t], bv) : acc[p][t], kP);
+  }
+}
+
+template <typename L>
+void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* out, int64_t ld,
+                const float* bias) {
+  switch (tt) {
+#define TS_REPACKED_CASE(n) \
+  case n:                   \
+    return panel_rows<L, n>(&pw, nb, k, a, t0, &out, ld, &bias);
+    TS_REPACKED_CASE(1)
+    TS_REPACKED_CASE(2)
+    TS_REPACKED_CASE(3)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    TS_REPACKED_CASE(4)
+    TS_REPACKED_CASE(5)
+    TS_REPACKED_CASE(6)
+    TS_REPACKED_CASE(7)
+#endif
+#undef TS_REPACKED_CASE
+    default:
+      return panel_rows<L, kT>(&pw, nb, k, a, t0, &out, ld, &bias);
+  }
+}
+
+// out [n, m] = x [n, k] . w^T (+ bias) for w repacked with layout `lay` (L reads its panels, Dec the row-major
+// tail). FailedPrecondition when the layout is not the one this build reads or does not describe op.w.
+template <typename L, typename Dec>
+Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+  if (lay.panel_rows != kP || lay.type != op.w.dtype || lay.rows != m || lay.cols != k || op.w.offset != 0) {
+    return failed_precondition(fmt::format(
+        "cpu matmul: the weight was repacked in panels of {} rows for a {} x {} {} matrix; these kernels read panels "
+        "of {} and the operator gives a {} x {} {} weight at offset {}",
+        lay.panel_rows, lay.rows, lay.cols, dtype_name(lay.type), kP, m, k, dtype_name(op.w.dtype), op.w.offset));
+  }
+  const int64_t nb = k / Dec::kBlockElems, whole = m / kP, tail_rows = m - whole * kP;
+  static_assert(L::kBytes == sizeof(typename Dec::Block) && L::kGroup == Dec::kGroup && L::kOffset == Dec::kOffset &&
+                L::kMin == Dec::kMin);
+  const auto* base = data<const uint8_t>(op.w);
+  float* out = data<float>(op.out);
+  const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+  thread_local Acts tls_acts;  // the caller's thread's; workers reach it through the reference
+  Acts& acts = tls_acts;
+  quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx,
+                Dec::kBlockElems == 256);
+  const int64_t i0_tail = whole * kP;
+  const auto* tail = reinterpret_cast<const typename Dec::Block*>(base + i0_tail * nb * L::kBytes);
+  const float* tail_bias = bias ? bias + i0_tail : nullptr;
+  auto tail_rows_of = [&](int64_t r0, int64_t r1) {
+    // The row-major tail: matmul_packed.h's paths, as an unpacked matrix's last panel takes them.
+    const int rows = static_cast<int>(tail_rows);
+    if (n <= kGemvRows) {
+      if (n == 1) return gemv_panel<Dec, 1>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
+      return gemv_panel<Dec, 2>(tail, nb, k, rows, acts, out + i0_tail, m, tail_bias);
+    }
+    thread_local Panel panel;
+    pack<Dec>(tail, nb, k, rows, panel);
+    for (int64_t t0 = r0; t0 < r1; t0 += kT) {
+      const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
+      tile<Dec::kGroup, Dec::kMin>(tt, panel, k, acts, t0, out + t0 * m + i0_tail, m, rows, tail_bias);
+    }
+  };
+  auto panel_at = [&](int64_t pi) { return base + pi * kP * nb * L::kBytes; };
+  auto bias_at = [&](int64_t pi) { return bias ? bias + pi * kP : nullptr; };
+  if (n <= kGemvRows) {
+    // Decode: panels pi and pi + half in lockstep (two streams), the odd one and the tail alone.
+    const int64_t half = whole / 2;
+    parallel_for(ctx, half + (whole % 2) + (tail_rows > 0 ? 1 : 0), [&](int64_t j) {
+      if (j < half) {
+        const uint8_t* pw[2] = {panel_at(j), panel_at(j + half)};
+        float* o[2] = {out + j * kP, out + (j + half) * kP};
+        const float* bp[2] = {bias_at(j), bias_at(j + half)};
+        if (n == 1) return panel_rows<L, 1, 2>(pw, nb, k, acts, 0, o, m, bp);
+        return panel_rows<L, 2, 2>(pw, nb, k, acts, 0, o, m, bp);
+      }
+      if (j == half && whole % 2 == 1) {
+        const uint8_t* pw = panel_at(whole - 1);
+        float* o = out + (whole - 1) * kP;
+        const float* bp = bias_at(whole - 1);
+        if (n == 1) return panel_rows<L, 1>(&pw, nb, k, acts, 0, &o, m, &bp);
+        return panel_rows<L, 2>(&pw, nb, k, acts, 0, &o, m, &bp);
+      }
+      tail_rows_of(0, n);
+    });
+    return ok_status();
+  }
+  for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {
+    const int64_t r1 = std::min(n, r0 + kTokenBlock);
+    parallel_for(ctx, whole + (tail_rows > 0 ? 1 : 0), [&](int64_t pi) {
+      if (pi < whole) {
+        const uint8_t* pw = base + pi * kP * nb * L::kBytes;
+        for (int64_t t0 = r0; t0 < r1; t0 += kT) {
+          const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
+          panel_tile<L>(tt, pw, nb, k, acts, t0, out + t0 * m + pi * kP, m, bias ? bias + pi * kP : nullptr);
+        }
+        return;
+      }
+      tail_rows_of(r0, r1);
+    });
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::ops::cpu::TS_CPU_ISA::packed
+#endif  // __AVX2__

@@ -1,0 +1,247 @@
+// The cpu device's buffers and the in-place rewrite of quantised matrices into panels (repack.h has the layout).
+// Plain byte moves, compiled once: the panel height is a parameter, so each kernel build asks for its own.
+#include "ops/cpu/repack.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "base/quant.h"
+
+namespace tessera::ops::cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// A panel block is a list of pieces: `dwords` == 0: the f16 at block_off of each row, P of them at panel_mult * P;
+// else `dwords` vectors of P dwords at panel_mult * P, vector v lane r = the 4 bytes at block_off + 4 v of row r's
+// block, each byte XOR `flip`.
+struct Piece {
+  int block_off, panel_mult, dwords;
+  uint8_t flip;
+};
+struct PieceList {
+  const Piece* begin_;
+  int n;
+  const Piece* begin() const { return begin_; }
+  const Piece* end() const { return begin_ + n; }
+};
+
+PieceList pieces(DType type) {
+  static const Piece q4_0[] = {{offsetof(BlockQ4_0, d), 0, 0, 0}, {offsetof(BlockQ4_0, qs), 2, 4, 0}};
+  static const Piece q5_0[] = {
+      {offsetof(BlockQ5_0, d), 0, 0, 0}, {offsetof(BlockQ5_0, qh), 2, 1, 0}, {offsetof(BlockQ5_0, qs), 6, 4, 0}};
+  static const Piece q8_0[] = {{offsetof(BlockQ8_0, d), 0, 0, 0}, {offsetof(BlockQ8_0, qs), 2, 8, 0x80}};
+  static const Piece q4_k[] = {{offsetof(BlockQ4_K, d), 0, 0, 0},
+                               {offsetof(BlockQ4_K, dmin), 2, 0, 0},
+                               {offsetof(BlockQ4_K, scales), 4, 3, 0},
+                               {offsetof(BlockQ4_K, qs), 16, 32, 0}};
+  static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
+                               {offsetof(BlockQ6_K, scales), 2, 4, 0},
+                               {offsetof(BlockQ6_K, ql), 18, 32, 0},
+                               {offsetof(BlockQ6_K, qh), 146, 16, 0}};
+  switch (type) {
+    case DType::kQ4_0:
+      return {q4_0, 2};
+    case DType::kQ5_0:
+      return {q5_0, 3};
+    case DType::kQ8_0:
+      return {q8_0, 2};
+    case DType::kQ4_K:
+      return {q4_k, 4};
+    case DType::kQ6_K:
+      return {q6_k, 4};
+    default:
+      return {nullptr, 0};  // repackable() keeps other types away
+  }
+}
+
+// One panel block from the P row blocks (type layouts: base/quant.h; target layout: repack.h).
+void panel_block(DType type, const uint8_t* const* blocks, int p, uint8_t* dst) {
+  for (const Piece& pc : pieces(type)) {
+    uint8_t* o = dst + pc.panel_mult * p;
+    if (pc.dwords == 0) {
+      for (int r = 0; r < p; ++r) std::memcpy(o + 2 * r, blocks[r] + pc.block_off, 2);
+      continue;
+    }
+    for (int v = 0; v < pc.dwords; ++v)
+      for (int r = 0; r < p; ++r)
+        for (int b = 0; b < 4; ++b) *o++ = blocks[r][pc.block_off + 4 * v + b] ^ pc.flip;
+  }
+}
+
+// Row r (lane) of one panel block back into its stored block bytes: panel_block's inverse.
+void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
+  for (const Piece& pc : pieces(type)) {
+    const uint8_t* o = pb + pc.panel_mult * p;
+    if (pc.dwords == 0) {
+      std::memcpy(block + pc.block_off, o + 2 * r, 2);
+      continue;
+    }
+    for (int v = 0; v < pc.dwords; ++v)
+      for (int b = 0; b < 4; ++b) block[pc.block_off + 4 * v + b] = o[(v * p + r) * 4 + b] ^ pc.flip;
+  }
+}
+
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "the panel offsets above follow these sizes");
+
+template <typename T>
+bool packed_in(const T& t) {
+  const PanelLayout* l = panel_layout(t.buffer);
+  return l != nullptr;
+}
+
+Status refuse(std::string_view op) {
+  return failed_precondition(
+      fmt::format("cpu {}: an operand is a weight matrix repacked for the cpu matmul kernels; only a matmul may read "
+                  "it, as its weight",
+                  op));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Buffer>> CpuBuffer::create(size_t bytes) {
+  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) return resource_exhausted(fmt::format("cpu: cannot allocate {} bytes of host memory", bytes));
+  std::memset(p, 0, rounded);
+  return std::unique_ptr<Buffer>(new CpuBuffer(p, bytes));
+}
+
+CpuBuffer::~CpuBuffer() { std::free(data_); }
+
+const PanelLayout* panel_layout(const Buffer* b) {
+  const auto* cb = dynamic_cast<const CpuBuffer*>(b);
+  return cb ? cb->panels() : nullptr;
+}
+
+bool repackable(DType type, int panel_rows) {
+  if (panel_rows != 8 && panel_rows != 16) return false;
+  switch (type) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    case DType::kQ8_0:
+      // Unsigned q + 128 against signed activations: vpdpbusd sums in int32 (avx512); avx2's maddubs would
+      // saturate its int16 pairs, so the avx2 build keeps q8_0 row-major.
+      return panel_rows == 16;
+    default:
+      return false;
+  }
+}
+
+Status repack_matrix(const Tensor& w, int panel_rows) {
+  auto* buf = dynamic_cast<CpuBuffer*>(w.buffer);
+  if (buf == nullptr) return invalid_argument("repack: not a cpu buffer");
+  if (buf->panels() != nullptr) return invalid_argument("repack: the buffer is already repacked");
+  if (w.rank != 2 || w.offset != 0 || w.bytes() != buf->size())
+    return invalid_argument("repack: the matrix must be the whole of its buffer");
+  if (!repackable(w.dtype, panel_rows))
+    return invalid_argument(
+        fmt::format("repack: {} is not repacked for panels of {}", dtype_name(w.dtype), panel_rows));
+  const DTypeInfo& info = dtype_info(w.dtype);
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  if (cols % info.block_elems != 0) return invalid_argument("repack: rows are not whole blocks");
+  if (rows < panel_rows) return ok_status();  // nothing to gain; stays row-major and unmarked
+  const int64_t nb = cols / info.block_elems;
+  const size_t bs = static_cast<size_t>(info.block_bytes), panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
+  auto* base = static_cast<uint8_t*>(buf->host_ptr());
+  std::vector<uint8_t> rows_copy(panel_bytes);  // one panel's row-major blocks: the rewrite is in place
+  std::vector<const uint8_t*> blocks(static_cast<size_t>(panel_rows));
+  for (int64_t p = 0; p < rows / panel_rows; ++p) {
+    uint8_t* panel = base + static_cast<size_t>(p) * panel_bytes;
+    std::memcpy(rows_copy.data(), panel, panel_bytes);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < panel_rows; ++r)
+        blocks[static_cast<size_t>(r)] = rows_copy.data() + (static_cast<size_t>(r * nb + b)) * bs;
+      panel_block(w.dtype, blocks.data(), panel_rows, panel + static_cast<size_t>(b * panel_rows) * bs);
+    }
+  }
+  buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows});
+  return ok_status();
+}
+
+Status embedding_from_panels(const EmbeddingOp& op) {
+  const PanelLayout* l = panel_layout(op.table);
+  const int64_t vocab = op.table.dim(0), dim = op.table.dim(1);
+  if (l == nullptr || op.table.offset != 0 || l->type != op.table.dtype || l->rows != vocab || l->cols != dim) {
+    return failed_precondition("cpu embedding: the table's panel layout does not describe it");
+  }
+  const DTypeInfo& info = dtype_info(l->type);
+  const int64_t nb = dim / info.block_elems, p = l->panel_rows, whole = l->whole_panels();
+  const size_t bs = static_cast<size_t>(info.block_bytes), row_bytes = static_cast<size_t>(nb) * bs;
+  const auto* base = static_cast<const uint8_t*>(op.table.buffer->host_ptr());
+  const auto* ids = static_cast<const int32_t*>(op.ids.buffer->host_ptr()) + op.ids.offset / sizeof(int32_t);
+  auto* out0 = reinterpret_cast<float*>(static_cast<uint8_t*>(op.out.buffer->host_ptr()) + op.out.offset);
+  std::vector<uint8_t> row(row_bytes);
+  for (int64_t i = 0; i < op.ids.dim(0); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= vocab) {
+      return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", id, vocab));
+    }
+    const uint8_t* src = base + static_cast<size_t>(id) * row_bytes;  // a row-major tail row
+    if (id < whole * p) {
+      const int64_t panel = id / p;
+      for (int64_t b = 0; b < nb; ++b)
+        row_block(l->type, base + static_cast<size_t>(panel * nb + b) * static_cast<size_t>(p) * bs,
+                  static_cast<int>(p), static_cast<int>(id % p), row.data() + static_cast<size_t>(b) * bs);
+      src = row.data();
+    }
+    float* out = out0 + i * dim;
+    TS_RETURN_IF_ERROR(dequantize(src, l->type, {out, static_cast<size_t>(dim)}));
+    if (op.scale != 1.0f)
+      for (int64_t j = 0; j < dim; ++j) out[j] *= op.scale;
+  }
+  return ok_status();
+}
+
+Status check_not_repacked(const Buffer& b, const char* what) {
+  if (panel_layout(&b) == nullptr) return ok_status();
+  return failed_precondition(
+      fmt::format("cpu stream {}: the buffer holds a weight matrix repacked for the cpu matmul kernels; its bytes "
+                  "are not in the layout it was uploaded in",
+                  what));
+}
+
+Status check_unpacked_operands(const Op& op) {
+  return std::visit(
+      [](const auto& o) -> Status {
+        using T = std::decay_t<decltype(o)>;
+        bool bad = false;
+        auto any = [&bad](const auto&... t) { bad = (packed_in(t) || ...); };
+        if constexpr (std::is_same_v<T, EmbeddingOp>) {
+          any(o.ids, o.out);  // a repacked table is read through embedding_from_panels
+        } else if constexpr (std::is_same_v<T, RmsNormOp>) {
+          any(o.x, o.weight, o.out);
+        } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
+          any(o.residual, o.delta, o.weight, o.out);
+        } else if constexpr (std::is_same_v<T, RopeOp>) {
+          any(o.q, o.k, o.positions, o.freqs);
+        } else if constexpr (std::is_same_v<T, KvWriteOp>) {
+          any(o.k, o.v, o.k_cache, o.v_cache, o.slots);
+        } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
+          any(o.q, o.k_cache, o.v_cache, o.block_table, o.out);
+        } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
+          any(o.q, o.k_cache, o.v_cache, o.block_tables, o.context_lens, o.out);
+        } else if constexpr (std::is_same_v<T, MatMulOp>) {
+          any(o.x, o.out, o.bias);  // the weight is what the layout is for
+        } else if constexpr (std::is_same_v<T, SiluMulOp>) {
+          any(o.gate, o.up, o.out);
+        } else if constexpr (std::is_same_v<T, AddOp>) {
+          any(o.a, o.b, o.out);
+        } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
+          any(o.x, o.out);
+        } else {
+          static_assert(std::is_same_v<T, ArgmaxOp>, "every operator lists its tensors here");
+          any(o.x, o.out);
+        }
+        return bad ? refuse(op_name(Op{o})) : ok_status();
+      },
+      op);
+}
+
+}  // namespace tessera::ops::cpu

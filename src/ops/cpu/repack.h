@@ -1,0 +1,84 @@
+// Weight matrices repacked at load for the cpu backend's quantised matmuls (q4_0, q5_0, q8_0, q4_k, q6_k).
+//
+// The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
+// avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
+// from GGUF's row-major blocks needs a transpose per group, which made batch-1 decode slower than the row-by-row
+// kernels. So the cpu device rewrites each such matrix once, when the engine uploads it
+// (Device::prepare_matmul_weight), into panels: for every run of P consecutive rows and every block column, one
+// "panel block" of P * block-bytes holding the same bytes as the P blocks it replaces, rearranged:
+//   q4_0: P f16 scales, then 4 vectors of P dwords (vector j, lane r: bytes 4j..4j+3 of row r's nibbles, so one
+//         load gives elements 4j.. in the low nibbles and 16 + 4j.. in the high ones);
+//   q5_0: P f16 scales, 1 vector of the rows' 32 fifth bits, then the nibbles as q4_0's;
+//   q8_0: P f16 scales, then 8 vectors of P dwords of the quants plus 128 (unsigned bytes for vpdpbusd);
+//   q4_k: P f16 d, P f16 dmin, 3 vectors of the 12 scale bytes, then 32 vectors of the nibbles (chunk c, dword j
+//         at vector 8c + j: group 2c in the low nibbles, 2c + 1 in the high ones);
+//   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh.
+// The size is unchanged and the rewrite is in place (no second copy). Rows past the last whole panel stay
+// row-major and take the kernels for unpacked blocks. 4-bit types stay 4-bit: decode reads exactly the stored
+// bytes.
+//
+// Safety: a repacked buffer is marked (PanelLayout, kept by the buffer). Only a matmul reading it as its weight
+// operand, in the kernel build that packed it, and the embedding lookup (which gathers a row back from the panels)
+// may touch it; Stream::read/write (downloads, transfers) and any other operator refuse it with FailedPrecondition
+// instead of seeing rearranged bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace tessera::ops::cpu {
+
+// How a repacked matrix is laid out: `panel_rows` rows per panel, rows [0, whole * panel_rows) in panels,
+// the rest row-major after them.
+struct PanelLayout {
+  DType type = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  int panel_rows = 0;
+  int64_t whole_panels() const { return rows / panel_rows; }
+};
+
+// The cpu device's buffers: host memory (64-byte aligned, zeroed) that may carry a PanelLayout.
+class CpuBuffer final : public Buffer {
+ public:
+  static Result<std::unique_ptr<Buffer>> create(size_t bytes);
+  ~CpuBuffer() override;
+  void* host_ptr() override { return data_; }
+  const PanelLayout* panels() const { return panels_ ? &*panels_ : nullptr; }
+  void set_panels(const PanelLayout& l) { panels_ = l; }
+
+ private:
+  CpuBuffer(void* data, size_t size) : Buffer(size), data_(data) {}
+  void* data_;
+  std::optional<PanelLayout> panels_;
+};
+
+// The layout of the matrix in `t`'s buffer when that buffer was repacked, else null.
+const PanelLayout* panel_layout(const Buffer* b);
+inline const PanelLayout* panel_layout(const Tensor& t) { return panel_layout(t.buffer); }
+
+// Whether the cpu kernels repack this type with `panel_rows` rows per panel.
+bool repackable(DType type, int panel_rows);
+
+// Rewrites the matrix `w` (rank 2, the whole of a CpuBuffer at offset 0, a repackable type) into panels of
+// `panel_rows` rows, in place, and marks the buffer. A matrix with fewer rows than a panel is left as is.
+// InvalidArgument when `w` does not qualify (the caller then keeps the row-major layout).
+Status repack_matrix(const Tensor& w, int panel_rows);
+
+// The embedding lookup for a repacked table (a tied classifier shares the table): each row's blocks are gathered
+// back from the panels, then widened as from a row-major table, so the rows are bit for bit the stored ones.
+Status embedding_from_panels(const EmbeddingOp& op);
+
+// FailedPrecondition when an operator would read or write a repacked buffer other than as a matmul's weight or an
+// embedding table.
+Status check_unpacked_operands(const Op& op);
+// FailedPrecondition naming `what` when `b` is repacked (Stream::read / write).
+Status check_not_repacked(const Buffer& b, const char* what);
+
+}  // namespace tessera::ops::cpu

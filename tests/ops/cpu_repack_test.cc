@@ -1,0 +1,244 @@
+// Weight matrices repacked into panels at load (src/ops/cpu/repack.h): for q4_0, q5_0, q8_0, q4_k and q6_k, in every
+// kernel build that repacks them, a matmul reading the panels gives the same bits as the same matmul on the row-major
+// blocks, at every batch size (so a row's bits still do not depend on its batch), including rows past the last
+// whole panel; the embedding lookup of a repacked (tied) table gives the stored rows; and nothing else can read a
+// repacked buffer.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "base/quant.h"
+#include "base/rng.h"
+#include "ops/backend.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/repack.h"
+
+namespace tessera::ops {
+namespace {
+
+struct Cpu {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Stream> stream;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+
+  explicit Cpu(cpu::Isa isa) {
+    auto b = cpu::create_backend(isa);
+    EXPECT_TRUE(b.ok()) << b.status().to_string();
+    backend = std::move(b).value();
+    auto d = backend->open_device_with(0, DeviceOptions{2, ""});
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    device = std::move(d).value();
+    stream = device->create_stream();
+  }
+  Tensor make(DType dtype, std::initializer_list<int64_t> shape, const void* data) {
+    Tensor t(nullptr, 0, dtype, shape);
+    auto b = device->alloc(t.bytes());
+    EXPECT_TRUE(b.ok());
+    t.buffer = b->get();
+    buffers.push_back(std::move(b).value());
+    if (data) EXPECT_TRUE(stream->upload(t, data).ok());
+    return t;
+  }
+  std::vector<float> matmul(const float* x, int64_t n, int64_t k, const Tensor& w, int64_t m, const Tensor& bias) {
+    Tensor xt = make(DType::kF32, {n, k}, x);
+    Tensor out = make(DType::kF32, {n, m}, nullptr);
+    const Status s = stream->run(MatMulOp{xt, w, out, bias});
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    std::vector<float> got(static_cast<size_t>(n * m));
+    EXPECT_TRUE(stream->download(out, got.data()).ok());
+    buffers.pop_back();
+    buffers.pop_back();
+    return got;
+  }
+};
+
+// The panel height each build repacks with (0: it keeps every matrix row-major).
+int panel_rows(cpu::Isa isa) { return isa == cpu::Isa::kAvx512 ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0; }
+
+class CpuMatMulRepacked : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
+  const DType dtype = GetParam();
+  const int block = dtype_info(dtype).block_elems;
+  int tested = 0;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    const int p = panel_rows(isa);
+    if (!cpu::repackable(dtype, p)) continue;
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    Cpu cpu(isa);
+    // Whole panels only; a tail of 5 rows after them; k of an odd number of 32-blocks (288) or 1-2 super-blocks.
+    struct Shape {
+      int64_t m, k;
+    };
+    const std::vector<Shape> shapes =
+        block == 32 ? std::vector<Shape>{{48, 256}, {37, 288}, {p + 3, 64}} : std::vector<Shape>{{48, 256}, {37, 512}};
+    for (const Shape& sh : shapes) {
+      const int64_t m = sh.m, k = sh.k;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << m << " x " << k);
+      Rng rng(11 + static_cast<uint64_t>(m * k));
+      std::vector<float> w(static_cast<size_t>(m * k)), bias(static_cast<size_t>(m));
+      for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+      for (float& v : bias) v = rng.next_f32() - 0.5f;
+      std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
+      ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
+      const Tensor row_major = cpu.make(dtype, {m, k}, stored.data());
+      const Tensor panels = cpu.make(dtype, {m, k}, stored.data());
+      ASSERT_TRUE(cpu.device->prepare_matmul_weight(panels).ok());
+      const cpu::PanelLayout* lay = cpu::panel_layout(panels);
+      ASSERT_NE(lay, nullptr) << "not repacked";
+      EXPECT_EQ(lay->panel_rows, p);
+      // In place, and really rearranged (the row-major bytes are gone, the tail rows kept).
+      const auto* bytes = static_cast<const uint8_t*>(panels.buffer->host_ptr());
+      EXPECT_NE(0, std::memcmp(bytes, stored.data(), stored.size()));
+      const size_t tail_at = static_cast<size_t>(m / p * p) * stored.size() / static_cast<size_t>(m);
+      EXPECT_EQ(0, std::memcmp(bytes + tail_at, stored.data() + tail_at, stored.size() - tail_at));
+      const Tensor bt = cpu.make(DType::kF32, {m}, bias.data());
+      const int64_t n_max = 70;
+      std::vector<float> x(static_cast<size_t>(n_max * k));
+      for (float& v : x) v = rng.next_f32() * 2.0f - 1.0f;
+      std::vector<float> wf(w.size());
+      ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
+      const std::vector<float> full = cpu.matmul(x.data(), n_max, k, panels, m, bt);
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17, 64, 70}) {
+        const std::vector<float> want = cpu.matmul(x.data(), n, k, row_major, m, bt);
+        const std::vector<float> got = cpu.matmul(x.data(), n, k, panels, m, bt);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "batch " << n;
+        EXPECT_EQ(0, std::memcmp(full.data(), got.data(), got.size() * sizeof(float)))
+            << "batch " << n << " differs from the same rows in a batch of " << n_max;
+        // And right: against the stored weights widened to f32 (activations are quantised to 8 bits).
+        double err = 0, sig = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < m; ++i) {
+            double ref = bias[static_cast<size_t>(i)];
+            for (int64_t j = 0; j < k; ++j) ref += double(wf[i * k + j]) * x[r * k + j];
+            const double d = got[r * m + i] - ref;
+            err += d * d;
+            sig += ref * ref;
+          }
+        }
+        EXPECT_LT(err / sig, 2e-3) << "batch " << n;
+      }
+      ++tested;
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no kernel build this processor runs repacks " << dtype_name(dtype);
+}
+
+// A tied classifier shares the embedding table, so the table is repacked too: the lookup must give the stored rows'
+// bits, from whole panels and from the row-major tail.
+TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
+  const DType dtype = GetParam();
+  int tested = 0;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    const int p = panel_rows(isa);
+    if (!cpu::repackable(dtype, p)) continue;
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    Cpu cpu(isa);
+    const int64_t vocab = 3 * p + 5, dim = 512;
+    Rng rng(5);
+    std::vector<float> w(static_cast<size_t>(vocab * dim));
+    for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+    std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
+    ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
+    const Tensor row_major = cpu.make(dtype, {vocab, dim}, stored.data());
+    const Tensor panels = cpu.make(dtype, {vocab, dim}, stored.data());
+    ASSERT_TRUE(cpu.device->prepare_matmul_weight(panels).ok());
+    ASSERT_NE(cpu::panel_layout(panels), nullptr);
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = (i * 7) % static_cast<int32_t>(vocab);
+    const Tensor it = cpu.make(DType::kI32, {vocab}, ids.data());
+    std::vector<float> want(static_cast<size_t>(vocab * dim)), got(want.size());
+    for (auto [table, dst] : {std::pair{&row_major, &want}, std::pair{&panels, &got}}) {
+      const Tensor out = cpu.make(DType::kF32, {vocab, dim}, nullptr);
+      const Status s = cpu.stream->run(EmbeddingOp{*table, it, out, 0.5f});
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_TRUE(cpu.stream->download(out, dst->data()).ok());
+    }
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+    // An id outside the vocabulary is still refused.
+    const int32_t bad = static_cast<int32_t>(vocab);
+    const Tensor bt = cpu.make(DType::kI32, {1}, &bad);
+    const Tensor o1 = cpu.make(DType::kF32, {1, dim}, nullptr);
+    EXPECT_EQ(cpu.stream->run(EmbeddingOp{panels, bt, o1}).code(), StatusCode::kOutOfRange);
+    ++tested;
+  }
+  if (tested == 0) GTEST_SKIP() << "no kernel build this processor runs repacks " << dtype_name(dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {
+  const cpu::Isa isa = cpu::runnable_isas().front();
+  if (panel_rows(isa) == 0) GTEST_SKIP() << "the generic build does not repack";
+  Cpu cpu(isa);
+  const int64_t m = 32, k = 256;
+  std::vector<float> w(static_cast<size_t>(m * k), 0.25f);
+  std::vector<uint8_t> stored(dtype_bytes(DType::kQ4_0, w.size()));
+  ASSERT_TRUE(quantize(w, DType::kQ4_0, stored.data()).ok());
+  const Tensor wt = cpu.make(DType::kQ4_0, {m, k}, stored.data());
+  ASSERT_TRUE(cpu.device->prepare_matmul_weight(wt).ok());
+  ASSERT_NE(cpu::panel_layout(wt), nullptr);
+
+  // A download or an upload (and so a KV-style copy_runs transfer) would see or clobber rearranged bytes.
+  std::vector<uint8_t> back(stored.size());
+  Status s = cpu.stream->download(wt, back.data());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  s = cpu.stream->upload(wt, stored.data());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+
+  // Any other operator on those bytes, e.g. the buffer read as f32 by an add, or as a matmul's activations.
+  const Tensor as_f32(wt.buffer, 0, DType::kF32, {static_cast<int64_t>(stored.size() / 4)});
+  const Tensor out = cpu.make(DType::kF32, {static_cast<int64_t>(stored.size() / 4)}, nullptr);
+  s = cpu.stream->run(AddOp{as_f32, as_f32, out});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_FALSE(cpu.device->supports(AddOp{as_f32, as_f32, out}).supported);
+
+  // The weight under another shape than the one it was packed for.
+  std::vector<float> x(static_cast<size_t>(2 * k), 1.0f);
+  const Tensor xt = cpu.make(DType::kF32, {1, 2 * k}, x.data());
+  const Tensor o1 = cpu.make(DType::kF32, {1, m / 2}, nullptr);
+  const Tensor reshaped(wt.buffer, 0, DType::kQ4_0, {m / 2, 2 * k});
+  s = cpu.stream->run(MatMulOp{xt, reshaped, o1});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+
+  // Another kernel build than the one that packed it (its panels have another height, or none).
+  for (cpu::Isa other : cpu::runnable_isas()) {
+    if (panel_rows(other) == panel_rows(isa)) continue;
+    Cpu o(other);
+    const Tensor x1 = o.make(DType::kF32, {1, k}, x.data());
+    const Tensor out1 = o.make(DType::kF32, {1, m}, nullptr);
+    s = o.stream->run(MatMulOp{x1, wt, out1});
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << cpu::isa_name(other) << ": " << s.to_string();
+  }
+
+  // The matmul itself: 0.25 * 1 * 256 per output.
+  const Tensor x1 = cpu.make(DType::kF32, {1, k}, x.data());
+  const Tensor out1 = cpu.make(DType::kF32, {1, m}, nullptr);
+  ASSERT_TRUE(cpu.stream->run(MatMulOp{x1, wt, out1}).ok());
+  std::vector<float> got(static_cast<size_t>(m));
+  ASSERT_TRUE(cpu.stream->download(out1, got.data()).ok());
+  for (float v : got) EXPECT_NEAR(v, 64.0f, 0.5f);
+}
+
+TEST(CpuMatMulRepackedBuffer, SmallAndUnsupportedMatricesStayRowMajor) {
+  const cpu::Isa isa = cpu::runnable_isas().front();
+  if (panel_rows(isa) == 0) GTEST_SKIP() << "the generic build does not repack";
+  Cpu cpu(isa);
+  const int p = panel_rows(isa);
+  // Fewer rows than a panel; a type without a panel layout; an f32 matrix: all stay readable.
+  for (const auto& [dtype, rows] : {std::pair{DType::kQ4_0, int64_t{p - 1}}, std::pair{DType::kQ4_1, int64_t{64}},
+                                    std::pair{DType::kF32, int64_t{64}}}) {
+    const Tensor t = cpu.make(dtype, {rows, 256}, nullptr);
+    ASSERT_TRUE(cpu.device->prepare_matmul_weight(t).ok());
+    EXPECT_EQ(cpu::panel_layout(t), nullptr) << dtype_name(dtype);
+    std::vector<uint8_t> back(t.bytes());
+    EXPECT_TRUE(cpu.stream->download(t, back.data()).ok()) << dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::ops
