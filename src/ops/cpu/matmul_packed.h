@@ -1,6 +1,6 @@
 // The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 3 rows or
 // more (prefill, batched decode) and a decode kernel for 1-2 rows that gives the same bits, shared by
-// matmul_quant.cc (q4_0, q8_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
+// matmul_quant.cc (q4_0, q5_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
 // per-build namespace, and only in the SIMD builds. Matrices the device repacked at load (repack.h) take
 // matmul_repacked.h instead, which reads the panels directly; the paths here serve the rest (row-major matrices,
 // and the rows past a repacked matrix's last whole panel).
@@ -15,7 +15,7 @@
 // weight vector feeds T activation rows (8 / 4) from registers.
 //
 // Numbers: a weight element is s_g * (u - off) - mn_g, with u the unsigned byte, off a per-type integer
-// offset (q4_0: 8, q8_0: 128, q6_k: 32, q4_k: 0), s_g and mn_g per-row f32 values of its group of G elements
+// offset (q4_0: 8, q5_0: 16, q6_k: 32, q4_k: 0), s_g and mn_g per-row f32 values of its group of G elements
 // (q4_k: d * sc, dmin * m). Activations are quantised once per call into int8 blocks of 32 with an f32
 // scale xd and integer sums. A group's integer sum starts at -off * sum(x_g), so it is exactly
 // sum((u - off) * x_g); the output is then sum_g s_g * xd * isum_g - mn_g * xd * sum(x_g) in f32. Every lane
@@ -64,7 +64,6 @@ inline void store_rows(float* out, VF v, int rows) {
 inline VF load_rows(const float* p, int rows) {
   return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << rows) - 1u), p);
 }
-constexpr bool kUnsignedBytesOk = true;  // vpdpbusd sums in int32: u up to 255 (q8_0) is fine
 #else
 constexpr int kP = 8;
 constexpr int kT = 4;
@@ -75,8 +74,7 @@ inline VF load_vf(const float* p) { return _mm256_load_ps(p); }
 inline VI bcast(int32_t v) { return _mm256_set1_epi32(v); }
 inline VF bcastf(float v) { return _mm256_set1_ps(v); }
 inline VF fzero() { return _mm256_setzero_ps(); }
-// maddubs adds two u8 x s8 products into int16: 2 * 63 * 127 fits (q4_0, q6_k, q4_k), 2 * 255 * 127 does not,
-// so q8_0 stays on the row-by-row kernel in this build.
+// maddubs adds two u8 x s8 products into int16: 2 * 63 * 127 fits (q4_0, q5_0, q6_k, q4_k).
 inline VI dot4(VI acc, VI w, VI x) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
@@ -97,7 +95,6 @@ inline void store_rows(float* out, VF v, int rows) {
 inline VF load_rows(const float* p, int rows) {
   return rows == kP ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, row_mask(rows));
 }
-constexpr bool kUnsignedBytesOk = false;
 #endif
 
 // 64-byte aligned storage (aligned vector loads of the panel).
@@ -195,9 +192,9 @@ inline void quantize_block256(const float* xb, int8_t* q, float* d_out, int32_t*
 
 // Quantises x [n, k] for a weight type with groups of `g_size` (16 or 32) elements and offset `off`.
 // `f16_scale` (the 32-element types): the block scale used in the products is rounded to f16, as in GGUF's
-// q8_0 activation blocks, which llama.cpp multiplies q8_0 / q4_0 weights with; with the f32 scale, near-tie
-// greedy choices parted from llama.cpp's more often (phi3_mini Q8_0 parity: 6 of 8 continuations identical
-// against 8 of 8).
+// q8_0 activation blocks, which llama.cpp multiplies q4_0 / q5_0 weights with; with the f32 scale, near-tie
+// greedy choices parted from llama.cpp's more often (measured while q8_0 weights still took this path:
+// phi3_mini Q8_0 parity 6 of 8 continuations identical against 8 of 8).
 // `k_blocks` (the K-quant types): blocks of 256 with one f32 scale (quantize_block256) instead of 32.
 inline void quantize_acts(const float* x, int64_t n, int64_t k, int g_size, int off, bool with_min, bool f16_scale,
                           Acts& a, const Ctx& ctx, bool k_blocks = false) {

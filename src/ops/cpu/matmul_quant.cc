@@ -515,9 +515,6 @@ struct PackBlocks {
 struct PackQ4_0 : PackBlocks<BlockQ4_0> {
   static constexpr int kOffset = 8;
 };
-struct PackQ8_0 : PackBlocks<BlockQ8_0> {
-  static constexpr int kOffset = 128;
-};
 struct PackQ5_0 : PackBlocks<BlockQ5_0> {
   static constexpr int kOffset = 16;
 };
@@ -531,8 +528,6 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     // Repacked at load (repack.h): every batch size reads the panels.
     if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
-    if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0)
-      return packed::matmul_repacked<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
 #endif
     return failed_precondition(
         fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
@@ -545,10 +540,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     packed::matmul<PackQ4_0>(op, ctx);
     return ok_status();
   }
-  if (packed::kUnsignedBytesOk && op.w.dtype == DType::kQ8_0) {
-    packed::matmul<PackQ8_0>(op, ctx);
-    return ok_status();
-  }
+  // q8_0 stays on the row-by-row kernels below, in every build (repack.h says why).
   if (op.w.dtype == DType::kQ5_0) {
     packed::matmul<PackQ5_0>(op, ctx);
     return ok_status();

@@ -82,14 +82,6 @@ struct PanelQ5_0 {
     }
   }
 };
-struct PanelQ8_0 {
-  static constexpr int kBytes = 34, kGroups = 1, kGroup = 32, kOffset = 128;
-  static constexpr bool kMin = false;
-  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
-  static void group(const uint8_t* pb, int, VI* u) {
-    for (int j = 0; j < 8; ++j) u[j] = ldu(pb + 2 * kP + j * kV);
-  }
-};
 struct PanelQ4_K {
   static constexpr int kBytes = 144, kGroups = 8, kGroup = 32, kOffset = 0;
   static constexpr bool kMin = true;

@@ -33,7 +33,6 @@ PieceList pieces(DType type) {
   static const Piece q4_0[] = {{offsetof(BlockQ4_0, d), 0, 0, 0}, {offsetof(BlockQ4_0, qs), 2, 4, 0}};
   static const Piece q5_0[] = {
       {offsetof(BlockQ5_0, d), 0, 0, 0}, {offsetof(BlockQ5_0, qh), 2, 1, 0}, {offsetof(BlockQ5_0, qs), 6, 4, 0}};
-  static const Piece q8_0[] = {{offsetof(BlockQ8_0, d), 0, 0, 0}, {offsetof(BlockQ8_0, qs), 2, 8, 0x80}};
   static const Piece q4_k[] = {{offsetof(BlockQ4_K, d), 0, 0, 0},
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
@@ -47,8 +46,6 @@ PieceList pieces(DType type) {
       return {q4_0, 2};
     case DType::kQ5_0:
       return {q5_0, 3};
-    case DType::kQ8_0:
-      return {q8_0, 2};
     case DType::kQ4_K:
       return {q4_k, 4};
     case DType::kQ6_K:
@@ -125,10 +122,6 @@ bool repackable(DType type, int panel_rows) {
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
-    case DType::kQ8_0:
-      // Unsigned q + 128 against signed activations: vpdpbusd sums in int32 (avx512); avx2's maddubs would
-      // saturate its int16 pairs, so the avx2 build keeps q8_0 row-major.
-      return panel_rows == 16;
     default:
       return false;
   }
