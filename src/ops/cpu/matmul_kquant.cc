@@ -590,10 +590,7 @@ Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
     if (op.w.dtype == DType::kQ4_K) return packed::matmul_repacked<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ6_K) return packed::matmul_repacked<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
 #endif
-    return failed_precondition(
-        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
-                    "of {} rows",
-                    dtype_name(lay->type), lay->panel_rows));
+    return panels_unreadable(*lay);
   }
 #if defined(__AVX2__)
   // q4_k and q6_k: the kernels of matmul_packed.h, for every batch size.

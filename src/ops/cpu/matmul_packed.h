@@ -97,20 +97,6 @@ inline VF load_rows(const float* p, int rows) {
 }
 #endif
 
-// 64-byte aligned storage (aligned vector loads of the panel).
-template <typename T>
-struct Aligned {
-  using value_type = T;
-  Aligned() = default;
-  template <typename U>
-  Aligned(const Aligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
-  bool operator==(const Aligned&) const { return true; }
-};
-template <typename T>
-using AVec = std::vector<T, Aligned<T>>;
-
 // The activation rows, quantised once per call: int8 q (n * k), per 32-element block the scale, and per
 // group of the weight type (G elements) the accumulator start -off * sum(x_g), the block scale of the group,
 // and xd * sum(x_g) for the types with a minimum.

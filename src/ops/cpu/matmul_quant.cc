@@ -11,8 +11,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/matmul_repacked.h"
@@ -32,18 +30,6 @@ namespace {
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kSmallBatch = 4;  // fewer activation rows than this: row-by-row dot products
 
-// 64-byte aligned storage for vectors loaded with aligned 512-bit loads.
-template <typename T>
-struct AlignedAlloc {
-  using value_type = T;
-  AlignedAlloc() = default;
-  template <typename U>
-  AlignedAlloc(const AlignedAlloc<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
-  bool operator==(const AlignedAlloc&) const { return true; }
-};
-
 struct QuantRows {
   std::vector<int8_t> q;    // n * k
   std::vector<float> d;     // n * k / 32
@@ -51,8 +37,8 @@ struct QuantRows {
   std::vector<int32_t> sq;  // n * k / 32: sum(q), for the offset of the unsigned weight bytes
   // The avx512 build's per-pair vectors (see spread_pairs): for each row and pair of blocks, 16 scales (d of
   // the first block in lanes 0-7, of the second in 8-15) and 16 ints (-sum(q) of each block in lanes 0 and 8).
-  std::vector<float, AlignedAlloc<float>> dv;
-  std::vector<int32_t, AlignedAlloc<int32_t>> nv;
+  AVec<float> dv;
+  AVec<int32_t> nv;
 };
 
 void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const Ctx& ctx) {
@@ -529,10 +515,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
 #endif
-    return failed_precondition(
-        fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels "
-                    "of {} rows",
-                    dtype_name(lay->type), lay->panel_rows));
+    return panels_unreadable(*lay);
   }
 #if defined(__AVX2__)
   // The kernels of matmul_packed.h, for every batch size, where they cover the type in this build.

@@ -192,6 +192,12 @@ Status embedding_from_panels(const EmbeddingOp& op) {
   return ok_status();
 }
 
+Status panels_unreadable(const PanelLayout& l) {
+  return failed_precondition(
+      fmt::format("cpu matmul: this kernel build does not read {} weights repacked in panels of {} rows",
+                  dtype_name(l.type), l.panel_rows));
+}
+
 Status check_not_repacked(const Buffer& b, const char* what) {
   if (panel_layout(&b) == nullptr) return ok_status();
   return failed_precondition(

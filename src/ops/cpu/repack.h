@@ -81,6 +81,8 @@ Status embedding_from_panels(const EmbeddingOp& op);
 // FailedPrecondition when an operator would read or write a repacked buffer other than as a matmul's weight or an
 // embedding table.
 Status check_unpacked_operands(const Op& op);
+// FailedPrecondition for a matmul whose kernel build or type cannot read the panels `l` describes.
+Status panels_unreadable(const PanelLayout& l);
 // FailedPrecondition naming `what` when `b` is repacked (Stream::read / write).
 Status check_not_repacked(const Buffer& b, const char* what);
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <vector>
 
 #include "base/quant.h"
 
@@ -15,6 +17,20 @@
 // Inside the per-build namespace: the avx2 and generic builds each get their own copies of these inline
 // functions (one shared name would let the linker pick one build's code for both).
 namespace tessera::ops::cpu::TS_CPU_ISA {
+
+// 64-byte aligned storage for vectors read with aligned 512-bit loads (activation blocks, weight panels).
+template <typename T>
+struct AlignedAlloc {
+  using value_type = T;
+  AlignedAlloc() = default;
+  template <typename U>
+  AlignedAlloc(const AlignedAlloc<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const AlignedAlloc&) const { return true; }
+};
+template <typename T>
+using AVec = std::vector<T, AlignedAlloc<T>>;
 
 #if defined(__AVX2__)
 inline float hsum(__m256 v) {
