@@ -16,13 +16,6 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 
-// GCC 12's AVX-512 intrinsics start unmasked operations from _mm512_undefined_*(), which its own
-// -Wmaybe-uninitialized then reports at every inlined call site (a known false positive of that release).
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
@@ -58,6 +51,14 @@ Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int3
 }
 
 #if defined(__AVX2__)
+// Eight vectors to one, lane r = the sum of a[r]'s lanes. hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5,
+// x6+x7, y4+y5, y6+y7]; two levels of it and one cross-half add.
+inline __m256 reduce8(const __m256* a) {
+  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
 // The 8 dot products rows[r] . q (length hd, a multiple of 8) as one vector: one accumulator per row, so the
 // eight FMA chains overlap, then a transpose-and-add reduction instead of eight horizontal sums.
 template <typename T>
@@ -70,10 +71,7 @@ inline __m256 dot8(const T* const* rows, const float* q, int64_t hd) {
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(load8(rows[r] + j), qv, a[r]);
   }
-  // hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7]
-  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+  return reduce8(a);
 }
 
 // Rows of one head are a cache row apart (all kv heads of a position are stored together) and blocks are
@@ -217,12 +215,6 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
 }
 
 #if defined(__AVX2__)
-// Eight vectors to one, lane r = the sum of a[r]'s lanes (dot8's reduction).
-inline __m256 reduce8(const __m256* a) {
-  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
 inline float hmax8(__m256 v) {
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -231,12 +223,12 @@ inline float hmax8(__m256 v) {
 
 // One query's decode attention, head_dim = 8 * NV (64 or 128), in 256-bit vectors in every build (a 512-bit
 // form of it, sixteen keys per reduction, measured 7% slower on Zen 4 at depth 1024). Scores: eight keys at a
-// time, each a chain of NV FMAs against the query held in registers, the eight reduced together (dot8's
-// reduction). Softmax: max-subtracted, exp8 eight at a time (a scalar std::exp was a fifth of the time;
-// heads of other sizes, such as stories260K's 8, keep attend_head and its std::exp). Values: two positions
-// per step into two sets of NV accumulators. Cache offsets come from row_offsets (no division per key); rows
-// are prefetched kPrefetchKeys positions ahead (blocks are scattered, so a stream stops at each block's end).
-// Going through the heads of a position together instead (one contiguous cache row) measured slower.
+// time, each a chain of NV FMAs against the query held in registers, the eight reduced together (reduce8).
+// Softmax: max-subtracted, exp8 eight at a time (a scalar std::exp was a fifth of the time; heads of other
+// sizes, such as stories260K's 8, keep attend_head and its std::exp). Values: two positions per step into two
+// sets of NV accumulators. Cache offsets come from row_offsets (no division per key); rows are prefetched
+// kPrefetchKeys positions ahead (blocks are scattered, so a stream stops at each block's end). Going through
+// the heads of a position together instead (one contiguous cache row) measured slower.
 constexpr int32_t kPrefetchKeys = 64;
 template <typename T, int NV>
 void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
