@@ -69,6 +69,30 @@ TEST_F(RefOps, Embedding) {
   EXPECT_EQ(bad.code(), StatusCode::kOutOfRange);
 }
 
+// A table in a quantised type: each looked-up row is the row's blocks dequantised (a q8_0 row of 32: its scale
+// times its quants); a table whose rows are not whole blocks, or of i32, is refused by validation.
+TEST_F(RefOps, EmbeddingFromAQuantisedTable) {
+  std::vector<float> w(3 * 32);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.25f;
+  std::vector<uint8_t> q(dtype_bytes(DType::kQ8_0, w.size()));
+  ASSERT_TRUE(quantize(w, DType::kQ8_0, q.data()).ok());
+  std::vector<float> want(w.size());
+  ASSERT_TRUE(dequantize(q.data(), DType::kQ8_0, want).ok());
+  Tensor table = make(DType::kQ8_0, {3, 32}, q.data());
+  Tensor out = make(DType::kF32, {2, 32});
+  ASSERT_TRUE(stream_->run(EmbeddingOp{table, i32({2}, {2, 0}), out}).ok());
+  std::vector<float> rows(want.begin() + 64, want.end());
+  rows.insert(rows.end(), want.begin(), want.begin() + 32);
+  expect_near(get(out), rows, 0);
+  Tensor ragged = make(DType::kQ8_0, {2, 48});  // 48 elements: one and a half q8_0 blocks
+  Tensor out48 = make(DType::kF32, {1, 48});
+  Status bad = stream_->run(EmbeddingOp{ragged, i32({1}, {0}), out48});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("whole blocks"), std::string::npos) << bad.message();
+  Status ints = stream_->run(EmbeddingOp{i32({2, 2}, {1, 2, 3, 4}), i32({1}, {0}), make(DType::kF32, {1, 2})});
+  EXPECT_EQ(ints.code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(RefOps, RmsNorm) {
   // mean(x^2) = 30/4 = 7.5, rms = 2.7386128; x / rms = .365148 .730297 1.095445 1.460593, times weight.
   Tensor out = make(DType::kF32, {1, 4});
