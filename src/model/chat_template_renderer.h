@@ -63,19 +63,25 @@ class ChatTemplateRenderer {
 
   // `messages_json`: a JSON array of messages; `tools_json`: a JSON array of tools or empty. Returns
   // InvalidArgument with the template's own message when it refuses the conversation (raise_exception).
-  Result<RenderedChat> render(std::string_view messages_json, std::string_view tools_json,
-                              bool add_generation_prompt) const;
+  // `variables_json`: a JSON object of extra template variables (vLLM's chat_template_kwargs, such as Qwen3's
+  // enable_thinking, and reasoning_effort), or empty; a variable the template never names is InvalidArgument
+  // (it would have no effect), and so is any for a named fallback family.
+  Result<RenderedChat> render(std::string_view messages_json, std::string_view tools_json, bool add_generation_prompt,
+                              std::string_view variables_json = {}) const;
 
   // "the model's chat template", "chatml (named fallback)", "template file x.jinja": for logs and errors.
   const std::string& description() const { return description_; }
   ToolCallFormat tool_call_format() const { return tool_format_; }
   bool takes_tools() const { return takes_tools_; }
+  // The Jinja template's text ("" for a named fallback family): what the server detects formats from.
+  const std::string& source() const { return source_; }
 
  private:
   std::optional<ChatTemplate> family_;
   std::shared_ptr<const jinja::Template> jinja_, jinja_tool_use_;
   std::string bos_, eos_;
   std::string description_;
+  std::string source_, tool_use_source_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   bool takes_tools_ = false;
 };

@@ -18,6 +18,7 @@
 #include "http/http.h"
 #include "serve/chat_format.h"
 #include "serve/pd.h"
+#include "serve/reasoning.h"
 
 namespace tessera::serve {
 
@@ -38,6 +39,8 @@ struct NodeOptions {
   std::string backend;
   std::string device;
   api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
+  // How chat replies carry reasoning (serve/reasoning.h): --reasoning-parser, else detected from the template.
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
 };
 
 class NodeServer {
