@@ -357,9 +357,6 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     int64_t lp = -1;
     if (auto e = integer(j, "logprobs", 0, 20, lp)) return *e;
     r.generation.logprobs = static_cast<int>(lp);
-    // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions; vLLM computes them
-    // as prompt_logprobs).
-    if (r.echo && lp >= 0) r.generation.prompt_logprobs = std::max(r.generation.prompt_logprobs, static_cast<int>(lp));
   }
 
   if (auto e = boolean(j, "stream", r.stream)) return *e;
@@ -368,13 +365,9 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (auto e = boolean(*it, "include_usage", r.include_usage)) return *e;
   }
-  if (r.stream && r.generation.prompt_logprobs >= 0) {
-    // vLLM refuses them streamed too: they are known only once the whole prompt ran.
-    const bool asked = j.contains("prompt_logprobs") && !j["prompt_logprobs"].is_null();
-    return bad(asked ? "'prompt_logprobs' cannot be streamed; send the request with stream false"
-                     : "'echo' with 'logprobs' cannot be streamed; send the request with stream false",
-               asked ? "prompt_logprobs" : "logprobs");
-  }
+  if (r.stream && j.contains("prompt_logprobs") && !j["prompt_logprobs"].is_null())
+    return bad("'prompt_logprobs' cannot be streamed (as in vLLM); send the request with stream false",
+               "prompt_logprobs");
   if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return bad("'user' must be a string", "user");
     r.user = it->get<std::string>();

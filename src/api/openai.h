@@ -38,7 +38,7 @@ struct GenerationOptions {
   bool ignore_eos = false;
   bool skip_special_tokens = true;  // false: generated special tokens are spelled in the text (vLLM's field)
   int logprobs = -1;                // -1: none; 0..20: the chosen token's log-probability and this many alternatives
-  int prompt_logprobs = -1;         // vLLM's prompt_logprobs: -1 none; 0..20 (completions' echo with logprobs sets it)
+  int prompt_logprobs = -1;         // vLLM's prompt_logprobs: -1 none; 0..20 (echo with logprobs needs them too)
 };
 
 // One prompt of a /v1/completions request: text, or token ids.

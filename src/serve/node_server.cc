@@ -82,6 +82,7 @@ struct Call {
   std::vector<int32_t> prompt_ids;
   std::vector<engine::TokenLogprobs> prompt_lps;  // prompt_logprobs (and echo with logprobs), when asked for
   bool echo_only = false;                         // completions max_tokens 0 with echo: the prompt scored, no text
+  std::string echo_pending;  // streamed echo with logprobs: sent with the prompt's logprobs, on the first output
   // Reasoning (reasoning.h): the reply split into reasoning_content and content.
   std::unique_ptr<ReasoningParser> reasoning;
   std::string prompt_text;  // the rendered chat prompt (a <think> it opened starts the reply in reasoning)
@@ -334,7 +335,7 @@ struct NodeServer::Impl {
     json choice = c->req.chat
                       ? json{{"index", c->index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
                       : json{{"index", c->index}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
-    if (!c->req.chat && c->req.generation.prompt_logprobs >= 0 && !c->req.echo)
+    if (!c->req.chat && c->req.generation.prompt_logprobs >= 0)
       choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
     if (!set.finish_choice(c->index, std::move(choice), o)) return;
     metrics.request_latency(seconds(c->start, now));
@@ -389,6 +390,15 @@ struct NodeServer::Impl {
                       dump(chunk(c, {{"index", c.index},
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}})) +
+                      "\n\n");
+    }
+    if (!c.echo_pending.empty()) {
+      json lp = echo_logprobs(c.prompt_ids, c.prompt_lps, engine.tokenizer(), c.text_offset);
+      c.writer->write("data: " +
+                      dump(chunk(c, {{"index", c.index},
+                                     {"text", std::exchange(c.echo_pending, std::string())},
+                                     {"logprobs", std::move(lp)},
                                      {"finish_reason", nullptr}})) +
                       "\n\n");
     }
@@ -545,6 +555,9 @@ struct NodeServer::Impl {
       gen.prompt = prompts[p].ids;
       gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
       gen.n = n;
+      // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions).
+      if (r.echo && r.generation.logprobs >= 0)
+        gen.prompt_logprobs = std::max(gen.prompt_logprobs, r.generation.logprobs);
       if (chat && options.reasoning == ReasoningFormat::kGptOss) gen.skip_special_tokens = false;  // its markers
       for (int i = 0; i < n; ++i) {
         auto call = std::make_shared<Call>();
@@ -587,6 +600,8 @@ struct NodeServer::Impl {
         for (const std::shared_ptr<Call>& call : choices[p]) {
           if (!call->req.stream) {
             call->text = echo_text;
+          } else if (!echo_text.empty() && call->req.generation.logprobs >= 0) {
+            call->echo_pending = echo_text;  // its logprobs come with the first output
           } else if (!echo_text.empty()) {
             call->writer->write(
                 "data: " +

@@ -305,6 +305,7 @@ struct PdService::Impl {
       // then never ends this one-token request, so it is reported).
       gen.ignore_eos = call->ignore_eos;
       gen.stop_token_ids.assign(call->stop_token_ids.begin(), call->stop_token_ids.end());
+      gen.sampling.min_tokens = 1;  // all that matters for the one token drawn here
     }
     gen.export_from = call->export_from;
     const int n = static_cast<int>(gen.prompt.size());

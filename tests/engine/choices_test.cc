@@ -18,6 +18,8 @@
 namespace tessera::engine {
 namespace {
 
+const char* kLong = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+
 struct Choice {
   std::vector<TokenId> tokens;
   std::string text;
@@ -139,12 +141,15 @@ TEST_F(EngineChoices, AWholeBlockPromptIsSharedWithoutACopy) {
 // and still equals its single run.
 TEST_F(EngineChoices, AChoiceWithoutRoomForItsCopyIsRecomputed) {
   start(2, {.max_batch_tokens = 64}, 16);  // the prompt and its 10 new tokens fill both blocks; none is left
-  GenerationRequest r = request("Once upon a time, there was a little girl named Lily. She", 10, 1.0f);
+  GenerationRequest r = request(kLong, 10, 1.0f);
   ASSERT_GE(r.prompt.size(), 20u);
   r.prompt.resize(20);
   r.sampling.seed = 11;
   r.n = 2;
+  const uint64_t before = engine_->stats().prompt_tokens;
   std::map<int, Choice> choices = run(r);
+  // The second choice computed the 4 prompt tokens past the cached whole block again.
+  EXPECT_EQ(engine_->stats().prompt_tokens - before, 24u);
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(choices[i].finish, FinishReason::kLength) << choices[i].error.to_string();
     GenerationRequest single = r;
@@ -175,7 +180,7 @@ TEST_F(EngineChoices, ForkedKvHoldsTheSameRowsInItsOwnTailBlock) {
   start(16, {}, 16);
   SequenceKv a;
   std::vector<float> logits;
-  std::vector<TokenId> prompt = model_.tokenizer->encode("Once upon a time, there was a little girl named Lily", true);
+  std::vector<TokenId> prompt = model_.tokenizer->encode(kLong, true);
   ASSERT_GE(prompt.size(), 20u);
   prompt.resize(20);
   ASSERT_TRUE(engine_->run_on_engine_thread([&] { ASSERT_TRUE(runner_->prefill(a, prompt, logits).ok()); }).ok());
