@@ -570,7 +570,10 @@ struct NodeServer::Impl {
         call->created = created;
         call->start = call->last = start;
         call->id = id;
-        call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1";
+        // Token ids let the router continue a broken stream elsewhere (resume.h): one choice of plain text only
+        // (a reasoning parser reshapes the text the router counts).
+        call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
+                          !(chat && options.reasoning != ReasoningFormat::kNone);
         call->tool_format = tool_format;
         call->prompt_ids = prompts[p].ids;
         call->echo_only = echo_only;
