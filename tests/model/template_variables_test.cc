@@ -95,7 +95,9 @@ class TemplateVariables : public ::testing::Test {
     info.eos_token = "</s>";
     auto r = ChatTemplateRenderer::choose(dir_ + "/" + file, info);
     if (!r.ok()) return r.status();
-    auto rendered = r->render(messages().dump(), "", true, variables.empty() ? "" : variables.dump());
+    ChatRenderOptions o;
+    if (!variables.empty()) o.variables_json = variables.dump();
+    auto rendered = r->render(messages().dump(), "", o);
     if (!rendered.ok()) return rendered.status();
     return (rendered->add_bos ? "<s>" : "") + rendered->text;
   }
@@ -154,7 +156,7 @@ TEST_F(TemplateVariables, AVariableTheTemplateNeverReadsIsRefused) {
   ModelChatInfo info;
   auto family = ChatTemplateRenderer::choose("chatml", info);
   ASSERT_TRUE(family.ok());
-  EXPECT_FALSE(family->render(messages().dump(), "", true, R"({"enable_thinking":false})").ok());
+  EXPECT_FALSE(family->render(messages().dump(), "", {.variables_json = R"({"enable_thinking":false})"}).ok());
 }
 
 }  // namespace
