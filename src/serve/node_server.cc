@@ -571,7 +571,14 @@ struct NodeServer::Impl {
     std::vector<std::vector<std::shared_ptr<Call>>> choices(prompts.size());
     std::vector<engine::GenerationRequest> gens;
     ApiRequest shared = r;
-    shared.prompts.clear();  // every choice keeps the request's options, not every prompt
+    // Every choice keeps the request's options, not its prompts or messages (a list of 64 long prompts with n 16
+    // would otherwise be copied a thousand times).
+    shared.prompts.clear();
+    shared.prompt.clear();
+    shared.prompt_tokens.clear();
+    shared.messages.clear();
+    shared.messages_json.clear();
+    shared.tools_json.clear();
     for (size_t p = 0; p < prompts.size(); ++p) {
       engine::GenerationRequest gen = engine_request(r.generation);
       gen.prompt = prompts[p].ids;

@@ -355,7 +355,8 @@ struct PdService::Impl {
         [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& out) {
           if (out.finish == engine::FinishReason::kNone) return;
           // Each choice ends with one output holding its one token (engine thread).
-          job->choices.at(static_cast<size_t>(out.index)) = out;
+          if (out.index < 0 || static_cast<size_t>(out.index) >= job->choices.size()) return;
+          job->choices[static_cast<size_t>(out.index)] = out;
           if (++job->finished < static_cast<int>(job->choices.size())) return;
           const engine::RequestOutput& o = job->choices[0];
           const auto computed = Clock::now();
