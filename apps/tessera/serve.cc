@@ -55,7 +55,7 @@ struct ServeArgs {
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
-  std::string reasoning_parser;  // empty: detected from the chat template
+  std::string reasoning_parser;                // empty: detected from the chat template
   model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
   double template_max_memory_mib = 256;
   int template_threads = 2;

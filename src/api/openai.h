@@ -48,7 +48,7 @@ struct CompletionPrompt {
   bool is_tokens = false;
 };
 
-inline constexpr int kMaxChoicesPerRequest = 16;  // n
+inline constexpr int kMaxChoicesPerRequest = 16;     // n
 inline constexpr size_t kMaxPromptsPerRequest = 64;  // a list of prompts in /v1/completions
 
 struct ApiRequest {
@@ -72,8 +72,8 @@ struct ApiRequest {
   // OpenAI's reasoning_effort ("" when not given), which reaches the template as the variable of that name.
   std::string chat_template_kwargs_json;
   std::string reasoning_effort;
-  GenerationOptions generation;      // sampling, stops, logprobs
-  int max_tokens = -1;               // -1: not given (completions default 16; chat: rest of the context)
+  GenerationOptions generation;  // sampling, stops, logprobs
+  int max_tokens = -1;           // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;

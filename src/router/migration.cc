@@ -89,9 +89,8 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
   }
   preamble_sent_ = true;  // the role chunk or echo comes first, then content
   if (choice.contains("finish_reason") && !choice["finish_reason"].is_null()) {
-    finished_choices_.insert(choice.contains("index") && choice["index"].is_number_integer()
-                                 ? choice["index"].get<int64_t>()
-                                 : 0);
+    finished_choices_.insert(
+        choice.contains("index") && choice["index"].is_number_integer() ? choice["index"].get<int64_t>() : 0);
     finished_ = static_cast<int>(finished_choices_.size()) >= choices_;
   }
 }

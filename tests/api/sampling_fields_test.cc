@@ -153,8 +153,9 @@ TEST(SamplingFields, ThePrefillNodeReadsWhatTheDecodeNodeSends) {
   SamplingParams none;
   EXPECT_FALSE(sampling_from_json(sampling_to_json(none))->seed.has_value());
   // A peer cannot ask for what a client may not.
-  for (const char* bad : {R"({"logit_bias":[[3,101]]})", R"({"logit_bias":[[9,1],[3,1]]})", R"({"logit_bias":[[-1,1]]})",
-                          R"({"logit_bias":[3]})", R"({"repetition_penalty":0})", R"({"min_tokens":-2})"}) {
+  for (const char* bad :
+       {R"({"logit_bias":[[3,101]]})", R"({"logit_bias":[[9,1],[3,1]]})", R"({"logit_bias":[[-1,1]]})",
+        R"({"logit_bias":[3]})", R"({"repetition_penalty":0})", R"({"min_tokens":-2})"}) {
     EXPECT_FALSE(sampling_from_json(nlohmann::json::parse(bad)).ok()) << bad;
   }
   PrefillCall call;

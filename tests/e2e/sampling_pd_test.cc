@@ -84,8 +84,8 @@ class SamplingPd : public ::testing::Test {
     prefill_ = new Proc(start_node({"--role", "prefill"}));
     decode_ = new Proc(start_node({"--role", "decode", "--prefill-nodes", prefill_->url, "--pd-min-tokens", "4"}));
     colocated_ = new Proc(start_node({}));
-    router_ = new Proc(start({"route", "--port", "0", "--probe-interval-ms", "100", "--nodes",
-                              decode_->url + "," + prefill_->url}));
+    router_ = new Proc(
+        start({"route", "--port", "0", "--probe-interval-ms", "100", "--nodes", decode_->url + "," + prefill_->url}));
     // The router pairs nodes once it knows their roles (GET /internal/pd/info).
     for (int i = 0; i < 100; ++i) {
       auto r = http::fetch({.url = router_->url + "/admin/nodes", .timeout_ms = 2000});
@@ -196,13 +196,14 @@ TEST_F(SamplingPd, EchoWithLogprobsAndNoNewTokensScoresThePrompt) {
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   for (size_t i = 1; i < lp["token_logprobs"].size(); ++i) {
     EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
-    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), local["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(),
-                1e-4);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(),
+                local["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(), 1e-4);
     EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
   }
   // vLLM's prompt_logprobs: null first, then the prompt token with its rank among the top alternatives.
-  const json pl = post(router_->url, "/v1/completions",
-                       {{"model", "stories260K"}, {"prompt", body["prompt"]}, {"max_tokens", 1}, {"prompt_logprobs", 1}});
+  const json pl =
+      post(router_->url, "/v1/completions",
+           {{"model", "stories260K"}, {"prompt", body["prompt"]}, {"max_tokens", 1}, {"prompt_logprobs", 1}});
   const json& entries = pl["choices"][0]["prompt_logprobs"];
   ASSERT_EQ(entries.size(), lp["tokens"].size());
   EXPECT_TRUE(entries[0].is_null());

@@ -115,8 +115,8 @@ TEST_F(EngineChoices, NChoicesPrefillOnceAndEachEqualsItsSeededSingleRun) {
       GenerationRequest single = request(prompt, 24, 0.9f);
       single.sampling.seed = 7 + i;
       std::map<int, Choice> one = run(single);
-      EXPECT_EQ(choices[i].tokens, one[0].tokens) << "choice " << i << " of '" << prompt << "' (" << prompt_len
-                                                  << " prompt tokens)";
+      EXPECT_EQ(choices[i].tokens, one[0].tokens)
+          << "choice " << i << " of '" << prompt << "' (" << prompt_len << " prompt tokens)";
     }
     EXPECT_GT(distinct.size(), 1u) << "different seeds draw different choices";
   }
@@ -201,10 +201,12 @@ TEST_F(EngineChoices, ForkedKvHoldsTheSameRowsInItsOwnTailBlock) {
     EXPECT_EQ(ka, kb) << "layer " << l;
     EXPECT_EQ(va, vb) << "layer " << l;
   }
-  ASSERT_TRUE(engine_->run_on_engine_thread([&] {
-                runner_->release(a);
-                runner_->release(b);
-              }).ok());
+  ASSERT_TRUE(engine_
+                  ->run_on_engine_thread([&] {
+                    runner_->release(a);
+                    runner_->release(b);
+                  })
+                  .ok());
 }
 
 // prompt_logprobs: position p holds log_softmax(logits after tokens [0, p))[token p], the same numbers a fresh

@@ -53,8 +53,7 @@ class TemplateVariables : public ::testing::Test {
     if (std::system("command -v node >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
     if (!fs::exists(ref_dir_ + "/node_modules/@huggingface/jinja")) {
       auto ci = testing::run_process(
-          {"/usr/bin/env", "bash", "-c", "cd '" + ref_dir_ + "' && npm ci --no-audit --no-fund --loglevel=error"},
-          600);
+          {"/usr/bin/env", "bash", "-c", "cd '" + ref_dir_ + "' && npm ci --no-audit --no-fund --loglevel=error"}, 600);
       if (ci.exit_code != 0) GTEST_SKIP() << "@huggingface/jinja is not installed (scripts/install-deps):\n" << ci.err;
     }
   }

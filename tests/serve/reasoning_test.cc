@@ -54,8 +54,8 @@ TEST(Reasoning, Qwen3WithoutThinkingIsAllContent) {
 }
 
 TEST(Reasoning, APromptThatOpenedThinkStartsInReasoning) {
-  expect_split(ReasoningFormat::kQwen3, "<|im_start|>assistant\n<think>\n", {"hmm", " ok", "</think>", "Yes"},
-               "hmm ok", "Yes");
+  expect_split(ReasoningFormat::kQwen3, "<|im_start|>assistant\n<think>\n", {"hmm", " ok", "</think>", "Yes"}, "hmm ok",
+               "Yes");
 }
 
 TEST(Reasoning, DeepSeekR1IsReasoningUntilTheCloseTag) {
