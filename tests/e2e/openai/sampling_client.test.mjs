@@ -75,7 +75,7 @@ function qwen3Tokenizer() {
 }
 
 let node, router, client;
-let qwen = null, qwenRouter = null, qwenClient = null, qwenSkip = '';
+let qwen = null, qwenRouter = null, qwenClient = null, qwenSkip = '', qwenDir = null;
 
 before(async () => {
   assert.ok(BIN && MODEL_DIR, 'set TESSERA_BIN and TESSERA_MODEL_DIR');
@@ -91,7 +91,7 @@ before(async () => {
     return;
   }
   // One layer at Qwen3-0.6B's vocabulary (151936) and head size: the real tokenizer's ids are all rows.
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-qwen3-reasoning-'));
+  const dir = qwenDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-qwen3-reasoning-'));
   execFileSync(BIN, ['synth', '--shape', 'qwen3-0.6b', '--layers', '1', '--dim', '256', '--hidden-dim', '128',
                      '--max-seq-len', '1024', '--format', 'safetensors', '--dtype', 'bf16', '--seed', '5',
                      '--out', dir], { stdio: 'ignore' });
@@ -103,6 +103,7 @@ before(async () => {
 
 after(async () => {
   for (const p of [router, node, qwenRouter, qwen]) await stop(p);
+  if (qwenDir) fs.rmSync(qwenDir, { recursive: true, force: true });
 });
 
 test('n = 4: four choices from one prefill', async () => {
