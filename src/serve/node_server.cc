@@ -1,5 +1,8 @@
 #include "serve/node_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -166,6 +169,9 @@ struct NodeServer::Impl {
                         std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
     auto req = std::make_shared<http::Request>(r);
     if (!template_pool.submit([req, w, work = std::move(work)] {
+          // Renders yield the CPU to the io threads and the engine: a hostile template spins up to its budget.
+          static thread_local const bool lowered = setpriority(PRIO_PROCESS, gettid(), 10) == 0;
+          (void)lowered;
           if (w->client_gone()) return;  // left while queued: nothing to render for
           work(*req, w);
         })) {
