@@ -468,8 +468,61 @@ class Builder {
       }
     }
     compute_frames();
+    compute_shortest();
     return ok_status();
   }
+
+  // A shortest text per rule: lengths by fixpoint, then the texts along the shortest alternatives.
+  void compute_shortest() {
+    const size_t n = g_.rules.size();
+    constexpr size_t kInf = SIZE_MAX / 4;
+    std::vector<size_t> len(n, kInf);
+    auto alt_len = [&](uint32_t p) {
+      size_t total = 0;
+      for (; g_.elems[p].kind != ElemKind::kEnd; ++p) {
+        const Elem& e = g_.elems[p];
+        total += e.kind == ElemKind::kRule ? len[e.arg] : e.kind == ElemKind::kBytes ? 1 : utf8_min_len(e.arg, 0);
+        if (total >= kInf) return kInf;
+      }
+      return total;
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (uint32_t r = 0; r < n; ++r) {
+        for_alt(r, [&](uint32_t p) {
+          const size_t l = alt_len(p);
+          if (l < len[r]) len[r] = l, changed = true;
+        });
+      }
+    }
+    g_.shortest.assign(n, std::string());
+    std::vector<uint8_t> state(n, 0);
+    std::function<void(uint32_t)> build = [&](uint32_t r) {
+      if (state[r] != 0 || len[r] >= kInf) return;
+      state[r] = 1;
+      std::string out;
+      for_alt(r, [&](uint32_t p) {
+        if (!out.empty() || state[r] == 2 || alt_len(p) != len[r]) return;
+        for (; g_.elems[p].kind != ElemKind::kEnd; ++p) {
+          const Elem& e = g_.elems[p];
+          if (e.kind == ElemKind::kRule) {
+            build(e.arg);
+            out += g_.shortest[e.arg];
+          } else if (e.kind == ElemKind::kBytes) {
+            out += static_cast<char>(g_.sets[e.arg].first());
+          } else {
+            out += g_.utf8_shortest(e.arg, 0);
+          }
+        }
+        state[r] = 2;
+      });
+      g_.shortest[r] = std::move(out);
+      state[r] = 2;
+    };
+    for (uint32_t r = 0; r < n; ++r) build(r);
+  }
+
+  size_t utf8_min_len(uint32_t cls, uint32_t sub) const { return g_.utf8_shortest(cls, sub).size(); }
 
   struct Site {
     uint32_t caller, pos;
@@ -666,6 +719,40 @@ ByteSet Grammar::first_bytes(const Elem& e) const {
   if (e.kind == ElemKind::kUtf8) {
     for (int b = 0; b < 256; ++b)
       if (utf8[e.arg].next[0][static_cast<size_t>(b)] != kUtf8Dead) out.add(static_cast<uint8_t>(b));
+  }
+  return out;
+}
+
+std::string Grammar::utf8_shortest(uint32_t cls, uint32_t sub) const {
+  // Breadth first over the class's DFA states.
+  const Utf8Dfa& d = utf8[cls];
+  std::vector<std::pair<uint32_t, std::string>> todo{{sub, ""}};
+  std::vector<uint8_t> seen(d.next.size(), 0);
+  seen[sub] = 1;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    for (int b = 0; b < 256; ++b) {
+      const uint8_t code = d.next[todo[i].first][static_cast<size_t>(b)];
+      if (code == kUtf8Dead) continue;
+      std::string s = todo[i].second + static_cast<char>(b);
+      if (code == kUtf8Done) return s;
+      if (!seen[code]) seen[code] = 1, todo.push_back({code, std::move(s)});
+    }
+  }
+  return "";
+}
+
+std::string Grammar::shortest_rest(uint32_t pos) const {
+  std::string out;
+  uint32_t p = elem_of(pos);
+  if (elems[p].kind == ElemKind::kUtf8) {
+    out += utf8_shortest(elems[p].arg, sub_of(pos));
+    ++p;
+  }
+  for (; elems[p].kind != ElemKind::kEnd; ++p) {
+    const Elem& e = elems[p];
+    if (e.kind == ElemKind::kRule) out += shortest[e.arg];
+    else if (e.kind == ElemKind::kBytes) out += static_cast<char>(sets[e.arg].first());
+    else out += utf8_shortest(e.arg, 0);
   }
   return out;
 }

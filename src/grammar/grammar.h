@@ -69,6 +69,7 @@ struct Grammar {
   std::vector<uint32_t> rule_of;  // per element: the rule whose alternative holds it
   std::vector<uint8_t> nullable;  // per rule: can match the empty string
   std::vector<uint8_t> reachable;  // per rule: used from the root
+  std::vector<std::string> shortest;  // per rule: a shortest text it matches
   // Per rule: the bytes that can come right after a match of the rule, in any context (FOLLOW sets over bytes);
   // follow_end: the rule can end the whole text.
   std::vector<ByteSet> follow;
@@ -85,6 +86,11 @@ struct Grammar {
   const Rule& rule(uint32_t id) const { return rules[id]; }
   // The bytes that can start element `e` (a byte or class element).
   ByteSet first_bytes(const Elem& e) const;
+  // A shortest text that completes element `pos` (a byte or class element, maybe in mid-character, or a rule
+  // reference) and the rest of its alternative.
+  std::string shortest_rest(uint32_t pos) const;
+  // A shortest byte string that finishes a character of class `cls` from DFA state `sub`.
+  std::string utf8_shortest(uint32_t cls, uint32_t sub) const;
   // A GBNF-like listing, for tests and error messages.
   std::string to_string() const;
 };

@@ -285,6 +285,10 @@ class SchemaCompiler {
     }
     ojson merged = s;
     merged.erase("allOf");
+    // A part that closes its object (additionalProperties false or a schema) must list every property the others
+    // add: JSON Schema checks each part on its own.
+    std::vector<std::pair<std::string, std::set<std::string>>> closed;
+    std::set<std::string> all_props;
     for (size_t i = 0; i < parts.size(); ++i) {
       const ojson* p = &parts[i];
       std::string where = path + "/allOf/" + std::to_string(i);
@@ -303,6 +307,11 @@ class SchemaCompiler {
         fail(where, "allOf parts must be schema objects");
         return {};
       }
+      std::set<std::string> mine;
+      if (p->contains("properties") && (*p)["properties"].is_object())
+        for (auto pr = (*p)["properties"].begin(); pr != (*p)["properties"].end(); ++pr) mine.insert(pr.key());
+      all_props.insert(mine.begin(), mine.end());
+      if (p->contains("additionalProperties") && (*p)["additionalProperties"] != true) closed.emplace_back(where, mine);
       for (auto it = p->begin(); it != p->end(); ++it) {
         const std::string& k = it.key();
         if (kAnnotations.count(k) != 0 || k == "$defs" || k == "definitions") continue;
@@ -320,6 +329,14 @@ class SchemaCompiler {
           merged[k] = it.value();
         } else {
           fail(where, fmt::format("allOf parts disagree on '{}' (only object schemas that merge are supported)", k));
+          return {};
+        }
+      }
+    }
+    for (const auto& [where, mine] : closed) {
+      for (const std::string& prop : all_props) {
+        if (mine.count(prop) == 0) {
+          fail(where, fmt::format("this allOf part forbids property '{}', which another part defines", prop));
           return {};
         }
       }

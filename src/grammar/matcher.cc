@@ -151,6 +151,20 @@ std::string Matcher::forced_bytes(size_t limit) {
   return out;
 }
 
+std::optional<std::string> Matcher::shortest_completion() {
+  if (ended_ || can_end()) return std::string();
+  const Grammar& g = grammar_->grammar();
+  std::optional<std::string> best;
+  for (uint32_t top : machine_->tops(state_)) {
+    // The rest of the top's alternative, then the rest of each alternative below it.
+    std::string s = g.shortest_rest(machine_->node(top).pos);
+    for (uint32_t n = machine_->node(top).parent; n != kRootParent && n != kBottomParent; n = machine_->node(n).parent)
+      s += g.shortest_rest(machine_->node(n).pos);
+    if (!best || s.size() < best->size()) best = std::move(s);
+  }
+  return best;
+}
+
 void Matcher::maybe_compact() {
   if (machine_->bytes() < kCompactBytes) return;
   auto fresh = std::make_unique<StackMachine>(grammar_->grammar());

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +44,9 @@ class Matcher {
   // The bytes the grammar forces from here (at most `limit`): the one byte allowed while only one is, stopping
   // where the text could also end.
   std::string forced_bytes(size_t limit = 256);
+
+  // A shortest text that completes the grammar from here (along the current stacks); nullopt after the end.
+  std::optional<std::string> shortest_completion();
 
   const CompiledGrammar& compiled() const { return *grammar_; }
   const TokenVocab& vocab() const { return grammar_->vocab(); }

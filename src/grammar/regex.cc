@@ -88,6 +88,7 @@ class RegexParser {
   }
 
   void parse_quantifiers(Expr& atom) {
+    bool quantified = false;
     while (ok() && !at_end()) {
       const size_t start = i_;
       uint32_t min = 0, max = kUnbounded;
@@ -110,9 +111,9 @@ class RegexParser {
       } else if (peek() == '+') {
         return fail(i_, "possessive quantifiers are not supported");
       }
-      if (atom.kind == Expr::Kind::kRepeat && atom.origin == 1) return fail(start, "a quantifier cannot follow a quantifier");
+      if (quantified) return fail(start, "a quantifier cannot follow a quantifier");
+      quantified = true;
       atom = Expr::repeat(std::move(atom), min, max);
-      atom.origin = 1;  // marks "already quantified" within this parser
     }
   }
 
@@ -371,17 +372,10 @@ class RegexParser {
   Status status_;
 };
 
-void clear_marks(Expr& e) {
-  if (e.kind == Expr::Kind::kRepeat) e.origin = 0;
-  for (Expr& c : e.items) clear_marks(c);
-}
-
 }  // namespace
 
 Result<Expr> parse_regex(std::string_view pattern) {
-  TS_ASSIGN_OR_RETURN(Expr e, RegexParser(pattern).run());
-  clear_marks(e);
-  return e;
+  return RegexParser(pattern).run();
 }
 
 Result<Ast> regex_grammar(std::string_view pattern) {
