@@ -163,7 +163,6 @@ bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
 constexpr NotHonoured kNotHonoured[] = {
     {"logit_bias", false, is_empty},
-    {"response_format", false, [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
     {"function_call", true, never},
     {"prediction", true, never},
     {"web_search_options", true, never},
@@ -181,13 +180,6 @@ constexpr NotHonoured kNotHonoured[] = {
     {"truncate_prompt_tokens", false, never},
     {"allowed_token_ids", false, is_empty},
     {"bad_words", false, is_empty},
-    {"guided_json", false, never},
-    {"guided_regex", false, never},
-    {"guided_choice", false, never},
-    {"guided_grammar", false, never},
-    {"guided_decoding_backend", false, never},
-    {"guided_whitespace_pattern", false, never},
-    {"structured_outputs", false, never},
     {"echo", true, is_false},  // chat; completions honour it
     {"add_generation_prompt", true, is_true},
     {"continue_final_message", true, is_false},
@@ -309,6 +301,9 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
 
   if (auto e = refuse_not_honoured(j, chat)) return *e;
+  std::string structured_param;
+  if (Status st = parse_structured_output(body, r.generation.structured, structured_param); !st.ok())
+    return bad(std::string(st.message()), structured_param);
   int64_t n = 1;
   if (auto e = integer(j, "n", 1, 128, n)) return *e;
   if (n != 1) return bad("only n = 1 is supported; send several requests for several completions", "n");

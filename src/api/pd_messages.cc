@@ -58,9 +58,15 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   c.export_from = static_cast<int>(f.integer("export_from", 0, max_prompt_tokens, 0));
   if (const json* m = f.object("model", true)) c.model = *m;
   const json* sampling = f.object("sampling", true);
+  const json* structured = f.object("structured", true);
   if (!f.ok()) return f.status();
   if (sampling != nullptr) {
     TS_ASSIGN_OR_RETURN(c.sampling, sampling_from_json(*sampling));
+  }
+  if (structured != nullptr) {
+    auto s = structured_from_json(*structured);
+    if (!s.ok()) return s.status().with_context("prefill request");
+    c.structured = std::move(*s);
   }
   c.prompt.reserve(prompt->size());
   for (const json& t : *prompt) {
@@ -90,15 +96,17 @@ std::string prefill_reply_body(const PrefillReply& r) {
 }
 
 std::string prefill_call_body(const PrefillCall& c) {
-  return json{{"prompt", c.prompt},
-              {"export_from", c.export_from},
-              {"sampling", sampling_to_json(c.sampling)},
-              {"agent", c.agent},
-              {"region", c.region},
-              {"offset", c.offset},
-              {"tag", c.tag},
-              {"model", c.model}}
-      .dump();
+  json j = {{"prompt", c.prompt},
+            {"export_from", c.export_from},
+            {"sampling", sampling_to_json(c.sampling)},
+            {"agent", c.agent},
+            {"region", c.region},
+            {"offset", c.offset},
+            {"tag", c.tag},
+            {"model", c.model}};
+  // The first token is sampled on the prefill node: it must follow the grammar too.
+  if (!c.structured.none()) j["structured"] = structured_to_json(c.structured);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string pd_info_body(NodeRole role, const std::string& agent, const json& model) {

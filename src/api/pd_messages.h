@@ -16,6 +16,7 @@
 
 #include "api/roles.h"
 #include "api/sampling.h"
+#include "api/structured_output.h"
 #include "base/dtype.h"
 #include "base/status.h"
 
@@ -46,6 +47,7 @@ struct PrefillCall {
   std::vector<int32_t> prompt;
   int export_from = 0;  // first position whose KV is sent; leaves at least one token
   SamplingParams sampling;
+  StructuredOutput structured;  // the request's grammar: the prefill node samples the first token under it
   std::string agent;   // link::AgentInfo::encode() of the decode node
   std::string region;  // link::RegionDesc::encode() of its staging region
   uint64_t offset = 0;

@@ -8,6 +8,7 @@
 
 #include "api/kv_layout.h"
 #include "base/log.h"
+#include "engine/grammar_mask.h"
 
 namespace tessera::engine {
 
@@ -40,6 +41,8 @@ struct Engine::Active {
   bool finished = false;
   int cached_tokens = -1;  // set when first scheduled
   int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
+  std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
+  std::vector<uint64_t> mask_words;           // its mask, reused from step to step
 
   Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
 };
@@ -76,6 +79,9 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
+  std::vector<TokenId> eog = options_.end_of_generation;
+  if (eog.empty() && tokenizer.eos_id() >= 0) eog.push_back(tokenizer.eos_id());
+  grammars_ = std::make_unique<grammar::Compiler>(tokenizer_, std::move(eog));
 }
 
 Engine::~Engine() { stop(); }
@@ -123,7 +129,20 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
                       kv.first, kv.first + kv.count, kv.bytes().size(), request.prompt.size(), want));
     }
   }
+  if (!request.grammar) request.grammar_replay = 0;
+  if (request.grammar_replay < 0 || request.grammar_replay >= static_cast<int>(request.prompt.size())) {
+    return invalid_argument(fmt::format("grammar_replay {} is outside the prompt's {} tokens", request.grammar_replay,
+                                        request.prompt.size()));
+  }
   auto a = std::make_unique<Active>(std::move(request), std::move(callback));
+  if (a->req.grammar) {
+    a->matcher = std::make_unique<grammar::Matcher>(a->req.grammar);
+    const std::vector<TokenId>& p = a->req.prompt;
+    for (size_t i = p.size() - static_cast<size_t>(a->req.grammar_replay); i < p.size(); ++i) {
+      if (!a->matcher->accept_token(p[i]))
+        return invalid_argument(fmt::format("the resumed output does not follow the request's grammar (token {})", p[i]));
+    }
+  }
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
   if (a->req.imported) {
@@ -323,6 +342,8 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   }
   std::vector<float> for_logprobs;
   if (a.req.logprobs >= 0) for_logprobs.assign(l.begin(), l.end());
+  if (a.matcher && !apply_grammar_mask(*a.matcher, a.mask_words, l))
+    return finish(a, FinishReason::kError, internal_error("the request's grammar allows no token here"));
   const TokenId tok = a.sampler.sample(l);
   accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
 }
@@ -367,6 +388,9 @@ bool Engine::import(Active& a) {
 }
 
 void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
+  // A token from a prefill node is checked here too: a peer cannot break the grammar.
+  if (a.matcher && !a.matcher->accept_token(tok))
+    return finish(a, FinishReason::kError, invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
   a.counts[tok]++;
@@ -392,6 +416,8 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
       return finish(a, FinishReason::kStop);
     }
   }
+  // Complete, and nothing may follow: done without sampling the end token (before max_tokens: it is complete).
+  if (a.matcher && (a.matcher->must_end() || a.matcher->ended())) return finish(a, FinishReason::kStop);
   if (a.seq.generated() >= a.req.max_tokens) return finish(a, FinishReason::kLength);
   if (static_cast<int64_t>(a.seq.tokens.size()) > runner_.config().max_seq_len) return finish(a, FinishReason::kLength);
 

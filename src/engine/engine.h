@@ -30,6 +30,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "grammar/compiler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -72,6 +73,13 @@ struct GenerationRequest {
   // skip_special_tokens); true: they contribute no text.
   bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  // Structured output (docs/structured-outputs.md): every sampled token is masked to what the grammar allows, the
+  // end token only once it is complete, and the request ends ("stop") as soon as nothing can follow. A request
+  // that runs out of max_tokens first ends with "length". Compile with Engine::grammars().
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // The last `grammar_replay` prompt tokens were generated earlier (a resumed stream): the grammar reads them
+  // before the first new token.
+  int grammar_replay = 0;
   // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
   // in the cache (positions [first, first + count)); an error fails the request.
   // Positions before export_from are not exported (the decode node has them cached); positions this engine
@@ -158,6 +166,8 @@ class Engine {
   const model::ModelConfig& config() const { return runner_.config(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  // Compiles structured-output specs for this model's vocabulary, cached (thread-safe; call it off the engine thread).
+  grammar::Compiler& grammars() { return *grammars_; }
 
  private:
   struct Active;
@@ -193,6 +203,7 @@ class Engine {
   std::vector<RequestId> importing_;  // imported requests waiting for KV blocks
   EngineStats counters_;
   std::vector<float> step_logits_;  // the step's logits, kept so that a step does not allocate them
+  std::unique_ptr<grammar::Compiler> grammars_;
 };
 
 }  // namespace tessera::engine

@@ -7,12 +7,12 @@
 namespace tessera::grammar {
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(std::shared_ptr<const Grammar> grammar,
-                                                                std::shared_ptr<const TokenVocab> vocab, std::string key) {
+                                                                std::shared_ptr<const TokenVocab> vocab, Spec spec) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<CompiledGrammar> out(new CompiledGrammar());
   out->grammar_ = std::move(grammar);
   out->vocab_ = std::move(vocab);
-  out->key_ = std::move(key);
+  out->spec_ = std::move(spec);
   const Grammar& g = *out->grammar_;
   const TokenVocab& v = *out->vocab_;
   const std::vector<TrieNode>& trie = v.trie();

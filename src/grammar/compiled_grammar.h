@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "grammar/grammar.h"
+#include "grammar/spec.h"
 #include "grammar/token_vocab.h"
 
 namespace tessera::grammar {
@@ -44,9 +45,9 @@ struct CompileStats {
 
 class CompiledGrammar {
  public:
-  // `key`: what the grammar was made from (Spec::key()), kept for the caller.
+  // `spec`: what the grammar was made from, kept for the caller (a decode node sends it to its prefill node).
   static std::shared_ptr<const CompiledGrammar> compile(std::shared_ptr<const Grammar> grammar,
-                                                        std::shared_ptr<const TokenVocab> vocab, std::string key = "");
+                                                        std::shared_ptr<const TokenVocab> vocab, Spec spec = {});
 
   const Grammar& grammar() const { return *grammar_; }
   const TokenVocab& vocab() const { return *vocab_; }
@@ -57,7 +58,7 @@ class CompiledGrammar {
   const uint32_t* uncertain() const { return uncertain_.data(); }
   const CompileStats& stats() const { return stats_; }
 
-  const std::string& key() const { return key_; }
+  const Spec& spec() const { return spec_; }
 
  private:
   CompiledGrammar() = default;
@@ -69,7 +70,7 @@ class CompiledGrammar {
   std::vector<uint64_t> bits_;
   std::vector<uint32_t> uncertain_;
   CompileStats stats_;
-  std::string key_;
+  Spec spec_;
 };
 
 }  // namespace tessera::grammar

@@ -89,7 +89,7 @@ Result<std::shared_ptr<const CompiledGrammar>> Compiler::compile(const Spec& spe
     }
   }
   TS_ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> g, build_spec(spec));
-  std::shared_ptr<const CompiledGrammar> compiled = CompiledGrammar::compile(std::move(g), vocab(), spec.key());
+  std::shared_ptr<const CompiledGrammar> compiled = CompiledGrammar::compile(std::move(g), vocab(), spec);
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.count(key) == 0) {
     lru_.emplace_front(key, compiled);

@@ -21,24 +21,11 @@
 #include "grammar/ast.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar.h"
+#include "grammar/spec.h"
 #include "grammar/token_vocab.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::grammar {
-
-enum class SpecKind : uint8_t { kJsonSchema, kJsonObject, kRegex, kChoice, kGbnf };
-
-struct Spec {
-  SpecKind kind = SpecKind::kJsonObject;
-  std::string text;        // the schema (JSON), the regex, the choices (a JSON array of strings), the GBNF text
-  std::string whitespace;  // JSON kinds: a regex for the whitespace between tokens ("" for the default)
-
-  std::string key() const;
-};
-
-// "json_schema", "json_object", "regex", "choice", "grammar".
-std::string_view spec_kind_name(SpecKind k);
-Result<SpecKind> parse_spec_kind(std::string_view name);
 
 // The syntax tree of a spec (no vocabulary needed): InvalidArgument naming the position of what is wrong.
 Result<Ast> spec_ast(const Spec& spec);

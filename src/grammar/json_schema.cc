@@ -64,7 +64,9 @@ class SchemaCompiler {
 
   Status add_whitespace() {
     if (options_.whitespace_regex.empty()) {
-      ast_.add("ws", Expr::repeat(Expr::cls({{'\t', '\t'}, {'\n', '\n'}, {' ', ' '}}), 0, 32));
+      // At most one line break, then up to 32 spaces or tabs: room for pretty-printed JSON, none for a model to
+      // wander off in blank lines.
+      ast_.add("ws", Expr::seq({Expr::opt(Expr::lit("\n")), Expr::repeat(Expr::cls({{'\t', '\t'}, {' ', ' '}}), 0, 32)}));
       return ok_status();
     }
     auto e = parse_regex(options_.whitespace_regex);

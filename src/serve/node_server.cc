@@ -17,6 +17,7 @@
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
+#include "serve/structured.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
@@ -303,6 +304,7 @@ struct NodeServer::Impl {
     c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
     c.resumed = static_cast<int>(res.tokens.size());
     gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
+    gen.grammar_replay = c.resumed;  // a grammar reads the output already sent before it masks anything
     gen.max_tokens -= c.resumed;
     c.role_sent = res.preamble_sent;
     if (!res.id.empty()) c.id = res.id;
@@ -369,6 +371,14 @@ struct NodeServer::Impl {
     const model::ModelConfig& cfg = engine.config();
     std::string prompt_text;
     engine::GenerationRequest gen = engine_request(r.generation);
+    if (!r.generation.structured.none()) {
+      auto grammar = compile_structured(engine.grammars(), r.generation.structured);
+      if (!grammar.ok()) {
+        return reply_error(w, endpoint, {400, std::string(grammar.status().message()), "invalid_request_error",
+                                         r.generation.structured.field, ""});
+      }
+      gen.grammar = std::move(*grammar);
+    }
     if (chat) {
       if (!options.chat) {
         return reply_error(
