@@ -342,8 +342,13 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   }
   std::vector<float> for_logprobs;
   if (a.req.logprobs >= 0) for_logprobs.assign(l.begin(), l.end());
-  if (a.matcher && !apply_grammar_mask(*a.matcher, a.mask_words, l))
-    return finish(a, FinishReason::kError, internal_error("the request's grammar allows no token here"));
+  if (a.matcher) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool any = apply_grammar_mask(*a.matcher, a.mask_words, l);
+    counters_.grammar_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    counters_.grammar_tokens++;
+    if (!any) return finish(a, FinishReason::kError, internal_error("the request's grammar allows no token here"));
+  }
   const TokenId tok = a.sampler.sample(l);
   accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
 }
@@ -389,8 +394,13 @@ bool Engine::import(Active& a) {
 
 void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
   // A token from a prefill node is checked here too: a peer cannot break the grammar.
-  if (a.matcher && !a.matcher->accept_token(tok))
-    return finish(a, FinishReason::kError, invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
+  if (a.matcher) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok = a.matcher->accept_token(tok);
+    counters_.grammar_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!ok)
+      return finish(a, FinishReason::kError, invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
+  }
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
   a.counts[tok]++;

@@ -306,7 +306,7 @@ class Builder {
       return expanded[r] = std::min<size_t>(n, 1 << 20);
     };
     for (uint32_t r = 0; r < n0; ++r) expand_size(r);  // before any copy changes the bodies
-    constexpr size_t kMaxCopySize = 96, kMaxCopiesPerRule = 64;
+    constexpr size_t kMaxCopySize = 256, kMaxCopiesPerRule = 128;
     size_t budget = std::max<size_t>(elems_ * 2, 200000);
     std::vector<uint32_t> origin(n0);  // the rule each rule was copied from
     for (uint32_t r = 0; r < n0; ++r) origin[r] = r;
@@ -337,20 +337,11 @@ class Builder {
             if (e.kind != ElemKind::kRule || e.arg == r || e.arg == root || callers[e.arg] < 2) continue;
             const uint32_t o = origin[e.arg];
             if (cyclic[o] || expanded[o] > kMaxCopySize || copies[o] >= kMaxCopiesPerRule) continue;
-            const size_t sz = size_of(e.arg);
+            const size_t sz = expanded[o];
             if (sz > budget) continue;
             budget -= sz;
             --callers[e.arg];
-            // The copy: self-references point at the copy.
-            Alts body = bodies_[e.arg];
-            const uint32_t copy = new_rule(fmt::format("{}-{}", names_[e.arg], ++aux_count_));
-            for (Seq& s : body)
-              for (Elem& x : s)
-                if (x.kind == ElemKind::kRule && x.arg == e.arg) x.arg = copy;
-            bodies_[copy] = std::move(body);
-            origins_[copy] = origins_[e.arg];
-            origin.push_back(o);
-            ++copies[o];
+            const uint32_t copy = deep_copy(e.arg, origin, copies, cyclic);
             bodies_[r][a][k].arg = copy;
             changed = true;
           }
@@ -358,6 +349,29 @@ class Builder {
       }
       if (!changed) break;
     }
+  }
+
+  // A copy of rule r with, per reference, a copy of each small acyclic rule it calls, and so on down (a tree of
+  // copies, so that every copy has exactly one caller). Self-references point at the copy.
+  uint32_t deep_copy(uint32_t r, std::vector<uint32_t>& origin, std::vector<size_t>& copies,
+                     const std::vector<uint8_t>& cyclic) {
+    Alts body = bodies_[r];
+    const uint32_t copy = new_rule(fmt::format("{}-{}", names_[r], ++aux_count_));
+    origins_[copy] = origins_[r];
+    origin.push_back(origin[r]);
+    ++copies[origin[r]];
+    for (Seq& s : body) {
+      for (Elem& x : s) {
+        if (x.kind != ElemKind::kRule) continue;
+        if (x.arg == r) {
+          x.arg = copy;
+        } else if (!cyclic[origin[x.arg]]) {
+          x.arg = deep_copy(x.arg, origin, copies, cyclic);
+        }
+      }
+    }
+    bodies_[copy] = std::move(body);
+    return copy;
   }
 
   void flatten(uint32_t root) {
@@ -535,6 +549,7 @@ class Builder {
     const size_t n = g_.rules.size();
     sites_.assign(n, {});
     for (uint32_t r = 0; r < n; ++r) {
+      if (!g_.reachable[r]) continue;  // a rule nobody uses (e.g. one every caller took a copy of) calls nothing
       for_alt(r, [&](uint32_t p) {
         for (; g_.elems[p].kind != ElemKind::kEnd; ++p) {
           if (g_.elems[p].kind == ElemKind::kRule)

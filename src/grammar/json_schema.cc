@@ -64,9 +64,9 @@ class SchemaCompiler {
 
   Status add_whitespace() {
     if (options_.whitespace_regex.empty()) {
-      // At most one line break, then up to 32 spaces or tabs: room for pretty-printed JSON, none for a model to
-      // wander off in blank lines.
-      ast_.add("ws", Expr::seq({Expr::opt(Expr::lit("\n")), Expr::repeat(Expr::cls({{'\t', '\t'}, {' ', ' '}}), 0, 32)}));
+      // Nothing, one space, or a line break and up to 32 spaces or tabs of indentation (the convention of llama.cpp's
+      // JSON grammars): room for compact and pretty-printed JSON, none for a model to wander off in blanks.
+      ast_.add("ws", Expr::opt(Expr::alt({Expr::lit(" "), Expr::seq({Expr::lit("\n"), Expr::repeat(Expr::cls({{'\t', '\t'}, {' ', ' '}}), 0, 32)})})));
       return ok_status();
     }
     auto e = parse_regex(options_.whitespace_regex);

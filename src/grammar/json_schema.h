@@ -15,8 +15,8 @@
 // patternProperties, contains, min/maxProperties, dependent*...) are refused, never silently dropped. Errors are
 // InvalidArgument naming the JSON pointer of the offending schema.
 //
-// Whitespace between tokens is at most one line break followed by at most 32 spaces or tabs (bounded, so a model
-// cannot wander off in blanks), or what `whitespace_regex` allows (vLLM's guided_whitespace_pattern).
+// Whitespace between tokens is nothing, one space, or a line break followed by at most 32 spaces or tabs (bounded,
+// so a model cannot wander off in blanks), or what `whitespace_regex` allows (vLLM's guided_whitespace_pattern).
 //
 // Thread-safety: pure functions.
 #pragma once

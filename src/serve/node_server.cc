@@ -580,7 +580,14 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                                    s.kv_blocks_used, s.kv_blocks_total}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    std::string text = d->metrics.render(d->engine.stats());
+    const engine::EngineStats stats = d->engine.stats();
+    std::string text = d->metrics.render(stats);
+    text += fmt::format(
+        "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
+        "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
+        "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
+        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n",
+        stats.grammar_tokens, stats.grammar_seconds);
     if (d->options.pd != nullptr) {
       PdStats p = d->options.pd->stats();
       text += fmt::format(
