@@ -131,20 +131,31 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
-    if (c.is_string() && (c == "auto" || c == "none")) {
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       r.tool_choice = c.get<std::string>();
-    } else if ((c.is_string() && c == "required") || c.is_object()) {
-      return bad(
-          "tool_choice 'required' or a named function needs constrained decoding, which this server does not "
-          "do; use 'auto' or 'none'",
-          "tool_choice");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r.tool_choice = "function";
+      r.tool_choice_function = c["function"]["name"].get<std::string>();
     } else {
-      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}", "tool_choice");
+      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                 "tool_choice");
+    }
+    // Forcing a call (enforced by a grammar of the tools' parameter schemas, serve/forced_tools.h) needs tools.
+    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools_json.empty())
+      return bad(fmt::format("tool_choice '{}' needs 'tools'", r.tool_choice), "tool_choice");
+    if (r.tool_choice == "function") {
+      bool found = false;
+      for (const ojson& t : body["tools"]) found = found || t["function"]["name"] == r.tool_choice_function;
+      if (!found)
+        return bad(fmt::format("tool_choice names function '{}', which is not among 'tools'", r.tool_choice_function),
+                   "tool_choice");
     }
   }
-  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
-      !body["parallel_tool_calls"].is_boolean())
-    return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean()) return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    r.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
   return std::nullopt;
 }
 

@@ -54,7 +54,9 @@ struct ApiRequest {
   // joined, assistant tool-call `arguments` parsed from their JSON string into objects (as vLLM passes them)
   std::string messages_json;
   std::string tools_json;            // chat: the request's `tools` (JSON array), "" when none
-  std::string tool_choice = "auto";  // "auto" or "none" (forcing a call needs constrained decoding: a 400)
+  std::string tool_choice = "auto";  // "auto", "none", "required", or "function" (a named function, forced)
+  std::string tool_choice_function;  // tool_choice "function": its name (one of `tools`)
+  bool parallel_tool_calls = true;
   GenerationOptions generation;      // sampling, stops, logprobs
   int max_tokens = -1;               // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
@@ -64,7 +66,7 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Malformed JSON, wrong types and out-of-range values are 400s
-// naming the field; unsupported features (n > 1, best_of, suffix, tool_choice "required") are 400s saying so,
+// naming the field; unsupported features (n > 1, best_of, suffix) are 400s saying so,
 // and so is every field of the OpenAI or vLLM request that this server knows but would not honour (logit_bias,
 // repetition_penalty, ...; see kNotHonoured in openai.cc). Structured output requests are read by
 // parse_structured_output (api/structured_output.h).

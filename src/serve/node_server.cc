@@ -17,6 +17,7 @@
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
+#include "serve/forced_tools.h"
 #include "serve/structured.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
@@ -96,6 +97,7 @@ struct Call {
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
   std::string stream_text;  // streamed chat text so far (with tools)
   size_t released = 0;      // bytes of it sent as content
+  bool forced_tools = false;  // tool_choice required / named: the whole reply is the calls (forced_tools.h)
 };
 
 // OpenAI's tool_calls array for the calls parsed from a reply (`delta`: with the index streaming needs).
@@ -238,11 +240,20 @@ struct NodeServer::Impl {
     metrics.request_finished(endpoint, 200);
     std::string reason(engine::finish_reason_name(o.finish));
     ParsedReply reply;
+    const bool holds_text = c->tool_format != model::ToolCallFormat::kNone || c->forced_tools;
     if (c->tool_format != model::ToolCallFormat::kNone) {
       reply = parse_tool_calls(c->req.stream ? c->stream_text : c->text, c->tool_format);
       if (!reply.calls.empty()) reason = "tool_calls";
+    } else if (c->forced_tools) {
+      const std::string& text = c->req.stream ? c->stream_text : c->text;
+      reply.content = text;
+      if (auto calls = forced_tool_calls(text, c->req)) {
+        reply.calls = std::move(*calls);
+        reply.content.clear();
+        reason = "tool_calls";
+      }
     }
-    if (c->req.stream && c->tool_format != model::ToolCallFormat::kNone) {
+    if (c->req.stream && holds_text) {
       json delta = json::object();
       if (reply.calls.empty() && c->released < c->stream_text.size()) {
         delta["content"] = c->stream_text.substr(c->released);  // held back, and not a call after all
@@ -323,7 +334,10 @@ struct NodeServer::Impl {
     }
     const bool report_tokens = c.token_ids && !o.tokens.empty();
     std::string text = o.text;
-    if (c.tool_format != model::ToolCallFormat::kNone) {
+    if (c.forced_tools) {
+      c.stream_text += o.text;  // all of it is the calls: sent as tool_calls at the end
+      text.clear();
+    } else if (c.tool_format != model::ToolCallFormat::kNone) {
       c.stream_text += o.text;
       const size_t can = std::max(c.released, releasable_content(c.stream_text, c.tool_format));
       text = c.stream_text.substr(c.released, can - c.released);
@@ -379,6 +393,21 @@ struct NodeServer::Impl {
       }
       gen.grammar = std::move(*grammar);
     }
+    if (forces_tool_call(r)) {
+      if (!r.generation.structured.none()) {
+        return reply_error(w, endpoint, {400, fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one",
+                                                          r.tool_choice, r.generation.structured.field),
+                                         "invalid_request_error", "tool_choice", ""});
+      }
+      auto forced = forced_tool_output(r);
+      auto grammar = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
+      if (!grammar.ok()) {
+        return reply_error(w, endpoint, {400, fmt::format("the tools' parameter schemas: {}", grammar.status().message()),
+                                         "invalid_request_error", "tools", ""});
+      }
+      gen.grammar = std::move(*grammar);
+      call->forced_tools = true;
+    }
     if (chat) {
       if (!options.chat) {
         return reply_error(
@@ -391,7 +420,7 @@ struct NodeServer::Impl {
         return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = formatted->text;
       gen.prompt = tok.encode(prompt_text, formatted->add_bos);
-      call->tool_format = formatted->tool_calls;
+      if (!call->forced_tools) call->tool_format = formatted->tool_calls;
     } else if (r.prompt_is_tokens) {
       gen.prompt = r.prompt_tokens;
     } else {

@@ -1,5 +1,5 @@
 // Structured outputs end to end with the official OpenAI Node client (v4) against tessera serve on a random-weight
-// model (tessera synth stories15M, 2 layers, 1024 positions, vocab 32000) sampled at temperature 1: 40 seeded JSON schemas through
+// model (tessera synth stories15M, 2 layers, 2048 positions, vocab 32000) sampled at temperature 1: 40 seeded JSON schemas through
 // response_format json_schema (strict), validated by ajv; chat.completions.parse with a zod schema; vLLM's
 // guided_* and structured_outputs and llama-server's json_schema and grammar fields; streaming; bad schemas are
 // BadRequestErrors naming the position; a grammar cut by max_tokens ends "length". Then the same through
@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -108,9 +108,18 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'tessera-structured-'));
   model = join(dir, 'model.bin');
   tokenizer = join(dir, 'tok.bin');
-  execFileSync(BIN, ['synth', '--shape', 'stories15M', '--layers', '2', '--seed', '7', '--max-seq-len', '1024', '--out', model,
+  execFileSync(BIN, ['synth', '--shape', 'stories15M', '--layers', '2', '--seed', '7', '--max-seq-len', '2048', '--out', model,
                      '--tokenizer-out', tokenizer]);
-  node = await start(['serve', '--model', model, '--tokenizer', tokenizer, '--port', '0', '--chat-template', 'plain']);
+  // A Hermes-style template: tools need a Jinja template to reach the prompt.
+  const template = join(dir, 'chat.jinja');
+  writeFileSync(template, `{% if tools %}<|im_start|>system
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}<|im_start|>assistant
+`);
+  node = await start(['serve', '--model', model, '--tokenizer', tokenizer, '--port', '0', '--chat-template', template]);
   client = new OpenAI({ apiKey: 'unused', baseURL: node.url + '/v1', maxRetries: 0, timeout: 120000 });
   MODEL = (await client.models.list()).data[0].id;
 });
@@ -231,6 +240,64 @@ test('a grammar cut by max_tokens ends with finish_reason length, not a claimed 
                                                      type: 'json_schema', json_schema: { name: 'cut', schema } } });
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.throws(() => JSON.parse(r.choices[0].message.content));
+});
+
+test('tool_choice required and named: calls whose arguments validate against the tool schemas, streamed too', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'Weather in a city', parameters: {
+      type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['c', 'f'] },
+                                    days: { type: 'integer', minimum: 1, maximum: 7 } },
+      required: ['city', 'unit'], additionalProperties: false } } },
+    { type: 'function', function: { name: 'add', parameters: {
+      type: 'object', properties: { a: { type: 'integer', minimum: -99, maximum: 99 }, b: { type: 'number', minimum: 0,
+                                                                                           maximum: 1 } },
+      required: ['a', 'b'], additionalProperties: false } } },
+  ];
+  const validators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+  const check = (call) => {
+    assert.ok(call.function.name in validators, call.function.name);
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(validators[call.function.name](args), `${call.function.arguments}: ${ajv.errorsText(validators[call.function.name].errors)}`);
+  };
+  const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  for (const seed of [1, 2, 3]) {
+    const named = await client.chat.completions.create({ model: MODEL, messages, tools, temperature: 1, seed, max_tokens: 200,
+                                                         tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+    const choice = named.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls.length, 1);
+    assert.equal(choice.message.tool_calls[0].function.name, 'get_weather');
+    check(choice.message.tool_calls[0]);
+    const required = await client.chat.completions.create({ model: MODEL, messages, tools, temperature: 1, seed,
+                                                            max_tokens: 300, tool_choice: 'required',
+                                                            parallel_tool_calls: false });
+    assert.equal(required.choices[0].finish_reason, 'tool_calls');
+    assert.equal(required.choices[0].message.tool_calls.length, 1);
+    check(required.choices[0].message.tool_calls[0]);
+    // Streamed: the calls arrive as tool_calls deltas, no content.
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools, temperature: 1, seed: seed + 10,
+                                                          max_tokens: 400, tool_choice: 'required', stream: true });
+    const calls = [];
+    let content = '', finish = null;
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta ?? {};
+      content += d.content ?? '';
+      for (const tc of d.tool_calls ?? []) {
+        calls[tc.index] ??= { function: { name: '', arguments: '' } };
+        calls[tc.index].function.name += tc.function?.name ?? '';
+        calls[tc.index].function.arguments += tc.function?.arguments ?? '';
+      }
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(content, '');
+    assert.ok(calls.length >= 1);
+    calls.forEach(check);
+  }
+  await assert.rejects(
+    client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e instanceof OpenAI.BadRequestError && /not among 'tools'/.test(e.message));
 });
 
 test('through tessera route, and through a decode node prefilling on a prefill node', async () => {
