@@ -185,5 +185,29 @@ TEST_F(GrammarEngineTest, AResumedStreamIsReadByTheGrammarFirst) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
 }
 
+TEST_F(GrammarEngineTest, EveryChoiceOfNFollowsTheGrammarOnItsOwn) {
+  start(256, SchedulerOptions{});
+  auto g = compile(grammar::SpecKind::kRegex, R"([a-z]{2,5}-\d{1,3})");
+  GenerationRequest r = request("Once upon a time", g, 30, 5);
+  r.n = 4;
+  auto done = std::make_shared<std::promise<void>>();
+  auto texts = std::make_shared<std::vector<std::string>>(4);
+  auto finishes = std::make_shared<std::vector<FinishReason>>(4, FinishReason::kNone);
+  auto left = std::make_shared<int>(4);
+  auto id = engine_->submit(std::move(r), [=](const RequestOutput& o) {
+    (*texts)[static_cast<size_t>(o.index)] += o.text;
+    if (o.finish != FinishReason::kNone) {
+      (*finishes)[static_cast<size_t>(o.index)] = o.finish;
+      if (--*left == 0) done->set_value();
+    }
+  });
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  done->get_future().get();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*finishes)[static_cast<size_t>(i)], FinishReason::kStop) << i;
+    EXPECT_TRUE(grammar::accepts(g->grammar(), (*texts)[static_cast<size_t>(i)])) << i << ": " << (*texts)[static_cast<size_t>(i)];
+  }
+}
+
 }  // namespace
 }  // namespace tessera::engine
