@@ -140,8 +140,9 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
       r.tool_choice = "function";
       r.tool_choice_function = c["function"]["name"].get<std::string>();
     } else {
-      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                 "tool_choice");
+      return bad(
+          "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice");
     }
     // Forcing a call (enforced by a grammar of the tools' parameter schemas, serve/forced_tools.h) needs tools.
     if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools_json.empty())
@@ -155,7 +156,8 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
     }
   }
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
-    if (!body["parallel_tool_calls"].is_boolean()) return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    if (!body["parallel_tool_calls"].is_boolean())
+      return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
     r.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
   }
   return std::nullopt;

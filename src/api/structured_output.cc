@@ -21,8 +21,8 @@ struct Collector {
     if (!status.ok()) return false;
     if (!out.none()) {
       param = field;
-      status = invalid_argument(fmt::format("'{}' and '{}' both ask for structured output; send one of them",
-                                            out.field, field));
+      status = invalid_argument(
+          fmt::format("'{}' and '{}' both ask for structured output; send one of them", out.field, field));
       return false;
     }
     out.kind = kind;
@@ -69,7 +69,8 @@ void response_format(const ojson& v, Collector& c) {
     // llama-server's extension: {"type": "json_object", "schema": {...}}.
     if (v.contains("schema") && !v["schema"].is_null()) {
       std::string text;
-      if (!schema_text(v["schema"], text)) return c.fail("response_format", "'response_format.schema' must be a JSON schema object");
+      if (!schema_text(v["schema"], text))
+        return c.fail("response_format", "'response_format.schema' must be a JSON schema object");
       c.set(Kind::kJsonSchema, text, "response_format");
       return;
     }
@@ -91,7 +92,8 @@ void response_format(const ojson& v, Collector& c) {
     return;
   }
   c.fail("response_format", fmt::format("'response_format' type '{}' is not supported; use 'text', 'json_object' or "
-                                        "'json_schema'", type));
+                                        "'json_schema'",
+                                        type));
 }
 
 void structured_outputs(const ojson& v, Collector& c, std::string& whitespace) {
@@ -119,10 +121,12 @@ void structured_outputs(const ojson& v, Collector& c, std::string& whitespace) {
       if (!x.is_boolean()) return c.fail("structured_outputs", "'structured_outputs.json_object' must be a boolean");
       if (x.get<bool>()) c.set(Kind::kJsonObject, "", "structured_outputs");
     } else if (k == "whitespace_pattern") {
-      if (!x.is_string()) return c.fail("structured_outputs", "'structured_outputs.whitespace_pattern' must be a string");
+      if (!x.is_string())
+        return c.fail("structured_outputs", "'structured_outputs.whitespace_pattern' must be a string");
       whitespace = x.get<std::string>();
     } else if (k == "disable_any_whitespace") {
-      if (!x.is_boolean()) return c.fail("structured_outputs", "'structured_outputs.disable_any_whitespace' must be a boolean");
+      if (!x.is_boolean())
+        return c.fail("structured_outputs", "'structured_outputs.disable_any_whitespace' must be a boolean");
       if (x.get<bool>() && whitespace.empty()) whitespace = "(?:)";
     } else if (k == "disable_fallback" || k == "disable_additional_properties") {
       // One engine, and no additional properties unless a schema allows them: nothing to switch.
@@ -140,12 +144,18 @@ void structured_outputs(const ojson& v, Collector& c, std::string& whitespace) {
 
 std::string_view structured_kind_name(Kind k) {
   switch (k) {
-    case Kind::kNone: return "";
-    case Kind::kJsonObject: return "json_object";
-    case Kind::kJsonSchema: return "json_schema";
-    case Kind::kRegex: return "regex";
-    case Kind::kChoice: return "choice";
-    case Kind::kGrammar: return "grammar";
+    case Kind::kNone:
+      return "";
+    case Kind::kJsonObject:
+      return "json_object";
+    case Kind::kJsonSchema:
+      return "json_schema";
+    case Kind::kRegex:
+      return "regex";
+    case Kind::kChoice:
+      return "choice";
+    case Kind::kGrammar:
+      return "grammar";
   }
   return "";
 }
@@ -161,37 +171,51 @@ Status parse_structured_output(std::string_view body, StructuredOutput& out, std
   if (present("structured_outputs")) structured_outputs(j["structured_outputs"], c, whitespace);
   if (present("guided_json")) {
     std::string text;
-    if (!schema_text(j["guided_json"], text)) c.fail("guided_json", "'guided_json' must be a JSON schema (an object or its JSON text)");
-    else c.set(Kind::kJsonSchema, text, "guided_json");
+    if (!schema_text(j["guided_json"], text))
+      c.fail("guided_json", "'guided_json' must be a JSON schema (an object or its JSON text)");
+    else
+      c.set(Kind::kJsonSchema, text, "guided_json");
   }
   if (present("guided_regex")) {
-    if (!j["guided_regex"].is_string()) c.fail("guided_regex", "'guided_regex' must be a string");
-    else c.set(Kind::kRegex, j["guided_regex"].get<std::string>(), "guided_regex");
+    if (!j["guided_regex"].is_string())
+      c.fail("guided_regex", "'guided_regex' must be a string");
+    else
+      c.set(Kind::kRegex, j["guided_regex"].get<std::string>(), "guided_regex");
   }
   if (present("guided_choice")) {
     std::string text;
-    if (!choices_text(j["guided_choice"], text)) c.fail("guided_choice", "'guided_choice' must be a non-empty array of strings");
-    else c.set(Kind::kChoice, text, "guided_choice");
+    if (!choices_text(j["guided_choice"], text))
+      c.fail("guided_choice", "'guided_choice' must be a non-empty array of strings");
+    else
+      c.set(Kind::kChoice, text, "guided_choice");
   }
   if (present("guided_grammar")) {
-    if (!j["guided_grammar"].is_string()) c.fail("guided_grammar", "'guided_grammar' must be a string (GBNF)");
-    else c.set(Kind::kGrammar, j["guided_grammar"].get<std::string>(), "guided_grammar");
+    if (!j["guided_grammar"].is_string())
+      c.fail("guided_grammar", "'guided_grammar' must be a string (GBNF)");
+    else
+      c.set(Kind::kGrammar, j["guided_grammar"].get<std::string>(), "guided_grammar");
   }
   if (present("guided_whitespace_pattern")) {
-    if (!j["guided_whitespace_pattern"].is_string()) c.fail("guided_whitespace_pattern", "'guided_whitespace_pattern' must be a string");
-    else whitespace = j["guided_whitespace_pattern"].get<std::string>();
+    if (!j["guided_whitespace_pattern"].is_string())
+      c.fail("guided_whitespace_pattern", "'guided_whitespace_pattern' must be a string");
+    else
+      whitespace = j["guided_whitespace_pattern"].get<std::string>();
   }
   if (present("guided_decoding_backend") && !j["guided_decoding_backend"].is_string())
     c.fail("guided_decoding_backend", "'guided_decoding_backend' must be a string");
   // llama-server's fields.
   if (present("json_schema")) {
     std::string text;
-    if (!schema_text(j["json_schema"], text)) c.fail("json_schema", "'json_schema' must be a JSON schema object");
-    else c.set(Kind::kJsonSchema, text, "json_schema");
+    if (!schema_text(j["json_schema"], text))
+      c.fail("json_schema", "'json_schema' must be a JSON schema object");
+    else
+      c.set(Kind::kJsonSchema, text, "json_schema");
   }
   if (present("grammar")) {
-    if (!j["grammar"].is_string()) c.fail("grammar", "'grammar' must be a string (GBNF)");
-    else if (!j["grammar"].get<std::string>().empty()) c.set(Kind::kGrammar, j["grammar"].get<std::string>(), "grammar");
+    if (!j["grammar"].is_string())
+      c.fail("grammar", "'grammar' must be a string (GBNF)");
+    else if (!j["grammar"].get<std::string>().empty())
+      c.set(Kind::kGrammar, j["grammar"].get<std::string>(), "grammar");
   }
   if (!c.status.ok()) return c.status;
   if (!whitespace.empty() && out.kind != Kind::kJsonSchema && out.kind != Kind::kJsonObject) {

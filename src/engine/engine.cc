@@ -570,7 +570,8 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
     const bool ok = a.matcher->accept_token(tok);
     counters_.grammar_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!ok)
-      return finish(a, FinishReason::kError, invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
+      return finish(a, FinishReason::kError,
+                    invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
   }
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);

@@ -19,7 +19,8 @@ bool apply_grammar_mask(grammar::Matcher& matcher, std::vector<uint64_t>& words,
       continue;
     }
     if (bits == 0) {
-      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 64), logits.begin() + static_cast<std::ptrdiff_t>(end), kNever);
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 64), logits.begin() + static_cast<std::ptrdiff_t>(end),
+                kNever);
       continue;
     }
     for (size_t t = w * 64; t < end; ++t) {

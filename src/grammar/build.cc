@@ -112,7 +112,8 @@ class Builder {
         return;
       case Expr::Kind::kRef: {
         auto it = ids_.find(e.text);
-        if (it == ids_.end()) return fail(fmt::format("undefined rule '{}'{}", e.text, where(e.origin ? e.origin : origin_)));
+        if (it == ids_.end())
+          return fail(fmt::format("undefined rule '{}'{}", e.text, where(e.origin ? e.origin : origin_)));
         count(1);
         out.push_back(rule_ref(it->second));
         return;
@@ -301,7 +302,8 @@ class Builder {
       size_t n = size_of(r);
       for (const Seq& s : bodies_[r])
         for (const Elem& e : s)
-          if (e.kind == ElemKind::kRule && e.arg != r && !cyclic[e.arg]) n += std::min<size_t>(expand_size(e.arg), 1 << 20);
+          if (e.kind == ElemKind::kRule && e.arg != r && !cyclic[e.arg])
+            n += std::min<size_t>(expand_size(e.arg), 1 << 20);
       state[r] = 2;
       return expanded[r] = std::min<size_t>(n, 1 << 20);
     };
@@ -765,9 +767,12 @@ std::string Grammar::shortest_rest(uint32_t pos) const {
   }
   for (; elems[p].kind != ElemKind::kEnd; ++p) {
     const Elem& e = elems[p];
-    if (e.kind == ElemKind::kRule) out += shortest[e.arg];
-    else if (e.kind == ElemKind::kBytes) out += static_cast<char>(sets[e.arg].first());
-    else out += utf8_shortest(e.arg, 0);
+    if (e.kind == ElemKind::kRule)
+      out += shortest[e.arg];
+    else if (e.kind == ElemKind::kBytes)
+      out += static_cast<char>(sets[e.arg].first());
+    else
+      out += utf8_shortest(e.arg, 0);
   }
   return out;
 }

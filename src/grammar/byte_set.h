@@ -20,9 +20,7 @@ struct ByteSet {
     for (int i = 0; i < 4; ++i) w[i] |= o.w[i];
   }
   bool empty() const { return (w[0] | w[1] | w[2] | w[3]) == 0; }
-  int count() const {
-    return std::popcount(w[0]) + std::popcount(w[1]) + std::popcount(w[2]) + std::popcount(w[3]);
-  }
+  int count() const { return std::popcount(w[0]) + std::popcount(w[1]) + std::popcount(w[2]) + std::popcount(w[3]); }
   // The smallest member; 256 when empty.
   int first() const {
     for (int i = 0; i < 4; ++i)

@@ -36,8 +36,8 @@ struct PositionMask {
 
 struct CompileStats {
   size_t positions = 0;
-  size_t accepted = 0;   // summed over positions
-  size_t uncertain = 0;  // summed over positions
+  size_t accepted = 0;       // summed over positions
+  size_t uncertain = 0;      // summed over positions
   size_t machine_bytes = 0;  // the recognizer's tables after the precomputation
   double seconds = 0;
   size_t bytes = 0;  // the tables kept

@@ -9,23 +9,27 @@
 
 namespace tessera::grammar {
 
-std::string Spec::key() const {
-  return fmt::format("{}\x1f{}\x1f{}", spec_kind_name(kind), whitespace, text);
-}
+std::string Spec::key() const { return fmt::format("{}\x1f{}\x1f{}", spec_kind_name(kind), whitespace, text); }
 
 std::string_view spec_kind_name(SpecKind k) {
   switch (k) {
-    case SpecKind::kJsonSchema: return "json_schema";
-    case SpecKind::kJsonObject: return "json_object";
-    case SpecKind::kRegex: return "regex";
-    case SpecKind::kChoice: return "choice";
-    case SpecKind::kGbnf: return "grammar";
+    case SpecKind::kJsonSchema:
+      return "json_schema";
+    case SpecKind::kJsonObject:
+      return "json_object";
+    case SpecKind::kRegex:
+      return "regex";
+    case SpecKind::kChoice:
+      return "choice";
+    case SpecKind::kGbnf:
+      return "grammar";
   }
   return "";
 }
 
 Result<SpecKind> parse_spec_kind(std::string_view name) {
-  for (SpecKind k : {SpecKind::kJsonSchema, SpecKind::kJsonObject, SpecKind::kRegex, SpecKind::kChoice, SpecKind::kGbnf})
+  for (SpecKind k :
+       {SpecKind::kJsonSchema, SpecKind::kJsonObject, SpecKind::kRegex, SpecKind::kChoice, SpecKind::kGbnf})
     if (spec_kind_name(k) == name) return k;
   return invalid_argument(fmt::format("unknown structured output kind '{}'", name));
 }

@@ -49,7 +49,7 @@ class Compiler {
   const std::vector<TokenId> eog_;
   const size_t capacity_;
   std::mutex mu_;
-  std::shared_ptr<const TokenVocab> vocab_;  // GUARDED_BY(mu_)
+  std::shared_ptr<const TokenVocab> vocab_;                                        // GUARDED_BY(mu_)
   std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> lru_;  // GUARDED_BY(mu_), newest first
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;                // GUARDED_BY(mu_)
 };

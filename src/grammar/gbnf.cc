@@ -47,8 +47,9 @@ class GbnfParser {
     if (!status_.ok()) return;
     std::string near;
     for (size_t k = at; k < s_.size() && k < at + 20 && s_[k] != '\n'; ++k) near += s_[k];
-    status_ = invalid_argument(fmt::format("{}: {}{}", line_column(s_, at), what,
-                                           near.empty() ? std::string(" (at the end)") : fmt::format(" at '{}'", near)));
+    status_ =
+        invalid_argument(fmt::format("{}: {}{}", line_column(s_, at), what,
+                                     near.empty() ? std::string(" (at the end)") : fmt::format(" at '{}'", near)));
   }
 
   void skip_space(bool newline_ok) {
@@ -116,7 +117,10 @@ class GbnfParser {
         uint32_t v = 0;
         for (int k = 0; k < n; ++k) {
           const char c = peek();
-          int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+          int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
           if (d < 0) {
             fail(start, fmt::format("expecting {} hex digits", n));
             return 0xFFFFFFFF;
@@ -131,13 +135,25 @@ class GbnfParser {
         return v;
       };
       switch (e) {
-        case 'x': return hex(2);
-        case 'u': return hex(4);
-        case 'U': return hex(8);
-        case 't': return '\t';
-        case 'r': return '\r';
-        case 'n': return '\n';
-        case '\\': case '"': case '[': case ']': case '-': case '/': case '^':
+        case 'x':
+          return hex(2);
+        case 'u':
+          return hex(4);
+        case 'U':
+          return hex(8);
+        case 't':
+          return '\t';
+        case 'r':
+          return '\r';
+        case 'n':
+          return '\n';
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '/':
+        case '^':
           return static_cast<uint8_t>(e);
         default:
           fail(start, "unknown escape");

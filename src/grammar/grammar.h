@@ -58,7 +58,7 @@ inline constexpr uint32_t kFrameRoot = 0xFFFFFFFF;     // = kRootParent (stack.h
 inline constexpr uint32_t kFrameUnknown = 0xFFFFFFFE;  // = kBottomParent (stack.h)
 
 struct Grammar {
-  std::vector<Elem> elems;    // every alternative of every rule, each closed by kEnd
+  std::vector<Elem> elems;     // every alternative of every rule, each closed by kEnd
   std::vector<uint32_t> alts;  // index into elems where each alternative starts
   std::vector<Rule> rules;
   std::vector<ByteSet> sets;  // distinct byte sets (kBytes elements point here)
@@ -66,9 +66,9 @@ struct Grammar {
   uint32_t root = 0;
 
   // Derived by build_grammar():
-  std::vector<uint32_t> rule_of;  // per element: the rule whose alternative holds it
-  std::vector<uint8_t> nullable;  // per rule: can match the empty string
-  std::vector<uint8_t> reachable;  // per rule: used from the root
+  std::vector<uint32_t> rule_of;      // per element: the rule whose alternative holds it
+  std::vector<uint8_t> nullable;      // per rule: can match the empty string
+  std::vector<uint8_t> reachable;     // per rule: used from the root
   std::vector<std::string> shortest;  // per rule: a shortest text it matches
   // Per rule: the bytes that can come right after a match of the rule, in any context (FOLLOW sets over bytes);
   // follow_end: the rule can end the whole text.

@@ -63,14 +63,16 @@ constexpr int64_t kMaxMagnitude = 9999999999999999;  // 16 digits
 
 Expr string_char() {
   // \uXXXX without surrogates: first digit not D, or D followed by 0-7.
-  Expr u = Expr::seq({Expr::lit("u"),
-                      Expr::alt({Expr::seq({chars({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}}),
-                                            Expr::repeat(hex_digit(), 3, 3)}),
-                                 Expr::seq({chars({{'D', 'D'}, {'d', 'd'}}), chars({{'0', '7'}}),
-                                            Expr::repeat(hex_digit(), 2, 2)})})});
-  Expr escape = Expr::seq({Expr::lit("\\"), Expr::alt({chars({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
-                                                              {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                                                       std::move(u)})});
+  Expr u = Expr::seq(
+      {Expr::lit("u"), Expr::alt({Expr::seq({chars({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}}),
+                                             Expr::repeat(hex_digit(), 3, 3)}),
+                                  Expr::seq({chars({{'D', 'D'}, {'d', 'd'}}), chars({{'0', '7'}}),
+                                             Expr::repeat(hex_digit(), 2, 2)})})});
+  Expr escape = Expr::seq(
+      {Expr::lit("\\"),
+       Expr::alt(
+           {chars({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+            std::move(u)})});
   return Expr::alt({plain_string_char(), std::move(escape)});
 }
 
@@ -91,7 +93,8 @@ std::optional<std::string> format_regex(const std::string& format) {
   // Each a subset of what the format allows (RFC 3339, RFC 5321, ...): whatever is generated validates.
   static const std::string kDate =
       R"(\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))";
-  static const std::string kTime = R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
+  static const std::string kTime =
+      R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
   static const std::string kLabel = R"([A-Za-z0-9](?:[A-Za-z0-9-]{0,30}[A-Za-z0-9])?)";
   static const std::string kHost = kLabel + R"((?:\.)" + kLabel + "){0,3}";
   static const std::map<std::string, std::string> kFormats = {
@@ -119,14 +122,22 @@ Expr json_encoded(const Expr& e) {
       for (char c : e.text) {
         const auto b = static_cast<uint8_t>(c);
         std::string esc;
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
-        else if (b < 0x20) esc = fmt::format("\\u{:04x}", b);
+        if (c == '"')
+          esc = "\\\"";
+        else if (c == '\\')
+          esc = "\\\\";
+        else if (c == '\n')
+          esc = "\\n";
+        else if (c == '\t')
+          esc = "\\t";
+        else if (c == '\r')
+          esc = "\\r";
+        else if (c == '\b')
+          esc = "\\b";
+        else if (c == '\f')
+          esc = "\\f";
+        else if (b < 0x20)
+          esc = fmt::format("\\u{:04x}", b);
         if (esc.empty()) {
           plain += c;
         } else {

@@ -19,21 +19,46 @@ constexpr int kMaxDepth = 128;
 
 // Keywords that only describe (never constrain) a value.
 const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly", "writeOnly",
-    "deprecated", "$anchor", "name", "strict", "contentMediaType", "contentEncoding", "discriminator", "example",
-    "x-order"};
+    "title",    "description",      "default",         "examples",      "$schema", "$id",
+    "$comment", "readOnly",         "writeOnly",       "deprecated",    "$anchor", "name",
+    "strict",   "contentMediaType", "contentEncoding", "discriminator", "example", "x-order"};
 // Keywords this compiler enforces (per type, checked where used).
-const std::set<std::string> kHandled = {
-    "type", "enum", "const", "nullable", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "unevaluatedProperties"};
+const std::set<std::string> kHandled = {"type",
+                                        "enum",
+                                        "const",
+                                        "nullable",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "items",
+                                        "prefixItems",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "pattern",
+                                        "format",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        "anyOf",
+                                        "oneOf",
+                                        "allOf",
+                                        "$ref",
+                                        "$defs",
+                                        "definitions",
+                                        "unevaluatedProperties"};
 
 std::string pointer_escape(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -66,7 +91,9 @@ class SchemaCompiler {
     if (options_.whitespace_regex.empty()) {
       // Nothing, one space, or a line break and up to 32 spaces or tabs of indentation (the convention of llama.cpp's
       // JSON grammars): room for compact and pretty-printed JSON, none for a model to wander off in blanks.
-      ast_.add("ws", Expr::opt(Expr::alt({Expr::lit(" "), Expr::seq({Expr::lit("\n"), Expr::repeat(Expr::cls({{'\t', '\t'}, {' ', ' '}}), 0, 32)})})));
+      ast_.add("ws", Expr::opt(Expr::alt(
+                         {Expr::lit(" "),
+                          Expr::seq({Expr::lit("\n"), Expr::repeat(Expr::cls({{'\t', '\t'}, {' ', ' '}}), 0, 32)})})));
       return ok_status();
     }
     auto e = parse_regex(options_.whitespace_regex);
@@ -90,13 +117,16 @@ class SchemaCompiler {
     if (defined_.insert(name).second) ast_.add(name, (this->*make)());
     return name;
   }
-  Expr make_string() { return Expr::seq({Expr::lit("\""), Expr::star(Expr::ref(shared("char", &SchemaCompiler::make_char))), Expr::lit("\"")}); }
+  Expr make_string() {
+    return Expr::seq(
+        {Expr::lit("\""), Expr::star(Expr::ref(shared("char", &SchemaCompiler::make_char))), Expr::lit("\"")});
+  }
   Expr make_char() { return json::string_char(); }
   Expr make_value() {
     return Expr::alt({Expr::ref(any_object_rule()), Expr::ref(shared("array", &SchemaCompiler::make_array)),
                       Expr::ref(shared("string", &SchemaCompiler::make_string)),
-                      Expr::ref(shared("number", &SchemaCompiler::make_number)), Expr::lit("true"),
-                      Expr::lit("false"), Expr::lit("null")});
+                      Expr::ref(shared("number", &SchemaCompiler::make_number)), Expr::lit("true"), Expr::lit("false"),
+                      Expr::lit("null")});
   }
   Expr make_number() { return json::number_expr(); }
   Expr make_object() {
@@ -194,8 +224,13 @@ class SchemaCompiler {
   }
   static bool value_has_type(const ojson& v, const ojson& s) {
     if (!s.contains("type")) return true;
-    std::string t = v.is_null() ? "null" : v.is_boolean() ? "boolean" : v.is_number_integer() || v.is_number_unsigned() ? "integer"
-                    : v.is_number() ? "number" : v.is_string() ? "string" : v.is_array() ? "array" : "object";
+    std::string t = v.is_null()                                       ? "null"
+                    : v.is_boolean()                                  ? "boolean"
+                    : v.is_number_integer() || v.is_number_unsigned() ? "integer"
+                    : v.is_number()                                   ? "number"
+                    : v.is_string()                                   ? "string"
+                    : v.is_array()                                    ? "array"
+                                                                      : "object";
     if (t == "number" && std::floor(v.get<double>()) == v.get<double>()) t = "integer";
     return type_allows(s, t);
   }
@@ -232,7 +267,8 @@ class SchemaCompiler {
       }
       std::vector<Expr> alts;
       for (size_t i = 0; i < branches.size(); ++i) {
-        alts.push_back(visit(merged_with_parent(s, branches[i], key), path + "/" + key + "/" + std::to_string(i), depth + 1));
+        alts.push_back(
+            visit(merged_with_parent(s, branches[i], key), path + "/" + key + "/" + std::to_string(i), depth + 1));
       }
       return alts.size() == 1 ? std::move(alts[0]) : Expr::alt(std::move(alts));
     }
@@ -476,8 +512,9 @@ class SchemaCompiler {
     {
       // -(k + f) with k >= 0: needs -(k + 1) >= lo (or strictly above when lo is exclusive... -(k+1) is never
       // reached) and -k <= hi.
-      std::optional<int64_t> a = hi ? std::optional<int64_t>(std::max<int64_t>(0, static_cast<int64_t>(std::ceil(-*hi))))
-                                    : std::optional<int64_t>(0);
+      std::optional<int64_t> a =
+          hi ? std::optional<int64_t>(std::max<int64_t>(0, static_cast<int64_t>(std::ceil(-*hi))))
+             : std::optional<int64_t>(0);
       if (hi && *hi <= 0 && hi_strict && std::floor(*hi) == *hi) a = static_cast<int64_t>(-*hi);
       std::optional<int64_t> b;
       if (lo) b = static_cast<int64_t>(std::floor(-*lo)) - 1;
@@ -498,7 +535,8 @@ class SchemaCompiler {
         fail(path + "/properties", "'properties' must be an object");
         return {};
       }
-      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) props.emplace_back(it.key(), &it.value());
+      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it)
+        props.emplace_back(it.key(), &it.value());
     }
     std::set<std::string> required;
     if (s.contains("required")) {
@@ -523,7 +561,8 @@ class SchemaCompiler {
     const char* extra_key = s.contains("additionalProperties") ? "additionalProperties" : "unevaluatedProperties";
     if (s.contains(extra_key)) {
       const ojson& a = s[extra_key];
-      if (a.is_object() || (a.is_boolean() && a.get<bool>())) extra = &a;
+      if (a.is_object() || (a.is_boolean() && a.get<bool>()))
+        extra = &a;
       else if (!a.is_boolean()) {
         fail(path + "/" + extra_key, fmt::format("'{}' must be a boolean or a schema", extra_key));
         return {};
@@ -543,8 +582,9 @@ class SchemaCompiler {
     if (extra != nullptr) {
       std::vector<std::string> names;
       for (const auto& p : props) names.push_back(p.first);
-      Expr key = Expr::seq({Expr::lit("\""), names.empty() ? Expr::star(json::plain_string_char()) : json::key_not_in(names),
-                            Expr::lit("\"")});
+      Expr key =
+          Expr::seq({Expr::lit("\""), names.empty() ? Expr::star(json::plain_string_char()) : json::key_not_in(names),
+                     Expr::lit("\"")});
       Expr value = extra->is_boolean() ? any_value() : visit(*extra, path + "/" + extra_key, depth + 1);
       const std::string key_rule = base + "-extra";
       ast_.add(key_rule, Expr::seq({std::move(key), ws(), Expr::lit(":"), ws(), std::move(value)}));
@@ -581,7 +621,8 @@ class SchemaCompiler {
     }
     if (!first_next) return Expr::seq({Expr::lit("{"), ws(), Expr::lit("}")});
     Expr body = Expr::seq({Expr::ref(*first_next), ws()});
-    return Expr::seq({Expr::lit("{"), ws(), any_required ? std::move(body) : Expr::opt(std::move(body)), Expr::lit("}")});
+    return Expr::seq(
+        {Expr::lit("{"), ws(), any_required ? std::move(body) : Expr::opt(std::move(body)), Expr::lit("}")});
   }
 
   Expr visit_array(const ojson& s, const std::string& path, int depth) {

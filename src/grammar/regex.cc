@@ -43,8 +43,7 @@ class RegexParser {
   char peek(size_t k = 0) const { return i_ + k < s_.size() ? s_[i_ + k] : '\0'; }
   bool at_end() const { return i_ >= s_.size(); }
   void fail(size_t at, std::string what) {
-    if (status_.ok())
-      status_ = invalid_argument(fmt::format("regex column {}: {} (in '{}')", at + 1, what, s_));
+    if (status_.ok()) status_ = invalid_argument(fmt::format("regex column {}: {} (in '{}')", at + 1, what, s_));
   }
 
   Expr parse_alt() {
@@ -217,26 +216,43 @@ class RegexParser {
       return Expr::cls(set);
     };
     switch (e) {
-      case 'd': return shorthand(kDigit);
-      case 'D': return shorthand(ascii_complement(kDigit));
-      case 'w': return shorthand(kWord);
-      case 'W': return shorthand(ascii_complement(kWord));
-      case 's': return shorthand(kSpace);
-      case 'S': return shorthand(ascii_complement(kSpace));
+      case 'd':
+        return shorthand(kDigit);
+      case 'D':
+        return shorthand(ascii_complement(kDigit));
+      case 'w':
+        return shorthand(kWord);
+      case 'W':
+        return shorthand(ascii_complement(kWord));
+      case 's':
+        return shorthand(kSpace);
+      case 'S':
+        return shorthand(ascii_complement(kSpace));
       case 'b':
         if (in_class) return single(0x08, in_class, ranges);
         fail(start, "word boundaries (\\b) are not supported");
         return {};
-      case 'B': case 'A': case 'Z': case 'z': case 'G':
+      case 'B':
+      case 'A':
+      case 'Z':
+      case 'z':
+      case 'G':
         fail(start, fmt::format("the assertion \\{} is not supported", e));
         return {};
-      case 't': return single('\t', in_class, ranges);
-      case 'n': return single('\n', in_class, ranges);
-      case 'r': return single('\r', in_class, ranges);
-      case 'f': return single('\f', in_class, ranges);
-      case 'v': return single('\v', in_class, ranges);
-      case '0': return single(0, in_class, ranges);
-      case 'x': return single(hex(2, start), in_class, ranges);
+      case 't':
+        return single('\t', in_class, ranges);
+      case 'n':
+        return single('\n', in_class, ranges);
+      case 'r':
+        return single('\r', in_class, ranges);
+      case 'f':
+        return single('\f', in_class, ranges);
+      case 'v':
+        return single('\v', in_class, ranges);
+      case '0':
+        return single(0, in_class, ranges);
+      case 'x':
+        return single(hex(2, start), in_class, ranges);
       case 'u':
         if (peek() == '{') {
           ++i_;
@@ -273,7 +289,10 @@ class RegexParser {
     uint32_t v = 0;
     for (int k = 0; k < n; ++k) {
       const char c = peek();
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) {
         fail(start, "expecting hex digits");
         return 0;
@@ -374,9 +393,7 @@ class RegexParser {
 
 }  // namespace
 
-Result<Expr> parse_regex(std::string_view pattern) {
-  return RegexParser(pattern).run();
-}
+Result<Expr> parse_regex(std::string_view pattern) { return RegexParser(pattern).run(); }
 
 Result<Ast> regex_grammar(std::string_view pattern) {
   TS_ASSIGN_OR_RETURN(Expr e, parse_regex(pattern));

@@ -201,8 +201,7 @@ StateId StackMachine::import(const StackMachine& from, StateId s) {
     }
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       const StackNode& n = from.nodes_[*it];
-      const uint32_t parent =
-          n.parent == kRootParent || n.parent == kBottomParent ? n.parent : copied.at(n.parent);
+      const uint32_t parent = n.parent == kRootParent || n.parent == kBottomParent ? n.parent : copied.at(n.parent);
       copied[*it] = intern_node(n.pos, parent);
     }
     return copied.at(id);

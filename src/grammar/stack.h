@@ -26,7 +26,7 @@
 namespace tessera::grammar {
 
 using StateId = uint32_t;
-inline constexpr StateId kDeadState = 0;            // no stack left
+inline constexpr StateId kDeadState = 0;                  // no stack left
 inline constexpr uint32_t kRootParent = kFrameRoot;       // below the root: popping it ends the text
 inline constexpr uint32_t kBottomParent = kFrameUnknown;  // an unknown rest of stack (mask precomputation)
 
@@ -84,7 +84,7 @@ class StackMachine {
   FlatMap64 node_ids_;
   std::vector<StateRec> states_;
   std::vector<uint32_t> pool_;
-  std::vector<uint32_t> slots_;  // open addressing over states_ by hash: state id + 1, 0 empty
+  std::vector<uint32_t> slots_;   // open addressing over states_ by hash: state id + 1, 0 empty
   std::vector<uint32_t> row_of_;  // per state: 1 + its row in rows_, 0 when it has none yet
   std::vector<uint32_t> rows_;    // 256 cached next states (+1, 0 unknown) per row
   StateId start_ = kDeadState;

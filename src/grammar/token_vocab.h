@@ -36,8 +36,7 @@ class TokenVocab {
   // `token_bytes[i]`: the bytes of token i; `eog`: the tokens that end generation.
   static std::shared_ptr<const TokenVocab> from_bytes(std::vector<std::string> token_bytes, std::vector<TokenId> eog);
   // The bytes of every token of `tokenizer`, decoded as they would follow an ordinary token (not BOS).
-  static std::shared_ptr<const TokenVocab> from_tokenizer(const model::Tokenizer& tokenizer,
-                                                          std::vector<TokenId> eog);
+  static std::shared_ptr<const TokenVocab> from_tokenizer(const model::Tokenizer& tokenizer, std::vector<TokenId> eog);
 
   int size() const { return static_cast<int>(bytes_.size()); }
   std::string_view bytes(TokenId t) const { return bytes_[static_cast<size_t>(t)]; }

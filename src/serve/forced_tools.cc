@@ -52,8 +52,8 @@ Result<api::StructuredOutput> forced_tool_output(const api::ApiRequest& r) {
         return out;
       }
     }
-    return invalid_argument(fmt::format("tool_choice names function '{}', which is not among 'tools'",
-                                        r.tool_choice_function));
+    return invalid_argument(
+        fmt::format("tool_choice names function '{}', which is not among 'tools'", r.tool_choice_function));
   }
   ojson branches = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {

@@ -19,11 +19,11 @@
 #include "base/log.h"
 #include "base/task_pool.h"
 #include "serve/choice_set.h"
+#include "serve/forced_tools.h"
 #include "serve/metrics.h"
 #include "serve/prompt_logprobs.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
-#include "serve/forced_tools.h"
 #include "serve/structured.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
@@ -511,23 +511,27 @@ struct NodeServer::Impl {
     if (!r.generation.structured.none()) {
       auto compiled = compile_structured(engine.grammars(), r.generation.structured);
       if (!compiled.ok()) {
-        return reply_error(w, endpoint, {400, std::string(compiled.status().message()), "invalid_request_error",
-                                         r.generation.structured.field, ""});
+        return reply_error(w, endpoint,
+                           {400, std::string(compiled.status().message()), "invalid_request_error",
+                            r.generation.structured.field, ""});
       }
       grammar = std::move(*compiled);
     }
     const bool forced_tools = forces_tool_call(r);
     if (forced_tools) {
       if (!r.generation.structured.none()) {
-        return reply_error(w, endpoint, {400, fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one",
-                                                          r.tool_choice, r.generation.structured.field),
-                                         "invalid_request_error", "tool_choice", ""});
+        return reply_error(w, endpoint,
+                           {400,
+                            fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one", r.tool_choice,
+                                        r.generation.structured.field),
+                            "invalid_request_error", "tool_choice", ""});
       }
       auto forced = forced_tool_output(r);
       auto compiled = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
       if (!compiled.ok()) {
-        return reply_error(w, endpoint, {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
-                                         "invalid_request_error", "tools", ""});
+        return reply_error(w, endpoint,
+                           {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
+                            "invalid_request_error", "tools", ""});
       }
       grammar = std::move(*compiled);
     }

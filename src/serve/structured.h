@@ -15,7 +15,7 @@ namespace tessera::serve {
 
 // InvalidArgument naming where the schema, regex or grammar is wrong (the caller answers 400).
 Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_structured(grammar::Compiler& compiler,
-                                                                          const api::StructuredOutput& s);
+                                                                           const api::StructuredOutput& s);
 grammar::Spec spec_of(const api::StructuredOutput& s);
 api::StructuredOutput structured_of(const grammar::Spec& spec);
 

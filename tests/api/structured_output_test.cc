@@ -37,7 +37,8 @@ ApiError refused(const std::string& extra, bool chat = true) {
 TEST(StructuredOutput, EveryDialectLandsOnOneSpec) {
   for (bool chat : {true, false}) {
     auto s = parsed(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
-                      "schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}})", chat);
+                      "schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}})",
+                    chat);
     EXPECT_EQ(s.kind, Kind::kJsonSchema);
     EXPECT_EQ(s.field, "response_format");
     EXPECT_LT(s.spec.find("\"z\""), s.spec.find("\"a\"")) << "the schema's key order is kept: " << s.spec;

@@ -108,10 +108,11 @@ TEST_F(GrammarEngineTest, ConcurrentGrammarsUnderChunkedPrefillAndPreemption) {
     grammar::SpecKind kind;
     std::string text;
   };
-  const std::vector<Kind> kinds = {{grammar::SpecKind::kJsonSchema, kSchema},
-                                   {grammar::SpecKind::kRegex, R"([A-Z][a-z]{1,6}, \d{1,3}(\.\d)?!)"},
-                                   {grammar::SpecKind::kChoice, R"(["sunny", "rainy", "cloudy with a chance"])"},
-                                   {grammar::SpecKind::kGbnf, "root ::= item (\", \" item){0,3}\nitem ::= [a-z]{1,5}\n"}};
+  const std::vector<Kind> kinds = {
+      {grammar::SpecKind::kJsonSchema, kSchema},
+      {grammar::SpecKind::kRegex, R"([A-Z][a-z]{1,6}, \d{1,3}(\.\d)?!)"},
+      {grammar::SpecKind::kChoice, R"(["sunny", "rainy", "cloudy with a chance"])"},
+      {grammar::SpecKind::kGbnf, "root ::= item (\", \" item){0,3}\nitem ::= [a-z]{1,5}\n"}};
   const std::vector<std::string> prompts = {"Once upon a time there was a little girl named Lily who loved to",
                                             "The cat sat", "Tom had a big red ball and he wanted to play with",
                                             "One day"};
@@ -122,7 +123,8 @@ TEST_F(GrammarEngineTest, ConcurrentGrammarsUnderChunkedPrefillAndPreemption) {
     auto g = compile(k.kind, k.text);
     ASSERT_NE(g, nullptr);
     used.push_back(g);
-    futures.push_back(submit(request(prompts[static_cast<size_t>(i) % prompts.size()], g, 160, 100 + static_cast<uint64_t>(i))));
+    futures.push_back(
+        submit(request(prompts[static_cast<size_t>(i) % prompts.size()], g, 160, 100 + static_cast<uint64_t>(i))));
   }
   int complete = 0;
   for (size_t i = 0; i < futures.size(); ++i) {
@@ -205,7 +207,8 @@ TEST_F(GrammarEngineTest, EveryChoiceOfNFollowsTheGrammarOnItsOwn) {
   done->get_future().get();
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ((*finishes)[static_cast<size_t>(i)], FinishReason::kStop) << i;
-    EXPECT_TRUE(grammar::accepts(g->grammar(), (*texts)[static_cast<size_t>(i)])) << i << ": " << (*texts)[static_cast<size_t>(i)];
+    EXPECT_TRUE(grammar::accepts(g->grammar(), (*texts)[static_cast<size_t>(i)]))
+        << i << ": " << (*texts)[static_cast<size_t>(i)];
   }
 }
 

@@ -111,13 +111,13 @@ class SchemaGen {
         break;
       case 2:
         s["format"] = pick(rng_, std::vector<std::string>{"date", "time", "date-time", "uuid", "email", "ipv4",
-                                                            "hostname", "uri", "duration", "ipv6"});
+                                                          "hostname", "uri", "duration", "ipv6"});
         break;
       case 3:
-        s["pattern"] = pick(rng_, std::vector<std::string>{"^[A-Z]{2,3}-\\d{2,5}$", "^(yes|no|maybe)$",
-                                                             "^[a-z]+(_[a-z]+){0,2}$", "^\\+?[0-9 ]{7,12}$",
-                                                             "^#[0-9a-fA-F]{6}$", "^\"quoted\\\\[a-c]\"$",
-                                                             "^caf\u00e9 [\\w.]{1,4}$", "^[^\\s\"]{1,8}$"});
+        s["pattern"] =
+            pick(rng_, std::vector<std::string>{"^[A-Z]{2,3}-\\d{2,5}$", "^(yes|no|maybe)$", "^[a-z]+(_[a-z]+){0,2}$",
+                                                "^\\+?[0-9 ]{7,12}$", "^#[0-9a-fA-F]{6}$", "^\"quoted\\\\[a-c]\"$",
+                                                "^caf\u00e9 [\\w.]{1,4}$", "^[^\\s\"]{1,8}$"});
         break;
       case 4:
         s["enum"] = ojson::array({"red", "green", "blue\nsky", "\u00fcber"});
@@ -134,7 +134,9 @@ class SchemaGen {
     const int mode = uniform(rng_, 0, 4);
     if (mode == 1 || mode == 3) s[chance(rng_, 50) ? "minimum" : "exclusiveMinimum"] = uniform(rng_, -100, 50);
     if (mode == 2 || mode == 3) {
-      const int lo = s.contains("minimum") ? s["minimum"].get<int>() : s.contains("exclusiveMinimum") ? s["exclusiveMinimum"].get<int>() : -100;
+      const int lo = s.contains("minimum")            ? s["minimum"].get<int>()
+                     : s.contains("exclusiveMinimum") ? s["exclusiveMinimum"].get<int>()
+                                                      : -100;
       s[chance(rng_, 50) ? "maximum" : "exclusiveMaximum"] = lo + uniform(rng_, 2, 500);
     }
     if (mode == 4 && !integer) {
@@ -146,13 +148,21 @@ class SchemaGen {
 
   ojson scalar() {
     switch (uniform(rng_, 0, 7)) {
-      case 0: case 1: return string_schema();
-      case 2: return number_schema(true);
-      case 3: return number_schema(false);
-      case 4: return {{"type", "boolean"}};
-      case 5: return {{"type", "null"}};
-      case 6: return {{"enum", ojson::array({1, "two", nullptr, true, 3.5, ojson::array({1, 2}), ojson{{"k", "v"}}})}};
-      default: return {{"const", pick(rng_, std::vector<ojson>{"fixed", 42, ojson{{"nested", ojson::array({1})}}})}};
+      case 0:
+      case 1:
+        return string_schema();
+      case 2:
+        return number_schema(true);
+      case 3:
+        return number_schema(false);
+      case 4:
+        return {{"type", "boolean"}};
+      case 5:
+        return {{"type", "null"}};
+      case 6:
+        return {{"enum", ojson::array({1, "two", nullptr, true, 3.5, ojson::array({1, 2}), ojson{{"k", "v"}}})}};
+      default:
+        return {{"const", pick(rng_, std::vector<ojson>{"fixed", 42, ojson{{"nested", ojson::array({1})}}})}};
     }
   }
 
@@ -172,8 +182,12 @@ class SchemaGen {
     if (r < 78) return array(depth);
     if (r < 88) {
       // anyOf / oneOf over distinct types, so that oneOf's "exactly one" holds too.
-      std::vector<ojson> branches = {{{"type", "string"}, {"maxLength", 5}}, number_schema(true), {{"type", "null"}},
-                                     {{"type", "boolean"}}, object(depth - 1), {{"type", "array"}, {"items", scalar()}, {"maxItems", 2}}};
+      std::vector<ojson> branches = {{{"type", "string"}, {"maxLength", 5}},
+                                     number_schema(true),
+                                     {{"type", "null"}},
+                                     {{"type", "boolean"}},
+                                     object(depth - 1),
+                                     {{"type", "array"}, {"items", scalar()}, {"maxItems", 2}}};
       std::shuffle(branches.begin(), branches.end(), rng_);
       ojson s = ojson::object();
       s[chance(rng_, 50) ? "anyOf" : "oneOf"] = ojson::array({branches[0], branches[1]});
@@ -184,7 +198,8 @@ class SchemaGen {
     if (r < 97) return ojson::object();  // any value
     ojson first = object(depth - 1);
     first.erase("additionalProperties");  // else it would forbid the second part's property (JSON Schema's allOf)
-    return {{"allOf", ojson::array({first, {{"properties", {{"extra", {{"type", "boolean"}}}}}, {"required", {"extra"}}}})}};
+    return {{"allOf",
+             ojson::array({first, {{"properties", {{"extra", {{"type", "boolean"}}}}}, {"required", {"extra"}}}})}};
   }
 
   Rng rng_;
@@ -235,13 +250,18 @@ class RegexGen {
   std::string atom(int depth, bool* nullable) {
     *nullable = false;
     switch (uniform(rng_, 0, 9)) {
-      case 0: case 1: case 2:
-        return pick(rng_, std::vector<std::string>{"a", "b", "x", "0", "7", " ", "-", "_", "\\.", "\\(", "\\?", "\u00e9",
-                                                   "\\n", "\\$", "/", "\"", "\\\\"});
-      case 3: return pick(rng_, std::vector<std::string>{"[a-f]", "[0-9]", "[^\"\\n]", "[A-Z_]", "[xyz\u00e0-\u00e5]",
-                                                         "[^a-z\\s]", "[-+]"});
-      case 4: return pick(rng_, std::vector<std::string>{"\\d", "\\w", "\\s", "\\D", "\\W"});
-      case 5: return ".";
+      case 0:
+      case 1:
+      case 2:
+        return pick(rng_, std::vector<std::string>{"a", "b", "x", "0", "7", " ", "-", "_", "\\.", "\\(", "\\?",
+                                                   "\u00e9", "\\n", "\\$", "/", "\"", "\\\\"});
+      case 3:
+        return pick(rng_, std::vector<std::string>{"[a-f]", "[0-9]", "[^\"\\n]", "[A-Z_]", "[xyz\u00e0-\u00e5]",
+                                                   "[^a-z\\s]", "[-+]"});
+      case 4:
+        return pick(rng_, std::vector<std::string>{"\\d", "\\w", "\\s", "\\D", "\\W"});
+      case 5:
+        return ".";
       default:
         if (depth <= 0) return "c";
         bool null = false;
@@ -281,14 +301,22 @@ std::string regex_to_gbnf(const std::string& re) {
       ++i;
     } else if (c == '\\') {
       const char e = re[i + 1];
-      if (e == 'd') out += " [0-9]";
-      else if (e == 'w') out += " [0-9A-Za-z_]";
-      else if (e == 's') out += " [\\t\\n\\x0B\\x0C\\r ]";
-      else if (e == 'D') out += " [\\x00-/:-\\x7F]";
-      else if (e == 'W') out += " [\\x00-/:-@\\[-^`{-\\x7F]";
-      else if (e == 'n') out += " \"\\n\"";
-      else if (e == '\\') out += " \"\\\\\"";
-      else out += fmt::format(" \"{}\"", e);
+      if (e == 'd')
+        out += " [0-9]";
+      else if (e == 'w')
+        out += " [0-9A-Za-z_]";
+      else if (e == 's')
+        out += " [\\t\\n\\x0B\\x0C\\r ]";
+      else if (e == 'D')
+        out += " [\\x00-/:-\\x7F]";
+      else if (e == 'W')
+        out += " [\\x00-/:-@\\[-^`{-\\x7F]";
+      else if (e == 'n')
+        out += " \"\\n\"";
+      else if (e == '\\')
+        out += " \"\\\\\"";
+      else
+        out += fmt::format(" \"{}\"", e);
       i += 2;
     } else if (c == '"') {
       out += " \"\\\"\"";
@@ -363,7 +391,8 @@ class GeneratorTest : public ::testing::Test {
   void SetUp() override {
     TS_REQUIRE_STORIES260K();
     checker_ = testing::source_dir() + "/tests/grammar/validate.mjs";
-    if (std::system("command -v node >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed (scripts/install-deps)";
+    if (std::system("command -v node >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "node is not installed (scripts/install-deps)";
     if (!fs::exists(testing::source_dir() + "/tests/grammar/node_modules/ajv"))
       GTEST_SKIP() << "ajv is not installed in tests/grammar (scripts/install-deps runs npm ci there)";
     vocab_ = load_vocab(testing::stories260k_dir() + "/tok512.bin");
@@ -389,7 +418,8 @@ class GeneratorTest : public ::testing::Test {
     auto compiled = CompiledGrammar::compile(*g, vocab);
     Walk w = walk(compiled, seed);
     ASSERT_TRUE(w.finished) << id << ": the walk did not reach the end after " << w.steps << " steps: '"
-                            << w.text.substr(0, 300) << "'\n" << spec.text;
+                            << w.text.substr(0, 300) << "'\n"
+                            << spec.text;
     add(id, kind, spec.text, w.text, check);
   }
 
@@ -416,9 +446,11 @@ TEST_F(GeneratorTest, TwoHundredFiftySchemasValidateWithAjv) {
     run(fmt::format("schema-{}", seed), {SpecKind::kJsonSchema, schema, ""}, "json_schema", "", vocab_, seed);
     if (HasFatalFailure()) return;
   }
-  for (uint64_t seed = 1; seed <= 10; ++seed) run(fmt::format("object-{}", seed), {SpecKind::kJsonObject, "", ""}, "json_object", "", vocab_, seed);
+  for (uint64_t seed = 1; seed <= 10; ++seed)
+    run(fmt::format("object-{}", seed), {SpecKind::kJsonObject, "", ""}, "json_object", "", vocab_, seed);
   // Broken outputs the checker must refuse.
-  add("wrong-type", "json_schema", R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})", R"({"a": "1"})", "", false);
+  add("wrong-type", "json_schema", R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})",
+      R"({"a": "1"})", "", false);
   add("wrong-date", "json_schema", R"({"type": "string", "format": "date"})", R"("2023-02-29")", "", false);
   add("not-json", "json_object", "", R"({"a": 1)", "", false);
   check_all(263);
@@ -426,26 +458,39 @@ TEST_F(GeneratorTest, TwoHundredFiftySchemasValidateWithAjv) {
 
 TEST_F(GeneratorTest, SchemasOnALargeByteLevelVocabulary) {
   const std::string dir = testing::llamacpp_vocab_dir();
-  if (dir.empty()) GTEST_SKIP() << "llama.cpp's ggml-vocab-qwen2.gguf not found in " << testing::llamacpp_vocab_candidates();
+  if (dir.empty())
+    GTEST_SKIP() << "llama.cpp's ggml-vocab-qwen2.gguf not found in " << testing::llamacpp_vocab_candidates();
   auto qwen = load_vocab(dir + "/ggml-vocab-qwen2.gguf");
   ASSERT_TRUE(qwen != nullptr);
   for (uint64_t seed = 1001; seed <= 1030; ++seed) {
     SchemaGen gen(seed);
-    run(fmt::format("qwen-schema-{}", seed), {SpecKind::kJsonSchema, gen.make().dump(), ""}, "json_schema", "", qwen, seed);
+    run(fmt::format("qwen-schema-{}", seed), {SpecKind::kJsonSchema, gen.make().dump(), ""}, "json_schema", "", qwen,
+        seed);
     if (HasFatalFailure()) return;
   }
   check_all(30);
 }
 
 TEST_F(GeneratorTest, RegexesMatchInJavaScript) {
-  const std::vector<std::string> fixed = {
-      R"(\d{3}-\d{4})", R"([A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2})", R"((true|false|null))", R"(-?\d+(\.\d{1,3})?)",
-      R"([a-z0-9._%+-]{1,10}@[a-z0-9-]{1,10}\.(com|org|net))", R"(#[0-9a-fA-F]{6})", R"(\((\w+, ){0,3}\w+\))",
-      R"([^aeiou\s]{2,6})", R"(caf\u00e9|na\u00efve|\u{1F600}+)", R"(\/\*[^*]{0,20}\*\/)", R"((ab|cd)*ef)",
-      R"(.{3,5}\.)", R"(\x41\x42?[\x30-\x39]+)", R"([\-+]?(0|[1-9]\d{0,5}))", R"("(\\.|[^"\\]){0,12}")"};
+  const std::vector<std::string> fixed = {R"(\d{3}-\d{4})",
+                                          R"([A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2})",
+                                          R"((true|false|null))",
+                                          R"(-?\d+(\.\d{1,3})?)",
+                                          R"([a-z0-9._%+-]{1,10}@[a-z0-9-]{1,10}\.(com|org|net))",
+                                          R"(#[0-9a-fA-F]{6})",
+                                          R"(\((\w+, ){0,3}\w+\))",
+                                          R"([^aeiou\s]{2,6})",
+                                          R"(caf\u00e9|na\u00efve|\u{1F600}+)",
+                                          R"(\/\*[^*]{0,20}\*\/)",
+                                          R"((ab|cd)*ef)",
+                                          R"(.{3,5}\.)",
+                                          R"(\x41\x42?[\x30-\x39]+)",
+                                          R"([\-+]?(0|[1-9]\d{0,5}))",
+                                          R"("(\\.|[^"\\]){0,12}")"};
   int n = 0;
   for (const std::string& re : fixed) {
-    run(fmt::format("regex-fixed-{}", n), {SpecKind::kRegex, re, ""}, "regex", "", vocab_, static_cast<uint64_t>(n) + 7);
+    run(fmt::format("regex-fixed-{}", n), {SpecKind::kRegex, re, ""}, "regex", "", vocab_,
+        static_cast<uint64_t>(n) + 7);
     ++n;
   }
   for (uint64_t seed = 1; seed <= 120; ++seed) {
@@ -473,8 +518,10 @@ TEST_F(GeneratorTest, GbnfGrammarsMatchTheirTwins) {
   int llama_cases = 0;
   if (!grammars.empty() && fs::exists(grammars / "json.gbnf")) {
     for (uint64_t seed = 1; seed <= 10; ++seed) {
-      run(fmt::format("json.gbnf-{}", seed), {SpecKind::kGbnf, read_text(grammars / "json.gbnf"), ""}, "json_object", "", vocab_, seed);
-      run(fmt::format("json_arr.gbnf-{}", seed), {SpecKind::kGbnf, read_text(grammars / "json_arr.gbnf"), ""}, "json_array", "", vocab_, seed);
+      run(fmt::format("json.gbnf-{}", seed), {SpecKind::kGbnf, read_text(grammars / "json.gbnf"), ""}, "json_object",
+          "", vocab_, seed);
+      run(fmt::format("json_arr.gbnf-{}", seed), {SpecKind::kGbnf, read_text(grammars / "json_arr.gbnf"), ""},
+          "json_array", "", vocab_, seed);
       run(fmt::format("list.gbnf-{}", seed), {SpecKind::kGbnf, read_text(grammars / "list.gbnf"), ""}, "js_regex",
           R"((- [^\r\n\v\f\u0085\u2028\u2029]+\n)+)", vocab_, seed);
       llama_cases += 3;

@@ -99,8 +99,8 @@ void bench(const std::string& vocab_name, const std::shared_ptr<const TokenVocab
   double scan = 0;
   for (double x : scan_us) scan += x;
   scan /= static_cast<double>(std::max<size_t>(1, scan_us.size()));
-  fmt::print("| {} ({}) | {} | {:.1f} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.0f} | {:.0f}x |\n", vocab_name, v->size(),
-             spec_name, compile_ms, mask_us.size(), mean, pct(mask_us, 0.5), pct(mask_us, 0.99),
+  fmt::print("| {} ({}) | {} | {:.1f} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.0f} | {:.0f}x |\n", vocab_name,
+             v->size(), spec_name, compile_ms, mask_us.size(), mean, pct(mask_us, 0.5), pct(mask_us, 0.99),
              *std::max_element(mask_us.begin(), mask_us.end()), scan, scan / std::max(mean, 1e-3));
 }
 
@@ -114,9 +114,12 @@ int run(int steps) {
     }
   }
   fmt::print("CPU: {} (one thread)\n\n", cpu);
-  fmt::print("| vocabulary | grammar | compile ms | steps | mask mean us | p50 | p99 | max | vocabulary scan us | speedup |\n");
+  fmt::print(
+      "| vocabulary | grammar | compile ms | steps | mask mean us | p50 | p99 | max | vocabulary scan us | speedup "
+      "|\n");
   fmt::print("|---|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<std::pair<std::string, std::string>> vocabs = {{"stories260K", testing::stories260k_dir() + "/tok512.bin"}};
+  std::vector<std::pair<std::string, std::string>> vocabs = {
+      {"stories260K", testing::stories260k_dir() + "/tok512.bin"}};
   const std::string dir = testing::llamacpp_vocab_dir();
   if (!dir.empty()) {
     vocabs.push_back({"llama-spm", dir + "/ggml-vocab-llama-spm.gguf"});

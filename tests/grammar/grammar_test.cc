@@ -55,7 +55,8 @@ Status spec_error(SpecKind kind, std::string text) {
 
 TEST(Gbnf, LlamaCppGrammarFilesParse) {
   const std::string dir = grammars_dir();
-  if (dir.empty()) GTEST_SKIP() << "llama.cpp's grammars/ folder not found next to " << testing::llamacpp_vocab_candidates();
+  if (dir.empty())
+    GTEST_SKIP() << "llama.cpp's grammars/ folder not found next to " << testing::llamacpp_vocab_candidates();
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".gbnf") continue;
@@ -112,8 +113,13 @@ ws ::= [ \t]*
   EXPECT_FALSE(accepts(g, "hi,Annabel!"));
   EXPECT_FALSE(accepts(g, "hi, bob!"));
   Grammar any = gbnf("root ::= . . \"\\u00e9\" [^a-z\\x00]+");
-  EXPECT_TRUE(accepts(any, "\xE2\x82\xAC" "a\xC3\xA9" "A\xF0\x9F\x98\x80"));
-  EXPECT_FALSE(accepts(any, "ab\xC3\xA9" "a"));
+  EXPECT_TRUE(accepts(any,
+                      "\xE2\x82\xAC"
+                      "a\xC3\xA9"
+                      "A\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(accepts(any,
+                       "ab\xC3\xA9"
+                       "a"));
   EXPECT_FALSE(accepts(any, "ab\xC3\xA9"));
   Grammar rep = gbnf("root ::= (\"ab\"){2} \"c\"{0,2} \"d\"{1,}");
   EXPECT_TRUE(accepts(rep, "ababd"));
@@ -155,8 +161,8 @@ TEST(Utf8Ranges, EveryCodePointOfAClassAndNothingElse) {
   auto g = build_grammar(ast);
   ASSERT_TRUE(g.ok());
   auto in = [](uint32_t cp) {
-    return (cp >= 0x41 && cp <= 0x42) || cp == 0xE9 || (cp >= 0x7FF && cp <= 0x801) || (cp >= 0xFFF0 && cp <= 0x10010) ||
-           cp == 0x10FFFF;
+    return (cp >= 0x41 && cp <= 0x42) || cp == 0xE9 || (cp >= 0x7FF && cp <= 0x801) ||
+           (cp >= 0xFFF0 && cp <= 0x10010) || cp == 0x10FFFF;
   };
   for (uint32_t cp = 0; cp <= kMaxCodePoint; cp += (cp < 0x12000 ? 1 : 97)) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
@@ -171,9 +177,9 @@ TEST(Utf8Ranges, EveryCodePointOfAClassAndNothingElse) {
   ASSERT_TRUE(n.ok());
   EXPECT_FALSE(accepts(*n, "a"));
   EXPECT_TRUE(accepts(*n, "b"));
-  EXPECT_TRUE(accepts(*n, "\xED\x9F\xBF"));   // U+D7FF
-  EXPECT_FALSE(accepts(*n, "\xED\xA0\x80"));  // a surrogate
-  EXPECT_FALSE(accepts(*n, "\xC0\x80"));      // overlong
+  EXPECT_TRUE(accepts(*n, "\xED\x9F\xBF"));       // U+D7FF
+  EXPECT_FALSE(accepts(*n, "\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(accepts(*n, "\xC0\x80"));          // overlong
   EXPECT_FALSE(accepts(*n, "\xF4\x90\x80\x80"));  // beyond U+10FFFF
   EXPECT_FALSE(accepts(*n, "\x80"));
 }
@@ -188,11 +194,17 @@ TEST(Regex, AcceptsWhatItDescribes) {
   EXPECT_TRUE(accepts(w, "N/A"));
   EXPECT_FALSE(accepts(w, "a@b.net"));
   Grammar dot = from_spec(SpecKind::kRegex, "a.c[^\\n]*?x{2,}?");
-  EXPECT_TRUE(accepts(dot, "a\xC3\xA9" "cqqxx"));
+  EXPECT_TRUE(accepts(dot,
+                      "a\xC3\xA9"
+                      "cqqxx"));
   EXPECT_FALSE(accepts(dot, "a\nc"));
   Grammar esc = from_spec(SpecKind::kRegex, R"([\d\s][^\W_]\u00e9\x41\.\{)");
-  EXPECT_TRUE(accepts(esc, "1z\xC3\xA9" "A.{"));
-  EXPECT_FALSE(accepts(esc, "1_\xC3\xA9" "A.{"));
+  EXPECT_TRUE(accepts(esc,
+                      "1z\xC3\xA9"
+                      "A.{"));
+  EXPECT_FALSE(accepts(esc,
+                       "1_\xC3\xA9"
+                       "A.{"));
   Grammar brace = from_spec(SpecKind::kRegex, "a{,3}");  // not a quantifier: literal text
   EXPECT_TRUE(accepts(brace, "a{,3}"));
 }
@@ -223,7 +235,7 @@ TEST(JsonSchema, ObjectsPropertiesRequiredAndExtras) {
   EXPECT_TRUE(accepts(g, R"({"name": "x"})"));
   EXPECT_TRUE(accepts(g, R"({"name":"x","age":-3,"tags":[]})"));
   EXPECT_TRUE(accepts(g, "{\n  \"name\": \"x\",\n  \"tags\": [\"a\", \"b\"]\n}"));
-  EXPECT_FALSE(accepts(g, R"({"age": 3})"));              // name is required
+  EXPECT_FALSE(accepts(g, R"({"age": 3})"));               // name is required
   EXPECT_FALSE(accepts(g, R"({"age": 3, "name": "x"})"));  // the schema's order
   EXPECT_FALSE(accepts(g, R"({"name": "x", "other": 1})"));
   EXPECT_FALSE(accepts(g, R"({"name": "x", "age": 1.5})"));
@@ -235,8 +247,8 @@ TEST(JsonSchema, ObjectsPropertiesRequiredAndExtras) {
   EXPECT_FALSE(accepts(extra, R"({"a": 1, "b": 2})"));
   Grammar any = from_spec(SpecKind::kJsonSchema, R"({"type": "object"})");
   EXPECT_TRUE(accepts(any, R"({"x": [1, {"y": null}]})"));
-  Grammar all_optional = from_spec(SpecKind::kJsonSchema,
-                                   R"({"properties": {"a": {"const": 1}, "b": {"const": 2}, "c": {"const": 3}}})");
+  Grammar all_optional =
+      from_spec(SpecKind::kJsonSchema, R"({"properties": {"a": {"const": 1}, "b": {"const": 2}, "c": {"const": 3}}})");
   for (const char* ok : {"{}", R"({"b": 2})", R"({"a": 1, "c": 3})", R"({"a":1,"b":2,"c":3})"})
     EXPECT_TRUE(accepts(all_optional, ok)) << ok;
   EXPECT_FALSE(accepts(all_optional, R"({"a": 1 "b": 2})"));
@@ -252,8 +264,14 @@ TEST(JsonSchema, ScalarsFormatsPatternsAndRanges) {
       R"(["2024-02-28", "123e4567-e89b-12d3-a456-426614174000", "AB\"-42", 345, 1.25, [true], "\u00e9t\n", null])";
   EXPECT_TRUE(accepts(g, good));
   auto with = [&](int index, const std::string& value) {
-    std::vector<std::string> parts = {R"("2024-02-28")", R"("123e4567-e89b-12d3-a456-426614174000")", R"("AB\"-42")",
-                                      "345", "1.25", "[true]", R"("\u00e9t\n")", "null"};
+    std::vector<std::string> parts = {R"("2024-02-28")",
+                                      R"("123e4567-e89b-12d3-a456-426614174000")",
+                                      R"("AB\"-42")",
+                                      "345",
+                                      "1.25",
+                                      "[true]",
+                                      R"("\u00e9t\n")",
+                                      "null"};
     parts[static_cast<size_t>(index)] = value;
     std::string s = "[";
     for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
@@ -278,7 +296,7 @@ TEST(JsonSchema, ScalarsFormatsPatternsAndRanges) {
   EXPECT_FALSE(accepts(g, with(5, R"("b")")));
   EXPECT_FALSE(accepts(g, with(6, R"("abcd")")));
   EXPECT_FALSE(accepts(g, with(6, R"("a")")));
-  EXPECT_FALSE(accepts(g, with(6, R"("\ud83d\ude00x")")));  // surrogate escapes are not generated
+  EXPECT_FALSE(accepts(g, with(6, R"("\ud83d\ude00x")")));             // surrogate escapes are not generated
   EXPECT_FALSE(accepts(g, good.substr(0, good.size() - 1) + ", 1]"));  // items: false
 }
 

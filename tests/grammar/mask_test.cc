@@ -60,7 +60,8 @@ std::vector<Spec> specs() {
           "kind": {"enum": ["alpha", "beta", "gamma delta"]}, "ok": {"type": "boolean"},
           "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
           "child": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"k": {"type": "string"}}}]}},
-          "required": ["name", "id", "n", "kind", "tags"], "additionalProperties": false})", ""},
+          "required": ["name", "id", "n", "kind", "tags"], "additionalProperties": false})",
+       ""},
       {SpecKind::kRegex, R"((\d{1,3}\.){3}\d{1,3}|[a-z]+( [a-z]+)*\.)", ""},
       {SpecKind::kChoice, R"(["positive", "negative", "neutral", "n/a"])", ""},
       {SpecKind::kGbnf, "root ::= (\"- \" item \"\\n\")+\nitem ::= [^\\n]{1,30}\n", ""},
@@ -96,7 +97,8 @@ std::vector<uint64_t> brute_force(StackMachine& ref, StateId at, const TokenVoca
 
 std::string describe(const TokenVocab& v, TokenId t) {
   std::string out;
-  for (unsigned char c : v.bytes(t)) out += c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02X}", c);
+  for (unsigned char c : v.bytes(t))
+    out += c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02X}", c);
   return fmt::format("{} '{}'", t, out);
 }
 
@@ -118,9 +120,9 @@ void walk_and_compare(const NamedVocab& nv, const Spec& spec, uint64_t seed, int
       if (mask[w] == want[w]) continue;
       const uint64_t diff = mask[w] ^ want[w];
       const auto t = static_cast<TokenId>(w * 64 + static_cast<size_t>(std::countr_zero(diff)));
-      FAIL() << nv.name << " " << spec_kind_name(spec.kind) << " seed " << seed << " step " << step << " after '" << text
-             << "': token " << describe(v, t) << (((want[w] >> (t % 64)) & 1u) ? " is allowed but masked out"
-                                                                                : " is not allowed but in the mask");
+      FAIL() << nv.name << " " << spec_kind_name(spec.kind) << " seed " << seed << " step " << step << " after '"
+             << text << "': token " << describe(v, t)
+             << (((want[w] >> (t % 64)) & 1u) ? " is allowed but masked out" : " is not allowed but in the mask");
     }
     std::vector<TokenId> allowed;
     for (TokenId t = 0; t < v.size(); ++t)
@@ -188,9 +190,9 @@ TEST(Masks, EndTokensOnlyWhenComplete) {
 
 TEST(Masks, ForcedBytesFollowTheOnlyContinuation) {
   auto v = TokenVocab::from_bytes({"{", "\"", "a", "}"}, {});
-  auto g = build_spec({SpecKind::kJsonSchema,
-                       R"({"type": "object", "properties": {"name": {"enum": ["alice", "albert"]}}, "required": ["name"]})",
-                       R"()"});
+  auto g = build_spec(
+      {SpecKind::kJsonSchema,
+       R"({"type": "object", "properties": {"name": {"enum": ["alice", "albert"]}}, "required": ["name"]})", R"()"});
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   Matcher m(CompiledGrammar::compile(*g, v));
   EXPECT_EQ(m.forced_bytes(), "{");

@@ -12,12 +12,13 @@ namespace tessera::serve {
 namespace {
 
 api::ApiRequest chat(const std::string& extra) {
-  auto r = api::parse_request(std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
-                                  R"("tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object",)"
-                                  R"("properties":{"a":{"type":"integer"},"b":{"$ref":"#/$defs/n"}},"required":["a","b"],)"
-                                  R"("$defs":{"n":{"type":"integer"}}}}},{"type":"function","function":{"name":"now"}}],)" +
-                                  extra + "}",
-                              true);
+  auto r =
+      api::parse_request(std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+                             R"("tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object",)"
+                             R"("properties":{"a":{"type":"integer"},"b":{"$ref":"#/$defs/n"}},"required":["a","b"],)"
+                             R"("$defs":{"n":{"type":"integer"}}}}},{"type":"function","function":{"name":"now"}}],)" +
+                             extra + "}",
+                         true);
   EXPECT_TRUE(std::holds_alternative<api::ApiRequest>(r));
   return std::get<api::ApiRequest>(r);
 }
@@ -49,9 +50,11 @@ TEST(ForcedTools, RequiredIsAnArrayOfCallsOfAnyTool) {
   const auto& add = schema["items"]["anyOf"][0];
   EXPECT_EQ(add["properties"]["name"]["const"], "add");
   // The reference now points into the larger document.
-  EXPECT_EQ(add["properties"]["parameters"]["properties"]["b"]["$ref"], "#/items/anyOf/0/properties/parameters/$defs/n");
+  EXPECT_EQ(add["properties"]["parameters"]["properties"]["b"]["$ref"],
+            "#/items/anyOf/0/properties/parameters/$defs/n");
   EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"], nlohmann::json({{"type", "object"}}));
-  auto calls = forced_tool_calls(R"([{"name": "now", "parameters": {}}, {"name": "add", "parameters": {"a": 1, "b": 2}}])", r);
+  auto calls =
+      forced_tool_calls(R"([{"name": "now", "parameters": {}}, {"name": "add", "parameters": {"a": 1, "b": 2}}])", r);
   ASSERT_TRUE(calls.has_value());
   ASSERT_EQ(calls->size(), 2u);
   EXPECT_EQ((*calls)[1].name, "add");
