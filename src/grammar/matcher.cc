@@ -5,15 +5,15 @@
 namespace tessera::grammar {
 namespace {
 
-constexpr size_t kCompactBytes = 64u << 20;
-
 inline void set_bit(std::span<uint64_t> mask, uint32_t t) { mask[t / 64] |= uint64_t{1} << (t % 64); }
 inline bool get_bit(std::span<const uint64_t> mask, uint32_t t) { return ((mask[t / 64] >> (t % 64)) & 1u) != 0; }
 
 }  // namespace
 
-Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar)
-    : grammar_(std::move(grammar)), machine_(std::make_unique<StackMachine>(grammar_->grammar())) {
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, size_t compact_bytes)
+    : grammar_(std::move(grammar)),
+      compact_bytes_(compact_bytes),
+      machine_(std::make_unique<StackMachine>(grammar_->grammar())) {
   state_ = machine_->start();
   walk_.resize(grammar_->vocab().max_token_bytes() + 2);
 }
@@ -166,7 +166,7 @@ std::optional<std::string> Matcher::shortest_completion() {
 }
 
 void Matcher::maybe_compact() {
-  if (machine_->bytes() < kCompactBytes) return;
+  if (machine_->bytes() < compact_bytes_) return;
   auto fresh = std::make_unique<StackMachine>(grammar_->grammar());
   state_ = fresh->import(*machine_, state_);
   machine_ = std::move(fresh);

@@ -27,7 +27,12 @@ namespace tessera::grammar {
 
 class Matcher {
  public:
-  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+  // `compact_bytes`: past this much memory in its recognizer tables the matcher starts them afresh from its current
+  // state (tests make it tiny to exercise that).
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar, size_t compact_bytes = kDefaultCompactBytes);
+  // A sequence's recognizer grows by a few KB a step (states met while checking uncertain tokens): a long
+  // generation then holds a few MB, not hundreds.
+  static constexpr size_t kDefaultCompactBytes = 4u << 20;
 
   // Bit t of mask[t / 64] set when token t is allowed next; mask has vocab().mask_words() words.
   void fill_mask(std::span<uint64_t> mask);
@@ -49,6 +54,8 @@ class Matcher {
   std::optional<std::string> shortest_completion();
 
   const CompiledGrammar& compiled() const { return *grammar_; }
+  // Memory held by this matcher's recognizer tables.
+  size_t memory_bytes() const { return machine_->bytes(); }
   const TokenVocab& vocab() const { return grammar_->vocab(); }
 
  private:
@@ -57,6 +64,7 @@ class Matcher {
   void check_uncertain(uint32_t top, const PositionMask& pm, std::span<uint64_t> mask);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
+  size_t compact_bytes_;
   std::unique_ptr<StackMachine> machine_;
   StateId state_ = kDeadState;
   bool ended_ = false;
