@@ -48,6 +48,7 @@ struct Engine::Active {
   int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
   std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
   std::vector<uint64_t> mask_words;           // its mask, reused from step to step
+  bool jumping = false;                       // appending forced tokens (EngineOptions::jump_forward)
 
   LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
   std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
@@ -612,6 +613,15 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
     a.pending.completion_tokens = a.seq.generated();
     a.pending.cached_tokens = std::max(0, a.cached_tokens);
     emit(a);
+  }
+  if (a.matcher && options_.jump_forward && a.req.logprobs < 0 && !a.jumping) {
+    a.jumping = true;
+    for (TokenId t : a.matcher->forced_tokens()) {
+      counters_.jump_forward_tokens++;
+      accept_token(a, t, nullptr);
+      if (a.finished) break;
+    }
+    a.jumping = false;
   }
 }
 

@@ -135,6 +135,10 @@ struct EngineOptions {
   // waits admission_gap. admission_window 0: no wait.
   std::chrono::microseconds admission_window{0};
   std::chrono::microseconds admission_gap{0};
+  // Structured output: where the grammar allows only one continuation, its tokens are appended without a model
+  // step (grammar::Matcher::forced_tokens; the last token of the stretch is still sampled) and computed with the
+  // next step's chunk. Off for requests that want logprobs (forced tokens have none).
+  bool jump_forward = true;
 };
 
 struct EngineStats {
@@ -151,6 +155,7 @@ struct EngineStats {
   uint64_t imports_requeued = 0;  // imported KV given up for lack of blocks; the prompt was recomputed here
   uint64_t grammar_tokens = 0;    // tokens sampled under a structured-output grammar
   double grammar_seconds = 0;     // engine-thread time computing their masks and advancing the grammars
+  uint64_t jump_forward_tokens = 0;  // tokens a grammar forced, appended without a model step
 };
 
 class Engine {

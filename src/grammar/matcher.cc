@@ -165,6 +165,39 @@ std::optional<std::string> Matcher::shortest_completion() {
   return best;
 }
 
+std::vector<TokenId> Matcher::forced_tokens(size_t limit) {
+  std::vector<TokenId> out;
+  const std::string forced = forced_bytes();
+  const TokenVocab& v = grammar_->vocab();
+  const std::vector<TrieNode>& trie = v.trie();
+  size_t pos = 0;
+  while (out.size() < limit && pos < forced.size()) {
+    // The deepest trie node along forced[pos..] that ends a token.
+    uint32_t node = 0, best = 0;
+    size_t depth = 0, best_depth = 0;
+    while (pos + depth < forced.size()) {
+      const auto b = static_cast<uint8_t>(forced[pos + depth]);
+      uint32_t child = node + 1, found = 0;
+      while (child < trie[node].end) {
+        if (trie[child].byte == b) {
+          found = child;
+          break;
+        }
+        child = trie[child].end;
+      }
+      if (found == 0) break;
+      node = found;
+      ++depth;
+      if (trie[node].tok_end > trie[node].tok_begin) best = node, best_depth = depth;
+    }
+    // Stop before the token that reaches the end of the stretch (or when no token fits).
+    if (best_depth == 0 || pos + best_depth >= forced.size()) break;
+    out.push_back(v.sorted()[trie[best].tok_begin]);
+    pos += best_depth;
+  }
+  return out;
+}
+
 void Matcher::maybe_compact() {
   if (machine_->bytes() < compact_bytes_) return;
   auto fresh = std::make_unique<StackMachine>(grammar_->grammar());

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar/compiled_grammar.h"
 #include "grammar/stack.h"
@@ -50,6 +51,10 @@ class Matcher {
   // where the text could also end.
   std::string forced_bytes(size_t limit = 256);
 
+  // Jump-forward: tokens spelling the start of forced_bytes() (the longest vocabulary token at each point), up to
+  // but not including the token that would reach the end of the forced stretch: that one the model chooses, so
+  // that it may merge with what follows. Each is allowed in turn; accepting them is the caller's.
+  std::vector<TokenId> forced_tokens(size_t limit = 64);
   // A shortest text that completes the grammar from here (along the current stacks); nullopt after the end.
   std::optional<std::string> shortest_completion();
 

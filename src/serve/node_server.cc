@@ -860,8 +860,10 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
         "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
         "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
         "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
-        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n",
-        stats.grammar_tokens, stats.grammar_seconds);
+        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n"
+        "# HELP tessera_grammar_jump_forward_tokens_total Tokens a grammar forced, appended without a model step\n"
+        "# TYPE tessera_grammar_jump_forward_tokens_total counter\ntessera_grammar_jump_forward_tokens_total {}\n",
+        stats.grammar_tokens, stats.grammar_seconds, stats.jump_forward_tokens);
     if (d->options.pd != nullptr) {
       PdStats p = d->options.pd->stats();
       text += fmt::format(

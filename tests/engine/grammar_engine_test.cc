@@ -212,5 +212,38 @@ TEST_F(GrammarEngineTest, EveryChoiceOfNFollowsTheGrammarOnItsOwn) {
   }
 }
 
+TEST_F(GrammarEngineTest, ForcedStretchesSkipModelSteps) {
+  // The whole text is forced: after the first token (sampled, masked to what starts it) its tokens are appended
+  // without model steps, all but the last, which the model still samples.
+  const std::string word = "supercalifragilisticexpialidocious was the word of the day";
+  for (bool jump : {false, true}) {
+    RunnerOptions ro;
+    ro.kv.block_tokens = 16;
+    ro.kv.num_blocks = 64;
+    runner_ = std::move(ModelRunner::create(*device_, model_.config, model_.weights, ro).value());
+    EngineOptions eo;
+    eo.jump_forward = jump;
+    engine_ = std::make_unique<Engine>(*runner_, *model_.tokenizer, eo);
+    engine_->start();
+    auto g = compile(grammar::SpecKind::kChoice, "[\"" + word + "\"]");
+    GenerationRequest r = request("Once upon a time", g, 100, 3);
+    r.sampling.temperature = 0;
+    const uint64_t steps_before = engine_->stats().steps;
+    Collected c = submit(std::move(r)).get();
+    ASSERT_EQ(c.finish, FinishReason::kStop);
+    ASSERT_EQ(c.text, word);
+    const uint64_t steps = engine_->stats().steps - steps_before;
+    if (jump) {
+      // The prompt's step, the first token's, and the few it takes the model to spell the stretch's last token.
+      EXPECT_LE(steps, 6u) << c.tokens.size() << " tokens, " << engine_->stats().jump_forward_tokens << " jumped";
+      EXPECT_GE(engine_->stats().jump_forward_tokens + steps, c.tokens.size());
+    } else {
+      EXPECT_EQ(steps, c.tokens.size());
+      EXPECT_EQ(engine_->stats().jump_forward_tokens, 0u);
+    }
+    engine_->stop();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::engine
