@@ -50,6 +50,7 @@ struct ServeArgs {
   int max_batch_tokens = 2048;
   double admission_window_ms = 50;
   double admission_gap_ms = 5;
+  std::string jump_forward = "on";
   int block_size = 16;
   double kv_memory_mib = 1024;
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
@@ -159,6 +160,7 @@ int run_serve(const ServeArgs& a) {
   eo.admission_gap = std::chrono::microseconds(static_cast<int64_t>(a.admission_gap_ms * 1000));
   eo.scheduler.max_waiting = a.max_queue;
   eo.end_of_generation = model->generation.end_of_generation;
+  eo.jump_forward = a.jump_forward == "on";
   engine::Engine engine(**runner, *model->tokenizer, eo);
 
   serve::NodeOptions no;
@@ -376,6 +378,10 @@ Action add_serve_command(CLI::App& app) {
                   "... and stops gathering once no request arrived for this long, or --max-num-seqs have arrived "
                   "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--grammar-jump-forward", args->jump_forward,
+                  "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
