@@ -55,7 +55,9 @@ struct Cpu {
 };
 
 // The panel height each build repacks with (0: it keeps every matrix row-major).
-int panel_rows(cpu::Isa isa) { return isa == cpu::Isa::kAvx512 ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0; }
+int panel_rows(cpu::Isa isa) {
+  return isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAmx ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0;
+}
 
 class CpuMatMulRepacked : public ::testing::TestWithParam<DType> {};
 

@@ -1,4 +1,5 @@
-// Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build.
+// Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build (the amx
+// build adds the tile products).
 #include <omp.h>
 
 #include <algorithm>
@@ -44,45 +45,172 @@ void triad_pass(float* a, const float* b, const float* c, size_t n, int threads)
   for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) a[i] = b[i] + 3.0f * c[i];
 }
 
-double fma_pass(int threads, int64_t iters) {
-  float sink = 0.0f;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
+// Runs body(iters) on every thread, each timing itself; the ceiling is the sum of the threads' rates, ops_per_iter
+// operations per iteration (a descheduled thread then lowers only its own share).
+template <typename Body>
+double per_thread_rate(int threads, int64_t iters, double ops_per_iter, Body body) {
+  double total = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
   {
-#if defined(__AVX2__)
-    // Ten named accumulators (an array would live on the stack): enough independent chains to cover the
-    // FMA latency on both pipes.
-    const __m256 m = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-    const float seed = static_cast<float>(omp_get_thread_num()) * 1e-3f;
-    __m256 a0 = _mm256_set1_ps(seed), a1 = _mm256_set1_ps(seed + 1e-4f), a2 = _mm256_set1_ps(seed + 2e-4f);
-    __m256 a3 = _mm256_set1_ps(seed + 3e-4f), a4 = _mm256_set1_ps(seed + 4e-4f), a5 = _mm256_set1_ps(seed + 5e-4f);
-    __m256 a6 = _mm256_set1_ps(seed + 6e-4f), a7 = _mm256_set1_ps(seed + 7e-4f), a8 = _mm256_set1_ps(seed + 8e-4f);
-    __m256 a9 = _mm256_set1_ps(seed + 9e-4f);
-    for (int64_t i = 0; i < iters; ++i) {
-      a0 = _mm256_fmadd_ps(a0, m, add);
-      a1 = _mm256_fmadd_ps(a1, m, add);
-      a2 = _mm256_fmadd_ps(a2, m, add);
-      a3 = _mm256_fmadd_ps(a3, m, add);
-      a4 = _mm256_fmadd_ps(a4, m, add);
-      a5 = _mm256_fmadd_ps(a5, m, add);
-      a6 = _mm256_fmadd_ps(a6, m, add);
-      a7 = _mm256_fmadd_ps(a7, m, add);
-      a8 = _mm256_fmadd_ps(a8, m, add);
-      a9 = _mm256_fmadd_ps(a9, m, add);
-    }
-    sink += hsum(_mm256_add_ps(
-        _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)), _mm256_add_ps(a8, a9))));
+    const double t0 = now();
+    body(iters);
+    total += static_cast<double>(iters) * ops_per_iter / (now() - t0);
+  }
+  return total;
+}
+
+// Keeps the compiler from folding or dropping a chain of register values (no instruction is emitted).
+template <typename V>
+inline void keep_reg(V& v) {
+#if defined(__AVX512F__)
+  asm volatile("" : "+v"(v));
 #else
+  asm volatile("" : "+x"(v));
+#endif
+}
+volatile float g_sink = 0.0f;
+
+// f32 FMA: twelve independent chains of the build's widest vector, enough to cover the latency on both pipes.
+double fma_rate(int threads, int64_t iters) {
+#if defined(__AVX512F__)
+  return per_thread_rate(threads, iters, 12.0 * 16 * 2, [](int64_t n) {
+    const __m512 m = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+    __m512 a[12];
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(static_cast<float>(omp_get_thread_num() + j) * 1e-3f);
+    for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) {
+        a[j] = _mm512_fmadd_ps(a[j], m, add);
+        keep_reg(a[j]);
+      }
+    }
+    __m512 s = a[0];
+    for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, s);  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
+    g_sink = g_sink + lanes[0];
+  });
+#elif defined(__AVX2__)
+  return per_thread_rate(threads, iters, 12.0 * 8 * 2, [](int64_t n) {
+    const __m256 m = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    __m256 a[12];
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(static_cast<float>(omp_get_thread_num() + j) * 1e-3f);
+    for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) {
+        a[j] = _mm256_fmadd_ps(a[j], m, add);
+        keep_reg(a[j]);
+      }
+    }
+    __m256 s = a[0];
+    for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+    g_sink = g_sink + hsum(s);
+  });
+#else
+  return per_thread_rate(threads, iters / 4, 80.0 * 2, [](int64_t n) {
     float a[80];
     for (int j = 0; j < 80; ++j) a[j] = static_cast<float>(j) * 1e-3f;
-    for (int64_t i = 0; i < iters; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       for (int j = 0; j < 80; ++j) a[j] = a[j] * 0.999999f + 1e-7f;
     }
-    for (float v : a) sink += v;
+    float s = 0.0f;
+    for (float v : a) s += v;
+    g_sink = g_sink + s;
+  });
 #endif
-  }
-  return static_cast<double>(sink);
 }
+
+// int8 dot products as the quantised kernels run them: 512-bit vpdpbusd (64 multiply-adds each), or AVX2's
+// maddubs + madd (32 multiply-adds into int32 per pair); twelve independent chains.
+double int8_rate(int threads, int64_t iters) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return per_thread_rate(threads, iters, 12.0 * 64 * 2, [](int64_t n) {
+    const __m512i x = _mm512_set1_epi32(0x01020304), y = _mm512_set1_epi32(0x05060708 + omp_get_thread_num());
+    __m512i a[12];
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
+    for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) {
+        a[j] = _mm512_dpbusd_epi32(a[j], x, y);
+        keep_reg(a[j]);
+      }
+    }
+    __m512i s = a[0];
+    for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, a[j]);
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, s);
+    g_sink = g_sink + static_cast<float>(lanes[0]);
+  });
+#elif defined(__AVX2__)
+  return per_thread_rate(threads, iters, 12.0 * 32 * 2, [](int64_t n) {
+    const __m256i x = _mm256_set1_epi32(0x01020304), y = _mm256_set1_epi32(0x05060708 + omp_get_thread_num());
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i a[12];
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_epi32(j);
+    for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) {
+        a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), one));
+        keep_reg(a[j]);
+      }
+    }
+    __m256i s = a[0];
+    for (int j = 1; j < 12; ++j) s = _mm256_add_epi32(s, a[j]);
+    g_sink = g_sink + static_cast<float>(hsum_epi32(s));
+  });
+#else
+  (void)threads, (void)iters;
+  return 0.0;
+#endif
+}
+#if defined(__AMX_INT8__) && defined(__AMX_BF16__)
+// Tile products: A tiles 0-1 (16 x 64 bytes), B tiles 2-3 (16 x 64), four independent C tiles 4-7 (each
+// instruction waits for its own C only). ldtilecfg through inline asm, as in matmul_amx.h.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+template <bool kBf16>
+double amx_rate(int threads, int64_t iters) {
+  // Per instruction 16 x 16 x 64 int8 multiply-adds, or 16 x 16 x 32 bf16 ones.
+  const double ops = 4.0 * 16 * 16 * (kBf16 ? 32 : 64) * 2;
+  return per_thread_rate(threads, iters, ops, [](int64_t n) {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.rows[t] = 16;
+      c.colsb[t] = 64;
+    }
+    asm volatile("ldtilecfg %0" : : "m"(c));
+    alignas(64) static const uint8_t a[16 * 64] = {1}, b[16 * 64] = {2};
+    alignas(64) int32_t out[16 * 16];
+    _tile_loadd(0, a, 64);
+    _tile_loadd(1, a, 64);
+    _tile_loadd(2, b, 64);
+    _tile_loadd(3, b, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (kBf16) {
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+      } else {
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbssd(5, 0, 3);
+        _tile_dpbssd(6, 1, 2);
+        _tile_dpbssd(7, 1, 3);
+      }
+    }
+    _tile_stored(4, out, 64);
+    _tile_release();
+    g_sink = g_sink + static_cast<float>(out[0]);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -114,13 +242,32 @@ Ceilings measure(int threads, size_t bytes) {
     out.read_bytes_per_s = std::max(out.read_bytes_per_s, static_cast<double>(n * sizeof(float)) / (t1 - t0));
     out.triad_bytes_per_s = std::max(out.triad_bytes_per_s, 3.0 * static_cast<double>(n * sizeof(float)) / (t2 - t1));
   }
-  const int64_t iters = 20'000'000;
+  const int64_t iters = 5'000'000;
   for (int rep = 0; rep < 3; ++rep) {
-    double t0 = now();
-    keep = keep + static_cast<float>(fma_pass(threads, iters));
-    double t1 = now();
-    out.fma_flops_per_s = std::max(out.fma_flops_per_s, static_cast<double>(threads) * iters * 80 * 2 / (t1 - t0));
+    out.fma_flops_per_s = std::max(out.fma_flops_per_s, fma_rate(threads, iters));
+    out.int8_dot_ops_per_s = std::max(out.int8_dot_ops_per_s, int8_rate(threads, iters));
   }
+#if defined(__AMX_INT8__) && defined(__AMX_BF16__)
+  // The amx build is only called where amx_status() granted the tiles.
+  for (int rep = 0; rep < 3; ++rep) {
+    out.amx_int8_ops_per_s = std::max(out.amx_int8_ops_per_s, amx_rate<false>(threads, iters / 4));
+    out.amx_bf16_flops_per_s = std::max(out.amx_bf16_flops_per_s, amx_rate<true>(threads, iters / 4));
+  }
+#endif
+#if defined(__AVX512F__)
+  out.fma_kind = "512-bit vfmadd";
+#elif defined(__AVX2__)
+  out.fma_kind = "256-bit vfmadd";
+#else
+  out.fma_kind = "scalar";
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  out.int8_dot_kind = "512-bit vpdpbusd";
+#elif defined(__AVX2__)
+  out.int8_dot_kind = "256-bit vpmaddubsw + vpmaddwd";
+#else
+  out.int8_dot_kind = "none";
+#endif
   std::free(a);
   std::free(b);
   std::free(c);

@@ -27,6 +27,7 @@
 #include <fmt/core.h>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_amx.h"
 #include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/matmul_repacked.h"
 #include "ops/cpu/repack.h"
@@ -415,8 +416,9 @@ inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16
 #if defined(__AVX2__)
 // Decoders for matmul_packed.h (scales, and one vector of unsigned weight bytes at a time). q4_k: groups of 32 with f32
 // scale d * sc and minimum dmin * m; q6_k: groups of 16 with scale d * sc and the integer offset 32.
-struct PackQ4_K {
-  using Block = BlockQ4_K;
+template <typename B>
+struct PackK4 {
+  using Block = B;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 32, kOffset = 0, kStepBlocks = 1;
   static constexpr bool kMin = true;
   static void scales(const Block* w, int64_t b, int, float* s, float* mn) {
@@ -475,6 +477,20 @@ struct PackQ4_K {
 #endif
   }
 };
+using PackQ4_K = PackK4<BlockQ4_K>;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// q5_k (the amx build): q4_k's scales and nibbles plus a fifth bit per element from qh (bit 2c of qh[l] for element
+// 64c + l, bit 2c + 1 for element 64c + 32 + l), as unpack() builds it.
+struct PackQ5_K : PackK4<BlockQ5_K> {
+  static packed::VI unit(const Block* w, int64_t b, int, int u) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = load32(w[b].qs + 32 * u), h = load32(w[b].qh);
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * u, 4))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * u + 1, 4)), 1);
+  }
+};
+#endif
 struct PackQ6_K {
   using Block = BlockQ6_K;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 32, kStepBlocks = 1;
@@ -581,9 +597,21 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
   }
 }
 
+
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AMX_INT8__)
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+    if (op.w.dtype == DType::kQ4_K) return packed::repacked_tiles_or_vectors<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ6_K) return packed::repacked_tiles_or_vectors<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+    return panels_unreadable(*lay);
+  }
+  if (op.w.dtype == DType::kQ4_K) return packed::tiles_or_vectors<PackQ4_K>(op, ctx);
+  if (op.w.dtype == DType::kQ5_K) return packed::tiles_or_vectors<PackQ5_K>(op, ctx);
+  if (op.w.dtype == DType::kQ6_K) return packed::tiles_or_vectors<PackQ6_K>(op, ctx);
+  // q2_k and q3_k: the avx512 kernels below (no tiles yet).
+#endif
   if (const PanelLayout* lay = panel_layout(op.w)) {
 #if defined(__AVX2__)
     // Repacked at load (repack.h): every batch size reads the panels.
