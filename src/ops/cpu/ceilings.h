@@ -13,6 +13,9 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
+
+#include "base/dtype.h"
 
 namespace tessera::ops::cpu {
 
@@ -28,5 +31,14 @@ struct Ceilings {
 
 // `bytes`: size of each array (choose well above the last-level cache).
 Ceilings measure_ceilings(int threads, size_t bytes = size_t{256} << 20);
+
+// The compute ceiling of the cpu backend's matrix products for weights of type `matrices` on the kernel variant
+// `variant` (detected_isa()'s text): the AMX int8 peak for block-quantised weights on the amx kernels, the int8
+// dot peak on avx512 / avx2, the f32 FMA peak otherwise (dense weights, or a ceiling not measured here).
+struct ComputeCeiling {
+  double ops_per_s = 0;
+  const char* what = "";  // "AMX int8", "int8 dot", "f32 FMA"
+};
+ComputeCeiling matmul_ceiling(const Ceilings& c, DType matrices, std::string_view variant);
 
 }  // namespace tessera::ops::cpu

@@ -349,6 +349,14 @@ Ceilings measure_ceilings(int threads, size_t bytes) {
   return has_avx2() ? avx2::measure(threads, bytes) : generic::measure(threads, bytes);
 }
 
+ComputeCeiling matmul_ceiling(const Ceilings& c, DType matrices, std::string_view variant) {
+  if (dtype_info(matrices).block_elems > 1) {
+    if (variant.substr(0, 3) == "amx" && c.amx_int8_ops_per_s > 0) return {c.amx_int8_ops_per_s, "AMX int8"};
+    if (variant.substr(0, 7) != "generic" && c.int8_dot_ops_per_s > 0) return {c.int8_dot_ops_per_s, "int8 dot"};
+  }
+  return {c.fma_flops_per_s, "f32 FMA"};
+}
+
 std::string detected_isa() {
   auto isa = resolve(Isa::kAuto);
   if (!isa.ok()) return isa.status().message();

@@ -61,6 +61,30 @@ inline void configure_tiles() {
   asm volatile("ldtilecfg %0" : : "m"(c));
 }
 
+// The tile instructions as inline asm with the memory effects spelled out. GCC 12's own intrinsics give
+// tileloadd no memory operand at all (so stores to what it reads may be moved after it) and tilestored a
+// "memory" clobber (so every addressable local, the accumulator array included, is kept in memory around it:
+// the f32 steps then ran from the stack). Here a store names the buffer it writes, and a load reads memory
+// that its caller made visible with tile_sources_ready() after writing it.
+inline void tile_sources_ready() { asm volatile("" : : : "memory"); }
+template <int kT>
+inline void tile_load(const void* base, int64_t stride) {
+  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride), "i"(kT));
+}
+template <int kT>
+inline void tile_zero() {
+  asm volatile("tilezero %%tmm%c0" : : "i"(kT));
+}
+// C += A . B, int8 x int8 into int32.
+template <int kC, int kA, int kB>
+inline void tile_dp_ss() {
+  asm volatile("tdpbssd %%tmm%c0, %%tmm%c1, %%tmm%c2" : : "i"(kB), "i"(kA), "i"(kC));
+}
+template <int kT>
+inline void tile_store(int32_t (&c)[kTileM * 16]) {
+  asm volatile("tilestored %%tmm%c2, (%1,%3,1)" : "=m"(c) : "r"(c), "i"(kT), "r"(int64_t{64}));
+}
+
 // A thread's tiles for one stretch of work: configured on entry, released on exit (a released tile state is
 // what the kernel saves cheaply at a context switch, and lets the core sleep deeper).
 template <int G>
@@ -114,86 +138,123 @@ void tile_panel_rows(const typename Dec::Block* w, int64_t nb, int64_t k, int ro
   if (Dec::kMin) p.mn.assign(panel.mn.begin(), panel.mn.end());
 }
 
-// out[t * ld + r] for the panel's rows r < rows and activation rows t0 .. t1 - 1 (the activations padded to whole
-// tiles: pad_for_tiles). G: elements per group; the f32 steps are micro()'s.
+// The activation scales (and xd * sum(x) for the types with a minimum) of the padded activation rows, regrouped per
+// tile of kTileM rows and group: [tile][group][kTileM], so that the 16 broadcasts of a group are at fixed offsets
+// from one pointer (indexed [row][group] the compiler kept 16 pointers and ran out of registers).
+struct TileScales {
+  AVec<float> xd, xs;
+};
+inline void tile_scales(const Acts& a, int64_t n, int64_t groups, bool with_min, TileScales& ts) {
+  const int64_t tiles = (n + kTileM - 1) / kTileM;
+  ts.xd.assign(static_cast<size_t>(tiles * groups * kTileM), 0.0f);
+  ts.xs.assign(with_min ? static_cast<size_t>(tiles * groups * kTileM) : 0, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    float* xd = ts.xd.data() + (t / kTileM) * groups * kTileM + t % kTileM;
+    for (int64_t g = 0; g < groups; ++g) xd[g * kTileM] = a.xd[static_cast<size_t>(t * groups + g)];
+    if (with_min) {
+      float* xs = ts.xs.data() + (t / kTileM) * groups * kTileM + t % kTileM;
+      for (int64_t g = 0; g < groups; ++g) xs[g * kTileM] = a.xs[static_cast<size_t>(t * groups + g)];
+    }
+  }
+}
+
+// One group's 16 x 16 sums (c: kTileM rows of kP int32, row t = activation row t) into the accumulators: micro()'s
+// f32 steps. sv / mv: the group's weight scales and minimums; xd / xs: its kTileM activation scales and sums.
+template <bool kMin>
+inline __attribute__((always_inline)) void finish_group(VF* acc, const int32_t* c, const float* sv_ptr,
+                                                        const float* mv_ptr, const float* xd, const float* xs) {
+  const VF sv = load_vf(sv_ptr);
+#pragma GCC unroll 16
+  for (int t = 0; t < kTileM; ++t) acc[t] = fma_i(load_vi(c + t * kP), vmul(sv, bcastf(xd[t])), acc[t]);
+  if constexpr (kMin) {
+    const VF mv = load_vf(mv_ptr);
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileM; ++t) acc[t] = fnma(mv, bcastf(xs[t]), acc[t]);
+  }
+}
+
+// out[t * ld + r] for the panel's rows r < rows and activation rows t0 .. t1 - 1 (t0 a multiple of kTileM; the
+// activations padded to whole tiles: pad_for_tiles). G: elements per group.
 template <int G, bool kMin>
-void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, int64_t t0, int64_t t1, float* out, int64_t ld,
-                 int rows, const float* bias) {
+void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales& ts, int64_t t0, int64_t t1,
+                 float* out, int64_t ld, int rows, const float* bias) {
   constexpr int kD = G / 4;
   const int64_t groups = k / G;
   const int8_t* bq = p.q.data();
   const float* s = p.s.data();
   const float* mn = kMin ? p.mn.data() : nullptr;
-  const VF bv = bias ? load_rows(bias, rows) : fzero();
-  alignas(64) int32_t c0[kTileM * 16], c1[kTileM * 16];
+  alignas(64) int32_t c0[kTileM * kP], c1[kTileM * kP];
   for (int64_t tb = t0; tb < t1; tb += kTileM) {
     const int tt = static_cast<int>(std::min<int64_t>(kTileM, t1 - tb));
     const int8_t* xa = a.q.data() + tb * k;
-    const float* xd = a.xd.data() + tb * groups;
-    const float* xs = kMin ? a.xs.data() + tb * groups : nullptr;
+    const float* xd = ts.xd.data() + tb * groups;  // tb / kTileM * groups * kTileM
+    const float* xs = kMin ? ts.xs.data() + tb * groups : nullptr;
     VF acc[kTileM];
 #pragma GCC unroll 16
     for (auto& v : acc) v = fzero();
-    // Group g's tile product into C tile 4 (slot 0) or 5 (slot 1).
-    auto issue0 = [&](int64_t g) {
-      _tile_loadd(0, xa + g * G, k);
-      _tile_loadd(2, bq + g * kD * kV, kV);
-      _tile_zero(4);
-      _tile_dpbssd(4, 0, 2);
-    };
-    auto issue1 = [&](int64_t g) {
-      _tile_loadd(1, xa + g * G, k);
-      _tile_loadd(3, bq + g * kD * kV, kV);
-      _tile_zero(5);
-      _tile_dpbssd(5, 1, 3);
-    };
-    auto finish = [&](int64_t g, const int32_t* c) {
-      const VF sv = load_vf(s + g * kP);
-#pragma GCC unroll 16
-      for (int t = 0; t < kTileM; ++t)
-        acc[t] = fma_i(load_vi(c + t * 16), vmul(sv, bcastf(xd[t * groups + g])), acc[t]);
-      if constexpr (kMin) {
-        const VF mv = load_vf(mn + g * kP);
-#pragma GCC unroll 16
-        for (int t = 0; t < kTileM; ++t) acc[t] = fnma(mv, bcastf(xs[t * groups + g]), acc[t]);
-      }
-    };
-    issue0(0);
+    // Group g's tile product into C tile 4 (even groups) or 5 (odd ones), while the other is being finished.
+    tile_load<0>(xa, k);
+    tile_load<2>(bq, kV);
+    tile_zero<4>();
+    tile_dp_ss<4, 0, 2>();
     for (int64_t g = 0; g < groups; g += 2) {
-      if (g + 1 < groups) issue1(g + 1);
-      _tile_stored(4, c0, 64);
-      finish(g, c0);
-      if (g + 2 < groups) issue0(g + 2);
       if (g + 1 < groups) {
-        _tile_stored(5, c1, 64);
-        finish(g + 1, c1);
+        tile_load<1>(xa + (g + 1) * G, k);
+        tile_load<3>(bq + (g + 1) * kD * kV, kV);
+        tile_zero<5>();
+        tile_dp_ss<5, 1, 3>();
+      }
+      tile_store<4>(c0);
+      finish_group<kMin>(acc, c0, s + g * kP, kMin ? mn + g * kP : nullptr, xd + g * kTileM,
+                         kMin ? xs + g * kTileM : nullptr);
+      if (g + 2 < groups) {
+        tile_load<0>(xa + (g + 2) * G, k);
+        tile_load<2>(bq + (g + 2) * kD * kV, kV);
+        tile_zero<4>();
+        tile_dp_ss<4, 0, 2>();
+      }
+      if (g + 1 < groups) {
+        tile_store<5>(c1);
+        finish_group<kMin>(acc, c1, s + (g + 1) * kP, kMin ? mn + (g + 1) * kP : nullptr, xd + (g + 1) * kTileM,
+                           kMin ? xs + (g + 1) * kTileM : nullptr);
       }
     }
-    for (int t = 0; t < tt; ++t) store_rows(out + (tb + t) * ld, bias ? vadd(acc[t], bv) : acc[t], rows);
+    // Constant indices only (an acc[t] with t < tt at run time would keep the array in memory throughout).
+    const VF bv = bias ? load_rows(bias, rows) : fzero();
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileM; ++t) {
+      if (t < tt) store_rows(out + (tb + t) * ld, bias ? vadd(acc[t], bv) : acc[t], rows);
+    }
   }
 }
 
 // The activation arrays the tiles read, padded with zeros to whole tiles of rows (the padding rows' outputs are
 // computed and dropped).
-inline void pad_for_tiles(Acts& a, int64_t n, int64_t k, int64_t groups, bool with_min) {
+inline void pad_for_tiles(Acts& a, int64_t n, int64_t k) {
   const int64_t padded = (n + kTileM - 1) / kTileM * kTileM;
   a.q.resize(static_cast<size_t>(padded * k));
-  a.xd.resize(static_cast<size_t>(padded * groups));
-  if (with_min) a.xs.resize(static_cast<size_t>(padded * groups));
 }
+
+// Token rows per pass over the panels: their int8 activations (up to 512 x k bytes) stay in L2 while every panel is
+// decoded once per pass (a prefill chunk of 512 rows in one pass).
+constexpr int64_t kTileTokenBlock = 512;
 
 // A matrix's panels against the activation rows in token blocks, spread over the stream's threads: panel_of(pi, p)
 // fills the tile panel of panel pi and returns its row count.
 template <int G, bool kMin, typename PanelOf>
 void tiles_matmul(int64_t n, int64_t k, int64_t m, int64_t panels, const Acts& a, float* out, const float* bias,
                   const Ctx& ctx, PanelOf&& panel_of) {
-  for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {
-    const int64_t r1 = std::min(n, r0 + kTokenBlock);
+  thread_local TileScales tls_scales;
+  TileScales& ts = tls_scales;
+  tile_scales(a, n, k / G, kMin, ts);
+  for (int64_t r0 = 0; r0 < n; r0 += kTileTokenBlock) {
+    const int64_t r1 = std::min(n, r0 + kTileTokenBlock);
     parallel_for(ctx, panels, [&](int64_t pi) {
       thread_local TilePanel tp;
       const int rows = panel_of(pi, tp);
+      tile_sources_ready();  // the panel (and, from the caller, the activations) written before the tiles read them
       TileScope<G> tiles;
-      tiles_panel<G, kMin>(tp, k, a, r0, r1, out + pi * kP, m, rows, bias ? bias + pi * kP : nullptr);
+      tiles_panel<G, kMin>(tp, k, a, ts, r0, r1, out + pi * kP, m, rows, bias ? bias + pi * kP : nullptr);
     });
   }
 }
@@ -208,7 +269,7 @@ void matmul_repacked_tiles(const MatMulOp& op, const Ctx& ctx) {
   Acts& acts = tls_acts;
   quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx,
                 Dec::kBlockElems == 256);
-  pad_for_tiles(acts, n, k, k / Dec::kGroup, Dec::kMin);
+  pad_for_tiles(acts, n, k);
   const auto* tail = reinterpret_cast<const typename Dec::Block*>(base + whole * kP * nb * L::kBytes);
   tiles_matmul<Dec::kGroup, Dec::kMin>(
       n, k, m, whole + (tail_rows > 0 ? 1 : 0), acts, data<float>(op.out),
@@ -231,7 +292,7 @@ void matmul_tiles(const MatMulOp& op, const Ctx& ctx) {
   Acts& acts = tls_acts;
   quantize_acts(data<const float>(op.x), n, k, Dec::kGroup, Dec::kOffset, Dec::kMin, Dec::kBlockElems == 32, acts, ctx,
                 Dec::kBlockElems == 256);
-  pad_for_tiles(acts, n, k, k / Dec::kGroup, Dec::kMin);
+  pad_for_tiles(acts, n, k);
   tiles_matmul<Dec::kGroup, Dec::kMin>(n, k, m, (m + kP - 1) / kP, acts, data<float>(op.out),
                                        op.bias.valid() ? data<const float>(op.bias) : nullptr, ctx,
                                        [&](int64_t pi, TilePanel& tp) {
