@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   // this process creates (and every child `tessera up` starts) uses the same kernels.
   std::string cpu_isa;
   app.add_option("--cpu-isa", cpu_isa,
-                 "cpu kernels: auto, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
+                 "cpu kernels: auto, amx, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
   app.fallthrough();
   std::vector<std::pair<CLI::App*, Action>> actions;
   auto add = [&](Action (*adder)(CLI::App&)) {
