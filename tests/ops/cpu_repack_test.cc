@@ -67,7 +67,7 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
   int tested = 0;
   for (cpu::Isa isa : cpu::runnable_isas()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p)) continue;
+    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     // Whole panels only; a tail of 5 rows after them; k of an odd number of 32-blocks (288) or 1-2 super-blocks.
@@ -135,7 +135,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
   int tested = 0;
   for (cpu::Isa isa : cpu::runnable_isas()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p)) continue;
+    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     const int64_t vocab = 3 * p + 5, dim = 512;
@@ -170,7 +170,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
-                         ::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {

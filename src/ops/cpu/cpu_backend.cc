@@ -241,14 +241,16 @@ class CpuDevice final : public Device {
   Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return CpuBuffer::create(bytes); }
   Support supports(const Op& op) const override { return capability(op); }
   // The amx, avx512 and avx2 kernels read q4_0 / q5_0 / q4_k / q6_k matrices in panels of their vector's rows
-  // (amx: the avx512 panels, which its tiles read too); the generic build keeps every matrix row-major.
+  // (amx: the avx512 panels, which its tiles read too, and q8_0 panels); the generic build keeps every matrix
+  // row-major.
   Status prepare_matmul_weight(const Tensor& w) override {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
-    if (p == 0 || !repackable(w.dtype, p) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
+    const bool amx = isa_ == Isa::kAmx;
+    if (p == 0 || !repackable(w.dtype, p, amx) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
         w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
       return ok_status();
     }
-    return repack_matrix(w, p);
+    return repack_matrix(w, p, amx);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(isa_, threads_); }
 

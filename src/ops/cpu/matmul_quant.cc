@@ -545,6 +545,7 @@ using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AMX_INT8__)
   if (const PanelLayout* lay = panel_layout(op.w)) {
+    if (op.w.dtype == DType::kQ8_0) return packed::repacked_tiles_or_vectors<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ4_0) return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::repacked_tiles_or_vectors<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
     return panels_unreadable(*lay);

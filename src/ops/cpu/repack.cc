@@ -37,6 +37,7 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
                                {offsetof(BlockQ4_K, qs), 16, 32, 0}};
+  static const Piece q8_0[] = {{offsetof(BlockQ8_0, d), 0, 0, 0}, {offsetof(BlockQ8_0, qs), 2, 8, 0x80}};
   static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
                                {offsetof(BlockQ6_K, ql), 18, 32, 0},
@@ -44,6 +45,8 @@ PieceList pieces(DType type) {
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
+    case DType::kQ8_0:
+      return {q8_0, 2};
     case DType::kQ5_0:
       return {q5_0, 3};
     case DType::kQ4_K:
@@ -114,9 +117,11 @@ const PanelLayout* panel_layout(const Buffer* b) {
   return cb ? cb->panels() : nullptr;
 }
 
-bool repackable(DType type, int panel_rows) {
+bool repackable(DType type, int panel_rows, bool amx) {
   if (panel_rows != 8 && panel_rows != 16) return false;
   switch (type) {
+    case DType::kQ8_0:
+      return amx && panel_rows == 16;
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ4_K:
@@ -127,13 +132,13 @@ bool repackable(DType type, int panel_rows) {
   }
 }
 
-Status repack_matrix(const Tensor& w, int panel_rows) {
+Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   auto* buf = dynamic_cast<CpuBuffer*>(w.buffer);
   if (buf == nullptr) return invalid_argument("repack: not a cpu buffer");
   if (buf->panels() != nullptr) return invalid_argument("repack: the buffer is already repacked");
   if (w.rank != 2 || w.offset != 0 || w.bytes() != buf->size())
     return invalid_argument("repack: the matrix must be the whole of its buffer");
-  if (!repackable(w.dtype, panel_rows))
+  if (!repackable(w.dtype, panel_rows, amx))
     return invalid_argument(
         fmt::format("repack: {} is not repacked for panels of {}", dtype_name(w.dtype), panel_rows));
   const DTypeInfo& info = dtype_info(w.dtype);
