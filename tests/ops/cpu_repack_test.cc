@@ -38,7 +38,9 @@ struct Cpu {
     EXPECT_TRUE(b.ok());
     t.buffer = b->get();
     buffers.push_back(std::move(b).value());
-    if (data) EXPECT_TRUE(stream->upload(t, data).ok());
+    if (data) {
+      EXPECT_TRUE(stream->upload(t, data).ok());
+    }
     return t;
   }
   std::vector<float> matmul(const float* x, int64_t n, int64_t k, const Tensor& w, int64_t m, const Tensor& bias) {
@@ -170,7 +172,8 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
-                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Values(DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K,
+                                           DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {

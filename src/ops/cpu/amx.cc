@@ -33,7 +33,9 @@ uint64_t xcr0() {
 }
 
 AmxStatus check() {
-  if (!cpu_reports_amx()) return {false, "the processor does not report AMX-TILE, AMX-INT8 and AMX-BF16"};
+  if (!cpu_reports_amx()) {
+    return {false, "the processor does not report AMX-TILE, AMX-INT8, AMX-BF16 and AVX512-BF16"};
+  }
   if (!osxsave() || (xcr0() & kXtileBits) != kXtileBits) {
     return {false, "the operating system does not enable the AMX tile state (XCR0 bits 17-18)"};
   }
@@ -54,7 +56,9 @@ bool cpu_reports_amx() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const unsigned need = (1u << 22) | (1u << 24) | (1u << 25);  // AMX-BF16, AMX-TILE, AMX-INT8
-  return (d & need) == need;
+  if ((d & need) != need) return false;
+  // AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): the f32 -> bf16 conversions that feed the bf16 tiles.
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
 }
 
 const AmxStatus& amx_status() {

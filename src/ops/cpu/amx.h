@@ -2,8 +2,9 @@
 // backend's amx kernels use, and whether Linux lets this process use them.
 //
 // Three things must hold before any tile instruction runs:
-//   1. CPUID reports AMX-TILE, AMX-INT8 and AMX-BF16 (leaf 7: EDX bits 24, 25, 22); the backend also asks for
-//      the AVX-512 set of its avx512 kernels, which the amx build extends;
+//   1. CPUID reports AMX-TILE, AMX-INT8 and AMX-BF16 (leaf 7: EDX bits 24, 25, 22) and AVX512-BF16 (leaf 7.1:
+//      EAX bit 5; every processor with AMX has it); the backend also asks for the AVX-512 set of its avx512
+//      kernels, which the amx build extends;
 //   2. the OS manages the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA);
 //   3. the process asked Linux for the 8 KiB tile-data state: arch_prctl(ARCH_REQ_XCOMP_PERM,
 //      XFEATURE_XTILEDATA). Without it the first tile load faults (SIGILL). The permission belongs to the whole
@@ -28,7 +29,7 @@ struct AmxStatus {
 // Checks CPUID and XCR0 and, the first time, requests the tile permission; the answer never changes after.
 const AmxStatus& amx_status();
 
-// Whether CPUID reports the AMX instruction sets (condition 1 only; no permission is requested).
+// Whether CPUID reports the instruction sets of condition 1 (no permission is requested).
 bool cpu_reports_amx();
 
 }  // namespace tessera::ops::cpu

@@ -26,10 +26,16 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ops/cpu/amx_tiles.h"
 #include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/matmul_repacked.h"
 
 namespace tessera::ops::cpu::TS_CPU_ISA::packed {
+
+using tiles::tile_dp_int8;
+using tiles::tile_load;
+using tiles::tile_store;
+using tiles::tile_zero;
 
 constexpr int kTileM = 16;  // activation rows per A tile (and rows of C)
 // From this many activation rows the tiles run (below: the vector kernels, with the same bits). Measured on
@@ -39,65 +45,17 @@ constexpr int kTileM = 16;  // activation rows per A tile (and rows of C)
 // is not repaid.
 constexpr int64_t kTileMinRows = 12;
 
-// The 64-byte operand of ldtilecfg: palette 1, then per tile register its bytes per row and its rows.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tile registers 0/1: A (16 rows x G bytes), 2/3: B (G / 4 rows x 64 bytes), 4/5: C (16 x 16 int32).
-// ldtilecfg through inline asm: GCC 12 does not see that _tile_loadconfig reads the structure and drops the
-// stores that fill it (measured: the tiles were left unconfigured and the first tile load raised SIGILL).
 template <int G>
-inline void configure_tiles() {
-  TileConfig c;
+inline tiles::TileConfig int8_tiles() {
+  tiles::TileConfig c;
   for (int t = 0; t < 2; ++t) {
-    c.rows[t] = kTileM;
-    c.colsb[t] = G;
-    c.rows[2 + t] = G / 4;
-    c.colsb[2 + t] = 64;
-    c.rows[4 + t] = kTileM;
-    c.colsb[4 + t] = 64;
+    c.set(t, kTileM, G);
+    c.set(2 + t, G / 4, 64);
+    c.set(4 + t, kTileM, 64);
   }
-  asm volatile("ldtilecfg %0" : : "m"(c));
+  return c;
 }
-
-// The tile instructions as inline asm with the memory effects spelled out. GCC 12's own intrinsics give
-// tileloadd no memory operand at all (so stores to what it reads may be moved after it) and tilestored a
-// "memory" clobber (so every addressable local, the accumulator array included, is kept in memory around it:
-// the f32 steps then ran from the stack). Here a store names the buffer it writes, and a load reads memory
-// that its caller made visible with tile_sources_ready() after writing it.
-inline void tile_sources_ready() { asm volatile("" : : : "memory"); }
-template <int kT>
-inline void tile_load(const void* base, int64_t stride) {
-  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride), "i"(kT));
-}
-template <int kT>
-inline void tile_zero() {
-  asm volatile("tilezero %%tmm%c0" : : "i"(kT));
-}
-// C += A . B, int8 x int8 into int32.
-template <int kC, int kA, int kB>
-inline void tile_dp_ss() {
-  asm volatile("tdpbssd %%tmm%c0, %%tmm%c1, %%tmm%c2" : : "i"(kB), "i"(kA), "i"(kC));
-}
-template <int kT>
-inline void tile_store(int32_t (&c)[kTileM * 16]) {
-  asm volatile("tilestored %%tmm%c2, (%1,%3,1)" : "=m"(c) : "r"(c), "i"(kT), "r"(int64_t{64}));
-}
-
-// A thread's tiles for one stretch of work: configured on entry, released on exit (a released tile state is
-// what the kernel saves cheaply at a context switch, and lets the core sleep deeper).
-template <int G>
-struct TileScope {
-  TileScope() { configure_tiles<G>(); }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
 
 // One weight panel for the tiles: kP rows as signed int8 in the B layout ((k / 4) rows of 64 bytes), and per group
 // a vector of kP scales (and minimums).
@@ -200,13 +158,13 @@ void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales&
     tile_load<0>(xa, k);
     tile_load<2>(bq, kV);
     tile_zero<4>();
-    tile_dp_ss<4, 0, 2>();
+    tile_dp_int8<4, 0, 2>();
     for (int64_t g = 0; g < groups; g += 2) {
       if (g + 1 < groups) {
         tile_load<1>(xa + (g + 1) * G, k);
         tile_load<3>(bq + (g + 1) * kD * kV, kV);
         tile_zero<5>();
-        tile_dp_ss<5, 1, 3>();
+        tile_dp_int8<5, 1, 3>();
       }
       tile_store<4>(c0);
       finish_group<kMin>(acc, c0, s + g * kP, kMin ? mn + g * kP : nullptr, xd + g * kTileM,
@@ -215,7 +173,7 @@ void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales&
         tile_load<0>(xa + (g + 2) * G, k);
         tile_load<2>(bq + (g + 2) * kD * kV, kV);
         tile_zero<4>();
-        tile_dp_ss<4, 0, 2>();
+        tile_dp_int8<4, 0, 2>();
       }
       if (g + 1 < groups) {
         tile_store<5>(c1);
@@ -256,8 +214,8 @@ void tiles_matmul(int64_t n, int64_t k, int64_t m, int64_t panels, const Acts& a
     parallel_for(ctx, panels, [&](int64_t pi) {
       thread_local TilePanel tp;
       const int rows = panel_of(pi, tp);
-      tile_sources_ready();  // the panel (and, from the caller, the activations) written before the tiles read them
-      TileScope<G> tiles;
+      tiles::tile_sources_ready();  // the panel (and, from the caller, the activations) written before the tiles read them
+      const tiles::TileScope scope(int8_tiles<G>());
       tiles_panel<G, kMin>(tp, k, a, ts, r0, r1, out + pi * kP, m, rows, bias ? bias + pi * kP : nullptr);
     });
   }
