@@ -3,8 +3,21 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::serve {
+namespace {
+
+// chat_template_kwargs, plus reasoning_effort under its own name (gpt-oss's template reads it).
+std::string template_variables(const api::ApiRequest& r) {
+  if (r.reasoning_effort.empty()) return r.chat_template_kwargs_json;
+  nlohmann::json v = nlohmann::json::parse(r.chat_template_kwargs_json, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_object()) v = nlohmann::json::object();  // "" when the request sent none
+  v["reasoning_effort"] = r.reasoning_effort;
+  return v.dump();
+}
+
+}  // namespace
 
 std::vector<std::string> chat_format_names() {
   std::vector<std::string> names = {"plain"};
@@ -12,13 +25,22 @@ std::vector<std::string> chat_format_names() {
   return names;
 }
 
-Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& info) {
+Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& info,
+                                    const model::jinja::RenderLimits& limits) {
   if (spec == "plain") {
     ChatFormat f;
     f.description = "plain";
-    f.formatter = [](const api::ApiRequest& r) -> Result<ChatPrompt> {
+    f.formatter = [](const api::ApiRequest& r, const std::function<bool()>&) -> Result<ChatPrompt> {
       if (!r.tools_json.empty())
         return invalid_argument("tools need a chat template; this server joins messages as plain text");
+      if (!r.chat_template_kwargs_json.empty() || !r.reasoning_effort.empty())
+        return invalid_argument(
+            "chat_template_kwargs and reasoning_effort need a chat template; this server joins messages as plain "
+            "text");
+      if (r.continue_final_message || !r.add_generation_prompt)
+        return invalid_argument(
+            "add_generation_prompt and continue_final_message need a chat template; this server joins messages as "
+            "plain text");
       ChatPrompt p;
       for (const api::ChatMessage& m : r.messages) {
         if (m.content.empty()) continue;
@@ -40,9 +62,16 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
   auto shared = std::make_shared<const model::ChatTemplateRenderer>(std::move(*renderer));
   ChatFormat f;
   f.description = shared->description();
-  f.formatter = [shared](const api::ApiRequest& r) -> Result<ChatPrompt> {
-    TS_ASSIGN_OR_RETURN(model::RenderedChat rc,
-                        shared->render(r.messages_json, r.tools_json, /*add_generation_prompt=*/true));
+  f.source = shared->source();
+  f.formatter = [shared, limits](const api::ApiRequest& r,
+                                 const std::function<bool()>& cancelled) -> Result<ChatPrompt> {
+    model::ChatRenderOptions o;
+    o.add_generation_prompt = r.add_generation_prompt;
+    o.continue_final_message = r.continue_final_message;
+    o.limits = limits;
+    o.cancelled = cancelled;
+    o.variables_json = template_variables(r);
+    TS_ASSIGN_OR_RETURN(model::RenderedChat rc, shared->render(r.messages_json, r.tools_json, o));
     ChatPrompt p;
     p.text = std::move(rc.text);
     p.add_bos = rc.add_bos;
