@@ -151,10 +151,14 @@ inline void quantize_block256(const float* xb, int8_t* q, float* d_out, int32_t*
     for (int i = 0; i < 16; ++i) s16[i] = 0;
     return;
   }
+  // The first element of largest magnitude, eight at a time (a scalar scan took 5% of a Q4_K_M prefill).
   float mx = amax;
-  for (int i = 0; i < 256; ++i) {
-    if (std::fabs(xb[i]) == amax) {
-      mx = xb[i];
+  const __m256 target = _mm256_set1_ps(amax);
+  for (int i = 0; i < 256; i += 8) {
+    const int hit = _mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), target, _CMP_EQ_OQ));
+    if (hit != 0) {
+      mx = xb[i + __builtin_ctz(static_cast<unsigned>(hit))];
       break;
     }
   }
