@@ -15,6 +15,7 @@
 #include "base/rng.h"
 #include "ops/backend.h"
 #include "ops/cpu/amx.h"
+#include "ops/cpu/ceilings.h"
 #include "ops/cpu/cpu_backend.h"
 
 namespace tessera::ops {
@@ -92,6 +93,37 @@ TEST(CpuAmx, ThePermissionCoversThreadsStartedBeforeIt) {
       EXPECT_EQ(c[static_cast<size_t>(i * 16 + j)], want) << i << "," << j;
     }
   }
+}
+
+// `tessera bench generate` compares prefill with the peak of the instructions its matrix products run.
+TEST(CpuCeilings, ThePrefillCeilingFollowsTheKernelsThatRun) {
+  cpu::Ceilings c;
+  c.fma_flops_per_s = 1e11;
+  c.int8_dot_ops_per_s = 4e11;
+  c.amx_int8_ops_per_s = 5e12;
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ4_K, "amx (avx512f/bw/vl/dq+vnni+amx-int8)").what, "AMX int8");
+  EXPECT_EQ(cpu::matmul_ceiling(c, DType::kQ8_0, "amx").ops_per_s, 5e12);
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "avx512 (avx512f/bw/vl/dq+vnni)").what, "int8 dot");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "avx2 (avx2+fma+f16c)").what, "int8 dot");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "generic").what, "f32 FMA");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kF16, "amx").what, "f32 FMA");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kF32, "avx512").what, "f32 FMA");
+  c.amx_int8_ops_per_s = 0;  // not measured (no AMX here): the int8 dot peak
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "amx").what, "int8 dot");
+}
+
+// The measurement fills the peaks of the instructions this host runs, and only those.
+TEST(CpuCeilings, EveryComputePeakThisHostRunsIsMeasured) {
+  const cpu::Ceilings c = cpu::measure_ceilings(1, size_t{16} << 20);
+  EXPECT_GT(c.read_bytes_per_s, 0);
+  EXPECT_GT(c.fma_flops_per_s, 0);
+  EXPECT_EQ(c.int8_dot_ops_per_s > 0, cpu::isa_supported(cpu::Isa::kAvx2)) << c.int8_dot_kind;
+  EXPECT_EQ(c.amx_int8_ops_per_s > 0, amx_runnable());
+  EXPECT_EQ(c.amx_bf16_flops_per_s > 0, amx_runnable());
+  std::printf("[ ceilings ] f32 FMA %.1f GFLOP/s (%s), int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f "
+              "GFLOP/s\n",
+              c.fma_flops_per_s / 1e9, c.fma_kind.c_str(), c.int8_dot_ops_per_s / 1e9, c.int8_dot_kind.c_str(),
+              c.amx_int8_ops_per_s / 1e9, c.amx_bf16_flops_per_s / 1e9);
 }
 
 // Tiles against the same rows alone (quantised types: a batch of 1 runs the vector kernels; f16 / bf16 run on tiles
