@@ -1,14 +1,15 @@
 // The cpu backend: the host processor, one device ("cpu:0"), operators run synchronously in Stream::run.
 //
 // Kernels come in builds of one source, chosen when the backend is created from what CPUID reports (the binary
-// itself targets baseline x86-64): amx (the avx512 build plus AMX tiles for the quantised matmuls, amx.h),
-// avx512 (AVX-512 F/BW/VL/DQ + VNNI, on top of AVX2), avx2 (AVX2/FMA/F16C) and generic (portable loops).
+// itself targets baseline x86-64): amx (the avx512 build plus AMX tiles for the matmuls, amx.h), avx512
+// (AVX-512 F/BW/VL/DQ + VNNI, on top of AVX2), avx2 (AVX2/FMA/F16C) and generic (portable loops).
 // `--cpu-isa` / TESSERA_CPU_ISA (auto|amx|avx512|avx2|generic) forces one; forcing a variant this processor (or
-// its operating system) cannot run is an error, never a crash. The device's name says which variant runs. f32 products with many rows go to OpenBLAS; work is split over OpenMP threads
-// (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16 and every GGUF block type
-// of base/quant.h (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k: integer dot products against activations
-// quantised once per row to int8); q4_0, q5_0, q4_k, q6_k and (avx512) q8_0 matrices are repacked into row panels when
-// the engine uploads them (Device::prepare_matmul_weight, repack.h). KV cache: f32 or f16.
+// its operating system) cannot run is an error, never a crash. The device's name says which variant runs. Work is
+// split over the stream's WorkerPool (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16
+// and every GGUF block type of base/quant.h (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k: integer dot products
+// against activations quantised once per row to int8); q4_0, q5_0, q4_k, q6_k (and, for the amx kernels, q8_0
+// and bf16) matrices are repacked into row panels when the engine uploads them (Device::prepare_matmul_weight,
+// repack.h). KV cache: f32 or f16.
 //
 // Thread-safety: as backend.h. Each Stream runs its operators on the calling thread plus the OpenMP team.
 #pragma once
