@@ -172,8 +172,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
-                         ::testing::Values(DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K,
-                                           DType::kQ6_K),
+                         ::testing::Values(DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {

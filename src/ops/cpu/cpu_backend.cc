@@ -241,7 +241,7 @@ class CpuDevice final : public Device {
   Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return CpuBuffer::create(bytes); }
   Support supports(const Op& op) const override { return capability(op); }
   // The amx, avx512 and avx2 kernels read q4_0 / q5_0 / q4_k / q6_k matrices in panels of their vector's rows
-  // (amx: the avx512 panels, which its tiles read too, and q8_0 panels); the generic build keeps every matrix
+  // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
   // row-major.
   Status prepare_matmul_weight(const Tensor& w) override {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;

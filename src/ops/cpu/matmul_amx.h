@@ -8,8 +8,8 @@
 // one weight panel: the 16 rows of matmul_packed.h's panels already sit in its "VNNI" layout (row j of B holds
 // elements 4j..4j+3 of each of the 16 weight rows, one dword per row), so a panel is decoded once per call and
 // token block into signed int8 (the unsigned bytes minus the type's offset) with its group scales and minimums
-// beside. One tile product per group of G elements (32, or 16 for q6_k) gives exactly the integer sums the
-// vector kernels compute for that group, and C's rows are the panel's rows in the lanes of one vector per
+// beside. One tile product per group of G elements (32, or 16 for q2_k, q3_k, q6_k) gives exactly the integer sums
+// the vector kernels compute for that group, and C's rows are the panel's rows in the lanes of one vector per
 // activation row: the f32 steps after it are micro()'s, instruction for instruction (acc = fma(float(isum),
 // s_g * xd, acc), then acc -= mn_g * xs for the types with a minimum). So every output has the same bits as on
 // the vector paths of this build, at every batch size (CpuMatMul.EachRowHasTheSameBitsInEveryBatchSize runs the
@@ -17,7 +17,12 @@
 //
 // Per group the tile unit does 16 x 16 x G multiply-adds in one instruction while the vector unit converts and
 // scales the previous group's 16 x 16 sums (three vector instructions per 16 outputs): two groups are in flight
-// (tiles 0/2/4 and 1/3/5), so the f32 steps overlap the tile products.
+// (tiles 0/2/4 and 1/3/5). The per-group store of C (1 KiB) and the f32 steps bound it, not the multiplies:
+// 512 x 768 x 2048 at 300-370 G multiply-adds/s on one thread here, about a tenth of the tile unit's peak and 6x
+// the avx512 kernels; a longer look-ahead (four C tiles) gained 7% in a stand-alone test, a batched C (every group
+// stored, then scaled) lost.
+//
+// q8_0 does not come here (matmul_quant.cc: llama.cpp parity).
 #pragma once
 
 #if defined(__AMX_INT8__) && defined(__AVX512VNNI__)
@@ -39,9 +44,9 @@ using tiles::tile_zero;
 
 constexpr int kTileM = 16;  // activation rows per A tile (and rows of C)
 // From this many activation rows the tiles run (below: the vector kernels, with the same bits). Measured on
-// 2048 x 768 matrices, one thread (Xeon with AMX, 2026-12-03): vector / tiles ms at 8 rows 0.068 / 0.104 (q8_0),
-// 0.090 / 0.103 (q4_k); at 12 rows 0.103 / 0.105, 0.148 / 0.108; at 16 rows 0.136 / 0.113, 0.187 / 0.119; at
-// 32 rows 0.273 / 0.172, 0.399 / 0.194. Below 12 the tiles' fixed cost (each panel decoded to int8 per call)
+// 2048 x 768 matrices, one thread (Xeon with AMX, 2026-12-03): vector / tiles ms at 8 rows 0.067 / 0.094 (q4_0),
+// 0.090 / 0.103 (q4_k); at 12 rows 0.104 / 0.098, 0.148 / 0.108; at 16 rows 0.138 / 0.098, 0.187 / 0.119; at
+// 32 rows 0.268 / 0.158, 0.399 / 0.194. Below 12 the tiles' fixed cost (each panel decoded to int8 per call)
 // is not repaid.
 constexpr int64_t kTileMinRows = 12;
 
@@ -214,7 +219,7 @@ void tiles_matmul(int64_t n, int64_t k, int64_t m, int64_t panels, const Acts& a
     parallel_for(ctx, panels, [&](int64_t pi) {
       thread_local TilePanel tp;
       const int rows = panel_of(pi, tp);
-      tiles::tile_sources_ready();  // the panel (and, from the caller, the activations) written before the tiles read them
+      tiles::tile_sources_ready();  // the panel (and the caller's activations) written before the tiles read them
       const tiles::TileScope scope(int8_tiles<G>());
       tiles_panel<G, kMin>(tp, k, a, ts, r0, r1, out + pi * kP, m, rows, bias ? bias + pi * kP : nullptr);
     });

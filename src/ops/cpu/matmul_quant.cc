@@ -508,13 +508,11 @@ struct PackQ5_0 : PackBlocks<BlockQ5_0> {
   static constexpr int kOffset = 16;
 };
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// The amx build's decoders for the types the other builds keep on their row-by-row kernels: in the amx build every
-// 32-element type takes the rows-in-lanes kernels (and, from kTileMinRows rows, the tiles, with the same bits).
-// q8_0: unsigned q + 128 (512-bit VNNI only: AVX2's maddubs would saturate 255 * 127 * 2).
-struct PackQ8_0 : PackBlocks<BlockQ8_0> {
-  static constexpr int kOffset = 128;
-};
-// q4_1 / q5_1: w = d q + m, so the minimum term is -m (the kernels subtract mn * xd * sum(x)).
+// The amx build's decoders for the types the other builds keep on their row-by-row kernels: in the amx build q4_1
+// and q5_1 take the rows-in-lanes kernels (and, from kTileMinRows rows, the tiles, with the same bits). q8_0 stays
+// on the row-by-row kernels in every build: the tiles' block sums need the rows-in-lanes rounding, with which the
+// strict llama.cpp parity check fails (repack.h). q4_1 / q5_1: w = d q + m, so the minimum term is -m (the kernels
+// subtract mn * xd * sum(x)).
 template <typename B>
 struct PackMinBlocks : PackBlocks<B> {
   static constexpr int kOffset = 0;
@@ -545,14 +543,13 @@ using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AMX_INT8__)
   if (const PanelLayout* lay = panel_layout(op.w)) {
-    if (op.w.dtype == DType::kQ8_0) return packed::repacked_tiles_or_vectors<packed::PanelQ8_0, PackQ8_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ4_0) return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::repacked_tiles_or_vectors<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
     return panels_unreadable(*lay);
   }
   switch (op.w.dtype) {
     case DType::kQ8_0:
-      return packed::tiles_or_vectors<PackQ8_0>(op, ctx);
+      break;  // the row-by-row kernels below, as in the avx512 build
     case DType::kQ4_0:
       return packed::tiles_or_vectors<PackQ4_0>(op, ctx);
     case DType::kQ4_1:

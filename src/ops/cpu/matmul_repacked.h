@@ -58,18 +58,6 @@ struct PanelQ4_0 {
     }
   }
 };
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// q8_0 (the amx build's panels): the quants already as unsigned q + 128, eight dword vectors per block (512-bit VNNI
-// only: AVX2's maddubs would saturate 255 * 127 * 2).
-struct PanelQ8_0 {
-  static constexpr int kBytes = 34, kGroups = 1, kGroup = 32, kOffset = 128;
-  static constexpr bool kMin = false;
-  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
-  static void group(const uint8_t* pb, int, VI* u) {
-    for (int j = 0; j < 8; ++j) u[j] = ldu(pb + 2 * kP + j * kV);
-  }
-};
-#endif
 // q5_0: q4_0's nibbles plus a fifth bit per element from the row's 32-bit qh (bit i: element i), spread to bit 4
 // of each byte: the four bits of a dword's elements times 0x00204081 land, without carries, at bits 0, 8, 16, 24.
 struct PanelQ5_0 {

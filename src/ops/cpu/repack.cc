@@ -37,7 +37,6 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
                                {offsetof(BlockQ4_K, qs), 16, 32, 0}};
-  static const Piece q8_0[] = {{offsetof(BlockQ8_0, d), 0, 0, 0}, {offsetof(BlockQ8_0, qs), 2, 8, 0x80}};
   static const Piece pair[] = {{0, 0, 1, 0}};  // bf16: a "block" is a pair of elements, one dword
   static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
@@ -46,8 +45,6 @@ PieceList pieces(DType type) {
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
-    case DType::kQ8_0:
-      return {q8_0, 2};
     case DType::kBF16:
       return {pair, 1};
     case DType::kQ5_0:
@@ -134,7 +131,6 @@ const PanelLayout* panel_layout(const Buffer* b) {
 bool repackable(DType type, int panel_rows, bool amx) {
   if (panel_rows != 8 && panel_rows != 16) return false;
   switch (type) {
-    case DType::kQ8_0:
     case DType::kBF16:
       return amx && panel_rows == 16;
     case DType::kQ4_0:
