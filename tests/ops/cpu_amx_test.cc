@@ -120,10 +120,11 @@ TEST(CpuCeilings, EveryComputePeakThisHostRunsIsMeasured) {
   EXPECT_EQ(c.int8_dot_ops_per_s > 0, cpu::isa_supported(cpu::Isa::kAvx2)) << c.int8_dot_kind;
   EXPECT_EQ(c.amx_int8_ops_per_s > 0, amx_runnable());
   EXPECT_EQ(c.amx_bf16_flops_per_s > 0, amx_runnable());
-  std::printf("[ ceilings ] f32 FMA %.1f GFLOP/s (%s), int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f "
-              "GFLOP/s\n",
-              c.fma_flops_per_s / 1e9, c.fma_kind.c_str(), c.int8_dot_ops_per_s / 1e9, c.int8_dot_kind.c_str(),
-              c.amx_int8_ops_per_s / 1e9, c.amx_bf16_flops_per_s / 1e9);
+  std::printf(
+      "[ ceilings ] f32 FMA %.1f GFLOP/s (%s), int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f "
+      "GFLOP/s\n",
+      c.fma_flops_per_s / 1e9, c.fma_kind.c_str(), c.int8_dot_ops_per_s / 1e9, c.int8_dot_kind.c_str(),
+      c.amx_int8_ops_per_s / 1e9, c.amx_bf16_flops_per_s / 1e9);
 }
 
 // Tiles against the same rows alone (quantised types: a batch of 1 runs the vector kernels; f16 / bf16 run on tiles

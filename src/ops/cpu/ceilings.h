@@ -23,9 +23,9 @@ struct Ceilings {
   double read_bytes_per_s = 0;
   double triad_bytes_per_s = 0;
   double fma_flops_per_s = 0;
-  double int8_dot_ops_per_s = 0;    // 0: no integer dot-product kernels (generic build)
-  double amx_int8_ops_per_s = 0;    // 0: no AMX here
-  double amx_bf16_flops_per_s = 0;  // 0: no AMX here
+  double int8_dot_ops_per_s = 0;        // 0: no integer dot-product kernels (generic build)
+  double amx_int8_ops_per_s = 0;        // 0: no AMX here
+  double amx_bf16_flops_per_s = 0;      // 0: no AMX here
   std::string fma_kind, int8_dot_kind;  // the instructions measured: "512-bit vfmadd", "512-bit vpdpbusd", ...
 };
 

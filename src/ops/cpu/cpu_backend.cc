@@ -94,11 +94,11 @@ Status dispatch(const Op& op, const Ctx& ctx) {
       [&ctx](const auto& o) -> Status {
         using T = std::decay_t<decltype(o)>;
 // The amx build has its own matmuls only (TS_CPU_CALL_MM); every other operator is the avx512 kernel.
-#define TS_CPU_CALL(fn)                                                                \
+#define TS_CPU_CALL(fn)                                                               \
   if constexpr (kIsa == Isa::kAvx512 || kIsa == Isa::kAmx) return avx512::fn(o, ctx); \
-  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);                           \
+  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);                          \
   return generic::fn(o, ctx)
-#define TS_CPU_CALL_MM(fn)                                   \
+#define TS_CPU_CALL_MM(fn)                                 \
   if constexpr (kIsa == Isa::kAmx) return amx::fn(o, ctx); \
   TS_CPU_CALL(fn)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {

@@ -143,8 +143,8 @@ inline __attribute__((always_inline)) void finish_group(VF* acc, const int32_t* 
 // out[t * ld + r] for the panel's rows r < rows and activation rows t0 .. t1 - 1 (t0 a multiple of kTileM; the
 // activations padded to whole tiles: pad_for_tiles). G: elements per group.
 template <int G, bool kMin>
-void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales& ts, int64_t t0, int64_t t1,
-                 float* out, int64_t ld, int rows, const float* bias) {
+void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales& ts, int64_t t0, int64_t t1, float* out,
+                 int64_t ld, int rows, const float* bias) {
   constexpr int kD = G / 4;
   const int64_t groups = k / G;
   const int8_t* bq = p.q.data();
@@ -238,16 +238,16 @@ void matmul_repacked_tiles(const MatMulOp& op, const Ctx& ctx) {
                 Dec::kBlockElems == 256);
   pad_for_tiles(acts, n, k);
   const auto* tail = reinterpret_cast<const typename Dec::Block*>(base + whole * kP * nb * L::kBytes);
-  tiles_matmul<Dec::kGroup, Dec::kMin>(
-      n, k, m, whole + (tail_rows > 0 ? 1 : 0), acts, data<float>(op.out),
-      op.bias.valid() ? data<const float>(op.bias) : nullptr, ctx, [&](int64_t pi, TilePanel& tp) {
-        if (pi < whole) {
-          tile_panel_repacked<L>(base + pi * kP * nb * L::kBytes, nb, tp);
-          return kP;
-        }
-        tile_panel_rows<Dec>(tail, nb, k, static_cast<int>(tail_rows), tp);
-        return static_cast<int>(tail_rows);
-      });
+  tiles_matmul<Dec::kGroup, Dec::kMin>(n, k, m, whole + (tail_rows > 0 ? 1 : 0), acts, data<float>(op.out),
+                                       op.bias.valid() ? data<const float>(op.bias) : nullptr, ctx,
+                                       [&](int64_t pi, TilePanel& tp) {
+                                         if (pi < whole) {
+                                           tile_panel_repacked<L>(base + pi * kP * nb * L::kBytes, nb, tp);
+                                           return kP;
+                                         }
+                                         tile_panel_rows<Dec>(tail, nb, k, static_cast<int>(tail_rows), tp);
+                                         return static_cast<int>(tail_rows);
+                                       });
 }
 
 // The same for a row-major matrix of Dec's blocks.

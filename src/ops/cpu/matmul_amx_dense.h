@@ -43,9 +43,9 @@ using tiles::tile_dp_bf16;
 using tiles::tile_load;
 using tiles::tile_zero;
 
-constexpr int kM = 16;     // activation rows per A tile
-constexpr int kN = 16;     // weight rows per panel (columns of C)
-constexpr int kStep = 32;  // elements per tile product: 16 pairs
+constexpr int kM = 16;                    // activation rows per A tile
+constexpr int kN = 16;                    // weight rows per panel (columns of C)
+constexpr int kStep = 32;                 // elements per tile product: 16 pairs
 constexpr int64_t kStepU16 = kStep * kN;  // bf16 values of one B tile (1 KiB)
 
 // Activation rows as bf16 hi and lo, kp = k rounded up to kStep (zeros after k), rows padded to whole tiles.
@@ -62,7 +62,7 @@ inline __m512 bf16_to_f32(__m256i h) {
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
 }
 inline __m512 bf16_lo_to_f32(__m512i h) { return bf16_to_f32(lower_half(h)); }  // elements 0..15
-inline __m512 bf16_hi_to_f32(__m512i h) { return bf16_to_f32(upper_half(h)); }               // elements 16..31
+inline __m512 bf16_hi_to_f32(__m512i h) { return bf16_to_f32(upper_half(h)); }  // elements 16..31
 // x - hi, or 0 where hi is not finite (x - inf would make a NaN of an infinite product).
 inline __m512 residual(__m512 x, __m512 hi) {
   const __mmask16 special = _mm512_fpclass_ps_mask(hi, 0x01 | 0x08 | 0x10 | 0x80);  // NaN, +inf, -inf
@@ -98,8 +98,6 @@ inline void split_acts(const float* x, int64_t n, int64_t k, SplitActs& a, const
       },
       static_cast<double>(k), 16384.0);
 }
-
-
 
 // kN rows i0.. of a row-major bf16 matrix (rows past `rows` and elements past k zero) in the panel layout of
 // repack.h: per pair j of elements a vector of kN dwords, lane r = row r's elements 2j, 2j + 1.

@@ -485,9 +485,9 @@ struct PackQ5_K : PackK4<BlockQ5_K> {
   static packed::VI unit(const Block* w, int64_t b, int, int u) {
     const __m256i lo4 = _mm256_set1_epi8(0x0f);
     const __m256i v = load32(w[b].qs + 32 * u), h = load32(w[b].qh);
-    return _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * u, 4))),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * u + 1, 4)), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * u, 4))),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * u + 1, 4)),
+                              1);
   }
 };
 // q2_k and q3_k (the amx build): groups of 16 from the two-bit fields as unpack_crumbs() lays them out (unit u:
@@ -636,14 +636,15 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
   }
 }
 
-
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AMX_INT8__)
   if (const PanelLayout* lay = panel_layout(op.w)) {
-    if (op.w.dtype == DType::kQ4_K) return packed::repacked_tiles_or_vectors<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
-    if (op.w.dtype == DType::kQ6_K) return packed::repacked_tiles_or_vectors<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ4_K)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ6_K)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
     return panels_unreadable(*lay);
   }
   if (op.w.dtype == DType::kQ4_K) return packed::tiles_or_vectors<PackQ4_K>(op, ctx);

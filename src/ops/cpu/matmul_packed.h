@@ -155,8 +155,8 @@ inline void quantize_block256(const float* xb, int8_t* q, float* d_out, int32_t*
   float mx = amax;
   const __m256 target = _mm256_set1_ps(amax);
   for (int i = 0; i < 256; i += 8) {
-    const int hit = _mm256_movemask_ps(
-        _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), target, _CMP_EQ_OQ));
+    const int hit =
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), target, _CMP_EQ_OQ));
     if (hit != 0) {
       mx = xb[i + __builtin_ctz(static_cast<unsigned>(hit))];
       break;
@@ -389,9 +389,8 @@ void scales_rows(const typename Dec::Block* w, int64_t nb, int rows, float* s, f
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if constexpr (requires { &Dec::scales16; }) {
       const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1u);
-      const __m512i offs =
-          _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                             _mm512_set1_epi32(static_cast<int>(nb * sizeof(typename Dec::Block))));
+      const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(static_cast<int>(nb * sizeof(typename Dec::Block))));
       for (int i = 0; i < nbl; ++i) {
         const int64_t gb = g0 + i * Dec::kBlockElems / Dec::kGroup;
         Dec::scales16(w + b0 + i, offs, live, s + gb * kP, Dec::kMin ? mn + gb * kP : nullptr);

@@ -528,8 +528,8 @@ struct PackMinBlocks : PackBlocks<B> {
     const __m512i h = packed::gather_word(b, 0, offs, live);
     _mm512_store_ps(s, packed::half_lo(h));
     const __m512 m = packed::half_lo(_mm512_srli_epi32(h, 16));
-    _mm512_store_ps(mn, _mm512_castsi512_ps(
-                            _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
+    _mm512_store_ps(mn, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m),
+                                                             _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
   }
 };
 using PackQ4_1 = PackMinBlocks<BlockQ4_1>;
@@ -537,14 +537,15 @@ using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
 #endif
 #endif
 
-
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AMX_INT8__)
   if (const PanelLayout* lay = panel_layout(op.w)) {
-    if (op.w.dtype == DType::kQ4_0) return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
-    if (op.w.dtype == DType::kQ5_0) return packed::repacked_tiles_or_vectors<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ4_0)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_0)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
     return panels_unreadable(*lay);
   }
   switch (op.w.dtype) {
