@@ -133,7 +133,8 @@ int run_bench(const BenchArgs& a) {
                 ceil.fma_flops_per_s / 1e9, ceil.fma_kind.c_str());
     std::printf("compute ceilings: int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f GFLOP/s%s\n",
                 ceil.int8_dot_ops_per_s / 1e9, ceil.int8_dot_kind.c_str(), ceil.amx_int8_ops_per_s / 1e9,
-                ceil.amx_bf16_flops_per_s / 1e9, ceil.amx_int8_ops_per_s > 0 ? "" : " (no AMX here)");
+                ceil.amx_bf16_flops_per_s / 1e9,
+                ceil.amx_int8_ops_per_s > 0 ? "" : " (AMX not measured: the kernels that run here do not use it)");
     std::printf("roofline decode  %.1f tok/s -> %.0f%% reached (median)\n", decode_roof,
                 100.0 * dc.median / decode_roof);
     // Prefill against the compute ceiling of the instructions its matrix products run (attention's flops are

@@ -112,14 +112,15 @@ TEST(CpuCeilings, ThePrefillCeilingFollowsTheKernelsThatRun) {
   EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "amx").what, "int8 dot");
 }
 
-// The measurement fills the peaks of the instructions this host runs, and only those.
-TEST(CpuCeilings, EveryComputePeakThisHostRunsIsMeasured) {
+// The measurement fills the peaks of the instructions the kernels this host runs use, and only those.
+TEST(CpuCeilings, EveryComputePeakOfTheKernelsThatRunIsMeasured) {
   const cpu::Ceilings c = cpu::measure_ceilings(1, size_t{16} << 20);
+  const std::string variant = cpu::detected_isa();
   EXPECT_GT(c.read_bytes_per_s, 0);
   EXPECT_GT(c.fma_flops_per_s, 0);
-  EXPECT_EQ(c.int8_dot_ops_per_s > 0, cpu::isa_supported(cpu::Isa::kAvx2)) << c.int8_dot_kind;
-  EXPECT_EQ(c.amx_int8_ops_per_s > 0, amx_runnable());
-  EXPECT_EQ(c.amx_bf16_flops_per_s > 0, amx_runnable());
+  EXPECT_EQ(c.int8_dot_ops_per_s > 0, variant != "generic") << variant << ": " << c.int8_dot_kind;
+  EXPECT_EQ(c.amx_int8_ops_per_s > 0, variant.rfind("amx", 0) == 0) << variant;
+  EXPECT_EQ(c.amx_bf16_flops_per_s > 0, variant.rfind("amx", 0) == 0) << variant;
   std::printf(
       "[ ceilings ] f32 FMA %.1f GFLOP/s (%s), int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f "
       "GFLOP/s\n",

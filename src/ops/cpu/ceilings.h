@@ -29,7 +29,8 @@ struct Ceilings {
   std::string fma_kind, int8_dot_kind;  // the instructions measured: "512-bit vfmadd", "512-bit vpdpbusd", ...
 };
 
-// `bytes`: size of each array (choose well above the last-level cache).
+// Measured with the kernel build the cpu backend runs here (TESSERA_CPU_ISA honoured). `bytes`: size of each array
+// (choose well above the last-level cache).
 Ceilings measure_ceilings(int threads, size_t bytes = size_t{256} << 20);
 
 // The compute ceiling of the cpu backend's matrix products for weights of type `matrices` on the kernel variant

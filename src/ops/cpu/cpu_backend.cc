@@ -346,9 +346,18 @@ Ceilings measure(int threads, size_t bytes);
 
 Ceilings measure_ceilings(int threads, size_t bytes) {
   threads = std::max(1, threads);
-  if (has_amx()) return amx::measure(threads, bytes);
-  if (has_avx512()) return avx512::measure(threads, bytes);
-  return has_avx2() ? avx2::measure(threads, bytes) : generic::measure(threads, bytes);
+  // The variant the cpu backend runs here (TESSERA_CPU_ISA included): its vector width is the ceiling's.
+  const Result<Isa> isa = resolve(Isa::kAuto);
+  switch (isa.ok() ? *isa : Isa::kGeneric) {
+    case Isa::kAmx:
+      return amx::measure(threads, bytes);
+    case Isa::kAvx512:
+      return avx512::measure(threads, bytes);
+    case Isa::kAvx2:
+      return avx2::measure(threads, bytes);
+    default:
+      return generic::measure(threads, bytes);
+  }
 }
 
 ComputeCeiling matmul_ceiling(const Ceilings& c, DType matrices, std::string_view variant) {
