@@ -521,7 +521,8 @@ struct NodeServer::Impl {
     auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, tag.get(), *e);
     ApiRequest& r = std::get<ApiRequest>(parsed);
-    if (r.model != options.model_name) {
+    const std::vector<std::string> names = options.served_names();
+    if (std::find(names.begin(), names.end(), r.model) == names.end()) {
       return reply_error(
           w, endpoint, tag.get(),
           {404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, options.model_name),
@@ -864,25 +865,29 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
   d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     d->on_template_pool(r, std::move(w), "tokenize", [d](const http::Request& r, auto w) {
                       TokenizeReply t =
-                          tokenize_request(r.body, d->engine.tokenizer(), d->options.chat, d->options.model_name,
+                          tokenize_request(r.body, d->engine.tokenizer(), d->options.chat, d->options.served_names(),
                                            d->engine.config().max_seq_len, [&w] { return w->client_gone(); });
                       w->send(t.status, t.body);
                     });
                   }));
   d->server.route("POST", "/detokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-                    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);
+                    TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.served_names());
                     w->send(t.status, t.body);
                   }));
-  d->server.route(
-      "GET", "/v1/models", keyed([d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-        json m = {{"id", d->options.model_name},
-                  {"object", "model"},
-                  {"created", unix_now()},
-                  {"owned_by", "tessera"},
-                  {"max_model_len", d->engine.config().max_seq_len},
-                  {"vocab_size", d->engine.config().vocab_size}};  // an extension: lets load generators send token ids
-        w->send(200, dump({{"object", "list"}, {"data", json::array({m})}}));
-      }));
+  d->server.route("GET", "/v1/models", keyed([d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
+                    json data = json::array();
+                    for (const std::string& name : d->options.served_names()) {
+                      data.push_back({{"id", name},
+                                      {"object", "model"},
+                                      {"created", unix_now()},
+                                      {"owned_by", "tessera"},
+                                      {"root", d->options.model_name},
+                                      {"max_model_len", d->engine.config().max_seq_len},
+                                      // an extension: lets load generators send token ids
+                                      {"vocab_size", d->engine.config().vocab_size}});
+                    }
+                    w->send(200, dump({{"object", "list"}, {"data", data}}));
+                  }));
   d->server.route("GET", "/health", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     if (d->draining) {
       return w->send(503, std::string(api::kDrainingHealthBody), "application/json",
