@@ -35,7 +35,11 @@ struct SynthArgs {
 int run_synth(const SynthArgs& a) {
   auto config = a.small ? model::synth_shape_small(a.shape) : model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
-  if (a.layers > 0) config->n_layers = a.layers;
+  if (a.layers > 0) {
+    config->n_layers = a.layers;
+    // The family's layers are alike: keep each layer's kind (every layer MoE for the expert shapes).
+    if (!config->layer_kinds.empty()) config->layer_kinds.resize(static_cast<size_t>(a.layers), config->layer_kinds.back());
+  }
   if (a.max_seq_len > 0) config->max_seq_len = a.max_seq_len;
   if (Status s = model::resize_synth_shape(*config, a.dim, a.hidden_dim, a.sliding_window); !s.ok())
     return fail(s.message());
@@ -68,6 +72,10 @@ int run_synth(const SynthArgs& a) {
                a.out.c_str(), a.format.c_str(), a.shape.c_str(), config->arch.c_str(), config->dim, config->hidden_dim,
                config->n_layers, config->n_heads, config->n_kv_heads, config->vocab_size, config->max_seq_len,
                config->parameter_count() / 1e6, static_cast<unsigned long long>(a.seed));
+  if (config->has_moe_layers())
+    std::fprintf(stderr, "experts: %d of %d per token, %d wide; %.2fM params active per token\n",
+                 config->moe.n_experts_used, config->moe.n_experts, config->moe.expert_hidden_dim,
+                 config->active_parameter_count() / 1e6);
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   return 0;
 }

@@ -29,7 +29,8 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 
 std::vector<std::string> synth_shape_names() {
   return {"tiny",       "stories15M",   "stories110M", "qwen2.5-0.5b", "llama2-7b", "llama3.2-1b", "llama3.1-8b",
-          "mistral-7b", "smollm2-135m", "qwen3-0.6b",  "gemma2-2b",    "gemma3-1b", "phi3-mini",   "phi3-mini-128k"};
+          "mistral-7b", "smollm2-135m", "qwen3-0.6b",  "gemma2-2b",    "gemma3-1b", "phi3-mini",   "phi3-mini-128k",
+          "qwen3-30b-a3b", "mixtral-8x7b"};
 }
 
 namespace {
@@ -87,12 +88,31 @@ Result<ModelConfig> family_shape(const std::string& name) {
       c.rope_scaling.factor = factor;
       c.rope_scaling.mscale = std::sqrt(1.0f + std::log(factor) / std::log(4096.0f));
     }
+  } else if (name == "qwen3-30b-a3b") {
+    // Qwen3-30B-A3B: 128 experts of 768, 8 per token, renormalised (norm_topk_prob true).
+    c = make_shape(2048, 6144, 48, 32, 4, 151936, 40960);
+    c.arch = "qwen3moe";
+    c.head_dim = 128;
+    c.rope_theta = 1000000.0f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = false;
+    c.moe = {128, 8, 768, ExpertGating::kSoftmax, true, 1.0f};
+  } else if (name == "mixtral-8x7b") {
+    // Mixtral-8x7B (v0.1): Mistral 7B's attention, 8 experts of 14336, 2 per token.
+    c = make_shape(4096, 14336, 32, 32, 8, 32000, 32768);
+    c.rope_theta = 1000000.0f;
+    c.tied_embeddings = false;
+    c.moe = {8, 2, 14336, ExpertGating::kSoftmax, true, 1.0f};
   } else {
     return invalid_argument(
         fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
   }
   const ModelConfig stated = c;
   TS_RETURN_IF_ERROR(apply_arch_features(c));
+  if (stated.moe.enabled()) {
+    c.moe = stated.moe;
+    c.set_all_ffn(FfnKind::kMoe);
+  }
   if (c.arch == "gemma2" || c.arch == "gemma3") c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   (void)stated;
   if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
@@ -131,6 +151,13 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
   c.vocab_size = 512;
   c.max_seq_len = std::min(c.max_seq_len, 512);
   c.n_layers = std::min(c.n_layers, 6);
+  if (c.moe.enabled()) {
+    // 8 experts, 2 per token (Mixtral's ratio), as wide as the dense width: every routing choice matters.
+    c.moe.n_experts = 8;
+    c.moe.n_experts_used = 2;
+    c.moe.expert_hidden_dim = c.hidden_dim;
+    c.set_all_ffn(FfnKind::kMoe);
+  }
   if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.sliding_window > 0) c.sliding_window = 8;  // short prompts already cross it
@@ -153,6 +180,7 @@ Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_w
     if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   }
   if (hidden_dim > 0) c.hidden_dim = hidden_dim;
+  if (hidden_dim > 0 && c.moe.enabled()) c.moe.expert_hidden_dim = hidden_dim;  // the experts are the FFN
   if (sliding_window >= 0) c.sliding_window = sliding_window;
   return c.validate();
 }
@@ -184,9 +212,17 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
     specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
-    specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
-    specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
-    specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+    if (c.layer_kind(l).ffn == FfnKind::kMoe) {
+      const int64_t e = c.moe.n_experts, f = c.moe.expert_hidden_dim;
+      specs.push_back({layer_tensor_name(l, "ffn_gate_inp.weight"), {e, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_gate_exps.weight"), {e, f, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down_exps.weight"), {e, d, f}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up_exps.weight"), {e, f, d}, false});
+    } else {
+      specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+    }
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_ffw_norm.weight"), {d}, true});
   }
   if (c.rope_scaling.type == RopeScalingType::kLongrope) {

@@ -52,6 +52,8 @@ T* data(const Tensor& t) {
   Status add(const AddOp& op, const Ctx& ctx);                            \
   Status softmax(const SoftmaxOp& op, const Ctx& ctx);                    \
   Status argmax(const ArgmaxOp& op, const Ctx& ctx);                      \
+  Status moe_route(const MoeRouteOp& op, const Ctx& ctx);                 \
+  Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);             \
   }
 
 TS_CPU_DECLARE_KERNELS(avx512)

@@ -235,7 +235,7 @@ void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a,
 template <typename L, typename Dec>
 Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
-  if (lay.panel_rows != kP || lay.type != op.w.dtype || lay.rows != m || lay.cols != k || op.w.offset != 0) {
+  if (lay.panel_rows != kP || !lay.describes(op.w.dtype, m, k, op.w.offset)) {
     return failed_precondition(fmt::format(
         "cpu matmul: the weight was repacked in panels of {} rows for a {} x {} {} matrix; these kernels read panels "
         "of {} and the operator gives a {} x {} {} weight at offset {}",

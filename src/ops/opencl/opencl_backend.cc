@@ -105,6 +105,8 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
+  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
+    return Support::no("opencl has no mixture-of-experts kernels (moe_route, moe_experts)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
@@ -420,6 +422,9 @@ class ClStream final : public Stream {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
   }
+  // capability() refuses these before any enqueue.
+  Status enqueue(const MoeRouteOp&) { return unimplemented("opencl has no moe_route kernel"); }
+  Status enqueue(const MoeExpertsOp&) { return unimplemented("opencl has no moe_experts kernel"); }
 
   std::shared_ptr<Shared> shared_;
   cl_command_queue queue_ = nullptr;

@@ -64,6 +64,61 @@ Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
   return ok_status();
 }
 
+// Mixture-of-experts keys (llama.cpp's LLM_KV_EXPERT_*). A llama file with experts is a Mixtral; qwen3moe has
+// them always. What these families do not have (shared experts, expert groups, leading dense layers, another
+// gating function) is refused by name rather than ignored.
+Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string& a = cfg.arch;
+  TS_ASSIGN_OR_RETURN(int experts, get_dim_or(c, a + ".expert_count", 0));
+  if (experts == 0) {
+    if (a == "qwen3moe") return invalid_argument("GGUF qwen3moe needs qwen3moe.expert_count > 0");
+    return ok_status();
+  }
+  if (a != "qwen3moe" && a != "llama")
+    return unimplemented(fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a,
+                                     experts, a));
+  MoeConfig& m = cfg.moe;
+  m.n_experts = experts;
+  TS_ASSIGN_OR_RETURN(m.n_experts_used, get_dim(c, a + ".expert_used_count"));
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count",
+                          "expert_group_used_count", "leading_dense_block_count", "expert_chunk_feed_forward_length"}) {
+    if (c.find(a + "." + key) == nullptr) continue;
+    TS_ASSIGN_OR_RETURN(int v, get_dim(c, a + "." + key));
+    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0;
+    if (!harmless)
+      return unimplemented(fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
+                                       "leading layers in Tessera's {})",
+                                       a, key, v, a));
+  }
+  if (a == "llama") {
+    // llama.cpp's llama arch runs its experts at feed_forward_length (Mixtral's intermediate_size).
+    m.expert_hidden_dim = cfg.hidden_dim;
+    TS_ASSIGN_OR_RETURN(int eff, get_dim_or(c, a + ".expert_feed_forward_length", cfg.hidden_dim));
+    if (eff != cfg.hidden_dim)
+      return unimplemented(fmt::format("GGUF llama.expert_feed_forward_length {} differs from feed_forward_length {}",
+                                       eff, cfg.hidden_dim));
+  } else {
+    TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_dim_or(c, a + ".expert_feed_forward_length",
+                                                        m.n_experts_used > 0 ? cfg.hidden_dim / m.n_experts_used : 0));
+  }
+  if (c.find(a + ".expert_gating_func")) {
+    TS_ASSIGN_OR_RETURN(int64_t g, c.get_int(a + ".expert_gating_func"));
+    const ExpertGating want = g == 1 ? ExpertGating::kSoftmax : g == 2 ? ExpertGating::kSigmoid
+                                     : g == 3 ? ExpertGating::kSoftmaxWeight : m.gating;
+    if ((g < 1 || g > 3) || want != m.gating)
+      return unimplemented(fmt::format("GGUF {}.expert_gating_func {} is not supported for {} (it routes by {})", a, g,
+                                       a, expert_gating_name(m.gating)));
+  }
+  if (c.find(a + ".expert_weights_norm")) {
+    TS_ASSIGN_OR_RETURN(int64_t v, c.get_int(a + ".expert_weights_norm"));
+    m.normalize_weights = v != 0;
+  }
+  TS_ASSIGN_OR_RETURN(float scale, get_float_or(c, a + ".expert_weights_scale", 0.0f));
+  m.weights_scale = scale == 0.0f ? 1.0f : scale;  // llama.cpp: 0 (absent) and 1 both mean no scaling
+  cfg.set_all_ffn(FfnKind::kMoe);
+  return ok_status();
+}
+
 Status read_rope_scaling(const GgufContents& c, ModelConfig& cfg) {
   const std::string k = cfg.arch + ".rope.scaling.";
   RopeScaling& r = cfg.rope_scaling;
@@ -180,6 +235,7 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     }
     if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
     TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
+    TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));
     return read_rope_scaling(c, cfg);
   }();
   if (!st.ok()) return ctx(st);
@@ -300,6 +356,26 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     if (config.sliding_pattern != probe.sliding_pattern)
       kv.emplace_back(a + ".attention.sliding_window_pattern",
                       GgufValue::u32(static_cast<uint32_t>(config.sliding_pattern)));
+  }
+  if (config.has_moe_layers()) {
+    const MoeConfig& m = config.moe;
+    if (a != "qwen3moe" && a != "llama")
+      return unimplemented(fmt::format("GGUF {} files cannot state mixture-of-experts layers", a));
+    for (int l = 0; l < config.n_layers; ++l)
+      if (config.layer_kind(l).ffn != FfnKind::kMoe)
+        return unimplemented(fmt::format("GGUF {} files cannot mix dense and expert layers (layer {} is dense)", a, l));
+    if (m.gating != probe.moe.gating)
+      return unimplemented(fmt::format("GGUF {} files route by {}, not {}", a, expert_gating_name(probe.moe.gating),
+                                       expert_gating_name(m.gating)));
+    if (a == "llama" && m.expert_hidden_dim != config.hidden_dim)
+      return unimplemented("GGUF llama (Mixtral) experts are feed_forward_length wide: expert width must equal it");
+    kv.emplace_back(a + ".expert_count", GgufValue::u32(static_cast<uint32_t>(m.n_experts)));
+    kv.emplace_back(a + ".expert_used_count", GgufValue::u32(static_cast<uint32_t>(m.n_experts_used)));
+    if (a != "llama")
+      kv.emplace_back(a + ".expert_feed_forward_length", GgufValue::u32(static_cast<uint32_t>(m.expert_hidden_dim)));
+    if (m.normalize_weights != probe.moe.normalize_weights)
+      kv.emplace_back(a + ".expert_weights_norm", GgufValue::boolean(m.normalize_weights));
+    if (m.weights_scale != 1.0f) kv.emplace_back(a + ".expert_weights_scale", GgufValue::f32(m.weights_scale));
   }
   if (config.rope_theta_sliding > 0.0f) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));
