@@ -35,11 +35,7 @@ struct SynthArgs {
 int run_synth(const SynthArgs& a) {
   auto config = a.small ? model::synth_shape_small(a.shape) : model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
-  if (a.layers > 0) {
-    config->n_layers = a.layers;
-    // The family's layers are alike: keep each layer's kind (every layer MoE for the expert shapes).
-    if (!config->layer_kinds.empty()) config->layer_kinds.resize(static_cast<size_t>(a.layers), config->layer_kinds.back());
-  }
+  if (a.layers > 0) config->n_layers = a.layers;
   if (a.max_seq_len > 0) config->max_seq_len = a.max_seq_len;
   if (Status s = model::resize_synth_shape(*config, a.dim, a.hidden_dim, a.sliding_window); !s.ok())
     return fail(s.message());

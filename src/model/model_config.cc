@@ -40,15 +40,22 @@ std::vector<std::string> supported_archs() {
 }
 
 bool ModelConfig::has_moe_layers() const {
-  return std::any_of(layer_kinds.begin(), layer_kinds.end(), [](const LayerKind& k) { return k.ffn == FfnKind::kMoe; });
+  for (int l = 0; l < n_layers; ++l)
+    if (layer_kind(l).ffn == FfnKind::kMoe) return true;
+  return false;
 }
 
 void ModelConfig::set_all_ffn(FfnKind kind) {
-  layer_kinds.resize(static_cast<size_t>(std::max(0, n_layers)));
+  if (layer_kinds.empty()) layer_kinds.resize(1);
   for (LayerKind& k : layer_kinds) k.ffn = kind;
-  if (kind == FfnKind::kDense && std::all_of(layer_kinds.begin(), layer_kinds.end(),
-                                             [](const LayerKind& k) { return k == LayerKind{}; }))
-    layer_kinds.clear();
+  compact_layer_kinds();
+}
+
+void ModelConfig::compact_layer_kinds() {
+  if (layer_kinds.empty()) return;
+  const LayerKind first = layer_kinds.front();
+  if (std::all_of(layer_kinds.begin(), layer_kinds.end(), [&](const LayerKind& k) { return k == first; }))
+    layer_kinds.assign(first == LayerKind{} ? 0 : 1, first);
 }
 
 Status apply_arch_features(ModelConfig& c) {
@@ -136,7 +143,7 @@ Status ModelConfig::validate() const {
   if (sliding_window < 0 || sliding_pattern < 0)
     return invalid_argument(
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));
-  if (!layer_kinds.empty() && static_cast<int>(layer_kinds.size()) != n_layers)
+  if (static_cast<int>(layer_kinds.size()) > n_layers)
     return invalid_argument(fmt::format("{} layer kinds for {} layers", layer_kinds.size(), n_layers));
   for (const LayerKind& k : layer_kinds) {
     if (k.attention == AttentionKind::kLinear)

@@ -110,15 +110,20 @@ struct ModelConfig {
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
 
-  MoeConfig moe;                       // the experts of kMoe layers
-  std::vector<LayerKind> layer_kinds;  // one per layer; empty: every layer full attention + dense FFN
+  MoeConfig moe;  // the experts of kMoe layers
+  // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;
+  // n_layers entries: each layer named). Empty: every layer full attention with a dense FFN. A pattern keeps its
+  // meaning when a test or `tessera synth --layers` changes n_layers.
+  std::vector<LayerKind> layer_kinds;
 
   LayerKind layer_kind(int layer) const {
-    return layer_kinds.empty() ? LayerKind{} : layer_kinds[static_cast<size_t>(layer)];
+    return layer_kinds.empty() ? LayerKind{} : layer_kinds[static_cast<size_t>(layer) % layer_kinds.size()];
   }
   bool has_moe_layers() const;
   // Every layer's feed-forward made `kind` (the families whose layers are all alike).
   void set_all_ffn(FfnKind kind);
+  // The shortest form of layer_kinds: one entry when all are alike, none when that entry is the default.
+  void compact_layer_kinds();
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -75,7 +75,7 @@ Status parse_moe_config(const Json& j, bool mixtral, ModelConfig& c, const std::
     const bool listed = std::find(dense_only.begin(), dense_only.end(), l) != dense_only.end();
     if (!listed && (l + 1) % step == 0) c.layer_kinds[static_cast<size_t>(l)].ffn = FfnKind::kMoe;
   }
-  if (!c.has_moe_layers()) c.layer_kinds.clear();
+  c.compact_layer_kinds();
   return ok_status();
 }
 
