@@ -38,7 +38,7 @@ constexpr int64_t kSlowCache = 1 << 18;
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 const DType kCacheTypes[] = {DType::kF32, DType::kF16};
 
 void add_matmul(std::vector<Case>& cases) {

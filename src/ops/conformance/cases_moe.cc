@@ -19,7 +19,7 @@ constexpr double kKQuantMoe = 4e-3;   // 256-element activation blocks (see case
 
 const DType kExpertTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 const char* gating_name(MoeGating g) {
   return g == MoeGating::kSoftmax ? "softmax" : g == MoeGating::kSigmoid ? "sigmoid" : "softmax_weight";
