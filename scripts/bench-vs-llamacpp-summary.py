@@ -125,6 +125,7 @@ def main():
     ap.add_argument("--cpu", default="unknown")
     ap.add_argument("--nproc", default="?")
     ap.add_argument("--llama-commit", default="unknown")
+    ap.add_argument("--llama-isa", default="unknown")
     ap.add_argument("--tessera-commit", default="unknown")
     ap.add_argument("--command", default="scripts/bench-vs-llamacpp.sh")
     ap.add_argument("--serve-desc", default="")
@@ -139,7 +140,7 @@ def main():
     loads = [r["load_1min"] for r in rows]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"Measured {when} on {a.cpu}, {a.nproc} vCPUs; tessera {a.tessera_commit}, llama.cpp {a.llama_commit} "
-            "(node-llama-cpp@3.21.1's bundle, `-DGGML_NATIVE=ON`); both with their defaults: Tessera `--backend auto` "
+            f"(node-llama-cpp@3.21.1's bundle, built by scripts/llamacpp.sh with `GGML_NATIVE=OFF` and the ISA sets {a.llama_isa}); both with their defaults: Tessera `--backend auto` "
             "(the cpu backend here, its kernel variant chosen from the CPU, KV f16), llama.cpp's (KV f16).",
             "",
             "```bash",

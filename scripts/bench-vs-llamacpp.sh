@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tessera side by side with llama.cpp on the same GGUF files and the same machine (issue 16 item 7).
 #
-# 1. llama.cpp from scripts/llamacpp.sh (node-llama-cpp's git bundle, built natively into a cache folder).
+# 1. llama.cpp from scripts/llamacpp.sh (node-llama-cpp's git bundle, built into a cache folder with this CPU's ISA
+#    sets named one by one, AMX off; the summary names the set).
 # 2. Models from `tessera synth` (llama2-style stories110M as f32, the qwen2.5-0.5b shape as f16: its
 #    151936-token vocabulary makes an f32 file 2 GB), each quantized by llama.cpp's own `llama-quantize` to
 #    every preset in PRESETS. Files are cached under WORK (keyed by shape, preset and seed).
@@ -227,7 +228,7 @@ fi
 llama_commit="$(git -C "$bin/../../src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" --serve-dir "$OUT/raw" \
   --concurrency "$CONCURRENCY" --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-  --nproc "$(nproc)" --llama-commit "$llama_commit" --tessera-commit "$(git rev-parse --short HEAD)" \
+  --nproc "$(nproc)" --llama-commit "$llama_commit" --llama-isa "$(cat "$bin/../.tessera-isa" 2>/dev/null || echo unknown)" --tessera-commit "$(git rev-parse --short HEAD)" \
   --command "NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\" PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
   --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, $NUM_PROMPTS requests, tessera KV $SERVE_KV" \
   ${BENCH_MD:+--benchmarks-md "$BENCH_MD"}

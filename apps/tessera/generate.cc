@@ -25,6 +25,7 @@ struct GenerateArgs {
   std::string backend = "auto";
   int max_tokens = 256;
   int steps = 0;
+  int ctx_size = 0;                 // 0: the model's context
   engine::SamplingParams sampling;  // --temperature, --top-p, --top-k, --seed
   int threads = 0;
   std::string weight_dtype;
@@ -37,6 +38,14 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
+  if (a.ctx_size > 0) {
+    // llama.cpp's -c: a file's recorded context may be shorter than the model was trained for (llama.cpp's own
+    // llama2.c converter records 128 whatever the checkpoint says), so a longer one is allowed, with a warning.
+    if (a.ctx_size > model->config.max_seq_len && !a.quiet)
+      std::fprintf(stderr, "tessera generate: warning: --ctx-size %d exceeds the %d positions the model file records\n",
+                   a.ctx_size, model->config.max_seq_len);
+    model->config.max_seq_len = a.ctx_size;
+  }
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
   auto chosen = open_backend(a.backend, model->weights, dopts);
@@ -95,6 +104,10 @@ Action add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
   cmd->add_option("--prompt", args->prompt, "Prompt text (default: empty)");
+  cmd->add_option("--ctx-size", args->ctx_size,
+                  "Positions per sequence (default: the model's context); more than the file records is allowed, "
+                  "with a warning, as llama.cpp's -c")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-tokens", args->max_tokens, "New tokens to generate")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -77,7 +77,7 @@ int run_inspect(const InspectArgs& a) {
     fmt::print("chat template: {}\n", r->description());
     if (!a.chat.empty()) {
       nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", a.chat}}});
-      auto text = r->render(msgs.dump(), "", /*add_generation_prompt=*/true);
+      auto text = r->render(msgs.dump(), "");
       if (!text.ok()) return fail(text.status().message());
       fmt::print("chat prompt:   {}{}\n", text->add_bos && m->tokenizer ? "(BOS) " : "", escape_newlines(text->text));
     }

@@ -55,6 +55,9 @@ struct ServeArgs {
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
+  model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
+  double template_max_memory_mib = 256;
+  int template_threads = 2;
   int io_threads = 2;
   bool no_prefix_cache = false;
   int shutdown_grace_ms = 10000;
@@ -184,19 +187,22 @@ int run_serve(const ServeArgs& a) {
   // falls back to its family when one is recognisable, with a warning; a model with no template serves
   // /v1/completions only and says so on /v1/chat/completions.
   const model::ModelChatInfo chat_info = model::model_chat_info(*model);
+  model::jinja::RenderLimits limits = a.template_limits;
+  limits.max_memory_bytes = static_cast<uint64_t>(a.template_max_memory_mib * 1024 * 1024);
+  no.template_threads = a.template_threads;
   if (!a.chat_template.empty()) {
-    auto format = serve::make_chat_format(a.chat_template, chat_info);
+    auto format = serve::make_chat_format(a.chat_template, chat_info, limits);
     if (!format.ok()) return fail(format.status().message());
     no.chat = std::move(format->formatter);
     log::info("chat template: {}", format->description);
   } else if (!model->chat_template.empty()) {
-    auto format = serve::make_chat_format("", chat_info);
+    auto format = serve::make_chat_format("", chat_info, limits);
     if (!format.ok()) {
       auto family = model::detect_chat_template(model->chat_template);
       log::warn("{}; {}", format.status().message(),
                 family ? fmt::format("using the '{}' fallback", model::chat_template_name(*family))
                        : std::string("chat completions are off (use --chat-template)"));
-      if (family) format = serve::make_chat_format(model::chat_template_name(*family), chat_info);
+      if (family) format = serve::make_chat_format(model::chat_template_name(*family), chat_info, limits);
     }
     if (format.ok()) {
       no.chat = std::move(format->formatter);
@@ -378,6 +384,19 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template,
                   "Chat template: a Jinja file (or tokenizer_config.json), inline Jinja, or a named format: plain, "
                   "llama-2, llama-3, chatml (default: the model's own template)");
+  // A model's chat template is untrusted input (docs/security.md): what one render may spend, and its threads.
+  cmd->add_option("--template-max-steps", args->template_limits.max_steps,
+                  "Evaluation steps one chat-template render may take (a 400 past it)")
+      ->check(CLI::Range(uint64_t{1000}, uint64_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option("--template-max-memory-mib", args->template_max_memory_mib,
+                  "MiB of strings and lists one chat-template render may build (a 400 past it)")
+      ->check(CLI::Range(1.0, 65536.0))
+      ->capture_default_str();
+  cmd->add_option("--template-threads", args->template_threads,
+                  "Threads rendering chat templates (never the HTTP or engine threads)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

@@ -157,7 +157,6 @@ struct NotHonoured {
 };
 bool never(const json&) { return false; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
-bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
 bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
@@ -189,8 +188,6 @@ constexpr NotHonoured kNotHonoured[] = {
     {"guided_whitespace_pattern", false, never},
     {"structured_outputs", false, never},
     {"echo", true, is_false},  // chat; completions honour it
-    {"add_generation_prompt", true, is_true},
-    {"continue_final_message", true, is_false},
     {"chat_template", true, never},
     {"chat_template_kwargs", true, is_empty},
     {"documents", true, never},
@@ -270,6 +267,13 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     }
     r.messages_json = template_messages.dump(-1, ' ', false, ojson::error_handler_t::replace);
     if (auto e = parse_tools(ordered, r)) return *e;
+    if (auto e = boolean(j, "add_generation_prompt", r.add_generation_prompt)) return *e;
+    if (auto e = boolean(j, "continue_final_message", r.continue_final_message)) return *e;
+    if (r.continue_final_message && r.add_generation_prompt)
+      return bad(
+          "'continue_final_message' and 'add_generation_prompt' cannot both be true (set add_generation_prompt "
+          "to false to continue the last message)",
+          "continue_final_message");
     for (const char* unsupported : {"functions", "audio"}) {
       if (j.contains(unsupported) && !j[unsupported].is_null()) {
         return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);

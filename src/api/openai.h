@@ -58,6 +58,10 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
+  // chat (vLLM's fields): end the prompt with the assistant turn's opening (the default), or inside the last
+  // message so that the model continues it (continue_final_message, with add_generation_prompt false).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
   std::string user;
 };
 

@@ -24,6 +24,35 @@ ToolCallFormat detect_tool_format(std::string_view t) {
   return ToolCallFormat::kNone;
 }
 
+// The text continue_final_message continues: the last message's content (a string: the API joins text parts).
+Result<std::string> final_message_text(const Json& messages) {
+  if (messages.empty()) return invalid_argument("continue_final_message needs at least one message");
+  const Json& last = messages.back();
+  const Json* content = last.is_object() && last.contains("content") ? &last["content"] : nullptr;
+  if (content == nullptr || !content->is_string() || content->get<std::string>().empty())
+    return invalid_argument("continue_final_message: the last message has no text to continue");
+  return content->get<std::string>();
+}
+
+// Cuts the rendered prompt right after the final message's text, dropping what the template wrote after it (its
+// end-of-turn markers), as transformers does: the last place the text (without its outer whitespace) appears;
+// the text's own trailing whitespace is kept where the template kept it.
+Status cut_after_final_text(std::string& rendered, const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    return invalid_argument("continue_final_message: the last message has no text to continue");
+  const std::string stripped = text.substr(first, last - first + 1);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos)
+    return invalid_argument(
+        "continue_final_message: the chat template does not write the last message's text into the prompt");
+  const std::string lstripped = text.substr(first);
+  const bool kept_spacing = rendered.compare(at, lstripped.size(), lstripped) == 0;
+  rendered.resize(at + (kept_spacing ? lstripped.size() : stripped.size()));
+  return ok_status();
+}
+
 // Messages for a fallback family: text content only.
 Result<std::vector<ChatMessage>> plain_messages(const Json& messages) {
   std::vector<ChatMessage> out;
@@ -144,9 +173,16 @@ Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec,
 }
 
 Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json, std::string_view tools_json,
-                                                  bool add_generation_prompt) const {
+                                                  const ChatRenderOptions& options) const {
   Json messages = Json::parse(messages_json, nullptr, false);
   if (messages.is_discarded() || !messages.is_array()) return invalid_argument("messages must be a JSON array");
+  const bool add_generation_prompt = options.add_generation_prompt;
+  std::string final_text;
+  if (options.continue_final_message) {
+    if (add_generation_prompt)
+      return invalid_argument("continue_final_message and add_generation_prompt cannot both be true");
+    TS_ASSIGN_OR_RETURN(final_text, final_message_text(messages));
+  }
   RenderedChat out;
   if (family_) {
     if (!tools_json.empty())
@@ -156,6 +192,7 @@ Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json
     TS_ASSIGN_OR_RETURN(std::vector<ChatMessage> plain, plain_messages(messages));
     TS_ASSIGN_OR_RETURN(out.text, render_chat(*family_, plain, add_generation_prompt));
     out.add_bos = true;  // the families leave BOS to the tokenizer
+    if (options.continue_final_message) TS_RETURN_IF_ERROR(cut_after_final_text(out.text, final_text));
     return out;
   }
   Json ctx = Json::object();
@@ -170,11 +207,15 @@ Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json
   ctx["eos_token"] = eos_;
   TS_ASSIGN_OR_RETURN(jinja::Value v, jinja::value_from_json(ctx.dump()));
   const jinja::Template& t = (!tools_json.empty() && jinja_tool_use_) ? *jinja_tool_use_ : *jinja_;
-  auto text = t.render(v.obj());
+  jinja::RenderOptions render_options;
+  render_options.limits = options.limits;
+  render_options.cancelled = options.cancelled;
+  auto text = t.render(v.obj(), render_options);
   if (!text.ok()) {
     return Status(text.status().code(), fmt::format("{}: {}", description_, text.status().message()));
   }
   out.text = std::move(*text);
+  if (options.continue_final_message) TS_RETURN_IF_ERROR(cut_after_final_text(out.text, final_text));
   if (!bos_.empty() && out.text.compare(0, bos_.size(), bos_) == 0) {
     out.text.erase(0, bos_.size());
     out.add_bos = true;

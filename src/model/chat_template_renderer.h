@@ -13,6 +13,7 @@
 // Thread-safety: immutable after choose(); render() may run on many threads at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "base/status.h"
 #include "model/chat_template.h"
+#include "model/jinja/template.h"
 
 namespace tessera::model {
 
@@ -47,6 +49,19 @@ struct LoadedModel;
 // passes bos_token / eos_token: the tokens' text, "" when the tokenizer has none).
 ModelChatInfo model_chat_info(const LoadedModel& m);
 
+// How one conversation is rendered.
+struct ChatRenderOptions {
+  // transformers' and vLLM's add_generation_prompt: end with the opening of the assistant's turn.
+  bool add_generation_prompt = true;
+  // transformers' and vLLM's continue_final_message: the prompt ends inside the last message (an assistant reply
+  // prefilled by the client), right after its text, so the model continues it; with add_generation_prompt false.
+  bool continue_final_message = false;
+  // What the template may spend (jinja/template.h); the server's --template-max-steps etc. set them.
+  jinja::RenderLimits limits;
+  // Polled while rendering; true stops it with Cancelled (the client went away). May be empty.
+  std::function<bool()> cancelled;
+};
+
 struct RenderedChat {
   std::string text;
   // Tokenize with the tokenizer's BOS: the template wrote bos_token first (removed from `text`), or a fallback
@@ -62,9 +77,11 @@ class ChatTemplateRenderer {
   static Result<ChatTemplateRenderer> choose(std::string_view spec, const ModelChatInfo& model);
 
   // `messages_json`: a JSON array of messages; `tools_json`: a JSON array of tools or empty. Returns
-  // InvalidArgument with the template's own message when it refuses the conversation (raise_exception).
+  // InvalidArgument with the template's own message when it refuses the conversation (raise_exception), or
+  // when continue_final_message has no final text to continue; ResourceExhausted naming the limit when the
+  // template spends more than options.limits allow; Cancelled when options.cancelled() said so.
   Result<RenderedChat> render(std::string_view messages_json, std::string_view tools_json,
-                              bool add_generation_prompt) const;
+                              const ChatRenderOptions& options = {}) const;
 
   // "the model's chat template", "chatml (named fallback)", "template file x.jinja": for logs and errors.
   const std::string& description() const { return description_; }

@@ -20,10 +20,10 @@
 #include "api/pd_messages.h"
 #include "api/resume.h"
 #include "base/log.h"
+#include "base/task_pool.h"
 #include "router/metrics.h"
 #include "router/migration.h"
 #include "router/pd_pairing.h"
-#include "router/worker_pool.h"
 
 namespace tessera::router {
 namespace {
@@ -96,7 +96,7 @@ struct Gateway::Impl {
   NodeRegistry registry;
   RouterMetrics metrics;
   LiveStats live{wall_clock()};  // the dashboard's per-second history (live_stats.h)
-  WorkerPool pool;
+  TaskPool pool;
   http::Server server;
   mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
   std::atomic<uint64_t> next_id{1};
@@ -107,13 +107,14 @@ struct Gateway::Impl {
   std::condition_variable health_cv;
   bool health_stop = false;  // GUARDED_BY(health_mu)
   std::thread health_thread;
-  WorkerPool probe_pool{kProbeThreads, std::numeric_limits<size_t>::max()};  // health probes (health_loop)
+  TaskPool probe_pool{"router probe", kProbeThreads,
+                      std::numeric_limits<size_t>::max()};  // health probes (health_loop)
 
   Impl(GatewayOptions o, std::unique_ptr<Strategy> s)
       : options(std::move(o)),
         strategy(std::move(s)),
         registry(SteadyClock::instance(), options.health),
-        pool(options.workers, options.max_queue),
+        pool("router worker", options.workers, options.max_queue),
         server(options.http) {}
 
   // ---- helpers -------------------------------------------------------------------------------------------

@@ -12,13 +12,18 @@ std::vector<std::string> chat_format_names() {
   return names;
 }
 
-Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& info) {
+Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& info,
+                                    const model::jinja::RenderLimits& limits) {
   if (spec == "plain") {
     ChatFormat f;
     f.description = "plain";
-    f.formatter = [](const api::ApiRequest& r) -> Result<ChatPrompt> {
+    f.formatter = [](const api::ApiRequest& r, const std::function<bool()>&) -> Result<ChatPrompt> {
       if (!r.tools_json.empty())
         return invalid_argument("tools need a chat template; this server joins messages as plain text");
+      if (r.continue_final_message || !r.add_generation_prompt)
+        return invalid_argument(
+            "add_generation_prompt and continue_final_message need a chat template; this server joins messages as "
+            "plain text");
       ChatPrompt p;
       for (const api::ChatMessage& m : r.messages) {
         if (m.content.empty()) continue;
@@ -40,9 +45,14 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
   auto shared = std::make_shared<const model::ChatTemplateRenderer>(std::move(*renderer));
   ChatFormat f;
   f.description = shared->description();
-  f.formatter = [shared](const api::ApiRequest& r) -> Result<ChatPrompt> {
-    TS_ASSIGN_OR_RETURN(model::RenderedChat rc,
-                        shared->render(r.messages_json, r.tools_json, /*add_generation_prompt=*/true));
+  f.formatter = [shared, limits](const api::ApiRequest& r,
+                                 const std::function<bool()>& cancelled) -> Result<ChatPrompt> {
+    model::ChatRenderOptions o;
+    o.add_generation_prompt = r.add_generation_prompt;
+    o.continue_final_message = r.continue_final_message;
+    o.limits = limits;
+    o.cancelled = cancelled;
+    TS_ASSIGN_OR_RETURN(model::RenderedChat rc, shared->render(r.messages_json, r.tools_json, o));
     ChatPrompt p;
     p.text = std::move(rc.text);
     p.add_bos = rc.add_bos;

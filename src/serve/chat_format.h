@@ -24,8 +24,11 @@ struct ChatPrompt {
   model::ToolCallFormat tool_calls = model::ToolCallFormat::kNone;
 };
 
-// Turns a chat request into the prompt text the model was trained on. InvalidArgument when it cannot.
-using ChatFormatter = std::function<Result<ChatPrompt>(const api::ApiRequest&)>;
+// Turns a chat request into the prompt text the model was trained on (honouring the request's
+// add_generation_prompt and continue_final_message). InvalidArgument when it cannot; ResourceExhausted naming the
+// limit when the template spends more than its budget; Cancelled once `cancelled` returns true (may be empty).
+// A model's template is untrusted input: call this off the HTTP io threads (node_server.cc's render pool).
+using ChatFormatter = std::function<Result<ChatPrompt>(const api::ApiRequest&, const std::function<bool()>& cancelled)>;
 
 struct ChatFormat {
   ChatFormatter formatter;
@@ -33,8 +36,10 @@ struct ChatFormat {
 };
 
 // `spec` is --chat-template: "plain", a fallback family name, a template file or inline template, or empty
-// for the model's own template (FailedPrecondition when the model has none).
-Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& model);
+// for the model's own template (FailedPrecondition when the model has none). `limits`: what one render of a
+// Jinja template may spend (--template-max-steps, --template-max-memory).
+Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelChatInfo& model,
+                                    const model::jinja::RenderLimits& limits = {});
 std::vector<std::string> chat_format_names();
 
 }  // namespace tessera::serve

@@ -14,6 +14,7 @@
 #include "api/http_status.h"
 #include "api/resume.h"
 #include "base/log.h"
+#include "base/task_pool.h"
 #include "serve/metrics.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
@@ -138,9 +139,28 @@ struct NodeServer::Impl {
   std::atomic<bool> draining{false};
   std::atomic<int> calls{0};  // generation calls accepted and not yet over
   std::atomic<uint64_t> next_id{1};
+  // Declared last, so destroyed first: queued renders still find everything above alive.
+  TaskPool template_pool;
 
   Impl(engine::Engine& e, NodeOptions o)
-      : engine(e), options(std::move(o)), server(options.http), metrics(options.model_name) {}
+      : engine(e),
+        options(std::move(o)),
+        server(options.http),
+        metrics(options.model_name),
+        template_pool("chat template", std::max(1, options.template_threads), options.template_queue) {}
+
+  // Runs `work` on the template pool (a copy of the request travels with it); a full pool answers 503.
+  void on_template_pool(const http::Request& r, std::shared_ptr<http::ResponseWriter> w, std::string_view endpoint,
+                        std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
+    auto req = std::make_shared<http::Request>(r);
+    if (!template_pool.submit([req, w, work = std::move(work)] {
+          if (w->client_gone()) return;  // left while queued: nothing to render for
+          work(*req, w);
+        })) {
+      reply_error(w, endpoint,
+                  {503, "too many chat templates are being rendered; retry shortly", "service_unavailable", "", ""});
+    }
+  }
 
   // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
   void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const ApiError& e) {
@@ -376,7 +396,9 @@ struct NodeServer::Impl {
             {400, "this model has no chat template; start the server with --chat-template, or use /v1/completions",
              "invalid_request_error", "messages", ""});
       }
-      auto formatted = options.chat(r);
+      auto formatted = options.chat(r, [&w] { return w->client_gone(); });
+      // Every way a render fails is the request's (its conversation, or the model's template past its budget,
+      // which retrying elsewhere would not change): a 400, never a 429 or 5xx a router would retry.
       if (!formatted.ok())
         return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = formatted->text;
@@ -536,15 +558,19 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                   keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     d->handle_generate(r, std::move(w), false);
                   }));
-  d->server.route("POST", "/v1/chat/completions",
-                  keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-                    d->handle_generate(r, std::move(w), true);
-                  }));
+  d->server.route(
+      "POST", "/v1/chat/completions", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+        d->on_template_pool(r, std::move(w), "chat",
+                            [d](const http::Request& r, auto w) { d->handle_generate(r, std::move(w), true); });
+      }));
   // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
   d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-                    TokenizeReply t = tokenize_request(r.body, d->engine.tokenizer(), d->options.chat,
-                                                       d->options.model_name, d->engine.config().max_seq_len);
-                    w->send(t.status, t.body);
+                    d->on_template_pool(r, std::move(w), "tokenize", [d](const http::Request& r, auto w) {
+                      TokenizeReply t =
+                          tokenize_request(r.body, d->engine.tokenizer(), d->options.chat, d->options.model_name,
+                                           d->engine.config().max_seq_len, [&w] { return w->client_gone(); });
+                      w->send(t.status, t.body);
+                    });
                   }));
   d->server.route("POST", "/detokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     TokenizeReply t = detokenize_request(r.body, d->engine.tokenizer(), d->options.model_name);

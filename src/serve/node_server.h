@@ -2,7 +2,9 @@
 // server-sent events or whole), /v1/models, /health and /metrics, in front of one Engine.
 //
 // Handlers never block: they validate, tokenize and submit, and the engine's callbacks write the answer
-// (from the engine thread) through the http::ResponseWriter. A client that disconnects cancels its
+// (from the engine thread) through the http::ResponseWriter. Requests that render a chat template (chat
+// completions, /tokenize with messages) are handled on a template pool instead of the io thread, and a render
+// stops when its client goes away. A client that disconnects cancels its
 // request, which frees its KV blocks. stop() refuses new requests (503) and lets in-flight ones finish
 // within the grace period. POST /admin/role changes a switchable node's role live (serve/role_admin.h).
 #pragma once
@@ -38,6 +40,10 @@ struct NodeOptions {
   std::string backend;
   std::string device;
   api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
+  // Chat templates are rendered on a pool of their own (a model's template is untrusted input and may spend up
+  // to its step budget), never on the HTTP io threads or the engine loop, so /health and streams stay live.
+  int template_threads = 2;
+  size_t template_queue = 256;  // renders waiting beyond this are refused with 503
 };
 
 class NodeServer {

@@ -44,47 +44,53 @@ std::optional<TokenizeReply> get_bool(const json& j, const char* key, bool& out)
   return std::nullopt;
 }
 
+TokenizeReply ids_reply(std::vector<model::TokenId> ids, int max_model_len) {
+  json out = {{"count", ids.size()}, {"max_model_len", max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
+  return {200, dump(out)};
+}
+
 }  // namespace
 
 TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& tok, const ChatFormatter& chat,
-                               const std::string& model_name, int max_model_len) {
+                               const std::string& model_name, int max_model_len,
+                               const std::function<bool()>& cancelled) {
   auto parsed = parse_body(body, model_name);
   if (auto* e = std::get_if<TokenizeReply>(&parsed)) return *e;
   json& j = std::get<json>(parsed);
   const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
   const bool has_messages = j.contains("messages") && !j["messages"].is_null();
   if (has_prompt == has_messages) return error(400, "give exactly one of 'prompt' and 'messages'");
-  for (const char* unsupported : {"return_token_strs", "continue_final_message", "chat_template", "tools"}) {
+  for (const char* unsupported : {"return_token_strs", "chat_template", "tools"}) {
     auto it = j.find(unsupported);
     if (it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
       return error(400, fmt::format("'{}' is not supported by this server", unsupported), unsupported);
   }
-  std::string text;
-  bool add_special = true, template_bos = true;
   if (has_prompt) {
     if (!j["prompt"].is_string()) return error(400, "'prompt' must be a string", "prompt");
-    text = j["prompt"].get<std::string>();
-  } else {
-    bool add_generation_prompt = true;
-    if (auto e = get_bool(j, "add_generation_prompt", add_generation_prompt)) return *e;
-    if (!add_generation_prompt)
-      return error(400, "'add_generation_prompt': false is not supported by this server", "add_generation_prompt");
-    if (!chat) return error(400, "this model has no chat template; start the server with --chat-template", "messages");
-    // The messages are validated by the chat-completions parser itself, so both routes accept the same.
-    json as_chat = {{"model", model_name}, {"messages", j["messages"]}};
-    auto req = api::parse_request(dump(as_chat), /*chat=*/true);
-    if (auto* e = std::get_if<api::ApiError>(&req)) return {e->status, api::error_body(*e)};
-    auto rendered = chat(std::get<api::ApiRequest>(req));
-    if (!rendered.ok()) return error(400, rendered.status().message(), "messages");
-    text = std::move(rendered->text);
-    template_bos = rendered->add_bos;
+    bool add_special = true;
+    if (auto e = get_bool(j, "add_special_tokens", add_special)) return *e;
+    return ids_reply(tok.tokenize(j["prompt"].get<std::string>(), {.add_special = add_special, .parse_special = true}),
+                     max_model_len);
   }
+  if (!chat) return error(400, "this model has no chat template; start the server with --chat-template", "messages");
+  // The messages and the template fields are validated by the chat-completions parser itself, so both routes
+  // accept the same.
+  json as_chat = {{"model", model_name}, {"messages", j["messages"]}};
+  for (const char* key : {"add_generation_prompt", "continue_final_message"})
+    if (j.contains(key)) as_chat[key] = j[key];
+  auto req = api::parse_request(dump(as_chat), /*chat=*/true);
+  if (auto* e = std::get_if<api::ApiError>(&req)) return {e->status, api::error_body(*e)};
+  auto rendered = chat(std::get<api::ApiRequest>(req), cancelled);
+  if (!rendered.ok()) return error(400, rendered.status().message(), "messages");
+  // vLLM's default for messages: add_special_tokens false, so the ids are the template's own, BOS included where
+  // the template writes it: exactly what chat completions feeds the engine. True adds the tokenizer's special
+  // tokens on top, as vLLM does (a second BOS after a template that wrote one).
+  bool add_special = false;
   if (auto e = get_bool(j, "add_special_tokens", add_special)) return *e;
-  // A template that writes BOS itself leaves none to add (chat completions tokenizes the same way).
-  add_special = add_special && template_bos;
-  std::vector<model::TokenId> ids = tok.tokenize(text, {.add_special = add_special, .parse_special = true});
-  json out = {{"count", ids.size()}, {"max_model_len", max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
-  return {200, dump(out)};
+  std::vector<model::TokenId> ids =
+      tok.tokenize(rendered->text, {.add_special = rendered->add_bos || add_special, .parse_special = true});
+  if (add_special && rendered->add_bos && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
+  return ids_reply(std::move(ids), max_model_len);
 }
 
 TokenizeReply detokenize_request(std::string_view body, const model::Tokenizer& tok, const std::string& model_name) {

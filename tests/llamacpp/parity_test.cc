@@ -213,6 +213,8 @@ Continuations continue_prompts(const std::string& model, const std::vector<std::
     testing::LlamaServer peer(model, kContext, kThreads);
     if (!peer.ready()) return {peer.error(), {}, {}};
     for (const auto& p : prompts) c.llamacpp.push_back(peer.complete(p, kNewTokens));
+    // A peer that died under the prompts failed itself: say so instead of reporting a parity difference.
+    if (std::string f = peer.failure(); !f.empty()) return {f, {}, {}};
   }
   TesseraServer ours(tessera_model);
   if (ours.url().empty()) return {"tessera serve did not start on " + tessera_model, {}, {}};

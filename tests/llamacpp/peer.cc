@@ -75,8 +75,7 @@ std::string llamacpp_quantize(const std::string& in, const std::string& out, con
   argv.insert(argv.end(), {in, out, preset, "1"});  // the trailing 1: threads, out of two busy cores
   ProcessResult r = run_process(argv, 300.0);
   if (r.exit_code == 0 && !r.timed_out && fs::exists(out)) return "";
-  return "llama-quantize " + preset + " failed (exit " + std::to_string(r.exit_code) +
-         (r.timed_out ? ", timed out" : "") + "): " + tail(r.out + r.err, 15);
+  return "llama-quantize " + preset + " failed (" + peer_failure(r) + "): " + tail(r.out + r.err, 15);
 }
 
 LlamaServer::LlamaServer(const std::string& model, int context, int threads, double timeout_seconds) {
@@ -122,7 +121,8 @@ LlamaServer::LlamaServer(const std::string& model, int context, int threads, dou
     }
     if (url_.empty()) {
       if (exited() || std::chrono::steady_clock::now() > deadline) {
-        error_ = "llama-server did not start listening (log " + log_ + "):\n" + tail(read_text(log_), 20);
+        error_ = (crash_.empty() ? "llama-server did not start listening" : crash_) + " (log " + log_ + "):\n" +
+                 tail(read_text(log_), 20);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -132,7 +132,8 @@ LlamaServer::LlamaServer(const std::string& model, int context, int threads, dou
     auto r = http::fetch({.url = url_ + "/health", .timeout_ms = 5000});
     if (r.ok() && r->status == 200) return;
     if (exited() || std::chrono::steady_clock::now() > deadline) {
-      error_ = "llama-server at " + url_ + " never became healthy (log " + log_ + "):\n" + tail(read_text(log_), 20);
+      error_ = (crash_.empty() ? "llama-server at " + url_ + " never became healthy" : crash_) + " (log " + log_ +
+               "):\n" + tail(read_text(log_), 20);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -146,14 +147,42 @@ LlamaServer::~LlamaServer() {
   waitpid(pid_, &status, 0);
 }
 
+std::string LlamaServer::failure() {
+  if (!exited()) return "";
+  return (crash_.empty() ? std::string("llama-server is not running") : crash_) + " (log " + log_ + "):\n" +
+         tail(read_text(log_), 20);
+}
+
 bool LlamaServer::exited() {
   if (pid_ <= 0) return true;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
     pid_ = -1;
+    crash_ = describe_exit(status);
     return true;
   }
   return false;
+}
+
+std::string describe_exit(int wait_status) {
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    const char* name = sigdescr_np(sig);
+    return "the peer crashed (signal " + std::to_string(sig) + (name != nullptr ? std::string(", ") + name : "") +
+           "): llama.cpp itself failed, not a parity difference";
+  }
+  return "the peer exited with status " + std::to_string(WEXITSTATUS(wait_status)) +
+         ": llama.cpp itself failed, not a parity difference";
+}
+
+std::string peer_failure(const ProcessResult& r) {
+  if (r.timed_out) return "timed out";
+  if (r.exit_code > 128) {
+    const int sig = r.exit_code - 128;
+    const char* name = sigdescr_np(sig);
+    return "the peer crashed (signal " + std::to_string(sig) + (name != nullptr ? std::string(", ") + name : "") + ")";
+  }
+  return "exit " + std::to_string(r.exit_code);
 }
 
 Continuation LlamaServer::complete(const std::vector<int32_t>& prompt, int n) {
@@ -167,7 +196,13 @@ Continuation LlamaServer::complete(const std::vector<int32_t>& prompt, int n) {
                         .body = body.dump(),
                         .timeout_ms = 120000});
   if (!r.ok()) {
-    ADD_FAILURE() << "llama-server /completion: " << r.status().to_string();
+    // A peer that died under the request is llama.cpp's failure, told apart from a parity difference.
+    if (exited()) {
+      ADD_FAILURE() << "llama-server /completion: " << crash_ << " (log " << log_ << "):\n"
+                    << tail(read_text(log_), 20);
+    } else {
+      ADD_FAILURE() << "llama-server /completion: " << r.status().to_string();
+    }
     return {};
   }
   if (r->status != 200) {

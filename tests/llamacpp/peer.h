@@ -31,6 +31,12 @@ std::string llamacpp_bin_dir();
 // "" when every binary the parity tests need is there, else what is missing and how to build it.
 std::string llamacpp_missing();
 
+// What a wait status says of a peer that ended: "the peer crashed (signal N, NAME): ..." for a signal, else its exit
+// status; worded so that a crash of llama.cpp reads apart from a parity failure.
+std::string describe_exit(int wait_status);
+// The same for a finished run_process(): "the peer crashed (signal N, NAME)", "exit N" or "timed out".
+std::string peer_failure(const ProcessResult& r);
+
 // `llama-quantize [extra_args...] in out preset`; returns "" on success, else the tool's output.
 std::string llamacpp_quantize(const std::string& in, const std::string& out, const std::string& preset,
                               const std::vector<std::string>& extra_args);
@@ -49,6 +55,8 @@ class LlamaServer {
   // The greedy (temperature 0) continuation of `prompt` (token ids, sent as they are: no BOS added), at most
   // `n` tokens, stopping where llama.cpp stops (end of generation). Records a test failure on any error.
   Continuation complete(const std::vector<int32_t>& prompt, int n);
+  // "" while the server runs; once it has ended, how ("the peer crashed (signal 11, ...)").
+  std::string failure();
 
  private:
   bool exited();  // reaps the child if it has exited
@@ -57,6 +65,7 @@ class LlamaServer {
   std::string log_;  // its stdout and stderr
   std::string url_;
   std::string error_;
+  std::string crash_;  // how the child ended, once exited() has reaped it
 };
 
 }  // namespace tessera::testing

@@ -72,7 +72,7 @@ TEST(ChatTools, ToolsReachTheTemplate) {
   auto f = make_chat_format("", info);
   ASSERT_TRUE(f.ok()) << f.status().message();
   const std::string user = R"({"model":"m","messages":[{"role":"user","content":"Hi"}])";
-  auto p = f->formatter(req(user + "," + kTools + "}"));
+  auto p = f->formatter(req(user + "," + kTools + "}"), {});
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_TRUE(p->add_bos);  // the template wrote BOS; it is left to the tokenizer, once
   EXPECT_EQ(p->text,
@@ -80,10 +80,10 @@ TEST(ChatTools, ToolsReachTheTemplate) {
             "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}</tools>"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(p->tool_calls, ToolCallFormat::kHermes);
-  auto none = f->formatter(req(user + "," + kTools + R"(,"tool_choice":"none"})"));
+  auto none = f->formatter(req(user + "," + kTools + R"(,"tool_choice":"none"})"), {});
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->tool_calls, ToolCallFormat::kNone);  // not parsed back
-  auto no_tools = f->formatter(req(user + "}"));
+  auto no_tools = f->formatter(req(user + "}"), {});
   ASSERT_TRUE(no_tools.ok());
   EXPECT_EQ(no_tools->text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(no_tools->tool_calls, ToolCallFormat::kNone);
@@ -91,13 +91,13 @@ TEST(ChatTools, ToolsReachTheTemplate) {
   info.chat_template = "{{ raise_exception('Conversation roles must alternate') }}";
   auto refusing = make_chat_format("", info);
   ASSERT_TRUE(refusing.ok());
-  auto r = refusing->formatter(req(user + "}"));
+  auto r = refusing->formatter(req(user + "}"), {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("Conversation roles must alternate"), std::string::npos);
   // Fallback families cannot render tools: said so, not ignored.
   auto chatml = make_chat_format("chatml", info);
   ASSERT_TRUE(chatml.ok());
-  EXPECT_FALSE(chatml->formatter(req(user + "," + kTools + "}")).ok());
+  EXPECT_FALSE(chatml->formatter(req(user + "," + kTools + "}"), {}).ok());
   // A template that does not parse is refused at startup with its line.
   info.chat_template = "ok\n{% if x %}";
   auto broken = make_chat_format("", info);

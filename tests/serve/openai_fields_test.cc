@@ -45,7 +45,13 @@ TEST(OpenAiFields, NotHonouredFieldsAre400sNamingTheField) {
   EXPECT_EQ(refused_param(R"("reasoning_effort":"high")", true), "reasoning_effort");
   EXPECT_EQ(refused_param(R"("store":true)", true), "store");
   EXPECT_EQ(refused_param(R"("modalities":["text","audio"])", true), "modalities");
-  EXPECT_EQ(refused_param(R"("add_generation_prompt":false)", true), "add_generation_prompt");
+  // vLLM's template fields are honoured (the chat template sees them), with its rule that both cannot be true.
+  EXPECT_FALSE(std::get<ApiRequest>(parse(R"("add_generation_prompt":false)", true)).add_generation_prompt);
+  const ApiRequest cont =
+      std::get<ApiRequest>(parse(R"("add_generation_prompt":false,"continue_final_message":true)", true));
+  EXPECT_TRUE(cont.continue_final_message);
+  EXPECT_EQ(refused_param(R"("continue_final_message":true)", true), "continue_final_message");
+  EXPECT_EQ(refused_param(R"("add_generation_prompt":"no")", true), "add_generation_prompt");
   EXPECT_EQ(refused_param(R"("echo":true)", true), "echo");
   EXPECT_EQ(refused_param(R"("echo":true)", false), "(accepted)");  // completions honour echo
 }

@@ -111,13 +111,13 @@ TEST(ChatFormat, PlainJoinsContents) {
       R"({"model":"m","messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Tell a story."}]})");
   auto plain = make_chat_format("plain", {});
   ASSERT_TRUE(plain.ok());
-  auto s = plain->formatter(r);
+  auto s = plain->formatter(r, {});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->text, "Be kind.\n\nTell a story.");
   auto chatml = make_chat_format("chatml", {});
   ASSERT_TRUE(chatml.ok());
   r = req(R"({"model":"m","messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Hi"}]})");
-  auto c = chatml->formatter(r);
+  auto c = chatml->formatter(r, {});
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->text, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   auto bad = make_chat_format("nope", {});

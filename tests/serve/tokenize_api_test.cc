@@ -22,10 +22,11 @@ class TokenizeApi : public ::testing::Test {
     auto t = model::load_tokenizer(testing::stories260k_dir() + "/tok512.bin");
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     tok_ = std::move(*t);
-    chat_ = [](const api::ApiRequest& r) -> Result<ChatPrompt> {
+    chat_ = [](const api::ApiRequest& r, const std::function<bool()>&) -> Result<ChatPrompt> {
       std::string s;
       for (const api::ChatMessage& x : r.messages) s += x.role + ": " + x.content + "\n";
-      return ChatPrompt{.text = s + "assistant:"};
+      if (r.continue_final_message) s += "(continued)";
+      return ChatPrompt{.text = s + (r.add_generation_prompt ? "assistant:" : "")};
     };
   }
   json ok_tokenize(const std::string& body) {
@@ -59,19 +60,35 @@ TEST_F(TokenizeApi, PromptIdsAreTheTokenizersWithAndWithoutSpecialTokens) {
 TEST_F(TokenizeApi, MessagesAreRenderedWithTheChatTemplateAsChatCompletionsDoes) {
   json body = {{"model", "stories"},
                {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}}};
+  // vLLM's default for messages, add_special_tokens false: the ids chat completions feeds the engine, with the
+  // template's BOS (this template leaves BOS to the tokenizer, as a template writing BOS does) and no other.
+  const std::vector<model::TokenId> chat_ids = tok_->encode("system: Be brief.\nuser: Hi\nassistant:", true);
+  ASSERT_EQ(chat_ids.front(), tok_->bos_id());
   json j = ok_tokenize(body.dump());
-  EXPECT_EQ(j["tokens"].get<std::vector<model::TokenId>>(),
-            tok_->encode("system: Be brief.\nuser: Hi\nassistant:", true));
+  EXPECT_EQ(j["tokens"].get<std::vector<model::TokenId>>(), chat_ids);
   body["add_special_tokens"] = false;
-  j = ok_tokenize(body.dump());
-  EXPECT_EQ(j["tokens"].get<std::vector<model::TokenId>>(),
-            tok_->encode("system: Be brief.\nuser: Hi\nassistant:", false));
+  EXPECT_EQ(ok_tokenize(body.dump())["tokens"].get<std::vector<model::TokenId>>(), chat_ids);
+  // True adds the tokenizer's BOS on top of the template's, as vLLM does.
+  body["add_special_tokens"] = true;
+  std::vector<model::TokenId> doubled = chat_ids;
+  doubled.insert(doubled.begin(), tok_->bos_id());
+  EXPECT_EQ(ok_tokenize(body.dump())["tokens"].get<std::vector<model::TokenId>>(), doubled);
+  body.erase("add_special_tokens");
+  // add_generation_prompt and continue_final_message reach the template, as on /v1/chat/completions.
+  body["add_generation_prompt"] = false;
+  EXPECT_EQ(ok_tokenize(body.dump())["tokens"].get<std::vector<model::TokenId>>(),
+            tok_->encode("system: Be brief.\nuser: Hi\n", true));
+  body["continue_final_message"] = true;
+  EXPECT_EQ(ok_tokenize(body.dump())["tokens"].get<std::vector<model::TokenId>>(),
+            tok_->encode("system: Be brief.\nuser: Hi\n(continued)", true));
+  body["add_generation_prompt"] = true;
+  expect_error(tokenize_request(body.dump(), *tok_, chat_, "stories", 256), 400, "cannot both be true");
   // Bad messages are refused by the same rules as /v1/chat/completions.
   expect_error(tokenize_request(R"({"messages":[{"role":"wizard","content":"x"}]})", *tok_, chat_, "stories", 256), 400,
                "role");
   expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}]})", *tok_, nullptr, "stories", 256), 400,
                "no chat template");
-  expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})", *tok_,
+  expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})", *tok_,
                                 chat_, "stories", 256),
                400, "add_generation_prompt");
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "model/jinja/budget.h"
 #include "model/jinja/interpreter.h"
 #include "model/jinja/text.h"
 
@@ -34,6 +35,7 @@ std::string js_replace(const std::string& s, const std::string& from, const std:
         --remaining;
       }
       out += cp;
+      check_value_size(out.size());
     }
     if (remaining > 0) out += to;
     return out;
@@ -44,6 +46,7 @@ std::string js_replace(const std::string& s, const std::string& from, const std:
     if (hit == std::string::npos || remaining == 0) break;
     out.append(s, pos, hit - pos);
     out += to;
+    check_value_size(out.size());
     --remaining;
     pos = hit + from.size();
   }

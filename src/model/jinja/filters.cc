@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "model/jinja/budget.h"
 #include "model/jinja/interpreter.h"
 #include "model/jinja/text.h"
 
@@ -53,6 +54,7 @@ std::string indent_lines(const std::string& s, int64_t width, bool first, bool b
     size_t nl = s.find('\n', pos);
     std::string part = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
     if (line > 0) out += '\n';
+    check_value_size(out.size() + pad.size() + part.size());
     if ((!first && line == 0) || (!blank && part.empty())) {
       out += part;
     } else {
@@ -69,13 +71,17 @@ std::string join_values(const Value& operand, const std::string& sep) {
   std::string out;
   if (operand.is_string()) {
     auto cps = code_points(operand.str());
-    for (size_t i = 0; i < cps.size(); ++i) out += (i ? sep : "") + cps[i];
+    for (size_t i = 0; i < cps.size(); ++i) {
+      out += (i ? sep : "") + cps[i];
+      check_value_size(out.size());
+    }
     return out;
   }
   const Array& a = operand.items();
   for (size_t i = 0; i < a.size(); ++i) {
     if (i) out += sep;
     out += a[i].to_raw_string();
+    check_value_size(out.size());
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/jinja/budget.h"
 #include "model/jinja/text.h"
 
 namespace tessera::model::jinja {
@@ -182,9 +183,15 @@ Interpreter::Args Interpreter::eval_args(const NodeList& args, const EnvPtr& env
   return a;
 }
 
-Value Interpreter::eval(const Node& n, const EnvPtr& env) {
+void Interpreter::step() {
   if (++steps_ > options_.limits.max_steps)
-    fail_limit(fmt::format("rendering took more than {} steps (an endless loop?)", options_.limits.max_steps));
+    fail_limit(fmt::format("rendering took more than {} steps (the template's step limit)", options_.limits.max_steps));
+  if ((steps_ & 4095) == 0 && options_.cancelled && options_.cancelled())
+    throw RenderError{"rendering was cancelled (the client went away)", 0, false, true};
+}
+
+Value Interpreter::eval(const Node& n, const EnvPtr& env) {
+  step();
   try {
     switch (n.kind) {
       case NodeKind::kProgram:
@@ -462,8 +469,11 @@ Value Interpreter::eval_for(const Node& n, const EnvPtr& env) {
       s->vars[target.list[j]->str] = item.items()[j];
     }
   };
+  // The loop's own copies of its items, held while it runs.
+  ScopedCharge copies(2 * all.size() * sizeof(Value));
   Array items;
   for (const Value& item : all) {
+    step();  // an iteration is a step even when nothing in it is evaluated
     if (test != nullptr) {
       auto loop_scope = std::make_shared<Env>(scope);
       bind(loop_scope, item);

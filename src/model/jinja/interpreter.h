@@ -8,7 +8,8 @@
 // Errors unwind as RenderError (a private exception type: raise_exception and hundreds of type checks deep
 // inside expressions make that far more readable than threading a Status through every call); Template
 // catches it, so no exception leaves the module. Every evaluation step counts against a budget, output has
-// a size cap and macro calls a depth cap, so no template can loop, recurse or grow without bound.
+// a size cap, values built a memory budget (budget.h) and macro calls a depth cap, so no template can loop,
+// recurse or grow without bound; every few thousand steps the caller's cancellation is polled.
 #pragma once
 
 #include <memory>
@@ -24,8 +25,9 @@ namespace tessera::model::jinja {
 
 struct RenderError {
   std::string message;
-  int line = 0;        // 0: not known yet; the interpreter adds the line of the node being evaluated
-  bool limit = false;  // a RenderLimits cap, not a template error
+  int line = 0;            // 0: not known yet; the interpreter adds the line of the node being evaluated
+  bool limit = false;      // a RenderLimits cap, not a template error
+  bool cancelled = false;  // RenderOptions::cancelled said stop
 };
 [[noreturn]] void fail(std::string message);
 [[noreturn]] void fail_limit(std::string message);
@@ -72,6 +74,8 @@ class Interpreter {
   void bind_macro_arguments(const std::string& name, const NodeList& params, bool wants_kwargs, bool wants_varargs,
                             std::vector<Value> args, const EnvPtr& scope);
   void check_output(size_t size) const;
+  // One step of the budget; every few thousand, the caller's cancellation is polled.
+  void step();
 
   const RenderOptions& options_;
   Flow flow_ = Flow::kNormal;

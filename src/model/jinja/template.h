@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,11 +27,16 @@ namespace tessera::model::jinja {
 
 struct Node;
 
+// What one render may spend (docs/security.md, "Chat templates"). The real templates of llama.cpp's models/templates
+// render a long conversation in a few thousand steps and well under a megabyte; these leave orders of magnitude
+// of room while a hostile template stops within about a second of one core (kDefaultTemplateSteps).
 struct RenderLimits {
-  size_t max_output_bytes = 8u << 20;  // any one block's text, and so the whole prompt
-  uint64_t max_steps = 20'000'000;     // evaluated nodes; a real chat template needs thousands
-  int max_call_depth = 64;             // nested macro calls
-  int64_t max_range = 1'000'000;       // elements of one range()
+  size_t max_output_bytes = 8u << 20;      // the whole prompt, any one block's text, and any one string value
+  uint64_t max_memory_bytes = 256u << 20;  // strings and arrays the render holds at once (budget.h)
+  uint64_t max_built_bytes = 4ull << 30;   // strings and arrays built over the whole render: the copying work
+  uint64_t max_steps = 2'000'000;          // evaluated nodes
+  int max_call_depth = 64;                 // nested macro calls
+  int64_t max_range = 1'000'000;           // elements of one range()
 };
 
 struct RenderOptions {
@@ -38,6 +44,8 @@ struct RenderOptions {
   std::optional<int64_t> now_unix_seconds;
   bool utc = false;
   RenderLimits limits;
+  // Polled every few thousand steps; true stops the render with Cancelled (the client went away). May be empty.
+  std::function<bool()> cancelled;
 };
 
 class Template {
@@ -46,7 +54,8 @@ class Template {
   static Result<Template> parse(std::string_view source);
 
   // Renders with `context` as the global variables. InvalidArgument "line N: ..." for a runtime error (a
-  // type mismatch, raise_exception's message, an unknown filter); ResourceExhausted past a limit.
+  // type mismatch, raise_exception's message, an unknown filter); ResourceExhausted past a limit (the message
+  // names it); Cancelled when options.cancelled() said so.
   Result<std::string> render(const Object& context, const RenderOptions& options = {}) const;
 
  private:

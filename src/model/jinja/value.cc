@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/jinja/budget.h"
+
 #include "model/jinja/text.h"
 
 namespace tessera::model::jinja {
@@ -64,14 +66,14 @@ Value Value::number(double f) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  v.s_ = charged_string(std::move(s));
   return v;
 }
 Value Value::array(Array items, bool tuple) {
   Value v;
   v.kind_ = Kind::kArray;
   v.tuple_ = tuple;
-  v.arr_ = std::make_shared<Array>(std::move(items));
+  v.arr_ = charged_array(std::move(items));
   return v;
 }
 Value Value::object(Object o, bool kwargs) {
@@ -202,9 +204,20 @@ std::string float_display(double f) {
   return js_number_string(f);
 }
 
+constexpr int kMaxJsonDepth = 256;
+
 void json_into(std::string& out, const Value& v, const JsonOptions& o, int depth, bool undefined_as_null,
                Status& status) {
   if (!status.ok()) return;
+  // Arrays and objects are shared by reference, so a template can put a list inside itself.
+  if (depth > kMaxJsonDepth) {
+    status =
+        invalid_argument(fmt::format("cannot convert to JSON: values nest deeper than {} (a list that "
+                                     "contains itself?)",
+                                     kMaxJsonDepth));
+    return;
+  }
+  check_value_size(out.size());
   std::string item_sep = o.has_separators ? o.item_separator : (o.indent > 0 ? "," : ", ");
   std::string key_sep = o.has_separators ? o.key_separator : ": ";
   switch (v.kind()) {
@@ -225,6 +238,7 @@ void json_into(std::string& out, const Value& v, const JsonOptions& o, int depth
       return;
     case Kind::kString:
       out += json_quote(v.str(), o.ensure_ascii);
+      check_value_size(out.size());
       return;
     case Kind::kFunction:
       status = invalid_argument("cannot convert a function to JSON");
@@ -365,6 +379,7 @@ std::string Value::to_raw_string() const {
       for (size_t i = 0; i < arr_->size(); ++i) {
         if (i > 0) out += ',';
         out += (*arr_)[i].to_display();
+        check_value_size(out.size());
       }
       return out;
     }

@@ -95,9 +95,16 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
   }
   if (v.kind == VocabKind::kByteLevelBpe && v.merges.empty())
     return invalid_argument("GGUF gpt2 tokenizer has no tokenizer.ggml.merges");
+  // llama.cpp's tools write "no such token" as -1, which a uint32 key holds as 4294967295 (its LLAMA_TOKEN_NULL):
+  // read either as absent, as llama.cpp does. Any other id outside the vocabulary is an error: a model whose BOS,
+  // EOS or UNK cannot be looked up would be computed wrongly.
   auto id = [&](const char* key, TokenId& out) -> Status {
     if (c.find(key) == nullptr) return ok_status();
     TS_ASSIGN_OR_RETURN(int64_t x, c.get_int(key));
+    if (x == -1 || x == int64_t{0xFFFFFFFF}) {
+      out = -1;
+      return ok_status();
+    }
     if (x < 0 || x >= static_cast<int64_t>(n))
       return invalid_argument(fmt::format("GGUF {} = {} is outside the vocabulary of {}", key, x, n));
     out = static_cast<TokenId>(x);

@@ -1,14 +1,14 @@
-#include "router/worker_pool.h"
+#include "base/task_pool.h"
 
 #include "base/guarded.h"
 
-namespace tessera::router {
+namespace tessera {
 
-WorkerPool::WorkerPool(int threads, size_t max_queue) : max_queue_(max_queue) {
+TaskPool::TaskPool(std::string name, int threads, size_t max_queue) : name_(std::move(name)), max_queue_(max_queue) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
 }
 
-WorkerPool::~WorkerPool() {
+TaskPool::~TaskPool() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -17,7 +17,7 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-bool WorkerPool::submit(std::function<void()> task) {
+bool TaskPool::submit(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     if (stopping_ || queue_.size() >= max_queue_) return false;
@@ -27,22 +27,22 @@ bool WorkerPool::submit(std::function<void()> task) {
   return true;
 }
 
-void WorkerPool::drop_queued() {
+void TaskPool::drop_queued() {
   std::lock_guard lock(mu_);
   queue_.clear();
 }
 
-size_t WorkerPool::queued() const {
+size_t TaskPool::queued() const {
   std::lock_guard lock(mu_);
   return queue_.size();
 }
 
-int WorkerPool::busy() const {
+int TaskPool::busy() const {
   std::lock_guard lock(mu_);
   return busy_;
 }
 
-void WorkerPool::loop() {
+void TaskPool::loop() {
   for (;;) {
     std::function<void()> task;
     {
@@ -53,10 +53,10 @@ void WorkerPool::loop() {
       queue_.pop_front();
       ++busy_;
     }
-    run_guarded("router worker", task);
+    run_guarded(name_, task);
     std::lock_guard lock(mu_);
     --busy_;
   }
 }
 
-}  // namespace tessera::router
+}  // namespace tessera
