@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/quant.h"
 #include "base/rng.h"
 
 namespace tessera::model {
@@ -232,19 +233,30 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   specs.push_back({"output_norm.weight", {d}, true});
   if (!c.tied_embeddings) specs.push_back({"output.weight", {c.vocab_size, d}, false});
 
+  // Matrices may be stored as f16/bf16 straight away (half the memory of f32 for the big shapes); every value is
+  // drawn in f32 first, so the same seed gives the same model, only rounded.
+  const DType half = options.matrix_dtype.value_or(DType::kF32);
+  TS_CHECK(half == DType::kF32 || half == DType::kF16 || half == DType::kBF16);
+  auto stored_type = [&](const Spec& s) {
+    const bool matrix = s.shape.size() >= 2 && !s.name.ends_with("ffn_gate_inp.weight");
+    return matrix ? half : DType::kF32;
+  };
   size_t total = 0;
   for (const Spec& s : specs) {
     size_t n = 1;
     for (int64_t x : s.shape) n *= static_cast<size_t>(x);
-    total += n;
+    total += dtype_bytes(stored_type(s), n);
   }
-  auto storage = std::make_shared<std::vector<float>>(total);
+  auto storage = std::make_shared<std::vector<uint8_t>>(total);
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 1);
   SynthModel out{c, ModelWeights(storage)};
-  float* p = storage->data();
+  uint8_t* p = storage->data();
+  std::vector<float> v, embd;  // one tensor's values; the embedding's, kept for --decisive
   for (const Spec& s : specs) {
-    WeightTensor t{s.name, DType::kF32, s.shape, reinterpret_cast<const uint8_t*>(p), 0};
+    const DType type = stored_type(s);
+    WeightTensor t{s.name, type, s.shape, p, 0};
     size_t n = static_cast<size_t>(t.numel());
+    v.resize(n);
     if (s.name == "rope_factors_long.weight" || s.name == "rope_factors_short.weight") {
       // Phi-3's shape of factors: 1 for the fastest pairs, growing towards the slowest (long: up to the
       // context factor; short: a few percent), seeded jitter on top.
@@ -252,26 +264,26 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       const float top = is_long ? c.rope_scaling.factor : 1.1f;
       for (size_t i = 0; i < n; ++i) {
         const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
-        p[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
+        v[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
       }
     } else {
-      for (size_t i = 0; i < n; ++i) p[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
+      for (size_t i = 0; i < n; ++i) v[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
     }
+    if (options.decisive && s.name == "token_embd.weight") embd = v;
     if (options.decisive && s.name == "output.weight") {
-      const WeightTensor* embd = out.weights.find("token_embd.weight");
-      TS_CHECK(embd != nullptr && static_cast<size_t>(embd->numel()) == n);
-      const auto* e = reinterpret_cast<const float*>(embd->data);
+      TS_CHECK(embd.size() == n);
       const float norm = 1.0f / std::sqrt(1.25f);  // keeps the rows' scale
-      for (size_t i = 0; i < n; ++i) p[i] = (e[i] + 0.5f * p[i]) * norm;
+      for (size_t i = 0; i < n; ++i) v[i] = (embd[i] + 0.5f * v[i]) * norm;
     }
     const bool classifier = s.name == "output.weight" || (s.name == "token_embd.weight" && c.tied_embeddings);
     if (options.rare_byte_tokens && classifier) {
       constexpr int64_t kFirstByte = 3, kBytes = 256;
       for (int64_t row = kFirstByte; row < std::min<int64_t>(kFirstByte + kBytes, s.shape[0]); ++row)
-        for (int64_t k = 0; k < s.shape[1]; ++k) p[row * s.shape[1] + k] *= 0.1f;
+        for (int64_t k = 0; k < s.shape[1]; ++k) v[static_cast<size_t>(row * s.shape[1] + k)] *= 0.1f;
     }
-    t.bytes = n * sizeof(float);
-    p += n;
+    t.bytes = dtype_bytes(type, n);
+    TS_CHECK(quantize(v, type, p).ok());
+    p += t.bytes;
     out.weights.add(std::move(t));
   }
   return out;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct SynthWeightOptions {
   // engines whose roundings differ (llama.cpp's and Tessera's activation quantisation) rarely part at a near
   // tie. The classifier is still its own tensor (reading token_embd in its place gives other tokens).
   bool decisive = false;
+  // Matrices (not norms, biases or a MoE router) stored as f16 or bf16 from the start: half the memory of f32,
+  // for shapes of billions of parameters. nullopt (or f32): f32.
+  std::optional<DType> matrix_dtype;
 };
 
 SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed, const SynthWeightOptions& options = {});
