@@ -117,9 +117,29 @@ void add_experts(std::vector<Case>& cases) {
   }
 }
 
+// Wide rows and many of them: the backends split the work over their threads (the cpu's final weighted sum is a
+// parallel loop over rows, whose workers must reach the caller's results).
+void add_wide_experts(std::vector<Case>& cases) {
+  for (DType w : {DType::kF32, DType::kQ8_0, DType::kQ4_K}) {
+    const int64_t n = 64, dim = 1024, ff = 256, experts = 8, k = 4;
+    cases.push_back({"moe_experts", w, fmt::format("n={} dim={} ff={} experts={} k={} threads", n, dim, ff, experts, k),
+                     w == DType::kF32 ? kFloatMoe : w == DType::kQ4_K ? kKQuantMoe : kQuantMoe, false,
+                     [=](CaseEnv& e) -> Op {
+                       std::vector<int32_t> ids(static_cast<size_t>(n * k));
+                       for (int64_t t = 0; t < n; ++t)
+                         for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t + 3 * j) % experts);
+                       return MoeExpertsOp{e.random(DType::kF32, {n, dim}), e.ints({n, k}, ids),
+                                           e.random(DType::kF32, {n, k}),   e.weight(w, {experts, ff, dim}),
+                                           e.weight(w, {experts, ff, dim}), e.weight(w, {experts, dim, ff}),
+                                           e.output(DType::kF32, {n, dim})};
+                     }});
+  }
+}
+
 }  // namespace
 
 void add_moe_cases(std::vector<Case>& cases) {
+  add_wide_experts(cases);
   add_route(cases);
   add_experts(cases);
 }

@@ -86,7 +86,8 @@ Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx) {
     if (ids[i] < 0 || ids[i] >= experts)
       return out_of_range(fmt::format("moe_experts: expert id {} is outside [0, {})", ids[i], experts));
   }
-  thread_local Scratch s;
+  thread_local Scratch tls;  // the calling thread's; the workers below reach it through this reference
+  Scratch& s = tls;
   // Counting sort of the (row, slot) pairs by expert, stable: an expert's rows stay in row order.
   s.count.assign(static_cast<size_t>(experts) + 1, 0);
   for (int64_t i = 0; i < n * k; ++i) ++s.count[static_cast<size_t>(ids[i]) + 1];
