@@ -27,9 +27,9 @@ void for_each_tensor(Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           f(o.x), f(o.w), f(o.out), f(o.bias);
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {

@@ -79,6 +79,13 @@ void check_scores(Checker& c, const AttentionScores& s) {
   c.require(s.window >= 0, "scores.window must be >= 0");
 }
 
+// Optional attention sinks: one f32 logit per query head.
+void check_sinks(Checker& c, const Tensor& sinks, const Tensor& q) {
+  if (!sinks.valid() || !c.ok()) return;
+  c.present(sinks, "sinks").dtype(sinks, "sinks", DType::kF32).rank(sinks, "sinks", 1);
+  if (c.ok()) c.dim(sinks, "sinks", 0, q.dim(1));
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) {
@@ -154,6 +161,7 @@ Status validate(const Op& op) {
           c.present(o.block_table, "block_table").rank(o.block_table, "block_table", 1);
           c.dtype(o.block_table, "block_table", DType::kI32).require(o.start_pos >= 0, "start_pos is negative");
           check_scores(c, o.scores);
+          check_sinks(c, o.sinks, o.q);
           if (c.ok()) {
             int64_t need = o.start_pos + o.q.dim(0);
             c.require(need <= o.block_table.dim(0) * o.k_cache.dim(1), "the block table does not cover every position");
@@ -165,6 +173,7 @@ Status validate(const Op& op) {
           c.rank(o.block_tables, "block_tables", 2).dtype(o.block_tables, "block_tables", DType::kI32);
           c.rank(o.context_lens, "context_lens", 1).dtype(o.context_lens, "context_lens", DType::kI32);
           check_scores(c, o.scores);
+          check_sinks(c, o.sinks, o.q);
           if (c.ok()) {
             c.dim(o.block_tables, "block_tables", 0, o.q.dim(0)).dim(o.context_lens, "context_lens", 0, o.q.dim(0));
           }

@@ -77,10 +77,13 @@ struct KvWriteOp {
 // Causal attention for n consecutive tokens of ONE sequence at positions start_pos .. start_pos + n - 1,
 // whose keys and values (these n included) are already in the cache. q [n, n_heads, head_dim],
 // block_table i32 [max_blocks], out [n, n_heads, head_dim]. Query head h reads kv head h / (n_heads / n_kv_heads).
+// sinks (optional f32 [n_heads], gpt-oss): head h's softmax has one more logit, sinks[h], that takes probability
+// but reads no value: p_t = exp(s_t - m) / (sum_t exp(s_t - m) + exp(sinks[h] - m)), m = max(max_t s_t, sinks[h]).
 struct AttentionPrefillOp {
   Tensor q, k_cache, v_cache, block_table, out;
   int32_t start_pos = 0;
   AttentionScores scores;
+  Tensor sinks;  // optional
 };
 
 // One new token for each of b sequences. q [b, n_heads, head_dim]; block_tables i32 [b, max_blocks];
@@ -88,6 +91,7 @@ struct AttentionPrefillOp {
 struct AttentionDecodeOp {
   Tensor q, k_cache, v_cache, block_tables, context_lens, out;
   AttentionScores scores;
+  Tensor sinks;  // optional, as AttentionPrefillOp's
 };
 
 // out [n, m] = x [n, k] . w[m, k]^T (+ bias [m] when given; Qwen2's q/k/v projections have one).

@@ -44,7 +44,7 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
   };
   for (const char* s : {"head_dim=64", "head_dim=128", "heads=7/1", "heads=4/2", "b=64", "ctx<=4096", "n=17",
                         "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf", "moe_experts/q4_k",
-                        "gate_up", "swiglu_oai", "softmax_weight", "ties+nan"}) {
+                        "gate_up", "swiglu_oai", "softmax_weight", "ties+nan", "sinks"}) {
     EXPECT_TRUE(has(s)) << s;
   }
 }

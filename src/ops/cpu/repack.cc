@@ -227,9 +227,9 @@ Status check_unpacked_operands(const Op& op) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           any(o.k, o.v, o.k_cache, o.v_cache, o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          any(o.q, o.k_cache, o.v_cache, o.block_table, o.out);
+          any(o.q, o.k_cache, o.v_cache, o.block_table, o.out, o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          any(o.q, o.k_cache, o.v_cache, o.block_tables, o.context_lens, o.out);
+          any(o.q, o.k_cache, o.v_cache, o.block_tables, o.context_lens, o.out, o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           any(o.x, o.out, o.bias);  // the weight is what the layout is for
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {

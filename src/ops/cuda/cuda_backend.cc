@@ -55,10 +55,10 @@ Support capability(const Op& op) {
     return Support::no("cuda embedding takes an f32 table");
   if (const auto* r = std::get_if<RopeOp>(&op); r && r->freqs.valid())
     return Support::no("cuda rope has no frequency table (rope scaling)");
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !a->scores.is_default())
-    return Support::no("cuda attention has no scale, soft-cap or sliding window");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !a->scores.is_default())
-    return Support::no("cuda attention has no scale, soft-cap or sliding window");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
+    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
+    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act != Activation::kSilu)
     return Support::no("cuda has no gelu*mul");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))

@@ -105,6 +105,10 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
+    return Support::no("opencl attention has no sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
+    return Support::no("opencl attention has no sinks");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
     return Support::no("opencl has no mixture-of-experts kernels (moe_route, moe_experts)");
   const Tensor* cache = nullptr;
