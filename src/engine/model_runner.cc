@@ -278,6 +278,11 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
   experts.down_bias = lw.experts_down_bias;
   experts.gate_up = lw.experts_gate_up;
   experts.act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
+  if (m.swiglu_limit > 0.0f) {
+    experts.act = ops::Activation::kSwigluOai;
+    experts.alpha = 1.702f;  // llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constant (and gpt-oss's)
+    experts.limit = m.swiglu_limit;
+  }
   return run(experts);
 }
 
@@ -313,6 +318,10 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
+    TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
+    if (config_.attn_sinks) {
+      TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+    }
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
     TS_RETURN_IF_ERROR(upload_ffn(weights, l, layer));
     if (config_.qk_norm) {
@@ -390,20 +399,20 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     if (decodes > 0) {
       TS_RETURN_IF_ERROR(
           run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
-                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores}));
+                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
     }
     for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
       const Placed& p = placed[pi];
       const auto len = static_cast<int64_t>(p.segment->tokens.size());
       ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
       TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
-                                                     att.rows(p.row0, len), p.start, lw.scores}));
+                                                     att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
     }
     if (after_layer) {
       TS_RETURN_IF_ERROR(stream_->synchronize());
       TS_RETURN_IF_ERROR(after_layer(l));
     }
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));

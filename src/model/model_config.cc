@@ -36,7 +36,7 @@ std::string_view expert_gating_name(ExpertGating g) {
 }
 
 std::vector<std::string> supported_archs() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"};
 }
 
 bool ModelConfig::has_moe_layers() const {
@@ -76,6 +76,15 @@ Status apply_arch_features(ModelConfig& c) {
     c.moe.gating = ExpertGating::kSoftmax;
     c.moe.normalize_weights = true;
   }
+  if (a == "gpt-oss") {
+    // llama.cpp's openai-moe: SOFTMAX_WEIGHT routing, no renormalisation, LLM_FFN_SWIGLU_OAI_MOE (alpha 1.702,
+    // limit 7), sinks, sliding window on every other layer starting with layer 0.
+    c.moe.gating = ExpertGating::kSoftmaxWeight;
+    c.moe.normalize_weights = false;
+    c.moe.swiglu_limit = 7.0f;
+    c.attn_sinks = true;
+    c.sliding_pattern = 2;
+  }
   const bool gemma = a == "gemma2" || a == "gemma3";
   c.post_norms = gemma;
   c.gelu_mlp = gemma;
@@ -92,6 +101,8 @@ int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
   if (c.arch == "qwen2") attention += q + 2 * kv;  // q/k/v biases
+  if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
+  if (c.attn_sinks) attention += c.n_heads;
   if (c.qk_norm) attention += 2 * c.head_dim;
   if (c.post_norms) attention += 2 * d;
   const int64_t experts = active_only ? c.moe.n_experts_used : c.moe.n_experts;
@@ -99,7 +110,8 @@ int64_t count_parameters(const ModelConfig& c, bool active_only) {
   for (int l = 0; l < c.n_layers; ++l) {
     total += attention;
     total += c.layer_kind(l).ffn == FfnKind::kMoe
-                 ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim)
+                 ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
+                       (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
                  : 3 * d * h;
   }
   const int64_t emb = static_cast<int64_t>(c.vocab_size) * d;
@@ -161,6 +173,8 @@ Status ModelConfig::validate() const {
                                           moe.expert_hidden_dim));
     if (!(moe.weights_scale > 0.0f) || !std::isfinite(moe.weights_scale))
       return invalid_argument(fmt::format("expert weights scale {} must be positive", moe.weights_scale));
+    if (!(moe.swiglu_limit >= 0.0f) || !std::isfinite(moe.swiglu_limit))
+      return invalid_argument(fmt::format("swiglu limit {} must be >= 0", moe.swiglu_limit));
   }
   const RopeScaling& r = rope_scaling;
   if (r.type != RopeScalingType::kNone) {

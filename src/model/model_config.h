@@ -14,6 +14,9 @@
 //                             sliding-window layers
 //   qwen3moe                  qwen3 whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
 //   llama + experts (Mixtral) llama whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
+//   gpt-oss                   q/k/v/o biases, attention sinks, every other layer sliding (window 128), YaRN;
+//                             experts with biases routed by softmax over the top k (router bias), clamped SwiGLU
+//                             (alpha 1.702, limit 7); its file names the pre-FFN norm post_attention_norm
 // What each layer holds is data too (LayerKind): its attention (full softmax attention; linear attention is a
 // kind no family fills yet) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
 // `moe` describes). The runner dispatches on the kind, so a hybrid model is a list of kinds, not a new family.
@@ -71,6 +74,9 @@ struct MoeConfig {
   ExpertGating gating = ExpertGating::kSoftmax;
   bool normalize_weights = false;  // the k chosen weights divided by their sum (expert_weights_norm)
   float weights_scale = 1.0f;      // then multiplied by this (expert_weights_scale)
+  // > 0: the experts' activation is gpt-oss's clamped SwiGLU with this limit (and alpha 1.702, as llama.cpp);
+  // 0: SiLU(gate) * up.
+  float swiglu_limit = 0.0f;
   bool enabled() const { return n_experts > 0; }
 };
 
@@ -109,6 +115,7 @@ struct ModelConfig {
   int sliding_window = 0;           // > 0: sliding layers attend to the last `sliding_window` positions
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
+  bool attn_sinks = false;          // blk.N.attn_sinks.weight [n_heads]: one more softmax logit per head (gpt-oss)
 
   MoeConfig moe;  // the experts of kMoe layers
   // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;

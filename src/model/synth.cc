@@ -31,7 +31,7 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 std::vector<std::string> synth_shape_names() {
   return {"tiny",       "stories15M",   "stories110M", "qwen2.5-0.5b", "llama2-7b", "llama3.2-1b", "llama3.1-8b",
           "mistral-7b", "smollm2-135m", "qwen3-0.6b",  "gemma2-2b",    "gemma3-1b", "phi3-mini",   "phi3-mini-128k",
-          "qwen3-30b-a3b", "mixtral-8x7b"};
+          "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"};
 }
 
 namespace {
@@ -104,6 +104,22 @@ Result<ModelConfig> family_shape(const std::string& name) {
     c.rope_theta = 1000000.0f;
     c.tied_embeddings = false;
     c.moe = {8, 2, 14336, ExpertGating::kSoftmax, true, 1.0f};
+  } else if (name == "gpt-oss-20b") {
+    // gpt-oss-20b: 32 experts of 2880, 4 per token; 64 heads of 64 (q 4096 wide on a 2880 residual), 8 kv heads;
+    // every other layer slides over 128 positions; YaRN x32 from 4096.
+    c = make_shape(2880, 2880, 24, 64, 8, 201088, 131072);
+    c.arch = "gpt-oss";
+    c.head_dim = 64;
+    c.rope_theta = 150000.0f;
+    c.tied_embeddings = false;
+    c.sliding_window = 128;
+    c.rope_scaling.type = RopeScalingType::kYarn;
+    c.rope_scaling.factor = 32.0f;
+    c.rope_scaling.original_context = 4096;
+    c.rope_scaling.beta_fast = 32.0f;
+    c.rope_scaling.beta_slow = 1.0f;
+    c.rope_scaling.mscale = 1.0f + 0.1f * std::log(32.0f);
+    c.moe = {32, 4, 2880, ExpertGating::kSoftmaxWeight, false, 1.0f, 7.0f};
   } else {
     return invalid_argument(
         fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
@@ -201,7 +217,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
     specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
-    if (c.arch == "qwen2") {
+    if (c.arch == "qwen2" || c.arch == "gpt-oss") {
       specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
       specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
       specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
@@ -211,6 +227,8 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
     }
     specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
+    if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
+    if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
     if (c.layer_kind(l).ffn == FfnKind::kMoe) {
@@ -219,6 +237,12 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "ffn_gate_exps.weight"), {e, f, d}, false});
       specs.push_back({layer_tensor_name(l, "ffn_down_exps.weight"), {e, d, f}, false});
       specs.push_back({layer_tensor_name(l, "ffn_up_exps.weight"), {e, f, d}, false});
+      if (c.arch == "gpt-oss") {  // biases on the router and on every expert
+        specs.push_back({layer_tensor_name(l, "ffn_gate_inp.bias"), {e}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_gate_exps.bias"), {e, f}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_down_exps.bias"), {e, d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_up_exps.bias"), {e, f}, false});
+      }
     } else {
       specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
       specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
@@ -238,7 +262,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   const DType half = options.matrix_dtype.value_or(DType::kF32);
   TS_CHECK(half == DType::kF32 || half == DType::kF16 || half == DType::kBF16);
   auto stored_type = [&](const Spec& s) {
-    const bool matrix = s.shape.size() >= 2 && !s.name.ends_with("ffn_gate_inp.weight");
+    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") && !s.name.ends_with("ffn_gate_inp.weight");
     return matrix ? half : DType::kF32;
   };
   size_t total = 0;
@@ -266,6 +290,9 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
         const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
         v[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
       }
+    } else if (s.name.ends_with("attn_sinks.weight")) {
+      // Sinks of the size of the attention scores, so that they take a real share of each softmax.
+      for (size_t i = 0; i < n; ++i) v[i] = rng.next_normal();
     } else {
       for (size_t i = 0; i < n; ++i) v[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
     }

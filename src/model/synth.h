@@ -24,7 +24,8 @@ namespace tessera::model {
 // Family shapes, at their published configs: llama2-7b, llama3.2-1b and llama3.1-8b (llama3 rope scaling),
 // mistral-7b (v0.3), smollm2-135m, qwen3-0.6b, gemma2-2b, gemma3-1b, phi3-mini (4k) and phi3-mini-128k
 // (longrope, with synthetic factor tensors); mixture-of-experts shapes qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts of
-// 768, 8 per token) and mixtral-8x7b (8 experts of 14336, 2 per token).
+// 768, 8 per token), mixtral-8x7b (8 experts of 14336, 2 per token) and gpt-oss-20b (32 experts of 2880, 4 per
+// token, sinks, biases, alternating sliding window, YaRN).
 Result<ModelConfig> synth_shape(const std::string& name);
 // The same family at test size (dim 64, head_dim 32, 2 kv heads, vocab 512, at most 6 layers and 512
 // positions), every feature kept active: sliding windows of 8, rope scaling from a context of 128 (64 for

@@ -62,6 +62,7 @@ struct ParityShape {
   std::string source_dtype;              // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
   std::vector<std::string> synth_flags;  // more `tessera synth` flags
   double gap_quantile = 1.0;             // the share of shared tokens the logprob bound holds for at 8-bit presets
+  std::vector<std::string> presets = {};  // kPresets' names to run (empty: every one)
 };
 
 // Test names show the shape's name, not its bytes.
@@ -99,6 +100,8 @@ const std::vector<ParityShape> kShapes = {
     {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
     {"qwen3moe_30b_a3b", "qwen3-30b-a3b", 2, "f32", kSmall256, 0.9},
     {"mixtral_8x7b", "mixtral-8x7b", 2, "f32", kSmall256, 0.9},
+    // gpt-oss is published with MXFP4 experts: llama-quantize's MXFP4_MOE (experts MXFP4, the rest Q8_0).
+    {"gpt_oss_20b", "gpt-oss-20b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M", "MXFP4_MOE"}},
 };
 // clang-format on
 
@@ -123,6 +126,7 @@ const std::vector<ParityPreset> kPresets = {
     {"Q4_0", {}, 0.1, false},
     {"Q6_K", {}, 0.05, true},
     {"Q4_K_M", {}, 0.1, true},
+    {"MXFP4_MOE", {}, 0.1, true},  // only for the shapes that list it (MoE shapes: experts in MXFP4)
 };
 // clang-format on
 constexpr double kSourceMaxLogprobGap = 0.02;  // the f32/f16 file as tessera synth wrote it
@@ -356,6 +360,8 @@ TEST_P(LlamaCppParity, GreedyContinuationsMatchLlamaServer) {
   expect_agreement(shape.name + " " + shape.source_dtype + " (as tessera synth wrote it)", prompts,
                    continue_prompts(source, prompts), kSourceMaxLogprobGap);
   for (const ParityPreset& preset : kPresets) {
+    const bool listed = std::find(shape.presets.begin(), shape.presets.end(), preset.name) != shape.presets.end();
+    if (shape.presets.empty() ? preset.name == "MXFP4_MOE" : !listed) continue;
     const std::string file = dir + "/" + shape.name + "-" + preset.name + ".gguf";
     const std::string err = testing::llamacpp_quantize(source, file, preset.name, preset.quantize_flags);
     EXPECT_TRUE(err.empty()) << shape.name << " " << preset.name << ": " << err;
