@@ -273,6 +273,47 @@ TEST(MoeHf, ExpertsStackedAsTransformers5SavesThem) {
       << broken.status().message();
 }
 
+// gpt-oss as transformers keeps it: gate_up_proj [E, dim, 2 ff] with gate and up interleaved in its columns,
+// down_proj [E, ff, dim], biases alike, the router and sinks under their own names; MXFP4 safetensors refused.
+TEST(MoeHf, GptOssExpertsAsTransformersKeepsThem) {
+  const std::string dir = testing::scratch_dir();
+  SynthModel m = small("gpt-oss-20b");
+  ASSERT_TRUE(write_model("safetensors", dir + "/oss", m.config, m.weights, {}).ok());
+  std::string bytes = *read_file(dir + "/oss/model.safetensors");
+  auto st = parse_safetensors({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, dir);
+  ASSERT_TRUE(st.ok());
+  std::map<std::string, const SafetensorsTensor*> by;
+  for (const SafetensorsTensor& t : st->tensors) by[t.name] = &t;
+  const SafetensorsTensor* gu = by["model.layers.1.mlp.experts.gate_up_proj"];
+  ASSERT_NE(gu, nullptr);
+  EXPECT_EQ(gu->shape, (std::vector<int64_t>{8, 64, 256}));
+  EXPECT_EQ(by["model.layers.1.mlp.experts.down_proj"]->shape, (std::vector<int64_t>{8, 128, 64}));
+  EXPECT_EQ(by["model.layers.1.mlp.experts.gate_up_proj_bias"]->shape, (std::vector<int64_t>{8, 256}));
+  EXPECT_EQ(by["model.layers.1.self_attn.sinks"]->shape, (std::vector<int64_t>{4}));
+  EXPECT_NE(by["model.layers.1.mlp.router.bias"], nullptr);
+  EXPECT_NE(by["model.layers.1.self_attn.o_proj.bias"], nullptr);
+  // x @ gate_up_proj: column 2j of expert 3 is gate row j, column 2j + 1 up row j (here j = 5, input 7).
+  const auto* g = reinterpret_cast<const float*>(m.weights.find("blk.1.ffn_gate_exps.weight")->data);
+  const auto* u = reinterpret_cast<const float*>(m.weights.find("blk.1.ffn_up_exps.weight")->data);
+  const auto* hf = reinterpret_cast<const float*>(gu->data);
+  const int64_t e = 3, j = 5, i = 7, f = 128, d = 64;
+  EXPECT_EQ(hf[(e * d + i) * 2 * f + 2 * j], g[(e * f + j) * d + i]);
+  EXPECT_EQ(hf[(e * d + i) * 2 * f + 2 * j + 1], u[(e * f + j) * d + i]);
+  auto loaded = load_model(dir + "/oss", "", false);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(run("ref", loaded->config, loaded->weights).logits, run("ref", m.config, m.weights).logits);
+  // The published checkpoints keep their experts as MXFP4 blocks in safetensors: refused by name.
+  Json cfg = Json::parse(*read_file(dir + "/oss/config.json"));
+  cfg["quantization_config"] = {{"quant_method", "mxfp4"}};
+  const std::string text = cfg.dump();
+  ASSERT_TRUE(
+      write_file_atomic(dir + "/oss/config.json", {reinterpret_cast<const uint8_t*>(text.data()), text.size()}).ok());
+  auto refused = load_model(dir + "/oss", "", false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("quantization_config mxfp4"), std::string::npos)
+      << refused.status().message();
+}
+
 // Qwen3-MoE's mlp_only_layers makes some layers dense: the kinds are per layer, and the runner follows them.
 TEST(MoeHf, DenseLayersAmongExpertLayers) {
   const std::string dir = testing::scratch_dir();

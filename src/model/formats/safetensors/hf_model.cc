@@ -10,6 +10,7 @@
 
 #include "base/mapped_file.h"
 #include "model/formats/safetensors/hf_experts.h"
+#include "model/formats/safetensors/hf_gpt_oss.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
 #include "model/tokenizer/bpe_tokenizer.h"
@@ -48,6 +49,11 @@ constexpr NamePair kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // gpt-oss
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.sinks", "attn_sinks.weight"},
+    {"mlp.router.weight", "ffn_gate_inp.weight"},
+    {"mlp.router.bias", "ffn_gate_inp.bias"},
 };
 
 // HF name -> GGUF name; nullopt for tensors the engine does not use (rotary caches).
@@ -129,6 +135,7 @@ constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
     {"Phi3ForCausalLM", "phi3"},          {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
+    {"GptOssForCausalLM", "gpt-oss"},
 };
 
 // The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
@@ -312,6 +319,7 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   TS_RETURN_IF_ERROR(parse_family(j, c, name));
   if (c.arch == "qwen3moe" || arch == "MixtralForCausalLM")
     TS_RETURN_IF_ERROR(hf::parse_moe_config(j, arch == "MixtralForCausalLM", c, name));
+  if (c.arch == "gpt-oss") TS_RETURN_IF_ERROR(hf::parse_gpt_oss_config(j, c, name));
   TS_RETURN_IF_ERROR(parse_rope_scaling(j, c, name));
   if (Status s = c.validate(); !s.ok()) return s.with_context(name);
   return c;
@@ -361,7 +369,11 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   }
   const ModelConfig& c = m.config;
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
-  if (c.has_moe_layers()) TS_RETURN_IF_ERROR(hf::stack_experts(tensors, c, mixtral, storage->owned, dir));
+  if (c.arch == "gpt-oss") {
+    TS_RETURN_IF_ERROR(hf::gpt_oss_experts_from_hf(tensors, c, storage->owned, dir));
+  } else if (c.has_moe_layers()) {
+    TS_RETURN_IF_ERROR(hf::stack_experts(tensors, c, mixtral, storage->owned, dir));
+  }
   if (c.arch == "llama") {
     for (WeightTensor& t : tensors) {
       bool q = t.name.ends_with("attn_q.weight"), k = t.name.ends_with("attn_k.weight");
@@ -504,7 +516,13 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   Json cfg;
   cfg["architectures"] = {hf_arch};
   cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch == "qwen3moe" ? "qwen3_moe" : mixtral ? "mixtral" : c.arch;
-  if (c.has_moe_layers()) TS_RETURN_IF_ERROR(hf::write_moe_config(c, mixtral, cfg));
+  if (c.arch == "gpt-oss") {
+    cfg["model_type"] = "gpt_oss";
+    TS_RETURN_IF_ERROR(hf::write_gpt_oss_config(c, cfg));
+    TS_RETURN_IF_ERROR(hf::gpt_oss_experts_to_hf(ex.tensors, c, ex.owned));
+  } else if (c.has_moe_layers()) {
+    TS_RETURN_IF_ERROR(hf::write_moe_config(c, mixtral, cfg));
+  }
   cfg["hidden_size"] = c.dim;
   cfg["intermediate_size"] = c.hidden_dim;
   cfg["num_hidden_layers"] = c.n_layers;
@@ -584,7 +602,8 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     std::vector<WeightTensor> parts = {t};
     if (t.name.starts_with("blk.")) {
       const size_t dot = t.name.find('.', 4);
-      parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
+      if (c.arch != "gpt-oss")
+        parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
     }
     for (const WeightTensor& p : parts) {
       const std::string hf_name = p.name.starts_with("blk.") ? to_hf_name(p.name, gemma) : p.name;
