@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "base/quant.h"
 #include "model/rope_scaling.h"
@@ -59,6 +59,29 @@ bool device_runs(ops::Device& device, const model::WeightTensor& w) {
 
 }  // namespace
 
+std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config) {
+  std::vector<std::string> out;
+  if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
+    out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  if (config.attn_sinks) {
+    // One query head over a one-block f32 cache, with a sink.
+    const int64_t hd = config.head_dim;
+    auto cb = device.alloc(static_cast<size_t>(hd) * 4);
+    auto qb = device.alloc(static_cast<size_t>(hd) * 4);
+    auto ob = device.alloc(static_cast<size_t>(hd) * 4);
+    auto ib = device.alloc(8);
+    if (cb.ok() && qb.ok() && ob.ok() && ib.ok()) {
+      ops::Tensor cache(cb->get(), 0, DType::kF32, {1, 1, 1, hd}), q(qb->get(), 0, DType::kF32, {1, 1, hd});
+      ops::Tensor o(ob->get(), 0, DType::kF32, {1, 1, hd}), table(ib->get(), 0, DType::kI32, {1, 1});
+      ops::Tensor lens(ib->get(), 4, DType::kI32, {1}), sinks(ib->get(), 4, DType::kF32, {1});
+      ops::AttentionDecodeOp probe{q, cache, cache, table, lens, o};
+      probe.sinks = sinks;
+      if (!device.supports(probe).supported) out.push_back("attention sinks");
+    }
+  }
+  return out;
+}
+
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights) {
   std::vector<DType> out;
   for (const model::WeightTensor& w : weights.tensors()) {
@@ -94,11 +117,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
                     "(--graph off) or pick a backend that records (cpu, opencl, cuda)",
                     device.info().backend));
   }
-  if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32)) {
-    return unimplemented(fmt::format(
-        "the {} backend has no mixture-of-experts operators (moe_route, moe_experts) for this {} model's expert "
-        "layers: run it on cpu or ref",
-        device.info().backend, config.arch));
+  if (std::vector<std::string> missing = unsupported_layer_features(device, config); !missing.empty()) {
+    return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
+                                     device.info().backend, config.arch, fmt::join(missing, " or ")));
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();

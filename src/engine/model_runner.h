@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -61,6 +62,11 @@ struct RunnerOptions {
 // at load, at f32's memory and bandwidth cost); empty: it runs every weight as stored. `tessera serve --backend
 // auto` asks this of each backend.
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights);
+
+// What the model's layers ask of operators that `device` does not do, each as a phrase naming it ("mixture-of-
+// experts layers (moe_route, moe_experts)", "attention sinks"); empty: it runs every layer kind. ModelRunner::create
+// refuses such a device with these; `--backend auto` passes it over.
+std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config);
 
 class ModelRunner {
  public:

@@ -382,5 +382,23 @@ TEST(MoeEngine, BatchingAndChunkingNeverChangeARow) {
   }
 }
 
+// A backend without the MoE operators or sinks is refused at load, naming what it lacks (not at the first step);
+// the cpu backend has both.
+TEST(MoeEngine, ABackendWithoutTheOperatorsIsRefusedByName) {
+  SynthModel m = small("gpt-oss-20b");
+  auto cpu = ops::open_device("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE(engine::unsupported_layer_features(**cpu, m.config).empty());
+  auto cl = ops::open_device("opencl");
+  if (!cl.ok()) GTEST_SKIP() << "no opencl device here to play the backend without MoE: " << cl.status().message();
+  auto missing = engine::unsupported_layer_features(**cl, m.config);
+  EXPECT_EQ(missing.size(), 2u);
+  auto r = engine::ModelRunner::create(**cl, m.config, m.weights, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("moe_experts"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("attention sinks"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace tessera::model
