@@ -88,6 +88,17 @@ std::vector<TokenId> vocab_end_of_generation(const Tokenizer& tok) {
     if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) != kEndOfGenerationText.end())
       ids.push_back(id);
   }
+  // gpt-oss's harmony vocabulary (o200k_harmony) ends a turn with <|return|> or <|call|>; its <|end|> closes one
+  // message of the turn (the analysis channel before the final one), so as llama.cpp does, a vocabulary with all
+  // three does not stop at <|end|>.
+  auto find = [&](std::string_view text) -> TokenId {
+    for (TokenId id : ids)
+      if (tok.special_text(id) == text) return id;
+    return -1;
+  };
+  if (find("<|return|>") >= 0 && find("<|call|>") >= 0) {
+    if (const TokenId end = find("<|end|>"); end >= 0) ids.erase(std::find(ids.begin(), ids.end(), end));
+  }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
