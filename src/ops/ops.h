@@ -152,8 +152,9 @@ struct MoeRouteOp {
 // down [E, dim, ff] in any matmul weight type (each expert's slice is a matrix as MatMulOp takes it), or instead
 // of gate and up one gate_up [E, 2 ff, dim] whose expert slices hold gate's rows then up's (llama.cpp's
 // ffn_gate_up_exps); biases optional f32 [E, ff], [E, ff], [E, dim]; act as SiluMulOp (kSwigluOai with alpha and
-// limit). Backends compute each expert once per call over all the rows routed to it (one read of its weights per
-// step), and every row's result is the same whatever else is in the batch.
+// limit). Every row's result is the same whatever else is in the batch. The cpu backend computes each expert once per
+// call over all the rows routed to it (one read of its weights per step); opencl gives each output its own
+// work-item, which reads its expert's row.
 struct MoeExpertsOp {
   Tensor x, ids, weights, gate, up, down, out;
   Tensor gate_bias, up_bias, down_bias;  // optional
