@@ -50,11 +50,13 @@ struct ServeArgs {
   int max_batch_tokens = 2048;
   double admission_window_ms = 50;
   double admission_gap_ms = 5;
+  std::string jump_forward = "on";
   int block_size = 16;
   double kv_memory_mib = 1024;
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
+  std::string reasoning_parser;                // empty: detected from the chat template
   model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
   double template_max_memory_mib = 256;
   int template_threads = 2;
@@ -97,16 +99,16 @@ int run_serve(const ServeArgs& a) {
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
-  std::fprintf(stderr, "tessera serve: loaded %s (%s), tokenizer %s\n",
-               std::filesystem::absolute(model->checkpoint_path).lexically_normal().c_str(), model->format.c_str(),
-               std::filesystem::absolute(model->tokenizer_path).lexically_normal().c_str());
+  log::info("loaded {} ({}), tokenizer {}",
+            std::filesystem::absolute(model->checkpoint_path).lexically_normal().string(), model->format,
+            std::filesystem::absolute(model->tokenizer_path).lexically_normal().string());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
   auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
   const std::string& backend = chosen->name;
-  if (!chosen->reason.empty()) std::fprintf(stderr, "tessera serve: backend %s\n", chosen->reason.c_str());
+  if (!chosen->reason.empty()) log::info("backend {}", chosen->reason);
   // The served context: --max-model-len, else the model's, shortened (with a warning) to what the KV budget
   // holds, as vLLM does, so that a 32k-context model starts with the default budget.
   model::ModelConfig cfg = model->config;
@@ -131,10 +133,10 @@ int run_serve(const ServeArgs& a) {
     cfg.max_seq_len = a.max_model_len;
   } else if (budget_blocks * a.block_size < cfg.max_seq_len && budget_blocks > 0) {
     const auto fits = static_cast<int>(budget_blocks * a.block_size);
-    std::fprintf(stderr,
-                 "tessera serve: warning: --kv-memory %g MiB holds %d tokens, less than the model's context of %d; "
-                 "serving a context of %d (set --max-model-len or --kv-memory to choose)\n",
-                 a.kv_memory_mib, fits, cfg.max_seq_len, fits);
+    log::warn(
+        "--kv-memory {} MiB holds {} tokens, less than the model's context of {}; serving a context of {} (set "
+        "--max-model-len or --kv-memory to choose)",
+        a.kv_memory_mib, fits, cfg.max_seq_len, fits);
     cfg.max_seq_len = fits;
   }
   const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
@@ -158,6 +160,7 @@ int run_serve(const ServeArgs& a) {
   eo.admission_gap = std::chrono::microseconds(static_cast<int64_t>(a.admission_gap_ms * 1000));
   eo.scheduler.max_waiting = a.max_queue;
   eo.end_of_generation = model->generation.end_of_generation;
+  eo.jump_forward = a.jump_forward == "on";
   engine::Engine engine(**runner, *model->tokenizer, eo);
 
   serve::NodeOptions no;
@@ -187,6 +190,7 @@ int run_serve(const ServeArgs& a) {
   // falls back to its family when one is recognisable, with a warning; a model with no template serves
   // /v1/completions only and says so on /v1/chat/completions.
   const model::ModelChatInfo chat_info = model::model_chat_info(*model);
+  std::string template_source;  // what the reasoning parser is detected from
   model::jinja::RenderLimits limits = a.template_limits;
   limits.max_memory_bytes = static_cast<uint64_t>(a.template_max_memory_mib * 1024 * 1024);
   no.template_threads = a.template_threads;
@@ -194,6 +198,7 @@ int run_serve(const ServeArgs& a) {
     auto format = serve::make_chat_format(a.chat_template, chat_info, limits);
     if (!format.ok()) return fail(format.status().message());
     no.chat = std::move(format->formatter);
+    template_source = format->source;
     log::info("chat template: {}", format->description);
   } else if (!model->chat_template.empty()) {
     auto format = serve::make_chat_format("", chat_info, limits);
@@ -206,9 +211,16 @@ int run_serve(const ServeArgs& a) {
     }
     if (format.ok()) {
       no.chat = std::move(format->formatter);
+      template_source = format->source;
       log::info("chat template: {}", format->description);
     }
   }
+  auto reasoning = serve::choose_reasoning_format(a.reasoning_parser, template_source);
+  if (!reasoning.ok()) return fail(reasoning.status().message());
+  no.reasoning = *reasoning;
+  if (no.reasoning != serve::ReasoningFormat::kNone)
+    log::info("reasoning parser: {}{}", serve::reasoning_format_name(no.reasoning),
+              a.reasoning_parser.empty() ? " (detected from the chat template)" : "");
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both" || a.role_switchable) {
     serve::PdOptions po;
@@ -275,15 +287,14 @@ int run_serve(const ServeArgs& a) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "tessera serve: %s received, draining (up to %d ms)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-               a.shutdown_grace_ms);
+  log::info("{} received, draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", a.shutdown_grace_ms);
   {
     std::lock_guard<std::mutex> lock(registration_mu);
     registration.reset();
   }
   node.stop(a.shutdown_grace_ms);
   engine.stop();
-  std::fprintf(stderr, "tessera serve: stopped\n");
+  log::info("stopped");
   return 0;
 }
 
@@ -368,6 +379,10 @@ Action add_serve_command(CLI::App& app) {
                   "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
+  cmd->add_option("--grammar-jump-forward", args->jump_forward,
+                  "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -384,6 +399,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template,
                   "Chat template: a Jinja file (or tokenizer_config.json), inline Jinja, or a named format: plain, "
                   "llama-2, llama-3, chatml (default: the model's own template)");
+  cmd->add_option("--reasoning-parser", args->reasoning_parser,
+                  "How chat replies carry reasoning (reasoning_content): qwen3, deepseek_r1, gpt_oss or none "
+                  "(default: detected from the chat template)");
   // A model's chat template is untrusted input (docs/security.md): what one render may spend, and its threads.
   cmd->add_option("--template-max-steps", args->template_limits.max_steps,
                   "Evaluation steps one chat-template render may take (a 400 past it)")

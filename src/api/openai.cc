@@ -1,5 +1,6 @@
 #include "api/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/http_status.h"
+#include "api/internal/openai_fields.h"
 
 namespace tessera::api {
 namespace {
@@ -131,20 +133,33 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
-    if (c.is_string() && (c == "auto" || c == "none")) {
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       r.tool_choice = c.get<std::string>();
-    } else if ((c.is_string() && c == "required") || c.is_object()) {
-      return bad(
-          "tool_choice 'required' or a named function needs constrained decoding, which this server does not "
-          "do; use 'auto' or 'none'",
-          "tool_choice");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r.tool_choice = "function";
+      r.tool_choice_function = c["function"]["name"].get<std::string>();
     } else {
-      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}", "tool_choice");
+      return bad(
+          "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice");
+    }
+    // Forcing a call (enforced by a grammar of the tools' parameter schemas, serve/forced_tools.h) needs tools.
+    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools_json.empty())
+      return bad(fmt::format("tool_choice '{}' needs 'tools'", r.tool_choice), "tool_choice");
+    if (r.tool_choice == "function") {
+      bool found = false;
+      for (const ojson& t : body["tools"]) found = found || t["function"]["name"] == r.tool_choice_function;
+      if (!found)
+        return bad(fmt::format("tool_choice names function '{}', which is not among 'tools'", r.tool_choice_function),
+                   "tool_choice");
     }
   }
-  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
-      !body["parallel_tool_calls"].is_boolean())
-    return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean())
+      return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    r.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
   return std::nullopt;
 }
 
@@ -158,38 +173,23 @@ struct NotHonoured {
 bool never(const json&) { return false; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
 constexpr NotHonoured kNotHonoured[] = {
-    {"logit_bias", false, is_empty},
-    {"response_format", false, [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
     {"function_call", true, never},
     {"prediction", true, never},
     {"web_search_options", true, never},
     {"modalities", true, [](const json& v) { return v == json::array({"text"}); }},
     {"store", true, is_false},
-    {"reasoning_effort", true, never},
     {"verbosity", true, never},
     {"service_tier", false, [](const json& v) { return v == "auto" || v == "default"; }},
-    {"repetition_penalty", false, is_one},
     {"length_penalty", false, is_one},
     {"use_beam_search", false, is_false},
-    {"min_tokens", false, is_zero},
     {"include_stop_str_in_output", false, is_false},
-    {"prompt_logprobs", false, never},
     {"truncate_prompt_tokens", false, never},
     {"allowed_token_ids", false, is_empty},
     {"bad_words", false, is_empty},
-    {"guided_json", false, never},
-    {"guided_regex", false, never},
-    {"guided_choice", false, never},
-    {"guided_grammar", false, never},
-    {"guided_decoding_backend", false, never},
-    {"guided_whitespace_pattern", false, never},
-    {"structured_outputs", false, never},
     {"echo", true, is_false},  // chat; completions honour it
     {"chat_template", true, never},
-    {"chat_template_kwargs", true, is_empty},
     {"documents", true, never},
 };
 
@@ -274,6 +274,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
           "'continue_final_message' and 'add_generation_prompt' cannot both be true (set add_generation_prompt "
           "to false to continue the last message)",
           "continue_final_message");
+    if (auto e = internal::parse_chat_template_fields(j, r)) return *e;
     for (const char* unsupported : {"functions", "audio"}) {
       if (j.contains(unsupported) && !j[unsupported].is_null()) {
         return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);
@@ -282,30 +283,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   } else {
     auto it = j.find("prompt");
     if (it == j.end() || it->is_null()) return bad("'prompt' is required", "prompt");
-    if (it->is_string()) {
-      r.prompt = it->get<std::string>();
-    } else if (it->is_array()) {
-      const json& a = *it;
-      if (a.size() == 1 && a[0].is_string()) {
-        r.prompt = a[0].get<std::string>();
-      } else if (a.size() == 1 && a[0].is_array()) {
-        return bad("a batch of token-id prompts is not supported; send one request per prompt (n = 1)", "prompt");
-      } else if (!a.empty() && a[0].is_string()) {
-        return bad("a batch of several prompts is not supported; send one request per prompt", "prompt");
-      } else {
-        r.prompt_is_tokens = true;
-        for (const json& t : a) {
-          if (!t.is_number_integer()) return bad("'prompt' must be a string or an array of token ids", "prompt");
-          int64_t v = t.get<int64_t>();
-          if (v < 0 || v > std::numeric_limits<int32_t>::max())
-            return bad(fmt::format("token id {} is out of range", v), "prompt");
-          r.prompt_tokens.push_back(static_cast<int32_t>(v));
-        }
-        if (r.prompt_tokens.empty()) return bad("'prompt' must not be empty", "prompt");
-      }
-    } else {
-      return bad("'prompt' must be a string or an array of token ids", "prompt");
-    }
+    if (auto e = internal::parse_prompts(*it, r)) return *e;
     if (auto e = boolean(j, "echo", r.echo)) return *e;
     if (j.contains("suffix") && !j["suffix"].is_null()) return bad("'suffix' is not supported", "suffix");
     if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != 1)
@@ -313,12 +291,15 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
 
   if (auto e = refuse_not_honoured(j, chat)) return *e;
-  int64_t n = 1;
-  if (auto e = integer(j, "n", 1, 128, n)) return *e;
-  if (n != 1) return bad("only n = 1 is supported; send several requests for several completions", "n");
+  std::string structured_param;
+  if (Status st = parse_structured_output(body, r.generation.structured, structured_param); !st.ok())
+    return bad(std::string(st.message()), structured_param);
 
   int64_t max_tokens = -1;
-  if (auto e = integer(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  // 0 only with echo on completions: the prompt scored (its logprobs), nothing generated (vLLM, lm-eval).
+  if (auto e = integer(j, "max_tokens", chat ? 1 : 0, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  if (max_tokens == 0 && !r.echo)
+    return bad("'max_tokens' must be at least 1 (0 only with 'echo', to score the prompt)", "max_tokens");
   if (chat) {
     if (auto e = integer(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
   }
@@ -344,11 +325,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   v = 0.0;
   if (auto e = number(j, "frequency_penalty", -2.0, 2.0, v)) return *e;
   sp.frequency_penalty = static_cast<float>(v);
-  int64_t seed = 0;
-  if (auto e =
-          integer(j, "seed", std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2, seed))
-    return *e;
-  sp.seed = static_cast<uint64_t>(seed);
+  if (auto e = internal::parse_sampling_fields(j, r)) return *e;
 
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
@@ -400,6 +377,9 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (auto e = boolean(*it, "include_usage", r.include_usage)) return *e;
   }
+  if (r.stream && j.contains("prompt_logprobs") && !j["prompt_logprobs"].is_null())
+    return bad("'prompt_logprobs' cannot be streamed (as in vLLM); send the request with stream false",
+               "prompt_logprobs");
   if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return bad("'user' must be a string", "user");
     r.user = it->get<std::string>();

@@ -82,23 +82,21 @@ Result<GenerationDefaults> read_gguf_sampling(const GgufContents& c) {
 std::vector<TokenId> vocab_end_of_generation(const Tokenizer& tok) {
   std::vector<TokenId> ids;
   if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  TokenId end = -1;
+  bool has_return = false, has_call = false;
   for (TokenId id = 0; id < tok.vocab_size(); ++id) {
     if (!tok.is_special(id)) continue;
     const std::string text = tok.special_text(id);
-    if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) != kEndOfGenerationText.end())
-      ids.push_back(id);
+    if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) == kEndOfGenerationText.end())
+      continue;
+    if (text == "<|end|>") end = id;
+    has_return = has_return || text == "<|return|>";
+    has_call = has_call || text == "<|call|>";
+    ids.push_back(id);
   }
-  // gpt-oss's harmony vocabulary (o200k_harmony) ends a turn with <|return|> or <|call|>; its <|end|> closes one
-  // message of the turn (the analysis channel before the final one), so as llama.cpp does, a vocabulary with all
-  // three does not stop at <|end|>.
-  auto find = [&](std::string_view text) -> TokenId {
-    for (TokenId id : ids)
-      if (tok.special_text(id) == text) return id;
-    return -1;
-  };
-  if (find("<|return|>") >= 0 && find("<|call|>") >= 0) {
-    if (const TokenId end = find("<|end|>"); end >= 0) ids.erase(std::find(ids.begin(), ids.end(), end));
-  }
+  // Harmony (gpt-oss): <|end|> closes one message of a reply (the analysis before the final answer), and the
+  // reply ends at <|return|> or <|call|>; llama.cpp drops <|end|> from its list when it sees both.
+  if (has_return && has_call && end >= 0) std::erase(ids, end);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

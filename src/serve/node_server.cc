@@ -1,5 +1,8 @@
 #include "serve/node_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -13,11 +16,17 @@
 #include "api/health.h"
 #include "api/http_status.h"
 #include "api/resume.h"
+#include "api/trace_context.h"
 #include "base/log.h"
 #include "base/task_pool.h"
+#include "serve/access_writer.h"
+#include "serve/choice_set.h"
+#include "serve/forced_tools.h"
 #include "serve/metrics.h"
+#include "serve/prompt_logprobs.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
+#include "serve/structured.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
@@ -52,6 +61,7 @@ engine::GenerationRequest engine_request(const GenerationOptions& g) {
   out.ignore_eos = g.ignore_eos;
   out.skip_special_tokens = g.skip_special_tokens;
   out.logprobs = g.logprobs;
+  out.prompt_logprobs = g.prompt_logprobs;
   return out;
 }
 
@@ -72,9 +82,18 @@ struct InFlight {
   std::atomic<int>& n_;
 };
 
-// The state of one API call, shared by the handler and the engine callback.
+// The state of one choice of an API call, shared by the handler and the engine callback (a call has one per
+// prompt and n: ChoiceSet).
 struct Call {
-  std::mutex mu;  // the handler holds it from submit() until the stream has started; outputs wait for it
+  std::shared_ptr<ChoiceSet> set;  // its mutex: held by the handler until the answer started; outputs wait for it
+  int index = 0;                   // the choice's index in the answer
+  std::vector<int32_t> prompt_ids;
+  std::vector<engine::TokenLogprobs> prompt_lps;  // prompt_logprobs (and echo with logprobs), when asked for
+  bool echo_only = false;                         // completions max_tokens 0 with echo: the prompt scored, no text
+  std::string echo_pending;  // streamed echo with logprobs: sent with the prompt's logprobs, on the first output
+  // Reasoning (reasoning.h): the reply split into reasoning_content and content.
+  std::unique_ptr<ReasoningParser> reasoning;
+  std::string prompt_text;  // the rendered chat prompt (a <think> it opened starts the reply in reasoning)
   std::unique_ptr<InFlight> in_flight;
   std::shared_ptr<http::ResponseWriter> writer;
   ApiRequest req;
@@ -94,8 +113,9 @@ struct Call {
   // Tool calls (tool_calls.h): parsed from the reply when the request has tools; streaming holds back
   // what could be the start of a call.
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
-  std::string stream_text;  // streamed chat text so far (with tools)
-  size_t released = 0;      // bytes of it sent as content
+  std::string stream_text;    // streamed chat text so far (with tools)
+  size_t released = 0;        // bytes of it sent as content
+  bool forced_tools = false;  // tool_choice required / named: the whole reply is the calls (forced_tools.h)
 };
 
 // OpenAI's tool_calls array for the calls parsed from a reply (`delta`: with the index streaming needs).
@@ -154,17 +174,45 @@ struct NodeServer::Impl {
                         std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
     auto req = std::make_shared<http::Request>(r);
     if (!template_pool.submit([req, w, work = std::move(work)] {
+          // Renders yield the CPU to the io threads and the engine: a hostile template spins up to its budget.
+          static thread_local const bool lowered = setpriority(PRIO_PROCESS, gettid(), 10) == 0;
+          (void)lowered;
           if (w->client_gone()) return;  // left while queued: nothing to render for
           work(*req, w);
         })) {
-      reply_error(w, endpoint,
+      reply_error(w, endpoint, nullptr,
                   {503, "too many chat templates are being rendered; retry shortly", "service_unavailable", "", ""});
     }
   }
 
+  // The call ended with `status`: its metric and its access line (tag may be null: an answer before the request
+  // was read); usage from its choices once they all finished.
+  void ended(std::string_view endpoint, int status, const RequestTag* tag, const ChoiceSet* set = nullptr) {
+    metrics.request_finished(endpoint, status);
+    if (tag == nullptr) return;
+    int64_t prompt = -1, completion = -1;
+    if (set != nullptr && status == 200) {
+      const json u = set->usage();
+      prompt = u.value("prompt_tokens", int64_t{-1});
+      completion = u.value("completion_tokens", int64_t{-1});
+    }
+    log::access({.method = "POST",
+                 .route = tag->route,
+                 .model = tag->model,
+                 .status = status,
+                 .prompt_tokens = prompt,
+                 .completion_tokens = completion,
+                 .ttft_ms = tag->ttft_ms,
+                 .total_ms = tag->elapsed_ms(),
+                 .request_id = tag->request_id,
+                 .trace_id = tag->trace.trace_id,
+                 .remote = tag->remote});
+  }
+
   // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
-  void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const ApiError& e) {
-    metrics.request_finished(endpoint, e.status);
+  void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const RequestTag* tag,
+                   const ApiError& e) {
+    ended(endpoint, e.status, tag);
     http::Headers h;
     if (e.status == 429) h.emplace("Retry-After", "1");
     w->send(e.status, error_body(e), "application/json", h);
@@ -208,15 +256,29 @@ struct NodeServer::Impl {
   }
 
   void on_output(const std::shared_ptr<Call>& c, const engine::RequestOutput& out) {
-    std::lock_guard<std::mutex> started(c->mu);
+    ChoiceSet& set = *c->set;
+    std::lock_guard<std::mutex> started(set.mu);
+    if (set.over()) return;  // another choice failed and answered for the whole call
     engine::RequestOutput resumed_out;
     if (c->resumed > 0) resumed_out = resumed_output(*c, out);
-    const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : out;
+    engine::RequestOutput echo_out;
+    if (c->echo_only) {  // the one token generated to compute the prompt is not part of the answer
+      echo_out.finish = out.finish == engine::FinishReason::kStop ? engine::FinishReason::kLength : out.finish;
+      echo_out.error = out.error;
+      echo_out.prompt_tokens = out.prompt_tokens;
+      echo_out.cached_tokens = out.cached_tokens;
+      echo_out.prompt_logprobs = out.prompt_logprobs;
+    }
+    const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : c->echo_only ? echo_out : out;
+    if (!o.prompt_logprobs.empty()) c->prompt_lps = o.prompt_logprobs;
     const auto now = Clock::now();
     const std::string_view endpoint = c->req.chat ? "chat" : "completions";
     if (!o.tokens.empty()) {
       if (c->first_token) {
-        metrics.time_to_first_token(seconds(c->start, now));
+        if (set.first_token()) {
+          metrics.time_to_first_token(seconds(c->start, now));
+          if (set.tag) set.tag->ttft_ms = seconds(set.tag->start, now) * 1000;
+        }
         c->first_token = false;
       } else {
         metrics.inter_token(seconds(c->last, now), static_cast<int>(o.tokens.size()));
@@ -232,9 +294,14 @@ struct NodeServer::Impl {
       c->token_texts.insert(c->token_texts.end(), o.token_texts.begin(), o.token_texts.end());
     }
     if (!done) return;
-    metrics.request_latency(seconds(c->start, now));
+    if (o.finish == engine::FinishReason::kCancelled || o.finish == engine::FinishReason::kError) {
+      // One choice cannot be answered: neither can the call. The others stop.
+      set.set_over();
+      if (set.cancel) set.cancel();
+      metrics.request_latency(seconds(c->start, now));
+    }
     if (o.finish == engine::FinishReason::kCancelled) {
-      metrics.request_finished(endpoint, 499);
+      ended(endpoint, 499, set.tag.get());
       if (!c->req.stream)
         c->writer->send(503, error_body({503, "the request was cancelled: the server is shutting down",
                                          "service_unavailable", "", ""}));
@@ -244,7 +311,7 @@ struct NodeServer::Impl {
     }
     if (o.finish == engine::FinishReason::kError) {
       ApiError e = api::error_for(o.error);
-      metrics.request_finished(endpoint, e.status);
+      ended(endpoint, e.status, set.tag.get());
       if (c->req.stream) {
         c->writer->write("data: " + error_body(e) + "\n\n");
         c->writer->write("data: [DONE]\n\n");
@@ -254,56 +321,111 @@ struct NodeServer::Impl {
       }
       return;
     }
-    metrics.request_finished(endpoint, 200);
     std::string reason(engine::finish_reason_name(o.finish));
-    ParsedReply reply;
-    if (c->tool_format != model::ToolCallFormat::kNone) {
-      reply = parse_tool_calls(c->req.stream ? c->stream_text : c->text, c->tool_format);
-      if (!reply.calls.empty()) reason = "tool_calls";
+    // Chat: the reply's reasoning (reasoning.h) apart from its content, which may hold tool calls.
+    std::string content = c->text, reasoning;
+    if (c->reasoning) {
+      if (c->req.stream) {
+        ReasoningDelta rest = c->reasoning->finish();
+        if (!rest.reasoning.empty()) write_delta(*c, {{"reasoning_content", rest.reasoning}});
+        if (c->tool_format != model::ToolCallFormat::kNone || c->forced_tools) {
+          c->stream_text += rest.content;
+        } else if (!rest.content.empty()) {
+          write_delta(*c, {{"content", rest.content}});
+        }
+      } else {
+        ReasoningDelta split = split_reasoning(c->reasoning->format(), c->prompt_text, c->text);
+        content = std::move(split.content);
+        reasoning = std::move(split.reasoning);
+      }
     }
-    if (c->req.stream && c->tool_format != model::ToolCallFormat::kNone) {
+    ParsedReply reply;
+    const bool holds_text = c->tool_format != model::ToolCallFormat::kNone || c->forced_tools;
+    if (c->tool_format != model::ToolCallFormat::kNone) {
+      reply = parse_tool_calls(c->req.stream ? c->stream_text : content, c->tool_format);
+      if (!reply.calls.empty()) reason = "tool_calls";
+    } else if (c->forced_tools) {
+      const std::string& text = c->req.stream ? c->stream_text : content;
+      reply.content = text;
+      if (auto calls = forced_tool_calls(text, c->req)) {
+        reply.calls = std::move(*calls);
+        reply.content.clear();
+        reason = "tool_calls";
+      }
+    }
+    if (c->req.stream && holds_text) {
       json delta = json::object();
       if (reply.calls.empty() && c->released < c->stream_text.size()) {
         delta["content"] = c->stream_text.substr(c->released);  // held back, and not a call after all
       } else if (!reply.calls.empty()) {
         delta["tool_calls"] = tool_calls_json(*c, reply.calls, true);
       }
-      if (!delta.empty())
-        c->writer->write(
-            "data: " +
-            dump(chunk(*c, {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-            "\n\n");
+      if (!delta.empty()) write_delta(*c, std::move(delta));
     }
     if (c->req.stream) {
       json final_choice =
-          c->req.chat ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
-                      : json{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
+          c->req.chat
+              ? json{{"index", c->index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
+              : json{{"index", c->index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
       c->writer->write("data: " + dump(chunk(*c, final_choice)) + "\n\n");
+      if (!set.finish_choice(c->index, nullptr, o)) return;
+      metrics.request_latency(seconds(c->start, now));
+      ended(endpoint, 200, set.tag.get(), &set);
       if (c->req.include_usage) {
         json u = chunk(*c, json());
         u["choices"] = json::array();
-        u["usage"] = usage(o);
+        u["usage"] = set.usage();
         c->writer->write("data: " + dump(u) + "\n\n");
       }
       c->writer->write("data: [DONE]\n\n");
       c->writer->end();
       return;
     }
-    json lp = c->req.generation.logprobs >= 0 ? logprobs_json(*c, c->logprobs, c->token_texts) : json(nullptr);
-    json message = {{"role", "assistant"}, {"content", c->text}};
+    json lp = nullptr;
+    if (c->req.generation.logprobs >= 0) {
+      // echo: the prompt's tokens come first, the first one without a logprob (OpenAI's legacy completions).
+      json echoed = !c->req.chat && c->req.echo
+                        ? echo_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer(), c->text_offset)
+                        : json();
+      lp = logprobs_json(*c, c->logprobs, c->token_texts);
+      if (echoed.is_object()) {
+        for (auto& [key, values] : lp.items())
+          for (json& v : values) echoed[key].push_back(std::move(v));
+        lp = std::move(echoed);
+      }
+    }
+    json message = {{"role", "assistant"}, {"content", content}};
+    if (c->reasoning) message["reasoning_content"] = reasoning.empty() ? json(nullptr) : json(reasoning);
     if (!reply.calls.empty()) {
       message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
       message["tool_calls"] = tool_calls_json(*c, reply.calls, false);
     }
-    json choice = c->req.chat ? json{{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
-                              : json{{"index", 0}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
+    json choice = c->req.chat
+                      ? json{{"index", c->index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
+                      : json{{"index", c->index}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
+    if (!c->req.chat && c->req.generation.prompt_logprobs >= 0)
+      choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
+    if (!set.finish_choice(c->index, std::move(choice), o)) return;
+    metrics.request_latency(seconds(c->start, now));
+    ended(endpoint, 200, set.tag.get(), &set);
     json body = {{"id", c->id},
                  {"object", c->req.chat ? "chat.completion" : "text_completion"},
                  {"created", c->created},
                  {"model", c->model},
-                 {"choices", json::array({choice})},
-                 {"usage", usage(o)}};
+                 {"choices", set.choices()},
+                 {"usage", set.usage()}};
+    if (c->req.chat && c->req.generation.prompt_logprobs >= 0)  // vLLM: the call's, beside the choices
+      body["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
     c->writer->send(200, dump(body));
+  }
+
+  // One streamed chat chunk of choice c with `delta`.
+  void write_delta(Call& c, json delta) {
+    c.writer->write(
+        "data: " +
+        dump(chunk(
+            c, {{"index", c.index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+        "\n\n");
   }
 
   // A continued stream (resume.h): the earlier node's held-back text goes first, usage counts the original
@@ -323,6 +445,7 @@ struct NodeServer::Impl {
     c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
     c.resumed = static_cast<int>(res.tokens.size());
     gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
+    gen.grammar_replay = c.resumed;  // a grammar reads the output already sent before it masks anything
     gen.max_tokens -= c.resumed;
     c.role_sent = res.preamble_sent;
     if (!res.id.empty()) c.id = res.id;
@@ -333,26 +456,45 @@ struct NodeServer::Impl {
     if (c.req.chat && !c.role_sent) {
       c.role_sent = true;
       c.writer->write("data: " +
-                      dump(chunk(c, {{"index", 0},
+                      dump(chunk(c, {{"index", c.index},
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}})) +
                       "\n\n");
     }
+    if (!c.echo_pending.empty()) {
+      json lp = echo_logprobs(c.prompt_ids, c.prompt_lps, engine.tokenizer(), c.text_offset);
+      c.writer->write("data: " +
+                      dump(chunk(c, {{"index", c.index},
+                                     {"text", std::exchange(c.echo_pending, std::string())},
+                                     {"logprobs", std::move(lp)},
+                                     {"finish_reason", nullptr}})) +
+                      "\n\n");
+    }
     const bool report_tokens = c.token_ids && !o.tokens.empty();
-    std::string text = o.text;
-    if (c.tool_format != model::ToolCallFormat::kNone) {
-      c.stream_text += o.text;
+    std::string text = o.text, reasoning;
+    if (c.reasoning) {
+      ReasoningDelta d = c.reasoning->feed(o.text);
+      text = std::move(d.content);
+      reasoning = std::move(d.reasoning);
+    }
+    if (c.forced_tools) {
+      c.stream_text += text;  // all of it is the calls: sent as tool_calls at the end
+      text.clear();
+    } else if (c.tool_format != model::ToolCallFormat::kNone) {
+      c.stream_text += text;
       const size_t can = std::max(c.released, releasable_content(c.stream_text, c.tool_format));
       text = c.stream_text.substr(c.released, can - c.released);
       c.released = can;
     }
-    if (text.empty() && o.logprobs.empty() && !report_tokens) return;
+    if (text.empty() && reasoning.empty() && o.logprobs.empty() && !report_tokens) return;
     json lp = c.req.generation.logprobs >= 0 && !o.logprobs.empty() ? logprobs_json(c, o.logprobs, o.token_texts)
                                                                     : json(nullptr);
-    json choice = c.req.chat
-                      ? json{{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
-                      : json{{"index", 0}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
+    json delta = json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || reasoning.empty()) delta["content"] = text;
+    json choice = c.req.chat ? json{{"index", c.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", nullptr}}
+                             : json{{"index", c.index}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
     // The token ids and their chunk go out in one write, so they reach the router together.
     c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
                     "\n\n");
@@ -360,39 +502,75 @@ struct NodeServer::Impl {
 
   void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
     const std::string_view endpoint = chat ? "chat" : "completions";
+    std::shared_ptr<RequestTag> tag = tag_of(hreq, chat ? "chatcmpl" : "cmpl");
+    tag->model = options.model_name;
     if (draining) {
       // The header tells a router this node is draining, not failing: it stops sending new requests here and
       // leaves the streams in flight alone (drain is not failure).
-      metrics.request_finished(endpoint, 503);
+      ended(endpoint, 503, tag.get());
       return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
                      "application/json", {{std::string(api::kDrainingHeader), "1"}});
     }
     if (options.pd != nullptr && options.pd->options().switchable && options.pd->role() == "prefill") {
       // Re-roled to prefill since the router chose this node: a 429 is retried on another node before any byte
       // went out, and does not count against this node's health (role_admin.h).
-      return reply_error(w, endpoint,
+      return reply_error(w, endpoint, tag.get(),
                          {429, "this node is a prefill node now: client requests go to decode nodes",
                           "rate_limit_error", "", "role_changed"});
     }
     auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
-    auto call = std::make_shared<Call>();
-    call->req = std::move(std::get<ApiRequest>(parsed));
-    ApiRequest& r = call->req;
+    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, tag.get(), *e);
+    ApiRequest& r = std::get<ApiRequest>(parsed);
     if (r.model != options.model_name) {
       return reply_error(
-          w, endpoint,
+          w, endpoint, tag.get(),
           {404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, options.model_name),
            "invalid_request_error", "model", "model_not_found"});
     }
     const model::Tokenizer& tok = engine.tokenizer();
     const model::ModelConfig& cfg = engine.config();
+    // The prompts: chat's rendered messages, or each prompt of a completions request (echo gives its text back).
+    struct Prompt {
+      std::vector<model::TokenId> ids;
+      std::string echo;
+    };
+    std::vector<Prompt> prompts;
     std::string prompt_text;
-    engine::GenerationRequest gen = engine_request(r.generation);
+    model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
+    // Structured output (docs/structured-outputs.md), or a forced tool call: one grammar, compiled here (a bad
+    // schema or grammar is a 400 naming where), shared by every prompt and choice.
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    if (!r.generation.structured.none()) {
+      auto compiled = compile_structured(engine.grammars(), r.generation.structured);
+      if (!compiled.ok()) {
+        return reply_error(w, endpoint, tag.get(),
+                           {400, std::string(compiled.status().message()), "invalid_request_error",
+                            r.generation.structured.field, ""});
+      }
+      grammar = std::move(*compiled);
+    }
+    const bool forced_tools = forces_tool_call(r);
+    if (forced_tools) {
+      if (!r.generation.structured.none()) {
+        return reply_error(w, endpoint, tag.get(),
+                           {400,
+                            fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one", r.tool_choice,
+                                        r.generation.structured.field),
+                            "invalid_request_error", "tool_choice", ""});
+      }
+      auto forced = forced_tool_output(r);
+      auto compiled = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
+      if (!compiled.ok()) {
+        return reply_error(w, endpoint, tag.get(),
+                           {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
+                            "invalid_request_error", "tools", ""});
+      }
+      grammar = std::move(*compiled);
+    }
     if (chat) {
       if (!options.chat) {
         return reply_error(
-            w, endpoint,
+            w, endpoint, tag.get(),
             {400, "this model has no chat template; start the server with --chat-template, or use /v1/completions",
              "invalid_request_error", "messages", ""});
       }
@@ -400,141 +578,260 @@ struct NodeServer::Impl {
       // Every way a render fails is the request's (its conversation, or the model's template past its budget,
       // which retrying elsewhere would not change): a 400, never a 429 or 5xx a router would retry.
       if (!formatted.ok())
-        return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
+        return reply_error(w, endpoint, tag.get(),
+                           {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = formatted->text;
-      gen.prompt = tok.encode(prompt_text, formatted->add_bos);
-      call->tool_format = formatted->tool_calls;
-    } else if (r.prompt_is_tokens) {
-      gen.prompt = r.prompt_tokens;
+      prompts.push_back({tok.encode(prompt_text, formatted->add_bos), ""});
+      tool_format = formatted->tool_calls;
     } else {
-      prompt_text = r.prompt;
-      gen.prompt = tok.encode(prompt_text, true);
+      for (const api::CompletionPrompt& p : r.prompts) {
+        if (p.is_tokens) {
+          prompts.push_back({p.tokens, r.echo ? tok.decode(p.tokens) : ""});
+        } else {
+          prompts.push_back({tok.encode(p.text, true), r.echo ? p.text : ""});
+        }
+      }
     }
-    const int prompt_len = static_cast<int>(gen.prompt.size());
-    if (prompt_len >= cfg.max_seq_len) {
-      return reply_error(w, endpoint,
+    int max_tokens = 0;
+    for (const Prompt& p : prompts) {
+      const int prompt_len = static_cast<int>(p.ids.size());
+      if (prompt_len >= cfg.max_seq_len) {
+        return reply_error(w, endpoint, tag.get(),
+                           {400,
+                            fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
+                                        "tokens, which leaves no room for the completion.",
+                                        cfg.max_seq_len, prompt_len),
+                            "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
+      }
+      max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
+      if (prompt_len + max_tokens > cfg.max_seq_len) {
+        return reply_error(
+            w, endpoint, tag.get(),
+            {400,
+             fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
+                         "the prompt, {} for the completion). Please reduce the prompt or max_tokens.",
+                         cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
+             "invalid_request_error", "max_tokens", "context_length_exceeded"});
+      }
+    }
+    const bool echo_only = !chat && r.echo && max_tokens == 0;  // the prompt scored, nothing generated
+    if (r.generation.sampling.min_tokens > max_tokens) {
+      return reply_error(w, endpoint, tag.get(),
                          {400,
-                          fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
-                                      "tokens, which leaves no room for the completion.",
-                                      cfg.max_seq_len, prompt_len),
-                          "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
+                          fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})",
+                                      r.generation.sampling.min_tokens, max_tokens),
+                          "invalid_request_error", "min_tokens", ""});
     }
-    int max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
-    if (prompt_len + max_tokens > cfg.max_seq_len) {
-      return reply_error(
-          w, endpoint,
-          {400,
-           fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-                       "prompt, {} for the completion). Please reduce the prompt or max_tokens.",
-                       cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
-           "invalid_request_error", "max_tokens", "context_length_exceeded"});
+    for (const auto& [id, bias] : r.generation.sampling.logit_bias) {
+      if (id >= cfg.vocab_size)
+        return reply_error(
+            w, endpoint, tag.get(),
+            {400, fmt::format("'logit_bias' names token {}, outside the vocabulary [0, {})", id, cfg.vocab_size),
+             "invalid_request_error", "logit_bias", ""});
     }
     // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
     const bool internal = http::internal_caller(hreq, options.cluster_token);
     if (!internal && api::has_resume_field(hreq.body)) {
-      return reply_error(w, endpoint,
+      return reply_error(w, endpoint, tag.get(),
                          {403, "'tessera_resume' is an internal field: only cluster members may send it",
                           "permission_error", "tessera_resume", "internal_field"});
     }
     auto resume = api::parse_resume(hreq.body, cfg.vocab_size);
     if (!resume.ok()) {
-      return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
+      return reply_error(w, endpoint, tag.get(),
+                         {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
-    gen.max_tokens = max_tokens;
-    call->in_flight = std::make_unique<InFlight>(calls);
-    call->writer = w;
-    call->model = options.model_name;
-    call->created = unix_now();
-    call->start = call->last = Clock::now();
-    call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
-    call->token_ids = r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1";
-    if (*resume) apply_resume(*call, gen, **resume);
+    const int n = r.n;
+    const bool single = prompts.size() == 1 && n == 1;
+    if (*resume && !single) {
+      return reply_error(
+          w, endpoint, tag.get(),
+          {400, "'tessera_resume' continues one choice of one prompt", "invalid_request_error", "tessera_resume", ""});
+    }
+
+    // One Call per choice (ChoiceSet): choice p * n + i is the i-th of prompt p.
+    auto set = std::make_shared<ChoiceSet>(static_cast<int>(prompts.size()), n);
+    set->tag = tag;
+    const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
+    // Without a client's (or router's) id, the request is known by its response's id in the logs too.
+    if (hreq.header(std::string(api::kRequestIdHeader)).empty()) tag->request_id = id;
+    const int64_t created = unix_now();
+    const auto start = Clock::now();
+    std::vector<std::vector<std::shared_ptr<Call>>> choices(prompts.size());
+    std::vector<engine::GenerationRequest> gens;
+    ApiRequest shared = r;
+    // Every choice keeps the request's options, not its prompts or messages (a list of 64 long prompts with n 16
+    // would otherwise be copied a thousand times).
+    shared.prompts.clear();
+    shared.prompt.clear();
+    shared.prompt_tokens.clear();
+    shared.messages.clear();
+    shared.messages_json.clear();
+    shared.tools_json.clear();
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      engine::GenerationRequest gen = engine_request(r.generation);
+      gen.prompt = prompts[p].ids;
+      gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
+      gen.n = n;
+      gen.grammar = grammar;
+      // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions).
+      if (r.echo && r.generation.logprobs >= 0)
+        gen.prompt_logprobs = std::max(gen.prompt_logprobs, r.generation.logprobs);
+      if (chat && options.reasoning == ReasoningFormat::kGptOss) gen.skip_special_tokens = false;  // its markers
+      for (int i = 0; i < n; ++i) {
+        auto call = std::make_shared<Call>();
+        call->set = set;
+        call->index = static_cast<int>(p) * n + i;
+        call->req = shared;
+        call->in_flight = std::make_unique<InFlight>(calls);
+        call->writer = w;
+        call->model = options.model_name;
+        call->created = created;
+        call->start = call->last = start;
+        call->id = id;
+        // Token ids let the router continue a broken stream elsewhere (resume.h): one choice of plain text only
+        // (a reasoning parser reshapes the text the router counts).
+        call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
+                          !(chat && options.reasoning != ReasoningFormat::kNone);
+        call->tool_format = forced_tools ? model::ToolCallFormat::kNone : tool_format;
+        call->forced_tools = forced_tools;
+        call->prompt_ids = prompts[p].ids;
+        call->echo_only = echo_only;
+        if (chat && options.reasoning != ReasoningFormat::kNone) {
+          call->reasoning = std::make_unique<ReasoningParser>(options.reasoning, prompt_text);
+          call->prompt_text = prompt_text;
+        }
+        choices[p].push_back(std::move(call));
+      }
+      gens.push_back(std::move(gen));
+    }
+    if (*resume) apply_resume(*choices[0][0], gens[0], **resume);
     const bool preamble = !*resume || !(*resume)->preamble_sent;
-    std::string echo_text =
-        (!chat && r.echo && preamble) ? (r.prompt_is_tokens ? tok.decode(r.prompt_tokens) : r.prompt) : "";
 
     // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
     // 429 the router can retry elsewhere, not a 200 followed by an error event.
-    const std::string request_id = hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id");
-    auto start_answer = [this, call, request_id, echo_text] {
-      if (call->req.stream) {
+    const std::string request_id = tag->request_id;
+    auto start_answer = [this, choices, request_id, echo = preamble, prompts] {
+      const Call& first = *choices[0][0];
+      if (first.req.stream) {
         http::Headers h;
         h.emplace("X-Request-Id", request_id);
-        call->writer->start_stream(200, "text/event-stream", h);
-        if (!echo_text.empty()) {
-          call->writer->write(
-              "data: " +
-              dump(chunk(*call,
-                         {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-              "\n\n");
+        first.writer->start_stream(200, "text/event-stream", h);
+      }
+      for (size_t p = 0; p < choices.size(); ++p) {
+        const std::string& echo_text = echo ? prompts[p].echo : std::string();
+        for (const std::shared_ptr<Call>& call : choices[p]) {
+          if (!call->req.stream) {
+            call->text = echo_text;
+          } else if (!echo_text.empty() && call->req.generation.logprobs >= 0) {
+            call->echo_pending = echo_text;  // its logprobs come with the first output
+          } else if (!echo_text.empty()) {
+            call->writer->write(
+                "data: " +
+                dump(chunk(
+                    *call,
+                    {{"index", call->index}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+                "\n\n");
+          }
         }
-      } else {
-        call->text = echo_text;
       }
     };
-    auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
-    if (call->resumed > 0 && gen.max_tokens <= 0) {  // every token was generated already
+    std::vector<engine::OutputCallback> on_outs;
+    for (size_t p = 0; p < choices.size(); ++p) {
+      on_outs.push_back([this, mine = choices[p]](const engine::RequestOutput& o) {
+        if (o.index >= 0 && static_cast<size_t>(o.index) < mine.size())
+          on_output(mine[static_cast<size_t>(o.index)], o);
+      });
+    }
+    if (choices[0][0]->resumed > 0 && gens[0].max_tokens <= 0) {  // every token was generated already
       start_answer();
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
-      o.prompt_tokens = static_cast<int>(gen.prompt.size());
-      return on_out(o);
+      o.prompt_tokens = static_cast<int>(gens[0].prompt.size());
+      return on_outs[0](o);
     }
+    engine::Engine* eng = &engine;
     if (options.pd != nullptr && options.pd->role() == "decode") {
       // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
-      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, api::error_for(admit));
+      if (Status admit = engine.admission(); !admit.ok())
+        return reply_error(w, endpoint, tag.get(), api::error_for(admit));
       start_answer();
-      // The PD path decides where the prompt is prefilled and hands the request to the engine later.
+      // The PD path decides where each prompt is prefilled and hands it to the engine later.
       struct Handle {
         std::mutex mu;
         std::optional<engine::RequestId> id;
         bool gone = false;
       };
-      auto handle = std::make_shared<Handle>();
+      std::vector<std::shared_ptr<Handle>> handles;
+      for (size_t p = 0; p < prompts.size(); ++p) handles.push_back(std::make_shared<Handle>());
       auto cancelled = std::make_shared<std::atomic<bool>>(false);
-      engine::Engine* eng = &engine;
-      w->on_disconnect([eng, handle, cancelled] {
+      auto cancel_all = [eng, handles, cancelled] {
         *cancelled = true;
-        std::lock_guard<std::mutex> lock(handle->mu);
-        handle->gone = true;
-        if (handle->id) eng->cancel(*handle->id);
-      });
-      options.pd->generate(
-          std::move(gen), on_out,
-          [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
-            if (!id.ok() && id.status().code() == StatusCode::kCancelled) {
-              metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
-              return call->writer->end();
-            }
-            if (!id.ok()) return fail_submit(call, endpoint, id.status());
-            std::lock_guard<std::mutex> lock(handle->mu);
-            handle->id = *id;
-            if (handle->gone) eng->cancel(*id);
-          },
-          cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string());
+        for (const auto& handle : handles) {
+          std::lock_guard<std::mutex> lock(handle->mu);
+          handle->gone = true;
+          if (handle->id) eng->cancel(*handle->id);
+        }
+      };
+      set->cancel = cancel_all;
+      w->on_disconnect(cancel_all);
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        options.pd->generate(
+            std::move(gens[p]), on_outs[p],
+            [this, eng, handle = handles[p], call = choices[p][0], endpoint](Result<engine::RequestId> rid) {
+              if (!rid.ok() && rid.status().code() == StatusCode::kCancelled) {
+                std::lock_guard<std::mutex> lock(call->set->mu);
+                if (call->set->over()) return;
+                call->set->set_over();
+                ended(endpoint, 499, call->set->tag.get());  // the client left while its prompt was being prefilled
+                return call->writer->end();
+              }
+              if (!rid.ok()) return fail_submit(call, endpoint, rid.status());
+              std::lock_guard<std::mutex> lock(handle->mu);
+              handle->id = *rid;
+              if (handle->gone) eng->cancel(*rid);
+            },
+            cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string(),
+            RequestTrace{tag->request_id, tag->trace});
+      }
       return;
     }
-    std::unique_lock<std::mutex> starting(call->mu);
-    auto id = engine.submit(std::move(gen), on_out);
-    if (!id.ok()) return reply_error(w, endpoint, api::error_for(id.status()));
+    std::unique_lock<std::mutex> starting(set->mu);
+    std::vector<engine::RequestId> ids;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      auto rid = engine.submit(std::move(gens[p]), on_outs[p]);
+      if (!rid.ok()) {
+        set->set_over();  // outputs of the prompts already submitted are dropped
+        for (engine::RequestId done : ids) engine.cancel(done);
+        return reply_error(w, endpoint, tag.get(), api::error_for(rid.status()));
+      }
+      ids.push_back(*rid);
+    }
+    set->cancel = [eng, ids] {
+      for (engine::RequestId rid : ids) eng->cancel(rid);
+    };
     start_answer();
     starting.unlock();
-    engine::Engine* eng = &engine;
-    w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
+    w->on_disconnect([eng, ids] {
+      for (engine::RequestId rid : ids) eng->cancel(rid);
+    });
   }
 
+  // The engine could not take a prompt the PD path prefilled: the call fails (the answer has started).
   void fail_submit(const std::shared_ptr<Call>& call, std::string_view endpoint, const Status& status) {
+    std::lock_guard<std::mutex> lock(call->set->mu);
+    if (call->set->over()) return;
+    call->set->set_over();
+    if (call->set->cancel) call->set->cancel();
     const std::shared_ptr<http::ResponseWriter>& w = call->writer;
-    {
-      ApiError e = api::error_for(status);
-      metrics.request_finished(endpoint, e.status);
-      if (call->req.stream) {
-        w->write("data: " + error_body(e) + "\n\n");
-        w->write("data: [DONE]\n\n");
-        w->end();
-      } else {
-        w->send(e.status, error_body(e));
-      }
+    ApiError e = api::error_for(status);
+    ended(endpoint, e.status, call->set->tag.get());
+    if (call->req.stream) {
+      w->write("data: " + error_body(e) + "\n\n");
+      w->write("data: [DONE]\n\n");
+      w->end();
+    } else {
+      w->send(e.status, error_body(e));
     }
   }
 };
@@ -596,7 +893,16 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                                    s.kv_blocks_used, s.kv_blocks_total}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    std::string text = d->metrics.render(d->engine.stats());
+    const engine::EngineStats stats = d->engine.stats();
+    std::string text = d->metrics.render(stats);
+    text += fmt::format(
+        "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
+        "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
+        "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
+        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n"
+        "# HELP tessera_grammar_jump_forward_tokens_total Tokens a grammar forced, appended without a model step\n"
+        "# TYPE tessera_grammar_jump_forward_tokens_total counter\ntessera_grammar_jump_forward_tokens_total {}\n",
+        stats.grammar_tokens, stats.grammar_seconds, stats.jump_forward_tokens);
     if (d->options.pd != nullptr) {
       PdStats p = d->options.pd->stats();
       text += fmt::format(

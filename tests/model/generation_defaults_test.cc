@@ -61,9 +61,9 @@ TEST(GenerationDefaults, VocabEndOfGenerationIsLlamaCppsList) {
   EXPECT_EQ(vocab_end_of_generation(**tok), (std::vector<TokenId>{2, 3, 7}));
 }
 
-// gpt-oss's harmony tokens: <|return|> and <|call|> end a turn; <|end|> ends one message inside it (llama.cpp drops
-// it from the end-of-generation set when the other two are there).
-TEST(GenerationDefaults, HarmonyVocabularyDoesNotStopAtEnd) {
+// gpt-oss's harmony vocabulary: <|end|> ends a message, not the reply (llama.cpp's rule: with <|return|> and
+// <|call|> present it leaves the list), so the analysis channel is followed by the final one.
+TEST(GenerationDefaults, HarmonyEndsAtReturnAndCallNotAtEnd) {
   Vocab v = llama3_like_vocab();
   for (const char* t : {"<|end|>", "<|return|>", "<|call|>"}) {
     v.tokens.push_back(t);
@@ -73,12 +73,12 @@ TEST(GenerationDefaults, HarmonyVocabularyDoesNotStopAtEnd) {
   auto tok = make_tokenizer(v);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   EXPECT_EQ(vocab_end_of_generation(**tok), (std::vector<TokenId>{2, 3, 7, 9, 10}));
-  v.tokens.pop_back();  // without <|call|>, <|end|> stays (Phi-3's <|end|>)
+  v.tokens.pop_back();  // without <|call|>, <|end|> ends generation as before
   v.types.pop_back();
   v.scores.pop_back();
-  auto phi = make_tokenizer(v);
-  ASSERT_TRUE(phi.ok());
-  EXPECT_EQ(vocab_end_of_generation(**phi), (std::vector<TokenId>{2, 3, 7, 8, 9}));
+  auto plain = make_tokenizer(v);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(vocab_end_of_generation(**plain), (std::vector<TokenId>{2, 3, 7, 8, 9}));
 }
 
 TEST(GenerationDefaults, LoadModelReadsGenerationConfigOfAnHfFolder) {

@@ -146,7 +146,12 @@ Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx) {
         gv[i] = a / (1.0f + std::exp(alpha * (-a))) * (b + 1.0f);
       }
     } else {
+#if defined(__AMX_TILE__)
+      // The amx build compiles only the matmuls and this file; its other operators are the avx512 build's.
+      TS_RETURN_IF_ERROR(avx512::silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
+#else
       TS_RETURN_IF_ERROR(silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
+#endif
     }
     TS_RETURN_IF_ERROR(matmul_any(MatMulOp{g, slice(op.down, e), y, bias_row(op.down_bias, e)}, ctx));
     for (int64_t r = 0; r < rows; ++r) {
