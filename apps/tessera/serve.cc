@@ -112,7 +112,7 @@ int run_serve(const ServeArgs& a) {
             std::filesystem::absolute(model->tokenizer_path).lexically_normal().string());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto chosen = open_backend(a.backend, model->weights, dopts);
+  auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
   const std::string& backend = chosen->name;
