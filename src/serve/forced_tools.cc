@@ -70,21 +70,4 @@ Result<api::StructuredOutput> forced_tool_output(const api::ApiRequest& r) {
   return out;
 }
 
-std::optional<std::vector<ToolCall>> forced_tool_calls(std::string_view text, const api::ApiRequest& r) {
-  const ojson j = ojson::parse(text, nullptr, false);
-  std::vector<ToolCall> calls;
-  if (r.tool_choice == "function") {
-    if (!j.is_object()) return std::nullopt;
-    calls.push_back({r.tool_choice_function, dump(j)});
-    return calls;
-  }
-  if (!j.is_array() || j.empty()) return std::nullopt;
-  for (const ojson& c : j) {
-    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("parameters"))
-      return std::nullopt;
-    calls.push_back({c["name"].get<std::string>(), dump(c["parameters"])});
-  }
-  return calls;
-}
-
 }  // namespace tessera::serve

@@ -7,9 +7,17 @@
 
 #include "api/openai.h"
 #include "serve/forced_tools.h"
+#include "serve/tool_stream.h"
 
 namespace tessera::serve {
 namespace {
+
+// The calls a finished forced reply becomes (the node's reading of it); none when it is not complete.
+std::vector<ToolCall> calls_of(const std::string& text, const api::ApiRequest& r) {
+  auto parser = make_reply_parser(r, "none");
+  EXPECT_TRUE(parser.ok() && *parser);
+  return parse_whole(**parser, text).calls;
+}
 
 api::ApiRequest chat(const std::string& extra) {
   auto r =
@@ -31,12 +39,11 @@ TEST(ForcedTools, ANamedFunctionIsItsParameters) {
   auto schema = nlohmann::json::parse(s->spec);
   EXPECT_EQ(schema["required"], nlohmann::json::array({"a", "b"}));
   EXPECT_EQ(schema["properties"]["b"]["$ref"], "#/$defs/n");
-  auto calls = forced_tool_calls(R"({"a": 1, "b": 2})", r);
-  ASSERT_TRUE(calls.has_value());
-  ASSERT_EQ(calls->size(), 1u);
-  EXPECT_EQ((*calls)[0].name, "add");
-  EXPECT_EQ(nlohmann::json::parse((*calls)[0].arguments)["b"], 2);
-  EXPECT_FALSE(forced_tool_calls(R"({"a": 1, "b)", r).has_value());
+  auto calls = calls_of(R"({"a": 1, "b": 2})", r);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "add");
+  EXPECT_EQ(nlohmann::json::parse(calls[0].arguments)["b"], 2);
+  EXPECT_TRUE(calls_of(R"({"a": 1, "b)", r).empty());
 }
 
 TEST(ForcedTools, RequiredIsAnArrayOfCallsOfAnyTool) {
@@ -53,12 +60,10 @@ TEST(ForcedTools, RequiredIsAnArrayOfCallsOfAnyTool) {
   EXPECT_EQ(add["properties"]["parameters"]["properties"]["b"]["$ref"],
             "#/items/anyOf/0/properties/parameters/$defs/n");
   EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"], nlohmann::json({{"type", "object"}}));
-  auto calls =
-      forced_tool_calls(R"([{"name": "now", "parameters": {}}, {"name": "add", "parameters": {"a": 1, "b": 2}}])", r);
-  ASSERT_TRUE(calls.has_value());
-  ASSERT_EQ(calls->size(), 2u);
-  EXPECT_EQ((*calls)[1].name, "add");
-  EXPECT_FALSE(forced_tool_calls("[", r).has_value());
+  auto calls = calls_of(R"([{"name": "now", "parameters": {}}, {"name": "add", "parameters": {"a": 1, "b": 2}}])", r);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].name, "add");
+  EXPECT_TRUE(calls_of("[", r).empty());
   api::ApiRequest one = chat(R"("tool_choice":"required","parallel_tool_calls":false)");
   EXPECT_EQ(nlohmann::json::parse(forced_tool_output(one)->spec)["maxItems"], 1);
   EXPECT_FALSE(forces_tool_call(chat(R"("tool_choice":"auto")")));
