@@ -301,8 +301,11 @@ struct NodeServer::Impl {
       }
       if (c->tools) reply = parse_whole(*c->tools, content);
     }
-    // A reply whose calls are complete ends "tool_calls"; one cut by max_tokens stays "length", as OpenAI's do.
-    if (c->tools && c->tools->completed_calls() > 0 && o.finish == engine::FinishReason::kStop) reason = "tool_calls";
+    // A reply with complete calls ends "tool_calls" (as vLLM's do, also when max_tokens ended it right after a
+    // call); one whose last call max_tokens cut off stays "length".
+    if (c->tools && c->tools->completed_calls() > 0 &&
+        (o.finish == engine::FinishReason::kStop || c->tools->broken_calls() == 0))
+      reason = "tool_calls";
     if (c->req.stream) {
       json final_choice =
           c->req.chat

@@ -1,5 +1,7 @@
 #include "serve/tool_stream.h"
 
+#include <optional>
+
 #include "serve/forced_tools.h"
 
 namespace tessera::serve {
@@ -9,11 +11,16 @@ using json = nlohmann::json;
 Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, const std::string& parser_name) {
   if (!r.chat || r.tools_json.empty() || r.tool_choice == "none") return std::unique_ptr<ToolParser>();
   TS_ASSIGN_OR_RETURN(ToolParserContext context, ToolParserContext::from_tools_json(r.tools_json));
+  std::optional<ToolParserPlugin> plugin;
+  if (!parser_name.empty() && parser_name != "none") {
+    TS_ASSIGN_OR_RETURN(auto entry, tool_parsers().find(parser_name));
+    plugin = std::move(entry.factory);
+    context.id_chars = plugin->id_chars;
+  }
   if (forces_tool_call(r))
     return make_forced_json_parser(std::move(context), r.tool_choice == "function" ? r.tool_choice_function : "");
-  if (parser_name.empty() || parser_name == "none") return std::unique_ptr<ToolParser>();
-  TS_ASSIGN_OR_RETURN(auto plugin, tool_parsers().find(parser_name));
-  return plugin.factory.create(std::move(context));
+  if (!plugin) return std::unique_ptr<ToolParser>();
+  return plugin->create(std::move(context));
 }
 
 std::vector<json> tool_deltas(const std::vector<ToolEvent>& events) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/reasoning.h"
 #include "serve/tool_parsers/json_scanner.h"
 #include "serve/tool_parsers/python_literal.h"
 #include "serve/tool_parsers/tool_parser.h"
@@ -31,6 +32,7 @@ std::unique_ptr<ToolParser> make(const std::string& name) {
   EXPECT_TRUE(ctx.ok());
   auto plugin = tool_parsers().find(name);
   EXPECT_TRUE(plugin.ok()) << name;
+  ctx->id_chars = plugin->factory.id_chars;
   return plugin->factory.create(*ctx);
 }
 
@@ -282,6 +284,33 @@ TEST(ToolParsers, OpenAiHarmony) {
         {"Let me look.", {{"add", {{"a", 2}}}}});
   check("openai", "The answer is 4.", {"The answer is 4.", {}});
   check_malformed("openai", "<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": ", 0);
+}
+
+TEST(ToolParsers, HarmonyAfterTheReasoningParser) {
+  // gpt-oss as the node runs it: the gpt_oss reasoning parser first (analysis -> reasoning_content), its content
+  // into the openai tool parser (commentary to=functions.X -> tool_calls, final -> content), token by token.
+  const std::vector<std::string> tokens = {
+      "<|channel|>", "analysis", "<|message|>", "Need", " weather", ".", "<|end|>", "<|start|>", "assistant",
+      "<|channel|>", "commentary", " to", "=", "functions", ".get", "_weather", " ", "<|constrain|>", "json",
+      "<|message|>", "{\"", "city", "\":\"", "Paris", "\",\"days\":", "3", "}"};
+  ReasoningParser reasoning(ReasoningFormat::kGptOss, "<|start|>assistant");
+  auto tools = make("openai");
+  std::string thought;
+  Assembled a;
+  for (const std::string& t : tokens) {
+    ReasoningDelta d = reasoning.feed(t);
+    thought += d.reasoning;
+    absorb(a, tools->feed(d.content));
+  }
+  ReasoningDelta d = reasoning.finish();
+  thought += d.reasoning;
+  absorb(a, tools->feed(d.content));
+  absorb(a, tools->finish());
+  EXPECT_EQ(thought, "Need weather.");
+  EXPECT_EQ(a.content, "");
+  ASSERT_EQ(a.completed, 1);
+  EXPECT_EQ(a.names[0], "get_weather");
+  EXPECT_EQ(Json::parse(a.args[0]), kParis);
 }
 
 TEST(ToolParsers, ForcedJson) {

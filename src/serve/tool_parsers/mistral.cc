@@ -24,8 +24,6 @@ class MistralParser final : public JsonCallParser {
  private:
   enum class State : uint8_t { kText, kAfterMarker, kName, kId, kArgs, kElementStart, kElement, kAfterElement };
 
-  std::string new_call_id() override { return random_alnum(9); }
-
   // Not a call after all: the marker and what was read since are content.
   void not_a_call() {
     content(marker_);
@@ -196,6 +194,7 @@ ToolParserPlugin mistral_tool_parser() {
   p.create = [](ToolParserContext c) { return std::make_unique<MistralParser>(std::move(c)); };
   p.detect = [](std::string_view t) { return t.find(kCalls) != std::string_view::npos; };
   p.reads_special_tokens = true;
+  p.id_chars = 9;
   return p;
 }
 

@@ -63,7 +63,9 @@ std::vector<ToolEvent> ToolParser::finish() {
   return std::exchange(events_, {});
 }
 
-std::string ToolParser::new_call_id() { return "call_" + random_alnum(24); }
+std::string ToolParser::new_call_id() {
+  return context_.id_chars > 0 ? random_alnum(context_.id_chars) : "call_" + random_alnum(24);
+}
 
 void ToolParser::content(std::string_view text) {
   if (text.empty()) return;
@@ -116,6 +118,7 @@ void ToolParser::close_call() {
 
 void ToolParser::break_call() {
   if (started_) {
+    broken_++;
     events_.push_back(
         {ToolEvent::Kind::kCallBroken, next_index_ - 1, raw_.substr(std::min(covered_, raw_.size())), {}, raw_});
   } else {

@@ -60,6 +60,9 @@ struct ToolSpec {
 
 struct ToolParserContext {
   std::vector<ToolSpec> tools;
+  // Ids the parser makes for calls: "call_" + 24 letters and digits (0), or this many letters and digits (Mistral's
+  // templates require 9 when the calls come back in the conversation).
+  size_t id_chars = 0;
   // The request's tools (an OpenAI `tools` array); InvalidArgument when it is not one.
   static Result<ToolParserContext> from_tools_json(std::string_view tools_json);
   const ToolSpec* find(std::string_view name) const;
@@ -73,14 +76,15 @@ class ToolParser {
   std::vector<ToolEvent> feed(std::string_view text);
   // The reply is over: what was held back is resolved (a call not finished is broken).
   std::vector<ToolEvent> finish();
-  // Calls that ended complete so far.
+  // Calls that ended complete, and calls that broke, so far.
   int completed_calls() const { return completed_; }
+  int broken_calls() const { return broken_; }
 
  protected:
   // Consumes buf_ as far as it can decide; `final`: no more text will come.
   virtual void parse(bool final) = 0;
-  // The id a call gets when the model wrote none (Mistral's templates require 9 alphanumerics).
-  virtual std::string new_call_id();
+  // The id a call gets when the model wrote none (ToolParserContext::id_chars).
+  std::string new_call_id();
 
   // Building events. The current call's text is raw_ (everything since its opening marker); covered_ is how much
   // of it the deltas already carried.
@@ -103,7 +107,7 @@ class ToolParser {
   bool call_open_ = false, started_ = false;
   size_t covered_ = 0;
   std::string name_, args_;
-  int next_index_ = 0, completed_ = 0;
+  int next_index_ = 0, completed_ = 0, broken_ = 0;
 };
 
 // A whole reply from a parser's events: content outside the calls (trimmed when there are calls) and the calls.
@@ -128,6 +132,7 @@ struct ToolParserPlugin {
   // The call markers are special tokens (Mistral's [TOOL_CALLS], harmony's <|channel|>): the node spells special
   // tokens in the text it gives this parser.
   bool reads_special_tokens = false;
+  size_t id_chars = 0;  // ToolParserContext::id_chars for this family's calls, forced ones included
 };
 
 Registry<ToolParserPlugin>& tool_parsers();  // the built-in parsers, registered on first use
