@@ -492,6 +492,7 @@ struct NodeServer::Impl {
       grammar = std::move(*compiled);
     }
     const bool forced_tools = forces_tool_call(r);
+    bool forced_family_syntax = false;  // the grammar writes the calls in the family's syntax (forced_tools.h)
     if (forced_tools) {
       if (!r.generation.structured.none()) {
         return reply_error(w, endpoint,
@@ -500,8 +501,9 @@ struct NodeServer::Impl {
                                         r.generation.structured.field),
                             "invalid_request_error", "tool_choice", ""});
       }
-      auto forced = forced_tool_output(r);
-      auto compiled = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
+      auto forced = forced_tool_output(r, options.tool_parser);
+      auto compiled = forced.ok() ? compile_structured(engine.grammars(), forced->output) : forced.status();
+      forced_family_syntax = forced.ok() && forced->family_syntax;
       if (!compiled.ok()) {
         return reply_error(w, endpoint,
                            {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
@@ -597,7 +599,7 @@ struct NodeServer::Impl {
     std::vector<engine::GenerationRequest> gens;
     ApiRequest shared = r;
     // The reply's tool-call parser (tool_stream.h), one per choice; some read markers that are special tokens.
-    auto tool_parser = make_reply_parser(r, options.tool_parser);
+    auto tool_parser = make_reply_parser(r, options.tool_parser, forced_family_syntax);
     if (!tool_parser.ok())
       return reply_error(w, endpoint, {400, tool_parser.status().message(), "invalid_request_error", "tools", ""});
     const bool reads_tools = *tool_parser != nullptr;
@@ -640,7 +642,8 @@ struct NodeServer::Impl {
         // (a reasoning parser reshapes the text the router counts).
         call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
                           !(chat && options.reasoning != ReasoningFormat::kNone) && !reads_tools;
-        if (reads_tools) call->tools = std::move(make_reply_parser(r, options.tool_parser)).value();
+        if (reads_tools)
+          call->tools = std::move(make_reply_parser(r, options.tool_parser, forced_family_syntax)).value();
         call->prompt_ids = prompts[p].ids;
         call->echo_only = echo_only;
         if (chat && options.reasoning != ReasoningFormat::kNone) {

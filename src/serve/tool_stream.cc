@@ -8,7 +8,8 @@ namespace tessera::serve {
 
 using json = nlohmann::json;
 
-Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, const std::string& parser_name) {
+Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, const std::string& parser_name,
+                                                      bool family_syntax) {
   if (!r.chat || r.tools_json.empty() || r.tool_choice == "none") return std::unique_ptr<ToolParser>();
   TS_ASSIGN_OR_RETURN(ToolParserContext context, ToolParserContext::from_tools_json(r.tools_json));
   std::optional<ToolParserPlugin> plugin;
@@ -17,7 +18,7 @@ Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, 
     plugin = std::move(entry.factory);
     context.id_chars = plugin->id_chars;
   }
-  if (forces_tool_call(r))
+  if (forces_tool_call(r) && !(family_syntax && plugin))
     return make_forced_json_parser(std::move(context), r.tool_choice == "function" ? r.tool_choice_function : "");
   if (!plugin) return std::unique_ptr<ToolParser>();
   return plugin->create(std::move(context));

@@ -20,10 +20,12 @@
 
 namespace tessera::serve {
 
-// The parser for a chat request's reply: the forced-call parser when tool_choice forces a call
-// (serve/forced_tools.h), the node's parser (`parser_name`, "none" for none) when the request has tools and
-// tool_choice is not "none"; null when the reply is not read for calls. InvalidArgument for unreadable tools.
-Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, const std::string& parser_name);
+// The parser for a chat request's reply: the node's parser (`parser_name`, "none" for none) when the request has
+// tools and tool_choice is not "none"; when tool_choice forces a call (serve/forced_tools.h), that parser if the
+// grammar writes the family's own syntax (`family_syntax`), the JSON-form parser otherwise. Null when the reply is
+// not read for calls. InvalidArgument for unreadable tools.
+Result<std::unique_ptr<ToolParser>> make_reply_parser(const api::ApiRequest& r, const std::string& parser_name,
+                                                      bool family_syntax = false);
 
 // Stream deltas (the `delta` objects of chat.completion.chunk) for parser events, in order.
 std::vector<nlohmann::json> tool_deltas(const std::vector<ToolEvent>& events);

@@ -1,7 +1,10 @@
 // hermes: Hermes 2 Pro / 3, Qwen2.5, Qwen3, QwQ. Each call is `<tool_call>` + a JSON object {"name", "arguments"}
 // + `</tool_call>`, after optional content; the closing tag of the last call may be missing when the reply ends
 // right after its object (a stop string, or max_tokens exactly there).
+#include <fmt/format.h>
+
 #include "serve/tool_parsers/builtin.h"
+#include "serve/tool_parsers/forced_grammar.h"
 
 namespace tessera::serve {
 namespace {
@@ -83,12 +86,26 @@ class HermesParser final : public JsonCallParser {
   State state_ = State::kText;
 };
 
+// Forced calls as the templates ask for them: <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>.
+Result<std::string> forced(const std::vector<ToolSpec>& tools, bool parallel) {
+  grammar::Ast ast;
+  std::vector<grammar::Expr> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(std::string args, parameters_rule(ast, tools[i].parameters, fmt::format("t{}", i)));
+    calls.push_back(grammar::Expr::seq(
+        {grammar::Expr::lit("<tool_call>\n{\"name\": " + json_quoted(tools[i].name) + ", \"arguments\": "),
+         grammar::Expr::ref(args), grammar::Expr::lit("}\n</tool_call>")}));
+  }
+  return forced_calls_gbnf(std::move(ast), std::move(calls), parallel, "\n");
+}
+
 }  // namespace
 
 ToolParserPlugin hermes_tool_parser() {
   ToolParserPlugin p;
   p.create = [](ToolParserContext c) { return std::make_unique<HermesParser>(std::move(c)); };
   p.detect = [](std::string_view t) { return t.find(kOpen) != std::string_view::npos; };
+  p.forced_grammar = forced;
   return p;
 }
 

@@ -3,7 +3,10 @@
 // parser), several separated by ';' (or whitespace). Whether a reply is a call is decided by its first bytes:
 // anything but '{' or <|python_tag|> is content at once, and an object with another member than name, parameters,
 // arguments, type or id is content as soon as that member's name is read.
+#include <fmt/format.h>
+
 #include "serve/tool_parsers/builtin.h"
+#include "serve/tool_parsers/forced_grammar.h"
 
 namespace tessera::serve {
 namespace {
@@ -85,6 +88,20 @@ class Llama3JsonParser final : public JsonCallParser {
   State state_ = State::kStart;
 };
 
+// Forced calls as the templates ask for them: {"name": ..., "parameters": ...}, one call (Llama 3.x templates refuse
+// a turn with several).
+Result<std::string> forced(const std::vector<ToolSpec>& tools, bool) {
+  grammar::Ast ast;
+  std::vector<grammar::Expr> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(std::string args, parameters_rule(ast, tools[i].parameters, fmt::format("t{}", i)));
+    calls.push_back(grammar::Expr::seq(
+        {grammar::Expr::lit("{\"name\": " + json_quoted(tools[i].name) + ", \"parameters\": "),
+         grammar::Expr::ref(args), grammar::Expr::lit("}")}));
+  }
+  return forced_calls_gbnf(std::move(ast), std::move(calls), false, "");
+}
+
 }  // namespace
 
 ToolParserPlugin llama3_json_tool_parser() {
@@ -96,7 +113,7 @@ ToolParserPlugin llama3_json_tool_parser() {
     return t.find("<|start_header_id|>") != std::string_view::npos &&
            (t.find(kPythonTag) != std::string_view::npos || t.find("\"parameters\"") != std::string_view::npos);
   };
-  p.reads_special_tokens = true;
+  p.forced_grammar = forced;  // <|python_tag|> is optional: the parser reads calls with or without it spelled
   return p;
 }
 

@@ -174,7 +174,6 @@ ToolParserPlugin pythonic_tool_parser() {
   p.create = [](ToolParserContext c) { return std::make_unique<PythonicParser>(std::move(c)); };
   // Templates that ask for [func_name1(params_name1=params_value1, ...)] (vLLM's Llama 3.2 pythonic template).
   p.detect = [](std::string_view t) { return t.find("[func_name1(") != std::string_view::npos; };
-  p.reads_special_tokens = true;
   return p;
 }
 

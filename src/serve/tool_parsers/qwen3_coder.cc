@@ -11,9 +11,14 @@
 // parameters are read as JSON when they are one (as text otherwise, so nothing is lost); object and array values are
 // JSON or Python literals; a parameter the schema does not list, or a tool the request does not offer, gives text.
 // A value ends at `</parameter>`, or at the next `<parameter=` or `</function>` when the model left it open.
+#include <algorithm>
 #include <array>
 
+#include <fmt/format.h>
+
+#include "grammar/gbnf_writer.h"
 #include "serve/tool_parsers/builtin.h"
+#include "serve/tool_parsers/forced_grammar.h"
 #include "serve/tool_parsers/python_literal.h"
 
 namespace tessera::serve {
@@ -282,6 +287,66 @@ class Qwen3CoderParser final : public ToolParser {
   std::string value_;
 };
 
+// Forced calls in the XML the template asks for. A parameter the schema types as a plain string is free text (in
+// which no closing tag occurs), or one of its enum/const values; any other parameter is the JSON its schema allows
+// (the parser reads it back as JSON). A string constrained otherwise (pattern, format, lengths) cannot be written
+// as raw text by this grammar: such tools use the JSON form (FailedPrecondition).
+Result<std::string> forced(const std::vector<ToolSpec>& tools, bool parallel) {
+  using grammar::Expr;
+  grammar::Ast ast;
+  const std::vector<std::string> ends(kValueEnds.begin(), kValueEnds.end());
+  ast.add("text", grammar::text_without(ends));
+  std::vector<Expr> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& params = tools[i].parameters;
+    const Json props = params.is_object() && params.contains("properties") && params["properties"].is_object()
+                           ? params["properties"]
+                           : Json::object();
+    std::vector<std::string> required;
+    if (params.is_object() && params.contains("required") && params["required"].is_array())
+      for (const Json& r : params["required"])
+        if (r.is_string()) required.push_back(r.get<std::string>());
+    std::vector<Expr> body = {Expr::lit("<tool_call>\n<function=" + tools[i].name + ">\n")};
+    size_t k = 0;
+    for (const auto& [name, schema] : props.items()) {
+      if (name.find_first_of(">\n") != std::string::npos)
+        return failed_precondition("a parameter name the XML form cannot write");
+      Expr value;
+      const std::vector<std::string> types = schema_types(schema);
+      if (types.size() == 1 && types[0] == "string") {
+        for (const char* key : {"pattern", "format", "minLength", "maxLength"})
+          if (schema.contains(key)) return failed_precondition(fmt::format("'{}' on a string parameter", key));
+        std::vector<Expr> values;
+        const Json listed = schema.contains("enum") ? schema["enum"] : schema.contains("const") ? Json::array({schema["const"]}) : Json();
+        if (listed.is_array()) {
+          for (const Json& v : listed) {
+            const std::string text = v.get<std::string>();
+            for (std::string_view e : kValueEnds)
+              if (text.find(e) != std::string::npos) return failed_precondition("an enum value with a closing tag");
+            values.push_back(Expr::lit(text));
+          }
+          value = Expr::alt(std::move(values));
+        } else {
+          value = Expr::ref("text");
+        }
+      } else {
+        Json sub = schema;
+        for (const char* defs : {"$defs", "definitions"})
+          if (params.contains(defs)) sub[defs] = params[defs];
+        TS_ASSIGN_OR_RETURN(std::string rule, parameters_rule(ast, sub, fmt::format("t{}-p{}", i, k)));
+        value = Expr::ref(rule);
+      }
+      Expr item = Expr::seq({Expr::lit("<parameter=" + name + ">\n"), std::move(value), Expr::lit("\n</parameter>\n")});
+      const bool must = std::find(required.begin(), required.end(), name) != required.end();
+      body.push_back(must ? std::move(item) : Expr::opt(std::move(item)));
+      ++k;
+    }
+    body.push_back(Expr::lit("</function>\n</tool_call>"));
+    calls.push_back(Expr::seq(std::move(body)));
+  }
+  return forced_calls_gbnf(std::move(ast), std::move(calls), parallel, "\n");
+}
+
 }  // namespace
 
 ToolParserPlugin qwen3_coder_tool_parser() {
@@ -291,6 +356,7 @@ ToolParserPlugin qwen3_coder_tool_parser() {
     return t.find(kToolCall) != std::string_view::npos && t.find(kFunction) != std::string_view::npos &&
            t.find(kParameter) != std::string_view::npos;
   };
+  p.forced_grammar = forced;
   return p;
 }
 

@@ -133,6 +133,10 @@ struct ToolParserPlugin {
   // tokens in the text it gives this parser.
   bool reads_special_tokens = false;
   size_t id_chars = 0;  // ToolParserContext::id_chars for this family's calls, forced ones included
+  // Forced calls (tool_choice "required" or a named function) in the family's own syntax: GBNF text for the calls
+  // of `tools` (serve/tool_parsers/forced_grammar.h), or an error when the syntax cannot express them (then the
+  // JSON form of serve/forced_tools.h is used). Empty: always the JSON form.
+  std::function<Result<std::string>(const std::vector<ToolSpec>& tools, bool parallel)> forced_grammar;
 };
 
 Registry<ToolParserPlugin>& tool_parsers();  // the built-in parsers, registered on first use

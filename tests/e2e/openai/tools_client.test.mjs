@@ -60,6 +60,11 @@ const TOOLS = [
     type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } }, required: ['a', 'b'] } } },
 ];
 const validWeather = ajv.compile(WEATHER);
+const ARITH = { type: 'object', properties: { a: { type: 'integer', minimum: -99, maximum: 99 },
+                                              op: { enum: ['plus', 'minus'] },
+                                              b: { type: 'integer', minimum: 0, maximum: 9 } },
+                required: ['a', 'op', 'b'], additionalProperties: false };
+const validArith = ajv.compile(ARITH);
 
 // Each family: its template, the parser the node detects (or is told), and a call in the family's own syntax.
 const FAMILIES = [
@@ -126,6 +131,24 @@ for (const family of FAMILIES) {
       assert.equal(completion.choices[0].finish_reason, 'tool_calls');
       const call = completion.choices[0].message.tool_calls[0];
       if (family.name === 'mistral') assert.match(call.id, /^[A-Za-z0-9]{9}$/, 'Mistral templates need 9-char ids');
+
+      // 1b. tool_choice "required", streamed: in the family's own syntax where its grammar writes one (Hermes,
+      // Llama 3 JSON, Qwen3-Coder XML), the JSON form otherwise; the call validates either way.
+      for (const seed of [5, 6]) {
+        const forced = client.beta.chat.completions.stream({
+          model: MODEL, messages, temperature: 1, seed, max_tokens: 200, tool_choice: 'required',
+          parallel_tool_calls: false, tools: [{ type: 'function', function: { name: 'arith', description: 'Arithmetic', parameters: ARITH } }] });
+        let pieces = 0;
+        forced.on('tool_calls.function.arguments.delta', () => { pieces++; });
+        const done = await forced.finalChatCompletion();
+        assert.equal(done.choices[0].finish_reason, 'tool_calls', JSON.stringify(done.choices[0]));
+        assert.equal(done.choices[0].message.content ?? '', '');
+        const [only] = done.choices[0].message.tool_calls;
+        assert.equal(only.function.name, 'arith');
+        const parsed = JSON.parse(only.function.arguments);
+        assert.ok(validArith(parsed), `${only.function.arguments}: ${ajv.errorsText(validArith.errors)}`);
+        assert.ok(pieces > 1, `arguments arrived in ${pieces} pieces`);
+      }
 
       // 2. The conversation goes back in through the family's template: the call and its result are rendered.
       const history = runner.messages;
