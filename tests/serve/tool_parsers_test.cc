@@ -339,6 +339,49 @@ TEST(ToolParsers, ForcedJson) {
   EXPECT_EQ(r.content, "[{\"name\": \"add\", \"parameters\": {\"a\"");
 }
 
+// Random replies made of the families' markers, JSON and Python fragments and stray bytes: no parser crashes, and
+// feeding a reply whole, byte by byte or in random pieces gives the same content and calls.
+TEST(ToolParsers, RandomRepliesGiveTheSameResultHoweverSplit) {
+  const std::vector<std::string> frags = {
+      "<tool_call>", "</tool_call>", "<function=", "get_weather", ">", "<parameter=", "city", "</parameter>",
+      "</function>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>", "<|channel|>", "commentary",
+      " to=functions.add", "<|message|>", "<|call|>", "<|end|>", "<|start|>", "{", "}", "[", "]", "(", ")", "\"",
+      "'", ":", ",", "=", ";", "\"name\"", "\"arguments\"", "\"parameters\"", "\"add\"", "1", "2.5", "true",
+      "None", " ", "\n", "\\", "x", "é", "\x01"};
+  std::mt19937 rng(42);
+  for (const char* name : {"hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "openai"}) {
+    for (int n = 0; n < 300; ++n) {
+      std::string text;
+      const int len = 1 + static_cast<int>(rng() % 40);
+      for (int k = 0; k < len; ++k) text += frags[rng() % frags.size()];
+      auto whole = make(name);
+      const ParsedReply w = parse_whole(*whole, text);
+      std::vector<std::string> pieces;
+      for (size_t at = 0; at < text.size();) {
+        const size_t step = 1 + rng() % 5;
+        pieces.push_back(text.substr(at, step));
+        at += step;
+      }
+      auto piecewise = make(name);
+      std::vector<ToolEvent> events;
+      for (const std::string& p : pieces) {
+        auto e = piecewise->feed(p);
+        events.insert(events.end(), e.begin(), e.end());
+      }
+      auto e = piecewise->finish();
+      events.insert(events.end(), e.begin(), e.end());
+      const ParsedReply r = assemble(events);
+      ASSERT_EQ(r.content, w.content) << name << ": " << text;
+      ASSERT_EQ(r.calls.size(), w.calls.size()) << name << ": " << text;
+      for (size_t i = 0; i < r.calls.size(); ++i) {
+        EXPECT_EQ(r.calls[i].name, w.calls[i].name);
+        EXPECT_EQ(r.calls[i].arguments, w.calls[i].arguments);
+        EXPECT_TRUE(Json::parse(r.calls[i].arguments, nullptr, false).is_object()) << r.calls[i].arguments;
+      }
+    }
+  }
+}
+
 TEST(ToolParsers, StreamDeltasAreOpenAisShape) {
   auto p = make("hermes");
   std::vector<ToolEvent> events = p->feed("Hi.<tool_call>{\"name\": \"add\", \"arguments\": {\"a\"");
