@@ -118,12 +118,18 @@ class Writer {
       case Expr::Kind::kRepeat: {
         const std::string item = e.items.empty() ? "\"\"" : expr(e.items[0], true);
         std::string suffix;
-        if (e.min == 0 && e.max == kUnbounded) suffix = "*";
-        else if (e.min == 1 && e.max == kUnbounded) suffix = "+";
-        else if (e.min == 0 && e.max == 1) suffix = "?";
-        else if (e.max == kUnbounded) suffix = fmt::format("{{{},}}", e.min);
-        else if (e.min == e.max) suffix = fmt::format("{{{}}}", e.min);
-        else suffix = fmt::format("{{{},{}}}", e.min, e.max);
+        if (e.min == 0 && e.max == kUnbounded)
+          suffix = "*";
+        else if (e.min == 1 && e.max == kUnbounded)
+          suffix = "+";
+        else if (e.min == 0 && e.max == 1)
+          suffix = "?";
+        else if (e.max == kUnbounded)
+          suffix = fmt::format("{{{},}}", e.min);
+        else if (e.min == e.max)
+          suffix = fmt::format("{{{}}}", e.min);
+        else
+          suffix = fmt::format("{{{},{}}}", e.min, e.max);
         return item + suffix;
       }
     }

@@ -1,9 +1,10 @@
 // Tools end to end through a real `tessera serve`: the request's tools reach the chat template (the
 // prompt grows by their rendered schema), and a reply holding a Hermes tool call comes back as OpenAI
 // `tool_calls` with finish_reason "tool_calls", non-streamed and streamed (where no content chunk may leak
-// the call's markup, and the call arrives as OpenAI streams one: its name first, then its arguments in pieces). stories260K never writes a tool call by itself, so the reply's tokens are given as a
-// continued stream (tessera_resume, resume.h: the tokens an earlier node generated), the way a migrated
-// stream arrives; the node then runs its ordinary output path over them.
+// the call's markup, and the call arrives as OpenAI streams one: its name first, then its arguments in pieces).
+// stories260K never writes a tool call by itself, so the reply's tokens are given as a continued stream
+// (tessera_resume, resume.h: the tokens an earlier node generated), the way a migrated stream arrives; the node then
+// runs its ordinary output path over them.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -42,8 +42,12 @@ TEST(GbnfWriter, JsonSchemaGrammarsReadBackAsTheSameLanguage) {
       {R"({"type": "array", "items": {"anyOf": [{"type": "boolean"}, {"type": "null"},
           {"$ref": "#/$defs/p"}]}, "minItems": 1, "maxItems": 3,
           "$defs": {"p": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}})",
-       {{"[true]", true}, {R"([null, {"x": 1.5}, false])", true}, {"[]", false}, {"[1]", false},
-        {"[true, true, true, true]", false}, {R"([{"x": "1"}])", false}}},
+       {{"[true]", true},
+        {R"([null, {"x": 1.5}, false])", true},
+        {"[]", false},
+        {"[1]", false},
+        {"[true, true, true, true]", false},
+        {R"([{"x": "1"}])", false}}},
       {R"({"type": "string", "pattern": "^[a-z]{2}\\d+$"})", {{R"("ab12")", true}, {R"("a12")", false}}},
   };
   for (const auto& [schema, docs] : cases) {

@@ -85,8 +85,9 @@ Json conversation(const std::vector<Call>& cs, bool with_results, bool openai_fo
     tool_calls.push_back({{"id", c.id},
                           {"type", "function"},
                           {"function", {{"name", c.name}, {"arguments", openai_form ? Json(c.args.dump()) : c.args}}}});
-  Json m = Json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}},
-                        {{"role", "assistant"}, {"content", openai_form ? Json() : Json("")}, {"tool_calls", tool_calls}}});
+  Json m =
+      Json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}},
+                   {{"role", "assistant"}, {"content", openai_form ? Json() : Json("")}, {"tool_calls", tool_calls}}});
   if (with_results)
     for (const Call& c : cs)
       m.push_back({{"role", "tool"}, {"tool_call_id", c.id}, {"content", c.name == "add" ? "3" : "{\"temp\": 21}"}});
@@ -161,8 +162,8 @@ TEST_F(ToolMessages, OpenAiShapedCallsAndResultsRenderAsTheReferenceRendersVllms
                   {"add_generation_prompt", true},
                   {"bos_token", "<s>"},
                   {"eos_token", "</s>"}};
-      cases.push_back({{"id", std::string(f.file) + (two ? " 2" : " 1")}, {"template", dir_ + "/" + f.file},
-                       {"context", ctx}});
+      cases.push_back(
+          {{"id", std::string(f.file) + (two ? " 2" : " 1")}, {"template", dir_ + "/" + f.file}, {"context", ctx}});
     }
   }
   const auto ref = reference(cases);

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "api/openai.h"
-#include "serve/forced_tools.h"
 #include "grammar/compiler.h"
 #include "grammar/stack.h"
+#include "serve/forced_tools.h"
 #include "serve/tool_stream.h"
 
 namespace tessera::serve {
@@ -84,8 +84,10 @@ TEST(ForcedTools, FamiliesThatWriteTextGetTheirOwnSyntax) {
        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>\n<tool_call>\n"
        "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
        {"<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>",
-        "<tool_call>\n{\"name\": \"sub\", \"arguments\": {}}\n</tool_call>", "[{\"name\": \"now\", \"parameters\": {}}]"}},
-      {"llama3_json", "{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}",
+        "<tool_call>\n{\"name\": \"sub\", \"arguments\": {}}\n</tool_call>",
+        "[{\"name\": \"now\", \"parameters\": {}}]"}},
+      {"llama3_json",
+       "{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}",
        {"{\"name\": \"add\", \"parameters\": {\"a\": \"1\", \"b\": 2}}",
         "{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"now\", \"parameters\": {}}"}},
       {"qwen3_coder",
@@ -115,7 +117,8 @@ TEST(ForcedTools, FamiliesThatWriteTextGetTheirOwnSyntax) {
     EXPECT_EQ(reply.content, "");
   }
   // Named: only that function; parallel_tool_calls false: one call.
-  api::ApiRequest named = chat(R"("tool_choice":{"type":"function","function":{"name":"now"}},"parallel_tool_calls":false)");
+  api::ApiRequest named =
+      chat(R"("tool_choice":{"type":"function","function":{"name":"now"}},"parallel_tool_calls":false)");
   auto forced = forced_tool_output(named, "hermes");
   ASSERT_TRUE(forced.ok());
   auto g = grammar::build_spec({grammar::SpecKind::kGbnf, forced->output.spec, ""});
@@ -123,7 +126,8 @@ TEST(ForcedTools, FamiliesThatWriteTextGetTheirOwnSyntax) {
   const std::string now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(grammar::accepts(**g, now));
   EXPECT_FALSE(grammar::accepts(**g, now + "\n" + now));
-  EXPECT_FALSE(grammar::accepts(**g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(
+      grammar::accepts(**g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"));
   // Markers that are special tokens cannot be written by a byte grammar: the JSON form.
   for (const char* p : {"mistral", "openai", "pythonic", "none"}) {
     auto json_form = forced_tool_output(chat(R"("tool_choice":"required")"), p);

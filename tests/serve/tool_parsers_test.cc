@@ -160,7 +160,8 @@ void check_malformed(const std::string& parser, const std::string& text, int com
 const Json kParis = {{"city", "Paris"}, {"days", 3}};
 
 TEST(ToolParsers, Hermes) {
-  check("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>",
+  check("hermes",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>",
         {"", {{"get_weather", kParis}}});
   check("hermes",
         "Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n"
@@ -275,8 +276,7 @@ TEST(ToolParsers, OpenAiHarmony) {
         "{\"city\": \"Paris\", \"days\": 3}<|call|>",
         {"", {{"get_weather", kParis}}});
   // The recipient in the role part, continuing the prompt's <|start|>assistant (as the template writes calls).
-  check("openai", " to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}",
-        {"", {{"add", {{"a", 1}}}}});
+  check("openai", " to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}", {"", {{"add", {{"a", 1}}}}});
   // A preamble on the commentary channel is content; the final answer too.
   check("openai",
         "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>commentary "
@@ -289,10 +289,33 @@ TEST(ToolParsers, OpenAiHarmony) {
 TEST(ToolParsers, HarmonyAfterTheReasoningParser) {
   // gpt-oss as the node runs it: the gpt_oss reasoning parser first (analysis -> reasoning_content), its content
   // into the openai tool parser (commentary to=functions.X -> tool_calls, final -> content), token by token.
-  const std::vector<std::string> tokens = {
-      "<|channel|>", "analysis", "<|message|>", "Need", " weather", ".", "<|end|>", "<|start|>", "assistant",
-      "<|channel|>", "commentary", " to", "=", "functions", ".get", "_weather", " ", "<|constrain|>", "json",
-      "<|message|>", "{\"", "city", "\":\"", "Paris", "\",\"days\":", "3", "}"};
+  const std::vector<std::string> tokens = {"<|channel|>",
+                                           "analysis",
+                                           "<|message|>",
+                                           "Need",
+                                           " weather",
+                                           ".",
+                                           "<|end|>",
+                                           "<|start|>",
+                                           "assistant",
+                                           "<|channel|>",
+                                           "commentary",
+                                           " to",
+                                           "=",
+                                           "functions",
+                                           ".get",
+                                           "_weather",
+                                           " ",
+                                           "<|constrain|>",
+                                           "json",
+                                           "<|message|>",
+                                           "{\"",
+                                           "city",
+                                           "\":\"",
+                                           "Paris",
+                                           "\",\"days\":",
+                                           "3",
+                                           "}"};
   ReasoningParser reasoning(ReasoningFormat::kGptOss, "<|start|>assistant");
   auto tools = make("openai");
   std::string thought;
@@ -327,8 +350,9 @@ TEST(ToolParsers, ForcedJson) {
   EXPECT_EQ(a.completed, 1);
   EXPECT_EQ(Json::parse(a.args[0]), Json({{"a", 1}, {"b", 2}}));
   auto required = make_forced_json_parser(*ctx, "");
-  ParsedReply r = parse_whole(*required, "[{\"name\": \"add\", \"parameters\": {\"a\": 1}}, {\"name\": "
-                                         "\"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}]");
+  ParsedReply r = parse_whole(*required,
+                              "[{\"name\": \"add\", \"parameters\": {\"a\": 1}}, {\"name\": "
+                              "\"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}]");
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[1].name, "get_weather");
   EXPECT_EQ(Json::parse(r.calls[1].arguments), kParis);
@@ -342,12 +366,52 @@ TEST(ToolParsers, ForcedJson) {
 // Random replies made of the families' markers, JSON and Python fragments and stray bytes: no parser crashes, and
 // feeding a reply whole, byte by byte or in random pieces gives the same content and calls.
 TEST(ToolParsers, RandomRepliesGiveTheSameResultHoweverSplit) {
-  const std::vector<std::string> frags = {
-      "<tool_call>", "</tool_call>", "<function=", "get_weather", ">", "<parameter=", "city", "</parameter>",
-      "</function>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>", "<|channel|>", "commentary",
-      " to=functions.add", "<|message|>", "<|call|>", "<|end|>", "<|start|>", "{", "}", "[", "]", "(", ")", "\"",
-      "'", ":", ",", "=", ";", "\"name\"", "\"arguments\"", "\"parameters\"", "\"add\"", "1", "2.5", "true",
-      "None", " ", "\n", "\\", "x", "é", "\x01"};
+  const std::vector<std::string> frags = {"<tool_call>",
+                                          "</tool_call>",
+                                          "<function=",
+                                          "get_weather",
+                                          ">",
+                                          "<parameter=",
+                                          "city",
+                                          "</parameter>",
+                                          "</function>",
+                                          "[TOOL_CALLS]",
+                                          "[ARGS]",
+                                          "[CALL_ID]",
+                                          "<|python_tag|>",
+                                          "<|channel|>",
+                                          "commentary",
+                                          " to=functions.add",
+                                          "<|message|>",
+                                          "<|call|>",
+                                          "<|end|>",
+                                          "<|start|>",
+                                          "{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          "(",
+                                          ")",
+                                          "\"",
+                                          "'",
+                                          ":",
+                                          ",",
+                                          "=",
+                                          ";",
+                                          "\"name\"",
+                                          "\"arguments\"",
+                                          "\"parameters\"",
+                                          "\"add\"",
+                                          "1",
+                                          "2.5",
+                                          "true",
+                                          "None",
+                                          " ",
+                                          "\n",
+                                          "\\",
+                                          "x",
+                                          "é",
+                                          "\x01"};
   std::mt19937 rng(42);
   for (const char* name : {"hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "openai"}) {
     for (int n = 0; n < 300; ++n) {

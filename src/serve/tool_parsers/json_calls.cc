@@ -35,7 +35,7 @@ Step CallObjectReader::feed(char c) {
     if (scan_.mode() == Mode::kColon) {
       const Json k = Json::parse(key_, nullptr, false);
       const std::string key = k.is_string() ? k.get<std::string>() : std::string();
-      member_ = key == "name"                             ? Member::kName
+      member_ = key == "name"                               ? Member::kName
                 : key == "arguments" || key == "parameters" ? Member::kArguments
                 : key == "id"                               ? Member::kId
                 : key == "type"                             ? Member::kType
@@ -46,11 +46,15 @@ Step CallObjectReader::feed(char c) {
     in_value_ = true;
     value_.assign(1, c);
     args_string_ = c == '"';
-    if (member_ == Member::kArguments && c == '{') args_ += c;
-    else if (c != '"') return Step::kError;  // names, ids and types are strings; arguments an object or a string
+    if (member_ == Member::kArguments && c == '{')
+      args_ += c;
+    else if (c != '"')
+      return Step::kError;  // names, ids and types are strings; arguments an object or a string
   } else if (in_value_) {
-    if (member_ == Member::kArguments && !args_string_) args_ += c;
-    else value_ += c;
+    if (member_ == Member::kArguments && !args_string_)
+      args_ += c;
+    else
+      value_ += c;
   }
   if (in_value_ && scan_.depth() == 1 && scan_.mode() == Mode::kCommaOrClose) {
     in_value_ = false;

@@ -95,9 +95,9 @@ Result<std::string> forced(const std::vector<ToolSpec>& tools, bool) {
   std::vector<grammar::Expr> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     TS_ASSIGN_OR_RETURN(std::string args, parameters_rule(ast, tools[i].parameters, fmt::format("t{}", i)));
-    calls.push_back(grammar::Expr::seq(
-        {grammar::Expr::lit("{\"name\": " + json_quoted(tools[i].name) + ", \"parameters\": "),
-         grammar::Expr::ref(args), grammar::Expr::lit("}")}));
+    calls.push_back(
+        grammar::Expr::seq({grammar::Expr::lit("{\"name\": " + json_quoted(tools[i].name) + ", \"parameters\": "),
+                            grammar::Expr::ref(args), grammar::Expr::lit("}")}));
   }
   return forced_calls_gbnf(std::move(ast), std::move(calls), false, "");
 }

@@ -13,8 +13,7 @@ constexpr std::string_view kCalls = "[TOOL_CALLS]", kArgs = "[ARGS]", kCallId = 
 using Step = JsonScanner::Step;
 
 bool name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-         c == '.';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
 }
 
 class MistralParser final : public JsonCallParser {

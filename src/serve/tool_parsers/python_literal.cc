@@ -68,10 +68,14 @@ void PyLiteral::value_done() {
 
 bool PyLiteral::end_token(std::string& out) {
   if (token_ == Token::kName) {
-    if (text_ == "True") out += "true";
-    else if (text_ == "False") out += "false";
-    else if (text_ == "None") out += "null";
-    else return false;
+    if (text_ == "True")
+      out += "true";
+    else if (text_ == "False")
+      out += "false";
+    else if (text_ == "None")
+      out += "null";
+    else
+      return false;
     value_done();
     return true;
   }
@@ -117,23 +121,45 @@ PyLiteral::Step PyLiteral::feed(char c, std::string& out) {
         return Step::kMore;
       }
       if (c == '\n') return Step::kError;  // a one-line string
-      if (c == '"') out += "\\\"";
-      else if (u < 0x20) out += fmt::format("\\u{:04x}", u);
-      else out += c;
+      if (c == '"')
+        out += "\\\"";
+      else if (u < 0x20)
+        out += fmt::format("\\u{:04x}", u);
+      else
+        out += c;
       return Step::kMore;
     case Token::kEscape:
       token_ = Token::kString;
       switch (c) {
-        case 'n': out += "\\n"; break;
-        case 't': out += "\\t"; break;
-        case 'r': out += "\\r"; break;
-        case 'b': out += "\\b"; break;
-        case 'f': out += "\\f"; break;
-        case '0': out += "\\u0000"; break;
-        case '\\': out += "\\\\"; break;
-        case '"': out += "\\\""; break;
-        case '\'': out += '\''; break;
-        case '\n': break;  // a line continuation
+        case 'n':
+          out += "\\n";
+          break;
+        case 't':
+          out += "\\t";
+          break;
+        case 'r':
+          out += "\\r";
+          break;
+        case 'b':
+          out += "\\b";
+          break;
+        case 'f':
+          out += "\\f";
+          break;
+        case '0':
+          out += "\\u0000";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '\n':
+          break;  // a line continuation
         case 'x':
         case 'u':
           token_ = Token::kHex;

@@ -32,8 +32,10 @@ class PythonicParser final : public ToolParser {
     size_t i = 0;
     for (; i < buf_.size(); ++i) {
       const char c = buf_[i];
-      if (in_call()) raw_ += c;
-      else pending_ += c;
+      if (in_call())
+        raw_ += c;
+      else
+        pending_ += c;
       switch (state_) {
         case State::kStart: {
           // Whitespace, the tag, then '['.
@@ -47,8 +49,10 @@ class PythonicParser final : public ToolParser {
           } else if (tail.size() < kPythonTag.size() && kPythonTag.starts_with(tail)) {
             break;  // the tag, so far
           }
-          if (tail == "[") state_ = State::kName;
-          else to_content();
+          if (tail == "[")
+            state_ = State::kName;
+          else
+            to_content();
           break;
         }
         case State::kName:

@@ -25,11 +25,14 @@ namespace tessera::serve {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr std::string_view kToolCall = "<tool_call>", kToolCallEnd = "</tool_call>", kFunction = "<function=",
-                           kFunctionEnd = "</function>", kParameter = "<parameter=", kParameterEnd = "</parameter>";
+constexpr std::string_view kToolCall = "<tool_call>", kToolCallEnd = "</tool_call>",
+                           kFunction = "<function=", kFunctionEnd = "</function>",
+                           kParameter = "<parameter=", kParameterEnd = "</parameter>";
 constexpr std::array<std::string_view, 4> kValueEnds = {kParameterEnd, kParameter, kFunctionEnd, kToolCallEnd};
 
-std::string json_string(std::string_view s) { return Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string json_string(std::string_view s) {
+  return Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 // The JSON types a parameter's schema allows ("" in the set: any).
 std::vector<std::string> schema_types(const Json& s) {
@@ -41,7 +44,12 @@ std::vector<std::string> schema_types(const Json& s) {
       for (const Json& t : s["type"])
         if (t.is_string()) out.push_back(t.get<std::string>());
   } else if (s.contains("enum") && s["enum"].is_array()) {
-    for (const Json& v : s["enum"]) out.push_back(v.is_string() ? "string" : v.is_boolean() ? "boolean" : v.is_null() ? "null" : v.is_number() ? "number" : "object");
+    for (const Json& v : s["enum"])
+      out.push_back(v.is_string()    ? "string"
+                    : v.is_boolean() ? "boolean"
+                    : v.is_null()    ? "null"
+                    : v.is_number()  ? "number"
+                                     : "object");
   } else if (s.contains("const")) {
     out.push_back(s["const"].is_string() ? "string" : "");
   }
@@ -65,13 +73,13 @@ std::string typed(std::string_view text, const std::vector<std::string>& types) 
   if (!only_string) {
     const Json v = Json::parse(text, nullptr, false);
     if (!v.is_discarded()) {
-      const std::string_view t = v.is_string()            ? "string"
-                                 : v.is_boolean()          ? "boolean"
-                                 : v.is_null()             ? "null"
-                                 : v.is_number_integer()   ? "integer"
-                                 : v.is_number()           ? "number"
-                                 : v.is_array()            ? "array"
-                                                           : "object";
+      const std::string_view t = v.is_string()           ? "string"
+                                 : v.is_boolean()        ? "boolean"
+                                 : v.is_null()           ? "null"
+                                 : v.is_number_integer() ? "integer"
+                                 : v.is_number()         ? "number"
+                                 : v.is_array()          ? "array"
+                                                         : "object";
       if (allows(types, t)) return v.dump(-1, ' ', false, Json::error_handler_t::replace);
     }
     if (allows(types, "boolean") && (text == "True" || text == "False")) return text == "True" ? "true" : "false";
@@ -203,8 +211,10 @@ class Qwen3CoderParser final : public ToolParser {
             continue;
           }
           if (r < 0 || maybe) {
-            if (final) broken();
-            else return;
+            if (final)
+              broken();
+            else
+              return;
             continue;
           }
           broken();
@@ -317,7 +327,9 @@ Result<std::string> forced(const std::vector<ToolSpec>& tools, bool parallel) {
         for (const char* key : {"pattern", "format", "minLength", "maxLength"})
           if (schema.contains(key)) return failed_precondition(fmt::format("'{}' on a string parameter", key));
         std::vector<Expr> values;
-        const Json listed = schema.contains("enum") ? schema["enum"] : schema.contains("const") ? Json::array({schema["const"]}) : Json();
+        const Json listed = schema.contains("enum")    ? schema["enum"]
+                            : schema.contains("const") ? Json::array({schema["const"]})
+                                                       : Json();
         if (listed.is_array()) {
           for (const Json& v : listed) {
             const std::string text = v.get<std::string>();

@@ -35,8 +35,8 @@ Result<ToolParserContext> ToolParserContext::from_tools_json(std::string_view to
   const Json tools = Json::parse(tools_json, nullptr, false);
   if (!tools.is_array()) return invalid_argument("'tools' must be an array");
   for (const Json& t : tools) {
-    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
-        !t["function"].contains("name") || !t["function"]["name"].is_string())
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
       return invalid_argument("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
     const Json& f = t["function"];
     c.tools.push_back({f["name"].get<std::string>(), f.contains("parameters") ? f["parameters"] : Json()});

@@ -89,11 +89,11 @@ class ToolParser {
   // Building events. The current call's text is raw_ (everything since its opening marker); covered_ is how much
   // of it the deltas already carried.
   void content(std::string_view text);
-  void open_call(std::string_view marker);      // a call's opening marker was read
+  void open_call(std::string_view marker);                 // a call's opening marker was read
   void start_call(std::string name, std::string id = {});  // its name is known: the first delta
-  void call_arguments(std::string_view piece);  // after start_call
-  void close_call();   // complete: checks the arguments ("{}" when none came); broken when they do not parse
-  void break_call();   // broken: its text goes back as content
+  void call_arguments(std::string_view piece);             // after start_call
+  void close_call();  // complete: checks the arguments ("{}" when none came); broken when they do not parse
+  void break_call();  // broken: its text goes back as content
   bool in_call() const { return call_open_; }
   bool call_started() const { return started_; }
   const std::string& call_name() const { return name_; }
