@@ -235,5 +235,26 @@ TEST_F(ToolMessages, TheCallsATemplateWritesAreReadBackByItsFamilysParser) {
   }
 }
 
+TEST_F(ToolMessages, FormatsDetectedAcrossLlamaCppsTemplates) {
+  // Beyond the families above: templates that write the same formats, and ones whose calls are syntaxes of their
+  // own (GLM's and Laguna's <arg_key>, MiniMax's XML) get no parser rather than a wrong one.
+  const std::pair<const char*, const char*> cases[] = {
+      {"ibm-granite-granite-4.0.jinja", "hermes"},
+      {"Reka-Edge.jinja", "hermes"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3_coder"},
+      {"StepFun3.5-Flash.jinja", "qwen3_coder"},
+      {"GLM-4.6.jinja", "none"},
+      {"poolside-Laguna-XS.2.jinja", "none"},
+      {"MiniMax-M3.jinja", "none"},
+      {"google-gemma-2-2b-it.jinja", "none"},
+      {"microsoft-Phi-3.5-mini-instruct.jinja", "none"},
+  };
+  for (const auto& [file, parser] : cases) {
+    auto source = read_file(dir_ + "/" + file);
+    ASSERT_TRUE(source.ok()) << file;
+    EXPECT_EQ(serve::choose_tool_parser("", *source).value(), parser) << file;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -175,6 +175,7 @@ TEST(ToolParsers, Hermes) {
   check_malformed("hermes", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": Paris}}</tool_call>");
   check_malformed("hermes", "<tool_call>{\"function\": \"get_weather\"}</tool_call>");
   check_malformed("hermes", "<tool_call>[1, 2]</tool_call>");
+  check_malformed("hermes", "Hi there.\n\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1");
   check_malformed("hermes", "<tool_call>{\"name\": \"add\", \"arguments\": \"{not json\"}</tool_call>");
 }
 
@@ -212,6 +213,7 @@ TEST(ToolParsers, Qwen3Coder) {
   check_malformed("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
   check_malformed("qwen3_coder", "<tool_call>\nget_weather(city='Paris')\n</tool_call>");
   check_malformed("qwen3_coder", "<tool_call>\n<function=get weather\nx");
+  check_malformed("qwen3_coder", "Let me see.\n<tool_call>\n<function=add>\n<parameter=a>\n1");
 }
 
 TEST(ToolParsers, Llama3Json) {
@@ -258,6 +260,7 @@ TEST(ToolParsers, Mistral) {
   check_malformed("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": ");
   check_malformed("mistral", "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1}");
   check_malformed("mistral", "[TOOL_CALLS]not a call");
+  check_malformed("mistral", "Checking. [TOOL_CALLS]add[ARGS]{\"a\": 1");
 }
 
 TEST(ToolParsers, MistralIdsAreTheModelsOrNineAlphanumerics) {
@@ -470,7 +473,9 @@ TEST(ToolParsers, StreamDeltasAreOpenAisShape) {
 }
 
 TEST(ToolParsers, DetectedFromTemplatesAndChosenByName) {
-  EXPECT_EQ(*choose_tool_parser("", "{{ '<tool_call>' }}"), "hermes");
+  EXPECT_EQ(*choose_tool_parser("", "<tool_call>{\"name\": <function-name>, \"arguments\": <args>}</tool_call>"),
+            "hermes");
+  EXPECT_EQ(*choose_tool_parser("", "<tool_call>{function-name}<arg_key>k</arg_key>\"arguments\""), "none");  // GLM
   EXPECT_EQ(*choose_tool_parser("", "<tool_call>\\n<function=x>\\n<parameter=y>"), "qwen3_coder");
   EXPECT_EQ(*choose_tool_parser("", "[TOOL_CALLS]"), "mistral");
   EXPECT_EQ(*choose_tool_parser("", "<|start|>assistant<|channel|>final<|message|>"), "openai");

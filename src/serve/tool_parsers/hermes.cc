@@ -27,9 +27,11 @@ class HermesParser final : public JsonCallParser {
             // Whitespace right before a call is not content.
             const std::string_view before = std::string_view(buf_).substr(0, at);
             const size_t end = before.find_last_not_of(" \t\r\n");
-            content(before.substr(0, end == std::string_view::npos ? 0 : end + 1));
+            const size_t keep = end == std::string_view::npos ? 0 : end + 1;
+            content(before.substr(0, keep));
+            // The whitespace goes with the call: dropped if it completes, given back if it breaks.
+            begin_object_call(buf_.substr(keep, at + kOpen.size() - keep));
             buf_.erase(0, at + kOpen.size());
-            begin_object_call(kOpen);
             state_ = State::kObject;
             continue;
           }
@@ -104,7 +106,12 @@ Result<std::string> forced(const std::vector<ToolSpec>& tools, bool parallel) {
 ToolParserPlugin hermes_tool_parser() {
   ToolParserPlugin p;
   p.create = [](ToolParserContext c) { return std::make_unique<HermesParser>(std::move(c)); };
-  p.detect = [](std::string_view t) { return t.find(kOpen) != std::string_view::npos; };
+  // <tool_call> with a JSON object that has "arguments" (GLM's and Laguna's <arg_key> calls, MiniMax's XML calls
+  // use the tag too, in syntaxes of their own).
+  p.detect = [](std::string_view t) {
+    return t.find(kOpen) != std::string_view::npos && t.find("\"arguments") != std::string_view::npos &&
+           t.find("<arg_key>") == std::string_view::npos;
+  };
   p.forced_grammar = forced;
   return p;
 }

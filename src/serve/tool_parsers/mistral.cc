@@ -38,9 +38,10 @@ class MistralParser final : public JsonCallParser {
           if (at != std::string::npos) {
             const std::string_view before = std::string_view(buf_).substr(0, at);
             const size_t end = before.find_last_not_of(" \t\r\n");
-            content(before.substr(0, end == std::string_view::npos ? 0 : end + 1));
+            const size_t keep = end == std::string_view::npos ? 0 : end + 1;
+            content(before.substr(0, keep));
+            marker_ = buf_.substr(keep, at + kCalls.size() - keep);  // the whitespace goes with the call
             buf_.erase(0, at + kCalls.size());
-            marker_ = kCalls;
             state_ = State::kAfterMarker;
             continue;
           }

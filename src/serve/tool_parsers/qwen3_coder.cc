@@ -150,9 +150,10 @@ class Qwen3CoderParser final : public ToolParser {
           if (at != std::string::npos) {
             const std::string_view before = std::string_view(buf_).substr(0, at);
             const size_t end = before.find_last_not_of(" \t\r\n");
-            content(before.substr(0, end == std::string_view::npos ? 0 : end + 1));
+            const size_t keep = end == std::string_view::npos ? 0 : end + 1;
+            content(before.substr(0, keep));
+            open_call(buf_.substr(keep, at + marker.size() - keep));  // the whitespace goes with the call
             buf_.erase(0, at + marker.size());
-            open_call(marker);
             state_ = marker == kToolCall ? State::kFunction : State::kName;
             continue;
           }
