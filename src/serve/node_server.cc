@@ -677,7 +677,7 @@ struct NodeServer::Impl {
         call->start = call->last = start;
         call->id = id;
         // Token ids let the router continue a broken stream elsewhere (resume.h): one choice of plain text only
-        // (a reasoning parser reshapes the text the router counts).
+        // (a reasoning or tool-call parser reshapes the text the router counts).
         call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
                           !(chat && options.reasoning != ReasoningFormat::kNone) && !reads_tools;
         if (reads_tools)

@@ -339,6 +339,29 @@ TEST(ToolParsers, HarmonyAfterTheReasoningParser) {
   EXPECT_EQ(Json::parse(a.args[0]), kParis);
 }
 
+TEST(ToolParsers, Qwen3ThinksThenCalls) {
+  const std::vector<std::string> tokens = {
+      "<think>", "\n",    "Need",   " the weather", ".\n",      "</think>", "\n\n",      "<tool_call>", "\n",
+      "{\"",     "name",  "\": \"", "get",          "_weather", "\", \"",   "arguments", "\": {\"",     "city",
+      "\": \"",  "Paris", "\", \"", "days",         "\": ",     "3",        "}}",        "\n",          "</tool_call>"};
+  ReasoningParser reasoning(ReasoningFormat::kQwen3, "<|im_start|>assistant\n");
+  auto tools = make("hermes");
+  std::string thought;
+  Assembled a;
+  for (const std::string& t : tokens) {
+    ReasoningDelta d = reasoning.feed(t);
+    thought += d.reasoning;
+    absorb(a, tools->feed(d.content));
+  }
+  ReasoningDelta d = reasoning.finish();
+  absorb(a, tools->feed(d.content));
+  absorb(a, tools->finish());
+  EXPECT_EQ(thought, "\nNeed the weather.\n");
+  EXPECT_EQ(trim(a.content), "");
+  ASSERT_EQ(a.completed, 1);
+  EXPECT_EQ(Json::parse(a.args[0]), kParis);
+}
+
 TEST(ToolParsers, ForcedJson) {
   auto ctx = ToolParserContext::from_tools_json(kTools);
   ASSERT_TRUE(ctx.ok());
