@@ -33,6 +33,7 @@
 #include "serve/chat_format.h"
 #include "serve/node_server.h"
 #include "serve/pd.h"
+#include "serve/tool_parsers/tool_parser.h"
 
 namespace tessera::cli {
 namespace {
@@ -60,6 +61,7 @@ struct ServeArgs {
   int max_queue = 1024;
   std::string chat_template;
   std::string reasoning_parser;                // empty: detected from the chat template
+  std::string tool_call_parser;                // empty: detected from the chat template
   model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
   double template_max_memory_mib = 256;
   int template_threads = 2;
@@ -252,6 +254,12 @@ int run_serve(const ServeArgs& a) {
   if (no.reasoning != serve::ReasoningFormat::kNone)
     log::info("reasoning parser: {}{}", serve::reasoning_format_name(no.reasoning),
               a.reasoning_parser.empty() ? " (detected from the chat template)" : "");
+  auto tool_parser = serve::choose_tool_parser(a.tool_call_parser, template_source);
+  if (!tool_parser.ok()) return fail(tool_parser.status().message());
+  no.tool_parser = *tool_parser;
+  if (no.tool_parser != "none")
+    log::info("tool-call parser: {}{}", no.tool_parser,
+              a.tool_call_parser.empty() ? " (detected from the chat template)" : "");
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both" || a.role_switchable) {
     serve::PdOptions po;
@@ -447,6 +455,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-parser", args->reasoning_parser,
                   "How chat replies carry reasoning (reasoning_content): qwen3, deepseek_r1, gpt_oss or none "
                   "(default: detected from the chat template)");
+  cmd->add_option("--tool-call-parser", args->tool_call_parser,
+                  "How chat replies write tool calls, by vLLM's names: hermes, qwen3_coder, llama3_json, pythonic, "
+                  "mistral, openai, or none (default: detected from the chat template)");
   // A model's chat template is untrusted input (docs/security.md): what one render may spend, and its threads.
   cmd->add_option("--template-max-steps", args->template_limits.max_steps,
                   "Evaluation steps one chat-template render may take (a 400 past it)")

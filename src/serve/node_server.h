@@ -52,6 +52,9 @@ struct NodeOptions {
   api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
   // How chat replies carry reasoning (serve/reasoning.h): --reasoning-parser, else detected from the template.
   ReasoningFormat reasoning = ReasoningFormat::kNone;
+  // How chat replies carry tool calls (serve/tool_parsers/tool_parser.h): a registered parser's name, or "none"
+  // (--tool-call-parser, else detected from the template). Forced calls are read whatever it is.
+  std::string tool_parser = "none";
   // Chat templates are rendered on a pool of their own (a model's template is untrusted input and may spend up
   // to its step budget), never on the HTTP io threads or the engine loop, so /health and streams stay live.
   int template_threads = 2;
