@@ -67,6 +67,21 @@ size_t items_per_pass(const Gpu& gpu, int64_t ctx) {
   return std::max<size_t>(1, cap / (static_cast<size_t>(std::max<int64_t>(ctx, 1)) * 4));
 }
 
+// Rows of a weight matrix or embedding table one dispatch binds: all of them when the tensor fits one
+// storage-buffer binding, else as many as do (a window starts up to range_align() bytes early). 0 when not
+// even one row fits.
+int64_t rows_per_slice(const Gpu& gpu, const Tensor& t) {
+  if (gpu.window(t).ok()) return t.dim(0);
+  const size_t room = gpu.max_range() > gpu.range_align() + 16 ? gpu.max_range() - gpu.range_align() - 16 : 0;
+  return static_cast<int64_t>(room / std::max<size_t>(t.row_bytes(), 1));
+}
+// Tensors an operator may read in slices of rows (so they may exceed one binding).
+bool sliced(const Op& op, const Tensor& t) {
+  if (const auto* mm = std::get_if<MatMulOp>(&op)) return &t == &mm->w;
+  if (const auto* e = std::get_if<EmbeddingOp>(&op)) return &t == &e->table;
+  return false;
+}
+
 uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
 // Offset of a tensor inside its window in units of `unit` bytes.
 uint32_t off(const Window& w, size_t unit) { return w.rel / static_cast<uint32_t>(unit); }
@@ -82,6 +97,11 @@ Support capability(const Gpu& gpu, const Op& op) {
     if (t.offset % view_align(t.dtype) != 0) {
       problem = fmt::format("vulkan needs {} views at a multiple of {} bytes (offset {})", dtype_name(t.dtype),
                             view_align(t.dtype), t.offset);
+      return;
+    }
+    if (sliced(op, t)) {
+      if (rows_per_slice(gpu, t) < 1)
+        problem = fmt::format("vulkan: one row of {} is larger than the device's largest binding", t.shape_string());
       return;
     }
     if (auto w = gpu.window(t); !w.ok()) problem = w.status().message();
@@ -128,16 +148,31 @@ struct Encoder {
   Gpu& gpu() { return t.writer.gpu(); }
   Result<Window> win(const Tensor& x) { return gpu().window(x); }
 
+  // A table larger than one binding is looked up slice by slice (each dispatch writes the rows whose ids
+  // fall in its slice).
   Status operator()(const EmbeddingOp& o) {
-    TS_ASSIGN_OR_RETURN(Window table, win(o.table));
     TS_ASSIGN_OR_RETURN(Window ids, win(o.ids));
     TS_ASSIGN_OR_RETURN(Window out, win(o.out));
-    const EmbeddingPush p{table.rel,       off(ids, 4),     off(out, 4),
-                          u32(o.table.dim(1)), u32(o.table.dim(0)), u32(o.ids.dim(0)),
-                          u32(o.table.row_bytes()), o.scale};
+    const int64_t vocab = o.table.dim(0), per = rows_per_slice(gpu(), o.table);
     const uint64_t invocations = static_cast<uint64_t>(o.ids.dim(0)) * ((o.table.dim(1) + 3) / 4);
-    return t.writer.dispatch(Kernel::kEmbedding, dtype_code(o.table.dtype), {table, ids, out, t.error}, &p, sizeof p,
-                             (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
+    for (int64_t base = 0; base < vocab; base += per) {
+      const int64_t count = std::min(per, vocab - base);
+      TS_ASSIGN_OR_RETURN(Window table, win(o.table.rows(base, count)));
+      const EmbeddingPush p{table.rel,
+                            off(ids, 4),
+                            off(out, 4),
+                            u32(o.table.dim(1)),
+                            u32(vocab),
+                            u32(o.ids.dim(0)),
+                            u32(o.table.row_bytes()),
+                            o.scale,
+                            u32(base),
+                            u32(count),
+                            base == 0 ? 1u : 0u};
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kEmbedding, dtype_code(o.table.dtype), {table, ids, out, t.error},
+                                           &p, sizeof p, (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup));
+    }
+    return ok_status();
   }
   Status norm(const Tensor& x, const Tensor& delta, const Tensor& w, const Tensor& out, float eps, bool add) {
     TS_ASSIGN_OR_RETURN(Window xw, win(x));
@@ -223,24 +258,40 @@ struct Encoder {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_tables, o.block_tables.dim(1), o.context_lens, 0, true,
                      o.out, o.scores);
   }
+  // A weight larger than one binding (a big vocabulary's classifier on lavapipe's 128 MiB) is multiplied in
+  // slices of rows, each writing its columns of out.
   Status operator()(const MatMulOp& o) {
     TS_ASSIGN_OR_RETURN(Window x, win(o.x));
-    TS_ASSIGN_OR_RETURN(Window w, win(o.w));
     TS_ASSIGN_OR_RETURN(Window out, win(o.out));
     Window bias = x;
     if (o.bias.valid()) {
       TS_ASSIGN_OR_RETURN(bias, win(o.bias));
     }
-    const int64_t n = o.x.dim(0), k = o.x.dim(1), m = o.w.dim(0);
-    const MatMulPush p{off(x, 4),   w.rel,  off(out, 4), o.bias.valid() ? off(bias, 4) : 0u, o.bias.valid() ? 1u : 0u,
-                       u32(k),      u32(m), u32(n),      u32(o.w.row_bytes())};
+    const int64_t n = o.x.dim(0), k = o.x.dim(1), m = o.w.dim(0), per = rows_per_slice(gpu(), o.w);
     const uint32_t type = dtype_code(o.w.dtype);
-    if (n <= kMatMulVecMaxRows) {
-      const Kernel kern = gpu().subgroups() ? Kernel::kMatMulVecSubgroups : Kernel::kMatMulVec;
-      return t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p, static_cast<uint64_t>(m));
+    for (int64_t base = 0; base < m; base += per) {
+      const int64_t rows = std::min(per, m - base);
+      TS_ASSIGN_OR_RETURN(Window w, win(o.w.rows(base, rows)));
+      const MatMulPush p{off(x, 4),
+                         w.rel,
+                         off(out, 4) + u32(base),
+                         o.bias.valid() ? off(bias, 4) + u32(base) : 0u,
+                         o.bias.valid() ? 1u : 0u,
+                         u32(k),
+                         u32(rows),
+                         u32(n),
+                         u32(o.w.row_bytes()),
+                         u32(m)};
+      if (n <= kMatMulVecMaxRows) {
+        const Kernel kern = gpu().subgroups() ? Kernel::kMatMulVecSubgroups : Kernel::kMatMulVec;
+        TS_RETURN_IF_ERROR(t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p, static_cast<uint64_t>(rows)));
+      } else {
+        TS_RETURN_IF_ERROR(t.writer.dispatch_2d(Kernel::kMatMulTiled, type, {x, w, out, bias}, &p, sizeof p,
+                                                u32((rows + kMatMulTile - 1) / kMatMulTile),
+                                                u32((n + kMatMulTile - 1) / kMatMulTile)));
+      }
     }
-    return t.writer.dispatch_2d(Kernel::kMatMulTiled, type, {x, w, out, bias}, &p, sizeof p,
-                                u32((m + kMatMulTile - 1) / kMatMulTile), u32((n + kMatMulTile - 1) / kMatMulTile));
+    return ok_status();
   }
   Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
     TS_ASSIGN_OR_RETURN(Window aw, win(a));

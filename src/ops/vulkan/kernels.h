@@ -46,6 +46,7 @@ struct EmbeddingPush {
   uint32_t table_off;  // bytes
   uint32_t ids_off, out_off, dim, vocab, n, row_bytes;
   float scale;
+  uint32_t id_base, id_count, check;  // the table rows this dispatch binds; check: flag bad ids
 };
 struct RmsNormPush {
   uint32_t x_off, delta_off, w_off, out_off, dim, rows, add;
@@ -69,6 +70,7 @@ struct AttentionPush {
 struct MatMulPush {
   uint32_t x_off, w_off, out_off, bias_off;  // w_off in bytes
   uint32_t has_bias, k, m, n, row_bytes;
+  uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
 };
 struct ElementwisePush {
   uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add

@@ -1,5 +1,6 @@
 // EmbeddingOp: out[i] = widen(table[ids[i]]) * scale, four elements per invocation. An id outside the
-// vocabulary sets the stream's error word and writes nothing.
+// vocabulary sets the stream's error word and writes nothing. A table larger than one binding is looked up
+// in slices of rows, one dispatch each: ids outside [id_base, id_base + id_count) are another's.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
@@ -14,6 +15,7 @@ layout(push_constant) uniform Push {
   uint ids_off, out_off;
   uint dim, vocab, n, row_bytes;
   float scale;
+  uint id_base, id_count, check;  // this dispatch's table rows; check: flag ids outside the vocabulary
 } p;
 
 #include "common.glsl"
@@ -27,10 +29,11 @@ void main() {
   const uint i = g / groups, e = (g % groups) * 4u;
   const int id = ids.d[p.ids_off + i];
   if (id < 0 || uint(id) >= p.vocab) {
-    atomicOr(err.d[0], 1u);
+    if (p.check != 0u) atomicOr(err.d[0], 1u);
     return;
   }
-  const vec4 v = dq4(p.table_off + uint(id) * p.row_bytes, e, p.dim);
+  if (uint(id) < p.id_base || uint(id) - p.id_base >= p.id_count) return;
+  const vec4 v = dq4(p.table_off + (uint(id) - p.id_base) * p.row_bytes, e, p.dim);
   for (uint c = 0u; c < 4u && e + c < p.dim; ++c) {
     precise float x = p.scale == 1.0 ? v[c] : v[c] * p.scale;
     outb.d[p.out_off + i * p.dim + e + c] = x;

@@ -15,6 +15,7 @@ layout(set = 0, binding = 3) readonly buffer Bias { float d[]; } bias;
 layout(push_constant) uniform Push {
   uint x_off, w_off, out_off, bias_off;
   uint has_bias, k, m, n, row_bytes;
+  uint out_stride;  // out's row length: m is this dispatch's slice of weight rows
 } p;
 
 #include "common.glsl"
@@ -64,7 +65,7 @@ void main() {
     const float bv = p.has_bias != 0u ? bias.d[p.bias_off + i] : 0.0;
     for (uint b = 0u; b < 4u; ++b) {
       const uint r = r0 + 4u * ty + b;
-      if (r < p.n) outb.d[p.out_off + r * p.m + i] = p.has_bias != 0u ? acc[a][b] + bv : acc[a][b];
+      if (r < p.n) outb.d[p.out_off + r * p.out_stride + i] = p.has_bias != 0u ? acc[a][b] + bv : acc[a][b];
     }
   }
 }

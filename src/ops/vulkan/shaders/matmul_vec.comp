@@ -18,6 +18,7 @@ layout(set = 0, binding = 3) readonly buffer Bias { float d[]; } bias;
 layout(push_constant) uniform Push {
   uint x_off, w_off, out_off, bias_off;  // w_off in bytes
   uint has_bias, k, m, n, row_bytes;
+  uint out_stride;  // out's row length: m is this dispatch's slice of weight rows
 } p;
 
 #include "common.glsl"
@@ -55,7 +56,7 @@ void main() {
   if (t < p.n) {
     float s = 0.0;
     for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[t][g];
-    outb.d[p.out_off + t * p.m + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
+    outb.d[p.out_off + t * p.out_stride + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
   }
 #else
   for (uint r = 0u; r < NMAX; ++r) red[r][t] = acc[r];
@@ -67,7 +68,7 @@ void main() {
   }
   if (t < p.n) {
     const float s = red[t][0];
-    outb.d[p.out_off + t * p.m + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
+    outb.d[p.out_off + t * p.out_stride + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
   }
 #endif
 }
