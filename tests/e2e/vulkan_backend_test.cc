@@ -4,7 +4,14 @@
 // why. On lavapipe (Mesa's software Vulkan) in CI.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <csignal>
+
+#include <nlohmann/json.hpp>
+
 #include "base/mapped_file.h"
+#include "http/http.h"
+#include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
 
@@ -84,6 +91,46 @@ TEST(VulkanBackend, InspectDevicesListsTheVulkanDevice) {
   auto none = run_process({tessera_bin(), "inspect"}, 30);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("--devices"), std::string::npos) << none.err;
+}
+
+// deploy/local-vulkan.yaml: `tessera up` starts prefill on cpu and decode on vulkan behind the router; a
+// prompt long enough to be disaggregated is prefilled on cpu, its KV moved to the vulkan node, and the text is
+// single-node generation's.
+TEST(VulkanBackend, UpSpecPutsDecodeOnVulkanAndServesTheSingleNodeText) {
+  TS_REQUIRE_STORIES260K();
+  if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << "vulkan not available here: " << why;
+  testing::BackgroundProcess up(
+      {tessera_bin(), "up", testing::source_dir() + "/deploy/local-vulkan.yaml", "--port", "0"});
+  const std::string ready = up.wait_for_line("cluster ready", 120);
+  ASSERT_FALSE(ready.empty()) << "tessera up did not come up";
+  const size_t at = ready.find("http://"), v1 = ready.find("/v1", at);
+  const std::string router = ready.substr(at, v1 - at);
+  std::string logs = ready.substr(ready.find("logs in ") + 8);
+  logs = logs.substr(0, logs.find(')'));
+  auto token = read_file(logs + "/cluster-token");
+  ASSERT_TRUE(token.ok());
+  while (!token->empty() && std::isspace(static_cast<unsigned char>(token->back()))) token->pop_back();
+  // The decode node, from the router's registry; it says which backend it runs.
+  auto nodes = http::fetch({.url = router + "/admin/nodes", .headers = {{"x-tessera-cluster-token", *token}}});
+  ASSERT_TRUE(nodes.ok()) << nodes.status().to_string();
+  ASSERT_EQ(nodes->status, 200) << nodes->body;
+  std::string decode;
+  const nlohmann::json registry = nlohmann::json::parse(nodes->body);
+  for (const auto& n : registry["nodes"]) {
+    if (n["role"] == "decode") decode = n["url"].get<std::string>();
+  }
+  ASSERT_FALSE(decode.empty()) << nodes->body;
+  auto health = http::fetch({.url = decode + "/health"});
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(nlohmann::json::parse(health->body)["backend"], "vulkan") << health->body;
+  const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
+  auto single = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--prompt", prompt,
+                             "--max-tokens", "40", "--temperature", "0", "--no-echo", "--quiet", "--backend", "ref"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  EXPECT_EQ(testing::complete_greedy(router, prompt, 40) + "\n", single.out);
+  EXPECT_EQ(testing::scrape_metric(decode, "tessera_pd_requests_total{path=\"remote\"}"), 1.0);
+  EXPECT_GT(testing::scrape_metric(decode, "tessera_pd_kv_bytes_total"), 0.0);
+  EXPECT_EQ(up.stop(SIGTERM, 30), 0);
 }
 
 // Without a driver the loader lists no device: the backend says so and how to get one, instead of crashing.
