@@ -284,7 +284,9 @@ struct Encoder {
                          u32(m)};
       if (n <= kMatMulVecMaxRows) {
         const Kernel kern = gpu().subgroups() ? Kernel::kMatMulVecSubgroups : Kernel::kMatMulVec;
-        TS_RETURN_IF_ERROR(t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p, static_cast<uint64_t>(rows)));
+        TS_RETURN_IF_ERROR(t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p,
+                                             static_cast<uint64_t>((rows + kMatMulVecRowsPerGroup - 1) /
+                                                                   kMatMulVecRowsPerGroup)));
       } else {
         TS_RETURN_IF_ERROR(t.writer.dispatch_2d(Kernel::kMatMulTiled, type, {x, w, out, bias}, &p, sizeof p,
                                                 u32((rows + kMatMulTile - 1) / kMatMulTile),

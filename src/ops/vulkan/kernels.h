@@ -81,6 +81,7 @@ struct RowPush {  // softmax, argmax
 
 // Shapes the shaders are written for.
 constexpr uint32_t kMatMulVecMaxRows = 8;   // matmul_vec.comp's NMAX
+constexpr uint32_t kMatMulVecRowsPerGroup = 8;  // matmul_vec.comp's ROWS
 constexpr uint32_t kMatMulTile = 32;        // matmul_tiled.comp's TM = TN
 constexpr uint32_t kAttentionMaxHeadDim = 512;
 constexpr uint32_t kLinearWorkgroup = 64;   // local size of the one-invocation-per-item shaders

@@ -1,7 +1,10 @@
-// MatMulOp for a few activation rows (decode): one workgroup per weight row i computes out[r, i] for every
-// activation row r < n (n <= 8). Each invocation widens groups of four weights (dequant.glsl) and
-// accumulates their products with each row; the workgroup's partial sums are then added with subgroup
-// arithmetic (built with -DSUBGROUPS where the device reports it for compute) or through shared memory.
+// MatMulOp for a few activation rows (decode, n <= 8): out[r, i] for every activation row r of 8 weight
+// rows i per workgroup. Each weight row is widened four elements at a time (dequant.glsl) and multiplied with
+// every activation row. No barrier anywhere: barriers cost far more than the arithmetic on CPU-hosted Vulkan
+// (lavapipe runs a workgroup's invocations as coroutines).
+// - Built with -DSUBGROUPS (where the device reports subgroup arithmetic in compute): each subgroup takes a
+//   weight row at a time, its invocations stride over k, and subgroupAdd sums their partials.
+// - Otherwise each invocation of the first 8 computes one weight row alone.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #ifdef SUBGROUPS
@@ -25,17 +28,12 @@ layout(push_constant) uniform Push {
 #define W_WORD(i) w.d[i]
 #include "dequant.glsl"
 
-const uint WG = 64u, NMAX = 8u;
-shared float red[NMAX][WG];
+const uint NMAX = 8u, ROWS = 8u;
 
-void main() {
-  const uint i = linear_group();
-  if (i >= p.m) return;
-  const uint t = gl_LocalInvocationID.x;
+// Partial sums of weight row i against every activation row, over groups of four from `first` by `step`.
+void row_partials(uint i, uint first, uint step, inout float acc[NMAX]) {
   const uint rb = p.w_off + i * p.row_bytes;
-  float acc[NMAX];
-  for (uint r = 0u; r < NMAX; ++r) acc[r] = 0.0;
-  for (uint e = 4u * t; e < p.k; e += 4u * WG) {
+  for (uint e = first; e < p.k; e += step) {
     const vec4 wv = dq4(rb, e, p.k);
     for (uint r = 0u; r < NMAX; ++r) {
       if (r >= p.n) break;
@@ -46,29 +44,33 @@ void main() {
       acc[r] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
     }
   }
+}
+
+void store(uint i, uint r, float s) {
+  outb.d[p.out_off + r * p.out_stride + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
+}
+
+void main() {
+  const uint base = linear_group() * ROWS;
 #ifdef SUBGROUPS
-  for (uint r = 0u; r < NMAX; ++r) {
-    if (r >= p.n) break;
-    const float s = subgroupAdd(acc[r]);
-    if (subgroupElect()) red[r][gl_SubgroupID] = s;
-  }
-  barrier();
-  if (t < p.n) {
-    float s = 0.0;
-    for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[t][g];
-    outb.d[p.out_off + t * p.out_stride + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
+  for (uint row = gl_SubgroupID; row < ROWS; row += gl_NumSubgroups) {
+    const uint i = base + row;
+    if (i >= p.m) break;
+    float acc[NMAX];
+    for (uint r = 0u; r < NMAX; ++r) acc[r] = 0.0;
+    row_partials(i, 4u * gl_SubgroupInvocationID, 4u * gl_SubgroupSize, acc);
+    for (uint r = 0u; r < NMAX; ++r) {
+      if (r >= p.n) break;
+      const float s = subgroupAdd(acc[r]);
+      if (subgroupElect()) store(i, r, s);
+    }
   }
 #else
-  for (uint r = 0u; r < NMAX; ++r) red[r][t] = acc[r];
-  barrier();
-  for (uint s = WG / 2u; s > 0u; s >>= 1) {
-    if (t < s)
-      for (uint r = 0u; r < NMAX; ++r) red[r][t] = red[r][t] + red[r][t + s];
-    barrier();
-  }
-  if (t < p.n) {
-    const float s = red[t][0];
-    outb.d[p.out_off + t * p.out_stride + i] = p.has_bias != 0u ? s + bias.d[p.bias_off + i] : s;
-  }
+  const uint i = base + gl_LocalInvocationID.x;
+  if (gl_LocalInvocationID.x >= ROWS || i >= p.m) return;
+  float acc[NMAX];
+  for (uint r = 0u; r < NMAX; ++r) acc[r] = 0.0;
+  row_partials(i, 0u, 4u, acc);
+  for (uint r = 0u; r < p.n; ++r) store(i, r, acc[r]);
 #endif
 }
