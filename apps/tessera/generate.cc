@@ -121,7 +121,9 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--seed", args->sampling.seed, "Random seed (0: from the clock)");
+  cmd->add_option_function<uint64_t>(
+      "--seed", [args](const uint64_t& seed) { args->sampling.seed = seed; },
+      "Random seed (0 is a seed like any other; without one, a random seed)");
   cmd->add_option("--backend", args->backend,
                   "Operator backend (auto: the fastest here that runs the model's weight types)")
       ->capture_default_str();

@@ -55,6 +55,7 @@ struct ServeArgs {
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
+  std::string reasoning_parser;                // empty: detected from the chat template
   model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
   double template_max_memory_mib = 256;
   int template_threads = 2;
@@ -187,6 +188,7 @@ int run_serve(const ServeArgs& a) {
   // falls back to its family when one is recognisable, with a warning; a model with no template serves
   // /v1/completions only and says so on /v1/chat/completions.
   const model::ModelChatInfo chat_info = model::model_chat_info(*model);
+  std::string template_source;  // what the reasoning parser is detected from
   model::jinja::RenderLimits limits = a.template_limits;
   limits.max_memory_bytes = static_cast<uint64_t>(a.template_max_memory_mib * 1024 * 1024);
   no.template_threads = a.template_threads;
@@ -194,6 +196,7 @@ int run_serve(const ServeArgs& a) {
     auto format = serve::make_chat_format(a.chat_template, chat_info, limits);
     if (!format.ok()) return fail(format.status().message());
     no.chat = std::move(format->formatter);
+    template_source = format->source;
     log::info("chat template: {}", format->description);
   } else if (!model->chat_template.empty()) {
     auto format = serve::make_chat_format("", chat_info, limits);
@@ -206,9 +209,16 @@ int run_serve(const ServeArgs& a) {
     }
     if (format.ok()) {
       no.chat = std::move(format->formatter);
+      template_source = format->source;
       log::info("chat template: {}", format->description);
     }
   }
+  auto reasoning = serve::choose_reasoning_format(a.reasoning_parser, template_source);
+  if (!reasoning.ok()) return fail(reasoning.status().message());
+  no.reasoning = *reasoning;
+  if (no.reasoning != serve::ReasoningFormat::kNone)
+    log::info("reasoning parser: {}{}", serve::reasoning_format_name(no.reasoning),
+              a.reasoning_parser.empty() ? " (detected from the chat template)" : "");
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both" || a.role_switchable) {
     serve::PdOptions po;
@@ -384,6 +394,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template,
                   "Chat template: a Jinja file (or tokenizer_config.json), inline Jinja, or a named format: plain, "
                   "llama-2, llama-3, chatml (default: the model's own template)");
+  cmd->add_option("--reasoning-parser", args->reasoning_parser,
+                  "How chat replies carry reasoning (reasoning_content): qwen3, deepseek_r1, gpt_oss or none "
+                  "(default: detected from the chat template)");
   // A model's chat template is untrusted input (docs/security.md): what one render may spend, and its threads.
   cmd->add_option("--template-max-steps", args->template_limits.max_steps,
                   "Evaluation steps one chat-template render may take (a 400 past it)")

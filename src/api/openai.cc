@@ -1,5 +1,6 @@
 #include "api/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/http_status.h"
+#include "api/internal/openai_fields.h"
 
 namespace tessera::api {
 namespace {
@@ -158,25 +160,19 @@ struct NotHonoured {
 bool never(const json&) { return false; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
 constexpr NotHonoured kNotHonoured[] = {
-    {"logit_bias", false, is_empty},
     {"response_format", false, [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
     {"function_call", true, never},
     {"prediction", true, never},
     {"web_search_options", true, never},
     {"modalities", true, [](const json& v) { return v == json::array({"text"}); }},
     {"store", true, is_false},
-    {"reasoning_effort", true, never},
     {"verbosity", true, never},
     {"service_tier", false, [](const json& v) { return v == "auto" || v == "default"; }},
-    {"repetition_penalty", false, is_one},
     {"length_penalty", false, is_one},
     {"use_beam_search", false, is_false},
-    {"min_tokens", false, is_zero},
     {"include_stop_str_in_output", false, is_false},
-    {"prompt_logprobs", false, never},
     {"truncate_prompt_tokens", false, never},
     {"allowed_token_ids", false, is_empty},
     {"bad_words", false, is_empty},
@@ -189,7 +185,6 @@ constexpr NotHonoured kNotHonoured[] = {
     {"structured_outputs", false, never},
     {"echo", true, is_false},  // chat; completions honour it
     {"chat_template", true, never},
-    {"chat_template_kwargs", true, is_empty},
     {"documents", true, never},
 };
 
@@ -274,6 +269,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
           "'continue_final_message' and 'add_generation_prompt' cannot both be true (set add_generation_prompt "
           "to false to continue the last message)",
           "continue_final_message");
+    if (auto e = internal::parse_chat_template_fields(j, r)) return *e;
     for (const char* unsupported : {"functions", "audio"}) {
       if (j.contains(unsupported) && !j[unsupported].is_null()) {
         return bad(fmt::format("'{}' is not supported by this server", unsupported), unsupported);
@@ -282,30 +278,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   } else {
     auto it = j.find("prompt");
     if (it == j.end() || it->is_null()) return bad("'prompt' is required", "prompt");
-    if (it->is_string()) {
-      r.prompt = it->get<std::string>();
-    } else if (it->is_array()) {
-      const json& a = *it;
-      if (a.size() == 1 && a[0].is_string()) {
-        r.prompt = a[0].get<std::string>();
-      } else if (a.size() == 1 && a[0].is_array()) {
-        return bad("a batch of token-id prompts is not supported; send one request per prompt (n = 1)", "prompt");
-      } else if (!a.empty() && a[0].is_string()) {
-        return bad("a batch of several prompts is not supported; send one request per prompt", "prompt");
-      } else {
-        r.prompt_is_tokens = true;
-        for (const json& t : a) {
-          if (!t.is_number_integer()) return bad("'prompt' must be a string or an array of token ids", "prompt");
-          int64_t v = t.get<int64_t>();
-          if (v < 0 || v > std::numeric_limits<int32_t>::max())
-            return bad(fmt::format("token id {} is out of range", v), "prompt");
-          r.prompt_tokens.push_back(static_cast<int32_t>(v));
-        }
-        if (r.prompt_tokens.empty()) return bad("'prompt' must not be empty", "prompt");
-      }
-    } else {
-      return bad("'prompt' must be a string or an array of token ids", "prompt");
-    }
+    if (auto e = internal::parse_prompts(*it, r)) return *e;
     if (auto e = boolean(j, "echo", r.echo)) return *e;
     if (j.contains("suffix") && !j["suffix"].is_null()) return bad("'suffix' is not supported", "suffix");
     if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != 1)
@@ -313,12 +286,12 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
 
   if (auto e = refuse_not_honoured(j, chat)) return *e;
-  int64_t n = 1;
-  if (auto e = integer(j, "n", 1, 128, n)) return *e;
-  if (n != 1) return bad("only n = 1 is supported; send several requests for several completions", "n");
 
   int64_t max_tokens = -1;
-  if (auto e = integer(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  // 0 only with echo on completions: the prompt scored (its logprobs), nothing generated (vLLM, lm-eval).
+  if (auto e = integer(j, "max_tokens", chat ? 1 : 0, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
+  if (max_tokens == 0 && !r.echo)
+    return bad("'max_tokens' must be at least 1 (0 only with 'echo', to score the prompt)", "max_tokens");
   if (chat) {
     if (auto e = integer(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), max_tokens)) return *e;
   }
@@ -344,11 +317,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   v = 0.0;
   if (auto e = number(j, "frequency_penalty", -2.0, 2.0, v)) return *e;
   sp.frequency_penalty = static_cast<float>(v);
-  int64_t seed = 0;
-  if (auto e =
-          integer(j, "seed", std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2, seed))
-    return *e;
-  sp.seed = static_cast<uint64_t>(seed);
+  if (auto e = internal::parse_sampling_fields(j, r)) return *e;
 
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
@@ -400,6 +369,9 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (auto e = boolean(*it, "include_usage", r.include_usage)) return *e;
   }
+  if (r.stream && j.contains("prompt_logprobs") && !j["prompt_logprobs"].is_null())
+    return bad("'prompt_logprobs' cannot be streamed (as in vLLM); send the request with stream false",
+               "prompt_logprobs");
   if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return bad("'user' must be a string", "user");
     r.user = it->get<std::string>();

@@ -38,7 +38,18 @@ struct GenerationOptions {
   bool ignore_eos = false;
   bool skip_special_tokens = true;  // false: generated special tokens are spelled in the text (vLLM's field)
   int logprobs = -1;                // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  int prompt_logprobs = -1;         // vLLM's prompt_logprobs: -1 none; 0..20 (echo with logprobs needs them too)
 };
+
+// One prompt of a /v1/completions request: text, or token ids.
+struct CompletionPrompt {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool is_tokens = false;
+};
+
+inline constexpr int kMaxChoicesPerRequest = 16;     // n
+inline constexpr size_t kMaxPromptsPerRequest = 64;  // a list of prompts in /v1/completions
 
 struct ApiRequest {
   bool chat = false;
@@ -47,14 +58,22 @@ struct ApiRequest {
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
+  // completions: every prompt, in order (a list of strings or of token-id lists gives several; one choice per
+  // prompt and n, prompt-major); prompt / prompt_tokens / prompt_is_tokens above are prompts[0]
+  std::vector<CompletionPrompt> prompts;
+  int n = 1;                          // choices per prompt (1..kMaxChoicesPerRequest)
   std::vector<ChatMessage> messages;  // chat
   // chat: the messages as a chat template sees them (JSON array, the client's key order): text content parts
   // joined, assistant tool-call `arguments` parsed from their JSON string into objects (as vLLM passes them)
   std::string messages_json;
   std::string tools_json;            // chat: the request's `tools` (JSON array), "" when none
   std::string tool_choice = "auto";  // "auto" or "none" (forcing a call needs constrained decoding: a 400)
-  GenerationOptions generation;      // sampling, stops, logprobs
-  int max_tokens = -1;               // -1: not given (completions default 16; chat: rest of the context)
+  // chat: extra variables for the chat template (vLLM's chat_template_kwargs, a JSON object, "" when none) and
+  // OpenAI's reasoning_effort ("" when not given), which reaches the template as the variable of that name.
+  std::string chat_template_kwargs_json;
+  std::string reasoning_effort;
+  GenerationOptions generation;  // sampling, stops, logprobs
+  int max_tokens = -1;           // -1: not given (completions default 16; chat: rest of the context)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
@@ -66,7 +85,7 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Malformed JSON, wrong types and out-of-range values are 400s
-// naming the field; unsupported features (n > 1, best_of, suffix, tool_choice "required") are 400s saying so,
+// naming the field; unsupported features (best_of, suffix, tool_choice "required") are 400s saying so,
 // and so is every field of the OpenAI or vLLM request that this server knows but would not honour (logit_bias,
 // response_format other than text, repetition_penalty, guided decoding, ...; see kNotHonoured in openai.cc).
 // Sampling fields left out take `defaults` (the model's generation defaults; OpenAI's without them).

@@ -1,5 +1,6 @@
 #include "api/pd_messages.h"
 
+#include <cstdint>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -16,10 +17,12 @@ using json = nlohmann::json;
 constexpr double kMaxPhaseMs = 86'400'000;
 // An agent or region description is a few hundred bytes; this leaves room for attributes (UCX rkeys).
 constexpr size_t kMaxDescriptionBytes = 16 << 10;
+constexpr int64_t kMaxPrefillChoices = 16;  // engine::kMaxChoices (the api may not include the engine)
+constexpr size_t kMaxPrefillStopTokens = 1 << 16;
 
 }  // namespace
 
-Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size) {
+Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size, int choices) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return invalid_argument("prefill reply is not JSON");
   JsonFields f(j, "prefill reply");
@@ -29,6 +32,19 @@ Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expecte
   r.compute_ms = f.number("compute_ms", 0, kMaxPhaseMs, 0.0);
   r.transfer_ms = f.number("transfer_ms", 0, kMaxPhaseMs, 0.0);
   r.transfer_wait_ms = f.number("transfer_wait_ms", 0, kMaxPhaseMs, 0.0);
+  if (choices > 1) {
+    if (const json* more = f.array("choice_tokens", static_cast<size_t>(choices - 1))) {
+      for (const json& t : *more) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_size) {
+          f.fail(fmt::format("prefill reply: choice token {} is not a token id in [0, {})", t.dump(), vocab_size));
+          break;
+        }
+        r.choice_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+      if (f.ok() && static_cast<int>(r.choice_tokens.size()) != choices - 1)
+        f.fail(fmt::format("prefill reply: {} choice tokens for {} choices", r.choice_tokens.size(), choices));
+    }
+  }
   // Older fields the decode side does not need, still checked: a reply that disagrees about what was sent
   // describes some other transfer.
   if (f.has("bytes")) {
@@ -56,6 +72,17 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   c.offset = f.uint("offset", UINT64_MAX, 0);
   c.tag = f.uint("tag");
   c.export_from = static_cast<int>(f.integer("export_from", 0, max_prompt_tokens, 0));
+  c.n = static_cast<int>(f.integer("n", 1, kMaxPrefillChoices, 1));
+  c.ignore_eos = f.boolean("ignore_eos", false);
+  if (const json* stops = f.array("stop_token_ids", kMaxPrefillStopTokens, true)) {
+    for (const json& t : *stops) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        f.fail(fmt::format("prefill request: stop token {} is not a token id", t.dump()));
+        break;
+      }
+      c.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+  }
   if (const json* m = f.object("model", true)) c.model = *m;
   const json* sampling = f.object("sampling", true);
   if (!f.ok()) return f.status();
@@ -77,28 +104,33 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
 }
 
 std::string prefill_reply_body(const PrefillReply& r) {
-  return json{{"first_token", r.first_token},
-              {"checksum", r.checksum},
-              {"kv_dtype", std::string(dtype_name(r.kv_dtype))},
-              {"bytes", r.bytes},
-              {"overlap", r.overlap},
-              {"compute_ms", r.compute_ms},
-              {"transfer_wait_ms", r.transfer_wait_ms},
-              {"transfer_ms", r.transfer_ms},
-              {"prefill_ms", r.prefill_ms}}
-      .dump();
+  json j = json{{"first_token", r.first_token},
+                {"checksum", r.checksum},
+                {"kv_dtype", std::string(dtype_name(r.kv_dtype))},
+                {"bytes", r.bytes},
+                {"overlap", r.overlap},
+                {"compute_ms", r.compute_ms},
+                {"transfer_wait_ms", r.transfer_wait_ms},
+                {"transfer_ms", r.transfer_ms},
+                {"prefill_ms", r.prefill_ms}};
+  if (!r.choice_tokens.empty()) j["choice_tokens"] = r.choice_tokens;
+  return j.dump();
 }
 
 std::string prefill_call_body(const PrefillCall& c) {
-  return json{{"prompt", c.prompt},
-              {"export_from", c.export_from},
-              {"sampling", sampling_to_json(c.sampling)},
-              {"agent", c.agent},
-              {"region", c.region},
-              {"offset", c.offset},
-              {"tag", c.tag},
-              {"model", c.model}}
-      .dump();
+  json j = json{{"prompt", c.prompt},
+                {"export_from", c.export_from},
+                {"sampling", sampling_to_json(c.sampling)},
+                {"agent", c.agent},
+                {"region", c.region},
+                {"offset", c.offset},
+                {"tag", c.tag},
+                {"model", c.model}};
+  // Only when they ask for something: a prefill node older than these fields still serves the rest.
+  if (c.n > 1) j["n"] = c.n;
+  if (!c.stop_token_ids.empty()) j["stop_token_ids"] = c.stop_token_ids;
+  if (c.ignore_eos) j["ignore_eos"] = true;
+  return j.dump();
 }
 
 std::string pd_info_body(NodeRole role, const std::string& agent, const json& model) {

@@ -25,6 +25,8 @@ namespace tessera::api {
 // checks bytes and kv_dtype against what it reserved.
 struct PrefillReply {
   int32_t first_token = 0;
+  // n > 1: the first tokens of choices 1..n-1 (choice i drawn with the seed + i), from the same logits.
+  std::vector<int32_t> choice_tokens;
   uint64_t checksum = 0;
   double compute_ms = 0;
   double transfer_ms = 0;
@@ -38,14 +40,21 @@ struct PrefillReply {
 std::string prefill_reply_body(const PrefillReply& r);
 
 // `expected_bytes`: the KV bytes the decode node reserved (a reply that says otherwise is refused);
-// `vocab_size`: first_token must be a token of the decode node's model.
-Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size);
+// `vocab_size`: first_token must be a token of the decode node's model; `choices`: the n asked for (a reply
+// must bring choices - 1 choice_tokens).
+Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size,
+                                         int choices = 1);
 
 // What a prefill node takes from a decode node's request.
 struct PrefillCall {
   std::vector<int32_t> prompt;
   int export_from = 0;  // first position whose KV is sent; leaves at least one token
   SamplingParams sampling;
+  int n = 1;  // choices: this many first tokens are drawn (PrefillReply::choice_tokens)
+  // What sampling.min_tokens masks on the first token: the request's stop_token_ids, and its end-of-generation
+  // tokens unless ignore_eos (the prefill node's own list).
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
   std::string agent;   // link::AgentInfo::encode() of the decode node
   std::string region;  // link::RegionDesc::encode() of its staging region
   uint64_t offset = 0;

@@ -8,6 +8,8 @@
 
 #include "api/kv_layout.h"
 #include "base/log.h"
+#include "engine/kv_fork.h"
+#include "engine/logits_processors.h"
 
 namespace tessera::engine {
 
@@ -29,6 +31,9 @@ std::string_view finish_reason_name(FinishReason r) {
 
 struct Engine::Active {
   RequestId id = 0;
+  RequestId group = 0;  // the request's id, its first choice's: cancel() ends every choice of the group
+  int index = 0;        // the choice (GenerationRequest::n)
+  bool forked = false;  // the other choices exist (n > 1), or this is one of them
   GenerationRequest req;
   OutputCallback callback;
   Sequence seq;
@@ -41,10 +46,16 @@ struct Engine::Active {
   int cached_tokens = -1;  // set when first scheduled
   int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
 
+  LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
+  std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
+  bool prompt_lps_sent = false;
+
   Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
 };
 
 namespace {
+
+const std::vector<std::string> kNoStops;
 
 // Bytes at the end of `text` that must not be reported yet: an unfinished UTF-8 character, or the start of
 // a stop string.
@@ -113,6 +124,30 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
     if (s.empty()) return invalid_argument("stop strings must not be empty");
   }
   if (request.logprobs > 20) return invalid_argument(fmt::format("at most 20 top logprobs, got {}", request.logprobs));
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20)
+    return invalid_argument(fmt::format("prompt_logprobs must be between 0 and 20, got {}", request.prompt_logprobs));
+  if (request.n < 1 || request.n > kMaxChoices)
+    return invalid_argument(fmt::format("n must be between 1 and {}, got {}", kMaxChoices, request.n));
+  if (request.sampling.min_tokens > request.max_tokens)
+    return invalid_argument(fmt::format("min_tokens ({}) must not exceed max_tokens ({})", request.sampling.min_tokens,
+                                        request.max_tokens));
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= c.vocab_size)
+      return invalid_argument(
+          fmt::format("logit_bias names token id {}, outside the vocabulary [0, {})", id, c.vocab_size));
+  }
+  if (request.imported) {
+    const std::vector<TokenId>& more = request.imported->choice_tokens;
+    if (static_cast<int>(more.size()) != request.n - 1)
+      return invalid_argument(
+          fmt::format("imported KV brings {} first tokens for {} choices", more.size() + 1, request.n));
+    for (TokenId t : more) {
+      if (t < 0 || t >= c.vocab_size)
+        return invalid_argument(fmt::format("token id {} is outside the vocabulary [0, {})", t, c.vocab_size));
+    }
+    if (request.prompt_logprobs >= 0)
+      return invalid_argument("prompt_logprobs needs the prompt computed on this node, not imported");
+  }
   if (request.imported) {
     const ImportedKv& kv = *request.imported;
     const size_t want = api::KvLayout{c.n_layers, c.kv_dim(), kv.dtype, kv.count}.bytes();
@@ -123,9 +158,16 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
                       kv.first, kv.first + kv.count, kv.bytes().size(), request.prompt.size(), want));
     }
   }
+  const int choices = request.n;
+  std::vector<TokenId> stops = stop_tokens(request);
   auto a = std::make_unique<Active>(std::move(request), std::move(callback));
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
+  a->procs = LogitsProcessors(a->req.sampling, a->req.prompt, std::move(stops));
+  if (a->req.prompt_logprobs >= 0) {
+    a->seq.compute_prompt = true;
+    a->prompt_lps.resize(static_cast<size_t>(a->seq.prompt_len - 1));
+  }
   if (a->req.imported) {
     // The prefix blocks the caller looked up (and retained) are this sequence's from now on.
     a->seq.kv.blocks = a->req.imported->cached_blocks;
@@ -142,8 +184,10 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
     if (queued >= options_.scheduler.max_waiting) {
       return resource_exhausted(fmt::format("the server is busy: {} requests are already waiting", queued));
     }
-    id = next_id_++;
+    id = next_id_;
+    next_id_ += static_cast<RequestId>(choices);  // the other choices' ids (make_choices)
     a->id = id;
+    a->group = id;
     a->seq.id = static_cast<SequenceId>(id);
     a->seq.arrival = next_arrival_++;
     incoming_.push_back(std::move(a));
@@ -223,9 +267,13 @@ void Engine::loop() {
       auto it = active_.find(id);
       return it == active_.end() || it->second->finished || import(*it->second);
     });
-    for (RequestId id : cancels) {
-      auto it = active_.find(id);
-      if (it != active_.end() && !it->second->finished) finish(*it->second, FinishReason::kCancelled);
+    if (!cancels.empty()) {
+      std::vector<Active*> ending;
+      for (auto& [id, a] : active_) {
+        if (!a->finished && std::find(cancels.begin(), cancels.end(), a->group) != cancels.end())
+          ending.push_back(a.get());
+      }
+      for (Active* a : ending) finish(*a, FinishReason::kCancelled);
     }
     std::erase_if(active_, [](const auto& kv) { return kv.second->finished; });
     if (!active_.empty()) run_step();
@@ -239,8 +287,12 @@ void Engine::loop() {
   active_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& a : incoming_) {
-    a->pending.finish = FinishReason::kCancelled;
-    a->callback(a->pending);
+    for (int i = 0; i < a->req.n; ++i) {
+      RequestOutput o;
+      o.index = i;
+      o.finish = FinishReason::kCancelled;
+      a->callback(o);
+    }
   }
   incoming_.clear();
 }
@@ -275,6 +327,11 @@ void Engine::run_step() {
     segments.push_back(
         {&s.kv, std::span(s.tokens).subspan(static_cast<size_t>(s.kv.length), static_cast<size_t>(c.num_tokens)),
          last});
+    if (a.req.prompt_logprobs >= 0 && s.kv.length + 1 < s.prompt_len) {
+      segments.back().all_logits = [this, ap = &a, start = s.kv.length](int first, std::span<const float> rows) {
+        record_prompt_logprobs(*ap, start, first, rows);
+      };
+    }
   }
   // Prefill nodes export each computed layer as soon as it exists.
   ModelRunner::LayerHook hook;
@@ -317,10 +374,20 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
   // Sampled in place: each row belongs to one sequence and is read once, so no copy of vocab floats per token.
   std::span<float> l(logits.data() + row * vocab, vocab);
-  if (!a.counts.empty()) {
-    std::vector<std::pair<TokenId, int>> counts(a.counts.begin(), a.counts.end());
-    a.sampler.apply_penalties(l, counts);
+  if (a.req.n > 1 && !a.forked) {
+    // The prompt is computed: every other choice draws its first token from a copy of this row.
+    a.forked = true;
+    for (std::unique_ptr<Active>& c : make_choices(a)) {
+      std::vector<float> x(l.begin(), l.end());
+      c->procs.apply(x, c->counts, 0);
+      std::vector<float> lp;
+      if (c->req.logprobs >= 0) lp = x;
+      const TokenId t = c->sampler.sample(x);
+      const bool want_lp = c->req.logprobs >= 0;
+      admit_choice(a, std::move(c), t, want_lp ? &lp : nullptr);
+    }
   }
+  a.procs.apply(l, a.counts, a.seq.generated());
   std::vector<float> for_logprobs;
   if (a.req.logprobs >= 0) for_logprobs.assign(l.begin(), l.end());
   const TokenId tok = a.sampler.sample(l);
@@ -361,9 +428,99 @@ bool Engine::import(Active& a) {
   counters_.prompt_tokens += static_cast<uint64_t>(kv.count);
   a.sampler.skip_draw();
   const TokenId first_token = kv.first_token;
+  const std::vector<TokenId> choice_tokens = kv.choice_tokens;
   a.req.imported.reset();  // the KV is in the cache: its memory (a decode node's staging range) goes back now
+  if (a.req.n > 1) {
+    a.forked = true;
+    std::vector<std::unique_ptr<Active>> choices = make_choices(a);
+    for (size_t i = 0; i < choices.size(); ++i) {
+      choices[i]->sampler.skip_draw();  // the prefill node drew it with this choice's seed
+      admit_choice(a, std::move(choices[i]), choice_tokens[i], nullptr);
+    }
+  }
   accept_token(a, first_token, nullptr);
   return true;
+}
+
+std::vector<TokenId> Engine::stop_tokens(const GenerationRequest& r) const {
+  std::vector<TokenId> out(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  if (!r.ignore_eos) {
+    if (options_.end_of_generation.empty()) {
+      out.push_back(tokenizer_.eos_id());
+      out.push_back(tokenizer_.bos_id());
+    } else {
+      out.insert(out.end(), options_.end_of_generation.begin(), options_.end_of_generation.end());
+    }
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& a) {
+  std::vector<std::unique_ptr<Active>> out;
+  for (int i = 1; i < a.req.n; ++i) {
+    GenerationRequest r = a.req;
+    r.n = 1;
+    r.imported.reset();
+    r.on_kv_layer = nullptr;  // a prefill node exports the prompt once, from choice 0
+    if (r.sampling.seed) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(i);  // vLLM's child seeds
+    auto c = std::make_unique<Active>(std::move(r), a.callback);
+    c->id = a.id + static_cast<RequestId>(i);  // reserved by submit()
+    c->group = a.group;
+    c->index = i;
+    c->forked = true;
+    c->procs = a.procs;
+    c->seq.id = static_cast<SequenceId>(c->id);
+    c->seq.arrival = a.seq.arrival;
+    c->seq.tokens = a.seq.tokens;
+    c->seq.prompt_len = a.seq.prompt_len;
+    c->seq.compute_prompt = a.seq.compute_prompt;
+    c->cached_tokens = a.cached_tokens;
+    c->prompt_lps = a.prompt_lps;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void Engine::admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first,
+                          std::vector<float>* logprob_logits) {
+  Active& c = *choice;
+  active_[c.id] = std::move(choice);
+  accept_token(c, first, logprob_logits);
+  if (c.finished) return;
+  if (fork_kv(runner_, a.seq.kv, c.seq.kv).ok()) {
+    c.seq.block_hashes = a.seq.block_hashes;  // the same full blocks, already registered
+    c.seq.prefix_checked = true;
+    scheduler_.add_running(&c.seq);
+    return;
+  }
+  // No block free for the copy of the partial block: this choice waits and computes its prompt again (from
+  // the prefix cache's full blocks) when there is room, like a preempted sequence.
+  if (Status added = scheduler_.add(&c.seq); !added.ok()) finish(c, FinishReason::kError, added);
+}
+
+void Engine::record_prompt_logprobs(Active& a, int start, int first, std::span<const float> rows) {
+  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  for (size_t j = 0; j * vocab < rows.size(); ++j) {
+    // The row at position p predicts the prompt token at p + 1.
+    const int next = start + first + static_cast<int>(j) + 1;
+    if (next >= a.seq.prompt_len) break;
+    const std::span<const float> row = rows.subspan(j * vocab, vocab);
+    const TokenId token = a.seq.tokens[static_cast<size_t>(next)];
+    TokenLogprobs lp = compute_logprobs(row, token, a.req.prompt_logprobs);
+    const float x = row[static_cast<size_t>(token)];
+    lp.rank = 1 + static_cast<int>(std::count_if(row.begin(), row.end(), [x](float v) { return v > x; }));
+    a.prompt_lps[static_cast<size_t>(next - 1)] = std::move(lp);
+  }
+}
+
+void Engine::emit(Active& a) {
+  a.pending.index = a.index;
+  if (a.req.prompt_logprobs >= 0 && !a.prompt_lps_sent) {
+    a.prompt_lps_sent = true;
+    a.pending.prompt_logprobs = std::move(a.prompt_lps);
+  }
+  a.callback(a.pending);
+  a.pending = RequestOutput{};
 }
 
 void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
@@ -385,7 +542,8 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
   a.pending.token_texts.push_back(piece);
   if (logprob_logits) a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
   a.text += piece;
-  for (const std::string& stop : a.req.stop) {
+  // Stop strings end a request only once it has more than min_tokens tokens (vLLM's rule).
+  for (const std::string& stop : a.seq.generated() > a.req.sampling.min_tokens ? a.req.stop : kNoStops) {
     size_t at = a.text.find(stop, a.emitted);
     if (at != std::string::npos) {
       a.text.resize(at);
@@ -402,8 +560,7 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
     a.pending.prompt_tokens = a.seq.prompt_len;
     a.pending.completion_tokens = a.seq.generated();
     a.pending.cached_tokens = std::max(0, a.cached_tokens);
-    a.callback(a.pending);
-    a.pending = RequestOutput{};
+    emit(a);
   }
 }
 
@@ -493,8 +650,19 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   a.pending.cached_tokens = std::max(0, a.cached_tokens);
   // Whoever sees the final output and then reads stats() must find this request's blocks already free.
   publish_stats();
-  a.callback(a.pending);
-  a.pending = RequestOutput{};
+  // n > 1 and the prompt never finished (an error, a cancellation): the other choices end the same way.
+  const bool unforked = a.req.n > 1 && !a.forked;
+  const RequestOutput last = unforked ? a.pending : RequestOutput{};
+  emit(a);
+  for (int i = 1; unforked && i < a.req.n; ++i) {
+    RequestOutput o;
+    o.index = i;
+    o.finish = last.finish;
+    o.error = last.error;
+    o.prompt_tokens = last.prompt_tokens;
+    o.cached_tokens = last.cached_tokens;
+    a.callback(o);
+  }
 }
 
 }  // namespace tessera::engine

@@ -50,6 +50,9 @@ struct ImportedKv {
   std::shared_ptr<const void> view_owner;
   std::span<const uint8_t> bytes() const { return view.data() != nullptr ? view : std::span<const uint8_t>(data); }
   TokenId first_token = 0;
+  // n > 1: the first tokens of choices 1..n-1, drawn by the prefill node from the same logits (choice 0's is
+  // first_token); each choice continues from the one KV import (GenerationRequest::n).
+  std::vector<TokenId> choice_tokens;
   std::vector<int32_t> cached_blocks;  // blocks holding positions [0, first), already retained (lookup_prefix)
   // Fresh blocks for the positions from `first` on, allocated before the transfer (reserve_blocks); the
   // engine allocates whatever is still missing at import time.
@@ -72,6 +75,16 @@ struct GenerationRequest {
   // skip_special_tokens); true: they contribute no text.
   bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  // OpenAI's n: this many choices of the same prompt (1..kMaxChoices). The prompt is computed once; when its
+  // last row's logits exist each choice draws its first token from them (choice i with seed + i when the
+  // request has a seed, as vLLM seeds its child requests) and continues on its own sequence, sharing the
+  // prompt's full KV blocks and a copy of the partial one (engine/kv_fork.h). Every output names its choice
+  // (RequestOutput::index) and every choice ends with its own final output.
+  int n = 1;
+  // vLLM's prompt_logprobs: -1 none; 0..20: the log-probability of every prompt token after the first, given
+  // the tokens before it, and this many alternatives (RequestOutput::prompt_logprobs). Such a prompt is
+  // computed whole, never taken from the prefix cache.
+  int prompt_logprobs = -1;
   // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
   // in the cache (positions [first, first + count)); an error fails the request.
   // Positions before export_from are not exported (the decode node has them cached); positions this engine
@@ -82,7 +95,10 @@ struct GenerationRequest {
   std::shared_ptr<const ImportedKv> imported;
 };
 
+inline constexpr int kMaxChoices = 16;
+
 struct RequestOutput {
+  int index = 0;                              // the choice (0..n-1) this output belongs to
   std::string text;                           // new text since the previous output
   std::vector<TokenId> tokens;                // tokens sampled since the previous output
   std::vector<TokenLogprobs> logprobs;        // one per token when requested
@@ -92,6 +108,8 @@ struct RequestOutput {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens found in the prefix cache
+  // With prompt_logprobs, on a choice's first output: one entry per prompt position from 1 on.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -142,7 +160,7 @@ class Engine {
   // What submit() would answer about the queue now: ResourceExhausted when it is full, Unavailable when stopped
   // (a caller that must answer before it submits checks this first; submit() still decides).
   Status admission() const;
-  // Ends a request early (its callback gets kCancelled). Unknown or finished ids are ignored.
+  // Ends a request early, every choice of it (each gets kCancelled). Unknown or finished ids are ignored.
   void cancel(RequestId id);
 
   EngineStats stats() const;
@@ -171,6 +189,16 @@ class Engine {
   void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
   // Installs imported KV; false when blocks are short (retried next loop).
   bool import(Active& a);
+  // n > 1, once the prompt is computed (or imported): choices 1..n-1 of `a`, not yet admitted.
+  std::vector<std::unique_ptr<Active>> make_choices(const Active& a);
+  // Admits a choice made by make_choices with its first token; its KV is forked from `a`'s (engine/kv_fork.h).
+  void admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits);
+  // Records the prompt logprobs of rows [first, first + rows / vocab) of a prompt chunk starting at `start`.
+  void record_prompt_logprobs(Active& a, int start, int first, std::span<const float> rows);
+  // Reports a's pending output (its choice index, and the prompt logprobs on its first output).
+  void emit(Active& a);
+  // The stop tokens min_tokens masks for a request.
+  std::vector<TokenId> stop_tokens(const GenerationRequest& r) const;
 
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;

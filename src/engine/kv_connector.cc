@@ -67,6 +67,7 @@ Result<RequestId> KvConnector::submit_imported(GenerationRequest request, KvBloc
   imported->view = kv.bytes;
   imported->view_owner = std::move(kv.owner);
   imported->first_token = kv.first_token;
+  imported->choice_tokens = std::move(kv.choice_tokens);
   imported->cached_blocks = blocks.cached_;
   imported->reserved_blocks = blocks.reserved_;
   request.imported = std::move(imported);

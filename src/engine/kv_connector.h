@@ -60,7 +60,8 @@ struct ReceivedKv {
   std::span<const uint8_t> bytes;
   std::shared_ptr<const void> owner;  // keeps `bytes` alive; dropped as soon as the import is done
   DType dtype = DType::kF32;
-  TokenId first_token = 0;  // sampled by the prefill node
+  TokenId first_token = 0;             // sampled by the prefill node
+  std::vector<TokenId> choice_tokens;  // n > 1: the first tokens of choices 1..n-1 (ImportedKv::choice_tokens)
 };
 
 class KvConnector {

@@ -329,7 +329,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   // Graph mode: a step made only of next tokens that each want logits (and no layer hook) is a decode step,
   // replayed from its bucket's recording; prefill chunks and mixed steps run eagerly.
   if (options_.graph && !after_layer && std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
-        return seg.seq != nullptr && seg.tokens.size() == 1 && seg.want_logits;
+        return seg.seq != nullptr && seg.tokens.size() == 1 && seg.want_logits && !seg.all_logits;
       })) {
     std::vector<SequenceKv*> seqs;
     std::vector<TokenId> tokens;
@@ -434,7 +434,28 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
     auto first = rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(row_of[i]) * vocab);
     logits.insert(logits.end(), first, first + static_cast<std::ptrdiff_t>(vocab));
   }
+  TS_RETURN_IF_ERROR(all_row_logits(placed));
   for (const Segment& seg : segments) seg.seq->length += static_cast<int32_t>(seg.tokens.size());
+  return ok_status();
+}
+
+Status ModelRunner::all_row_logits(std::span<const Placed> placed) {
+  // The wanted rows are on the host now, so the logits buffer is free: the classifier runs again over each
+  // segment that wants every row, logit_rows_ rows at a time, from the final hidden states still in xb.
+  const auto vocab = static_cast<size_t>(config_.vocab_size);
+  for (const Placed& p : placed) {
+    if (!p.segment->all_logits) continue;
+    const auto count = static_cast<int64_t>(p.segment->tokens.size());
+    for (int64_t at = 0; at < count; at += logit_rows_) {
+      const int64_t k = std::min(logit_rows_, count - at);
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{s_.xb.rows(p.row0 + at, k), classifier_, s_.logits.rows(0, k)}));
+      step_rows_.resize(static_cast<size_t>(k) * vocab);
+      TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, k), step_rows_.data()));
+      TS_RETURN_IF_ERROR(stream_->synchronize());
+      cap_logits(step_rows_.data(), step_rows_.size());
+      p.segment->all_logits(static_cast<int>(at), step_rows_);
+    }
+  }
   return ok_status();
 }
 

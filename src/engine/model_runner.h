@@ -35,6 +35,10 @@ struct Segment {
   SequenceKv* seq = nullptr;
   std::span<const TokenId> tokens;
   bool want_logits = true;
+  // When set, the logits of every token of the segment (vLLM's prompt_logprobs), handed over before step()
+  // returns in runs of consecutive rows: `first` is the first row's index in `tokens`, each row vocab_size
+  // floats. Such a step always runs eagerly.
+  std::function<void(int first, std::span<const float> rows)> all_logits;
 };
 
 struct RunnerOptions {
@@ -154,6 +158,8 @@ class ModelRunner {
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
   Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer);
+  // After forward(): the logits of every row of the segments that ask for them (Segment::all_logits).
+  Status all_row_logits(std::span<const Placed> placed);
   Status run(const ops::Op& op);
 
   ops::Device& device_;

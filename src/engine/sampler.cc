@@ -1,16 +1,18 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <random>
 
 #include <fmt/core.h>
 
 namespace tessera::engine {
 namespace {
 
-uint64_t seed_from_clock() {
-  return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1u;
+// A request without a seed: two of them (or two choices of one request, n > 1) must not draw alike.
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
 void softmax_in_place(std::span<float> x) {
@@ -27,7 +29,7 @@ void softmax_in_place(std::span<float> x) {
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), seed_(params.seed != 0 ? params.seed : seed_from_clock()), rng_(seed_) {}
+    : params_(params), seed_(params.seed ? *params.seed : random_seed()), rng_(seed_) {}
 
 model::TokenId argmax(std::span<const float> logits) {
   size_t best = 0;
@@ -102,15 +104,6 @@ model::TokenId Sampler::sample(std::span<float> logits) {
     if (r < cdf) return candidates_[i].index;
   }
   return candidates_[last].index;
-}
-
-void Sampler::apply_penalties(std::span<float> logits,
-                              const std::vector<std::pair<model::TokenId, int>>& counts) const {
-  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) return;
-  for (const auto& [id, count] : counts) {
-    if (id < 0 || static_cast<size_t>(id) >= logits.size() || count <= 0) continue;
-    logits[static_cast<size_t>(id)] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
-  }
 }
 
 TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top) {

@@ -1,11 +1,11 @@
 // Sampler: turns a row of logits into the next token.
 //
-// Presence and frequency penalties (OpenAI's definitions, over the tokens generated so far) adjust the
-// logits first. Then temperature 0 is greedy (the first maximum). Otherwise logits are divided by the
-// temperature, softmaxed, cut to tokens with at least min_p times the top probability, to the top_k most
-// likely, and to the smallest set whose mass exceeds top_p, and one token is drawn with a seeded
-// generator. With min_p = 0 and top_k = 0 the draw is the one llama2.c's run.c makes (same generator, same
-// cut-off rule), so a seed reproduces its choices.
+// The logits arrive processed (engine/logits_processors.h: min_tokens, logit_bias, penalties). Temperature 0
+// is greedy (the first maximum). Otherwise logits are divided by the temperature, softmaxed, cut to tokens
+// with at least min_p times the top probability, to the top_k most likely, and to the smallest set whose
+// mass exceeds top_p, and one token is drawn with a seeded generator (a random seed when the request gives
+// none; 0 is a seed like any other). With min_p = 0 and top_k = 0 the draw is the one llama2.c's run.c makes
+// (same generator, same cut-off rule), so a seed reproduces its choices.
 //
 // Thread-safety: a Sampler holds its generator's state; use one per sequence.
 #pragma once
@@ -31,6 +31,7 @@ struct TokenLogprobs {
   model::TokenId token = 0;
   float logprob = 0.0f;
   std::vector<std::pair<model::TokenId, float>> top;  // most likely first
+  int rank = 0;  // prompt logprobs: 1 + how many tokens were more likely (0: not computed)
 };
 
 // log_softmax(logits)[token] and the `top` largest entries.
@@ -47,8 +48,6 @@ class Sampler {
   void skip_draw() {
     if (params_.temperature != 0.0f) (void)rng_.next_f32();
   }
-  // Applies the presence and frequency penalties for the tokens generated so far (`counts`: id -> times).
-  void apply_penalties(std::span<float> logits, const std::vector<std::pair<model::TokenId, int>>& counts) const;
 
  private:
   SamplingParams params_;

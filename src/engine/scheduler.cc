@@ -102,7 +102,7 @@ Schedule Scheduler::schedule() {
     }
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
-      std::vector<BlockId> hit = kv_.blocks().match_prefix(seq->tokens, total - 1);
+      std::vector<BlockId> hit = kv_.blocks().match_prefix(seq->tokens, seq->compute_prompt ? 0 : total - 1);
       for (BlockId b : hit) seq->kv.blocks.push_back(static_cast<int32_t>(b));
       seq->kv.length = static_cast<int32_t>(hit.size()) * kv_.block_tokens();
       seq->prefix_checked = true;

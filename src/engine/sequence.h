@@ -24,6 +24,8 @@ struct Sequence {
   SequenceKv kv;
   std::vector<BlockHash> block_hashes;  // chain hashes of the leading full blocks already registered
   bool prefix_checked = false;          // the prefix cache was consulted since the last (re)admission
+  bool compute_prompt = false;          // every prompt position is computed, none taken from the prefix cache
+                                        // (prompt_logprobs needs their logits)
   int preemptions = 0;
 
   int remaining() const { return static_cast<int>(tokens.size()) - kv.length; }

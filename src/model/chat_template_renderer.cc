@@ -1,5 +1,7 @@
 #include "model/chat_template_renderer.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -22,6 +24,19 @@ ToolCallFormat detect_tool_format(std::string_view t) {
        t.find("tools") != std::string_view::npos))
     return ToolCallFormat::kLlama3Json;
   return ToolCallFormat::kNone;
+}
+
+// Whether a template's source names `name` as a whole identifier: a variable it never names, it never reads
+// (Jinja has no way to look a variable up by a computed name).
+bool names_variable(std::string_view source, std::string_view name) {
+  const auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  if (name.empty() || !std::all_of(name.begin(), name.end(), ident)) return false;
+  for (size_t at = source.find(name); at != std::string_view::npos; at = source.find(name, at + 1)) {
+    const bool left = at == 0 || !ident(source[at - 1]);
+    const bool right = at + name.size() == source.size() || !ident(source[at + name.size()]);
+    if (left && right) return true;
+  }
+  return false;
 }
 
 // The text continue_final_message continues: the last message's content (a string: the API joins text parts).
@@ -147,6 +162,7 @@ Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec,
     r.description_ = "the model's chat template";
     if (!model.tool_use_template.empty()) {
       TS_ASSIGN_OR_RETURN(r.jinja_tool_use_, compile(model.tool_use_template, "the model's tool_use chat template"));
+      r.tool_use_source_ = model.tool_use_template;
     }
   } else if (auto family = chat_template_from_name(spec); family.ok()) {
     r.family_ = *family;
@@ -167,6 +183,7 @@ Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec,
     r.description_ = fmt::format("the template file {}", spec);
   }
   TS_ASSIGN_OR_RETURN(r.jinja_, compile(source, r.description_));
+  r.source_ = source;
   r.tool_format_ = detect_tool_format(source);
   r.takes_tools_ = source.find("tools") != std::string::npos || r.jinja_tool_use_ != nullptr;
   return r;
@@ -182,6 +199,18 @@ Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json
     if (add_generation_prompt)
       return invalid_argument("continue_final_message and add_generation_prompt cannot both be true");
     TS_ASSIGN_OR_RETURN(final_text, final_message_text(messages));
+  }
+  Json variables = Json::object();
+  if (!options.variables_json.empty()) {
+    variables = Json::parse(options.variables_json, nullptr, false);
+    if (variables.is_discarded() || !variables.is_object())
+      return invalid_argument("template variables must be a JSON object");
+  }
+  const bool tool_use = !tools_json.empty() && jinja_tool_use_;
+  for (const auto& [name, value] : variables.items()) {
+    if (family_ || !names_variable(tool_use ? tool_use_source_ : source_, name))
+      return invalid_argument(
+          fmt::format("{} does not read '{}', so sending it would have no effect", description_, name));
   }
   RenderedChat out;
   if (family_) {
@@ -202,11 +231,12 @@ Result<RenderedChat> ChatTemplateRenderer::render(std::string_view messages_json
     if (tools.is_discarded() || !tools.is_array()) return invalid_argument("tools must be a JSON array");
     ctx["tools"] = std::move(tools);
   }
+  for (auto& [name, value] : variables.items()) ctx[name] = value;
   ctx["add_generation_prompt"] = add_generation_prompt;
   ctx["bos_token"] = bos_;
   ctx["eos_token"] = eos_;
   TS_ASSIGN_OR_RETURN(jinja::Value v, jinja::value_from_json(ctx.dump()));
-  const jinja::Template& t = (!tools_json.empty() && jinja_tool_use_) ? *jinja_tool_use_ : *jinja_;
+  const jinja::Template& t = tool_use ? *jinja_tool_use_ : *jinja_;
   jinja::RenderOptions render_options;
   render_options.limits = options.limits;
   render_options.cancelled = options.cancelled;

@@ -60,6 +60,10 @@ struct ChatRenderOptions {
   jinja::RenderLimits limits;
   // Polled while rendering; true stops it with Cancelled (the client went away). May be empty.
   std::function<bool()> cancelled;
+  // A JSON object of extra template variables (vLLM's chat_template_kwargs, such as Qwen3's enable_thinking, and
+  // reasoning_effort), or empty. A variable the template never names is InvalidArgument (it would have no
+  // effect), and so is any for a named fallback family.
+  std::string variables_json;
 };
 
 struct RenderedChat {
@@ -87,12 +91,15 @@ class ChatTemplateRenderer {
   const std::string& description() const { return description_; }
   ToolCallFormat tool_call_format() const { return tool_format_; }
   bool takes_tools() const { return takes_tools_; }
+  // The Jinja template's text ("" for a named fallback family): what the server detects formats from.
+  const std::string& source() const { return source_; }
 
  private:
   std::optional<ChatTemplate> family_;
   std::shared_ptr<const jinja::Template> jinja_, jinja_tool_use_;
   std::string bos_, eos_;
   std::string description_;
+  std::string source_, tool_use_source_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   bool takes_tools_ = false;
 };

@@ -82,12 +82,21 @@ Result<GenerationDefaults> read_gguf_sampling(const GgufContents& c) {
 std::vector<TokenId> vocab_end_of_generation(const Tokenizer& tok) {
   std::vector<TokenId> ids;
   if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  TokenId end = -1;
+  bool has_return = false, has_call = false;
   for (TokenId id = 0; id < tok.vocab_size(); ++id) {
     if (!tok.is_special(id)) continue;
     const std::string text = tok.special_text(id);
-    if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) != kEndOfGenerationText.end())
-      ids.push_back(id);
+    if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) == kEndOfGenerationText.end())
+      continue;
+    if (text == "<|end|>") end = id;
+    has_return = has_return || text == "<|return|>";
+    has_call = has_call || text == "<|call|>";
+    ids.push_back(id);
   }
+  // Harmony (gpt-oss): <|end|> closes one message of a reply (the analysis before the final answer), and the
+  // reply ends at <|return|> or <|call|>; llama.cpp drops <|end|> from its list when it sees both.
+  if (has_return && has_call && end >= 0) std::erase(ids, end);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

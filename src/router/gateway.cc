@@ -67,6 +67,7 @@ struct Call {
   std::string session_id;
   bool stream = false;
   bool token_ids = false;  // the client asked for token-id comments (api/resume.h)
+  int choices = 1;         // n times the prompts: a stream of several cannot migrate (migration.h)
   bool internal = false;   // the caller holds the cluster credential (or none is configured): may see node URLs
   RouteRequest route;
   int64_t reserved_tokens = 0;
@@ -389,7 +390,8 @@ struct Gateway::Impl {
                               reply_headers(*c, url));
       return true;
     };
-    StreamTracker tracker(c->token_ids);  // token ids seen, for continuing elsewhere if this node dies (migration.h)
+    // Token ids seen, for continuing elsewhere if this node dies (migration.h).
+    StreamTracker tracker(c->token_ids, c->choices);
     auto on_chunk = [&](std::string_view piece) {
       if (c->client_gone) return false;
       generated += count_events(piece);
@@ -533,8 +535,34 @@ struct Gateway::Impl {
     route.prompt_tokens = options.tokenize || req.prompt_is_tokens ? static_cast<int64_t>(route.tokens.size())
                                                                    : static_cast<int64_t>(route.prompt.size() / 4 + 1);
     route.max_tokens = req.max_tokens >= 0 ? req.max_tokens : (chat ? 256 : 16);
-    c->reserved_tokens = route.prompt_tokens + route.max_tokens;
+    // Every prompt of a list is prefilled, and every choice generates (the first prompt stands for the others).
+    const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(req.prompts.size()));
+    c->choices = static_cast<int>(prompts) * req.n;
+    c->reserved_tokens = prompts * route.prompt_tokens + c->choices * route.max_tokens;
     // Weak: the writer owns this callback, and the call owns the writer.
+    w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
+      if (auto call = weak.lock()) call->client_left();
+    });
+    if (!pool.submit([this, c] { proxy(c); })) {
+      reply_error(*c, 503, "the router is overloaded: too many requests waiting", "service_unavailable",
+                  "router_overloaded");
+    }
+  }
+
+  // POST /tokenize and /detokenize (vLLM's routes, serve/tokenize_api.h): the body goes as it is to a node in
+  // rotation, which tokenizes with the served model's own tokenizer and validates the body itself.
+  void handle_tokenizer_route(const http::Request& r, const WriterPtr& w, std::string_view path) {
+    auto c = std::make_shared<Call>();
+    c->writer = w;
+    c->endpoint = std::string(path.substr(1));
+    c->path = std::string(path);
+    c->request_id = r.header("x-request-id");
+    if (c->request_id.empty() || c->request_id.size() > 200) {
+      c->request_id = fmt::format("rt-{:x}-{:x}", SteadyClock::instance().now_ns(), next_id++);
+    }
+    if (!authorized(r, w, c->endpoint)) return;
+    c->body = r.body;
+    c->internal = http::internal_caller(r, options.cluster_token);
     w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
       if (auto call = weak.lock()) call->client_left();
     });
@@ -725,6 +753,10 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, false); });
   d->server.route("POST", "/v1/chat/completions",
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, true); });
+  for (std::string_view path : {std::string_view("/tokenize"), std::string_view("/detokenize")}) {
+    d->server.route("POST", std::string(path),
+                    [d, path](const http::Request& r, const WriterPtr& w) { d->handle_tokenizer_route(r, w, path); });
+  }
   d->server.route("GET", "/v1/models", [d](const http::Request& r, const WriterPtr& w) {
     if (d->authorized(r, w, "models")) d->handle_models(w);
   });

@@ -88,10 +88,14 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
     text_without_ids_ = true;  // content with no token ids: this node does not report them
   }
   preamble_sent_ = true;  // the role chunk or echo comes first, then content
-  if (choice.contains("finish_reason") && !choice["finish_reason"].is_null()) finished_ = true;
+  if (choice.contains("finish_reason") && !choice["finish_reason"].is_null()) {
+    finished_choices_.insert(
+        choice.contains("index") && choice["index"].is_number_integer() ? choice["index"].get<int64_t>() : 0);
+    finished_ = static_cast<int>(finished_choices_.size()) >= choices_;
+  }
 }
 
-bool StreamTracker::resumable() const { return !done_ && !failed_ && !text_without_ids_; }
+bool StreamTracker::resumable() const { return choices_ == 1 && !done_ && !failed_ && !text_without_ids_; }
 
 Result<std::string> StreamTracker::resume_body(std::string_view original_body) const {
   json j = json::parse(original_body, nullptr, false);

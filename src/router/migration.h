@@ -31,8 +31,10 @@ namespace tessera::router {
 class StreamTracker {
  public:
   // forward_ids: the client asked for token ids itself (a load driver counting tokens): each committed
-  // token-id comment is forwarded just before its data event.
-  explicit StreamTracker(bool forward_ids = false) : forward_ids_(forward_ids) {}
+  // token-id comment is forwarded just before its data event. choices: how many choices the stream carries
+  // (n times the prompts); a stream of several is finished only when each one's finish_reason went through,
+  // and is never resumable (a node continues one choice).
+  explicit StreamTracker(bool forward_ids = false, int choices = 1) : forward_ids_(forward_ids), choices_(choices) {}
 
   // Takes bytes from the upstream; returns the complete events to forward (token-id comments removed).
   std::string feed(std::string_view piece);
@@ -50,6 +52,8 @@ class StreamTracker {
   void event(std::string_view ev, std::string& out);
 
   bool forward_ids_ = false;
+  int choices_ = 1;
+  std::set<int64_t> finished_choices_;
   std::string buffer_;
   std::vector<int32_t> tentative_;  // from the last comment, committed with the next data event
   std::vector<int32_t> tokens_;     // tokens whose data chunk was forwarded

@@ -3,8 +3,21 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::serve {
+namespace {
+
+// chat_template_kwargs, plus reasoning_effort under its own name (gpt-oss's template reads it).
+std::string template_variables(const api::ApiRequest& r) {
+  if (r.reasoning_effort.empty()) return r.chat_template_kwargs_json;
+  nlohmann::json v = nlohmann::json::parse(r.chat_template_kwargs_json, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_object()) v = nlohmann::json::object();  // "" when the request sent none
+  v["reasoning_effort"] = r.reasoning_effort;
+  return v.dump();
+}
+
+}  // namespace
 
 std::vector<std::string> chat_format_names() {
   std::vector<std::string> names = {"plain"};
@@ -20,6 +33,10 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
     f.formatter = [](const api::ApiRequest& r, const std::function<bool()>&) -> Result<ChatPrompt> {
       if (!r.tools_json.empty())
         return invalid_argument("tools need a chat template; this server joins messages as plain text");
+      if (!r.chat_template_kwargs_json.empty() || !r.reasoning_effort.empty())
+        return invalid_argument(
+            "chat_template_kwargs and reasoning_effort need a chat template; this server joins messages as plain "
+            "text");
       if (r.continue_final_message || !r.add_generation_prompt)
         return invalid_argument(
             "add_generation_prompt and continue_final_message need a chat template; this server joins messages as "
@@ -45,6 +62,7 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
   auto shared = std::make_shared<const model::ChatTemplateRenderer>(std::move(*renderer));
   ChatFormat f;
   f.description = shared->description();
+  f.source = shared->source();
   f.formatter = [shared, limits](const api::ApiRequest& r,
                                  const std::function<bool()>& cancelled) -> Result<ChatPrompt> {
     model::ChatRenderOptions o;
@@ -52,6 +70,7 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
     o.continue_final_message = r.continue_final_message;
     o.limits = limits;
     o.cancelled = cancelled;
+    o.variables_json = template_variables(r);
     TS_ASSIGN_OR_RETURN(model::RenderedChat rc, shared->render(r.messages_json, r.tools_json, o));
     ChatPrompt p;
     p.text = std::move(rc.text);

@@ -33,6 +33,7 @@ using ChatFormatter = std::function<Result<ChatPrompt>(const api::ApiRequest&, c
 struct ChatFormat {
   ChatFormatter formatter;
   std::string description;  // "the model's chat template", "plain", ...
+  std::string source;       // the Jinja template's text ("" for plain and the fallback families)
 };
 
 // `spec` is --chat-template: "plain", a fallback family name, a template file or inline template, or empty

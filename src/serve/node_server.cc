@@ -1,5 +1,8 @@
 #include "serve/node_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -15,7 +18,9 @@
 #include "api/resume.h"
 #include "base/log.h"
 #include "base/task_pool.h"
+#include "serve/choice_set.h"
 #include "serve/metrics.h"
+#include "serve/prompt_logprobs.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
 #include "serve/tokenize_api.h"
@@ -52,6 +57,7 @@ engine::GenerationRequest engine_request(const GenerationOptions& g) {
   out.ignore_eos = g.ignore_eos;
   out.skip_special_tokens = g.skip_special_tokens;
   out.logprobs = g.logprobs;
+  out.prompt_logprobs = g.prompt_logprobs;
   return out;
 }
 
@@ -72,9 +78,18 @@ struct InFlight {
   std::atomic<int>& n_;
 };
 
-// The state of one API call, shared by the handler and the engine callback.
+// The state of one choice of an API call, shared by the handler and the engine callback (a call has one per
+// prompt and n: ChoiceSet).
 struct Call {
-  std::mutex mu;  // the handler holds it from submit() until the stream has started; outputs wait for it
+  std::shared_ptr<ChoiceSet> set;  // its mutex: held by the handler until the answer started; outputs wait for it
+  int index = 0;                   // the choice's index in the answer
+  std::vector<int32_t> prompt_ids;
+  std::vector<engine::TokenLogprobs> prompt_lps;  // prompt_logprobs (and echo with logprobs), when asked for
+  bool echo_only = false;                         // completions max_tokens 0 with echo: the prompt scored, no text
+  std::string echo_pending;  // streamed echo with logprobs: sent with the prompt's logprobs, on the first output
+  // Reasoning (reasoning.h): the reply split into reasoning_content and content.
+  std::unique_ptr<ReasoningParser> reasoning;
+  std::string prompt_text;  // the rendered chat prompt (a <think> it opened starts the reply in reasoning)
   std::unique_ptr<InFlight> in_flight;
   std::shared_ptr<http::ResponseWriter> writer;
   ApiRequest req;
@@ -154,6 +169,9 @@ struct NodeServer::Impl {
                         std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
     auto req = std::make_shared<http::Request>(r);
     if (!template_pool.submit([req, w, work = std::move(work)] {
+          // Renders yield the CPU to the io threads and the engine: a hostile template spins up to its budget.
+          static thread_local const bool lowered = setpriority(PRIO_PROCESS, gettid(), 10) == 0;
+          (void)lowered;
           if (w->client_gone()) return;  // left while queued: nothing to render for
           work(*req, w);
         })) {
@@ -208,15 +226,26 @@ struct NodeServer::Impl {
   }
 
   void on_output(const std::shared_ptr<Call>& c, const engine::RequestOutput& out) {
-    std::lock_guard<std::mutex> started(c->mu);
+    ChoiceSet& set = *c->set;
+    std::lock_guard<std::mutex> started(set.mu);
+    if (set.over()) return;  // another choice failed and answered for the whole call
     engine::RequestOutput resumed_out;
     if (c->resumed > 0) resumed_out = resumed_output(*c, out);
-    const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : out;
+    engine::RequestOutput echo_out;
+    if (c->echo_only) {  // the one token generated to compute the prompt is not part of the answer
+      echo_out.finish = out.finish == engine::FinishReason::kStop ? engine::FinishReason::kLength : out.finish;
+      echo_out.error = out.error;
+      echo_out.prompt_tokens = out.prompt_tokens;
+      echo_out.cached_tokens = out.cached_tokens;
+      echo_out.prompt_logprobs = out.prompt_logprobs;
+    }
+    const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : c->echo_only ? echo_out : out;
+    if (!o.prompt_logprobs.empty()) c->prompt_lps = o.prompt_logprobs;
     const auto now = Clock::now();
     const std::string_view endpoint = c->req.chat ? "chat" : "completions";
     if (!o.tokens.empty()) {
       if (c->first_token) {
-        metrics.time_to_first_token(seconds(c->start, now));
+        if (set.first_token()) metrics.time_to_first_token(seconds(c->start, now));
         c->first_token = false;
       } else {
         metrics.inter_token(seconds(c->last, now), static_cast<int>(o.tokens.size()));
@@ -232,7 +261,12 @@ struct NodeServer::Impl {
       c->token_texts.insert(c->token_texts.end(), o.token_texts.begin(), o.token_texts.end());
     }
     if (!done) return;
-    metrics.request_latency(seconds(c->start, now));
+    if (o.finish == engine::FinishReason::kCancelled || o.finish == engine::FinishReason::kError) {
+      // One choice cannot be answered: neither can the call. The others stop.
+      set.set_over();
+      if (set.cancel) set.cancel();
+      metrics.request_latency(seconds(c->start, now));
+    }
     if (o.finish == engine::FinishReason::kCancelled) {
       metrics.request_finished(endpoint, 499);
       if (!c->req.stream)
@@ -254,11 +288,27 @@ struct NodeServer::Impl {
       }
       return;
     }
-    metrics.request_finished(endpoint, 200);
     std::string reason(engine::finish_reason_name(o.finish));
+    // Chat: the reply's reasoning (reasoning.h) apart from its content, which may hold tool calls.
+    std::string content = c->text, reasoning;
+    if (c->reasoning) {
+      if (c->req.stream) {
+        ReasoningDelta rest = c->reasoning->finish();
+        if (!rest.reasoning.empty()) write_delta(*c, {{"reasoning_content", rest.reasoning}});
+        if (c->tool_format != model::ToolCallFormat::kNone) {
+          c->stream_text += rest.content;
+        } else if (!rest.content.empty()) {
+          write_delta(*c, {{"content", rest.content}});
+        }
+      } else {
+        ReasoningDelta split = split_reasoning(c->reasoning->format(), c->prompt_text, c->text);
+        content = std::move(split.content);
+        reasoning = std::move(split.reasoning);
+      }
+    }
     ParsedReply reply;
     if (c->tool_format != model::ToolCallFormat::kNone) {
-      reply = parse_tool_calls(c->req.stream ? c->stream_text : c->text, c->tool_format);
+      reply = parse_tool_calls(c->req.stream ? c->stream_text : content, c->tool_format);
       if (!reply.calls.empty()) reason = "tool_calls";
     }
     if (c->req.stream && c->tool_format != model::ToolCallFormat::kNone) {
@@ -268,42 +318,72 @@ struct NodeServer::Impl {
       } else if (!reply.calls.empty()) {
         delta["tool_calls"] = tool_calls_json(*c, reply.calls, true);
       }
-      if (!delta.empty())
-        c->writer->write(
-            "data: " +
-            dump(chunk(*c, {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-            "\n\n");
+      if (!delta.empty()) write_delta(*c, std::move(delta));
     }
     if (c->req.stream) {
       json final_choice =
-          c->req.chat ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
-                      : json{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
+          c->req.chat
+              ? json{{"index", c->index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
+              : json{{"index", c->index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
       c->writer->write("data: " + dump(chunk(*c, final_choice)) + "\n\n");
+      if (!set.finish_choice(c->index, nullptr, o)) return;
+      metrics.request_latency(seconds(c->start, now));
+      metrics.request_finished(endpoint, 200);
       if (c->req.include_usage) {
         json u = chunk(*c, json());
         u["choices"] = json::array();
-        u["usage"] = usage(o);
+        u["usage"] = set.usage();
         c->writer->write("data: " + dump(u) + "\n\n");
       }
       c->writer->write("data: [DONE]\n\n");
       c->writer->end();
       return;
     }
-    json lp = c->req.generation.logprobs >= 0 ? logprobs_json(*c, c->logprobs, c->token_texts) : json(nullptr);
-    json message = {{"role", "assistant"}, {"content", c->text}};
+    json lp = nullptr;
+    if (c->req.generation.logprobs >= 0) {
+      // echo: the prompt's tokens come first, the first one without a logprob (OpenAI's legacy completions).
+      json echoed = !c->req.chat && c->req.echo
+                        ? echo_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer(), c->text_offset)
+                        : json();
+      lp = logprobs_json(*c, c->logprobs, c->token_texts);
+      if (echoed.is_object()) {
+        for (auto& [key, values] : lp.items())
+          for (json& v : values) echoed[key].push_back(std::move(v));
+        lp = std::move(echoed);
+      }
+    }
+    json message = {{"role", "assistant"}, {"content", content}};
+    if (c->reasoning) message["reasoning_content"] = reasoning.empty() ? json(nullptr) : json(reasoning);
     if (!reply.calls.empty()) {
       message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
       message["tool_calls"] = tool_calls_json(*c, reply.calls, false);
     }
-    json choice = c->req.chat ? json{{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
-                              : json{{"index", 0}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
+    json choice = c->req.chat
+                      ? json{{"index", c->index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
+                      : json{{"index", c->index}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
+    if (!c->req.chat && c->req.generation.prompt_logprobs >= 0)
+      choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
+    if (!set.finish_choice(c->index, std::move(choice), o)) return;
+    metrics.request_latency(seconds(c->start, now));
+    metrics.request_finished(endpoint, 200);
     json body = {{"id", c->id},
                  {"object", c->req.chat ? "chat.completion" : "text_completion"},
                  {"created", c->created},
                  {"model", c->model},
-                 {"choices", json::array({choice})},
-                 {"usage", usage(o)}};
+                 {"choices", set.choices()},
+                 {"usage", set.usage()}};
+    if (c->req.chat && c->req.generation.prompt_logprobs >= 0)  // vLLM: the call's, beside the choices
+      body["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
     c->writer->send(200, dump(body));
+  }
+
+  // One streamed chat chunk of choice c with `delta`.
+  void write_delta(Call& c, json delta) {
+    c.writer->write(
+        "data: " +
+        dump(chunk(
+            c, {{"index", c.index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+        "\n\n");
   }
 
   // A continued stream (resume.h): the earlier node's held-back text goes first, usage counts the original
@@ -333,26 +413,42 @@ struct NodeServer::Impl {
     if (c.req.chat && !c.role_sent) {
       c.role_sent = true;
       c.writer->write("data: " +
-                      dump(chunk(c, {{"index", 0},
+                      dump(chunk(c, {{"index", c.index},
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}})) +
                       "\n\n");
     }
+    if (!c.echo_pending.empty()) {
+      json lp = echo_logprobs(c.prompt_ids, c.prompt_lps, engine.tokenizer(), c.text_offset);
+      c.writer->write("data: " +
+                      dump(chunk(c, {{"index", c.index},
+                                     {"text", std::exchange(c.echo_pending, std::string())},
+                                     {"logprobs", std::move(lp)},
+                                     {"finish_reason", nullptr}})) +
+                      "\n\n");
+    }
     const bool report_tokens = c.token_ids && !o.tokens.empty();
-    std::string text = o.text;
+    std::string text = o.text, reasoning;
+    if (c.reasoning) {
+      ReasoningDelta d = c.reasoning->feed(o.text);
+      text = std::move(d.content);
+      reasoning = std::move(d.reasoning);
+    }
     if (c.tool_format != model::ToolCallFormat::kNone) {
-      c.stream_text += o.text;
+      c.stream_text += text;
       const size_t can = std::max(c.released, releasable_content(c.stream_text, c.tool_format));
       text = c.stream_text.substr(c.released, can - c.released);
       c.released = can;
     }
-    if (text.empty() && o.logprobs.empty() && !report_tokens) return;
+    if (text.empty() && reasoning.empty() && o.logprobs.empty() && !report_tokens) return;
     json lp = c.req.generation.logprobs >= 0 && !o.logprobs.empty() ? logprobs_json(c, o.logprobs, o.token_texts)
                                                                     : json(nullptr);
-    json choice = c.req.chat
-                      ? json{{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
-                      : json{{"index", 0}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
+    json delta = json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || reasoning.empty()) delta["content"] = text;
+    json choice = c.req.chat ? json{{"index", c.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", nullptr}}
+                             : json{{"index", c.index}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
     // The token ids and their chunk go out in one write, so they reach the router together.
     c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
                     "\n\n");
@@ -376,9 +472,7 @@ struct NodeServer::Impl {
     }
     auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
     if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
-    auto call = std::make_shared<Call>();
-    call->req = std::move(std::get<ApiRequest>(parsed));
-    ApiRequest& r = call->req;
+    ApiRequest& r = std::get<ApiRequest>(parsed);
     if (r.model != options.model_name) {
       return reply_error(
           w, endpoint,
@@ -387,8 +481,14 @@ struct NodeServer::Impl {
     }
     const model::Tokenizer& tok = engine.tokenizer();
     const model::ModelConfig& cfg = engine.config();
+    // The prompts: chat's rendered messages, or each prompt of a completions request (echo gives its text back).
+    struct Prompt {
+      std::vector<model::TokenId> ids;
+      std::string echo;
+    };
+    std::vector<Prompt> prompts;
     std::string prompt_text;
-    engine::GenerationRequest gen = engine_request(r.generation);
+    model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
     if (chat) {
       if (!options.chat) {
         return reply_error(
@@ -402,32 +502,53 @@ struct NodeServer::Impl {
       if (!formatted.ok())
         return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = formatted->text;
-      gen.prompt = tok.encode(prompt_text, formatted->add_bos);
-      call->tool_format = formatted->tool_calls;
-    } else if (r.prompt_is_tokens) {
-      gen.prompt = r.prompt_tokens;
+      prompts.push_back({tok.encode(prompt_text, formatted->add_bos), ""});
+      tool_format = formatted->tool_calls;
     } else {
-      prompt_text = r.prompt;
-      gen.prompt = tok.encode(prompt_text, true);
+      for (const api::CompletionPrompt& p : r.prompts) {
+        if (p.is_tokens) {
+          prompts.push_back({p.tokens, r.echo ? tok.decode(p.tokens) : ""});
+        } else {
+          prompts.push_back({tok.encode(p.text, true), r.echo ? p.text : ""});
+        }
+      }
     }
-    const int prompt_len = static_cast<int>(gen.prompt.size());
-    if (prompt_len >= cfg.max_seq_len) {
+    int max_tokens = 0;
+    for (const Prompt& p : prompts) {
+      const int prompt_len = static_cast<int>(p.ids.size());
+      if (prompt_len >= cfg.max_seq_len) {
+        return reply_error(w, endpoint,
+                           {400,
+                            fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
+                                        "tokens, which leaves no room for the completion.",
+                                        cfg.max_seq_len, prompt_len),
+                            "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
+      }
+      max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
+      if (prompt_len + max_tokens > cfg.max_seq_len) {
+        return reply_error(
+            w, endpoint,
+            {400,
+             fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
+                         "the prompt, {} for the completion). Please reduce the prompt or max_tokens.",
+                         cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
+             "invalid_request_error", "max_tokens", "context_length_exceeded"});
+      }
+    }
+    const bool echo_only = !chat && r.echo && max_tokens == 0;  // the prompt scored, nothing generated
+    if (r.generation.sampling.min_tokens > max_tokens) {
       return reply_error(w, endpoint,
                          {400,
-                          fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
-                                      "tokens, which leaves no room for the completion.",
-                                      cfg.max_seq_len, prompt_len),
-                          "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
+                          fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})",
+                                      r.generation.sampling.min_tokens, max_tokens),
+                          "invalid_request_error", "min_tokens", ""});
     }
-    int max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
-    if (prompt_len + max_tokens > cfg.max_seq_len) {
-      return reply_error(
-          w, endpoint,
-          {400,
-           fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-                       "prompt, {} for the completion). Please reduce the prompt or max_tokens.",
-                       cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
-           "invalid_request_error", "max_tokens", "context_length_exceeded"});
+    for (const auto& [id, bias] : r.generation.sampling.logit_bias) {
+      if (id >= cfg.vocab_size)
+        return reply_error(
+            w, endpoint,
+            {400, fmt::format("'logit_bias' names token {}, outside the vocabulary [0, {})", id, cfg.vocab_size),
+             "invalid_request_error", "logit_bias", ""});
     }
     // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
     const bool internal = http::internal_caller(hreq, options.cluster_token);
@@ -440,101 +561,190 @@ struct NodeServer::Impl {
     if (!resume.ok()) {
       return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
-    gen.max_tokens = max_tokens;
-    call->in_flight = std::make_unique<InFlight>(calls);
-    call->writer = w;
-    call->model = options.model_name;
-    call->created = unix_now();
-    call->start = call->last = Clock::now();
-    call->id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
-    call->token_ids = r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1";
-    if (*resume) apply_resume(*call, gen, **resume);
+    const int n = r.n;
+    const bool single = prompts.size() == 1 && n == 1;
+    if (*resume && !single) {
+      return reply_error(
+          w, endpoint,
+          {400, "'tessera_resume' continues one choice of one prompt", "invalid_request_error", "tessera_resume", ""});
+    }
+
+    // One Call per choice (ChoiceSet): choice p * n + i is the i-th of prompt p.
+    auto set = std::make_shared<ChoiceSet>(static_cast<int>(prompts.size()), n);
+    const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
+    const int64_t created = unix_now();
+    const auto start = Clock::now();
+    std::vector<std::vector<std::shared_ptr<Call>>> choices(prompts.size());
+    std::vector<engine::GenerationRequest> gens;
+    ApiRequest shared = r;
+    // Every choice keeps the request's options, not its prompts or messages (a list of 64 long prompts with n 16
+    // would otherwise be copied a thousand times).
+    shared.prompts.clear();
+    shared.prompt.clear();
+    shared.prompt_tokens.clear();
+    shared.messages.clear();
+    shared.messages_json.clear();
+    shared.tools_json.clear();
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      engine::GenerationRequest gen = engine_request(r.generation);
+      gen.prompt = prompts[p].ids;
+      gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
+      gen.n = n;
+      // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions).
+      if (r.echo && r.generation.logprobs >= 0)
+        gen.prompt_logprobs = std::max(gen.prompt_logprobs, r.generation.logprobs);
+      if (chat && options.reasoning == ReasoningFormat::kGptOss) gen.skip_special_tokens = false;  // its markers
+      for (int i = 0; i < n; ++i) {
+        auto call = std::make_shared<Call>();
+        call->set = set;
+        call->index = static_cast<int>(p) * n + i;
+        call->req = shared;
+        call->in_flight = std::make_unique<InFlight>(calls);
+        call->writer = w;
+        call->model = options.model_name;
+        call->created = created;
+        call->start = call->last = start;
+        call->id = id;
+        // Token ids let the router continue a broken stream elsewhere (resume.h): one choice of plain text only
+        // (a reasoning parser reshapes the text the router counts).
+        call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
+                          !(chat && options.reasoning != ReasoningFormat::kNone);
+        call->tool_format = tool_format;
+        call->prompt_ids = prompts[p].ids;
+        call->echo_only = echo_only;
+        if (chat && options.reasoning != ReasoningFormat::kNone) {
+          call->reasoning = std::make_unique<ReasoningParser>(options.reasoning, prompt_text);
+          call->prompt_text = prompt_text;
+        }
+        choices[p].push_back(std::move(call));
+      }
+      gens.push_back(std::move(gen));
+    }
+    if (*resume) apply_resume(*choices[0][0], gens[0], **resume);
     const bool preamble = !*resume || !(*resume)->preamble_sent;
-    std::string echo_text =
-        (!chat && r.echo && preamble) ? (r.prompt_is_tokens ? tok.decode(r.prompt_tokens) : r.prompt) : "";
 
     // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
     // 429 the router can retry elsewhere, not a 200 followed by an error event.
-    const std::string request_id = hreq.header("x-request-id").empty() ? call->id : hreq.header("x-request-id");
-    auto start_answer = [this, call, request_id, echo_text] {
-      if (call->req.stream) {
+    const std::string request_id = hreq.header("x-request-id").empty() ? id : hreq.header("x-request-id");
+    auto start_answer = [this, choices, request_id, echo = preamble, prompts] {
+      const Call& first = *choices[0][0];
+      if (first.req.stream) {
         http::Headers h;
         h.emplace("X-Request-Id", request_id);
-        call->writer->start_stream(200, "text/event-stream", h);
-        if (!echo_text.empty()) {
-          call->writer->write(
-              "data: " +
-              dump(chunk(*call,
-                         {{"index", 0}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-              "\n\n");
+        first.writer->start_stream(200, "text/event-stream", h);
+      }
+      for (size_t p = 0; p < choices.size(); ++p) {
+        const std::string& echo_text = echo ? prompts[p].echo : std::string();
+        for (const std::shared_ptr<Call>& call : choices[p]) {
+          if (!call->req.stream) {
+            call->text = echo_text;
+          } else if (!echo_text.empty() && call->req.generation.logprobs >= 0) {
+            call->echo_pending = echo_text;  // its logprobs come with the first output
+          } else if (!echo_text.empty()) {
+            call->writer->write(
+                "data: " +
+                dump(chunk(
+                    *call,
+                    {{"index", call->index}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
+                "\n\n");
+          }
         }
-      } else {
-        call->text = echo_text;
       }
     };
-    auto on_out = [this, call](const engine::RequestOutput& o) { on_output(call, o); };
-    if (call->resumed > 0 && gen.max_tokens <= 0) {  // every token was generated already
+    std::vector<engine::OutputCallback> on_outs;
+    for (size_t p = 0; p < choices.size(); ++p) {
+      on_outs.push_back([this, mine = choices[p]](const engine::RequestOutput& o) {
+        if (o.index >= 0 && static_cast<size_t>(o.index) < mine.size())
+          on_output(mine[static_cast<size_t>(o.index)], o);
+      });
+    }
+    if (choices[0][0]->resumed > 0 && gens[0].max_tokens <= 0) {  // every token was generated already
       start_answer();
       engine::RequestOutput o;
       o.finish = engine::FinishReason::kLength;
-      o.prompt_tokens = static_cast<int>(gen.prompt.size());
-      return on_out(o);
+      o.prompt_tokens = static_cast<int>(gens[0].prompt.size());
+      return on_outs[0](o);
     }
+    engine::Engine* eng = &engine;
     if (options.pd != nullptr && options.pd->role() == "decode") {
       // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
       if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, api::error_for(admit));
       start_answer();
-      // The PD path decides where the prompt is prefilled and hands the request to the engine later.
+      // The PD path decides where each prompt is prefilled and hands it to the engine later.
       struct Handle {
         std::mutex mu;
         std::optional<engine::RequestId> id;
         bool gone = false;
       };
-      auto handle = std::make_shared<Handle>();
+      std::vector<std::shared_ptr<Handle>> handles;
+      for (size_t p = 0; p < prompts.size(); ++p) handles.push_back(std::make_shared<Handle>());
       auto cancelled = std::make_shared<std::atomic<bool>>(false);
-      engine::Engine* eng = &engine;
-      w->on_disconnect([eng, handle, cancelled] {
+      auto cancel_all = [eng, handles, cancelled] {
         *cancelled = true;
-        std::lock_guard<std::mutex> lock(handle->mu);
-        handle->gone = true;
-        if (handle->id) eng->cancel(*handle->id);
-      });
-      options.pd->generate(
-          std::move(gen), on_out,
-          [this, eng, handle, call, endpoint](Result<engine::RequestId> id) {
-            if (!id.ok() && id.status().code() == StatusCode::kCancelled) {
-              metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
-              return call->writer->end();
-            }
-            if (!id.ok()) return fail_submit(call, endpoint, id.status());
-            std::lock_guard<std::mutex> lock(handle->mu);
-            handle->id = *id;
-            if (handle->gone) eng->cancel(*id);
-          },
-          cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string());
+        for (const auto& handle : handles) {
+          std::lock_guard<std::mutex> lock(handle->mu);
+          handle->gone = true;
+          if (handle->id) eng->cancel(*handle->id);
+        }
+      };
+      set->cancel = cancel_all;
+      w->on_disconnect(cancel_all);
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        options.pd->generate(
+            std::move(gens[p]), on_outs[p],
+            [this, eng, handle = handles[p], call = choices[p][0], endpoint](Result<engine::RequestId> rid) {
+              if (!rid.ok() && rid.status().code() == StatusCode::kCancelled) {
+                std::lock_guard<std::mutex> lock(call->set->mu);
+                if (call->set->over()) return;
+                call->set->set_over();
+                metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
+                return call->writer->end();
+              }
+              if (!rid.ok()) return fail_submit(call, endpoint, rid.status());
+              std::lock_guard<std::mutex> lock(handle->mu);
+              handle->id = *rid;
+              if (handle->gone) eng->cancel(*rid);
+            },
+            cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string());
+      }
       return;
     }
-    std::unique_lock<std::mutex> starting(call->mu);
-    auto id = engine.submit(std::move(gen), on_out);
-    if (!id.ok()) return reply_error(w, endpoint, api::error_for(id.status()));
+    std::unique_lock<std::mutex> starting(set->mu);
+    std::vector<engine::RequestId> ids;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      auto rid = engine.submit(std::move(gens[p]), on_outs[p]);
+      if (!rid.ok()) {
+        set->set_over();  // outputs of the prompts already submitted are dropped
+        for (engine::RequestId done : ids) engine.cancel(done);
+        return reply_error(w, endpoint, api::error_for(rid.status()));
+      }
+      ids.push_back(*rid);
+    }
+    set->cancel = [eng, ids] {
+      for (engine::RequestId rid : ids) eng->cancel(rid);
+    };
     start_answer();
     starting.unlock();
-    engine::Engine* eng = &engine;
-    w->on_disconnect([eng, rid = *id] { eng->cancel(rid); });
+    w->on_disconnect([eng, ids] {
+      for (engine::RequestId rid : ids) eng->cancel(rid);
+    });
   }
 
+  // The engine could not take a prompt the PD path prefilled: the call fails (the answer has started).
   void fail_submit(const std::shared_ptr<Call>& call, std::string_view endpoint, const Status& status) {
+    std::lock_guard<std::mutex> lock(call->set->mu);
+    if (call->set->over()) return;
+    call->set->set_over();
+    if (call->set->cancel) call->set->cancel();
     const std::shared_ptr<http::ResponseWriter>& w = call->writer;
-    {
-      ApiError e = api::error_for(status);
-      metrics.request_finished(endpoint, e.status);
-      if (call->req.stream) {
-        w->write("data: " + error_body(e) + "\n\n");
-        w->write("data: [DONE]\n\n");
-        w->end();
-      } else {
-        w->send(e.status, error_body(e));
-      }
+    ApiError e = api::error_for(status);
+    metrics.request_finished(endpoint, e.status);
+    if (call->req.stream) {
+      w->write("data: " + error_body(e) + "\n\n");
+      w->write("data: [DONE]\n\n");
+      w->end();
+    } else {
+      w->send(e.status, error_body(e));
     }
   }
 };

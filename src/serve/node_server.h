@@ -20,6 +20,7 @@
 #include "http/http.h"
 #include "serve/chat_format.h"
 #include "serve/pd.h"
+#include "serve/reasoning.h"
 
 namespace tessera::serve {
 
@@ -40,6 +41,8 @@ struct NodeOptions {
   std::string backend;
   std::string device;
   api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
+  // How chat replies carry reasoning (serve/reasoning.h): --reasoning-parser, else detected from the template.
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
   // Chat templates are rendered on a pool of their own (a model's template is untrusted input and may spend up
   // to its step budget), never on the HTTP io threads or the engine loop, so /health and streams stay live.
   int template_threads = 2;

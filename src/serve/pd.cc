@@ -255,6 +255,9 @@ struct PdService::Impl {
     std::vector<link::TransferFuture> futures;
     std::vector<std::vector<link::Assignment>> deferred;  // overlap off: writes issued after the prefill
     std::optional<Clock::time_point> first_write;
+    // n > 1: every choice's first output (engine thread); the prefill is over when all n have arrived.
+    std::vector<engine::RequestOutput> choices;
+    int finished = 0;
   };
   // Runs on a thread of its own (see register_routes): connecting to the decode node may take the link's whole
   // connect timeout.
@@ -296,6 +299,14 @@ struct PdService::Impl {
     gen.sampling = call->sampling;
     gen.max_tokens = 1;
     gen.ignore_eos = true;
+    gen.n = call->n;
+    if (gen.sampling.min_tokens > 0) {
+      // The first token may not be a stop token: masked as the decode node's request would mask it (the token
+      // then never ends this one-token request, so it is reported).
+      gen.ignore_eos = call->ignore_eos;
+      gen.stop_token_ids.assign(call->stop_token_ids.begin(), call->stop_token_ids.end());
+      gen.sampling.min_tokens = 1;  // all that matters for the one token drawn here
+    }
     gen.export_from = call->export_from;
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - gen.export_from;
@@ -309,6 +320,7 @@ struct PdService::Impl {
           400, error_json(fmt::format("the reserved region holds {} bytes; {} are needed", region->length, total)));
     }
     auto job = std::make_shared<Job>();
+    job->choices.resize(static_cast<size_t>(gen.n));
     job->local.resize(total);
     auto reg = agent->register_region(job->local.data(), total);
     if (!reg.ok()) return w->send(500, error_json(reg.status().message()));
@@ -338,23 +350,28 @@ struct PdService::Impl {
     };
     const uint64_t tag = call->tag;
     const auto t0 = Clock::now();
-    auto id =
-        kv.submit_exporting(std::move(gen), from, wire, job->local, std::move(on_layer),
-                            [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& o) {
-                              if (o.finish == engine::FinishReason::kNone) return;
-                              const auto computed = Clock::now();
-                              // Leave the engine thread: waiting for the transfers must not stall other requests.
-                              const bool started = threads.start(
-                                  "pd prefill completion",
-                                  [this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
-                                    finish_prefill(job, w, peer, remote, remote_offset, tag, t0, computed, wire, o);
-                                  },
-                                  [w] { w->send(500, error_json("internal error while sending the KV")); });
-                              if (!started) {
-                                (void)agent->unregister_region(job->local_id);
-                                w->send(503, error_json("the prefill node is shutting down"));
-                              }
-                            });
+    auto id = kv.submit_exporting(
+        std::move(gen), from, wire, job->local, std::move(on_layer),
+        [this, job, w, peer, remote, remote_offset, tag, t0, wire](const engine::RequestOutput& out) {
+          if (out.finish == engine::FinishReason::kNone) return;
+          // Each choice ends with one output holding its one token (engine thread).
+          if (out.index < 0 || static_cast<size_t>(out.index) >= job->choices.size()) return;
+          job->choices[static_cast<size_t>(out.index)] = out;
+          if (++job->finished < static_cast<int>(job->choices.size())) return;
+          const engine::RequestOutput& o = job->choices[0];
+          const auto computed = Clock::now();
+          // Leave the engine thread: waiting for the transfers must not stall other requests.
+          const bool started = threads.start(
+              "pd prefill completion",
+              [this, job, w, peer, remote, remote_offset, tag, t0, computed, wire, o] {
+                finish_prefill(job, w, peer, remote, remote_offset, tag, t0, computed, wire, o);
+              },
+              [w] { w->send(500, error_json("internal error while sending the KV")); });
+          if (!started) {
+            (void)agent->unregister_region(job->local_id);
+            w->send(503, error_json("the prefill node is shutting down"));
+          }
+        });
     if (!id.ok()) {
       (void)agent->unregister_region(job->local_id);
       return w->send(api::http_status(id.status()), error_json(id.status().message()));
@@ -366,6 +383,16 @@ struct PdService::Impl {
                       Clock::time_point t0, Clock::time_point computed, DType wire, const engine::RequestOutput& o) {
     Status st = o.finish == engine::FinishReason::kError ? o.error : ok_status();
     if (st.ok() && o.tokens.empty()) st = internal_error("the prefill produced no token");
+    std::vector<int32_t> choice_tokens;
+    for (size_t i = 1; st.ok() && i < job->choices.size(); ++i) {
+      const engine::RequestOutput& c = job->choices[i];
+      if (c.finish == engine::FinishReason::kError)
+        st = c.error;
+      else if (c.tokens.empty())
+        st = internal_error(fmt::format("choice {} of the prefill produced no token", i));
+      else
+        choice_tokens.push_back(c.tokens[0]);
+    }
     if (st.ok() && !job->deferred.empty()) job->first_write = Clock::now();
     for (auto& batch : job->deferred) {
       if (st.ok()) job->futures.push_back(agent->write(peer, std::move(batch)));
@@ -386,6 +413,7 @@ struct PdService::Impl {
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
     api::PrefillReply reply;
     reply.first_token = o.tokens[0];
+    reply.choice_tokens = std::move(choice_tokens);
     reply.checksum = sum;
     reply.kv_dtype = wire;
     reply.bytes = job->local.size();
@@ -438,6 +466,9 @@ struct PdService::Impl {
       call.prompt = gen.prompt;
       call.export_from = cached_tokens;
       call.sampling = gen.sampling;
+      call.n = gen.n;
+      call.stop_token_ids.assign(gen.stop_token_ids.begin(), gen.stop_token_ids.end());
+      call.ignore_eos = gen.ignore_eos;
       call.agent = agent->info().encode();
       call.region = desc->encode();
       call.offset = *offset;
@@ -473,7 +504,7 @@ struct PdService::Impl {
       }
       // Validated before waiting for the tag: a malformed reply is that prefill node's fault, and this request
       // goes on to the next one (or prefills here).
-      auto reply = api::parse_prefill_reply(r->body, total, c.vocab_size);
+      auto reply = api::parse_prefill_reply(r->body, total, c.vocab_size, gen.n);
       if (!reply.ok()) {
         log::warn("pd: bad prefill reply from {}: {}", url, reply.status().message());
         last = reply.status().with_context(url);
@@ -500,6 +531,7 @@ struct PdService::Impl {
       received.bytes = {data, total};
       received.dtype = DType::kF32;
       received.first_token = reply->first_token;
+      received.choice_tokens.assign(reply->choice_tokens.begin(), reply->choice_tokens.end());
       received.owner =
           std::shared_ptr<const void>(data, [alloc = staging_alloc, agent = agent, at = *offset](const void*) {
             alloc->release(at);  // `agent` keeps the staging region mapped until then
@@ -617,14 +649,16 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       std::lock_guard<std::mutex> lock(d->stats_mu);
       (fallback ? d->stats.fallbacks : d->stats.local)++;
     };
-    if (request.sampling.seed == 0 && request.sampling.temperature > 0) {
-      request.sampling.seed = std::random_device{}() | 1;  // both nodes must draw from the same sequence
+    if (!request.sampling.seed && request.sampling.temperature > 0) {
+      // Both nodes must draw from the same sequences (choice i from seed + i).
+      request.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     }
     auto blocks = d->kv.hold_blocks(request.prompt);
     const int n = static_cast<int>(request.prompt.size());
     const bool nowhere = prefill_url.empty() && d->options.prefill_urls.empty();  // no router pick, no list
+    // prompt_logprobs needs every prompt row's logits, which only a local prefill has.
     if (!blocks.ok() || n - blocks->cached_tokens() < d->options.min_remote_tokens || d->current_role() != "decode" ||
-        nowhere) {
+        nowhere || request.prompt_logprobs >= 0) {
       if (blocks.ok()) blocks->release();
       local(false);
       return start(d->kv.submit(std::move(request), std::move(callback)));

@@ -61,6 +61,26 @@ TEST(GenerationDefaults, VocabEndOfGenerationIsLlamaCppsList) {
   EXPECT_EQ(vocab_end_of_generation(**tok), (std::vector<TokenId>{2, 3, 7}));
 }
 
+// gpt-oss's harmony vocabulary: <|end|> ends a message, not the reply (llama.cpp's rule: with <|return|> and
+// <|call|> present it leaves the list), so the analysis channel is followed by the final one.
+TEST(GenerationDefaults, HarmonyEndsAtReturnAndCallNotAtEnd) {
+  Vocab v = llama3_like_vocab();
+  for (const char* t : {"<|end|>", "<|return|>", "<|call|>"}) {
+    v.tokens.push_back(t);
+    v.types.push_back(kTokenControl);
+    v.scores.push_back(0.0f);
+  }
+  auto tok = make_tokenizer(v);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(vocab_end_of_generation(**tok), (std::vector<TokenId>{2, 3, 7, 9, 10}));
+  v.tokens.pop_back();  // without <|call|>, <|end|> ends generation as before
+  v.types.pop_back();
+  v.scores.pop_back();
+  auto plain = make_tokenizer(v);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(vocab_end_of_generation(**plain), (std::vector<TokenId>{2, 3, 7, 8, 9}));
+}
+
 TEST(GenerationDefaults, LoadModelReadsGenerationConfigOfAnHfFolder) {
   const std::string dir = ::testing::TempDir() + "/gen_defaults_hf";
   std::filesystem::remove_all(dir);

@@ -57,10 +57,20 @@ class FakeNode {
       }
       hits++;
       last_request_id = r.header("x-request-id");
+      {
+        std::lock_guard lock(mu);
+        last_body = r.body;
+      }
       handler(r, std::move(w));
     };
     server_.route("POST", "/v1/completions", gen);
     server_.route("POST", "/v1/chat/completions", gen);
+    for (const char* path : {"/tokenize", "/detokenize"}) {
+      server_.route("POST", path, [this, path](const http::Request& r, WriterPtr w) {
+        hits++;
+        w->send(200, json{{"path", path}, {"body", r.body}}.dump());
+      });
+    }
     EXPECT_TRUE(server_.start().ok());
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
@@ -70,6 +80,7 @@ class FakeNode {
   std::string last_request_id;
   std::mutex mu;
   std::string last_prefill;  // GUARDED_BY(mu): the x-tessera-prefill-node header of the last request
+  std::string last_body;     // GUARDED_BY(mu)
   std::string prefill_header() {
     std::lock_guard lock(mu);
     return last_prefill;
@@ -154,7 +165,8 @@ TEST_F(GatewayTest, MalformedRequestsNeverReachANode) {
   expect_openai_error(post("/v1/completions", R"({"model":"m"})"), 400, "prompt");
   expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","max_tokens":"ten"})"), 400, "max_tokens");
   expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","temperature":-1})"), 400, "temperature");
-  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","n":3})"), 400);
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","n":17})"), 400, "n");
+  expect_openai_error(post("/v1/completions", R"({"model":"m","prompt":"x","logit_bias":{"a":1}})"), 400, "logit_bias");
   expect_openai_error(post("/v1/chat/completions", R"({"model":"m"})"), 400, "messages");
   expect_openai_error(post("/v1/chat/completions", R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})"),
                       400, "messages");
@@ -165,6 +177,32 @@ TEST_F(GatewayTest, MalformedRequestsNeverReachANode) {
   // And a good one does.
   EXPECT_EQ(post("/v1/completions", R"({"model":"m","prompt":"x"})").status, 200);
   EXPECT_EQ(node.hits, 1);
+}
+
+// Issue 29: the fields of the sampling API reach the node as the client wrote them, and so do vLLM's tokenizer
+// routes (answered by a node, which has the tokenizer).
+TEST_F(GatewayTest, SamplingFieldsAndTokenizerRoutesAreForwardedUnchanged) {
+  FakeNode node;
+  start({node.url()});
+  const std::string body =
+      R"({"model":"m","prompt":["a",[1,2]],"n":3,"seed":0,"logit_bias":{"7":-100},"repetition_penalty":1.2,)"
+      R"("min_tokens":2,"prompt_logprobs":1,"echo":true,"logprobs":1})";
+  EXPECT_EQ(post("/v1/completions", body).status, 200);
+  const std::string chat =
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false},)"
+      R"("reasoning_effort":"low","n":2})";
+  EXPECT_EQ(post("/v1/chat/completions", chat).status, 200);
+  {
+    std::lock_guard lock(node.mu);
+    EXPECT_EQ(node.last_body, chat);
+  }
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    const std::string tok = R"({"model":"m","prompt":"hi","add_special_tokens":false})";
+    http::Response r = post(path, tok);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body), (json{{"path", path}, {"body", tok}}));
+  }
+  EXPECT_EQ(node.hits, 4);
 }
 
 TEST_F(GatewayTest, ApiKeysAreChecked) {

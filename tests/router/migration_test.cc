@@ -63,6 +63,19 @@ TEST(StreamTracker, ErrorsDoneAndFinishAreSeen) {
   EXPECT_FALSE(b.resumable());
 }
 
+// n > 1 (or a list of prompts): several choices in one stream. It is finished only when every choice's
+// finish_reason went through, and never resumable: a node continues one choice.
+TEST(StreamTracker, AStreamOfSeveralChoicesFinishesWithItsLastAndNeverResumes) {
+  StreamTracker t(false, 2);
+  EXPECT_FALSE(t.resumable()) << "not even before any text";
+  t.feed("data: {\"choices\":[{\"index\":1,\"text\":\"a\",\"finish_reason\":\"length\"}]}\n\n");
+  EXPECT_FALSE(t.finished()) << "choice 0 is still going";
+  t.feed("data: {\"choices\":[{\"index\":1,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n");
+  EXPECT_FALSE(t.finished()) << "the same choice twice is still one";
+  t.feed("data: {\"choices\":[{\"index\":0,\"text\":\"b\",\"finish_reason\":\"stop\"}]}\n\n");
+  EXPECT_TRUE(t.finished());
+}
+
 TEST(StreamTracker, TextWithoutTokenIdsCannotBeResumed) {
   StreamTracker t;  // a node that does not speak the extension
   t.feed(chat_chunk("", true) + chat_chunk(" Hi"));

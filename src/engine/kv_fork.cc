@@ -1,0 +1,47 @@
+#include "engine/kv_fork.h"
+
+#include <cstddef>
+#include <vector>
+
+#include <fmt/core.h>
+
+namespace tessera::engine {
+
+Status fork_kv(ModelRunner& runner, const SequenceKv& from, SequenceKv& to) {
+  KvCache& cache = runner.kv_cache();
+  BlockManager& blocks = cache.blocks();
+  const int bt = cache.block_tokens();
+  const int full = from.length / bt;
+  const int tail = from.length % bt;
+  if (static_cast<size_t>(full + (tail > 0 ? 1 : 0)) > from.blocks.size() || !to.blocks.empty())
+    return internal_error(fmt::format("fork_kv: {} positions in {} blocks, fork target holds {} blocks", from.length,
+                                      from.blocks.size(), to.blocks.size()));
+  for (int i = 0; i < full; ++i) {
+    blocks.retain(static_cast<BlockId>(from.blocks[static_cast<size_t>(i)]));
+    to.blocks.push_back(from.blocks[static_cast<size_t>(i)]);
+  }
+  auto undo = [&](Status st) {
+    for (int32_t b : to.blocks) blocks.release(static_cast<BlockId>(b));
+    to.blocks.clear();
+    to.length = 0;
+    return st;
+  };
+  if (tail > 0) {
+    auto copy = blocks.allocate();
+    if (!copy.ok()) return undo(copy.status());
+    to.blocks.push_back(static_cast<int32_t>(*copy));
+    const int first = full * bt;
+    for (int l = 0; l < runner.config().n_layers; ++l) {
+      const DType dtype = cache.k(l).dtype;
+      const size_t row = cache.k(l).row_bytes() / static_cast<size_t>(bt);  // one position, in the cache's type
+      std::vector<std::byte> k(row * static_cast<size_t>(tail)), v(row * static_cast<size_t>(tail));
+      Status st = runner.export_kv(from, l, first, tail, dtype, k.data(), v.data());
+      if (st.ok()) st = runner.import_kv(to, l, first, tail, dtype, k.data(), v.data());
+      if (!st.ok()) return undo(st.with_context("copying the shared prompt's last KV block"));
+    }
+  }
+  to.length = from.length;
+  return ok_status();
+}
+
+}  // namespace tessera::engine
