@@ -144,13 +144,13 @@ TEST_F(Pd, VulkanOnEitherSideGivesSingleNodeGreedyText) {
   const std::vector<std::string> opencl = {"--backend", "opencl", "--threads", "2"};
   const std::vector<std::string> vulkan = {"--backend", "vulkan"};
   const std::vector<PairCase> cases = {
-      {cpu, vulkan, ""},                                         // cpu -> vulkan
-      {vulkan, cpu, ""},                                         // vulkan -> cpu
-      {cpu, vulkan, "q8_0"},                                     // cpu -> vulkan, quantised weights on both
-      {{"--backend", "ref"}, vulkan, "q4_0"},                    // ref -> vulkan, 4-bit
+      {cpu, vulkan, ""},                                        // cpu -> vulkan
+      {vulkan, cpu, ""},                                        // vulkan -> cpu
+      {cpu, vulkan, "q8_0"},                                    // cpu -> vulkan, quantised weights on both
+      {{"--backend", "ref"}, vulkan, "q4_0"},                   // ref -> vulkan, 4-bit
       {cpu, {"--backend", "vulkan", "--kv-dtype", "f16"}, ""},  // f32 wire -> vulkan's f16 cache
-      {vulkan, opencl, "q8_0"},                                  // vulkan -> opencl
-      {opencl, vulkan, ""},                                      // opencl -> vulkan
+      {vulkan, opencl, "q8_0"},                                 // vulkan -> opencl
+      {opencl, vulkan, ""},                                     // opencl -> vulkan
   };
   // Quantised weights decode on an f32-activation backend (vulkan, opencl, ref): cpu's 8-bit activations
   // depart from ref's text on this model's near ties, as in the test above.

@@ -58,10 +58,10 @@ TEST(VulkanBackend, StoredWeightTypesGiveRefsTextAndStayQuantised) {
     return r.out;
   };
   auto mb = [](const char* backend, const char* dtype) {
-    auto r = run_process({tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--backend",
-                          backend, "--prompt-tokens", "4", "--gen-tokens", "2", "--repeat", "1", "--no-ceilings",
-                          "--weight-dtype", dtype},
-                         180);
+    auto r = run_process(
+        {tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--backend", backend,
+         "--prompt-tokens", "4", "--gen-tokens", "2", "--repeat", "1", "--no-ceilings", "--weight-dtype", dtype},
+        180);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const size_t at = r.out.find(" MB read/token");
     if (at == std::string::npos) return -1.0;
@@ -136,9 +136,10 @@ TEST(VulkanBackend, UpSpecPutsDecodeOnVulkanAndServesTheSingleNodeText) {
 // Without a driver the loader lists no device: the backend says so and how to get one, instead of crashing.
 TEST(VulkanBackend, NoDeviceIsAClearError) {
   TS_REQUIRE_STORIES260K();
-  auto r = run_process({"/usr/bin/env", "VK_ICD_FILENAMES=/nonexistent.json", "VK_DRIVER_FILES=/nonexistent.json", tessera_bin(),
-                        "generate", "--model", testing::stories260k_dir(), "--backend", "vulkan", "--max-tokens", "4"},
-                       60);
+  auto r = run_process(
+      {"/usr/bin/env", "VK_ICD_FILENAMES=/nonexistent.json", "VK_DRIVER_FILES=/nonexistent.json", tessera_bin(),
+       "generate", "--model", testing::stories260k_dir(), "--backend", "vulkan", "--max-tokens", "4"},
+      60);
   EXPECT_NE(r.exit_code, 0);
   const bool not_built = r.err.find("unknown backend 'vulkan'") != std::string::npos;
   EXPECT_TRUE(not_built || r.err.find("vulkan:") != std::string::npos) << r.err;

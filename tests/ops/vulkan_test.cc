@@ -31,8 +31,8 @@ Result<std::unique_ptr<Device>> open_vulkan() {
   return open_device("vulkan");
 }
 
-#define REQUIRE_VULKAN(dev)                                                                   \
-  auto dev = open_vulkan();                                                                   \
+#define REQUIRE_VULKAN(dev) \
+  auto dev = open_vulkan(); \
   if (!dev.ok()) GTEST_SKIP() << "vulkan not available here: " << dev.status().message();
 
 std::string run_command(const std::string& cmd) {
@@ -166,7 +166,8 @@ TEST(Vulkan, DeclinedCasesSayWhyAndRunRefusesThem) {
   // An f32 view that does not start on a word.
   no(AddOp{m.make(DType::kF32, {4}, 2), m.make(DType::kF32, {4}), m.make(DType::kF32, {4})}, "multiple of 4 bytes");
   // What validate() refuses stays InvalidArgument.
-  EXPECT_EQ(d.create_stream()->run(AddOp{m.make(DType::kF32, {4}), m.make(DType::kF32, {5}), m.make(DType::kF32, {4})})
+  EXPECT_EQ(d.create_stream()
+                ->run(AddOp{m.make(DType::kF32, {4}), m.make(DType::kF32, {5}), m.make(DType::kF32, {4})})
                 .code(),
             StatusCode::kInvalidArgument);
   // Every stored weight type is a matmul weight and an embedding table.
@@ -220,12 +221,12 @@ TEST(Vulkan, WeightsLargerThanOneBindingAreSlicedAndMatchTheReference) {
                        return op;
                      }});
   }
-  cases.push_back({"embedding", DType::kF32, "big", 0.0, true, [=](conformance::CaseEnv& e) -> Op {
-                     const std::vector<int32_t> ids = {0, static_cast<int32_t>(rows - 1), 5,
-                                                       static_cast<int32_t>(rows / 2), static_cast<int32_t>(rows - 700)};
-                     return EmbeddingOp{e.random(DType::kF32, {rows, k}), e.ints({5}, ids),
-                                        e.output(DType::kF32, {5, k})};
-                   }});
+  cases.push_back(
+      {"embedding", DType::kF32, "big", 0.0, true, [=](conformance::CaseEnv& e) -> Op {
+         const std::vector<int32_t> ids = {0, static_cast<int32_t>(rows - 1), 5, static_cast<int32_t>(rows / 2),
+                                           static_cast<int32_t>(rows - 700)};
+         return EmbeddingOp{e.random(DType::kF32, {rows, k}), e.ints({5}, ids), e.output(DType::kF32, {5, k})};
+       }});
   for (const conformance::Case& c : cases) {
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
     EXPECT_EQ(r[0].outcome, conformance::Outcome::kPass) << c.op << ": " << r[0].detail;
@@ -253,8 +254,8 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
   for (const conformance::Case& c : conformance::conformance_cases()) {
     if (c.slow || i++ % 7 != 0) continue;  // every seventh fast case: about 350 of them
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
-    EXPECT_EQ(r[0].outcome, conformance::Outcome::kPass) << c.op << " " << dtype_name(c.dtype) << " " << c.shape
-                                                         << ": " << r[0].detail;
+    EXPECT_EQ(r[0].outcome, conformance::Outcome::kPass)
+        << c.op << " " << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
     passed[c.op] += r[0].outcome == conformance::Outcome::kPass;
   }
   EXPECT_EQ(passed.size(), 12u) << "every operator was sampled";

@@ -51,8 +51,8 @@ class CommandWriter {
   Gpu& gpu() { return gpu_; }
   // Dispatches `groups` workgroups of kernel `k`; counts above the device's per-dimension limit are laid
   // out in two dimensions (the shaders' linear_group()). Nothing when groups == 0.
-  Status dispatch(Kernel k, uint32_t dtype, std::initializer_list<Window> bindings, const void* push, uint32_t push_bytes,
-                  uint64_t groups);
+  Status dispatch(Kernel k, uint32_t dtype, std::initializer_list<Window> bindings, const void* push,
+                  uint32_t push_bytes, uint64_t groups);
   // A two-dimensional grid as given (matmul's tiles).
   Status dispatch_2d(Kernel k, uint32_t dtype, std::initializer_list<Window> bindings, const void* push,
                      uint32_t push_bytes, uint32_t gx, uint32_t gy);

@@ -179,8 +179,8 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window dw, win(delta));
     TS_ASSIGN_OR_RETURN(Window ww, win(w));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
-    const RmsNormPush p{off(xw, 4), off(dw, 4), off(ww, 4), off(ow, 4), u32(x.dim(1)), u32(x.dim(0)), add ? 1u : 0u,
-                        eps};
+    const RmsNormPush p{off(xw, 4),    off(dw, 4),    off(ww, 4),    off(ow, 4),
+                        u32(x.dim(1)), u32(x.dim(0)), add ? 1u : 0u, eps};
     return t.writer.dispatch(Kernel::kRmsNorm, 0, {xw, dw, ww, ow}, &p, sizeof p, static_cast<uint64_t>(x.dim(0)));
   }
   Status operator()(const RmsNormOp& o) { return norm(o.x, o.x, o.weight, o.out, o.eps, false); }
@@ -218,8 +218,15 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window slots, win(o.slots));
     const bool f16 = o.k_cache.dtype == DType::kF16;
     const size_t unit = f16 ? 2 : 4;
-    const KvWritePush p{off(k, 4),           off(v, 4), off(kc, unit), off(vc, unit), off(slots, 4), u32(o.k.row_elems()),
-                        u32(o.k_cache.dim(0) * o.k_cache.dim(1)), u32(o.k.dim(0)), f16 ? 1u : 0u};
+    const KvWritePush p{off(k, 4),
+                        off(v, 4),
+                        off(kc, unit),
+                        off(vc, unit),
+                        off(slots, 4),
+                        u32(o.k.row_elems()),
+                        u32(o.k_cache.dim(0) * o.k_cache.dim(1)),
+                        u32(o.k.dim(0)),
+                        f16 ? 1u : 0u};
     const uint64_t invocations = static_cast<uint64_t>(o.k.dim(0)) * static_cast<uint64_t>(o.k.row_elems() / 2);
     return t.writer.dispatch(Kernel::kKvWrite, 0, {k, v, kc, vc, slots, t.error}, &p, sizeof p,
                              (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
@@ -240,10 +247,10 @@ struct Encoder {
     const size_t unit = f16 ? 2 : 4;
     for (int64_t base = 0; base < items; base += static_cast<int64_t>(per)) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(per), items - base);
-      const AttentionPush p{off(qw, 4),       off(kw, unit),    off(vw, unit),    off(tw, 4),       off(lw, 4),
-                            off(ow, 4),       u32(table_stride), decode ? 1u : 0u, start_pos,        u32(ctx),
-                            u32(q.dim(1)),    u32(kc.dim(2)),   u32(kc.dim(3)),   u32(kc.dim(1)),   u32(kc.dim(0)),
-                            s.scale,          s.softcap,        s.window,         f16 ? 1u : 0u,    u32(base),
+      const AttentionPush p{off(qw, 4),    off(kw, unit),     off(vw, unit),    off(tw, 4),     off(lw, 4),
+                            off(ow, 4),    u32(table_stride), decode ? 1u : 0u, start_pos,      u32(ctx),
+                            u32(q.dim(1)), u32(kc.dim(2)),    u32(kc.dim(3)),   u32(kc.dim(1)), u32(kc.dim(0)),
+                            s.scale,       s.softcap,         s.window,         f16 ? 1u : 0u,  u32(base),
                             u32(n)};
       TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error}, &p,
                                            sizeof p, static_cast<uint64_t>(n)));
@@ -251,8 +258,8 @@ struct Encoder {
     return ok_status();
   }
   Status operator()(const AttentionPrefillOp& o) {
-    return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table,
-                     o.start_pos, false, o.out, o.scores);
+    return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos,
+                     false, o.out, o.scores);
   }
   Status operator()(const AttentionDecodeOp& o) {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_tables, o.block_tables.dim(1), o.context_lens, 0, true,
@@ -284,9 +291,9 @@ struct Encoder {
                          u32(m)};
       if (n <= kMatMulVecMaxRows) {
         const Kernel kern = gpu().subgroups() ? Kernel::kMatMulVecSubgroups : Kernel::kMatMulVec;
-        TS_RETURN_IF_ERROR(t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p,
-                                             static_cast<uint64_t>((rows + kMatMulVecRowsPerGroup - 1) /
-                                                                   kMatMulVecRowsPerGroup)));
+        TS_RETURN_IF_ERROR(
+            t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p,
+                              static_cast<uint64_t>((rows + kMatMulVecRowsPerGroup - 1) / kMatMulVecRowsPerGroup)));
       } else {
         TS_RETURN_IF_ERROR(t.writer.dispatch_2d(Kernel::kMatMulTiled, type, {x, w, out, bias}, &p, sizeof p,
                                                 u32((rows + kMatMulTile - 1) / kMatMulTile),

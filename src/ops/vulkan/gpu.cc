@@ -136,8 +136,8 @@ Result<std::unique_ptr<GpuBuffer>> Gpu::create_buffer(size_t bytes, MemoryKind k
   const bool mapped = kind == MemoryKind::kStaging || host_visible_;
   int type = kind == MemoryKind::kStaging ? staging_type_ : device_type_;
   if (!(req.memoryTypeBits & (1u << type))) {
-    type = memory_type(req.memoryTypeBits, mapped ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-                                                  : 0);
+    type = memory_type(req.memoryTypeBits,
+                       mapped ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0);
   }
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
@@ -179,8 +179,9 @@ Result<Window> Gpu::window(const Tensor& t) const {
   const VkDeviceSize start = t.offset / range_align() * range_align();
   const VkDeviceSize end = std::min<VkDeviceSize>(round_up(t.offset + t.bytes(), 16), b.alloc_size());
   if (end - start > max_range()) {
-    return invalid_argument(fmt::format("vulkan: the tensor {} needs {} bytes of one binding; the device binds at most {}",
-                                        t.shape_string(), end - start, max_range()));
+    return invalid_argument(
+        fmt::format("vulkan: the tensor {} needs {} bytes of one binding; the device binds at most {}",
+                    t.shape_string(), end - start, max_range()));
   }
   return Window{b.handle(), b.uid(), start, end - start, static_cast<uint32_t>(t.offset - start)};
 }
@@ -295,8 +296,7 @@ Result<Window> Gpu::rope_table(float theta, int64_t head_dim) {
     // ops/ref/rope.cc's angle, term for term.
     std::vector<float> f(static_cast<size_t>(head_dim / 2));
     for (int64_t j = 0; j < head_dim / 2; ++j) {
-      f[static_cast<size_t>(j)] =
-          1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+      f[static_cast<size_t>(j)] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_dim));
     }
     TS_ASSIGN_OR_RETURN(std::unique_ptr<GpuBuffer> buf, create_buffer(f.size() * 4, MemoryKind::kDevice, false));
     if (buf->mapped()) {
@@ -315,8 +315,8 @@ Result<Window> Gpu::rope_table(float theta, int64_t head_dim) {
 
 std::string Gpu::describe_short() const {
   const PhysicalInfo& pi = info();
-  return fmt::format("{} (Vulkan {}, {}{}; matmul reductions: {}; buffers: {})", pi.props.deviceName,
-                     pi.api_version(), pi.type_name(), pi.driver.empty() ? "" : ", " + pi.driver,
+  return fmt::format("{} (Vulkan {}, {}{}; matmul reductions: {}; buffers: {})", pi.props.deviceName, pi.api_version(),
+                     pi.type_name(), pi.driver.empty() ? "" : ", " + pi.driver,
                      subgroups_ ? fmt::format("subgroups of {}", pi.subgroup_size) : "shared memory",
                      host_visible_ ? "host-visible, mapped" : "device-local + staging");
 }

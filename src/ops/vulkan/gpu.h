@@ -46,7 +46,7 @@ class GpuBuffer final : public Buffer {
   void* host_ptr() override { return expose_ ? mapped_ : nullptr; }
 
   VkBuffer handle() const { return buffer_; }
-  VkDeviceSize alloc_size() const { return alloc_size_; }  // the VkBuffer's size: size() rounded up to 16
+  VkDeviceSize alloc_size() const { return alloc_size_; }             // the VkBuffer's size: size() rounded up to 16
   uint8_t* mapped() const { return static_cast<uint8_t*>(mapped_); }  // null unless host-visible
   uint64_t uid() const { return uid_; }  // unique for the process's life (descriptor-set cache keys)
 

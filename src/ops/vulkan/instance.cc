@@ -63,10 +63,14 @@ std::string memory_flags(VkMemoryPropertyFlags f) {
 std::string subgroup_ops_string(VkSubgroupFeatureFlags f) {
   std::string s;
   const std::pair<VkSubgroupFeatureFlagBits, const char*> names[] = {
-      {VK_SUBGROUP_FEATURE_BASIC_BIT, "basic"},           {VK_SUBGROUP_FEATURE_VOTE_BIT, "vote"},
-      {VK_SUBGROUP_FEATURE_ARITHMETIC_BIT, "arithmetic"}, {VK_SUBGROUP_FEATURE_BALLOT_BIT, "ballot"},
-      {VK_SUBGROUP_FEATURE_SHUFFLE_BIT, "shuffle"},       {VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT, "shuffle_relative"},
-      {VK_SUBGROUP_FEATURE_CLUSTERED_BIT, "clustered"},   {VK_SUBGROUP_FEATURE_QUAD_BIT, "quad"}};
+      {VK_SUBGROUP_FEATURE_BASIC_BIT, "basic"},
+      {VK_SUBGROUP_FEATURE_VOTE_BIT, "vote"},
+      {VK_SUBGROUP_FEATURE_ARITHMETIC_BIT, "arithmetic"},
+      {VK_SUBGROUP_FEATURE_BALLOT_BIT, "ballot"},
+      {VK_SUBGROUP_FEATURE_SHUFFLE_BIT, "shuffle"},
+      {VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT, "shuffle_relative"},
+      {VK_SUBGROUP_FEATURE_CLUSTERED_BIT, "clustered"},
+      {VK_SUBGROUP_FEATURE_QUAD_BIT, "quad"}};
   for (auto [bit, name] : names) {
     if (f & bit) s += s.empty() ? name : std::string(", ") + name;
   }
@@ -152,7 +156,8 @@ std::string PhysicalInfo::api_version() const { return version_string(props.apiV
 VkDeviceSize PhysicalInfo::device_local_bytes() const {
   VkDeviceSize best = 0;
   for (uint32_t i = 0; i < memory.memoryHeapCount; ++i) {
-    if (memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) best = std::max(best, memory.memoryHeaps[i].size);
+    if (memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      best = std::max(best, memory.memoryHeaps[i].size);
   }
   return best;
 }
@@ -242,12 +247,12 @@ DeviceDescription describe(const PhysicalInfo& info, int index) {
   add("maxStorageBufferRange", mib(l.maxStorageBufferRange));
   add("minStorageBufferOffsetAlignment", std::to_string(l.minStorageBufferOffsetAlignment));
   add("maxPushConstantsSize", std::to_string(l.maxPushConstantsSize));
-  add("shaderFloat64 / shaderInt64", fmt::format("{} / {}", info.features.shaderFloat64 ? "yes" : "no",
-                                                 info.features.shaderInt64 ? "yes" : "no"));
-  add("compute queue family",
-      info.compute_family >= 0
-          ? fmt::format("{} ({} queues)", info.compute_family, info.queues[static_cast<size_t>(info.compute_family)].queueCount)
-          : std::string("none: tessera cannot use this device"));
+  add("shaderFloat64 / shaderInt64",
+      fmt::format("{} / {}", info.features.shaderFloat64 ? "yes" : "no", info.features.shaderInt64 ? "yes" : "no"));
+  add("compute queue family", info.compute_family >= 0
+                                  ? fmt::format("{} ({} queues)", info.compute_family,
+                                                info.queues[static_cast<size_t>(info.compute_family)].queueCount)
+                                  : std::string("none: tessera cannot use this device"));
   add("tessera matmul reductions", info.subgroup_arithmetic() ? "subgroup arithmetic" : "shared memory");
   return d;
 }

@@ -36,8 +36,8 @@ struct PhysicalInfo {
 
   // Subgroup arithmetic (subgroupAdd) in compute shaders: what matmul_vec's subgroup build needs.
   bool subgroup_arithmetic() const;
-  std::string type_name() const;     // "discrete GPU", "integrated GPU", "cpu", ...
-  std::string api_version() const;   // "1.3.230"
+  std::string type_name() const;            // "discrete GPU", "integrated GPU", "cpu", ...
+  std::string api_version() const;          // "1.3.230"
   VkDeviceSize device_local_bytes() const;  // the largest device-local heap
 };
 

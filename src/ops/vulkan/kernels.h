@@ -29,7 +29,7 @@ struct KernelSpec {
   std::string_view spirv;  // blob name (spirv.h)
   uint32_t bindings;       // storage buffers 0 .. bindings - 1
   uint32_t push_bytes;
-  bool typed;              // specialised on a weight DType (constant_id 0)
+  bool typed;  // specialised on a weight DType (constant_id 0)
 };
 const KernelSpec& kernel_spec(Kernel k);
 
@@ -80,10 +80,10 @@ struct RowPush {  // softmax, argmax
 };
 
 // Shapes the shaders are written for.
-constexpr uint32_t kMatMulVecMaxRows = 8;   // matmul_vec.comp's NMAX
+constexpr uint32_t kMatMulVecMaxRows = 8;       // matmul_vec.comp's NMAX
 constexpr uint32_t kMatMulVecRowsPerGroup = 8;  // matmul_vec.comp's ROWS
-constexpr uint32_t kMatMulTile = 32;        // matmul_tiled.comp's TM = TN
+constexpr uint32_t kMatMulTile = 32;            // matmul_tiled.comp's TM = TN
 constexpr uint32_t kAttentionMaxHeadDim = 512;
-constexpr uint32_t kLinearWorkgroup = 64;   // local size of the one-invocation-per-item shaders
+constexpr uint32_t kLinearWorkgroup = 64;  // local size of the one-invocation-per-item shaders
 
 }  // namespace tessera::ops::vulkan
