@@ -89,11 +89,19 @@ TEST(Vulkan, InspectListsEveryDeviceAsVulkaninfoSeesIt) {
     std::printf("[ vulkan ] vulkaninfo not found or listed nothing; compared the listing with itself only\n");
     return;
   }
+  // The same devices (Tessera lists GPUs first, vulkaninfo in the loader's order): matched by name.
   ASSERT_EQ(vi.size(), described->size());
   for (size_t i = 0; i < vi.size(); ++i) {
-    EXPECT_NE(described->at(i).title.find(vi[i]["deviceName"]), std::string::npos) << described->at(i).title;
-    EXPECT_EQ(props[i]["apiVersion"], vi[i]["apiVersion"]);
-    EXPECT_EQ(props[i]["deviceType"] == "cpu", vi[i]["deviceType"] == "PHYSICAL_DEVICE_TYPE_CPU");
+    size_t j = 0;
+    while (j < described->size() &&
+           described->at(j).title != "vulkan device " + std::to_string(j) + ": " + vi[i]["deviceName"])
+      ++j;
+    ASSERT_LT(j, described->size()) << vi[i]["deviceName"] << " is missing from the listing";
+    EXPECT_EQ(props[j]["apiVersion"], vi[i]["apiVersion"]);
+    EXPECT_EQ(props[j]["deviceType"] == "cpu", vi[i]["deviceType"] == "PHYSICAL_DEVICE_TYPE_CPU");
+  }
+  for (size_t j = 1; j < props.size(); ++j) {
+    EXPECT_FALSE(props[j - 1]["deviceType"] == "cpu" && props[j]["deviceType"] != "cpu") << "GPUs come first";
   }
 }
 
@@ -213,7 +221,7 @@ TEST(Vulkan, WeightsLargerThanOneBindingAreSlicedAndMatchTheReference) {
   auto ref = open_device("ref");
   ASSERT_TRUE(ref.ok());
   std::vector<conformance::Case> cases;
-  for (int64_t n : {2, 33}) {
+  for (int64_t n : {2, 9}) {  // matmul_vec and matmul_tiled
     cases.push_back({"matmul", DType::kF32, "big", 1e-9, true, [=](conformance::CaseEnv& e) -> Op {
                        MatMulOp op{e.random(DType::kF32, {n, k}), e.random(DType::kF32, {rows, k}),
                                    e.output(DType::kF32, {n, rows})};

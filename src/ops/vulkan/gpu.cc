@@ -35,6 +35,8 @@ GpuBuffer::GpuBuffer(VkDevice device, std::shared_ptr<Gpu> keep, size_t size, Vk
       uid_(g_next_uid.fetch_add(1)) {}
 
 GpuBuffer::~GpuBuffer() {
+  // A submitted command buffer may still read or write it (an owner that freed it without synchronising).
+  if (keep_) keep_->wait_idle();
   VkDevice d = device_;
   if (mapped_) vkUnmapMemory(d, memory_);
   vkDestroyBuffer(d, buffer_, nullptr);
@@ -248,6 +250,11 @@ Result<const KernelPipeline*> Gpu::pipeline(Kernel k, uint32_t dtype) {
     return internal_error(vk_error(fmt::format("vkCreateComputePipelines({})", spec.spirv).c_str(), r));
   }
   return &pipelines_.emplace(std::make_pair(k, dtype), p).first->second;
+}
+
+void Gpu::wait_idle() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  vkQueueWaitIdle(queue_);
 }
 
 Status Gpu::submit(VkCommandBuffer cb, VkFence fence) {

@@ -113,6 +113,8 @@ class Gpu : public std::enable_shared_from_this<Gpu> {
 
   // Submits on the compute queue (serialised across threads).
   Status submit(VkCommandBuffer cb, VkFence fence);
+  // Waits until the queue has run everything submitted (from any stream).
+  void wait_idle();
   // Records commands into a one-off command buffer, submits it and waits.
   Status run_once(const std::function<void(VkCommandBuffer)>& record);
 

@@ -86,6 +86,21 @@ bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* n
   return false;
 }
 
+int type_rank(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return 4;
+    default:
+      return 3;
+  }
+}
+
 PhysicalInfo read_device(VkPhysicalDevice pd, uint32_t instance_api) {
   PhysicalInfo info;
   info.handle = pd;
@@ -204,6 +219,10 @@ Result<std::shared_ptr<Instance>> Instance::create() {
   std::vector<VkPhysicalDevice> pds(n);
   vkEnumeratePhysicalDevices(inst->instance_, &n, pds.data());
   for (VkPhysicalDevice pd : pds) inst->devices_.push_back(read_device(pd, inst->api_version_));
+  // Device 0 is the one a caller gets by default: a real GPU before a software one.
+  std::stable_sort(inst->devices_.begin(), inst->devices_.end(), [](const PhysicalInfo& a, const PhysicalInfo& b) {
+    return type_rank(a.props.deviceType) < type_rank(b.props.deviceType);
+  });
   if (inst->devices_.empty()) {
     return unavailable(
         "vulkan: the loader found no Vulkan device; install a driver (mesa-vulkan-drivers provides lavapipe)");

@@ -51,6 +51,8 @@ class Instance {
 
   VkInstance handle() const { return instance_; }
   uint32_t api_version() const { return api_version_; }
+  // Discrete GPUs first, then integrated, virtual, other and CPU devices (lavapipe last); the loader's order
+  // within each kind.
   const std::vector<PhysicalInfo>& devices() const { return devices_; }
 
  private:
