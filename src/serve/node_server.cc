@@ -16,8 +16,10 @@
 #include "api/health.h"
 #include "api/http_status.h"
 #include "api/resume.h"
+#include "api/trace_context.h"
 #include "base/log.h"
 #include "base/task_pool.h"
+#include "serve/access_writer.h"
 #include "serve/choice_set.h"
 #include "serve/forced_tools.h"
 #include "serve/metrics.h"
@@ -111,8 +113,8 @@ struct Call {
   // Tool calls (tool_calls.h): parsed from the reply when the request has tools; streaming holds back
   // what could be the start of a call.
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
-  std::string stream_text;  // streamed chat text so far (with tools)
-  size_t released = 0;      // bytes of it sent as content
+  std::string stream_text;    // streamed chat text so far (with tools)
+  size_t released = 0;        // bytes of it sent as content
   bool forced_tools = false;  // tool_choice required / named: the whole reply is the calls (forced_tools.h)
 };
 
@@ -178,14 +180,39 @@ struct NodeServer::Impl {
           if (w->client_gone()) return;  // left while queued: nothing to render for
           work(*req, w);
         })) {
-      reply_error(w, endpoint,
+      reply_error(w, endpoint, nullptr,
                   {503, "too many chat templates are being rendered; retry shortly", "service_unavailable", "", ""});
     }
   }
 
+  // The call ended with `status`: its metric and its access line (tag may be null: an answer before the request
+  // was read); usage from its choices once they all finished.
+  void ended(std::string_view endpoint, int status, const RequestTag* tag, const ChoiceSet* set = nullptr) {
+    metrics.request_finished(endpoint, status);
+    if (tag == nullptr) return;
+    int64_t prompt = -1, completion = -1;
+    if (set != nullptr && status == 200) {
+      const json u = set->usage();
+      prompt = u.value("prompt_tokens", int64_t{-1});
+      completion = u.value("completion_tokens", int64_t{-1});
+    }
+    log::access({.method = "POST",
+                 .route = tag->route,
+                 .model = tag->model,
+                 .status = status,
+                 .prompt_tokens = prompt,
+                 .completion_tokens = completion,
+                 .ttft_ms = tag->ttft_ms,
+                 .total_ms = tag->elapsed_ms(),
+                 .request_id = tag->request_id,
+                 .trace_id = tag->trace.trace_id,
+                 .remote = tag->remote});
+  }
+
   // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
-  void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const ApiError& e) {
-    metrics.request_finished(endpoint, e.status);
+  void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const RequestTag* tag,
+                   const ApiError& e) {
+    ended(endpoint, e.status, tag);
     http::Headers h;
     if (e.status == 429) h.emplace("Retry-After", "1");
     w->send(e.status, error_body(e), "application/json", h);
@@ -248,7 +275,10 @@ struct NodeServer::Impl {
     const std::string_view endpoint = c->req.chat ? "chat" : "completions";
     if (!o.tokens.empty()) {
       if (c->first_token) {
-        if (set.first_token()) metrics.time_to_first_token(seconds(c->start, now));
+        if (set.first_token()) {
+          metrics.time_to_first_token(seconds(c->start, now));
+          if (set.tag) set.tag->ttft_ms = seconds(set.tag->start, now) * 1000;
+        }
         c->first_token = false;
       } else {
         metrics.inter_token(seconds(c->last, now), static_cast<int>(o.tokens.size()));
@@ -271,7 +301,7 @@ struct NodeServer::Impl {
       metrics.request_latency(seconds(c->start, now));
     }
     if (o.finish == engine::FinishReason::kCancelled) {
-      metrics.request_finished(endpoint, 499);
+      ended(endpoint, 499, set.tag.get());
       if (!c->req.stream)
         c->writer->send(503, error_body({503, "the request was cancelled: the server is shutting down",
                                          "service_unavailable", "", ""}));
@@ -281,7 +311,7 @@ struct NodeServer::Impl {
     }
     if (o.finish == engine::FinishReason::kError) {
       ApiError e = api::error_for(o.error);
-      metrics.request_finished(endpoint, e.status);
+      ended(endpoint, e.status, set.tag.get());
       if (c->req.stream) {
         c->writer->write("data: " + error_body(e) + "\n\n");
         c->writer->write("data: [DONE]\n\n");
@@ -340,7 +370,7 @@ struct NodeServer::Impl {
       c->writer->write("data: " + dump(chunk(*c, final_choice)) + "\n\n");
       if (!set.finish_choice(c->index, nullptr, o)) return;
       metrics.request_latency(seconds(c->start, now));
-      metrics.request_finished(endpoint, 200);
+      ended(endpoint, 200, set.tag.get(), &set);
       if (c->req.include_usage) {
         json u = chunk(*c, json());
         u["choices"] = json::array();
@@ -377,7 +407,7 @@ struct NodeServer::Impl {
       choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
     if (!set.finish_choice(c->index, std::move(choice), o)) return;
     metrics.request_latency(seconds(c->start, now));
-    metrics.request_finished(endpoint, 200);
+    ended(endpoint, 200, set.tag.get(), &set);
     json body = {{"id", c->id},
                  {"object", c->req.chat ? "chat.completion" : "text_completion"},
                  {"created", c->created},
@@ -472,26 +502,28 @@ struct NodeServer::Impl {
 
   void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
     const std::string_view endpoint = chat ? "chat" : "completions";
+    std::shared_ptr<RequestTag> tag = tag_of(hreq, chat ? "chatcmpl" : "cmpl");
+    tag->model = options.model_name;
     if (draining) {
       // The header tells a router this node is draining, not failing: it stops sending new requests here and
       // leaves the streams in flight alone (drain is not failure).
-      metrics.request_finished(endpoint, 503);
+      ended(endpoint, 503, tag.get());
       return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
                      "application/json", {{std::string(api::kDrainingHeader), "1"}});
     }
     if (options.pd != nullptr && options.pd->options().switchable && options.pd->role() == "prefill") {
       // Re-roled to prefill since the router chose this node: a 429 is retried on another node before any byte
       // went out, and does not count against this node's health (role_admin.h).
-      return reply_error(w, endpoint,
+      return reply_error(w, endpoint, tag.get(),
                          {429, "this node is a prefill node now: client requests go to decode nodes",
                           "rate_limit_error", "", "role_changed"});
     }
     auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, *e);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, tag.get(), *e);
     ApiRequest& r = std::get<ApiRequest>(parsed);
     if (r.model != options.model_name) {
       return reply_error(
-          w, endpoint,
+          w, endpoint, tag.get(),
           {404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, options.model_name),
            "invalid_request_error", "model", "model_not_found"});
     }
@@ -511,7 +543,7 @@ struct NodeServer::Impl {
     if (!r.generation.structured.none()) {
       auto compiled = compile_structured(engine.grammars(), r.generation.structured);
       if (!compiled.ok()) {
-        return reply_error(w, endpoint,
+        return reply_error(w, endpoint, tag.get(),
                            {400, std::string(compiled.status().message()), "invalid_request_error",
                             r.generation.structured.field, ""});
       }
@@ -520,7 +552,7 @@ struct NodeServer::Impl {
     const bool forced_tools = forces_tool_call(r);
     if (forced_tools) {
       if (!r.generation.structured.none()) {
-        return reply_error(w, endpoint,
+        return reply_error(w, endpoint, tag.get(),
                            {400,
                             fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one", r.tool_choice,
                                         r.generation.structured.field),
@@ -529,7 +561,7 @@ struct NodeServer::Impl {
       auto forced = forced_tool_output(r);
       auto compiled = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
       if (!compiled.ok()) {
-        return reply_error(w, endpoint,
+        return reply_error(w, endpoint, tag.get(),
                            {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
                             "invalid_request_error", "tools", ""});
       }
@@ -538,7 +570,7 @@ struct NodeServer::Impl {
     if (chat) {
       if (!options.chat) {
         return reply_error(
-            w, endpoint,
+            w, endpoint, tag.get(),
             {400, "this model has no chat template; start the server with --chat-template, or use /v1/completions",
              "invalid_request_error", "messages", ""});
       }
@@ -546,7 +578,8 @@ struct NodeServer::Impl {
       // Every way a render fails is the request's (its conversation, or the model's template past its budget,
       // which retrying elsewhere would not change): a 400, never a 429 or 5xx a router would retry.
       if (!formatted.ok())
-        return reply_error(w, endpoint, {400, formatted.status().message(), "invalid_request_error", "messages", ""});
+        return reply_error(w, endpoint, tag.get(),
+                           {400, formatted.status().message(), "invalid_request_error", "messages", ""});
       prompt_text = formatted->text;
       prompts.push_back({tok.encode(prompt_text, formatted->add_bos), ""});
       tool_format = formatted->tool_calls;
@@ -563,7 +596,7 @@ struct NodeServer::Impl {
     for (const Prompt& p : prompts) {
       const int prompt_len = static_cast<int>(p.ids.size());
       if (prompt_len >= cfg.max_seq_len) {
-        return reply_error(w, endpoint,
+        return reply_error(w, endpoint, tag.get(),
                            {400,
                             fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
                                         "tokens, which leaves no room for the completion.",
@@ -573,7 +606,7 @@ struct NodeServer::Impl {
       max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
       if (prompt_len + max_tokens > cfg.max_seq_len) {
         return reply_error(
-            w, endpoint,
+            w, endpoint, tag.get(),
             {400,
              fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
                          "the prompt, {} for the completion). Please reduce the prompt or max_tokens.",
@@ -583,7 +616,7 @@ struct NodeServer::Impl {
     }
     const bool echo_only = !chat && r.echo && max_tokens == 0;  // the prompt scored, nothing generated
     if (r.generation.sampling.min_tokens > max_tokens) {
-      return reply_error(w, endpoint,
+      return reply_error(w, endpoint, tag.get(),
                          {400,
                           fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})",
                                       r.generation.sampling.min_tokens, max_tokens),
@@ -592,32 +625,36 @@ struct NodeServer::Impl {
     for (const auto& [id, bias] : r.generation.sampling.logit_bias) {
       if (id >= cfg.vocab_size)
         return reply_error(
-            w, endpoint,
+            w, endpoint, tag.get(),
             {400, fmt::format("'logit_bias' names token {}, outside the vocabulary [0, {})", id, cfg.vocab_size),
              "invalid_request_error", "logit_bias", ""});
     }
     // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
     const bool internal = http::internal_caller(hreq, options.cluster_token);
     if (!internal && api::has_resume_field(hreq.body)) {
-      return reply_error(w, endpoint,
+      return reply_error(w, endpoint, tag.get(),
                          {403, "'tessera_resume' is an internal field: only cluster members may send it",
                           "permission_error", "tessera_resume", "internal_field"});
     }
     auto resume = api::parse_resume(hreq.body, cfg.vocab_size);
     if (!resume.ok()) {
-      return reply_error(w, endpoint, {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
+      return reply_error(w, endpoint, tag.get(),
+                         {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
     }
     const int n = r.n;
     const bool single = prompts.size() == 1 && n == 1;
     if (*resume && !single) {
       return reply_error(
-          w, endpoint,
+          w, endpoint, tag.get(),
           {400, "'tessera_resume' continues one choice of one prompt", "invalid_request_error", "tessera_resume", ""});
     }
 
     // One Call per choice (ChoiceSet): choice p * n + i is the i-th of prompt p.
     auto set = std::make_shared<ChoiceSet>(static_cast<int>(prompts.size()), n);
+    set->tag = tag;
     const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
+    // Without a client's (or router's) id, the request is known by its response's id in the logs too.
+    if (hreq.header(std::string(api::kRequestIdHeader)).empty()) tag->request_id = id;
     const int64_t created = unix_now();
     const auto start = Clock::now();
     std::vector<std::vector<std::shared_ptr<Call>>> choices(prompts.size());
@@ -673,7 +710,7 @@ struct NodeServer::Impl {
 
     // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
     // 429 the router can retry elsewhere, not a 200 followed by an error event.
-    const std::string request_id = hreq.header("x-request-id").empty() ? id : hreq.header("x-request-id");
+    const std::string request_id = tag->request_id;
     auto start_answer = [this, choices, request_id, echo = preamble, prompts] {
       const Call& first = *choices[0][0];
       if (first.req.stream) {
@@ -716,7 +753,8 @@ struct NodeServer::Impl {
     engine::Engine* eng = &engine;
     if (options.pd != nullptr && options.pd->role() == "decode") {
       // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
-      if (Status admit = engine.admission(); !admit.ok()) return reply_error(w, endpoint, api::error_for(admit));
+      if (Status admit = engine.admission(); !admit.ok())
+        return reply_error(w, endpoint, tag.get(), api::error_for(admit));
       start_answer();
       // The PD path decides where each prompt is prefilled and hands it to the engine later.
       struct Handle {
@@ -745,7 +783,7 @@ struct NodeServer::Impl {
                 std::lock_guard<std::mutex> lock(call->set->mu);
                 if (call->set->over()) return;
                 call->set->set_over();
-                metrics.request_finished(endpoint, 499);  // the client left while its prompt was being prefilled
+                ended(endpoint, 499, call->set->tag.get());  // the client left while its prompt was being prefilled
                 return call->writer->end();
               }
               if (!rid.ok()) return fail_submit(call, endpoint, rid.status());
@@ -753,7 +791,8 @@ struct NodeServer::Impl {
               handle->id = *rid;
               if (handle->gone) eng->cancel(*rid);
             },
-            cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string());
+            cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string(),
+            RequestTrace{tag->request_id, tag->trace});
       }
       return;
     }
@@ -764,7 +803,7 @@ struct NodeServer::Impl {
       if (!rid.ok()) {
         set->set_over();  // outputs of the prompts already submitted are dropped
         for (engine::RequestId done : ids) engine.cancel(done);
-        return reply_error(w, endpoint, api::error_for(rid.status()));
+        return reply_error(w, endpoint, tag.get(), api::error_for(rid.status()));
       }
       ids.push_back(*rid);
     }
@@ -786,7 +825,7 @@ struct NodeServer::Impl {
     if (call->set->cancel) call->set->cancel();
     const std::shared_ptr<http::ResponseWriter>& w = call->writer;
     ApiError e = api::error_for(status);
-    metrics.request_finished(endpoint, e.status);
+    ended(endpoint, e.status, call->set->tag.get());
     if (call->req.stream) {
       w->write("data: " + error_body(e) + "\n\n");
       w->write("data: [DONE]\n\n");
