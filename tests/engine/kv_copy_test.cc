@@ -173,11 +173,11 @@ TEST_F(KvCopyTest, ABlockOutsideTheCacheIsAnErrorNotACopy) {
             StatusCode::kOutOfRange);
 }
 
-// Every backend that opens here (ref, cpu, opencl on PoCL; cuda where a GPU is) copies exactly the runs it is
-// given, both ways, and refuses a run past either end before copying anything.
+// Every backend that opens here (ref, cpu, opencl on PoCL, vulkan on lavapipe; cuda where a GPU is) copies exactly the
+// runs it is given, both ways, and refuses a run past either end before copying anything.
 TEST(CopyRuns, EveryBackendCopiesTheRunsItIsGiven) {
   int tried = 0;
-  for (const char* name : {"ref", "cpu", "opencl", "cuda"}) {
+  for (const char* name : {"ref", "cpu", "opencl", "vulkan", "cuda"}) {
     auto device = ops::open_device(name);
     if (!device.ok()) continue;  // not built or no device here
     ++tried;
