@@ -179,14 +179,15 @@ int run_serve(const ServeArgs& a) {
     // What the disk tier's files are keyed by: the model (configuration and weights) and how it is run here.
     if (!a.kv_disk_dir.empty())
       spec.model_identity = kv::model_identity(
-          cfg, model->weights, fmt::format("backend={} weight_dtype={}", backend, a.weight_dtype.empty() ? "stored" : a.weight_dtype));
+          cfg, model->weights,
+          fmt::format("backend={} weight_dtype={}", backend, a.weight_dtype.empty() ? "stored" : a.weight_dtype));
     spec.options = ho;
     auto host = kv::make_connector(kv::kHostConnector, spec);
     if (!host.ok()) return fail(host.status().message());
     if (Status s = engine.add_connector(*host); !s.ok()) return fail(s.message());
-    log::info("KV tiers: {:.0f} MiB host memory{}", a.kv_host_memory_mib,
+    log::info("KV tiers: {:g} MiB host memory{}", a.kv_host_memory_mib,
               a.kv_disk_dir.empty() ? std::string()
-                                    : fmt::format(", {:.0f} MiB on disk in {}", a.kv_disk_size_mib, a.kv_disk_dir));
+                                    : fmt::format(", {:g} MiB on disk in {}", a.kv_disk_size_mib, a.kv_disk_dir));
   }
 
   serve::NodeOptions no;
@@ -405,8 +406,9 @@ Action add_serve_command(CLI::App& app) {
                   "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
-  cmd->add_option("--grammar-jump-forward", args->jump_forward,
-                  "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
+  cmd->add_option(
+         "--grammar-jump-forward", args->jump_forward,
+         "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")

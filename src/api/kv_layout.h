@@ -32,8 +32,8 @@ struct KvLayout {
   int n_layers = 0;
   int kv_dim = 0;  // n_kv_heads * head_dim
   DType dtype = DType::kF32;
-  int positions = 0;       // positions carried
-  size_t state_size = 0;   // bytes of the state section (0: attention-only models)
+  int positions = 0;      // positions carried
+  size_t state_size = 0;  // bytes of the state section (0: attention-only models)
 
   // One position of K (or V) of one layer.
   size_t row_bytes() const { return dtype_bytes(dtype, static_cast<size_t>(kv_dim)); }

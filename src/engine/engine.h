@@ -131,11 +131,11 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded; KV a connector brought from a node
                                // that computed it counts)
   uint64_t generated_tokens = 0;
-  int kv_loading = 0;            // requests waiting for a connector's asynchronous load
+  int kv_loading = 0;                // requests waiting for a connector's asynchronous load
   uint64_t kv_loaded_tokens = 0;     // positions connectors filled
   uint64_t kv_load_shortfalls = 0;   // loads that brought fewer positions than promised: the rest computed here
-  uint64_t grammar_tokens = 0;    // tokens sampled under a structured-output grammar
-  double grammar_seconds = 0;     // engine-thread time computing their masks and advancing the grammars
+  uint64_t grammar_tokens = 0;       // tokens sampled under a structured-output grammar
+  double grammar_seconds = 0;        // engine-thread time computing their masks and advancing the grammars
   uint64_t jump_forward_tokens = 0;  // tokens a grammar forced, appended without a model step
 };
 

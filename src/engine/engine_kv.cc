@@ -54,8 +54,8 @@ Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
     }
     state->engine->cv_.notify_one();
   };
-  TS_RETURN_IF_ERROR(connector->attach(*io_, std::move(wake)).with_context(
-      fmt::format("attaching KV connector '{}'", connector->name())));
+  TS_RETURN_IF_ERROR(connector->attach(*io_, std::move(wake))
+                         .with_context(fmt::format("attaching KV connector '{}'", connector->name())));
   {
     std::lock_guard<std::mutex> lock(connectors_mu_);
     connectors_.push_back(std::move(connector));
@@ -82,8 +82,7 @@ ExternalKv::Match Engine::match_external(Active& a) {
   a.consulted = true;
   a.local_tokens = s.kv.length;
   const int bt = runner_.kv_cache().block_tokens();
-  if (a.hashes.size() != s.tokens.size() / static_cast<size_t>(bt))
-    a.hashes = BlockManager::chain_hashes(s.tokens, bt);
+  if (a.hashes.size() != s.tokens.size() / static_cast<size_t>(bt)) a.hashes = BlockManager::chain_hashes(s.tokens, bt);
   const KvRequestView v = view_of(a.req, a.id, s, a.hashes);
   const int total = static_cast<int>(s.tokens.size());
   int supplied = s.kv.length;
@@ -166,9 +165,9 @@ void Engine::complete_load(Active& a) {
     }
     int got = r.async ? r.arrived : r.count;
     if (r.first_tokens && got == r.count) {
-      const bool good = static_cast<int>(r.tokens.size()) == a.req.n &&
-                        std::all_of(r.tokens.begin(), r.tokens.end(),
-                                    [&](TokenId t) { return t >= 0 && t < c.vocab_size; });
+      const bool good =
+          static_cast<int>(r.tokens.size()) == a.req.n &&
+          std::all_of(r.tokens.begin(), r.tokens.end(), [&](TokenId t) { return t >= 0 && t < c.vocab_size; });
       if (!good) {
         log::warn("KV connector {} brought {} first tokens for {} choices; computing the prompt here",
                   connectors_[r.connector]->name(), r.tokens.size(), a.req.n);

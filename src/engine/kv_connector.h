@@ -86,7 +86,7 @@ struct KvGeometry {
 // A request as the scheduler side sees it (valid during the call).
 struct KvRequestView {
   RequestId id = 0;
-  std::span<const TokenId> tokens;          // prompt, then any tokens generated before a preemption
+  std::span<const TokenId> tokens;  // prompt, then any tokens generated before a preemption
   int prompt_len = 0;
   std::span<const BlockHash> block_hashes;  // chain hashes of the whole blocks of `tokens` (BlockManager::chain_hash)
   int choices = 1;                          // GenerationRequest::n
@@ -96,8 +96,7 @@ struct KvRequestView {
   // The params when they are addressed to `connector` (and of type T), else null.
   template <class T>
   std::shared_ptr<const T> params_for(std::string_view connector) const {
-    return params != nullptr && params->connector() == connector ? std::dynamic_pointer_cast<const T>(params)
-                                                                 : nullptr;
+    return params != nullptr && params->connector() == connector ? std::dynamic_pointer_cast<const T>(params) : nullptr;
   }
 };
 
@@ -152,8 +151,8 @@ class KvBlockIo {
   // from (to) the cache's type.
   virtual Status read_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, void* k,
                            void* v) = 0;
-  virtual Status write_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype,
-                            const void* k, const void* v) = 0;
+  virtual Status write_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, const void* k,
+                            const void* v) = 0;
   // A request's recurrent state, geometry().state_bytes bytes (none for attention-only models: an empty span).
   virtual Status read_state(RequestId id, std::span<std::byte> out) = 0;
   virtual Status write_state(RequestId id, std::span<const std::byte> in) = 0;

@@ -331,7 +331,8 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   if (segments.empty()) return invalid_argument("a step needs at least one segment");
   // Graph mode: a step made only of next tokens that each want logits (and no layer hook) is a decode step,
   // replayed from its bucket's recording; prefill chunks and mixed steps run eagerly.
-  if (options_.graph && !after_layer && !before_layer && std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
+  if (options_.graph && !after_layer && !before_layer &&
+      std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
         return seg.seq != nullptr && seg.tokens.size() == 1 && seg.want_logits && !seg.all_logits;
       })) {
     std::vector<SequenceKv*> seqs;

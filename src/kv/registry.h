@@ -3,7 +3,8 @@
 // --kv-host-memory / --kv-disk-dir, the PD service the `pd-link` connector. An unknown name lists the known ones.
 //
 // Writing a connector (docs/kv.md): implement engine::KvConnector in src/kv/<name>/, take your options as
-// ConnectorSpec::options (a type of your own, checked by your factory), add one line to builtin.cc.
+// ConnectorSpec::options (a type of your own, checked by your factory), add one line to register_builtin_connectors()
+// in registry.cc.
 //
 // Thread-safety: every function may be called from any thread.
 #pragma once
@@ -43,7 +44,8 @@ template <class T>
 Result<T> connector_options(const ConnectorSpec& spec, std::string_view connector) {
   if (!spec.options.has_value()) return T{};
   if (const T* o = std::any_cast<T>(&spec.options)) return *o;
-  return invalid_argument(std::string("the '") + std::string(connector) + "' KV connector was given options of another kind");
+  return invalid_argument(std::string("the '") + std::string(connector) +
+                          "' KV connector was given options of another kind");
 }
 
 }  // namespace tessera::kv

@@ -37,8 +37,8 @@ struct Metrics::Impl {
   p::Gauge& kv_usage;
   p::Gauge& prefix_hit_rate;
   // KV connectors, labelled by connector and tier.
-  p::Family<p::Counter>& tier_hits = family_counter("tessera_kv_tier_hit_tokens_total",
-                                                    "Prompt tokens a KV connector's tier supplied");
+  p::Family<p::Counter>& tier_hits =
+      family_counter("tessera_kv_tier_hit_tokens_total", "Prompt tokens a KV connector's tier supplied");
   p::Family<p::Counter>& tier_load_bytes =
       family_counter("tessera_kv_tier_load_bytes_total", "Bytes moved from a KV tier towards the device cache");
   p::Family<p::Counter>& tier_save_bytes =
@@ -178,8 +178,7 @@ std::string Metrics::render(const engine::EngineStats& s, const std::vector<engi
   impl_->kv_cached.Set(s.kv_blocks_cached);
   impl_->kv_usage.Set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
   impl_->kv_loading.Set(s.kv_loading);
-  impl_->prefix_hit_rate.Set(
-      queried > 0 ? static_cast<double>(s.prefix.hit_tokens + tier_hit_tokens) / queried : 0.0);
+  impl_->prefix_hit_rate.Set(queried > 0 ? static_cast<double>(s.prefix.hit_tokens + tier_hit_tokens) / queried : 0.0);
   return p::TextSerializer().Serialize(impl_->registry->Collect());
 }
 

@@ -371,22 +371,20 @@ struct PdService::Impl final : kv::PdLinkControl {
     auto outs = std::make_shared<Outputs>();
     outs->choices.resize(static_cast<size_t>(gen.n));
     const auto t0 = Clock::now();
-    auto id = engine.submit(
-        std::move(gen), [this, outs, job = *job, w, t0](const engine::RequestOutput& out) {
-          if (out.finish == engine::FinishReason::kNone) return;
-          // Each choice ends with one output holding its one token (engine thread).
-          if (out.index < 0 || static_cast<size_t>(out.index) >= outs->choices.size()) return;
-          outs->choices[static_cast<size_t>(out.index)] = out;
-          if (++outs->finished < static_cast<int>(outs->choices.size())) return;
-          const auto computed = Clock::now();
-          // Leave the engine thread: waiting for the transfers must not stall other requests.
-          const bool started = threads.start(
-              "pd prefill completion", [this, outs, job, w, t0, computed] {
-                finish_prefill(*job, outs->choices, w, t0, computed);
-              },
-              [w] { w->send(500, error_json("internal error while sending the KV")); });
-          if (!started) w->send(503, error_json("the prefill node is shutting down"));
-        });
+    auto id = engine.submit(std::move(gen), [this, outs, job = *job, w, t0](const engine::RequestOutput& out) {
+      if (out.finish == engine::FinishReason::kNone) return;
+      // Each choice ends with one output holding its one token (engine thread).
+      if (out.index < 0 || static_cast<size_t>(out.index) >= outs->choices.size()) return;
+      outs->choices[static_cast<size_t>(out.index)] = out;
+      if (++outs->finished < static_cast<int>(outs->choices.size())) return;
+      const auto computed = Clock::now();
+      // Leave the engine thread: waiting for the transfers must not stall other requests.
+      const bool started = threads.start(
+          "pd prefill completion",
+          [this, outs, job, w, t0, computed] { finish_prefill(*job, outs->choices, w, t0, computed); },
+          [w] { w->send(500, error_json("internal error while sending the KV")); });
+      if (!started) w->send(503, error_json("the prefill node is shutting down"));
+    });
     if (!id.ok()) return w->send(api::http_status(id.status()), error_json(id.status().message()));
   }
 

@@ -71,7 +71,8 @@ Result<std::vector<uint8_t>> read_file(const std::string& path, size_t expect) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != expect) {
     ::close(fd);
-    return data_loss(fmt::format("{} holds {} bytes, a block record {}", path, static_cast<int64_t>(st.st_size), expect));
+    return data_loss(
+        fmt::format("{} holds {} bytes, a block record {}", path, static_cast<int64_t>(st.st_size), expect));
   }
   std::vector<uint8_t> out(expect);
   size_t done = 0;
@@ -148,7 +149,9 @@ DiskTier::~DiskTier() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string DiskTier::file_of(engine::BlockHash hash) const { return fmt::format("{}/{:016x}{}", path_, hash, kSuffix); }
+std::string DiskTier::file_of(engine::BlockHash hash) const {
+  return fmt::format("{}/{:016x}{}", path_, hash, kSuffix);
+}
 
 void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
   auto it = files_.find(hash);

@@ -91,15 +91,15 @@ class DiskTier {
   const std::string path_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  bool stopping_ = false;                                                  // GUARDED_BY(mu_)
-  bool busy_ = false;                                                      // GUARDED_BY(mu_): a task in hand
-  std::deque<Read> reads_;                                                 // GUARDED_BY(mu_)
-  std::deque<std::shared_ptr<const HostBlock>> writes_;                    // GUARDED_BY(mu_)
+  bool stopping_ = false;                                                            // GUARDED_BY(mu_)
+  bool busy_ = false;                                                                // GUARDED_BY(mu_): a task in hand
+  std::deque<Read> reads_;                                                           // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<const HostBlock>> writes_;                              // GUARDED_BY(mu_)
   std::unordered_map<engine::BlockHash, std::shared_ptr<const HostBlock>> pending_;  // GUARDED_BY(mu_)
-  size_t pending_bytes_ = 0;                                               // GUARDED_BY(mu_)
-  std::list<engine::BlockHash> lru_;                                       // GUARDED_BY(mu_): front = oldest
-  std::unordered_map<engine::BlockHash, File> files_;                      // GUARDED_BY(mu_)
-  DiskTierStats stats_;                                                    // GUARDED_BY(mu_)
+  size_t pending_bytes_ = 0;                                                         // GUARDED_BY(mu_)
+  std::list<engine::BlockHash> lru_;                                                 // GUARDED_BY(mu_): front = oldest
+  std::unordered_map<engine::BlockHash, File> files_;                                // GUARDED_BY(mu_)
+  DiskTierStats stats_;                                                              // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

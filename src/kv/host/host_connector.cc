@@ -22,7 +22,8 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options, std::string model_identity) {
   if (options.host_bytes == 0 && options.disk_dir.empty())
-    return invalid_argument("the host KV connector needs host memory (--kv-host-memory) or a disk tier (--kv-disk-dir)");
+    return invalid_argument(
+        "the host KV connector needs host memory (--kv-host-memory) or a disk tier (--kv-disk-dir)");
   if (!options.disk_dir.empty() && options.disk_bytes == 0)
     return invalid_argument("a KV disk tier (--kv-disk-dir) needs a size (--kv-disk-size MIB)");
   if (!options.disk_dir.empty() && model_identity.empty())
@@ -119,8 +120,8 @@ engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int s
   return {.tokens = static_cast<int>(count) * bt, .async = async, .cached = true};
 }
 
-void HostConnector::allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks,
-                              int first, int count) {
+void HostConnector::allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
+                              int count) {
   if (count == 0) return;
   const int bt = format_.geometry.block_tokens;
   const size_t b0 = static_cast<size_t>(first / bt), nb = static_cast<size_t>(count / bt);
@@ -233,9 +234,9 @@ Status HostConnector::wait_layer_load(int layer) {
     const auto n = static_cast<size_t>(load->arrived);
     if (n > 0) {
       const HostBlock& last = *load->blocks[n - 1];
-      TS_RETURN_IF_ERROR(io_->write_state(
-          load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(),
-                     format_.geometry.state_bytes}));
+      TS_RETURN_IF_ERROR(
+          io_->write_state(load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(),
+                                      format_.geometry.state_bytes}));
     }
     for (size_t j = 0; j < n; ++j) (load->from_disk[j] ? counters_.disk_hit_tokens : counters_.host_hit_tokens) += bt;
     loads_.erase(load->id);

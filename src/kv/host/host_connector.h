@@ -35,9 +35,9 @@ namespace tessera::kv {
 inline constexpr std::string_view kHostConnector = "host";
 
 struct HostOptions {
-  size_t host_bytes = 0;  // the host-memory tier (--kv-host-memory)
-  std::string disk_dir;   // the disk tier (--kv-disk-dir); empty: none
-  size_t disk_bytes = 0;  // its capacity (--kv-disk-size)
+  size_t host_bytes = 0;                       // the host-memory tier (--kv-host-memory)
+  std::string disk_dir;                        // the disk tier (--kv-disk-dir); empty: none
+  size_t disk_bytes = 0;                       // its capacity (--kv-disk-size)
   size_t max_pending_disk_bytes = 256u << 20;  // writes queued for the disk beyond this are dropped
 };
 

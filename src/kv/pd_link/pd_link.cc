@@ -32,7 +32,7 @@ struct RemotePrefill::Shared {
   std::shared_ptr<link::Agent> agent;  // keeps the staging region mapped until the range goes back
   std::atomic<bool> abandoned{false};
   std::mutex mu;
-  bool ended = false;                                   // GUARDED_BY(mu)
+  bool ended = false;                                                                             // GUARDED_BY(mu)
   Result<std::vector<engine::TokenId>> result = unavailable("the remote prefill has not ended");  // GUARDED_BY(mu)
 
   ~Shared() {
@@ -169,7 +169,7 @@ engine::KvMatch PdLinkConnector::match(const engine::KvRequestView& request, int
   if (!params || control_ == nullptr || !staging_alloc_ || request.generated() > 0 || supplied >= n) return {};
   if (!control_->disaggregate(request, *params, supplied)) return {};
   // Asked again: the engine could not allocate the blocks last time, and the request waited for them.
-  if (!matched_.insert(request.id).second) {
+  if (!matched_.insert(request.id).second && waited_.insert(request.id).second) {
     std::lock_guard<std::mutex> lock(counters_mu_);
     counters_.waited_for_blocks++;
   }
@@ -181,6 +181,7 @@ void PdLinkConnector::allocated(const engine::KvRequestView& request, std::span<
   auto params = request.params_for<PdLinkLoadParams>(kPdLink);
   if (!params) return;
   matched_.erase(request.id);
+  waited_.erase(request.id);
   if (count == 0) {
     if (request.generated() == 0 && counted_local_.insert(request.id).second) {
       std::lock_guard<std::mutex> lock(counters_mu_);
@@ -241,6 +242,7 @@ bool PdLinkConnector::finished(engine::RequestId id, engine::KvEnd end) {
   }
   saves_.erase(id);
   matched_.erase(id);
+  waited_.erase(id);
   if (end != engine::KvEnd::kPreempted) counted_local_.erase(id);
   return false;  // the link writes into staging, never into the cache's blocks
 }

@@ -246,6 +246,7 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
   std::vector<std::shared_ptr<RemotePrefill::Shared>> loading_now_;
   std::set<engine::RequestId> counted_local_;
   std::set<engine::RequestId> matched_;  // matched for a remote prefill, blocks not allocated yet
+  std::set<engine::RequestId> waited_;   // of those, asked again (counted once in waited_for_blocks)
   // Loads that ended, from any thread.
   std::mutex done_mu_;
   std::vector<std::shared_ptr<RemotePrefill::Shared>> done_;  // GUARDED_BY(done_mu_)

@@ -123,8 +123,8 @@ Status PdLinkConnector::save_layer(int layer) {
       // The recurrent state after the prompt's last position travels with the last layer (api/kv_layout.h).
       auto* state = reinterpret_cast<std::byte*>(job.local_.data() + l.state_offset());
       TS_RETURN_IF_ERROR(io_->read_state(s.id, {state, l.state_bytes()}));
-      batch.push_back({job.local_id_, l.state_offset(), job.remote_, job.remote_offset_ + l.state_offset(),
-                       l.state_bytes()});
+      batch.push_back(
+          {job.local_id_, l.state_offset(), job.remote_, job.remote_offset_ + l.state_offset(), l.state_bytes()});
     }
     bytes += 2 * len;
     if (!job.overlap_) {

@@ -1,0 +1,126 @@
+// KV tiers end to end (docs/kv.md): a node whose device cache holds a fraction of a multi-turn conversation keeps
+// what it evicts in host memory, then on disk, and serves later turns from there; every answer is the greedy text of
+// a node that caches nothing. The disk tier outlives the process.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "support/node_http.h"
+#include "support/paths.h"
+#include "support/process.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::BackgroundProcess;
+using testing::complete_greedy;
+using testing::scrape_metric;
+using testing::tessera_bin;
+
+struct Node {
+  std::unique_ptr<BackgroundProcess> proc;
+  std::string url;
+};
+
+Node start_node(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {tessera_bin(), "serve", "--model",         testing::stories260k_dir(),
+                                   "--port",      "0",     "--backend",       "cpu",
+                                   "--threads",   "1",     "--max-model-len", "256"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Node n;
+  n.proc = std::make_unique<BackgroundProcess>(argv);
+  const int port = testing::port_from_line(n.proc->wait_for_line("listening on"));
+  EXPECT_GT(port, 0);
+  n.url = "http://127.0.0.1:" + std::to_string(port);
+  return n;
+}
+
+std::string tier_metric(const std::string& family, const std::string& tier) {
+  return family + "{connector=\"host\",model=\"stories260K\",tier=\"" + tier + "\"}";
+}
+
+class KvTiers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TS_REQUIRE_STORIES260K();
+    dir_ = fs::temp_directory_path() / ("tessera-kv-e2e-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // Three users, four turns each, interleaved: each turn sends the whole history (the user's lines and the
+  // model's answers so far) and appends the answer. Returns every answer, in order.
+  static std::vector<std::string> converse(const std::string& url) {
+    std::vector<std::string> history(kLines.size()), answers;
+    for (size_t turn = 0; turn < 4; ++turn) {
+      for (size_t u = 0; u < kLines.size(); ++u) {
+        history[u] += kLines[u][turn];
+        const std::string answer = complete_greedy(url, history[u], kAnswerTokens);
+        answers.push_back(answer);
+        history[u] += answer;
+      }
+    }
+    return answers;
+  }
+  inline static const std::vector<std::vector<std::string>> kLines = {
+      {"Once upon a time, there was a little girl named Lily. She lived in a small house with her mom and dad.",
+       " One day she went to the park with her mom. The sun was bright and the birds were singing.",
+       " Then they saw a big dog near the tree. The dog was brown and had a long tail.",
+       " The dog wanted to play with Lily. She threw a stick and the dog ran after it."},
+      {"Tom had a big red ball and he liked to play with it. He played with it every day after lunch.",
+       " One day the ball went into the garden. The garden was full of flowers and tall grass.",
+       " Tom looked for it everywhere. He looked under the bushes and behind the old shed.",
+       " His friend Sue came to help. Together they found the ball next to a little pond."},
+      {"The cat sat on the mat and looked at the bird. The bird was small and blue and very pretty.",
+       " The bird was singing a happy song. The cat liked the song and closed its eyes.",
+       " The cat wanted to be friends with the bird. It walked slowly to the window.",
+       " So the cat said hello. The bird was surprised, but then it said hello too."}};
+  static constexpr int kAnswerTokens = 24;
+  fs::path dir_;
+};
+
+TEST_F(KvTiers, AConversationOutgrowingDeviceMemoryIsServedFromHostAndDiskWithTheSameText) {
+  // The reference: no cache of any kind.
+  Node plain = start_node({"--no-prefix-cache"});
+  const std::vector<std::string> want = converse(plain.url);
+  EXPECT_EQ(plain.proc->stop(SIGTERM), 0);
+
+  // 20 device blocks of 16 tokens (320 positions) for three histories of up to ~250 tokens each; 10 blocks of host
+  // memory; the rest on disk.
+  const std::vector<std::string> tiers = {"--kv-memory",   "0.2",         "--kv-host-memory", "0.1",
+                                          "--kv-disk-dir", dir_.string(), "--kv-disk-size",   "64"};
+  Node tiered = start_node(tiers);
+  EXPECT_EQ(converse(tiered.url), want) << "every answer is the greedy text of a node without any cache";
+  EXPECT_GT(scrape_metric(tiered.url, "tessera_prefix_cache_evictions_total{model=\"stories260K\"}"), 0.0)
+      << "the device cache overflowed";
+  const double host_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "host"));
+  const double disk_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk"));
+  EXPECT_GT(host_hits, 0.0);
+  EXPECT_GT(disk_hits, 0.0);
+  EXPECT_GT(scrape_metric(tiered.url, tier_metric("tessera_kv_tier_save_bytes_total", "disk")), 0.0);
+  EXPECT_EQ(scrape_metric(tiered.url, tier_metric("tessera_kv_tier_failed_blocks_total", "disk")), 0.0);
+  const double device_rate = scrape_metric(
+      tiered.url, "tessera_prefix_cache_tier_hit_rate{connector=\"engine\",model=\"stories260K\",tier=\"device\"}");
+  const double rate = scrape_metric(tiered.url, "tessera_prefix_cache_hit_rate{model=\"stories260K\"}");
+  EXPECT_GT(rate, device_rate) << "the hit rate counts the host and disk tiers";
+  std::printf("device hit rate %.3f, all tiers %.3f; host %.0f, disk %.0f tokens\n", device_rate, rate, host_hits,
+              disk_hits);
+  EXPECT_EQ(tiered.proc->stop(SIGTERM), 0);
+
+  // A restarted node finds the first user's history of its second turn on disk.
+  Node again = start_node(tiers);
+  const std::string second_turn = kLines[0][0] + want[0] + kLines[0][1];
+  EXPECT_EQ(complete_greedy(again.url, second_turn, kAnswerTokens), want[kLines.size()]);
+  EXPECT_GT(scrape_metric(again.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk")), 0.0)
+      << "the disk tier survived the restart";
+  EXPECT_EQ(again.proc->stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace tessera
