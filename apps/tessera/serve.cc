@@ -199,6 +199,7 @@ int run_serve(const ServeArgs& a) {
   engine::Engine engine(**runner, *model->tokenizer, eo);
   // KV beyond device memory: blocks the cache evicts go to host memory, then to disk (kv/host/host_connector.h).
   // Added before the PD service's pd-link connector, so that a remote prefill starts after what the tiers hold.
+  if (a.kv_disk_size_mib > 0 && a.kv_disk_dir.empty()) return fail("--kv-disk-size needs --kv-disk-dir");
   if (a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty()) {
     kv::HostOptions ho;
     ho.host_bytes = static_cast<size_t>(a.kv_host_memory_mib * 1024 * 1024);

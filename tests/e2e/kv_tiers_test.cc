@@ -1,10 +1,11 @@
 // KV tiers end to end (docs/kv.md): a node whose device cache holds a fraction of a multi-turn conversation keeps
 // what it evicts in host memory, then on disk, and serves later turns from there; every answer is the greedy text of
-// a node that caches nothing. The disk tier outlives the process.
+// a node that caches nothing. The disk tier outlives the process; a corrupted file on it is detected and recomputed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -120,6 +121,53 @@ TEST_F(KvTiers, AConversationOutgrowingDeviceMemoryIsServedFromHostAndDiskWithTh
   EXPECT_GT(scrape_metric(again.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk")), 0.0)
       << "the disk tier survived the restart";
   EXPECT_EQ(again.proc->stop(SIGTERM), 0);
+
+  // Every file on disk corrupted (one byte flipped mid-file): a restarted node detects it, recomputes, and answers
+  // the same text; nothing from the disk is used.
+  int corrupted = 0;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir_)) {
+    if (e.path().extension() != ".kvb") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(e.path()) / 2);
+    char c = 0;
+    f.seekg(middle);
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(middle);
+    f.write(&c, 1);
+    ++corrupted;
+  }
+  ASSERT_GT(corrupted, 0);
+  Node bad = start_node(tiers);
+  EXPECT_EQ(complete_greedy(bad.url, second_turn, kAnswerTokens), want[kLines.size()]);
+  EXPECT_GE(scrape_metric(bad.url, tier_metric("tessera_kv_tier_failed_blocks_total", "disk")), 1.0)
+      << "the corrupted record was detected";
+  EXPECT_EQ(scrape_metric(bad.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk")), 0.0) << "and not used";
+  EXPECT_EQ(scrape_metric(bad.url, "tessera_kv_load_shortfalls_total{model=\"stories260K\"}"), 1.0)
+      << "its positions were computed instead";
+  EXPECT_EQ(bad.proc->stop(SIGTERM), 0);
+}
+
+// Tier flags that cannot work are refused at start with a message naming the problem, never a crash or a node
+// that silently keeps nothing.
+TEST_F(KvTiers, BadTierFlagsAreRefusedWithAMessage) {
+  fs::create_directories(dir_);
+  const std::string file = (dir_ / "a-file").string();
+  { std::ofstream(file) << "not a directory"; }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--kv-disk-dir", dir_.string()}, "--kv-disk-size"},
+      {{"--kv-disk-size", "64"}, "--kv-disk-dir"},
+      {{"--kv-host-memory", "-1"}, "kv-host-memory"},
+      {{"--kv-disk-dir", file + "/below", "--kv-disk-size", "64"}, "cannot create the KV disk tier directory"}};
+  for (const auto& [flags, needle] : cases) {
+    std::vector<std::string> argv = {tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const testing::ProcessResult r = testing::run_process(argv, 60.0);
+    EXPECT_FALSE(r.timed_out) << flags[0];
+    EXPECT_NE(r.exit_code, 0) << flags[0];
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+  }
 }
 
 }  // namespace

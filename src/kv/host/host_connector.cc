@@ -61,6 +61,9 @@ void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
 }
 
 void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
+  // A model with recurrent state (hybrid, issue 28) needs that state at each block's end to resume from a block;
+  // the engine keeps it per sequence, not per block, so such a model's blocks are not kept (docs/kv.md).
+  if (format_.geometry.state_bytes > 0) return;
   std::vector<engine::BlockId> ids;
   std::vector<engine::BlockHash> hashes;
   for (const engine::EvictedBlock& b : blocks) {
@@ -91,8 +94,7 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
       std::memcpy(out[j]->payload.data() + format_.v_offset(l), v_.data() + j * half, half);
     }
   }
-  // The state section (hybrid models' recurrent state at the block's end) stays empty: attention-only models
-  // have none, and a model with state needs block-boundary snapshots from the engine first (docs/kv.md).
+  // The payload's state section is empty: only attention-only models get here (above).
   for (auto& b : out) {
     b->checksum = payload_checksum(b->payload);
     counters_.host_save_bytes += b->payload.size();
@@ -103,7 +105,7 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
 
 engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int supplied) {
   const int bt = format_.geometry.block_tokens;
-  if (bt <= 0 || supplied % bt != 0) return {};
+  if (bt <= 0 || supplied % bt != 0 || format_.geometry.state_bytes > 0) return {};
   // Whole blocks, never the last position (its logits are needed).
   const size_t limit = std::min(request.block_hashes.size(), (request.tokens.size() - 1) / static_cast<size_t>(bt));
   size_t count = 0;

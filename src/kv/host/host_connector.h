@@ -12,6 +12,9 @@
 //                     Some on disk: an asynchronous load; the I/O thread reads and checks the files, and the request
 //                     joins the running set with the blocks that arrived intact (a missing or corrupt file ends the
 //                     run there: the rest is recomputed, never used).
+//   hybrid models     A model with recurrent state (KvGeometry::state_bytes > 0) would need that state at every
+//                     block's end; the engine keeps one per sequence, so the connector keeps and supplies nothing
+//                     for such a model (its records have room for a state section for when it can).
 //   disk tier         kv/host/disk_tier.h: one checksummed file per block, under a directory keyed by the model's
 //                     identity, block size and KV type; it survives restarts.
 //
