@@ -148,6 +148,44 @@ TEST_F(KvTiers, AConversationOutgrowingDeviceMemoryIsServedFromHostAndDiskWithTh
   EXPECT_EQ(bad.proc->stop(SIGTERM), 0);
 }
 
+// The tiers and prefill/decode together: a decode node whose device cache lost a prompt's prefix finds it in host
+// memory and asks its prefill node only for the rest (the host connector is consulted before pd-link), with the
+// greedy text of a node that caches nothing.
+TEST_F(KvTiers, ADecodeNodeAsksItsPrefillNodeOnlyForWhatItsTiersLack) {
+  Node plain = start_node({"--no-prefix-cache"});
+  Node prefill = start_node({"--role", "prefill"});
+  Node decode = start_node({"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4", "--kv-memory",
+                            "0.2", "--kv-host-memory", "1"});
+  const std::string prefix =
+      "Once upon a time, there was a little girl named Lily. She lived in a small house with her mom and dad.";
+  auto ask = [&](const std::string& prompt) {
+    EXPECT_EQ(complete_greedy(decode.url, prompt, 8), complete_greedy(plain.url, prompt, 8)) << prompt;
+  };
+  auto sent = [&] { return scrape_metric(decode.url, "tessera_pd_kv_bytes_total"); };
+  ask(prefix + " One day she went to the park.");
+  const double first = sent();
+  EXPECT_GT(first, 0.0) << "prefilled on the prefill node";
+  // Other long prompts push the prefix's blocks out of the decode node's 20-block device cache.
+  for (int i = 0; i < 8; ++i) {
+    ask("Story " + std::to_string(i) +
+        ": Tom had a big red ball and he liked to play with it in the garden "
+        "every day after lunch with his friend Sue.");
+  }
+  EXPECT_GT(scrape_metric(decode.url, "tessera_prefix_cache_evictions_total{model=\"stories260K\"}"), 0.0);
+  const double host_before = scrape_metric(decode.url, tier_metric("tessera_kv_tier_hit_tokens_total", "host"));
+  const double before = sent();
+  ask(prefix + " One day she went to the park.");
+  const double again = sent() - before;
+  EXPECT_GT(scrape_metric(decode.url, tier_metric("tessera_kv_tier_hit_tokens_total", "host")), host_before)
+      << "the prefix came from host memory";
+  EXPECT_GT(again, 0.0) << "the rest came from the prefill node";
+  EXPECT_LT(again, first) << "the blocks host memory held were not sent again";
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"), 0.0);
+  EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+  EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+  EXPECT_EQ(plain.proc->stop(SIGTERM), 0);
+}
+
 // Tier flags that cannot work are refused at start with a message naming the problem, never a crash or a node
 // that silently keeps nothing.
 TEST_F(KvTiers, BadTierFlagsAreRefusedWithAMessage) {
