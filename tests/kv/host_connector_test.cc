@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -217,6 +218,32 @@ TEST_F(HostConnectorTest, ACorruptedDiskBlockIsRecomputedNeverUsed) {
   EXPECT_GE(d.failed_blocks, 1u) << "the corrupt record was detected";
   EXPECT_EQ(d.hit_tokens, 0u) << "and never used";
   EXPECT_EQ(n->engine->stats().kv_load_shortfalls, 1u) << "its positions were computed instead";
+}
+
+// Many requests at once in a cache too small for them: prefixes come back from host memory and from disk while
+// sequences are preempted and readmitted; every output equals computing alone, and no block leaks.
+TEST_F(HostConnectorTest, ConcurrentRequestsOverEvictedPrefixesGiveTheSameText) {
+  TempDir dir;
+  auto n = make({.host_bytes = 3 * 8 * 1024, .disk_dir = dir.path.string(), .disk_bytes = 16u << 20});
+  fill_and_evict(*n);
+  std::vector<std::string> prompts = {a_, others_[0], others_[1]};
+  std::vector<std::string> want;
+  for (const std::string& p : prompts) want.push_back(reference(p, 8));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<Answer>> outs;
+    for (int i = 0; i < 6; ++i) {
+      outs.push_back(std::async(std::launch::async, [&, i] { return ask(*n->engine, prompts[i % 3], 8); }));
+    }
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(outs[static_cast<size_t>(i)].get().text, want[i % 3]) << round << " " << i;
+  }
+  std::printf("preemptions %llu, host hits %llu, disk hits %llu tokens\n",
+              static_cast<unsigned long long>(n->engine->stats().preemptions),
+              static_cast<unsigned long long>(tier(*n->host, "host").hit_tokens),
+              static_cast<unsigned long long>(tier(*n->host, "disk").hit_tokens));
+  EXPECT_GT(tier(*n->host, "host").hit_tokens + tier(*n->host, "disk").hit_tokens, 0u);
+  EXPECT_EQ(tier(*n->host, "disk").failed_blocks, 0u);
+  EXPECT_EQ(n->engine->stats().kv_blocks_used, 0);
+  EXPECT_EQ(n->engine->stats().kv_loading, 0);
 }
 
 std::shared_ptr<const HostBlock> block(engine::BlockHash h, size_t bytes) {
