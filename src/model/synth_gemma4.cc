@@ -243,7 +243,10 @@ Status write_gemma4_gguf(const Gemma4Shape& s, uint64_t seed, const Gemma4WriteO
     specs.push_back({"per_layer_model_proj.weight", {pl * L, d}, kMatrix});
     specs.push_back({"per_layer_proj_norm.weight", {pl}, kNorm});
   }
-  specs.push_back({"rope_freqs.weight", {s.head_dim_full / 2}, kRopeFreqs});
+  // Only full layers read it; llama.cpp refuses a file with a tensor no layer uses (--layers below one period).
+  bool any_full = false;
+  for (int l = 0; l < s.n_layers; ++l) any_full = any_full || !s.is_sliding(l);
+  if (any_full) specs.push_back({"rope_freqs.weight", {s.head_dim_full / 2}, kRopeFreqs});
   for (int l = 0; l < s.n_layers; ++l) {
     const int64_t hd = s.is_sliding(l) ? s.head_dim_swa : s.head_dim_full;
     const int64_t nkv = s.is_sliding(l) ? s.n_kv_heads_swa : s.n_kv_heads_full;
