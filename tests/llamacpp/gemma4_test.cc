@@ -13,12 +13,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "http/http.h"
 #include "llamacpp/peer.h"
+#include "model/tokenizer/gguf_vocab.h"
 #include "support/paths.h"
 #include "support/process.h"
 
@@ -105,6 +108,49 @@ TEST_P(LlamaCppGemma4, LlamaServerLoadsAndQuantizesTheSynthFileAndTokenizesAsTes
       EXPECT_EQ(got, back["content"].get<std::string>()) << text;
     }
   }
+}
+
+// The real Gemma 4 vocabulary (llama.cpp's ggml-vocab-gemma-4.gguf) on seeded random texts made of words,
+// whitespace and newline runs, accents, CJK, emoji, byte-fallback characters and special-token spellings:
+// Tessera's ids equal `llama-tokenize`'s (BOS added), with special tokens parsed and without.
+TEST(LlamaCppGemma4Vocab, RandomTextsTokenizeAsLlamaTokenize) {
+  TS_REQUIRE_LLAMACPP();
+  const std::string vocab_dir = testing::llamacpp_vocab_dir();
+  if (vocab_dir.empty())
+    GTEST_SKIP() << "llama.cpp's models/ folder is not here; looked in " << testing::llamacpp_vocab_candidates();
+  const std::string vocab = vocab_dir + "/ggml-vocab-gemma-4.gguf";
+  auto tok = model::load_gguf_tokenizer(vocab);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  // clang-format off
+  const std::vector<std::string> pieces = {
+      "hello", "World", " ", "  ", "\n", "\n\n", "\n\n\n", "\t", "\xC3\xA9", "\xC3\x9F", "\xE6\x97\xA5\xE6\x9C\xAC",
+      "\xF0\x9F\x98\x80", "<turn|>", "<|turn>", "</s>", "<bos>", "<|tool_response>", "<|channel>", "123", "4567",
+      "  \n ", "$%^&", "don't", "\xEF\xAC\x81", "\xC2\xA0", "\xE2\x80\x8B", "\xE2\x96\x81", "<0x41>", "\r\n",
+      "xxxxxxxxxxxxxxxxxxxxxxxx"};
+  // clang-format on
+  std::mt19937_64 rng(5);
+  const std::string dir = testing::scratch_dir();
+  int checked = 0;
+  for (int i = 0; i < 12; ++i) {
+    std::string text;
+    for (int k = 1 + static_cast<int>(rng() % 12); k > 0; --k) text += pieces[rng() % pieces.size()];
+    const std::string file = dir + "/t" + std::to_string(i) + ".txt";
+    std::ofstream(file, std::ios::binary) << text;
+    for (bool parse_special : {true, false}) {
+      std::vector<std::string> argv = {
+          testing::llamacpp_bin_dir() + "/llama-tokenize", "-m", vocab, "-f", file, "--ids", "--log-disable"};
+      if (!parse_special) argv.push_back("--no-parse-special");
+      auto r = run_process(argv, 60.0);
+      ASSERT_EQ(r.exit_code, 0) << testing::peer_failure(r) << r.err;
+      const std::string last = r.out.substr(r.out.rfind('[', r.out.size()));
+      json want = json::parse(last, nullptr, false);
+      ASSERT_TRUE(want.is_array()) << r.out;
+      std::vector<model::TokenId> ours = (*tok)->tokenize(text, {.add_special = true, .parse_special = parse_special});
+      EXPECT_EQ(json(ours), want) << "parse_special " << parse_special << ": " << json(text).dump();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 24);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LlamaCppGemma4,

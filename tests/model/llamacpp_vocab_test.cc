@@ -214,6 +214,10 @@ TEST(LlamaCppVocabGemma4, ReferenceIdsDecodeToTheInputAndSpecialTokensFollowLlam
   EXPECT_EQ(tok->encode("Hello world <turn|> <|tool_response> </s>", true), want);
   std::vector<TokenId> plain = tok->tokenize("Hello world <turn|>", {.add_special = false, .parse_special = false});
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 106), 0);
+  // <|tool_response> too is matched only with parse_special (llama.cpp adds the control attribute to it).
+  plain = tok->tokenize("a<|tool_response>", {.add_special = false, .parse_special = false});
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 50), 0);
+  EXPECT_EQ(tok->decode(plain), "a<|tool_response>");
   EXPECT_TRUE(tok->is_special(106));
   EXPECT_EQ(tok->decode_piece(1902, 106), "");
   EXPECT_EQ(tok->decode_piece(1902, 50), "<|tool_response>");

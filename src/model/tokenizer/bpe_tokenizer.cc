@@ -361,7 +361,7 @@ std::vector<TokenId> BpeTokenizer::tokenize(std::string_view text, const EncodeO
 bool BpeTokenizer::is_special(TokenId token) const {
   if (token == spec_.bos || token == spec_.eos) return token >= 0;
   const AddedToken* a = compiled_->added.find(token);
-  return a != nullptr && a->special;
+  return a != nullptr && a->special && !a->visible;
 }
 
 std::string BpeTokenizer::special_text(TokenId token) const {
@@ -429,8 +429,10 @@ Result<Vocab> BpeTokenizer::to_vocab() const {
   for (size_t i = 0; i < v.tokens.size(); ++i)
     if (v.tokens[i].empty()) v.tokens[i] = fmt::format("[UNUSED{}]", i);
   v.types.assign(v.tokens.size(), kTokenNormal);
-  for (const BpeSpec::AddedToken& a : spec_.added)
+  for (const BpeSpec::AddedToken& a : spec_.added) {
     v.types[static_cast<size_t>(a.id)] = a.special ? kTokenControl : kTokenUserDefined;
+    if (a.visible) v.types[static_cast<size_t>(a.id)] = kTokenUserDefined;  // as the file had it
+  }
   if (spec_.unk >= 0) v.types[static_cast<size_t>(spec_.unk)] = kTokenUnknown;
   if (spec_.byte_level || gemma4) {
     for (const auto& [a, b] : spec_.merges) v.merges.push_back(a + " " + b);

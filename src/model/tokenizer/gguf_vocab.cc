@@ -136,11 +136,16 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
   for (size_t i = 0; i < n; ++i) {
     for (std::string_view m : kEndMarkers)
       if (v.tokens[i] == m && v.types[i] != kTokenControl) v.types[i] = kTokenControl;
-    // Gemma 4's end of turn, which llama.cpp ends generation on (its <|tool_response> ends generation too but
-    // stays visible, user-defined, as the converter types it); with <|tool_response> in the vocabulary, llama.cpp
-    // makes "</s>" a normal token.
+    // Gemma 4's end of turn, which llama.cpp ends generation on. Its <|tool_response> ends generation too, and
+    // llama.cpp adds the control attribute to the user-defined type the converter gave it: matched in text only
+    // with parse_special, yet spelled in decoded text. With <|tool_response> in the vocabulary, llama.cpp makes
+    // "</s>" a normal token.
     if (v.kind == VocabKind::kGemma4Bpe && (v.tokens[i] == "<eos>" || v.tokens[i] == "<turn|>"))
       v.types[i] = kTokenControl;
+    if (v.kind == VocabKind::kGemma4Bpe && v.tokens[i] == "<|tool_response>" && v.types[i] == kTokenUserDefined) {
+      v.types[i] = kTokenControl;
+      v.visible_control.push_back(static_cast<TokenId>(i));
+    }
   }
   if (std::find(v.tokens.begin(), v.tokens.end(), "<|tool_response>") != v.tokens.end())
     for (size_t i = 0; i < n; ++i)

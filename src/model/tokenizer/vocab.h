@@ -50,6 +50,8 @@ struct Vocab {
   // Per token, kStripLeft/kStripRight: whitespace next to the token in text is swallowed when it is matched
   // (llama.cpp's LSTRIP/RSTRIP attributes; GGUF does not store them, the reader derives them). Empty: none.
   std::vector<uint8_t> strip;
+  // Control tokens that decoded text still spells (AddedToken::visible); the reader derives them, as strip.
+  std::vector<TokenId> visible_control;
 
   std::string_view kind_name() const {
     return kind == VocabKind::kSentencePiece ? "llama" : kind == VocabKind::kByteLevelBpe ? "gpt2" : "gemma4";
