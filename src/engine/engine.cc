@@ -309,7 +309,7 @@ void Engine::run_step() {
   for (const ScheduledChunk& c : sch.chunks) {
     Sequence& s = *c.seq;
     Active& a = *active_.at(static_cast<RequestId>(s.id));
-    if (a.cached_tokens < 0) a.cached_tokens = s.kv.length;  // what the prefix cache supplied at admission
+    a.admitted(s.kv.length);  // what the prefix cache supplied at admission
     const bool last = s.kv.length + c.num_tokens == static_cast<int>(s.tokens.size());
     if (s.kv.length < s.prompt_len)
       counters_.prompt_tokens += static_cast<uint64_t>(std::min(c.num_tokens, s.prompt_len - s.kv.length));
@@ -459,6 +459,8 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
     c->seq.prompt_len = a.seq.prompt_len;
     c->seq.compute_prompt = a.seq.compute_prompt;
     c->cached_tokens = a.cached_tokens;
+    c->submitted = a.submitted;
+    c->scheduled = a.scheduled;
     c->prompt_lps = a.prompt_lps;
     if (c->req.grammar) c->matcher = std::move(make_matcher(c->req).value());  // the same replay passed submit()
     out.push_back(std::move(c));
@@ -520,6 +522,7 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
   }
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
+  if (a.first_token == std::chrono::steady_clock::time_point{}) a.first_token = std::chrono::steady_clock::now();
   a.counts[tok]++;
   counters_.generated_tokens++;
   const std::vector<TokenId>& eog = options_.end_of_generation;
@@ -618,6 +621,16 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   a.pending.prompt_tokens = a.seq.prompt_len;
   a.pending.completion_tokens = a.seq.generated();
   a.pending.cached_tokens = std::max(0, a.cached_tokens);
+  {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point scheduled = a.scheduled == Clock::time_point{} ? now : a.scheduled;
+    const Clock::time_point first = a.first_token == Clock::time_point{} ? now : a.first_token;
+    auto secs = [](Clock::time_point from, Clock::time_point to) {
+      return std::max(0.0, std::chrono::duration<double>(to - from).count());
+    };
+    a.pending.timing = {secs(a.submitted, scheduled), secs(scheduled, first), secs(first, now)};
+  }
   // Whoever sees the final output and then reads stats() must find this request's blocks already free.
   publish_stats();
   // n > 1 and the prompt never finished (an error, a cancellation): the other choices end the same way.

@@ -83,6 +83,12 @@ struct GenerationRequest {
 
 inline constexpr int kMaxChoices = 16;
 
+struct RequestTiming {
+  double queued = 0;   // submitted -> first scheduled (into a step, or a connector's load)
+  double prefill = 0;  // first scheduled -> first token
+  double decode = 0;   // first token -> last token
+};
+
 struct RequestOutput {
   int index = 0;                              // the choice (0..n-1) this output belongs to
   std::string text;                           // new text since the previous output
@@ -96,6 +102,8 @@ struct RequestOutput {
   int cached_tokens = 0;  // prompt tokens found in the prefix cache (device, or a connector's cache tier)
   // With prompt_logprobs, on a choice's first output: one entry per prompt position from 1 on.
   std::vector<TokenLogprobs> prompt_logprobs;
+  // On the last output: where the request's time went (vLLM's per-request metrics), in seconds.
+  RequestTiming timing;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;

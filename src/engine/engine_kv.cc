@@ -120,7 +120,7 @@ void Engine::allocated_external(Active& a, int local) {
   a.pending_load = any;
   int cached = local, elsewhere = 0;
   for (const Active::KvRange& r : a.ranges) (r.cached ? cached : elsewhere) += r.count;
-  if (a.cached_tokens < 0) a.cached_tokens = cached;
+  a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - local + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);
 }
@@ -190,7 +190,7 @@ void Engine::complete_load(Active& a) {
     (r.cached ? cached : elsewhere) += r.count;
     ends = ends || (r.first_tokens && r.count > 0);
   }
-  if (a.cached_tokens < 0) a.cached_tokens = cached;
+  a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - a.local_tokens + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);
   a.pending_load = valid > a.local_tokens;

@@ -42,16 +42,6 @@ using api::GenerationOptions;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// A Prometheus label value: backslash, double quote and newline escaped, as the text format requires.
-std::string prometheus_label(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    out += c == '\n' ? std::string("\\n") : std::string(1, c);
-  }
-  return out;
-}
-
 // The parsed request's generation options as the engine takes them (prompt and length are set later).
 engine::GenerationRequest engine_request(const GenerationOptions& g) {
   engine::GenerationRequest out;
@@ -252,6 +242,7 @@ struct NodeServer::Impl {
       echo_out.prompt_tokens = out.prompt_tokens;
       echo_out.cached_tokens = out.cached_tokens;
       echo_out.prompt_logprobs = out.prompt_logprobs;
+      echo_out.timing = out.timing;
     }
     const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : c->echo_only ? echo_out : out;
     if (!o.prompt_logprobs.empty()) c->prompt_lps = o.prompt_logprobs;
@@ -270,6 +261,7 @@ struct NodeServer::Impl {
       c->last = now;
     }
     const bool done = o.finish != engine::FinishReason::kNone;
+    if (done) metrics.request_done(o);
     if (c->req.stream) {
       stream_output(*c, o);
     } else {
@@ -887,62 +879,13 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     const engine::EngineStats stats = d->engine.stats();
-    std::string text = d->metrics.render(stats, d->engine.connector_stats());
-    text += fmt::format(
-        "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
-        "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
-        "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
-        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n"
-        "# HELP tessera_grammar_jump_forward_tokens_total Tokens a grammar forced, appended without a model step\n"
-        "# TYPE tessera_grammar_jump_forward_tokens_total counter\ntessera_grammar_jump_forward_tokens_total {}\n",
-        stats.grammar_tokens, stats.grammar_seconds, stats.jump_forward_tokens);
+    std::optional<PdStats> pd;
+    std::string role;
     if (d->options.pd != nullptr) {
-      PdStats p = d->options.pd->stats();
-      text += fmt::format(
-          "# HELP tessera_pd_requests_total Requests by where their prompt was prefilled\n"
-          "# TYPE tessera_pd_requests_total counter\n"
-          "tessera_pd_requests_total{{path=\"remote\"}} {}\ntessera_pd_requests_total{{path=\"local\"}} {}\n"
-          "tessera_pd_requests_total{{path=\"fallback\"}} {}\n"
-          "# HELP tessera_pd_router_choice_total Remote prefills done on the prefill node the router named\n"
-          "# TYPE tessera_pd_router_choice_total counter\ntessera_pd_router_choice_total {}\n"
-          "# HELP tessera_pd_kv_bytes_total KV bytes received from prefill nodes\n# TYPE tessera_pd_kv_bytes_total "
-          "counter\n"
-          "tessera_pd_kv_bytes_total {}\n"
-          "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
-          "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
-          "# HELP tessera_pd_cancelled_total Requests whose client left before their prompt was prefilled\n"
-          "# TYPE tessera_pd_cancelled_total counter\ntessera_pd_cancelled_total {}\n"
-          "# HELP tessera_pd_breaker_opened_total Times a prefill node's breaker opened (timeouts or errors)\n"
-          "# TYPE tessera_pd_breaker_opened_total counter\ntessera_pd_breaker_opened_total {}\n"
-          "# HELP tessera_pd_breaker_skipped_total Prefill calls not sent because the node's breaker was open\n"
-          "# TYPE tessera_pd_breaker_skipped_total counter\ntessera_pd_breaker_skipped_total {}\n"
-          "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
-          "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
-          "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
-          "front\n"
-          "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n"
-          "# HELP tessera_pd_prefill_compute_seconds_total Prefill node time computing remote prompts\n"
-          "# TYPE tessera_pd_prefill_compute_seconds_total counter\ntessera_pd_prefill_compute_seconds_total {}\n"
-          "# HELP tessera_pd_kv_exposed_seconds_total KV transfer time not hidden behind prefill compute\n"
-          "# TYPE tessera_pd_kv_exposed_seconds_total counter\ntessera_pd_kv_exposed_seconds_total {}\n"
-          "# HELP tessera_pd_kv_active_seconds_total First KV write issued to last completed, per request\n"
-          "# TYPE tessera_pd_kv_active_seconds_total counter\ntessera_pd_kv_active_seconds_total {}\n"
-          "# HELP tessera_pd_kv_verify_seconds_total Checksumming and copying received KV out of staging\n"
-          "# TYPE tessera_pd_kv_verify_seconds_total counter\ntessera_pd_kv_verify_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
-          p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
-          p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
-      text += fmt::format(
-          "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
-          "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",
-          d->options.pd->role());
-      text +=
-          "# HELP tessera_pd_kv_bytes_from_total KV bytes received, by the prefill node that sent them\n"
-          "# TYPE tessera_pd_kv_bytes_from_total counter\n";
-      for (const auto& [url, bytes] : p.kv_bytes_from) {
-        text += fmt::format("tessera_pd_kv_bytes_from_total{{prefill=\"{}\"}} {}\n", prometheus_label(url), bytes);
-      }
+      pd = d->options.pd->stats();
+      role = d->options.pd->role();
     }
+    const std::string text = d->metrics.render(stats, d->engine.connector_stats(), pd ? &*pd : nullptr, role);
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);

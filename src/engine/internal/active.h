@@ -2,6 +2,7 @@
 // engine_kv.cc. Engine thread only.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -28,10 +29,13 @@ struct Engine::Active {
   size_t emitted = 0;                       // bytes of `text` already reported
   RequestOutput pending;
   bool finished = false;
-  int cached_tokens = -1;                     // set when first scheduled
-  std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
-  std::vector<uint64_t> mask_words;           // its mask, reused from step to step
-  bool jumping = false;                       // appending forced tokens (EngineOptions::jump_forward)
+  int cached_tokens = -1;  // set when first scheduled (admitted())
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point scheduled{};    // first admitted
+  std::chrono::steady_clock::time_point first_token{};  // its first token appended
+  std::unique_ptr<grammar::Matcher> matcher;            // structured output: where the generated text is in the grammar
+  std::vector<uint64_t> mask_words;                     // its mask, reused from step to step
+  bool jumping = false;                                 // appending forced tokens (EngineOptions::jump_forward)
 
   LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
   std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
@@ -55,6 +59,13 @@ struct Engine::Active {
   bool consulted = false;         // connectors have seen it: they hear its end
   bool loading = false;           // in the scheduler's loading list, waiting for async ranges
   bool pending_load = false;      // ranges to copy into the cache when it is next computed (or at once)
+
+  // The first admission: what the caches supplied, and when.
+  void admitted(int cached) {
+    if (cached_tokens >= 0) return;
+    cached_tokens = cached;
+    scheduled = std::chrono::steady_clock::now();
+  }
 
   Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
 };
