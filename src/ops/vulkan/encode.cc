@@ -30,9 +30,9 @@ void for_each_tensor(const Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           f(o.x), f(o.w), f(o.out), f(o.bias);
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
@@ -118,10 +118,10 @@ Support capability(const Gpu& gpu, const Op& op) {
     if (tiles_m > gpu.limits().maxComputeWorkGroupCount[0] || tiles_n > gpu.limits().maxComputeWorkGroupCount[1])
       return Support::no("vulkan: the matmul has more tiles than the device's grid");
   }
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
-    return Support::no("vulkan attention has no sinks");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
-    return Support::no("vulkan attention has no sinks");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid() && a->sinks.dtype != DType::kF32)
+    return Support::no("vulkan attention takes f32 sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid() && a->sinks.dtype != DType::kF32)
+    return Support::no("vulkan attention takes f32 sinks");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
     return Support::no("vulkan has no mixture-of-experts kernels (moe_route, moe_experts)");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
@@ -245,13 +245,17 @@ struct Encoder {
   }
   Status attention(const Op& op, const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables,
                    int64_t table_stride, const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out,
-                   const AttentionScores& s) {
+                   const AttentionScores& s, const Tensor& sinks) {
     TS_ASSIGN_OR_RETURN(Window qw, win(q));
     TS_ASSIGN_OR_RETURN(Window kw, win(kc));
     TS_ASSIGN_OR_RETURN(Window vw, win(vc));
     TS_ASSIGN_OR_RETURN(Window tw, win(tables));
     TS_ASSIGN_OR_RETURN(Window lw, win(lens));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    Window sw = qw;  // bound but not read without sinks
+    if (sinks.valid()) {
+      TS_ASSIGN_OR_RETURN(sw, win(sinks));
+    }
     const int64_t ctx = max_ctx(op), items = attention_items(op);
     const size_t per = items_per_pass(gpu(), ctx);
     TS_ASSIGN_OR_RETURN(Window scratch, t.scratch(scratch_bytes(gpu(), op)));
@@ -259,23 +263,41 @@ struct Encoder {
     const size_t unit = f16 ? 2 : 4;
     for (int64_t base = 0; base < items; base += static_cast<int64_t>(per)) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(per), items - base);
-      const AttentionPush p{off(qw, 4),    off(kw, unit),     off(vw, unit),    off(tw, 4),     off(lw, 4),
-                            off(ow, 4),    u32(table_stride), decode ? 1u : 0u, start_pos,      u32(ctx),
-                            u32(q.dim(1)), u32(kc.dim(2)),    u32(kc.dim(3)),   u32(kc.dim(1)), u32(kc.dim(0)),
-                            s.scale,       s.softcap,         s.window,         f16 ? 1u : 0u,  u32(base),
-                            u32(n)};
-      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error}, &p,
+      const AttentionPush p{off(qw, 4),
+                            off(kw, unit),
+                            off(vw, unit),
+                            off(tw, 4),
+                            off(lw, 4),
+                            off(ow, 4),
+                            u32(table_stride),
+                            decode ? 1u : 0u,
+                            start_pos,
+                            u32(ctx),
+                            u32(q.dim(1)),
+                            u32(kc.dim(2)),
+                            u32(kc.dim(3)),
+                            u32(kc.dim(1)),
+                            u32(kc.dim(0)),
+                            s.scale,
+                            s.softcap,
+                            s.window,
+                            f16 ? 1u : 0u,
+                            u32(base),
+                            u32(n),
+                            sinks.valid() ? off(sw, 4) : 0u,
+                            sinks.valid() ? 1u : 0u};
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error, sw}, &p,
                                            sizeof p, static_cast<uint64_t>(n)));
     }
     return ok_status();
   }
   Status operator()(const AttentionPrefillOp& o) {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos,
-                     false, o.out, o.scores);
+                     false, o.out, o.scores, o.sinks);
   }
   Status operator()(const AttentionDecodeOp& o) {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_tables, o.block_tables.dim(1), o.context_lens, 0, true,
-                     o.out, o.scores);
+                     o.out, o.scores, o.sinks);
   }
   // A weight larger than one binding (a big vocabulary's classifier on lavapipe's 128 MiB) is multiplied in
   // slices of rows, each writing its columns of out.

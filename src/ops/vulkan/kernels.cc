@@ -10,7 +10,7 @@ const KernelSpec& kernel_spec(Kernel k) {
       {"rms_norm", 4, sizeof(RmsNormPush), false},
       {"rope", 4, sizeof(RopePush), false},
       {"kv_write", 6, sizeof(KvWritePush), false},
-      {"attention", 8, sizeof(AttentionPush), false},
+      {"attention", 9, sizeof(AttentionPush), false},
       {"matmul_vec", 4, sizeof(MatMulPush), true},
       {"matmul_vec_subgroups", 4, sizeof(MatMulPush), true},
       {"matmul_tiled", 4, sizeof(MatMulPush), true},

@@ -66,6 +66,7 @@ struct AttentionPush {
   float scale, softcap;
   int32_t window;
   uint32_t f16, item_base, items;
+  uint32_t sinks_off, has_sinks;  // gpt-oss: one more logit per head (ops.h AttentionPrefillOp::sinks)
 };
 struct MatMulPush {
   uint32_t x_off, w_off, out_off, bias_off;  // w_off in bytes
