@@ -2,7 +2,6 @@
 
 #include "ops/host_memory.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -386,9 +385,7 @@ std::string detected_isa() {
 }
 
 std::string runtime_versions() {
-  std::string blas = openblas_get_config();
-  while (!blas.empty() && blas.back() == ' ') blas.pop_back();
-  return fmt::format("{}; OpenMP {}; GCC {}", blas, _OPENMP, __VERSION__);
+  return fmt::format("OpenMP {}; GCC {}", _OPENMP, __VERSION__);
 }
 
 }  // namespace tessera::ops::cpu
