@@ -100,7 +100,8 @@ struct MatMulOp {
 // The gated MLP activation: out = act(gate) * up, elementwise.  gate, up, out [n, hidden]. act is SiLU
 // (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
 // evaluated as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) to avoid cancellation for negative x).
-enum class Activation : uint8_t { kSilu, kGeluTanh };
+// kGeluErf (BERT's "gelu": 0.5 x (1 + erf(x / sqrt 2))) is taken by ActivationOp only.
+enum class Activation : uint8_t { kSilu, kGeluTanh, kGeluErf };
 struct SiluMulOp {
   Tensor gate, up, out;
   Activation act = Activation::kSilu;
@@ -121,11 +122,45 @@ struct ArgmaxOp {
   Tensor x, out;
 };
 
+// Encoder models (BERT) and embeddings: layer_norm, activation, attention_noncausal and pool.
+//
+// out = (x - mean) / sqrt(var + eps) * weight + bias, per row, var the population variance of the row (what
+// torch.nn.LayerNorm computes).  x, out [n, dim] (out may alias x); weight [dim]; bias [dim], optional.
+struct LayerNormOp {
+  Tensor x, weight, bias, out;
+  float eps = 1e-12f;
+};
+
+// out = act(x), elementwise, ungated (BERT's feed-forward): kSilu x / (1 + exp(-x)), kGeluTanh as SiluMulOp's,
+// kGeluErf 0.5 x (1 + erf(x / sqrt 2)).  x, out [n, width] (out may alias x).
+struct ActivationOp {
+  Tensor x, out;
+  Activation act = Activation::kGeluErf;
+};
+
+// Non-causal (bidirectional) attention over the n tokens of ONE sequence: every query attends to all n keys,
+// those after it included; no KV cache (an encoder computes a whole input in one step). q [n, n_heads, head_dim],
+// k, v [n, n_kv_heads, head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). Scores are
+// q.k / sqrt(head_dim), or q.k * scale when scale > 0; softmax subtracts the row's maximum.
+struct AttentionNonCausalOp {
+  Tensor q, k, v, out;
+  float scale = 0.0f;
+};
+
+// The rows of x [n, dim] pooled into out [1, dim]: kMean their average (sum in row order, then divided by n),
+// kFirst row 0 (BERT's [CLS] token), kLast row n - 1 (a causal model's summary of the whole input).
+enum class PoolKind : uint8_t { kMean, kFirst, kLast };
+struct PoolOp {
+  Tensor x, out;
+  PoolKind kind = PoolKind::kMean;
+};
+
 using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
-                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp>;
+                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, LayerNormOp, ActivationOp,
+                        AttentionNonCausalOp, PoolOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
-// "matmul", "silu_mul", "add", "softmax", "argmax".
+// "matmul", "silu_mul", "add", "softmax", "argmax", "layer_norm", "activation", "attention_noncausal", "pool".
 std::string_view op_name(const Op& op);
 
 // InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is

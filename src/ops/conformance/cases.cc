@@ -394,6 +394,7 @@ std::vector<Case> conformance_cases() {
   add_rope(cases);
   add_scaled_rope(cases);
   add_rows(cases);
+  add_encoder_cases(cases);
   return cases;
 }
 

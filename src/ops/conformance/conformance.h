@@ -71,6 +71,8 @@ struct Case {
 
 // Every case (>= 2000), in a fixed order.
 std::vector<Case> conformance_cases();
+// The encoder operators' cases (cases_encoder.cc), part of conformance_cases().
+void add_encoder_cases(std::vector<Case>& cases);
 
 enum class Outcome { kPass, kFail, kUnsupported };
 std::string_view outcome_name(Outcome o);  // "pass", "FAIL", "unsupported"

@@ -234,8 +234,13 @@ Status check_unpacked_operands(const Op& op) {
           any(o.a, o.b, o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           any(o.x, o.out);
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          any(o.x, o.weight, o.bias, o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          any(o.q, o.k, o.v, o.out);
         } else {
-          static_assert(std::is_same_v<T, ArgmaxOp>, "every operator lists its tensors here");
+          static_assert(std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp>,
+                        "every operator lists its tensors here");
           any(o.x, o.out);
         }
         return bad ? refuse(op_name(Op{o})) : ok_status();
