@@ -7,6 +7,8 @@
 //       "<0xNN>"; no merges list.
 //   kByteLevelBpe ("gpt2"): GPT-2's byte-to-unicode mapped pieces, ranked merges "a b", and a pre-tokenizer
 //       named by `pre` ("gpt2", "qwen2", "llama3").
+//   kWordPiece ("bert"): BERT's WordPiece in llama.cpp's phantom-space form: "▁word" starts a word, "iece" is
+//       a continuation ("##iece"), special tokens ([CLS], [SEP], ...) as they are; BOS is [CLS], EOS [SEP].
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@
 
 namespace tessera::model {
 
-enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe };
+enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe, kWordPiece };
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
 enum TokenType : int32_t {
@@ -41,6 +43,7 @@ struct Vocab {
   std::vector<int32_t> types;       // empty: all normal
   std::vector<std::string> merges;  // byte-level only, best first
   TokenId bos = -1, eos = -1, unk = -1, pad = -1;
+  TokenId mask = -1;             // WordPiece's [MASK] (tokenizer.ggml.mask_token_id)
   bool add_bos = true;           // encode() with add_special starts with BOS
   bool add_eos = false;          // ... and ends with EOS
   bool add_space_prefix = true;  // SentencePiece: prepend a space to the text (and after each added token)
@@ -48,8 +51,12 @@ struct Vocab {
   // Per token, kStripLeft/kStripRight: whitespace next to the token in text is swallowed when it is matched
   // (llama.cpp's LSTRIP/RSTRIP attributes; GGUF does not store them, the reader derives them). Empty: none.
   std::vector<uint8_t> strip;
+  // WordPiece's normaliser: lowercase and strip accents (tokenizer.ggml.normalizer.*; llama.cpp's default: both).
+  bool lowercase = true, strip_accents = true;
 
-  std::string_view kind_name() const { return kind == VocabKind::kSentencePiece ? "llama" : "gpt2"; }
+  std::string_view kind_name() const {
+    return kind == VocabKind::kSentencePiece ? "llama" : kind == VocabKind::kByteLevelBpe ? "gpt2" : "bert";
+  }
   // InvalidArgument when lengths disagree or special ids are out of range.
   Status validate() const;
   // The tokens matched in raw text before tokenizing: control and unknown tokens (special: only with
@@ -57,7 +64,7 @@ struct Vocab {
   std::vector<AddedToken> added_tokens() const;
 };
 
-// A working tokenizer for a vocabulary (SpmTokenizer or BpeTokenizer).
+// A working tokenizer for a vocabulary (SpmTokenizer, BpeTokenizer or WordPieceTokenizer).
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab);
 
 }  // namespace tessera::model
