@@ -22,7 +22,7 @@ std::string_view rope_scaling_name(RopeScalingType t) {
   return "?";
 }
 
-std::vector<std::string> supported_archs() { return {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}; }
+std::vector<std::string> supported_archs() { return {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "bert"}; }
 
 Status apply_arch_features(ModelConfig& c) {
   const std::string& a = c.arch;
@@ -42,11 +42,16 @@ Status apply_arch_features(ModelConfig& c) {
   if (a == "gemma2") c.sliding_pattern = 2;
   if (a == "gemma3") c.sliding_pattern = 6;
   if (a == "phi3" || a == "llama") c.sliding_pattern = 1;  // Mistral v0.1 and Phi-3 slide in every layer
+  c.causal = a != "bert";
   return ok_status();
 }
 
 int64_t ModelConfig::parameter_count() const {
   int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  if (arch == "bert") {  // q/k/v/o and up/down with biases, two LayerNorms per layer; three tables and their norm
+    const int64_t per_layer = d * q + q + 2 * (d * kv + kv) + q * d + d + 2 * d * h + h + d + 4 * d;
+    return static_cast<int64_t>(vocab_size + max_seq_len + n_token_types) * d + 2 * d + n_layers * per_layer;
+  }
   int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
   if (arch == "qwen2") per_layer += q + 2 * kv;  // q/k/v biases
   if (qk_norm) per_layer += 2 * head_dim;
@@ -84,6 +89,10 @@ Status ModelConfig::validate() const {
       !finite_nonneg(final_softcap) || !finite_nonneg(rope_theta_sliding))
     return invalid_argument(
         "embedding scale, attention scale, soft-caps and rope_theta_sliding must be finite and >= 0");
+  if (n_token_types < 0 || n_token_types > (1 << 16))
+    return invalid_argument(fmt::format("n_token_types {} is out of range [0, 65536]", n_token_types));
+  if (!causal && arch != "bert")
+    return unimplemented(fmt::format("non-causal attention is implemented for bert, not {}", arch));
   if (sliding_window < 0 || sliding_pattern < 0)
     return invalid_argument(
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));

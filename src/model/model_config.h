@@ -12,6 +12,10 @@
 //                             layers, attention scale from query_pre_attn_scalar
 //   gemma3                    gemma2 without soft-capping, + qk_norm, a separate rotary base for the
 //                             sliding-window layers
+//   bert                      an encoder, not a decoder (engine/encoder_forward.cc): token + absolute position +
+//                             token-type embeddings and a LayerNorm; per layer non-causal attention with q/k/v/o
+//                             biases, residual + LayerNorm, up -> GELU(erf) -> down with biases, residual +
+//                             LayerNorm; no rotary embedding and no classifier (it serves embeddings only)
 // Norm weights are kept as the multiplier itself (what GGUF stores); Hugging Face Gemma checkpoints store
 // (w - 1) and are shifted at load and on write.
 #pragma once
@@ -78,6 +82,8 @@ struct ModelConfig {
   int sliding_window = 0;           // > 0: sliding layers attend to the last `sliding_window` positions
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
+  bool causal = true;               // false: every token attends to the whole input (bert)
+  int n_token_types = 0;            // bert: rows of token_types.weight (type_vocab_size); type 0 is used
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

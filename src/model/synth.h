@@ -12,7 +12,9 @@
 
 #include "base/status.h"
 #include "model/model_config.h"
+#include "model/pooling.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
+#include "model/tokenizer/wordpiece_tokenizer.h"
 #include "model/weights.h"
 
 namespace tessera::model {
@@ -23,7 +25,12 @@ namespace tessera::model {
 // Family shapes, at their published configs: llama2-7b, llama3.2-1b and llama3.1-8b (llama3 rope scaling),
 // mistral-7b (v0.3), smollm2-135m, qwen3-0.6b, gemma2-2b, gemma3-1b, phi3-mini (4k) and phi3-mini-128k
 // (longrope, with synthetic factor tensors).
+// Embedding shapes: qwen3-embedding-0.6b (Qwen3-Embedding-0.6B: qwen3-0.6b's shape, vocabulary 151669, last-token
+// pooling, normalised, matryoshka), bge-small (BAAI/bge-small-en-v1.5: bert, 384 wide, 12 layers, 12 heads, [CLS]
+// pooling) and bert-base (bert-base-uncased's shape, 768 wide, mean pooling), both normalised.
 Result<ModelConfig> synth_shape(const std::string& name);
+// How a shape serves embeddings (none for the generative shapes).
+EmbeddingSpec synth_embedding(const std::string& name);
 // The same family at test size (dim 64, head_dim 32, 2 kv heads, vocab 512, at most 6 layers and 512
 // positions), every feature kept active: sliding windows of 8, rope scaling from a context of 128 (64 for
 // longrope, so its long factors apply).
@@ -59,5 +66,9 @@ SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed, const Sy
 // in Phi-3's vocabulary after its 32000 SentencePiece pieces (llama.cpp refuses a phi3 vocabulary without
 // <|endoftext|>).
 std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed, std::string_view arch = "llama");
+// A BERT-style uncased WordPiece vocabulary of `vocab_size` (>= 200) tokens: [PAD] [UNK] [CLS] [SEP] [MASK], the
+// printable ASCII characters as word starts, letters and digits as "##" continuations, then seeded words and
+// continuations of 2 to 8 letters. Every ASCII text tokenizes without [UNK].
+std::unique_ptr<WordPieceTokenizer> synthesize_wordpiece_tokenizer(int vocab_size, uint64_t seed);
 
 }  // namespace tessera::model

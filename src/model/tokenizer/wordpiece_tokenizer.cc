@@ -257,6 +257,59 @@ Result<Vocab> WordPieceTokenizer::to_vocab() const {
   return v;
 }
 
+std::string WordPieceTokenizer::tokenizer_json() const {
+  Json vocab = Json::object();
+  Json added = Json::array();
+  for (size_t i = 0; i < spec_.tokens.size(); ++i) {
+    vocab[spec_.tokens[i]] = i;
+    if (spec_.special[i])
+      added.push_back({{"id", i},
+                       {"content", spec_.tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
+  }
+  Json post = nullptr;
+  if (spec_.add_cls_sep) {
+    const std::string& cls = spec_.tokens[static_cast<size_t>(spec_.cls)];
+    const std::string& sep = spec_.tokens[static_cast<size_t>(spec_.sep)];
+    auto special = [](const std::string& id) { return Json{{"SpecialToken", {{"id", id}, {"type_id", 0}}}}; };
+    post = {{"type", "TemplateProcessing"},
+            {"single", {special(cls), {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special(sep)}},
+            {"pair",
+             {special(cls),
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              special(sep),
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+              {{"SpecialToken", {{"id", sep}, {"type_id", 1}}}}}},
+            {"special_tokens",
+             {{cls, {{"id", cls}, {"ids", {spec_.cls}}, {"tokens", {cls}}}},
+              {sep, {{"id", sep}, {"ids", {spec_.sep}}, {"tokens", {sep}}}}}}};
+  }
+  Json j = {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", added},
+            {"normalizer",
+             {{"type", "BertNormalizer"},
+              {"clean_text", spec_.clean_text},
+              {"handle_chinese_chars", spec_.handle_chinese_chars},
+              {"strip_accents", spec_.strip_accents == spec_.lowercase ? Json(nullptr) : Json(spec_.strip_accents)},
+              {"lowercase", spec_.lowercase}}},
+            {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+            {"post_processor", post},
+            {"decoder", {{"type", "WordPiece"}, {"prefix", spec_.prefix}, {"cleanup", true}}},
+            {"model",
+             {{"type", "WordPiece"},
+              {"unk_token", spec_.tokens[static_cast<size_t>(spec_.unk)]},
+              {"continuing_subword_prefix", spec_.prefix},
+              {"max_input_chars_per_word", spec_.max_input_chars_per_word},
+              {"vocab", vocab}}}};
+  return j.dump(2) + "\n";
+}
+
 Result<std::unique_ptr<WordPieceTokenizer>> WordPieceTokenizer::from_vocab(const Vocab& v) {
   TS_RETURN_IF_ERROR(v.validate());
   if (v.kind != VocabKind::kWordPiece) return invalid_argument("WordPieceTokenizer needs a bert vocabulary");

@@ -70,6 +70,9 @@ class WordPieceTokenizer final : public Tokenizer {
   std::string decode_piece(TokenId prev, TokenId token) const override;
   std::string_view kind() const override { return "wordpiece"; }
   Result<Vocab> to_vocab() const override;
+  // This tokenizer as a Hugging Face tokenizer.json (BertNormalizer, BertPreTokenizer, WordPiece model and
+  // decoder, a [CLS] $A [SEP] TemplateProcessing when it adds them), which from_json() reads back.
+  std::string tokenizer_json() const;
 
   const WordPieceSpec& spec() const { return spec_; }
   // The normalised, pre-tokenised words of a plain text (steps 2 and 3), for tests.

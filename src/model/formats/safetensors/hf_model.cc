@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
+#include "model/bert.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
-#include "model/tokenizer/bpe_tokenizer.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "model/weight_export.h"
 
 namespace tessera::model {
@@ -50,7 +51,10 @@ constexpr NamePair kLayerNames[] = {
 };
 
 // HF name -> GGUF name; nullopt for tensors the engine does not use (rotary caches).
-std::optional<std::string> to_gguf_name(const std::string& hf, bool gemma) {
+std::optional<std::string> to_gguf_name(const std::string& hf_in, bool gemma) {
+  // Checkpoints saved from the bare model class (Qwen3-Embedding: Qwen3Model) lack the "model." prefix.
+  const bool bare = hf_in.starts_with("layers.") || hf_in == "embed_tokens.weight" || hf_in == "norm.weight";
+  const std::string hf = bare ? "model." + hf_in : hf_in;
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -126,7 +130,7 @@ struct HfArch {
 constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
-    {"Phi3ForCausalLM", "phi3"},
+    {"Phi3ForCausalLM", "phi3"},   {"Qwen3Model", "qwen3"},         {"Qwen2Model", "qwen2"},
 };
 
 // The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
@@ -277,8 +281,9 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   std::string arch;
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     arch = (*a)[0].get<std::string>();
+  if (is_bert_hf_architecture(arch)) return parse_bert_hf_config(text, name);
   ModelConfig c;
-  std::vector<std::string> known;
+  std::vector<std::string> known = {"BertModel"};
   bool found = false;
   for (const HfArch& h : kHfArchs) {
     known.push_back(h.hf);
@@ -350,7 +355,7 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     TS_ASSIGN_OR_RETURN(SafetensorsContents c, parse_safetensors(file->bytes(), path));
     storage->files.push_back(file);
     for (SafetensorsTensor& t : c.tensors) {
-      std::optional<std::string> name = to_gguf_name(t.name, gemma);
+      std::optional<std::string> name = m.config.arch == "bert" ? bert_gguf_name(t.name) : to_gguf_name(t.name, gemma);
       if (!name) continue;
       tensors.push_back({*name, t.dtype, t.shape, t.data, t.bytes});
     }
@@ -424,9 +429,9 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   }
   fs::path tok = d / "tokenizer.json";
   if (fs::exists(tok, ec)) {
-    TS_ASSIGN_OR_RETURN(auto t, BpeTokenizer::load(tok.string()));
-    m.tokenizer = std::move(t);
+    TS_ASSIGN_OR_RETURN(m.tokenizer, load_tokenizer(tok.string()));
   }
+  TS_ASSIGN_OR_RETURN(m.embedding, read_sentence_transformers(dir));
   fs::path tcfg = d / "tokenizer_config.json";
   if (fs::exists(tcfg, ec)) {
     TS_ASSIGN_OR_RETURN(std::string text, read_file(tcfg.string()));
@@ -455,7 +460,7 @@ Result<HfModel> load_hf_model(const std::string& dir) {
 
 Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelWeights& weights,
                       const HfWriteOptions& options) {
-  const char* hf_arch = nullptr;
+  const char* hf_arch = c.arch == "bert" ? "BertModel" : nullptr;
   for (const HfArch& h : kHfArchs)
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
   if (hf_arch == nullptr)
@@ -562,6 +567,14 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   cfg["torch_dtype"] = ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kBF16  ? "bfloat16"
                        : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
                                                                                      : "float32";
+  if (c.arch == "bert") cfg = Json::parse(bert_hf_config_json(c, cfg["torch_dtype"].get<std::string>()));
+  if (options.embedding.matryoshka) {  // vLLM's keys
+    if (options.embedding.matryoshka_dimensions.empty()) {
+      cfg["is_matryoshka"] = true;
+    } else {
+      cfg["matryoshka_dimensions"] = options.embedding.matryoshka_dimensions;
+    }
+  }
   std::string cfg_text = cfg.dump(2) + "\n";
   TS_RETURN_IF_ERROR(write_file_atomic((d / "config.json").string(),
                                        {reinterpret_cast<const uint8_t*>(cfg_text.data()), cfg_text.size()}));
@@ -572,7 +585,8 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back({to_hf_name(t.name, gemma), t.dtype, t.shape, t.data, t.bytes});
+    shards.back().push_back(
+        {c.arch == "bert" ? bert_hf_name(t.name) : to_hf_name(t.name, gemma), t.dtype, t.shape, t.data, t.bytes});
     shard_bytes += t.bytes;
     total += t.bytes;
   }
@@ -597,6 +611,11 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   };
   TS_RETURN_IF_ERROR(put("tokenizer.json", options.tokenizer_json));
   TS_RETURN_IF_ERROR(put("tokenizer_config.json", options.tokenizer_config_json));
+  for (const auto& [file, text] : sentence_transformers_files(options.embedding)) {
+    fs::create_directories((d / file).parent_path(), ec);
+    if (ec) return unavailable(fmt::format("cannot create {}: {}", (d / file).parent_path().string(), ec.message()));
+    if (!file.ends_with("/")) TS_RETURN_IF_ERROR(put(file.c_str(), text));
+  }
   return ok_status();
 }
 
