@@ -93,6 +93,12 @@ struct GenerationRequest {
   int export_from = 0;
   // Decode node: the prompt's KV was computed elsewhere; import it and continue from `first_token`.
   std::shared_ptr<const ImportedKv> imported;
+  // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
+  // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
+  // prefix cache and its blocks never enter it (a pooled prompt needs every row, and an encoder's blocks hold
+  // no K/V); they are freed when it ends. A causal model's prompt may be chunked (pooled chunk by chunk); an
+  // encoder's (non-causal) is computed in one step, so it must fit the scheduler's token budget.
+  std::optional<ops::PoolKind> pool;
 };
 
 inline constexpr int kMaxChoices = 16;
@@ -110,6 +116,7 @@ struct RequestOutput {
   int cached_tokens = 0;  // prompt tokens found in the prefix cache
   // With prompt_logprobs, on a choice's first output: one entry per prompt position from 1 on.
   std::vector<TokenLogprobs> prompt_logprobs;
+  std::vector<float> embedding;  // an embedding request's pooled vector (not normalised), on its final output
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -199,6 +206,9 @@ class Engine {
   void emit(Active& a);
   // The stop tokens min_tokens masks for a request.
   std::vector<TokenId> stop_tokens(const GenerationRequest& r) const;
+  // Embedding requests: submit()'s checks, and their end once their whole prompt is pooled.
+  Status check_embedding(const GenerationRequest& r) const;
+  void finish_embeddings(const Schedule& sch);
 
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;

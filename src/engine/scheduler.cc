@@ -108,6 +108,7 @@ Schedule Scheduler::schedule() {
       seq->prefix_checked = true;
     }
     const int take = std::min(seq->remaining(), budget);
+    if (seq->whole && take < seq->remaining()) break;  // an encoder's input waits for a step with room for all of it
     if (blocks_needed(*seq, seq->kv.length + take) > kv_.blocks().available() ||
         !kv_.reserve(seq->kv, seq->kv.length + take).ok()) {
       release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
@@ -125,6 +126,7 @@ void Scheduler::commit(const Schedule& schedule) {
   const int bt = kv_.block_tokens();
   for (const ScheduledChunk& c : schedule.chunks) {
     Sequence& s = *c.seq;
+    if (s.uncached) continue;
     const size_t full = static_cast<size_t>(s.kv.length / bt);
     while (s.block_hashes.size() < full) {
       const size_t i = s.block_hashes.size();
