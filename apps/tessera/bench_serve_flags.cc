@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::cli {
 
@@ -29,9 +30,15 @@ void add_bench_serve_flags(CLI::App& cmd, BenchServeFlags& f, bool with_rate) {
   cmd.add_option("--seed", f.o.workload.seed, "Workload seed")->capture_default_str();
   cmd.add_option("--vocab-size", f.o.workload.vocab_size, "Token ids are drawn below this (default: from /v1/models)");
   cmd.add_option("--timeout", f.o.timeout_s, "Per-request timeout in seconds")->capture_default_str();
+  cmd.add_option("--extra-body", f.o.extra_body,
+                 "A JSON object merged into every request, e.g. '{\"response_format\": {...}}' for structured output");
 }
 
 Status finish_bench_serve_flags(BenchServeFlags& f) {
+  if (!f.o.extra_body.empty()) {
+    auto j = nlohmann::json::parse(f.o.extra_body, nullptr, false);
+    if (!j.is_object()) return invalid_argument("--extra-body must be a JSON object");
+  }
   if (f.rate != "inf") {
     try {
       f.o.workload.request_rate = std::stod(f.rate);

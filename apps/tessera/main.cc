@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/log.h"
 #include "commands.h"
 #include "ops/cpu/cpu_backend.h"
 
@@ -26,7 +27,16 @@ int main(int argc, char** argv) {
   // this process creates (and every child `tessera up` starts) uses the same kernels.
   std::string cpu_isa;
   app.add_option("--cpu-isa", cpu_isa,
-                 "cpu kernels: auto, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
+                 "cpu kernels: auto, amx, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
+  // Logging (base/log.h): global too, and exported (TESSERA_LOG_LEVEL, TESSERA_LOG_FORMAT) for `tessera up`'s
+  // children. Long-running commands log at info by default (their load lines, one access line per request);
+  // one-shot commands at warn, so that their stderr stays their result or one error line.
+  std::string log_level, log_format;
+  app.add_option("--log-level", log_level,
+                 "debug, info, warn, error or off (default: TESSERA_LOG_LEVEL, else info for serve/route/up/join/ctrl "
+                 "and warn for the rest)");
+  app.add_option("--log-format", log_format,
+                 "text or json, one object per line (default: TESSERA_LOG_FORMAT, else text)");
   app.fallthrough();
   std::vector<std::pair<CLI::App*, Action>> actions;
   auto add = [&](Action (*adder)(CLI::App&)) {
@@ -86,7 +96,22 @@ int main(int argc, char** argv) {
     setenv("TESSERA_CPU_ISA", cpu_isa.c_str(), 1);
   }
   for (auto& [sub, action] : actions) {
-    if (sub->parsed()) return action();
+    if (!sub->parsed()) continue;
+    const std::string& name = sub->get_name();
+    tessera::log::set_component(name);
+    if (log_level.empty() && std::getenv("TESSERA_LOG_LEVEL") != nullptr) log_level = std::getenv("TESSERA_LOG_LEVEL");
+    if (log_format.empty() && std::getenv("TESSERA_LOG_FORMAT") != nullptr)
+      log_format = std::getenv("TESSERA_LOG_FORMAT");
+    const bool server = name == "serve" || name == "route" || name == "up" || name == "join" || name == "ctrl";
+    auto level = tessera::log::parse_level(log_level.empty() ? (server ? "info" : "warn") : log_level);
+    if (!level.ok()) return fail("--log-level: " + level.status().message());
+    auto format = tessera::log::parse_format(log_format.empty() ? "text" : log_format);
+    if (!format.ok()) return fail("--log-format: " + format.status().message());
+    tessera::log::set_level(*level);
+    tessera::log::set_format(*format);
+    if (!log_level.empty()) setenv("TESSERA_LOG_LEVEL", log_level.c_str(), 1);
+    if (!log_format.empty()) setenv("TESSERA_LOG_FORMAT", log_format.c_str(), 1);
+    return action();
   }
   return 2;
 }

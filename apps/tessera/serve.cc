@@ -50,6 +50,7 @@ struct ServeArgs {
   int max_batch_tokens = 2048;
   double admission_window_ms = 50;
   double admission_gap_ms = 5;
+  std::string jump_forward = "on";
   int block_size = 16;
   double kv_memory_mib = 1024;
   int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
@@ -103,9 +104,9 @@ int run_serve(const ServeArgs& a) {
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
-  std::fprintf(stderr, "tessera serve: loaded %s (%s), tokenizer %s\n",
-               std::filesystem::absolute(model->checkpoint_path).lexically_normal().c_str(), model->format.c_str(),
-               std::filesystem::absolute(model->tokenizer_path).lexically_normal().c_str());
+  log::info("loaded {} ({}), tokenizer {}",
+            std::filesystem::absolute(model->checkpoint_path).lexically_normal().string(), model->format,
+            std::filesystem::absolute(model->tokenizer_path).lexically_normal().string());
   if (a.embeddings && a.runner == "generate") return fail("--embeddings is --runner pooling, not generate");
   auto embedding = serve::resolve_embedding_serving(a.embeddings ? "pooling" : a.runner, a.pooling, a.matryoshka,
                                                     model->embedding, model->config);
@@ -133,7 +134,7 @@ int run_serve(const ServeArgs& a) {
   }
   auto& device = chosen->device;
   const std::string& backend = chosen->name;
-  if (!chosen->reason.empty()) std::fprintf(stderr, "tessera serve: backend %s\n", chosen->reason.c_str());
+  if (!chosen->reason.empty()) log::info("backend {}", chosen->reason);
   // The served context: --max-model-len, else the model's, shortened (with a warning) to what the KV budget
   // holds, as vLLM does, so that a 32k-context model starts with the default budget.
   model::ModelConfig cfg = model->config;
@@ -158,10 +159,10 @@ int run_serve(const ServeArgs& a) {
     cfg.max_seq_len = a.max_model_len;
   } else if (budget_blocks * a.block_size < cfg.max_seq_len && budget_blocks > 0) {
     const auto fits = static_cast<int>(budget_blocks * a.block_size);
-    std::fprintf(stderr,
-                 "tessera serve: warning: --kv-memory %g MiB holds %d tokens, less than the model's context of %d; "
-                 "serving a context of %d (set --max-model-len or --kv-memory to choose)\n",
-                 a.kv_memory_mib, fits, cfg.max_seq_len, fits);
+    log::warn(
+        "--kv-memory {} MiB holds {} tokens, less than the model's context of {}; serving a context of {} (set "
+        "--max-model-len or --kv-memory to choose)",
+        a.kv_memory_mib, fits, cfg.max_seq_len, fits);
     cfg.max_seq_len = fits;
   }
   const int blocks_per_seq = (cfg.max_seq_len + a.block_size - 1) / a.block_size;
@@ -185,6 +186,7 @@ int run_serve(const ServeArgs& a) {
   eo.admission_gap = std::chrono::microseconds(static_cast<int64_t>(a.admission_gap_ms * 1000));
   eo.scheduler.max_waiting = a.max_queue;
   eo.end_of_generation = model->generation.end_of_generation;
+  eo.jump_forward = a.jump_forward == "on";
   engine::Engine engine(**runner, *model->tokenizer, eo);
 
   serve::NodeOptions no;
@@ -312,15 +314,14 @@ int run_serve(const ServeArgs& a) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "tessera serve: %s received, draining (up to %d ms)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-               a.shutdown_grace_ms);
+  log::info("{} received, draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", a.shutdown_grace_ms);
   {
     std::lock_guard<std::mutex> lock(registration_mu);
     registration.reset();
   }
   node.stop(a.shutdown_grace_ms);
   engine.stop();
-  std::fprintf(stderr, "tessera serve: stopped\n");
+  log::info("stopped");
   return 0;
 }
 
@@ -404,6 +405,10 @@ Action add_serve_command(CLI::App& app) {
                   "... and stops gathering once no request arrived for this long, or --max-num-seqs have arrived "
                   "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--grammar-jump-forward", args->jump_forward,
+                  "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))

@@ -133,20 +133,33 @@ std::optional<ApiError> parse_tools(const ojson& body, ApiRequest& r) {
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
-    if (c.is_string() && (c == "auto" || c == "none")) {
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       r.tool_choice = c.get<std::string>();
-    } else if ((c.is_string() && c == "required") || c.is_object()) {
-      return bad(
-          "tool_choice 'required' or a named function needs constrained decoding, which this server does not "
-          "do; use 'auto' or 'none'",
-          "tool_choice");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r.tool_choice = "function";
+      r.tool_choice_function = c["function"]["name"].get<std::string>();
     } else {
-      return bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}", "tool_choice");
+      return bad(
+          "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice");
+    }
+    // Forcing a call (enforced by a grammar of the tools' parameter schemas, serve/forced_tools.h) needs tools.
+    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools_json.empty())
+      return bad(fmt::format("tool_choice '{}' needs 'tools'", r.tool_choice), "tool_choice");
+    if (r.tool_choice == "function") {
+      bool found = false;
+      for (const ojson& t : body["tools"]) found = found || t["function"]["name"] == r.tool_choice_function;
+      if (!found)
+        return bad(fmt::format("tool_choice names function '{}', which is not among 'tools'", r.tool_choice_function),
+                   "tool_choice");
     }
   }
-  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
-      !body["parallel_tool_calls"].is_boolean())
-    return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean())
+      return bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    r.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
   return std::nullopt;
 }
 
@@ -162,7 +175,6 @@ bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
 bool is_empty(const json& v) { return (v.is_object() || v.is_array()) && v.empty(); }
 constexpr NotHonoured kNotHonoured[] = {
-    {"response_format", false, [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
     {"function_call", true, never},
     {"prediction", true, never},
     {"web_search_options", true, never},
@@ -176,13 +188,6 @@ constexpr NotHonoured kNotHonoured[] = {
     {"truncate_prompt_tokens", false, never},
     {"allowed_token_ids", false, is_empty},
     {"bad_words", false, is_empty},
-    {"guided_json", false, never},
-    {"guided_regex", false, never},
-    {"guided_choice", false, never},
-    {"guided_grammar", false, never},
-    {"guided_decoding_backend", false, never},
-    {"guided_whitespace_pattern", false, never},
-    {"structured_outputs", false, never},
     {"echo", true, is_false},  // chat; completions honour it
     {"chat_template", true, never},
     {"documents", true, never},
@@ -286,6 +291,9 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
   }
 
   if (auto e = refuse_not_honoured(j, chat)) return *e;
+  std::string structured_param;
+  if (Status st = parse_structured_output(body, r.generation.structured, structured_param); !st.ok())
+    return bad(std::string(st.message()), structured_param);
 
   int64_t max_tokens = -1;
   // 0 only with echo on completions: the prompt scored (its logprobs), nothing generated (vLLM, lm-eval).

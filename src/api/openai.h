@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/sampling.h"
+#include "api/structured_output.h"
 #include "base/status.h"
 
 namespace tessera::api {
@@ -38,6 +39,7 @@ struct GenerationOptions {
   bool ignore_eos = false;
   bool skip_special_tokens = true;  // false: generated special tokens are spelled in the text (vLLM's field)
   int logprobs = -1;                // -1: none; 0..20: the chosen token's log-probability and this many alternatives
+  StructuredOutput structured;      // response_format, structured_outputs, guided_*, json_schema, grammar
   int prompt_logprobs = -1;         // vLLM's prompt_logprobs: -1 none; 0..20 (echo with logprobs needs them too)
 };
 
@@ -67,7 +69,9 @@ struct ApiRequest {
   // joined, assistant tool-call `arguments` parsed from their JSON string into objects (as vLLM passes them)
   std::string messages_json;
   std::string tools_json;            // chat: the request's `tools` (JSON array), "" when none
-  std::string tool_choice = "auto";  // "auto" or "none" (forcing a call needs constrained decoding: a 400)
+  std::string tool_choice = "auto";  // "auto", "none", "required", or "function" (a named function, forced)
+  std::string tool_choice_function;  // tool_choice "function": its name (one of `tools`)
+  bool parallel_tool_calls = true;
   // chat: extra variables for the chat template (vLLM's chat_template_kwargs, a JSON object, "" when none) and
   // OpenAI's reasoning_effort ("" when not given), which reaches the template as the variable of that name.
   std::string chat_template_kwargs_json;
@@ -85,9 +89,10 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Malformed JSON, wrong types and out-of-range values are 400s
-// naming the field; unsupported features (best_of, suffix, tool_choice "required") are 400s saying so,
+// naming the field; unsupported features (best_of, suffix) are 400s saying so,
 // and so is every field of the OpenAI or vLLM request that this server knows but would not honour (logit_bias,
-// response_format other than text, repetition_penalty, guided decoding, ...; see kNotHonoured in openai.cc).
+// repetition_penalty, ...; see kNotHonoured in openai.cc). Structured output requests are read by
+// parse_structured_output (api/structured_output.h).
 // Sampling fields left out take `defaults` (the model's generation defaults; OpenAI's without them).
 std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool chat, const SamplingParams& defaults = {});
 

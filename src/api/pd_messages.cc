@@ -85,9 +85,15 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   }
   if (const json* m = f.object("model", true)) c.model = *m;
   const json* sampling = f.object("sampling", true);
+  const json* structured = f.object("structured", true);
   if (!f.ok()) return f.status();
   if (sampling != nullptr) {
     TS_ASSIGN_OR_RETURN(c.sampling, sampling_from_json(*sampling));
+  }
+  if (structured != nullptr) {
+    auto s = structured_from_json(*structured);
+    if (!s.ok()) return s.status().with_context("prefill request");
+    c.structured = std::move(*s);
   }
   c.prompt.reserve(prompt->size());
   for (const json& t : *prompt) {
@@ -130,7 +136,9 @@ std::string prefill_call_body(const PrefillCall& c) {
   if (c.n > 1) j["n"] = c.n;
   if (!c.stop_token_ids.empty()) j["stop_token_ids"] = c.stop_token_ids;
   if (c.ignore_eos) j["ignore_eos"] = true;
-  return j.dump();
+  // The first token is sampled on the prefill node: it must follow the grammar too.
+  if (!c.structured.none()) j["structured"] = structured_to_json(c.structured);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string pd_info_body(NodeRole role, const std::string& agent, const json& model) {

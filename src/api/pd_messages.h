@@ -16,6 +16,7 @@
 
 #include "api/roles.h"
 #include "api/sampling.h"
+#include "api/structured_output.h"
 #include "base/dtype.h"
 #include "base/status.h"
 
@@ -55,6 +56,7 @@ struct PrefillCall {
   // tokens unless ignore_eos (the prefill node's own list).
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  StructuredOutput structured;  // the request's grammar: the prefill node samples the first token under it
   std::string agent;   // link::AgentInfo::encode() of the decode node
   std::string region;  // link::RegionDesc::encode() of its staging region
   uint64_t offset = 0;

@@ -71,6 +71,7 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
                {"ignore_eos", true},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
+  if (!o.extra_body.empty()) body.update(json::parse(o.extra_body, nullptr, false), /*merge_objects=*/true);
   r.prompt_len = static_cast<int>(spec.prompt.size());
   const auto t0 = Clock::now();
   auto last = t0;

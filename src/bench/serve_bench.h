@@ -21,6 +21,9 @@ struct ServeBenchOptions {
   double goodput_tpot_ms = 0;  // 0: no TPOT objective
   bool progress = false;
   int timeout_s = 600;
+  // A JSON object merged into every request body (e.g. a response_format, to measure structured output);
+  // its fields override the generator's own. "" for none.
+  std::string extra_body;
 };
 
 struct RequestResult {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/cluster_token.h"
+#include "base/registry.h"
 #include "base/status.h"
 
 namespace tessera::ctrl {
@@ -73,7 +74,10 @@ struct StoreAuth {
 // `kind` is "embedded" or "etcd"; `endpoint` the base URL ("http://127.0.0.1:2379" or https://). Unknown
 // kinds list the known ones.
 using StoreFactory = std::function<Result<std::unique_ptr<Store>>(const std::string& endpoint, const StoreAuth& auth)>;
-void register_store(const std::string& kind, StoreFactory factory);
+using StoreRegistry = Registry<StoreFactory>;  // base/registry.h
+StoreRegistry& store_registry();
+// AlreadyExists for a taken kind.
+Status register_store(const std::string& kind, StoreFactory factory);
 Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint,
                                           const StoreAuth& auth = {});
 // "embedded=http://host:port" or "etcd=http://host:port".

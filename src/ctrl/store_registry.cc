@@ -1,4 +1,3 @@
-#include <map>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -10,31 +9,22 @@ namespace tessera::ctrl {
 std::unique_ptr<Store> make_embedded_store(const std::string& endpoint, const StoreAuth& auth);
 Result<std::unique_ptr<Store>> make_etcd_store(const std::string& endpoints, const StoreAuth& auth);
 
-namespace {
-
-std::mutex& registry_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<std::string, StoreFactory>& registry() {
-  static std::map<std::string, StoreFactory> r;
+StoreRegistry& store_registry() {
+  static StoreRegistry r("ctrl store");
   return r;
 }
 
-}  // namespace
-
-void register_store(const std::string& kind, StoreFactory factory) {
-  std::lock_guard<std::mutex> lock(registry_mu());
-  registry()[kind] = std::move(factory);
+Status register_store(const std::string& kind, StoreFactory factory) {
+  return store_registry().add(kind, std::move(factory));
 }
 
 void register_builtin_stores() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_store("embedded", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
+    (void)register_store("embedded", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
       return make_embedded_store(e, a);
     });
-    register_store("etcd", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
+    (void)register_store("etcd", [](const std::string& e, const StoreAuth& a) -> Result<std::unique_ptr<Store>> {
       return make_etcd_store(e, a);
     });
   });
@@ -42,19 +32,11 @@ void register_builtin_stores() {
 
 Result<std::unique_ptr<Store>> make_store(const std::string& kind, const std::string& endpoint, const StoreAuth& auth) {
   register_builtin_stores();
-  StoreFactory f;
-  std::string known;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu());
-    auto it = registry().find(kind);
-    if (it != registry().end()) f = it->second;
-    for (auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
-  }
-  if (!f) return invalid_argument(fmt::format("unknown ctrl store '{}'; known: {}", kind, known));
+  TS_ASSIGN_OR_RETURN(StoreRegistry::Entry e, store_registry().find(kind));
   if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0) {
     return invalid_argument(fmt::format("ctrl store endpoint '{}' must be an http:// or https:// URL", endpoint));
   }
-  return f(endpoint, auth);
+  return e.factory(endpoint, auth);
 }
 
 Result<std::unique_ptr<Store>> make_store(const std::string& spec, const StoreAuth& auth) {

@@ -9,6 +9,7 @@
 #include "api/kv_layout.h"
 #include "base/log.h"
 #include "engine/chunk_pool.h"
+#include "engine/grammar_mask.h"
 #include "engine/kv_fork.h"
 #include "engine/logits_processors.h"
 
@@ -46,6 +47,9 @@ struct Engine::Active {
   bool finished = false;
   int cached_tokens = -1;  // set when first scheduled
   int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
+  std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
+  std::vector<uint64_t> mask_words;           // its mask, reused from step to step
+  bool jumping = false;                       // appending forced tokens (EngineOptions::jump_forward)
 
   LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
   std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
@@ -58,6 +62,18 @@ struct Engine::Active {
 namespace {
 
 const std::vector<std::string> kNoStops;
+
+// A request's grammar matcher, past the output a resumed stream already sent (the last grammar_replay prompt
+// tokens).
+Result<std::unique_ptr<grammar::Matcher>> make_matcher(const GenerationRequest& r) {
+  auto m = std::make_unique<grammar::Matcher>(r.grammar);
+  const std::vector<TokenId>& p = r.prompt;
+  for (size_t i = p.size() - static_cast<size_t>(r.grammar_replay); i < p.size(); ++i) {
+    if (!m->accept_token(p[i]))
+      return invalid_argument(fmt::format("the resumed output does not follow the request's grammar (token {})", p[i]));
+  }
+  return m;
+}
 
 // Bytes at the end of `text` that must not be reported yet: an unfinished UTF-8 character, or the start of
 // a stop string.
@@ -89,6 +105,9 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
+  std::vector<TokenId> eog = options_.end_of_generation;
+  if (eog.empty() && tokenizer.eos_id() >= 0) eog.push_back(tokenizer.eos_id());
+  grammars_ = std::make_unique<grammar::Compiler>(tokenizer_, std::move(eog));
 }
 
 Engine::~Engine() { stop(); }
@@ -165,9 +184,19 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
                       kv.first, kv.first + kv.count, kv.bytes().size(), request.prompt.size(), want));
     }
   }
+  if (!request.grammar) request.grammar_replay = 0;
+  if (request.grammar_replay < 0 || request.grammar_replay >= static_cast<int>(request.prompt.size())) {
+    return invalid_argument(fmt::format("grammar_replay {} is outside the prompt's {} tokens", request.grammar_replay,
+                                        request.prompt.size()));
+  }
   const int choices = request.n;
   std::vector<TokenId> stops = stop_tokens(request);
   auto a = std::make_unique<Active>(std::move(request), std::move(callback));
+  if (a->req.grammar) {
+    auto m = make_matcher(a->req);
+    if (!m.ok()) return m.status();
+    a->matcher = std::move(*m);
+  }
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
   a->procs = LogitsProcessors(a->req.sampling, a->req.prompt, std::move(stops));
@@ -428,6 +457,10 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
       c->procs.apply(x, c->counts, 0);
       std::vector<float> lp;
       if (c->req.logprobs >= 0) lp = x;
+      if (c->matcher && !apply_grammar_mask(*c->matcher, c->mask_words, x)) {
+        admit_choice(a, std::move(c), tokenizer_.eos_id(), nullptr);  // refused by its matcher: the choice fails
+        continue;
+      }
       const TokenId t = c->sampler.sample(x);
       const bool want_lp = c->req.logprobs >= 0;
       admit_choice(a, std::move(c), t, want_lp ? &lp : nullptr);
@@ -436,6 +469,13 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   a.procs.apply(l, a.counts, a.seq.generated());
   std::vector<float> for_logprobs;
   if (a.req.logprobs >= 0) for_logprobs.assign(l.begin(), l.end());
+  if (a.matcher) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool any = apply_grammar_mask(*a.matcher, a.mask_words, l);
+    counters_.grammar_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    counters_.grammar_tokens++;
+    if (!any) return finish(a, FinishReason::kError, internal_error("the request's grammar allows no token here"));
+  }
   const TokenId tok = a.sampler.sample(l);
   accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
 }
@@ -522,6 +562,7 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
     c->seq.compute_prompt = a.seq.compute_prompt;
     c->cached_tokens = a.cached_tokens;
     c->prompt_lps = a.prompt_lps;
+    if (c->req.grammar) c->matcher = std::move(make_matcher(c->req).value());  // the same replay passed submit()
     out.push_back(std::move(c));
   }
   return out;
@@ -570,6 +611,15 @@ void Engine::emit(Active& a) {
 }
 
 void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
+  // A token from a prefill node is checked here too: a peer cannot break the grammar.
+  if (a.matcher) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok = a.matcher->accept_token(tok);
+    counters_.grammar_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!ok)
+      return finish(a, FinishReason::kError,
+                    invalid_argument(fmt::format("token {} does not follow the request's grammar", tok)));
+  }
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
   a.counts[tok]++;
@@ -596,6 +646,8 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
       return finish(a, FinishReason::kStop);
     }
   }
+  // Complete, and nothing may follow: done without sampling the end token (before max_tokens: it is complete).
+  if (a.matcher && (a.matcher->must_end() || a.matcher->ended())) return finish(a, FinishReason::kStop);
   if (a.seq.generated() >= a.req.max_tokens) return finish(a, FinishReason::kLength);
   if (static_cast<int64_t>(a.seq.tokens.size()) > runner_.config().max_seq_len) return finish(a, FinishReason::kLength);
 
@@ -607,6 +659,15 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
     a.pending.completion_tokens = a.seq.generated();
     a.pending.cached_tokens = std::max(0, a.cached_tokens);
     emit(a);
+  }
+  if (a.matcher && options_.jump_forward && a.req.logprobs < 0 && !a.jumping) {
+    a.jumping = true;
+    for (TokenId t : a.matcher->forced_tokens()) {
+      counters_.jump_forward_tokens++;
+      accept_token(a, t, nullptr);
+      if (a.finished) break;
+    }
+    a.jumping = false;
   }
 }
 

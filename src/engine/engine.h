@@ -30,6 +30,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "grammar/compiler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -85,6 +86,13 @@ struct GenerationRequest {
   // the tokens before it, and this many alternatives (RequestOutput::prompt_logprobs). Such a prompt is
   // computed whole, never taken from the prefix cache.
   int prompt_logprobs = -1;
+  // Structured output (docs/structured-outputs.md): every sampled token is masked to what the grammar allows, the
+  // end token only once it is complete, and the request ends ("stop") as soon as nothing can follow. A request
+  // that runs out of max_tokens first ends with "length". Compile with Engine::grammars().
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // The last `grammar_replay` prompt tokens were generated earlier (a resumed stream): the grammar reads them
+  // before the first new token.
+  int grammar_replay = 0;
   // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
   // in the cache (positions [first, first + count)); an error fails the request.
   // Positions before export_from are not exported (the decode node has them cached); positions this engine
@@ -134,6 +142,10 @@ struct EngineOptions {
   // waits admission_gap. admission_window 0: no wait.
   std::chrono::microseconds admission_window{0};
   std::chrono::microseconds admission_gap{0};
+  // Structured output: where the grammar allows only one continuation, its tokens are appended without a model
+  // step (grammar::Matcher::forced_tokens; the last token of the stretch is still sampled) and computed with the
+  // next step's chunk. Off for requests that want logprobs (forced tokens have none).
+  bool jump_forward = true;
 };
 
 struct EngineStats {
@@ -148,6 +160,9 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
   uint64_t generated_tokens = 0;
   uint64_t imports_requeued = 0;  // imported KV given up for lack of blocks; the prompt was recomputed here
+  uint64_t grammar_tokens = 0;    // tokens sampled under a structured-output grammar
+  double grammar_seconds = 0;     // engine-thread time computing their masks and advancing the grammars
+  uint64_t jump_forward_tokens = 0;  // tokens a grammar forced, appended without a model step
 };
 
 class Engine {
@@ -183,6 +198,8 @@ class Engine {
   const model::ModelConfig& config() const { return runner_.config(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  // Compiles structured-output specs for this model's vocabulary, cached (thread-safe; call it off the engine thread).
+  grammar::Compiler& grammars() { return *grammars_; }
 
  private:
   struct Active;
@@ -231,6 +248,7 @@ class Engine {
   std::vector<RequestId> importing_;  // imported requests waiting for KV blocks
   EngineStats counters_;
   std::vector<float> step_logits_;  // the step's logits, kept so that a step does not allocate them
+  std::unique_ptr<grammar::Compiler> grammars_;
 };
 
 }  // namespace tessera::engine

@@ -86,6 +86,8 @@ class KvConnector {
                                      std::span<uint8_t> staging, LayerSaved on_layer, OutputCallback callback);
 
   // Either side: a request computed here.
+  // Structured-output grammars for the engine's vocabulary (a prefill node samples the first token under one).
+  grammar::Compiler& grammars() { return engine_.grammars(); }
   Result<RequestId> submit(GenerationRequest request, OutputCallback callback) {
     return engine_.submit(std::move(request), std::move(callback));
   }

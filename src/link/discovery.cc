@@ -13,20 +13,6 @@ Result<std::unique_ptr<Discovery>> make_ctrl_discovery(const std::string& config
 
 namespace {
 
-std::mutex& registry_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<std::string, DiscoveryFactory>& registry() {
-  static std::map<std::string, DiscoveryFactory> r = {
-      {"static",
-       [](const std::string&) -> Result<std::unique_ptr<Discovery>> {
-         return std::unique_ptr<Discovery>(std::make_unique<StaticDiscovery>());
-       }},
-      {"ctrl", make_ctrl_discovery}};
-  return r;
-}
-
 bool plain_token(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
@@ -86,22 +72,25 @@ Result<AgentInfo> StaticDiscovery::lookup(const std::string& name) {
   return it->second;
 }
 
-void register_discovery(const std::string& name, DiscoveryFactory factory) {
-  std::lock_guard<std::mutex> lock(registry_mu());
-  registry()[name] = std::move(factory);
+DiscoveryRegistry& discovery_registry() {
+  static DiscoveryRegistry r("discovery");
+  static std::once_flag builtins;
+  std::call_once(builtins, [] {
+    (void)r.add("static", [](const std::string&) -> Result<std::unique_ptr<Discovery>> {
+      return std::unique_ptr<Discovery>(std::make_unique<StaticDiscovery>());
+    });
+    (void)r.add("ctrl", make_ctrl_discovery);
+  });
+  return r;
+}
+
+Status register_discovery(const std::string& name, DiscoveryFactory factory) {
+  return discovery_registry().add(name, std::move(factory));
 }
 
 Result<std::unique_ptr<Discovery>> make_discovery(const std::string& name, const std::string& config) {
-  DiscoveryFactory f;
-  std::string known;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu());
-    auto it = registry().find(name);
-    if (it != registry().end()) f = it->second;
-    for (auto& [n, fac] : registry()) known += (known.empty() ? "" : ", ") + n;
-  }
-  if (!f) return invalid_argument(fmt::format("unknown discovery '{}'; known: {}", name, known));
-  return f(config);
+  TS_ASSIGN_OR_RETURN(DiscoveryRegistry::Entry e, discovery_registry().find(name));
+  return e.factory(config);
 }
 
 std::string local_host_id() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/registry.h"
 #include "base/status.h"
 
 namespace tessera::link {
@@ -56,7 +57,11 @@ class StaticDiscovery final : public Discovery {
 
 // `config` is implementation specific (a store URL for "ctrl"). Unknown names list the known ones.
 using DiscoveryFactory = std::function<Result<std::unique_ptr<Discovery>>(const std::string& config)>;
-void register_discovery(const std::string& name, DiscoveryFactory factory);
+using DiscoveryRegistry = Registry<DiscoveryFactory>;  // base/registry.h
+// The process's registry, with the built-ins ("static", "ctrl") in it.
+DiscoveryRegistry& discovery_registry();
+// AlreadyExists for a taken name.
+Status register_discovery(const std::string& name, DiscoveryFactory factory);
 Result<std::unique_ptr<Discovery>> make_discovery(const std::string& name, const std::string& config);
 
 // This host's identity for AgentInfo::host_id.

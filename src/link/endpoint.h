@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/cluster_token.h"
+#include "base/registry.h"
 #include "base/status.h"
 #include "link/internal/op_state.h"
 #include "link/link.h"
@@ -79,9 +80,12 @@ class Endpoint {
 };
 
 using EndpointFactory = std::function<std::unique_ptr<Endpoint>(const EndpointConfig&)>;
+using EndpointRegistry = Registry<EndpointFactory>;  // base/registry.h
 
-void register_endpoint(const std::string& name, EndpointFactory factory);
-// An unknown name is InvalidArgument listing the known ones.
+// The process's endpoint registry; register_endpoint() adds to it (AlreadyExists for a taken name).
+EndpointRegistry& endpoint_registry();
+Status register_endpoint(const std::string& name, EndpointFactory factory);
+// An unknown name is NotFound listing the known ones.
 Result<std::unique_ptr<Endpoint>> make_endpoint(std::string_view name, const EndpointConfig& config);
 std::vector<std::string> endpoint_names();
 // Registers shm, tcp (and ucx where built). Idempotent; Agent::create calls it.

@@ -15,11 +15,11 @@ std::unique_ptr<Endpoint> make_ucx_endpoint(const EndpointConfig& config);
 void register_builtin_endpoints() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_endpoint("shm", make_shm_endpoint);
-    register_endpoint("tcp", make_tcp_endpoint);
-    register_endpoint("faulty", make_faulty_endpoint);  // fault injection for tests (faulty/)
+    (void)register_endpoint("shm", make_shm_endpoint);
+    (void)register_endpoint("tcp", make_tcp_endpoint);
+    (void)register_endpoint("faulty", make_faulty_endpoint);  // fault injection for tests (faulty/)
 #ifdef TESSERA_HAVE_UCX
-    register_endpoint("ucx", make_ucx_endpoint);
+    (void)register_endpoint("ucx", make_ucx_endpoint);
 #endif
   });
 }

@@ -9,25 +9,9 @@ BackendRegistry& BackendRegistry::global() {
   return registry;
 }
 
-Status BackendRegistry::add(BackendEntry entry) {
-  for (const BackendEntry& e : entries_) {
-    if (e.name == entry.name) return already_exists(fmt::format("backend '{}' is already registered", entry.name));
-  }
-  entries_.push_back(std::move(entry));
-  return ok_status();
-}
-
-std::vector<std::string> BackendRegistry::names() const {
-  std::vector<std::string> out;
-  for (const BackendEntry& e : entries_) out.push_back(e.name);
-  return out;
-}
-
 Result<std::unique_ptr<Backend>> BackendRegistry::create(const std::string& name) const {
-  for (const BackendEntry& e : entries_) {
-    if (e.name == name) return e.factory();
-  }
-  return not_found(fmt::format("unknown backend '{}'; available backends: {}", name, fmt::join(names(), ", ")));
+  TS_ASSIGN_OR_RETURN(Entry e, find(name));
+  return e.factory();
 }
 
 Result<std::unique_ptr<Device>> open_device(const std::string& backend, int index) {

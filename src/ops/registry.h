@@ -1,4 +1,5 @@
-// The backend registry: backends register a factory by name; callers ask by name.
+// The backend registry (a base/registry.h Registry, as every plug-in kind): backends register a factory by
+// name; callers ask by name.
 //
 // register_builtin_backends() (registry_builtin.cc) is the one place that knows which backends were
 // compiled in; a backend compiled in but unusable here (no device, no driver) registers with the reason,
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/registry.h"
 #include "base/status.h"
 #include "ops/backend.h"
 
@@ -19,25 +21,15 @@ namespace tessera::ops {
 
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>()>;
 
-struct BackendEntry {
-  std::string name;
-  std::string description;
-  BackendFactory factory;
-};
-
-class BackendRegistry {
+class BackendRegistry : public Registry<BackendFactory> {
  public:
+  BackendRegistry() : Registry("backend") {}
+  // The process's registry.
   static BackendRegistry& global();
-
-  // AlreadyExists when the name is taken.
-  Status add(BackendEntry entry);
-  std::vector<std::string> names() const;
   // NotFound listing the registered names; otherwise the factory's result (Unavailable with its reason).
   Result<std::unique_ptr<Backend>> create(const std::string& name) const;
-
- private:
-  std::vector<BackendEntry> entries_;
 };
+using BackendEntry = BackendRegistry::Entry;
 
 // Registers every backend compiled into this binary (idempotent).
 void register_builtin_backends();

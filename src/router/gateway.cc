@@ -19,6 +19,7 @@
 #include "api/openai.h"
 #include "api/pd_messages.h"
 #include "api/resume.h"
+#include "api/trace_context.h"
 #include "base/log.h"
 #include "base/task_pool.h"
 #include "router/metrics.h"
@@ -64,6 +65,9 @@ struct Call {
   std::string path;
   std::string body;
   std::string request_id;
+  api::TraceContext trace;  // the client's traceparent, or a new trace; each upstream attempt sends a child
+  std::string model;        // for the access line
+  std::string remote;       // the client's address
   std::string session_id;
   bool stream = false;
   bool token_ids = false;  // the client asked for token-id comments (api/resume.h)
@@ -100,8 +104,7 @@ struct Gateway::Impl {
   TaskPool pool;
   http::Server server;
   mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
-  std::atomic<uint64_t> next_id{1};
-  std::atomic<uint64_t> next_pair{0};  // rotates PD pair ties
+  std::atomic<uint64_t> next_pair{0};          // rotates PD pair ties
   std::mutex inflight_mu;
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
   std::mutex health_mu;
@@ -232,7 +235,8 @@ struct Gateway::Impl {
     req.headers["content-type"] = "application/json";
     http::add_cluster_token(req.headers, options.cluster_token);
     req.tls_ca_file = options.upstream_tls_ca_file;
-    req.headers["x-request-id"] = c.request_id;
+    req.headers[std::string(api::kRequestIdHeader)] = c.request_id;
+    req.headers[std::string(api::kTraceparentHeader)] = c.trace.child().header();
     if (!c.session_id.empty()) req.headers["x-session-id"] = c.session_id;
     if (!c.prefill_url.empty()) req.headers[std::string(api::kPrefillNodeHeader)] = c.prefill_url;
     return req;
@@ -256,10 +260,27 @@ struct Gateway::Impl {
     c.tokens = tracker.tokens() > 0 ? static_cast<int64_t>(tracker.tokens()) : c.tokens + count_events(forwarded);
   }
 
+  // One access line per client request (base/log.h), however it ended.
+  static void access_line(const Call& c, int status) {
+    const double total = since(c.start);
+    log::access({.method = "POST",
+                 .route = c.path,
+                 .model = c.model,
+                 .status = status,
+                 .prompt_tokens = c.route.prompt_tokens > 0 ? c.route.prompt_tokens : -1,
+                 .completion_tokens = c.tokens,
+                 .ttft_ms = c.first_token_s >= 0 ? c.first_token_s * 1000 : -1,
+                 .total_ms = total * 1000,
+                 .request_id = c.request_id,
+                 .trace_id = c.trace.trace_id,
+                 .remote = c.remote});
+  }
+
   void finish(Call& c, int status) {
     const double total = since(c.start);
     metrics.request_finished(c.endpoint, status);
     metrics.request_latency(total);
+    access_line(c, status);
     const bool timed = c.first_token_s >= 0;
     live.record({c.first_token_s, timed && c.tokens >= 2 ? (total - c.first_token_s) / (c.tokens - 1) : -1, c.tokens,
                  (status >= 200 && status < 300) || status == 499});
@@ -497,24 +518,26 @@ struct Gateway::Impl {
     c->writer = w;
     c->endpoint = chat ? "chat" : "completions";
     c->path = chat ? "/v1/chat/completions" : "/v1/completions";
-    c->request_id = r.header("x-request-id");
-    if (c->request_id.empty() || c->request_id.size() > 200) {
-      c->request_id = fmt::format("rt-{:x}-{:x}", SteadyClock::instance().now_ns(), next_id++);
-    }
+    c->request_id = api::request_id_of(r.header(std::string(api::kRequestIdHeader)), "rt");
+    c->trace = api::trace_of(r.header(std::string(api::kTraceparentHeader)));
+    c->remote = r.remote;
     if (!authorized(r, w, c->endpoint)) return;
     auto parsed = api::parse_request(r.body, chat);
     if (auto* e = std::get_if<api::ApiError>(&parsed)) {
       metrics.request_finished(c->endpoint, e->status);
+      access_line(*c, e->status);
       return w->send(e->status, api::error_body(*e), "application/json", {{"x-request-id", c->request_id}});
     }
     if (api::has_resume_field(r.body)) {
       metrics.request_finished(c->endpoint, 400);
+      access_line(*c, 400);
       return w->send(400,
                      error_json(400, "'tessera_resume' is an internal field and cannot be sent by a client",
                                 "invalid_request_error", "internal_field"),
                      "application/json", {{"x-request-id", c->request_id}});
     }
     const api::ApiRequest& req = std::get<api::ApiRequest>(parsed);
+    c->model = req.model;
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
@@ -563,10 +586,9 @@ struct Gateway::Impl {
     c->writer = w;
     c->endpoint = path == "/v1/embeddings" ? "embeddings" : std::string(path.substr(1));
     c->path = std::string(path);
-    c->request_id = r.header("x-request-id");
-    if (c->request_id.empty() || c->request_id.size() > 200) {
-      c->request_id = fmt::format("rt-{:x}-{:x}", SteadyClock::instance().now_ns(), next_id++);
-    }
+    c->request_id = api::request_id_of(r.header(std::string(api::kRequestIdHeader)), "rt");
+    c->trace = api::trace_of(r.header(std::string(api::kTraceparentHeader)));
+    c->remote = r.remote;
     if (!authorized(r, w, c->endpoint)) return;
     c->body = r.body;
     c->internal = http::internal_caller(r, options.cluster_token);

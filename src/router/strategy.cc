@@ -2,39 +2,24 @@
 
 #include <xxhash.h>
 
+#include <mutex>
+
 #include <fmt/core.h>
 
 #include "router/strategies/builtin.h"
 
 namespace tessera::router {
 
-void StrategyRegistry::add(std::string name, StrategyFactory factory) {
-  factories_[std::move(name)] = std::move(factory);
-}
-
 Result<std::unique_ptr<Strategy>> StrategyRegistry::create(std::string_view name,
                                                            const StrategyOptions& options) const {
-  auto it = factories_.find(name);
-  if (it == factories_.end()) {
-    std::string known;
-    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
-    return invalid_argument(fmt::format("unknown routing strategy '{}'; known strategies: {}", name, known));
-  }
-  return it->second(options);
-}
-
-std::vector<std::string> StrategyRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& [n, f] : factories_) out.push_back(n);
-  return out;
+  TS_ASSIGN_OR_RETURN(Entry e, find(name));
+  return e.factory(options);
 }
 
 const StrategyRegistry& builtin_strategies() {
-  static const StrategyRegistry registry = [] {
-    StrategyRegistry r;
-    register_builtin_strategies(r);
-    return r;
-  }();
+  static StrategyRegistry registry;
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_strategies(registry); });
   return registry;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/registry.h"
 #include "base/status.h"
 
 namespace tessera::router {
@@ -72,15 +73,11 @@ class Strategy {
 
 using StrategyFactory = std::function<std::unique_ptr<Strategy>(const StrategyOptions&)>;
 
-class StrategyRegistry {
+class StrategyRegistry : public Registry<StrategyFactory> {
  public:
-  void add(std::string name, StrategyFactory factory);
-  // InvalidArgument naming the known strategies when `name` is not registered.
+  StrategyRegistry() : Registry("routing strategy") {}
+  // NotFound naming the known strategies when `name` is not registered.
   Result<std::unique_ptr<Strategy>> create(std::string_view name, const StrategyOptions& options) const;
-  std::vector<std::string> names() const;
-
- private:
-  std::map<std::string, StrategyFactory, std::less<>> factories_;
 };
 
 // The registry with every built-in strategy (round_robin, weighted_random, consistent_hash, least_latency,

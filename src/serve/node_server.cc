@@ -19,10 +19,12 @@
 #include "base/log.h"
 #include "base/task_pool.h"
 #include "serve/choice_set.h"
+#include "serve/forced_tools.h"
 #include "serve/metrics.h"
 #include "serve/prompt_logprobs.h"
 #include "serve/resume_text.h"
 #include "serve/role_admin.h"
+#include "serve/structured.h"
 #include "serve/tokenize_api.h"
 #include "serve/tool_calls.h"
 
@@ -111,6 +113,7 @@ struct Call {
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
   std::string stream_text;  // streamed chat text so far (with tools)
   size_t released = 0;      // bytes of it sent as content
+  bool forced_tools = false;  // tool_choice required / named: the whole reply is the calls (forced_tools.h)
 };
 
 // OpenAI's tool_calls array for the calls parsed from a reply (`delta`: with the index streaming needs).
@@ -295,7 +298,7 @@ struct NodeServer::Impl {
       if (c->req.stream) {
         ReasoningDelta rest = c->reasoning->finish();
         if (!rest.reasoning.empty()) write_delta(*c, {{"reasoning_content", rest.reasoning}});
-        if (c->tool_format != model::ToolCallFormat::kNone) {
+        if (c->tool_format != model::ToolCallFormat::kNone || c->forced_tools) {
           c->stream_text += rest.content;
         } else if (!rest.content.empty()) {
           write_delta(*c, {{"content", rest.content}});
@@ -307,11 +310,20 @@ struct NodeServer::Impl {
       }
     }
     ParsedReply reply;
+    const bool holds_text = c->tool_format != model::ToolCallFormat::kNone || c->forced_tools;
     if (c->tool_format != model::ToolCallFormat::kNone) {
       reply = parse_tool_calls(c->req.stream ? c->stream_text : content, c->tool_format);
       if (!reply.calls.empty()) reason = "tool_calls";
+    } else if (c->forced_tools) {
+      const std::string& text = c->req.stream ? c->stream_text : content;
+      reply.content = text;
+      if (auto calls = forced_tool_calls(text, c->req)) {
+        reply.calls = std::move(*calls);
+        reply.content.clear();
+        reason = "tool_calls";
+      }
     }
-    if (c->req.stream && c->tool_format != model::ToolCallFormat::kNone) {
+    if (c->req.stream && holds_text) {
       json delta = json::object();
       if (reply.calls.empty() && c->released < c->stream_text.size()) {
         delta["content"] = c->stream_text.substr(c->released);  // held back, and not a call after all
@@ -403,6 +415,7 @@ struct NodeServer::Impl {
     c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
     c.resumed = static_cast<int>(res.tokens.size());
     gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
+    gen.grammar_replay = c.resumed;  // a grammar reads the output already sent before it masks anything
     gen.max_tokens -= c.resumed;
     c.role_sent = res.preamble_sent;
     if (!res.id.empty()) c.id = res.id;
@@ -435,7 +448,10 @@ struct NodeServer::Impl {
       text = std::move(d.content);
       reasoning = std::move(d.reasoning);
     }
-    if (c.tool_format != model::ToolCallFormat::kNone) {
+    if (c.forced_tools) {
+      c.stream_text += text;  // all of it is the calls: sent as tool_calls at the end
+      text.clear();
+    } else if (c.tool_format != model::ToolCallFormat::kNone) {
       c.stream_text += text;
       const size_t can = std::max(c.released, releasable_content(c.stream_text, c.tool_format));
       text = c.stream_text.substr(c.released, can - c.released);
@@ -497,6 +513,36 @@ struct NodeServer::Impl {
     std::vector<Prompt> prompts;
     std::string prompt_text;
     model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;
+    // Structured output (docs/structured-outputs.md), or a forced tool call: one grammar, compiled here (a bad
+    // schema or grammar is a 400 naming where), shared by every prompt and choice.
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    if (!r.generation.structured.none()) {
+      auto compiled = compile_structured(engine.grammars(), r.generation.structured);
+      if (!compiled.ok()) {
+        return reply_error(w, endpoint,
+                           {400, std::string(compiled.status().message()), "invalid_request_error",
+                            r.generation.structured.field, ""});
+      }
+      grammar = std::move(*compiled);
+    }
+    const bool forced_tools = forces_tool_call(r);
+    if (forced_tools) {
+      if (!r.generation.structured.none()) {
+        return reply_error(w, endpoint,
+                           {400,
+                            fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one", r.tool_choice,
+                                        r.generation.structured.field),
+                            "invalid_request_error", "tool_choice", ""});
+      }
+      auto forced = forced_tool_output(r);
+      auto compiled = forced.ok() ? compile_structured(engine.grammars(), *forced) : forced.status();
+      if (!compiled.ok()) {
+        return reply_error(w, endpoint,
+                           {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
+                            "invalid_request_error", "tools", ""});
+      }
+      grammar = std::move(*compiled);
+    }
     if (chat) {
       if (!options.chat) {
         return reply_error(
@@ -598,6 +644,7 @@ struct NodeServer::Impl {
       gen.prompt = prompts[p].ids;
       gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
       gen.n = n;
+      gen.grammar = grammar;
       // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions).
       if (r.echo && r.generation.logprobs >= 0)
         gen.prompt_logprobs = std::max(gen.prompt_logprobs, r.generation.logprobs);
@@ -617,7 +664,8 @@ struct NodeServer::Impl {
         // (a reasoning parser reshapes the text the router counts).
         call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
                           !(chat && options.reasoning != ReasoningFormat::kNone);
-        call->tool_format = tool_format;
+        call->tool_format = forced_tools ? model::ToolCallFormat::kNone : tool_format;
+        call->forced_tools = forced_tools;
         call->prompt_ids = prompts[p].ids;
         call->echo_only = echo_only;
         if (chat && options.reasoning != ReasoningFormat::kNone) {
@@ -821,7 +869,16 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                                    s.kv_blocks_used, s.kv_blocks_total, std::string(d->options.embeddings.runner())}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
-    std::string text = d->metrics.render(d->engine.stats());
+    const engine::EngineStats stats = d->engine.stats();
+    std::string text = d->metrics.render(stats);
+    text += fmt::format(
+        "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
+        "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
+        "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
+        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n"
+        "# HELP tessera_grammar_jump_forward_tokens_total Tokens a grammar forced, appended without a model step\n"
+        "# TYPE tessera_grammar_jump_forward_tokens_total counter\ntessera_grammar_jump_forward_tokens_total {}\n",
+        stats.grammar_tokens, stats.grammar_seconds, stats.jump_forward_tokens);
     if (d->options.pd != nullptr) {
       PdStats p = d->options.pd->stats();
       text += fmt::format(

@@ -29,6 +29,7 @@
 #include "link/checksum.h"
 #include "serve/owned_threads.h"
 #include "serve/prefill_breaker.h"
+#include "serve/structured.h"
 
 namespace tessera::serve {
 namespace {
@@ -297,6 +298,11 @@ struct PdService::Impl {
     engine::GenerationRequest gen;
     gen.prompt = std::move(call->prompt);
     gen.sampling = call->sampling;
+    if (!call->structured.none()) {
+      auto grammar = compile_structured(kv.grammars(), call->structured);
+      if (!grammar.ok()) return w->send(400, error_json(grammar.status().message()));
+      gen.grammar = std::move(*grammar);
+    }
     gen.max_tokens = 1;
     gen.ignore_eos = true;
     gen.n = call->n;
@@ -469,6 +475,7 @@ struct PdService::Impl {
       call.n = gen.n;
       call.stop_token_ids.assign(gen.stop_token_ids.begin(), gen.stop_token_ids.end());
       call.ignore_eos = gen.ignore_eos;
+      if (gen.grammar) call.structured = structured_of(gen.grammar->spec());
       call.agent = agent->info().encode();
       call.region = desc->encode();
       call.offset = *offset;

@@ -214,7 +214,7 @@ TEST_P(StoreTest, ADeletedLiveEntryIsWrittenAgain) {
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("embedded", "etcd"));
 
 TEST(StoreRegistryTest, UnknownKindsAndBadSpecs) {
-  EXPECT_EQ(make_store("zookeeper", "http://x:1").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_store("zookeeper", "http://x:1").status().code(), StatusCode::kNotFound);
   EXPECT_NE(make_store("zookeeper", "http://x:1").status().message().find("etcd"), std::string::npos);
   EXPECT_EQ(make_store("embedded-no-url").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(make_store("etcd", "ftp://x").status().code(), StatusCode::kInvalidArgument);

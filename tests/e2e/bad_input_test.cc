@@ -101,7 +101,7 @@ TEST_F(BadInput, UnknownSubcommand) { expect_clean_error({"fly"}, "fly"); }
 
 TEST_F(BadInput, UnknownBackendListsTheAvailableOnes) {
   expect_clean_error({"generate", "--model", testing::stories260k_dir(), "--backend", "tpu"},
-                     "available backends: ref");
+                     "unknown backend 'tpu'; known: ref");
 }
 
 TEST_F(BadInput, BadSamplingValues) {

@@ -187,7 +187,8 @@ TEST(RouterCli, BadFlagsFailWithAnActionableMessage) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--nodes", "http://127.0.0.1:1", "--strategy", "fastest"}, "known strategies: consistent_hash"},
+      {{"--nodes", "http://127.0.0.1:1", "--strategy", "fastest"},
+       "unknown routing strategy 'fastest'; known: round_robin"},
       {{"--nodes", "ftp://x"}, "unsupported URL"},
       {{"--nodes", "http://127.0.0.1:1=abc"}, "bad capacity"},
       {{"--nodes", "http://a:1,http://a:1"}, "listed twice"},

@@ -20,11 +20,16 @@ std::vector<DeviceUnderTest> devices_under_test() {
       std::printf("[ conformance ] backend %s not tested here: %s\n", name.c_str(), d.status().message().c_str());
     }
   }
-  // Every cpu kernel variant this processor runs, beside the one the registry's "cpu" picked.
-  for (cpu::Isa isa : cpu::runnable_isas()) {
+  // Every cpu kernel variant this processor runs, beside the one the registry's "cpu" picked; the others are
+  // named with the reason (e.g. cpu(amx) on a processor or kernel without AMX tiles).
+  for (cpu::Isa isa : {cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kAvx2, cpu::Isa::kGeneric}) {
     if (cpu::detected_isa().rfind(std::string(cpu::isa_name(isa)), 0) == 0) continue;
     auto variant = cpu::create_backend(isa);
-    if (!variant.ok()) continue;
+    if (!variant.ok()) {
+      std::printf("[ conformance ] cpu(%s) not tested here: %s\n", std::string(cpu::isa_name(isa)).c_str(),
+                  variant.status().message().c_str());
+      continue;
+    }
     auto d = (*variant)->open_device_with(0, DeviceOptions{2, ""});
     if (d.ok()) out.push_back({fmt::format("cpu({})", cpu::isa_name(isa)), std::move(d).value()});
   }

@@ -1,6 +1,6 @@
-// The devices the conformance tests check: every registered backend that opens here, plus the cpu
-// backend's portable fallback (what a processor without AVX2 runs), which this machine would otherwise
-// never exercise.
+// The devices the conformance tests check: every registered backend that opens here, plus every other cpu
+// kernel variant this processor runs (amx, avx512, avx2 and the portable fallback, which this machine would
+// otherwise never exercise); a variant it cannot run is named with the reason.
 #pragma once
 
 #include <memory>

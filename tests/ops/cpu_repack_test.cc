@@ -38,7 +38,9 @@ struct Cpu {
     EXPECT_TRUE(b.ok());
     t.buffer = b->get();
     buffers.push_back(std::move(b).value());
-    if (data) EXPECT_TRUE(stream->upload(t, data).ok());
+    if (data) {
+      EXPECT_TRUE(stream->upload(t, data).ok());
+    }
     return t;
   }
   std::vector<float> matmul(const float* x, int64_t n, int64_t k, const Tensor& w, int64_t m, const Tensor& bias) {
@@ -55,7 +57,9 @@ struct Cpu {
 };
 
 // The panel height each build repacks with (0: it keeps every matrix row-major).
-int panel_rows(cpu::Isa isa) { return isa == cpu::Isa::kAvx512 ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0; }
+int panel_rows(cpu::Isa isa) {
+  return isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAmx ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0;
+}
 
 class CpuMatMulRepacked : public ::testing::TestWithParam<DType> {};
 
@@ -65,7 +69,7 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
   int tested = 0;
   for (cpu::Isa isa : cpu::runnable_isas()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p)) continue;
+    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     // Whole panels only; a tail of 5 rows after them; k of an odd number of 32-blocks (288) or 1-2 super-blocks.
@@ -133,7 +137,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
   int tested = 0;
   for (cpu::Isa isa : cpu::runnable_isas()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p)) continue;
+    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     const int64_t vocab = 3 * p + 5, dim = 512;
@@ -168,7 +172,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
-                         ::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Values(DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {

@@ -45,7 +45,7 @@ RouteRequest session(const std::string& id) {
 TEST(StrategyRegistry, UnknownNameListsKnownOnes) {
   auto s = builtin_strategies().create("fastest", {});
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   for (const char* name :
        {"round_robin", "weighted_random", "consistent_hash", "least_latency", "prefix_cache", "kv_aware"}) {
     EXPECT_NE(s.status().message().find(name), std::string::npos) << s.status().message();

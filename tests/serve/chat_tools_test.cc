@@ -48,9 +48,16 @@ TEST(ChatTools, RequestsCarryToolsAndToolMessages) {
 
   const std::string user = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
   EXPECT_EQ(req(user + kTools + R"(,"tool_choice":"none"})").tool_choice, "none");
-  EXPECT_EQ(err(user + kTools + R"(,"tool_choice":"required"})").param, "tool_choice");
-  EXPECT_EQ(err(user + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})").param,
+  // Forcing a call is enforced by a grammar of the tools' parameter schemas (serve/forced_tools.h).
+  EXPECT_EQ(req(user + kTools + R"(,"tool_choice":"required"})").tool_choice, "required");
+  ApiRequest named = req(user + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  EXPECT_EQ(named.tool_choice, "function");
+  EXPECT_EQ(named.tool_choice_function, "get_weather");
+  EXPECT_FALSE(req(user + kTools + R"(,"parallel_tool_calls":false})").parallel_tool_calls);
+  EXPECT_EQ(err(user + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})").param,
             "tool_choice");
+  EXPECT_EQ(err(user + R"("tool_choice":"required"})").param, "tool_choice");
+  EXPECT_EQ(err(user + kTools + R"(,"tool_choice":"sometimes"})").param, "tool_choice");
   EXPECT_EQ(err(user + R"("tools":[{"type":"function"}]})").param, "tools");
   EXPECT_EQ(err(user + R"("tools":{"a":1}})").param, "tools");
   EXPECT_EQ(

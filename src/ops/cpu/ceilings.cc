@@ -1,4 +1,5 @@
-// Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build.
+// Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build (the amx
+// build adds the tile products).
 #include <omp.h>
 
 #include <algorithm>
@@ -44,45 +45,161 @@ void triad_pass(float* a, const float* b, const float* c, size_t n, int threads)
   for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) a[i] = b[i] + 3.0f * c[i];
 }
 
-double fma_pass(int threads, int64_t iters) {
-  float sink = 0.0f;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
+// Runs body(iters) on every thread, each timing itself; the ceiling is the sum of the threads' rates, ops_per_iter
+// operations per iteration (a descheduled thread then lowers only its own share).
+template <typename Body>
+double per_thread_rate(int threads, int64_t iters, double ops_per_iter, Body body) {
+  double total = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
   {
-#if defined(__AVX2__)
-    // Ten named accumulators (an array would live on the stack): enough independent chains to cover the
-    // FMA latency on both pipes.
+    const double t0 = now();
+    body(iters);
+    total += static_cast<double>(iters) * ops_per_iter / (now() - t0);
+  }
+  return total;
+}
+
+volatile float g_sink = 0.0f;
+
+// Twelve independent chains of one vector operation, in named variables: an array of accumulators (or an asm
+// barrier on its elements) kept them on the stack, and each step then waited on a store and a load (the 512-bit
+// FMA loop measured 34 GFLOP/s where the f16 GEMM itself ran 112).
+#define TS_CHAINS12(STEP) \
+  STEP(a0) STEP(a1) STEP(a2) STEP(a3) STEP(a4) STEP(a5) STEP(a6) STEP(a7) STEP(a8) STEP(a9) STEP(a10) STEP(a11)
+#define TS_DECLARE12(V, init)                                                                                   \
+  V a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5), a6 = init(6), a7 = init(7), \
+    a8 = init(8), a9 = init(9), a10 = init(10), a11 = init(11)
+#define TS_SUM12(add) \
+  add(add(add(add(a0, a1), add(a2, a3)), add(add(a4, a5), add(a6, a7))), add(add(a8, a9), add(a10, a11)))
+
+// f32 FMA of the build's widest vector: twelve chains cover the latency on both FMA pipes.
+double fma_rate(int threads, int64_t iters) {
+#if defined(__AVX512F__)
+  return per_thread_rate(threads, iters, 12.0 * 16 * 2, [](int64_t n) {
+    const __m512 m = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+    const float seed = static_cast<float>(omp_get_thread_num()) * 1e-3f;
+    auto init = [seed](int j) { return _mm512_set1_ps(seed + static_cast<float>(j) * 1e-4f); };
+    TS_DECLARE12(__m512, init);
+    for (int64_t i = 0; i < n; ++i) {
+#define TS_STEP(a) a = _mm512_fmadd_ps(a, m, add);
+      TS_CHAINS12(TS_STEP)
+#undef TS_STEP
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, TS_SUM12(_mm512_add_ps));  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
+    g_sink = g_sink + lanes[0];
+  });
+#elif defined(__AVX2__)
+  return per_thread_rate(threads, iters, 12.0 * 8 * 2, [](int64_t n) {
     const __m256 m = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
     const float seed = static_cast<float>(omp_get_thread_num()) * 1e-3f;
-    __m256 a0 = _mm256_set1_ps(seed), a1 = _mm256_set1_ps(seed + 1e-4f), a2 = _mm256_set1_ps(seed + 2e-4f);
-    __m256 a3 = _mm256_set1_ps(seed + 3e-4f), a4 = _mm256_set1_ps(seed + 4e-4f), a5 = _mm256_set1_ps(seed + 5e-4f);
-    __m256 a6 = _mm256_set1_ps(seed + 6e-4f), a7 = _mm256_set1_ps(seed + 7e-4f), a8 = _mm256_set1_ps(seed + 8e-4f);
-    __m256 a9 = _mm256_set1_ps(seed + 9e-4f);
-    for (int64_t i = 0; i < iters; ++i) {
-      a0 = _mm256_fmadd_ps(a0, m, add);
-      a1 = _mm256_fmadd_ps(a1, m, add);
-      a2 = _mm256_fmadd_ps(a2, m, add);
-      a3 = _mm256_fmadd_ps(a3, m, add);
-      a4 = _mm256_fmadd_ps(a4, m, add);
-      a5 = _mm256_fmadd_ps(a5, m, add);
-      a6 = _mm256_fmadd_ps(a6, m, add);
-      a7 = _mm256_fmadd_ps(a7, m, add);
-      a8 = _mm256_fmadd_ps(a8, m, add);
-      a9 = _mm256_fmadd_ps(a9, m, add);
+    auto init = [seed](int j) { return _mm256_set1_ps(seed + static_cast<float>(j) * 1e-4f); };
+    TS_DECLARE12(__m256, init);
+    for (int64_t i = 0; i < n; ++i) {
+#define TS_STEP(a) a = _mm256_fmadd_ps(a, m, add);
+      TS_CHAINS12(TS_STEP)
+#undef TS_STEP
     }
-    sink += hsum(_mm256_add_ps(
-        _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)), _mm256_add_ps(a8, a9))));
+    g_sink = g_sink + hsum(TS_SUM12(_mm256_add_ps));
+  });
 #else
+  return per_thread_rate(threads, iters / 4, 80.0 * 2, [](int64_t n) {
     float a[80];
     for (int j = 0; j < 80; ++j) a[j] = static_cast<float>(j) * 1e-3f;
-    for (int64_t i = 0; i < iters; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       for (int j = 0; j < 80; ++j) a[j] = a[j] * 0.999999f + 1e-7f;
     }
-    for (float v : a) sink += v;
+    float s = 0.0f;
+    for (float v : a) s += v;
+    g_sink = g_sink + s;
+  });
 #endif
-  }
-  return static_cast<double>(sink);
 }
+
+// int8 dot products as the quantised kernels run them: 512-bit vpdpbusd (64 multiply-adds each), or AVX2's
+// maddubs + madd (32 multiply-adds into int32 per pair); twelve independent chains.
+double int8_rate(int threads, int64_t iters) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return per_thread_rate(threads, iters, 12.0 * 64 * 2, [](int64_t n) {
+    const __m512i x = _mm512_set1_epi32(0x01020304), y = _mm512_set1_epi32(0x05060708 + omp_get_thread_num());
+    auto init = [](int j) { return _mm512_set1_epi32(j); };
+    TS_DECLARE12(__m512i, init);
+    for (int64_t i = 0; i < n; ++i) {
+#define TS_STEP(a) a = _mm512_dpbusd_epi32(a, x, y);
+      TS_CHAINS12(TS_STEP)
+#undef TS_STEP
+    }
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, TS_SUM12(_mm512_add_epi32));
+    g_sink = g_sink + static_cast<float>(lanes[0]);
+  });
+#elif defined(__AVX2__)
+  return per_thread_rate(threads, iters, 12.0 * 32 * 2, [](int64_t n) {
+    const __m256i x = _mm256_set1_epi32(0x01020304 + omp_get_thread_num()), one = _mm256_set1_epi16(1);
+    auto init = [](int j) { return _mm256_set1_epi32(0x05060708 + j); };
+    TS_DECLARE12(__m256i, init);
+    for (int64_t i = 0; i < n; ++i) {
+// maddubs of the chain's own bytes: with two constants the compiler hoisted the products out of the loop.
+#define TS_STEP(a) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), one));
+      TS_CHAINS12(TS_STEP)
+#undef TS_STEP
+    }
+    g_sink = g_sink + static_cast<float>(hsum_epi32(TS_SUM12(_mm256_add_epi32)));
+  });
+#else
+  (void)threads, (void)iters;
+  return 0.0;
+#endif
+}
+
+#if defined(__AMX_INT8__) && defined(__AMX_BF16__)
+// Tile products: A tiles 0-1 (16 x 64 bytes), B tiles 2-3 (16 x 64), four independent C tiles 4-7 (each
+// instruction waits for its own C only). ldtilecfg through inline asm, as in matmul_amx.h.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+template <bool kBf16>
+double amx_rate(int threads, int64_t iters) {
+  // Per instruction 16 x 16 x 64 int8 multiply-adds, or 16 x 16 x 32 bf16 ones.
+  const double ops = 4.0 * 16 * 16 * (kBf16 ? 32 : 64) * 2;
+  return per_thread_rate(threads, iters, ops, [](int64_t n) {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.rows[t] = 16;
+      c.colsb[t] = 64;
+    }
+    asm volatile("ldtilecfg %0" : : "m"(c));
+    alignas(64) static const uint8_t a[16 * 64] = {1}, b[16 * 64] = {2};
+    alignas(64) int32_t out[16 * 16];
+    _tile_loadd(0, a, 64);
+    _tile_loadd(1, a, 64);
+    _tile_loadd(2, b, 64);
+    _tile_loadd(3, b, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (kBf16) {
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+      } else {
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbssd(5, 0, 3);
+        _tile_dpbssd(6, 1, 2);
+        _tile_dpbssd(7, 1, 3);
+      }
+    }
+    _tile_stored(4, out, 64);
+    _tile_release();
+    g_sink = g_sink + static_cast<float>(out[0]);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -114,13 +231,32 @@ Ceilings measure(int threads, size_t bytes) {
     out.read_bytes_per_s = std::max(out.read_bytes_per_s, static_cast<double>(n * sizeof(float)) / (t1 - t0));
     out.triad_bytes_per_s = std::max(out.triad_bytes_per_s, 3.0 * static_cast<double>(n * sizeof(float)) / (t2 - t1));
   }
-  const int64_t iters = 20'000'000;
+  const int64_t iters = 5'000'000;
   for (int rep = 0; rep < 3; ++rep) {
-    double t0 = now();
-    keep = keep + static_cast<float>(fma_pass(threads, iters));
-    double t1 = now();
-    out.fma_flops_per_s = std::max(out.fma_flops_per_s, static_cast<double>(threads) * iters * 80 * 2 / (t1 - t0));
+    out.fma_flops_per_s = std::max(out.fma_flops_per_s, fma_rate(threads, iters));
+    out.int8_dot_ops_per_s = std::max(out.int8_dot_ops_per_s, int8_rate(threads, iters));
   }
+#if defined(__AMX_INT8__) && defined(__AMX_BF16__)
+  // The amx build is only called where amx_status() granted the tiles.
+  for (int rep = 0; rep < 3; ++rep) {
+    out.amx_int8_ops_per_s = std::max(out.amx_int8_ops_per_s, amx_rate<false>(threads, iters / 4));
+    out.amx_bf16_flops_per_s = std::max(out.amx_bf16_flops_per_s, amx_rate<true>(threads, iters / 4));
+  }
+#endif
+#if defined(__AVX512F__)
+  out.fma_kind = "512-bit vfmadd";
+#elif defined(__AVX2__)
+  out.fma_kind = "256-bit vfmadd";
+#else
+  out.fma_kind = "scalar";
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  out.int8_dot_kind = "512-bit vpdpbusd";
+#elif defined(__AVX2__)
+  out.int8_dot_kind = "256-bit vpmaddubsw + vpmaddwd";
+#else
+  out.int8_dot_kind = "none";
+#endif
   std::free(a);
   std::free(b);
   std::free(c);

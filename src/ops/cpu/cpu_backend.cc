@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "base/quant.h"
+#include "ops/cpu/amx.h"
 #include "ops/cpu/ceilings.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
@@ -29,9 +30,13 @@ bool has_avx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vnni");
 }
+// The amx build is the avx512 one plus tiles; amx_status() also asks Linux for the tile permission (once).
+bool has_amx() { return has_avx512() && amx_status().usable; }
 
 const char* isa_features(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return "avx512f/bw/vl/dq+vnni+amx-int8";
     case Isa::kAvx512:
       return "avx512f/bw/vl/dq+vnni";
     case Isa::kAvx2:
@@ -51,7 +56,12 @@ Result<Isa> resolve(Isa isa) {
       isa = *parsed;
     }
   }
-  if (isa == Isa::kAuto) return has_avx512() ? Isa::kAvx512 : has_avx2() ? Isa::kAvx2 : Isa::kGeneric;
+  if (isa == Isa::kAuto) {
+    return has_amx() ? Isa::kAmx : has_avx512() ? Isa::kAvx512 : has_avx2() ? Isa::kAvx2 : Isa::kGeneric;
+  }
+  if (isa == Isa::kAmx && has_avx512() && !has_amx()) {
+    return failed_precondition(fmt::format("cpu: the amx kernels cannot run here: {}", amx_status().reason));
+  }
   if (!isa_supported(isa)) {
     return failed_precondition(fmt::format("cpu: the {} kernels need {}, which this processor does not report",
                                            isa_name(isa), isa_features(isa)));
@@ -83,10 +93,14 @@ Status dispatch(const Op& op, const Ctx& ctx) {
   return std::visit(
       [&ctx](const auto& o) -> Status {
         using T = std::decay_t<decltype(o)>;
-#define TS_CPU_CALL(fn)                                          \
-  if constexpr (kIsa == Isa::kAvx512) return avx512::fn(o, ctx); \
-  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);     \
+// The amx build has its own matmuls only (TS_CPU_CALL_MM); every other operator is the avx512 kernel.
+#define TS_CPU_CALL(fn)                                                               \
+  if constexpr (kIsa == Isa::kAvx512 || kIsa == Isa::kAmx) return avx512::fn(o, ctx); \
+  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);                          \
   return generic::fn(o, ctx)
+#define TS_CPU_CALL_MM(fn)                                 \
+  if constexpr (kIsa == Isa::kAmx) return amx::fn(o, ctx); \
+  TS_CPU_CALL(fn)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
           if (panel_layout(o.table) != nullptr) return embedding_from_panels(o);  // a table shared with a matmul
           TS_CPU_CALL(embedding);
@@ -104,11 +118,11 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(attention_decode);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           if (dtype_info(o.w.dtype).block_elems == kQuantBlock) {
-            TS_CPU_CALL(matmul_quant);
+            TS_CPU_CALL_MM(matmul_quant);
           } else if (is_kquant(o.w.dtype)) {
-            TS_CPU_CALL(matmul_kquant);
+            TS_CPU_CALL_MM(matmul_kquant);
           } else {
-            TS_CPU_CALL(matmul_dense);
+            TS_CPU_CALL_MM(matmul_dense);
           }
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
           TS_CPU_CALL(silu_mul);
@@ -127,6 +141,7 @@ Status dispatch(const Op& op, const Ctx& ctx) {
         } else {
           TS_CPU_CALL(argmax);
         }
+#undef TS_CPU_CALL_MM
 #undef TS_CPU_CALL
       },
       op);
@@ -135,6 +150,8 @@ Status dispatch(const Op& op, const Ctx& ctx) {
 using Kernel = Status (*)(const Op&, const Ctx&);
 Kernel kernel_for(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return &dispatch<Isa::kAmx>;
     case Isa::kAvx512:
       return &dispatch<Isa::kAvx512>;
     case Isa::kAvx2:
@@ -188,6 +205,8 @@ class CpuStream final : public Stream {
       return unimplemented(s.reason);
     }
     switch (isa_) {
+      case Isa::kAmx:
+        return dispatch<Isa::kAmx>(op, ctx_);
       case Isa::kAvx512:
         return dispatch<Isa::kAvx512>(op, ctx_);
       case Isa::kAvx2:
@@ -229,15 +248,17 @@ class CpuDevice final : public Device {
 
   Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return CpuBuffer::create(bytes); }
   Support supports(const Op& op) const override { return capability(op); }
-  // The avx512 and avx2 kernels read q4_0 / q8_0 / q4_k / q6_k matrices in panels of their vector's rows; the
-  // generic build keeps every matrix row-major.
+  // The amx, avx512 and avx2 kernels read q4_0 / q5_0 / q4_k / q6_k matrices in panels of their vector's rows
+  // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
+  // row-major.
   Status prepare_matmul_weight(const Tensor& w) override {
-    const int p = isa_ == Isa::kAvx512 ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
-    if (p == 0 || !repackable(w.dtype, p) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
+    const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
+    const bool amx = isa_ == Isa::kAmx;
+    if (p == 0 || !repackable(w.dtype, p, amx) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
         w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
       return ok_status();
     }
-    return repack_matrix(w, p);
+    return repack_matrix(w, p, amx);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(isa_, threads_); }
 
@@ -270,16 +291,18 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 Result<Isa> parse_isa(std::string_view name) {
-  for (Isa i : {Isa::kAuto, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+  for (Isa i : {Isa::kAuto, Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
     if (isa_name(i) == name) return i;
   }
-  return invalid_argument(fmt::format("unknown cpu kernel variant '{}' (auto, avx512, avx2 or generic)", name));
+  return invalid_argument(fmt::format("unknown cpu kernel variant '{}' (auto, amx, avx512, avx2 or generic)", name));
 }
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAuto:
       return "auto";
+    case Isa::kAmx:
+      return "amx";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx2:
@@ -292,6 +315,8 @@ std::string_view isa_name(Isa isa) {
 
 bool isa_supported(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return has_amx();
     case Isa::kAvx512:
       return has_avx512();
     case Isa::kAvx2:
@@ -303,7 +328,7 @@ bool isa_supported(Isa isa) {
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+  for (Isa i : {Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
     if (isa_supported(i)) out.push_back(i);
   }
   return out;
@@ -314,6 +339,9 @@ Result<std::unique_ptr<Backend>> create_backend(Isa isa) {
   return std::unique_ptr<Backend>(new CpuBackend(resolved));
 }
 
+namespace amx {
+Ceilings measure(int threads, size_t bytes);
+}
 namespace avx512 {
 Ceilings measure(int threads, size_t bytes);
 }
@@ -326,8 +354,26 @@ Ceilings measure(int threads, size_t bytes);
 
 Ceilings measure_ceilings(int threads, size_t bytes) {
   threads = std::max(1, threads);
-  if (has_avx512()) return avx512::measure(threads, bytes);
-  return has_avx2() ? avx2::measure(threads, bytes) : generic::measure(threads, bytes);
+  // The variant the cpu backend runs here (TESSERA_CPU_ISA included): its vector width is the ceiling's.
+  const Result<Isa> isa = resolve(Isa::kAuto);
+  switch (isa.ok() ? *isa : Isa::kGeneric) {
+    case Isa::kAmx:
+      return amx::measure(threads, bytes);
+    case Isa::kAvx512:
+      return avx512::measure(threads, bytes);
+    case Isa::kAvx2:
+      return avx2::measure(threads, bytes);
+    default:
+      return generic::measure(threads, bytes);
+  }
+}
+
+ComputeCeiling matmul_ceiling(const Ceilings& c, DType matrices, std::string_view variant) {
+  if (dtype_info(matrices).block_elems > 1) {
+    if (variant.substr(0, 3) == "amx" && c.amx_int8_ops_per_s > 0) return {c.amx_int8_ops_per_s, "AMX int8"};
+    if (variant.substr(0, 7) != "generic" && c.int8_dot_ops_per_s > 0) return {c.int8_dot_ops_per_s, "int8 dot"};
+  }
+  return {c.fma_flops_per_s, "f32 FMA"};
 }
 
 std::string detected_isa() {

@@ -1,9 +1,10 @@
 // Kernels of the cpu backend. Every kernel source is compiled three times: with AVX-512 F/BW/VL/VNNI on
 // top of AVX2/FMA/F16C (namespace cpu::avx512), with AVX2/FMA/F16C (cpu::avx2), and for baseline x86-64
-// (cpu::generic); cpu_backend.cc picks one at run time from what the processor reports (or what
-// --cpu-isa / TESSERA_CPU_ISA forces). Inside a kernel file `#if defined(__AVX2__)` selects the intrinsic
-// paths and `#if defined(__AVX512VNNI__)` the VNNI instructions, so every build comes from one source and
-// each variant is compiled and tested.
+// (cpu::generic); the matmul sources a fourth time with the AVX-512 flags plus AMX-TILE/INT8/BF16 (cpu::amx:
+// its other operators are the avx512 ones). cpu_backend.cc picks one at run time from what the processor
+// reports (or what --cpu-isa / TESSERA_CPU_ISA forces). Inside a kernel file `#if defined(__AVX2__)` selects
+// the intrinsic paths, `#if defined(__AVX512VNNI__)` the VNNI instructions and `#if defined(__AMX_INT8__)` the
+// tiles, so every build comes from one source and each variant is compiled and tested.
 //
 // Inputs have passed ops::validate() and the device's supports(); data-dependent checks (ids, slots,
 // block numbers in range) are done here and return OutOfRange. Kernels split work over the stream's
@@ -58,6 +59,11 @@ T* data(const Tensor& t) {
   Status pool(const PoolOp& op, const Ctx& ctx);                              \
   }
 
+namespace amx {
+Status matmul_dense(const MatMulOp& op, const Ctx& ctx);
+Status matmul_quant(const MatMulOp& op, const Ctx& ctx);
+Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);
+}  // namespace amx
 TS_CPU_DECLARE_KERNELS(avx512)
 TS_CPU_DECLARE_KERNELS(avx2)
 TS_CPU_DECLARE_KERNELS(generic)

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_amx_dense.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 namespace tessera::ops::cpu::TS_CPU_ISA {
@@ -377,6 +379,17 @@ void add_bias(const MatMulOp& op) {
 }  // namespace
 
 Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AMX_BF16__) && defined(__AVX512BF16__)
+  // The amx build: bf16 weights on bf16 tiles at every batch size (matmul_amx_dense.h says why not f16); f32 and
+  // f16 below.
+  if (op.w.dtype == DType::kBF16) {
+    TS_RETURN_IF_ERROR(dense_tiles::matmul(op, ctx));
+    add_bias(op);
+    return ok_status();
+  }
+#endif
+  // No other build reads repacked bf16 panels (the amx device makes them).
+  if (const PanelLayout* lay = panel_layout(op.w)) return panels_unreadable(*lay);
   switch (op.w.dtype) {
     case DType::kF32:
       // Through the tiles like f16 and bf16, never OpenBLAS's sgemm: sgemm rounds differently from dot(), so a

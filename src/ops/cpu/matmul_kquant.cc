@@ -27,6 +27,7 @@
 #include <fmt/core.h>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_amx.h"
 #include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/matmul_repacked.h"
 #include "ops/cpu/repack.h"
@@ -415,8 +416,9 @@ inline void block_dot(const Unpacked& u, const int8_t* xq, float xd, const int16
 #if defined(__AVX2__)
 // Decoders for matmul_packed.h (scales, and one vector of unsigned weight bytes at a time). q4_k: groups of 32 with f32
 // scale d * sc and minimum dmin * m; q6_k: groups of 16 with scale d * sc and the integer offset 32.
-struct PackQ4_K {
-  using Block = BlockQ4_K;
+template <typename B>
+struct PackK4 {
+  using Block = B;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 32, kOffset = 0, kStepBlocks = 1;
   static constexpr bool kMin = true;
   static void scales(const Block* w, int64_t b, int, float* s, float* mn) {
@@ -475,6 +477,59 @@ struct PackQ4_K {
 #endif
   }
 };
+using PackQ4_K = PackK4<BlockQ4_K>;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// q5_k (the amx build): q4_k's scales and nibbles plus a fifth bit per element from qh (bit 2c of qh[l] for element
+// 64c + l, bit 2c + 1 for element 64c + 32 + l), as unpack() builds it.
+struct PackQ5_K : PackK4<BlockQ5_K> {
+  static packed::VI unit(const Block* w, int64_t b, int, int u) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = load32(w[b].qs + 32 * u), h = load32(w[b].qh);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * u, 4))),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * u + 1, 4)),
+                              1);
+  }
+};
+// q2_k and q3_k (the amx build): groups of 16 from the two-bit fields as unpack_crumbs() lays them out (unit u:
+// elements 64u.., in qs[32 (u / 2) ..] at bit pairs 2 (u % 2) and 2 (u % 2) + 1), q3_k with the hmask bit as bit 2
+// (bits 2u and 2u + 1 of hmask[l]). q2_k: scale d (sc & 15), minimum dmin (sc >> 4); q3_k: scale d (sc - 32) and
+// the offset 4 (its q - 4). The scales row by row (no 16-row gather form).
+inline packed::VI crumb_unit(const uint8_t* qs, int u) {
+  const __m256i v = load32(qs + 32 * (u / 2)), m3 = _mm256_set1_epi8(3);
+  const int sh = 4 * (u % 2);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, sh), m3)),
+                            _mm256_and_si256(_mm256_srli_epi16(v, sh + 2), m3), 1);
+}
+struct PackQ2_K {
+  using Block = BlockQ2_K;
+  static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 0, kStepBlocks = 1;
+  static constexpr bool kMin = true;
+  static void scales(const Block* w, int64_t b, int, float* s, float* mn) {
+    const float d = scale_of(w[b].d), dmin = scale_of(w[b].dmin);
+    for (int g = 0; g < 16; ++g) {
+      s[g * packed::kP] = d * static_cast<float>(w[b].scales[g] & 15);
+      mn[g * packed::kP] = dmin * static_cast<float>(w[b].scales[g] >> 4);
+    }
+  }
+  static packed::VI unit(const Block* w, int64_t b, int, int u) { return crumb_unit(w[b].qs, u); }
+};
+struct PackQ3_K {
+  using Block = BlockQ3_K;
+  static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 4, kStepBlocks = 1;
+  static constexpr bool kMin = false;
+  static void scales(const Block* w, int64_t b, int, float* s, float*) {
+    int sc[16];
+    unpack_q3_k_scales(w[b].scales, sc);
+    const float d = scale_of(w[b].d);
+    for (int g = 0; g < 16; ++g) s[g * packed::kP] = d * static_cast<float>(sc[g] - 32);
+  }
+  static packed::VI unit(const Block* w, int64_t b, int, int u) {
+    const __m256i h = load32(w[b].hmask);
+    const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(bit_of(h, 2 * u, 2)), bit_of(h, 2 * u + 1, 2), 1);
+    return _mm512_or_si512(crumb_unit(w[b].qs, u), hb);
+  }
+};
+#endif
 struct PackQ6_K {
   using Block = BlockQ6_K;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 32, kStepBlocks = 1;
@@ -584,6 +639,21 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AMX_INT8__)
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+    if (op.w.dtype == DType::kQ4_K)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ6_K)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+    return panels_unreadable(*lay);
+  }
+  if (op.w.dtype == DType::kQ4_K) return packed::tiles_or_vectors<PackQ4_K>(op, ctx);
+  if (op.w.dtype == DType::kQ5_K) return packed::tiles_or_vectors<PackQ5_K>(op, ctx);
+  if (op.w.dtype == DType::kQ6_K) return packed::tiles_or_vectors<PackQ6_K>(op, ctx);
+  if (op.w.dtype == DType::kQ2_K) return packed::tiles_or_vectors<PackQ2_K>(op, ctx);
+  if (op.w.dtype == DType::kQ3_K) return packed::tiles_or_vectors<PackQ3_K>(op, ctx);
+  return unimplemented(fmt::format("cpu K-quant matmul does not take {} weights", dtype_name(op.w.dtype)));
+#endif
   if (const PanelLayout* lay = panel_layout(op.w)) {
 #if defined(__AVX2__)
     // Repacked at load (repack.h): every batch size reads the panels.

@@ -11,7 +11,10 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/core.h>
+
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_amx.h"
 #include "ops/cpu/matmul_packed.h"
 #include "ops/cpu/matmul_repacked.h"
 #include "ops/cpu/repack.h"
@@ -504,11 +507,62 @@ struct PackQ4_0 : PackBlocks<BlockQ4_0> {
 struct PackQ5_0 : PackBlocks<BlockQ5_0> {
   static constexpr int kOffset = 16;
 };
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// The amx build's decoders for the types the other builds keep on their row-by-row kernels: in the amx build q4_1
+// and q5_1 take the rows-in-lanes kernels (and, from kTileMinRows rows, the tiles, with the same bits). q8_0 stays
+// on the row-by-row kernels in every build: the tiles' block sums need the rows-in-lanes rounding, with which the
+// strict llama.cpp parity check fails (repack.h). q4_1 / q5_1: w = d q + m, so the minimum term is -m (the kernels
+// subtract mn * xd * sum(x)).
+template <typename B>
+struct PackMinBlocks : PackBlocks<B> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  static void scales(const B* w, int64_t b0, int nbl, float* s, float* mn) {
+    for (int i = 0; i < nbl; ++i) {
+      s[i * packed::kP] = scale(w[b0 + i].d);
+      mn[i * packed::kP] = -scale(w[b0 + i].m);
+    }
+  }
+  // One block of 16 rows: d and m are the first word's halves.
+  static void scales16(const B* b, __m512i offs, __mmask16 live, float* s, float* mn) {
+    const __m512i h = packed::gather_word(b, 0, offs, live);
+    _mm512_store_ps(s, packed::half_lo(h));
+    const __m512 m = packed::half_lo(_mm512_srli_epi32(h, 16));
+    _mm512_store_ps(mn, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m),
+                                                             _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
+  }
+};
+using PackQ4_1 = PackMinBlocks<BlockQ4_1>;
+using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
+#endif
 #endif
 
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
+#if defined(__AMX_INT8__)
+  if (const PanelLayout* lay = panel_layout(op.w)) {
+    if (op.w.dtype == DType::kQ4_0)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_0)
+      return packed::repacked_tiles_or_vectors<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
+    return panels_unreadable(*lay);
+  }
+  switch (op.w.dtype) {
+    case DType::kQ8_0:
+      break;  // the row-by-row kernels below, as in the avx512 build
+    case DType::kQ4_0:
+      return packed::tiles_or_vectors<PackQ4_0>(op, ctx);
+    case DType::kQ4_1:
+      return packed::tiles_or_vectors<PackQ4_1>(op, ctx);
+    case DType::kQ5_0:
+      return packed::tiles_or_vectors<PackQ5_0>(op, ctx);
+    case DType::kQ5_1:
+      return packed::tiles_or_vectors<PackQ5_1>(op, ctx);
+    default:
+      return unimplemented(fmt::format("cpu quantised matmul does not take {} weights", dtype_name(op.w.dtype)));
+  }
+#endif
   if (const PanelLayout* lay = panel_layout(op.w)) {
 #if defined(__AVX2__)
     // Repacked at load (repack.h): every batch size reads the panels.

@@ -230,17 +230,24 @@ void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a,
   }
 }
 
-// out [n, m] = x [n, k] . w^T (+ bias) for w repacked with layout `lay` (L reads its panels, Dec the row-major
-// tail). FailedPrecondition when the layout is not the one this build reads or does not describe op.w.
-template <typename L, typename Dec>
-Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
-  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+// FailedPrecondition when the layout is not the one this build reads or does not describe op.w.
+inline Status check_layout(const MatMulOp& op, const PanelLayout& lay) {
+  const int64_t k = op.x.dim(1), m = op.w.dim(0);
   if (lay.panel_rows != kP || lay.type != op.w.dtype || lay.rows != m || lay.cols != k || op.w.offset != 0) {
     return failed_precondition(fmt::format(
         "cpu matmul: the weight was repacked in panels of {} rows for a {} x {} {} matrix; these kernels read panels "
         "of {} and the operator gives a {} x {} {} weight at offset {}",
         lay.panel_rows, lay.rows, lay.cols, dtype_name(lay.type), kP, m, k, dtype_name(op.w.dtype), op.w.offset));
   }
+  return ok_status();
+}
+
+// out [n, m] = x [n, k] . w^T (+ bias) for w repacked with layout `lay` (L reads its panels, Dec the row-major
+// tail). FailedPrecondition as check_layout().
+template <typename L, typename Dec>
+Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
+  const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
+  TS_RETURN_IF_ERROR(check_layout(op, lay));
   const int64_t nb = k / Dec::kBlockElems, whole = m / kP, tail_rows = m - whole * kP;
   static_assert(L::kBytes == sizeof(typename Dec::Block) && L::kGroup == Dec::kGroup && L::kOffset == Dec::kOffset &&
                 L::kMin == Dec::kMin);

@@ -37,6 +37,7 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
                                {offsetof(BlockQ4_K, qs), 16, 32, 0}};
+  static const Piece pair[] = {{0, 0, 1, 0}};  // bf16: a "block" is a pair of elements, one dword
   static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
                                {offsetof(BlockQ6_K, ql), 18, 32, 0},
@@ -44,6 +45,8 @@ PieceList pieces(DType type) {
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
+    case DType::kBF16:
+      return {pair, 1};
     case DType::kQ5_0:
       return {q5_0, 3};
     case DType::kQ4_K:
@@ -84,6 +87,17 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
 
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "the panel offsets above follow these sizes");
 
+// The unit a panel block covers: the type's block, or for bf16 a pair of elements (4 bytes).
+struct Blocking {
+  int64_t elems;
+  size_t bytes;
+};
+Blocking blocking(DType type) {
+  if (type == DType::kBF16) return {2, 4};
+  const DTypeInfo& info = dtype_info(type);
+  return {info.block_elems, static_cast<size_t>(info.block_bytes)};
+}
+
 template <typename T>
 bool packed_in(const T& t) {
   const PanelLayout* l = panel_layout(t.buffer);
@@ -114,9 +128,11 @@ const PanelLayout* panel_layout(const Buffer* b) {
   return cb ? cb->panels() : nullptr;
 }
 
-bool repackable(DType type, int panel_rows) {
+bool repackable(DType type, int panel_rows, bool amx) {
   if (panel_rows != 8 && panel_rows != 16) return false;
   switch (type) {
+    case DType::kBF16:
+      return amx && panel_rows == 16;
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ4_K:
@@ -127,21 +143,25 @@ bool repackable(DType type, int panel_rows) {
   }
 }
 
-Status repack_matrix(const Tensor& w, int panel_rows) {
+Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   auto* buf = dynamic_cast<CpuBuffer*>(w.buffer);
   if (buf == nullptr) return invalid_argument("repack: not a cpu buffer");
   if (buf->panels() != nullptr) return invalid_argument("repack: the buffer is already repacked");
   if (w.rank != 2 || w.offset != 0 || w.bytes() != buf->size())
     return invalid_argument("repack: the matrix must be the whole of its buffer");
-  if (!repackable(w.dtype, panel_rows))
+  if (!repackable(w.dtype, panel_rows, amx))
     return invalid_argument(
         fmt::format("repack: {} is not repacked for panels of {}", dtype_name(w.dtype), panel_rows));
-  const DTypeInfo& info = dtype_info(w.dtype);
+  const Blocking info = blocking(w.dtype);
   const int64_t rows = w.dim(0), cols = w.dim(1);
-  if (cols % info.block_elems != 0) return invalid_argument("repack: rows are not whole blocks");
+  const bool dense = w.dtype == DType::kBF16;
+  // Dense rows of whole 32-element tile steps only (the tiles then read the panels as they are); others stay
+  // row-major and unmarked, and the kernels lay them out per call.
+  if (dense && cols % 32 != 0) return ok_status();
+  if (cols % info.elems != 0) return invalid_argument("repack: rows are not whole blocks");
   if (rows < panel_rows) return ok_status();  // nothing to gain; stays row-major and unmarked
-  const int64_t nb = cols / info.block_elems;
-  const size_t bs = static_cast<size_t>(info.block_bytes), panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
+  const int64_t nb = cols / info.elems;
+  const size_t bs = info.bytes, panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
   auto* base = static_cast<uint8_t*>(buf->host_ptr());
   std::vector<uint8_t> rows_copy(panel_bytes);  // one panel's row-major blocks: the rewrite is in place
   std::vector<const uint8_t*> blocks(static_cast<size_t>(panel_rows));
@@ -164,9 +184,9 @@ Status embedding_from_panels(const EmbeddingOp& op) {
   if (l == nullptr || op.table.offset != 0 || l->type != op.table.dtype || l->rows != vocab || l->cols != dim) {
     return failed_precondition("cpu embedding: the table's panel layout does not describe it");
   }
-  const DTypeInfo& info = dtype_info(l->type);
-  const int64_t nb = dim / info.block_elems, p = l->panel_rows, whole = l->whole_panels();
-  const size_t bs = static_cast<size_t>(info.block_bytes), row_bytes = static_cast<size_t>(nb) * bs;
+  const Blocking info = blocking(l->type);
+  const int64_t nb = dim / info.elems, p = l->panel_rows, whole = l->whole_panels();
+  const size_t bs = info.bytes, row_bytes = static_cast<size_t>(nb) * bs;
   const auto* base = static_cast<const uint8_t*>(op.table.buffer->host_ptr());
   const auto* ids = static_cast<const int32_t*>(op.ids.buffer->host_ptr()) + op.ids.offset / sizeof(int32_t);
   auto* out0 = reinterpret_cast<float*>(static_cast<uint8_t*>(op.out.buffer->host_ptr()) + op.out.offset);

@@ -1,4 +1,4 @@
-// Weight matrices repacked at load for the cpu backend's quantised matmuls (q4_0, q5_0, q4_k, q6_k).
+// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; bf16 for amx).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -11,11 +11,17 @@
 //   q5_0: P f16 scales, 1 vector of the rows' 32 fifth bits, then the nibbles as q4_0's;
 //   q4_k: P f16 d, P f16 dmin, 3 vectors of the 12 scale bytes, then 32 vectors of the nibbles (chunk c, dword j
 //         at vector 8c + j: group 2c in the low nibbles, 2c + 1 in the high ones);
-//   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh.
+//   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh;
+//   bf16 (the amx kernels only, rows of a multiple of 32 elements): per pair of elements one vector of P dwords
+//         (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a bf16 tile
+//         product (matmul_amx_dense.h).
 // q8_0 is not repacked: its lanes-are-rows kernel (one integer sum per block, its scale rounded to f16) was faster
 // (decode 1.3x, prefill 2.3x llama.cpp) but rounds differently from the row-by-row kernels, and the strict
 // llama.cpp parity check then fell to 6 of 8 identical continuations on stories15M Q8_0 (two ties 0.0019 apart;
-// the row-by-row kernels keep 7 of 8). So q8_0 keeps matmul_quant.cc's kernels in every build.
+// the row-by-row kernels keep 7 of 8). So q8_0 keeps matmul_quant.cc's kernels in every build, the amx one
+// included: its int8 tiles give block sums, which only the lanes-are-rows rounding can use (measured on the amx
+// kernels, 2026-12-03: with an f16 activation scale stories15M Q8_0 6 of 8; with an f32 one phi3_mini Q8_0 6 of 8;
+// both misses at near ties, every other shape and preset passing).
 // The size is unchanged and the rewrite is in place (no second copy). Rows past the last whole panel stay
 // row-major and take the kernels for unpacked blocks. 4-bit types stay 4-bit: decode reads exactly the stored
 // bytes.
@@ -66,13 +72,14 @@ class CpuBuffer final : public Buffer {
 const PanelLayout* panel_layout(const Buffer* b);
 inline const PanelLayout* panel_layout(const Tensor& t) { return panel_layout(t.buffer); }
 
-// Whether the cpu kernels repack this type with `panel_rows` rows per panel.
-bool repackable(DType type, int panel_rows);
+// Whether the cpu kernels repack this type with `panel_rows` rows per panel; `amx`: for the amx kernels, which
+// also read bf16 panels.
+bool repackable(DType type, int panel_rows, bool amx = false);
 
 // Rewrites the matrix `w` (rank 2, the whole of a CpuBuffer at offset 0, a repackable type) into panels of
 // `panel_rows` rows, in place, and marks the buffer. A matrix with fewer rows than a panel is left as is.
 // InvalidArgument when `w` does not qualify (the caller then keeps the row-major layout).
-Status repack_matrix(const Tensor& w, int panel_rows);
+Status repack_matrix(const Tensor& w, int panel_rows, bool amx = false);
 
 // The embedding lookup for a repacked table (a tied classifier shares the table): each row's blocks are gathered
 // back from the panels, then widened as from a row-major table, so the rows are bit for bit the stored ones.

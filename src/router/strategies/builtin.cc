@@ -3,12 +3,12 @@
 namespace tessera::router {
 
 void register_builtin_strategies(StrategyRegistry& r) {
-  r.add("round_robin", make_round_robin);
-  r.add("weighted_random", make_weighted_random);
-  r.add("consistent_hash", make_consistent_hash);
-  r.add("least_latency", make_least_latency);
-  r.add("prefix_cache", make_prefix_cache);
-  r.add("kv_aware", make_kv_aware);
+  (void)r.add("round_robin", make_round_robin);
+  (void)r.add("weighted_random", make_weighted_random);
+  (void)r.add("consistent_hash", make_consistent_hash);
+  (void)r.add("least_latency", make_least_latency);
+  (void)r.add("prefix_cache", make_prefix_cache);
+  (void)r.add("kv_aware", make_kv_aware);
 }
 
 }  // namespace tessera::router

@@ -1,0 +1,222 @@
+// The amx kernel variant: it is offered exactly when the processor and Linux allow tiles, the tile permission
+// covers threads that existed before it was granted, and its tiled quantised matmuls (batches of
+// packed::kTileMinRows rows and more) give the vector kernels' bits and the reference's values. Skips, saying
+// why, on a machine without AMX.
+#include <gtest/gtest.h>
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "base/quant.h"
+#include "base/rng.h"
+#include "ops/backend.h"
+#include "ops/cpu/amx.h"
+#include "ops/cpu/ceilings.h"
+#include "ops/cpu/cpu_backend.h"
+
+namespace tessera::ops {
+namespace {
+
+bool amx_runnable() {
+  for (cpu::Isa i : cpu::runnable_isas()) {
+    if (i == cpu::Isa::kAmx) return true;
+  }
+  return false;
+}
+
+// A 16 x 64 by 64 x 16 int8 product on the tile unit, in a function compiled for it (the test binary is built
+// for baseline x86-64): C[i][j] = sum_k a[i][k] * b[k][j], b given in the tiles' layout (row k / 4 holds
+// elements 4 (k / 4) .. + 3 of each column j).
+struct alignas(64) Config {
+  uint8_t palette = 1, start = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+__attribute__((target("amx-tile,amx-int8"))) void tile_product(const int8_t* a, const int8_t* b_vnni, int32_t* c) {
+  Config cfg;
+  cfg.rows[0] = 16, cfg.colsb[0] = 64;  // A
+  cfg.rows[1] = 16, cfg.colsb[1] = 64;  // B: 16 rows of 4-element groups
+  cfg.rows[2] = 16, cfg.colsb[2] = 64;  // C
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
+  _tile_loadd(0, a, 64);
+  _tile_loadd(1, b_vnni, 64);
+  _tile_zero(2);
+  _tile_dpbssd(2, 0, 1);
+  _tile_stored(2, c, 64);
+  _tile_release();
+}
+
+TEST(CpuAmx, TheVariantIsOfferedExactlyWhenTheHostAllowsTiles) {
+  const cpu::AmxStatus& s = cpu::amx_status();
+  EXPECT_EQ(s.usable, s.reason.empty()) << s.reason;
+  const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);
+  EXPECT_EQ(amx_runnable(), s.usable && avx512);
+  if (!s.usable) {
+    auto b = cpu::create_backend(cpu::Isa::kAmx);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
+    GTEST_SKIP() << "no AMX here: " << s.reason;
+  }
+  EXPECT_TRUE(cpu::cpu_reports_amx());
+  auto b = cpu::create_backend(cpu::Isa::kAmx);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto d = (*b)->open_device_with(0, DeviceOptions{1, ""});
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE((*d)->info().name.find("amx kernels"), std::string::npos) << (*d)->info().name;
+}
+
+// The permission is the process's: a thread that was already running when it was granted may use tiles.
+TEST(CpuAmx, ThePermissionCoversThreadsStartedBeforeIt) {
+  if (!cpu::cpu_reports_amx()) GTEST_SKIP() << "the processor reports no AMX";
+  std::promise<bool> granted;
+  std::vector<int32_t> c(256);
+  std::vector<int8_t> a(16 * 64), b(16 * 64);
+  Rng rng(3);
+  for (auto& v : a) v = static_cast<int8_t>(static_cast<int>(rng.next_u32() % 255) - 127);
+  for (auto& v : b) v = static_cast<int8_t>(static_cast<int>(rng.next_u32() % 255) - 127);
+  std::thread worker([&, wait = granted.get_future()]() mutable {
+    if (wait.get()) tile_product(a.data(), b.data(), c.data());
+  });
+  const cpu::AmxStatus& s = cpu::amx_status();  // the first request in this process when this test runs alone
+  granted.set_value(s.usable);
+  worker.join();
+  if (!s.usable) GTEST_SKIP() << s.reason;
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      int32_t want = 0;
+      for (int k = 0; k < 64; ++k)
+        want += a[static_cast<size_t>(i * 64 + k)] * b[static_cast<size_t>((k / 4) * 64 + j * 4 + k % 4)];
+      EXPECT_EQ(c[static_cast<size_t>(i * 16 + j)], want) << i << "," << j;
+    }
+  }
+}
+
+// `tessera bench generate` compares prefill with the peak of the instructions its matrix products run.
+TEST(CpuCeilings, ThePrefillCeilingFollowsTheKernelsThatRun) {
+  cpu::Ceilings c;
+  c.fma_flops_per_s = 1e11;
+  c.int8_dot_ops_per_s = 4e11;
+  c.amx_int8_ops_per_s = 5e12;
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ4_K, "amx (avx512f/bw/vl/dq+vnni+amx-int8)").what, "AMX int8");
+  EXPECT_EQ(cpu::matmul_ceiling(c, DType::kQ8_0, "amx").ops_per_s, 5e12);
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "avx512 (avx512f/bw/vl/dq+vnni)").what, "int8 dot");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "avx2 (avx2+fma+f16c)").what, "int8 dot");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "generic").what, "f32 FMA");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kF16, "amx").what, "f32 FMA");
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kF32, "avx512").what, "f32 FMA");
+  c.amx_int8_ops_per_s = 0;  // not measured (no AMX here): the int8 dot peak
+  EXPECT_STREQ(cpu::matmul_ceiling(c, DType::kQ8_0, "amx").what, "int8 dot");
+}
+
+// The measurement fills the peaks of the instructions the kernels this host runs use, and only those.
+TEST(CpuCeilings, EveryComputePeakOfTheKernelsThatRunIsMeasured) {
+  const cpu::Ceilings c = cpu::measure_ceilings(1, size_t{16} << 20);
+  const std::string variant = cpu::detected_isa();
+  EXPECT_GT(c.read_bytes_per_s, 0);
+  EXPECT_GT(c.fma_flops_per_s, 0);
+  EXPECT_EQ(c.int8_dot_ops_per_s > 0, variant != "generic") << variant << ": " << c.int8_dot_kind;
+  EXPECT_EQ(c.amx_int8_ops_per_s > 0, variant.rfind("amx", 0) == 0) << variant;
+  EXPECT_EQ(c.amx_bf16_flops_per_s > 0, variant.rfind("amx", 0) == 0) << variant;
+  std::printf(
+      "[ ceilings ] f32 FMA %.1f GFLOP/s (%s), int8 dot %.1f GOP/s (%s), AMX int8 %.1f GOP/s, AMX bf16 %.1f "
+      "GFLOP/s\n",
+      c.fma_flops_per_s / 1e9, c.fma_kind.c_str(), c.int8_dot_ops_per_s / 1e9, c.int8_dot_kind.c_str(),
+      c.amx_int8_ops_per_s / 1e9, c.amx_bf16_flops_per_s / 1e9);
+}
+
+// Tiles against the same rows alone (quantised types: a batch of 1 runs the vector kernels; f16 / bf16 run on tiles
+// at every batch size) and against the stored weights in f64, for every type the amx build puts on tiles, repacked
+// and row-major, with partial panels (37 rows), partial tiles of activation rows, rows that are not whole tile
+// steps (k = 200: the quantised types skip it) and a bias.
+class CpuAmxMatMul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CpuAmxMatMul, TilesGiveTheVectorKernelsBitsAndTheRightValues) {
+  if (!amx_runnable()) GTEST_SKIP() << "no AMX here: " << cpu::amx_status().reason;
+  const DType dtype = GetParam();
+  auto backend = cpu::create_backend(cpu::Isa::kAmx);
+  ASSERT_TRUE(backend.ok());
+  auto device = (*backend)->open_device_with(0, DeviceOptions{2, ""});
+  ASSERT_TRUE(device.ok());
+  auto stream = (*device)->create_stream();
+  std::vector<std::unique_ptr<Buffer>> keep;
+  auto make = [&](DType t, std::initializer_list<int64_t> shape, const void* data) {
+    Tensor x(nullptr, 0, t, shape);
+    auto buf = (*device)->alloc(x.bytes());
+    EXPECT_TRUE(buf.ok());
+    x.buffer = buf->get();
+    keep.push_back(std::move(buf).value());
+    if (data) {
+      EXPECT_TRUE(stream->upload(x, data).ok());
+    }
+    return x;
+  };
+  const int block = dtype_info(dtype).block_elems;
+  for (int64_t k : {int64_t{256}, int64_t{768}, int64_t{200}}) {
+    if (k % block != 0) continue;
+    const int64_t m = 37, n = 41;
+    Rng rng(5 + static_cast<uint64_t>(k));
+    std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k)), bias(static_cast<size_t>(m));
+    for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+    for (float& v : x) v = rng.next_f32() * 2.0f - 1.0f;
+    for (float& v : bias) v = rng.next_f32() - 0.5f;
+    std::vector<uint8_t> stored(dtype_bytes(dtype, w.size()));
+    ASSERT_TRUE(quantize(w, dtype, stored.data()).ok());
+    std::vector<float> row_major;  // the batch's outputs from the row-major matrix, which the panels must repeat
+    for (bool repack : {false, true}) {
+      Tensor wt = make(dtype, {m, k}, stored.data());
+      if (repack) {
+        ASSERT_TRUE((*device)->prepare_matmul_weight(wt).ok());
+      }
+      Tensor bt = make(DType::kF32, {m}, bias.data());
+      auto run = [&](const float* rows, int64_t count) {
+        Tensor xt = make(DType::kF32, {count, k}, rows);
+        Tensor out = make(DType::kF32, {count, m}, nullptr);
+        EXPECT_TRUE(stream->run(MatMulOp{xt, wt, out, bt}).ok());
+        std::vector<float> got(static_cast<size_t>(count * m));
+        EXPECT_TRUE(stream->download(out, got.data()).ok());
+        return got;
+      };
+      const std::vector<float> tiled = run(x.data(), n);
+      if (!repack) {
+        row_major = tiled;
+      } else {
+        EXPECT_EQ(0, std::memcmp(row_major.data(), tiled.data(), tiled.size() * sizeof(float)))
+            << dtype_name(dtype) << " k=" << k << ": the panels give other bits than the row-major matrix";
+      }
+      std::vector<float> wf(w.size());
+      ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
+      double err = 0, sig = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        const std::vector<float> alone = run(x.data() + r * k, 1);
+        EXPECT_EQ(0, std::memcmp(alone.data(), tiled.data() + r * m, static_cast<size_t>(m) * sizeof(float)))
+            << dtype_name(dtype) << " k=" << k << (repack ? " repacked" : "") << " row " << r;
+        for (int64_t i = 0; i < m; ++i) {
+          double want = bias[static_cast<size_t>(i)];
+          for (int64_t j = 0; j < k; ++j) want += double(wf[i * k + j]) * x[r * k + j];
+          const double d = tiled[r * m + i] - want;
+          err += d * d;
+          sig += want * want;
+        }
+      }
+      // Dense weights: the conformance suite's bound for f32 activations (the activations are split into two
+      // bf16 halves, not rounded to one); quantised ones: 8-bit activations.
+      const bool dense = block == 1;
+      std::printf("[ amx ] %s k=%lld%s: normalised squared error %.3g\n", std::string(dtype_name(dtype)).c_str(),
+                  static_cast<long long>(k), repack ? " repacked" : "", err / sig);
+      EXPECT_LT(err / sig, dense ? 1e-9 : 2e-3) << dtype_name(dtype) << " k=" << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, CpuAmxMatMul,
+                         ::testing::Values(DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                           DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace tessera::ops
