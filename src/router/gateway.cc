@@ -657,6 +657,7 @@ struct Gateway::Impl {
   static json node_json(const NodeStatus& s) {
     return {{"url", s.load.url},
             {"role", s.load.role},
+            {"runner", s.load.runner},
             {"host_id", s.load.host_id},
             {"healthy", s.healthy},
             {"draining", s.draining},
