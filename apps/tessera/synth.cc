@@ -51,8 +51,12 @@ int run_synth(const SynthArgs& a) {
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   if (Status s = config->validate(); !s.ok()) return fail(s.message());
-  model::SynthModel m =
-      model::synthesize_weights(*config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive});
+  // An f16/bf16 file is drawn straight into that type (half the memory of f32 for shapes of billions of weights);
+  // bert shapes are small and are drawn in f32, then written as the writer converts them.
+  std::optional<DType> held;
+  if ((o.dtype == DType::kF16 || o.dtype == DType::kBF16) && config->arch != "bert") held = o.dtype;
+  model::SynthModel m = model::synthesize_weights(
+      *config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive, .matrix_dtype = held});
   // bert shapes get a WordPiece vocabulary (tokenizer.json in an HF folder), the others llama2.c's.
   std::unique_ptr<model::Llama2cTokenizer> tok;
   std::unique_ptr<model::WordPieceTokenizer> wordpiece;
@@ -88,6 +92,10 @@ int run_synth(const SynthArgs& a) {
                a.out.c_str(), a.format.c_str(), a.shape.c_str(), config->arch.c_str(), config->dim, config->hidden_dim,
                config->n_layers, config->n_heads, config->n_kv_heads, config->vocab_size, config->max_seq_len,
                config->parameter_count() / 1e6, static_cast<unsigned long long>(a.seed));
+  if (config->has_moe_layers())
+    std::fprintf(stderr, "experts: %d of %d per token, %d wide; %.2fM params active per token\n",
+                 config->moe.n_experts_used, config->moe.n_experts, config->moe.expert_hidden_dim,
+                 config->active_parameter_count() / 1e6);
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   return 0;
 }

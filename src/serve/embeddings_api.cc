@@ -117,7 +117,8 @@ void handle_embeddings(const http::Request& request, std::shared_ptr<http::Respo
   auto parsed = api::parse_embedding_request(request.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply(ctx, w, *e);
   api::EmbeddingRequest& r = std::get<api::EmbeddingRequest>(parsed);
-  if (r.model != ctx.model_name) {
+  if (r.model != ctx.model_name &&
+      std::find(ctx.model_aliases.begin(), ctx.model_aliases.end(), r.model) == ctx.model_aliases.end()) {
     return reply(ctx, w,
                  {404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, ctx.model_name),
                   "invalid_request_error", "model", "model_not_found"});

@@ -55,7 +55,8 @@ ops::PoolKind pool_kind(model::PoolingType t);
 struct EmbeddingsContext {
   engine::Engine& engine;
   const EmbeddingServing& serving;
-  std::string model_name;
+  std::string model_name;                 // the id answers carry
+  std::vector<std::string> model_aliases;  // more names a request may use (--served-model-name A B)
   std::function<void(int status)> finished;  // metrics: called once with the answer's HTTP status
   std::atomic<int>* calls = nullptr;          // counted while in flight (a draining node waits for zero)
   const std::atomic<bool>* draining = nullptr;

@@ -12,7 +12,13 @@
 //   must-show preset) also counts a continuation that parts at a near tie, where llama.cpp rates Tessera's
 //   token within `gap` of its own choice.
 // A real numerical bug (a wrong rotary layout, a missing bias, a misread block) shows as large gaps and as
-// divergences at clear winners. The strictly identical count is printed and recorded as the test property
+// divergences at clear winners. Mixture-of-experts shapes route each token to the k experts with the highest
+// router scores; where the k-th and the next are closer than the two engines' activation roundings (about 1 in
+// 100 routing choices of a random router at the 8-bit presets), the engines route that token differently and its
+// log-probability moves by up to ~0.15 while the text stays the same. For them (`gap_quantile` 0.9) the bound
+// holds for 90% of the shared tokens, and the largest gap is printed beside it: a wrong expert weight, scale or
+// choice rule moves every token, which the 90th percentile sees (at F16, with no activation rounding to tip a
+// tie, the largest gap is checked as for the dense shapes). The strictly identical count is printed and recorded as the test property
 // `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below make
 // them less so without changing what is computed (see kSmall256).
 //
@@ -55,6 +61,8 @@ struct ParityShape {
   int layers;                            // `--layers`
   std::string source_dtype;              // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
   std::vector<std::string> synth_flags;  // more `tessera synth` flags
+  double gap_quantile = 1.0;             // the share of shared tokens the logprob bound holds for at 8-bit presets
+  std::vector<std::string> presets = {};  // kPresets' names to run (empty: every one)
 };
 
 // Test names show the shape's name, not its bytes.
@@ -90,6 +98,10 @@ const std::vector<ParityShape> kShapes = {
     {"gemma3_1b", "gemma3-1b", 2, "f32", kSmall256},
     {"phi3_mini", "phi3-mini", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
     {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
+    {"qwen3moe_30b_a3b", "qwen3-30b-a3b", 2, "f32", kSmall256, 0.9},
+    {"mixtral_8x7b", "mixtral-8x7b", 2, "f32", kSmall256, 0.9},
+    // gpt-oss is published with MXFP4 experts: llama-quantize's MXFP4_MOE (experts MXFP4, the rest Q8_0).
+    {"gpt_oss_20b", "gpt-oss-20b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M", "MXFP4_MOE"}},
 };
 // clang-format on
 
@@ -114,6 +126,7 @@ const std::vector<ParityPreset> kPresets = {
     {"Q4_0", {}, 0.1, false},
     {"Q6_K", {}, 0.05, true},
     {"Q4_K_M", {}, 0.1, true},
+    {"MXFP4_MOE", {}, 0.1, true},  // only for the shapes that list it (MoE shapes: experts in MXFP4)
 };
 // clang-format on
 constexpr double kSourceMaxLogprobGap = 0.02;  // the f32/f16 file as tessera synth wrote it
@@ -227,13 +240,16 @@ struct Verdict {
   int identical = 0, near_ties = 0, full_length = 0;
   size_t distinct = 0;   // different llama.cpp continuations
   double worst_gap = 0;  // largest |logprob difference| on tokens both engines chose
+  double gap = 0;        // the one the bound applies to: worst_gap, or the gap at the shape's quantile
+  std::vector<double> gaps;
   std::string report;    // per prompt that is not identical: where and how the engines part
   double max_gap = 0;
-  bool holds() const { return identical >= kRequiredIdentical && worst_gap <= max_gap; }
-  bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && worst_gap <= max_gap; }
+  bool holds() const { return identical >= kRequiredIdentical && gap <= max_gap; }
+  bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && gap <= max_gap; }
 };
 
-Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuations& c, double max_logprob_gap) {
+Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuations& c, double max_logprob_gap,
+              double gap_quantile = 1.0) {
   Verdict v;
   v.max_gap = max_logprob_gap;
   std::ostringstream report;
@@ -246,6 +262,7 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
       if (at < t.logprobs.size() && at < l.logprobs.size()) {
         const double gap = std::abs(t.logprobs[at] - l.logprobs[at]);
         v.worst_gap = std::isnan(gap) ? INFINITY : std::max(v.worst_gap, gap);
+        v.gaps.push_back(std::isnan(gap) ? INFINITY : gap);
       }
       ++at;
     }
@@ -268,6 +285,11 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
            << " below its own)\n    tessera:   " << ids_text(t.ids) << "\n    llama.cpp: " << ids_text(l.ids);
   }
   v.report = report.str();
+  v.gap = v.worst_gap;
+  if (gap_quantile < 1.0 && !v.gaps.empty()) {
+    std::sort(v.gaps.begin(), v.gaps.end());
+    v.gap = v.gaps[std::min(v.gaps.size() - 1, static_cast<size_t>(gap_quantile * static_cast<double>(v.gaps.size())))];
+  }
   std::vector<std::vector<int32_t>> distinct;
   for (const auto& l : c.llamacpp) distinct.push_back(l.ids);
   std::sort(distinct.begin(), distinct.end());
@@ -278,15 +300,17 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
 
 // Checks the agreement rule for one file, printing the counts and, per prompt, where the two engines part.
 void expect_agreement(const std::string& label, const std::vector<std::vector<int32_t>>& prompts,
-                      const Continuations& c, double max_logprob_gap, bool strict = true) {
+                      const Continuations& c, double max_logprob_gap, bool strict = true, double gap_quantile = 1.0) {
   ASSERT_TRUE(c.error.empty()) << label << ": " << c.error;
   ASSERT_EQ(c.tessera.size(), prompts.size());
   ASSERT_EQ(c.llamacpp.size(), prompts.size());
-  const Verdict v = judge(prompts, c, max_logprob_gap);
+  const Verdict v = judge(prompts, c, max_logprob_gap, gap_quantile);
   std::printf(
       "%s: %d of %zu continuations identical, %d more part at a near tie (%d of llama.cpp's ran the full %d "
-      "tokens); largest |logprob difference| on shared tokens %.4g (bound %.3g)\n",
-      label.c_str(), v.identical, prompts.size(), v.near_ties, v.full_length, kNewTokens, v.worst_gap, max_logprob_gap);
+      "tokens); largest |logprob difference| on shared tokens %.4g",
+      label.c_str(), v.identical, prompts.size(), v.near_ties, v.full_length, kNewTokens, v.worst_gap);
+  if (gap_quantile < 1.0) std::printf(", at the %g quantile %.4g", gap_quantile, v.gap);
+  std::printf(" (bound %.3g)\n", max_logprob_gap);
   if (!v.report.empty()) std::printf("%s\n", v.report.c_str() + 1);
   std::string key = "identical_" + label.substr(0, label.find(" ("));
   std::replace(key.begin(), key.end(), ' ', '_');
@@ -294,7 +318,7 @@ void expect_agreement(const std::string& label, const std::vector<std::vector<in
   EXPECT_GE(strict ? v.identical : v.identical + v.near_ties, kRequiredIdentical)
       << label << ": only " << v.identical << " of " << prompts.size() << " greedy continuations identical ("
       << v.near_ties << " more parting at a near tie)" << v.report;
-  EXPECT_LE(v.worst_gap, max_logprob_gap) << label << ": the engines agree on tokens but not on their probabilities";
+  EXPECT_LE(v.gap, max_logprob_gap) << label << ": the engines agree on tokens but not on their probabilities";
   // Noise in, noise out: a random-weight model must still give prompt-dependent text, else agreeing on it
   // would prove little (e.g. both engines emitting one token forever).
   EXPECT_GE(v.distinct, prompts.size() - 1) << label << ": llama.cpp's continuations barely depend on the prompt";
@@ -336,12 +360,14 @@ TEST_P(LlamaCppParity, GreedyContinuationsMatchLlamaServer) {
   expect_agreement(shape.name + " " + shape.source_dtype + " (as tessera synth wrote it)", prompts,
                    continue_prompts(source, prompts), kSourceMaxLogprobGap);
   for (const ParityPreset& preset : kPresets) {
+    const bool listed = std::find(shape.presets.begin(), shape.presets.end(), preset.name) != shape.presets.end();
+    if (shape.presets.empty() ? preset.name == "MXFP4_MOE" : !listed) continue;
     const std::string file = dir + "/" + shape.name + "-" + preset.name + ".gguf";
     const std::string err = testing::llamacpp_quantize(source, file, preset.name, preset.quantize_flags);
     EXPECT_TRUE(err.empty()) << shape.name << " " << preset.name << ": " << err;
     if (!err.empty()) continue;
     expect_agreement(shape.name + " " + preset.name + " (llama-quantize)", prompts, continue_prompts(file, prompts),
-                     preset.max_logprob_gap, preset.strict);
+                     preset.max_logprob_gap, preset.strict, preset.name == "F16" ? 1.0 : shape.gap_quantile);
     std::error_code ec;
     fs::remove(file, ec);  // the qwen shape's files are hundreds of MB each
   }
