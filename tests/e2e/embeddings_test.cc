@@ -61,9 +61,11 @@ void synth(const std::string& shape, const std::string& format, const std::strin
 
 class Node {
  public:
-  explicit Node(std::vector<std::string> args) {
-    std::vector<std::string> argv = {
-        tessera_bin(), "serve", "--port", "0", "--backend", "cpu", "--threads", "2", "--served-model-name", "m"};
+  // names: --served-model-name's values (the first is the one answers carry).
+  explicit Node(std::vector<std::string> args, std::vector<std::string> names = {"m"}) {
+    std::vector<std::string> argv = {tessera_bin(),        "serve", "--port", "0", "--backend", "cpu", "--threads", "2",
+                                     "--served-model-name"};
+    argv.insert(argv.end(), names.begin(), names.end());
     argv.insert(argv.end(), args.begin(), args.end());
     process_ = std::make_unique<BackgroundProcess>(argv);
     const int port = testing::port_from_line(process_->wait_for_line("listening on", 60.0));
@@ -157,7 +159,8 @@ TEST(EmbeddingsEndToEnd, ApiRulesErrorsAndRunners) {
   synth("qwen3-embedding-0.6b", "safetensors", dir + "/q-hf", {"--tokenizer-out", dir + "/q.tok"});
   synth("qwen3-embedding-0.6b", "gguf", dir + "/q.gguf");
   synth("bge-small", "gguf", dir + "/bge.gguf");
-  Node q({"--model", dir + "/q-hf", "--tokenizer", dir + "/q.tok"}), bge({"--model", dir + "/bge.gguf"});
+  Node q({"--model", dir + "/q-hf", "--tokenizer", dir + "/q.tok"}),
+      bge({"--model", dir + "/bge.gguf"}, {"m", "bge-alias"});
   ASSERT_FALSE(q.url().empty());
   ASSERT_FALSE(bge.url().empty());
   EXPECT_EQ(get(q.url() + "/health")["runner"], "pooling");
@@ -234,6 +237,11 @@ TEST(EmbeddingsEndToEnd, ApiRulesErrorsAndRunners) {
   EXPECT_EQ(e.status, 400);
   EXPECT_NE(e.body["error"]["message"].get<std::string>().find("--embeddings"), std::string::npos);
   EXPECT_EQ(post(gen.url() + "/v1/completions", {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 2}}).status, 200);
+
+  // Every --served-model-name is accepted; the answer carries the first.
+  Answer alias = post(bge.url() + "/v1/embeddings", {{"model", "bge-alias"}, {"input", "x"}});
+  EXPECT_EQ(alias.status, 200) << alias.body.dump();
+  EXPECT_EQ(alias.body["model"], "m");
 
   // Nothing is held once answered.
   for (const Node* n : {&q, &bge}) {

@@ -236,5 +236,24 @@ TEST(ChunkPool, CombinesChunksAsOnePoolWould) {
   EXPECT_FLOAT_EQ(mean.result()[0], 10.0f);
 }
 
+// A backend without the encoder operators is refused at load, naming them (not at the first step), and
+// `--backend auto` passes it over; cpu runs them. opencl and cuda have none.
+TEST(EncoderCapability, ADeviceWithoutTheEncoderOperatorsIsRefusedByName) {
+  auto c = model::synth_shape_small("bge-small");
+  ASSERT_TRUE(c.ok());
+  const model::SynthModel m = model::synthesize_weights(*c, 11);
+  auto cpu = ops::open_device("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE(unsupported_layer_features(**cpu, m.config).empty());
+  auto cl = ops::open_device("opencl");
+  if (!cl.ok()) GTEST_SKIP() << "no opencl device here: " << cl.status().message();
+  EXPECT_EQ(unsupported_layer_features(**cl, m.config),
+            (std::vector<std::string>{"encoder operators (pool, layer_norm, activation, attention_noncausal)"}));
+  auto r = ModelRunner::create(**cl, m.config, m.weights, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("layer_norm"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace tessera::engine
