@@ -131,8 +131,8 @@ int run_serve(const ServeArgs& a) {
     const bool encoder = !model->config.causal;
     if (std::string missing = engine::missing_embedding_ops(*chosen->device, encoder); !missing.empty()) {
       if (a.backend != "auto")
-        return fail(fmt::format("the {} backend has no {} kernel for embeddings; use --backend cpu", chosen->name,
-                                missing));
+        return fail(
+            fmt::format("the {} backend has no {} kernel for embeddings; use --backend cpu", chosen->name, missing));
       // auto: the fastest backend that runs the embedding operators (cpu and ref run all of them).
       const std::string passed = chosen->name;
       chosen = open_backend("cpu", model->config, model->weights, dopts);

@@ -44,7 +44,8 @@ std::variant<EmbeddingRequest, ApiError> parse_embedding_request(std::string_vie
   } else if (in.is_array()) {
     if (in.empty()) return bad("'input' must not be an empty list", "input");
     if (in.size() > kMaxEmbeddingInputs && !is_token_id(in[0]))
-      return bad(fmt::format("'input' holds {} items; at most {} are allowed", in.size(), kMaxEmbeddingInputs), "input");
+      return bad(fmt::format("'input' holds {} items; at most {} are allowed", in.size(), kMaxEmbeddingInputs),
+                 "input");
     if (is_token_id(in[0])) {  // one input as token ids
       EmbeddingInput e{true, "", {}};
       if (auto err = token_list(in, e.ids)) return bad(*err, "input");
@@ -64,8 +65,7 @@ std::variant<EmbeddingRequest, ApiError> parse_embedding_request(std::string_vie
       }
     }
   } else {
-    return bad("'input' must be a string, a list of strings, a list of token ids or a list of token-id lists",
-               "input");
+    return bad("'input' must be a string, a list of strings, a list of token ids or a list of token-id lists", "input");
   }
   for (const EmbeddingInput& e : r.inputs) {
     if (!e.is_tokens && e.text.empty()) return bad("'input' must not contain an empty string", "input");
@@ -124,7 +124,8 @@ std::string base64_f32(std::span<const float> v) {
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (size_t i = 0; i < bytes.size(); i += 3) {
-    const uint32_t a = bytes[i], b = i + 1 < bytes.size() ? bytes[i + 1] : 0, c = i + 2 < bytes.size() ? bytes[i + 2] : 0;
+    const uint32_t a = bytes[i], b = i + 1 < bytes.size() ? bytes[i + 1] : 0,
+                   c = i + 2 < bytes.size() ? bytes[i + 2] : 0;
     const uint32_t t = (a << 16) | (b << 8) | c;
     out += kAlphabet[(t >> 18) & 63];
     out += kAlphabet[(t >> 12) & 63];

@@ -221,10 +221,9 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
     }
   }
   std::vector<float> widened;
-  const bool runs = use == WeightUse::kExperts
-                        ? device_runs_experts(device_, t.dtype)
-                        : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
-                                             name == "token_embd.weight" && !matrix);
+  const bool runs = use == WeightUse::kExperts ? device_runs_experts(device_, t.dtype)
+                                               : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
+                                                                    name == "token_embd.weight" && !matrix);
   if (!runs) {
     // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
     // model from a GGUF or safetensors file still runs (at f32's memory cost).
@@ -281,7 +280,8 @@ Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer&
                         upload(weights, name("ffn_gate_exps.weight"), {e, f, d}, WeightUse::kExperts));
     TS_ASSIGN_OR_RETURN(layer.experts_up, upload(weights, name("ffn_up_exps.weight"), {e, f, d}, WeightUse::kExperts));
   }
-  TS_ASSIGN_OR_RETURN(layer.experts_down, upload(weights, name("ffn_down_exps.weight"), {e, d, f}, WeightUse::kExperts));
+  TS_ASSIGN_OR_RETURN(layer.experts_down,
+                      upload(weights, name("ffn_down_exps.weight"), {e, d, f}, WeightUse::kExperts));
   TS_ASSIGN_OR_RETURN(layer.experts_gate_bias, upload_optional(weights, name("ffn_gate_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_up_bias, upload_optional(weights, name("ffn_up_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_down_bias, upload_optional(weights, name("ffn_down_exps.bias"), {e, d}));

@@ -134,7 +134,7 @@ class ModelRunner {
     // kMoe feed-forward: the router [E, dim] (+ bias [E]) and the experts [E, ff, dim] / [E, dim, ff] (+ biases)
     ops::Tensor router, router_bias, experts_gate, experts_up, experts_down;
     ops::Tensor experts_gate_bias, experts_up_bias, experts_down_bias;
-    ops::Tensor experts_gate_up;  // instead of experts_gate and experts_up when the file fuses them
+    ops::Tensor experts_gate_up;                // instead of experts_gate and experts_up when the file fuses them
     ops::Tensor bq, bk, bv, bo;                 // optional projection biases (Qwen2: q/k/v; gpt-oss: q/k/v/o)
     ops::Tensor sinks;                          // attention sinks [n_heads] (gpt-oss); invalid when the model has none
     ops::Tensor q_norm, k_norm;                 // qk_norm families (Qwen3, Gemma 3)

@@ -29,10 +29,10 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
-  return {"tiny",          "stories15M",    "stories110M",  "qwen2.5-0.5b",         "llama2-7b", "llama3.2-1b",
-          "llama3.1-8b",   "mistral-7b",    "smollm2-135m", "qwen3-0.6b",           "gemma2-2b", "gemma3-1b",
-          "phi3-mini",     "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b",       "gpt-oss-20b", "qwen3-embedding-0.6b",
-          "bge-small",     "bert-base"};
+  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",   "llama3.2-1b",
+          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",   "gemma3-1b",
+          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-embedding-0.6b",
+          "bge-small",   "bert-base"};
 }
 
 namespace {

@@ -22,18 +22,19 @@ ops::PoolKind pool_kind(model::PoolingType t) {
 }
 
 Result<EmbeddingServing> resolve_embedding_serving(std::string_view runner, std::string_view pooling, bool matryoshka,
-                                                   const model::EmbeddingSpec& spec,
-                                                   const model::ModelConfig& config) {
+                                                   const model::EmbeddingSpec& spec, const model::ModelConfig& config) {
   if (runner != "auto" && runner != "generate" && runner != "pooling")
     return invalid_argument(fmt::format("--runner '{}' is not one of auto, generate, pooling", runner));
   model::PoolingType chosen = spec.pooling;
   if (!pooling.empty()) {
     TS_ASSIGN_OR_RETURN(chosen, model::parse_pooling(pooling));
   }
-  const bool pool = runner == "pooling" || (runner == "auto" && (chosen != model::PoolingType::kNone || !config.causal));
+  const bool pool =
+      runner == "pooling" || (runner == "auto" && (chosen != model::PoolingType::kNone || !config.causal));
   if (!pool) {
     if (!config.causal)
-      return invalid_argument(fmt::format("{} is an encoder: it serves embeddings only (--runner pooling)", config.arch));
+      return invalid_argument(
+          fmt::format("{} is an encoder: it serves embeddings only (--runner pooling)", config.arch));
     if (matryoshka) return invalid_argument("--matryoshka applies to embeddings (--runner pooling)");
     return EmbeddingServing{};
   }
@@ -154,10 +155,10 @@ void handle_embeddings(const http::Request& request, std::shared_ptr<http::Respo
     if (in.is_tokens) {
       for (int64_t id : in.ids) {
         if (id < 0 || id >= cfg.vocab_size)
-          return reply(ctx, w,
-                       bad(fmt::format("token id {} in input {} is outside the vocabulary [0, {})", id, i,
-                                       cfg.vocab_size),
-                           "input"));
+          return reply(
+              ctx, w,
+              bad(fmt::format("token id {} in input {} is outside the vocabulary [0, {})", id, i, cfg.vocab_size),
+                  "input"));
         ids.push_back(static_cast<model::TokenId>(id));
       }
     } else {
@@ -200,8 +201,7 @@ void handle_embeddings(const http::Request& request, std::shared_ptr<http::Respo
       if (o.finish != engine::FinishReason::kStop || o.embedding.empty()) {
         // The other inputs are left to finish (their results dropped): a callback must not call into the engine,
         // which may hold its own lock while it reports (at shutdown).
-        const Status err = o.finish == engine::FinishReason::kError ? o.error
-                                                                   : cancelled("the request was cancelled");
+        const Status err = o.finish == engine::FinishReason::kError ? o.error : cancelled("the request was cancelled");
         const ApiError e = api::error_for(err.ok() ? internal_error("an input ended without an embedding") : err);
         return call->end(e.status, api::error_body(e));
       }

@@ -46,19 +46,18 @@ struct EmbeddingServing {
 // "pooling"; pooling: "" (the model's) or "mean", "cls", "last"; matryoshka: --matryoshka. InvalidArgument,
 // naming the flag to use, for a combination that cannot work (an encoder asked to generate, a pooling runner
 // without a pooling type).
-Result<EmbeddingServing> resolve_embedding_serving(std::string_view runner, std::string_view pooling,
-                                                   bool matryoshka, const model::EmbeddingSpec& spec,
-                                                   const model::ModelConfig& config);
+Result<EmbeddingServing> resolve_embedding_serving(std::string_view runner, std::string_view pooling, bool matryoshka,
+                                                   const model::EmbeddingSpec& spec, const model::ModelConfig& config);
 
 ops::PoolKind pool_kind(model::PoolingType t);
 
 struct EmbeddingsContext {
   engine::Engine& engine;
   const EmbeddingServing& serving;
-  std::string model_name;                 // the id answers carry
-  std::vector<std::string> model_aliases;  // more names a request may use (--served-model-name A B)
+  std::string model_name;                    // the id answers carry
+  std::vector<std::string> model_aliases;    // more names a request may use (--served-model-name A B)
   std::function<void(int status)> finished;  // metrics: called once with the answer's HTTP status
-  std::atomic<int>* calls = nullptr;          // counted while in flight (a draining node waits for zero)
+  std::atomic<int>* calls = nullptr;         // counted while in flight (a draining node waits for zero)
   const std::atomic<bool>* draining = nullptr;
 };
 

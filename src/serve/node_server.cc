@@ -856,13 +856,13 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
         d->on_template_pool(r, std::move(w), "chat",
                             [d](const http::Request& r, auto w) { d->handle_generate(r, std::move(w), true); });
       }));
-  d->server.route("POST", "/v1/embeddings",
-                  keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-                    handle_embeddings(r, std::move(w),
-                                      {d->engine, d->options.embeddings, d->options.model_name, d->options.model_aliases,
-                                       [d](int status) { d->metrics.request_finished("embeddings", status); },
-                                       &d->calls, &d->draining});
-                  }));
+  d->server.route(
+      "POST", "/v1/embeddings", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+        handle_embeddings(
+            r, std::move(w),
+            {d->engine, d->options.embeddings, d->options.model_name, d->options.model_aliases,
+             [d](int status) { d->metrics.request_finished("embeddings", status); }, &d->calls, &d->draining});
+      }));
   // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
   d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     d->on_template_pool(r, std::move(w), "tokenize", [d](const http::Request& r, auto w) {

@@ -34,12 +34,12 @@ namespace tessera::model {
 struct GgufModel {
   ModelConfig config;
   ModelWeights weights;
-  std::optional<Vocab> vocab;            // when the file embeds a tokenizer
-  std::unique_ptr<Tokenizer> tokenizer;  // built from `vocab`
-  std::string chat_template;             // tokenizer.chat_template, when present
-  std::string chat_template_tool_use;    // tokenizer.chat_template.tool_use, when present
-  std::string name;                      // general.name, when present
-  GenerationDefaults generation;         // general.sampling.* (end_of_generation: left to the loader)
+  std::optional<Vocab> vocab;                // when the file embeds a tokenizer
+  std::unique_ptr<Tokenizer> tokenizer;      // built from `vocab`
+  std::string chat_template;                 // tokenizer.chat_template, when present
+  std::string chat_template_tool_use;        // tokenizer.chat_template.tool_use, when present
+  std::string name;                          // general.name, when present
+  GenerationDefaults generation;             // general.sampling.* (end_of_generation: left to the loader)
   PoolingType pooling = PoolingType::kNone;  // {arch}.pooling_type: an embedding model's pooling
 };
 

@@ -136,10 +136,12 @@ struct HfArch {
   const char* arch;
 };
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
-    {"Phi3ForCausalLM", "phi3"},          {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
-    {"GptOssForCausalLM", "gpt-oss"},     {"Qwen3Model", "qwen3"},             {"Qwen2Model", "qwen2"},
+    {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},
+    {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
+    {"Phi3ForCausalLM", "phi3"},     {"Qwen3MoeForCausalLM", "qwen3moe"},
+    {"MixtralForCausalLM", "llama"}, {"GptOssForCausalLM", "gpt-oss"},
+    {"Qwen3Model", "qwen3"},         {"Qwen2Model", "qwen2"},
 };
 
 // The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
@@ -520,7 +522,10 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   fs::path d(dir);
   Json cfg;
   cfg["architectures"] = {hf_arch};
-  cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch == "qwen3moe" ? "qwen3_moe" : mixtral ? "mixtral" : c.arch;
+  cfg["model_type"] = c.arch == "gemma3"     ? "gemma3_text"
+                      : c.arch == "qwen3moe" ? "qwen3_moe"
+                      : mixtral              ? "mixtral"
+                                             : c.arch;
   if (c.arch == "gpt-oss") {
     cfg["model_type"] = "gpt_oss";
     TS_RETURN_IF_ERROR(hf::write_gpt_oss_config(c, cfg));
@@ -619,7 +624,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
         parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
     }
     for (const WeightTensor& p : parts) {
-      const std::string hf_name = c.arch == "bert"               ? bert_hf_name(p.name)
+      const std::string hf_name = c.arch == "bert"             ? bert_hf_name(p.name)
                                   : p.name.starts_with("blk.") ? to_hf_name(p.name, gemma)
                                                                : p.name;
       shards.back().push_back({hf_name, p.dtype, p.shape, p.data, p.bytes});
