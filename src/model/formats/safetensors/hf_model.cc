@@ -624,9 +624,9 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
         parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
     }
     for (const WeightTensor& p : parts) {
-      const std::string hf_name = c.arch == "bert"             ? bert_hf_name(p.name)
-                                  : p.name.starts_with("blk.") ? to_hf_name(p.name, gemma)
-                                                               : p.name;
+      // Unstacked experts come named for transformers already; every other name (blk.*, token_embd, output_norm,
+      // output) maps to transformers' own.
+      const std::string hf_name = c.arch == "bert" ? bert_hf_name(p.name) : to_hf_name(p.name, gemma);
       shards.back().push_back({hf_name, p.dtype, p.shape, p.data, p.bytes});
     }
     shard_bytes += t.bytes;
