@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <numeric>
 
@@ -37,7 +38,8 @@ class EmbeddingEngine : public ::testing::TestWithParam<std::string> {
     }
     device_ = std::move(ops::open_device(GetParam(), 0, ops::DeviceOptions{2, ""}).value());
   }
-  void start(int max_batch_tokens, int num_blocks = 256, std::chrono::microseconds gather = {}) {
+  void start(int max_batch_tokens, int num_blocks = 256, std::chrono::microseconds gather = {},
+             std::shared_ptr<KvConnector> connector = nullptr) {
     engine_.reset();
     runner_.reset();
     RunnerOptions ro;
@@ -53,6 +55,9 @@ class EmbeddingEngine : public ::testing::TestWithParam<std::string> {
     eo.admission_window = gather;  // an idle engine gathers a burst into one step
     eo.admission_gap = gather;
     engine_ = std::make_unique<Engine>(*runner_, *tokenizer_, eo);
+    if (connector) {
+      ASSERT_TRUE(engine_->add_connector(std::move(connector)).ok());
+    }
     engine_->start();
   }
   std::future<Result1> submit(GenerationRequest g, Status* status = nullptr) {
@@ -166,6 +171,53 @@ TEST_P(EmbeddingEngine, BlocksAreFreedAndThePrefixCacheIsNeitherUsedNorFilled) {
   EXPECT_EQ(engine_->stats().kv_blocks_used, 0);
 }
 
+// Records what the engine asks of a KV connector (engine/kv_connector.h); offers a whole prompt from its tier.
+class WatchingConnector : public KvConnector {
+ public:
+  std::string_view name() const override { return "watching"; }
+  Status attach(KvBlockIo&, std::function<void()>) override { return ok_status(); }
+  KvMatch match(const KvRequestView& r, int supplied) override {
+    matched.push_back(r.id);
+    return {};  // nothing to fill: the positions are computed
+  }
+  bool finished(RequestId id, KvEnd) override {
+    ended.push_back(id);
+    return false;
+  }
+  bool start_save(std::span<const KvStepChunk> chunks) override {
+    for (const KvStepChunk& c : chunks) offered.push_back(c.id);
+    return false;
+  }
+  KvConnectorStats stats() const override { return {"watching", {}}; }
+  std::vector<RequestId> matched, ended, offered;  // engine thread; read once the engine has stopped
+};
+
+// A KV connector (the host/disk tiers, pd-link) never sees an embedding request: it is not matched, none of its
+// steps is offered for saving and its end is not reported; a generation on the same engine is, all three.
+TEST_P(EmbeddingEngine, KvConnectorsNeverSeeAnEmbedding) {
+  load("qwen3-embedding-0.6b");
+  auto watch = std::make_shared<WatchingConnector>();
+  const std::vector<TokenId> p = prompt(40, 3);
+  start(16, 256, {}, watch);  // three chunks
+  const Result1 chunked = embed(p, ops::PoolKind::kLast);
+  engine_->stop();
+  EXPECT_TRUE(watch->matched.empty());
+  EXPECT_TRUE(watch->offered.empty());
+  EXPECT_TRUE(watch->ended.empty());
+  start(64, 256, {}, watch);
+  EXPECT_EQ(embed(p, ops::PoolKind::kLast).embedding, chunked.embedding);  // whole (within the engine's own rules)
+  GenerationRequest g;
+  g.prompt = p;
+  g.max_tokens = 2;
+  Result1 gen = submit(g).get();
+  EXPECT_EQ(gen.finish, FinishReason::kLength) << gen.error.to_string();
+  engine_->stop();
+  EXPECT_EQ(watch->matched.size(), 1u);
+  EXPECT_FALSE(watch->offered.empty());
+  EXPECT_EQ(watch->ended.size(), 1u);
+  for (RequestId id : watch->offered) EXPECT_EQ(id, watch->matched[0]);
+}
+
 TEST_P(EmbeddingEngine, LastTokenPoolingIsWhatTheClassifierReads) {
   // Tied embeddings: the last token's logits are token_embd . pooled.
   load("qwen3-embedding-0.6b");
@@ -237,7 +289,8 @@ TEST(ChunkPool, CombinesChunksAsOnePoolWould) {
 }
 
 // A backend without the encoder operators is refused at load, naming them (not at the first step), and
-// `--backend auto` passes it over; cpu runs them. opencl and cuda have none.
+// `--backend auto` passes it over; cpu runs them. opencl, vulkan and cuda have none (cuda: gpu-check.sh); a
+// causal embedding model's pooling is named too (serve then falls back to cpu).
 TEST(EncoderCapability, ADeviceWithoutTheEncoderOperatorsIsRefusedByName) {
   auto c = model::synth_shape_small("bge-small");
   ASSERT_TRUE(c.ok());
@@ -245,14 +298,26 @@ TEST(EncoderCapability, ADeviceWithoutTheEncoderOperatorsIsRefusedByName) {
   auto cpu = ops::open_device("cpu");
   ASSERT_TRUE(cpu.ok());
   EXPECT_TRUE(unsupported_layer_features(**cpu, m.config).empty());
-  auto cl = ops::open_device("opencl");
-  if (!cl.ok()) GTEST_SKIP() << "no opencl device here: " << cl.status().message();
-  EXPECT_EQ(unsupported_layer_features(**cl, m.config),
-            (std::vector<std::string>{"encoder operators (pool, layer_norm, activation, attention_noncausal)"}));
-  auto r = ModelRunner::create(**cl, m.config, m.weights, {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("layer_norm"), std::string::npos) << r.status().message();
+  EXPECT_EQ(missing_embedding_ops(**cpu, /*encoder=*/true), "");
+  int checked = 0;
+  for (const char* backend : {"opencl", "vulkan"}) {
+    auto dev = ops::open_device(backend);
+    if (!dev.ok()) {
+      std::printf("no %s device here: %s\n", backend, dev.status().message().c_str());
+      continue;
+    }
+    ++checked;
+    EXPECT_EQ(unsupported_layer_features(**dev, m.config),
+              (std::vector<std::string>{"encoder operators (pool, layer_norm, activation, attention_noncausal)"}))
+        << backend;
+    EXPECT_EQ(missing_embedding_ops(**dev, /*encoder=*/false), "pool") << backend;
+    auto r = ModelRunner::create(**dev, m.config, m.weights, {});
+    ASSERT_FALSE(r.ok()) << backend;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << backend;
+    EXPECT_NE(r.status().message().find("layer_norm"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(backend), std::string::npos) << r.status().message();
+  }
+  if (checked == 0) GTEST_SKIP() << "neither an opencl nor a vulkan device here";
 }
 
 }  // namespace
