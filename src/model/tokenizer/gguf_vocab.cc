@@ -111,7 +111,7 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
       return invalid_argument("GGUF tokenizer.ggml.merges is not an array of strings");
     v.merges = m->strings;
   }
-  if (v.kind != VocabKind::kSentencePiece && v.merges.empty())
+  if ((v.kind == VocabKind::kByteLevelBpe || v.kind == VocabKind::kGemma4Bpe) && v.merges.empty())
     return invalid_argument(fmt::format("GGUF {} tokenizer has no tokenizer.ggml.merges", v.kind_name()));
   // llama.cpp's tools write "no such token" as -1, which a uint32 key holds as 4294967295 (its LLAMA_TOKEN_NULL):
   // read either as absent, as llama.cpp does. Any other id outside the vocabulary is an error: a model whose BOS,
