@@ -93,6 +93,11 @@ struct ServeArgs {
   std::vector<std::string> api_keys;
   std::string tls_cert, tls_key, tls_ca;
   std::string etcd_user, etcd_password_file;
+  // Embeddings (serve/embeddings_api.h): the runner, the pooling type and Matryoshka dimensions.
+  std::string runner = "auto";
+  bool embeddings = false;
+  std::string pooling;
+  bool matryoshka = false;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -118,10 +123,31 @@ int run_serve(const ServeArgs& a) {
   log::info("loaded {} ({}), tokenizer {}",
             std::filesystem::absolute(model->checkpoint_path).lexically_normal().string(), model->format,
             std::filesystem::absolute(model->tokenizer_path).lexically_normal().string());
+  if (a.embeddings && a.runner == "generate") return fail("--embeddings is --runner pooling, not generate");
+  auto embedding = serve::resolve_embedding_serving(a.embeddings ? "pooling" : a.runner, a.pooling, a.matryoshka,
+                                                    model->embedding, model->config);
+  if (!embedding.ok()) return fail(embedding.status().message());
+  if (embedding->enabled && (a.role != "both" || a.role_switchable))
+    return fail("an embedding node computes each input whole: --role both only");
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
   auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
+  if (embedding->enabled) {
+    const bool encoder = !model->config.causal;
+    if (std::string missing = engine::missing_embedding_ops(*chosen->device, encoder); !missing.empty()) {
+      if (a.backend != "auto")
+        return fail(
+            fmt::format("the {} backend has no {} kernel for embeddings; use --backend cpu", chosen->name, missing));
+      // auto: the fastest backend that runs the embedding operators (cpu and ref run all of them).
+      const std::string passed = chosen->name;
+      chosen = open_backend("cpu", model->config, model->weights, dopts);
+      if (!chosen.ok()) return fail(chosen.status().message());
+      chosen->reason = fmt::format("auto: cpu ({} has no {} kernel)", passed, missing);
+    }
+    log::info("embeddings: pooling {}, {}normalised{}", model::pooling_name(embedding->pooling),
+              embedding->normalize ? "" : "not ", embedding->matryoshka ? ", matryoshka dimensions" : "");
+  }
   auto& device = chosen->device;
   const std::string& backend = chosen->name;
   if (!chosen->reason.empty()) log::info("backend {}", chosen->reason);
@@ -235,6 +261,7 @@ int run_serve(const ServeArgs& a) {
   no.api_keys = a.api_keys;
   no.cluster_token = *token;
   no.backend = backend;
+  no.embeddings = *embedding;
   // The model's recommended sampling (generation_config.json, GGUF general.sampling.*) replaces the OpenAI
   // defaults for fields a request leaves out.
   const model::GenerationDefaults& gd = model->generation;
@@ -541,6 +568,19 @@ Action add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-grace-ms", args->shutdown_grace_ms, "How long SIGTERM waits for in-flight requests")
       ->capture_default_str();
+  cmd->add_option("--runner", args->runner,
+                  "generate: completions and chat; pooling: /v1/embeddings; auto: pooling when the model's files "
+                  "declare an embedding model (GGUF pooling_type, sentence-transformers modules.json) or it is an "
+                  "encoder (bert)")
+      ->check(CLI::IsMember({"auto", "generate", "pooling"}))
+      ->capture_default_str();
+  cmd->add_flag("--embeddings", args->embeddings, "Serve /v1/embeddings (llama-server's name for --runner pooling)");
+  cmd->add_option("--pooling", args->pooling,
+                  "Embedding pooling, overriding the model's: mean, cls or last (llama-server's --pooling)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
+  cmd->add_flag("--matryoshka", args->matryoshka,
+                "Let embedding requests ask for fewer `dimensions` (truncated, then renormalised): for a model trained "
+                "for it whose files cannot say so (GGUF); HF folders say it in config.json");
   return [args] { return run_serve(*args); };
 }
 

@@ -11,6 +11,7 @@ std::string health_body(const NodeHealth& h) {
               {"model", h.model},
               {"backend", h.backend},
               {"device", h.device},
+              {"runner", h.runner},
               {"waiting", h.waiting},
               {"running", h.running},
               {"kv_blocks_used", h.kv_blocks_used},
@@ -23,6 +24,13 @@ double health_capacity(std::string_view body) {
   if (!j.is_object() || !j.contains("kv_blocks_total") || !j["kv_blocks_total"].is_number()) return 0;
   const double blocks = j["kv_blocks_total"].get<double>();
   return blocks > 0 && blocks <= kMaxReportedBlocks ? blocks : 0;
+}
+
+std::string health_runner(std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("runner") || !j["runner"].is_string()) return {};
+  const std::string r = j["runner"].get<std::string>();
+  return r == "generate" || r == "pooling" ? r : std::string();
 }
 
 }  // namespace tessera::api

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "engine/chunk_pool.h"
 #include "engine/grammar_mask.h"
 #include "engine/internal/active.h"
 #include "engine/internal/kv_parts.h"
@@ -111,10 +112,15 @@ void Engine::stop() {
 Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callback) {
   TS_RETURN_IF_ERROR(validate(request.sampling));
   const model::ModelConfig& c = runner_.config();
+  if (request.pool) {
+    TS_RETURN_IF_ERROR(check_embedding(request));
+  } else if (!c.causal) {
+    return invalid_argument(fmt::format("{} is an encoder: it computes embeddings, not text", c.arch));
+  }
   if (request.prompt.empty()) return invalid_argument("the prompt is empty");
   if (request.max_tokens < 1)
     return invalid_argument(fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
-  if (static_cast<int64_t>(request.prompt.size()) >= c.max_seq_len) {
+  if (static_cast<int64_t>(request.prompt.size()) >= c.max_seq_len + (request.pool ? 1 : 0)) {
     return invalid_argument(
         fmt::format("the prompt is {} tokens; this model's context is {} tokens, which leaves no room to generate",
                     request.prompt.size(), c.max_seq_len));
@@ -155,6 +161,12 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
   a->procs = LogitsProcessors(a->req.sampling, a->req.prompt, std::move(stops));
+  if (a->req.pool) {  // computed whole (no prefix-cache hit), its blocks never cached; an encoder's in one step
+    a->pooled = ChunkPool(*a->req.pool);
+    a->seq.compute_prompt = true;
+    a->seq.uncached = true;
+    a->seq.whole = !c.causal;
+  }
   if (a->req.prompt_logprobs >= 0) {
     a->seq.compute_prompt = true;
     a->prompt_lps.resize(static_cast<size_t>(a->seq.prompt_len - 1));
@@ -316,6 +328,14 @@ void Engine::run_step() {
     segments.push_back(
         {&s.kv, std::span(s.tokens).subspan(static_cast<size_t>(s.kv.length), static_cast<size_t>(c.num_tokens)),
          last});
+    if (a.req.pool) {
+      Segment& seg = segments.back();
+      seg.want_logits = false;
+      seg.pool = *a.req.pool;
+      seg.pooled = [ap = &a, start = s.kv.length, count = c.num_tokens](std::span<const float> v) {
+        ap->pooled.add(start, count, v);
+      };
+    }
     if (a.req.prompt_logprobs >= 0 && s.kv.length + 1 < s.prompt_len) {
       segments.back().all_logits = [this, ap = &a, start = s.kv.length](int first, std::span<const float> rows) {
         record_prompt_logprobs(*ap, start, first, rows);
@@ -333,6 +353,7 @@ void Engine::run_step() {
       for (const Active::KvRange& r : a.ranges) {
         if (a.pending_load && r.count > 0) loads[r.connector].push_back(a.id);
       }
+      if (s.uncached) continue;  // an embedding request's blocks are offered to no connector
       chunks.push_back({a.id, s.kv.blocks, s.kv.length, s.kv.length + c.num_tokens, s.prompt_len});
     }
     Status st;
@@ -389,6 +410,31 @@ void Engine::run_step() {
     if (!segments[i].want_logits) continue;
     Active& a = *active_.at(static_cast<RequestId>(sch.chunks[i].seq->id));
     on_token(a, logits, row++);
+  }
+  finish_embeddings(sch);
+}
+
+Status Engine::check_embedding(const GenerationRequest& r) const {
+  if (r.n != 1 || r.logprobs >= 0 || r.prompt_logprobs >= 0 || r.kv_transfer)
+    return invalid_argument("an embedding request has one choice, no logprobs and no KV transfer");
+  const int budget = options_.scheduler.max_batch_tokens;
+  if (!runner_.config().causal && static_cast<int>(r.prompt.size()) > budget) {
+    return invalid_argument(
+        fmt::format("the input is {} tokens; this encoder computes an input in one step of at most {} tokens "
+                    "(--max-batch-tokens)",
+                    r.prompt.size(), budget));
+  }
+  return ok_status();
+}
+
+void Engine::finish_embeddings(const Schedule& sch) {
+  for (const ScheduledChunk& c : sch.chunks) {
+    auto it = active_.find(static_cast<RequestId>(c.seq->id));
+    if (it == active_.end() || it->second->finished || !it->second->req.pool) continue;
+    Active& a = *it->second;
+    if (a.seq.kv.length < a.seq.prompt_len) continue;
+    a.pending.embedding = a.pooled.result();
+    finish(a, FinishReason::kStop);  // frees its blocks (never registered in the prefix cache)
   }
 }
 

@@ -79,6 +79,12 @@ struct GenerationRequest {
   // service asks the pd-link connector to load this prompt's KV from a prefill node, or to save it to a decode
   // node. Choices 1..n-1 of a request do not carry them.
   std::shared_ptr<const KvTransferParams> kv_transfer;
+  // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
+  // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
+  // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an
+  // encoder's blocks hold no K/V); they are freed when it ends. A causal model's prompt may be chunked (pooled
+  // chunk by chunk); an encoder's (non-causal) is computed in one step, so it must fit the scheduler's token budget.
+  std::optional<ops::PoolKind> pool;
 };
 
 inline constexpr int kMaxChoices = 16;
@@ -104,6 +110,7 @@ struct RequestOutput {
   std::vector<TokenLogprobs> prompt_logprobs;
   // On the last output: where the request's time went (vLLM's per-request metrics), in seconds.
   RequestTiming timing;
+  std::vector<float> embedding;  // an embedding request's pooled vector (not normalised), on its final output
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -222,6 +229,9 @@ class Engine {
   void emit(Active& a);
   // The stop tokens min_tokens masks for a request.
   std::vector<TokenId> stop_tokens(const GenerationRequest& r) const;
+  // Embedding requests: submit()'s checks, and their end once their whole prompt is pooled.
+  Status check_embedding(const GenerationRequest& r) const;
+  void finish_embeddings(const Schedule& sch);
 
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;

@@ -63,6 +63,10 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
   std::vector<std::string> out;
   if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
     out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  if (!config.causal) {
+    if (std::string missing = missing_embedding_ops(device, /*encoder=*/true); !missing.empty())
+      out.push_back(fmt::format("encoder operators ({})", missing));
+  }
   if (config.attn_sinks) {
     // One query head over a one-block f32 cache, with a sink.
     const int64_t hd = config.head_dim;
@@ -126,8 +130,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
   if (r->options_.kv.num_blocks == 0) r->options_.kv.num_blocks = r->max_blocks_per_seq_ * options.max_sequences;
   if (options.graph) r->options_.kv.num_blocks += 1;  // the padding rows' block
-  TS_RETURN_IF_ERROR(r->upload_weights(weights));
-  TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, config, r->options_.kv));
+  TS_RETURN_IF_ERROR(config.causal ? r->upload_weights(weights) : r->upload_encoder_weights(weights));
+  model::ModelConfig kv_config = config;
+  if (!config.causal) {  // an encoder keeps no K/V between steps: its blocks are only counted
+    kv_config.n_layers = 1;
+    kv_config.n_kv_heads = 1;
+    kv_config.head_dim = 2;
+  }
+  TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, kv_config, r->options_.kv));
   if (options.graph) {
     TS_ASSIGN_OR_RETURN(BlockId pad, r->kv_->blocks().allocate());
     r->pad_block_ = static_cast<int32_t>(pad);
@@ -158,6 +168,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
+  TS_ASSIGN_OR_RETURN(r->pooled_, r->alloc(DType::kF32, {n, d}));
+  if (r->encoder_) {  // every token of an encoder's input is of type 0 ("sentence A"), as llama.cpp computes it
+    TS_ASSIGN_OR_RETURN(r->encoder_->type_ids, r->alloc(DType::kI32, {n}));
+    const std::vector<int32_t> zeros(static_cast<size_t>(n), 0);
+    TS_RETURN_IF_ERROR(r->stream_->upload(r->encoder_->type_ids, zeros.data()));
+  }
   for (const ops::Tensor* t : {&s.x, &s.xb, &s.delta, &s.q, &s.k, &s.v, &s.att, &s.hb, &s.hb2, &s.logits}) {
     r->scratch_buffers_.push_back(t->buffer);
   }
@@ -396,6 +412,7 @@ Status ModelRunner::run(const ops::Op& op) {
 
 Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
                             const LayerHook& before_layer) {
+  if (encoder_) return forward_encoder(n, placed);
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -477,6 +494,10 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   int64_t n = 0;
   for (const Segment& seg : segments) {
     if (seg.seq == nullptr || seg.tokens.empty()) return invalid_argument("a segment needs a sequence and tokens");
+    if (encoder_ && (seg.seq->length != 0 || seg.want_logits || seg.all_logits || !seg.pooled))
+      return invalid_argument(
+          "an encoder (non-causal) model computes each input whole in one segment from position 0, pooled, with no "
+          "logits");
     n += static_cast<int64_t>(seg.tokens.size());
     const int64_t end = static_cast<int64_t>(seg.seq->length) + static_cast<int64_t>(seg.tokens.size());
     if (end > config_.max_seq_len) {
@@ -543,9 +564,10 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
   TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer, before_layer));
+  TS_RETURN_IF_ERROR(pool_segments(placed));
 
   // Logit rows come out decode-first; hand them back in segment order.
-  int64_t wanted = decodes;
+  int64_t wanted = encoder_ ? 0 : decodes;  // an encoder has no classifier
   for (const Placed& p : std::span(placed).subspan(static_cast<size_t>(decodes)))
     wanted += p.segment->want_logits ? 1 : 0;
   const auto vocab = static_cast<size_t>(config_.vocab_size);

@@ -40,6 +40,11 @@ struct Segment {
   // returns in runs of consecutive rows: `first` is the first row's index in `tokens`, each row vocab_size
   // floats. Such a step always runs eagerly.
   std::function<void(int first, std::span<const float> rows)> all_logits;
+  // Embeddings: when set, the final hidden states of the segment's rows (after the output norm; an encoder's
+  // last layer) are pooled by `pool` (ops::PoolOp) and handed over, dim floats, before step() returns. An
+  // encoder (non-causal) model computes a whole input in one segment starting at position 0, with no logits.
+  std::function<void(std::span<const float> pooled)> pooled;
+  ops::PoolKind pool = ops::PoolKind::kLast;
 };
 
 struct RunnerOptions {
@@ -67,8 +72,12 @@ struct RunnerOptions {
 // auto` asks this of each backend.
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights);
 
+// "" when `device` runs what serving embeddings needs (pooling; an encoder's layer_norm, activation and
+// non-causal attention too), else what it lacks (`tessera serve` passes over such a backend).
+std::string missing_embedding_ops(ops::Device& device, bool encoder);
 // What the model's layers ask of operators that `device` does not do, each as a phrase naming it ("mixture-of-
-// experts layers (moe_route, moe_experts)", "attention sinks"); empty: it runs every layer kind. ModelRunner::create
+// experts layers (moe_route, moe_experts)", "attention sinks", an encoder's "encoder operators (layer_norm, ...)");
+// empty: it runs every layer kind. ModelRunner::create
 // refuses such a device with these; `--backend auto` passes it over.
 std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config);
 
@@ -213,6 +222,24 @@ class ModelRunner {
   std::vector<int64_t> step_row_of_;
   size_t streamed_bytes_ = 0;
   size_t resident_bytes_ = 0;
+
+  // Encoders (bert, model/bert.h): their weights and forward pass (encoder_forward.cc); the KV cache then only
+  // counts blocks for the scheduler (its tensors are minimal: an encoder reads its K and V from the step's rows).
+  struct EncoderLayer {
+    ops::Tensor wq, bq, wk, bk, wv, bv, wo, bo, attn_norm, attn_norm_b, w_up, b_up, w_down, b_down, out_norm,
+        out_norm_b;
+  };
+  struct Encoder {
+    ops::Tensor position_embd, type_embd, embd_norm, embd_norm_b, type_ids;
+    std::vector<EncoderLayer> layers;
+  };
+  std::optional<Encoder> encoder_;
+  ops::Tensor pooled_;  // [max_batch_tokens, dim]: the pooled vector of each segment that asks for one
+  std::vector<float> pooled_rows_;
+  Status upload_encoder_weights(const model::ModelWeights& weights);
+  Status forward_encoder(int64_t n, std::span<const Placed> placed);
+  // After forward(): each segment's pooled vector (Segment::pooled).
+  Status pool_segments(std::span<const Placed> placed);
 };
 
 }  // namespace tessera::engine

@@ -36,7 +36,7 @@ std::string_view expert_gating_name(ExpertGating g) {
 }
 
 std::vector<std::string> supported_archs() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss", "bert"};
 }
 
 bool ModelConfig::has_moe_layers() const {
@@ -92,6 +92,7 @@ Status apply_arch_features(ModelConfig& c) {
   if (a == "gemma2") c.sliding_pattern = 2;
   if (a == "gemma3") c.sliding_pattern = 6;
   if (a == "phi3" || a == "llama") c.sliding_pattern = 1;  // Mistral v0.1 and Phi-3 slide in every layer
+  c.causal = a != "bert";
   return ok_status();
 }
 
@@ -99,6 +100,10 @@ namespace {
 
 int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  if (c.arch == "bert") {  // q/k/v/o and up/down with biases, two LayerNorms per layer; three tables and their norm
+    const int64_t per_layer = d * q + q + 2 * (d * kv + kv) + q * d + d + 2 * d * h + h + d + 4 * d;
+    return static_cast<int64_t>(c.vocab_size + c.max_seq_len + c.n_token_types) * d + 2 * d + c.n_layers * per_layer;
+  }
   int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
   if (c.arch == "qwen2") attention += q + 2 * kv;        // q/k/v biases
   if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
@@ -152,6 +157,10 @@ Status ModelConfig::validate() const {
       !finite_nonneg(final_softcap) || !finite_nonneg(rope_theta_sliding))
     return invalid_argument(
         "embedding scale, attention scale, soft-caps and rope_theta_sliding must be finite and >= 0");
+  if (n_token_types < 0 || n_token_types > (1 << 16))
+    return invalid_argument(fmt::format("n_token_types {} is out of range [0, 65536]", n_token_types));
+  if (!causal && arch != "bert")
+    return unimplemented(fmt::format("non-causal attention is implemented for bert, not {}", arch));
   if (sliding_window < 0 || sliding_pattern < 0)
     return invalid_argument(
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));

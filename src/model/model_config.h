@@ -12,6 +12,10 @@
 //                             layers, attention scale from query_pre_attn_scalar
 //   gemma3                    gemma2 without soft-capping, + qk_norm, a separate rotary base for the
 //                             sliding-window layers
+//   bert                      an encoder, not a decoder (engine/encoder_forward.cc): token + absolute position +
+//                             token-type embeddings and a LayerNorm; per layer non-causal attention with q/k/v/o
+//                             biases, residual + LayerNorm, up -> GELU(erf) -> down with biases, residual +
+//                             LayerNorm; no rotary embedding and no classifier (it serves embeddings only)
 //   qwen3moe                  qwen3 whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
 //   llama + experts (Mixtral) llama whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
 //   gpt-oss                   q/k/v/o biases, attention sinks, every other layer sliding (window 128), YaRN;
@@ -115,6 +119,8 @@ struct ModelConfig {
   int sliding_window = 0;           // > 0: sliding layers attend to the last `sliding_window` positions
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
+  bool causal = true;               // false: every token attends to the whole input (bert)
+  int n_token_types = 0;            // bert: rows of token_types.weight (type_vocab_size); type 0 is used
   bool attn_sinks = false;          // blk.N.attn_sinks.weight [n_heads]: one more softmax logit per head (gpt-oss)
 
   MoeConfig moe;  // the experts of kMoe layers

@@ -29,9 +29,10 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
-  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",  "llama3.2-1b",
-          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",  "gemma3-1b",
-          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"};
+  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",   "llama3.2-1b",
+          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",   "gemma3-1b",
+          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-embedding-0.6b",
+          "bge-small",   "bert-base"};
 }
 
 namespace {
@@ -55,12 +56,19 @@ Result<ModelConfig> family_shape(const std::string& name) {
   } else if (name == "smollm2-135m") {
     c = make_shape(576, 1536, 30, 9, 3, 49152, 8192);
     c.rope_theta = 100000.0f;
-  } else if (name == "qwen3-0.6b") {
-    c = make_shape(1024, 3072, 28, 16, 8, 151936, 40960);
+  } else if (name == "qwen3-0.6b" || name == "qwen3-embedding-0.6b") {
+    c = name == "qwen3-0.6b" ? make_shape(1024, 3072, 28, 16, 8, 151936, 40960)
+                             : make_shape(1024, 3072, 28, 16, 8, 151669, 32768);
     c.arch = "qwen3";
     c.head_dim = 128;
     c.rope_theta = 1000000.0f;
     c.norm_eps = 1e-6f;
+  } else if (name == "bge-small" || name == "bert-base") {
+    c = name == "bge-small" ? make_shape(384, 1536, 12, 12, 12, 30522, 512)
+                            : make_shape(768, 3072, 12, 12, 12, 30522, 512);
+    c.arch = "bert";
+    c.norm_eps = 1e-12f;
+    c.n_token_types = 2;
   } else if (name == "gemma2-2b") {
     c = make_shape(2304, 9216, 26, 8, 4, 256000, 8192);
     c.arch = "gemma2";
@@ -138,6 +146,19 @@ Result<ModelConfig> family_shape(const std::string& name) {
 
 }  // namespace
 
+EmbeddingSpec synth_embedding(const std::string& name) {
+  EmbeddingSpec e;
+  if (name == "qwen3-embedding-0.6b") {
+    e.pooling = PoolingType::kLast;
+    e.matryoshka = true;
+  } else if (name == "bge-small") {
+    e.pooling = PoolingType::kCls;
+  } else if (name == "bert-base") {
+    e.pooling = PoolingType::kMean;
+  }
+  return e;
+}
+
 Result<ModelConfig> synth_shape(const std::string& name) {
   if (name == "tiny") return make_shape(64, 172, 5, 8, 4, 512, 512);
   if (name == "stories15M") return make_shape(288, 768, 6, 6, 6, 32000, 256);
@@ -212,7 +233,27 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   std::vector<Spec> specs;
   int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   specs.push_back({"token_embd.weight", {c.vocab_size, d}, false});
-  for (int l = 0; l < c.n_layers; ++l) {
+  if (c.arch == "bert") {
+    specs.push_back({"position_embd.weight", {c.max_seq_len, d}, false});
+    specs.push_back({"token_types.weight", {std::max(1, c.n_token_types), d}, false});
+    specs.push_back({"token_embd_norm.weight", {d}, true});
+    specs.push_back({"token_embd_norm.bias", {d}, false});
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+        specs.push_back({layer_tensor_name(l, std::string(m) + ".weight"), {d, d}, false});
+        specs.push_back({layer_tensor_name(l, std::string(m) + ".bias"), {d}, false});
+      }
+      specs.push_back({layer_tensor_name(l, "attn_output_norm.weight"), {d}, true});
+      specs.push_back({layer_tensor_name(l, "attn_output_norm.bias"), {d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.bias"), {h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.bias"), {d}, false});
+      specs.push_back({layer_tensor_name(l, "layer_output_norm.weight"), {d}, true});
+      specs.push_back({layer_tensor_name(l, "layer_output_norm.bias"), {d}, false});
+    }
+  }
+  for (int l = 0; l < c.n_layers && c.arch != "bert"; ++l) {
     specs.push_back({layer_tensor_name(l, "attn_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
@@ -254,7 +295,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
     specs.push_back({"rope_factors_long.weight", {c.head_dim / 2}, false});
     specs.push_back({"rope_factors_short.weight", {c.head_dim / 2}, false});
   }
-  specs.push_back({"output_norm.weight", {d}, true});
+  if (c.arch != "bert") specs.push_back({"output_norm.weight", {d}, true});
   if (!c.tied_embeddings) specs.push_back({"output.weight", {c.vocab_size, d}, false});
 
   // Matrices may be stored as f16/bf16 straight away (half the memory of f32 for the big shapes); every value is
@@ -351,6 +392,41 @@ std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t 
   std::vector<float> scores(pieces.size(), 0.0f);
   for (size_t i = 259; i < pieces.size(); ++i) scores[i] = -static_cast<float>(i - 259);
   auto tok = Llama2cTokenizer::from_pieces(std::move(pieces), std::move(scores));
+  TS_CHECK(tok.ok());
+  return std::move(tok).value();
+}
+
+std::unique_ptr<WordPieceTokenizer> synthesize_wordpiece_tokenizer(int vocab_size, uint64_t seed) {
+  TS_CHECK(vocab_size >= 200);
+  WordPieceSpec spec;
+  std::vector<std::string>& t = spec.tokens;
+  t = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  spec.special.assign(t.size(), true);
+  spec.pad = 0;
+  spec.unk = 1;
+  spec.cls = 2;
+  spec.sep = 3;
+  spec.mask = 4;
+  std::set<std::string> seen(t.begin(), t.end());
+  auto add = [&](std::string s) {
+    if (static_cast<int>(t.size()) >= vocab_size || !seen.insert(s).second) return;
+    t.push_back(std::move(s));
+    spec.special.push_back(false);
+  };
+  // The normaliser lowercases: no capital letters are needed.
+  for (char ch = '!'; ch <= '~'; ++ch)
+    if (ch < 'A' || ch > 'Z') add(std::string(1, ch));
+  for (char ch = 'a'; ch <= 'z'; ++ch) add("##" + std::string(1, ch));
+  for (char ch = '0'; ch <= '9'; ++ch) add("##" + std::string(1, ch));
+  Rng rng(seed ^ 0x5EED5EEDull);
+  for (int guard = 0; static_cast<int>(t.size()) < vocab_size && guard < vocab_size * 64; ++guard) {
+    const int len = 2 + static_cast<int>(rng.next_u32() % 7);
+    std::string w;
+    for (int i = 0; i < len; ++i) w += static_cast<char>('a' + rng.next_u32() % 26);
+    add(rng.next_u32() % 3 == 0 ? "##" + w : w);
+  }
+  for (int i = 0; static_cast<int>(t.size()) < vocab_size; ++i) add(fmt::format("[unused{}]", i));
+  auto tok = WordPieceTokenizer::create(std::move(spec));
   TS_CHECK(tok.ok());
   return std::move(tok).value();
 }

@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 
 #include "base/quant.h"
+#include "model/bert.h"
 #include "model/rope_permute.h"
 
 namespace tessera::model {
 
 std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const ModelWeights& w) {
+  if (c.arch == "bert") return bert_tensor_names(c);
   std::vector<std::string> names = {"token_embd.weight"};
   for (const char* s : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
     if (w.find(s) != nullptr) names.push_back(s);

@@ -38,7 +38,12 @@ void for_each_tensor(Op& op, F&& f) {
           f(o.a), f(o.b), f(o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           f(o.x), f(o.out);
-        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          f(o.x), f(o.weight), f(o.bias), f(o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          f(o.q), f(o.k), f(o.v), f(o.out);
+        } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, PoolOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           f(o.logits), f(o.ids), f(o.weights), f(o.bias);

@@ -86,12 +86,66 @@ void check_sinks(Checker& c, const Tensor& sinks, const Tensor& q) {
   if (c.ok()) c.dim(sinks, "sinks", 0, q.dim(1));
 }
 
+void validate_encoder_op(Checker& c, const LayerNormOp& o) {
+  c.present(o.x, "x").present(o.weight, "weight").present(o.out, "out").rank(o.x, "x", 2);
+  c.dtype(o.x, "x", DType::kF32).dtype(o.weight, "weight", DType::kF32).same_shape(o.x, "x", o.out, "out");
+  c.dtype(o.out, "out", DType::kF32).require(std::isfinite(o.eps) && o.eps > 0.0f, "eps must be positive");
+  if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.x.dim(1));
+  if (c.ok() && o.bias.valid()) {
+    c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);
+    if (c.ok()) c.dim(o.bias, "bias", 0, o.x.dim(1));
+  }
+}
+
+void validate_encoder_op(Checker& c, const ActivationOp& o) {
+  c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+  c.same_shape(o.x, "x", o.out, "out");
+  c.require(o.act == Activation::kSilu || o.act == Activation::kGeluTanh || o.act == Activation::kGeluErf,
+            "act must be silu, gelu_tanh or gelu_erf");
+}
+
+void validate_encoder_op(Checker& c, const AttentionNonCausalOp& o) {
+  c.present(o.q, "q").present(o.k, "k").present(o.v, "v").present(o.out, "out");
+  c.dtype(o.q, "q", DType::kF32).dtype(o.k, "k", DType::kF32).dtype(o.v, "v", DType::kF32);
+  c.dtype(o.out, "out", DType::kF32).rank(o.q, "q", 3).rank(o.k, "k", 3).same_shape(o.k, "k", o.v, "v");
+  c.same_shape(o.q, "q", o.out, "out");
+  if (!c.ok()) return;
+  c.dim(o.k, "k", 0, o.q.dim(0)).dim(o.k, "k", 2, o.q.dim(2));
+  c.require(o.k.dim(1) > 0 && o.q.dim(1) % o.k.dim(1) == 0, "query heads are not a multiple of kv heads");
+  c.require(o.q.dim(0) > 0, "attention needs at least one token");
+  c.require(std::isfinite(o.scale) && o.scale >= 0.0f, "scale must be finite and >= 0");
+}
+
+void validate_encoder_op(Checker& c, const PoolOp& o) {
+  c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+  c.rank(o.x, "x", 2).rank(o.out, "out", 2);
+  if (!c.ok()) return;
+  c.require(o.x.dim(0) > 0, "pooling needs at least one row").dim(o.out, "out", 0, 1).dim(o.out, "out", 1, o.x.dim(1));
+  c.require(o.kind == PoolKind::kMean || o.kind == PoolKind::kFirst || o.kind == PoolKind::kLast,
+            "kind must be mean, first or last");
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) {
-  static constexpr std::string_view kNames[] = {
-      "embedding", "rms_norm", "add_rms_norm", "rope",    "kv_write", "attention_prefill", "attention_decode",
-      "matmul",    "silu_mul", "add",          "softmax", "argmax",   "moe_route",         "moe_experts"};
+  static constexpr std::string_view kNames[] = {"embedding",
+                                                "rms_norm",
+                                                "add_rms_norm",
+                                                "rope",
+                                                "kv_write",
+                                                "attention_prefill",
+                                                "attention_decode",
+                                                "matmul",
+                                                "silu_mul",
+                                                "add",
+                                                "softmax",
+                                                "argmax",
+                                                "moe_route",
+                                                "moe_experts",
+                                                "layer_norm",
+                                                "activation",
+                                                "attention_noncausal",
+                                                "pool"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -193,7 +247,8 @@ Status validate(const Op& op) {
           c.dtype(o.up, "up", DType::kF32)
               .same_shape(o.gate, "gate", o.up, "up")
               .same_shape(o.gate, "gate", o.out, "out");
-          c.require(o.act != Activation::kSwigluOai, "silu_mul takes silu or gelu_tanh (swiglu_oai is moe_experts')");
+          c.require(o.act == Activation::kSilu || o.act == Activation::kGeluTanh,
+                    "silu_mul takes silu or gelu_tanh (swiglu_oai is moe_experts', gelu_erf activation's)");
         } else if constexpr (std::is_same_v<T, AddOp>) {
           c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
           c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");
@@ -204,6 +259,9 @@ Status validate(const Op& op) {
           c.present(o.x, "x").present(o.out, "out").rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32);
           c.rank(o.out, "out", 1).dtype(o.out, "out", DType::kI32);
           if (c.ok()) c.dim(o.out, "out", 0, o.x.dim(0)).require(o.x.dim(1) > 0, "x has empty rows");
+        } else if constexpr (std::is_same_v<T, LayerNormOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, AttentionNonCausalOp> || std::is_same_v<T, PoolOp>) {
+          validate_encoder_op(c, o);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           c.present(o.logits, "logits").present(o.ids, "ids").present(o.weights, "weights");
           c.rank(o.logits, "logits", 2).dtype(o.logits, "logits", DType::kF32).rank(o.ids, "ids", 2);
@@ -221,6 +279,7 @@ Status validate(const Op& op) {
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           c.present(o.x, "x").present(o.ids, "ids").present(o.weights, "weights").present(o.out, "out");
           c.present(o.down, "down").rank(o.down, "down", 3);
+          c.require(o.act != Activation::kGeluErf, "moe_experts takes silu, gelu_tanh or swiglu_oai");
           const bool fused = o.gate_up.valid();
           if (fused) {
             c.present(o.gate_up, "gate_up").rank(o.gate_up, "gate_up", 3);

@@ -106,7 +106,8 @@ struct MatMulOp {
 // evaluated as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) to avoid cancellation for negative x).
 // kSwigluOai is gpt-oss's clamped form, taken by MoeExpertsOp only: g = min(gate, limit),
 // u = clamp(up, -limit, limit), out = g / (1 + exp(-alpha g)) * (u + 1).
-enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai };
+// kGeluErf (BERT's "gelu": 0.5 x (1 + erf(x / sqrt 2))) is taken by ActivationOp only.
+enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai, kGeluErf };
 struct SiluMulOp {
   Tensor gate, up, out;
   Activation act = Activation::kSilu;
@@ -163,11 +164,46 @@ struct MoeExpertsOp {
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai only
 };
 
+// Encoder models (BERT) and embeddings: layer_norm, activation, attention_noncausal and pool.
+//
+// out = (x - mean) / sqrt(var + eps) * weight + bias, per row, var the population variance of the row (what
+// torch.nn.LayerNorm computes).  x, out [n, dim] (out may alias x); weight [dim]; bias [dim], optional.
+struct LayerNormOp {
+  Tensor x, weight, bias, out;
+  float eps = 1e-12f;
+};
+
+// out = act(x), elementwise, ungated (BERT's feed-forward): kSilu x / (1 + exp(-x)), kGeluTanh as SiluMulOp's,
+// kGeluErf 0.5 x (1 + erf(x / sqrt 2)).  x, out [n, width] (out may alias x).
+struct ActivationOp {
+  Tensor x, out;
+  Activation act = Activation::kGeluErf;
+};
+
+// Non-causal (bidirectional) attention over the n tokens of ONE sequence: every query attends to all n keys,
+// those after it included; no KV cache (an encoder computes a whole input in one step). q [n, n_heads, head_dim],
+// k, v [n, n_kv_heads, head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). Scores are
+// q.k / sqrt(head_dim), or q.k * scale when scale > 0; softmax subtracts the row's maximum.
+struct AttentionNonCausalOp {
+  Tensor q, k, v, out;
+  float scale = 0.0f;
+};
+
+// The rows of x [n, dim] pooled into out [1, dim]: kMean their average (sum in row order, then divided by n),
+// kFirst row 0 (BERT's [CLS] token), kLast row n - 1 (a causal model's summary of the whole input).
+enum class PoolKind : uint8_t { kMean, kFirst, kLast };
+struct PoolOp {
+  Tensor x, out;
+  PoolKind kind = PoolKind::kMean;
+};
+
 using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
-                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp>;
+                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp, LayerNormOp,
+                        ActivationOp, AttentionNonCausalOp, PoolOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
-// "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts".
+// "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
+// "attention_noncausal", "pool".
 std::string_view op_name(const Op& op);
 
 // InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is

@@ -141,8 +141,12 @@ struct Gateway::Impl {
   std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
     prefill.clear();
     std::vector<NodeSnapshot> nodes = registry.candidates(tried);
+    // Embeddings go to pooling nodes and text to generate nodes; a node whose runner is not known yet may take
+    // either (it answers 400 to what it does not serve); /tokenize and /detokenize go anywhere.
+    std::erase_if(
+        nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
-    if (options.pd_pairing) {
+    if (options.pd_pairing && r.runner != "pooling") {
       std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
       std::vector<NodeSnapshot> decodes, colocated;
       for (const auto& n : nodes) (n.role == "decode" ? decodes : colocated).push_back(n);
@@ -542,6 +546,7 @@ struct Gateway::Impl {
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;
+    route.runner = "generate";
     if (chat) {
       for (const auto& m : req.messages) route.prompt += m.role + "\n" + m.content + "\n";
     } else {
@@ -574,10 +579,12 @@ struct Gateway::Impl {
 
   // POST /tokenize and /detokenize (vLLM's routes, serve/tokenize_api.h): the body goes as it is to a node in
   // rotation, which tokenizes with the served model's own tokenizer and validates the body itself.
+  // POST /v1/embeddings goes the same way, to a pooling node (serve/embeddings_api.h), retried like any whole answer.
   void handle_tokenizer_route(const http::Request& r, const WriterPtr& w, std::string_view path) {
     auto c = std::make_shared<Call>();
+    if (path == "/v1/embeddings") c->route.runner = "pooling";
     c->writer = w;
-    c->endpoint = std::string(path.substr(1));
+    c->endpoint = path == "/v1/embeddings" ? "embeddings" : std::string(path.substr(1));
     c->path = std::string(path);
     c->request_id = api::request_id_of(r.header(std::string(api::kRequestIdHeader)), "rt");
     c->trace = api::trace_of(r.header(std::string(api::kTraceparentHeader)));
@@ -650,6 +657,7 @@ struct Gateway::Impl {
   static json node_json(const NodeStatus& s) {
     return {{"url", s.load.url},
             {"role", s.load.role},
+            {"runner", s.load.runner},
             {"host_id", s.load.host_id},
             {"healthy", s.healthy},
             {"draining", s.draining},
@@ -749,6 +757,8 @@ struct Gateway::Impl {
     // Capacity steers routing: only a plausible block count is believed (api/health.h).
     const double capacity = ok ? api::health_capacity(r->body) : 0;
     if (ok) learn_role(url);
+    if (const std::string runner = ok ? api::health_runner(r->body) : std::string(); !runner.empty())
+      registry.set_runner(url, runner);
     if (registry.probe_result(url, ok, capacity)) {
       if (ok) {
         log::info("router: node {} back in rotation", url);
@@ -775,7 +785,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, false); });
   d->server.route("POST", "/v1/chat/completions",
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, true); });
-  for (std::string_view path : {std::string_view("/tokenize"), std::string_view("/detokenize")}) {
+  for (std::string_view path :
+       {std::string_view("/tokenize"), std::string_view("/detokenize"), std::string_view("/v1/embeddings")}) {
     d->server.route("POST", std::string(path),
                     [d, path](const http::Request& r, const WriterPtr& w) { d->handle_tokenizer_route(r, w, path); });
   }

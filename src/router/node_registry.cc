@@ -61,6 +61,14 @@ bool NodeRegistry::set_role(const std::string& url, const std::string& role, con
   return true;
 }
 
+bool NodeRegistry::set_runner(const std::string& url, const std::string& runner) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end()) return false;
+  it->second.load.runner = runner;
+  return true;
+}
+
 bool NodeRegistry::contains(const std::string& url) const {
   std::lock_guard lock(mu_);
   return nodes_.count(url) != 0;

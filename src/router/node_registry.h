@@ -56,6 +56,8 @@ class NodeRegistry {
   bool set_capacity(const std::string& url, double capacity);
   // Role ("both", "prefill", "decode") and host id; an empty argument leaves that field as it is.
   bool set_role(const std::string& url, const std::string& role, const std::string& host_id);
+  // What the node runs ("generate" or "pooling"), as its /health says; false for an unknown URL.
+  bool set_runner(const std::string& url, const std::string& runner);
   bool contains(const std::string& url) const;
 
   // Healthy, not draining, not in `exclude`; sorted by URL.

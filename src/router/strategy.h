@@ -33,6 +33,7 @@ struct NodeSnapshot {
   double tokens_per_s = 0;         // measured generation speed (EWMA), > 0
   std::string role;                // "both", "prefill", "decode"; empty: not known yet
   std::string host_id;             // empty: not known
+  std::string runner;              // "generate" or "pooling" (embeddings), from /health; empty: not known yet
 };
 
 // What strategies may look at in a request.
@@ -43,6 +44,7 @@ struct RouteRequest {
   std::vector<int32_t> tokens;  // the prompt as token ids (tokenizer, or ids sent by the client); may be empty
   int64_t prompt_tokens = 0;    // tokens.size() when known, else an estimate
   int64_t max_tokens = 16;      // requested output tokens
+  std::string runner;           // the node runner it needs ("generate", "pooling" for embeddings); empty: any
 };
 
 struct StrategyOptions {

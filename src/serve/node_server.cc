@@ -471,6 +471,14 @@ struct NodeServer::Impl {
     const std::string_view endpoint = chat ? "chat" : "completions";
     std::shared_ptr<RequestTag> tag = tag_of(hreq, chat ? "chatcmpl" : "cmpl");
     tag->model = options.model_name;
+    if (options.embeddings.enabled) {
+      return reply_error(w, endpoint, tag.get(),
+                         {400,
+                          fmt::format("this node serves embeddings (--runner pooling): '{}' has no text generation "
+                                      "here; use /v1/embeddings",
+                                      options.model_name),
+                          "invalid_request_error", "", "model_not_supported"});
+    }
     if (draining) {
       // The header tells a router this node is draining, not failing: it stops sending new requests here and
       // leaves the streams in flight alone (drain is not failure).
@@ -841,6 +849,13 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
         d->on_template_pool(r, std::move(w), "chat",
                             [d](const http::Request& r, auto w) { d->handle_generate(r, std::move(w), true); });
       }));
+  d->server.route(
+      "POST", "/v1/embeddings", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+        handle_embeddings(
+            r, std::move(w),
+            {d->engine, d->options.embeddings, d->options.model_name, d->options.model_aliases,
+             [d](int status) { d->metrics.request_finished("embeddings", status); }, &d->calls, &d->draining});
+      }));
   // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
   d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
                     d->on_template_pool(r, std::move(w), "tokenize", [d](const http::Request& r, auto w) {
@@ -875,7 +890,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     }
     engine::EngineStats s = d->engine.stats();
     w->send(200, api::health_body({d->options.model_name, d->options.backend, d->options.device, s.waiting, s.running,
-                                   s.kv_blocks_used, s.kv_blocks_total}));
+                                   s.kv_blocks_used, s.kv_blocks_total, std::string(d->options.embeddings.runner())}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     const engine::EngineStats stats = d->engine.stats();

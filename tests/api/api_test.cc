@@ -141,8 +141,9 @@ TEST(Health, BodyAndTheCapacityTheRouterBelieves) {
   const std::string body = health_body({"m", "cpu", "host", 1, 2, 3, 400});
   EXPECT_EQ(
       body,
-      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","running":2,"status":"ok","waiting":1})");
+      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","runner":"generate","running":2,"status":"ok","waiting":1})");
   EXPECT_EQ(health_capacity(body), 400);
+  EXPECT_EQ(health_runner(body), "generate");  // the router sends /v1/embeddings only to "pooling" nodes
   EXPECT_EQ(health_capacity(R"({"kv_blocks_total":1e300})"), 0);
   EXPECT_EQ(health_capacity(R"({"kv_blocks_total":-5})"), 0);
   EXPECT_EQ(health_capacity("not json"), 0);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ops/conformance_support.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
 
 namespace tessera::ops::conformance {
@@ -24,7 +25,8 @@ TEST_P(Conformance, FastCasesMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
                          ::testing::Values("embedding", "rms_norm", "add_rms_norm", "rope", "kv_write",
                                            "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
-                                           "softmax", "argmax", "moe_route", "moe_experts"));
+                                           "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
+                                           "attention_noncausal", "pool"));
 
 TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
   std::vector<Case> cases = conformance_cases();
@@ -37,7 +39,7 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
     fast += c.slow ? 0 : 1;
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
-  EXPECT_EQ(ops.size(), 14u);
+  EXPECT_EQ(ops.size(), 18u);
   EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
@@ -147,6 +149,34 @@ TEST(ConformanceSuite, OpenClRunsQ8_0Q4_0Q4_KAndQ6_KMatmulsAgainstRef) {
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     EXPECT_GE(passed[t], 10) << dtype_name(t);
   }
+}
+
+// Embedding models run on cpu: every fast encoder case passes on every cpu kernel variant (unsupported would
+// count as a failure here; the parameterised suite above only fails on FAIL).
+TEST(ConformanceSuite, CpuRunsTheEncoderOperatorsAgainstRef) {
+  register_builtin_backends();
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::vector<std::unique_ptr<Device>> cpus;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    auto b = cpu::create_backend(isa);
+    ASSERT_TRUE(b.ok());
+    auto d = (*b)->open_device_with(0, DeviceOptions{2, ""});
+    ASSERT_TRUE(d.ok());
+    cpus.push_back(std::move(d).value());
+  }
+  std::vector<Device*> targets;
+  for (auto& d : cpus) targets.push_back(d.get());
+  std::map<std::string, int> passed;
+  for (const Case& c : conformance_cases()) {
+    if (c.slow || (c.op != "layer_norm" && c.op != "activation" && c.op != "attention_noncausal" && c.op != "pool"))
+      continue;
+    for (const CaseResult& r : run_case(c, **ref, targets)) {
+      EXPECT_EQ(r.outcome, Outcome::kPass) << c.op << " " << c.shape << ": " << r.detail;
+      passed[c.op] += r.outcome == Outcome::kPass;
+    }
+  }
+  for (const char* op : {"layer_norm", "activation", "attention_noncausal", "pool"}) EXPECT_GE(passed[op], 20) << op;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/chunk_pool.h"
 #include "engine/engine.h"
 #include "engine/logits_processors.h"
 #include "engine/sequence.h"
@@ -40,6 +41,7 @@ struct Engine::Active {
   LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
   std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
   bool prompt_lps_sent = false;
+  ChunkPool pooled;  // embedding requests: the chunks' pooled vectors so far
 
   // KV connectors (engine_kv.cc): what each consulted connector supplies for the current admission.
   struct KvRange {

@@ -442,6 +442,7 @@ std::vector<Case> conformance_cases() {
   add_scaled_rope(cases);
   add_rows(cases);
   add_moe_cases(cases);
+  add_encoder_cases(cases);
   return cases;
 }
 

@@ -134,6 +134,14 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(add);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           TS_CPU_CALL(softmax);
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          TS_CPU_CALL(layer_norm);
+        } else if constexpr (std::is_same_v<T, ActivationOp>) {
+          TS_CPU_CALL(activation);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          TS_CPU_CALL(attention_noncausal);
+        } else if constexpr (std::is_same_v<T, PoolOp>) {
+          TS_CPU_CALL(pool);
         } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
           TS_CPU_CALL(argmax);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {

@@ -258,7 +258,12 @@ Status check_unpacked_operands(const Op& op) {
           any(o.a, o.b, o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           any(o.x, o.out);
-        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          any(o.x, o.weight, o.bias, o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          any(o.q, o.k, o.v, o.out);
+        } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, PoolOp>) {
           any(o.x, o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           any(o.logits, o.ids, o.weights, o.bias);

@@ -70,6 +70,10 @@ Support capability(const Op& op) {
     return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
     return Support::no("cuda has no clamped swiglu (gpt-oss)");
+  // The encoder operators (BERT) and pooling have no cuda kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("cuda has no layer_norm, activation, attention_noncausal or pool kernel");
   return Support::yes();
 }
 
@@ -304,6 +308,11 @@ class CudaStream final : public Stream {
     if (o.x.dim(0) == 0) return ok_status();
     return check("softmax", launch_softmax(ptr(o.x), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
   }
+  // Refused by capability() before a stream gets here.
+  Status enqueue(const LayerNormOp&) { return unimplemented("cuda: layer_norm"); }
+  Status enqueue(const ActivationOp&) { return unimplemented("cuda: activation"); }
+  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("cuda: attention_noncausal"); }
+  Status enqueue(const PoolOp&) { return unimplemented("cuda: pool"); }
   Status enqueue(const ArgmaxOp& o) {
     if (o.x.dim(0) == 0) return ok_status();
     return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));

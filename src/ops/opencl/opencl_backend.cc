@@ -105,6 +105,10 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
+  // The encoder operators (BERT) and pooling have no opencl kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("opencl has no layer_norm, activation, attention_noncausal or pool kernel");
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
     return Support::no("opencl attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
@@ -454,6 +458,11 @@ class ClStream final : public Stream {
     return launch("softmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
   }
+  // Refused by capability() before a stream gets here.
+  Status enqueue(const LayerNormOp&) { return unimplemented("opencl: layer_norm"); }
+  Status enqueue(const ActivationOp&) { return unimplemented("opencl: activation"); }
+  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("opencl: attention_noncausal"); }
+  Status enqueue(const PoolOp&) { return unimplemented("opencl: pool"); }
   Status enqueue(const ArgmaxOp& o) {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));

@@ -50,6 +50,12 @@ Status run_silu_mul(const SiluMulOp& op);
 Status run_add(const AddOp& op);
 Status run_softmax(const SoftmaxOp& op);
 Status run_argmax(const ArgmaxOp& op);
+Status run_layer_norm(const LayerNormOp& op);
+Status run_activation(const ActivationOp& op);
+Status run_attention_noncausal(const AttentionNonCausalOp& op);
+Status run_pool(const PoolOp& op);
+// One activation value, as ActivationOp defines it.
+float activate(Activation act, float x);
 Status run_moe_route(const MoeRouteOp& op);
 Status run_moe_experts(const MoeExpertsOp& op);
 

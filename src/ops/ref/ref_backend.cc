@@ -41,6 +41,14 @@ class RefStream final : public Stream {
             return run_add(o);
           else if constexpr (std::is_same_v<T, SoftmaxOp>)
             return run_softmax(o);
+          else if constexpr (std::is_same_v<T, LayerNormOp>)
+            return run_layer_norm(o);
+          else if constexpr (std::is_same_v<T, ActivationOp>)
+            return run_activation(o);
+          else if constexpr (std::is_same_v<T, AttentionNonCausalOp>)
+            return run_attention_noncausal(o);
+          else if constexpr (std::is_same_v<T, PoolOp>)
+            return run_pool(o);
           else if constexpr (std::is_same_v<T, ArgmaxOp>)
             return run_argmax(o);
           else if constexpr (std::is_same_v<T, MoeRouteOp>)

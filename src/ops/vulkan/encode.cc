@@ -45,6 +45,12 @@ void for_each_tensor(const Op& op, F&& f) {
           f(o.logits), f(o.ids), f(o.weights), f(o.bias);
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          f(o.x), f(o.weight), f(o.bias), f(o.out);
+        } else if constexpr (std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp>) {
+          f(o.x), f(o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          f(o.q), f(o.k), f(o.v), f(o.out);
         } else {
           static_assert(kAlwaysFalse<T>, "vulkan: an operator is missing");
         }
@@ -126,6 +132,10 @@ Support capability(const Gpu& gpu, const Op& op) {
     return Support::no("vulkan has no mixture-of-experts kernels (moe_route, moe_experts)");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
     return Support::no("vulkan has no clamped swiglu (gpt-oss)");
+  // The encoder operators (BERT) and pooling have no vulkan kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -359,6 +369,10 @@ struct Encoder {
   // capability() refuses these, so a graph never brings them here.
   Status operator()(const MoeRouteOp&) { return unimplemented("vulkan has no moe_route kernel"); }
   Status operator()(const MoeExpertsOp&) { return unimplemented("vulkan has no moe_experts kernel"); }
+  Status operator()(const LayerNormOp&) { return unimplemented("vulkan has no layer_norm kernel"); }
+  Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
+  Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
+  Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
 };
 
 }  // namespace

@@ -247,6 +247,21 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       TS_ASSIGN_OR_RETURN(double eps, c.get_float(a + ".attention.layer_norm_rms_epsilon"));
       cfg.norm_eps = static_cast<float>(eps);
     }
+    if (a == "bert") {  // LayerNorm, not RMSNorm: its own key, required as llama.cpp requires it
+      TS_ASSIGN_OR_RETURN(double eps, c.get_float(a + ".attention.layer_norm_epsilon"));
+      cfg.norm_eps = static_cast<float>(eps);
+      TS_ASSIGN_OR_RETURN(cfg.n_token_types, get_dim_or(c, "tokenizer.ggml.token_type_count", 0));
+    }
+    if (c.find(a + ".attention.causal")) {
+      TS_ASSIGN_OR_RETURN(int64_t causal, c.get_int(a + ".attention.causal"));
+      if ((causal != 0) != cfg.causal)
+        return unimplemented(fmt::format("{}.attention.causal = {} is not supported for {} (only {})", a,
+                                         causal != 0 ? "true" : "false", a, cfg.causal ? "causal" : "non-causal"));
+    }
+    if (c.find(a + ".pooling_type")) {
+      TS_ASSIGN_OR_RETURN(int64_t pooling, c.get_int(a + ".pooling_type"));
+      TS_ASSIGN_OR_RETURN(m.pooling, pooling_from_gguf(pooling));
+    }
     if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
     TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
     TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));
@@ -269,6 +284,9 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
   if (!emb || emb->shape.size() != 2) return invalid_argument(fmt::format("{}: no 2-D token_embd.weight", name));
   cfg.vocab_size = static_cast<int>(emb->shape[0]);
   cfg.tied_embeddings = m.weights.find("output.weight") == nullptr;
+  if (const WeightTensor* types = m.weights.find("token_types.weight");
+      cfg.arch == "bert" && cfg.n_token_types == 0 && types && types->shape.size() == 2)
+    cfg.n_token_types = static_cast<int>(types->shape[0]);
   if (Status s = cfg.validate(); !s.ok()) return ctx(s);
   if (c.find("general.name")) {
     auto n = c.get_string("general.name");
@@ -321,7 +339,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   ModelConfig probe = config;
   TS_RETURN_IF_ERROR(apply_arch_features(probe));
   const bool has_bias = weights.find("blk.0.attn_q.bias") != nullptr;
-  if (config.arch != "qwen2" && config.arch != "gpt-oss" && has_bias)
+  const bool bert = config.arch == "bert";
+  if (config.arch != "qwen2" && config.arch != "gpt-oss" && !bert && has_bias)
     return invalid_argument(fmt::format("a {} model has no q/k/v biases; write it as qwen2", config.arch));
   const RopeScaling& rs = config.rope_scaling;
   // Llama 3.1's scaling travels as the tensor of frequency divisors llama.cpp reads.
@@ -360,14 +379,23 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".block_count", GgufValue::u32(static_cast<uint32_t>(config.n_layers)));
   kv.emplace_back(a + ".feed_forward_length", GgufValue::u32(static_cast<uint32_t>(config.hidden_dim)));
   kv.emplace_back(a + ".attention.head_count", GgufValue::u32(static_cast<uint32_t>(config.n_heads)));
-  kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
+  if (bert) {  // what llama.cpp's converter writes for BertModel: no rotary keys, LayerNorm's epsilon
+    kv.emplace_back(a + ".attention.layer_norm_epsilon", GgufValue::f32(config.norm_eps));
+    kv.emplace_back(a + ".attention.causal", GgufValue::boolean(false));
+    kv.emplace_back("tokenizer.ggml.token_type_count", GgufValue::u32(static_cast<uint32_t>(config.n_token_types)));
+  }
+  if (options.pooling != PoolingType::kNone)
+    kv.emplace_back(a + ".pooling_type", GgufValue::u32(static_cast<uint32_t>(options.pooling)));
+  if (!bert) kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
   if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3") {
     kv.emplace_back(a + ".attention.key_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
     kv.emplace_back(a + ".attention.value_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
   }
-  kv.emplace_back(a + ".rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
-  kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
-  kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
+  if (!bert) {
+    kv.emplace_back(a + ".rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
+    kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
+    kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
+  }
   kv.emplace_back(a + ".vocab_size", GgufValue::u32(static_cast<uint32_t>(config.vocab_size)));
   if (a == "gemma2") {
     kv.emplace_back(a + ".attn_logit_softcapping", GgufValue::f32(config.attn_softcap));
@@ -469,8 +497,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     put_id("tokenizer.ggml.eos_token_id", vocab->eos);
     put_id("tokenizer.ggml.unknown_token_id", vocab->unk);
     put_id("tokenizer.ggml.padding_token_id", vocab->pad);
+    if (vocab->kind == VocabKind::kWordPiece) {  // as the converter writes a BERT vocabulary
+      put_id("tokenizer.ggml.seperator_token_id", vocab->eos);
+      put_id("tokenizer.ggml.cls_token_id", vocab->bos);
+      put_id("tokenizer.ggml.mask_token_id", vocab->mask);
+      if (!vocab->lowercase)  // llama.cpp lowercases a bert vocabulary unless told otherwise
+        kv.emplace_back("tokenizer.ggml.normalizer.lowercase", GgufValue::boolean(false));
+      if (vocab->strip_accents != vocab->lowercase)
+        kv.emplace_back("tokenizer.ggml.normalizer.strip_accents", GgufValue::boolean(vocab->strip_accents));
+    }
     kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(vocab->add_bos));
-    if (vocab->kind != VocabKind::kByteLevelBpe)
+    if (vocab->add_eos || vocab->kind == VocabKind::kWordPiece)
+      kv.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(vocab->add_eos));
+    if (vocab->kind == VocabKind::kSentencePiece || vocab->kind == VocabKind::kGemma4Bpe)
       kv.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(vocab->add_space_prefix));
   }
   if (!options.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", GgufValue::str(options.chat_template));
