@@ -392,8 +392,6 @@ std::string detected_isa() {
   return fmt::format("{} ({})", isa_name(*isa), isa_features(*isa));
 }
 
-std::string runtime_versions() {
-  return fmt::format("OpenMP {}; GCC {}", _OPENMP, __VERSION__);
-}
+std::string runtime_versions() { return fmt::format("OpenMP {}; GCC {}", _OPENMP, __VERSION__); }
 
 }  // namespace tessera::ops::cpu
