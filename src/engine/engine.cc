@@ -694,6 +694,9 @@ void Engine::publish_stats() {
   s.kv_blocks_used = runner_.kv_cache().blocks().used();
   s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
   s.prefix = runner_.kv_cache().blocks().stats();
+  s.prefix_cache_enabled = runner_.kv_cache().blocks().prefix_cache_enabled();
+  s.state_slots_total = runner_.kv_cache().state_slots();
+  s.state_slots_used = s.state_slots_total - runner_.kv_cache().free_state_slots();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

@@ -63,6 +63,30 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
   std::vector<std::string> out;
   if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
     out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  if (config.has_linear_layers() || config.attn_output_gate || config.rope_dims > 0) {
+    // Linear attention, Qwen3.5's gated attention and partial rotary, each probed with the smallest tensors.
+    auto fb = device.alloc(64 * 4);
+    if (fb.ok()) {
+      ops::Buffer* b = fb->get();
+      ops::Tensor row(b, 0, DType::kF32, {1, 6}), w(b, 0, DType::kF32, {6, 2}), st(b, 0, DType::kF32, {1, 6});
+      ops::Tensor qkv(b, 0, DType::kF32, {1, 6}), hv(b, 0, DType::kF32, {1, 1}), h1(b, 0, DType::kF32, {1});
+      ops::Tensor state(b, 0, DType::kF32, {1, 2, 2}), o(b, 0, DType::kF32, {1, 1, 2});
+      ops::GatedDeltaRuleOp rule{qkv, hv, hv, h1, h1, state, o};
+      rule.k_heads = 1;
+      if (config.has_linear_layers() &&
+          (!device.supports(ops::CausalConv1dOp{row, w, st, row}).supported || !device.supports(rule).supported))
+        out.push_back("linear-attention layers (causal_conv1d, gated_delta_rule)");
+      ops::Tensor x(b, 0, DType::kF32, {1, 1, 4}), half(b, 0, DType::kF32, {1, 1, 2});
+      if (config.attn_output_gate &&
+          (!device.supports(ops::SplitHeadsOp{x, half, half}).supported ||
+           !device.supports(ops::SiluMulOp{hv, hv, hv, ops::Activation::kSigmoid}).supported))
+        out.push_back("gated attention (split_heads, sigmoid silu_mul)");
+      ops::Tensor pos(b, 0, DType::kI32, {1});
+      ops::RopeOp rope{x, x, pos};
+      rope.rot_dims = 2;
+      if (config.rope_dims > 0 && !device.supports(rope).supported) out.push_back("partial rotary (rope rot_dims)");
+    }
+  }
   if (config.attn_sinks) {
     // One query head over a one-block f32 cache, with a sink.
     const int64_t hd = config.head_dim;
@@ -121,7 +145,18 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
                                      device.info().backend, config.arch, fmt::join(missing, " or ")));
   }
+  if (config.has_linear_layers() && options.graph) {
+    return invalid_argument(
+        "graph decoding does not carry a hybrid model's recurrent state (linear-attention layers): decode eagerly "
+        "(--graph off)");
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
+  if (config.has_linear_layers()) {
+    // One recurrent-state slot per sequence that may run; prefix reuse needs state at block boundaries, which
+    // these slots do not keep, so it is off for hybrid models.
+    if (r->options_.kv.state_slots <= 0) r->options_.kv.state_slots = options.max_sequences;
+    r->options_.kv.prefix_cache = false;
+  }
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
   if (r->options_.kv.num_blocks == 0) r->options_.kv.num_blocks = r->max_blocks_per_seq_ * options.max_sequences;
@@ -161,6 +196,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   for (const ops::Tensor* t : {&s.x, &s.xb, &s.delta, &s.q, &s.k, &s.v, &s.att, &s.hb, &s.hb2, &s.logits}) {
     r->scratch_buffers_.push_back(t->buffer);
   }
+  TS_RETURN_IF_ERROR(r->alloc_hybrid_scratch());
   if (config.has_moe_layers()) {
     const int64_t experts = config.moe.n_experts, used = config.moe.n_experts_used;
     TS_ASSIGN_OR_RETURN(s.router_logits, r->alloc(DType::kF32, {n, experts}));
@@ -205,10 +241,9 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
     }
   }
   std::vector<float> widened;
-  const bool runs = use == WeightUse::kExperts
-                        ? device_runs_experts(device_, t.dtype)
-                        : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
-                                             name == "token_embd.weight" && !matrix);
+  const bool runs = use == WeightUse::kExperts ? device_runs_experts(device_, t.dtype)
+                                               : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
+                                                                    name == "token_embd.weight" && !matrix);
   if (!runs) {
     // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
     // model from a GGUF or safetensors file still runs (at f32's memory cost).
@@ -265,10 +300,12 @@ Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer&
                         upload(weights, name("ffn_gate_exps.weight"), {e, f, d}, WeightUse::kExperts));
     TS_ASSIGN_OR_RETURN(layer.experts_up, upload(weights, name("ffn_up_exps.weight"), {e, f, d}, WeightUse::kExperts));
   }
-  TS_ASSIGN_OR_RETURN(layer.experts_down, upload(weights, name("ffn_down_exps.weight"), {e, d, f}, WeightUse::kExperts));
+  TS_ASSIGN_OR_RETURN(layer.experts_down,
+                      upload(weights, name("ffn_down_exps.weight"), {e, d, f}, WeightUse::kExperts));
   TS_ASSIGN_OR_RETURN(layer.experts_gate_bias, upload_optional(weights, name("ffn_gate_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_up_bias, upload_optional(weights, name("ffn_up_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_down_bias, upload_optional(weights, name("ffn_down_exps.bias"), {e, d}));
+  if (config_.moe.shared_expert_hidden_dim > 0) TS_RETURN_IF_ERROR(upload_shared_expert(weights, l, layer));
   return ok_status();
 }
 
@@ -304,7 +341,9 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
     experts.alpha = 1.702f;  // llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constant (and gpt-oss's)
     experts.limit = m.swiglu_limit;
   }
-  return run(experts);
+  TS_RETURN_IF_ERROR(run(experts));
+  if (lw.shexp_gate.valid()) return run_shared_expert(lw, n, in, out);
+  return ok_status();
 }
 
 Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
@@ -332,23 +371,29 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
     Layer layer;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.wq, upload_matrix(weights, name("attn_q.weight"), {q, d}));
-    TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
-    TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
-    TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
-    if (config_.attn_sinks) {
-      TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+    layer.kind = config_.layer_kind(l);
+    if (layer.kind.attention == model::AttentionKind::kLinear) TS_RETURN_IF_ERROR(upload_linear(weights, l, layer));
+    if (layer.kind.attention == model::AttentionKind::kFull) {
+      // Qwen3.5's query projection gives each head its query and then its output gate.
+      TS_ASSIGN_OR_RETURN(layer.wq,
+                          upload_matrix(weights, name("attn_q.weight"), {config_.attn_output_gate ? 2 * q : q, d}));
+      TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
+      TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
+      TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
+      TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
+      TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
+      TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
+      TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
+      if (config_.attn_sinks) {
+        TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+      }
+      if (config_.qk_norm) {
+        TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
+        TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
+      }
     }
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
     TS_RETURN_IF_ERROR(upload_ffn(weights, l, layer));
-    if (config_.qk_norm) {
-      TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
-      TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
-    }
     if (config_.post_norms) {
       TS_ASSIGN_OR_RETURN(layer.post_attn_norm, upload(weights, name("post_attention_norm.weight"), {d}));
       TS_ASSIGN_OR_RETURN(layer.post_ffw_norm, upload(weights, name("post_ffw_norm.weight"), {d}));
@@ -366,6 +411,11 @@ Status ModelRunner::setup_rope(const model::ModelWeights& weights) {
   std::vector<std::pair<std::vector<float>, ops::Tensor>> uploaded;
   for (int l = 0; l < config_.n_layers; ++l) {
     TS_ASSIGN_OR_RETURN(model::RopeFrequencies f, model::rope_frequencies(config_, weights, l, config_.max_seq_len));
+    if (!config_.rope_sections.empty()) {
+      if (!f.inv_freq.empty() || f.mscale != 1.0f)
+        return unimplemented("rope scaling together with M-RoPE sections is not supported");
+      f.inv_freq = mrope_frequencies();
+    }
     Layer& layer = layers_[static_cast<size_t>(l)];
     layer.rope_theta = f.theta;
     layer.rope_mscale = f.mscale;
@@ -407,33 +457,51 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
-    if (c.qk_norm) {  // per head, in place: rows of head_dim
-      ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
-      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
-      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
-    }
-    TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale}));
-    TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
-    if (decodes > 0) {
+    if (lw.kind.attention == model::AttentionKind::kLinear) {
+      TS_RETURN_IF_ERROR(run_linear_attention(lw, l, n, placed, xb, delta));
+      if (after_layer) {
+        TS_RETURN_IF_ERROR(stream_->synchronize());
+        TS_RETURN_IF_ERROR(after_layer(l));
+      }
+    } else {
+      ops::Tensor gate = c.attn_output_gate ? s_.gate.rows(0, n) : ops::Tensor();
+      if (c.attn_output_gate) {  // each head's query, then its gate
+        ops::Tensor qg = s_.qg.rows(0, n);
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, qg.reshaped({n, 2 * c.q_dim()}), lw.bq}));
+        TS_RETURN_IF_ERROR(run(ops::SplitHeadsOp{qg, q, gate}));
+      } else {
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
+      }
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
+      if (c.qk_norm) {  // per head, in place: rows of head_dim
+        ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
+      }
       TS_RETURN_IF_ERROR(
-          run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
-                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
+          run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale, c.rope_dims}));
+      TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
+      if (decodes > 0) {
+        TS_RETURN_IF_ERROR(
+            run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
+                                       s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
+      }
+      for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
+        const Placed& p = placed[pi];
+        const auto len = static_cast<int64_t>(p.segment->tokens.size());
+        ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
+        TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
+                                                       att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
+      }
+      if (after_layer) {
+        TS_RETURN_IF_ERROR(stream_->synchronize());
+        TS_RETURN_IF_ERROR(after_layer(l));
+      }
+      if (c.attn_output_gate)
+        TS_RETURN_IF_ERROR(run(ops::SiluMulOp{gate.reshaped({n, c.q_dim()}), att2, att2, ops::Activation::kSigmoid}));
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     }
-    for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
-      const Placed& p = placed[pi];
-      const auto len = static_cast<int64_t>(p.segment->tokens.size());
-      ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
-      TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
-                                                     att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
-    }
-    if (after_layer) {
-      TS_RETURN_IF_ERROR(stream_->synchronize());
-      TS_RETURN_IF_ERROR(after_layer(l));
-    }
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));
@@ -609,6 +677,11 @@ Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) 
 
 Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k,
                             uint8_t* v) {
+  if (config_.has_linear_layers()) {
+    return unimplemented(fmt::format(
+        "{}: KV transfer of a hybrid {} model (its linear-attention layers' recurrent state) is not supported",
+        out ? "export_kv" : "import_kv", config_.arch));
+  }
   const int bt = kv_->block_tokens();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
   if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||

@@ -125,7 +125,7 @@ class ModelRunner {
     // kMoe feed-forward: the router [E, dim] (+ bias [E]) and the experts [E, ff, dim] / [E, dim, ff] (+ biases)
     ops::Tensor router, router_bias, experts_gate, experts_up, experts_down;
     ops::Tensor experts_gate_bias, experts_up_bias, experts_down_bias;
-    ops::Tensor experts_gate_up;  // instead of experts_gate and experts_up when the file fuses them
+    ops::Tensor experts_gate_up;                // instead of experts_gate and experts_up when the file fuses them
     ops::Tensor bq, bk, bv, bo;                 // optional projection biases (Qwen2: q/k/v; gpt-oss: q/k/v/o)
     ops::Tensor sinks;                          // attention sinks [n_heads] (gpt-oss); invalid when the model has none
     ops::Tensor q_norm, k_norm;                 // qk_norm families (Qwen3, Gemma 3)
@@ -133,12 +133,20 @@ class ModelRunner {
     ops::Tensor rope_freqs;                     // scaled rotary: per-pair inverse frequencies (else invalid)
     float rope_theta = 10000.0f, rope_mscale = 1.0f;
     ops::AttentionScores scores;
+    // kLinear attention (gated delta-net, model_runner_hybrid.cc): the input projections (q/k/v mixed, z, beta,
+    // alpha), the convolution [C, K] (f32), dt bias and a [v_heads], the per-head output norm and projection.
+    ops::Tensor w_qkv, w_z, w_beta, w_alpha, conv_w, dt_bias, ssm_a, ssm_norm, ssm_out;
+    // Shared expert beside the routed ones (Qwen3.5-MoE): its MLP and its gate row [1, dim].
+    ops::Tensor shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
     ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
     ops::Tensor ids, positions, slots, block_tables, context_lens;
     ops::Tensor router_logits, expert_ids, expert_weights;  // MoE layers: [n, E], [n, k], [n, k]
+    ops::Tensor qg, gate;                                   // gated attention: [n, heads, 2 hd], [n, heads, hd]
+    ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
+    ops::Tensor sh_hb, sh_hb2, sh_out, sh_gate;             // shared expert: [n, ff] x2, [n, dim], [n, 1]
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -160,6 +168,14 @@ class ModelRunner {
   Status upload_ffn(const model::ModelWeights& weights, int l, Layer& layer);
   // The layer's feed-forward of n rows of `in` into `out`, by its kind.
   Status run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
+  // Hybrid models (model_runner_hybrid.cc): a linear layer's weights; the shared expert's; the activations both need.
+  Status upload_linear(const model::ModelWeights& weights, int l, Layer& layer);
+  Status upload_shared_expert(const model::ModelWeights& weights, int l, Layer& layer);
+  Status alloc_hybrid_scratch();
+  // out += sigmoid(in . gate_inp) * shared_expert(in), for n rows.
+  Status run_shared_expert(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
+  // Per-pair inverse frequencies of Qwen3.5's M-RoPE for text positions (empty without sections).
+  std::vector<float> mrope_frequencies() const;
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
@@ -175,6 +191,10 @@ class ModelRunner {
     int64_t table;  // row of block_tables
     int32_t start;  // position of the first token
   };
+  // Layer l's linear attention of the step's rows (xb) into `out`: projections over all rows, then the convolution
+  // and the delta rule per segment, each over its sequence's state slot (reset where the segment starts at 0).
+  Status run_linear_attention(const Layer& lw, int l, int64_t n, std::span<const Placed> placed, const ops::Tensor& in,
+                              const ops::Tensor& out);
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
   Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer);

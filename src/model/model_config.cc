@@ -36,7 +36,20 @@ std::string_view expert_gating_name(ExpertGating g) {
 }
 
 std::vector<std::string> supported_archs() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss", "qwen35", "qwen35moe"};
+}
+
+bool ModelConfig::has_linear_layers() const { return linear_layer_count() > 0; }
+
+int ModelConfig::linear_layer_count() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) n += layer_kind(l).attention == AttentionKind::kLinear ? 1 : 0;
+  return n;
+}
+
+size_t ModelConfig::recurrent_state_bytes() const {
+  return static_cast<size_t>(linear_layer_count()) *
+         static_cast<size_t>(linear.conv_state_elems() + linear.recurrent_state_elems()) * sizeof(float);
 }
 
 bool ModelConfig::has_moe_layers() const {
@@ -68,7 +81,13 @@ Status apply_arch_features(ModelConfig& c) {
   // llama.cpp rotates llama's tensors in adjacent pairs (its converter permutes Q/K) and every other
   // family's in halves, as their Hugging Face checkpoints do.
   c.rope_layout = a == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  c.qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3";
+  const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+  c.qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3" || qwen35;
+  c.attn_output_gate = qwen35;
+  if (a == "qwen35moe") {  // llama.cpp's qwen35moe: softmax over the experts, top k, renormalised
+    c.moe.gating = ExpertGating::kSoftmax;
+    c.moe.normalize_weights = true;
+  }
   // llama.cpp's routing for these families (its build_moe_ffn arguments): softmax over every expert, the top k,
   // their weights renormalised to sum 1. The counts come from the file; a llama file is a Mixtral when it has
   // experts.
@@ -100,15 +119,22 @@ namespace {
 int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
-  if (c.arch == "qwen2") attention += q + 2 * kv;  // q/k/v biases
+  if (c.arch == "qwen2") attention += q + 2 * kv;        // q/k/v biases
   if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
   if (c.attn_sinks) attention += c.n_heads;
   if (c.qk_norm) attention += 2 * c.head_dim;
   if (c.post_norms) attention += 2 * d;
   const int64_t experts = active_only ? c.moe.n_experts_used : c.moe.n_experts;
   int64_t total = 0;
+  const LinearAttentionConfig& la = c.linear;
+  const int64_t linear_attention = 2 * d + d * la.conv_channels() + d * la.value_dim() + 2 * d * la.v_heads +
+                                   static_cast<int64_t>(la.conv_kernel) * la.conv_channels() + 2 * la.v_heads +
+                                   la.head_dim + la.value_dim() * d;
+  const int64_t gated_q = c.attn_output_gate ? d * q : 0;
+  const int64_t shared = c.moe.shared_expert_hidden_dim > 0 ? 3 * d * c.moe.shared_expert_hidden_dim + d : 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    total += attention;
+    total += c.layer_kind(l).attention == AttentionKind::kLinear ? linear_attention : attention + gated_q;
+    if (c.layer_kind(l).ffn == FfnKind::kMoe) total += shared;
     total += c.layer_kind(l).ffn == FfnKind::kMoe
                  ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
                        (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
@@ -157,20 +183,32 @@ Status ModelConfig::validate() const {
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));
   if (static_cast<int>(layer_kinds.size()) > n_layers)
     return invalid_argument(fmt::format("{} layer kinds for {} layers", layer_kinds.size(), n_layers));
-  for (const LayerKind& k : layer_kinds) {
-    if (k.attention == AttentionKind::kLinear)
-      return unimplemented("linear-attention layers (recurrent state) are not supported");
+  if (has_linear_layers()) {
+    const LinearAttentionConfig& la = linear;
+    if (!in_range(la.conv_kernel, 2, 64) || !in_range(la.k_heads, 1, 1024) || !in_range(la.v_heads, 1, 1024) ||
+        !in_range(la.head_dim, 1, 1024))
+      return invalid_argument(
+          fmt::format("linear attention: conv kernel {} (2..64), key heads {}, value heads {}, "
+                      "head size {} (1..1024) are out of range",
+                      la.conv_kernel, la.k_heads, la.v_heads, la.head_dim));
+    if (la.v_heads % la.k_heads != 0)
+      return invalid_argument(
+          fmt::format("linear attention: {} value heads are not a multiple of {} key heads", la.v_heads, la.k_heads));
   }
+  if (rope_dims < 0 || rope_dims > head_dim || rope_dims % 2 != 0)
+    return invalid_argument(
+        fmt::format("rope dimensions {} must be even and at most head_dim {}", rope_dims, head_dim));
   if (has_moe_layers() || moe.enabled()) {
-    if (!has_moe_layers()) return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));
+    if (!has_moe_layers())
+      return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));
     if (!in_range(moe.n_experts, 1, 4096))
       return invalid_argument(fmt::format("expert count {} is out of range [1, 4096]", moe.n_experts));
     if (!in_range(moe.n_experts_used, 1, moe.n_experts))
       return invalid_argument(
           fmt::format("experts used per token {} is out of range [1, {}]", moe.n_experts_used, moe.n_experts));
     if (!in_range(moe.expert_hidden_dim, 1, 1 << 18))
-      return invalid_argument(fmt::format("expert feed-forward width {} is out of range [1, 262144]",
-                                          moe.expert_hidden_dim));
+      return invalid_argument(
+          fmt::format("expert feed-forward width {} is out of range [1, 262144]", moe.expert_hidden_dim));
     if (!(moe.weights_scale > 0.0f) || !std::isfinite(moe.weights_scale))
       return invalid_argument(fmt::format("expert weights scale {} must be positive", moe.weights_scale));
     if (!(moe.swiglu_limit >= 0.0f) || !std::isfinite(moe.swiglu_limit))

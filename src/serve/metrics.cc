@@ -36,6 +36,9 @@ struct Metrics::Impl {
   p::Gauge& kv_cached;
   p::Gauge& kv_usage;
   p::Gauge& prefix_hit_rate;
+  p::Gauge& prefix_enabled;
+  p::Gauge& state_total;
+  p::Gauge& state_used;
   std::mutex mu;  // serialises render()'s counter catch-up
 
   explicit Impl(const std::string& model)
@@ -60,7 +63,13 @@ struct Metrics::Impl {
         kv_total(gauge("tessera_kv_blocks_total", "KV blocks in the cache")),
         kv_cached(gauge("tessera_kv_blocks_cached", "KV blocks registered in the prefix cache")),
         kv_usage(gauge("tessera_kv_cache_usage_ratio", "Fraction of KV blocks held by requests")),
-        prefix_hit_rate(gauge("tessera_prefix_cache_hit_rate", "Prefix-cache hit tokens / looked-up tokens")) {}
+        prefix_hit_rate(gauge("tessera_prefix_cache_hit_rate", "Prefix-cache hit tokens / looked-up tokens")),
+        prefix_enabled(gauge("tessera_prefix_cache_enabled",
+                             "1 when prefix reuse is on; 0 when turned off (--no-prefix-cache) or refused for a hybrid "
+                             "model, whose linear-attention state is not kept at block boundaries")),
+        state_total(gauge("tessera_recurrent_state_slots_total",
+                          "Recurrent-state slots of a hybrid model (one per running sequence; 0 otherwise)")),
+        state_used(gauge("tessera_recurrent_state_slots_used", "Recurrent-state slots held by sequences")) {}
 
   p::Counter& counter(const std::string& name, const std::string& help) {
     return p::BuildCounter().Name(name).Help(help).Register(*registry).Add(base);
@@ -109,6 +118,9 @@ std::string Metrics::render(const engine::EngineStats& s) {
   impl_->kv_used.Set(s.kv_blocks_used);
   impl_->kv_total.Set(s.kv_blocks_total);
   impl_->kv_cached.Set(s.kv_blocks_cached);
+  impl_->prefix_enabled.Set(s.prefix_cache_enabled ? 1 : 0);
+  impl_->state_total.Set(s.state_slots_total);
+  impl_->state_used.Set(s.state_slots_used);
   impl_->kv_usage.Set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
   impl_->prefix_hit_rate.Set(s.prefix.query_tokens
                                  ? static_cast<double>(s.prefix.hit_tokens) / static_cast<double>(s.prefix.query_tokens)

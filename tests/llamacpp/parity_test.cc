@@ -18,9 +18,9 @@
 // log-probability moves by up to ~0.15 while the text stays the same. For them (`gap_quantile` 0.9) the bound
 // holds for 90% of the shared tokens, and the largest gap is printed beside it: a wrong expert weight, scale or
 // choice rule moves every token, which the 90th percentile sees (at F16, with no activation rounding to tip a
-// tie, the largest gap is checked as for the dense shapes). The strictly identical count is printed and recorded as the test property
-// `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below make
-// them less so without changing what is computed (see kSmall256).
+// tie, the largest gap is checked as for the dense shapes). The strictly identical count is printed and recorded as the
+// test property `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below
+// make them less so without changing what is computed (see kSmall256).
 //
 // To add a shape or a preset, add one line to kShapes or kPresets. A preset needs Tessera to load every tensor
 // type llama-quantize writes for it. llama-quantize stores a matrix whose rows are not a multiple of 256 long
@@ -56,12 +56,12 @@ using testing::run_process;
 
 // A model the test writes with `tessera synth`: small layer counts so each runs in well under a minute.
 struct ParityShape {
-  std::string name;                      // the test's name suffix
-  std::string synth_shape;               // `tessera synth --shape`
-  int layers;                            // `--layers`
-  std::string source_dtype;              // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
-  std::vector<std::string> synth_flags;  // more `tessera synth` flags
-  double gap_quantile = 1.0;             // the share of shared tokens the logprob bound holds for at 8-bit presets
+  std::string name;                       // the test's name suffix
+  std::string synth_shape;                // `tessera synth --shape`
+  int layers;                             // `--layers`
+  std::string source_dtype;               // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
+  std::vector<std::string> synth_flags;   // more `tessera synth` flags
+  double gap_quantile = 1.0;              // the share of shared tokens the logprob bound holds for at 8-bit presets
   std::vector<std::string> presets = {};  // kPresets' names to run (empty: every one)
 };
 
@@ -102,6 +102,9 @@ const std::vector<ParityShape> kShapes = {
     {"mixtral_8x7b", "mixtral-8x7b", 2, "f32", kSmall256, 0.9},
     // gpt-oss is published with MXFP4 experts: llama-quantize's MXFP4_MOE (experts MXFP4, the rest Q8_0).
     {"gpt_oss_20b", "gpt-oss-20b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M", "MXFP4_MOE"}},
+    // Qwen3.5: 4 layers, three gated delta-net layers (recurrent state) and one gated full-attention layer.
+    {"qwen35_0_8b", "qwen3.5-0.8b", 4, "f32", kSmall256, 1.0, {"F16", "Q8_0", "Q4_K_M"}},
+    {"qwen35moe_35b_a3b", "qwen3.5-35b-a3b", 4, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M"}},
 };
 // clang-format on
 
@@ -242,7 +245,7 @@ struct Verdict {
   double worst_gap = 0;  // largest |logprob difference| on tokens both engines chose
   double gap = 0;        // the one the bound applies to: worst_gap, or the gap at the shape's quantile
   std::vector<double> gaps;
-  std::string report;    // per prompt that is not identical: where and how the engines part
+  std::string report;  // per prompt that is not identical: where and how the engines part
   double max_gap = 0;
   bool holds() const { return identical >= kRequiredIdentical && gap <= max_gap; }
   bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && gap <= max_gap; }

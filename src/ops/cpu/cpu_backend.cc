@@ -81,8 +81,8 @@ Support capability(const Op& op) {
     return Support::no(fmt::format("cpu matmul does not take {} weights", dtype_name(mm->w.dtype)));
   }
   if (const auto* me = std::get_if<MoeExpertsOp>(&op);
-      me && (!weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) ||
-             !weight_supported(me->down.dtype))) {
+      me &&
+      (!weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) || !weight_supported(me->down.dtype))) {
     return Support::no("cpu moe_experts does not take these expert weight types");
   }
   const Tensor* cache = nullptr;
@@ -139,6 +139,12 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(argmax);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           TS_CPU_CALL(moe_route);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          TS_CPU_CALL(split_heads);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          TS_CPU_CALL(causal_conv1d);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          TS_CPU_CALL(gated_delta_rule);
         } else {
           static_assert(std::is_same_v<T, MoeExpertsOp>);
           TS_CPU_CALL_MM(moe_experts);  // the experts' matmuls are its build's (amx: its tiles)
@@ -257,8 +263,7 @@ class CpuDevice final : public Device {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
     const bool amx = isa_ == Isa::kAmx;
     if (p == 0 || !repackable(w.dtype, p, amx) || (w.rank != 2 && w.rank != 3) || w.offset != 0 ||
-        w.buffer == nullptr ||
-        w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
+        w.buffer == nullptr || w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
       return ok_status();
     }
     return repack_matrix(w, p, amx);
