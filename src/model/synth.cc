@@ -207,6 +207,8 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
     c.linear = {4, 2, 2 * ratio, 32};
     c.rope_dims = 8;
     c.rope_sections = {2, 1, 1, 0};
+    // Every other layer full attention (GGUF full_attention_interval 2), so that 2 layers hold both kinds.
+    c.layer_kinds = {c.layer_kinds[0], c.layer_kinds[3]};
   }
   if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
