@@ -103,6 +103,8 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
+  stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
+  stats_.state_slots_total = runner.kv_cache().state_slots();
   std::vector<TokenId> eog = options_.end_of_generation;
   if (eog.empty() && tokenizer.eos_id() >= 0) eog.push_back(tokenizer.eos_id());
   grammars_ = std::make_unique<grammar::Compiler>(tokenizer_, std::move(eog));
