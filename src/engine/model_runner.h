@@ -102,11 +102,21 @@ class ModelRunner {
   Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr);
 
   // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
-  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type.
+  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type. Unimplemented for
+  // a hybrid model's linear-attention layer (it has no K/V; see export_state).
   Status export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out, void* v_out);
   // The reverse: writes those rows into seq's blocks (which must be reserved), converting to the cache's type.
   Status import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
                    const void* v_in);
+
+  // Hybrid models: the recurrent state `seq` carries after its cached positions (KvCache::state_bytes_per_slot()
+  // bytes, f32: for each linear-attention layer in order, its convolution window [K - 1][channels] then its
+  // delta-rule state [v_heads][S][S], state[h][j][i] pairing value j with key i), to or from a host array. With
+  // export_kv / import_kv of the full-attention layers this is everything a sequence needs to continue elsewhere;
+  // import needs the sequence's slot (KvCache::reserve from length 0 takes one). FailedPrecondition for a model
+  // without state or a sequence without a slot.
+  Status export_state(const SequenceKv& seq, void* out);
+  Status import_state(const SequenceKv& seq, const void* in);
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -154,6 +164,7 @@ class ModelRunner {
   // export_kv (out) and import_kv: the rows of [first, first + count) between the paged cache and two
   // wire arrays [count][kv_dim] of `dtype`.
   Status copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k, uint8_t* v);
+  Status copy_state(const SequenceKv& seq, bool out, uint8_t* bytes);
   // kMatrix: a matmul weight; kExperts: the 3-D expert matrices of a MoE layer (both converted to
   // RunnerOptions::weight_dtype when set, and re-laid by the device); kOther: norms, biases, the embedding.
   enum class WeightUse { kOther, kMatrix, kExperts };

@@ -28,10 +28,11 @@ Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) 
 
 Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k,
                             uint8_t* v) {
-  if (config_.has_linear_layers()) {
+  if (layer >= 0 && layer < config_.n_layers && config_.layer_kind(layer).attention == model::AttentionKind::kLinear) {
     return unimplemented(fmt::format(
-        "{}: KV transfer of a hybrid {} model (its linear-attention layers' recurrent state) is not supported",
-        out ? "export_kv" : "import_kv", config_.arch));
+        "{}: layer {} of this hybrid {} model is a linear-attention layer: it has no K/V (its recurrent state moves "
+        "with export_state / import_state)",
+        out ? "export_kv" : "import_kv", layer, config_.arch));
   }
   const int bt = kv_->block_tokens();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
@@ -100,6 +101,33 @@ Status ModelRunner::import_kv(const SequenceKv& seq, int layer, int first, int c
   // copy_kv only reads the wire buffers when importing.
   return copy_kv(seq, layer, first, count, dtype, false, static_cast<uint8_t*>(const_cast<void*>(k_in)),
                  static_cast<uint8_t*>(const_cast<void*>(v_in)));
+}
+
+Status ModelRunner::copy_state(const SequenceKv& seq, bool out, uint8_t* bytes) {
+  if (!kv_->has_state())
+    return failed_precondition(fmt::format("{}: this {} model carries no recurrent state",
+                                           out ? "export_state" : "import_state", config_.arch));
+  if (seq.state_slot < 0 || seq.state_slot >= kv_->state_slots())
+    return failed_precondition(fmt::format("{}: the sequence holds no recurrent-state slot (reserve it first)",
+                                           out ? "export_state" : "import_state"));
+  size_t at = 0;
+  for (int l = 0; l < config_.n_layers; ++l) {
+    if (config_.layer_kind(l).attention != model::AttentionKind::kLinear) continue;
+    for (const ops::Tensor& t : {kv_->conv_state(l, seq.state_slot), kv_->recurrent_state(l, seq.state_slot)}) {
+      TS_RETURN_IF_ERROR(out ? stream_->download(t, bytes + at) : stream_->upload(t, bytes + at));
+      at += t.bytes();
+    }
+  }
+  return stream_->synchronize();
+}
+
+Status ModelRunner::export_state(const SequenceKv& seq, void* out) {
+  return copy_state(seq, true, static_cast<uint8_t*>(out));
+}
+
+Status ModelRunner::import_state(const SequenceKv& seq, const void* in) {
+  // copy_state only reads `in` when importing.
+  return copy_state(seq, false, static_cast<uint8_t*>(const_cast<void*>(in)));
 }
 
 }  // namespace tessera::engine

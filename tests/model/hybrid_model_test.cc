@@ -165,6 +165,68 @@ TEST(HybridEngine, StateSlotsAreTakenFreedAndReusedClean) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
 }
 
+// What a prefill node would send: the full-attention layers' K/V and the state, exported from one runner and imported
+// into another (cpu -> cpu, and cpu -> ref as unlike devices); the next tokens equal the first runner's own.
+TEST(HybridEngine, KvAndStateExportedAndImportedContinueTheSequence) {
+  for (const char* shape : {"qwen3.5-0.8b", "qwen3.5-35b-a3b"}) {
+    SynthModel m = small(shape);
+    auto a = runner("cpu", m);
+    ASSERT_TRUE(a);
+    engine::SequenceKv src;
+    std::vector<float> logits;
+    ASSERT_TRUE(a->prefill(src, kPrompt, logits).ok());
+    const int n = src.length, kv_dim = m.config.kv_dim();
+    std::vector<std::vector<float>> k(static_cast<size_t>(m.config.n_layers)), v = k;
+    for (int l = 0; l < m.config.n_layers; ++l) {
+      if (m.config.layer_kind(l).attention == AttentionKind::kLinear) {
+        std::vector<float> kk(static_cast<size_t>(n * kv_dim)), vv = kk;
+        EXPECT_EQ(a->export_kv(src, l, 0, n, DType::kF32, kk.data(), vv.data()).code(), StatusCode::kUnimplemented);
+        continue;
+      }
+      k[static_cast<size_t>(l)].resize(static_cast<size_t>(n * kv_dim));
+      v[static_cast<size_t>(l)].resize(static_cast<size_t>(n * kv_dim));
+      ASSERT_TRUE(
+          a->export_kv(src, l, 0, n, DType::kF32, k[static_cast<size_t>(l)].data(), v[static_cast<size_t>(l)].data())
+              .ok());
+    }
+    std::vector<uint8_t> state(a->kv_cache().state_bytes_per_slot());
+    ASSERT_TRUE(a->export_state(src, state.data()).ok());
+    // The first runner's own continuation.
+    std::vector<TokenId> want;
+    engine::SequenceKv* ps = &src;
+    for (int i = 0; i < 6; ++i) {
+      const TokenId t = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      want.push_back(t);
+      ASSERT_TRUE(a->decode(std::span(&ps, 1), std::span(&t, 1), logits).ok());
+    }
+    for (const char* to : {"cpu", "ref"}) {
+      auto b = runner(to, m);
+      ASSERT_TRUE(b);
+      engine::SequenceKv dst;
+      ASSERT_TRUE(b->kv_cache().reserve(dst, n).ok());  // blocks and a state slot
+      for (int l = 0; l < m.config.n_layers; ++l) {
+        if (k[static_cast<size_t>(l)].empty()) continue;
+        ASSERT_TRUE(
+            b->import_kv(dst, l, 0, n, DType::kF32, k[static_cast<size_t>(l)].data(), v[static_cast<size_t>(l)].data())
+                .ok());
+      }
+      ASSERT_TRUE(b->import_state(dst, state.data()).ok());
+      dst.length = n;
+      // Continue from the prompt's last logits (the first runner's first token), then greedily.
+      std::vector<TokenId> got = {want[0]};
+      std::vector<float> l2;
+      engine::SequenceKv* pd = &dst;
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_TRUE(b->decode(std::span(&pd, 1), std::span(&got.back(), 1), l2).ok());
+        got.push_back(static_cast<TokenId>(std::max_element(l2.begin(), l2.end()) - l2.begin()));
+      }
+      EXPECT_EQ(got, want) << shape << " -> " << to;
+    }
+    engine::SequenceKv none;
+    EXPECT_EQ(a->export_state(none, state.data()).code(), StatusCode::kFailedPrecondition);
+  }
+}
+
 TEST(HybridEngine, RefusesWhatItDoesNotCarry) {
   SynthModel m = small("qwen3.5-0.8b");
   auto cpu = ops::open_device("cpu");
@@ -179,7 +241,7 @@ TEST(HybridEngine, RefusesWhatItDoesNotCarry) {
   std::vector<float> logits;
   ASSERT_TRUE(r->prefill(s, kPrompt, logits).ok());
   std::vector<float> k(1024), v(1024);
-  Status ex = r->export_kv(s, 3, 0, 4, DType::kF32, k.data(), v.data());
+  Status ex = r->export_kv(s, 0, 0, 4, DType::kF32, k.data(), v.data());  // layer 0 is a linear layer
   EXPECT_EQ(ex.code(), StatusCode::kUnimplemented) << ex.to_string();
   // Backends without the operators are refused at load, naming what is missing.
   auto cl = ops::open_device("opencl");
