@@ -46,10 +46,11 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
   // The positions as runs of rows that are contiguous in the cache (within a block, and across blocks whose ids
   // follow each other): one device copy per run for K and one for V, never one per position. Offsets are
   // relative to the layer's K (V) tensor; the host side is the rows in position order.
+  if (!out) kv_->flush_evictions();  // the rows written may land in blocks whose cached KV a connector keeps
   std::vector<ops::CopyRun> runs;
   for (int i = 0; i < count;) {
     const int pos = first + i;
-    const int32_t block = seq.blocks[static_cast<size_t>(pos / bt)];
+    const auto block = static_cast<int32_t>(seq.blocks[static_cast<size_t>(pos / bt)]);
     if (block < 0 || block >= kv_->num_blocks()) {
       return out_of_range(fmt::format("{}: block {} is not a block of this cache ({} blocks)",
                                       out ? "export_kv" : "import_kv", block, kv_->num_blocks()));
