@@ -1,7 +1,7 @@
-// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4. The activation rows are quantised
-// once per call to int8 blocks of 32 with an f32 scale and the block's integer sum; every weight block is then an
-// integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations, 512-bit
-// VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
+// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4. The activation rows are
+// quantised once per call to int8 blocks of 32 with an f32 scale and the block's integer sum; every weight block is
+// then an integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations,
+// 512-bit VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
 // int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
 // weight row at a time against all of them; prefill takes tiles of 4 (avx2: 2) weight rows x 4 activation rows,
 // so each weight block is decoded once for 4 rows and each activation block loaded once for 4 weight rows.
@@ -202,10 +202,10 @@ constexpr int kTileRows = 2, kTileTokens = 4;  // 8 accumulators + 4 weight vect
 template <typename B>
 constexpr bool kSignedDot = std::is_same_v<B, BlockQ8_0>&& kStep == 1;
 template <typename B>
-constexpr int kOffset = kSignedDot<B>                  ? 0
-                        : std::is_same_v<B, BlockQ8_0> ? 128
-                        : std::is_same_v<B, BlockQ4_0> ? 8
-                        : std::is_same_v<B, BlockQ5_0> ? 16
+constexpr int kOffset = kSignedDot<B>                   ? 0
+                        : std::is_same_v<B, BlockQ8_0>  ? 128
+                        : std::is_same_v<B, BlockQ4_0>  ? 8
+                        : std::is_same_v<B, BlockQ5_0>  ? 16
                         : std::is_same_v<B, BlockMXFP4> ? 16
                                                         : 0;
 
