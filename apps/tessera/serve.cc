@@ -184,8 +184,25 @@ int run_serve(const ServeArgs& a) {
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  // Only full-attention layers keep K and V; a hybrid model's linear layers keep one recurrent state per running
+  // sequence instead, taken from the same budget first (--kv-memory counts both).
+  const int kv_layers = cfg.n_layers - cfg.linear_layer_count();
   const auto bytes_per_block =
-      static_cast<double>(api::KvLayout{cfg.n_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
+      static_cast<double>(api::KvLayout{kv_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
+  if (cfg.has_linear_layers()) {
+    const double state_mib = static_cast<double>(cfg.recurrent_state_bytes()) * a.max_num_seqs / (1024.0 * 1024.0);
+    if (state_mib >= kv_memory_mib)
+      return fail(
+          fmt::format("--kv-memory {} MiB does not hold the recurrent state of --max-num-seqs {} sequences of "
+                      "this hybrid model ({:.1f} MiB) and any KV",
+                      kv_memory_mib, a.max_num_seqs, state_mib));
+    kv_memory_mib -= state_mib;
+    ro.kv.state_slots = a.max_num_seqs;
+    log::info(
+        "hybrid model: {} linear-attention layers, {:.1f} MiB of recurrent state for {} sequences; prefix reuse "
+        "is off (the state is not kept at block boundaries)",
+        cfg.linear_layer_count(), state_mib, a.max_num_seqs);
+  }
   const auto budget_blocks = static_cast<int64_t>(kv_memory_mib * 1024 * 1024 / bytes_per_block);
   if (a.max_model_len > cfg.max_seq_len)
     return fail(

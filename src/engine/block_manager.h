@@ -59,6 +59,7 @@ class BlockManager {
   // The cached blocks holding the longest prefix of `tokens` made of whole blocks and at most `max_tokens`
   // tokens long; each is retained for the caller.
   std::vector<BlockId> match_prefix(std::span<const model::TokenId> tokens, int max_tokens);
+  bool prefix_cache_enabled() const { return prefix_cache_; }
   // Records that `id` holds a full block whose chain hash is `hash`. If another block already holds that
   // content, `id` stays unregistered (and is freed normally).
   void register_full_block(BlockId id, BlockHash hash);

@@ -78,7 +78,9 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
-  io_ = std::make_unique<Io>(runner_);
+  stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
+  stats_.state_slots_total = runner.kv_cache().state_slots();
+  io_ = std::make_unique<Io>(*this);
   external_ = std::make_unique<External>(*this);
   wake_ = std::make_shared<WakeState>();
   wake_->engine = this;
@@ -373,15 +375,26 @@ void Engine::run_step() {
     }
   }
   ModelRunner::LayerHook before, after;
+  // The connectors' layers are the full-attention layers (Engine::Io). The last one is saved after the model's
+  // last layer, so that a hybrid model's recurrent state read with it has every linear layer of the step.
+  const int kv_last = io_->geometry().n_layers - 1, model_last = runner_.config().n_layers - 1;
   if (!loaders.empty()) {
     before = [&](int layer) -> Status {
-      for (size_t i : loaders) TS_RETURN_IF_ERROR(connectors_[i]->wait_layer_load(layer));
+      const int kv = io_->kv_layer(layer);
+      if (kv < 0) return ok_status();
+      for (size_t i : loaders) TS_RETURN_IF_ERROR(connectors_[i]->wait_layer_load(kv));
       return ok_status();
     };
   }
   if (!savers.empty()) {
     after = [&](int layer) -> Status {
-      for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(layer));
+      const int kv = io_->kv_layer(layer);
+      if (kv >= 0 && kv < kv_last) {
+        for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(kv));
+      }
+      if (layer == model_last && kv_last >= 0) {
+        for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(kv_last));
+      }
       return ok_status();
     };
   }
@@ -646,6 +659,9 @@ void Engine::publish_stats() {
   s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
   s.kv_loading = scheduler_.loading();
   s.prefix = runner_.kv_cache().blocks().stats();
+  s.prefix_cache_enabled = runner_.kv_cache().blocks().prefix_cache_enabled();
+  s.state_slots_total = runner_.kv_cache().state_slots();
+  s.state_slots_used = s.state_slots_total - runner_.kv_cache().free_state_slots();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

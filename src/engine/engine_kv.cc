@@ -96,6 +96,9 @@ ExternalKv::Match Engine::match_external(Active& a) {
     r.connector = i;
     r.first = supplied;
     r.count = std::max(0, std::min(m.tokens, total - supplied - (ends ? 0 : 1)));
+    // A hybrid model's recurrent state is only ever the state after a prompt's end (it comes with the first
+    // tokens): positions loaded without it would continue from a state that does not match them.
+    if (io_->geometry().state_bytes > 0 && !ends) r.count = 0;
     r.async = m.async && r.count > 0;
     r.cached = m.cached;
     r.first_tokens = ends && r.count > 0;
@@ -174,6 +177,8 @@ void Engine::complete_load(Active& a) {
         got = 0;
       }
     }
+    // A hybrid model's state came with the last position: a load that fell short carries none of it.
+    if (got < r.count && io_->geometry().state_bytes > 0) got = 0;
     if (got < r.count) {
       short_load = true;
       r.count = got;
@@ -225,7 +230,7 @@ bool Engine::load_now(Active& a) {
     st = connectors_[r.connector]->start_load(std::span(&id, 1));
     used.push_back(r.connector);
   }
-  for (int l = 0; st.ok() && l < runner_.config().n_layers; ++l) {
+  for (int l = 0; st.ok() && l < io_->geometry().n_layers; ++l) {
     for (size_t i : used) {
       st = connectors_[i]->wait_layer_load(l);
       if (!st.ok()) break;

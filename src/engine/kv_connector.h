@@ -32,8 +32,9 @@
 // fails) is not lost: the positions that did not arrive are computed here.
 //
 // Per-request state that travels: the K and V rows of positions, and (hybrid models, issue 28) the request's
-// recurrent state (KvGeometry::state_bytes; 0 for today's attention-only models), read and written through
-// KvBlockIo::read_state / write_state. The canonical wire layout (api/kv_layout.h, version 2) names both sections.
+// recurrent state (KvGeometry::state_bytes; 0 for attention-only models), via KvBlockIo::read_state / write_state.
+// A hybrid model's connector layers are its full-attention layers (KvGeometry::n_layers; no hook for a linear
+// layer). The canonical wire layout (api/kv_layout.h, version 2) names both sections.
 //
 // Thread-safety: every method but stats() is called on the engine thread only; stats() from any thread. A
 // connector's own threads talk to the engine only through the wake function and poll().
@@ -68,8 +69,8 @@ class KvTransferParams {
 
 // The shape of the engine's KV cache, as connectors need it.
 struct KvGeometry {
-  int n_layers = 0;
-  int kv_dim = 0;  // n_kv_heads * head_dim
+  int n_layers = 0;  // layers with K and V: a hybrid model's full-attention layers, in order
+  int kv_dim = 0;    // n_kv_heads * head_dim
   int block_tokens = 0;
   DType dtype = DType::kF32;  // the cache's element type
   // Bytes of a request's recurrent state (hybrid models' linear-attention layers): 0 for attention-only models.

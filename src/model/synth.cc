@@ -29,10 +29,11 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
-  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",   "llama3.2-1b",
-          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",   "gemma3-1b",
-          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-embedding-0.6b",
-          "bge-small",   "bert-base"};
+  return {"tiny",         "stories15M",  "stories110M",  "qwen2.5-0.5b",    "llama2-7b",
+          "llama3.2-1b",  "llama3.1-8b", "mistral-7b",   "smollm2-135m",    "qwen3-0.6b",
+          "gemma2-2b",    "gemma3-1b",   "phi3-mini",    "phi3-mini-128k",  "qwen3-30b-a3b",
+          "mixtral-8x7b", "gpt-oss-20b", "qwen3.5-0.8b", "qwen3.5-35b-a3b", "qwen3-embedding-0.6b",
+          "bge-small",    "bert-base"};
 }
 
 namespace {
@@ -128,6 +129,22 @@ Result<ModelConfig> family_shape(const std::string& name) {
     c.rope_scaling.beta_slow = 1.0f;
     c.rope_scaling.mscale = 1.0f + 0.1f * std::log(32.0f);
     c.moe = {32, 4, 2880, ExpertGating::kSoftmaxWeight, false, 1.0f, 7.0f};
+  } else if (name == "qwen3.5-0.8b" || name == "qwen3.5-35b-a3b") {
+    // Qwen3.5-0.8B and Qwen3.5-35B-A3B (text): three gated delta-net layers then one full-attention layer (heads
+    // of 256 with an output gate, a quarter of each rotated, M-RoPE sections 11/11/10); the linear layers have 16
+    // key heads of 128 and 16 (35B-A3B: 32) value heads; 35B-A3B's feed-forward is 256 experts of 512, 8 per token,
+    // plus a shared expert of 512.
+    const bool moe = name == "qwen3.5-35b-a3b";
+    c = moe ? make_shape(2048, 512, 40, 16, 2, 248320, 262144) : make_shape(1024, 3584, 24, 8, 2, 248320, 262144);
+    c.arch = moe ? "qwen35moe" : "qwen35";
+    c.head_dim = 256;
+    c.rope_theta = 10000000.0f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = !moe;
+    c.rope_dims = 64;
+    c.rope_sections = {11, 11, 10, 0};
+    c.linear = {4, 16, moe ? 32 : 16, 128};
+    if (moe) c.moe = {256, 8, 512, ExpertGating::kSoftmax, true, 1.0f, 0.0f, 512};
   } else {
     return invalid_argument(
         fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
@@ -137,6 +154,13 @@ Result<ModelConfig> family_shape(const std::string& name) {
   if (stated.moe.enabled()) {
     c.moe = stated.moe;
     c.set_all_ffn(FfnKind::kMoe);
+  }
+  if (c.linear.enabled()) {  // three linear-attention layers, then a full one
+    const FfnKind ffn = c.moe.enabled() ? FfnKind::kMoe : FfnKind::kDense;
+    c.layer_kinds = {{AttentionKind::kLinear, ffn},
+                     {AttentionKind::kLinear, ffn},
+                     {AttentionKind::kLinear, ffn},
+                     {AttentionKind::kFull, ffn}};
   }
   if (c.arch == "gemma2" || c.arch == "gemma3") c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   (void)stated;
@@ -194,7 +218,18 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
     c.moe.n_experts = 8;
     c.moe.n_experts_used = 2;
     c.moe.expert_hidden_dim = c.hidden_dim;
-    c.set_all_ffn(FfnKind::kMoe);
+    if (c.moe.shared_expert_hidden_dim > 0) c.moe.shared_expert_hidden_dim = c.hidden_dim;
+    if (!c.linear.enabled()) c.set_all_ffn(FfnKind::kMoe);
+  }
+  if (c.linear.enabled()) {
+    // Key heads of 32, value heads as many (or, for 35B-A3B's ratio, twice as many); a quarter of each attention
+    // head rotated, in M-RoPE sections that cover it as Qwen3.5's do.
+    const int ratio = c.linear.v_heads / c.linear.k_heads;
+    c.linear = {4, 2, 2 * ratio, 32};
+    c.rope_dims = 8;
+    c.rope_sections = {2, 1, 1, 0};
+    // Every other layer full attention (GGUF full_attention_interval 2), so that 2 layers hold both kinds.
+    c.layer_kinds = {c.layer_kinds[0], c.layer_kinds[3]};
   }
   if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -219,6 +254,7 @@ Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_w
   }
   if (hidden_dim > 0) c.hidden_dim = hidden_dim;
   if (hidden_dim > 0 && c.moe.enabled()) c.moe.expert_hidden_dim = hidden_dim;  // the experts are the FFN
+  if (hidden_dim > 0 && c.moe.shared_expert_hidden_dim > 0) c.moe.shared_expert_hidden_dim = hidden_dim;
   if (sliding_window >= 0) c.sliding_window = sliding_window;
   return c.validate();
 }
@@ -253,23 +289,37 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "layer_output_norm.bias"), {d}, false});
     }
   }
+  const LinearAttentionConfig& la = c.linear;
   for (int l = 0; l < c.n_layers && c.arch != "bert"; ++l) {
     specs.push_back({layer_tensor_name(l, "attn_norm.weight"), {d}, true});
-    specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
-    specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
-    specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
-    if (c.arch == "qwen2" || c.arch == "gpt-oss") {
-      specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
-      specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
-      specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
+    if (c.layer_kind(l).attention == AttentionKind::kLinear) {
+      const int64_t ch = la.conv_channels(), vd = la.value_dim(), hv = la.v_heads;
+      specs.push_back({layer_tensor_name(l, "attn_qkv.weight"), {ch, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_gate.weight"), {vd, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_conv1d.weight"), {ch, la.conv_kernel}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_dt.bias"), {hv}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_a"), {hv}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_beta.weight"), {hv, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_alpha.weight"), {hv, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_norm.weight"), {la.head_dim}, true});
+      specs.push_back({layer_tensor_name(l, "ssm_out.weight"), {d, vd}, false});
+    } else {
+      specs.push_back({layer_tensor_name(l, "attn_q.weight"), {c.attn_output_gate ? 2 * q : q, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
+      if (c.arch == "qwen2" || c.arch == "gpt-oss") {
+        specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
+        specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
+        specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
+      }
+      if (c.qk_norm) {
+        specs.push_back({layer_tensor_name(l, "attn_q_norm.weight"), {c.head_dim}, true});
+        specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
+      }
+      specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
+      if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
+      if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     }
-    if (c.qk_norm) {
-      specs.push_back({layer_tensor_name(l, "attn_q_norm.weight"), {c.head_dim}, true});
-      specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
-    }
-    specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
-    if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
-    if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
     if (c.layer_kind(l).ffn == FfnKind::kMoe) {
@@ -278,6 +328,13 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "ffn_gate_exps.weight"), {e, f, d}, false});
       specs.push_back({layer_tensor_name(l, "ffn_down_exps.weight"), {e, d, f}, false});
       specs.push_back({layer_tensor_name(l, "ffn_up_exps.weight"), {e, f, d}, false});
+      if (c.moe.shared_expert_hidden_dim > 0) {
+        const int64_t sh = c.moe.shared_expert_hidden_dim;
+        specs.push_back({layer_tensor_name(l, "ffn_gate_inp_shexp.weight"), {d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_gate_shexp.weight"), {sh, d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_down_shexp.weight"), {d, sh}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_up_shexp.weight"), {sh, d}, false});
+      }
       if (c.arch == "gpt-oss") {  // biases on the router and on every expert
         specs.push_back({layer_tensor_name(l, "ffn_gate_inp.bias"), {e}, false});
         specs.push_back({layer_tensor_name(l, "ffn_gate_exps.bias"), {e, f}, false});
@@ -303,7 +360,9 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   const DType half = options.matrix_dtype.value_or(DType::kF32);
   TS_CHECK(half == DType::kF32 || half == DType::kF16 || half == DType::kBF16);
   auto stored_type = [&](const Spec& s) {
-    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") && !s.name.ends_with("ffn_gate_inp.weight");
+    // The router and the convolution stay f32, as llama.cpp's converter keeps them (ggml's ssm_conv takes f32).
+    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") &&
+                        !s.name.ends_with("ffn_gate_inp.weight") && !s.name.ends_with("ssm_conv1d.weight");
     return matrix ? half : DType::kF32;
   };
   size_t total = 0;
@@ -331,6 +390,11 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
         const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
         v[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
       }
+    } else if (s.name.ends_with(".ssm_a")) {
+      // -exp(A_log) with A_log around 0 (decays of about 0.4 to 0.9 per token at softplus 1).
+      for (size_t i = 0; i < n; ++i) v[i] = -std::exp(0.5f * rng.next_normal());
+    } else if (s.name.ends_with(".ssm_dt.bias") || s.name.ends_with("ssm_conv1d.weight")) {
+      for (size_t i = 0; i < n; ++i) v[i] = 0.5f * rng.next_normal();
     } else if (s.name.ends_with("attn_sinks.weight")) {
       // Sinks of the size of the attention scores, so that they take a real share of each softmax.
       for (size_t i = 0; i < n; ++i) v[i] = rng.next_normal();

@@ -37,6 +37,9 @@ struct Metrics::Impl {
   p::Gauge& kv_cached;
   p::Gauge& kv_usage;
   p::Gauge& prefix_hit_rate;
+  p::Gauge& prefix_enabled;
+  p::Gauge& state_total;
+  p::Gauge& state_used;
   // KV connectors, labelled by connector and tier.
   p::Family<p::Counter>& tier_hits =
       family_counter("tessera_kv_tier_hit_tokens_total", "Prompt tokens a KV connector's tier supplied");
@@ -133,6 +136,12 @@ struct Metrics::Impl {
         prefix_hit_rate(gauge("tessera_prefix_cache_hit_rate",
                               "Prompt tokens found in the prefix cache, every tier (device, host, disk) / looked-up "
                               "tokens")),
+        prefix_enabled(gauge("tessera_prefix_cache_enabled",
+                             "1 when prefix reuse is on; 0 when turned off (--no-prefix-cache) or refused for a hybrid "
+                             "model, whose linear-attention state is not kept at block boundaries")),
+        state_total(gauge("tessera_recurrent_state_slots_total",
+                          "Recurrent-state slots of a hybrid model (one per running sequence; 0 otherwise)")),
+        state_used(gauge("tessera_recurrent_state_slots_used", "Recurrent-state slots held by sequences")),
         kv_loaded(counter("tessera_kv_loaded_tokens_total", "Prompt positions KV connectors filled")),
         kv_shortfalls(counter("tessera_kv_load_shortfalls_total",
                               "KV loads that brought fewer positions than promised (the rest computed here)")),
@@ -359,6 +368,9 @@ std::string Metrics::render(const engine::EngineStats& s, const std::vector<engi
   impl_->kv_used.Set(s.kv_blocks_used);
   impl_->kv_total.Set(s.kv_blocks_total);
   impl_->kv_cached.Set(s.kv_blocks_cached);
+  impl_->prefix_enabled.Set(s.prefix_cache_enabled ? 1 : 0);
+  impl_->state_total.Set(s.state_slots_total);
+  impl_->state_used.Set(s.state_slots_used);
   impl_->kv_usage.Set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
   impl_->kv_loading.Set(s.kv_loading);
   impl_->v_running.Set(s.running);

@@ -102,6 +102,9 @@ const std::vector<ParityShape> kShapes = {
     {"mixtral_8x7b", "mixtral-8x7b", 2, "f32", kSmall256, 0.9},
     // gpt-oss is published with MXFP4 experts: llama-quantize's MXFP4_MOE (experts MXFP4, the rest Q8_0).
     {"gpt_oss_20b", "gpt-oss-20b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M", "MXFP4_MOE"}},
+    // Qwen3.5 at --small: a gated delta-net layer (recurrent state) then a gated full-attention layer.
+    {"qwen35_0_8b", "qwen3.5-0.8b", 2, "f32", kSmall256, 1.0, {"F16", "Q8_0", "Q4_K_M"}},
+    {"qwen35moe_35b_a3b", "qwen3.5-35b-a3b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M"}},
 };
 // clang-format on
 

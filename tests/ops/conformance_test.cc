@@ -26,7 +26,8 @@ INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
                          ::testing::Values("embedding", "rms_norm", "add_rms_norm", "rope", "kv_write",
                                            "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
                                            "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
-                                           "attention_noncausal", "pool"));
+                                           "attention_noncausal", "pool", "split_heads", "causal_conv1d",
+                                           "gated_delta_rule"));
 
 TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
   std::vector<Case> cases = conformance_cases();
@@ -39,14 +40,22 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
     fast += c.slow ? 0 : 1;
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
-  EXPECT_EQ(ops.size(), 18u);
+  EXPECT_EQ(ops.size(), 21u);
   EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
   };
-  for (const char* s : {"head_dim=64", "head_dim=128", "heads=7/1", "heads=4/2", "b=64", "ctx<=4096", "n=17",
-                        "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf", "moe_experts/q4_k", "gate_up",
-                        "swiglu_oai", "softmax_weight", "ties+nan", "sinks"}) {
+  for (const char* s : {"head_dim=64",    "head_dim=128",
+                        "heads=7/1",      "heads=4/2",
+                        "b=64",           "ctx<=4096",
+                        "n=17",           "matmul/q4_0",
+                        "matmul/bf16",    "attention_decode/f16",
+                        "nan+inf",        "moe_experts/q4_k",
+                        "gate_up",        "swiglu_oai",
+                        "softmax_weight", "ties+nan",
+                        "sinks",          "rot_dims=16",
+                        "sigmoid",        "v_heads=4",
+                        "reset"}) {
     EXPECT_TRUE(has(s)) << s;
   }
 }

@@ -443,6 +443,7 @@ std::vector<Case> conformance_cases() {
   add_rows(cases);
   add_moe_cases(cases);
   add_encoder_cases(cases);
+  add_linear_attention_cases(cases);
   return cases;
 }
 

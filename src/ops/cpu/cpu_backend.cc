@@ -146,6 +146,12 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(argmax);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           TS_CPU_CALL(moe_route);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          TS_CPU_CALL(split_heads);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          TS_CPU_CALL(causal_conv1d);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          TS_CPU_CALL(gated_delta_rule);
         } else {
           static_assert(std::is_same_v<T, MoeExpertsOp>);
           TS_CPU_CALL_MM(moe_experts);  // the experts' matmuls are its build's (amx: its tiles)

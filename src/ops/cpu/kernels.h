@@ -59,6 +59,9 @@ T* data(const Tensor& t) {
   Status pool(const PoolOp& op, const Ctx& ctx);                              \
   Status moe_route(const MoeRouteOp& op, const Ctx& ctx);                     \
   Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);                 \
+  Status split_heads(const SplitHeadsOp& op, const Ctx& ctx);                 \
+  Status causal_conv1d(const CausalConv1dOp& op, const Ctx& ctx);             \
+  Status gated_delta_rule(const GatedDeltaRuleOp& op, const Ctx& ctx);        \
   }
 
 namespace amx {

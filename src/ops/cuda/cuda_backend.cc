@@ -66,6 +66,13 @@ Support capability(const Op& op) {
     return Support::no("cuda attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
     return Support::no("cuda attention has no sinks");
+  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
+    return Support::no("cuda rope turns whole heads (no partial rotary rot_dims)");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
+    return Support::no("cuda has no sigmoid*mul (attention output gate)");
+  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
+      std::holds_alternative<GatedDeltaRuleOp>(op))
+    return Support::no("cuda has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
     return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
@@ -320,6 +327,9 @@ class CudaStream final : public Stream {
   // capability() refuses these before any enqueue.
   Status enqueue(const MoeRouteOp&) { return unimplemented("cuda has no moe_route kernel"); }
   Status enqueue(const MoeExpertsOp&) { return unimplemented("cuda has no moe_experts kernel"); }
+  Status enqueue(const SplitHeadsOp&) { return unimplemented("cuda has no split_heads kernel"); }
+  Status enqueue(const CausalConv1dOp&) { return unimplemented("cuda has no causal_conv1d kernel"); }
+  Status enqueue(const GatedDeltaRuleOp&) { return unimplemented("cuda has no gated_delta_rule kernel"); }
 
   int device_;
   cudaStream_t stream_ = nullptr;

@@ -95,6 +95,13 @@ const char* matmul_kernel(DType w) {
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
+      std::holds_alternative<GatedDeltaRuleOp>(op))
+    return Support::no("opencl has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
+  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
+    return Support::no("opencl rope turns whole heads (no partial rotary rot_dims)");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
+    return Support::no("opencl silu_mul has no sigmoid gate");
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_ok(mm->w.dtype)) {
     return Support::no(
         fmt::format("opencl matmul takes f32, f16, q8_0, q4_0, q4_k or q6_k weights, not {}", dtype_name(mm->w.dtype)));
@@ -450,6 +457,9 @@ class ClStream final : public Stream {
     return launch("silu_mul", {sz(o.gate.numel())}, mem_of(o.gate), elem_off(o.gate), mem_of(o.up), elem_off(o.up),
                   mem_of(o.out), elem_off(o.out), cl_int{o.act == Activation::kGeluTanh ? 1 : 0});
   }
+  Status enqueue(const SplitHeadsOp&) { return unimplemented("opencl has no split_heads kernel"); }
+  Status enqueue(const CausalConv1dOp&) { return unimplemented("opencl has no causal_conv1d kernel"); }
+  Status enqueue(const GatedDeltaRuleOp&) { return unimplemented("opencl has no gated_delta_rule kernel"); }
   Status enqueue(const AddOp& o) {
     return launch("add", {sz(o.a.numel())}, mem_of(o.a), elem_off(o.a), mem_of(o.b), elem_off(o.b), mem_of(o.out),
                   elem_off(o.out));

@@ -53,6 +53,12 @@ class RefStream final : public Stream {
             return run_argmax(o);
           else if constexpr (std::is_same_v<T, MoeRouteOp>)
             return run_moe_route(o);
+          else if constexpr (std::is_same_v<T, SplitHeadsOp>)
+            return run_split_heads(o);
+          else if constexpr (std::is_same_v<T, CausalConv1dOp>)
+            return run_causal_conv1d(o);
+          else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>)
+            return run_gated_delta_rule(o);
           else
             return run_moe_experts(o);
         },

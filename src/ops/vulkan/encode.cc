@@ -51,6 +51,12 @@ void for_each_tensor(const Op& op, F&& f) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
           f(o.q), f(o.k), f(o.v), f(o.out);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          f(o.x), f(o.a), f(o.b);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          f(o.x), f(o.weight), f(o.state), f(o.out);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          f(o.qkv), f(o.alpha), f(o.beta), f(o.dt_bias), f(o.a), f(o.state), f(o.out);
         } else {
           static_assert(kAlwaysFalse<T>, "vulkan: an operator is missing");
         }
@@ -136,6 +142,13 @@ Support capability(const Gpu& gpu, const Op& op) {
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
+    return Support::no("vulkan has no sigmoid*mul (attention output gate)");
+  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
+    return Support::no("vulkan rope turns whole heads (no partial rotary rot_dims)");
+  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
+      std::holds_alternative<GatedDeltaRuleOp>(op))
+    return Support::no("vulkan has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -373,6 +386,9 @@ struct Encoder {
   Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
   Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
   Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
+  Status operator()(const SplitHeadsOp&) { return unimplemented("vulkan has no split_heads kernel"); }
+  Status operator()(const CausalConv1dOp&) { return unimplemented("vulkan has no causal_conv1d kernel"); }
+  Status operator()(const GatedDeltaRuleOp&) { return unimplemented("vulkan has no gated_delta_rule kernel"); }
 };
 
 }  // namespace

@@ -79,21 +79,27 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
   const std::string& a = cfg.arch;
   TS_ASSIGN_OR_RETURN(int experts, get_dim_or(c, a + ".expert_count", 0));
   if (experts == 0) {
-    if (a == "qwen3moe" || a == "gpt-oss")
+    if (a == "qwen3moe" || a == "gpt-oss" || a == "qwen35moe")
       return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
     return ok_status();
   }
-  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
     return unimplemented(
         fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a, experts, a));
   MoeConfig& m = cfg.moe;
   m.n_experts = experts;
   TS_ASSIGN_OR_RETURN(m.n_experts_used, get_dim(c, a + ".expert_used_count"));
+  if (a == "qwen35moe") {
+    // llama.cpp's qwen35moe always has its gated shared expert, feed_forward_length wide unless stated.
+    TS_ASSIGN_OR_RETURN(m.shared_expert_hidden_dim,
+                        get_dim_or(c, a + ".expert_shared_feed_forward_length", cfg.hidden_dim));
+  }
   for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count",
                           "expert_group_used_count", "leading_dense_block_count", "expert_chunk_feed_forward_length"}) {
     if (c.find(a + "." + key) == nullptr) continue;
     TS_ASSIGN_OR_RETURN(int v, get_dim(c, a + "." + key));
-    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0;
+    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0 ||
+                          (a == "qwen35moe" && std::string_view(key) == "expert_shared_feed_forward_length");
     if (!harmless)
       return unimplemented(
           fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
@@ -128,8 +134,55 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
     m.normalize_weights = v != 0;
   }
   TS_ASSIGN_OR_RETURN(float scale, get_float_or(c, a + ".expert_weights_scale", 0.0f));
-  m.weights_scale = scale == 0.0f ? 1.0f : scale;  // llama.cpp: 0 (absent) and 1 both mean no scaling
-  cfg.set_all_ffn(FfnKind::kMoe);
+  m.weights_scale = scale == 0.0f ? 1.0f : scale;        // llama.cpp: 0 (absent) and 1 both mean no scaling
+  if (a != "qwen35moe") cfg.set_all_ffn(FfnKind::kMoe);  // qwen35moe's kinds come with its attention kinds
+  return ok_status();
+}
+
+// Qwen3.5's hybrid layout (llama.cpp's qwen35 / qwen35moe loaders): the ssm.* shape of the linear layers, which layers
+// are recurrent (attention.recurrent_layers, else every layer but each full_attention_interval-th), the M-RoPE
+// sections, and the multi-token-prediction blocks counted in block_count but not run (nextn_predict_layers).
+Status read_linear_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string& a = cfg.arch;
+  LinearAttentionConfig& la = cfg.linear;
+  TS_ASSIGN_OR_RETURN(la.conv_kernel, get_dim(c, a + ".ssm.conv_kernel"));
+  TS_ASSIGN_OR_RETURN(la.head_dim, get_dim(c, a + ".ssm.state_size"));
+  TS_ASSIGN_OR_RETURN(la.k_heads, get_dim(c, a + ".ssm.group_count"));
+  TS_ASSIGN_OR_RETURN(la.v_heads, get_dim(c, a + ".ssm.time_step_rank"));
+  TS_ASSIGN_OR_RETURN(int inner, get_dim(c, a + ".ssm.inner_size"));
+  if (inner != la.v_heads * la.head_dim)
+    return unimplemented(
+        fmt::format("GGUF {}.ssm.inner_size {} differs from time_step_rank {} x state_size {} (value "
+                    "heads of another size than key heads)",
+                    a, inner, la.v_heads, la.head_dim));
+  TS_ASSIGN_OR_RETURN(int nextn, get_dim_or(c, a + ".nextn_predict_layers", 0));
+  if (nextn >= cfg.n_layers)
+    return invalid_argument(fmt::format("GGUF {}.nextn_predict_layers {} leaves no layers", a, nextn));
+  cfg.n_layers -= nextn;  // the MTP draft blocks follow the trunk; the main pass never runs them
+  const GgufValue* sections = c.find(a + ".rope.dimension_sections");
+  if (sections == nullptr) return invalid_argument(fmt::format("GGUF {} needs {}.rope.dimension_sections", a, a));
+  if (sections->type != GgufType::kArray || sections->ints.size() != 4)
+    return invalid_argument(fmt::format("GGUF {}.rope.dimension_sections must be an array of 4 integers", a));
+  cfg.rope_sections.clear();
+  for (int64_t v : sections->ints) {
+    if (v < 0 || v > 1024) return invalid_argument(fmt::format("GGUF {}.rope.dimension_sections holds {}", a, v));
+    cfg.rope_sections.push_back(static_cast<int>(v));
+  }
+  std::vector<bool> recurrent(static_cast<size_t>(cfg.n_layers));
+  if (const GgufValue* v = c.find(a + ".attention.recurrent_layers")) {
+    if (v->type != GgufType::kArray || v->ints.size() < static_cast<size_t>(cfg.n_layers))
+      return invalid_argument(fmt::format("GGUF {}.attention.recurrent_layers needs one value per layer", a));
+    for (int l = 0; l < cfg.n_layers; ++l) recurrent[static_cast<size_t>(l)] = v->ints[static_cast<size_t>(l)] != 0;
+  } else {
+    TS_ASSIGN_OR_RETURN(int interval, get_dim_or(c, a + ".full_attention_interval", 4));
+    if (interval < 1) return invalid_argument(fmt::format("GGUF {}.full_attention_interval must be positive", a));
+    for (int l = 0; l < cfg.n_layers; ++l) recurrent[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+  const FfnKind ffn = a == "qwen35moe" ? FfnKind::kMoe : FfnKind::kDense;
+  cfg.layer_kinds.clear();
+  for (int l = 0; l < cfg.n_layers; ++l)
+    cfg.layer_kinds.push_back({recurrent[static_cast<size_t>(l)] ? AttentionKind::kLinear : AttentionKind::kFull, ffn});
+  cfg.compact_layer_kinds();
   return ok_status();
 }
 
@@ -172,7 +225,8 @@ Status read_rope_scaling(const GgufContents& c, ModelConfig& cfg) {
 // feed-forward width (gate first); the engine reads them as separate row ranges of the same bytes.
 Status split_fused_tensors(const ModelConfig& cfg, ModelWeights& w) {
   for (int l = 0; l < cfg.n_layers; ++l) {
-    if (const WeightTensor* qkv = w.find(layer_tensor_name(l, "attn_qkv.weight"))) {
+    const WeightTensor* qkv = w.find(layer_tensor_name(l, "attn_qkv.weight"));
+    if (qkv && cfg.layer_kind(l).attention == AttentionKind::kFull) {  // a linear layer's attn_qkv is its own
       TS_ASSIGN_OR_RETURN(auto parts,
                           split_rows(*qkv,
                                      {layer_tensor_name(l, "attn_q.weight"), layer_tensor_name(l, "attn_k.weight"),
@@ -236,9 +290,11 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       return unimplemented(
           fmt::format("value heads of {} dimensions differ from key heads of {}", v_dim, cfg.head_dim));
     TS_ASSIGN_OR_RETURN(int rope_dims, get_dim_or(c, a + ".rope.dimension_count", cfg.head_dim));
-    if (rope_dims != cfg.head_dim)
-      return unimplemented(
-          fmt::format("partial rotary embedding ({} of {} dimensions) is not supported", rope_dims, cfg.head_dim));
+    const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+    if (rope_dims != cfg.head_dim && !qwen35)
+      return unimplemented(fmt::format("partial rotary embedding ({} of {} dimensions) is not supported for {}",
+                                       rope_dims, cfg.head_dim, a));
+    if (rope_dims != cfg.head_dim) cfg.rope_dims = rope_dims;
     if (c.find(a + ".rope.freq_base")) {
       TS_ASSIGN_OR_RETURN(double theta, c.get_float(a + ".rope.freq_base"));
       cfg.rope_theta = static_cast<float>(theta);
@@ -264,6 +320,7 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     }
     if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
     TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
+    if (qwen35) TS_RETURN_IF_ERROR(read_linear_keys(c, cfg));
     TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));
     return read_rope_scaling(c, cfg);
   }();
@@ -273,7 +330,8 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     std::string tname = t.name;
     // gpt-oss files name the norm before the experts post_attention_norm (llama.cpp's ATTN_POST_NORM); the engine
     // calls every pre-FFN norm ffn_norm.
-    if (cfg.arch == "gpt-oss" && tname.ends_with(".post_attention_norm.weight"))
+    if ((cfg.arch == "gpt-oss" || cfg.arch == "qwen35" || cfg.arch == "qwen35moe") &&
+        tname.ends_with(".post_attention_norm.weight"))
       tname = tname.substr(0, tname.size() - std::string_view("post_attention_norm.weight").size()) + "ffn_norm.weight";
     m.weights.add({tname, t.dtype, t.shape(), t.data, t.bytes});
   }
@@ -321,6 +379,38 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
 
 namespace {
 
+// Qwen3.5's keys as llama.cpp's converter writes them: ssm.*, full_attention_interval (or, when the layers do not
+// follow one interval, attention.recurrent_layers) and the M-RoPE sections.
+Status write_linear_keys(const ModelConfig& config, std::vector<std::pair<std::string, GgufValue>>& kv) {
+  const std::string& a = config.arch;
+  const LinearAttentionConfig& la = config.linear;
+  auto u32 = [](int v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  kv.emplace_back(a + ".ssm.conv_kernel", u32(la.conv_kernel));
+  kv.emplace_back(a + ".ssm.state_size", u32(la.head_dim));
+  kv.emplace_back(a + ".ssm.group_count", u32(la.k_heads));
+  kv.emplace_back(a + ".ssm.time_step_rank", u32(la.v_heads));
+  kv.emplace_back(a + ".ssm.inner_size", u32(la.value_dim()));
+  int interval = 0;
+  for (int cand = 1; cand <= config.n_layers && interval == 0; ++cand) {
+    bool fits = true;
+    for (int l = 0; l < config.n_layers; ++l)
+      fits = fits && (config.layer_kind(l).attention == AttentionKind::kLinear) == ((l + 1) % cand != 0);
+    if (fits) interval = cand;
+  }
+  if (interval > 0) {
+    kv.emplace_back(a + ".full_attention_interval", u32(interval));
+  } else {
+    std::vector<int32_t> flags;
+    for (int l = 0; l < config.n_layers; ++l)
+      flags.push_back(config.layer_kind(l).attention == AttentionKind::kLinear ? 1 : 0);
+    kv.emplace_back(a + ".attention.recurrent_layers", GgufValue::i32_array(flags));
+  }
+  std::vector<int32_t> sections(config.rope_sections.begin(), config.rope_sections.end());
+  if (sections.size() != 4) return invalid_argument(fmt::format("a {} model needs 4 M-RoPE sections", a));
+  kv.emplace_back(a + ".rope.dimension_sections", GgufValue::i32_array(sections));
+  return ok_status();
+}
+
 // Phi-3's fused layout, as llama.cpp's converter writes it: attn_qkv = [q; k; v] and ffn_up = [gate; up].
 Status fuse_phi3(const ModelConfig& c, ExportedWeights& ex) {
   for (int l = 0; l < c.n_layers; ++l) {
@@ -362,7 +452,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
                                                          {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
   if (config.arch == "phi3") TS_RETURN_IF_ERROR(fuse_phi3(config, ex));
-  if (config.arch == "gpt-oss") {
+  if (config.arch == "gpt-oss" || config.arch == "qwen35" || config.arch == "qwen35moe") {
     for (WeightTensor& t : ex.tensors)
       if (t.name.ends_with(".ffn_norm.weight"))
         t.name =
@@ -387,12 +477,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   if (options.pooling != PoolingType::kNone)
     kv.emplace_back(a + ".pooling_type", GgufValue::u32(static_cast<uint32_t>(options.pooling)));
   if (!bert) kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
-  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3") {
+  const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3" || qwen35) {
     kv.emplace_back(a + ".attention.key_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
     kv.emplace_back(a + ".attention.value_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
   }
   if (!bert) {
-    kv.emplace_back(a + ".rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
+    if (config.rope_dims > 0 && !qwen35)
+      return unimplemented(fmt::format("GGUF {} files cannot state partial rotary", a));
+    kv.emplace_back(a + ".rope.dimension_count",
+                    GgufValue::u32(static_cast<uint32_t>(config.rope_dims > 0 ? config.rope_dims : config.head_dim)));
+    if (config.has_linear_layers() && !qwen35)
+      return unimplemented(fmt::format("GGUF {} files cannot state linear-attention layers", a));
+    if (qwen35) TS_RETURN_IF_ERROR(write_linear_keys(config, kv));
     kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
     kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
   }
@@ -414,7 +511,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   }
   if (config.has_moe_layers()) {
     const MoeConfig& m = config.moe;
-    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
       return unimplemented(fmt::format("GGUF {} files cannot state mixture-of-experts layers", a));
     if (m.swiglu_limit != probe.moe.swiglu_limit)
       return unimplemented(fmt::format("GGUF {} files cannot state a SwiGLU limit of {}", a, m.swiglu_limit));
@@ -433,6 +530,13 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     if (m.normalize_weights != probe.moe.normalize_weights)
       kv.emplace_back(a + ".expert_weights_norm", GgufValue::boolean(m.normalize_weights));
     if (m.weights_scale != 1.0f) kv.emplace_back(a + ".expert_weights_scale", GgufValue::f32(m.weights_scale));
+    if (m.shared_expert_hidden_dim > 0) {
+      if (a != "qwen35moe") return unimplemented(fmt::format("GGUF {} files cannot state a shared expert", a));
+      kv.emplace_back(a + ".expert_shared_feed_forward_length",
+                      GgufValue::u32(static_cast<uint32_t>(m.shared_expert_hidden_dim)));
+    }
+  } else if (a == "qwen35moe") {
+    return invalid_argument("a qwen35moe model needs expert layers");
   }
   if (config.rope_theta_sliding > 0.0f) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));

@@ -1,5 +1,6 @@
 #include "model/formats/safetensors/hf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -485,8 +486,13 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
   if (mixtral) hf_arch = "MixtralForCausalLM";
-  if (hf_arch == nullptr)
-    return unimplemented(fmt::format("HF writing supports {}, not '{}'", fmt::join(supported_archs(), ", "), c.arch));
+  if (hf_arch == nullptr) {
+    std::vector<std::string> known;
+    for (const HfArch& h : kHfArchs)
+      if (std::find(known.begin(), known.end(), h.arch) == known.end()) known.push_back(h.arch);
+    return unimplemented(
+        fmt::format("HF writing supports {}, not '{}' (write it as GGUF)", fmt::join(known, ", "), c.arch));
+  }
   if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3)
     return unimplemented(
         "rope_freqs.weight without its llama3 rope_scaling parameters cannot be written to config.json");
