@@ -199,6 +199,7 @@ LoadRun run_fault_load(const FaultLoadOptions& a) {
     });
   }
   std::vector<std::thread> clients;
+  clients.reserve(static_cast<size_t>(a.clients));
   for (int c = 0; c < a.clients; ++c) {
     clients.emplace_back([&, c] {
       for (int j = 0; j < a.requests; ++j) {

@@ -40,7 +40,6 @@ using json = nlohmann::json;
 using api::ApiError;
 using api::ApiRequest;
 using api::error_body;
-using api::GenerationOptions;
 using internal::Call;
 using internal::Clock;
 using internal::dump;
