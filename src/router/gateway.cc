@@ -108,6 +108,8 @@ struct Gateway::Impl {
   std::atomic<uint64_t> next_pair{0};          // rotates PD pair ties
   std::mutex inflight_mu;
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
+  KvEventIndex kv_index;                                 // what each node's prefix cache holds (its KV events)
+  std::unique_ptr<KvEventPoller> kv_poller;              // set when the strategy matches prefixes and kv_events is on
   Prober prober;  // active health checks (prober.h); declared last: stopped before what it calls into
   std::atomic<bool> stopped{false};
 
@@ -121,7 +123,15 @@ struct Gateway::Impl {
                           .tls_ca_file = options.upstream_tls_ca_file,
                           .timeout_ms = static_cast<int>(options.health.probe_timeout_ms),
                           .threads = kProbeThreads,
-                          .on_out_of_rotation = [this](const std::string& url) { cancel_node(url); }}) {}
+                          .on_out_of_rotation = [this](const std::string& url) { cancel_node(url); }}) {
+    if (options.kv_events && (options.strategy == "kv_aware" || options.strategy == "prefix_cache")) {
+      kv_poller = std::make_unique<KvEventPoller>(
+          kv_index, [this] { return urls_of(registry.candidates()); },
+          KvEventPollerOptions{.cluster_token = options.cluster_token,
+                               .tls_ca_file = options.upstream_tls_ca_file,
+                               .interval_ms = options.kv_events_interval_ms});
+    }
+  }
 
   // ---- helpers -------------------------------------------------------------------------------------------
 
@@ -149,6 +159,11 @@ struct Gateway::Impl {
     std::erase_if(
         nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
+    if (kv_poller && r.exact_tokens) {
+      const std::vector<uint64_t> chain = block_chain(r.tokens, options.strategy_options.block_tokens);
+      for (NodeSnapshot& n : nodes)
+        n.cached_blocks = kv_index.match(n.url, chain, options.strategy_options.block_tokens);
+    }
     if (options.pd_pairing && r.runner != "pooling") {
       std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);
       std::vector<NodeSnapshot> decodes, colocated;
@@ -293,13 +308,8 @@ struct Gateway::Impl {
   // served are named (they are listed by GET /v1/models anyway).
   void reply_unknown_model(Call& c) {
     finish(c, 404);
-    json e = {{"error",
-               {{"message", fmt::format("The model '{}' does not exist; this router serves {}", c.model,
-                                        json(registry.models()).dump())},
-                {"type", "invalid_request_error"},
-                {"param", "model"},
-                {"code", "model_not_found"}}}};
-    c.writer->send(404, dump(e), "application/json", {{"x-request-id", c.request_id}});
+    c.writer->send(404, unknown_model_error(c.model, registry.models()), "application/json",
+                   {{"x-request-id", c.request_id}});
   }
 
   // Whether options.tokenize applies to `model` (the router's tokenizer is one model's).
@@ -627,11 +637,9 @@ struct Gateway::Impl {
 
   void handle_models(const WriterPtr& w) {
     auto task = [this, w] {
-      std::vector<std::string> urls;
-      for (const NodeSnapshot& n : registry.candidates()) urls.push_back(n.url);
-      const json data = list_models(urls, {.cluster_token = options.cluster_token,
-                                           .tls_ca_file = options.upstream_tls_ca_file,
-                                           .fanout = kModelsFanout});
+      const json data = list_models(urls_of(registry.candidates()), {.cluster_token = options.cluster_token,
+                                                                     .tls_ca_file = options.upstream_tls_ca_file,
+                                                                     .fanout = kModelsFanout});
       if (data.empty()) {
         metrics.request_finished("models", 503);
         return w->send(503, error_json(503, "no node in rotation answered /v1/models", "service_unavailable"));
@@ -671,6 +679,7 @@ struct Gateway::Impl {
   }
   bool remove_node(const std::string& url) {
     if (!registry.remove(url)) return false;
+    kv_index.remove_node(url);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_removed(url);
     return true;
@@ -705,7 +714,10 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   });
   d->server.route("GET", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     json nodes = json::array();
-    for (const auto& s : d->registry.list()) nodes.push_back(node_status_json(s));
+    for (const auto& s : d->registry.list()) {  // with the blocks its KV events say it holds, when they are read
+      nodes.push_back(node_status_json(s));
+      if (d->kv_poller) nodes.back()["kv_event_blocks"] = d->kv_index.blocks(s.load.url);
+    }
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
   }));
   d->server.route("POST", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
@@ -760,6 +772,7 @@ Gateway::~Gateway() { stop(); }
 Status Gateway::start() {
   TS_RETURN_IF_ERROR(impl_->server.start());
   impl_->prober.start();
+  if (impl_->kv_poller) impl_->kv_poller->start();
   return Status();
 }
 
@@ -767,6 +780,7 @@ uint16_t Gateway::port() const { return impl_->server.port(); }
 
 void Gateway::stop() {
   if (impl_->stopped.exchange(true)) return;
+  if (impl_->kv_poller) impl_->kv_poller->stop();
   impl_->prober.stop();
   impl_->server.stop(2000);
 }

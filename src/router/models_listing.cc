@@ -4,12 +4,30 @@
 #include <future>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "base/status.h"
 #include "http/http.h"
 
 namespace tessera::router {
 
 using nlohmann::json;
+
+std::vector<std::string> urls_of(const std::vector<NodeSnapshot>& nodes) {
+  std::vector<std::string> urls;
+  for (const NodeSnapshot& n : nodes) urls.push_back(n.url);
+  return urls;
+}
+
+std::string unknown_model_error(const std::string& model, const std::vector<std::string>& served) {
+  return json{
+      {"error",
+       {{"message", fmt::format("The model '{}' does not exist; this router serves {}", model, json(served).dump())},
+        {"type", "invalid_request_error"},
+        {"param", "model"},
+        {"code", "model_not_found"}}}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 json list_models(const std::vector<std::string>& urls, const ModelsListingOptions& options) {
   std::vector<Result<http::Response>> answers;

@@ -22,6 +22,7 @@
 #include "serve/access_writer.h"
 #include "serve/choice_set.h"
 #include "serve/forced_tools.h"
+#include "serve/kv_events_api.h"
 #include "serve/metrics.h"
 #include "serve/prompt_logprobs.h"
 #include "serve/resume_text.h"
@@ -905,6 +906,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
+  add_kv_events_route(d->server, d->engine.kv_events(), d->engine.block_tokens(), d->options.cluster_token);
   register_role_routes(
       d->server, {d->options.pd, [d] { return d->calls.load(); }, d->options.on_role_change, d->options.cluster_token});
 }
