@@ -147,22 +147,20 @@ struct Gateway::Impl {
     return false;
   }
 
-  // The node for the next attempt; in PD mode (prefill nodes known, decode nodes in rotation) the decode node
-  // and `prefill` are chosen as a pair, or a colocated node when it is cheaper (pd_pairing.h); otherwise the
-  // strategy picks and `prefill` is empty.
+  // The next attempt's node, among those serving the request's model (a PD pair never crosses models); in PD mode
+  // (prefill nodes known, decode nodes in rotation) the decode node and `prefill` are a pair, or a colocated node
+  // when cheaper (pd_pairing.h); otherwise the strategy picks and `prefill` is empty.
   std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
     prefill.clear();
-    // Only nodes serving the request's model (node_registry.h): a PD pair never crosses models either.
     std::vector<NodeSnapshot> nodes = serving_model(registry.candidates(tried), r.model);
     // Embeddings go to pooling nodes and text to generate nodes; a node whose runner is not known yet may take
     // either (it answers 400 to what it does not serve); /tokenize and /detokenize go anywhere.
     std::erase_if(
         nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
-    if (kv_poller && r.exact_tokens) {
-      const std::vector<uint64_t> chain = block_chain(r.tokens, options.strategy_options.block_tokens);
-      for (NodeSnapshot& n : nodes)
-        n.cached_blocks = kv_index.match(n.url, chain, options.strategy_options.block_tokens);
+    if (const int bt = options.strategy_options.block_tokens; kv_poller && r.exact_tokens) {
+      const std::vector<uint64_t> chain = block_chain(r.tokens, bt);
+      for (NodeSnapshot& n : nodes) n.cached_blocks = kv_index.match(n.url, chain, bt);
     }
     if (options.pd_pairing && r.runner != "pooling") {
       std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);
@@ -588,6 +586,8 @@ struct Gateway::Impl {
       // Bytes as pseudo-tokens: stable block hashes for prefix affinity, ~4 bytes per real token for load.
       route.tokens.assign(route.prompt.begin(), route.prompt.end());
     }
+    // A node caches a completions prompt's ids as given or as this tokenizer makes them; a chat's are templated.
+    route.exact_tokens = req.prompt_is_tokens || (!chat && tokenizes(req.model));
     route.prompt_tokens = tokenizes(req.model) || req.prompt_is_tokens
                               ? static_cast<int64_t>(route.tokens.size())
                               : static_cast<int64_t>(route.prompt.size() / 4 + 1);

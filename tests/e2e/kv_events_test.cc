@@ -94,7 +94,12 @@ TEST(KvEventsRouting, APromptGoesToTheNodeWhoseKvEventsSayItHoldsIt) {
   const std::vector<uint64_t> held = events["held"].get<std::vector<uint64_t>>();
   for (uint64_t h : chain) EXPECT_NE(std::find(held.begin(), held.end(), h), held.end()) << "block " << h;
 
-  Proc router = start({"route", "--port", "0", "--nodes", nodes, "--strategy", "kv_aware"});
+  // Generous probes: on a loaded machine a slow /health must not take a node out of rotation mid-test (the request
+  // would then go to the other node for a reason that is not the one checked here).
+  const std::vector<std::string> patient = {"--probe-timeout-ms", "5000", "--unhealthy-threshold", "10"};
+  std::vector<std::string> route = {"route", "--port", "0", "--nodes", nodes, "--strategy", "kv_aware"};
+  route.insert(route.end(), patient.begin(), patient.end());
+  Proc router = start(route);
   ASSERT_TRUE(wait_indexed(router.url, other, 4)) << "the router never read " << other << "'s KV events";
   auto r = complete(router.url, p1);
   ASSERT_EQ(r.status, 200) << r.body;
@@ -107,7 +112,8 @@ TEST(KvEventsRouting, APromptGoesToTheNodeWhoseKvEventsSayItHoldsIt) {
   EXPECT_EQ(complete(router.url, p2).headers["x-tessera-node"], first);
 
   // The control: without KV events the router has no idea, and the tie goes to the first node.
-  Proc blind = start({"route", "--port", "0", "--nodes", nodes, "--strategy", "kv_aware", "--no-kv-events"});
+  route.push_back("--no-kv-events");
+  Proc blind = start(route);
   const std::vector<int32_t> p3 = prompt_ids(29, 70);
   ASSERT_EQ(complete(other, p3).status, 200);
   for (int i = 0; i < 200; ++i) {
