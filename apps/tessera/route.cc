@@ -31,6 +31,7 @@ struct RouteArgs {
   std::string ctrl;
   bool ctrl_embedded = false;
   bool no_upstream_keepalive = false;
+  bool no_kv_events = false;
   std::string strategy = "round_robin";
   std::vector<std::string> api_keys;
   std::string model;
@@ -117,6 +118,7 @@ int run_route(const RouteArgs& a) {
   o.max_attempts = a.max_attempts;
   o.upstream_timeout_ms = a.upstream_timeout_s * 1000;
   o.upstream_keepalive = !a.no_upstream_keepalive;
+  o.kv_events = !a.no_kv_events;
 
   std::shared_ptr<model::Tokenizer> tokenizer;
   if (!a.tokenizer.empty()) {
@@ -256,6 +258,9 @@ Action add_route_command(CLI::App& app) {
   cmd->add_option("--upstream-timeout", a->upstream_timeout_s, "Seconds an upstream request may take")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  cmd->add_flag("--no-kv-events", a->no_kv_events,
+                "prefix_cache, kv_aware: do not read the nodes' KV events (match prompts against the router's own "
+                "routing history only)");
   cmd->add_flag("--no-upstream-keepalive", a->no_upstream_keepalive,
                 "Open a new connection to the node for every request (default: keep-alive connection pool)");
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();

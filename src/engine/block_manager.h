@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/kv_events.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -69,6 +70,10 @@ class BlockManager {
   static std::vector<BlockHash> chain_hashes(std::span<const model::TokenId> tokens, int block_tokens,
                                              size_t max_blocks = SIZE_MAX);
 
+  // Publishes every block the prefix cache registers (stored) and every cached block it evicts (removed) to `log`
+  // (kv_events.h); null: none. The log must outlive this.
+  void set_event_log(KvEventLog* log) { events_ = log; }
+
   // When on, allocate() records each cached block it evicts; take_evicted() hands them over (KvCache).
   void track_evictions(bool on) { track_evictions_ = on; }
   std::vector<EvictedBlock> take_evicted() { return std::exchange(evicted_, {}); }
@@ -91,6 +96,7 @@ class BlockManager {
   PrefixCacheStats stats_;
   bool track_evictions_ = false;
   std::vector<EvictedBlock> evicted_;
+  KvEventLog* events_ = nullptr;
 };
 
 }  // namespace tessera::engine

@@ -80,6 +80,7 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
   stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
   stats_.state_slots_total = runner.kv_cache().state_slots();
+  runner.kv_cache().blocks().set_event_log(&kv_events_);
   io_ = std::make_unique<Io>(*this);
   external_ = std::make_unique<External>(*this);
   wake_ = std::make_shared<WakeState>();
@@ -91,6 +92,7 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
 
 Engine::~Engine() {
   stop();
+  runner_.kv_cache().blocks().set_event_log(nullptr);
   if (wake_) {
     std::lock_guard<std::mutex> lock(wake_->mu);
     wake_->engine = nullptr;  // a connector's thread may still call its wake function

@@ -39,6 +39,7 @@
 #include "base/status.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_connector.h"
+#include "engine/kv_events.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -193,6 +194,8 @@ class Engine {
 
   const model::ModelConfig& config() const { return runner_.config(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
+  // What the prefix cache holds, as events (kv_events.h): served on /internal/kv/events for KV-aware routing.
+  const KvEventLog& kv_events() const { return kv_events_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   // Compiles structured-output specs for this model's vocabulary, cached (thread-safe; call it off the engine thread).
   grammar::Compiler& grammars() { return *grammars_; }
@@ -239,6 +242,7 @@ class Engine {
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;
   EngineOptions options_;
+  KvEventLog kv_events_;  // the runner's BlockManager publishes to it while this engine lives
   Scheduler scheduler_;
   std::thread thread_;
 

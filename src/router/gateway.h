@@ -35,6 +35,7 @@
 #include "base/status.h"
 #include "http/http.h"
 #include "router/health.h"
+#include "router/kv_event_index.h"
 #include "router/live_stats.h"
 #include "router/membership.h"
 #include "router/node_registry.h"
@@ -67,6 +68,10 @@ struct GatewayOptions {
   // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).
   std::function<std::vector<int32_t>(std::string_view)> tokenize;
   std::string tokenize_model;  // the model `tokenize` is the tokenizer of; empty: every model's
+  // The prefix strategies (prefix_cache, kv_aware) read each node's KV events (kv_event_index.h) and match a
+  // prompt's blocks against what the node really holds; off: only the router's own routing history.
+  bool kv_events = true;
+  int kv_events_interval_ms = 100;
 };
 
 class Gateway final : public MembershipListener {

@@ -35,6 +35,9 @@ struct NodeSnapshot {
   std::string host_id;              // empty: not known
   std::string runner;               // "generate" or "pooling" (embeddings), from /health; empty: not known yet
   std::vector<std::string> models;  // the model names it serves (control plane or /health); empty: not known yet
+  // Leading blocks of the request's prompt the node's prefix cache holds, from its KV events (kv_event_index.h);
+  // -1: not known (the node publishes none, or the prompt's token ids are not the node's).
+  int64_t cached_blocks = -1;
 };
 
 // What strategies may look at in a request.
@@ -47,6 +50,7 @@ struct RouteRequest {
   int64_t max_tokens = 16;      // requested output tokens
   std::string runner;           // the node runner it needs ("generate", "pooling" for embeddings); empty: any
   std::string model;            // the body's `model`: only nodes serving it take the request; empty: any
+  bool exact_tokens = false;    // `tokens` are the ids the node will cache (the model's tokenizer, or the client's)
 };
 
 struct StrategyOptions {

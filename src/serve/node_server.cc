@@ -17,6 +17,7 @@
 #include "api/health.h"
 #include "base/log.h"
 #include "serve/internal/node_server_impl.h"
+#include "serve/kv_events_api.h"
 #include "serve/role_admin.h"
 #include "serve/tokenize_api.h"
 
@@ -155,6 +156,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
+  add_kv_events_route(d->server, d->engine.kv_events(), d->engine.block_tokens(), d->options.cluster_token);
   register_role_routes(
       d->server, {d->options.pd, [d] { return d->calls.load(); }, d->options.on_role_change, d->options.cluster_token});
 }

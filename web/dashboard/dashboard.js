@@ -118,6 +118,7 @@
       name.title = n.url + (n.host_id ? ` (host ${n.host_id})` : '');
       tr.append(name);
       tr.append(el('td', n.role, `role role-${n.role}`));
+      tr.append(el('td', (n.models || []).join(', ') || '–', 'model'));
       tr.append(el('td', n.backend || '–'));
       tr.append(el('td', n.device || '–', 'device'));
       const [h, cls] = health(n);

@@ -1,6 +1,7 @@
 // kv_aware: the node where this request costs least, cost = prefill_weight x (prompt tokens the node is not
-// believed to have cached) + decode load (outstanding tokens already routed there). The cached part comes
-// from the same approximate PrefixIndex as prefix_cache. Unlike prefix_cache there is no threshold: load
+// believed to have cached) + decode load (outstanding tokens already routed there). The cached part is exact
+// where the node publishes KV events (NodeSnapshot::cached_blocks, router/kv_event_index.h), else it comes from
+// the same approximate PrefixIndex as prefix_cache. Unlike prefix_cache there is no threshold: load
 // and cache affinity trade off continuously through the weight. Ties: the least loaded.
 #include <algorithm>
 
@@ -22,7 +23,10 @@ class KvAware final : public Strategy {
     size_t best = 0;
     double best_cost = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      const int64_t cached = static_cast<int64_t>(index_.match(nodes[i].url, chain)) * block_tokens_;
+      // Exact when the node publishes its KV events, else what the router's own routing history suggests.
+      const int64_t blocks = nodes[i].cached_blocks >= 0 ? nodes[i].cached_blocks
+                                                         : static_cast<int64_t>(index_.match(nodes[i].url, chain));
+      const int64_t cached = blocks * block_tokens_;
       const double cost = weight_ * static_cast<double>(std::max<int64_t>(0, prompt - cached)) +
                           static_cast<double>(nodes[i].outstanding_tokens) / nodes[i].capacity;
       if (i == 0 || cost < best_cost ||

@@ -1,0 +1,136 @@
+#include "router/kv_event_index.h"
+
+#include <chrono>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "http/http.h"
+
+namespace tessera::router {
+
+Status KvEventIndex::apply(const std::string& url, const api::KvEventsBody& b) {
+  std::lock_guard lock(mu_);
+  Node& n = nodes_[url];
+  if (b.reset) {
+    n.epoch = b.epoch;
+    n.last = b.last;
+    n.block_tokens = b.block_tokens;
+    n.held = std::unordered_set<uint64_t>(b.held.begin(), b.held.end());
+    return ok_status();
+  }
+  const bool continues = n.epoch != 0 && b.epoch == n.epoch && b.block_tokens == n.block_tokens &&
+                         (b.events.empty() ? b.last == n.last : b.events.front().seq == n.last + 1);
+  if (!continues) {
+    nodes_.erase(url);
+    return failed_precondition(fmt::format("{}: KV events do not continue the last read; reading it again", url));
+  }
+  for (const api::KvBlockEvent& e : b.events) {
+    if (e.stored) {
+      n.held.insert(e.hash);
+    } else {
+      n.held.erase(e.hash);
+    }
+    n.last = e.seq;
+  }
+  return ok_status();
+}
+
+std::pair<uint64_t, uint64_t> KvEventIndex::cursor(const std::string& url) const {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  return it == nodes_.end() ? std::pair<uint64_t, uint64_t>{0, 0} : std::pair{it->second.epoch, it->second.last};
+}
+
+int64_t KvEventIndex::match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end() || it->second.block_tokens != block_tokens) return -1;
+  int64_t m = 0;
+  for (uint64_t h : chain) {
+    if (!it->second.held.count(h)) break;
+    ++m;
+  }
+  return m;
+}
+
+size_t KvEventIndex::blocks(const std::string& url) const {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  return it == nodes_.end() ? 0 : it->second.held.size();
+}
+
+void KvEventIndex::remove_node(const std::string& url) {
+  std::lock_guard lock(mu_);
+  nodes_.erase(url);
+}
+
+KvEventPoller::KvEventPoller(KvEventIndex& index, std::function<std::vector<std::string>()> nodes,
+                             KvEventPollerOptions options)
+    : index_(index),
+      nodes_(std::move(nodes)),
+      options_(std::move(options)),
+      pool_("router kv events", options_.threads, std::numeric_limits<size_t>::max()) {}
+
+KvEventPoller::~KvEventPoller() { stop(); }
+
+void KvEventPoller::start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable() || stop_) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      for (const std::string& url : nodes_()) {
+        {
+          std::lock_guard busy(mu_);
+          if (!busy_.insert(url).second) continue;  // its last read is still going
+        }
+        const bool queued = pool_.submit([this, url] {
+          poll(url);
+          std::lock_guard busy(mu_);
+          busy_.erase(url);
+        });
+        if (!queued) {
+          std::lock_guard busy(mu_);
+          busy_.erase(url);
+        }
+      }
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::milliseconds(options_.interval_ms), [&] { return stop_; });
+    }
+    lock.unlock();
+    pool_.drop_queued();
+  });
+}
+
+void KvEventPoller::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool KvEventPoller::poll(const std::string& url) {
+  const auto [epoch, after] = index_.cursor(url);
+  http::ClientRequest req;
+  http::add_cluster_token(req.headers, options_.cluster_token);
+  req.tls_ca_file = options_.tls_ca_file;
+  req.url = fmt::format("{}{}?epoch={}&after={}", url, api::kKvEventsPath, epoch, after);
+  req.timeout_ms = options_.timeout_ms;
+  auto r = http::fetch(req);
+  if (!r.ok() || r->status != 200) return false;  // an older node without the route, or one that is down
+  auto body = api::parse_kv_events(r->body);
+  if (!body.ok()) {
+    log::warn("router: {}: {}", url, body.status().message());
+    return false;
+  }
+  Status s = index_.apply(url, *body);
+  if (!s.ok()) log::info("router: {}", s.message());
+  return s.ok();
+}
+
+}  // namespace tessera::router

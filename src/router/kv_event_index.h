@@ -1,0 +1,82 @@
+// The router's exact prefix index: for each node, the block hashes its prefix cache holds, kept current from the
+// node's own KV events (GET /internal/kv/events, api/kv_events.h) rather than guessed from the requests the router
+// sent (strategies/prefix_index.h). A KvEventPoller reads every node in rotation every `interval_ms` and applies
+// what it got; a node's first read, a restarted node and a reader that fell behind get the node's whole set
+// (`reset`). The strategies read it through NodeSnapshot::cached_blocks (gateway.cc fills it per request).
+//
+// Thread-safety: KvEventIndex is thread-safe; the poller has its own thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "api/kv_events.h"
+#include "base/cluster_token.h"
+#include "base/status.h"
+#include "base/task_pool.h"
+
+namespace tessera::router {
+
+class KvEventIndex {
+ public:
+  // Applies one answer of `url`. A non-reset answer must continue where the node's last one ended (same epoch, its
+  // first event right after the last number seen); otherwise FailedPrecondition, the node's entry is dropped and
+  // the next read starts over (a reset).
+  Status apply(const std::string& url, const api::KvEventsBody& body);
+  // Where the next read of `url` starts: {epoch, after}; {0, 0} for a node not read yet.
+  std::pair<uint64_t, uint64_t> cursor(const std::string& url) const;
+  // Leading blocks of `chain` the node holds; -1 when the node's events are not known, or its block size is not
+  // `block_tokens` (its hashes would not be these).
+  int64_t match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
+  size_t blocks(const std::string& url) const;
+  void remove_node(const std::string& url);
+
+ private:
+  struct Node {
+    uint64_t epoch = 0, last = 0;
+    int block_tokens = 0;
+    std::unordered_set<uint64_t> held;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
+};
+
+struct KvEventPollerOptions {
+  ClusterToken cluster_token;
+  std::string tls_ca_file;
+  int interval_ms = 100;
+  int timeout_ms = 1000;
+  int threads = 4;
+};
+
+class KvEventPoller {
+ public:
+  // `nodes` lists the URLs to read now (those in rotation); called on the poller's thread.
+  KvEventPoller(KvEventIndex& index, std::function<std::vector<std::string>()> nodes, KvEventPollerOptions options);
+  ~KvEventPoller();
+  void start();
+  void stop();
+  // Reads `url` once (also what the poller's thread does); false when the node could not be read.
+  bool poll(const std::string& url);
+
+ private:
+  KvEventIndex& index_;
+  std::function<std::vector<std::string>()> nodes_;
+  const KvEventPollerOptions options_;
+  TaskPool pool_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                     // GUARDED_BY(mu_)
+  std::unordered_set<std::string> busy_;  // GUARDED_BY(mu_): nodes with a read in flight
+  std::thread thread_;
+};
+
+}  // namespace tessera::router

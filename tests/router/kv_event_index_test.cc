@@ -1,0 +1,39 @@
+// The router's exact prefix index: a node's whole set on a reset, events applied in order, a read that does not
+// continue the last one dropped (the next read starts over), and matches only for the block size the hashes were
+// made with.
+#include "router/kv_event_index.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::router {
+namespace {
+
+TEST(KvEventIndex, ResetsEventsAndReadsThatDoNotContinue) {
+  KvEventIndex index;
+  const std::string n = "http://a:1";
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{1}, 16), -1) << "not read yet: unknown, not zero";
+  EXPECT_EQ(index.cursor(n), (std::pair<uint64_t, uint64_t>{0, 0}));
+  ASSERT_TRUE(index.apply(n, {.epoch = 9, .last = 4, .block_tokens = 16, .reset = true, .held = {10, 20}}).ok());
+  EXPECT_EQ(index.cursor(n), (std::pair<uint64_t, uint64_t>{9, 4}));
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{10, 20, 30}, 16), 2);
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{20, 10}, 16), 2);
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{30, 10}, 16), 0) << "leading blocks only";
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{10}, 32), -1) << "another block size: these hashes say nothing";
+  ASSERT_TRUE(
+      index.apply(n, {.epoch = 9, .last = 6, .block_tokens = 16, .events = {{5, true, 30}, {6, false, 10}}}).ok());
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{10, 20, 30}, 16), 0);
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{20, 30}, 16), 2);
+  EXPECT_EQ(index.blocks(n), 2u);
+  // A gap (event 7 missing): dropped; the next read asks from the start.
+  EXPECT_FALSE(index.apply(n, {.epoch = 9, .last = 8, .block_tokens = 16, .events = {{8, true, 40}}}).ok());
+  EXPECT_EQ(index.cursor(n), (std::pair<uint64_t, uint64_t>{0, 0}));
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{20}, 16), -1);
+  // Another run of the node (a new epoch) without a reset is refused the same way.
+  ASSERT_TRUE(index.apply(n, {.epoch = 9, .last = 8, .block_tokens = 16, .reset = true, .held = {20}}).ok());
+  EXPECT_FALSE(index.apply(n, {.epoch = 10, .last = 9, .block_tokens = 16, .events = {{9, true, 1}}}).ok());
+  index.remove_node(n);
+  EXPECT_EQ(index.blocks(n), 0u);
+}
+
+}  // namespace
+}  // namespace tessera::router
