@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "child_process.h"
+#include "base/process.h"
 #include "commands.h"
 #include "link/agent.h"
 #include "link/bench.h"
@@ -46,9 +46,10 @@ int run_link_bench(const LinkBenchArgs& a) {
   uint64_t region = std::max<uint64_t>(max_size, std::min<uint64_t>(uint64_t{256} << 20, max_size * a.batch * 4));
   region = std::max<uint64_t>(region, 16 << 20);
 
-  auto peer = ChildProcess::spawn({self_exe(), "link", "peer", "--name", "bench-peer", "--endpoint", a.endpoint,
-                                   "--region-bytes", std::to_string(region), "--streams", std::to_string(a.streams),
-                                   "--split", std::to_string(a.split), "--seed", "0"});
+  auto peer = Process::spawn({.argv = {self_exe(), "link", "peer", "--name", "bench-peer", "--endpoint", a.endpoint,
+                                       "--region-bytes", std::to_string(region), "--streams", std::to_string(a.streams),
+                                       "--split", std::to_string(a.split), "--seed", "0"},
+                              .pipe_stdin = true});
   if (!peer.ok()) return fail(peer.status().message());
   auto info_line = peer->read_line(20000);
   auto region_line = info_line.ok() ? peer->read_line(5000) : info_line;
@@ -75,7 +76,7 @@ int run_link_bench(const LinkBenchArgs& a) {
   // memcpy ceiling destination: a second POSIX shared-memory segment, the same kind of memory the shm path
   // writes into (memcpy into private anonymous memory measured up to ~1.4x faster here at 256 MiB).
   std::span<std::byte> scratch;
-  std::optional<ChildProcess> sink;
+  std::optional<Process> sink;
   int sink_port = 0;
   link::RawTcpStreams raw;
   // ucx: compare with memcpy when UCX is told to use shared memory only, else with a plain TCP stream.
@@ -88,8 +89,9 @@ int run_link_bench(const LinkBenchArgs& a) {
     scratch = *(*agent)->host_bytes(*r);
     std::memset(scratch.data(), 1, scratch.size());
   } else {
-    auto s = ChildProcess::spawn({self_exe(), "link", "raw-sink", "--buffer-bytes", std::to_string(region), "--streams",
-                                  std::to_string(a.streams)});
+    auto s = Process::spawn({.argv = {self_exe(), "link", "raw-sink", "--buffer-bytes", std::to_string(region),
+                                      "--streams", std::to_string(a.streams)},
+                             .pipe_stdin = true});
     if (!s.ok()) return fail(s.status().message());
     sink.emplace(std::move(*s));
     auto line = sink->read_line(10000);

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "child_process.h"
+#include "base/process.h"
 #include "ctrl/embedded_server.h"
 #include "ctrl/registry.h"
 #include "http/http.h"
@@ -130,9 +130,10 @@ TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
 
 TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
   const milliseconds ttl = ttl_for(GetParam());
-  auto peer =
-      cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint",
-                                "tcp", "--ctrl", store_->spec(), "--ttl-ms", std::to_string(ttl.count())});
+  auto peer = tessera::Process::spawn(
+      {.argv = {tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint", "tcp", "--ctrl",
+                store_->spec(), "--ttl-ms", std::to_string(ttl.count())},
+       .pipe_stdin = true});
   ASSERT_TRUE(peer.ok());
   ASSERT_TRUE(peer->read_line(20000).ok());
   ASSERT_TRUE(has_key("/tessera/agents/doomed"));
