@@ -93,6 +93,7 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
 Engine::~Engine() {
   stop();
   runner_.kv_cache().blocks().set_event_log(nullptr);
+  for (const auto& c : connectors_) c->set_event_log(nullptr);
   if (wake_) {
     std::lock_guard<std::mutex> lock(wake_->mu);
     wake_->engine = nullptr;  // a connector's thread may still call its wake function

@@ -54,6 +54,7 @@ Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
     }
     state->engine->cv_.notify_one();
   };
+  connector->set_event_log(&kv_events_);
   TS_RETURN_IF_ERROR(connector->attach(*io_, std::move(wake))
                          .with_context(fmt::format("attaching KV connector '{}'", connector->name())));
   {

@@ -187,6 +187,9 @@ class KvConnector {
   // Once, before the engine starts: its device access (valid while the engine lives) and a function that wakes
   // the engine loop (callable from any thread, at any time, also after the engine is gone).
   virtual Status attach(KvBlockIo& io, std::function<void()> wake) = 0;
+  // Before attach(): the engine's KV event log (kv_events.h), for a connector that holds blocks in tiers of its own
+  // to publish what they take in and drop (any thread; the log is thread-safe). Null when the engine goes.
+  virtual void set_event_log(KvEventLog* log) {}
 
   // Scheduler side.
   virtual KvMatch match(const KvRequestView& request, int supplied) = 0;

@@ -7,6 +7,7 @@
 // Thread-safety: KvEventIndex is thread-safe; the poller has its own thread.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -33,17 +35,23 @@ class KvEventIndex {
   Status apply(const std::string& url, const api::KvEventsBody& body);
   // Where the next read of `url` starts: {epoch, after}; {0, 0} for a node not read yet.
   std::pair<uint64_t, uint64_t> cursor(const std::string& url) const;
-  // Leading blocks of `chain` the node holds; -1 when the node's events are not known, or its block size is not
+  struct Match {
+    int64_t device = -1;  // leading blocks of the chain in the node's device cache; -1: not known
+    int64_t lower = 0;    // the blocks right after those that its host or disk tier holds (loaded, not computed)
+  };
+  // How much of `chain` the node holds; device -1 when the node's events are not known, or its block size is not
   // `block_tokens` (its hashes would not be these).
-  int64_t match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
-  size_t blocks(const std::string& url) const;
+  Match match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
+  // Blocks the node holds in each tier (device, host, disk).
+  std::array<size_t, api::kKvTiers> blocks(const std::string& url) const;
   void remove_node(const std::string& url);
 
  private:
   struct Node {
     uint64_t epoch = 0, last = 0;
     int block_tokens = 0;
-    std::unordered_set<uint64_t> held;
+    std::unordered_map<uint64_t, uint8_t> held;  // hash -> the tiers holding it (bit t: api::kKvTierNames[t])
+    std::array<size_t, api::kKvTiers> count{};
   };
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
