@@ -104,6 +104,10 @@ void KvEventPoller::start() {
       for (const std::string& url : nodes_()) {
         {
           std::lock_guard busy(mu_);
+          if (auto q = quiet_until_.find(url); q != quiet_until_.end()) {
+            if (std::chrono::steady_clock::now() < q->second) continue;
+            quiet_until_.erase(q);
+          }
           if (!busy_.insert(url).second) continue;  // its last read is still going
         }
         const bool queued = pool_.submit([this, url] {
@@ -141,7 +145,12 @@ bool KvEventPoller::poll(const std::string& url) {
   req.url = fmt::format("{}{}?epoch={}&after={}", url, api::kKvEventsPath, epoch, after);
   req.timeout_ms = options_.timeout_ms;
   auto r = http::fetch(req);
-  if (!r.ok() || r->status != 200) return false;  // an older node without the route, or one that is down
+  if (!r.ok() || r->status != 200) {  // a node without the route (not a tessera node, or older), or one that is down
+    std::lock_guard lock(mu_);
+    quiet_until_[url] =
+        std::chrono::steady_clock::now() + (r.ok() ? std::chrono::seconds(30) : std::chrono::seconds(2));
+    return false;
+  }
   auto body = api::parse_kv_events(r->body);
   if (!body.ok()) {
     log::warn("router: {}: {}", url, body.status().message());

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -72,7 +73,8 @@ class KvEventPoller {
   ~KvEventPoller();
   void start();
   void stop();
-  // Reads `url` once (also what the poller's thread does); false when the node could not be read.
+  // Reads `url` once (also what the poller's thread does); false when the node could not be read (it is then left
+  // alone for a while: 30 s without the route, 2 s when it did not answer).
   bool poll(const std::string& url);
 
  private:
@@ -84,6 +86,9 @@ class KvEventPoller {
   std::condition_variable cv_;
   bool stop_ = false;                     // GUARDED_BY(mu_)
   std::unordered_set<std::string> busy_;  // GUARDED_BY(mu_): nodes with a read in flight
+  // Nodes that publish no events (no such route: not a tessera node, or an older one) or do not answer are read
+  // again only after this, so a fleet of them does not cost a request per node per interval.
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> quiet_until_;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
