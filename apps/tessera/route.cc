@@ -35,6 +35,7 @@ struct RouteArgs {
   std::vector<std::string> api_keys;
   std::string model;
   std::string tokenizer;
+  std::string tokenizer_model;
   int block_size = 16;
   double overload_threshold = 8;
   double prefill_weight = 1;
@@ -133,6 +134,7 @@ int run_route(const RouteArgs& a) {
       std::vector<model::TokenId> ids = tokenizer->encode(text, true);
       return std::vector<int32_t>(ids.begin(), ids.end());
     };
+    o.tokenize_model = a.tokenizer_model;
   }
 
   auto gateway = router::Gateway::create(std::move(o));
@@ -217,6 +219,8 @@ Action add_route_command(CLI::App& app) {
   cmd->add_option("--api-key", a->api_keys, "Accepted API key (repeatable); none: no authentication");
   cmd->add_option("--model", a->model, "Model directory whose tokenizer the prefix strategies use");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (llama2.c tok*.bin) for the prefix strategies");
+  cmd->add_option("--tokenizer-model", a->tokenizer_model,
+                  "The served model name --model/--tokenizer belongs to (several models: others hash their bytes)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block on the nodes (prefix hashing)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

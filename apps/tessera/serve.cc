@@ -384,6 +384,7 @@ int run_serve(const ServeArgs& a) {
     info.backend = backend;
     info.capacity = ro.kv.num_blocks;
     info.host_id = link::local_host_id();
+    info.models = no.served_names();
     auto reg = ctrl::Registration::create(*ctrl_store, ctrl::kNodesPrefix + info.id, info.to_json(),
                                           std::chrono::milliseconds(a.ctrl_ttl_ms));
     if (!reg.ok())

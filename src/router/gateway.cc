@@ -140,14 +140,15 @@ struct Gateway::Impl {
   // strategy picks and `prefill` is empty.
   std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
     prefill.clear();
-    std::vector<NodeSnapshot> nodes = registry.candidates(tried);
+    // Only nodes serving the request's model (node_registry.h): a PD pair never crosses models either.
+    std::vector<NodeSnapshot> nodes = serving_model(registry.candidates(tried), r.model);
     // Embeddings go to pooling nodes and text to generate nodes; a node whose runner is not known yet may take
     // either (it answers 400 to what it does not serve); /tokenize and /detokenize go anywhere.
     std::erase_if(
         nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
     if (options.pd_pairing && r.runner != "pooling") {
-      std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
+      std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);
       std::vector<NodeSnapshot> decodes, colocated;
       for (const auto& n : nodes) (n.role == "decode" ? decodes : colocated).push_back(n);
       if (!prefills.empty() && !decodes.empty()) {
@@ -284,6 +285,24 @@ struct Gateway::Impl {
     const bool timed = c.first_token_s >= 0;
     live.record({c.first_token_s, timed && c.tokens >= 2 ? (total - c.first_token_s) / (c.tokens - 1) : -1, c.tokens,
                  (status >= 200 && status < 300) || status == 499});
+  }
+
+  // OpenAI's answer for a model nobody serves: 404, param "model", code "model_not_found"; the models that are
+  // served are named (they are listed by GET /v1/models anyway).
+  void reply_unknown_model(Call& c) {
+    finish(c, 404);
+    json e = {{"error",
+               {{"message", fmt::format("The model '{}' does not exist; this router serves {}", c.model,
+                                        json(registry.models()).dump())},
+                {"type", "invalid_request_error"},
+                {"param", "model"},
+                {"code", "model_not_found"}}}};
+    c.writer->send(404, dump(e), "application/json", {{"x-request-id", c.request_id}});
+  }
+
+  // Whether options.tokenize applies to `model` (the router's tokenizer is one model's).
+  bool tokenizes(const std::string& model) const {
+    return options.tokenize && (options.tokenize_model.empty() || options.tokenize_model == model);
   }
 
   void reply_error(Call& c, int status, std::string message, std::string type, std::string code = "") {
@@ -538,6 +557,7 @@ struct Gateway::Impl {
     }
     const api::ApiRequest& req = std::get<api::ApiRequest>(parsed);
     c->model = req.model;
+    if (!registry.may_serve(req.model)) return reply_unknown_model(*c);
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
@@ -547,6 +567,7 @@ struct Gateway::Impl {
     route.session_id = c->session_id;
     route.user = req.user;
     route.runner = "generate";
+    route.model = req.model;
     if (chat) {
       for (const auto& m : req.messages) route.prompt += m.role + "\n" + m.content + "\n";
     } else {
@@ -554,14 +575,15 @@ struct Gateway::Impl {
     }
     if (req.prompt_is_tokens) {
       route.tokens.assign(req.prompt_tokens.begin(), req.prompt_tokens.end());
-    } else if (options.tokenize) {
+    } else if (tokenizes(req.model)) {
       route.tokens = options.tokenize(route.prompt);
     } else {
       // Bytes as pseudo-tokens: stable block hashes for prefix affinity, ~4 bytes per real token for load.
       route.tokens.assign(route.prompt.begin(), route.prompt.end());
     }
-    route.prompt_tokens = options.tokenize || req.prompt_is_tokens ? static_cast<int64_t>(route.tokens.size())
-                                                                   : static_cast<int64_t>(route.prompt.size() / 4 + 1);
+    route.prompt_tokens = tokenizes(req.model) || req.prompt_is_tokens
+                              ? static_cast<int64_t>(route.tokens.size())
+                              : static_cast<int64_t>(route.prompt.size() / 4 + 1);
     route.max_tokens = req.max_tokens >= 0 ? req.max_tokens : (chat ? 256 : 16);
     // Every prompt of a list is prefilled, and every choice generates (the first prompt stands for the others).
     const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(req.prompts.size()));
@@ -592,6 +614,11 @@ struct Gateway::Impl {
     if (!authorized(r, w, c->endpoint)) return;
     c->body = r.body;
     c->internal = http::internal_caller(r, options.cluster_token);
+    // The body's model picks the nodes, as for completions; the node validates the rest of the body itself.
+    if (json j = json::parse(r.body, nullptr, false); j.is_object() && j.contains("model") && j["model"].is_string()) {
+      c->model = c->route.model = j["model"].get<std::string>();
+      if (!registry.may_serve(c->model)) return reply_unknown_model(*c);
+    }
     w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
       if (auto call = weak.lock()) call->client_left();
     });
@@ -659,6 +686,7 @@ struct Gateway::Impl {
             {"role", s.load.role},
             {"runner", s.load.runner},
             {"host_id", s.load.host_id},
+            {"models", s.load.models},
             {"healthy", s.healthy},
             {"draining", s.draining},
             {"in_rotation", s.healthy && !s.draining},
@@ -688,6 +716,7 @@ struct Gateway::Impl {
   void add_node(const NodeSpec& spec) {
     if (!registry.add(spec.url, spec.capacity)) return;
     registry.set_role(spec.url, spec.role, spec.host_id);
+    registry.set_models(spec.url, spec.models);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_added(spec.url);
   }
@@ -759,6 +788,7 @@ struct Gateway::Impl {
     if (ok) learn_role(url);
     if (const std::string runner = ok ? api::health_runner(r->body) : std::string(); !runner.empty())
       registry.set_runner(url, runner);
+    if (ok) registry.set_models(url, api::health_models(r->body));
     if (registry.probe_result(url, ok, capacity)) {
       if (ok) {
         log::info("router: node {} back in rotation", url);
@@ -875,6 +905,7 @@ void Gateway::on_node_removed(const std::string& url) { impl_->remove_node(url);
 void Gateway::on_node_updated(const NodeSpec& node) {
   if (node.capacity > 0) impl_->registry.set_capacity(node.url, node.capacity);
   impl_->registry.set_role(node.url, node.role, node.host_id);
+  impl_->registry.set_models(node.url, node.models);
 }
 NodeRegistry& Gateway::registry() { return impl_->registry; }
 LiveStats& Gateway::live_stats() { return impl_->live; }

@@ -1,6 +1,8 @@
 // Gateway: the router's HTTP face. An OpenAI-compatible proxy for /v1/completions and /v1/chat/completions
 // in front of the registered nodes, plus /v1/models (the union of the nodes' models), /health, /metrics and
-// the node management API:
+// the node management API. One router fronts several models: a request goes to the nodes serving its `model`
+// (PD pairs too), and a model no node serves is answered 404 model_not_found in OpenAI's shape.
+// The node management API:
 //   GET  /admin/nodes                      list nodes with health and load
 //   POST /admin/nodes         {"url", "capacity"?}   add
 //   POST /admin/nodes/remove  {"url"}               remove
@@ -64,6 +66,7 @@ struct GatewayOptions {
   // Prompt text -> token ids, for the prefix strategies (the model's tokenizer). Unset: prompts given as
   // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).
   std::function<std::vector<int32_t>(std::string_view)> tokenize;
+  std::string tokenize_model;  // the model `tokenize` is the tokenizer of; empty: every model's
 };
 
 class Gateway final : public MembershipListener {

@@ -27,13 +27,14 @@ namespace tessera::router {
 // A node as a strategy sees it: a copy taken under the registry's lock.
 struct NodeSnapshot {
   std::string url;
-  double capacity = 1;             // relative size (weight), > 0
-  int in_flight = 0;               // requests routed and not yet finished
-  int64_t outstanding_tokens = 0;  // prompt + requested output tokens of those requests
-  double tokens_per_s = 0;         // measured generation speed (EWMA), > 0
-  std::string role;                // "both", "prefill", "decode"; empty: not known yet
-  std::string host_id;             // empty: not known
-  std::string runner;              // "generate" or "pooling" (embeddings), from /health; empty: not known yet
+  double capacity = 1;              // relative size (weight), > 0
+  int in_flight = 0;                // requests routed and not yet finished
+  int64_t outstanding_tokens = 0;   // prompt + requested output tokens of those requests
+  double tokens_per_s = 0;          // measured generation speed (EWMA), > 0
+  std::string role;                 // "both", "prefill", "decode"; empty: not known yet
+  std::string host_id;              // empty: not known
+  std::string runner;               // "generate" or "pooling" (embeddings), from /health; empty: not known yet
+  std::vector<std::string> models;  // the model names it serves (control plane or /health); empty: not known yet
 };
 
 // What strategies may look at in a request.
@@ -45,6 +46,7 @@ struct RouteRequest {
   int64_t prompt_tokens = 0;    // tokens.size() when known, else an estimate
   int64_t max_tokens = 16;      // requested output tokens
   std::string runner;           // the node runner it needs ("generate", "pooling" for embeddings); empty: any
+  std::string model;            // the body's `model`: only nodes serving it take the request; empty: any
 };
 
 struct StrategyOptions {

@@ -889,8 +889,9 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                      {{std::string(api::kDrainingHeader), "1"}});
     }
     engine::EngineStats s = d->engine.stats();
-    w->send(200, api::health_body({d->options.model_name, d->options.backend, d->options.device, s.waiting, s.running,
-                                   s.kv_blocks_used, s.kv_blocks_total, std::string(d->options.embeddings.runner())}));
+    w->send(200, api::health_body({d->options.model_name, d->options.served_names(), d->options.backend,
+                                   d->options.device, s.waiting, s.running, s.kv_blocks_used, s.kv_blocks_total,
+                                   std::string(d->options.embeddings.runner())}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     const engine::EngineStats stats = d->engine.stats();

@@ -138,10 +138,16 @@ TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
 }
 
 TEST(Health, BodyAndTheCapacityTheRouterBelieves) {
-  const std::string body = health_body({"m", "cpu", "host", 1, 2, 3, 400});
+  const std::string body = health_body({"m", {"m", "alias"}, "cpu", "host", 1, 2, 3, 400});
   EXPECT_EQ(
       body,
-      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","runner":"generate","running":2,"status":"ok","waiting":1})");
+      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","models":["m","alias"],"runner":"generate","running":2,"status":"ok","waiting":1})");
+  // The router routes by these names: every one the node answers to, the model alone from an older node.
+  EXPECT_EQ(health_models(body), (std::vector<std::string>{"m", "alias"}));
+  EXPECT_EQ(health_models(R"({"model":"old"})"), std::vector<std::string>{"old"});
+  EXPECT_EQ(health_models(R"({"models":[1,"",{"a":1},"ok"]})"), std::vector<std::string>{"ok"});
+  EXPECT_TRUE(health_models(R"({"status":"ok"})").empty());
+  EXPECT_TRUE(health_models("not json").empty());
   EXPECT_EQ(health_capacity(body), 400);
   EXPECT_EQ(health_runner(body), "generate");  // the router sends /v1/embeddings only to "pooling" nodes
   EXPECT_EQ(health_capacity(R"({"kv_blocks_total":1e300})"), 0);

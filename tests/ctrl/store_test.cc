@@ -148,7 +148,7 @@ TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
 
 TEST_P(StoreTest, RegistrationsComeBackAfterTheStoreRestartsEmpty) {
   const milliseconds ttl = ttl_for(GetParam());
-  NodeInfo node{"node-1", "decode", "cpu", "127.0.0.1:9000", 100, 0.25};
+  NodeInfo node{"node-1", "decode", "cpu", "127.0.0.1:9000", 100, 0.25, "", {"llama", "llama-alias"}};
   auto reg = Registration::create(*client_, std::string(kNodesPrefix) + node.id, node.to_json(), ttl);
   ASSERT_TRUE(reg.ok()) << reg.status().to_string();
   ASSERT_TRUE(has_key("/tessera/nodes/node-1"));
@@ -164,6 +164,7 @@ TEST_P(StoreTest, RegistrationsComeBackAfterTheStoreRestartsEmpty) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->role, "decode");
   EXPECT_DOUBLE_EQ(n->load, 0.25);
+  EXPECT_EQ(n->models, (std::vector<std::string>{"llama", "llama-alias"}));  // routers route by these names
   std::printf("[ %s ] re-registered %lld ms after the store came back\n", GetParam().c_str(),
               static_cast<long long>(std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count()));
   // Dropping the registration removes the entry at once.
