@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
+#include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -101,6 +104,12 @@ Result<std::shared_ptr<PdLinkConnector>> PdLinkConnector::create(PdLinkOptions o
   ao.link.cluster_token = o.cluster_token;
   TS_ASSIGN_OR_RETURN(c->agent_, link::Agent::create(ao));
   if (o.decode) {
+    if (const char* z = std::getenv("TESSERA_PD_ZERO_STATE"); z != nullptr && std::string_view(z) == "1") {
+      c->zero_state_ = true;
+      log::warn(
+          "pd-link: TESSERA_PD_ZERO_STATE=1: a hybrid model's recurrent state is loaded as zeros (a test's "
+          "fault; its text will be wrong)");
+    }
     TS_ASSIGN_OR_RETURN(c->staging_, c->agent_->allocate_region(o.staging_bytes));
     TS_ASSIGN_OR_RETURN(c->staging_bytes_, c->agent_->host_bytes(c->staging_));
     c->staging_alloc_ = std::make_shared<StagingAllocator>(o.staging_bytes);
@@ -269,7 +278,14 @@ Status PdLinkConnector::wait_layer_load(int layer) {
                            .with_context("loading the prefill node's KV"));
     if (layer == last) {
       const auto* state = reinterpret_cast<const std::byte*>(data + l.state_offset());
-      TS_RETURN_IF_ERROR(io_->write_state(s->id, {state, l.state_bytes()}));
+      if (zero_state_ && l.state_bytes() > 0) {
+        log::warn("pd-link: request {}: loading zeros for its {}-byte recurrent state (TESSERA_PD_ZERO_STATE)", s->id,
+                  l.state_bytes());
+        const std::vector<std::byte> zeros(l.state_bytes());
+        TS_RETURN_IF_ERROR(io_->write_state(s->id, zeros));
+      } else {
+        TS_RETURN_IF_ERROR(io_->write_state(s->id, {state, l.state_bytes()}));
+      }
     }
   }
   std::lock_guard<std::mutex> lock(counters_mu_);

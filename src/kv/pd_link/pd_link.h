@@ -224,6 +224,10 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
   void load_ended(const std::shared_ptr<RemotePrefill::Shared>& s);
 
   PdLinkOptions options_;
+  // Fault injection for tests (TESSERA_PD_ZERO_STATE=1 in the decode node's environment, read at create): a hybrid
+  // model's recurrent state arrives but zeros are loaded in its place, so a test can show that its text check fails
+  // when the state is not carried. Warned about at start and on every load it changes.
+  bool zero_state_ = false;
   PdLinkControl* control_ = nullptr;
   engine::KvBlockIo* io_ = nullptr;
   std::function<void()> wake_;
