@@ -52,6 +52,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "engine/block_manager.h"
+#include "engine/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -118,6 +119,8 @@ struct KvLoadDone {
   // Of the positions promised, how many (from the first) arrived intact; the rest are computed here.
   int tokens = 0;
   std::vector<TokenId> first_tokens;  // KvMatch::first_tokens: one per choice when every position arrived
+  // ... and, for a request that asked for logprobs, theirs (one per choice, computed where they were drawn).
+  std::vector<TokenLogprobs> first_logprobs;
 };
 
 struct KvPoll {

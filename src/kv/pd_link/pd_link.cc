@@ -37,6 +37,7 @@ struct RemotePrefill::Shared {
   std::mutex mu;
   bool ended = false;                                                                             // GUARDED_BY(mu)
   Result<std::vector<engine::TokenId>> result = unavailable("the remote prefill has not ended");  // GUARDED_BY(mu)
+  std::vector<engine::TokenLogprobs> first_logprobs;                                              // GUARDED_BY(mu)
 
   ~Shared() {
     if (offset) alloc->release(*offset);
@@ -84,12 +85,14 @@ Status RemotePrefill::receive(uint64_t tag, uint64_t checksum) {
   return ok_status();
 }
 
-void RemotePrefill::finish(Result<std::vector<engine::TokenId>> first_tokens) {
+void RemotePrefill::finish(Result<std::vector<engine::TokenId>> first_tokens,
+                           std::vector<engine::TokenLogprobs> first_logprobs) {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     if (s_->ended) return;
     s_->ended = true;
     s_->result = std::move(first_tokens);
+    s_->first_logprobs = std::move(first_logprobs);
   }
   if (auto c = s_->connector.lock()) c->load_ended(s_);
 }
@@ -235,7 +238,7 @@ engine::KvPoll PdLinkConnector::poll() {
     if (it == loads_.end() || it->second != s) continue;  // the request ended meanwhile
     std::lock_guard<std::mutex> lock(s->mu);
     if (s->result.ok()) {
-      out.loads.push_back({s->id, s->layout.positions, *s->result});
+      out.loads.push_back({s->id, s->layout.positions, *s->result, s->first_logprobs});
     } else {
       out.loads.push_back({s->id, 0, {}});
       loads_.erase(it);  // the staging range goes back with the last reference

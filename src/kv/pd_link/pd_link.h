@@ -102,9 +102,10 @@ class RemotePrefill {
   // then compares the checksum of the staging bytes with the node's. DeadlineExceeded when the tag never came,
   // DataLoss on a mismatch (counted): the control plane tries another node.
   Status receive(uint64_t tag, uint64_t checksum);
-  // The end, exactly once: the first token of each choice (the engine loads the KV and decodes on), or an error
-  // (the engine computes the prompt itself).
-  void finish(Result<std::vector<engine::TokenId>> first_tokens);
+  // The end, exactly once: the first token of each choice (the engine loads the KV and decodes on), with their
+  // logprobs when the request asked for them, or an error (the engine computes the prompt itself).
+  void finish(Result<std::vector<engine::TokenId>> first_tokens,
+              std::vector<engine::TokenLogprobs> first_logprobs = {});
 
  private:
   std::shared_ptr<Shared> s_;
