@@ -10,10 +10,13 @@ using nlohmann::json;
 std::string kv_events_body(const KvEventsBody& b) {
   json j = {{"epoch", b.epoch}, {"last", b.last}, {"block_tokens", b.block_tokens}, {"reset", b.reset}};
   if (b.reset) {
-    j["held"] = b.held;
+    json held = json::object();
+    for (int t = 0; t < kKvTiers; ++t) held[kKvTierNames[t]] = b.held[t];
+    j["held"] = std::move(held);
   } else {
     json events = json::array();
-    for (const KvBlockEvent& e : b.events) events.push_back({e.seq, e.stored ? "stored" : "removed", e.hash});
+    for (const KvBlockEvent& e : b.events)
+      events.push_back({e.seq, e.stored ? "stored" : "removed", e.hash, kKvTierNames[e.tier]});
     j["events"] = std::move(events);
   }
   return j.dump();
@@ -36,22 +39,32 @@ Result<KvEventsBody> parse_kv_events(std::string_view body) {
   if (bt == 0 || bt > (1u << 20)) return bad("'block_tokens' out of range");
   b.block_tokens = static_cast<int>(bt);
   if (b.reset) {
-    if (!j.contains("held") || !j["held"].is_array() || j["held"].size() > kMaxEntries)
-      return bad("a reset carries 'held', a list of block hashes");
-    for (const json& h : j["held"]) {
-      if (!h.is_number_unsigned()) return bad("a held block hash must be an unsigned integer");
-      b.held.push_back(h.get<uint64_t>());
+    if (!j.contains("held") || !j["held"].is_object()) return bad("a reset carries 'held', block hashes by tier");
+    for (int t = 0; t < kKvTiers; ++t) {
+      const json& held = j["held"];
+      if (!held.contains(kKvTierNames[t])) continue;
+      const json& list = held[kKvTierNames[t]];
+      if (!list.is_array() || list.size() > kMaxEntries)
+        return bad(fmt::format("held '{}' must be a list of block hashes", kKvTierNames[t]));
+      for (const json& h : list) {
+        if (!h.is_number_unsigned()) return bad("a held block hash must be an unsigned integer");
+        b.held[t].push_back(h.get<uint64_t>());
+      }
     }
     return b;
   }
   if (!j.contains("events") || !j["events"].is_array() || j["events"].size() > kMaxEntries)
     return bad("'events' must be a list");
   for (const json& e : j["events"]) {
-    if (!e.is_array() || e.size() != 3 || !e[0].is_number_unsigned() || !e[1].is_string() || !e[2].is_number_unsigned())
-      return bad("an event is [seq, \"stored\"|\"removed\", hash]");
-    const std::string type = e[1].get<std::string>();
+    if (!e.is_array() || e.size() != 4 || !e[0].is_number_unsigned() || !e[1].is_string() ||
+        !e[2].is_number_unsigned() || !e[3].is_string())
+      return bad("an event is [seq, \"stored\"|\"removed\", hash, tier]");
+    const std::string type = e[1].get<std::string>(), tier = e[3].get<std::string>();
     if (type != "stored" && type != "removed") return bad(fmt::format("unknown event type '{}'", type));
-    b.events.push_back({e[0].get<uint64_t>(), type == "stored", e[2].get<uint64_t>()});
+    int t = 0;
+    while (t < kKvTiers && tier != kKvTierNames[t]) ++t;
+    if (t == kKvTiers) return bad(fmt::format("unknown tier '{}'", tier));
+    b.events.push_back({e[0].get<uint64_t>(), type == "stored", e[2].get<uint64_t>(), t});
   }
   return b;
 }

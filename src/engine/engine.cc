@@ -93,6 +93,7 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
 Engine::~Engine() {
   stop();
   runner_.kv_cache().blocks().set_event_log(nullptr);
+  for (const auto& c : connectors_) c->set_event_log(nullptr);
   if (wake_) {
     std::lock_guard<std::mutex> lock(wake_->mu);
     wake_->engine = nullptr;  // a connector's thread may still call its wake function
@@ -529,11 +530,11 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
   return out;
 }
 
-void Engine::admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first,
-                          std::vector<float>* logprob_logits) {
+void Engine::admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits,
+                          const TokenLogprobs* given) {
   Active& c = *choice;
   active_[c.id] = std::move(choice);
-  accept_token(c, first, logprob_logits);
+  accept_token(c, first, logprob_logits, given);
   if (c.finished) return;
   if (fork_kv(runner_, a.seq.kv, c.seq.kv).ok()) {
     c.seq.block_hashes = a.seq.block_hashes;  // the same full blocks, already registered
@@ -571,7 +572,7 @@ void Engine::emit(Active& a) {
   a.pending = RequestOutput{};
 }
 
-void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
+void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits, const TokenLogprobs* given) {
   // A token from a prefill node is checked here too: a peer cannot break the grammar.
   if (a.matcher) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -598,7 +599,11 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
                                                                                : tokenizer_.decode_piece(prev, tok);
   a.pending.tokens.push_back(tok);
   a.pending.token_texts.push_back(piece);
-  if (logprob_logits) a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
+  if (logprob_logits) {
+    a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
+  } else if (given != nullptr && a.req.logprobs >= 0) {
+    a.pending.logprobs.push_back(*given);
+  }
   a.text += piece;
   // Stop strings end a request only once it has more than min_tokens tokens (vLLM's rule).
   for (const std::string& stop : a.seq.generated() > a.req.sampling.min_tokens ? a.req.stop : kNoStops) {

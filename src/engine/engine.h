@@ -209,7 +209,8 @@ class Engine {
   void publish_stats();                                              // copies the engine thread's counters into stats_
   void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
   // Appends a token chosen by `on_token` or brought by a connector and reports it.
-  void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
+  // `given`: the token's logprobs computed elsewhere (a prefill node drew it), used when there are no logits here.
+  void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits, const TokenLogprobs* given = nullptr);
   // KV connectors (engine_kv.cc): the scheduler's ExternalKv, the loads' ends, the worker-side calls of a step.
   class External;
   class Io;
@@ -228,7 +229,8 @@ class Engine {
   // n > 1, once the prompt is computed (or imported): choices 1..n-1 of `a`, not yet admitted.
   std::vector<std::unique_ptr<Active>> make_choices(const Active& a);
   // Admits a choice made by make_choices with its first token; its KV is forked from `a`'s (engine/kv_fork.h).
-  void admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits);
+  void admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits,
+                    const TokenLogprobs* given = nullptr);
   // Records the prompt logprobs of rows [first, first + rows / vocab) of a prompt chunk starting at `start`.
   void record_prompt_logprobs(Active& a, int start, int first, std::span<const float> rows);
   // Reports a's pending output (its choice index, and the prompt logprobs on its first output).

@@ -54,6 +54,7 @@ Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
     }
     state->engine->cv_.notify_one();
   };
+  connector->set_event_log(&kv_events_);
   TS_RETURN_IF_ERROR(connector->attach(*io_, std::move(wake))
                          .with_context(fmt::format("attaching KV connector '{}'", connector->name())));
   {
@@ -146,7 +147,10 @@ void Engine::poll_connectors() {
         if (r.connector == i && r.async && !r.done) {
           r.done = true;
           r.arrived = std::clamp(d.tokens, 0, r.count);
-          if (r.first_tokens) r.tokens = std::move(d.first_tokens);
+          if (r.first_tokens) {
+            r.tokens = std::move(d.first_tokens);
+            r.logprobs = std::move(d.first_logprobs);
+          }
         }
         waiting = waiting || (r.async && !r.done);
       }
@@ -203,9 +207,13 @@ void Engine::complete_load(Active& a) {
 
   // The whole prompt arrived with its first tokens: into the cache now, then straight to decoding.
   std::vector<TokenId> first;
+  std::vector<TokenLogprobs> first_logprobs;  // empty, or one per choice
   for (Active::KvRange& r : a.ranges) {
-    if (r.first_tokens) first = std::move(r.tokens);
+    if (!r.first_tokens) continue;
+    first = std::move(r.tokens);
+    if (r.logprobs.size() == first.size()) first_logprobs = std::move(r.logprobs);
   }
+  auto logprobs_of = [&](size_t i) { return first_logprobs.empty() ? nullptr : &first_logprobs[i]; };
   if (!load_now(a)) return;
   scheduler_.commit(Schedule{{{&s, 0}}, {}, {}});  // register the loaded full blocks for prefix reuse
   a.sampler.skip_draw();  // the node that computed the prompt drew the first token with this request's seed
@@ -214,10 +222,10 @@ void Engine::complete_load(Active& a) {
     std::vector<std::unique_ptr<Active>> choices = make_choices(a);
     for (size_t i = 0; i < choices.size(); ++i) {
       choices[i]->sampler.skip_draw();
-      admit_choice(a, std::move(choices[i]), first[i + 1], nullptr);
+      admit_choice(a, std::move(choices[i]), first[i + 1], nullptr, logprobs_of(i + 1));
     }
   }
-  accept_token(a, first[0], nullptr);
+  accept_token(a, first[0], nullptr, logprobs_of(0));
 }
 
 bool Engine::load_now(Active& a) {

@@ -52,6 +52,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "engine/block_manager.h"
+#include "engine/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -118,6 +119,8 @@ struct KvLoadDone {
   // Of the positions promised, how many (from the first) arrived intact; the rest are computed here.
   int tokens = 0;
   std::vector<TokenId> first_tokens;  // KvMatch::first_tokens: one per choice when every position arrived
+  // ... and, for a request that asked for logprobs, theirs (one per choice, computed where they were drawn).
+  std::vector<TokenLogprobs> first_logprobs;
 };
 
 struct KvPoll {
@@ -187,6 +190,9 @@ class KvConnector {
   // Once, before the engine starts: its device access (valid while the engine lives) and a function that wakes
   // the engine loop (callable from any thread, at any time, also after the engine is gone).
   virtual Status attach(KvBlockIo& io, std::function<void()> wake) = 0;
+  // Before attach(): the engine's KV event log (kv_events.h), for a connector that holds blocks in tiers of its own
+  // to publish what they take in and drop (any thread; the log is thread-safe). Null when the engine goes.
+  virtual void set_event_log(KvEventLog* log) {}
 
   // Scheduler side.
   virtual KvMatch match(const KvRequestView& request, int supplied) = 0;

@@ -6,6 +6,9 @@
 namespace tessera::engine {
 
 std::string_view kv_event_name(KvEventType t) { return t == KvEventType::kStored ? "stored" : "removed"; }
+std::string_view kv_tier_name(KvTier t) {
+  return t == KvTier::kDevice ? "device" : t == KvTier::kHost ? "host" : "disk";
+}
 
 namespace {
 uint64_t new_epoch() {
@@ -17,14 +20,15 @@ uint64_t new_epoch() {
 
 KvEventLog::KvEventLog(size_t capacity) : capacity_(std::max<size_t>(1, capacity)), epoch_(new_epoch()) {}
 
-void KvEventLog::publish(KvEventType type, uint64_t hash) {
+void KvEventLog::publish(KvEventType type, uint64_t hash, KvTier tier) {
   std::lock_guard lock(mu_);
+  auto& held = held_[static_cast<int>(tier)];
   if (type == KvEventType::kStored) {
-    held_.insert(hash);
+    held.insert(hash);
   } else {
-    held_.erase(hash);
+    held.erase(hash);
   }
-  events_.push_back({next_++, type, hash});
+  events_.push_back({next_++, type, hash, tier});
   if (events_.size() > capacity_) events_.pop_front();
 }
 
@@ -38,8 +42,10 @@ KvEventRead KvEventLog::read(uint64_t epoch, uint64_t after, size_t max_events) 
   if (epoch != epoch_ || after > last || after + 1 < oldest) {
     r.reset = true;
     r.last = last;
-    r.held.assign(held_.begin(), held_.end());
-    std::sort(r.held.begin(), r.held.end());
+    for (int t = 0; t < kKvTiers; ++t) {
+      r.held[t].assign(held_[t].begin(), held_[t].end());
+      std::sort(r.held[t].begin(), r.held[t].end());
+    }
     return r;
   }
   const size_t from = static_cast<size_t>(after + 1 - oldest);
@@ -50,9 +56,9 @@ KvEventRead KvEventLog::read(uint64_t epoch, uint64_t after, size_t max_events) 
   return r;
 }
 
-size_t KvEventLog::held() const {
+size_t KvEventLog::held(KvTier tier) const {
   std::lock_guard lock(mu_);
-  return held_.size();
+  return held_[static_cast<int>(tier)].size();
 }
 
 }  // namespace tessera::engine

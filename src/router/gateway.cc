@@ -160,7 +160,10 @@ struct Gateway::Impl {
     if (nodes.empty()) return "";
     if (const int bt = options.strategy_options.block_tokens; kv_poller && r.exact_tokens) {
       const std::vector<uint64_t> chain = block_chain(r.tokens, bt);
-      for (NodeSnapshot& n : nodes) n.cached_blocks = kv_index.match(n.url, chain, bt);
+      for (NodeSnapshot& n : nodes) {
+        const KvEventIndex::Match m = kv_index.match(n.url, chain, bt);
+        n.cached_blocks = m.device, n.lower_tier_blocks = m.lower;
+      }
     }
     if (options.pd_pairing && r.runner != "pooling") {
       std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);
@@ -716,7 +719,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     json nodes = json::array();
     for (const auto& s : d->registry.list()) {  // with the blocks its KV events say it holds, when they are read
       nodes.push_back(node_status_json(s));
-      if (d->kv_poller) nodes.back()["kv_event_blocks"] = d->kv_index.blocks(s.load.url);
+      if (const auto b = d->kv_index.blocks(s.load.url); d->kv_poller)
+        nodes.back()["kv_event_blocks"] = {{"device", b[0]}, {"host", b[1]}, {"disk", b[2]}};
     }
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
   }));

@@ -10,14 +10,32 @@
 
 namespace tessera::router {
 
+namespace {
+void set_tier(std::unordered_map<uint64_t, uint8_t>& held, std::array<size_t, api::kKvTiers>& count, uint64_t hash,
+              int tier, bool on) {
+  const uint8_t bit = static_cast<uint8_t>(1u << tier);
+  auto it = held.find(hash);
+  const bool had = it != held.end() && (it->second & bit) != 0;
+  if (on == had) return;
+  if (on) {
+    held[hash] |= bit;
+    count[tier]++;
+    return;
+  }
+  it->second &= static_cast<uint8_t>(~bit);
+  count[tier]--;
+  if (it->second == 0) held.erase(it);
+}
+}  // namespace
+
 Status KvEventIndex::apply(const std::string& url, const api::KvEventsBody& b) {
   std::lock_guard lock(mu_);
   Node& n = nodes_[url];
   if (b.reset) {
-    n.epoch = b.epoch;
-    n.last = b.last;
-    n.block_tokens = b.block_tokens;
-    n.held = std::unordered_set<uint64_t>(b.held.begin(), b.held.end());
+    n = Node{b.epoch, b.last, b.block_tokens, {}, {}};
+    for (int t = 0; t < api::kKvTiers; ++t) {
+      for (uint64_t h : b.held[t]) set_tier(n.held, n.count, h, t, true);
+    }
     return ok_status();
   }
   const bool continues = n.epoch != 0 && b.epoch == n.epoch && b.block_tokens == n.block_tokens &&
@@ -27,11 +45,8 @@ Status KvEventIndex::apply(const std::string& url, const api::KvEventsBody& b) {
     return failed_precondition(fmt::format("{}: KV events do not continue the last read; reading it again", url));
   }
   for (const api::KvBlockEvent& e : b.events) {
-    if (e.stored) {
-      n.held.insert(e.hash);
-    } else {
-      n.held.erase(e.hash);
-    }
+    if (e.tier < 0 || e.tier >= api::kKvTiers) continue;
+    set_tier(n.held, n.count, e.hash, e.tier, e.stored);
     n.last = e.seq;
   }
   return ok_status();
@@ -43,22 +58,26 @@ std::pair<uint64_t, uint64_t> KvEventIndex::cursor(const std::string& url) const
   return it == nodes_.end() ? std::pair<uint64_t, uint64_t>{0, 0} : std::pair{it->second.epoch, it->second.last};
 }
 
-int64_t KvEventIndex::match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const {
+KvEventIndex::Match KvEventIndex::match(const std::string& url, std::span<const uint64_t> chain,
+                                        int block_tokens) const {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(url);
-  if (it == nodes_.end() || it->second.block_tokens != block_tokens) return -1;
-  int64_t m = 0;
-  for (uint64_t h : chain) {
-    if (!it->second.held.count(h)) break;
-    ++m;
-  }
+  if (it == nodes_.end() || it->second.block_tokens != block_tokens) return {};
+  Match m{0, 0};
+  size_t i = 0;
+  auto tiers = [&](uint64_t h) {
+    auto f = it->second.held.find(h);
+    return f == it->second.held.end() ? uint8_t{0} : f->second;
+  };
+  for (; i < chain.size() && (tiers(chain[i]) & 1u); ++i) ++m.device;
+  for (; i < chain.size() && tiers(chain[i]) != 0; ++i) ++m.lower;  // the host connector's run after the device's
   return m;
 }
 
-size_t KvEventIndex::blocks(const std::string& url) const {
+std::array<size_t, api::kKvTiers> KvEventIndex::blocks(const std::string& url) const {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(url);
-  return it == nodes_.end() ? 0 : it->second.held.size();
+  return it == nodes_.end() ? std::array<size_t, api::kKvTiers>{} : it->second.count;
 }
 
 void KvEventIndex::remove_node(const std::string& url) {
@@ -85,6 +104,10 @@ void KvEventPoller::start() {
       for (const std::string& url : nodes_()) {
         {
           std::lock_guard busy(mu_);
+          if (auto q = quiet_until_.find(url); q != quiet_until_.end()) {
+            if (std::chrono::steady_clock::now() < q->second) continue;
+            quiet_until_.erase(q);
+          }
           if (!busy_.insert(url).second) continue;  // its last read is still going
         }
         const bool queued = pool_.submit([this, url] {
@@ -122,7 +145,12 @@ bool KvEventPoller::poll(const std::string& url) {
   req.url = fmt::format("{}{}?epoch={}&after={}", url, api::kKvEventsPath, epoch, after);
   req.timeout_ms = options_.timeout_ms;
   auto r = http::fetch(req);
-  if (!r.ok() || r->status != 200) return false;  // an older node without the route, or one that is down
+  if (!r.ok() || r->status != 200) {  // a node without the route (not a tessera node, or older), or one that is down
+    std::lock_guard lock(mu_);
+    quiet_until_[url] =
+        std::chrono::steady_clock::now() + (r.ok() ? std::chrono::seconds(30) : std::chrono::seconds(2));
+    return false;
+  }
   auto body = api::parse_kv_events(r->body);
   if (!body.ok()) {
     log::warn("router: {}: {}", url, body.status().message());

@@ -7,6 +7,8 @@
 // Thread-safety: KvEventIndex is thread-safe; the poller has its own thread.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -33,17 +36,23 @@ class KvEventIndex {
   Status apply(const std::string& url, const api::KvEventsBody& body);
   // Where the next read of `url` starts: {epoch, after}; {0, 0} for a node not read yet.
   std::pair<uint64_t, uint64_t> cursor(const std::string& url) const;
-  // Leading blocks of `chain` the node holds; -1 when the node's events are not known, or its block size is not
+  struct Match {
+    int64_t device = -1;  // leading blocks of the chain in the node's device cache; -1: not known
+    int64_t lower = 0;    // the blocks right after those that its host or disk tier holds (loaded, not computed)
+  };
+  // How much of `chain` the node holds; device -1 when the node's events are not known, or its block size is not
   // `block_tokens` (its hashes would not be these).
-  int64_t match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
-  size_t blocks(const std::string& url) const;
+  Match match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
+  // Blocks the node holds in each tier (device, host, disk).
+  std::array<size_t, api::kKvTiers> blocks(const std::string& url) const;
   void remove_node(const std::string& url);
 
  private:
   struct Node {
     uint64_t epoch = 0, last = 0;
     int block_tokens = 0;
-    std::unordered_set<uint64_t> held;
+    std::unordered_map<uint64_t, uint8_t> held;  // hash -> the tiers holding it (bit t: api::kKvTierNames[t])
+    std::array<size_t, api::kKvTiers> count{};
   };
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
@@ -64,7 +73,8 @@ class KvEventPoller {
   ~KvEventPoller();
   void start();
   void stop();
-  // Reads `url` once (also what the poller's thread does); false when the node could not be read.
+  // Reads `url` once (also what the poller's thread does); false when the node could not be read (it is then left
+  // alone for a while: 30 s without the route, 2 s when it did not answer).
   bool poll(const std::string& url);
 
  private:
@@ -76,6 +86,9 @@ class KvEventPoller {
   std::condition_variable cv_;
   bool stop_ = false;                     // GUARDED_BY(mu_)
   std::unordered_set<std::string> busy_;  // GUARDED_BY(mu_): nodes with a read in flight
+  // Nodes that publish no events (no such route: not a tessera node, or an older one) or do not answer are read
+  // again only after this, so a fleet of them does not cost a request per node per interval.
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> quiet_until_;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -38,6 +38,7 @@ struct NodeSnapshot {
   // Leading blocks of the request's prompt the node's prefix cache holds, from its KV events (kv_event_index.h);
   // -1: not known (the node publishes none, or the prompt's token ids are not the node's).
   int64_t cached_blocks = -1;
+  int64_t lower_tier_blocks = 0;  // the blocks right after those that its host or disk tier holds
 };
 
 // What strategies may look at in a request.
@@ -63,6 +64,8 @@ struct StrategyOptions {
   double overload_threshold = 8;           // prefix_cache: requests in flight above the least loaded that
                                            // make the best match fall back to the least loaded node
   double prefill_weight = 1;               // kv_aware: cost per uncached prompt token
+  // kv_aware: how much of computing a block a node saves by loading it from its host or disk tier (KV events).
+  double lower_tier_credit = 0.75;
 };
 
 class Strategy {

@@ -65,7 +65,8 @@ bool wait_indexed(const std::string& router, const std::string& url, int64_t blo
     const json nodes = get(router + "/admin/nodes");
     if (nodes.is_object()) {
       for (const json& n : nodes["nodes"]) {
-        if (n["url"] == url && n.value("kv_event_blocks", int64_t{0}) >= blocks && n["in_rotation"] == true)
+        if (n["url"] == url && n.contains("kv_event_blocks") &&
+            n["kv_event_blocks"]["device"].get<int64_t>() >= blocks && n["in_rotation"] == true)
           return true;
       }
     }
@@ -91,7 +92,7 @@ TEST(KvEventsRouting, APromptGoesToTheNodeWhoseKvEventsSayItHoldsIt) {
   EXPECT_EQ(events["block_tokens"], 16);
   const std::vector<uint64_t> chain = router::block_chain(p1, 16);
   ASSERT_EQ(chain.size(), 4u);
-  const std::vector<uint64_t> held = events["held"].get<std::vector<uint64_t>>();
+  const std::vector<uint64_t> held = events["held"]["device"].get<std::vector<uint64_t>>();
   for (uint64_t h : chain) EXPECT_NE(std::find(held.begin(), held.end(), h), held.end()) << "block " << h;
 
   // Generous probes: on a loaded machine a slow /health must not take a node out of rotation mid-test (the request
@@ -125,6 +126,49 @@ TEST(KvEventsRouting, APromptGoesToTheNodeWhoseKvEventsSayItHoldsIt) {
   }
   EXPECT_EQ(complete(blind.url, p3).headers["x-tessera-node"], first) << "without events: the tie-breaker";
   EXPECT_EQ(get(blind.url + "/admin/nodes")["nodes"][0].count("kv_event_blocks"), 0u);
+}
+
+// The host tier's events: a prompt whose blocks the small device cache evicted to host memory is still this node's to
+// serve (loaded, not computed), and the router sends it there; without events the tie goes elsewhere.
+TEST(KvEventsRouting, BlocksMovedToTheHostTierStillDrawThePrompt) {
+  TS_REQUIRE_STORIES260K();
+  // About 20 device blocks of 16 positions, a megabyte of host memory for what they evict.
+  const std::vector<std::string> tiers = {
+      "serve",       "--model", testing::stories260k_dir(), "--port", "0", "--max-model-len", "256",
+      "--kv-memory", "0.2",     "--kv-host-memory",         "1"};
+  Proc a = start(tiers), b = start(tiers);
+  const std::string first = std::min(a.url, b.url), other = std::max(a.url, b.url);
+  const std::vector<int32_t> p1 = prompt_ids(5, 70);
+  ASSERT_EQ(complete(other, p1).status, 200);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(complete(other, prompt_ids(100 + 37 * i, 70)).status, 200);  // p1 pushed out
+  const json events = get(other + "/internal/kv/events");
+  ASSERT_TRUE(events.is_object());
+  const auto device = events["held"]["device"].get<std::vector<uint64_t>>();
+  const auto host = events["held"]["host"].get<std::vector<uint64_t>>();
+  const std::vector<uint64_t> chain = router::block_chain(p1, 16);
+  for (uint64_t h : chain) {
+    EXPECT_EQ(std::find(device.begin(), device.end(), h), device.end()) << "evicted from the device cache";
+    EXPECT_NE(std::find(host.begin(), host.end(), h), host.end()) << "kept in host memory";
+  }
+  const std::vector<std::string> patient = {"--probe-timeout-ms", "5000", "--unhealthy-threshold", "10"};
+  std::vector<std::string> route = {"route", "--port", "0", "--nodes", a.url + "," + b.url, "--strategy", "kv_aware"};
+  route.insert(route.end(), patient.begin(), patient.end());
+  Proc router = start(route);
+  bool indexed = false;
+  for (int i = 0; i < 200 && !indexed; ++i) {
+    const json nodes = get(router.url + "/admin/nodes");
+    for (const json& n : nodes.is_object() ? nodes["nodes"] : json::array()) {
+      indexed |= n["url"] == other && n.contains("kv_event_blocks") && n["kv_event_blocks"]["host"] >= 4 &&
+                 n["in_rotation"] == true;
+    }
+    if (!indexed) std::this_thread::sleep_for(25ms);
+  }
+  ASSERT_TRUE(indexed) << "the router never read the host tier's events";
+  EXPECT_EQ(complete(router.url, p1).headers["x-tessera-node"], other);
+  route.push_back("--no-kv-events");
+  Proc blind = start(route);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(complete(blind.url, p1).headers["x-tessera-node"], first) << "without events: the tie-breaker";
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ TEST(KvEventLog, NumberedEventsAndAResetForEveryoneWhoCannotFollow) {
   const KvEventRead first = log.read(0, 0);
   EXPECT_TRUE(first.reset) << "a new reader starts from the whole set";
   EXPECT_EQ(first.last, 0u);
-  EXPECT_TRUE(first.held.empty());
+  EXPECT_TRUE(first.held[0].empty());
   log.publish(KvEventType::kStored, 11);
   log.publish(KvEventType::kStored, 22);
   log.publish(KvEventType::kRemoved, 11);
@@ -38,11 +38,15 @@ TEST(KvEventLog, NumberedEventsAndAResetForEveryoneWhoCannotFollow) {
   log.publish(KvEventType::kStored, 44);
   const KvEventRead behind = log.read(log.epoch(), 0);
   EXPECT_TRUE(behind.reset);
-  EXPECT_EQ(behind.held, (std::vector<uint64_t>{22, 33, 44}));
+  EXPECT_EQ(behind.held[0], (std::vector<uint64_t>{22, 33, 44}));
   EXPECT_EQ(behind.last, 5u);
   EXPECT_FALSE(log.read(log.epoch(), 1).reset) << "event 2 is still kept";
   EXPECT_TRUE(log.read(log.epoch() + 1, 5).reset) << "another run of the node";
   EXPECT_TRUE(log.read(log.epoch(), 99).reset) << "a number from the future";
+  log.publish(KvEventType::kStored, 11, KvTier::kHost);  // moved down: a tier of its own
+  EXPECT_EQ(log.read(0, 0).held[static_cast<int>(KvTier::kHost)], std::vector<uint64_t>{11});
+  EXPECT_EQ(log.held(KvTier::kHost), 1u);
+  EXPECT_EQ(log.held(), 3u);
 }
 
 TEST(KvEventLog, ThePrefixCachePublishesWhatItRegistersAndEvicts) {
@@ -76,21 +80,28 @@ TEST(KvEventLog, ThePrefixCachePublishesWhatItRegistersAndEvicts) {
 }
 
 TEST(KvEventsWire, RoundTripAndHostileBodies) {
-  api::KvEventsBody b{7, 3, 16, false, {{1, true, 0xffffffffffffffffull}, {2, false, 5}, {3, true, 9}}, {}};
+  api::KvEventsBody b{7, 3, 16, false, {{1, true, 0xffffffffffffffffull, 0}, {2, false, 5, 1}, {3, true, 9, 2}}, {}};
   auto back = api::parse_kv_events(api::kv_events_body(b));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   ASSERT_EQ(back->events.size(), 3u);
   EXPECT_EQ(back->events[0].hash, 0xffffffffffffffffull) << "64-bit hashes survive JSON";
   EXPECT_FALSE(back->events[1].stored);
-  api::KvEventsBody reset{7, 3, 16, true, {}, {1, 2}};
-  EXPECT_EQ(api::parse_kv_events(api::kv_events_body(reset))->held, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(back->events[1].tier, 1);
+  EXPECT_EQ(back->events[2].tier, 2);
+  api::KvEventsBody reset{7, 3, 16, true, {}, {{1, 2}, {}, {3}}};
+  auto r = api::parse_kv_events(api::kv_events_body(reset));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->held[0], (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(r->held[2], std::vector<uint64_t>{3});
   for (const char* hostile :
        {"", "[]", "{\"epoch\":1}", R"({"epoch":-1,"last":0,"block_tokens":16,"reset":false,"events":[]})",
         R"({"epoch":1,"last":0,"block_tokens":0,"reset":false,"events":[]})",
-        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"moved",3]]})",
-        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored"]]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"moved",3,"device"]]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored",3,"tape"]]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored",3]]})",
         R"({"epoch":1,"last":0,"block_tokens":16,"reset":true})",
-        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":[-3]})"}) {
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":[3]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":{"device":[-3]}})"}) {
     EXPECT_FALSE(api::parse_kv_events(hostile).ok()) << hostile;
   }
 }

@@ -1,8 +1,10 @@
 // Qwen3.5's hybrid models (qwen35, qwen35moe) in files and in the engine: the GGUF keys and tensors llama.cpp's
 // converter writes, read back to the same layer kinds and shapes; the recurrent state a sequence carries (one slot
 // per sequence beside the paged KV, taken at its start and freed with it; chunked prefill, token-by-token prefill
-// and batched decode give the same logits); what is refused (prefix reuse, graph decode, KV transfer, a sequence
-// with positions but no state, backends without the operators, HF folders).
+// and batched decode give the same logits, on cpu, ref and opencl); the KV and state moved between runners (cpu ->
+// cpu, ref, opencl) continue the sequence, and a zeroed state in place of the carried one does not; what is refused
+// (prefix reuse, graph decode, KV transfer, a sequence with positions but no state, backends without the operators,
+// HF folders).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,20 @@ namespace tessera::model {
 namespace {
 
 const std::vector<TokenId> kPrompt = {1, 300, 17, 42, 99, 7, 250, 3, 480, 12, 64, 201, 33, 5, 77, 18, 260};
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return num / std::max(den, 1e-30);
+}
+
+TokenId argmax(const std::vector<float>& v) {
+  return static_cast<TokenId>(std::max_element(v.begin(), v.end()) - v.begin());
+}
 
 SynthModel small(const std::string& shape, int layers = 4) {
   ModelConfig c = *synth_shape_small(shape);
@@ -110,6 +126,21 @@ TEST(HybridEngine, ChunksTokensAndBatchesCarryTheState) {
     EXPECT_LT(num / den, 1e-8) << shape;
     EXPECT_EQ(std::max_element(whole.begin(), whole.end()) - whole.begin(),
               std::max_element(oracle.begin(), oracle.end()) - oracle.begin());
+    // opencl (its own kernels for every operator here), the prompt whole and then token by token, against ref.
+    if (ops::open_device("opencl").ok()) {
+      auto cl = runner("opencl", m, o);
+      ASSERT_TRUE(cl);
+      std::vector<float> cl_whole, cl_stepped;
+      engine::SequenceKv x, y;
+      ASSERT_TRUE(cl->prefill(x, kPrompt, cl_whole).ok());
+      for (size_t i = 0; i < kPrompt.size(); ++i) {
+        engine::SequenceKv* p = &y;
+        ASSERT_TRUE(cl->decode(std::span(&p, 1), std::span(&kPrompt[i], 1), cl_stepped).ok());
+      }
+      EXPECT_LT(nmse(cl_whole, oracle), 1e-8) << shape;
+      EXPECT_LT(nmse(cl_stepped, oracle), 1e-8) << shape;
+      EXPECT_EQ(argmax(cl_whole), argmax(oracle)) << shape;
+    }
 
     engine::RunnerOptions chunked = o;
     chunked.max_batch_tokens = 5;  // prefill() splits the prompt into chunks of 5
@@ -168,9 +199,15 @@ TEST(HybridEngine, StateSlotsAreTakenFreedAndReusedClean) {
 // What a prefill node would send: the full-attention layers' K/V and the state, exported from one runner and imported
 // into another (cpu -> cpu, and cpu -> ref as unlike devices); the next tokens equal the first runner's own.
 TEST(HybridEngine, KvAndStateExportedAndImportedContinueTheSequence) {
+  const bool have_opencl = ops::open_device("opencl").ok();
+  std::vector<std::pair<std::string, const char*>> runs;  // (from, shape)
   for (const char* shape : {"qwen3.5-0.8b", "qwen3.5-35b-a3b"}) {
+    runs.emplace_back("cpu", shape);
+    if (have_opencl) runs.emplace_back("opencl", shape);  // the state read back from opencl's buffers
+  }
+  for (const auto& [from, shape] : runs) {
     SynthModel m = small(shape);
-    auto a = runner("cpu", m);
+    auto a = runner(from, m);
     ASSERT_TRUE(a);
     engine::SequenceKv src;
     std::vector<float> logits;
@@ -193,34 +230,54 @@ TEST(HybridEngine, KvAndStateExportedAndImportedContinueTheSequence) {
     ASSERT_TRUE(a->export_state(src, state.data()).ok());
     // The first runner's own continuation.
     std::vector<TokenId> want;
+    std::vector<float> first_step;  // the logits after the first generated token
     engine::SequenceKv* ps = &src;
     for (int i = 0; i < 6; ++i) {
-      const TokenId t = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const TokenId t = argmax(logits);
       want.push_back(t);
       ASSERT_TRUE(a->decode(std::span(&ps, 1), std::span(&t, 1), logits).ok());
+      if (i == 0) first_step = logits;
     }
-    for (const char* to : {"cpu", "ref"}) {
-      auto b = runner(to, m);
-      ASSERT_TRUE(b);
-      engine::SequenceKv dst;
-      ASSERT_TRUE(b->kv_cache().reserve(dst, n).ok());  // blocks and a state slot
-      for (int l = 0; l < m.config.n_layers; ++l) {
-        if (k[static_cast<size_t>(l)].empty()) continue;
-        ASSERT_TRUE(
-            b->import_kv(dst, l, 0, n, DType::kF32, k[static_cast<size_t>(l)].data(), v[static_cast<size_t>(l)].data())
-                .ok());
+    std::vector<std::string> targets = {"cpu"};
+    if (from == "cpu") targets.push_back("ref");
+    if (from == "cpu" && have_opencl) targets.push_back("opencl");  // the state uploaded into opencl's buffers
+    for (const std::string& to : targets) {
+      // With the state, then (the negative control) with a zeroed state in its place: the first step's logits must
+      // then depart from the source's, so the check above is one that can fail.
+      for (bool carried : {true, false}) {
+        auto b = runner(to, m);
+        ASSERT_TRUE(b);
+        engine::SequenceKv dst;
+        ASSERT_TRUE(b->kv_cache().reserve(dst, n).ok());  // blocks and a state slot
+        for (int l = 0; l < m.config.n_layers; ++l) {
+          if (k[static_cast<size_t>(l)].empty()) continue;
+          ASSERT_TRUE(b->import_kv(dst, l, 0, n, DType::kF32, k[static_cast<size_t>(l)].data(),
+                                   v[static_cast<size_t>(l)].data())
+                          .ok());
+        }
+        const std::vector<uint8_t> zeros(state.size(), 0);
+        ASSERT_TRUE(b->import_state(dst, carried ? state.data() : zeros.data()).ok());
+        dst.length = n;
+        // Continue from the prompt's last logits (the first runner's first token), then greedily.
+        std::vector<TokenId> got = {want[0]};
+        std::vector<float> l2;
+        engine::SequenceKv* pd = &dst;
+        for (int i = 0; i < 5; ++i) {
+          ASSERT_TRUE(b->decode(std::span(&pd, 1), std::span(&got.back(), 1), l2).ok());
+          if (i == 0) {
+            const double e = nmse(l2, first_step);
+            std::printf("[ hybrid ] %s %s -> %s, %s: first step's logits nmse %.3g\n", shape, from.c_str(), to.c_str(),
+                        carried ? "state carried" : "state zeroed", e);
+            if (carried) {
+              EXPECT_LT(e, 1e-8) << shape << " " << from << " -> " << to;
+            } else {
+              EXPECT_GT(e, 1e-4) << shape << " " << from << " -> " << to << ": a zeroed state changed nothing";
+            }
+          }
+          got.push_back(argmax(l2));
+        }
+        if (carried) EXPECT_EQ(got, want) << shape << " " << from << " -> " << to;
       }
-      ASSERT_TRUE(b->import_state(dst, state.data()).ok());
-      dst.length = n;
-      // Continue from the prompt's last logits (the first runner's first token), then greedily.
-      std::vector<TokenId> got = {want[0]};
-      std::vector<float> l2;
-      engine::SequenceKv* pd = &dst;
-      for (int i = 0; i < 5; ++i) {
-        ASSERT_TRUE(b->decode(std::span(&pd, 1), std::span(&got.back(), 1), l2).ok());
-        got.push_back(static_cast<TokenId>(std::max_element(l2.begin(), l2.end()) - l2.begin()));
-      }
-      EXPECT_EQ(got, want) << shape << " -> " << to;
     }
     engine::SequenceKv none;
     EXPECT_EQ(a->export_state(none, state.data()).code(), StatusCode::kFailedPrecondition);
@@ -243,12 +300,18 @@ TEST(HybridEngine, RefusesWhatItDoesNotCarry) {
   std::vector<float> k(1024), v(1024);
   Status ex = r->export_kv(s, 0, 0, 4, DType::kF32, k.data(), v.data());  // layer 0 is a linear layer
   EXPECT_EQ(ex.code(), StatusCode::kUnimplemented) << ex.to_string();
-  // Backends without the operators are refused at load, naming what is missing.
-  auto cl = ops::open_device("opencl");
-  if (cl.ok()) {
-    const auto missing = engine::unsupported_layer_features(**cl, m.config);
+  // Backends without the operators are refused at load, naming what is missing (vulkan); opencl has them.
+  auto vk = ops::open_device("vulkan");
+  if (vk.ok()) {
+    const auto missing = engine::unsupported_layer_features(**vk, m.config);
     ASSERT_FALSE(missing.empty());
     EXPECT_NE(missing.front().find("linear-attention"), std::string::npos) << missing.front();
+  }
+  if (auto cl = ops::open_device("opencl"); cl.ok()) {
+    for (const char* shape : {"qwen3.5-0.8b", "qwen3.5-35b-a3b"}) {
+      const auto missing = engine::unsupported_layer_features(**cl, small(shape).config);
+      EXPECT_TRUE(missing.empty()) << shape << ": " << (missing.empty() ? "" : missing.front());
+    }
   }
   EXPECT_TRUE(engine::unsupported_layer_features(**cpu, m.config).empty());
   // Hugging Face folders of these families are not written (nor read).

@@ -160,6 +160,34 @@ TEST(ConformanceSuite, OpenClRunsQ8_0Q4_0Q4_KAndQ6_KMatmulsAgainstRef) {
   }
 }
 
+// Qwen3.5 runs on opencl: every fast case of its operators (the gated delta rule and the causal convolution, fresh
+// and carried, decode and prefill sizes; the head split; partial rotary; the sigmoid gate, elementwise and per row)
+// passes against ref. Unsupported counts as a failure here, as above.
+TEST(ConformanceSuite, OpenClRunsTheLinearAttentionOperatorsAgainstRef) {
+  register_builtin_backends();
+  auto cl = open_device("opencl", 0, DeviceOptions{2, ""});
+  if (!cl.ok()) GTEST_SKIP() << "opencl not available here: " << cl.status().message();
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::map<std::string, int> passed;
+  for (const Case& c : conformance_cases()) {
+    const bool qwen35 = c.op == "gated_delta_rule" || c.op == "causal_conv1d" || c.op == "split_heads" ||
+                        (c.op == "rope" && c.shape.find("rot_dims") != std::string::npos) ||
+                        (c.op == "silu_mul" && c.shape.find("sigmoid") != std::string::npos);
+    if (c.slow || !qwen35) continue;
+    std::vector<CaseResult> r = run_case(c, **ref, {cl->get()});
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].outcome, Outcome::kPass) << c.op << " " << c.shape << ": " << r[0].detail;
+    passed[c.op + (c.shape.find("row-gate") != std::string::npos ? " row-gate" : "")] += r[0].outcome == Outcome::kPass;
+  }
+  EXPECT_EQ(passed["gated_delta_rule"], 18);
+  EXPECT_EQ(passed["causal_conv1d"], 18);
+  EXPECT_EQ(passed["split_heads"], 3);
+  EXPECT_EQ(passed["rope"], 6);
+  EXPECT_EQ(passed["silu_mul"], 3);
+  EXPECT_EQ(passed["silu_mul row-gate"], 3);
+}
+
 // Embedding models run on cpu: every fast encoder case passes on every cpu kernel variant (unsupported would
 // count as a failure here; the parameterised suite above only fails on FAIL).
 TEST(ConformanceSuite, CpuRunsTheEncoderOperatorsAgainstRef) {

@@ -51,9 +51,10 @@ struct Engine::Active {
     bool async = false;
     bool cached = true;
     bool first_tokens = false;
-    bool done = false;            // async: poll() reported its end
-    int arrived = 0;              // async: positions that arrived intact
-    std::vector<TokenId> tokens;  // first_tokens: one per choice
+    bool done = false;                    // async: poll() reported its end
+    int arrived = 0;                      // async: positions that arrived intact
+    std::vector<TokenId> tokens;          // first_tokens: one per choice
+    std::vector<TokenLogprobs> logprobs;  // ... and their logprobs, when the request asked and they were sent
   };
   std::vector<KvRange> ranges;    // one per connector consulted at the current admission (count may be 0)
   std::vector<BlockHash> hashes;  // chain hashes of seq.tokens' whole blocks (KvRequestView::block_hashes)

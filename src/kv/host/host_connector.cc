@@ -49,12 +49,21 @@ Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) 
     d.capacity_bytes = options_.disk_bytes;
     d.max_pending_bytes = options_.max_pending_disk_bytes;
     TS_ASSIGN_OR_RETURN(disk_, DiskTier::open(std::move(d), format_, identity_));
+    disk_->set_event_log(events_.load());  // what survived from a previous run is announced now
   }
   return ok_status();
 }
 
+void HostConnector::set_event_log(engine::KvEventLog* log) {
+  events_ = log;
+  if (disk_) disk_->set_event_log(log);
+}
+
 void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
+  engine::KvEventLog* events = events_.load();
+  if (events != nullptr) events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
+    if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
     counters_.host_evicted++;
     if (disk_) disk_->write(std::move(out));
   }

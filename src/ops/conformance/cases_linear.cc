@@ -1,7 +1,7 @@
 // Conformance cases of Qwen3.5's operators: the gated delta rule and the causal convolution, from a fresh state
 // (reset) and from a carried one, over one token (decode) and over chunks (prefill), with as many value heads as key
 // heads and with twice as many; the head split of the gated query; partial rotary (rot_dims) with and without a
-// frequency table; silu_mul's sigmoid gate.
+// frequency table; silu_mul's sigmoid gate, elementwise and one value per row.
 #include <cmath>
 #include <tuple>
 
@@ -59,6 +59,12 @@ void add_linear_attention_cases(std::vector<Case>& cases) {
            return SiluMulOp{e.random(DType::kF32, {n, 512}, 8.0f), e.random(DType::kF32, {n, 512}),
                             e.output(DType::kF32, {n, 512}), Activation::kSigmoid};
          }});
+    // One gate value per row for up's whole row (Qwen3.5-MoE's shared-expert gate).
+    cases.push_back({"silu_mul", DType::kF32, fmt::format("n={} width=512 sigmoid row-gate", n), kPointwise, false,
+                     [=](CaseEnv& e) -> Op {
+                       return SiluMulOp{e.random(DType::kF32, {n, 1}, 8.0f), e.random(DType::kF32, {n, 512}),
+                                        e.output(DType::kF32, {n, 512}), Activation::kSigmoid};
+                     }});
     for (bool table : {false, true}) {
       cases.push_back({"rope", DType::kF32,
                        fmt::format("half n={} heads=4/2 head_dim=64 rot_dims=16{}", n, table ? " freqs" : ""),

@@ -14,7 +14,10 @@ namespace {
 class KvAware final : public Strategy {
  public:
   explicit KvAware(const StrategyOptions& o)
-      : block_tokens_(o.block_tokens), weight_(o.prefill_weight), index_(o.index_blocks_per_node) {}
+      : block_tokens_(o.block_tokens),
+        weight_(o.prefill_weight),
+        credit_(o.lower_tier_credit),
+        index_(o.index_blocks_per_node) {}
   std::string_view name() const override { return "kv_aware"; }
 
   size_t pick(const RouteRequest& r, std::span<const NodeSnapshot> nodes) override {
@@ -26,8 +29,10 @@ class KvAware final : public Strategy {
       // Exact when the node publishes its KV events, else what the router's own routing history suggests.
       const int64_t blocks = nodes[i].cached_blocks >= 0 ? nodes[i].cached_blocks
                                                          : static_cast<int64_t>(index_.match(nodes[i].url, chain));
-      const int64_t cached = blocks * block_tokens_;
-      const double cost = weight_ * static_cast<double>(std::max<int64_t>(0, prompt - cached)) +
+      // Blocks its host or disk tier holds are loaded, not computed: most of their cost is saved.
+      const double cached =
+          (static_cast<double>(blocks) + credit_ * static_cast<double>(nodes[i].lower_tier_blocks)) * block_tokens_;
+      const double cost = weight_ * std::max(0.0, static_cast<double>(prompt) - cached) +
                           static_cast<double>(nodes[i].outstanding_tokens) / nodes[i].capacity;
       if (i == 0 || cost < best_cost ||
           (cost == best_cost &&
@@ -45,6 +50,7 @@ class KvAware final : public Strategy {
  private:
   int block_tokens_;
   double weight_;
+  double credit_;
   PrefixIndex index_;
 };
 

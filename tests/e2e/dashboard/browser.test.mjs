@@ -164,6 +164,7 @@ test('dashboard in chromium: loads cleanly, lists every node, charts receive dat
       assert.ok(['cpu', 'ref'].includes(r.cells[3]), `backend shown: ${r.cells}`);
       assert.notEqual(r.cells[4], '–', `device shown: ${r.cells}`);
       assert.match(r.cells[9], /\d+ \/ \d+/, `KV use shown: ${r.cells}`);
+      assert.match(r.cells[10], /^device \d+%/, `the prefix cache's device hit rate shown: ${r.cells}`);
     }
 
     // Charts: uPlot instances whose series hold real numbers (TTFT and TPOT in ms, tokens/s, KV use, link bytes/s).
