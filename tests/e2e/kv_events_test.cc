@@ -23,17 +23,8 @@ using namespace std::chrono_literals;
 using testing::BackgroundProcess;
 using testing::tessera_bin;
 
-struct Proc {
-  std::unique_ptr<BackgroundProcess> p;
-  std::string url;
-};
-
-Proc start(std::vector<std::string> args) {
-  args.insert(args.begin(), tessera_bin());
-  Proc r{std::make_unique<BackgroundProcess>(args), ""};
-  r.url = "http://127.0.0.1:" + std::to_string(testing::port_from_line(r.p->wait_for_line("listening on")));
-  return r;
-}
+using Proc = testing::TesseraServer;
+Proc start(std::vector<std::string> args) { return testing::start_tessera(std::move(args)); }
 
 std::vector<int32_t> prompt_ids(int first, int n) {
   std::vector<int32_t> ids;
