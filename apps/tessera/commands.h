@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 
 namespace CLI {
 class App;
@@ -11,6 +12,10 @@ class App;
 namespace tessera::cli {
 
 using Action = std::function<int()>;
+
+// --help lists a command's options by topic, as vLLM's does: moves the named options (flags or positionals) of
+// `cmd` under `topic` (main.cc).
+void group_options(CLI::App* cmd, const char* topic, std::initializer_list<const char*> names);
 
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);

@@ -17,6 +17,10 @@ int fail(const std::string& message) {
   return 1;
 }
 
+void group_options(CLI::App* cmd, const char* topic, std::initializer_list<const char*> names) {
+  for (const char* n : names) cmd->get_option(n)->group(topic);
+}
+
 }  // namespace tessera::cli
 
 int main(int argc, char** argv) {

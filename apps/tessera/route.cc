@@ -268,6 +268,16 @@ Action add_route_command(CLI::App& app) {
                   "Origins whose browsers may call the API (CORS): a JSON list as vLLM takes it, or comma-separated; "
                   "* for any (default: none)");
   cmd->add_option("--seed", a->seed, "Seed of weighted_random")->capture_default_str();
+  group_options(cmd, "Nodes and membership",
+                {"--nodes", "--ctrl", "--ctrl-embedded", "--etcd-user", "--etcd-password-file"});
+  group_options(cmd, "Routing",
+                {"--strategy", "--model", "--tokenizer", "--tokenizer-model", "--block-size", "--overload-threshold",
+                 "--prefill-weight", "--no-kv-events", "--seed"});
+  group_options(cmd, "Health and retries",
+                {"--probe-interval-ms", "--probe-timeout-ms", "--unhealthy-threshold", "--healthy-threshold",
+                 "--consecutive-failures", "--max-attempts", "--upstream-timeout", "--no-upstream-keepalive"});
+  group_options(cmd, "HTTP server", {"--host", "--port", "--workers", "--io-threads", "--allowed-origins"});
+  group_options(cmd, "Security", {"--cluster-token-file", "--api-key", "--tls-cert", "--tls-key", "--tls-ca"});
   return [a] { return run_route(*a); };
 }
 

@@ -1,17 +1,11 @@
 #include "serve_flags.h"
 
+#include "commands.h"
+
 #include <initializer_list>
 #include <map>
 
 namespace tessera::cli {
-namespace {
-
-// --help lists options by topic, as vLLM's does.
-void group(CLI::App* cmd, const char* topic, std::initializer_list<const char*> flags) {
-  for (const char* f : flags) cmd->get_option(f)->group(topic);
-}
-
-}  // namespace
 
 void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   // vLLM's `vllm serve MODEL`: a path (GGUF file, HF folder, llama2.c checkpoint or a folder of one), or a Hugging
@@ -195,25 +189,26 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   cmd->add_flag("--matryoshka", a->matryoshka,
                 "Let embedding requests ask for fewer `dimensions` (truncated, then renormalised): for a model trained "
                 "for it whose files cannot say so (GGUF); HF folders say it in config.json");
-  group(cmd, "Model",
-        {"model", "--model", "--tokenizer", "--served-model-name", "--dtype", "--weight-dtype", "--max-model-len"});
-  group(cmd, "Backend and engine",
-        {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
-         "--admission-gap-ms", "--max-queue"});
-  group(cmd, "KV cache",
-        {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--kv-cache-dtype", "--no-prefix-cache",
-         "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
-  group(cmd, "Chat, tools and structured output",
-        {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
-         "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});
-  group(cmd, "Embeddings", {"--runner", "--embeddings", "--pooling", "--matryoshka"});
-  group(cmd, "Prefill/decode disaggregation",
-        {"--role", "--role-switchable", "--prefill-nodes", "--pd-min-tokens", "--pd-staging-mib", "--pd-overlap",
-         "--pd-timeout-ms", "--link-endpoints", "--link-host"});
-  group(cmd, "HTTP server", {"--host", "--port", "--io-threads", "--allowed-origins", "--shutdown-grace-ms"});
-  group(cmd, "Cluster and security",
-        {"--ctrl", "--advertise-url", "--ctrl-ttl-ms", "--cluster-token-file", "--api-key", "--tls-cert", "--tls-key",
-         "--tls-ca", "--etcd-user", "--etcd-password-file"});
+  group_options(
+      cmd, "Model",
+      {"model", "--model", "--tokenizer", "--served-model-name", "--dtype", "--weight-dtype", "--max-model-len"});
+  group_options(cmd, "Backend and engine",
+                {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
+                 "--admission-gap-ms", "--max-queue"});
+  group_options(cmd, "KV cache",
+                {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--kv-cache-dtype",
+                 "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
+  group_options(cmd, "Chat, tools and structured output",
+                {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
+                 "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});
+  group_options(cmd, "Embeddings", {"--runner", "--embeddings", "--pooling", "--matryoshka"});
+  group_options(cmd, "Prefill/decode disaggregation",
+                {"--role", "--role-switchable", "--prefill-nodes", "--pd-min-tokens", "--pd-staging-mib",
+                 "--pd-overlap", "--pd-timeout-ms", "--link-endpoints", "--link-host"});
+  group_options(cmd, "HTTP server", {"--host", "--port", "--io-threads", "--allowed-origins", "--shutdown-grace-ms"});
+  group_options(cmd, "Cluster and security",
+                {"--ctrl", "--advertise-url", "--ctrl-ttl-ms", "--cluster-token-file", "--api-key", "--tls-cert",
+                 "--tls-key", "--tls-ca", "--etcd-user", "--etcd-password-file"});
 }
 
 }  // namespace tessera::cli
