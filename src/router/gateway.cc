@@ -159,11 +159,7 @@ struct Gateway::Impl {
         nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
     if (const int bt = options.strategy_options.block_tokens; kv_poller && r.exact_tokens) {
-      const std::vector<uint64_t> chain = block_chain(r.tokens, bt);
-      for (NodeSnapshot& n : nodes) {
-        const KvEventIndex::Match m = kv_index.match(n.url, chain, bt);
-        n.cached_blocks = m.device, n.lower_tier_blocks = m.lower;
-      }
+      kv_index.annotate(nodes, block_chain(r.tokens, bt), bt);
     }
     if (options.pd_pairing && r.runner != "pooling") {
       std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);

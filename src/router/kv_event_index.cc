@@ -74,6 +74,14 @@ KvEventIndex::Match KvEventIndex::match(const std::string& url, std::span<const 
   return m;
 }
 
+void KvEventIndex::annotate(std::span<NodeSnapshot> nodes, std::span<const uint64_t> chain, int block_tokens) const {
+  for (NodeSnapshot& n : nodes) {
+    const Match m = match(n.url, chain, block_tokens);
+    n.cached_blocks = m.device;
+    n.lower_tier_blocks = m.lower;
+  }
+}
+
 std::array<size_t, api::kKvTiers> KvEventIndex::blocks(const std::string& url) const {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(url);

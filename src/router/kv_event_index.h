@@ -25,6 +25,7 @@
 #include "base/cluster_token.h"
 #include "base/status.h"
 #include "base/task_pool.h"
+#include "router/strategy.h"
 
 namespace tessera::router {
 
@@ -43,6 +44,8 @@ class KvEventIndex {
   // How much of `chain` the node holds; device -1 when the node's events are not known, or its block size is not
   // `block_tokens` (its hashes would not be these).
   Match match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
+  // match() for each node, into its NodeSnapshot::cached_blocks and lower_tier_blocks (what the strategies read).
+  void annotate(std::span<NodeSnapshot> nodes, std::span<const uint64_t> chain, int block_tokens) const;
   // Blocks the node holds in each tier (device, host, disk).
   std::array<size_t, api::kKvTiers> blocks(const std::string& url) const;
   void remove_node(const std::string& url);
