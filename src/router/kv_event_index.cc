@@ -154,6 +154,10 @@ bool KvEventPoller::poll(const std::string& url) {
   req.timeout_ms = options_.timeout_ms;
   auto r = http::fetch(req);
   if (!r.ok() || r->status != 200) {  // a node without the route (not a tessera node, or older), or one that is down
+    // A refused credential is a misconfiguration the operator must hear of: the exact index is off for this node.
+    if (r.ok() && (r->status == 401 || r->status == 403))
+      log::warn("router: {} refused the cluster token for its KV events ({}); routing it by history only", url,
+                r->status);
     std::lock_guard lock(mu_);
     quiet_until_[url] =
         std::chrono::steady_clock::now() + (r.ok() ? std::chrono::seconds(30) : std::chrono::seconds(2));
