@@ -95,9 +95,10 @@ int run_serve(const ServeArgs& a) {
   model::ModelConfig cfg = model->config;
   uint64_t weight_bytes = 0;
   for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
+  const Result<DType> kv_type = cli::kv_cache_type(a);
+  if (!kv_type.ok()) return fail(kv_type.status().message());
   const auto kv_budget = serve::plan_kv_budget(
-      cfg,
-      {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size, *parse_dtype(a.kv_dtype)},
+      cfg, {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size, *kv_type},
       device->info().memory_bytes, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE),
       weight_bytes);
   if (!kv_budget.ok()) return fail(kv_budget.status().message());
@@ -114,7 +115,7 @@ int run_serve(const ServeArgs& a) {
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
-  ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  ro.kv.dtype = *kv_type;
   ro.kv.state_slots = kv_budget->state_slots;
   ro.kv.num_blocks = kv_budget->num_blocks;
   auto runner = engine::ModelRunner::create(*device, cfg, model->weights, ro);

@@ -4,6 +4,9 @@
 
 #include <initializer_list>
 #include <map>
+#include <optional>
+
+#include <fmt/core.h>
 
 namespace tessera::cli {
 
@@ -171,9 +174,17 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
                   "Decode through recorded graphs, one per batch-size bucket (backends with supports_graphs)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache element type of K and V: f32, f16, bf16, q8_0, q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
+  // llama.cpp's names (-ctk / -ctv are rewritten to these in main.cc: CLI11 takes one-letter short names only).
+  cmd->add_option("--cache-type-k", a->cache_type_k,
+                  "llama.cpp's -ctk: K's cache type, f32, f16, bf16, q8_0 (34 bytes per 32 values) or q4_0 (18); "
+                  "q8_0 and q4_0 need head_dim a multiple of 32 and the cpu or ref backend (default: --kv-dtype)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--cache-type-v", a->cache_type_v,
+                  "llama.cpp's -ctv: V's cache type, as --cache-type-k; this version keeps K and V in one type")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--shutdown-grace-ms", a->shutdown_grace_ms, "How long SIGTERM waits for in-flight requests")
       ->capture_default_str();
   cmd->add_option("--runner", a->runner,
@@ -195,9 +206,10 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   group_options(cmd, "Backend and engine",
                 {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
                  "--admission-gap-ms", "--max-queue"});
-  group_options(cmd, "KV cache",
-                {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--kv-cache-dtype",
-                 "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
+  group_options(
+      cmd, "KV cache",
+      {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k", "--cache-type-v",
+       "--kv-cache-dtype", "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
   group_options(cmd, "Chat, tools and structured output",
                 {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
                  "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});
@@ -209,6 +221,20 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   group_options(cmd, "Cluster and security",
                 {"--ctrl", "--advertise-url", "--ctrl-ttl-ms", "--cluster-token-file", "--api-key", "--tls-cert",
                  "--tls-key", "--tls-ca", "--etcd-user", "--etcd-password-file"});
+}
+
+Result<DType> kv_cache_type(const ServeArgs& a) {
+  const std::string& k = a.cache_type_k.empty() ? a.kv_dtype : a.cache_type_k;
+  const std::string& v = a.cache_type_v.empty() ? a.kv_dtype : a.cache_type_v;
+  if (k != v) {
+    return invalid_argument(fmt::format(
+        "K cache type {} and V cache type {} differ: this version keeps K and V in one type (llama.cpp allows "
+        "unlike ones); give --cache-type-k and --cache-type-v (or --kv-dtype) the same type",
+        k, v));
+  }
+  std::optional<DType> t = parse_dtype(k);
+  if (!t) return invalid_argument(fmt::format("unknown KV cache type '{}'", k));
+  return *t;
 }
 
 }  // namespace tessera::cli

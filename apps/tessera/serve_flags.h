@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
+#include "base/status.h"
 #include "model/chat_template_renderer.h"
 
 namespace tessera::cli {
@@ -47,7 +49,8 @@ struct ServeArgs {
   int shutdown_grace_ms = 10000;
   int threads = 0;
   std::string weight_dtype;
-  std::string kv_dtype = "f16";  // half the bytes attention reads per token; f32 stays selectable
+  std::string kv_dtype = "f16";            // half the bytes attention reads per token; f32 stays selectable
+  std::string cache_type_k, cache_type_v;  // llama.cpp's -ctk / -ctv; empty: kv_dtype
   std::string graph = "off";
   std::vector<std::string> prefill_nodes;
   int pd_min_tokens = 32;
@@ -72,5 +75,9 @@ struct ServeArgs {
 
 // Adds every serve flag to `cmd`, writing into `a` (which must outlive the parse).
 void add_serve_flags(CLI::App* cmd, ServeArgs* a);
+
+// The KV cache type the flags ask for (--cache-type-k / --cache-type-v, else --kv-dtype / --kv-cache-dtype);
+// InvalidArgument when K and V are given different types, which this version does not keep.
+Result<DType> kv_cache_type(const ServeArgs& a);
 
 }  // namespace tessera::cli

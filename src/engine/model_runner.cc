@@ -110,6 +110,35 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
   return out;
 }
 
+Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config, DType dtype) {
+  const DTypeInfo& info = dtype_info(dtype);
+  if (info.block_elems > 1 && config.head_dim % info.block_elems != 0) {
+    return invalid_argument(fmt::format(
+        "a {} KV cache stores each kv head's row as blocks of {} values, and this {} model's head_dim is {}: pick "
+        "f16, bf16 or f32 for it (llama.cpp refuses such a cache too)",
+        dtype_name(dtype), info.block_elems, config.arch, config.head_dim));
+  }
+  // One query head over a one-block cache of the type, as decode runs it.
+  const int64_t hd = config.head_dim;
+  ops::Tensor cache(nullptr, 0, dtype, {1, 1, 1, hd});
+  auto cb = device.alloc(cache.bytes());
+  auto qb = device.alloc(static_cast<size_t>(hd) * 4);
+  auto ob = device.alloc(static_cast<size_t>(hd) * 4);
+  auto ib = device.alloc(8);
+  if (!cb.ok() || !qb.ok() || !ob.ok() || !ib.ok()) return ok_status();  // the cache's own allocation will say why
+  cache.buffer = cb->get();
+  ops::Tensor q(qb->get(), 0, DType::kF32, {1, 1, hd}), o(ob->get(), 0, DType::kF32, {1, 1, hd});
+  ops::Tensor table(ib->get(), 0, DType::kI32, {1, 1}), lens(ib->get(), 4, DType::kI32, {1});
+  const ops::Support s = device.supports(ops::AttentionDecodeOp{q, cache, cache, table, lens, o});
+  if (!s.supported) {
+    return unimplemented(
+        fmt::format("the {} backend does not keep a {} KV cache ({}): pick another KV cache type "
+                    "(--cache-type-k / --kv-dtype) or the cpu or ref backend",
+                    device.info().backend, dtype_name(dtype), s.reason));
+  }
+  return ok_status();
+}
+
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights) {
   std::vector<DType> out;
   for (const model::WeightTensor& w : weights.tensors()) {
@@ -149,6 +178,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
                                      device.info().backend, config.arch, fmt::join(missing, " or ")));
   }
+  if (config.causal) TS_RETURN_IF_ERROR(check_kv_cache_type(device, config, options.kv.dtype));
   if (config.has_linear_layers() && options.graph) {
     return invalid_argument(
         "graph decoding does not carry a hybrid model's recurrent state (linear-attention layers): decode eagerly "
@@ -171,6 +201,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     kv_config.n_layers = 1;
     kv_config.n_kv_heads = 1;
     kv_config.head_dim = 2;
+    r->options_.kv.dtype = DType::kF32;  // whatever type was asked for: these blocks hold nothing
   }
   TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, kv_config, r->options_.kv));
   if (options.graph) {

@@ -81,6 +81,10 @@ std::string missing_embedding_ops(ops::Device& device, bool encoder);
 // refuses such a device with these; `--backend auto` passes it over.
 std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config);
 
+// OK when `device` keeps a KV cache of `dtype` for this model (a block type needs head_dim a multiple of its block
+// size: InvalidArgument; a backend without kernels for the type: Unimplemented naming it). ModelRunner::create asks.
+Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config, DType dtype);
+
 class ModelRunner {
  public:
   static Result<std::unique_ptr<ModelRunner>> create(ops::Device& device, const model::ModelConfig& config,

@@ -61,6 +61,12 @@ class Checker {
 };
 
 void check_kv_cache(Checker& c, const Tensor& kc, const Tensor& vc) {
+  // A block-quantised cache (q8_0, q4_0) holds each kv head's row of head_dim elements as whole blocks.
+  const int64_t block = kc.valid() && kc.rank == 4 ? dtype_info(kc.dtype).block_elems : 1;
+  if (block > 1 && kc.dim(3) % block != 0) {
+    c.require(false, fmt::format("a {} KV cache needs head_dim a multiple of {} (its block size), not {}",
+                                 dtype_name(kc.dtype), block, kc.dim(3)));
+  }
   c.present(kc, "k_cache").present(vc, "v_cache").rank(kc, "k_cache", 4).same_shape(kc, "k_cache", vc, "v_cache");
   c.dtype(vc, "v_cache", kc.dtype);
 }

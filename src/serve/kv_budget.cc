@@ -70,6 +70,11 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     return invalid_argument(fmt::format(
         "--kv-memory {:g} MiB holds {} tokens, less than the served context of {} tokens ({:.1f} MiB needed)", b.kv_mib,
         budget_blocks * f.block_size, b.max_seq_len, blocks_per_seq * bytes_per_block / kMiB));
+  // The line docs/kv.md quotes to compare KV cache types: what one token costs and how many blocks fit.
+  b.info.push_back(fmt::format(
+      "KV cache {} (K and V): {:.0f} bytes per token over {} layers, {} blocks of {} tokens ({} tokens, {:.1f} MiB)",
+      dtype_name(f.kv_dtype), bytes_per_block / f.block_size, kv_layers, b.num_blocks, f.block_size,
+      static_cast<int64_t>(b.num_blocks) * f.block_size, b.num_blocks * bytes_per_block / kMiB));
   return b;
 }
 

@@ -1,8 +1,8 @@
-// Paged KV writes and attention with an f32 or f16 cache. Work is split over (token or sequence, head)
-// pairs; each pair computes its scores eight positions at a time (eight dot products reduced together), a
-// max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in registers across all
-// positions. The reference's order of operations is kept except for summation order inside the dot products
-// and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
+// Paged KV writes and attention with an f32 or f16 cache (bf16, q8_0 and q4_0 caches: attention_quant.cc). Work is
+// split over (token or sequence, head) pairs; each pair computes its scores eight positions at a time (eight dot
+// products reduced together), a max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in
+// registers across all positions. The reference's order of operations is kept except for summation order inside the dot
+// products and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
 // builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
 // multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
 // several at a time.
@@ -18,6 +18,9 @@
 
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
+
+// f32 and f16 caches take the kernels below; bf16 and the block-quantised types those of attention_quant.cc.
+bool widened_here(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
 struct Cache {
   const uint8_t* k;
@@ -549,6 +552,18 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
   }
+  if (!widened_here(op.k_cache.dtype)) {
+    // bf16, q8_0, q4_0: base/quant.h's conversion of each position's row, byte for byte the reference's.
+    const size_t row_bytes = dtype_bytes(op.k_cache.dtype, static_cast<size_t>(row));
+    for (int64_t t = 0; t < n; ++t) {
+      const size_t at = static_cast<size_t>(slots[t]) * row_bytes;
+      TS_RETURN_IF_ERROR(quantize({data<const float>(op.k) + t * row, static_cast<size_t>(row)}, op.k_cache.dtype,
+                                  data<uint8_t>(op.k_cache) + at));
+      TS_RETURN_IF_ERROR(quantize({data<const float>(op.v) + t * row, static_cast<size_t>(row)}, op.v_cache.dtype,
+                                  data<uint8_t>(op.v_cache) + at));
+    }
+    return ok_status();
+  }
   for (int64_t t = 0; t < n; ++t) {
     const float* k = data<const float>(op.k) + t * row;
     const float* v = data<const float>(op.v) + t * row;
@@ -575,6 +590,7 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
 }
 
 Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
+  if (!widened_here(op.k_cache.dtype) || !widened_here(op.v_cache.dtype)) return attention_prefill_quant(op, ctx);
   Cache c(op.k_cache, op.v_cache);
   const int32_t* table = data<const int32_t>(op.block_table);
   const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
@@ -615,6 +631,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
 }
 
 Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
+  if (!widened_here(op.k_cache.dtype) || !widened_here(op.v_cache.dtype)) return attention_decode_quant(op, ctx);
   Cache c(op.k_cache, op.v_cache);
   const int64_t b = op.q.dim(0), max_blocks = op.block_tables.dim(1);
   const auto* lens = data<const int32_t>(op.context_lens);

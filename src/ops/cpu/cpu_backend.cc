@@ -71,7 +71,9 @@ Result<Isa> resolve(Isa isa) {
 // Every storage type has a cpu matmul kernel.
 bool weight_supported(DType t) { return t != DType::kI32; }
 bool is_kquant(DType t) { return dtype_info(t).block_elems == kSuperBlock; }
-bool cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool cache_supported(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+}
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
@@ -88,7 +90,9 @@ Support capability(const Op& op) {
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !cache_supported(cache->dtype)) return Support::no("cpu keeps the KV cache in f32 or f16");
+  if (cache && !cache_supported(cache->dtype))
+    return Support::no(
+        fmt::format("cpu keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(cache->dtype)));
   return Support::yes();
 }
 

@@ -128,7 +128,9 @@ Support capability(const Op& op) {
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !cache_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
+  if (cache && !cache_ok(cache->dtype))
+    return Support::no(fmt::format("opencl keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
+                                   dtype_name(cache->dtype)));
   // Views must start on an element boundary of their type (kernels index by element).
   bool aligned = true;
   std::visit(

@@ -100,7 +100,7 @@ class RefDevice final : public Device {
       return Support::no("ref moe_experts does not take these expert weight types");
     }
     auto cache_ok = [](const Tensor& t) { return kv_cache_supported(t.dtype); };
-    const char* kCacheReason = "ref keeps the KV cache in f32 or f16";
+    const char* kCacheReason = "ref keeps the KV cache in f32, f16, bf16, q8_0 or q4_0";
     if (const auto* kv = std::get_if<KvWriteOp>(&op); kv && !cache_ok(kv->k_cache)) return Support::no(kCacheReason);
     if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !cache_ok(a->k_cache)) {
       return Support::no(kCacheReason);

@@ -159,7 +159,8 @@ Support capability(const Gpu& gpu, const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
   if (cache && cache->dtype != DType::kF32 && cache->dtype != DType::kF16)
-    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {}", dtype_name(cache->dtype)));
+    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
+                                   dtype_name(cache->dtype)));
   if (cache && !std::holds_alternative<KvWriteOp>(op)) {
     if (cache->dim(3) > kAttentionMaxHeadDim)
       return Support::no(fmt::format("vulkan attention takes head_dim up to {}", kAttentionMaxHeadDim));
