@@ -54,14 +54,6 @@ Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int3
 }
 
 #if defined(__AVX2__)
-// Eight vectors to one, lane r = the sum of a[r]'s lanes. hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5,
-// x6+x7, y4+y5, y6+y7]; two levels of it and one cross-half add.
-inline __m256 reduce8(const __m256* a) {
-  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
 // The 8 dot products rows[r] . q (length hd, a multiple of 8) as one vector: one accumulator per row, so the
 // eight FMA chains overlap, then a transpose-and-add reduction instead of eight horizontal sums.
 template <typename T>
