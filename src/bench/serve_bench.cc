@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/internal/load_common.h"
 #include "http/http.h"
 
 namespace tessera::bench {
@@ -24,43 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Stats {
-  double mean = 0, median = 0, std = 0, p90 = 0, p99 = 0;
-};
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
-Stats summarize(const std::vector<double>& v) {
-  Stats s;
-  if (v.empty()) return s;
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  double sq = 0;
-  for (double x : v) sq += (x - s.mean) * (x - s.mean);
-  s.std = std::sqrt(sq / static_cast<double>(v.size()));
-  s.median = percentile(v, 50);
-  s.p90 = percentile(v, 90);
-  s.p99 = percentile(v, 99);
-  return s;
-}
-
-void put_stats(json& j, const std::string& name, const std::vector<double>& seconds) {
-  std::vector<double> ms;
-  ms.reserve(seconds.size());
-  for (double s : seconds) ms.push_back(s * 1000.0);
-  Stats s = summarize(ms);
-  j["mean_" + name + "_ms"] = s.mean;
-  j["median_" + name + "_ms"] = s.median;
-  j["std_" + name + "_ms"] = s.std;
-  j["p90_" + name + "_ms"] = s.p90;
-  j["p99_" + name + "_ms"] = s.p99;
-}
+using internal::put_stats;
 
 // One streamed completion; fills `r`.
 void run_one(const ServeBenchOptions& o, const std::string& model, const RequestSpec& spec, RequestResult& r) {
@@ -76,40 +41,34 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
   const auto t0 = Clock::now();
   auto last = t0;
   bool first = true;
-  std::string pending;
   bool done = false;
-  auto on_chunk = [&](std::string_view data) {
-    pending.append(data);
-    size_t end;
-    while ((end = pending.find("\n\n")) != std::string::npos) {
-      std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      std::string payload = event.substr(6);
-      if (payload == "[DONE]") {
-        done = true;
-        continue;
-      }
-      auto j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        r.error = j["error"].value("message", "error event");
-        continue;
-      }
-      if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", 0);
-      if (!j.contains("choices") || j["choices"].empty()) continue;
-      std::string text = j["choices"][0].value("text", "");
-      if (text.empty()) continue;
-      const auto now = Clock::now();
-      if (first) {
-        r.ttft_s = std::chrono::duration<double>(now - t0).count();
-        first = false;
-      } else {
-        r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-      }
-      last = now;
-      r.text += text;
+  internal::SseSplitter events([&](std::string_view payload) {
+    if (payload == "[DONE]") {
+      done = true;
+      return;
     }
+    auto j = json::parse(payload, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      r.error = j["error"].value("message", "error event");
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", 0);
+    if (!j.contains("choices") || j["choices"].empty()) return;
+    std::string text = j["choices"][0].value("text", "");
+    if (text.empty()) return;
+    const auto now = Clock::now();
+    if (first) {
+      r.ttft_s = std::chrono::duration<double>(now - t0).count();
+      first = false;
+    } else {
+      r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+    }
+    last = now;
+    r.text += text;
+  });
+  auto on_chunk = [&](std::string_view data) {
+    events.feed(data);
     return true;
   };
   auto resp = http::fetch_streaming({.method = "POST",
