@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/internal/load_common.h"
-#include "http/http.h"
 
 namespace tessera::bench {
 namespace {
@@ -41,21 +40,8 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
   const auto t0 = Clock::now();
   auto last = t0;
   bool first = true;
-  bool done = false;
-  internal::SseSplitter events([&](std::string_view payload) {
-    if (payload == "[DONE]") {
-      done = true;
-      return;
-    }
-    auto j = json::parse(payload, nullptr, false);
-    if (j.is_discarded()) return;
-    if (j.contains("error")) {
-      r.error = j["error"].value("message", "error event");
-      return;
-    }
-    if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", 0);
-    if (!j.contains("choices") || j["choices"].empty()) return;
-    std::string text = j["choices"][0].value("text", "");
+  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice) {
+    std::string text = choice.value("text", "");
     if (text.empty()) return;
     const auto now = Clock::now();
     if (first) {
@@ -67,24 +53,9 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
     last = now;
     r.text += text;
   });
-  auto on_chunk = [&](std::string_view data) {
-    events.feed(data);
-    return true;
-  };
-  auto resp = http::fetch_streaming({.method = "POST",
-                                     .url = o.url + "/v1/completions",
-                                     .headers = {{"Content-Type", "application/json"}},
-                                     .body = body.dump(),
-                                     .timeout_ms = o.timeout_s * 1000},
-                                    on_chunk);
-  r.latency_s = since(t0);
-  if (!resp.ok()) {
-    r.error = resp.status().message();
-  } else if (resp->status != 200) {
-    r.error = fmt::format("HTTP {}", resp->status);
-  } else if (!done && r.error.empty()) {
-    r.error = "stream ended without [DONE]";
-  }
+  r.latency_s = call.latency_s;
+  r.error = call.error;
+  if (call.usage.is_object()) r.output_tokens = call.usage.value("completion_tokens", 0);
   r.success = r.error.empty() && !first;
   if (r.success && r.output_tokens == 0) r.output_tokens = static_cast<int>(r.itl_s.size()) + 1;
 }
@@ -92,20 +63,12 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
 }  // namespace
 
 Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
-  auto models = http::fetch({.method = "GET", .url = o.url + "/v1/models", .timeout_ms = 10000});
-  if (!models.ok()) return unavailable(fmt::format("cannot reach {}: {}", o.url, models.status().message()));
-  auto mj = json::parse(models->body, nullptr, false);
-  if (models->status != 200 || mj.is_discarded() || !mj.contains("data") || mj["data"].empty()) {
-    return unavailable(fmt::format("{}/v1/models did not list a model (HTTP {})", o.url, models->status));
-  }
+  TS_ASSIGN_OR_RETURN(internal::ServedModel served, internal::served_model(o.url, o.model));
   ServeBenchResult result;
-  result.model = o.model.empty() ? mj["data"][0].value("id", "") : o.model;
+  result.model = served.id;
   WorkloadOptions w = o.workload;
-  for (const json& m : mj["data"]) {
-    if (m.value("id", "") != result.model) continue;
-    if (w.max_context == 0) w.max_context = m.value("max_model_len", 0);
-    if (w.vocab_size == 0) w.vocab_size = m.value("vocab_size", 0);
-  }
+  if (w.max_context == 0) w.max_context = served.max_model_len;
+  if (w.vocab_size == 0) w.vocab_size = served.vocab_size;
   TS_ASSIGN_OR_RETURN(std::vector<RequestSpec> specs, make_workload(w));
 
   result.requests.resize(specs.size());

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/core.h>
+
+#include "http/http.h"
+
 namespace tessera::bench::internal {
 
 double percentile(std::vector<double> v, double p) {
@@ -46,6 +50,63 @@ void SseSplitter::feed(std::string_view bytes) {
     }
   }
   pending_.erase(0, start);
+}
+
+Result<ServedModel> served_model(const std::string& url, const std::string& model) {
+  using json = nlohmann::json;
+  auto models = http::fetch({.method = "GET", .url = url + "/v1/models", .timeout_ms = 10000});
+  if (!models.ok()) return unavailable(fmt::format("cannot reach {}: {}", url, models.status().message()));
+  json mj = json::parse(models->body, nullptr, false);
+  if (models->status != 200 || mj.is_discarded() || !mj.contains("data") || !mj["data"].is_array() ||
+      mj["data"].empty())
+    return unavailable(fmt::format("{}/v1/models did not list a model (HTTP {})", url, models->status));
+  ServedModel served;
+  served.id = model.empty() ? mj["data"][0].value("id", "") : model;
+  for (const json& m : mj["data"]) {
+    if (!m.is_object() || m.value("id", "") != served.id) continue;
+    served.max_model_len = m.value("max_model_len", 0);
+    served.vocab_size = m.value("vocab_size", 0);
+  }
+  return served;
+}
+
+StreamedCall stream_completion(const std::string& url, const nlohmann::json& body, int timeout_s,
+                               const std::function<void(const nlohmann::json& choice)>& on_choice) {
+  using json = nlohmann::json;
+  StreamedCall call;
+  bool done = false;
+  SseSplitter events([&](std::string_view payload) {
+    if (payload == "[DONE]") {
+      done = true;
+      return;
+    }
+    json j = json::parse(payload, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      call.error = j["error"].is_object() ? j["error"].value("message", "error event") : "error event";
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) call.usage = j["usage"];
+    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) on_choice(j["choices"][0]);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto resp = http::fetch_streaming({.method = "POST",
+                                     .url = url + "/v1/completions",
+                                     .headers = {{"Content-Type", "application/json"}},
+                                     .body = body.dump(),
+                                     .timeout_ms = timeout_s * 1000},
+                                    [&](std::string_view data) {
+                                      events.feed(data);
+                                      return true;
+                                    });
+  call.latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!resp.ok())
+    call.error = resp.status().message();
+  else if (resp->status != 200)
+    call.error = fmt::format("HTTP {}: {}", resp->status, resp->body.substr(0, 200));
+  else if (!done && call.error.empty())
+    call.error = "stream ended without [DONE]";
+  return call;
 }
 
 }  // namespace tessera::bench::internal

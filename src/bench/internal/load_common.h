@@ -4,12 +4,15 @@
 // Thread-safety: SseSplitter is one stream's; the functions are pure.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/status.h"
 
 namespace tessera::bench::internal {
 
@@ -30,5 +33,26 @@ class SseSplitter {
   std::function<void(std::string_view)> on_data_;
   std::string pending_;
 };
+
+// The model a load generator drives, as the server's /v1/models lists it (0 for what it does not say).
+struct ServedModel {
+  std::string id;
+  int max_model_len = 0;
+  int vocab_size = 0;
+};
+
+// `model` ("": the first listed) from url's /v1/models; Unavailable when the server cannot be reached or lists none.
+Result<ServedModel> served_model(const std::string& url, const std::string& model);
+
+// What one streamed POST of `body` to url + "/v1/completions" ended with.
+struct StreamedCall {
+  std::string error;     // "" when the stream ended with [DONE] and no error event
+  nlohmann::json usage;  // the usage chunk's object (stream_options.include_usage), or null
+  double latency_s = 0;
+};
+
+// Sends the request and calls `on_choice` with the first choice of every chunk that has one, as it arrives.
+StreamedCall stream_completion(const std::string& url, const nlohmann::json& body, int timeout_s,
+                               const std::function<void(const nlohmann::json& choice)>& on_choice);
 
 }  // namespace tessera::bench::internal
