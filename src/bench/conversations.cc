@@ -167,9 +167,9 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   for (std::thread& t : threads) t.join();
   result.duration_s = since(start);
 
-  std::vector<double> ttfts, tpots, itls, e2els;
-  int completed = 0, good = 0, sent = 0;
-  int64_t total_in = 0, total_out = 0, cached = 0;
+  internal::LoadTotals totals(o.goodput_ttft_ms, o.goodput_tpot_ms);
+  int sent = 0;
+  int64_t total_in = 0, cached = 0;
   json records = json::array(), errors = json::array();
   for (const TurnResult& r : result.turns) {
     if (r.prompt.empty()) continue;  // never sent: an earlier turn of its conversation failed
@@ -187,19 +187,10 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
       errors.push_back(r.error);
       continue;
     }
-    completed++;
     total_in += static_cast<int64_t>(r.prompt.size());
-    total_out += static_cast<int64_t>(r.output.size());
     cached += r.cached_tokens;
-    ttfts.push_back(r.ttft_s);
-    e2els.push_back(r.latency_s);
-    itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
-    const double tpot = r.output.size() > 1 ? (r.latency_s - r.ttft_s) / static_cast<double>(r.output.size() - 1) : 0.0;
-    if (r.output.size() > 1) tpots.push_back(tpot);
-    good += (o.goodput_ttft_ms <= 0 || r.ttft_s * 1000 <= o.goodput_ttft_ms) &&
-                    (o.goodput_tpot_ms <= 0 || tpot * 1000 <= o.goodput_tpot_ms)
-                ? 1
-                : 0;
+    totals.add(static_cast<int64_t>(r.prompt.size()), static_cast<int64_t>(r.output.size()), r.ttft_s, r.latency_s,
+               r.itl_s);
   }
   json j;
   j["model_id"] = result.model;
@@ -212,24 +203,11 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   j["output_len"] = o.output_len;
   j["think_s"] = o.think_s;
   j["seed"] = o.seed;
-  j["duration"] = result.duration_s;
   j["num_prompts"] = sent;
-  j["completed"] = completed;
-  j["failed"] = sent - completed;
-  j["total_input_tokens"] = total_in;
-  j["total_output_tokens"] = total_out;
-  j["request_throughput"] = completed / result.duration_s;
-  j["request_goodput"] =
-      (o.goodput_ttft_ms > 0 || o.goodput_tpot_ms > 0) ? json(good / result.duration_s) : json(nullptr);
-  j["goodput_slo"] = {{"ttft_ms", o.goodput_ttft_ms}, {"tpot_ms", o.goodput_tpot_ms}};
-  j["output_throughput"] = static_cast<double>(total_out) / result.duration_s;
+  totals.put(j, sent, result.duration_s);
   j["cached_tokens"] = cached;
   j["hit_rate"] = total_in > 0 ? static_cast<double>(cached) / static_cast<double>(total_in) : 0.0;
   j["oracle_hit_rate"] = oracle_hit_rate(result.turns, o.block_tokens);
-  internal::put_stats(j, "ttft", ttfts);
-  internal::put_stats(j, "tpot", tpots);
-  internal::put_stats(j, "itl", itls);
-  internal::put_stats(j, "e2el", e2els);
   j["errors"] = errors;
   j["requests"] = records;
   result.json = j.dump(2, ' ', false, json::error_handler_t::replace);

@@ -24,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-using internal::put_stats;
-
 // One streamed completion; fills `r`.
 void run_one(const ServeBenchOptions& o, const std::string& model, const RequestSpec& spec, RequestResult& r) {
   json body = {{"model", model},
@@ -102,9 +100,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
   result.duration_s = since(start);
 
   // The report, in vLLM benchmark_serving's field names.
-  std::vector<double> ttfts, tpots, itls, e2els;
-  int completed = 0, good = 0;
-  int64_t total_in = 0, total_out = 0;
+  internal::LoadTotals totals(o.goodput_ttft_ms, o.goodput_tpot_ms);
   json input_lens = json::array(), output_lens = json::array(), ttft_list = json::array(), itl_list = json::array(),
        errors = json::array(), texts = json::array();
   for (const RequestResult& r : result.requests) {
@@ -114,18 +110,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
     itl_list.push_back(r.itl_s);
     errors.push_back(r.error);
     texts.push_back(r.text);
-    if (!r.success) continue;
-    completed++;
-    total_in += r.prompt_len;
-    total_out += r.output_tokens;
-    ttfts.push_back(r.ttft_s);
-    e2els.push_back(r.latency_s);
-    itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
-    double tpot = r.output_tokens > 1 ? (r.latency_s - r.ttft_s) / (r.output_tokens - 1) : 0.0;
-    if (r.output_tokens > 1) tpots.push_back(tpot);
-    bool ok = (o.goodput_ttft_ms <= 0 || r.ttft_s * 1000 <= o.goodput_ttft_ms) &&
-              (o.goodput_tpot_ms <= 0 || tpot * 1000 <= o.goodput_tpot_ms);
-    good += ok ? 1 : 0;
+    if (r.success) totals.add(r.prompt_len, r.output_tokens, r.ttft_s, r.latency_s, r.itl_s);
   }
   char date[32];
   std::time_t now = std::time(nullptr);
@@ -141,21 +126,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
   j["burstiness"] = w.burstiness;
   j["max_concurrency"] = o.max_concurrency > 0 ? json(o.max_concurrency) : json(nullptr);
   j["seed"] = w.seed;
-  j["duration"] = result.duration_s;
-  j["completed"] = completed;
-  j["failed"] = static_cast<int>(specs.size()) - completed;
-  j["total_input_tokens"] = total_in;
-  j["total_output_tokens"] = total_out;
-  j["request_throughput"] = completed / result.duration_s;
-  j["request_goodput"] =
-      (o.goodput_ttft_ms > 0 || o.goodput_tpot_ms > 0) ? json(good / result.duration_s) : json(nullptr);
-  j["goodput_slo"] = {{"ttft_ms", o.goodput_ttft_ms}, {"tpot_ms", o.goodput_tpot_ms}};
-  j["output_throughput"] = static_cast<double>(total_out) / result.duration_s;
-  j["total_token_throughput"] = static_cast<double>(total_in + total_out) / result.duration_s;
-  put_stats(j, "ttft", ttfts);
-  put_stats(j, "tpot", tpots);
-  put_stats(j, "itl", itls);
-  put_stats(j, "e2el", e2els);
+  totals.put(j, static_cast<int64_t>(specs.size()), result.duration_s);
   j["input_lens"] = input_lens;
   j["output_lens"] = output_lens;
   j["ttfts"] = ttft_list;

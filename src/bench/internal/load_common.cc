@@ -33,6 +33,36 @@ void put_stats(nlohmann::json& j, const std::string& name, const std::vector<dou
   j["p99_" + name + "_ms"] = percentile(ms, 99);
 }
 
+void LoadTotals::add(int64_t prompt_len, int64_t output_tokens, double ttft_s, double latency_s,
+                     const std::vector<double>& itl_s) {
+  completed_++;
+  total_in_ += prompt_len;
+  total_out_ += output_tokens;
+  ttfts_.push_back(ttft_s);
+  e2els_.push_back(latency_s);
+  itls_.insert(itls_.end(), itl_s.begin(), itl_s.end());
+  const double tpot = output_tokens > 1 ? (latency_s - ttft_s) / static_cast<double>(output_tokens - 1) : 0.0;
+  if (output_tokens > 1) tpots_.push_back(tpot);
+  good_ += (slo_ttft_ms_ <= 0 || ttft_s * 1000 <= slo_ttft_ms_) && (slo_tpot_ms_ <= 0 || tpot * 1000 <= slo_tpot_ms_);
+}
+
+void LoadTotals::put(nlohmann::json& j, int64_t sent, double duration_s) const {
+  j["duration"] = duration_s;
+  j["completed"] = completed_;
+  j["failed"] = sent - completed_;
+  j["total_input_tokens"] = total_in_;
+  j["total_output_tokens"] = total_out_;
+  j["request_throughput"] = completed_ / duration_s;
+  j["request_goodput"] = (slo_ttft_ms_ > 0 || slo_tpot_ms_ > 0) ? nlohmann::json(good_ / duration_s) : nlohmann::json();
+  j["goodput_slo"] = {{"ttft_ms", slo_ttft_ms_}, {"tpot_ms", slo_tpot_ms_}};
+  j["output_throughput"] = static_cast<double>(total_out_) / duration_s;
+  j["total_token_throughput"] = static_cast<double>(total_in_ + total_out_) / duration_s;
+  put_stats(j, "ttft", ttfts_);
+  put_stats(j, "tpot", tpots_);
+  put_stats(j, "itl", itls_);
+  put_stats(j, "e2el", e2els_);
+}
+
 void SseSplitter::feed(std::string_view bytes) {
   pending_.append(bytes);
   size_t start = 0, end;
