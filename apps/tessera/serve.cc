@@ -71,7 +71,9 @@ int run_serve(const ServeArgs& a) {
     return fail("an embedding node computes each input whole: --role both only");
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
+  const Result<DType> kv_type = cli::kv_cache_type(a);
+  if (!kv_type.ok()) return fail(kv_type.status().message());
+  auto chosen = open_backend(a.backend, model->config, model->weights, dopts, *kv_type);
   if (!chosen.ok()) return fail(chosen.status().message());
   if (embedding->enabled) {
     const bool encoder = !model->config.causal;
@@ -95,8 +97,6 @@ int run_serve(const ServeArgs& a) {
   model::ModelConfig cfg = model->config;
   uint64_t weight_bytes = 0;
   for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
-  const Result<DType> kv_type = cli::kv_cache_type(a);
-  if (!kv_type.ok()) return fail(kv_type.status().message());
   const auto kv_budget = serve::plan_kv_budget(
       cfg, {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size, *kv_type},
       device->info().memory_bytes, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE),
