@@ -1,16 +1,18 @@
 // Paged attention over a KV cache of bf16 or block-quantised rows (q8_0, q4_0: llama.cpp's -ctk / -ctv types).
 //
 // A cache row of one kv head is head_dim elements: head_dim / 32 blocks of 32 values with one f16 scale each
-// (validate() refuses a head_dim that does not divide). The kernel never widens the cache: a work item widens eight
-// key rows at a time (one value row at a time) into a small f32 panel that stays in L1, uses it for every query of
-// the item, and moves on, so the bytes read from memory per position are the quantised row's (34 bytes per 32
-// values for q8_0, 18 for q4_0, against 64 for f16).
+// (validate() refuses a head_dim that does not divide). The kernel never widens the cache. Keys: with one or two
+// queries per work item (decode), eight key rows' integers are multiplied against the query and each block's sum
+// scaled by its d; with more (prefill chunks, grouped heads), eight key rows are widened into a small f32 panel in
+// L1 that every query of the item reads. Values (head_dim 32, 64, 128) go from their blocks straight into
+// registers, each block's d folded into the position's probability. So the bytes read from memory per position
+// are the quantised row's (34 bytes per 32 values for q8_0, 18 for q4_0, against 64 for f16).
 //
 // A work item is the queries that read the same kv head through the same block table: for decode one sequence's
 // query heads of a kv head (the grouped-query heads share each widened row), for prefill a chunk of a sequence's
 // tokens times those heads. Per query: scores q.k / sqrt(head_dim) (or * scale), soft-capping, the visible
 // positions of a window, a sink logit, a max-subtracted softmax (exp8 eight at a time in the AVX2 builds) normalised by
-// 1/sum, then the weighted sum of widened value rows position by position: ref's order of operations but for the
+// 1/sum, then the weighted sum of value rows position by position: ref's order of operations but for the
 // summation order inside the dot products, within the conformance bound. Widening is exact (d * q in f32), so the
 // kernel's result differs from an f32 cache holding the widened values only by that summation order.
 #include <algorithm>
@@ -244,8 +246,7 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
   const bool scaled = opt.scale > 0.0f;
 #if defined(__AVX2__)
   // One or two queries per item (decode without grouped heads): their keys straight from the blocks, no panel.
-  const bool direct =
-      nq <= 2 && (c.k_type == DType::kQ8_0 || c.k_type == DType::kQ4_0) && (hd == 32 || hd == 64 || hd == 128);
+  const bool direct = nq <= 2 && direct_blocks(c.k_type, hd);
   const __m256 dv = _mm256_set1_ps(scaled ? opt.scale : 1.0f / denom);
   for (int64_t i = 0; direct && i < span; i += 8) {
     const int64_t n = std::min<int64_t>(8, span - i);
