@@ -22,6 +22,9 @@ enum class Kernel : uint8_t {
   kElementwise,
   kSoftmax,
   kArgmax,
+  kMoeRoute,
+  kMoeGateUp,
+  kMoeDown,
   kCount,
 };
 
@@ -78,6 +81,26 @@ struct ElementwisePush {
 };
 struct RowPush {  // softmax, argmax
   uint32_t x_off, out_off, m, rows;
+};
+struct MoeRoutePush {
+  uint32_t l_off, b_off, ids_off, w_off, rows, experts, k;
+  uint32_t gating;  // 0 softmax, 1 sigmoid, 2 softmax over the chosen
+  uint32_t normalize, has_bias;
+  float scale;
+};
+struct MoeGateUpPush {
+  uint32_t x_off, ids_off, g_off, u_off;  // g_off, u_off in bytes
+  uint32_t gb_off, ub_off, h_off, has_gb, has_ub;
+  uint32_t row_base, rows, k, dim, ff, experts;
+  uint32_t expert_bytes, row_bytes;
+  uint32_t act;  // 0 silu, 1 gelu_tanh, 2 swiglu_oai
+  float alpha, limit;
+};
+struct MoeDownPush {
+  uint32_t h_off, ids_off, w_off, d_off;  // d_off in bytes
+  uint32_t db_off, out_off, has_db;
+  uint32_t row_base, rows, k, dim, ff, experts;
+  uint32_t expert_bytes, row_bytes;
 };
 
 // Shapes the shaders are written for.
