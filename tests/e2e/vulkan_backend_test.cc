@@ -79,11 +79,12 @@ TEST(VulkanBackend, StoredWeightTypesGiveRefsTextAndStayQuantised) {
   }
 }
 
-// Mixture-of-experts families (qwen3moe: 8 experts, 2 per token; mixtral) as `tessera synth` writes them, rows 256
-// wide so that q4_k fills every matrix: vulkan's greedy text is ref's, eagerly and replaying recorded steps, and
-// cpu's at f16 (cpu's quantised kernels round activations to 8 bits, so at q8_0 / q4_k its text may part from ref's
-// on these random models: seen for mixtral q8_0 and qwen3moe q4_k). The expert stacks stay in their stored type on
-// the device: a token reads ref's bytes, not a widened model's.
+// Mixture-of-experts families (qwen3moe: 8 experts, 2 per token; mixtral; gpt-oss with its sinks, clamped SwiGLU,
+// expert biases and MXFP4 experts) as `tessera synth` writes them, rows 256 wide so that q4_k fills every matrix:
+// vulkan's greedy text is ref's, eagerly and replaying recorded steps, and cpu's at f16 (cpu's quantised kernels
+// round activations to 8 bits, so at q8_0 / q4_k / mxfp4 its text may part from ref's on these random models: seen
+// for mixtral q8_0, qwen3moe q4_k, gpt-oss q8_0 and mxfp4). The expert stacks stay in their stored type on the
+// device: a token reads ref's bytes, not a widened model's.
 TEST(VulkanBackend, MoeFamiliesGiveRefsTextAndKeepExpertsQuantised) {
   if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << "vulkan not available here: " << why;
   const std::string dir = testing::scratch_dir();
@@ -105,9 +106,10 @@ TEST(VulkanBackend, MoeFamiliesGiveRefsTextAndKeepExpertsQuantised) {
     const size_t open = r.out.rfind('(', at);
     return std::stod(r.out.substr(open + 1, at - open - 1));
   };
-  for (const char* shape : {"qwen3-30b-a3b", "mixtral-8x7b"}) {
+  for (const char* shape : {"qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"}) {
     double f16_mb = 0;
-    for (const char* dtype : {"f16", "q8_0", "q4_k"}) {
+    const bool oss = std::string(shape) == "gpt-oss-20b";
+    for (const char* dtype : {"f16", "q8_0", oss ? "mxfp4" : "q4_k"}) {
       SCOPED_TRACE(std::string(shape) + " " + dtype);
       const std::string model = dir + "/" + shape + "-" + dtype + ".gguf";
       auto synth = run_process({tessera_bin(), "synth",        "--shape", shape,      "--small", "--dim",
@@ -123,7 +125,7 @@ TEST(VulkanBackend, MoeFamiliesGiveRefsTextAndKeepExpertsQuantised) {
       const double v = mb(model, "vulkan");
       EXPECT_EQ(v, mb(model, "ref"));
       if (std::string(dtype) == "f16") f16_mb = v;
-      if (std::string(dtype) == "q4_k") EXPECT_LT(v, 0.5 * f16_mb);
+      if (std::string(dtype) == "q4_k" || std::string(dtype) == "mxfp4") EXPECT_LT(v, 0.5 * f16_mb);
     }
   }
 }
