@@ -11,9 +11,10 @@
 # Reports TTFT p50/p99, TPOT p50, goodput, the hit rate (the nodes' cached_tokens) beside an infinite-cache oracle,
 # and the hit rate per tier (the nodes' /metrics); writes docs/bench/kv-fleet/{runs.jsonl,summary.md,kv-fleet.svg}.
 #   bash scripts/bench-kv-fleet.sh        (after scripts/build release)
-# Knobs: NODES (2), THREADS per node (1), REPEATS (3), CONFIGS ("a b c d"), KV_MIB per node (12), HOST_MIB (96),
+# Knobs: NODES (2), THREADS per node (1), REPEATS (3), CONFIGS ("a b c d"), KV_MIB per node (16), HOST_MIB (32),
 # DISK_MIB (256), POOL_MIB (96), TENANTS (4), USERS (6 per tenant), TURNS (6), SYSTEM (1024), USER (64), OUTLEN (32),
-# THINK (3 s), GOODPUT_TTFT_MS (250), OUT (docs/bench/kv-fleet).
+# THINK (6 s), GOODPUT_TTFT_MS (250), OUT (docs/bench/kv-fleet), KILL_AFTER (unset: seconds into each replay after
+# which the last node is SIGKILLed, for the fault run: FAULT runs must still complete every turn with the same replies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
@@ -21,8 +22,8 @@ NODES=${NODES:-2}
 THREADS=${THREADS:-1}
 REPEATS=${REPEATS:-3}
 CONFIGS=${CONFIGS:-"a b c d"}
-KV_MIB=${KV_MIB:-12}
-HOST_MIB=${HOST_MIB:-96}
+KV_MIB=${KV_MIB:-16}
+HOST_MIB=${HOST_MIB:-32}
 DISK_MIB=${DISK_MIB:-256}
 POOL_MIB=${POOL_MIB:-96}
 TENANTS=${TENANTS:-4}
@@ -31,7 +32,7 @@ TURNS=${TURNS:-6}
 SYSTEM=${SYSTEM:-1024}
 USER=${USER_LEN:-64}
 OUTLEN=${OUTLEN:-32}
-THINK=${THINK:-3}
+THINK=${THINK:-6}
 GOODPUT_TTFT_MS=${GOODPUT_TTFT_MS:-250}
 OUT=${OUT:-docs/bench/kv-fleet}
 mkdir -p "$OUT"
@@ -90,19 +91,30 @@ run() {
   pids+=($!)
   local rurl
   rurl=$(wait_url "$tmp/router.log")
+  local killer=""
+  if [[ -n ${KILL_AFTER:-} && $cfg != ref ]]; then
+    local victim=${pids[$((${#pids[@]} - 2))]}  # the last node (the router is the last process)
+    (sleep "$KILL_AFTER" && kill -KILL "$victim" && echo "$(date +%T) killed the last node ($victim)" >&2) &
+    killer=$!
+  fi
   "$B" bench conversations --url "$rurl" --tenants "$TENANTS" --users-per-tenant "$USERS" --turns "$TURNS" \
     --system-len "$SYSTEM" --user-len "$USER" --output-len "$OUTLEN" --think "$THINK" --seed 7 \
     --goodput-ttft-ms "$GOODPUT_TTFT_MS" --out "$tmp/$cfg-$rep.json" >"$tmp/bench.log" 2>&1 ||
     { echo "run $cfg/$rep failed:" >&2; cat "$tmp/bench.log" >&2; }
-  for i in $(seq "$NODES"); do curl -s "${node_urls[$((i - 1))]}/metrics" >"$tmp/$cfg-$rep.metrics$i"; done
+  [[ -n $killer ]] && wait "$killer"
+  for i in $(seq "$NODES"); do curl -s "${node_urls[$((i - 1))]}/metrics" >"$tmp/$cfg-$rep.metrics$i" || true; done
   stop_all
   python3 - "$tmp" "$cfg" "$rep" "$NODES" "$has_pool" >>"$OUT/runs.jsonl" <<'PY'
 import json, re, sys
 tmp, cfg, rep, nodes, has_pool = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 r = json.load(open(f"{tmp}/{cfg}-{rep}.json"))
-tiers = {}
+tiers, shortfalls, failed_blocks = {}, 0.0, 0.0
 for i in range(1, nodes + 1):
     for line in open(f"{tmp}/{cfg}-{rep}.metrics{i}"):
+        if line.startswith("tessera_kv_load_shortfalls_total"):
+            shortfalls += float(line.split()[-1])
+        if line.startswith("tessera_kv_tier_failed_blocks_total{"):
+            failed_blocks += float(line.split()[-1])
         m = re.match(r'tessera_kv_tier_hit_tokens_total\{([^}]*)\} ([0-9.e+]+)', line)
         if m:
             tier = re.search(r'tier="([^"]*)"', m.group(1)).group(1)
@@ -115,6 +127,7 @@ print(json.dumps({"config": cfg, "repeat": rep, "pool": has_pool, "completed": r
                   "ttft_p50_ms": r["median_ttft_ms"], "ttft_p99_ms": r["p99_ttft_ms"], "tpot_p50_ms": r["median_tpot_ms"],
                   "request_throughput": r["request_throughput"], "goodput": r["request_goodput"],
                   "hit_rate": r["hit_rate"], "oracle_hit_rate": r["oracle_hit_rate"], "hit_rate_by_tier": per_tier,
+                  "load_shortfalls": shortfalls, "failed_blocks": failed_blocks,
                   "outputs": [q["output_ids"] for q in r["requests"]]}))
 PY
   echo "$(date +%T) $cfg/$rep: $(tail -1 "$OUT/runs.jsonl" | python3 -c 'import json,sys; j=json.load(sys.stdin); print("ttft p50 %.1f ms, hit %.3f (oracle %.3f), %d ok" % (j["ttft_p50_ms"], j["hit_rate"], j["oracle_hit_rate"], j["completed"]))')" >&2

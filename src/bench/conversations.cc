@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/internal/load_common.h"
-#include "http/http.h"
 
 namespace tessera::bench {
 namespace {
@@ -41,24 +40,8 @@ void run_turn(const ConversationOptions& o, const std::string& model, TurnResult
                {"stream_options", {{"include_usage", true}}}};
   const auto t0 = Clock::now();
   auto last = t0;
-  bool done = false;
-  internal::SseSplitter events([&](std::string_view payload) {
-    if (payload == "[DONE]") {
-      done = true;
-      return;
-    }
-    auto j = json::parse(payload, nullptr, false);
-    if (j.is_discarded()) return;
-    if (j.contains("error")) {
-      r.error = j["error"].value("message", "error event");
-      return;
-    }
-    if (j.contains("usage") && j["usage"].is_object()) {
-      const json& details = j["usage"].value("prompt_tokens_details", json::object());
-      if (details.is_object()) r.cached_tokens = details.value("cached_tokens", 0);
-    }
-    if (!j.contains("choices") || j["choices"].empty()) return;
-    const json& ids = j["choices"][0].value("token_ids", json::array());
+  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice) {
+    const json& ids = choice.value("token_ids", json::array());
     if (!ids.is_array() || ids.empty()) return;
     const auto now = Clock::now();
     if (r.output.empty())
@@ -68,23 +51,13 @@ void run_turn(const ConversationOptions& o, const std::string& model, TurnResult
     last = now;
     for (const json& id : ids) r.output.push_back(id.get<int32_t>());
   });
-  auto resp = http::fetch_streaming({.method = "POST",
-                                     .url = o.url + "/v1/completions",
-                                     .headers = {{"Content-Type", "application/json"}},
-                                     .body = body.dump(),
-                                     .timeout_ms = o.timeout_s * 1000},
-                                    [&](std::string_view data) {
-                                      events.feed(data);
-                                      return true;
-                                    });
-  r.latency_s = since(t0);
-  if (!resp.ok()) {
-    r.error = resp.status().message();
-  } else if (resp->status != 200) {
-    r.error = fmt::format("HTTP {}: {}", resp->status, resp->body.substr(0, 200));
-  } else if (!done && r.error.empty()) {
-    r.error = "stream ended without [DONE]";
-  } else if (r.error.empty() && static_cast<int>(r.output.size()) != o.output_len) {
+  r.latency_s = call.latency_s;
+  r.error = call.error;
+  if (call.usage.is_object()) {
+    const json details = call.usage.value("prompt_tokens_details", json::object());
+    if (details.is_object()) r.cached_tokens = details.value("cached_tokens", 0);
+  }
+  if (r.error.empty() && static_cast<int>(r.output.size()) != o.output_len) {
     // The server did not return the reply's ids (no return_token_ids), or cut the reply short.
     r.error = fmt::format("the reply had {} token ids, {} were asked for", r.output.size(), o.output_len);
   }
@@ -142,19 +115,10 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   if (o.tenants < 1 || o.users_per_tenant < 1 || o.turns < 1 || o.system_len < 0 || o.user_len < 1 ||
       o.output_len < 1 || o.think_s < 0 || o.ramp_s < 0 || o.block_tokens < 1)
     return invalid_argument("conversations: tenants, users, turns, user and output lengths must be positive");
-  auto models = http::fetch({.method = "GET", .url = o.url + "/v1/models", .timeout_ms = 10000});
-  if (!models.ok()) return unavailable(fmt::format("cannot reach {}: {}", o.url, models.status().message()));
-  auto mj = json::parse(models->body, nullptr, false);
-  if (models->status != 200 || mj.is_discarded() || !mj.contains("data") || mj["data"].empty())
-    return unavailable(fmt::format("{}/v1/models did not list a model (HTTP {})", o.url, models->status));
+  TS_ASSIGN_OR_RETURN(internal::ServedModel served, internal::served_model(o.url, o.model));
   ConversationResult result;
-  result.model = o.model.empty() ? mj["data"][0].value("id", "") : o.model;
-  int vocab = o.vocab_size, context = 0;
-  for (const json& m : mj["data"]) {
-    if (m.value("id", "") != result.model) continue;
-    if (vocab == 0) vocab = m.value("vocab_size", 0);
-    context = m.value("max_model_len", 0);
-  }
+  result.model = served.id;
+  const int vocab = o.vocab_size > 0 ? o.vocab_size : served.vocab_size, context = served.max_model_len;
   if (vocab < 4) return invalid_argument("conversations: the vocabulary size is unknown (give --vocab-size)");
   const int longest = o.system_len + o.turns * (o.user_len + o.output_len);
   if (context > 0 && longest > context)
@@ -203,9 +167,9 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   for (std::thread& t : threads) t.join();
   result.duration_s = since(start);
 
-  std::vector<double> ttfts, tpots, itls, e2els;
-  int completed = 0, good = 0, sent = 0;
-  int64_t total_in = 0, total_out = 0, cached = 0;
+  internal::LoadTotals totals(o.goodput_ttft_ms, o.goodput_tpot_ms);
+  int sent = 0;
+  int64_t total_in = 0, cached = 0;
   json records = json::array(), errors = json::array();
   for (const TurnResult& r : result.turns) {
     if (r.prompt.empty()) continue;  // never sent: an earlier turn of its conversation failed
@@ -223,19 +187,10 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
       errors.push_back(r.error);
       continue;
     }
-    completed++;
     total_in += static_cast<int64_t>(r.prompt.size());
-    total_out += static_cast<int64_t>(r.output.size());
     cached += r.cached_tokens;
-    ttfts.push_back(r.ttft_s);
-    e2els.push_back(r.latency_s);
-    itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
-    const double tpot = r.output.size() > 1 ? (r.latency_s - r.ttft_s) / static_cast<double>(r.output.size() - 1) : 0.0;
-    if (r.output.size() > 1) tpots.push_back(tpot);
-    good += (o.goodput_ttft_ms <= 0 || r.ttft_s * 1000 <= o.goodput_ttft_ms) &&
-                    (o.goodput_tpot_ms <= 0 || tpot * 1000 <= o.goodput_tpot_ms)
-                ? 1
-                : 0;
+    totals.add(static_cast<int64_t>(r.prompt.size()), static_cast<int64_t>(r.output.size()), r.ttft_s, r.latency_s,
+               r.itl_s);
   }
   json j;
   j["model_id"] = result.model;
@@ -248,24 +203,11 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   j["output_len"] = o.output_len;
   j["think_s"] = o.think_s;
   j["seed"] = o.seed;
-  j["duration"] = result.duration_s;
   j["num_prompts"] = sent;
-  j["completed"] = completed;
-  j["failed"] = sent - completed;
-  j["total_input_tokens"] = total_in;
-  j["total_output_tokens"] = total_out;
-  j["request_throughput"] = completed / result.duration_s;
-  j["request_goodput"] =
-      (o.goodput_ttft_ms > 0 || o.goodput_tpot_ms > 0) ? json(good / result.duration_s) : json(nullptr);
-  j["goodput_slo"] = {{"ttft_ms", o.goodput_ttft_ms}, {"tpot_ms", o.goodput_tpot_ms}};
-  j["output_throughput"] = static_cast<double>(total_out) / result.duration_s;
+  totals.put(j, sent, result.duration_s);
   j["cached_tokens"] = cached;
   j["hit_rate"] = total_in > 0 ? static_cast<double>(cached) / static_cast<double>(total_in) : 0.0;
   j["oracle_hit_rate"] = oracle_hit_rate(result.turns, o.block_tokens);
-  internal::put_stats(j, "ttft", ttfts);
-  internal::put_stats(j, "tpot", tpots);
-  internal::put_stats(j, "itl", itls);
-  internal::put_stats(j, "e2el", e2els);
   j["errors"] = errors;
   j["requests"] = records;
   result.json = j.dump(2, ' ', false, json::error_handler_t::replace);
