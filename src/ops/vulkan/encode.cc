@@ -1,6 +1,7 @@
 #include "ops/vulkan/encode.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/core.h>
 
@@ -154,13 +155,6 @@ Support capability(const Gpu& gpu, const Op& op) {
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
-    return Support::no("vulkan has no sigmoid*mul (attention output gate)");
-  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
-    return Support::no("vulkan rope turns whole heads (no partial rotary rot_dims)");
-  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
-      std::holds_alternative<GatedDeltaRuleOp>(op))
-    return Support::no("vulkan has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -239,11 +233,12 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window q, win(o.q));
     TS_ASSIGN_OR_RETURN(Window k, win(o.k));
     TS_ASSIGN_OR_RETURN(Window pos, win(o.positions));
+    const int64_t rot = o.rotated(o.q.dim(2));
     Window freqs;
     if (o.freqs.valid()) {
       TS_ASSIGN_OR_RETURN(freqs, win(o.freqs));
     } else {
-      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, o.q.dim(2)));
+      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, rot));
     }
     const RopePush p{off(q, 4),
                      off(k, 4),
@@ -255,8 +250,9 @@ struct Encoder {
                      u32(o.q.dim(0)),
                      o.layout == RopeLayout::kInterleaved ? 1u : 0u,
                      o.freqs.valid() ? 1u : 0u,
-                     o.mscale};
-    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(o.q.dim(2) / 2);
+                     o.mscale,
+                     u32(rot)};
+    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(rot / 2);
     return t.writer.dispatch(Kernel::kRope, 0, {q, k, pos, freqs}, &p, sizeof p,
                              (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
@@ -374,16 +370,19 @@ struct Encoder {
     }
     return ok_status();
   }
+  // a may hold one element per row of b (the sigmoid gate of Qwen3.5-MoE's shared expert).
   Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
     TS_ASSIGN_OR_RETURN(Window aw, win(a));
     TS_ASSIGN_OR_RETURN(Window bw, win(b));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
-    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(a.numel()), code};
+    const int64_t per = a.numel() == b.numel() ? 1 : b.row_elems();
+    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(b.numel()), code, u32(per)};
     return t.writer.dispatch(Kernel::kElementwise, 0, {aw, bw, ow}, &p, sizeof p,
-                             (static_cast<uint64_t>(a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+                             (static_cast<uint64_t>(b.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
   Status operator()(const SiluMulOp& o) {
-    return elementwise(o.gate, o.up, o.out, o.act == Activation::kGeluTanh ? 1u : 0u);
+    const uint32_t code = o.act == Activation::kGeluTanh ? 1u : o.act == Activation::kSigmoid ? 3u : 0u;
+    return elementwise(o.gate, o.up, o.out, code);
   }
   Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
   Status rows(Kernel k, const Tensor& x, const Tensor& out) {
@@ -497,9 +496,43 @@ struct Encoder {
   Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
   Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
   Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
-  Status operator()(const SplitHeadsOp&) { return unimplemented("vulkan has no split_heads kernel"); }
-  Status operator()(const CausalConv1dOp&) { return unimplemented("vulkan has no causal_conv1d kernel"); }
-  Status operator()(const GatedDeltaRuleOp&) { return unimplemented("vulkan has no gated_delta_rule kernel"); }
+  Status operator()(const SplitHeadsOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.b));
+    const SplitHeadsPush p{off(xw, 4), off(aw, 4), off(bw, 4), u32(o.a.dim(2)), u32(o.a.numel())};
+    return t.writer.dispatch(Kernel::kSplitHeads, 0, {xw, aw, bw}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const CausalConv1dOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weight));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const CausalConv1dPush p{off(xw, 4),      off(ww, 4),      off(sw, 4),           off(ow, 4),
+                             u32(o.x.dim(0)), u32(o.x.dim(1)), u32(o.weight.dim(1)), o.reset ? 1u : 0u};
+    return t.writer.dispatch(Kernel::kCausalConv1d, 0, {xw, ww, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.x.dim(1)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const GatedDeltaRuleOp& o) {
+    TS_ASSIGN_OR_RETURN(Window qw, win(o.qkv));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.alpha));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.beta));
+    TS_ASSIGN_OR_RETURN(Window dw, win(o.dt_bias));
+    TS_ASSIGN_OR_RETURN(Window gw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const int64_t hv = o.state.dim(0), s = o.state.dim(1);
+    const GatedDeltaRulePush p{off(qw, 4),     off(aw, 4),
+                               off(bw, 4),     off(dw, 4),
+                               off(gw, 4),     off(sw, 4),
+                               off(ow, 4),     u32(o.qkv.dim(0)),
+                               u32(hv),        u32(s),
+                               u32(o.k_heads), o.reset ? 1u : 0u,
+                               o.eps,          1.0f / std::sqrt(static_cast<float>(s))};
+    return t.writer.dispatch(Kernel::kGatedDeltaRule, 0, {qw, aw, bw, dw, gw, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(hv * s) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
 };
 
 }  // namespace

@@ -25,6 +25,9 @@ enum class Kernel : uint8_t {
   kMoeRoute,
   kMoeGateUp,
   kMoeDown,
+  kSplitHeads,
+  kCausalConv1d,
+  kGatedDeltaRule,
   kCount,
 };
 
@@ -58,6 +61,7 @@ struct RmsNormPush {
 struct RopePush {
   uint32_t q_off, k_off, pos_off, freqs_off, q_heads, k_heads, head_dim, n, interleaved, use_mscale;
   float mscale;
+  uint32_t rot;  // elements turned per head (partial rotary: rot_dims)
 };
 struct KvWritePush {
   uint32_t k_off, v_off, kc_off, vc_off, slots_off, row, capacity, n, f16;
@@ -77,10 +81,22 @@ struct MatMulPush {
   uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
 };
 struct ElementwisePush {
-  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add
+  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate
+  uint32_t a_per;                             // elements of b per element of a (1, or a row for a per-row gate)
 };
 struct RowPush {  // softmax, argmax
   uint32_t x_off, out_off, m, rows;
+};
+struct SplitHeadsPush {
+  uint32_t x_off, a_off, b_off, d, count;
+};
+struct CausalConv1dPush {
+  uint32_t x_off, w_off, s_off, out_off, n, channels, taps, reset;
+};
+struct GatedDeltaRulePush {
+  uint32_t qkv_off, alpha_off, beta_off, dt_off, a_off, s_off, out_off;
+  uint32_t n, hv, s, hk, reset;
+  float eps, scale;
 };
 struct MoeRoutePush {
   uint32_t l_off, b_off, ids_off, w_off, rows, experts, k;
