@@ -112,7 +112,7 @@ TEST_P(VulkanFamilies, LogitsAndGreedyTokensMatchRef) {
 INSTANTIATE_TEST_SUITE_P(AllShapes, VulkanFamilies,
                          ::testing::Values("stories15M", "llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b",
                                            "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k",
-                                           "qwen3-30b-a3b", "mixtral-8x7b"),
+                                           "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-35b-a3b"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -273,14 +273,10 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
   for (const conformance::Case& c : conformance::conformance_cases()) {
     if (c.slow || i++ % 7 != 0) continue;  // every seventh fast case: about 350 of them
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
-    // What vulkan has no kernel for is refused: gpt-oss's clamped swiglu as silu_mul (moe_experts takes it), the
-    // encoder operators (BERT), Qwen3.5's linear attention, sigmoid gate and partial rotary.
-    static const std::set<std::string> kRefused = {"layer_norm",  "activation",    "attention_noncausal", "pool",
-                                                   "split_heads", "causal_conv1d", "gated_delta_rule"};
-    if (kRefused.count(c.op) > 0 ||
-        (c.op == "silu_mul" &&
-         (c.shape.find("swiglu_oai") != std::string::npos || c.shape.find("sigmoid") != std::string::npos)) ||
-        (c.op == "rope" && c.shape.find("rot_dims") != std::string::npos)) {
+    // What vulkan has no kernel for is refused: gpt-oss's clamped swiglu as silu_mul (moe_experts takes it) and the
+    // encoder operators (BERT).
+    static const std::set<std::string> kRefused = {"layer_norm", "activation", "attention_noncausal", "pool"};
+    if (kRefused.count(c.op) > 0 || (c.op == "silu_mul" && c.shape.find("swiglu_oai") != std::string::npos)) {
       EXPECT_EQ(r[0].outcome, conformance::Outcome::kUnsupported) << c.op << " " << c.shape << ": " << r[0].detail;
       continue;
     }
@@ -288,7 +284,11 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
         << c.op << " " << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
     passed[c.op] += r[0].outcome == conformance::Outcome::kPass;
   }
-  EXPECT_EQ(passed.size(), 14u) << "every operator was sampled";
+  std::string ops;
+  for (const auto& [op, count] : passed) ops += op + " ";
+  // Every operator vulkan runs but split_heads, whose 3 cases fall between the samples.
+  EXPECT_EQ(passed.size(), 16u) << ops;
+  EXPECT_EQ(passed.count("split_heads"), 0u) << ops;
 }
 
 // gpt-oss's attention sinks (one more logit per head that takes probability and reads no value): every sinks case
