@@ -79,7 +79,8 @@ int64_t attention_items(const Op& op) {
   if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) return d->q.dim(0) * d->q.dim(1);
   return 0;
 }
-// Rows of x one pass of moe_experts takes: their gated hidden units (k slots of ff each, f32) fill one scratch.
+// Bytes of one row's gated hidden units (k slots of ff, f32); moe_experts runs as many rows per pass as the
+// scratch holds.
 int64_t moe_slot_bytes(const MoeExpertsOp& o) {
   const Tensor& gw = o.gate_up.valid() ? o.gate_up : o.gate;
   const int64_t ff = o.gate_up.valid() ? gw.dim(1) / 2 : gw.dim(1);
