@@ -1,20 +1,16 @@
 #include "kv/host/host_connector.h"
 
-#include <xxhash.h>
-
 #include <chrono>
 #include <cstring>
 
 #include <fmt/core.h>
 
-#include "api/kv_layout.h"
 #include "base/log.h"
 
 namespace tessera::kv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRecordFormat = 1;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -39,10 +35,7 @@ Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) 
   format_.geometry = io.geometry();
   const engine::KvGeometry& g = format_.geometry;
   // The store key: whose KV this is and how it is laid out. Files under another key are never opened.
-  const std::string key = fmt::format("{}|block_tokens={}|dtype={}|layers={}|kv_dim={}|state={}|layout={}|record={}",
-                                      identity_, g.block_tokens, dtype_name(g.dtype), g.n_layers, g.kv_dim,
-                                      g.state_bytes, api::kKvLayoutVersion, kRecordFormat);
-  format_.store_key = XXH3_64bits(key.data(), key.size());
+  format_.store_key = block_store_key(identity_, g);
   if (!options_.disk_dir.empty()) {
     DiskTierOptions d;
     d.dir = options_.disk_dir;
