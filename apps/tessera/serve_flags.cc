@@ -121,6 +121,12 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
                   "--kv-disk-size");
   cmd->add_option("--kv-disk-size", a->kv_disk_size_mib, "Disk space in MiB for --kv-disk-dir")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-pool-memory", a->kv_pool_memory_mib,
+                  "Host memory in MiB this node gives to the cluster KV pool: blocks it evicts are published there "
+                  "(link memory, indexed in --ctrl), and prefixes any node of the pool holds are loaded instead of "
+                  "computed (docs/kv.md); 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue, "Waiting requests before new ones get 429")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -197,7 +203,7 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
                  "--admission-gap-ms", "--max-queue"});
   group_options(cmd, "KV cache",
                 {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--kv-cache-dtype",
-                 "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
+                 "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size", "--kv-pool-memory"});
   group_options(cmd, "Chat, tools and structured output",
                 {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
                  "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});
