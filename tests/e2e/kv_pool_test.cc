@@ -139,7 +139,8 @@ TEST_F(KvPool, APrefixEvictedOnOneNodeIsLoadedFromItsPoolOnAnotherWithTheSameTex
   const double rate = scrape_metric(
       b.url, "tessera_prefix_cache_tier_hit_rate{connector=\"pool\",model=\"stories260K\",tier=\"pool\"}");
   EXPECT_GT(rate, 0.0);
-  std::printf("B: %.0f prompt tokens from the pool, pool hit rate %.3f\n", hits, rate);
+  std::printf("B: %.0f prompt tokens from the pool, pool hit rate %.3f, %.2f ms loading\n", hits, rate,
+              1000 * scrape_metric(b.url, pool_metric("tessera_kv_tier_load_seconds_total")));
   EXPECT_EQ(a.p->stop(SIGTERM), 0);
   EXPECT_EQ(b.p->stop(SIGTERM), 0);
   EXPECT_EQ(lone.p->stop(SIGTERM), 0);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 
@@ -304,7 +305,12 @@ void PoolConnector::fetcher_loop() {
     std::shared_ptr<Load> load;
     {
       std::unique_lock<std::mutex> lock(fetch_mu_);
-      fetch_cv_.wait(lock, [&] { return fetch_stop_ || !fetch_queue_.empty(); });
+      if (!fetch_cv_.wait_for(lock, std::chrono::milliseconds(500),
+                              [&] { return fetch_stop_ || !fetch_queue_.empty(); })) {
+        lock.unlock();
+        connect_peers();
+        continue;
+      }
       if (fetch_stop_) return;
       load = std::move(fetch_queue_.front());
       fetch_queue_.pop_front();
@@ -316,6 +322,16 @@ void PoolConnector::fetcher_loop() {
       done_.push_back(std::move(load));
     }
     if (wake_) wake_();
+  }
+}
+
+void PoolConnector::connect_peers() {
+  // While idle: a connection to every peer that publishes, so that a load does not pay the link handshake. A peer
+  // that cannot be reached now is tried again at the next idle moment (or by the load that needs it).
+  for (const std::string& peer : index_->agents()) {
+    if (peer == agent_->name() || agent_->endpoint_to(peer).ok()) continue;
+    if (Status st = ensure_connected(peer); !st.ok())
+      log::debug("KV pool: cannot connect to {} yet: {}", peer, st.to_string());
   }
 }
 
@@ -339,7 +355,9 @@ void PoolConnector::fetch(Load& load) {
   };
   for (size_t base = 0; base < n; base += batch) {
     const size_t m = std::min(batch, n - base);
+    // One batched read per peer (one round trip), its future shared by that peer's blocks.
     std::vector<link::TransferFuture> reads(m);
+    std::map<std::string, std::pair<std::vector<link::Assignment>, std::vector<size_t>>> per_peer;
     size_t issued = m;
     for (size_t j = 0; j < m; ++j) {
       const PoolEntry& e = load.entries[base + j];
@@ -352,7 +370,13 @@ void PoolConnector::fetch(Load& load) {
         issued = j;
         break;
       }
-      reads[j] = agent_->read(e.agent, {{staging_, j * slot_bytes_, link::RegionId{e.region}, e.offset, e.bytes}});
+      auto& [batch_of_peer, blocks_of_peer] = per_peer[e.agent];
+      batch_of_peer.push_back({staging_, j * slot_bytes_, link::RegionId{e.region}, e.offset, e.bytes});
+      blocks_of_peer.push_back(j);
+    }
+    for (auto& [peer, work] : per_peer) {
+      const link::TransferFuture f = agent_->read(peer, std::move(work.first));
+      for (size_t j : work.second) reads[j] = f;
     }
     const auto deadline = Clock::now() + options_.read_timeout;
     bool ended = false;

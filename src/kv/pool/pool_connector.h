@@ -12,8 +12,9 @@
 //   match             (engine thread) after the device cache and the connectors before this one: the run of whole
 //                     blocks that follows in the local mirror of the index (never the prompt's last position), as
 //                     an asynchronous, cached match. No control-plane round trip.
-//   allocated         the run goes to the fetch thread: a link read of each record from its holder (a plain copy
-//                     for this node's own slots) into a staging region, then the record's header (store key,
+//   allocated         the run goes to the fetch thread (which, while idle, connects to every peer that publishes,
+//                     so that a load does not pay the link handshake): a link read of each record from its holder (a
+//                     plain copy for this node's own slots) into a staging region, then the record's header (store key,
 //                     chain hash, geometry) and checksum are checked. The first block that cannot be read (its node
 //                     is gone, the read fails or times out) or is not intact ends the run there: poll() reports the
 //                     blocks before it, and the engine computes the rest. Nothing unchecked is ever used.
@@ -117,6 +118,8 @@ class PoolConnector final : public engine::KvConnector {
   // Fetcher thread: the records of `load`, in order, up to the first that cannot be read or is not intact.
   void fetch(Load& load);
   Status ensure_connected(const std::string& agent);
+  // Fetcher thread, while no load waits: connects to the peers not connected yet.
+  void connect_peers();
 
   const PoolOptions options_;
   const std::string identity_;

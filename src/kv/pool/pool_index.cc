@@ -157,6 +157,13 @@ Result<std::string> PoolIndex::agent_info(const std::string& agent) const {
   return it->second;
 }
 
+std::vector<std::string> PoolIndex::agents() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, info] : agents_) out.push_back(name);
+  return out;
+}
+
 size_t PoolIndex::blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_;

@@ -75,6 +75,8 @@ class PoolIndex {
   std::optional<PoolEntry> find(engine::BlockHash hash) const;
   // The AgentInfo text a peer published, or NotFound.
   Result<std::string> agent_info(const std::string& agent) const;
+  // Every agent with an AgentInfo entry (this node's own included).
+  std::vector<std::string> agents() const;
 
   size_t blocks() const;        // (hash, agent) entries for this store key
   size_t peer_blocks() const;   // ... held by other agents
