@@ -93,18 +93,18 @@ class KvPool : public ::testing::Test {
       "The cat sat on the mat and looked at the bird. The bird was small and blue and very pretty. The bird was "
       "singing a happy song. The cat liked the song and closed its eyes.";
   inline static const std::vector<std::string> kOthers = {
-      "Tom had a big red ball and he liked to play with it. He played with it every day after lunch. One day the "
-      "ball went into the garden. The garden was full of flowers and tall grass.",
-      "Tom looked for the ball everywhere. He looked under the bushes and behind the old shed. His friend Sue came "
-      "to help. Together they found the ball next to a little pond.",
-      "Then they saw a big dog near the tree. The dog was brown and had a long tail. The dog wanted to play with "
-      "Lily. She threw a stick and the dog ran after it.",
-      "Ben built a tall tower of blocks in his room. It was red and yellow and green. His little sister wanted to "
-      "help him, so she brought more blocks from the box.",
-      "The sun came up over the hill and the farm woke up. The cow said moo and the hen said cluck. The farmer "
-      "went out to feed them all before breakfast.",
-      "Mia found a shiny stone on the beach. She put it in her pocket and ran home to show her dad. He said it "
-      "was a very special stone from the sea."};
+      "Tom had a big red ball and he liked to play with it. He played with it every day after lunch. One day the " +
+          std::string("ball went into the garden. The garden was full of flowers and tall grass."),
+      "Tom looked for the ball everywhere. He looked under the bushes and behind the old shed. His friend Sue came " +
+          std::string("to help. Together they found the ball next to a little pond."),
+      "Then they saw a big dog near the tree. The dog was brown and had a long tail. The dog wanted to play with " +
+          std::string("Lily. She threw a stick and the dog ran after it."),
+      "Ben built a tall tower of blocks in his room. It was red and yellow and green. His little sister wanted to " +
+          std::string("help him, so she brought more blocks from the box."),
+      "The sun came up over the hill and the farm woke up. The cow said moo and the hen said cluck. The farmer " +
+          std::string("went out to feed them all before breakfast."),
+      "Mia found a shiny stone on the beach. She put it in her pocket and ran home to show her dad. He said it " +
+          std::string("was a very special stone from the sea.")};
   static constexpr int kAnswer = 16;
   TesseraServer ctrl_;
 };
