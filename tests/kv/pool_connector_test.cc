@@ -154,7 +154,11 @@ TEST_F(PoolConnectorTest, ALeaseTheStoreForgotIsGrantedAgainAndItsBlocksPublishe
   auto a = make();
   auto b = make();
   fill_and_evict(*a);
-  ASSERT_TRUE(eventually([&] { return b->pool->peer_blocks() > 0; }));
+  // Everything A published is in B's mirror.
+  ASSERT_TRUE(eventually([&] {
+    const size_t held = tier(*a->pool).blocks;
+    return held > 0 && b->pool->peer_blocks() == held;
+  }));
   const size_t published = b->pool->peer_blocks();
   // The store loses A's leases (as after a restart): its entries go, B's mirror empties.
   auto s = store();
