@@ -42,6 +42,7 @@
 
 #include "base/cluster_token.h"
 #include "ctrl/store.h"
+#include "kv/block_copy.h"
 #include "kv/host/block_file.h"
 #include "kv/pool/pool_index.h"
 #include "kv/registry.h"
@@ -155,7 +156,7 @@ class PoolConnector final : public engine::KvConnector {
   // Engine thread.
   std::unordered_map<engine::RequestId, std::shared_ptr<Load>> loads_;
   std::vector<std::shared_ptr<Load>> loading_now_;
-  std::vector<uint8_t> k_, v_;
+  LayerRows rows_;  // a layer's rows of the blocks being moved, reused
 
   struct Counters {
     std::atomic<uint64_t> hit_tokens{0}, load_bytes{0}, save_bytes{0}, evicted{0}, failed{0}, dropped{0};
