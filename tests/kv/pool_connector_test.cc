@@ -7,12 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <future>
 #include <thread>
 
 #include "ctrl/embedded_server.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "greedy.h"
 #include "kv/host/model_identity.h"
 #include "model/loader.h"
 #include "ops/registry.h"
@@ -75,28 +74,10 @@ class PoolConnectorTest : public ::testing::Test {
     return std::shared_ptr<ctrl::Store>(ctrl::make_store("embedded", url_).value());
   }
   std::string ask(Engine& e, const std::string& prompt, int max_tokens) {
-    engine::GenerationRequest r;
-    r.prompt = model_.tokenizer->encode(prompt, true);
-    r.sampling.temperature = 0;
-    r.max_tokens = max_tokens;
-    auto done = std::make_shared<std::promise<std::string>>();
-    auto text = std::make_shared<std::string>();
-    auto id = e.submit(std::move(r), [done, text](const engine::RequestOutput& o) {
-      *text += o.text;
-      if (o.finish != engine::FinishReason::kNone) done->set_value(*text);
-    });
-    EXPECT_TRUE(id.ok());
-    return done->get_future().get();
+    return ask_greedy(e, model_, prompt, max_tokens).text;
   }
   std::string reference(const std::string& prompt, int max_tokens) {
-    auto runner = engine::ModelRunner::create(*device_, model_.config, model_.weights, {}).value();
-    engine::GenerateOptions go;
-    go.max_tokens = max_tokens;
-    go.echo_prompt = false;
-    go.sampling.temperature = 0;
-    std::string out;
-    EXPECT_TRUE(generate(*runner, *model_.tokenizer, prompt, go, [&](std::string_view s) { out += s; }).ok());
-    return out;
+    return greedy_reference(*device_, model_, prompt, max_tokens);
   }
   void fill_and_evict(Node& n) {
     EXPECT_EQ(ask(*n.engine, a_, 8), reference(a_, 8));
