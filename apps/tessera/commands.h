@@ -27,6 +27,7 @@ Action add_bench_command(CLI::App& app);
 Action add_matrix_command(CLI::App& app);
 // Subcommands of `tessera bench`, each added to the bench App.
 Action add_bench_serve_subcommand(CLI::App& bench);
+Action add_bench_conversations_subcommand(CLI::App& bench);
 Action add_bench_generate_subcommand(CLI::App& bench);
 Action add_bench_matmul_subcommand(CLI::App& bench);
 Action add_bench_sweep_subcommand(CLI::App& bench);

@@ -1,6 +1,7 @@
 // NodeServer: the engine's outputs for a call written as OpenAI answers: streamed chunks (role, echo, text,
 // reasoning and tool-call deltas, logprobs, token-id comments for the router) or one whole answer once every
 // choice finished; cancellation and errors end the call for all its choices.
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
@@ -67,6 +68,14 @@ json NodeServer::Impl::logprobs_json(Call& c, const std::vector<engine::TokenLog
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+namespace {
+// The prompt as the client gave it (or the template rendered it), without tokens an earlier node generated.
+std::vector<int32_t> own_prompt_ids(const internal::Call& c) {
+  const size_t own = c.prompt_ids.size() - std::min<size_t>(c.prompt_ids.size(), static_cast<size_t>(c.resumed));
+  return {c.prompt_ids.begin(), c.prompt_ids.begin() + static_cast<std::ptrdiff_t>(own)};
+}
+}  // namespace
+
 json NodeServer::Impl::chunk(const Call& c, json choice) {
   return {{"id", c.id},
           {"object", c.req.chat ? "chat.completion.chunk" : "text_completion"},
@@ -114,6 +123,7 @@ void NodeServer::Impl::on_output(const std::shared_ptr<Call>& c, const engine::R
     c->text += o.text;
     c->logprobs.insert(c->logprobs.end(), o.logprobs.begin(), o.logprobs.end());
     c->token_texts.insert(c->token_texts.end(), o.token_texts.begin(), o.token_texts.end());
+    if (c->req.return_token_ids) c->token_ids_out.insert(c->token_ids_out.end(), o.tokens.begin(), o.tokens.end());
   }
   if (!done) return;
   if (o.finish == engine::FinishReason::kCancelled || o.finish == engine::FinishReason::kError) {
@@ -216,6 +226,10 @@ void NodeServer::Impl::on_output(const std::shared_ptr<Call>& c, const engine::R
   json choice = c->req.chat
                     ? json{{"index", c->index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
                     : json{{"index", c->index}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
+  if (c->req.return_token_ids) {
+    if (!c->req.chat) choice["prompt_token_ids"] = own_prompt_ids(*c);
+    choice["token_ids"] = c->token_ids_out;
+  }
   if (!c->req.chat && c->req.generation.prompt_logprobs >= 0)
     choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
   if (!set.finish_choice(c->index, std::move(choice), o)) return;
@@ -229,6 +243,7 @@ void NodeServer::Impl::on_output(const std::shared_ptr<Call>& c, const engine::R
                {"usage", set.usage()}};
   if (c->req.chat && c->req.generation.prompt_logprobs >= 0)  // vLLM: the call's, beside the choices
     body["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
+  if (c->req.chat && c->req.return_token_ids) body["prompt_token_ids"] = own_prompt_ids(*c);
   c->writer->send(200, dump(body));
 }
 
@@ -282,7 +297,8 @@ void NodeServer::Impl::stream_output(Call& c, const engine::RequestOutput& o) {
     tool_chunks = tool_deltas(c.tools->feed(text));
     text.clear();
   }
-  if (text.empty() && reasoning.empty() && o.logprobs.empty() && !report_tokens) {
+  const bool return_ids = c.req.return_token_ids && !o.tokens.empty();
+  if (text.empty() && reasoning.empty() && o.logprobs.empty() && !report_tokens && !return_ids) {
     for (json& d : tool_chunks) write_delta(c, std::move(d));
     return;
   }
@@ -293,9 +309,14 @@ void NodeServer::Impl::stream_output(Call& c, const engine::RequestOutput& o) {
   if (!text.empty() || reasoning.empty()) delta["content"] = text;
   json choice = c.req.chat ? json{{"index", c.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", nullptr}}
                            : json{{"index", c.index}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
+  json out_chunk = chunk(c, choice);
+  if (return_ids) {  // vLLM: the reply's ids in every chunk, the prompt's in the first (the call's, for chat)
+    json& ids_at = c.req.chat ? out_chunk : out_chunk["choices"][0];
+    if (!std::exchange(c.prompt_ids_sent, true) && c.resumed == 0) ids_at["prompt_token_ids"] = own_prompt_ids(c);
+    out_chunk["choices"][0]["token_ids"] = o.tokens;
+  }
   // The token ids and their chunk go out in one write, so they reach the router together.
-  c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
-                  "\n\n");
+  c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(out_chunk) + "\n\n");
   for (json& d : tool_chunks) write_delta(c, std::move(d));
 }
 
