@@ -146,6 +146,17 @@ TEST(Vulkan, OutOfRangeIdsSlotsPositionsAndBlocksAreErrorsNotCrashes) {
     ASSERT_TRUE(s->run(AttentionDecodeOp{q, kc, vc, tables, lens, att}).ok());
     EXPECT_EQ(s->synchronize().code(), StatusCode::kOutOfRange) << block << " " << len;
   }
+  // An expert id past the experts (moe_experts reads it from the device: the shader flags it).
+  {
+    Tensor x = m.make(DType::kF32, {2, 32}), eo = m.make(DType::kF32, {2, 32}), w = m.make(DType::kQ8_0, {4, 32, 32});
+    Tensor eids = m.make(DType::kI32, {2, 1}), ew = m.make(DType::kF32, {2, 1});
+    const int32_t experts[] = {3, 4};
+    ASSERT_TRUE(s->upload(eids, experts).ok());
+    ASSERT_TRUE(s->run(MoeExpertsOp{x, eids, ew, w, w, w, eo}).ok());
+    st = s->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+    EXPECT_NE(st.message().find("expert id"), std::string::npos) << st.message();
+  }
   const int32_t good[] = {0, 1};
   ASSERT_TRUE(s->upload(ids, good).ok());
   ASSERT_TRUE(s->run(EmbeddingOp{table, ids, out}).ok());
@@ -262,13 +273,10 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
   for (const conformance::Case& c : conformance::conformance_cases()) {
     if (c.slow || i++ % 7 != 0) continue;  // every seventh fast case: about 350 of them
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
-    // What vulkan has no kernel for is refused: gpt-oss's clamped swiglu, the MoE operators, the encoder operators
-    // (BERT), Qwen3.5's linear attention, sigmoid gate and partial rotary.
-    static const std::set<std::string> kRefused = {"layer_norm",  "activation",    "attention_noncausal", "pool",
-                                                   "split_heads", "causal_conv1d", "gated_delta_rule"};
-    if (c.op.rfind("moe_", 0) == 0 || kRefused.count(c.op) > 0 || c.shape.find("swiglu_oai") != std::string::npos ||
-        (c.op == "silu_mul" && c.shape.find("sigmoid") != std::string::npos) ||
-        (c.op == "rope" && c.shape.find("rot_dims") != std::string::npos)) {
+    // What vulkan has no kernel for is refused: gpt-oss's clamped swiglu as silu_mul (moe_experts takes it) and the
+    // encoder operators (BERT).
+    static const std::set<std::string> kRefused = {"layer_norm", "activation", "attention_noncausal", "pool"};
+    if (kRefused.count(c.op) > 0 || (c.op == "silu_mul" && c.shape.find("swiglu_oai") != std::string::npos)) {
       EXPECT_EQ(r[0].outcome, conformance::Outcome::kUnsupported) << c.op << " " << c.shape << ": " << r[0].detail;
       continue;
     }
@@ -276,7 +284,11 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
         << c.op << " " << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
     passed[c.op] += r[0].outcome == conformance::Outcome::kPass;
   }
-  EXPECT_EQ(passed.size(), 12u) << "every operator was sampled";
+  std::string ops;
+  for (const auto& [op, count] : passed) ops += op + " ";
+  // Every operator vulkan runs but split_heads, whose 3 cases fall between the samples.
+  EXPECT_EQ(passed.size(), 16u) << ops;
+  EXPECT_EQ(passed.count("split_heads"), 0u) << ops;
 }
 
 // gpt-oss's attention sinks (one more logit per head that takes probability and reads no value): every sinks case

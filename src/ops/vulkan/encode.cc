@@ -1,6 +1,7 @@
 #include "ops/vulkan/encode.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/core.h>
 
@@ -78,6 +79,17 @@ int64_t attention_items(const Op& op) {
   if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) return d->q.dim(0) * d->q.dim(1);
   return 0;
 }
+// Bytes of one row's gated hidden units (k slots of ff, f32); moe_experts runs as many rows per pass as the
+// scratch holds.
+int64_t moe_slot_bytes(const MoeExpertsOp& o) {
+  const Tensor& gw = o.gate_up.valid() ? o.gate_up : o.gate;
+  const int64_t ff = o.gate_up.valid() ? gw.dim(1) / 2 : gw.dim(1);
+  return o.ids.dim(1) * ff * 4;
+}
+int64_t moe_rows_per_pass(const Gpu& gpu, const MoeExpertsOp& o) {
+  const size_t cap = std::min<size_t>(kScratchCap, gpu.max_range());
+  return std::max<int64_t>(1, static_cast<int64_t>(cap / static_cast<size_t>(moe_slot_bytes(o))));
+}
 size_t items_per_pass(const Gpu& gpu, int64_t ctx) {
   const size_t cap = std::min<size_t>(kScratchCap, gpu.max_range());
   return std::max<size_t>(1, cap / (static_cast<size_t>(std::max<int64_t>(ctx, 1)) * 4));
@@ -134,21 +146,16 @@ Support capability(const Gpu& gpu, const Op& op) {
     return Support::no("vulkan attention takes f32 sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid() && a->sinks.dtype != DType::kF32)
     return Support::no("vulkan attention takes f32 sinks");
-  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
-    return Support::no("vulkan has no mixture-of-experts kernels (moe_route, moe_experts)");
+  if (const auto* m = std::get_if<MoeExpertsOp>(&op)) {
+    if (static_cast<size_t>(moe_slot_bytes(*m)) > std::min<size_t>(kScratchCap, gpu.max_range()))
+      return Support::no("vulkan: one row's expert hidden units are larger than moe_experts' scratch");
+  }
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
     return Support::no("vulkan has no clamped swiglu (gpt-oss)");
   // The encoder operators (BERT) and pooling have no vulkan kernels yet: ref and cpu run embedding models.
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
-    return Support::no("vulkan has no sigmoid*mul (attention output gate)");
-  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
-    return Support::no("vulkan rope turns whole heads (no partial rotary rot_dims)");
-  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
-      std::holds_alternative<GatedDeltaRuleOp>(op))
-    return Support::no("vulkan has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -170,6 +177,9 @@ Support capability(const Gpu& gpu, const Op& op) {
 }
 
 size_t scratch_bytes(const Gpu& gpu, const Op& op) {
+  if (const auto* m = std::get_if<MoeExpertsOp>(&op)) {
+    return static_cast<size_t>(std::min(moe_rows_per_pass(gpu, *m), m->x.dim(0)) * moe_slot_bytes(*m));
+  }
   const int64_t ctx = max_ctx(op), items = attention_items(op);
   if (ctx == 0 || items == 0) return 0;
   const size_t per = items_per_pass(gpu, ctx);
@@ -224,11 +234,12 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window q, win(o.q));
     TS_ASSIGN_OR_RETURN(Window k, win(o.k));
     TS_ASSIGN_OR_RETURN(Window pos, win(o.positions));
+    const int64_t rot = o.rotated(o.q.dim(2));
     Window freqs;
     if (o.freqs.valid()) {
       TS_ASSIGN_OR_RETURN(freqs, win(o.freqs));
     } else {
-      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, o.q.dim(2)));
+      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, rot));
     }
     const RopePush p{off(q, 4),
                      off(k, 4),
@@ -240,8 +251,9 @@ struct Encoder {
                      u32(o.q.dim(0)),
                      o.layout == RopeLayout::kInterleaved ? 1u : 0u,
                      o.freqs.valid() ? 1u : 0u,
-                     o.mscale};
-    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(o.q.dim(2) / 2);
+                     o.mscale,
+                     u32(rot)};
+    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(rot / 2);
     return t.writer.dispatch(Kernel::kRope, 0, {q, k, pos, freqs}, &p, sizeof p,
                              (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
@@ -359,16 +371,19 @@ struct Encoder {
     }
     return ok_status();
   }
+  // a may hold one element per row of b (the sigmoid gate of Qwen3.5-MoE's shared expert).
   Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
     TS_ASSIGN_OR_RETURN(Window aw, win(a));
     TS_ASSIGN_OR_RETURN(Window bw, win(b));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
-    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(a.numel()), code};
+    const int64_t per = a.numel() == b.numel() ? 1 : b.row_elems();
+    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(b.numel()), code, u32(per)};
     return t.writer.dispatch(Kernel::kElementwise, 0, {aw, bw, ow}, &p, sizeof p,
-                             (static_cast<uint64_t>(a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+                             (static_cast<uint64_t>(b.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
   Status operator()(const SiluMulOp& o) {
-    return elementwise(o.gate, o.up, o.out, o.act == Activation::kGeluTanh ? 1u : 0u);
+    const uint32_t code = o.act == Activation::kGeluTanh ? 1u : o.act == Activation::kSigmoid ? 3u : 0u;
+    return elementwise(o.gate, o.up, o.out, code);
   }
   Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
   Status rows(Kernel k, const Tensor& x, const Tensor& out) {
@@ -379,16 +394,146 @@ struct Encoder {
   }
   Status operator()(const SoftmaxOp& o) { return rows(Kernel::kSoftmax, o.x, o.out); }
   Status operator()(const ArgmaxOp& o) { return rows(Kernel::kArgmax, o.x, o.out); }
-  // capability() refuses these, so a graph never brings them here.
-  Status operator()(const MoeRouteOp&) { return unimplemented("vulkan has no moe_route kernel"); }
-  Status operator()(const MoeExpertsOp&) { return unimplemented("vulkan has no moe_experts kernel"); }
+  Status operator()(const MoeRouteOp& o) {
+    TS_ASSIGN_OR_RETURN(Window lw, win(o.logits));
+    TS_ASSIGN_OR_RETURN(Window iw, win(o.ids));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weights));
+    Window bw = lw;  // bound but not read without a bias
+    if (o.bias.valid()) {
+      TS_ASSIGN_OR_RETURN(bw, win(o.bias));
+    }
+    const uint32_t gating = o.gating == MoeGating::kSoftmax ? 0u : o.gating == MoeGating::kSigmoid ? 1u : 2u;
+    const MoeRoutePush p{off(lw, 4),
+                         o.bias.valid() ? off(bw, 4) : 0u,
+                         off(iw, 4),
+                         off(ww, 4),
+                         u32(o.logits.dim(0)),
+                         u32(o.logits.dim(1)),
+                         u32(o.ids.dim(1)),
+                         gating,
+                         o.normalize ? 1u : 0u,
+                         o.bias.valid() ? 1u : 0u,
+                         o.scale};
+    return t.writer.dispatch(Kernel::kMoeRoute, 0, {lw, bw, iw, ww}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.logits.dim(0)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  // Two dispatches per pass of rows: every (row, slot, hidden unit) into the scratch, then every (row, output) as
+  // the weighted sum over the row's slots. Each invocation reads its expert's rows (no grouping by expert).
+  Status operator()(const MoeExpertsOp& o) {
+    const bool fused = o.gate_up.valid();
+    const Tensor& gate = fused ? o.gate_up : o.gate;
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window iw, win(o.ids));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weights));
+    TS_ASSIGN_OR_RETURN(Window gw, win(gate));
+    TS_ASSIGN_OR_RETURN(Window uw, fused ? win(gate) : win(o.up));
+    TS_ASSIGN_OR_RETURN(Window dw, win(o.down));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    Window gbw = xw, ubw = xw, dbw = xw;  // bound but not read without biases
+    if (o.gate_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(gbw, win(o.gate_bias));
+    }
+    if (o.up_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(ubw, win(o.up_bias));
+    }
+    if (o.down_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(dbw, win(o.down_bias));
+    }
+    TS_ASSIGN_OR_RETURN(Window hw, t.scratch(scratch_bytes(gpu(), Op{o})));
+    const int64_t n = o.x.dim(0), dim = o.x.dim(1), k = o.ids.dim(1), experts = gate.dim(0);
+    const int64_t ff = fused ? gate.dim(1) / 2 : gate.dim(1), per = moe_rows_per_pass(gpu(), o);
+    // Bytes of one matrix row (a tensor's row_bytes() is a whole expert here).
+    const uint32_t gate_row = u32(static_cast<int64_t>(dtype_bytes(gate.dtype, static_cast<size_t>(dim))));
+    const uint32_t down_row = u32(static_cast<int64_t>(dtype_bytes(o.down.dtype, static_cast<size_t>(ff))));
+    const uint32_t act = o.act == Activation::kGeluTanh ? 1u : o.act == Activation::kSwigluOai ? 2u : 0u;
+    for (int64_t base = 0; base < n; base += per) {
+      const int64_t rows = std::min(per, n - base);
+      const MoeGateUpPush gp{off(xw, 4),
+                             off(iw, 4),
+                             gw.rel,
+                             fused ? gw.rel + u32(ff) * gate_row : uw.rel,
+                             o.gate_bias.valid() ? off(gbw, 4) : 0u,
+                             o.up_bias.valid() ? off(ubw, 4) : 0u,
+                             off(hw, 4),
+                             o.gate_bias.valid() ? 1u : 0u,
+                             o.up_bias.valid() ? 1u : 0u,
+                             u32(base),
+                             u32(rows),
+                             u32(k),
+                             u32(dim),
+                             u32(ff),
+                             u32(experts),
+                             u32((fused ? 2 : 1) * ff) * gate_row,
+                             gate_row,
+                             act,
+                             o.alpha,
+                             o.limit};
+      const uint64_t units = static_cast<uint64_t>(rows * k * ff);
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kMoeGateUp, dtype_code(gate.dtype),
+                                           {xw, iw, gw, uw, gbw, ubw, hw, t.error}, &gp, sizeof gp,
+                                           (units + kLinearWorkgroup - 1) / kLinearWorkgroup));
+      const MoeDownPush dp{off(hw, 4),
+                           off(iw, 4),
+                           off(ww, 4),
+                           dw.rel,
+                           o.down_bias.valid() ? off(dbw, 4) : 0u,
+                           off(ow, 4),
+                           o.down_bias.valid() ? 1u : 0u,
+                           u32(base),
+                           u32(rows),
+                           u32(k),
+                           u32(dim),
+                           u32(ff),
+                           u32(experts),
+                           u32(dim) * down_row,
+                           down_row};
+      const uint64_t outs = static_cast<uint64_t>(rows * dim);
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kMoeDown, dtype_code(o.down.dtype), {hw, iw, ww, dw, dbw, ow}, &dp,
+                                           sizeof dp, (outs + kLinearWorkgroup - 1) / kLinearWorkgroup));
+    }
+    return ok_status();
+  }
   Status operator()(const LayerNormOp&) { return unimplemented("vulkan has no layer_norm kernel"); }
   Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
   Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
   Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
-  Status operator()(const SplitHeadsOp&) { return unimplemented("vulkan has no split_heads kernel"); }
-  Status operator()(const CausalConv1dOp&) { return unimplemented("vulkan has no causal_conv1d kernel"); }
-  Status operator()(const GatedDeltaRuleOp&) { return unimplemented("vulkan has no gated_delta_rule kernel"); }
+  Status operator()(const SplitHeadsOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.b));
+    const SplitHeadsPush p{off(xw, 4), off(aw, 4), off(bw, 4), u32(o.a.dim(2)), u32(o.a.numel())};
+    return t.writer.dispatch(Kernel::kSplitHeads, 0, {xw, aw, bw}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const CausalConv1dOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weight));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const CausalConv1dPush p{off(xw, 4),      off(ww, 4),      off(sw, 4),           off(ow, 4),
+                             u32(o.x.dim(0)), u32(o.x.dim(1)), u32(o.weight.dim(1)), o.reset ? 1u : 0u};
+    return t.writer.dispatch(Kernel::kCausalConv1d, 0, {xw, ww, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.x.dim(1)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const GatedDeltaRuleOp& o) {
+    TS_ASSIGN_OR_RETURN(Window qw, win(o.qkv));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.alpha));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.beta));
+    TS_ASSIGN_OR_RETURN(Window dw, win(o.dt_bias));
+    TS_ASSIGN_OR_RETURN(Window gw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const int64_t hv = o.state.dim(0), s = o.state.dim(1);
+    const GatedDeltaRulePush p{off(qw, 4),     off(aw, 4),
+                               off(bw, 4),     off(dw, 4),
+                               off(gw, 4),     off(sw, 4),
+                               off(ow, 4),     u32(o.qkv.dim(0)),
+                               u32(hv),        u32(s),
+                               u32(o.k_heads), o.reset ? 1u : 0u,
+                               o.eps,          1.0f / std::sqrt(static_cast<float>(s))};
+    return t.writer.dispatch(Kernel::kGatedDeltaRule, 0, {qw, aw, bw, dw, gw, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(hv * s) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
 };
 
 }  // namespace
