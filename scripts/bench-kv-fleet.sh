@@ -54,7 +54,10 @@ wait_url() {  # log file -> the URL of its "listening on" line
 }
 
 has_pool=0
-"$B" serve --help | grep -q -- '--kv-pool-memory' && has_pool=1
+# Into a file first: `grep -q` in a pipe stops reading at the match, and under pipefail the writer's SIGPIPE would
+# count as "no pool".
+"$B" serve --help >"$tmp/serve-help.txt"
+grep -q -- '--kv-pool-memory' "$tmp/serve-help.txt" && has_pool=1
 
 model="$tmp/model.gguf"
 "$B" synth --shape stories15M --format gguf --dtype q8_0 --max-seq-len 4096 --seed 1 --out "$model" >/dev/null

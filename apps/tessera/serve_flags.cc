@@ -124,6 +124,12 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
                   "--kv-disk-size");
   cmd->add_option("--kv-disk-size", a->kv_disk_size_mib, "Disk space in MiB for --kv-disk-dir")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-pool-memory", a->kv_pool_memory_mib,
+                  "Host memory in MiB this node gives to the cluster KV pool: blocks it evicts are published there "
+                  "(link memory, indexed in --ctrl), and prefixes any node of the pool holds are loaded instead of "
+                  "computed (docs/kv.md); 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue, "Waiting requests before new ones get 429")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -206,10 +212,10 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   group_options(cmd, "Backend and engine",
                 {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
                  "--admission-gap-ms", "--max-queue"});
-  group_options(
-      cmd, "KV cache",
-      {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k", "--cache-type-v",
-       "--kv-cache-dtype", "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size"});
+  group_options(cmd, "KV cache",
+                {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k",
+                 "--cache-type-v", "--kv-cache-dtype", "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir",
+                 "--kv-disk-size", "--kv-pool-memory"});
   group_options(cmd, "Chat, tools and structured output",
                 {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
                  "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});

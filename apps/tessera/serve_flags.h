@@ -35,7 +35,8 @@ struct ServeArgs {
   double kv_host_memory_mib = 0;  // the host connector's host-memory tier (0 with no disk tier: no connector)
   std::string kv_disk_dir;
   double kv_disk_size_mib = 0;
-  int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
+  double kv_pool_memory_mib = 0;  // this node's share of the cluster KV pool (needs --ctrl); 0: no pool
+  int max_model_len = 0;          // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
   std::string reasoning_parser;                // empty: detected from the chat template

@@ -176,6 +176,9 @@ struct KvTierStats {
   uint64_t capacity_bytes = 0;  // 0: unbounded or not applicable
   uint64_t evicted_blocks = 0;  // dropped from this tier (moved down, or out)
   uint64_t failed_blocks = 0;   // found corrupt or unreadable on load: recomputed, never used
+  // A tier shared across nodes (the cluster pool): the blocks other nodes hold there that this node sees.
+  bool shared = false;
+  uint64_t peer_blocks = 0;
 };
 
 struct KvConnectorStats {

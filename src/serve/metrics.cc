@@ -58,6 +58,8 @@ struct Metrics::Impl {
   p::Family<p::Gauge>& tier_blocks = family_gauge("tessera_kv_tier_blocks", "Blocks a KV tier holds");
   p::Family<p::Gauge>& tier_bytes = family_gauge("tessera_kv_tier_bytes", "Bytes a KV tier holds");
   p::Family<p::Gauge>& tier_capacity = family_gauge("tessera_kv_tier_capacity_bytes", "A KV tier's capacity");
+  p::Family<p::Gauge>& tier_peer_blocks =
+      family_gauge("tessera_kv_tier_peer_blocks", "Blocks other nodes hold in a shared KV tier that this node sees");
   p::Family<p::Gauge>& tier_hit_rate =
       family_gauge("tessera_prefix_cache_tier_hit_rate", "Prompt tokens a cache tier supplied / looked-up tokens");
   p::Counter& kv_loaded;
@@ -314,6 +316,7 @@ std::string Metrics::render(const engine::EngineStats& s, const std::vector<engi
         impl_->tier_blocks.Add(l).Set(static_cast<double>(t.blocks));
         impl_->tier_bytes.Add(l).Set(static_cast<double>(t.bytes));
         impl_->tier_capacity.Add(l).Set(static_cast<double>(t.capacity_bytes));
+        if (t.shared) impl_->tier_peer_blocks.Add(l).Set(static_cast<double>(t.peer_blocks));
         if (!t.prefix_cache) continue;
         tier_hit_tokens += t.hit_tokens;
         impl_->tier_hit_rate.Add(impl_->tier_labels(c.connector, t.tier))

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/block_copy.h"
 #include "kv/host/block_store.h"
 #include "kv/host/disk_tier.h"
 #include "kv/registry.h"
@@ -93,7 +94,7 @@ class HostConnector final : public engine::KvConnector {
   std::atomic<engine::KvEventLog*> events_{nullptr};  // the engine's KV event log (set_event_log), or none
   std::unordered_map<engine::RequestId, std::shared_ptr<Load>> loads_;  // engine thread
   std::vector<std::shared_ptr<Load>> loading_now_;
-  std::vector<uint8_t> k_, v_;  // a layer's rows of the blocks being moved, reused
+  LayerRows rows_;  // a layer's rows of the blocks being moved, reused
   std::mutex done_mu_;
   std::vector<std::pair<std::shared_ptr<Load>, std::vector<std::shared_ptr<const HostBlock>>>> done_;  // GUARDED_BY
 
