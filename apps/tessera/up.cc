@@ -13,7 +13,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -118,8 +121,13 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
     }
   }
   std::fflush(stdout);
-  const std::string logs = fmt::format("{}/tessera-up-{}", std::filesystem::temp_directory_path().string(), getpid());
-  std::filesystem::create_directories(logs);
+    // A new folder each run (mkdtemp): a folder left by an earlier process with the same pid (killed before it
+  // cleaned up) must never hand this cluster its stale token or logs.
+  std::string logs_template =
+      fmt::format("{}/tessera-up-{}-XXXXXX", std::filesystem::temp_directory_path().string(), getpid());
+  if (mkdtemp(logs_template.data()) == nullptr)
+    return fail(fmt::format("cannot create the run folder {}: {}", logs_template, std::strerror(errno)));
+  const std::string logs = logs_template;
   // One credential per cluster: every child proves it to the others (control plane, /internal/pd, link).
   const std::string token_path = token_file.empty() ? logs + "/cluster-token" : token_file;
   auto token = token_file.empty() ? ClusterToken::create(token_path) : ClusterToken::load(token_path);
