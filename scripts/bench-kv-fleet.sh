@@ -145,10 +145,10 @@ for rep in $(seq "$REPEATS"); do
   done
 done
 
-python3 - "$OUT" "$NODES" "$KV_MIB" "$HOST_MIB" "$POOL_MIB" "$TENANTS" "$USERS" "$TURNS" "$SYSTEM" "$USER" "$OUTLEN" "$THINK" <<'PY'
+python3 - "$OUT" "$NODES" "$KV_MIB" "$HOST_MIB" "$DISK_MIB" "$POOL_MIB" "$TENANTS" "$USERS" "$TURNS" "$SYSTEM" "$USER" "$OUTLEN" "$THINK" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
-nodes, kv, host, pool, tenants, users, turns, system, user, outlen, think = sys.argv[2:13]
+nodes, kv, host, disk, pool, tenants, users, turns, system, user, outlen, think = sys.argv[2:14]
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
 ref = next(r for r in runs if r["config"] == "ref")
 names = {"a": "a: device cache, router history", "b": "b: + host/disk tiers", "c": "c: + cluster pool",
@@ -162,8 +162,8 @@ def spread(rs, k): return f"{min(x[k] for x in rs):.1f}-{max(x[k] for x in rs):.
 base = med(groups["a"], "ttft_p50_ms") if "a" in groups else None
 lines = [f"Multi-turn replay: {tenants} tenants x {users} users x {turns} turns, system prompt {system} tokens, user "
          f"messages {user}, replies {outlen}, think {think} s; {nodes} nodes (stories15M shape, Q8_0, cpu, 1 thread "
-         f"each), --kv-memory {kv} MiB per node, host tier {host} MiB, pool {pool} MiB. Medians of "
-         f"{len(groups.get('a', []))} alternating repeats, min-max in brackets.", "",
+         f"each), --kv-memory {kv} MiB per node, host tier {host} MiB, disk {disk} MiB, pool {pool} MiB. Medians of "
+         f"{max(len(g) for g in groups.values())} alternating repeats, min-max in brackets.", "",
          "| configuration | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | req/s | goodput req/s | hit rate | oracle | "
          "hit rate by tier | TTFT p50 vs a | replies = no-cache run |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 for cfg in sorted(groups):
@@ -173,11 +173,11 @@ for cfg in sorted(groups):
     for r in rs:
         for t, v in r["hit_rate_by_tier"].items(): tiers.setdefault(t, []).append(v)
     tier_text = ", ".join(f"{t} {statistics.median(v):.3f}" for t, v in tiers.items())
-    ratio = base / med(rs, "ttft_p50_ms") if base else float("nan")
+    ratio = f"{base / med(rs, 'ttft_p50_ms'):.2f}x" if base else "- (a not run)"
     lines.append(f"| {names.get(cfg, cfg)} | {med(rs, 'ttft_p50_ms'):.1f} ({spread(rs, 'ttft_p50_ms')}) | "
                  f"{med(rs, 'ttft_p99_ms'):.1f} | {med(rs, 'tpot_p50_ms'):.2f} | {med(rs, 'request_throughput'):.2f} | "
                  f"{med(rs, 'goodput') if rs[0]['goodput'] is not None else 0:.2f} | {med(rs, 'hit_rate'):.3f} | "
-                 f"{med(rs, 'oracle_hit_rate'):.3f} | {tier_text} | {ratio:.2f}x | {'yes' if same else 'NO'} |")
+                 f"{med(rs, 'oracle_hit_rate'):.3f} | {tier_text} | {ratio} | {'yes' if same else 'NO'} |")
 lines.append("")
 lines.append(f"No-cache reference: TTFT p50 {ref['ttft_p50_ms']:.1f} ms, {ref['completed']} turns.")
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
