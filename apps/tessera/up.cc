@@ -121,7 +121,7 @@ int run_up(const std::string& spec_path, int router_port_override, const std::st
     }
   }
   std::fflush(stdout);
-    // A new folder each run (mkdtemp): a folder left by an earlier process with the same pid (killed before it
+  // A new folder each run (mkdtemp): a folder left by an earlier process with the same pid (killed before it
   // cleaned up) must never hand this cluster its stale token or logs.
   std::string logs_template =
       fmt::format("{}/tessera-up-{}-XXXXXX", std::filesystem::temp_directory_path().string(), getpid());
