@@ -37,7 +37,6 @@ struct SynthArgs {
 // written straight to GGUF (model/synth_gemma4.h).
 int run_synth_gemma4(const SynthArgs& a) {
   if (a.format != "gguf") return fail(fmt::format("{} is written as GGUF only (--format gguf)", a.shape));
-  if (a.decisive) return fail("--decisive is not supported for gemma4 shapes (their classifier is tied)");
   auto shape = model::gemma4_shape(a.shape, a.small);
   if (!shape.ok()) return fail(shape.status().message());
   if (a.max_seq_len > 0) shape->max_seq_len = a.max_seq_len;
@@ -45,6 +44,7 @@ int run_synth_gemma4(const SynthArgs& a) {
     return fail(s.message());
   model::Gemma4WriteOptions o;
   o.rare_byte_tokens = a.rare_byte_tokens;
+  if (a.decisive) o.post_norm_scale = 0.25f;  // their classifier is tied: the residual leans on the embedding instead
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);
     if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16))

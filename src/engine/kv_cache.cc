@@ -39,9 +39,15 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
       cache->v_.emplace_back();
       continue;
     }
+    if (const int src = config.kv_source_layer(l); src != l) {  // gemma4: reads an earlier layer's K and V
+      cache->k_.push_back(cache->k_[static_cast<size_t>(src)]);
+      cache->v_.push_back(cache->v_[static_cast<size_t>(src)]);
+      continue;
+    }
     for (int kv = 0; kv < 2; ++kv) {
       ops::Tensor t(nullptr, 0, options.dtype,
-                    {options.num_blocks, options.block_tokens, config.n_kv_heads, config.head_dim});
+                    {options.num_blocks, options.block_tokens, config.n_kv_heads, config.layer_head_dim(l)});
+      cache->bytes_per_block_ += t.row_bytes();
       TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device.alloc(t.bytes()));
       t.buffer = buf.get();
       cache->buffers_.push_back(std::move(buf));
@@ -49,12 +55,6 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
     }
   }
   return cache;
-}
-
-size_t KvCache::bytes_per_block() const {
-  size_t bytes = 0;
-  for (const ops::Tensor& t : k_) bytes += t.valid() ? 2 * t.row_bytes() : 0;
-  return bytes;
 }
 
 ops::Tensor KvCache::conv_state(int layer, int slot) const {

@@ -45,8 +45,10 @@ class KvCache {
 
   int block_tokens() const { return options_.block_tokens; }
   int num_blocks() const { return options_.num_blocks; }
-  size_t bytes_per_block() const;
-  // A full-attention layer's K and V; an invalid (empty) tensor for a linear-attention layer, which has none.
+  // Device bytes of one block over every layer that holds K and V (a KV-sharing layer holds none).
+  size_t bytes_per_block() const { return bytes_per_block_; }
+  // A full-attention layer's K and V, [num_blocks, block_tokens, n_kv_heads, its head size]; an invalid (empty)
+  // tensor for a linear-attention layer, which has none; for a gemma4 KV-sharing layer, its source layer's.
   const ops::Tensor& k(int layer) const { return k_[static_cast<size_t>(layer)]; }
   const ops::Tensor& v(int layer) const { return v_[static_cast<size_t>(layer)]; }
   BlockManager& blocks() { return blocks_; }
@@ -83,6 +85,7 @@ class KvCache {
   EvictionHandler on_evict_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   std::vector<ops::Tensor> k_, v_;
+  size_t bytes_per_block_ = 0;
   int state_slots_ = 0;
   size_t state_bytes_ = 0;
   std::vector<ops::Tensor> conv_, recurrent_;  // per layer: [slots, K - 1, C], [slots, v_heads, S, S] (linear only)

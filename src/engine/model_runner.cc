@@ -91,6 +91,14 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
       if (config.rope_dims > 0 && !device.supports(rope).supported) out.push_back("partial rotary (rope rot_dims)");
     }
   }
+  if (config.per_layer_dim > 0 || config.layer_output_scale) {
+    auto fb = device.alloc(16);
+    if (fb.ok()) {
+      ops::Tensor x(fb->get(), 0, DType::kF32, {1, 4});
+      if (!device.supports(ops::ScaleOp{x, x, 0.5f}).supported)
+        out.push_back("gemma4 per-layer embeddings and output scales (scale)");
+    }
+  }
   if (config.attn_sinks) {
     // One query head over a one-block f32 cache, with a sink.
     const int64_t hd = config.head_dim;
@@ -112,11 +120,13 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
 
 Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config, DType dtype) {
   const DTypeInfo& info = dtype_info(dtype);
-  if (info.block_elems > 1 && config.head_dim % info.block_elems != 0) {
-    return invalid_argument(fmt::format(
-        "a {} KV cache stores each kv head's row as blocks of {} values, and this {} model's head_dim is {}: pick "
-        "f16, bf16 or f32 for it (llama.cpp refuses such a cache too)",
-        dtype_name(dtype), info.block_elems, config.arch, config.head_dim));
+  for (int hd : {config.head_dim, config.head_dim_sliding}) {
+    if (info.block_elems > 1 && hd > 0 && hd % info.block_elems != 0) {
+      return invalid_argument(fmt::format(
+          "a {} KV cache stores each kv head's row as blocks of {} values, and this {} model's head_dim is {}: pick "
+          "f16, bf16 or f32 for it (llama.cpp refuses such a cache too)",
+          dtype_name(dtype), info.block_elems, config.arch, hd));
+    }
   }
   // One query head over a one-block cache of the type, as decode runs it.
   const int64_t hd = config.head_dim;
@@ -211,15 +221,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
 
   bool dense_layers = false;
   for (int l = 0; l < config.n_layers; ++l) dense_layers |= config.layer_kind(l).ffn == model::FfnKind::kDense;
-  const int64_t n = options.max_batch_tokens, d = config.dim, h = dense_layers ? config.hidden_dim : 1;
+  // Attention and MLP activations at the widest layer's size; each layer views them at its own.
+  const int64_t n = options.max_batch_tokens, d = config.dim, h = dense_layers ? config.max_hidden_dim() : 1;
+  const int64_t hd = config.max_head_dim();
   Scratch& s = r->s_;
   TS_ASSIGN_OR_RETURN(s.x, r->alloc(DType::kF32, {n, d}));
   TS_ASSIGN_OR_RETURN(s.xb, r->alloc(DType::kF32, {n, d}));
   TS_ASSIGN_OR_RETURN(s.delta, r->alloc(DType::kF32, {n, d}));
-  TS_ASSIGN_OR_RETURN(s.q, r->alloc(DType::kF32, {n, config.n_heads, config.head_dim}));
-  TS_ASSIGN_OR_RETURN(s.k, r->alloc(DType::kF32, {n, config.n_kv_heads, config.head_dim}));
-  TS_ASSIGN_OR_RETURN(s.v, r->alloc(DType::kF32, {n, config.n_kv_heads, config.head_dim}));
-  TS_ASSIGN_OR_RETURN(s.att, r->alloc(DType::kF32, {n, config.n_heads, config.head_dim}));
+  TS_ASSIGN_OR_RETURN(s.q, r->alloc(DType::kF32, {n, config.n_heads, hd}));
+  TS_ASSIGN_OR_RETURN(s.k, r->alloc(DType::kF32, {n, config.n_kv_heads, hd}));
+  TS_ASSIGN_OR_RETURN(s.v, r->alloc(DType::kF32, {n, config.n_kv_heads, hd}));
+  TS_ASSIGN_OR_RETURN(s.att, r->alloc(DType::kF32, {n, config.n_heads, hd}));
   TS_ASSIGN_OR_RETURN(s.hb, r->alloc(DType::kF32, {n, h}));
   TS_ASSIGN_OR_RETURN(s.hb2, r->alloc(DType::kF32, {n, h}));
   r->logit_rows_ = n;
@@ -244,6 +256,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     r->scratch_buffers_.push_back(t->buffer);
   }
   TS_RETURN_IF_ERROR(r->alloc_hybrid_scratch());
+  TS_RETURN_IF_ERROR(r->alloc_gemma4_scratch());
   if (config.has_moe_layers()) {
     const int64_t experts = config.moe.n_experts, used = config.moe.n_experts_used;
     TS_ASSIGN_OR_RETURN(s.router_logits, r->alloc(DType::kF32, {n, experts}));
@@ -265,7 +278,7 @@ Result<ops::Tensor> ModelRunner::alloc(DType dtype, std::initializer_list<int64_
 
 Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, const std::string& name,
                                         std::vector<int64_t> shape, WeightUse use) {
-  const bool matrix = use != WeightUse::kOther;
+  const bool matrix = use == WeightUse::kMatrix || use == WeightUse::kExperts;
   TS_ASSIGN_OR_RETURN(const model::WeightTensor* w, weights.require(name, shape));
   ops::Tensor t(nullptr, 0, w->dtype, {});
   t.rank = static_cast<int>(shape.size());
@@ -288,9 +301,10 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
     }
   }
   std::vector<float> widened;
-  const bool runs = use == WeightUse::kExperts ? device_runs_experts(device_, t.dtype)
-                                               : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
-                                                                    name == "token_embd.weight" && !matrix);
+  const bool runs = use == WeightUse::kExperts
+                        ? device_runs_experts(device_, t.dtype)
+                        : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
+                                             (name == "token_embd.weight" && !matrix) || use == WeightUse::kTable);
   if (!runs) {
     // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
     // model from a GGUF or safetensors file still runs (at f32's memory cost).
@@ -313,7 +327,7 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   // A token reads n_experts_used of an expert tensor's n_experts matrices.
   if (use == WeightUse::kExperts) {
     streamed_bytes_ += t.bytes() / static_cast<size_t>(t.dim(0)) * static_cast<size_t>(config_.moe.n_experts_used);
-  } else if (name != "token_embd.weight" || matrix) {
+  } else if ((name != "token_embd.weight" || matrix) && use != WeightUse::kTable) {
     streamed_bytes_ += t.bytes();
   }
   if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
@@ -328,7 +342,7 @@ Result<ops::Tensor> ModelRunner::upload_optional(const model::ModelWeights& weig
 
 Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer& layer) {
   auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
-  const int64_t d = config_.dim, h = config_.hidden_dim;
+  const int64_t d = config_.dim, h = config_.layer_hidden_dim(l);
   layer.kind = config_.layer_kind(l);
   if (layer.kind.ffn == model::FfnKind::kDense) {
     TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
@@ -360,7 +374,8 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
   const model::ModelConfig& c = config_;
   if (lw.kind.ffn == model::FfnKind::kDense) {
     const ops::Activation act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
-    ops::Tensor hb = s_.hb.rows(0, n), hb2 = s_.hb2.rows(0, n);
+    ops::Tensor hb(s_.hb.buffer, s_.hb.offset, DType::kF32, {n, lw.hidden});
+    ops::Tensor hb2(s_.hb2.buffer, s_.hb2.offset, DType::kF32, {n, lw.hidden});
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_gate, hb}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_up, hb2}));
     TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
@@ -394,7 +409,7 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
 }
 
 Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
-  const int64_t d = config_.dim, q = config_.q_dim(), kv = config_.kv_dim();
+  const int64_t d = config_.dim;
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
   TS_ASSIGN_OR_RETURN(output_norm_, upload(weights, "output_norm.weight", {d}));
   // With tied embeddings the classifier is the matrix in the type upload_matrix() would give it: as stored, or
@@ -417,6 +432,10 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
   for (int l = 0; l < config_.n_layers; ++l) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
     Layer layer;
+    layer.head_dim = config_.layer_head_dim(l);
+    layer.hidden = config_.layer_hidden_dim(l);
+    layer.own_kv = config_.kv_source_layer(l) == l;
+    const int64_t q = config_.n_heads * layer.head_dim, kv = config_.n_kv_heads * layer.head_dim;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
     layer.kind = config_.layer_kind(l);
     if (layer.kind.attention == model::AttentionKind::kLinear) TS_RETURN_IF_ERROR(upload_linear(weights, l, layer));
@@ -424,19 +443,27 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
       // Qwen3.5's query projection gives each head its query and then its output gate.
       TS_ASSIGN_OR_RETURN(layer.wq,
                           upload_matrix(weights, name("attn_q.weight"), {config_.attn_output_gate ? 2 * q : q, d}));
-      TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
-      TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
       TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
-      TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
-      TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
+      if (layer.own_kv) {  // a gemma4 KV-sharing layer's file may hold K and V projections it never runs
+        TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
+        if (config_.arch == "gemma4" && weights.find(name("attn_v.weight")) == nullptr) {
+          layer.wv = layer.wk;  // llama.cpp's gemma4: a layer without v_proj uses K as V (then V is normed alone)
+        } else {
+          TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
+        }
+        TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
+        TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
+      }
       TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
       TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
       if (config_.attn_sinks) {
         TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
       }
       if (config_.qk_norm) {
-        TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
-        TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
+        TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {layer.head_dim}));
+        if (layer.own_kv) {
+          TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {layer.head_dim}));
+        }
       }
     }
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
@@ -445,6 +472,8 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
       TS_ASSIGN_OR_RETURN(layer.post_attn_norm, upload(weights, name("post_attention_norm.weight"), {d}));
       TS_ASSIGN_OR_RETURN(layer.post_ffw_norm, upload(weights, name("post_ffw_norm.weight"), {d}));
     }
+    if (config_.per_layer_dim > 0 || config_.layer_output_scale)
+      TS_RETURN_IF_ERROR(upload_gemma4_layer(weights, l, layer));
     layer.scores.scale = config_.attn_scale;
     layer.scores.softcap = config_.attn_softcap;
     layer.scores.window = config_.is_sliding_layer(l) ? config_.sliding_window : 0;
@@ -496,17 +525,23 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   if (encoder_) return forward_encoder(n, placed);
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
-  ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
-  ops::Tensor q2 = q.reshaped({n, c.q_dim()}), k2 = k.reshaped({n, c.kv_dim()}), v2 = v.reshaped({n, c.kv_dim()});
-  ops::Tensor att2 = att.reshaped({n, c.q_dim()});
   ops::Tensor positions = s_.positions.rows(0, n);
 
   const float emb_scale = c.embedding_scale > 0.0f ? c.embedding_scale : 1.0f;
   TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{token_embd_, s_.ids.rows(0, n), x, emb_scale}));
+  if (c.per_layer_dim > 0) TS_RETURN_IF_ERROR(run_per_layer_inputs(n));
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
     if (before_layer) TS_RETURN_IF_ERROR(before_layer(l));
+    // The attention activations at this layer's head size (gemma4's layers differ; the buffers fit the widest).
+    const int64_t hd = lw.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+    const ops::Tensor q(s_.q.buffer, s_.q.offset, DType::kF32, {n, c.n_heads, hd});
+    const ops::Tensor k(s_.k.buffer, s_.k.offset, DType::kF32, {n, c.n_kv_heads, hd});
+    const ops::Tensor v(s_.v.buffer, s_.v.offset, DType::kF32, {n, c.n_kv_heads, hd});
+    const ops::Tensor att(s_.att.buffer, s_.att.offset, DType::kF32, {n, c.n_heads, hd});
+    const ops::Tensor q2 = q.reshaped({n, qd}), k2 = k.reshaped({n, kvd}), v2 = v.reshaped({n, kvd});
+    const ops::Tensor att2 = att.reshaped({n, qd});
     if (lw.kind.attention == model::AttentionKind::kLinear) {
       TS_RETURN_IF_ERROR(run_linear_attention(lw, l, n, placed, xb, delta));
       if (after_layer) {
@@ -522,16 +557,24 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       } else {
         TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
       }
-      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
-      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
-      if (c.qk_norm) {  // per head, in place: rows of head_dim
-        ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
-        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
-        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
+      // A gemma4 KV-sharing layer computes only its queries; its K and V are its source layer's, in the cache.
+      if (lw.own_kv) {
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
       }
+      if (c.qk_norm) {  // per head, in place: rows of head_dim
+        ops::Tensor qh = q.reshaped({n * c.n_heads, hd}), kh = k.reshaped({n * c.n_kv_heads, hd});
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
+        if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
+      }
+      if (c.v_norm && lw.own_kv) {  // gemma4: V RMS-normed per head with no weight (ones)
+        ops::Tensor vh = v.reshaped({n * c.n_kv_heads, hd});
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{vh, ones_.rows(0, hd), vh, c.norm_eps}));
+      }
+      // (A sharing layer's k rows are stale scratch: the rotation turns them, nothing reads them.)
       TS_RETURN_IF_ERROR(
           run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale, c.rope_dims}));
-      TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
+      if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
       if (decodes > 0) {
         TS_RETURN_IF_ERROR(
             run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
@@ -549,7 +592,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
         TS_RETURN_IF_ERROR(after_layer(l));
       }
       if (c.attn_output_gate)
-        TS_RETURN_IF_ERROR(run(ops::SiluMulOp{gate.reshaped({n, c.q_dim()}), att2, att2, ops::Activation::kSigmoid}));
+        TS_RETURN_IF_ERROR(run(ops::SiluMulOp{gate.reshaped({n, qd}), att2, att2, ops::Activation::kSigmoid}));
       TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     }
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
@@ -557,7 +600,11 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_ffw_norm, delta, c.norm_eps}));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
-    TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
+    if (c.per_layer_dim > 0 || c.layer_output_scale) {
+      TS_RETURN_IF_ERROR(run_gemma4_layer_end(lw, l, n, next_norm));
+    } else {
+      TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
+    }
   }
   int64_t out_row = 0;
   if (decodes > 0) {

@@ -167,6 +167,15 @@ class ModelRunner {
     ops::Tensor w_qkv, w_z, w_beta, w_alpha, conv_w, dt_bias, ssm_a, ssm_norm, ssm_out;
     // Shared expert beside the routed ones (Qwen3.5-MoE): its MLP and its gate row [1, dim].
     ops::Tensor shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
+    // The layer's attention head size and MLP width (they differ between gemma4's layers); whether it writes K and V
+    // (a gemma4 KV-sharing layer attends over its source layer's, model::ModelConfig::kv_source_layer).
+    int64_t head_dim = 0, hidden = 0;
+    bool own_kv = true;
+    // gemma4 (model_runner_gemma4.cc): the per-layer embedding's slice of the table [vocab, P] and of the model
+    // projection [P, dim]; the gate [P, dim], projection [dim, P] and norm [dim] that add it after the MLP; the
+    // output scale (1: none).
+    ops::Tensor pl_table, pl_model_proj, pl_gate, pl_proj, pl_post_norm;
+    float out_scale = 1.0f;
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
@@ -176,6 +185,7 @@ class ModelRunner {
     ops::Tensor qg, gate;                                   // gated attention: [n, heads, 2 hd], [n, heads, hd]
     ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
     ops::Tensor sh_hb, sh_hb2, sh_out, sh_gate;             // shared expert: [n, ff] x2, [n, dim], [n, 1]
+    ops::Tensor ple, pl_hidden;                             // gemma4: [layers, n, P] (each layer's input), [n, P]
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -185,8 +195,9 @@ class ModelRunner {
   Status copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k, uint8_t* v);
   Status copy_state(const SequenceKv& seq, bool out, uint8_t* bytes);
   // kMatrix: a matmul weight; kExperts: the 3-D expert matrices of a MoE layer (both converted to
-  // RunnerOptions::weight_dtype when set, and re-laid by the device); kOther: norms, biases, the embedding.
-  enum class WeightUse { kOther, kMatrix, kExperts };
+  // RunnerOptions::weight_dtype when set, and re-laid by the device); kTable: an embedding table other than
+  // token_embd (gemma4's per-layer ones); kOther: norms, biases, the embedding.
+  enum class WeightUse { kOther, kMatrix, kExperts, kTable };
   Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape,
                              WeightUse use = WeightUse::kOther);
   // A weight matrix: uploaded in RunnerOptions::weight_dtype when that is set and possible.
@@ -204,6 +215,13 @@ class ModelRunner {
   Status alloc_hybrid_scratch();
   // out += sigmoid(in . gate_inp) * shared_expert(in), for n rows.
   Status run_shared_expert(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
+  // gemma4 (model_runner_gemma4.cc): layer l's per-layer embedding weights and output scale; the activations and
+  // the all-ones V norm weight; each layer's per-layer input from the scaled token embeddings in s_.x; and the end
+  // of layer l (from the post-MLP norm in delta to the next layer's normed input in xb).
+  Status upload_gemma4_layer(const model::ModelWeights& weights, int l, Layer& layer);
+  Status alloc_gemma4_scratch();
+  Status run_per_layer_inputs(int64_t n);
+  Status run_gemma4_layer_end(const Layer& lw, int l, int64_t n, const ops::Tensor& next_norm);
   // Per-pair inverse frequencies of Qwen3.5's M-RoPE for text positions (empty without sections).
   std::vector<float> mrope_frequencies() const;
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
@@ -241,6 +259,7 @@ class ModelRunner {
   std::unique_ptr<ops::Stream> stream_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   ops::Tensor token_embd_, output_norm_, classifier_;
+  ops::Tensor pl_proj_norm_, ones_;  // gemma4: the per-layer projection's norm [P]; ones [max head size] (V's norm)
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;

@@ -34,6 +34,11 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
         "with export_state / import_state)",
         out ? "export_kv" : "import_kv", layer, config_.arch));
   }
+  if (!config_.uniform_kv())
+    return unimplemented(
+        fmt::format("{}: this {} model's layers differ in K/V size or share K/V (gemma4); the wire "
+                    "rows [count][kv_dim] assume one kv_dim",
+                    out ? "export_kv" : "import_kv", config_.arch));
   const int bt = kv_->block_tokens();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
   if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||

@@ -36,7 +36,20 @@ std::string_view expert_gating_name(ExpertGating g) {
 }
 
 std::vector<std::string> supported_archs() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss", "bert", "qwen35", "qwen35moe"};
+  return {"llama", "qwen2",   "qwen3", "qwen3moe", "gemma2",    "gemma3",
+          "phi3",  "gpt-oss", "bert",  "qwen35",   "qwen35moe", "gemma4"};
+}
+
+int ModelConfig::max_hidden_dim() const {
+  int h = hidden_dim;
+  for (int v : layer_hidden_dims) h = std::max(h, v);
+  return h;
+}
+
+int ModelConfig::kv_source_layer(int layer) const {
+  const int first_shared = n_layers - shared_kv_layers;
+  if (shared_kv_layers <= 0 || layer < first_shared) return layer;
+  return first_shared - (is_sliding_layer(layer) ? 2 : 1);
 }
 
 bool ModelConfig::has_linear_layers() const { return linear_layer_count() > 0; }
@@ -104,9 +117,13 @@ Status apply_arch_features(ModelConfig& c) {
     c.attn_sinks = true;
     c.sliding_pattern = 2;
   }
-  const bool gemma = a == "gemma2" || a == "gemma3";
+  const bool gemma = a == "gemma2" || a == "gemma3" || a == "gemma4";
   c.post_norms = gemma;
   c.gelu_mlp = gemma;
+  c.qk_norm = c.qk_norm || a == "gemma4";
+  c.v_norm = a == "gemma4";
+  c.layer_output_scale = a == "gemma4";
+  if (a == "gemma4") c.attn_scale = 1.0f;  // llama.cpp's f_attention_scale: q and k are RMS-normed instead
   c.embedding_scale = gemma ? std::sqrt(static_cast<float>(c.dim)) : 0.0f;
   if (a == "gemma2") c.sliding_pattern = 2;
   if (a == "gemma3") c.sliding_pattern = 6;
@@ -138,15 +155,28 @@ int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t gated_q = c.attn_output_gate ? d * q : 0;
   const int64_t shared = c.moe.shared_expert_hidden_dim > 0 ? 3 * d * c.moe.shared_expert_hidden_dim + d : 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    total += c.layer_kind(l).attention == AttentionKind::kLinear ? linear_attention : attention + gated_q;
+    if (c.uniform_kv()) {
+      total += c.layer_kind(l).attention == AttentionKind::kLinear ? linear_attention : attention + gated_q;
+    } else {  // gemma4: heads of the layer's size; a KV-sharing layer still holds its q, o and norms
+      const int64_t lq = c.layer_q_dim(l), lkv = c.layer_kv_dim(l), hd = c.layer_head_dim(l);
+      const bool own = c.kv_source_layer(l) == l;
+      total += 2 * d + d * lq + lq * d + hd + 2 * d + (own ? 2 * d * lkv + hd : 0);
+    }
     if (c.layer_kind(l).ffn == FfnKind::kMoe) total += shared;
     total += c.layer_kind(l).ffn == FfnKind::kMoe
                  ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
                        (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
-                 : 3 * d * h;
+                 : 3 * d * static_cast<int64_t>(c.layer_hidden_dim(l));
+    if (c.per_layer_dim > 0) total += 2 * d * c.per_layer_dim + d;  // inp_gate, proj, post_norm
+    if (c.layer_output_scale) total += 1;
   }
   const int64_t emb = static_cast<int64_t>(c.vocab_size) * d;
-  return emb * (c.tied_embeddings ? 1 : 2) + total + d;
+  // Per-layer embeddings: the table [vocab, L x P], the projection [L x P, dim] and its norm [P].
+  const int64_t per_layer = c.per_layer_dim > 0 ? static_cast<int64_t>(c.n_layers) * c.per_layer_dim *
+                                                          (static_cast<int64_t>(c.vocab_size) + d) +
+                                                      c.per_layer_dim
+                                                : 0;
+  return emb * (c.tied_embeddings ? 1 : 2) + total + d + per_layer;
 }
 
 }  // namespace
@@ -203,6 +233,28 @@ Status ModelConfig::validate() const {
     if (la.v_heads % la.k_heads != 0)
       return invalid_argument(
           fmt::format("linear attention: {} value heads are not a multiple of {} key heads", la.v_heads, la.k_heads));
+  }
+  if (head_dim_sliding != 0 && (!in_range(head_dim_sliding, 2, 1024) || head_dim_sliding % 2 != 0))
+    return invalid_argument(fmt::format("sliding head_dim {} must be even and in [2, 1024]", head_dim_sliding));
+  if (!layer_hidden_dims.empty()) {
+    if (static_cast<int>(layer_hidden_dims.size()) != n_layers)
+      return invalid_argument(fmt::format("{} feed-forward widths for {} layers", layer_hidden_dims.size(), n_layers));
+    for (int v : layer_hidden_dims)
+      if (!in_range(v, 1, 1 << 18)) return invalid_argument(fmt::format("hidden_dim {} is out of range", v));
+  }
+  if (per_layer_dim < 0 || per_layer_dim > (1 << 16))
+    return invalid_argument(fmt::format("per-layer embedding width {} is out of range", per_layer_dim));
+  if (shared_kv_layers != 0) {
+    // llama.cpp's rule (its gemma4 KV cache): a sharing sliding layer reads layer n - shared - 2, a full one
+    // n - shared - 1; those must be layers of the same kind, or the shapes would not match.
+    const int first = n_layers - shared_kv_layers;
+    if (shared_kv_layers < 0 || first < 2)
+      return invalid_argument(
+          fmt::format("{} KV-sharing layers of {} leave fewer than 2 with their own KV", shared_kv_layers, n_layers));
+    for (int l = first; l < n_layers; ++l)
+      if (is_sliding_layer(kv_source_layer(l)) != is_sliding_layer(l))
+        return invalid_argument(
+            fmt::format("KV-sharing layer {} would read layer {}, which is of the other kind", l, kv_source_layer(l)));
   }
   if (rope_dims < 0 || rope_dims > head_dim || rope_dims % 2 != 0)
     return invalid_argument(

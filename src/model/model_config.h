@@ -28,6 +28,13 @@
 //                             positions are plain rotate-half); qwen35moe's experts add a shared expert whose
 //                             output is scaled by sigmoid(x . ffn_gate_inp_shexp); the pre-FFN norm is again named
 //                             post_attention_norm in files
+//   gemma4 (E2B / E4B)        gemma3's block with per-layer attention geometry: sliding layers have heads of
+//                             head_dim_sliding, full layers of head_dim (and "proportional" rotary through
+//                             rope_freqs.weight); the last shared_kv_layers layers read the K and V of the last
+//                             earlier layer of their kind instead of writing their own; V is RMS-normed without a
+//                             weight; attention scale 1; layers may differ in MLP width (layer_hidden_dims); after
+//                             the MLP each layer adds a gated projection of its per-layer embedding (per_layer_dim)
+//                             and multiplies its output by blk.N.layer_output_scale
 // What each layer holds is data too (LayerKind): its attention (full softmax attention, or gated delta-net linear
 // attention with a recurrent state) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
 // `moe` describes). The runner dispatches on the kind, so a hybrid model is a list of kinds, not a new family.
@@ -35,6 +42,7 @@
 // (w - 1) and are shifted at load and on write.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -152,6 +160,13 @@ struct ModelConfig {
   int rope_dims = 0;                // > 0: only the first rope_dims of each head rotate (partial rotary)
   std::vector<int> rope_sections;   // M-RoPE sections (qwen35: 4 values), empty otherwise
   LinearAttentionConfig linear;     // the kLinear layers' shape
+  // Gemma 4 (see the header comment); all off elsewhere.
+  int head_dim_sliding = 0;            // > 0: head size of the sliding layers (head_dim is the full layers')
+  std::vector<int> layer_hidden_dims;  // empty: every layer hidden_dim wide; else one width per layer
+  int shared_kv_layers = 0;            // the last this many layers reuse earlier layers' K and V
+  int per_layer_dim = 0;               // > 0: per-layer embeddings of this width
+  bool v_norm = false;                 // V is RMS-normed per head, without a weight
+  bool layer_output_scale = false;     // blk.N.layer_output_scale.weight [1] multiplies each layer's output
 
   MoeConfig moe;  // the experts of kMoe layers
   // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;
@@ -174,6 +189,23 @@ struct ModelConfig {
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  // Per layer (they equal head_dim, q_dim(), kv_dim() and hidden_dim except in gemma4).
+  int layer_head_dim(int layer) const {
+    return head_dim_sliding > 0 && is_sliding_layer(layer) ? head_dim_sliding : head_dim;
+  }
+  int layer_q_dim(int layer) const { return n_heads * layer_head_dim(layer); }
+  int layer_kv_dim(int layer) const { return n_kv_heads * layer_head_dim(layer); }
+  int layer_hidden_dim(int layer) const {
+    return layer_hidden_dims.empty() ? hidden_dim : layer_hidden_dims[static_cast<size_t>(layer)];
+  }
+  int max_head_dim() const { return std::max(head_dim, head_dim_sliding); }
+  int max_hidden_dim() const;
+  // The layer whose K and V `layer` attends over: itself, or for the last shared_kv_layers layers llama.cpp's
+  // choice, the last layer before them of the same kind (sliding or full).
+  int kv_source_layer(int layer) const;
+  // Every layer has K and V of its own, all kv_dim() wide: what KV export / import (PD, KV connectors) and the
+  // solver's and budget's per-token sizes assume.
+  bool uniform_kv() const { return head_dim_sliding <= 0 && shared_kv_layers == 0; }
   bool is_sliding_layer(int layer) const {
     if (sliding_window <= 0 || sliding_pattern <= 0) return false;
     return sliding_pattern == 1 || layer % sliding_pattern < sliding_pattern - 1;

@@ -78,6 +78,7 @@ Result<Gemma4Shape> gemma4_shape(const std::string& name, bool small) {
     return invalid_argument(
         fmt::format("unknown gemma4 shape '{}' (known: {})", name, fmt::join(gemma4_shape_names(), ", ")));
   }
+  s.shared_kv_share = static_cast<double>(s.shared_kv_layers) / s.n_layers;
   if (small) {
     const int layers = std::min(s.n_layers, 6);
     const int shared = s.shared_kv_layers;
@@ -96,9 +97,11 @@ Result<Gemma4Shape> gemma4_shape(const std::string& name, bool small) {
 Status resize_gemma4_shape(Gemma4Shape& s, int layers, int dim, int hidden_dim, int sliding_window) {
   if (layers > 0) {
     // Keep the published share of KV-sharing layers, but never share away the first full period.
-    const int shared = static_cast<int>(std::lround(static_cast<double>(s.shared_kv_layers) * layers / s.n_layers));
+    const int shared = static_cast<int>(std::lround(s.shared_kv_share * layers));
     s.n_layers = layers;
     s.shared_kv_layers = std::clamp(shared, 0, std::max(0, layers - s.swa_period));
+    const int first = (layers - s.shared_kv_layers + s.swa_period - 1) / s.swa_period * s.swa_period;
+    s.shared_kv_layers = std::max(0, layers - first);
   }
   if (dim > 0) {
     if (dim % s.head_dim_swa != 0)
@@ -308,6 +311,9 @@ Status write_gemma4_gguf(const Gemma4Shape& s, uint64_t seed, const Gemma4WriteO
     } else {
       for (size_t i = 0; i < n; ++i) v[i] = (sp.init == kNorm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
     }
+    if (sp.name.ends_with("post_attention_norm.weight") || sp.name.ends_with("post_ffw_norm.weight") ||
+        sp.name.ends_with(".post_norm.weight"))
+      for (float& x : v) x *= options.post_norm_scale;
     if (options.rare_byte_tokens && sp.name == "token_embd.weight")
       for (int64_t row = kFirstByteToken; row < kFirstByteToken + 256; ++row)
         for (int64_t k = 0; k < d; ++k) v[static_cast<size_t>(row * d + k)] *= 0.1f;

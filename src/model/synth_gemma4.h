@@ -30,6 +30,7 @@ struct Gemma4Shape {
   bool double_wide_shared = false;  // layers that reuse KV have an MLP twice as wide (E2B)
   int per_layer_dim = 0;            // width of the per-layer embeddings; 0: none
   int shared_kv_layers = 0;         // the last this many layers reuse the KV of earlier layers
+  double shared_kv_share = 0.0;     // the published shape's share of them, which resizing keeps
   int sliding_window = 0;
   int swa_period = 0;  // layer l attends fully when l % swa_period == swa_period - 1, else slides
   int vocab_size = 0;
@@ -52,9 +53,11 @@ bool is_gemma4_shape(const std::string& name);
 // The published shape, or at test size (`small`: dim 64, 2 heads, head sizes 32 (sliding) and 64 (full), vocab
 // 512, at most 6 layers, window 8, per-layer embeddings of 16, 8 experts of 128 with 2 per token).
 Result<Gemma4Shape> gemma4_shape(const std::string& name, bool small);
-// Sets the layer count (> 0), keeping the layer pattern and the share of KV-sharing layers (at least one full
-// period of layers keeps its own KV); dim / hidden_dim (> 0) as `tessera synth --dim/--hidden-dim`: heads follow
-// dim at the shape's sliding head size; sliding_window >= 0 sets the window.
+// Sets the layer count (> 0), keeping the layer pattern and the published share of KV-sharing layers (at least one
+// full period of layers keeps its own KV, and the sharing starts at a period's first layer, so that the layers before
+// it are the sliding and the full layer llama.cpp's gemma4 KV cache has the sharing layers read); dim / hidden_dim (>
+// 0) as `tessera synth --dim/--hidden-dim`: heads follow dim at the shape's sliding head size; sliding_window >= 0 sets
+// the window.
 Status resize_gemma4_shape(Gemma4Shape& s, int layers, int dim, int hidden_dim, int sliding_window);
 
 // A Gemma 4 style vocabulary of `n` tokens: <pad> <eos> <bos> <unk> <|turn> <turn|> (ids 0-5), the 256 byte
@@ -64,7 +67,11 @@ Vocab synthesize_gemma4_vocab(int n, uint64_t seed);
 struct Gemma4WriteOptions {
   DType matrix_dtype = DType::kF32;  // f32, f16 or bf16 (norms, scales and the router stay f32)
   bool rare_byte_tokens = false;     // the byte tokens' classifier rows a tenth as large (valid UTF-8 text)
-  std::string chat_template;         // tokenizer.chat_template when not empty
+  // The norms after attention, the MLP and the per-layer projection at `post_norm_scale` of their random values: the
+  // residual stream then leans on the token embedding, and the tied classifier has clearer winners than the
+  // near-uniform logits of a deep random model (whose near ties two engines' roundings tip differently).
+  float post_norm_scale = 1.0f;
+  std::string chat_template;  // tokenizer.chat_template when not empty
 };
 Status write_gemma4_gguf(const Gemma4Shape& shape, uint64_t seed, const Gemma4WriteOptions& options,
                          const std::string& path);

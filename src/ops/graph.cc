@@ -43,7 +43,7 @@ void for_each_tensor(Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
           f(o.q), f(o.k), f(o.v), f(o.out);
         } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
-                             std::is_same_v<T, PoolOp>) {
+                             std::is_same_v<T, ScaleOp> || std::is_same_v<T, PoolOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           f(o.logits), f(o.ids), f(o.weights), f(o.bias);

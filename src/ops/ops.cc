@@ -154,7 +154,8 @@ std::string_view op_name(const Op& op) {
                                                 "pool",
                                                 "split_heads",
                                                 "causal_conv1d",
-                                                "gated_delta_rule"};
+                                                "gated_delta_rule",
+                                                "scale"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -262,6 +263,9 @@ Status validate(const Op& op) {
           if (!per_row) c.same_shape(o.gate, "gate", o.up, "up");
           c.require(o.act != Activation::kSwigluOai && o.act != Activation::kGeluErf,
                     "silu_mul takes silu, gelu_tanh or sigmoid (swiglu_oai is moe_experts', gelu_erf activation's)");
+        } else if constexpr (std::is_same_v<T, ScaleOp>) {
+          c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+          c.same_shape(o.x, "x", o.out, "out").require(std::isfinite(o.scale), "scale must be finite");
         } else if constexpr (std::is_same_v<T, AddOp>) {
           c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
           c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");

@@ -185,6 +185,13 @@ struct ActivationOp {
   Activation act = Activation::kGeluErf;
 };
 
+// out = x * scale, elementwise (out may alias x).  x, out f32 of any shape. Gemma 4 scales its per-layer embedding
+// inputs and each layer's output by constants.
+struct ScaleOp {
+  Tensor x, out;
+  float scale = 1.0f;
+};
+
 // Non-causal (bidirectional) attention over the n tokens of ONE sequence: every query attends to all n keys,
 // those after it included; no KV cache (an encoder computes a whole input in one step). q [n, n_heads, head_dim],
 // k, v [n, n_kv_heads, head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). Scores are
@@ -234,13 +241,14 @@ struct GatedDeltaRuleOp {
   bool reset = false;
 };
 
-using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
-                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp, LayerNormOp,
-                        ActivationOp, AttentionNonCausalOp, PoolOp, SplitHeadsOp, CausalConv1dOp, GatedDeltaRuleOp>;
+using Op =
+    std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
+                 MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp, LayerNormOp, ActivationOp,
+                 AttentionNonCausalOp, PoolOp, SplitHeadsOp, CausalConv1dOp, GatedDeltaRuleOp, ScaleOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
 // "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
-// "attention_noncausal", "pool", "split_heads", "causal_conv1d", "gated_delta_rule".
+// "attention_noncausal", "pool", "split_heads", "causal_conv1d", "gated_delta_rule", "scale".
 std::string_view op_name(const Op& op);
 
 // InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is

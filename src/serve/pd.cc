@@ -452,6 +452,11 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
       !options.prefill_from_router) {
     return invalid_argument("a decode node needs --prefill-nodes URL[,URL...] (or --ctrl, where a router names them)");
   }
+  if (!engine.config().uniform_kv())
+    return unimplemented(fmt::format(
+        "prefill/decode disaggregation: this {} model's layers differ in K/V size or read other layers' K/V (gemma4), "
+        "and the PD wire layout carries one kv_dim for every layer",
+        engine.config().arch));
   auto impl = std::make_unique<Impl>(engine, options);
   kv::PdLinkOptions lo;
   lo.decode = role == api::NodeRole::kDecode || options.switchable;

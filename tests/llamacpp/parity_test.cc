@@ -106,6 +106,12 @@ const std::vector<ParityShape> kShapes = {
     // Qwen3.5 at --small: a gated delta-net layer (recurrent state) then a gated full-attention layer.
     {"qwen35_0_8b", "qwen3.5-0.8b", 2, "f32", kSmall256, 1.0, {"F16", "Q8_0", "Q4_K_M"}},
     {"qwen35moe_35b_a3b", "qwen3.5-35b-a3b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M"}},
+    // Gemma 4's dense layout (E2B) at --small, 10 layers: sliding layers of head size 32 and full ones of 64, five
+    // layers reading earlier layers' KV (sliding and full), the double-wide MLP there, per-layer embeddings of 16
+    // and output scales. Its classifier is tied: --decisive instead writes its post norms at a quarter, so that ten
+    // layers of random updates do not flatten the logits into near ties (3 of 8 identical at f32 without it, every
+    // difference a near tie of about 1e-4).
+    {"gemma4_e2b", "gemma4-e2b", 10, "f32", kSmall256, 1.0, {"F16", "Q8_0", "Q4_K_M"}},
 };
 // clang-format on
 

@@ -90,7 +90,7 @@ TEST(SynthGemma4, WritesTheKeysAndTensorsLlamaCppReads) {
   EXPECT_EQ(f[7], 1.0f);  // 64 * 0.25 / 2 = 8 rotated pairs
   EXPECT_EQ(f[8], 1e30f);
 
-  // Tessera reads its vocabulary and refuses to compute the model, by name.
+  // Tessera reads its vocabulary and refuses to compute the mixture-of-experts variant, naming what it lacks.
   auto tok = load_gguf_tokenizer(path);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const std::string text = "Hi there,\n\n  caf\xC3\xA9!";
@@ -100,7 +100,39 @@ TEST(SynthGemma4, WritesTheKeysAndTensorsLlamaCppReads) {
   EXPECT_EQ((*tok)->decode(ids), text);
   auto m = load_model(path);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("'gemma4'"), std::string::npos) << m.status().to_string();
+  EXPECT_NE(m.status().message().find("gemma4's mixture-of-experts layers"), std::string::npos)
+      << m.status().to_string();
+}
+
+// The dense variant loads: its per-layer geometry as llama.cpp's gemma4 loader reads it.
+TEST(SynthGemma4, DenseFileLoadsWithItsPerLayerGeometry) {
+  auto s = gemma4_shape("gemma4-e2b", true);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(resize_gemma4_shape(*s, 10, 0, 0, -1).ok());
+  const std::string path = testing::scratch_dir() + "/e2b.gguf";
+  ASSERT_TRUE(write_gemma4_gguf(*s, 3, {}, path).ok());
+  auto m = load_model(path);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "gemma4");
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.head_dim_sliding, 32);
+  EXPECT_EQ(c.sliding_pattern, 5);
+  EXPECT_EQ(c.layer_head_dim(0), 32);
+  EXPECT_EQ(c.layer_head_dim(4), 64);
+  EXPECT_EQ(c.shared_kv_layers, 5);
+  EXPECT_FALSE(c.uniform_kv());
+  EXPECT_EQ(c.kv_source_layer(4), 4);
+  EXPECT_EQ(c.kv_source_layer(5), 3);  // sliding: the last sliding layer with its own KV
+  EXPECT_EQ(c.kv_source_layer(9), 4);  // full: the last full one
+  EXPECT_EQ(c.layer_hidden_dim(4), 128);
+  EXPECT_EQ(c.layer_hidden_dim(5), 256);  // double-wide where KV is shared
+  EXPECT_EQ(c.per_layer_dim, 16);
+  EXPECT_TRUE(c.v_norm && c.qk_norm && c.post_norms && c.layer_output_scale);
+  EXPECT_EQ(c.attn_scale, 1.0f);
+  EXPECT_EQ(c.final_softcap, 30.0f);
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  EXPECT_EQ(c.rope_theta_sliding, 1e4f);
 }
 
 TEST(SynthGemma4, VocabularyMergesReachEveryPiece) {

@@ -413,6 +413,10 @@ void add_rows(std::vector<Case>& cases) {
                            return AddOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special)),
                                         e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width})};
                          }});
+        cases.push_back({"scale", DType::kF32, shape, kExact, false, [=](CaseEnv& e) -> Op {
+                           return ScaleOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special)),
+                                          e.output(DType::kF32, {n, width}), 0.70710678f};
+                         }});
       }
     }
     for (int64_t m : {1, 2, 100, 512, 32000}) {

@@ -136,6 +136,8 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(silu_mul);
         } else if constexpr (std::is_same_v<T, AddOp>) {
           TS_CPU_CALL(add);
+        } else if constexpr (std::is_same_v<T, ScaleOp>) {
+          TS_CPU_CALL(scale);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           TS_CPU_CALL(softmax);
         } else if constexpr (std::is_same_v<T, LayerNormOp>) {

@@ -53,6 +53,7 @@ T* data(const Tensor& t) {
   Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);                     \
   Status silu_mul(const SiluMulOp& op, const Ctx& ctx);                         \
   Status add(const AddOp& op, const Ctx& ctx);                                  \
+  Status scale(const ScaleOp& op, const Ctx& ctx);                              \
   Status softmax(const SoftmaxOp& op, const Ctx& ctx);                          \
   Status argmax(const ArgmaxOp& op, const Ctx& ctx);                            \
   Status layer_norm(const LayerNormOp& op, const Ctx& ctx);                     \

@@ -185,6 +185,14 @@ Status add(const AddOp& op, const Ctx& ctx) {
   return ok_status();
 }
 
+Status scale(const ScaleOp& op, const Ctx& ctx) {
+  const auto* x = data<const float>(op.x);
+  auto* out = data<float>(op.out);
+  const int64_t n = op.x.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * op.scale;
+  return ok_status();
+}
+
 Status softmax(const SoftmaxOp& op, const Ctx& ctx) {
   const int64_t rows = op.x.dim(0), m = op.x.dim(1);
   parallel_for(

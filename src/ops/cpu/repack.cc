@@ -263,7 +263,7 @@ Status check_unpacked_operands(const Op& op) {
         } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
           any(o.q, o.k, o.v, o.out);
         } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
-                             std::is_same_v<T, PoolOp>) {
+                             std::is_same_v<T, PoolOp> || std::is_same_v<T, ScaleOp>) {
           any(o.x, o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           any(o.logits, o.ids, o.weights, o.bias);

@@ -83,6 +83,7 @@ Support capability(const Op& op) {
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("cuda has no layer_norm, activation, attention_noncausal or pool kernel");
+  if (std::holds_alternative<ScaleOp>(op)) return Support::no("cuda has no scale kernel (gemma4)");
   return Support::yes();
 }
 
@@ -322,6 +323,7 @@ class CudaStream final : public Stream {
   Status enqueue(const ActivationOp&) { return unimplemented("cuda: activation"); }
   Status enqueue(const AttentionNonCausalOp&) { return unimplemented("cuda: attention_noncausal"); }
   Status enqueue(const PoolOp&) { return unimplemented("cuda: pool"); }
+  Status enqueue(const ScaleOp&) { return unimplemented("cuda: scale"); }
   Status enqueue(const ArgmaxOp& o) {
     if (o.x.dim(0) == 0) return ok_status();
     return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));

@@ -109,6 +109,7 @@ Support capability(const Op& op) {
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("opencl has no layer_norm, activation, attention_noncausal or pool kernel");
+  if (std::holds_alternative<ScaleOp>(op)) return Support::no("opencl has no scale kernel (gemma4)");
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
     return Support::no("opencl attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
@@ -495,6 +496,7 @@ class ClStream final : public Stream {
   Status enqueue(const ActivationOp&) { return unimplemented("opencl: activation"); }
   Status enqueue(const AttentionNonCausalOp&) { return unimplemented("opencl: attention_noncausal"); }
   Status enqueue(const PoolOp&) { return unimplemented("opencl: pool"); }
+  Status enqueue(const ScaleOp&) { return unimplemented("opencl: scale"); }
   Status enqueue(const ArgmaxOp& o) {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));

@@ -23,6 +23,13 @@ Status run_add(const AddOp& op) {
   return ok_status();
 }
 
+Status run_scale(const ScaleOp& op) {
+  const auto* x = data<const float>(op.x);
+  auto* out = data<float>(op.out);
+  for (int64_t i = 0, n = op.x.numel(); i < n; ++i) out[i] = x[i] * op.scale;
+  return ok_status();
+}
+
 Status run_softmax(const SoftmaxOp& op) {
   const int64_t rows = op.x.dim(0), m = op.x.dim(1);
   for (int64_t r = 0; r < rows; ++r) {

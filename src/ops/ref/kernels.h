@@ -49,6 +49,7 @@ Status run_attention_decode(const AttentionDecodeOp& op);
 Status run_matmul(const MatMulOp& op);
 Status run_silu_mul(const SiluMulOp& op);
 Status run_add(const AddOp& op);
+Status run_scale(const ScaleOp& op);
 Status run_softmax(const SoftmaxOp& op);
 Status run_argmax(const ArgmaxOp& op);
 Status run_layer_norm(const LayerNormOp& op);

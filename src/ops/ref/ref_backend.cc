@@ -39,6 +39,8 @@ class RefStream final : public Stream {
             return run_silu_mul(o);
           else if constexpr (std::is_same_v<T, AddOp>)
             return run_add(o);
+          else if constexpr (std::is_same_v<T, ScaleOp>)
+            return run_scale(o);
           else if constexpr (std::is_same_v<T, SoftmaxOp>)
             return run_softmax(o);
           else if constexpr (std::is_same_v<T, LayerNormOp>)

@@ -48,7 +48,8 @@ void for_each_tensor(const Op& op, F&& f) {
           f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
         } else if constexpr (std::is_same_v<T, LayerNormOp>) {
           f(o.x), f(o.weight), f(o.bias), f(o.out);
-        } else if constexpr (std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp>) {
+        } else if constexpr (std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp> ||
+                             std::is_same_v<T, ScaleOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
           f(o.q), f(o.k), f(o.v), f(o.out);
@@ -156,6 +157,7 @@ Support capability(const Gpu& gpu, const Op& op) {
   if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
+  if (std::holds_alternative<ScaleOp>(op)) return Support::no("vulkan has no scale kernel (gemma4)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -498,6 +500,7 @@ struct Encoder {
   Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
   Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
   Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
+  Status operator()(const ScaleOp&) { return unimplemented("vulkan has no scale kernel"); }
   Status operator()(const SplitHeadsOp& o) {
     TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
     TS_ASSIGN_OR_RETURN(Window aw, win(o.a));

@@ -33,6 +33,58 @@ Result<float> get_float_or(const GgufContents& c, const std::string& key, float 
   return static_cast<float>(v);
 }
 
+// A key llama.cpp reads with get_key_or_arr: one value, or one per layer. Arrays are accepted only where `per_layer`
+// is given (which then holds them); a scalar leaves it empty.
+Result<int> get_dim_or_layers(const GgufContents& c, const std::string& key, int n_layers,
+                              std::vector<int>* per_layer) {
+  const GgufValue* v = c.find(key);
+  if (v == nullptr || v->type != GgufType::kArray) return get_dim(c, key);
+  if (per_layer == nullptr)
+    return unimplemented(fmt::format("GGUF {} holds one value per layer, which is not supported here", key));
+  if (v->ints.size() != static_cast<size_t>(n_layers))
+    return invalid_argument(fmt::format("GGUF {} holds {} values for {} layers", key, v->ints.size(), n_layers));
+  per_layer->clear();
+  for (int64_t x : v->ints) {
+    if (x < 0 || x > (int64_t{1} << 30)) return invalid_argument(fmt::format("GGUF {} holds {}", key, x));
+    per_layer->push_back(static_cast<int>(x));
+  }
+  return per_layer->front();
+}
+
+// Gemma 4's keys (llama.cpp's gemma4 loader): the sliding layers as a per-layer bool array, which Tessera holds as a
+// period; their head size and rotary base; the KV-sharing layers; the per-layer embeddings' width; the soft-cap.
+Status read_gemma4_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string a = cfg.arch + ".";
+  TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim(c, a + "attention.sliding_window"));
+  TS_ASSIGN_OR_RETURN(cfg.final_softcap, get_float_or(c, a + "final_logit_softcapping", 0.0f));
+  TS_ASSIGN_OR_RETURN(cfg.rope_theta_sliding, get_float_or(c, a + "rope.freq_base_swa", cfg.rope_theta));
+  TS_ASSIGN_OR_RETURN(cfg.head_dim_sliding, get_dim(c, a + "attention.key_length_swa"));
+  TS_ASSIGN_OR_RETURN(int v_swa, get_dim_or(c, a + "attention.value_length_swa", cfg.head_dim_sliding));
+  TS_ASSIGN_OR_RETURN(int rope_swa, get_dim_or(c, a + "rope.dimension_count_swa", cfg.head_dim_sliding));
+  if (v_swa != cfg.head_dim_sliding || rope_swa != cfg.head_dim_sliding)
+    return unimplemented(fmt::format("gemma4 sliding layers with value heads of {} or rotary over {} of {} dimensions",
+                                     v_swa, rope_swa, cfg.head_dim_sliding));
+  TS_ASSIGN_OR_RETURN(cfg.shared_kv_layers, get_dim_or(c, a + "attention.shared_kv_layers", 0));
+  TS_ASSIGN_OR_RETURN(cfg.per_layer_dim, get_dim(c, a + "embedding_length_per_layer_input"));
+  const GgufValue* pattern = c.find(a + "attention.sliding_window_pattern");
+  if (pattern == nullptr || pattern->type != GgufType::kArray ||
+      pattern->ints.size() != static_cast<size_t>(cfg.n_layers))
+    return invalid_argument(fmt::format("GGUF {}attention.sliding_window_pattern needs one bool per layer", a));
+  // Tessera's sliding layers repeat with a period whose last layer attends fully: find it, or refuse the layout.
+  cfg.sliding_pattern = 0;
+  for (int period = 1; period <= cfg.n_layers + 1 && cfg.sliding_pattern == 0; ++period) {
+    cfg.sliding_pattern = period;
+    for (int l = 0; l < cfg.n_layers; ++l)
+      if ((pattern->ints[static_cast<size_t>(l)] != 0) != cfg.is_sliding_layer(l)) cfg.sliding_pattern = 0;
+  }
+  if (cfg.sliding_pattern == 0)
+    return unimplemented(
+        fmt::format("GGUF {}attention.sliding_window_pattern is not a repeating run of sliding "
+                    "layers closed by one full layer",
+                    a));
+  return ok_status();
+}
+
 // Soft-capping, sliding windows, the attention scale and Gemma 3's second rotary base, with llama.cpp's
 // defaults where its converter leaves a key out.
 Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
@@ -56,6 +108,7 @@ Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
             fmt::format("GGUF {}.rope.freq_base_swa {} differs from rope.freq_base {}", a, swa_base, cfg.rope_theta));
     }
   }
+  if (a == "gemma4") return read_gemma4_keys(c, cfg);
   if (cfg.sliding_window > 0 && c.find(a + ".attention.sliding_window_pattern")) {
     const GgufValue* v = c.find(a + ".attention.sliding_window_pattern");
     if (v->type == GgufType::kArray)
@@ -83,6 +136,12 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
       return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
     return ok_status();
   }
+  if (a == "gemma4")
+    return unimplemented(fmt::format(
+        "GGUF gemma4.expert_count {}: gemma4's mixture-of-experts layers (26B-A4B: a dense MLP beside GELU experts, "
+        "three more norms, a router on rms_norm(x) / sqrt(dim) x ffn_gate_inp.scale, per-expert output scales "
+        "ffn_down_exps.scale) are not supported; the dense gemma4 (E2B, E4B) is",
+        experts));
   if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
     return unimplemented(
         fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a, experts, a));
@@ -273,15 +332,30 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
   const std::string& a = *arch;
   Status st = [&]() -> Status {
     TS_ASSIGN_OR_RETURN(cfg.dim, get_dim(c, a + ".embedding_length"));
-    TS_ASSIGN_OR_RETURN(cfg.hidden_dim, get_dim(c, a + ".feed_forward_length"));
     TS_ASSIGN_OR_RETURN(cfg.n_layers, get_dim(c, a + ".block_count"));
+    const bool gemma4 = a == "gemma4";
+    if (gemma4 && c.find(a + ".expert_count")) TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));  // refuses 26B-A4B by name
+    TS_ASSIGN_OR_RETURN(cfg.hidden_dim, get_dim_or_layers(c, a + ".feed_forward_length", cfg.n_layers,
+                                                          gemma4 ? &cfg.layer_hidden_dims : nullptr));
     // Every layer has tensors of its own: a larger count is a damaged header, and refusing it here keeps the
     // per-layer loops below from walking a billion layers.
     if (static_cast<size_t>(cfg.n_layers) > c.tensors.size())
       return invalid_argument(
           fmt::format("block_count {} exceeds the {} tensors in the file", cfg.n_layers, c.tensors.size()));
     TS_ASSIGN_OR_RETURN(cfg.n_heads, get_dim(c, a + ".attention.head_count"));
-    TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or(c, a + ".attention.head_count_kv", cfg.n_heads));
+    if (const GgufValue* kvh = c.find(a + ".attention.head_count_kv"); kvh && kvh->type == GgufType::kArray) {
+      std::vector<int> per_layer;
+      TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or_layers(c, a + ".attention.head_count_kv", cfg.n_layers,
+                                                            gemma4 ? &per_layer : nullptr));
+      for (int h : per_layer)
+        if (h != cfg.n_kv_heads)
+          return unimplemented(
+              fmt::format("{}.attention.head_count_kv differs between layers ({} and {} KV heads): "
+                          "one KV head count for every layer is supported",
+                          a, cfg.n_kv_heads, h));
+    } else {
+      TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or(c, a + ".attention.head_count_kv", cfg.n_heads));
+    }
     TS_ASSIGN_OR_RETURN(cfg.max_seq_len, get_dim(c, a + ".context_length"));
     if (cfg.n_heads <= 0) return invalid_argument("attention.head_count must be positive");
     TS_ASSIGN_OR_RETURN(cfg.head_dim, get_dim_or(c, a + ".attention.key_length", cfg.dim / cfg.n_heads));

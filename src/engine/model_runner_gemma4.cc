@@ -1,0 +1,146 @@
+// ModelRunner's Gemma 4 parts: the per-layer embeddings and the end of each layer, as llama.cpp's gemma4 graph
+// (src/models/gemma4.cpp) orders them.
+//
+// Before layer 0 every layer gets an input of P = per_layer_dim values per token:
+//   (rms_norm(E_l . x / sqrt(dim)) * proj_norm + T_l[token] * sqrt(P)) / sqrt(2)
+// where x is the token embedding already scaled by sqrt(dim), T_l is layer l's slice of per_layer_token_embd
+// [vocab, L x P] and E_l its slice of per_layer_model_proj [L x P, dim]. The slices are uploaded as tensors of their
+// own (a column slice of the table is copied at load), so that every activation stays a contiguous row-major view:
+// the inputs live in s_.ple as [L, rows, P].
+// After the MLP (and its post norm), layer l ends with
+//   x = x + ffn;  x = x + rms_norm(proj_l . (gelu(gate_l . x) * input_l)) * post_norm_l;  x = x * out_scale_l
+// and the next layer's (or the output) norm of x.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/quant.h"
+#include "engine/model_runner.h"
+
+namespace tessera::engine {
+namespace {
+
+// Columns [col0, col0 + cols) of every row of a 2-D weight, as bytes of a tensor of its own: copied as stored when
+// the columns are whole blocks of its type, else widened to f32 (a test-size table of 16-wide slices in Q8_0).
+struct ColumnSlice {
+  DType dtype = DType::kF32;
+  std::vector<uint8_t> bytes;
+};
+
+Result<ColumnSlice> slice_columns(const model::WeightTensor& w, int64_t col0, int64_t cols) {
+  const int64_t rows = w.shape[0], width = w.shape[1];
+  const auto block = static_cast<int64_t>(dtype_info(w.dtype).block_elems);
+  const size_t row_bytes = dtype_bytes(w.dtype, static_cast<size_t>(width));
+  ColumnSlice out;
+  if (col0 % block == 0 && cols % block == 0) {
+    out.dtype = w.dtype;
+    const size_t skip = dtype_bytes(w.dtype, static_cast<size_t>(col0));
+    const size_t take = dtype_bytes(w.dtype, static_cast<size_t>(cols));
+    out.bytes.resize(static_cast<size_t>(rows) * take);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(w.data + static_cast<size_t>(r) * row_bytes + skip, take,
+                  out.bytes.data() + static_cast<size_t>(r) * take);
+    return out;
+  }
+  out.bytes.resize(static_cast<size_t>(rows * cols) * sizeof(float));
+  std::vector<float> row(static_cast<size_t>(width));
+  auto* dst = reinterpret_cast<float*>(out.bytes.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    TS_RETURN_IF_ERROR(dequantize(w.data + static_cast<size_t>(r) * row_bytes, w.dtype, row));
+    std::copy_n(row.begin() + col0, cols, dst + r * cols);
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ModelRunner::upload_gemma4_layer(const model::ModelWeights& weights, int l, Layer& layer) {
+  auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
+  const int64_t d = config_.dim, p = config_.per_layer_dim, layers = config_.n_layers;
+  if (const model::WeightTensor* s = weights.find(name("layer_output_scale.weight"))) {
+    if (s->numel() != 1) return invalid_argument(fmt::format("{} holds {} values, not 1", s->name, s->numel()));
+    std::vector<float> v(1);
+    TS_RETURN_IF_ERROR(dequantize(s->data, s->dtype, v));
+    layer.out_scale = v[0];
+  }
+  if (p == 0) return ok_status();
+  if (l == 0) {
+    TS_ASSIGN_OR_RETURN(pl_proj_norm_, upload(weights, "per_layer_proj_norm.weight", {p}));
+  }
+  TS_ASSIGN_OR_RETURN(layer.pl_gate, upload_matrix(weights, name("inp_gate.weight"), {p, d}));
+  TS_ASSIGN_OR_RETURN(layer.pl_proj, upload_matrix(weights, name("proj.weight"), {d, p}));
+  TS_ASSIGN_OR_RETURN(layer.pl_post_norm, upload(weights, name("post_norm.weight"), {d}));
+  // Layer l's rows of the model projection are whole rows: a view of the file's bytes.
+  TS_ASSIGN_OR_RETURN(const model::WeightTensor* proj, weights.require("per_layer_model_proj.weight", {layers * p, d}));
+  const size_t row_bytes = proj->bytes / static_cast<size_t>(layers * p);
+  const model::WeightTensor slice{proj->name,
+                                  proj->dtype,
+                                  {p, d},
+                                  proj->data + static_cast<size_t>(l * p) * row_bytes,
+                                  static_cast<size_t>(p) * row_bytes};
+  model::ModelWeights one;
+  one.add(slice);
+  TS_ASSIGN_OR_RETURN(layer.pl_model_proj, upload_matrix(one, slice.name, {p, d}));
+  // Layer l's columns of the token table are not contiguous in the file: copied (or widened) here.
+  TS_ASSIGN_OR_RETURN(const model::WeightTensor* table,
+                      weights.require("per_layer_token_embd.weight", {config_.vocab_size, layers * p}));
+  TS_ASSIGN_OR_RETURN(ColumnSlice cols, slice_columns(*table, l * p, p));
+  model::ModelWeights tw;
+  tw.add({table->name, cols.dtype, {config_.vocab_size, p}, cols.bytes.data(), cols.bytes.size()});
+  TS_ASSIGN_OR_RETURN(layer.pl_table, upload(tw, table->name, {config_.vocab_size, p}, WeightUse::kTable));
+  return stream_->synchronize();  // `cols` is freed on return
+}
+
+Status ModelRunner::alloc_gemma4_scratch() {
+  const model::ModelConfig& c = config_;
+  if (c.v_norm) {
+    const std::vector<float> ones(static_cast<size_t>(c.max_head_dim()), 1.0f);
+    TS_ASSIGN_OR_RETURN(ones_, alloc(DType::kF32, {c.max_head_dim()}));
+    TS_RETURN_IF_ERROR(stream_->upload(ones_, ones.data()));
+  }
+  if (c.per_layer_dim == 0) return stream_->synchronize();
+  const int64_t n = options_.max_batch_tokens;
+  TS_ASSIGN_OR_RETURN(s_.ple, alloc(DType::kF32, {c.n_layers, n, c.per_layer_dim}));
+  TS_ASSIGN_OR_RETURN(s_.pl_hidden, alloc(DType::kF32, {n, c.per_layer_dim}));
+  scratch_buffers_.push_back(s_.ple.buffer);
+  scratch_buffers_.push_back(s_.pl_hidden.buffer);
+  return stream_->synchronize();
+}
+
+Status ModelRunner::run_per_layer_inputs(int64_t n) {
+  const model::ModelConfig& c = config_;
+  const int64_t p = c.per_layer_dim;
+  const ops::Tensor x = s_.x.rows(0, n), ids = s_.ids.rows(0, n), proj = s_.pl_hidden.rows(0, n);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& lw = layers_[static_cast<size_t>(l)];
+    const ops::Tensor in = s_.ple.rows(l, 1).reshaped({s_.ple.dim(1), p}).rows(0, n);
+    TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{lw.pl_table, ids, in, std::sqrt(static_cast<float>(p))}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{x, lw.pl_model_proj, proj}));
+    TS_RETURN_IF_ERROR(run(ops::ScaleOp{proj, proj, 1.0f / std::sqrt(static_cast<float>(c.dim))}));
+    TS_RETURN_IF_ERROR(run(ops::RmsNormOp{proj, pl_proj_norm_, proj, c.norm_eps}));
+    TS_RETURN_IF_ERROR(run(ops::AddOp{in, proj, in}));
+    TS_RETURN_IF_ERROR(run(ops::ScaleOp{in, in, 1.0f / std::sqrt(2.0f)}));
+  }
+  return ok_status();
+}
+
+Status ModelRunner::run_gemma4_layer_end(const Layer& lw, int l, int64_t n, const ops::Tensor& next_norm) {
+  const model::ModelConfig& c = config_;
+  const ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
+  const bool scaled = lw.out_scale != 1.0f;
+  if (c.per_layer_dim > 0) {
+    TS_RETURN_IF_ERROR(run(ops::AddOp{x, delta, x}));
+    const ops::Tensor in = s_.ple.rows(l, 1).reshaped({s_.ple.dim(1), c.per_layer_dim}).rows(0, n);
+    const ops::Tensor g = s_.pl_hidden.rows(0, n);
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{x, lw.pl_gate, g}));
+    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{g, in, g, ops::Activation::kGeluTanh}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{g, lw.pl_proj, delta}));
+    TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.pl_post_norm, delta, c.norm_eps}));
+  }
+  if (!scaled) return run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps});
+  TS_RETURN_IF_ERROR(run(ops::AddOp{x, delta, x}));
+  TS_RETURN_IF_ERROR(run(ops::ScaleOp{x, x, lw.out_scale}));
+  return run(ops::RmsNormOp{x, next_norm, xb, c.norm_eps});
+}
+
+}  // namespace tessera::engine
