@@ -44,7 +44,10 @@ int run_synth_gemma4(const SynthArgs& a) {
     return fail(s.message());
   model::Gemma4WriteOptions o;
   o.rare_byte_tokens = a.rare_byte_tokens;
-  if (a.decisive) o.post_norm_scale = 0.25f;  // their classifier is tied: the residual leans on the embedding instead
+  if (a.decisive) {  // their classifier is tied: the residual leans on the embedding instead, attention is softer
+    o.post_norm_scale = 0.25f;
+    o.q_norm_scale = 0.25f;
+  }
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);
     if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16))

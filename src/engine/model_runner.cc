@@ -96,7 +96,7 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
     if (fb.ok()) {
       ops::Tensor x(fb->get(), 0, DType::kF32, {1, 4});
       if (!device.supports(ops::ScaleOp{x, x, 0.5f}).supported)
-        out.push_back("gemma4 per-layer embeddings and output scales (scale)");
+        out.push_back("per-layer embeddings and output scales (scale)");
     }
   }
   if (config.attn_sinks) {

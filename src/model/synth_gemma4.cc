@@ -314,6 +314,8 @@ Status write_gemma4_gguf(const Gemma4Shape& s, uint64_t seed, const Gemma4WriteO
     if (sp.name.ends_with("post_attention_norm.weight") || sp.name.ends_with("post_ffw_norm.weight") ||
         sp.name.ends_with(".post_norm.weight"))
       for (float& x : v) x *= options.post_norm_scale;
+    if (sp.name.ends_with("attn_q_norm.weight"))
+      for (float& x : v) x *= options.q_norm_scale;
     if (options.rare_byte_tokens && sp.name == "token_embd.weight")
       for (int64_t row = kFirstByteToken; row < kFirstByteToken + 256; ++row)
         for (int64_t k = 0; k < d; ++k) v[static_cast<size_t>(row * d + k)] *= 0.1f;

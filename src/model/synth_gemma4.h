@@ -71,6 +71,10 @@ struct Gemma4WriteOptions {
   // residual stream then leans on the token embedding, and the tied classifier has clearer winners than the
   // near-uniform logits of a deep random model (whose near ties two engines' roundings tip differently).
   float post_norm_scale = 1.0f;
+  // The query norms at `q_norm_scale`: with gemma4's attention scale of 1, random norms of 1 give scores of about
+  // sqrt(head size) spread, an attention so sharp that any rounding moves it; a quarter makes it as soft as a
+  // 1/sqrt(head_dim) scale would.
+  float q_norm_scale = 1.0f;
   std::string chat_template;  // tokenizer.chat_template when not empty
 };
 Status write_gemma4_gguf(const Gemma4Shape& shape, uint64_t seed, const Gemma4WriteOptions& options,

@@ -1,6 +1,7 @@
 // The dense gemma4 (E2B layout) through `tessera generate`: `ref` and `cpu` give the same greedy text on a synth file
 // whose 10 layers hold sliding layers (head size 32) and full ones (64), KV-sharing layers of both kinds and the
-// double-wide MLP, per-layer embeddings and output scales; eagerly and, on cpu, with graph decoding. The backends
+// double-wide MLP, per-layer embeddings and output scales (--decisive: clear winners rather than the near ties of
+// a deep random model's flat logits); eagerly and, on cpu, with graph decoding. The backends
 // without gemma4's operators refuse it by name. Parity with llama.cpp: tests/llamacpp/parity_test.cc
 // (`gemma4_e2b`).
 #include <gtest/gtest.h>
@@ -18,8 +19,8 @@ std::string synth_e2b(const std::string& dtype) {
   const std::string model = testing::scratch_dir() + "/gemma4-e2b-" + dtype + ".gguf";
   auto w = run_process({tessera_bin(), "synth",        "--shape", "gemma4-e2b", "--small", "--dim",
                         "256",         "--hidden-dim", "512",     "--layers",   "10",      "--rare-byte-tokens",
-                        "--format",    "gguf",         "--dtype", dtype,        "--seed",  "7",
-                        "--out",       model},
+                        "--decisive",  "--format",     "gguf",    "--dtype",    dtype,     "--seed",
+                        "7",           "--out",        model},
                        300.0);
   EXPECT_EQ(w.exit_code, 0) << w.err;
   return model;
@@ -62,7 +63,7 @@ TEST(Gemma4, BackendsWithoutItsOperatorsRefuseByName) {
                           "--max-tokens", "2", "--quiet"},
                          240.0);
     EXPECT_NE(r.exit_code, 0) << backend;
-    EXPECT_NE(r.err.find("gemma4 per-layer embeddings and output scales (scale)"), std::string::npos)
+    EXPECT_NE(r.err.find("gemma4 model's per-layer embeddings and output scales (scale)"), std::string::npos)
         << backend << ": " << r.err;
   }
 }
