@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 #include "commands.h"
 #include "ctrl/registry.h"
 #include "ctrl/store.h"
+#include "engine/activation_dump.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "link/discovery.h"
@@ -123,6 +125,11 @@ int run_serve(const ServeArgs& a) {
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *parse_dtype(a.kv_dtype);
+  // Parity debugging (docs/models.md): every step's activations to files, steps eager.
+  if (const char* dump = std::getenv("TESSERA_DUMP_ACTIVATIONS"); dump != nullptr && *dump != '\0') {
+    ro.activation_tap = engine::activation_file_dump(dump);
+    log::warn("TESSERA_DUMP_ACTIVATIONS: writing every step's activations to {}", dump);
+  }
   const auto bytes_per_block =
       static_cast<double>(api::KvLayout{cfg.n_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
   const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);

@@ -70,6 +70,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
                     "(--graph off) or pick a backend that records (cpu, opencl, cuda)",
                     device.info().backend));
   }
+  if (options.activation_tap) options.graph = false;  // a replayed graph has no points to stop at
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
@@ -253,6 +254,15 @@ void ModelRunner::cap_logits(float* logits, size_t count) const {
   for (size_t i = 0; i < count; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
+Status ModelRunner::tap(std::string_view name, int layer, const ops::Tensor& t) {
+  if (!options_.activation_tap) return ok_status();
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  TS_RETURN_IF_ERROR(stream_->download(t, host.data()));
+  TS_RETURN_IF_ERROR(stream_->synchronize());
+  options_.activation_tap(name, layer, t.dim(0), host);
+  return ok_status();
+}
+
 Status ModelRunner::run(const ops::Op& op) {
   if (recording_) recording_->push_back(op);
   return stream_->run(op);
@@ -273,6 +283,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
+    TS_RETURN_IF_ERROR(tap("attn_norm", l, xb));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
@@ -282,6 +293,9 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
     }
     TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale}));
+    TS_RETURN_IF_ERROR(tap("Qcur", l, q));
+    TS_RETURN_IF_ERROR(tap("Kcur", l, k));
+    TS_RETURN_IF_ERROR(tap("Vcur", l, v));
     TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
     if (decodes > 0) {
       TS_RETURN_IF_ERROR(
@@ -299,17 +313,23 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       TS_RETURN_IF_ERROR(stream_->synchronize());
       TS_RETURN_IF_ERROR(after_layer(l));
     }
+    TS_RETURN_IF_ERROR(tap("kqv_out", l, att2));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
+    TS_RETURN_IF_ERROR(tap("ffn_inp", l, x));
+    TS_RETURN_IF_ERROR(tap("ffn_norm", l, xb));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_up, hb2}));
     TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{hb, lw.w_down, delta}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_ffw_norm, delta, c.norm_eps}));
+    TS_RETURN_IF_ERROR(tap("ffn_out", l, delta));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
+    TS_RETURN_IF_ERROR(tap("l_out", l, x));
   }
+  TS_RETURN_IF_ERROR(tap("result_norm", -1, xb));
   int64_t out_row = 0;
   if (decodes > 0) {
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(0, decodes), classifier_, s_.logits.rows(0, decodes)}));
