@@ -386,8 +386,9 @@ Action add_serve_command(CLI::App& app) {
                   "(a lone request on an idle server waits this long)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
-  cmd->add_option("--grammar-jump-forward", args->jump_forward,
-                  "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
+  cmd->add_option(
+         "--grammar-jump-forward", args->jump_forward,
+         "Structured output: emit the tokens a grammar forces without a model step (docs/structured-outputs.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block")

@@ -27,6 +27,7 @@ struct SynthArgs {
   int sliding_window = -1;
   bool rare_byte_tokens = false;
   bool decisive = false;
+  double token_lead = 0.0;
   bool small = false;
   std::string out;
   std::string tokenizer_out;
@@ -51,8 +52,8 @@ int run_synth(const SynthArgs& a) {
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   if (Status s = config->validate(); !s.ok()) return fail(s.message());
-  model::SynthModel m =
-      model::synthesize_weights(*config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive});
+  model::SynthModel m = model::synthesize_weights(
+      *config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive, .token_lead = a.token_lead});
   auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed, config->arch);
   o.tokenizer = tok.get();
   o.name = "synth-" + a.shape;
@@ -68,6 +69,9 @@ int run_synth(const SynthArgs& a) {
                a.out.c_str(), a.format.c_str(), a.shape.c_str(), config->arch.c_str(), config->dim, config->hidden_dim,
                config->n_layers, config->n_heads, config->n_kv_heads, config->vocab_size, config->max_seq_len,
                config->parameter_count() / 1e6, static_cast<unsigned long long>(a.seed));
+  if (a.token_lead > 0)
+    notes.push_back(fmt::format("--token-lead {} scaled the residual writes by {:.4g}", a.token_lead,
+                                model::decisive_write_scale(m.config, a.token_lead)));
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   return 0;
 }
@@ -100,6 +104,10 @@ Action add_synth_command(CLI::App& app) {
                 "Make the byte-fallback tokens unlikely outputs, so greedy text is valid UTF-8 (llama.cpp parity)");
   cmd->add_flag("--decisive", args->decisive,
                 "An untied classifier leaning on the token embedding: clear winners, few near ties (llama.cpp parity)");
+  cmd->add_option("--token-lead", args->token_lead,
+                  "Scale the layers' residual writes so the current token leads the logits by about this many "
+                  "deviations (e.g. 10; llama.cpp parity at full width)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--small", args->small,
                 "The shape's family at test size (dim 64, head_dim 32, vocab 512, every feature kept)");
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
