@@ -23,6 +23,8 @@
 #        REPEATS=1 PRESETS="Q8_0" SHAPES=stories110M THREADS=2 CONCURRENCY="1 8" scripts/bench-vs-llamacpp.sh
 #        SHAPES="" REPEATS=1 scripts/bench-vs-llamacpp.sh   (serving only: SERVE_SHAPE at SERVE_PRESET)
 #        EXTRA_ISAS=avx2 ...   (tessera also with its AVX2 kernels forced, in extra columns)
+#        SHAPES=qwen3-30b-a3b SHAPE_LAYERS="qwen3-30b-a3b:4" PRESETS=Q4_K_M QWEN_THREADS=2 CONCURRENCY="" BENCH_MD="" \
+#          OUT=docs/bench/vs-llamacpp-moe scripts/bench-vs-llamacpp.sh   (an MoE shape at real width, 4 of its layers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -32,6 +34,7 @@ SHAPES="${SHAPES-stories110M qwen2.5-0.5b}"  # "" : serving only
 PRESETS="${PRESETS:-F16 Q8_0 Q4_0 Q4_K_M}"
 THREADS="${THREADS:-1 2}"
 QWEN_THREADS="${QWEN_THREADS:-2}"  # the qwen shape only at these thread counts (issue 16: 2 threads)
+SHAPE_LAYERS="${SHAPE_LAYERS:-}"   # "shape:N ...": write that shape with N layers (the MoE shapes at real width)
 EXTRA_ISAS="${EXTRA_ISAS:-}"       # e.g. "avx2": tessera also run with TESSERA_CPU_ISA forced to each
 CONCURRENCY="${CONCURRENCY-1 8 32}"  # "" : single stream only
 SERVE_SHAPE="${SERVE_SHAPE:-stories110M}"
@@ -92,14 +95,22 @@ tessera_ts() {
   if [[ -n "$v" ]]; then echo "$v"; else grep -m1 -o 'error: .*' "$1" | cut -c1-200 || echo "no result"; fi
 }
 
+layers_of() {  # shape -> its SHAPE_LAYERS count, or nothing
+  local e
+  for e in $SHAPE_LAYERS; do [[ "${e%%:*}" == "$1" ]] && echo "${e#*:}"; done
+  return 0
+}
 model_file() {  # shape preset -> path (writing it on first use)
-  local shape="$1" preset="$2" src_dtype=f32
-  [[ "$shape" == qwen* ]] && src_dtype=f16
-  local src="$WORK/$shape-s$SEED-$src_dtype.gguf" out="$WORK/$shape-s$SEED-$preset.gguf"
+  local shape="$1" preset="$2" src_dtype=f32 layers key
+  [[ "$shape" == qwen* || "$shape" == gpt-oss* || "$shape" == mixtral* ]] && src_dtype=f16
+  layers="$(layers_of "$shape")"
+  key="$shape${layers:+-l$layers}"
+  local src="$WORK/$key-s$SEED-$src_dtype.gguf" out="$WORK/$key-s$SEED-$preset.gguf"
   if [[ ! -s "$src" ]]; then
-    log "tessera synth $shape ($src_dtype)"
+    log "tessera synth $shape ($src_dtype${layers:+, $layers layers})"
     "$tessera" synth --shape "$shape" --format gguf --dtype "$src_dtype" --seed "$SEED" --max-seq-len 2048 \
-      --out "$src" 2>"$WORK/$shape-synth.log" || die "tessera synth failed: $(cat "$WORK/$shape-synth.log")"
+      ${layers:+--layers "$layers"} --out "$src" 2>"$WORK/$shape-synth.log" ||
+      die "tessera synth failed: $(cat "$WORK/$shape-synth.log")"
   fi
   if [[ ! -s "$out" ]]; then
     log "llama-quantize $shape $preset"
@@ -114,7 +125,7 @@ vocab_of() { grep -o 'vocab [0-9]*' "$WORK/$1-synth.log" | head -1 | cut -d' ' -
 # --- single stream ---------------------------------------------------------------------------------------
 for shape in $SHAPES; do
   threads_list="$THREADS"
-  [[ "$shape" == qwen* ]] && threads_list="$QWEN_THREADS"
+  [[ "$shape" == qwen* || "$shape" == gpt-oss* || "$shape" == mixtral* ]] && threads_list="$QWEN_THREADS"
   for preset in $PRESETS; do
     model="$(model_file "$shape" "$preset")"
     for t in $threads_list; do
@@ -229,7 +240,7 @@ llama_commit="$(git -C "$bin/../../src" rev-parse --short HEAD 2>/dev/null || ec
 python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" --serve-dir "$OUT/raw" \
   --concurrency "$CONCURRENCY" --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
   --nproc "$(nproc)" --llama-commit "$llama_commit" --llama-isa "$(cat "$bin/../.tessera-isa" 2>/dev/null || echo unknown)" --tessera-commit "$(git rev-parse --short HEAD)" \
-  --command "NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\" PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
+  --command "NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\"${SHAPE_LAYERS:+ SHAPE_LAYERS=\"$SHAPE_LAYERS\"} PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
   --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, $NUM_PROMPTS requests, tessera KV $SERVE_KV" \
   ${BENCH_MD:+--benchmarks-md "$BENCH_MD"}
 log "wrote $OUT/summary.md, $OUT/plots/ and the vs-llamacpp section of docs/benchmarks.md"

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::cli {
 
@@ -40,6 +41,34 @@ Result<ctrl::StoreAuth> store_auth_from_flags(const ClusterToken& token, const s
 Status check_tls_flags(const std::string& cert, const std::string& key) {
   if (cert.empty() != key.empty()) return invalid_argument("--tls-cert and --tls-key go together");
   return ok_status();
+}
+
+Result<std::vector<std::string>> parse_allowed_origins(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const std::string& v : values) {
+    if (!v.empty() && v.front() == '[') {
+      const nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
+      if (!j.is_array()) return invalid_argument(fmt::format("--allowed-origins '{}' is not a JSON list", v));
+      for (const auto& e : j) {
+        if (!e.is_string()) return invalid_argument(fmt::format("--allowed-origins '{}': origins are strings", v));
+        out.push_back(e.get<std::string>());
+      }
+      continue;
+    }
+    size_t start = 0;
+    while (start <= v.size()) {
+      const size_t comma = v.find(',', start);
+      std::string o = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (!o.empty()) out.push_back(o);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  for (const std::string& o : out) {
+    if (o != "*" && o.rfind("http://", 0) != 0 && o.rfind("https://", 0) != 0)
+      return invalid_argument(fmt::format("--allowed-origins: '{}' is not an origin (https://host[:port] or *)", o));
+  }
+  return out;
 }
 
 }  // namespace tessera::cli

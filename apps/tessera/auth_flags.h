@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/cluster_token.h"
 #include "base/status.h"
@@ -25,5 +26,9 @@ Result<ctrl::StoreAuth> store_auth_from_flags(const ClusterToken& token, const s
 
 // Both or neither of --tls-cert / --tls-key.
 Status check_tls_flags(const std::string& cert, const std::string& key);
+
+// --allowed-origins as vLLM takes it (a JSON list: '["https://a.example", "*"]') or as a comma-separated or
+// repeated list: the origins whose browsers may call the server (CORS; none by default).
+Result<std::vector<std::string>> parse_allowed_origins(const std::vector<std::string>& flag_values);
 
 }  // namespace tessera::cli

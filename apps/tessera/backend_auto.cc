@@ -12,8 +12,8 @@
 namespace tessera::cli {
 namespace {}  // namespace
 
-Result<ChosenBackend> open_backend(const std::string& requested, const model::ModelWeights& weights,
-                                   const ops::DeviceOptions& options) {
+Result<ChosenBackend> open_backend(const std::string& requested, const model::ModelConfig& config,
+                                   const model::ModelWeights& weights, const ops::DeviceOptions& options) {
   if (requested != "auto") {
     TS_ASSIGN_OR_RETURN(auto device, ops::open_device(requested, 0, options));
     return ChosenBackend{requested, std::move(device), ""};
@@ -30,6 +30,10 @@ Result<ChosenBackend> open_backend(const std::string& requested, const model::Mo
     if (!device.ok()) {
       const std::string why(device.status().message());
       passed.push_back(why.rfind(std::string(name) + ":", 0) == 0 ? why : fmt::format("{}: {}", name, why));
+      continue;
+    }
+    if (std::vector<std::string> missing = engine::unsupported_layer_features(**device, config); !missing.empty()) {
+      passed.push_back(fmt::format("{}: no {}", name, fmt::join(missing, ", ")));
       continue;
     }
     const std::vector<DType> widened = engine::widened_weight_types(**device, weights);

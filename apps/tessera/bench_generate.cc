@@ -106,9 +106,14 @@ int run_bench(const BenchArgs& a) {
   }
 
   // Work per token.
-  const double matrix_params = static_cast<double>(c.n_layers) *
-                                   (2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim) +
-                               static_cast<double>(c.vocab_size) * c.dim;
+  // Matrix weights one token multiplies: MoE layers count their router and the experts a token is routed to.
+  double matrix_params = static_cast<double>(c.vocab_size) * c.dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    matrix_params += 2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim();
+    matrix_params += c.layer_kind(l).ffn == model::FfnKind::kMoe
+                         ? static_cast<double>(c.dim) * (c.moe.n_experts + 3.0 * c.moe.n_experts_used * c.moe.expert_hidden_dim)
+                         : 3.0 * c.dim * c.hidden_dim;
+  }
   const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
   // The KV of one position, all layers, K and V (api/kv_layout.h), read once per attended position.
   const auto kv_bytes_per_position = static_cast<double>(api::KvLayout{c.n_layers, c.kv_dim(), ro.kv.dtype, 1}.bytes());

@@ -32,11 +32,11 @@ int run_matmul_bench(const MatMulArgs& a) {
   const ops::MatMulShape shape{*dtype, a.rows, a.k, a.m};
   auto t = ops::time_matmul(**device, shape, a.repeat);
   if (!t.ok()) return fail(t.status().message());
-  std::printf("%s, %s weights [%lld x %lld], %lld rows, %d threads: best %.3f ms, median %.3f ms, %.1f G "
-              "multiply-adds/s (best)\n",
-              (*device)->info().name.c_str(), a.dtype.c_str(), static_cast<long long>(a.m),
-              static_cast<long long>(a.k), static_cast<long long>(a.rows), a.threads, t->best() * 1e3,
-              t->median() * 1e3, t->best_macs_per_s(shape) / 1e9);
+  std::printf(
+      "%s, %s weights [%lld x %lld], %lld rows, %d threads: best %.3f ms, median %.3f ms, %.1f G "
+      "multiply-adds/s (best)\n",
+      (*device)->info().name.c_str(), a.dtype.c_str(), static_cast<long long>(a.m), static_cast<long long>(a.k),
+      static_cast<long long>(a.rows), a.threads, t->best() * 1e3, t->median() * 1e3, t->best_macs_per_s(shape) / 1e9);
   return 0;
 }
 

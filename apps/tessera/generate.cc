@@ -48,7 +48,7 @@ int run_generate(const GenerateArgs& a) {
   }
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto chosen = open_backend(a.backend, model->weights, dopts);
+  auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
 

@@ -49,6 +49,14 @@ int run_inspect(const InspectArgs& a) {
   fmt::print("architecture:  {}\n", c.arch);
   fmt::print("dim:           {}\nhidden_dim:    {}\nlayers:        {}\nheads:         {} (kv {}, head_dim {})\n", c.dim,
              c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
+  if (c.has_moe_layers()) {
+    int moe_layers = 0;
+    for (int l = 0; l < c.n_layers; ++l) moe_layers += c.layer_kind(l).ffn == model::FfnKind::kMoe ? 1 : 0;
+    fmt::print("experts:       {} of {} per token ({} wide, {} routing{}), in {} of {} layers; {:.2f}M params active\n",
+               c.moe.n_experts_used, c.moe.n_experts, c.moe.expert_hidden_dim, model::expert_gating_name(c.moe.gating),
+               c.moe.normalize_weights ? ", renormalised" : "", moe_layers, c.n_layers,
+               c.active_parameter_count() / 1e6);
+  }
   fmt::print("vocab:         {}\ncontext:       {}\n", c.vocab_size, c.max_seq_len);
   fmt::print("rope:          theta {}, {}\n", c.rope_theta,
              c.rope_layout == model::RopeLayout::kInterleaved ? "interleaved" : "rotate-half");

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "commands.h"
+#include "config_file.h"
 #include "ops/cpu/cpu_backend.h"
 
 namespace tessera::cli {
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
                  "and warn for the rest)");
   app.add_option("--log-format", log_format,
                  "text or json, one object per line (default: TESSERA_LOG_FORMAT, else text)");
+  std::string config_unused;  // consumed before parsing (config_file.h); declared for --help
+  app.add_option("--config", config_unused,
+                 "YAML file of flags for the command (keys: flag names; the command line wins over it)");
   app.fallthrough();
   std::vector<std::pair<CLI::App*, Action>> actions;
   auto add = [&](Action (*adder)(CLI::App&)) {
@@ -72,8 +76,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // --config FILE.yaml: the file's flags in its place (config_file.h), for every command.
+  auto expanded = expand_config_file(std::vector<std::string>(argv, argv + argc));
+  if (!expanded.ok()) return fail(expanded.status().message());
+  std::vector<char*> args;
+  for (std::string& a : *expanded) args.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -47,6 +47,7 @@ struct RouteArgs {
   int consecutive_failures = 3;
   int upstream_timeout_s = 600;
   int io_threads = 2;
+  std::vector<std::string> allowed_origins;
   uint64_t seed = 1;
   std::string cluster_token_file;
   std::string tls_cert, tls_key, tls_ca;
@@ -93,6 +94,9 @@ int run_route(const RouteArgs& a) {
   o.http.host = a.host;
   o.http.port = static_cast<uint16_t>(a.port);
   o.http.io_threads = a.io_threads;
+  auto origins = parse_allowed_origins(a.allowed_origins);
+  if (!origins.ok()) return fail(origins.status().message());
+  o.http.allowed_origins = *origins;
   o.http.tls_cert_file = a.tls_cert;
   o.http.tls_key_file = a.tls_key;
   o.cluster_token = *token;
@@ -251,6 +255,9 @@ Action add_route_command(CLI::App& app) {
   cmd->add_flag("--no-upstream-keepalive", a->no_upstream_keepalive,
                 "Open a new connection to the node for every request (default: keep-alive connection pool)");
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--allowed-origins", a->allowed_origins,
+                  "Origins whose browsers may call the API (CORS): a JSON list as vLLM takes it, or comma-separated; "
+                  "* for any (default: none)");
   cmd->add_option("--seed", a->seed, "Seed of weighted_random")->capture_default_str();
   return [a] { return run_route(*a); };
 }

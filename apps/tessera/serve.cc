@@ -5,10 +5,12 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +35,7 @@
 #include "serve/chat_format.h"
 #include "serve/node_server.h"
 #include "serve/pd.h"
+#include "serve/tool_parsers/tool_parser.h"
 
 namespace tessera::cli {
 namespace {
@@ -45,7 +48,7 @@ struct ServeArgs {
   int port = 8000;
   std::string role = "both";
   bool role_switchable = false;
-  std::string served_name;
+  std::vector<std::string> served_names;  // vLLM's --served-model-name A [B ...]: the first is reported
   int max_num_seqs = 64;
   // llama-server's n_batch: a burst of prompts is prefilled in one step, so its streams then decode in step
   // instead of each later prompt stalling the earlier streams (docs/bench/serving-tpot.md).
@@ -55,14 +58,17 @@ struct ServeArgs {
   std::string jump_forward = "on";
   int block_size = 16;
   double kv_memory_mib = 1024;
-  int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
+  double kv_memory_fraction = 0;  // vLLM's --gpu-memory-utilization in spirit: 0 means --kv-memory decides
+  int max_model_len = 0;          // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
   std::string reasoning_parser;                // empty: detected from the chat template
+  std::string tool_call_parser;                // empty: detected from the chat template
   model::jinja::RenderLimits template_limits;  // --template-max-steps, --template-max-memory-mib
   double template_max_memory_mib = 256;
   int template_threads = 2;
   int io_threads = 2;
+  std::vector<std::string> allowed_origins;
   bool no_prefix_cache = false;
   int shutdown_grace_ms = 10000;
   int threads = 0;
@@ -98,6 +104,10 @@ int run_serve(const ServeArgs& a) {
   if (Status s = check_tls_flags(a.tls_cert, a.tls_key); !s.ok()) return fail(s.message());
   auto store_auth = store_auth_from_flags(*token, a.tls_ca, a.etcd_user, a.etcd_password_file);
   if (!store_auth.ok()) return fail(store_auth.status().message());
+  if (a.model.empty())
+    return fail(
+        "no model given: tessera serve MODEL (a GGUF file, a Hugging Face folder, or ORG/NAME from the local "
+        "Hugging Face cache)");
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   // Say which files were loaded: relative paths and directories hide which checkpoint a node serves.
@@ -106,11 +116,30 @@ int run_serve(const ServeArgs& a) {
             std::filesystem::absolute(model->tokenizer_path).lexically_normal().string());
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto chosen = open_backend(a.backend, model->weights, dopts);
+  auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
   const std::string& backend = chosen->name;
   if (!chosen->reason.empty()) log::info("backend {}", chosen->reason);
+  double kv_memory_mib = a.kv_memory_mib;
+  if (a.kv_memory_fraction > 0) {
+    // The node may use this fraction of its device's memory (a host device: the machine's RAM); the weights
+    // come out of it first, and the KV cache gets the rest.
+    uint64_t device_bytes = device->info().memory_bytes;
+    if (device_bytes == 0) device_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    uint64_t weight_bytes = 0;
+    for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
+    const double left = a.kv_memory_fraction * static_cast<double>(device_bytes) - static_cast<double>(weight_bytes);
+    if (left < 1024.0 * 1024.0)
+      return fail(
+          fmt::format("--kv-memory-fraction {}: {:.0f} MiB of the device's {:.0f} MiB leaves no room for KV "
+                      "after {:.0f} MiB of weights",
+                      a.kv_memory_fraction, a.kv_memory_fraction * device_bytes / 1048576.0, device_bytes / 1048576.0,
+                      weight_bytes / 1048576.0));
+    kv_memory_mib = left / (1024.0 * 1024.0);
+    log::info("--kv-memory-fraction {}: {:.0f} MiB of KV ({:.0f} MiB device, {:.0f} MiB weights)", a.kv_memory_fraction,
+              kv_memory_mib, device_bytes / 1048576.0, weight_bytes / 1048576.0);
+  }
   // The served context: --max-model-len, else the model's, shortened (with a warning) to what the KV budget
   // holds, as vLLM does, so that a 32k-context model starts with the default budget.
   model::ModelConfig cfg = model->config;
@@ -132,7 +161,7 @@ int run_serve(const ServeArgs& a) {
   }
   const auto bytes_per_block =
       static_cast<double>(api::KvLayout{cfg.n_layers, cfg.kv_dim(), ro.kv.dtype, a.block_size}.bytes());
-  const auto budget_blocks = static_cast<int64_t>(a.kv_memory_mib * 1024 * 1024 / bytes_per_block);
+  const auto budget_blocks = static_cast<int64_t>(kv_memory_mib * 1024 * 1024 / bytes_per_block);
   if (a.max_model_len > cfg.max_seq_len)
     return fail(
         fmt::format("--max-model-len {} exceeds the model's context of {} tokens", a.max_model_len, cfg.max_seq_len));
@@ -171,11 +200,15 @@ int run_serve(const ServeArgs& a) {
   engine::Engine engine(**runner, *model->tokenizer, eo);
 
   serve::NodeOptions no;
-  no.model_name = a.served_name.empty() ? model->name : a.served_name;
+  no.model_name = a.served_names.empty() ? model->name : a.served_names.front();
+  if (a.served_names.size() > 1) no.model_aliases.assign(a.served_names.begin() + 1, a.served_names.end());
   no.device = device->info().name;
   no.http.host = a.host;
   no.http.port = static_cast<uint16_t>(a.port);
   no.http.io_threads = a.io_threads;
+  auto origins = parse_allowed_origins(a.allowed_origins);
+  if (!origins.ok()) return fail(origins.status().message());
+  no.http.allowed_origins = *origins;
   no.http.tls_cert_file = a.tls_cert;
   no.http.tls_key_file = a.tls_key;
   no.api_keys = a.api_keys;
@@ -228,6 +261,12 @@ int run_serve(const ServeArgs& a) {
   if (no.reasoning != serve::ReasoningFormat::kNone)
     log::info("reasoning parser: {}{}", serve::reasoning_format_name(no.reasoning),
               a.reasoning_parser.empty() ? " (detected from the chat template)" : "");
+  auto tool_parser = serve::choose_tool_parser(a.tool_call_parser, template_source);
+  if (!tool_parser.ok()) return fail(tool_parser.status().message());
+  no.tool_parser = *tool_parser;
+  if (no.tool_parser != "none")
+    log::info("tool-call parser: {}{}", no.tool_parser,
+              a.tool_call_parser.empty() ? " (detected from the chat template)" : "");
   std::unique_ptr<serve::PdService> pd;
   if (a.role != "both" || a.role_switchable) {
     serve::PdOptions po;
@@ -310,8 +349,14 @@ int run_serve(const ServeArgs& a) {
 Action add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
-  cmd->add_option("--model", args->model, "Checkpoint file, or a directory holding one checkpoint and its tokenizer")
-      ->required();
+  // vLLM's `vllm serve MODEL`: a path (GGUF file, HF folder, llama2.c checkpoint or a folder of one), or a Hugging
+  // Face repository id ORG/NAME[@REV] in the local Hugging Face cache (model/hf_cache.h).
+  auto* positional =
+      cmd->add_option("model", args->model,
+                      "The model: a GGUF file, a Hugging Face folder, a llama2.c checkpoint (with "
+                      "--tokenizer), a folder holding one, or ORG/NAME[@REV] from the local Hugging Face "
+                      "cache");
+  cmd->add_option("--model", args->model, "The model, as the positional argument")->excludes(positional);
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file (needed when --model is a file)");
   cmd->add_option("--backend", args->backend,
                   "Operator backend (auto: the fastest here that runs the model's weight types)")
@@ -369,7 +414,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--etcd-user", args->etcd_user, "--ctrl etcd=...: authenticate as this etcd user");
   cmd->add_option("--etcd-password-file", args->etcd_password_file, "--etcd-user's password (first line of the file)");
   cmd->add_option("--tls-ca", args->tls_ca, "CA file trusted for an https:// --ctrl (default: the system's)");
-  cmd->add_option("--served-model-name", args->served_name, "Model id clients use (default: the checkpoint's name)");
+  cmd->add_option("--served-model-name", args->served_names,
+                  "Model ids clients may use (several: the node answers to each; the first is reported; default: the "
+                  "checkpoint's name, or ORG/NAME for a Hugging Face reference)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "Sequences batched together")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -398,9 +445,14 @@ Action add_serve_command(CLI::App& app) {
                   "Longest sequence served, prompt and output (default: the model's context, or what --kv-memory "
                   "holds, with a warning)")
       ->check(CLI::Range(1, 1 << 22));
-  cmd->add_option("--kv-memory", args->kv_memory_mib, "KV cache memory budget in MiB")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  auto* kv_memory = cmd->add_option("--kv-memory", args->kv_memory_mib, "KV cache memory budget in MiB")
+                        ->check(CLI::PositiveNumber)
+                        ->capture_default_str();
+  cmd->add_option("--kv-memory-fraction", args->kv_memory_fraction,
+                  "Fraction of the device's memory (a host device: RAM) the node may use; the weights come out of it "
+                  "and the KV cache gets the rest (instead of --kv-memory)")
+      ->check(CLI::Range(0.01, 0.99))
+      ->excludes(kv_memory);
   cmd->add_option("--max-queue", args->max_queue, "Waiting requests before new ones get 429")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -410,6 +462,9 @@ Action add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-parser", args->reasoning_parser,
                   "How chat replies carry reasoning (reasoning_content): qwen3, deepseek_r1, gpt_oss or none "
                   "(default: detected from the chat template)");
+  cmd->add_option("--tool-call-parser", args->tool_call_parser,
+                  "How chat replies write tool calls, by vLLM's names: hermes, qwen3_coder, llama3_json, pythonic, "
+                  "mistral, openai, or none (default: detected from the chat template)");
   // A model's chat template is untrusted input (docs/security.md): what one render may spend, and its threads.
   cmd->add_option("--template-max-steps", args->template_limits.max_steps,
                   "Evaluation steps one chat-template render may take (a 400 past it)")
@@ -423,12 +478,27 @@ Action add_serve_command(CLI::App& app) {
                   "Threads rendering chat templates (never the HTTP or engine threads)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--allowed-origins", args->allowed_origins,
+                  "Origins whose browsers may call the API (CORS): a JSON list as vLLM takes it, or comma-separated; "
+                  "* for any (default: none)");
   cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Disable the prefix cache");
   cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")
       ->check(CLI::Range(0, 1024));
+  // vLLM's names for the same two choices.
+  cmd->add_option("--dtype", args->weight_dtype,
+                  "vLLM's --dtype: auto (as stored), half/float16, bfloat16, float/float32 (f32 matrices converted)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{{"auto", ""},
+                                                                             {"half", "f16"},
+                                                                             {"float16", "f16"},
+                                                                             {"bfloat16", "bf16"},
+                                                                             {"float", "f32"},
+                                                                             {"float32", "f32"}}));
+  cmd->add_option("--kv-cache-dtype", args->kv_dtype, "vLLM's --kv-cache-dtype: auto (f16), float16, float32")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, std::string>{{"auto", "f16"}, {"float16", "f16"}, {"float32", "f32"}}));
   cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--graph", args->graph,

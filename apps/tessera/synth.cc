@@ -52,8 +52,14 @@ int run_synth(const SynthArgs& a) {
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   if (Status s = config->validate(); !s.ok()) return fail(s.message());
-  model::SynthModel m = model::synthesize_weights(
-      *config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive, .token_lead = a.token_lead});
+  // An f16/bf16 file is drawn straight into that type (half the memory of f32 for shapes of billions of weights).
+  std::optional<DType> held;
+  if (o.dtype == DType::kF16 || o.dtype == DType::kBF16) held = o.dtype;
+  model::SynthModel m = model::synthesize_weights(*config, a.seed,
+                                                  {.rare_byte_tokens = a.rare_byte_tokens,
+                                                   .decisive = a.decisive,
+                                                   .token_lead = a.token_lead,
+                                                   .matrix_dtype = held});
   auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed, config->arch);
   o.tokenizer = tok.get();
   o.name = "synth-" + a.shape;
@@ -72,6 +78,10 @@ int run_synth(const SynthArgs& a) {
   if (a.token_lead > 0)
     notes.push_back(fmt::format("--token-lead {} scaled the residual writes by {:.4g}", a.token_lead,
                                 model::decisive_write_scale(m.config, a.token_lead)));
+  if (config->has_moe_layers())
+    std::fprintf(stderr, "experts: %d of %d per token, %d wide; %.2fM params active per token\n",
+                 config->moe.n_experts_used, config->moe.n_experts, config->moe.expert_hidden_dim,
+                 config->active_parameter_count() / 1e6);
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   return 0;
 }

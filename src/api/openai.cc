@@ -80,7 +80,9 @@ std::optional<ApiError> template_message(const ojson& m, const std::string& text
   out["role"] = role;
   const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
   if (!m.contains("content") || m["content"].is_null()) {
-    out["content"] = has_calls ? ojson() : ojson("");
+    // An assistant turn that only calls tools has content null in OpenAI's API; templates see "" (as vLLM passes
+    // it), since real ones test it with `in` and string methods (Qwen3: '</think>' in message.content).
+    out["content"] = "";
   } else {
     out["content"] = text;
   }

@@ -57,8 +57,8 @@ struct PrefillCall {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   StructuredOutput structured;  // the request's grammar: the prefill node samples the first token under it
-  std::string agent;   // link::AgentInfo::encode() of the decode node
-  std::string region;  // link::RegionDesc::encode() of its staging region
+  std::string agent;            // link::AgentInfo::encode() of the decode node
+  std::string region;           // link::RegionDesc::encode() of its staging region
   uint64_t offset = 0;
   uint64_t tag = 0;
   nlohmann::json model;  // must equal the prefill node's model description

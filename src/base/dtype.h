@@ -3,7 +3,8 @@
 // Block-quantised types use GGUF's (ggml's) layouts, defined in base/quant.h: the classic types (q8_0,
 // q4_0, q4_1, q5_0, q5_1) store 32 elements per block with an f16 scale (and an f16 minimum for the _1
 // types); the K-quants (q2_k ... q6_k) store 256-element super-blocks of 16 or 32-element sub-blocks whose
-// scales are themselves quantised. A block type's size is only defined for element counts that are a
+// scales are themselves quantised; mxfp4 (gpt-oss's experts) stores 32 four-bit E2M1 values per block with a
+// shared power-of-two (E8M0) scale. A block type's size is only defined for element counts that are a
 // multiple of its block size. New enumerators are appended: values may be stored.
 #pragma once
 
@@ -30,6 +31,7 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kMXFP4,
 };
 
 struct DTypeInfo {

@@ -10,6 +10,8 @@
 //   q4_1: d, m, nibbles[16];              x = d * q + m
 //   q5_0: d, qh[4], nibbles[16];          x = d * (q - 16)
 //   q5_1: d, m, qh[4], nibbles[16];       x = d * q + m
+//   mxfp4: e (E8M0), nibbles[16];         x = kMxfp4Values[q] * 2^(e - 128)  (ggml doubles the E2M1 values
+//                                          and halves the scale: the same numbers, integer-valued codes)
 // K-quants, 256 elements per super-block (element e below is 0..255):
 //   q2_k: scales[16] (low nibble: scale, high: min, of the 16-element group e/16), qs[64], d, dmin;
 //         q = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;   x = d * sc * q - dmin * m
@@ -67,6 +69,20 @@ struct BlockQ5_1 {
   uint8_t qs[kQuantBlock / 2];
 };
 
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0: the block's scale is 2^(e - 127); with the doubled codes below, 2^(e - 128)
+  uint8_t qs[kQuantBlock / 2];
+};
+// The 16 E2M1 codes times two (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), as ggml's kvalues_mxfp4.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128) exactly, as ggml's GGML_E8M0_TO_FP32_HALF (denormal for e < 2).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
 constexpr int kSuperBlock = 256;
 struct BlockQ2_K {
   uint8_t scales[16];
@@ -99,6 +115,7 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
                   sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24,
               "GGUF block sizes");
+static_assert(sizeof(BlockMXFP4) == 17, "GGUF mxfp4 block size");
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
                   sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "GGUF K-quant block sizes");
@@ -130,7 +147,7 @@ Status quantize(std::span<const float> src, DType to, void* dst);
 // Converts n values of type `from` at `src` into f32.
 Status dequantize(const void* src, DType from, std::span<float> dst);
 
-// The block types added with the K-quants (q4_1, q5_0, q5_1, q2_k ... q6_k), in quant_k.cc; quantize() and
+// The block types added with the K-quants (q4_1, q5_0, q5_1, q2_k ... q6_k, and mxfp4), in quant_k.cc; quantize() and
 // dequantize() forward to these. The quantisers are simple (per-group min/max, then the group scales
 // quantised against the super-block's), not llama-quantize's searched ones: they make valid blocks for tests
 // and `tessera synth`; files quantised by llama.cpp load as written.

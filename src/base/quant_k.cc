@@ -261,8 +261,33 @@ void each_block_out(const float* x, size_t n, void* dst, int elems, F f) {
 
 }  // namespace
 
+// llama.cpp's reference quantiser (quantize_row_mxfp4_ref): the scale from the block's largest magnitude, each
+// value the nearest code (the first of equals).
+void quantize_mxfp4(const float* x, BlockMXFP4* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const auto e = static_cast<uint8_t>(amax > 0.0f ? std::floor(std::log2(amax)) - 2 + 127 : 0);
+  const float d = e8m0_half(e);
+  b->e = e;
+  auto best = [d](float v) {
+    int idx = 0;
+    float err = std::fabs(kMxfp4Values[0] * d - v);
+    for (int i = 1; i < 16; ++i) {
+      const float e2 = std::fabs(kMxfp4Values[i] * d - v);
+      if (e2 < err) {
+        idx = i;
+        err = e2;
+      }
+    }
+    return static_cast<uint8_t>(idx);
+  };
+  for (int j = 0; j < 16; ++j) b->qs[j] = static_cast<uint8_t>(best(x[j]) | (best(x[j + 16]) << 4));
+}
+
 void quantize_blocks(const float* x, size_t n, DType to, void* dst) {
   switch (to) {
+    case DType::kMXFP4:
+      return each_block_out<BlockMXFP4>(x, n, dst, 32, quantize_mxfp4);
     case DType::kQ4_1:
       return each_block_out<BlockQ4_1>(x, n, dst, 32, quantize_q4_1);
     case DType::kQ5_0:
@@ -286,6 +311,14 @@ void quantize_blocks(const float* x, size_t n, DType to, void* dst) {
 
 void dequantize_blocks(const void* src, DType from, size_t n, float* dst) {
   switch (from) {
+    case DType::kMXFP4:
+      return each_block<BlockMXFP4>(src, n, dst, 32, [](const BlockMXFP4& b, float* y) {
+        const float d = e8m0_half(b.e);
+        for (int j = 0; j < 16; ++j) {
+          y[j] = static_cast<float>(kMxfp4Values[b.qs[j] & 15]) * d;
+          y[j + 16] = static_cast<float>(kMxfp4Values[b.qs[j] >> 4]) * d;
+        }
+      });
     case DType::kQ4_1:
       return each_block<BlockQ4_1>(src, n, dst, 32, [](const BlockQ4_1& b, float* y) {
         const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);

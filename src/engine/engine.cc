@@ -44,8 +44,8 @@ struct Engine::Active {
   size_t emitted = 0;                       // bytes of `text` already reported
   RequestOutput pending;
   bool finished = false;
-  int cached_tokens = -1;  // set when first scheduled
-  int exported = -1;       // prefill nodes: positions [export_from, exported) have been exported
+  int cached_tokens = -1;                     // set when first scheduled
+  int exported = -1;                          // prefill nodes: positions [export_from, exported) have been exported
   std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
   std::vector<uint64_t> mask_words;           // its mask, reused from step to step
   bool jumping = false;                       // appending forced tokens (EngineOptions::jump_forward)

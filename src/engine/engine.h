@@ -152,9 +152,9 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
   uint64_t generated_tokens = 0;
-  uint64_t imports_requeued = 0;  // imported KV given up for lack of blocks; the prompt was recomputed here
-  uint64_t grammar_tokens = 0;    // tokens sampled under a structured-output grammar
-  double grammar_seconds = 0;     // engine-thread time computing their masks and advancing the grammars
+  uint64_t imports_requeued = 0;     // imported KV given up for lack of blocks; the prompt was recomputed here
+  uint64_t grammar_tokens = 0;       // tokens sampled under a structured-output grammar
+  double grammar_seconds = 0;        // engine-thread time computing their masks and advancing the grammars
   uint64_t jump_forward_tokens = 0;  // tokens a grammar forced, appended without a model step
 };
 

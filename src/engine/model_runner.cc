@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "base/quant.h"
 #include "model/rope_scaling.h"
@@ -32,16 +32,63 @@ bool device_runs_weight(ops::Device& device, DType dtype, int64_t cols, int rank
   return device.supports(ops::EmbeddingOp{w, ids, x}).supported;
 }
 
+// Whether `device` runs mixture-of-experts layers whose expert matrices are stored as `dtype` (the smallest
+// tensors of whole blocks: one expert, one block square).
+bool device_runs_experts(ops::Device& device, DType dtype) {
+  const int64_t b = dtype_info(dtype).block_elems;
+  const int64_t side = std::max<int64_t>(b, 1);
+  auto wb = device.alloc(dtype_bytes(dtype, static_cast<size_t>(side * side)));
+  auto xb = device.alloc(static_cast<size_t>(side) * 4);
+  auto ob = device.alloc(static_cast<size_t>(side) * 4);
+  auto ib = device.alloc(4);
+  auto lb = device.alloc(4);
+  if (!wb.ok() || !xb.ok() || !ob.ok() || !ib.ok() || !lb.ok()) return false;
+  ops::Tensor w(wb->get(), 0, dtype, {1, side, side});
+  ops::Tensor x(xb->get(), 0, DType::kF32, {1, side}), out(ob->get(), 0, DType::kF32, {1, side});
+  ops::Tensor ids(ib->get(), 0, DType::kI32, {1, 1}), weights(lb->get(), 0, DType::kF32, {1, 1});
+  ops::Tensor logits(lb->get(), 0, DType::kF32, {1, 1});
+  return device.supports(ops::MoeRouteOp{logits, ids, weights}).supported &&
+         device.supports(ops::MoeExpertsOp{x, ids, weights, w, w, w, out}).supported;
+}
+
+bool device_runs(ops::Device& device, const model::WeightTensor& w) {
+  const int rank = static_cast<int>(w.shape.size());
+  if (rank == 3) return device_runs_experts(device, w.dtype);
+  return device_runs_weight(device, w.dtype, w.shape.back(), rank, /*is_embedding=*/false);
+}
+
 }  // namespace
+
+std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config) {
+  std::vector<std::string> out;
+  if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
+    out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  if (config.attn_sinks) {
+    // One query head over a one-block f32 cache, with a sink.
+    const int64_t hd = config.head_dim;
+    auto cb = device.alloc(static_cast<size_t>(hd) * 4);
+    auto qb = device.alloc(static_cast<size_t>(hd) * 4);
+    auto ob = device.alloc(static_cast<size_t>(hd) * 4);
+    auto ib = device.alloc(8);
+    if (cb.ok() && qb.ok() && ob.ok() && ib.ok()) {
+      ops::Tensor cache(cb->get(), 0, DType::kF32, {1, 1, 1, hd}), q(qb->get(), 0, DType::kF32, {1, 1, hd});
+      ops::Tensor o(ob->get(), 0, DType::kF32, {1, 1, hd}), table(ib->get(), 0, DType::kI32, {1, 1});
+      ops::Tensor lens(ib->get(), 4, DType::kI32, {1}), sinks(ib->get(), 4, DType::kF32, {1});
+      ops::AttentionDecodeOp probe{q, cache, cache, table, lens, o};
+      probe.sinks = sinks;
+      if (!device.supports(probe).supported) out.push_back("attention sinks");
+    }
+  }
+  return out;
+}
 
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights) {
   std::vector<DType> out;
   for (const model::WeightTensor& w : weights.tensors()) {
     if (w.dtype == DType::kF32 || std::find(out.begin(), out.end(), w.dtype) != out.end()) continue;
-    const int rank = static_cast<int>(w.shape.size());
     // As a matrix only: an embedding table a device cannot index in place is widened for lookups alone,
     // which costs memory but no speed.
-    if (!device_runs_weight(device, w.dtype, w.shape.back(), rank, /*is_embedding=*/false)) out.push_back(w.dtype);
+    if (!device_runs(device, w)) out.push_back(w.dtype);
   }
   return out;
 }
@@ -71,6 +118,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
                     device.info().backend));
   }
   if (options.activation_tap) options.graph = false;  // a replayed graph has no points to stop at
+  if (std::vector<std::string> missing = unsupported_layer_features(device, config); !missing.empty()) {
+    return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
+                                     device.info().backend, config.arch, fmt::join(missing, " or ")));
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
@@ -83,7 +134,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     r->pad_block_ = static_cast<int32_t>(pad);
   }
 
-  const int64_t n = options.max_batch_tokens, d = config.dim, h = config.hidden_dim;
+  bool dense_layers = false;
+  for (int l = 0; l < config.n_layers; ++l) dense_layers |= config.layer_kind(l).ffn == model::FfnKind::kDense;
+  const int64_t n = options.max_batch_tokens, d = config.dim, h = dense_layers ? config.hidden_dim : 1;
   Scratch& s = r->s_;
   TS_ASSIGN_OR_RETURN(s.x, r->alloc(DType::kF32, {n, d}));
   TS_ASSIGN_OR_RETURN(s.xb, r->alloc(DType::kF32, {n, d}));
@@ -109,6 +162,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   for (const ops::Tensor* t : {&s.x, &s.xb, &s.delta, &s.q, &s.k, &s.v, &s.att, &s.hb, &s.hb2, &s.logits}) {
     r->scratch_buffers_.push_back(t->buffer);
   }
+  if (config.has_moe_layers()) {
+    const int64_t experts = config.moe.n_experts, used = config.moe.n_experts_used;
+    TS_ASSIGN_OR_RETURN(s.router_logits, r->alloc(DType::kF32, {n, experts}));
+    TS_ASSIGN_OR_RETURN(s.expert_ids, r->alloc(DType::kI32, {n, used}));
+    TS_ASSIGN_OR_RETURN(s.expert_weights, r->alloc(DType::kF32, {n, used}));
+    for (const ops::Tensor* t : {&s.router_logits, &s.expert_ids, &s.expert_weights})
+      r->scratch_buffers_.push_back(t->buffer);
+  }
   return r;
 }
 
@@ -121,7 +182,8 @@ Result<ops::Tensor> ModelRunner::alloc(DType dtype, std::initializer_list<int64_
 }
 
 Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, const std::string& name,
-                                        std::vector<int64_t> shape, bool matrix) {
+                                        std::vector<int64_t> shape, WeightUse use) {
+  const bool matrix = use != WeightUse::kOther;
   TS_ASSIGN_OR_RETURN(const model::WeightTensor* w, weights.require(name, shape));
   ops::Tensor t(nullptr, 0, w->dtype, {});
   t.rank = static_cast<int>(shape.size());
@@ -132,7 +194,7 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   std::vector<uint8_t> converted;
   const std::optional<DType> want = options_.weight_dtype;
   if (matrix && want && *want != w->dtype && w->dtype == DType::kF32) {
-    if (t.row_elems() % dtype_info(*want).block_elems == 0) {
+    if (t.dim(t.rank - 1) % dtype_info(*want).block_elems == 0) {
       converted.resize(dtype_bytes(*want, static_cast<size_t>(t.numel())));
       TS_RETURN_IF_ERROR(
           quantize({reinterpret_cast<const float*>(w->data), static_cast<size_t>(t.numel())}, *want, converted.data()));
@@ -144,7 +206,10 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
     }
   }
   std::vector<float> widened;
-  if (!device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank, name == "token_embd.weight" && !matrix)) {
+  const bool runs = use == WeightUse::kExperts ? device_runs_experts(device_, t.dtype)
+                                               : device_runs_weight(device_, t.dtype, t.dim(t.rank - 1), t.rank,
+                                                                    name == "token_embd.weight" && !matrix);
+  if (!runs) {
     // The device cannot run this weight type: widen it to f32 on the host, so that an f16/bf16/q8_0/q4_0
     // model from a GGUF or safetensors file still runs (at f32's memory cost).
     widened.resize(static_cast<size_t>(t.numel()));
@@ -163,7 +228,12 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
     TS_RETURN_IF_ERROR(stream_->synchronize());
     TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(t));
   }
-  if (name != "token_embd.weight" || matrix) streamed_bytes_ += t.bytes();
+  // A token reads n_experts_used of an expert tensor's n_experts matrices.
+  if (use == WeightUse::kExperts) {
+    streamed_bytes_ += t.bytes() / static_cast<size_t>(t.dim(0)) * static_cast<size_t>(config_.moe.n_experts_used);
+  } else if (name != "token_embd.weight" || matrix) {
+    streamed_bytes_ += t.bytes();
+  }
   if (!widened.empty()) TS_RETURN_IF_ERROR(stream_->synchronize());  // `widened` is freed on return
   return t;
 }
@@ -174,8 +244,72 @@ Result<ops::Tensor> ModelRunner::upload_optional(const model::ModelWeights& weig
   return upload(weights, name, std::move(shape));
 }
 
+Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer& layer) {
+  auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
+  const int64_t d = config_.dim, h = config_.hidden_dim;
+  layer.kind = config_.layer_kind(l);
+  if (layer.kind.ffn == model::FfnKind::kDense) {
+    TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
+    TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
+    return ok_status();
+  }
+  const int64_t e = config_.moe.n_experts, f = config_.moe.expert_hidden_dim;
+  TS_ASSIGN_OR_RETURN(layer.router, upload_matrix(weights, name("ffn_gate_inp.weight"), {e, d}));
+  TS_ASSIGN_OR_RETURN(layer.router_bias, upload_optional(weights, name("ffn_gate_inp.bias"), {e}));
+  if (weights.find(name("ffn_gate_up_exps.weight")) != nullptr) {  // llama.cpp's fused [E, 2 ff, dim]
+    TS_ASSIGN_OR_RETURN(layer.experts_gate_up,
+                        upload(weights, name("ffn_gate_up_exps.weight"), {e, 2 * f, d}, WeightUse::kExperts));
+  } else {
+    TS_ASSIGN_OR_RETURN(layer.experts_gate,
+                        upload(weights, name("ffn_gate_exps.weight"), {e, f, d}, WeightUse::kExperts));
+    TS_ASSIGN_OR_RETURN(layer.experts_up, upload(weights, name("ffn_up_exps.weight"), {e, f, d}, WeightUse::kExperts));
+  }
+  TS_ASSIGN_OR_RETURN(layer.experts_down,
+                      upload(weights, name("ffn_down_exps.weight"), {e, d, f}, WeightUse::kExperts));
+  TS_ASSIGN_OR_RETURN(layer.experts_gate_bias, upload_optional(weights, name("ffn_gate_exps.bias"), {e, f}));
+  TS_ASSIGN_OR_RETURN(layer.experts_up_bias, upload_optional(weights, name("ffn_up_exps.bias"), {e, f}));
+  TS_ASSIGN_OR_RETURN(layer.experts_down_bias, upload_optional(weights, name("ffn_down_exps.bias"), {e, d}));
+  return ok_status();
+}
+
+Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out) {
+  const model::ModelConfig& c = config_;
+  if (lw.kind.ffn == model::FfnKind::kDense) {
+    const ops::Activation act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
+    ops::Tensor hb = s_.hb.rows(0, n), hb2 = s_.hb2.rows(0, n);
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_gate, hb}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_up, hb2}));
+    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
+    return run(ops::MatMulOp{hb, lw.w_down, out});
+  }
+  const model::MoeConfig& m = c.moe;
+  ops::Tensor logits = s_.router_logits.rows(0, n), ids = s_.expert_ids.rows(0, n),
+              weights = s_.expert_weights.rows(0, n);
+  TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.router, logits, lw.router_bias}));
+  ops::MoeRouteOp route{logits, ids, weights};
+  route.gating = m.gating == model::ExpertGating::kSoftmax   ? ops::MoeGating::kSoftmax
+                 : m.gating == model::ExpertGating::kSigmoid ? ops::MoeGating::kSigmoid
+                                                             : ops::MoeGating::kSoftmaxWeight;
+  route.normalize = m.normalize_weights;
+  route.scale = m.weights_scale;
+  TS_RETURN_IF_ERROR(run(route));
+  ops::MoeExpertsOp experts{in, ids, weights, lw.experts_gate, lw.experts_up, lw.experts_down, out};
+  experts.gate_bias = lw.experts_gate_bias;
+  experts.up_bias = lw.experts_up_bias;
+  experts.down_bias = lw.experts_down_bias;
+  experts.gate_up = lw.experts_gate_up;
+  experts.act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
+  if (m.swiglu_limit > 0.0f) {
+    experts.act = ops::Activation::kSwigluOai;
+    experts.alpha = 1.702f;  // llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constant (and gpt-oss's)
+    experts.limit = m.swiglu_limit;
+  }
+  return run(experts);
+}
+
 Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
-  const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
+  const int64_t d = config_.dim, q = config_.q_dim(), kv = config_.kv_dim();
   TS_ASSIGN_OR_RETURN(token_embd_, upload(weights, "token_embd.weight", {config_.vocab_size, d}));
   TS_ASSIGN_OR_RETURN(output_norm_, upload(weights, "output_norm.weight", {d}));
   // With tied embeddings the classifier is the matrix in the type upload_matrix() would give it: as stored, or
@@ -206,10 +340,12 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
     TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
+    TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
+    if (config_.attn_sinks) {
+      TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+    }
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
-    TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
+    TS_RETURN_IF_ERROR(upload_ffn(weights, l, layer));
     if (config_.qk_norm) {
       TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
       TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
@@ -272,13 +408,11 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
-  ops::Tensor hb = s_.hb.rows(0, n), hb2 = s_.hb2.rows(0, n);
   ops::Tensor q2 = q.reshaped({n, c.q_dim()}), k2 = k.reshaped({n, c.kv_dim()}), v2 = v.reshaped({n, c.kv_dim()});
   ops::Tensor att2 = att.reshaped({n, c.q_dim()});
   ops::Tensor positions = s_.positions.rows(0, n);
 
   const float emb_scale = c.embedding_scale > 0.0f ? c.embedding_scale : 1.0f;
-  const ops::Activation act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
   TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{token_embd_, s_.ids.rows(0, n), x, emb_scale}));
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -300,29 +434,26 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     if (decodes > 0) {
       TS_RETURN_IF_ERROR(
           run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
-                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores}));
+                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
     }
     for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
       const Placed& p = placed[pi];
       const auto len = static_cast<int64_t>(p.segment->tokens.size());
       ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
       TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
-                                                     att.rows(p.row0, len), p.start, lw.scores}));
+                                                     att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
     }
     if (after_layer) {
       TS_RETURN_IF_ERROR(stream_->synchronize());
       TS_RETURN_IF_ERROR(after_layer(l));
     }
     TS_RETURN_IF_ERROR(tap("kqv_out", l, att2));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta}));
+    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(tap("ffn_inp", l, x));
     TS_RETURN_IF_ERROR(tap("ffn_norm", l, xb));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_gate, hb}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.w_up, hb2}));
-    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{hb, lw.w_down, delta}));
+    TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_ffw_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(tap("ffn_out", l, delta));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -78,6 +79,11 @@ struct RunnerOptions {
 // auto` asks this of each backend.
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights);
 
+// What the model's layers ask of operators that `device` does not do, each as a phrase naming it ("mixture-of-
+// experts layers (moe_route, moe_experts)", "attention sinks"); empty: it runs every layer kind. ModelRunner::create
+// refuses such a device with these; `--backend auto` passes it over.
+std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config);
+
 class ModelRunner {
  public:
   static Result<std::unique_ptr<ModelRunner>> create(ops::Device& device, const model::ModelConfig& config,
@@ -126,8 +132,14 @@ class ModelRunner {
 
  private:
   struct Layer {
+    model::LayerKind kind;  // which feed-forward (and attention) this layer runs
     ops::Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    ops::Tensor bq, bk, bv;                     // optional projection biases (Qwen2); invalid when the model has none
+    // kMoe feed-forward: the router [E, dim] (+ bias [E]) and the experts [E, ff, dim] / [E, dim, ff] (+ biases)
+    ops::Tensor router, router_bias, experts_gate, experts_up, experts_down;
+    ops::Tensor experts_gate_bias, experts_up_bias, experts_down_bias;
+    ops::Tensor experts_gate_up;                // instead of experts_gate and experts_up when the file fuses them
+    ops::Tensor bq, bk, bv, bo;                 // optional projection biases (Qwen2: q/k/v; gpt-oss: q/k/v/o)
+    ops::Tensor sinks;                          // attention sinks [n_heads] (gpt-oss); invalid when the model has none
     ops::Tensor q_norm, k_norm;                 // qk_norm families (Qwen3, Gemma 3)
     ops::Tensor post_attn_norm, post_ffw_norm;  // post_norms families (Gemma)
     ops::Tensor rope_freqs;                     // scaled rotary: per-pair inverse frequencies (else invalid)
@@ -138,6 +150,7 @@ class ModelRunner {
   struct Scratch {
     ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
     ops::Tensor ids, positions, slots, block_tables, context_lens;
+    ops::Tensor router_logits, expert_ids, expert_weights;  // MoE layers: [n, E], [n, k], [n, k]
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -145,13 +158,20 @@ class ModelRunner {
   // export_kv (out) and import_kv: the rows of [first, first + count) between the paged cache and two
   // wire arrays [count][kv_dim] of `dtype`.
   Status copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k, uint8_t* v);
+  // kMatrix: a matmul weight; kExperts: the 3-D expert matrices of a MoE layer (both converted to
+  // RunnerOptions::weight_dtype when set, and re-laid by the device); kOther: norms, biases, the embedding.
+  enum class WeightUse { kOther, kMatrix, kExperts };
   Result<ops::Tensor> upload(const model::ModelWeights& weights, const std::string& name, std::vector<int64_t> shape,
-                             bool matrix = false);
+                             WeightUse use = WeightUse::kOther);
   // A weight matrix: uploaded in RunnerOptions::weight_dtype when that is set and possible.
   Result<ops::Tensor> upload_matrix(const model::ModelWeights& weights, const std::string& name,
                                     std::vector<int64_t> shape) {
-    return upload(weights, name, std::move(shape), true);
+    return upload(weights, name, std::move(shape), WeightUse::kMatrix);
   }
+  // Layer l's feed-forward weights for its kind (dense MLP or mixture of experts).
+  Status upload_ffn(const model::ModelWeights& weights, int l, Layer& layer);
+  // The layer's feed-forward of n rows of `in` into `out`, by its kind.
+  Status run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);

@@ -76,6 +76,9 @@ struct ServerOptions {
   std::string tls_key_file;
   uint16_t port = 0;  // 0: any free port (see Server::port())
   int io_threads = 2;
+  // CORS: origins ("https://app.example" or "*") whose browsers may call this server; empty: no CORS headers, and
+  // preflight requests are refused (403).
+  std::vector<std::string> allowed_origins;
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
   int header_timeout_ms = 10000;    // a client must send its whole request within this time
   int idle_timeout_ms = 60000;      // keep-alive connections idle longer than this are closed

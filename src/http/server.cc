@@ -341,7 +341,8 @@ namespace {
 
 class Writer final : public ResponseWriter {
  public:
-  explicit Writer(std::shared_ptr<Session> s) : session_(std::move(s)) {}
+  // `always`: headers every answer on this writer carries (CORS).
+  Writer(std::shared_ptr<Session> s, Headers always) : session_(std::move(s)), always_(std::move(always)) {}
   ~Writer() override {
     if (!started_.exchange(true)) {
       std::string body = error_json("the server did not produce a response", "server_error");
@@ -381,6 +382,8 @@ class Writer final : public ResponseWriter {
     h += chunked ? std::string("Transfer-Encoding: chunked\r\n") : fmt::format("Content-Length: {}\r\n", length);
     h += session_->keep_alive() ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     for (const auto& [k, v] : extra) h += k + ": " + v + "\r\n";
+    for (const auto& [k, v] : always_)
+      if (extra.find(k) == extra.end()) h += k + ": " + v + "\r\n";
     return h + "\r\n";
   }
   void post(std::string data, bool last) {
@@ -389,6 +392,7 @@ class Writer final : public ResponseWriter {
   }
 
   std::shared_ptr<Session> session_;
+  const Headers always_;
   std::atomic<bool> started_{false};
   std::atomic<bool> streaming_{false};
   std::atomic<bool> ended_{false};
@@ -397,9 +401,31 @@ class Writer final : public ResponseWriter {
 }  // namespace
 
 void Session::dispatch(Request req) {
-  std::shared_ptr<ResponseWriter> writer = std::make_shared<Writer>(shared_from_this());
+  // CORS (ServerOptions::allowed_origins): an allowed Origin is echoed on every answer, and a browser's preflight
+  // (OPTIONS with Access-Control-Request-Method) is answered here for any served path.
+  Headers cors;
+  const std::string origin = req.header("origin");
+  const auto& allowed = server_.options.allowed_origins;
+  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+  if (!origin.empty() && (any || std::find(allowed.begin(), allowed.end(), origin) != allowed.end())) {
+    cors.emplace("Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) cors.emplace("Vary", "Origin");
+    cors.emplace("Access-Control-Expose-Headers", "x-request-id");
+  }
+  std::shared_ptr<ResponseWriter> writer = std::make_shared<Writer>(shared_from_this(), cors);
   bool path_known = false;
   const Route* route = server_.find(req.method, req.path, &path_known);
+  if (req.method == "OPTIONS" && path_known && !req.header("access-control-request-method").empty() &&
+      (route == nullptr || route->method != "OPTIONS")) {
+    if (cors.empty()) return writer->send(403, error_json("this origin is not allowed", "invalid_request_error"));
+    const std::string asked = req.header("access-control-request-headers");
+    writer->send(204, "", "text/plain",
+                 {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                  {"Access-Control-Allow-Headers",
+                   asked.empty() ? std::string("Authorization, Content-Type, X-Request-Id") : asked},
+                  {"Access-Control-Max-Age", "600"}});
+    return;
+  }
   if (route == nullptr) {
     int status = path_known ? 405 : 404;
     writer->send(status,

@@ -17,15 +17,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-ToolCallFormat detect_tool_format(std::string_view t) {
-  if (t.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
-  if (t.find("<|python_tag|>") != std::string_view::npos ||
-      (t.find("<|start_header_id|>") != std::string_view::npos && t.find("parameters") != std::string_view::npos &&
-       t.find("tools") != std::string_view::npos))
-    return ToolCallFormat::kLlama3Json;
-  return ToolCallFormat::kNone;
-}
-
 // Whether a template's source names `name` as a whole identifier: a variable it never names, it never reads
 // (Jinja has no way to look a variable up by a computed name).
 bool names_variable(std::string_view source, std::string_view name) {
@@ -136,18 +127,6 @@ ModelChatInfo model_chat_info(const LoadedModel& m) {
   return info;
 }
 
-std::string_view tool_call_format_name(ToolCallFormat f) {
-  switch (f) {
-    case ToolCallFormat::kNone:
-      return "none";
-    case ToolCallFormat::kHermes:
-      return "hermes";
-    case ToolCallFormat::kLlama3Json:
-      return "llama3-json";
-  }
-  return "?";
-}
-
 Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec, const ModelChatInfo& model) {
   ChatTemplateRenderer r;
   r.bos_ = model.bos_token;
@@ -167,9 +146,6 @@ Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec,
   } else if (auto family = chat_template_from_name(spec); family.ok()) {
     r.family_ = *family;
     r.description_ = fmt::format("{} (named fallback)", spec);
-    r.tool_format_ = *family == ChatTemplate::kChatml   ? ToolCallFormat::kHermes
-                     : *family == ChatTemplate::kLlama3 ? ToolCallFormat::kLlama3Json
-                                                        : ToolCallFormat::kNone;
     return r;
   } else if (spec.find("{{") != std::string_view::npos || spec.find("{%") != std::string_view::npos) {
     source = std::string(spec);
@@ -184,7 +160,6 @@ Result<ChatTemplateRenderer> ChatTemplateRenderer::choose(std::string_view spec,
   }
   TS_ASSIGN_OR_RETURN(r.jinja_, compile(source, r.description_));
   r.source_ = source;
-  r.tool_format_ = detect_tool_format(source);
   r.takes_tools_ = source.find("tools") != std::string::npos || r.jinja_tool_use_ != nullptr;
   return r;
 }

@@ -29,14 +29,6 @@ namespace jinja {
 class Template;
 }
 
-// How a model writes tool calls in its output, for the server to parse them back into `tool_calls`.
-enum class ToolCallFormat : uint8_t {
-  kNone,
-  kHermes,      // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen2.5, Qwen3, chatml)
-  kLlama3Json,  // {"name": ..., "parameters": {...}} as the whole reply, or after <|python_tag|> (Llama 3.x)
-};
-std::string_view tool_call_format_name(ToolCallFormat f);
-
 // What a model file says about chat: its templates and special-token strings.
 struct ModelChatInfo {
   std::string chat_template;         // the default template (empty: none)
@@ -89,9 +81,9 @@ class ChatTemplateRenderer {
 
   // "the model's chat template", "chatml (named fallback)", "template file x.jinja": for logs and errors.
   const std::string& description() const { return description_; }
-  ToolCallFormat tool_call_format() const { return tool_format_; }
   bool takes_tools() const { return takes_tools_; }
-  // The Jinja template's text ("" for a named fallback family): what the server detects formats from.
+  // The Jinja template's text ("" for a named fallback family): what the server detects the tool-call and
+  // reasoning formats from (serve/tool_parsers/tool_parser.h, serve/reasoning.h).
   const std::string& source() const { return source_; }
 
  private:
@@ -100,7 +92,6 @@ class ChatTemplateRenderer {
   std::string bos_, eos_;
   std::string description_;
   std::string source_, tool_use_source_;
-  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   bool takes_tools_ = false;
 };
 

@@ -1,4 +1,5 @@
 #include "model/loader.h"
+#include "model/hf_cache.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -75,12 +76,27 @@ Status attach_tokenizer(LoadedModel& m, const std::string& tokenizer_path, bool 
   return ok_status();
 }
 
+Result<LoadedModel> load_model_path(const std::string& model_path, const std::string& tokenizer_path,
+                                    bool require_tokenizer);
+
 }  // namespace
 
-Result<LoadedModel> load_model(const std::string& model_path, const std::string& tokenizer_path,
+Result<LoadedModel> load_model(const std::string& reference, const std::string& tokenizer_path,
                                bool require_tokenizer) {
   std::error_code ec;
-  if (!fs::exists(model_path, ec)) return not_found(fmt::format("model path does not exist: {}", model_path));
+  if (!fs::exists(reference, ec) && !looks_like_repo_id(reference))
+    return not_found(fmt::format("model path does not exist: {}", reference));
+  TS_ASSIGN_OR_RETURN(ModelReference ref, resolve_model_reference(reference));
+  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model_path(ref.path, tokenizer_path, require_tokenizer));
+  if (!ref.repo_id.empty()) m.name = ref.repo_id;  // served as vLLM serves a hub model: by its repository id
+  return m;
+}
+
+namespace {
+
+Result<LoadedModel> load_model_path(const std::string& model_path, const std::string& tokenizer_path,
+                                    bool require_tokenizer) {
+  std::error_code ec;
   LoadedModel m;
   if (looks_like_hf_folder(model_path)) {
     TS_ASSIGN_OR_RETURN(HfModel hf, load_hf_model(model_path));
@@ -155,5 +171,7 @@ Result<LoadedModel> load_model(const std::string& model_path, const std::string&
   TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
   return m;
 }
+
+}  // namespace
 
 }  // namespace tessera::model

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -22,7 +23,40 @@ std::string_view rope_scaling_name(RopeScalingType t) {
   return "?";
 }
 
-std::vector<std::string> supported_archs() { return {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}; }
+std::string_view expert_gating_name(ExpertGating g) {
+  switch (g) {
+    case ExpertGating::kSoftmax:
+      return "softmax";
+    case ExpertGating::kSigmoid:
+      return "sigmoid";
+    case ExpertGating::kSoftmaxWeight:
+      return "softmax_weight";
+  }
+  return "?";
+}
+
+std::vector<std::string> supported_archs() {
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"};
+}
+
+bool ModelConfig::has_moe_layers() const {
+  for (int l = 0; l < n_layers; ++l)
+    if (layer_kind(l).ffn == FfnKind::kMoe) return true;
+  return false;
+}
+
+void ModelConfig::set_all_ffn(FfnKind kind) {
+  if (layer_kinds.empty()) layer_kinds.resize(1);
+  for (LayerKind& k : layer_kinds) k.ffn = kind;
+  compact_layer_kinds();
+}
+
+void ModelConfig::compact_layer_kinds() {
+  if (layer_kinds.empty()) return;
+  const LayerKind first = layer_kinds.front();
+  if (std::all_of(layer_kinds.begin(), layer_kinds.end(), [&](const LayerKind& k) { return k == first; }))
+    layer_kinds.assign(first == LayerKind{} ? 0 : 1, first);
+}
 
 Status apply_arch_features(ModelConfig& c) {
   const std::string& a = c.arch;
@@ -34,7 +68,23 @@ Status apply_arch_features(ModelConfig& c) {
   // llama.cpp rotates llama's tensors in adjacent pairs (its converter permutes Q/K) and every other
   // family's in halves, as their Hugging Face checkpoints do.
   c.rope_layout = a == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  c.qk_norm = a == "qwen3" || a == "gemma3";
+  c.qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3";
+  // llama.cpp's routing for these families (its build_moe_ffn arguments): softmax over every expert, the top k,
+  // their weights renormalised to sum 1. The counts come from the file; a llama file is a Mixtral when it has
+  // experts.
+  if (a == "qwen3moe" || a == "llama") {
+    c.moe.gating = ExpertGating::kSoftmax;
+    c.moe.normalize_weights = true;
+  }
+  if (a == "gpt-oss") {
+    // llama.cpp's openai-moe: SOFTMAX_WEIGHT routing, no renormalisation, LLM_FFN_SWIGLU_OAI_MOE (alpha 1.702,
+    // limit 7), sinks, sliding window on every other layer starting with layer 0.
+    c.moe.gating = ExpertGating::kSoftmaxWeight;
+    c.moe.normalize_weights = false;
+    c.moe.swiglu_limit = 7.0f;
+    c.attn_sinks = true;
+    c.sliding_pattern = 2;
+  }
   const bool gemma = a == "gemma2" || a == "gemma3";
   c.post_norms = gemma;
   c.gelu_mlp = gemma;
@@ -45,15 +95,33 @@ Status apply_arch_features(ModelConfig& c) {
   return ok_status();
 }
 
-int64_t ModelConfig::parameter_count() const {
-  int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
-  int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
-  if (arch == "qwen2") per_layer += q + 2 * kv;  // q/k/v biases
-  if (qk_norm) per_layer += 2 * head_dim;
-  if (post_norms) per_layer += 2 * d;
-  int64_t emb = static_cast<int64_t>(vocab_size) * d;
-  return emb * (tied_embeddings ? 1 : 2) + n_layers * per_layer + d;
+namespace {
+
+int64_t count_parameters(const ModelConfig& c, bool active_only) {
+  const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
+  if (c.arch == "qwen2") attention += q + 2 * kv;  // q/k/v biases
+  if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
+  if (c.attn_sinks) attention += c.n_heads;
+  if (c.qk_norm) attention += 2 * c.head_dim;
+  if (c.post_norms) attention += 2 * d;
+  const int64_t experts = active_only ? c.moe.n_experts_used : c.moe.n_experts;
+  int64_t total = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    total += attention;
+    total += c.layer_kind(l).ffn == FfnKind::kMoe
+                 ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
+                       (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
+                 : 3 * d * h;
+  }
+  const int64_t emb = static_cast<int64_t>(c.vocab_size) * d;
+  return emb * (c.tied_embeddings ? 1 : 2) + total + d;
 }
+
+}  // namespace
+
+int64_t ModelConfig::parameter_count() const { return count_parameters(*this, false); }
+int64_t ModelConfig::active_parameter_count() const { return count_parameters(*this, true); }
 
 Status ModelConfig::validate() const {
   // Generous limits: the largest open models are well inside them; anything beyond is a corrupt header.
@@ -87,6 +155,27 @@ Status ModelConfig::validate() const {
   if (sliding_window < 0 || sliding_pattern < 0)
     return invalid_argument(
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));
+  if (static_cast<int>(layer_kinds.size()) > n_layers)
+    return invalid_argument(fmt::format("{} layer kinds for {} layers", layer_kinds.size(), n_layers));
+  for (const LayerKind& k : layer_kinds) {
+    if (k.attention == AttentionKind::kLinear)
+      return unimplemented("linear-attention layers (recurrent state) are not supported");
+  }
+  if (has_moe_layers() || moe.enabled()) {
+    if (!has_moe_layers()) return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));
+    if (!in_range(moe.n_experts, 1, 4096))
+      return invalid_argument(fmt::format("expert count {} is out of range [1, 4096]", moe.n_experts));
+    if (!in_range(moe.n_experts_used, 1, moe.n_experts))
+      return invalid_argument(
+          fmt::format("experts used per token {} is out of range [1, {}]", moe.n_experts_used, moe.n_experts));
+    if (!in_range(moe.expert_hidden_dim, 1, 1 << 18))
+      return invalid_argument(fmt::format("expert feed-forward width {} is out of range [1, 262144]",
+                                          moe.expert_hidden_dim));
+    if (!(moe.weights_scale > 0.0f) || !std::isfinite(moe.weights_scale))
+      return invalid_argument(fmt::format("expert weights scale {} must be positive", moe.weights_scale));
+    if (!(moe.swiglu_limit >= 0.0f) || !std::isfinite(moe.swiglu_limit))
+      return invalid_argument(fmt::format("swiglu limit {} must be >= 0", moe.swiglu_limit));
+  }
   const RopeScaling& r = rope_scaling;
   if (r.type != RopeScalingType::kNone) {
     if (!(r.factor > 0.0f) || !std::isfinite(r.factor))

@@ -12,6 +12,14 @@
 //                             layers, attention scale from query_pre_attn_scalar
 //   gemma3                    gemma2 without soft-capping, + qk_norm, a separate rotary base for the
 //                             sliding-window layers
+//   qwen3moe                  qwen3 whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
+//   llama + experts (Mixtral) llama whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
+//   gpt-oss                   q/k/v/o biases, attention sinks, every other layer sliding (window 128), YaRN;
+//                             experts with biases routed by softmax over the top k (router bias), clamped SwiGLU
+//                             (alpha 1.702, limit 7); its file names the pre-FFN norm post_attention_norm
+// What each layer holds is data too (LayerKind): its attention (full softmax attention; linear attention is a
+// kind no family fills yet) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
+// `moe` describes). The runner dispatches on the kind, so a hybrid model is a list of kinds, not a new family.
 // Norm weights are kept as the multiplier itself (what GGUF stores); Hugging Face Gemma checkpoints store
 // (w - 1) and are shifted at load and on write.
 #pragma once
@@ -51,6 +59,35 @@ struct RopeScaling {
 
 std::string_view rope_scaling_name(RopeScalingType t);  // "none", "linear", "llama3", "yarn", "longrope"
 
+// How a mixture-of-experts layer weighs its experts from the router's logits (ops::MoeRouteOp computes it):
+//  - kSoftmax:       softmax over all experts, then the k largest (Qwen3-MoE, Mixtral; llama.cpp's SOFTMAX = 1)
+//  - kSigmoid:       sigmoid of each logit, then the k largest (+ a selection bias where the file has one;
+//                    llama.cpp's SIGMOID = 2)
+//  - kSoftmaxWeight: the k largest logits, then softmax over those k (gpt-oss; llama.cpp's SOFTMAX_WEIGHT)
+enum class ExpertGating : uint8_t { kSoftmax, kSigmoid, kSoftmaxWeight };
+std::string_view expert_gating_name(ExpertGating g);  // "softmax", "sigmoid", "softmax_weight"
+
+struct MoeConfig {
+  int n_experts = 0;          // experts per MoE layer (GGUF expert_count)
+  int n_experts_used = 0;     // experts each token is routed to (expert_used_count)
+  int expert_hidden_dim = 0;  // feed-forward width of one expert (expert_feed_forward_length)
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize_weights = false;  // the k chosen weights divided by their sum (expert_weights_norm)
+  float weights_scale = 1.0f;      // then multiplied by this (expert_weights_scale)
+  // > 0: the experts' activation is gpt-oss's clamped SwiGLU with this limit (and alpha 1.702, as llama.cpp);
+  // 0: SiLU(gate) * up.
+  float swiglu_limit = 0.0f;
+  bool enabled() const { return n_experts > 0; }
+};
+
+enum class AttentionKind : uint8_t { kFull, kLinear };
+enum class FfnKind : uint8_t { kDense, kMoe };
+struct LayerKind {
+  AttentionKind attention = AttentionKind::kFull;
+  FfnKind ffn = FfnKind::kDense;
+  bool operator==(const LayerKind&) const = default;
+};
+
 struct ModelConfig {
   std::string arch = "llama";
   int dim = 0;         // residual stream width
@@ -78,6 +115,22 @@ struct ModelConfig {
   int sliding_window = 0;           // > 0: sliding layers attend to the last `sliding_window` positions
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
+  bool attn_sinks = false;          // blk.N.attn_sinks.weight [n_heads]: one more softmax logit per head (gpt-oss)
+
+  MoeConfig moe;  // the experts of kMoe layers
+  // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;
+  // n_layers entries: each layer named). Empty: every layer full attention with a dense FFN. A pattern keeps its
+  // meaning when a test or `tessera synth --layers` changes n_layers.
+  std::vector<LayerKind> layer_kinds;
+
+  LayerKind layer_kind(int layer) const {
+    return layer_kinds.empty() ? LayerKind{} : layer_kinds[static_cast<size_t>(layer) % layer_kinds.size()];
+  }
+  bool has_moe_layers() const;
+  // Every layer's feed-forward made `kind` (the families whose layers are all alike).
+  void set_all_ffn(FfnKind kind);
+  // The shortest form of layer_kinds: one entry when all are alike, none when that entry is the default.
+  void compact_layer_kinds();
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -85,8 +138,11 @@ struct ModelConfig {
     if (sliding_window <= 0 || sliding_pattern <= 0) return false;
     return sliding_pattern == 1 || layer % sliding_pattern < sliding_pattern - 1;
   }
-  // Parameters in the transformer (embedding counted once when tied; qwen2's q/k/v biases included).
+  // Parameters in the transformer (embedding counted once when tied; qwen2's q/k/v biases included; every
+  // expert of MoE layers).
   int64_t parameter_count() const;
+  // Parameters one token's forward pass reads: MoE layers count their router and n_experts_used experts.
+  int64_t active_parameter_count() const;
   Status validate() const;
 };
 

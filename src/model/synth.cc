@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/quant.h"
 #include "base/rng.h"
 
 namespace tessera::model {
@@ -28,8 +29,9 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
-  return {"tiny",       "stories15M",   "stories110M", "qwen2.5-0.5b", "llama2-7b", "llama3.2-1b", "llama3.1-8b",
-          "mistral-7b", "smollm2-135m", "qwen3-0.6b",  "gemma2-2b",    "gemma3-1b", "phi3-mini",   "phi3-mini-128k"};
+  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",  "llama3.2-1b",
+          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",  "gemma3-1b",
+          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"};
 }
 
 namespace {
@@ -87,12 +89,47 @@ Result<ModelConfig> family_shape(const std::string& name) {
       c.rope_scaling.factor = factor;
       c.rope_scaling.mscale = std::sqrt(1.0f + std::log(factor) / std::log(4096.0f));
     }
+  } else if (name == "qwen3-30b-a3b") {
+    // Qwen3-30B-A3B: 128 experts of 768, 8 per token, renormalised (norm_topk_prob true).
+    c = make_shape(2048, 6144, 48, 32, 4, 151936, 40960);
+    c.arch = "qwen3moe";
+    c.head_dim = 128;
+    c.rope_theta = 1000000.0f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = false;
+    c.moe = {128, 8, 768, ExpertGating::kSoftmax, true, 1.0f};
+  } else if (name == "mixtral-8x7b") {
+    // Mixtral-8x7B (v0.1): Mistral 7B's attention, 8 experts of 14336, 2 per token.
+    c = make_shape(4096, 14336, 32, 32, 8, 32000, 32768);
+    c.rope_theta = 1000000.0f;
+    c.tied_embeddings = false;
+    c.moe = {8, 2, 14336, ExpertGating::kSoftmax, true, 1.0f};
+  } else if (name == "gpt-oss-20b") {
+    // gpt-oss-20b: 32 experts of 2880, 4 per token; 64 heads of 64 (q 4096 wide on a 2880 residual), 8 kv heads;
+    // every other layer slides over 128 positions; YaRN x32 from 4096.
+    c = make_shape(2880, 2880, 24, 64, 8, 201088, 131072);
+    c.arch = "gpt-oss";
+    c.head_dim = 64;
+    c.rope_theta = 150000.0f;
+    c.tied_embeddings = false;
+    c.sliding_window = 128;
+    c.rope_scaling.type = RopeScalingType::kYarn;
+    c.rope_scaling.factor = 32.0f;
+    c.rope_scaling.original_context = 4096;
+    c.rope_scaling.beta_fast = 32.0f;
+    c.rope_scaling.beta_slow = 1.0f;
+    c.rope_scaling.mscale = 1.0f + 0.1f * std::log(32.0f);
+    c.moe = {32, 4, 2880, ExpertGating::kSoftmaxWeight, false, 1.0f, 7.0f};
   } else {
     return invalid_argument(
         fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
   }
   const ModelConfig stated = c;
   TS_RETURN_IF_ERROR(apply_arch_features(c));
+  if (stated.moe.enabled()) {
+    c.moe = stated.moe;
+    c.set_all_ffn(FfnKind::kMoe);
+  }
   if (c.arch == "gemma2" || c.arch == "gemma3") c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   (void)stated;
   if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
@@ -131,6 +168,13 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
   c.vocab_size = 512;
   c.max_seq_len = std::min(c.max_seq_len, 512);
   c.n_layers = std::min(c.n_layers, 6);
+  if (c.moe.enabled()) {
+    // 8 experts, 2 per token (Mixtral's ratio), as wide as the dense width: every routing choice matters.
+    c.moe.n_experts = 8;
+    c.moe.n_experts_used = 2;
+    c.moe.expert_hidden_dim = c.hidden_dim;
+    c.set_all_ffn(FfnKind::kMoe);
+  }
   if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.sliding_window > 0) c.sliding_window = 8;  // short prompts already cross it
@@ -153,6 +197,7 @@ Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_w
     if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   }
   if (hidden_dim > 0) c.hidden_dim = hidden_dim;
+  if (hidden_dim > 0 && c.moe.enabled()) c.moe.expert_hidden_dim = hidden_dim;  // the experts are the FFN
   if (sliding_window >= 0) c.sliding_window = sliding_window;
   return c.validate();
 }
@@ -217,7 +262,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
     specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
     specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
-    if (c.arch == "qwen2") {
+    if (c.arch == "qwen2" || c.arch == "gpt-oss") {
       specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
       specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
       specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
@@ -227,11 +272,27 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
     }
     specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
+    if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
+    if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
-    specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
-    specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
-    specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+    if (c.layer_kind(l).ffn == FfnKind::kMoe) {
+      const int64_t e = c.moe.n_experts, f = c.moe.expert_hidden_dim;
+      specs.push_back({layer_tensor_name(l, "ffn_gate_inp.weight"), {e, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_gate_exps.weight"), {e, f, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down_exps.weight"), {e, d, f}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up_exps.weight"), {e, f, d}, false});
+      if (c.arch == "gpt-oss") {  // biases on the router and on every expert
+        specs.push_back({layer_tensor_name(l, "ffn_gate_inp.bias"), {e}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_gate_exps.bias"), {e, f}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_down_exps.bias"), {e, d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_up_exps.bias"), {e, f}, false});
+      }
+    } else {
+      specs.push_back({layer_tensor_name(l, "ffn_gate.weight"), {h, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+    }
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_ffw_norm.weight"), {d}, true});
   }
   if (c.rope_scaling.type == RopeScalingType::kLongrope) {
@@ -241,13 +302,21 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   specs.push_back({"output_norm.weight", {d}, true});
   if (!c.tied_embeddings) specs.push_back({"output.weight", {c.vocab_size, d}, false});
 
+  // Matrices may be stored as f16/bf16 straight away (half the memory of f32 for the big shapes); every value is
+  // drawn in f32 first, so the same seed gives the same model, only rounded.
+  const DType half = options.matrix_dtype.value_or(DType::kF32);
+  TS_CHECK(half == DType::kF32 || half == DType::kF16 || half == DType::kBF16);
+  auto stored_type = [&](const Spec& s) {
+    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") && !s.name.ends_with("ffn_gate_inp.weight");
+    return matrix ? half : DType::kF32;
+  };
   size_t total = 0;
   for (const Spec& s : specs) {
     size_t n = 1;
     for (int64_t x : s.shape) n *= static_cast<size_t>(x);
-    total += n;
+    total += dtype_bytes(stored_type(s), n);
   }
-  auto storage = std::make_shared<std::vector<float>>(total);
+  auto storage = std::make_shared<std::vector<uint8_t>>(total);
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 1);
   const double write_scale = decisive_write_scale(c, options.token_lead);
   auto is_write = [&](const std::string& name) {
@@ -259,10 +328,13 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
                         : ends("attn_output.weight") || ends("ffn_down.weight");
   };
   SynthModel out{c, ModelWeights(storage)};
-  float* p = storage->data();
+  uint8_t* p = storage->data();
+  std::vector<float> v, embd;  // one tensor's values; the embedding's, kept for --decisive
   for (const Spec& s : specs) {
-    WeightTensor t{s.name, DType::kF32, s.shape, reinterpret_cast<const uint8_t*>(p), 0};
+    const DType type = stored_type(s);
+    WeightTensor t{s.name, type, s.shape, p, 0};
     size_t n = static_cast<size_t>(t.numel());
+    v.resize(n);
     if (s.name == "rope_factors_long.weight" || s.name == "rope_factors_short.weight") {
       // Phi-3's shape of factors: 1 for the fastest pairs, growing towards the slowest (long: up to the
       // context factor; short: a few percent), seeded jitter on top.
@@ -270,29 +342,32 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       const float top = is_long ? c.rope_scaling.factor : 1.1f;
       for (size_t i = 0; i < n; ++i) {
         const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
-        p[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
+        v[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
       }
+    } else if (s.name.ends_with("attn_sinks.weight")) {
+      // Sinks of the size of the attention scores, so that they take a real share of each softmax.
+      for (size_t i = 0; i < n; ++i) v[i] = rng.next_normal();
     } else {
-      for (size_t i = 0; i < n; ++i) p[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
+      for (size_t i = 0; i < n; ++i) v[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
     }
     if (is_write(s.name)) {
-      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * write_scale);
+      for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] * write_scale);
     }
+    if (options.decisive && s.name == "token_embd.weight") embd = v;
     if (options.decisive && s.name == "output.weight") {
-      const WeightTensor* embd = out.weights.find("token_embd.weight");
-      TS_CHECK(embd != nullptr && static_cast<size_t>(embd->numel()) == n);
-      const auto* e = reinterpret_cast<const float*>(embd->data);
+      TS_CHECK(embd.size() == n);
       const float norm = 1.0f / std::sqrt(1.25f);  // keeps the rows' scale
-      for (size_t i = 0; i < n; ++i) p[i] = (e[i] + 0.5f * p[i]) * norm;
+      for (size_t i = 0; i < n; ++i) v[i] = (embd[i] + 0.5f * v[i]) * norm;
     }
     const bool classifier = s.name == "output.weight" || (s.name == "token_embd.weight" && c.tied_embeddings);
     if (options.rare_byte_tokens && classifier) {
       constexpr int64_t kFirstByte = 3, kBytes = 256;
       for (int64_t row = kFirstByte; row < std::min<int64_t>(kFirstByte + kBytes, s.shape[0]); ++row)
-        for (int64_t k = 0; k < s.shape[1]; ++k) p[row * s.shape[1] + k] *= 0.1f;
+        for (int64_t k = 0; k < s.shape[1]; ++k) v[static_cast<size_t>(row * s.shape[1] + k)] *= 0.1f;
     }
-    t.bytes = n * sizeof(float);
-    p += n;
+    t.bytes = dtype_bytes(type, n);
+    TS_CHECK(quantize(v, type, p).ok());
+    p += t.bytes;
     out.weights.add(std::move(t));
   }
   return out;

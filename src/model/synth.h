@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,16 +23,19 @@ namespace tessera::model {
 // embeddings, rotate-half rotary). Models of arch "qwen2" get q/k/v biases.
 // Family shapes, at their published configs: llama2-7b, llama3.2-1b and llama3.1-8b (llama3 rope scaling),
 // mistral-7b (v0.3), smollm2-135m, qwen3-0.6b, gemma2-2b, gemma3-1b, phi3-mini (4k) and phi3-mini-128k
-// (longrope, with synthetic factor tensors).
+// (longrope, with synthetic factor tensors); mixture-of-experts shapes qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts of
+// 768, 8 per token), mixtral-8x7b (8 experts of 14336, 2 per token) and gpt-oss-20b (32 experts of 2880, 4 per
+// token, sinks, biases, alternating sliding window, YaRN).
 Result<ModelConfig> synth_shape(const std::string& name);
 // The same family at test size (dim 64, head_dim 32, 2 kv heads, vocab 512, at most 6 layers and 512
 // positions), every feature kept active: sliding windows of 8, rope scaling from a context of 128 (64 for
-// longrope, so its long factors apply).
+// longrope, so its long factors apply), 8 experts of hidden_dim with 2 per token for MoE shapes.
 Result<ModelConfig> synth_shape_small(const std::string& name);
 std::vector<std::string> synth_shape_names();
 // Resizes a shape for tests that need other widths (e.g. rows of 256 for K-quant blocks): dim > 0 sets the
 // residual width and, keeping head_dim and the grouping of query heads, the head counts (n_heads = dim /
-// head_dim); hidden_dim > 0 sets the feed-forward width; sliding_window >= 0 sets the window (0: none).
+// head_dim); hidden_dim > 0 sets the feed-forward width (an MoE shape's expert width too); sliding_window >= 0
+// sets the window (0: none).
 // Features that follow the width (gemma's embedding scale) follow it. InvalidArgument for widths the
 // heads cannot divide.
 Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_window);
@@ -60,6 +64,9 @@ struct SynthWeightOptions {
   // state at Q8_0/Q4_K_M). The layers still set the other logits, hence every token's probability. An untied
   // classifier needs `decisive` as well to see the token's embedding.
   double token_lead = 0.0;
+  // Matrices (not norms, biases or a MoE router) stored as f16 or bf16 from the start: half the memory of f32,
+  // for shapes of billions of parameters. nullopt (or f32): f32.
+  std::optional<DType> matrix_dtype;
 };
 
 // The factor token_lead = `lead` scales each layer's residual writes by (1: none needed), from the shape: the

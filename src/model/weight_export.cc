@@ -14,15 +14,25 @@ std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const Mode
   for (const char* s : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
     if (w.find(s) != nullptr) names.push_back(s);
   for (int l = 0; l < c.n_layers; ++l) {
+    const bool moe = c.layer_kind(l).ffn == FfnKind::kMoe;
+    const bool fused_experts = moe && w.find(layer_tensor_name(l, "ffn_gate_up_exps.weight")) != nullptr;
     for (const char* s :
          {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight",
-          "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight", "post_attention_norm.weight",
-          "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight"}) {
+          "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight", "attn_output.bias",
+          "attn_sinks.weight", "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+          "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "ffn_gate_up_exps.weight",
+          "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
+          "ffn_down_exps.weight", "ffn_down_exps.bias", "post_ffw_norm.weight"}) {
       const std::string_view sv(s);
       std::string n = layer_tensor_name(l, s);
-      if (sv.ends_with(".bias") && w.find(n) == nullptr) continue;
+      if ((sv.ends_with(".bias") || sv == "attn_sinks.weight") && w.find(n) == nullptr) continue;
       if (!c.qk_norm && (sv == "attn_q_norm.weight" || sv == "attn_k_norm.weight")) continue;
       if (!c.post_norms && (sv == "post_attention_norm.weight" || sv == "post_ffw_norm.weight")) continue;
+      const bool dense_part = sv == "ffn_gate.weight" || sv == "ffn_up.weight" || sv == "ffn_down.weight";
+      const bool expert_part = sv.starts_with("ffn_gate_inp.") || sv.find("_exps.") != std::string_view::npos;
+      if ((moe && dense_part) || (!moe && expert_part)) continue;
+      if (sv == "ffn_gate_up_exps.weight" && !fused_experts) continue;
+      if (fused_experts && (sv == "ffn_gate_exps.weight" || sv == "ffn_up_exps.weight")) continue;
       names.push_back(std::move(n));
     }
   }
@@ -91,7 +101,10 @@ Result<ExportedWeights> export_weights(const ModelConfig& c, const ModelWeights&
       t.data = out.owned.back().data();
     }
     DType want = t.dtype;
-    if (t.shape.size() == 2 && matrix_dtype) want = *matrix_dtype;
+    // Matrices (expert stacks included) take matrix_dtype; biases, norms and the MoE router stay as they are, as
+    // llama.cpp's converter and llama-quantize keep ffn_gate_inp in f32.
+    const bool matrix = t.shape.size() >= 2 && name.ends_with(".weight") && !name.ends_with("ffn_gate_inp.weight");
+    if (matrix && matrix_dtype) want = *matrix_dtype;
     if (t.shape.size() == 1 && want != DType::kF32 && !format_dtypes.count(want)) want = DType::kF32;
     int block = dtype_info(want).block_elems;
     if (t.shape.back() % block != 0) {

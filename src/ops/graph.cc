@@ -27,9 +27,9 @@ void for_each_tensor(Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           f(o.x), f(o.w), f(o.out), f(o.bias);
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
@@ -38,8 +38,14 @@ void for_each_tensor(Op& op, F&& f) {
           f(o.a), f(o.b), f(o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           f(o.x), f(o.out);
-        } else {
+        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
           f(o.x), f(o.out);
+        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
+          f(o.logits), f(o.ids), f(o.weights), f(o.bias);
+        } else {
+          static_assert(std::is_same_v<T, MoeExpertsOp>, "every operator lists its tensors here");
+          f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_bias), f(o.up_bias),
+              f(o.down_bias), f(o.gate_up);
         }
       },
       op);

@@ -32,9 +32,8 @@ Result<MatMulTiming> time_matmul(Device& device, const MatMulShape& shape, int r
                                         shape.n, shape.k, shape.m, runs));
   }
   if (shape.k % block != 0) {
-    return invalid_argument(
-        fmt::format("matmul timing: k = {} is not a whole number of {}-element {} blocks", shape.k, block,
-                    dtype_name(shape.weight)));
+    return invalid_argument(fmt::format("matmul timing: k = {} is not a whole number of {}-element {} blocks", shape.k,
+                                        block, dtype_name(shape.weight)));
   }
   auto stream = device.create_stream();
   std::vector<std::unique_ptr<Buffer>> buffers;

@@ -79,12 +79,20 @@ void check_scores(Checker& c, const AttentionScores& s) {
   c.require(s.window >= 0, "scores.window must be >= 0");
 }
 
+// Optional attention sinks: one f32 logit per query head.
+void check_sinks(Checker& c, const Tensor& sinks, const Tensor& q) {
+  if (!sinks.valid() || !c.ok()) return;
+  c.present(sinks, "sinks").dtype(sinks, "sinks", DType::kF32).rank(sinks, "sinks", 1);
+  if (c.ok()) c.dim(sinks, "sinks", 0, q.dim(1));
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) {
   static constexpr std::string_view kNames[] = {
       "embedding",        "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill",
-      "attention_decode", "matmul",   "silu_mul",     "add",  "softmax",  "argmax"};
+      "attention_decode", "matmul",   "silu_mul",     "add",  "softmax",  "argmax",
+      "moe_route",        "moe_experts"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -153,6 +161,7 @@ Status validate(const Op& op) {
           c.present(o.block_table, "block_table").rank(o.block_table, "block_table", 1);
           c.dtype(o.block_table, "block_table", DType::kI32).require(o.start_pos >= 0, "start_pos is negative");
           check_scores(c, o.scores);
+          check_sinks(c, o.sinks, o.q);
           if (c.ok()) {
             int64_t need = o.start_pos + o.q.dim(0);
             c.require(need <= o.block_table.dim(0) * o.k_cache.dim(1), "the block table does not cover every position");
@@ -164,6 +173,7 @@ Status validate(const Op& op) {
           c.rank(o.block_tables, "block_tables", 2).dtype(o.block_tables, "block_tables", DType::kI32);
           c.rank(o.context_lens, "context_lens", 1).dtype(o.context_lens, "context_lens", DType::kI32);
           check_scores(c, o.scores);
+          check_sinks(c, o.sinks, o.q);
           if (c.ok()) {
             c.dim(o.block_tables, "block_tables", 0, o.q.dim(0)).dim(o.context_lens, "context_lens", 0, o.q.dim(0));
           }
@@ -184,6 +194,7 @@ Status validate(const Op& op) {
           c.dtype(o.up, "up", DType::kF32)
               .same_shape(o.gate, "gate", o.up, "up")
               .same_shape(o.gate, "gate", o.out, "out");
+          c.require(o.act != Activation::kSwigluOai, "silu_mul takes silu or gelu_tanh (swiglu_oai is moe_experts')");
         } else if constexpr (std::is_same_v<T, AddOp>) {
           c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
           c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");
@@ -194,6 +205,60 @@ Status validate(const Op& op) {
           c.present(o.x, "x").present(o.out, "out").rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32);
           c.rank(o.out, "out", 1).dtype(o.out, "out", DType::kI32);
           if (c.ok()) c.dim(o.out, "out", 0, o.x.dim(0)).require(o.x.dim(1) > 0, "x has empty rows");
+        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
+          c.present(o.logits, "logits").present(o.ids, "ids").present(o.weights, "weights");
+          c.rank(o.logits, "logits", 2).dtype(o.logits, "logits", DType::kF32).rank(o.ids, "ids", 2);
+          c.dtype(o.ids, "ids", DType::kI32).dtype(o.weights, "weights", DType::kF32);
+          if (c.ok()) {
+            c.rank(o.weights, "weights", 2).dim(o.ids, "ids", 0, o.logits.dim(0));
+            c.dim(o.weights, "weights", 0, o.logits.dim(0)).dim(o.weights, "weights", 1, o.ids.dim(1));
+            c.require(o.ids.dim(1) >= 1 && o.ids.dim(1) <= o.logits.dim(1),
+                      "k (ids' columns) must be in [1, experts]");
+            c.require(std::isfinite(o.scale) && o.scale > 0.0f, "scale must be positive");
+            if (o.bias.valid()) {
+              c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);
+              if (c.ok()) c.dim(o.bias, "bias", 0, o.logits.dim(1));
+            }
+          }
+        } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
+          c.present(o.x, "x").present(o.ids, "ids").present(o.weights, "weights").present(o.out, "out");
+          c.present(o.down, "down").rank(o.down, "down", 3);
+          const bool fused = o.gate_up.valid();
+          if (fused) {
+            c.present(o.gate_up, "gate_up").rank(o.gate_up, "gate_up", 3);
+            c.require(!o.gate.valid() && !o.up.valid(), "gate_up replaces gate and up: give one or the other");
+            if (c.ok()) c.require(o.gate_up.dim(1) % 2 == 0, "gate_up's rows per expert must be even (gate; up)");
+          } else {
+            c.present(o.gate, "gate").present(o.up, "up").rank(o.gate, "gate", 3).rank(o.up, "up", 3);
+            c.same_shape(o.gate, "gate", o.up, "up").dtype(o.up, "up", o.gate.dtype);
+          }
+          c.rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32).same_shape(o.x, "x", o.out, "out");
+          c.dtype(o.out, "out", DType::kF32).rank(o.ids, "ids", 2).dtype(o.ids, "ids", DType::kI32);
+          c.rank(o.weights, "weights", 2).dtype(o.weights, "weights", DType::kF32);
+          if (c.ok()) {
+            const Tensor& gw = fused ? o.gate_up : o.gate;
+            const int64_t n = o.x.dim(0), dim = o.x.dim(1), experts = gw.dim(0), ff = fused ? gw.dim(1) / 2 : gw.dim(1);
+            c.dim(o.ids, "ids", 0, n).dim(o.weights, "weights", 0, n).dim(o.weights, "weights", 1, o.ids.dim(1));
+            c.require(o.ids.dim(1) >= 1, "ids needs at least one column");
+            c.dim(gw, fused ? "gate_up" : "gate", 2, dim).dim(o.down, "down", 0, experts).dim(o.down, "down", 1, dim);
+            c.dim(o.down, "down", 2, ff);
+            c.require(gw.dtype != DType::kI32 && o.down.dtype != DType::kI32, "expert weights cannot be i32");
+            c.require(dim % dtype_info(gw.dtype).block_elems == 0,
+                      "gate/up rows are not a whole number of their quantisation blocks");
+            c.require(ff % dtype_info(o.down.dtype).block_elems == 0,
+                      "down's rows are not a whole number of its quantisation blocks");
+            auto bias = [&](const Tensor& b, const char* name, int64_t width) {
+              if (!b.valid()) return;
+              c.present(b, name).dtype(b, name, DType::kF32).rank(b, name, 2);
+              if (c.ok()) c.dim(b, name, 0, experts).dim(b, name, 1, width);
+            };
+            bias(o.gate_bias, "gate_bias", ff);
+            bias(o.up_bias, "up_bias", ff);
+            bias(o.down_bias, "down_bias", dim);
+            if (o.act == Activation::kSwigluOai)
+              c.require(std::isfinite(o.alpha) && std::isfinite(o.limit) && o.limit > 0.0f,
+                        "swiglu_oai needs a finite alpha and a positive limit");
+          }
         } else {
           static_assert(kAlwaysFalse<T>, "validate() misses an operator");
         }

@@ -77,10 +77,13 @@ struct KvWriteOp {
 // Causal attention for n consecutive tokens of ONE sequence at positions start_pos .. start_pos + n - 1,
 // whose keys and values (these n included) are already in the cache. q [n, n_heads, head_dim],
 // block_table i32 [max_blocks], out [n, n_heads, head_dim]. Query head h reads kv head h / (n_heads / n_kv_heads).
+// sinks (optional f32 [n_heads], gpt-oss): head h's softmax has one more logit, sinks[h], that takes probability
+// but reads no value: p_t = exp(s_t - m) / (sum_t exp(s_t - m) + exp(sinks[h] - m)), m = max(max_t s_t, sinks[h]).
 struct AttentionPrefillOp {
   Tensor q, k_cache, v_cache, block_table, out;
   int32_t start_pos = 0;
   AttentionScores scores;
+  Tensor sinks;  // optional
 };
 
 // One new token for each of b sequences. q [b, n_heads, head_dim]; block_tables i32 [b, max_blocks];
@@ -88,6 +91,7 @@ struct AttentionPrefillOp {
 struct AttentionDecodeOp {
   Tensor q, k_cache, v_cache, block_tables, context_lens, out;
   AttentionScores scores;
+  Tensor sinks;  // optional, as AttentionPrefillOp's
 };
 
 // out [n, m] = x [n, k] . w[m, k]^T (+ bias [m] when given; Qwen2's q/k/v projections have one).
@@ -100,7 +104,9 @@ struct MatMulOp {
 // The gated MLP activation: out = act(gate) * up, elementwise.  gate, up, out [n, hidden]. act is SiLU
 // (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
 // evaluated as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) to avoid cancellation for negative x).
-enum class Activation : uint8_t { kSilu, kGeluTanh };
+// kSwigluOai is gpt-oss's clamped form, taken by MoeExpertsOp only: g = min(gate, limit),
+// u = clamp(up, -limit, limit), out = g / (1 + exp(-alpha g)) * (u + 1).
+enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai };
 struct SiluMulOp {
   Tensor gate, up, out;
   Activation act = Activation::kSilu;
@@ -121,11 +127,47 @@ struct ArgmaxOp {
   Tensor x, out;
 };
 
+// Mixture of experts, part 1: each row's experts. logits f32 [n, E] (the router's matmul) -> ids i32 [n, k] and
+// weights f32 [n, k]: the k experts each row is routed to, in descending order of their selection score (ties:
+// the lower expert first), and the weight of each:
+//   kSoftmax        p = softmax(logits); the k largest p (+ bias); weights p of the chosen      (Qwen3-MoE, Mixtral)
+//   kSigmoid        p = sigmoid(logits); the k largest p (+ bias); weights p of the chosen
+//   kSoftmaxWeight  the k largest logits (+ bias); weights softmax over those k logits           (gpt-oss)
+// then with `normalize` weights / max(sum of the k weights, 6.103515625e-5) (llama.cpp's clamp), then times
+// `scale`. bias (optional f32 [E]) shifts the selection only, never the weights (DeepSeek-V3's correction bias).
+// This is llama.cpp's build_moe_ffn routing for these gating functions.
+enum class MoeGating : uint8_t { kSoftmax, kSigmoid, kSoftmaxWeight };
+struct MoeRouteOp {
+  Tensor logits, ids, weights;
+  Tensor bias;  // optional
+  MoeGating gating = MoeGating::kSoftmax;
+  bool normalize = false;
+  float scale = 1.0f;
+};
+
+// Mixture of experts, part 2: out [n, dim] = sum over slots j = 0 .. k-1, in that order, of
+// weights[t, j] * FFN_e(x[t]) with e = ids[t, j], where
+//   FFN_e(x) = down[e] . act(gate[e] . x + gate_bias[e], up[e] . x + up_bias[e]) + down_bias[e]
+// x f32 [n, dim]; ids i32 [n, k] (each in [0, E), else OutOfRange); weights f32 [n, k]; gate, up [E, ff, dim] and
+// down [E, dim, ff] in any matmul weight type (each expert's slice is a matrix as MatMulOp takes it), or instead
+// of gate and up one gate_up [E, 2 ff, dim] whose expert slices hold gate's rows then up's (llama.cpp's
+// ffn_gate_up_exps); biases optional f32 [E, ff], [E, ff], [E, dim]; act as SiluMulOp (kSwigluOai with alpha and
+// limit). Every row's result is the same whatever else is in the batch. The cpu backend computes each expert once per
+// call over all the rows routed to it (one read of its weights per step); opencl gives each output its own
+// work-item, which reads its expert's row.
+struct MoeExpertsOp {
+  Tensor x, ids, weights, gate, up, down, out;
+  Tensor gate_bias, up_bias, down_bias;  // optional
+  Tensor gate_up;                        // optional: replaces gate and up (which are then left empty)
+  Activation act = Activation::kSilu;
+  float alpha = 1.702f, limit = 7.0f;  // kSwigluOai only
+};
+
 using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
-                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp>;
+                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
-// "matmul", "silu_mul", "add", "softmax", "argmax".
+// "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts".
 std::string_view op_name(const Op& op);
 
 // InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is

@@ -21,10 +21,10 @@ void register_builtin_backends() {
     BackendRegistry& r = BackendRegistry::global();
     (void)r.add({"ref", "portable scalar C++; the numerical reference for every other backend",
                  [] { return ref::create_backend(); }});
-    (void)r.add(
-        {"cpu",
-         "host CPU: AMX / AVX-512+VNNI / AVX2 / generic kernels (chosen from CPUID, --cpu-isa), OpenBLAS, OpenMP threads",
-         [] { return cpu::create_backend(); }});
+    (void)r.add({"cpu",
+                 "host CPU: AMX / AVX-512+VNNI / AVX2 / generic kernels (chosen from CPUID, --cpu-isa), OpenBLAS, "
+                 "OpenMP threads",
+                 [] { return cpu::create_backend(); }});
 #if defined(TESSERA_HAVE_OPENCL)
     (void)r.add({"opencl", "OpenCL C kernels compiled by the platform's compiler (PoCL on CPUs), binary cache on disk",
                  [] { return opencl::create_backend(); }});

@@ -75,7 +75,6 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
     ChatPrompt p;
     p.text = std::move(rc.text);
     p.add_bos = rc.add_bos;
-    if (!r.tools_json.empty() && r.tool_choice != "none") p.tool_calls = shared->tool_call_format();
     return p;
   };
   return f;

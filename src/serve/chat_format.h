@@ -19,9 +19,6 @@ namespace tessera::serve {
 struct ChatPrompt {
   std::string text;
   bool add_bos = true;  // tokenize with the tokenizer's BOS (model/chat_template_renderer.h says when)
-  // How the model writes tool calls; kNone when the request has no tools, tool_choice is "none", or the
-  // template's format is not one Tessera parses (then calls come back as plain content).
-  model::ToolCallFormat tool_calls = model::ToolCallFormat::kNone;
 };
 
 // Turns a chat request into the prompt text the model was trained on (honouring the request's

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/request_tag.h"
+
 #include "engine/engine.h"
 
 namespace tessera::serve {
@@ -47,6 +49,8 @@ class ChoiceSet {
 
   // Cancels every engine request of the call (set by whoever submits them; may be empty).
   std::function<void()> cancel;
+  // The call's id, trace and timing for its access line (may be null).
+  std::shared_ptr<RequestTag> tag;
 
  private:
   int n_;

@@ -39,7 +39,9 @@ bool forces_tool_call(const api::ApiRequest& r) {
   return r.chat && (r.tool_choice == "required" || r.tool_choice == "function") && !r.tools_json.empty();
 }
 
-Result<api::StructuredOutput> forced_tool_output(const api::ApiRequest& r) {
+namespace {
+
+Result<api::StructuredOutput> json_form(const api::ApiRequest& r) {
   const ojson tools = ojson::parse(r.tools_json, nullptr, false);
   if (!tools.is_array() || tools.empty()) return invalid_argument("tool_choice needs 'tools'");
   api::StructuredOutput out;
@@ -70,21 +72,34 @@ Result<api::StructuredOutput> forced_tool_output(const api::ApiRequest& r) {
   return out;
 }
 
-std::optional<std::vector<ToolCall>> forced_tool_calls(std::string_view text, const api::ApiRequest& r) {
-  const ojson j = ojson::parse(text, nullptr, false);
-  std::vector<ToolCall> calls;
-  if (r.tool_choice == "function") {
-    if (!j.is_object()) return std::nullopt;
-    calls.push_back({r.tool_choice_function, dump(j)});
-    return calls;
+}  // namespace
+
+Result<ForcedOutput> forced_tool_output(const api::ApiRequest& r, std::string_view parser_name) {
+  ForcedOutput out;
+  if (!parser_name.empty() && parser_name != "none") {
+    TS_ASSIGN_OR_RETURN(auto plugin, tool_parsers().find(parser_name));
+    if (plugin.factory.forced_grammar) {
+      TS_ASSIGN_OR_RETURN(ToolParserContext context, ToolParserContext::from_tools_json(r.tools_json));
+      std::vector<ToolSpec> tools;
+      for (ToolSpec& t : context.tools)
+        if (r.tool_choice != "function" || t.name == r.tool_choice_function) tools.push_back(std::move(t));
+      if (tools.empty())
+        return invalid_argument(
+            fmt::format("tool_choice names function '{}', which is not among 'tools'", r.tool_choice_function));
+      auto gbnf = plugin.factory.forced_grammar(tools, r.parallel_tool_calls);
+      if (gbnf.ok()) {
+        out.output.kind = api::StructuredOutput::Kind::kGrammar;
+        out.output.field = "tool_choice";
+        out.output.spec = std::move(*gbnf);
+        out.family_syntax = true;
+        return out;
+      }
+      if (gbnf.status().code() != StatusCode::kFailedPrecondition) return gbnf.status();
+      // The family's syntax cannot express these tools: the JSON form.
+    }
   }
-  if (!j.is_array() || j.empty()) return std::nullopt;
-  for (const ojson& c : j) {
-    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("parameters"))
-      return std::nullopt;
-    calls.push_back({c["name"].get<std::string>(), dump(c["parameters"])});
-  }
-  return calls;
+  TS_ASSIGN_OR_RETURN(out.output, json_form(r));
+  return out;
 }
 
 }  // namespace tessera::serve

@@ -25,7 +25,16 @@
 namespace tessera::serve {
 
 struct NodeOptions {
-  std::string model_name;  // the id clients send as "model"
+  std::string model_name;  // the id clients send as "model", and the one answers carry
+  // More names clients may use for the same model (vLLM's `--served-model-name A B`: the first is model_name);
+  // /v1/models lists them all.
+  std::vector<std::string> model_aliases;
+  // model_name first, then the aliases.
+  std::vector<std::string> served_names() const {
+    std::vector<std::string> all{model_name};
+    all.insert(all.end(), model_aliases.begin(), model_aliases.end());
+    return all;
+  }
   http::ServerOptions http;
   ChatFormatter chat;       // null: chat completions answer 400 (the model has no chat template)
   PdService* pd = nullptr;  // not owned; decode role: prompts may be prefilled on prefill nodes
@@ -43,6 +52,9 @@ struct NodeOptions {
   api::SamplingParams default_sampling;  // for fields a request leaves out (the model's generation defaults)
   // How chat replies carry reasoning (serve/reasoning.h): --reasoning-parser, else detected from the template.
   ReasoningFormat reasoning = ReasoningFormat::kNone;
+  // How chat replies carry tool calls (serve/tool_parsers/tool_parser.h): a registered parser's name, or "none"
+  // (--tool-call-parser, else detected from the template). Forced calls are read whatever it is.
+  std::string tool_parser = "none";
   // Chat templates are rendered on a pool of their own (a model's template is untrusted input and may spend up
   // to its step budget), never on the HTTP io threads or the engine loop, so /health and streams stay live.
   int template_threads = 2;

@@ -27,6 +27,7 @@
 #include "engine/kv_connector.h"
 #include "link/agent.h"
 #include "link/checksum.h"
+#include "serve/access_writer.h"
 #include "serve/owned_threads.h"
 #include "serve/prefill_breaker.h"
 #include "serve/structured.h"
@@ -438,7 +439,8 @@ struct PdService::Impl {
   // Prefill nodes whose breaker is open are skipped; Cancelled when the client left meanwhile.
   Result<engine::ReceivedKv> remote_prefill(const engine::GenerationRequest& gen, int cached_tokens,
                                             const std::string& preferred,
-                                            const std::shared_ptr<std::atomic<bool>>& client) {
+                                            const std::shared_ptr<std::atomic<bool>>& client,
+                                            const RequestTrace& trace) {
     const model::ModelConfig& c = kv.config();
     const int n = static_cast<int>(gen.prompt.size());
     const int count = n - cached_tokens;
@@ -483,6 +485,8 @@ struct PdService::Impl {
       call.model = model_json();
       http::Headers headers{{"Content-Type", "application/json"}};
       http::add_cluster_token(headers, options.cluster_token);
+      if (!trace.request_id.empty()) headers[std::string(api::kRequestIdHeader)] = trace.request_id;
+      if (!trace.trace.trace_id.empty()) headers[std::string(api::kTraceparentHeader)] = trace.trace.child().header();
       const AttemptPtr attempt = begin_attempt(url, client);
       auto r = http::fetch({.method = "POST",
                             .url = url + "/internal/pd/prefill",
@@ -630,7 +634,11 @@ void PdService::register_routes(http::Server& server) {
   if (d->options.role == "prefill" || d->options.role == "both" || d->options.switchable) {
     server.route(
         "POST", "/internal/pd/prefill",
-        http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+        http::require_cluster_token(token, [d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w_in) {
+          // One access line per prefill call, with the decode node's request id and trace (whatever path answers).
+          auto tag = tag_of(r, "pd");
+          tag->model = d->options.model_name;
+          auto w = with_access_log(std::move(w_in), std::move(tag));
           // Off the I/O thread: with 2 I/O threads, two calls naming an agent address that never answers used
           // to freeze the node's HTTP face for the link's connect timeout (issue 20).
           const bool started = d->threads.start(
@@ -643,7 +651,7 @@ void PdService::register_routes(http::Server& server) {
 
 void PdService::generate(engine::GenerationRequest request, engine::OutputCallback callback,
                          std::function<void(Result<engine::RequestId>)> on_started,
-                         std::shared_ptr<std::atomic<bool>> cancelled, std::string prefill_url) {
+                         std::shared_ptr<std::atomic<bool>> cancelled, std::string prefill_url, RequestTrace trace) {
   Impl* d = impl_.get();
   // Both the body and the exception path may answer; `started` makes sure exactly one does.
   auto started = std::make_shared<std::atomic<bool>>(false);
@@ -651,7 +659,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
     if (!started->exchange(true)) on_started(std::move(id));
   };
   auto body = [d, request = std::move(request), callback = std::move(callback), start, cancelled,
-               prefill_url = std::move(prefill_url)]() mutable {
+               prefill_url = std::move(prefill_url), trace = std::move(trace)]() mutable {
     auto local = [&](bool fallback) {
       std::lock_guard<std::mutex> lock(d->stats_mu);
       (fallback ? d->stats.fallbacks : d->stats.local)++;
@@ -675,7 +683,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       std::lock_guard<std::mutex> lock(d->stats_mu);
       d->stats.deferred_reservations++;
     }
-    auto kv = d->remote_prefill(request, blocks->cached_tokens(), prefill_url, cancelled);
+    auto kv = d->remote_prefill(request, blocks->cached_tokens(), prefill_url, cancelled, trace);
     if (*cancelled) {  // the client left: neither a fallback nor work worth doing
       {
         std::lock_guard<std::mutex> lock(d->stats_mu);
@@ -684,7 +692,8 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
       return start(tessera::cancelled("the client went away before its prompt was prefilled"));
     }
     if (!kv.ok()) {
-      log::warn("remote prefill failed, prefilling locally: {}", kv.status().to_string());
+      log::warn({trace.request_id, trace.trace.trace_id}, "remote prefill failed, prefilling locally: {}",
+                kv.status().to_string());
       blocks->release();
       local(true);
       return start(d->kv.submit(std::move(request), std::move(callback)));

@@ -24,12 +24,19 @@
 #include <string>
 #include <vector>
 
+#include "api/trace_context.h"
 #include "base/dtype.h"
 #include "base/status.h"
 #include "engine/engine.h"
 #include "http/http.h"
 
 namespace tessera::serve {
+
+// The request a remote prefill serves, for the prefill node's log (x-request-id, a child traceparent).
+struct RequestTrace {
+  std::string request_id;
+  api::TraceContext trace;
+};
 
 struct PdOptions {
   std::string role = "both";  // prefill, decode or both: the role at start (set_role() changes it)
@@ -109,7 +116,7 @@ class PdService {
   // prefill nodes. Runs the remote part on a worker thread; returns at once.
   void generate(engine::GenerationRequest request, engine::OutputCallback callback,
                 std::function<void(Result<engine::RequestId>)> on_started, std::shared_ptr<std::atomic<bool>> cancelled,
-                std::string prefill_url = {});
+                std::string prefill_url = {}, RequestTrace trace = {});
 
  private:
   struct Impl;

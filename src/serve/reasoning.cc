@@ -13,6 +13,7 @@ constexpr std::string_view kThinkClose = "</think>";
 constexpr std::string_view kStart = "<|start|>";
 constexpr std::string_view kChannel = "<|channel|>";
 constexpr std::string_view kMessage = "<|message|>";
+constexpr std::string_view kRecipient = " to=";
 constexpr std::array<std::string_view, 3> kMessageEnds = {"<|end|>", "<|return|>", "<|call|>"};
 
 // The longest proper suffix of `s` that is a prefix of `tag`: bytes that may become the tag.
@@ -142,11 +143,14 @@ void ReasoningParser::run_harmony(ReasoningDelta& out, bool final) {
       case State::kStart: {
         // Between messages: the next one opens with <|start|> (or, first of all, with <|channel|>, the prompt
         // having written <|start|>assistant).
-        if (buf_.starts_with(kStart) || buf_.starts_with(kChannel)) {
+        // A first message may also continue the prompt's role with its recipient (` to=functions.f<|channel|>...`).
+        if (buf_.starts_with(kStart) || buf_.starts_with(kChannel) || buf_.starts_with(kRecipient)) {
           state_ = State::kHeader;
           continue;
         }
-        if (!final && (buf_.empty() || is_prefix_of(buf_, kStart) || is_prefix_of(buf_, kChannel))) return;
+        if (!final && (buf_.empty() || is_prefix_of(buf_, kStart) || is_prefix_of(buf_, kChannel) ||
+                       is_prefix_of(buf_, kRecipient)))
+          return;
         state_ = State::kContent;  // not harmony: the text as it is
         continue;
       }

@@ -1,5 +1,6 @@
 #include "serve/tokenize_api.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <variant>
@@ -20,14 +21,15 @@ TokenizeReply error(int status, std::string message, std::string param = "", std
 }
 
 // The body as an object, with "model" checked against the served one (absent: the served one).
-std::variant<json, TokenizeReply> parse_body(std::string_view body, const std::string& model_name) {
+std::variant<json, TokenizeReply> parse_body(std::string_view body, const std::vector<std::string>& names) {
+  const std::string& model_name = names.front();
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return error(400, "the request body is not valid JSON");
   if (!j.is_object()) return error(400, "the request body must be a JSON object");
   auto m = j.find("model");
   if (m != j.end() && !m->is_null()) {
     if (!m->is_string()) return error(400, "'model' must be a string", "model");
-    if (m->get<std::string>() != model_name)
+    if (std::find(names.begin(), names.end(), m->get<std::string>()) == names.end())
       return error(
           404, fmt::format("The model '{}' does not exist; this server serves '{}'", m->get<std::string>(), model_name),
           "model", "model_not_found");
@@ -52,11 +54,12 @@ TokenizeReply ids_reply(std::vector<model::TokenId> ids, int max_model_len) {
 }  // namespace
 
 TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& tok, const ChatFormatter& chat,
-                               const std::string& model_name, int max_model_len,
+                               const std::vector<std::string>& model_names, int max_model_len,
                                const std::function<bool()>& cancelled) {
-  auto parsed = parse_body(body, model_name);
+  auto parsed = parse_body(body, model_names);
   if (auto* e = std::get_if<TokenizeReply>(&parsed)) return *e;
   json& j = std::get<json>(parsed);
+  const std::string& model_name = model_names.front();
   const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
   const bool has_messages = j.contains("messages") && !j["messages"].is_null();
   if (has_prompt == has_messages) return error(400, "give exactly one of 'prompt' and 'messages'");
@@ -93,8 +96,9 @@ TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& to
   return ids_reply(std::move(ids), max_model_len);
 }
 
-TokenizeReply detokenize_request(std::string_view body, const model::Tokenizer& tok, const std::string& model_name) {
-  auto parsed = parse_body(body, model_name);
+TokenizeReply detokenize_request(std::string_view body, const model::Tokenizer& tok,
+                                 const std::vector<std::string>& model_names) {
+  auto parsed = parse_body(body, model_names);
   if (auto* e = std::get_if<TokenizeReply>(&parsed)) return *e;
   json& j = std::get<json>(parsed);
   auto it = j.find("tokens");

@@ -21,6 +21,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/tokenizer/tokenizer.h"
 #include "serve/node_server.h"
@@ -32,10 +33,11 @@ struct TokenizeReply {
   std::string body;  // JSON
 };
 
+// `model_names`: the names the node serves (the first is its own; a body's "model", when given, must be one).
 TokenizeReply tokenize_request(std::string_view body, const model::Tokenizer& tokenizer, const ChatFormatter& chat,
-                               const std::string& model_name, int max_model_len,
+                               const std::vector<std::string>& model_names, int max_model_len,
                                const std::function<bool()>& cancelled = {});
 TokenizeReply detokenize_request(std::string_view body, const model::Tokenizer& tokenizer,
-                                 const std::string& model_name);
+                                 const std::vector<std::string>& model_names);
 
 }  // namespace tessera::serve

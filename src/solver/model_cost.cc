@@ -1,11 +1,19 @@
 #include "solver/model_cost.h"
 
+#include <algorithm>
+
 namespace tessera::solver {
 
 ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtype_bytes, double kv_dtype_bytes) {
   ModelCost m;
   double d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
-  m.layer_matmul_params = d * q + 2.0 * d * kv + q * d + 3.0 * d * h;
+  double ffn = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    ffn += c.layer_kind(l).ffn == model::FfnKind::kMoe
+               ? d * c.moe.n_experts + 3.0 * d * c.moe.expert_hidden_dim * c.moe.n_experts_used
+               : 3.0 * d * h;
+  }
+  m.layer_matmul_params = d * q + 2.0 * d * kv + q * d + ffn / std::max(1, c.n_layers);
   m.classifier_params = d * static_cast<double>(c.vocab_size);
   m.weight_bytes = static_cast<double>(c.parameter_count()) * weight_dtype_bytes;
   m.kv_bytes_per_token = 2.0 * c.n_layers * kv * kv_dtype_bytes;

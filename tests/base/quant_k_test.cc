@@ -38,6 +38,33 @@ TEST(QuantK, Q4_1IsScaleTimesNibblePlusMin) {
   }
 }
 
+// mxfp4 (OCP MX, as ggml stores it): E2M1 codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6 (8..15 their negatives) times
+// the block's 2^(e - 127). ggml doubles the codes and halves the scale; the values are the same.
+TEST(QuantK, Mxfp4IsE2M1TimesAPowerOfTwo) {
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (uint8_t e : {uint8_t{127}, uint8_t{130}, uint8_t{120}, uint8_t{1}}) {
+    BlockMXFP4 b;
+    b.e = e;
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    auto y = decode(b, DType::kMXFP4);
+    const float scale = std::ldexp(1.0f, static_cast<int>(e) - 127);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[j], e2m1[j] * scale) << int{e} << " " << j;
+      EXPECT_EQ(y[j + 16], e2m1[15 - j] * scale) << int{e} << " " << j;
+    }
+  }
+  // llama.cpp's quantiser: the scale makes the largest magnitude land in [4, 8) code units; 6 -> code 7.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 6.0f;
+  x[17] = -1.5f;
+  BlockMXFP4 q;
+  ASSERT_TRUE(quantize(x, DType::kMXFP4, &q).ok());
+  EXPECT_EQ(q.e, 127 + 2 - 2);  // floor(log2 6) - 2 + 127
+  auto y = decode(q, DType::kMXFP4);
+  EXPECT_EQ(y[0], 6.0f);
+  EXPECT_EQ(y[17], -1.5f);
+}
+
 TEST(QuantK, Q5_0TakesTheFifthBitFromQh) {
   BlockQ5_0 b;
   b.d = kQuarter;

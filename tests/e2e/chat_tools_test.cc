@@ -1,9 +1,10 @@
 // Tools end to end through a real `tessera serve`: the request's tools reach the chat template (the
 // prompt grows by their rendered schema), and a reply holding a Hermes tool call comes back as OpenAI
 // `tool_calls` with finish_reason "tool_calls", non-streamed and streamed (where no content chunk may leak
-// the call's markup). stories260K never writes a tool call by itself, so the reply's tokens are given as a
-// continued stream (tessera_resume, resume.h: the tokens an earlier node generated), the way a migrated
-// stream arrives; the node then runs its ordinary output path over them.
+// the call's markup, and the call arrives as OpenAI streams one: its name first, then its arguments in pieces).
+// stories260K never writes a tool call by itself, so the reply's tokens are given as a continued stream
+// (tessera_resume, resume.h: the tokens an earlier node generated), the way a migrated stream arrives; the node then
+// runs its ordinary output path over them.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -82,7 +83,8 @@ TEST_F(ChatTools, ToolsReachTheTemplate) {
   const json choice = json::parse(cut->body)["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "length");
   EXPECT_FALSE(choice["message"].contains("tool_calls")) << cut->body;
-  EXPECT_EQ(choice["message"]["content"], "[") << cut->body;  // the grammar's only start
+  // The grammar writes the Hermes family's own syntax (forced_tools.h): its only start is "<tool_call>"'s "<".
+  EXPECT_EQ(choice["message"]["content"], "<") << cut->body;
 }
 
 TEST_F(ChatTools, AToolCallInTheReplyBecomesToolCalls) {
@@ -127,6 +129,7 @@ TEST_F(ChatTools, AToolCallInTheReplyBecomesToolCalls) {
   ASSERT_TRUE(s.ok());
   std::string content, finish;
   json calls = json::array();
+  int deltas = 0;
   for (size_t at = sse.find("data: "); at != std::string::npos; at = sse.find("data: ", at + 1)) {
     size_t end = sse.find("\n\n", at);
     std::string data = sse.substr(at + 6, end - at - 6);
@@ -134,13 +137,31 @@ TEST_F(ChatTools, AToolCallInTheReplyBecomesToolCalls) {
     json chunk = json::parse(data);
     const json& d = chunk["choices"][0]["delta"];
     if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
-    if (d.contains("tool_calls"))
-      for (const json& c : d["tool_calls"]) calls.push_back(c);
+    // As the openai client assembles them: the first delta of a call names it, the arguments come in pieces.
+    if (d.contains("tool_calls")) {
+      for (const json& c : d["tool_calls"]) {
+        deltas++;
+        const size_t i = c["index"].get<size_t>();
+        if (i == calls.size()) {
+          ASSERT_TRUE(c.contains("id") && c["type"] == "function" && c["function"].contains("name")) << c;
+          EXPECT_EQ(c["function"]["arguments"], "");
+          calls.push_back(c);
+        } else {
+          ASSERT_LT(i, calls.size());
+          EXPECT_FALSE(c["function"].contains("name"));
+          calls[i]["function"]["arguments"] =
+              calls[i]["function"]["arguments"].get<std::string>() + c["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
     if (chunk["choices"][0]["finish_reason"].is_string()) finish = chunk["choices"][0]["finish_reason"];
   }
   EXPECT_EQ(content.find("tool_call"), std::string::npos) << content;
   EXPECT_EQ(finish, "tool_calls") << sse;
   ASSERT_EQ(calls.size(), 1u) << sse;
+  // The resumed tokens arrive as one output here, so the arguments come in one piece after the name's delta
+  // (pieces as they are generated: ToolParsers.* and e2e.openai_tools).
+  EXPECT_EQ(deltas, 2) << sse;
   EXPECT_EQ(calls[0]["index"], 0);
   EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
   EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));

@@ -287,7 +287,7 @@ INSTANTIATE_TEST_SUITE_P(Endpoints, EndpointTest, ::testing::ValuesIn(endpoints(
 TEST(LinkTest, UnknownEndpointListsKnownOnes) {
   auto a = Agent::create({.name = "x", .endpoints = {"carrier-pigeon"}});
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.status().code(), StatusCode::kNotFound);
   EXPECT_NE(a.status().message().find("shm"), std::string::npos);
   EXPECT_NE(a.status().message().find("tcp"), std::string::npos);
 }

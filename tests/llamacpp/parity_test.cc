@@ -12,9 +12,15 @@
 //   must-show preset) also counts a continuation that parts at a near tie, where llama.cpp rates Tessera's
 //   token within `gap` of its own choice.
 // A real numerical bug (a wrong rotary layout, a missing bias, a misread block) shows as large gaps and as
-// divergences at clear winners. The strictly identical count is printed and recorded as the test property
-// `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below make
-// them less so without changing what is computed (see kSmall256).
+// divergences at clear winners. Mixture-of-experts shapes route each token to the k experts with the highest
+// router scores; where the k-th and the next are closer than the two engines' activation roundings (about 1 in
+// 100 routing choices of a random router at the 8-bit presets), the engines route that token differently and its
+// log-probability moves by up to ~0.15 while the text stays the same. For them (`gap_quantile` 0.9) the bound
+// holds for 90% of the shared tokens, and the largest gap is printed beside it: a wrong expert weight, scale or
+// choice rule moves every token, which the 90th percentile sees (at F16, with no activation rounding to tip a
+// tie, the largest gap is checked as for the dense shapes). The strictly identical count is printed and recorded as the
+// test property `identical_<label>`. Random-weight models are tie-prone (near-uniform logits); the synth flags below
+// make them less so without changing what is computed (see kSmall256).
 //
 // To add a shape or a preset, add one line to kShapes or kPresets. A preset needs Tessera to load every tensor
 // type llama-quantize writes for it. llama-quantize stores a matrix whose rows are not a multiple of 256 long
@@ -50,12 +56,13 @@ using testing::run_process;
 
 // A model the test writes with `tessera synth`: small layer counts so each runs in well under a minute.
 struct ParityShape {
-  std::string name;                      // the test's name suffix
-  std::string synth_shape;               // `tessera synth --shape`
-  int layers;                            // `--layers`
-  std::string source_dtype;              // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
-  std::vector<std::string> synth_flags;  // more `tessera synth` flags
-  bool with_f16 = true;                  // the full-width suite's F16 preset
+  std::string name;                       // the test's name suffix
+  std::string synth_shape;                // `tessera synth --shape`
+  int layers;                             // `--layers`
+  std::string source_dtype;               // `--dtype` of the file llama-quantize reads (f32, or f16 for a big vocab)
+  std::vector<std::string> synth_flags;   // more `tessera synth` flags
+  double gap_quantile = 1.0;              // the share of shared tokens the logprob bound holds for at 8-bit presets
+  std::vector<std::string> presets = {};  // kPresets' names to run (empty: every one)
 };
 
 // Test names show the shape's name, not its bytes.
@@ -91,6 +98,10 @@ const std::vector<ParityShape> kShapes = {
     {"gemma3_1b", "gemma3-1b", 2, "f32", kSmall256},
     {"phi3_mini", "phi3-mini", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
     {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", with(kSmall256, {"--sliding-window", "0"})},
+    {"qwen3moe_30b_a3b", "qwen3-30b-a3b", 2, "f32", kSmall256, 0.9},
+    {"mixtral_8x7b", "mixtral-8x7b", 2, "f32", kSmall256, 0.9},
+    // gpt-oss is published with MXFP4 experts: llama-quantize's MXFP4_MOE (experts MXFP4, the rest Q8_0).
+    {"gpt_oss_20b", "gpt-oss-20b", 2, "f32", kSmall256, 0.9, {"F16", "Q8_0", "Q4_K_M", "MXFP4_MOE"}},
 };
 // clang-format on
 
@@ -115,6 +126,7 @@ const std::vector<ParityPreset> kPresets = {
     {"Q4_0", {}, 0.1, false},
     {"Q6_K", {}, 0.05, true},
     {"Q4_K_M", {}, 0.1, true},
+    {"MXFP4_MOE", {}, 0.1, true},  // only for the shapes that list it (MoE shapes: experts in MXFP4)
 };
 // clang-format on
 constexpr double kSourceMaxLogprobGap = 0.02;  // the f32/f16 file as tessera synth wrote it
@@ -230,13 +242,16 @@ struct Verdict {
   int identical = 0, near_ties = 0, full_length = 0;
   size_t distinct = 0;   // different llama.cpp continuations
   double worst_gap = 0;  // largest |logprob difference| on tokens both engines chose
-  std::string report;    // per prompt that is not identical: where and how the engines part
+  double gap = 0;        // the one the bound applies to: worst_gap, or the gap at the shape's quantile
+  std::vector<double> gaps;
+  std::string report;  // per prompt that is not identical: where and how the engines part
   double max_gap = 0;
-  bool holds() const { return identical >= kRequiredIdentical && worst_gap <= max_gap; }
-  bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && worst_gap <= max_gap; }
+  bool holds() const { return identical >= kRequiredIdentical && gap <= max_gap; }
+  bool holds_allowing_ties() const { return identical + near_ties >= kRequiredIdentical && gap <= max_gap; }
 };
 
-Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuations& c, double max_logprob_gap) {
+Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuations& c, double max_logprob_gap,
+              double gap_quantile = 1.0) {
   Verdict v;
   v.max_gap = max_logprob_gap;
   std::ostringstream report;
@@ -249,6 +264,7 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
       if (at < t.logprobs.size() && at < l.logprobs.size()) {
         const double gap = std::abs(t.logprobs[at] - l.logprobs[at]);
         v.worst_gap = std::isnan(gap) ? INFINITY : std::max(v.worst_gap, gap);
+        v.gaps.push_back(std::isnan(gap) ? INFINITY : gap);
       }
       ++at;
     }
@@ -271,6 +287,11 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
            << " below its own)\n    tessera:   " << ids_text(t.ids) << "\n    llama.cpp: " << ids_text(l.ids);
   }
   v.report = report.str();
+  v.gap = v.worst_gap;
+  if (gap_quantile < 1.0 && !v.gaps.empty()) {
+    std::sort(v.gaps.begin(), v.gaps.end());
+    v.gap = v.gaps[std::min(v.gaps.size() - 1, static_cast<size_t>(gap_quantile * static_cast<double>(v.gaps.size())))];
+  }
   std::vector<std::vector<int32_t>> distinct;
   for (const auto& l : c.llamacpp) distinct.push_back(l.ids);
   std::sort(distinct.begin(), distinct.end());
@@ -281,15 +302,17 @@ Verdict judge(const std::vector<std::vector<int32_t>>& prompts, const Continuati
 
 // Checks the agreement rule for one file, printing the counts and, per prompt, where the two engines part.
 void expect_agreement(const std::string& label, const std::vector<std::vector<int32_t>>& prompts,
-                      const Continuations& c, double max_logprob_gap, bool strict = true) {
+                      const Continuations& c, double max_logprob_gap, bool strict = true, double gap_quantile = 1.0) {
   ASSERT_TRUE(c.error.empty()) << label << ": " << c.error;
   ASSERT_EQ(c.tessera.size(), prompts.size());
   ASSERT_EQ(c.llamacpp.size(), prompts.size());
-  const Verdict v = judge(prompts, c, max_logprob_gap);
+  const Verdict v = judge(prompts, c, max_logprob_gap, gap_quantile);
   std::printf(
       "%s: %d of %zu continuations identical, %d more part at a near tie (%d of llama.cpp's ran the full %d "
-      "tokens); largest |logprob difference| on shared tokens %.4g (bound %.3g)\n",
-      label.c_str(), v.identical, prompts.size(), v.near_ties, v.full_length, kNewTokens, v.worst_gap, max_logprob_gap);
+      "tokens); largest |logprob difference| on shared tokens %.4g",
+      label.c_str(), v.identical, prompts.size(), v.near_ties, v.full_length, kNewTokens, v.worst_gap);
+  if (gap_quantile < 1.0) std::printf(", at the %g quantile %.4g", gap_quantile, v.gap);
+  std::printf(" (bound %.3g)\n", max_logprob_gap);
   if (!v.report.empty()) std::printf("%s\n", v.report.c_str() + 1);
   std::string key = "identical_" + label.substr(0, label.find(" ("));
   std::replace(key.begin(), key.end(), ' ', '_');
@@ -297,7 +320,7 @@ void expect_agreement(const std::string& label, const std::vector<std::vector<in
   EXPECT_GE(strict ? v.identical : v.identical + v.near_ties, kRequiredIdentical)
       << label << ": only " << v.identical << " of " << prompts.size() << " greedy continuations identical ("
       << v.near_ties << " more parting at a near tie)" << v.report;
-  EXPECT_LE(v.worst_gap, max_logprob_gap) << label << ": the engines agree on tokens but not on their probabilities";
+  EXPECT_LE(v.gap, max_logprob_gap) << label << ": the engines agree on tokens but not on their probabilities";
   // Noise in, noise out: a random-weight model must still give prompt-dependent text, else agreeing on it
   // would prove little (e.g. both engines emitting one token forever).
   EXPECT_GE(v.distinct, prompts.size() - 1) << label << ": llama.cpp's continuations barely depend on the prompt";
@@ -352,12 +375,14 @@ TEST_P(LlamaCppParity, GreedyContinuationsMatchLlamaServer) {
   expect_agreement(shape.name + " " + shape.source_dtype + " (as tessera synth wrote it)", prompts,
                    continue_prompts(source, prompts), kSourceMaxLogprobGap);
   for (const ParityPreset& preset : kPresets) {
+    const bool listed = std::find(shape.presets.begin(), shape.presets.end(), preset.name) != shape.presets.end();
+    if (shape.presets.empty() ? preset.name == "MXFP4_MOE" : !listed) continue;
     const std::string file = dir + "/" + shape.name + "-" + preset.name + ".gguf";
     const std::string err = testing::llamacpp_quantize(source, file, preset.name, preset.quantize_flags);
     EXPECT_TRUE(err.empty()) << shape.name << " " << preset.name << ": " << err;
     if (!err.empty()) continue;
     expect_agreement(shape.name + " " + preset.name + " (llama-quantize)", prompts, continue_prompts(file, prompts),
-                     preset.max_logprob_gap, preset.strict);
+                     preset.max_logprob_gap, preset.strict, preset.name == "F16" ? 1.0 : shape.gap_quantile);
     std::error_code ec;
     fs::remove(file, ec);  // the qwen shape's files are hundreds of MB each
   }
@@ -419,16 +444,17 @@ const std::vector<ParityShape> kFullWidth = {
 };
 // Minutes each (vocabularies of 128k-262k rows, 8B-shape layers, f32 files of up to 4.3 GB): labelled slow, and
 // without the F16 preset (the small suite and the two shapes above check it) to keep the run near an hour.
+const std::vector<std::string> kQuantPresets = {"Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M"};
 const std::vector<ParityShape> kFullWidthSlow = {
-    {"llama3_2_1b", "llama3.2-1b", 2, "f32", kFullWidthFlags, false},
-    {"mistral_7b", "mistral-7b", 2, "f32", kFullWidthFlags, false},
-    {"phi3_mini", "phi3-mini", 2, "f32", kFullWidthFlags, false},
-    {"gemma3_1b", "gemma3-1b", 2, "f32", kFullWidthFlags, false},
-    {"qwen3_0_6b", "qwen3-0.6b", 2, "f32", kFullWidthFlags, false},
-    {"qwen2_5_0_5b", "qwen2.5-0.5b", 2, "f32", kFullWidthFlags, false},
-    {"gemma2_2b", "gemma2-2b", 2, "f32", kFullWidthFlags, false},
-    {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", kFullWidthFlags, false},
-    {"llama3_1_8b", "llama3.1-8b", 2, "f32", kFullWidthFlags, false},
+    {"llama3_2_1b", "llama3.2-1b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"mistral_7b", "mistral-7b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"phi3_mini", "phi3-mini", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"gemma3_1b", "gemma3-1b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"qwen3_0_6b", "qwen3-0.6b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"qwen2_5_0_5b", "qwen2.5-0.5b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"gemma2_2b", "gemma2-2b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"phi3_mini_128k", "phi3-mini-128k", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
+    {"llama3_1_8b", "llama3.1-8b", 2, "f32", kFullWidthFlags, 1.0, kQuantPresets},
 };
 // clang-format on
 
@@ -444,7 +470,8 @@ TEST_P(LlamaCppParityFullWidth, GreedyContinuationsMatchLlamaServer) {
   expect_agreement(shape.name + " " + shape.source_dtype + " (as tessera synth wrote it)", prompts,
                    continue_prompts(synth.path, prompts), kSourceMaxLogprobGap);
   for (const ParityPreset& preset : kFullWidthPresets) {
-    if (preset.name == "F16" && !shape.with_f16) continue;
+    const bool listed = std::find(shape.presets.begin(), shape.presets.end(), preset.name) != shape.presets.end();
+    if (!shape.presets.empty() && !listed) continue;
     const std::string file = dir + "/" + shape.name + "-" + preset.name + ".gguf";
     const std::string err = testing::llamacpp_quantize(synth.path, file, preset.name, preset.quantize_flags);
     EXPECT_TRUE(err.empty()) << shape.name << " " << preset.name << ": " << err;

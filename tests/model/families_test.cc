@@ -95,6 +95,18 @@ TEST_P(Families, GgufAndHfFolderGiveIdenticalGreedyText) {
       EXPECT_EQ(c.sliding_pattern, cfg->sliding_pattern) << l->format;
       EXPECT_EQ(c.rope_theta_sliding, cfg->rope_theta_sliding) << l->format;
       EXPECT_EQ(c.rope_layout, cfg->rope_layout) << l->format;
+      EXPECT_EQ(c.layer_kinds, cfg->layer_kinds) << l->format;
+      EXPECT_EQ(c.moe.n_experts, cfg->moe.n_experts) << l->format;
+      EXPECT_EQ(c.moe.n_experts_used, cfg->moe.n_experts_used) << l->format;
+      EXPECT_EQ(c.moe.expert_hidden_dim, cfg->moe.expert_hidden_dim) << l->format;
+      EXPECT_EQ(c.moe.normalize_weights, cfg->moe.normalize_weights) << l->format;
+      EXPECT_EQ(c.moe.gating, cfg->moe.gating) << l->format;
+      EXPECT_EQ(c.moe.swiglu_limit, cfg->moe.swiglu_limit) << l->format;
+      EXPECT_EQ(c.attn_sinks, cfg->attn_sinks) << l->format;
+      if (cfg->rope_scaling.type == RopeScalingType::kYarn) {  // (llama3's factors travel as rope_freqs.weight)
+        EXPECT_EQ(c.rope_scaling.type, cfg->rope_scaling.type) << l->format;
+        EXPECT_FLOAT_EQ(c.rope_scaling.mscale, cfg->rope_scaling.mscale) << l->format;
+      }
     }
     GreedyRun a = greedy("ref", g->config, g->weights, kPrompt);
     GreedyRun b = greedy("ref", h->config, h->weights, kPrompt);
@@ -112,7 +124,8 @@ TEST_P(Families, GgufAndHfFolderGiveIdenticalGreedyText) {
 
 INSTANTIATE_TEST_SUITE_P(AllShapes, Families,
                          ::testing::Values("llama2-7b", "llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen3-0.6b",
-                                           "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k"),
+                                           "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k", "qwen3-30b-a3b",
+                                           "mixtral-8x7b", "gpt-oss-20b"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -50,6 +50,29 @@ TEST(GgufVocab, VocabOnlyFileLoadsAndTokenizes) {
   }
 }
 
+// gpt-oss's harmony vocabulary (pre-tokenizer gpt-4o, as its GGUF states): llama.cpp makes the structure tokens and,
+// next to <|return|> and <|call|>, <|end|> user-defined, so generated text spells them.
+TEST(GgufVocab, HarmonyStructureTokensAreSpelledInText) {
+  auto md = byte_level_metadata("gpt-4o");
+  std::vector<std::string> tokens = md[3].second.strings;
+  std::vector<int32_t> types(md[4].second.ints.begin(), md[4].second.ints.end());
+  for (const char* t : {"<|channel|>", "<|message|>", "<|return|>", "<|call|>"}) {
+    tokens.push_back(t);
+    types.push_back(kTokenControl);
+  }
+  md[3].second = GgufValue::string_array(tokens);
+  md[4].second = GgufValue::i32_array(types);
+  md.back().second = GgufValue::u32(266);  // EOS <|return|>, as gpt-oss's files state
+  const std::string path = testing::scratch_dir() + "/harmony.gguf";
+  ASSERT_TRUE(write_gguf(path, md, {}).ok());
+  auto tok = load_gguf_tokenizer(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const TokenId hello = 259, end = 262, channel = 264, message = 265, ret = 266;
+  EXPECT_EQ((*tok)->decode(std::vector<TokenId>{channel, hello, message, end, ret}),
+            "<|channel|>hello<|message|><|end|>");  // <|return|> stays a control token, not text
+  EXPECT_EQ((*tok)->encode("<|channel|>hello", false), (std::vector<TokenId>{channel, hello}));
+}
+
 TEST(GgufVocab, UnknownModelsAndPreTokenizersAreRefusedByName) {
   std::string dir = testing::scratch_dir();
   ASSERT_TRUE(write_gguf(dir + "/pre.gguf", byte_level_metadata("no-such-pre"), {}).ok());

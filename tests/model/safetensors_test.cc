@@ -83,9 +83,9 @@ TEST(Safetensors, OffsetsOutOfRange) {
 }
 
 TEST(HfConfig, UnsupportedArchitectureIsAClearError) {
-  auto r = parse_hf_config(R"({"architectures":["MixtralForCausalLM"],"hidden_size":64})", "config.json");
+  auto r = parse_hf_config(R"({"architectures":["Qwen2MoeForCausalLM"],"hidden_size":64})", "config.json");
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("MixtralForCausalLM"), std::string::npos);
+  EXPECT_NE(r.status().message().find("Qwen2MoeForCausalLM"), std::string::npos);
   EXPECT_NE(r.status().message().find("LlamaForCausalLM"), std::string::npos);
   r = parse_hf_config(R"({"hidden_size":64})", "config.json");
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);

@@ -24,7 +24,7 @@ TEST_P(Conformance, FastCasesMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
                          ::testing::Values("embedding", "rms_norm", "add_rms_norm", "rope", "kv_write",
                                            "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
-                                           "softmax", "argmax"));
+                                           "softmax", "argmax", "moe_route", "moe_experts"));
 
 TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
   std::vector<Case> cases = conformance_cases();
@@ -37,13 +37,14 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
     fast += c.slow ? 0 : 1;
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
-  EXPECT_EQ(ops.size(), 12u);
+  EXPECT_EQ(ops.size(), 14u);
   EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
   };
   for (const char* s : {"head_dim=64", "head_dim=128", "heads=7/1", "heads=4/2", "b=64", "ctx<=4096", "n=17",
-                        "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf"}) {
+                        "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf", "moe_experts/q4_k",
+                        "gate_up", "swiglu_oai", "softmax_weight", "ties+nan", "sinks"}) {
     EXPECT_TRUE(has(s)) << s;
   }
 }

@@ -331,6 +331,25 @@ TEST_F(RefAttention, SlidingWindowHidesOlderPositions) {
   EXPECT_NEAR(got[0], 1.0f, 1e-6f);  // position 0 sees itself
 }
 
+TEST_F(RefAttention, SinkTakesProbabilityAndReadsNoValue) {
+  // q=[1,0] at position 2: scores [.707107, 0, .707107] and a sink of 1; the softmax over the four gives the
+  // positions [.254412, .125264, .254412] (sum .650360, the sink keeps the rest) -> [1.951079, 2.601439].
+  Tensor out = make(DType::kF32, {1, 1, 2});
+  AttentionDecodeOp op{f32({1, 1, 2}, {1, 0}), kc_, vc_, i32({1, 2}, {1, 0}), i32({1}, {3}), out};
+  op.sinks = f32({1}, {1.0f});
+  ASSERT_TRUE(stream_->run(op).ok());
+  expect_near(get(out), {1.951079f, 2.601439f}, 1e-5f);
+  Tensor out3 = make(DType::kF32, {3, 1, 2});
+  AttentionPrefillOp pre{f32({3, 1, 2}, {1, 0, 1, 0, 1, 0}), kc_, vc_, i32({2}, {1, 0}), out3, 0};
+  pre.sinks = op.sinks;
+  ASSERT_TRUE(stream_->run(pre).ok());
+  std::vector<float> got = get(out3);
+  EXPECT_NEAR(got[4], 1.951079f, 1e-5f);
+  EXPECT_NEAR(got[5], 2.601439f, 1e-5f);
+  op.sinks = f32({2}, {1.0f, 1.0f});  // one per query head, not two
+  EXPECT_EQ(stream_->run(op).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(RefAttention, ScaleAndSoftCap) {
   // q=[0,1], scale 1: dots [0,1,1]; soft-cap 0.5: 0.5 tanh(s / 0.5) = [0, .482014, .482014];
   // softmax -> [3.292230, 4.292230] (uncapped it would be [3.533913, 4.533913]).

@@ -1,13 +1,11 @@
 // Tools on the chat path: `tools` / `tool_choice` and tool-call messages are validated and reach the chat
-// template in the client's key order; tool calls in generated text are parsed back (Hermes/Qwen and Llama
-// 3.x JSON), including what streaming may release before a call is complete.
+// template in the client's key order (the calls in generated text: tool_parsers_test.cc).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "api/openai.h"
 #include "serve/chat_format.h"
-#include "serve/tool_calls.h"
 
 namespace tessera::serve {
 namespace {
@@ -15,7 +13,6 @@ namespace {
 using api::ApiError;
 using api::ApiRequest;
 using api::parse_request;
-using model::ToolCallFormat;
 
 ApiRequest req(const std::string& body) {
   auto r = parse_request(body, true);
@@ -41,7 +38,7 @@ TEST(ChatTools, RequestsCarryToolsAndToolMessages) {
   EXPECT_EQ(r.tools_json.find("\"name\":\"get_weather\",\"description\""), r.tools_json.find("\"name\""));
   auto m = nlohmann::json::parse(r.messages_json);
   ASSERT_EQ(m.size(), 3u);
-  EXPECT_TRUE(m[1]["content"].is_null());
+  EXPECT_EQ(m[1]["content"], "");  // null in the API; "" for templates, as vLLM passes it
   EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
   EXPECT_EQ(m[2]["role"], "tool");
   EXPECT_EQ(m[2]["tool_call_id"], "c1");
@@ -86,14 +83,11 @@ TEST(ChatTools, ToolsReachTheTemplate) {
             "<tools>{\"name\": \"get_weather\", \"description\": \"d\", \"parameters\": {\"type\": \"object\", "
             "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}</tools>"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(p->tool_calls, ToolCallFormat::kHermes);
   auto none = f->formatter(req(user + "," + kTools + R"(,"tool_choice":"none"})"), {});
-  ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->tool_calls, ToolCallFormat::kNone);  // not parsed back
+  ASSERT_TRUE(none.ok());  // tools still reach the template; calls are not parsed back (tool_stream.h)
   auto no_tools = f->formatter(req(user + "}"), {});
   ASSERT_TRUE(no_tools.ok());
   EXPECT_EQ(no_tools->text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(no_tools->tool_calls, ToolCallFormat::kNone);
   // A template's own refusal reaches the client as its message.
   info.chat_template = "{{ raise_exception('Conversation roles must alternate') }}";
   auto refusing = make_chat_format("", info);
@@ -110,60 +104,6 @@ TEST(ChatTools, ToolsReachTheTemplate) {
   auto broken = make_chat_format("", info);
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.status().message().find("line 2"), std::string::npos);
-}
-
-TEST(ToolCallParser, Hermes) {
-  auto r = parse_tool_calls(
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-      "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
-      ToolCallFormat::kHermes);
-  ASSERT_EQ(r.calls.size(), 2u);
-  EXPECT_EQ(r.content, "Let me check.");
-  EXPECT_EQ(r.calls[0].name, "get_weather");
-  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
-  EXPECT_EQ(r.calls[1].name, "get_time");
-  EXPECT_EQ(r.calls[1].arguments, "{}");
-  // Cut off by the end of generation before </tool_call>: still a call.
-  r = parse_tool_calls("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2]}}", ToolCallFormat::kHermes);
-  ASSERT_EQ(r.calls.size(), 1u);
-  EXPECT_EQ(r.calls[0].arguments, "{\"a\":[1,2]}");
-  EXPECT_EQ(r.content, "");
-  // Broken JSON or no name: the text stays content.
-  for (const char* text :
-       {"<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>", "<tool_call>[1]</tool_call>", "no calls here"}) {
-    r = parse_tool_calls(text, ToolCallFormat::kHermes);
-    EXPECT_TRUE(r.calls.empty()) << text;
-    EXPECT_EQ(r.content, text);
-  }
-}
-
-TEST(ToolCallParser, Llama3Json) {
-  auto r = parse_tool_calls(" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
-                            ToolCallFormat::kLlama3Json);
-  ASSERT_EQ(r.calls.size(), 1u);
-  EXPECT_EQ(r.calls[0].name, "get_weather");
-  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
-  r = parse_tool_calls("<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": \"{}\"}",
-                       ToolCallFormat::kLlama3Json);
-  ASSERT_EQ(r.calls.size(), 2u);
-  EXPECT_EQ(r.calls[1].name, "b");
-  r = parse_tool_calls("The weather is {fine}.", ToolCallFormat::kLlama3Json);
-  EXPECT_TRUE(r.calls.empty());
-  EXPECT_EQ(r.content, "The weather is {fine}.");
-  r = parse_tool_calls("{\"not\": \"a call\"}", ToolCallFormat::kLlama3Json);
-  EXPECT_TRUE(r.calls.empty());
-}
-
-TEST(ToolCallParser, StreamingReleasesOnlyWhatCannotBeACall) {
-  EXPECT_EQ(releasable_content("Hello", ToolCallFormat::kHermes), 5u);
-  EXPECT_EQ(releasable_content("Hello <tool", ToolCallFormat::kHermes), 6u);  // "<tool" may open a call
-  EXPECT_EQ(releasable_content("Hi <tool_call>{\"na", ToolCallFormat::kHermes), 3u);
-  EXPECT_EQ(releasable_content("a < b", ToolCallFormat::kHermes), 5u);
-  EXPECT_EQ(releasable_content("  ", ToolCallFormat::kLlama3Json), 0u);
-  EXPECT_EQ(releasable_content(" {\"name\"", ToolCallFormat::kLlama3Json), 0u);
-  EXPECT_EQ(releasable_content("<|pyth", ToolCallFormat::kLlama3Json), 0u);
-  EXPECT_EQ(releasable_content("Sure", ToolCallFormat::kLlama3Json), 4u);
-  EXPECT_EQ(releasable_content("anything", ToolCallFormat::kNone), 8u);
 }
 
 }  // namespace

@@ -96,6 +96,14 @@ TEST(Reasoning, HarmonyCommentaryPassesThroughForToolParsers) {
                "{\"city\":\"Paris\"}<|call|>");
 }
 
+TEST(Reasoning, HarmonyRecipientInTheRoleContinuesThePrompt) {
+  // gpt-oss's template writes calls as `<|start|>assistant to=functions.f<|channel|>commentary json<|message|>`;
+  // after the prompt's `<|start|>assistant` a reply may begin with the recipient.
+  expect_split(ReasoningFormat::kGptOss, "<|start|>assistant",
+               {" to", "=functions", ".add", "<|channel|>", "commentary", " json", "<|message|>", "{\"a\": 1}"}, "",
+               " to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}");
+}
+
 TEST(Reasoning, NotHarmonyAtAllIsContent) {
   expect_split(ReasoningFormat::kGptOss, "", {"plain", " text"}, "", "plain text");
 }

@@ -30,7 +30,7 @@ class TokenizeApi : public ::testing::Test {
     };
   }
   json ok_tokenize(const std::string& body) {
-    TokenizeReply r = tokenize_request(body, *tok_, chat_, "stories", 256);
+    TokenizeReply r = tokenize_request(body, *tok_, chat_, {"stories"}, 256);
     EXPECT_EQ(r.status, 200) << r.body;
     return json::parse(r.body);
   }
@@ -82,31 +82,39 @@ TEST_F(TokenizeApi, MessagesAreRenderedWithTheChatTemplateAsChatCompletionsDoes)
   EXPECT_EQ(ok_tokenize(body.dump())["tokens"].get<std::vector<model::TokenId>>(),
             tok_->encode("system: Be brief.\nuser: Hi\n(continued)", true));
   body["add_generation_prompt"] = true;
-  expect_error(tokenize_request(body.dump(), *tok_, chat_, "stories", 256), 400, "cannot both be true");
+  expect_error(tokenize_request(body.dump(), *tok_, chat_, {"stories"}, 256), 400, "cannot both be true");
   // Bad messages are refused by the same rules as /v1/chat/completions.
-  expect_error(tokenize_request(R"({"messages":[{"role":"wizard","content":"x"}]})", *tok_, chat_, "stories", 256), 400,
-               "role");
-  expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}]})", *tok_, nullptr, "stories", 256), 400,
-               "no chat template");
+  expect_error(tokenize_request(R"({"messages":[{"role":"wizard","content":"x"}]})", *tok_, chat_, {"stories"}, 256),
+               400, "role");
+  expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}]})", *tok_, nullptr, {"stories"}, 256),
+               400, "no chat template");
   expect_error(tokenize_request(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})", *tok_,
-                                chat_, "stories", 256),
+                                chat_, {"stories"}, 256),
                400, "add_generation_prompt");
+}
+
+TEST_F(TokenizeApi, AnyServedNameIsAcceptedAndOthersAre404) {
+  const std::vector<std::string> names = {"stories", "tiny-llama", "org/tiny"};
+  EXPECT_EQ(tokenize_request(R"({"model":"org/tiny","prompt":"x"})", *tok_, chat_, names, 256).status, 200);
+  EXPECT_EQ(detokenize_request(R"({"model":"tiny-llama","tokens":[1]})", *tok_, names).status, 200);
+  expect_error(tokenize_request(R"({"model":"other","prompt":"x"})", *tok_, chat_, names, 256), 404,
+               "'other' does not exist");
 }
 
 TEST_F(TokenizeApi, DetokenizeRoundTripsAndSkipsSpecialTokensOnRequest) {
   const std::string text = "Lily saw a big dog.";
   std::vector<model::TokenId> ids = tok_->encode(text, true);
   ids.push_back(2);  // EOS
-  TokenizeReply r = detokenize_request(json{{"model", "stories"}, {"tokens", ids}}.dump(), *tok_, "stories");
+  TokenizeReply r = detokenize_request(json{{"model", "stories"}, {"tokens", ids}}.dump(), *tok_, {"stories"});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["prompt"], "<s>" + text + "</s>");
-  r = detokenize_request(json{{"tokens", ids}, {"skip_special_tokens", true}}.dump(), *tok_, "stories");
+  r = detokenize_request(json{{"tokens", ids}, {"skip_special_tokens", true}}.dump(), *tok_, {"stories"});
   EXPECT_EQ(json::parse(r.body)["prompt"], text);
 }
 
 TEST_F(TokenizeApi, BadBodiesAreErrorsNamingTheField) {
-  auto tk = [&](const std::string& b) { return tokenize_request(b, *tok_, chat_, "stories", 256); };
-  auto dt = [&](const std::string& b) { return detokenize_request(b, *tok_, "stories"); };
+  auto tk = [&](const std::string& b) { return tokenize_request(b, *tok_, chat_, {"stories"}, 256); };
+  auto dt = [&](const std::string& b) { return detokenize_request(b, *tok_, {"stories"}); };
   expect_error(tk("{not json"), 400, "not valid JSON");
   expect_error(tk("[1]"), 400, "JSON object");
   expect_error(tk(R"({"model":"other","prompt":"x"})"), 404, "'other' does not exist");

@@ -28,6 +28,16 @@ TEST(ModelCost, Stories15MByHand) {
   EXPECT_DOUBLE_EQ(m.prefill_flops(256), 3057647616.0 + 227377152.0 + 18432000.0);
 }
 
+// A mixture-of-experts layer: a token multiplies the router and the experts it is routed to, not all of them.
+TEST(ModelCost, Qwen3MoeCountsTheRoutedExperts) {
+  // dim 2048, q 32 x 128 = 4096, kv 4 x 128 = 512; 128 experts of 768, 8 per token.
+  ModelCost m = cost_of("qwen3-30b-a3b", 2, 2);
+  // attention 2048 * 4096 * 2 + 2048 * 512 * 2 = 18874368; router 2048 * 128 + 8 experts * 3 * 2048 * 768.
+  EXPECT_DOUBLE_EQ(m.layer_matmul_params, 18874368.0 + 262144.0 + 37748736.0);
+  // Every expert is resident: 30.5 B parameters (Qwen3-30B-A3B's published count).
+  EXPECT_NEAR(m.weight_bytes / 2 / 1e9, 30.5, 0.1);
+}
+
 TEST(ModelCost, Stories110MByHand) {
   // dim 768, hidden 2048, 12 layers, 12 heads of 64, vocab 32000.
   ModelCost m = cost_of("stories110M", 2, 2);

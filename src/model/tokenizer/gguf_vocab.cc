@@ -124,6 +124,18 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
     for (std::string_view m : kEndMarkers)
       if (v.tokens[i] == m && v.types[i] != kTokenControl) v.types[i] = kTokenControl;
   }
+  // gpt-oss's harmony format (o200k_harmony), as llama.cpp's vocabulary loader treats it: the structure tokens
+  // <|channel|>, <|message|>, <|start|>, <|constrain|> are user-defined, so generated text spells them (a client
+  // parses the channels from them); and with <|return|> and <|call|> ending turns, <|end|> only ends a message:
+  // user-defined too, neither a stop nor hidden.
+  const bool harmony = std::find(v.tokens.begin(), v.tokens.end(), "<|return|>") != v.tokens.end() &&
+                       std::find(v.tokens.begin(), v.tokens.end(), "<|call|>") != v.tokens.end();
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& t = v.tokens[i];
+    if (t == "<|channel|>" || t == "<|message|>" || t == "<|start|>" || t == "<|constrain|>" ||
+        (harmony && t == "<|end|>"))
+      v.types[i] = kTokenUserDefined;
+  }
   // Phi-3's tokenizer.json strips the whitespace after its special tokens (rstrip) except after these;
   // llama.cpp recognises the model by name, and so does this reader.
   std::string name;

@@ -38,7 +38,7 @@ constexpr int64_t kSlowCache = 1 << 18;
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 const DType kCacheTypes[] = {DType::kF32, DType::kF16};
 
 void add_matmul(std::vector<Case>& cases) {
@@ -195,6 +195,53 @@ void add_attention(std::vector<Case>& cases) {
                                                    e.output(DType::kF32, {n, h.n_heads, hd}),
                                                    static_cast<int32_t>(start)};
                              op.scores = opt;
+                             return op;
+                           }});
+        }
+      }
+    }
+    // Attention sinks (gpt-oss: one extra logit per head that takes probability and reads no value), alone and
+    // with a sliding window, through every cpu path: one query per head (head_dim 64), the grouped tiles
+    // (head_dim 256 with 4 query heads per kv head) and the scalar heads (head_dim 32).
+    for (int64_t hd : {32, 64, 256}) {
+      const HeadConfig h{8, 2};
+      for (int32_t window : {0, 7}) {
+        const std::string what = fmt::format("sinks window={}", window);
+        for (int64_t ctx : {3, 100}) {
+          const int64_t b = 3, max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens, pool = b * max_blocks;
+          cases.push_back(
+              {"attention_decode", cache, fmt::format("b={} ctx<={} heads=8/2 head_dim={} {}", b, ctx, hd, what),
+               kAttention, false, [=](CaseEnv& e) -> Op {
+                 std::vector<int32_t> lens(static_cast<size_t>(b)), tables(static_cast<size_t>(b * max_blocks));
+                 for (int64_t i = 0; i < b; ++i)
+                   lens[static_cast<size_t>(i)] = static_cast<int32_t>(i == 0 ? ctx : 1 + e.rng().next_u32() % ctx);
+                 std::iota(tables.begin(), tables.end(), 0);
+                 AttentionDecodeOp op{e.random(DType::kF32, {b, h.n_heads, hd}, 2.0f),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.ints({b, max_blocks}, tables),
+                                      e.ints({b}, lens),
+                                      e.output(DType::kF32, {b, h.n_heads, hd})};
+                 op.scores.window = window;
+                 op.sinks = e.random(DType::kF32, {h.n_heads}, 3.0f);
+                 return op;
+               }});
+        }
+        for (int64_t start : {0, 45}) {
+          const int64_t n = 17, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
+          cases.push_back({"attention_prefill", cache,
+                           fmt::format("n={} start={} heads=8/2 head_dim={} {}", n, start, hd, what), kAttention,
+                           false, [=](CaseEnv& e) -> Op {
+                             std::vector<int32_t> table(static_cast<size_t>(blocks));
+                             std::iota(table.begin(), table.end(), 0);
+                             AttentionPrefillOp op{e.random(DType::kF32, {n, h.n_heads, hd}, 2.0f),
+                                                   e.random(cache, {blocks, kBlockTokens, h.kv_heads, hd}),
+                                                   e.random(cache, {blocks, kBlockTokens, h.kv_heads, hd}),
+                                                   e.ints({blocks}, table),
+                                                   e.output(DType::kF32, {n, h.n_heads, hd}),
+                                                   static_cast<int32_t>(start)};
+                             op.scores.window = window;
+                             op.sinks = e.random(DType::kF32, {h.n_heads}, 3.0f);
                              return op;
                            }});
         }
@@ -394,6 +441,7 @@ std::vector<Case> conformance_cases() {
   add_rope(cases);
   add_scaled_rope(cases);
   add_rows(cases);
+  add_moe_cases(cases);
   return cases;
 }
 

@@ -36,6 +36,9 @@ class CaseEnv {
   Tensor random(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f);
   Tensor values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& v);
   Tensor ints(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v);
+  // A weight matrix (or stack of them) as the engine uploads it: random like random(), alone in its buffer, then
+  // handed to Device::prepare_matmul_weight (the cpu device may re-lay it into panels).
+  Tensor weight(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f);
   // An output: random initial contents, surrounded by guard bytes that the harness checks afterwards.
   // Also for tensors updated in place (rope's q and k, kv_write's caches, add_rms_norm's residual).
   Tensor output(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f);
@@ -71,6 +74,8 @@ struct Case {
 
 // Every case (>= 2000), in a fixed order.
 std::vector<Case> conformance_cases();
+// The mixture-of-experts cases (cases_moe.cc), part of conformance_cases().
+void add_moe_cases(std::vector<Case>& cases);
 
 enum class Outcome { kPass, kFail, kUnsupported };
 std::string_view outcome_name(Outcome o);  // "pass", "FAIL", "unsupported"

@@ -152,6 +152,15 @@ Tensor CaseEnv::random(DType dtype, std::initializer_list<int64_t> shape, float 
   return place(dtype, shape, encode(dtype, v), false);
 }
 
+Tensor CaseEnv::weight(DType dtype, std::initializer_list<int64_t> shape, float scale) {
+  Tensor t = random(dtype, shape, scale);
+  if (!t.valid()) return t;
+  Status s = stream_.synchronize();
+  if (s.ok()) s = device_.prepare_matmul_weight(t);
+  if (!s.ok() && status_.ok()) status_ = s;
+  return t;
+}
+
 Tensor CaseEnv::values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
   return place(dtype, shape, encode(dtype, v), false);
 }

@@ -151,7 +151,7 @@ inline void row_offsets(const Cache& c, const int32_t* table, int32_t first, int
 
 template <typename T>
 void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
-                 std::vector<float>& scores, const AttentionScores& opt) {
+                 std::vector<float>& scores, const AttentionScores& opt, float sink) {
   const int64_t hd = c.head_dim;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
@@ -194,6 +194,7 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
     for (float& s : scores) s = opt.softcap * std::tanh(s / opt.softcap);
   }
   for (float s : scores) max_score = s > max_score ? s : max_score;
+  max_score = std::max(max_score, sink);  // a sink (gpt-oss) is one more logit; -inf without one changes nothing
   // std::exp, as ref does: the decode path of a one-query-per-head model stays exact to the reference's
   // exponentials (a vectorised exp here flipped a near-tie of stories260K at q8_0 in the PD test, and
   // saved under 1% of decode time).
@@ -202,6 +203,7 @@ void attend_head(const Cache& c, const int32_t* table, int32_t pos, const float*
     scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
     sum += scores[static_cast<size_t>(t)];
   }
+  sum += std::exp(sink - max_score);
   const float inv = 1.0f / sum;
   for (t = 0; t < count; ++t) scores[static_cast<size_t>(t)] *= inv;
   int64_t col = 0;
@@ -232,7 +234,7 @@ inline float hmax8(__m256 v) {
 constexpr int32_t kPrefetchKeys = 64;
 template <typename T, int NV>
 void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
-                std::vector<float>& scores, const AttentionScores& opt) {
+                std::vector<float>& scores, const AttentionScores& opt, float sink) {
   thread_local std::vector<int64_t> off;
   constexpr int64_t hd = 8 * NV;
   const T* kbase = reinterpret_cast<const T*>(c.k);
@@ -276,14 +278,15 @@ void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* 
   for (int32_t t = count; t < padded; ++t) sc[t] = -INFINITY;
   __m256 mx = _mm256_set1_ps(-INFINITY);
   for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + t));
-  const __m256 mv = _mm256_set1_ps(hmax8(mx));
+  const float m = std::max(hmax8(mx), sink);
+  const __m256 mv = _mm256_set1_ps(m);
   __m256 sum = _mm256_setzero_ps();
   for (int32_t t = 0; t < padded; t += 8) {
     const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mv));
     _mm256_storeu_ps(sc + t, e);
     sum = _mm256_add_ps(sum, e);
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+  const __m256 inv = _mm256_set1_ps(1.0f / (hsum(sum) + std::exp(sink - m)));
   for (int32_t t = 0; t < padded; t += 8) _mm256_storeu_ps(sc + t, _mm256_mul_ps(_mm256_loadu_ps(sc + t), inv));
   __m256 o0[NV], o1[NV];
 #pragma GCC unroll 16
@@ -366,7 +369,8 @@ constexpr int kQTile = 6;
 struct Query {
   const float* q;
   float* out;
-  int32_t first, last;  // the positions it sees
+  int32_t first, last;       // the positions it sees
+  float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 
 // Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
@@ -432,7 +436,7 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
       if (opt.softcap > 0.0f) v = opt.softcap * std::tanh(v / opt.softcap);
       sg[t] = v;
     }
-    float mx = -INFINITY;
+    float mx = qs[g].sink;  // -inf without a sink
     for (int64_t t = a; t < b; ++t) mx = sg[t] > mx ? sg[t] : mx;
     for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
     for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
@@ -443,7 +447,7 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
       vstore(sg + t, e);
       sum = vadd(sum, e);
     }
-    const VF inv = vset(1.0f / vsum(sum));
+    const VF inv = vset(1.0f / (vsum(sum) + std::exp(qs[g].sink - mx)));
     for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
   }
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
@@ -506,7 +510,7 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
 // Runs attention for `count` queries; query i is at position pos(i), reads table(i), writes out row i.
 template <typename Pos, typename Table>
 void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, float* out, Pos pos, Table table,
-                const AttentionScores& opt, const Ctx& ctx) {
+                const AttentionScores& opt, const float* sinks, const Ctx& ctx) {
   const int64_t group = n_heads / c.kv_heads, hd = c.head_dim, work = count * n_heads;
   // Items are claimed in chunks by whichever thread is free (worker_pool.h), so uneven contexts balance.
   parallel_for(ctx, work, [&](int64_t wi) {
@@ -514,21 +518,23 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
     const int64_t i = wi / n_heads, h = wi % n_heads;
     const float* qh = q + (i * n_heads + h) * hd;
     float* oh = out + (i * n_heads + h) * hd;
+    const float sink = sinks ? sinks[h] : -INFINITY;
 #if defined(__AVX2__)
     if (hd == 64 || hd == 128) {
       if (c.f16) {
         (hd == 64 ? attend_one<uint16_t, 8> : attend_one<uint16_t, 16>)(c, table(i), pos(i), qh, h / group, oh, scores,
-                                                                        opt);
+                                                                        opt, sink);
       } else {
-        (hd == 64 ? attend_one<float, 8> : attend_one<float, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt);
+        (hd == 64 ? attend_one<float, 8> : attend_one<float, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt,
+                                                                  sink);
       }
       return;
     }
 #endif
     if (c.f16) {
-      attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
+      attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
     } else {
-      attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt);
+      attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
     }
   });
 }
@@ -583,13 +589,14 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
     const float* q = data<const float>(op.q);
     float* out = data<float>(op.out);
     const AttentionScores opt = op.scores;
+    const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
     parallel_for(ctx, chunks * heads, [&](int64_t wi) {
       const int64_t h = wi % heads, i0 = wi / heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
       Query qs[kQChunk];
       for (int64_t i = i0; i < i1; ++i) {
         const int32_t pos = static_cast<int32_t>(start + i);
         qs[i - i0] = {q + (i * heads + h) * hd, out + (i * heads + h) * hd,
-                      opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos};
+                      opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos, sinks ? sinks[h] : -INFINITY};
       }
       if (c.f16) {
         attend_queries<uint16_t>(c, table, h / group, qs, i1 - i0, opt);
@@ -603,7 +610,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
   attend_all(
       c, op.q.dim(0), op.q.dim(1), data<const float>(op.q), data<float>(op.out),
       [start](int64_t i) { return static_cast<int32_t>(start + i); }, [table](int64_t) { return table; }, op.scores,
-      ctx);
+      op.sinks.valid() ? data<const float>(op.sinks) : nullptr, ctx);
   return ok_status();
 }
 
@@ -628,13 +635,14 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     const float* q = data<const float>(op.q);
     float* out = data<float>(op.out);
     const AttentionScores opt = op.scores;
+    const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
     parallel_for(ctx, b * c.kv_heads, [&](int64_t wi) {
       const int64_t sq = wi / c.kv_heads, kvh = wi % c.kv_heads;
       const int32_t pos = lens[sq] - 1, first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
       Query qs[64];
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
-        qs[g] = {q + (sq * heads + h) * hd, out + (sq * heads + h) * hd, first, pos};
+        qs[g] = {q + (sq * heads + h) * hd, out + (sq * heads + h) * hd, first, pos, sinks ? sinks[h] : -INFINITY};
       }
       if (c.f16) {
         attend_queries<uint16_t>(c, tables + sq * max_blocks, kvh, qs, group, opt);
@@ -647,7 +655,8 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
 #endif
   attend_all(
       c, b, op.q.dim(1), data<const float>(op.q), data<float>(op.out), [lens](int64_t i) { return lens[i] - 1; },
-      [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, op.scores, ctx);
+      [tables, max_blocks](int64_t i) { return tables + i * max_blocks; }, op.scores,
+      op.sinks.valid() ? data<const float>(op.sinks) : nullptr, ctx);
   return ok_status();
 }
 

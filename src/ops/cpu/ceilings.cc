@@ -66,7 +66,7 @@ volatile float g_sink = 0.0f;
 // FMA loop measured 34 GFLOP/s where the f16 GEMM itself ran 112).
 #define TS_CHAINS12(STEP) \
   STEP(a0) STEP(a1) STEP(a2) STEP(a3) STEP(a4) STEP(a5) STEP(a6) STEP(a7) STEP(a8) STEP(a9) STEP(a10) STEP(a11)
-#define TS_DECLARE12(V, init)                                                                                   \
+#define TS_DECLARE12(V, init)                                                                                       \
   V a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5), a6 = init(6), a7 = init(7), \
     a8 = init(8), a9 = init(9), a10 = init(10), a11 = init(11)
 #define TS_SUM12(add) \

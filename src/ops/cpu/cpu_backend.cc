@@ -80,6 +80,11 @@ Support capability(const Op& op) {
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !weight_supported(mm->w.dtype)) {
     return Support::no(fmt::format("cpu matmul does not take {} weights", dtype_name(mm->w.dtype)));
   }
+  if (const auto* me = std::get_if<MoeExpertsOp>(&op);
+      me && (!weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) ||
+             !weight_supported(me->down.dtype))) {
+    return Support::no("cpu moe_experts does not take these expert weight types");
+  }
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
@@ -130,8 +135,13 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(add);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           TS_CPU_CALL(softmax);
-        } else {
+        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
           TS_CPU_CALL(argmax);
+        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
+          TS_CPU_CALL(moe_route);
+        } else {
+          static_assert(std::is_same_v<T, MoeExpertsOp>);
+          TS_CPU_CALL_MM(moe_experts);  // the experts' matmuls are its build's (amx: its tiles)
         }
 #undef TS_CPU_CALL_MM
 #undef TS_CPU_CALL
@@ -246,7 +256,8 @@ class CpuDevice final : public Device {
   Status prepare_matmul_weight(const Tensor& w) override {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
     const bool amx = isa_ == Isa::kAmx;
-    if (p == 0 || !repackable(w.dtype, p, amx) || w.rank != 2 || w.offset != 0 || w.buffer == nullptr ||
+    if (p == 0 || !repackable(w.dtype, p, amx) || (w.rank != 2 && w.rank != 3) || w.offset != 0 ||
+        w.buffer == nullptr ||
         w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
       return ok_status();
     }

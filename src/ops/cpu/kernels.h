@@ -53,12 +53,16 @@ T* data(const Tensor& t) {
   Status add(const AddOp& op, const Ctx& ctx);                            \
   Status softmax(const SoftmaxOp& op, const Ctx& ctx);                    \
   Status argmax(const ArgmaxOp& op, const Ctx& ctx);                      \
+  Status moe_route(const MoeRouteOp& op, const Ctx& ctx);                 \
+  Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);             \
   }
 
 namespace amx {
 Status matmul_dense(const MatMulOp& op, const Ctx& ctx);
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx);
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);
+Status moe_route(const MoeRouteOp& op, const Ctx& ctx);
+Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);
 }  // namespace amx
 TS_CPU_DECLARE_KERNELS(avx512)
 TS_CPU_DECLARE_KERNELS(avx2)

@@ -177,8 +177,7 @@ inline int64_t token_block(int64_t kp) { return std::clamp<int64_t>((int64_t{1} 
 inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
   const PanelLayout* lay = panel_layout(op.w);
-  if (lay != nullptr && (lay->panel_rows != kN || lay->type != op.w.dtype || lay->rows != m || lay->cols != k ||
-                         op.w.offset != 0 || k % kStep != 0)) {
+  if (lay != nullptr && (lay->panel_rows != kN || !lay->describes(op.w.dtype, m, k, op.w.offset) || k % kStep != 0)) {
     return panels_unreadable(*lay);
   }
   const auto* w = data<const uint16_t>(op.w);

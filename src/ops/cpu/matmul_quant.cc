@@ -1,6 +1,6 @@
-// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1. The activation rows are quantised
-// once per call to int8 blocks of 32 with an f16 scale and the block's integer sum, as llama.cpp quantises them
-// (quantize_rows); every weight block is then an
+// Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4. The activation rows are
+// quantised once per call to int8 blocks of 32 with an f16 scale and the block's integer sum, as llama.cpp quantises
+// them (quantize_rows); every weight block is then an
 // integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations, 512-bit
 // VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
 // int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
@@ -129,6 +129,12 @@ inline float scale(uint16_t h) { return _cvtsh_ss(h); }
 #else
 inline float scale(uint16_t h) { return f16_to_f32(h); }
 #endif
+// A block's weight scale: its f16 d, or mxfp4's power of two.
+template <typename B>
+inline float wscale(const B& b) {
+  return scale(b.d);
+}
+inline float wscale(const BlockMXFP4& b) { return e8m0_half(b.e); }
 
 // The 32 weights of a block as integers (the tail and the baseline build).
 inline void weights_of(const BlockQ8_0& b, int* w) {
@@ -146,6 +152,12 @@ inline void add_fifth_bits(const uint8_t* qh4, int* w) {
   for (int i = 0; i < 32; ++i) w[i] += static_cast<int>((h >> i) & 1u) << 4;
 }
 inline void weights_of(const BlockQ4_0& b, int* w) { nibbles_of(b.qs, 8, w); }
+inline void weights_of(const BlockMXFP4& b, int* w) {
+  for (int j = 0; j < 16; ++j) {
+    w[j] = kMxfp4Values[b.qs[j] & 0x0f];
+    w[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+  }
+}
 inline void weights_of(const BlockQ4_1& b, int* w) { nibbles_of(b.qs, 0, w); }
 inline void weights_of(const BlockQ5_0& b, int* w) {
   nibbles_of(b.qs, 16, w);
@@ -173,7 +185,7 @@ float block_dot(const B& blk, const int8_t* xq, float xd) {
   weights_of(blk, w);
   int32_t acc = 0;
   for (int i = 0; i < kQuantBlock; ++i) acc += w[i] * xq[i];
-  return scale(blk.d) * xd * static_cast<float>(acc);
+  return wscale(blk) * xd * static_cast<float>(acc);
 }
 
 #if defined(__AVX2__)
@@ -200,11 +212,12 @@ constexpr int kTileRows = 2, kTileTokens = 4;  // 8 accumulators + 4 weight vect
 template <typename B>
 constexpr bool kSignedDot = std::is_same_v<B, BlockQ8_0>&& kStep == 1;
 template <typename B>
-constexpr int kOffset = kSignedDot<B>                  ? 0
-                        : std::is_same_v<B, BlockQ8_0> ? 128
-                        : std::is_same_v<B, BlockQ4_0> ? 8
-                        : std::is_same_v<B, BlockQ5_0> ? 16
-                                                       : 0;
+constexpr int kOffset = kSignedDot<B>                   ? 0
+                        : std::is_same_v<B, BlockQ8_0>  ? 128
+                        : std::is_same_v<B, BlockQ4_0>  ? 8
+                        : std::is_same_v<B, BlockQ5_0>  ? 16
+                        : std::is_same_v<B, BlockMXFP4> ? 16
+                                                        : 0;
 
 template <typename B>
 constexpr int kLog2Offset = kOffset<B> == 128  ? 7
@@ -222,6 +235,12 @@ inline __m256i block_bytes(const BlockQ4_0& b, bool) { return nibbles(b.qs); }
 inline __m256i block_bytes(const BlockQ4_1& b, bool) { return nibbles(b.qs); }
 inline __m256i block_bytes(const BlockQ5_0& b, bool) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 inline __m256i block_bytes(const BlockQ5_1& b, bool) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
+// mxfp4: each nibble looked up as its code + 16 (4 .. 28), an unsigned byte like the others.
+inline __m256i block_bytes(const BlockMXFP4& b, bool) {
+  const __m256i codes = _mm256_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4, 16, 17, 18, 19,
+                                         20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4);
+  return _mm256_shuffle_epi8(codes, nibbles(b.qs));
+}
 
 // Blocks b .. b + kStep - 1 of one weight row (`two`: whether block b + 1 exists; without it its lanes are zero).
 template <typename B>
@@ -245,6 +264,14 @@ inline VF spread2(__m128 v) {
 #endif
 
 // The weight scales of the blocks in a vector, each over its block's lanes.
+inline VF weight_scales(const BlockMXFP4* w, int64_t b, bool two) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return spread2(_mm_setr_ps(e8m0_half(w[b].e), two ? e8m0_half(w[b + 1].e) : 0.0f, 0.0f, 0.0f));
+#else
+  (void)two;
+  return _mm256_set1_ps(e8m0_half(w[b].e));
+#endif
+}
 template <typename B>
 inline VF weight_scales(const B* w, int64_t b, bool two) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -608,6 +635,8 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     matmul_blocks<BlockQ5_0>(op, xq, ctx);
   } else if (op.w.dtype == DType::kQ5_1) {
     matmul_blocks<BlockQ5_1>(op, xq, ctx);
+  } else if (op.w.dtype == DType::kMXFP4) {
+    matmul_blocks<BlockMXFP4>(op, xq, ctx);
   } else {
     return unimplemented("cpu quantised matmul takes q8_0 or q4_0 weights");
   }

@@ -230,10 +230,11 @@ void panel_tile(int tt, const uint8_t* pw, int64_t nb, int64_t k, const Acts& a,
   }
 }
 
-// FailedPrecondition when the layout is not the one this build reads or does not describe op.w.
+// FailedPrecondition when the layout is not the one this build reads or does not describe op.w (one matrix of a
+// repacked stack, at its offset, qualifies).
 inline Status check_layout(const MatMulOp& op, const PanelLayout& lay) {
   const int64_t k = op.x.dim(1), m = op.w.dim(0);
-  if (lay.panel_rows != kP || lay.type != op.w.dtype || lay.rows != m || lay.cols != k || op.w.offset != 0) {
+  if (lay.panel_rows != kP || !lay.describes(op.w.dtype, m, k, op.w.offset)) {
     return failed_precondition(fmt::format(
         "cpu matmul: the weight was repacked in panels of {} rows for a {} x {} {} matrix; these kernels read panels "
         "of {} and the operator gives a {} x {} {} weight at offset {}",

@@ -147,13 +147,13 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   auto* buf = dynamic_cast<CpuBuffer*>(w.buffer);
   if (buf == nullptr) return invalid_argument("repack: not a cpu buffer");
   if (buf->panels() != nullptr) return invalid_argument("repack: the buffer is already repacked");
-  if (w.rank != 2 || w.offset != 0 || w.bytes() != buf->size())
-    return invalid_argument("repack: the matrix must be the whole of its buffer");
+  if ((w.rank != 2 && w.rank != 3) || w.offset != 0 || w.bytes() != buf->size())
+    return invalid_argument("repack: the matrix (or stack of matrices) must be the whole of its buffer");
   if (!repackable(w.dtype, panel_rows, amx))
     return invalid_argument(
         fmt::format("repack: {} is not repacked for panels of {}", dtype_name(w.dtype), panel_rows));
   const Blocking info = blocking(w.dtype);
-  const int64_t rows = w.dim(0), cols = w.dim(1);
+  const int64_t matrices = w.rank == 3 ? w.dim(0) : 1, rows = w.dim(w.rank - 2), cols = w.dim(w.rank - 1);
   const bool dense = w.dtype == DType::kBF16;
   // Dense rows of whole 32-element tile steps only (the tiles then read the panels as they are); others stay
   // row-major and unmarked, and the kernels lay them out per call.
@@ -162,26 +162,30 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   if (rows < panel_rows) return ok_status();  // nothing to gain; stays row-major and unmarked
   const int64_t nb = cols / info.elems;
   const size_t bs = info.bytes, panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
-  auto* base = static_cast<uint8_t*>(buf->host_ptr());
+  const size_t matrix_bytes = static_cast<size_t>(rows * nb) * bs;
   std::vector<uint8_t> rows_copy(panel_bytes);  // one panel's row-major blocks: the rewrite is in place
   std::vector<const uint8_t*> blocks(static_cast<size_t>(panel_rows));
-  for (int64_t p = 0; p < rows / panel_rows; ++p) {
-    uint8_t* panel = base + static_cast<size_t>(p) * panel_bytes;
-    std::memcpy(rows_copy.data(), panel, panel_bytes);
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int r = 0; r < panel_rows; ++r)
-        blocks[static_cast<size_t>(r)] = rows_copy.data() + (static_cast<size_t>(r * nb + b)) * bs;
-      panel_block(w.dtype, blocks.data(), panel_rows, panel + static_cast<size_t>(b * panel_rows) * bs);
+  for (int64_t m = 0; m < matrices; ++m) {
+    auto* base = static_cast<uint8_t*>(buf->host_ptr()) + static_cast<size_t>(m) * matrix_bytes;
+    for (int64_t p = 0; p < rows / panel_rows; ++p) {
+      uint8_t* panel = base + static_cast<size_t>(p) * panel_bytes;
+      std::memcpy(rows_copy.data(), panel, panel_bytes);
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int r = 0; r < panel_rows; ++r)
+          blocks[static_cast<size_t>(r)] = rows_copy.data() + (static_cast<size_t>(r * nb + b)) * bs;
+        panel_block(w.dtype, blocks.data(), panel_rows, panel + static_cast<size_t>(b * panel_rows) * bs);
+      }
     }
   }
-  buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows});
+  buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices});
   return ok_status();
 }
 
 Status embedding_from_panels(const EmbeddingOp& op) {
   const PanelLayout* l = panel_layout(op.table);
   const int64_t vocab = op.table.dim(0), dim = op.table.dim(1);
-  if (l == nullptr || op.table.offset != 0 || l->type != op.table.dtype || l->rows != vocab || l->cols != dim) {
+  if (l == nullptr || op.table.offset != 0 || l->matrices != 1 || l->type != op.table.dtype || l->rows != vocab ||
+      l->cols != dim) {
     return failed_precondition("cpu embedding: the table's panel layout does not describe it");
   }
   const Blocking info = blocking(l->type);
@@ -243,9 +247,9 @@ Status check_unpacked_operands(const Op& op) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           any(o.k, o.v, o.k_cache, o.v_cache, o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          any(o.q, o.k_cache, o.v_cache, o.block_table, o.out);
+          any(o.q, o.k_cache, o.v_cache, o.block_table, o.out, o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          any(o.q, o.k_cache, o.v_cache, o.block_tables, o.context_lens, o.out);
+          any(o.q, o.k_cache, o.v_cache, o.block_tables, o.context_lens, o.out, o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           any(o.x, o.out, o.bias);  // the weight is what the layout is for
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
@@ -254,9 +258,13 @@ Status check_unpacked_operands(const Op& op) {
           any(o.a, o.b, o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           any(o.x, o.out);
-        } else {
-          static_assert(std::is_same_v<T, ArgmaxOp>, "every operator lists its tensors here");
+        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
           any(o.x, o.out);
+        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
+          any(o.logits, o.ids, o.weights, o.bias);
+        } else {
+          static_assert(std::is_same_v<T, MoeExpertsOp>, "every operator lists its tensors here");
+          any(o.x, o.ids, o.weights, o.out, o.gate_bias, o.up_bias, o.down_bias);  // the experts may be panels
         }
         return bad ? refuse(op_name(Op{o})) : ok_status();
       },

@@ -45,12 +45,21 @@
 namespace tessera::ops::cpu {
 
 // How a repacked matrix is laid out: `panel_rows` rows per panel, rows [0, whole * panel_rows) in panels,
-// the rest row-major after them.
+// the rest row-major after them. A buffer of `matrices` > 1 holds a stack of such matrices one after another
+// (the experts of a mixture-of-experts layer, [matrices, rows, cols]), each repacked on its own: a matmul may
+// name any one of them as its weight, at offset i * matrix_bytes().
 struct PanelLayout {
   DType type = DType::kF32;
   int64_t rows = 0, cols = 0;
   int panel_rows = 0;
+  int64_t matrices = 1;
   int64_t whole_panels() const { return rows / panel_rows; }
+  size_t matrix_bytes() const { return dtype_bytes(type, static_cast<size_t>(rows * cols)); }
+  // Whether a weight view at byte `offset` of its buffer, [rows, cols] of `type`, is one of these matrices.
+  bool describes(DType t, int64_t r, int64_t c, size_t offset) const {
+    return t == type && r == rows && c == cols && offset % matrix_bytes() == 0 &&
+           static_cast<int64_t>(offset / matrix_bytes()) < matrices;
+  }
 };
 
 // The cpu device's buffers: host memory (64-byte aligned, zeroed) that may carry a PanelLayout.
@@ -77,7 +86,8 @@ inline const PanelLayout* panel_layout(const Tensor& t) { return panel_layout(t.
 bool repackable(DType type, int panel_rows, bool amx = false);
 
 // Rewrites the matrix `w` (rank 2, the whole of a CpuBuffer at offset 0, a repackable type) into panels of
-// `panel_rows` rows, in place, and marks the buffer. A matrix with fewer rows than a panel is left as is.
+// `panel_rows` rows, in place, and marks the buffer; a rank-3 `w` [matrices, rows, cols] has each of its matrices
+// rewritten so. A matrix with fewer rows than a panel is left as is.
 // InvalidArgument when `w` does not qualify (the caller then keeps the row-major layout).
 Status repack_matrix(const Tensor& w, int panel_rows, bool amx = false);
 

@@ -55,12 +55,14 @@ Support capability(const Op& op) {
     return Support::no("cuda embedding takes an f32 table");
   if (const auto* r = std::get_if<RopeOp>(&op); r && r->freqs.valid())
     return Support::no("cuda rope has no frequency table (rope scaling)");
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !a->scores.is_default())
-    return Support::no("cuda attention has no scale, soft-cap or sliding window");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && !a->scores.is_default())
-    return Support::no("cuda attention has no scale, soft-cap or sliding window");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
+    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
+    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act != Activation::kSilu)
     return Support::no("cuda has no gelu*mul");
+  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
+    return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
   return Support::yes();
 }
 
@@ -293,6 +295,9 @@ class CudaStream final : public Stream {
     if (o.x.dim(0) == 0) return ok_status();
     return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
   }
+  // capability() refuses these before any enqueue.
+  Status enqueue(const MoeRouteOp&) { return unimplemented("cuda has no moe_route kernel"); }
+  Status enqueue(const MoeExpertsOp&) { return unimplemented("cuda has no moe_experts kernel"); }
 
   int device_;
   cudaStream_t stream_ = nullptr;

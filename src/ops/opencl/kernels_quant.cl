@@ -10,19 +10,13 @@
 
 inline float ld_f16(__global const uchar* p) { return vload_half(0, (__global const half*)p); }
 
-#define QUANT_MATMUL_HEAD                                                                                        \
-  const int i = get_global_id(0), r = get_global_id(1);                                                         \
-  __global const float* xr = x + x_off + (ulong)r * k;
-
-#define QUANT_MATMUL_TAIL out[out_off + (ulong)r * m + i] = has_bias ? s + bias[bias_off + i] : s;
+// One weight row (`row`, k elements) dotted with k activations: each block widened exactly as base/quant's
+// reference dequantisers do, summed in element order. The matmul kernels below and the mixture-of-experts kernels
+// (kernels_moe.cl) share them.
 
 // q8_0: d, int8 q[32]; x = d * q.
-__kernel void matmul_q8_0(__global const float* x, ulong x_off, __global const uchar* w, ulong w_off,
-                          __global float* out, ulong out_off, __global const float* bias, ulong bias_off,
-                          int has_bias, int k, int m) {
-  QUANT_MATMUL_HEAD
+inline float dot_q8_0(__global const uchar* row, __global const float* xr, int k) {
   const int nb = k / 32;
-  __global const uchar* row = w + w_off + (ulong)i * nb * 34;
   float s = 0.0f;
   for (int b = 0; b < nb; ++b) {
     __global const uchar* blk = row + b * 34;
@@ -31,16 +25,12 @@ __kernel void matmul_q8_0(__global const float* x, ulong x_off, __global const u
     __global const float* xb = xr + b * 32;
     for (int j = 0; j < 32; ++j) s += (d * (float)q[j]) * xb[j];
   }
-  QUANT_MATMUL_TAIL
+  return s;
 }
 
 // q4_0: d, nibbles[16]; byte j holds element j (low nibble) and j + 16 (high); x = d * (q - 8).
-__kernel void matmul_q4_0(__global const float* x, ulong x_off, __global const uchar* w, ulong w_off,
-                          __global float* out, ulong out_off, __global const float* bias, ulong bias_off,
-                          int has_bias, int k, int m) {
-  QUANT_MATMUL_HEAD
+inline float dot_q4_0(__global const uchar* row, __global const float* xr, int k) {
   const int nb = k / 32;
-  __global const uchar* row = w + w_off + (ulong)i * nb * 18;
   float s = 0.0f;
   for (int b = 0; b < nb; ++b) {
     __global const uchar* blk = row + b * 18;
@@ -49,18 +39,14 @@ __kernel void matmul_q4_0(__global const float* x, ulong x_off, __global const u
     for (int j = 0; j < 16; ++j) s += (d * (float)((int)(blk[2 + j] & 15) - 8)) * xb[j];
     for (int j = 0; j < 16; ++j) s += (d * (float)((int)(blk[2 + j] >> 4) - 8)) * xb[16 + j];
   }
-  QUANT_MATMUL_TAIL
+  return s;
 }
 
 // q4_k: d, dmin, scales[12], qs[128]. Group j (32 elements) has a six-bit scale and min (unpack_k4_scale in
 // base/quant.h); element e is in byte 32 * (e / 64) + e % 32 of qs, low nibble when e % 64 < 32;
 // x = d * sc * q - dmin * m.
-__kernel void matmul_q4_k(__global const float* x, ulong x_off, __global const uchar* w, ulong w_off,
-                          __global float* out, ulong out_off, __global const float* bias, ulong bias_off,
-                          int has_bias, int k, int m) {
-  QUANT_MATMUL_HEAD
+inline float dot_q4_k(__global const uchar* row, __global const float* xr, int k) {
   const int nb = k / 256;
-  __global const uchar* row = w + w_off + (ulong)i * nb * 144;
   float s = 0.0f;
   for (int b = 0; b < nb; ++b) {
     __global const uchar* blk = row + b * 144;
@@ -83,18 +69,14 @@ __kernel void matmul_q4_k(__global const float* x, ulong x_off, __global const u
       for (int l = 0; l < 32; ++l) s += (ds * (float)((q[l] >> shift) & 15) - dm) * xb[32 * j + l];
     }
   }
-  QUANT_MATMUL_TAIL
+  return s;
 }
 
 // q6_k: ql[128], qh[64], int8 scales[16], d. In half h = e / 128, group g = e % 128 / 32, lane l = e % 32:
 // low four bits from ql[64h + 32 (g & 1) + l] (high nibble when g >= 2), top two from qh[32h + l] >> 2g;
 // x = d * scales[e / 16] * (q - 32).
-__kernel void matmul_q6_k(__global const float* x, ulong x_off, __global const uchar* w, ulong w_off,
-                          __global float* out, ulong out_off, __global const float* bias, ulong bias_off,
-                          int has_bias, int k, int m) {
-  QUANT_MATMUL_HEAD
+inline float dot_q6_k(__global const uchar* row, __global const float* xr, int k) {
   const int nb = k / 256;
-  __global const uchar* row = w + w_off + (ulong)i * nb * 210;
   float s = 0.0f;
   for (int b = 0; b < nb; ++b) {
     __global const uchar* ql = row + b * 210;
@@ -109,5 +91,25 @@ __kernel void matmul_q6_k(__global const float* x, ulong x_off, __global const u
       s += (d * (float)scales[e / 16] * (float)(q - 32)) * xb[e];
     }
   }
-  QUANT_MATMUL_TAIL
+  return s;
 }
+
+// Bytes of one row of k elements per type.
+#define ROW_Q8_0(k) ((ulong)(k) / 32 * 34)
+#define ROW_Q4_0(k) ((ulong)(k) / 32 * 18)
+#define ROW_Q4_K(k) ((ulong)(k) / 256 * 144)
+#define ROW_Q6_K(k) ((ulong)(k) / 256 * 210)
+
+// out[r, i] = dot(w row i, x row r) (+ bias[i]).
+#define QUANT_MATMUL(NAME, DOT, ROW)                                                                              \
+  __kernel void NAME(__global const float* x, ulong x_off, __global const uchar* w, ulong w_off,                   \
+                     __global float* out, ulong out_off, __global const float* bias, ulong bias_off, int has_bias, \
+                     int k, int m) {                                                                              \
+    const int i = get_global_id(0), r = get_global_id(1);                                                         \
+    const float s = DOT(w + w_off + (ulong)i * ROW(k), x + x_off + (ulong)r * k, k);                             \
+    out[out_off + (ulong)r * m + i] = has_bias ? s + bias[bias_off + i] : s;                                      \
+  }
+QUANT_MATMUL(matmul_q8_0, dot_q8_0, ROW_Q8_0)
+QUANT_MATMUL(matmul_q4_0, dot_q4_0, ROW_Q4_0)
+QUANT_MATMUL(matmul_q4_k, dot_q4_k, ROW_Q4_K)
+QUANT_MATMUL(matmul_q6_k, dot_q6_k, ROW_Q6_K)

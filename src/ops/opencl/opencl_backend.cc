@@ -105,6 +105,21 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
+    return Support::no("opencl attention has no sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
+    return Support::no("opencl attention has no sinks");
+  if (const auto* me = std::get_if<MoeExpertsOp>(&op)) {
+    const Tensor& gw = me->gate_up.valid() ? me->gate_up : me->gate;
+    if (!weight_ok(gw.dtype) || !weight_ok(me->down.dtype))
+      return Support::no(fmt::format("opencl moe_experts takes f32, f16, q8_0, q4_0, q4_k or q6_k experts, not {} / {}",
+                                     dtype_name(gw.dtype), dtype_name(me->down.dtype)));
+    // The kernels read weights as bytes: f32 rows at multiples of 4, the rest (f16, blocks' f16 scales) of 2.
+    for (const Tensor* t : {&gw, &me->up, &me->down}) {
+      if (t->valid() && t->offset % (t->dtype == DType::kF32 ? 4 : 2) != 0)
+        return Support::no("opencl needs expert weight views at aligned byte offsets");
+    }
+  }
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
@@ -333,15 +348,38 @@ class ClStream final : public Stream {
                   mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache), elem_off(o.v_cache), mem_of(o.slots),
                   elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
   }
-  // Bytes of attention scores an operator needs (0 for non-attention), as attention() computes them.
+  // Bytes of scratch an operator needs (attention scores; MoE hidden rows and expert outputs), as enqueue uses it.
   static size_t scores_bytes(const Op& op) {
     int64_t floats = 0;
     if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) {
       floats = a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0));
     } else if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) {
       floats = d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1);
+    } else if (const auto* m = std::get_if<MoeExpertsOp>(&op)) {
+      floats = moe_scratch_floats(*m);
     }
     return sz(std::max<int64_t>(1, floats)) * sizeof(float);
+  }
+  // h [n k, ff] then y [n k, dim].
+  static int64_t moe_ff(const MoeExpertsOp& o) { return o.gate_up.valid() ? o.gate_up.dim(1) / 2 : o.gate.dim(1); }
+  static int64_t moe_scratch_floats(const MoeExpertsOp& o) {
+    return o.x.dim(0) * o.ids.dim(1) * (moe_ff(o) + o.x.dim(1));
+  }
+  static const char* moe_suffix(DType t) {
+    switch (t) {
+      case DType::kF16:
+        return "f16";
+      case DType::kQ8_0:
+        return "q8_0";
+      case DType::kQ4_0:
+        return "q4_0";
+      case DType::kQ4_K:
+        return "q4_k";
+      case DType::kQ6_K:
+        return "q6_k";
+      default:
+        return "f32";
+    }
   }
 
  public:
@@ -419,6 +457,40 @@ class ClStream final : public Stream {
   Status enqueue(const ArgmaxOp& o) {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
+  }
+  Status enqueue(const MoeRouteOp& o) {
+    const Tensor& bias = o.bias.valid() ? o.bias : o.logits;
+    const cl_int gating = o.gating == MoeGating::kSoftmax ? 0 : o.gating == MoeGating::kSigmoid ? 1 : 2;
+    return launch("moe_route", {sz(o.logits.dim(0))}, mem_of(o.logits), elem_off(o.logits), mem_of(bias),
+                  elem_off(bias), cl_int{o.bias.valid() ? 1 : 0}, mem_of(o.ids), elem_off(o.ids), mem_of(o.weights),
+                  elem_off(o.weights), i32(o.logits.dim(1)), i32(o.ids.dim(1)), gating, cl_int{o.normalize ? 1 : 0},
+                  o.scale);
+  }
+  Status enqueue(const MoeExpertsOp& o) {
+    const bool fused = o.gate_up.valid();
+    const Tensor& gw = fused ? o.gate_up : o.gate;
+    const Tensor& uw = fused ? o.gate_up : o.up;
+    const int64_t n = o.x.dim(0), k = o.ids.dim(1), dim = o.x.dim(1), ff = moe_ff(o), experts = gw.dim(0);
+    if (n == 0) return ok_status();
+    TS_ASSIGN_OR_RETURN(cl_mem s, scratch(sz(std::max<int64_t>(1, moe_scratch_floats(o))) * sizeof(float)));
+    const cl_ulong y_off = static_cast<cl_ulong>(n * k * ff);
+    auto bytes = [](const Tensor& t) { return static_cast<cl_ulong>(t.offset); };
+    const Tensor& gb = o.gate_bias.valid() ? o.gate_bias : o.x;
+    const Tensor& ub = o.up_bias.valid() ? o.up_bias : o.x;
+    const Tensor& db = o.down_bias.valid() ? o.down_bias : o.x;
+    const cl_int act = o.act == Activation::kGeluTanh ? 1 : o.act == Activation::kSwigluOai ? 2 : 0;
+    const std::string gate_up = std::string("moe_gate_up_") + moe_suffix(gw.dtype);
+    TS_RETURN_IF_ERROR(launch(gate_up.c_str(), {sz(ff), sz(n * k)}, mem_of(o.x), elem_off(o.x), mem_of(o.ids),
+                              elem_off(o.ids), mem_of(gw), bytes(gw), mem_of(uw), bytes(uw), cl_int{fused ? 1 : 0},
+                              mem_of(gb), elem_off(gb), cl_int{o.gate_bias.valid() ? 1 : 0}, mem_of(ub), elem_off(ub),
+                              cl_int{o.up_bias.valid() ? 1 : 0}, s, cl_ulong{0}, i32(k), i32(dim), i32(ff),
+                              i32(experts), act, o.alpha, o.limit, err_));
+    const std::string down = std::string("moe_down_") + moe_suffix(o.down.dtype);
+    TS_RETURN_IF_ERROR(launch(down.c_str(), {sz(dim), sz(n * k)}, s, cl_ulong{0}, mem_of(o.ids), elem_off(o.ids),
+                              mem_of(o.down), bytes(o.down), mem_of(db), elem_off(db),
+                              cl_int{o.down_bias.valid() ? 1 : 0}, s, y_off, i32(k), i32(dim), i32(ff), i32(experts)));
+    return launch("moe_combine", {sz(dim), sz(n)}, s, y_off, mem_of(o.weights), elem_off(o.weights), mem_of(o.out),
+                  elem_off(o.out), i32(k), i32(dim));
   }
 
   std::shared_ptr<Shared> shared_;

@@ -58,7 +58,8 @@ Status check_cache_dtype(const Tensor& kc) {
 // Attention of one query token at position `pos` (attending to 0..pos) of a sequence with `table`.
 // `scores` is scratch of at least pos + 1 floats.
 Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, int32_t pos, const float* q,
-                  int64_t n_heads, float* out, std::vector<float>& scores, const AttentionScores& opt) {
+                  int64_t n_heads, float* out, std::vector<float>& scores, const AttentionScores& opt,
+                  const float* sinks) {
   const int64_t hd = c.head_dim, group = n_heads / c.kv_heads;
   const int64_t n_blocks_needed = pos / c.block_tokens + 1;
   if (n_blocks_needed > table_len)
@@ -89,11 +90,15 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
       scores[static_cast<size_t>(t)] = s;
       if (s > max_score) max_score = s;
     }
+    // A sink is one more logit in the softmax that reads no value (without one, -inf adds exactly 0).
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    max_score = std::max(max_score, sink);
     float sum = 0.0f;
     for (int32_t t = first; t <= pos; ++t) {
       scores[static_cast<size_t>(t)] = std::exp(scores[static_cast<size_t>(t)] - max_score);
       sum += scores[static_cast<size_t>(t)];
     }
+    sum += std::exp(sink - max_score);
     for (int32_t t = first; t <= pos; ++t) scores[static_cast<size_t>(t)] /= sum;
     float* oh = out + h * hd;
     std::memset(oh, 0, static_cast<size_t>(hd) * sizeof(float));
@@ -142,7 +147,8 @@ Status run_attention_prefill(const AttentionPrefillOp& op) {
   for (int64_t t = 0; t < op.q.dim(0); ++t) {
     TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_table), op.block_table.dim(0),
                                   static_cast<int32_t>(op.start_pos + t), data<const float>(op.q) + t * row,
-                                  op.q.dim(1), data<float>(op.out) + t * row, scores, op.scores));
+                                  op.q.dim(1), data<float>(op.out) + t * row, scores, op.scores,
+                                  op.sinks.valid() ? data<const float>(op.sinks) : nullptr));
   }
   return ok_status();
 }
@@ -157,7 +163,7 @@ Status run_attention_decode(const AttentionDecodeOp& op) {
     if (lens[s] < 1) return out_of_range(fmt::format("attention_decode: context length {} of sequence {}", lens[s], s));
     TS_RETURN_IF_ERROR(attend_one(c, data<const int32_t>(op.block_tables) + s * max_blocks, max_blocks, lens[s] - 1,
                                   data<const float>(op.q) + s * row, op.q.dim(1), data<float>(op.out) + s * row, scores,
-                                  op.scores));
+                                  op.scores, op.sinks.valid() ? data<const float>(op.sinks) : nullptr));
   }
   return ok_status();
 }

@@ -9,22 +9,7 @@ Status run_silu_mul(const SiluMulOp& op) {
   const auto* g = data<const float>(op.gate);
   const auto* u = data<const float>(op.up);
   auto* out = data<float>(op.out);
-  if (op.act == Activation::kGeluTanh) {
-    // GELU's tanh approximation. 0.5 x (1 + tanh(a)) is evaluated as x / (1 + exp(-2a)), the same value
-    // without the cancellation of 1 + tanh(a) for negative x (which leaves the result to libm's last ulp).
-    constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;
-    for (int64_t i = 0, n = op.gate.numel(); i < n; ++i) {
-      const float x = g[i];
-      out[i] = x / (1.0f + std::exp(-2.0f * kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * u[i];
-    }
-    return ok_status();
-  }
-  for (int64_t i = 0, n = op.gate.numel(); i < n; ++i) {
-    float v = g[i];
-    v *= (1.0f / (1.0f + std::exp(-v)));
-    v *= u[i];
-    out[i] = v;
-  }
+  for (int64_t i = 0, n = op.gate.numel(); i < n; ++i) out[i] = gated(op.act, g[i], u[i]);
   return ok_status();
 }
 

@@ -2,6 +2,8 @@
 // data-dependent checks (ids, slots and block numbers in range) are done here and return OutOfRange.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "base/status.h"
@@ -13,6 +15,23 @@ namespace tessera::ops::ref {
 template <typename T>
 T* data(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->host_ptr()) + t.offset);
+}
+
+// One element of a gated activation act(gate) * up (SiluMulOp's and MoeExpertsOp's formulas, see ops.h).
+inline float gated(Activation act, float g, float u, float alpha = 0.0f, float limit = 0.0f) {
+  if (act == Activation::kGeluTanh) {
+    // GELU's tanh approximation. 0.5 x (1 + tanh(a)) is evaluated as x / (1 + exp(-2a)), the same value
+    // without the cancellation of 1 + tanh(a) for negative x (which leaves the result to libm's last ulp).
+    constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;
+    return g / (1.0f + std::exp(-2.0f * kSqrt2OverPi * g * (1.0f + kCoefA * g * g))) * u;
+  }
+  if (act == Activation::kSwigluOai) {
+    const float x = std::min(g, limit), y = std::clamp(u, -limit, limit);
+    return x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+  }
+  float v = g;
+  v *= (1.0f / (1.0f + std::exp(-v)));
+  return v * u;
 }
 
 // Stored types the reference accepts (the same answers Device::supports gives).
@@ -31,5 +50,7 @@ Status run_silu_mul(const SiluMulOp& op);
 Status run_add(const AddOp& op);
 Status run_softmax(const SoftmaxOp& op);
 Status run_argmax(const ArgmaxOp& op);
+Status run_moe_route(const MoeRouteOp& op);
+Status run_moe_experts(const MoeExpertsOp& op);
 
 }  // namespace tessera::ops::ref

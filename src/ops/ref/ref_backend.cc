@@ -41,8 +41,12 @@ class RefStream final : public Stream {
             return run_add(o);
           else if constexpr (std::is_same_v<T, SoftmaxOp>)
             return run_softmax(o);
-          else
+          else if constexpr (std::is_same_v<T, ArgmaxOp>)
             return run_argmax(o);
+          else if constexpr (std::is_same_v<T, MoeRouteOp>)
+            return run_moe_route(o);
+          else
+            return run_moe_experts(o);
         },
         op);
   }
@@ -75,6 +79,11 @@ class RefDevice final : public Device {
     if (Status s = validate(op); !s.ok()) return Support::no(s.message());
     if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !matmul_weight_supported(mm->w.dtype)) {
       return Support::no(fmt::format("ref matmul does not take {} weights", dtype_name(mm->w.dtype)));
+    }
+    if (const auto* me = std::get_if<MoeExpertsOp>(&op);
+        me && (!matmul_weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) ||
+               !matmul_weight_supported(me->down.dtype))) {
+      return Support::no("ref moe_experts does not take these expert weight types");
     }
     auto cache_ok = [](const Tensor& t) { return kv_cache_supported(t.dtype); };
     const char* kCacheReason = "ref keeps the KV cache in f32 or f16";

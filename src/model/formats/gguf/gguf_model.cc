@@ -45,8 +45,16 @@ Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
     TS_ASSIGN_OR_RETURN(cfg.final_softcap, get_float_or(c, a + ".final_logit_softcapping", 0.0f));
     TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim_or(c, a + ".attention.sliding_window", 0));
     TS_ASSIGN_OR_RETURN(cfg.rope_theta_sliding, get_float_or(c, a + ".rope.freq_base_swa", 10000.0f));
-  } else if (a == "phi3" || a == "llama" || a == "qwen2" || a == "qwen3") {
+  } else if (a == "phi3" || a == "llama" || a == "qwen2" || a == "qwen3" || a == "qwen3moe") {
     TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim_or(c, a + ".attention.sliding_window", 0));
+  } else if (a == "gpt-oss") {
+    TS_ASSIGN_OR_RETURN(cfg.sliding_window, get_dim(c, a + ".attention.sliding_window"));  // llama.cpp needs it
+    if (c.find(a + ".rope.freq_base_swa")) {
+      TS_ASSIGN_OR_RETURN(float swa_base, get_float_or(c, a + ".rope.freq_base_swa", cfg.rope_theta));
+      if (swa_base != cfg.rope_theta)
+        return unimplemented(fmt::format("GGUF {}.rope.freq_base_swa {} differs from rope.freq_base {}", a, swa_base,
+                                         cfg.rope_theta));
+    }
   }
   if (cfg.sliding_window > 0 && c.find(a + ".attention.sliding_window_pattern")) {
     const GgufValue* v = c.find(a + ".attention.sliding_window_pattern");
@@ -61,6 +69,63 @@ Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
     const float scalar = is_27b ? static_cast<float>(cfg.dim / cfg.n_heads) : static_cast<float>(cfg.head_dim);
     cfg.attn_scale = 1.0f / std::sqrt(scalar);
   }
+  return ok_status();
+}
+
+// Mixture-of-experts keys (llama.cpp's LLM_KV_EXPERT_*). A llama file with experts is a Mixtral; qwen3moe has
+// them always. What these families do not have (shared experts, expert groups, leading dense layers, another
+// gating function) is refused by name rather than ignored.
+Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string& a = cfg.arch;
+  TS_ASSIGN_OR_RETURN(int experts, get_dim_or(c, a + ".expert_count", 0));
+  if (experts == 0) {
+    if (a == "qwen3moe" || a == "gpt-oss") return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
+    return ok_status();
+  }
+  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+    return unimplemented(fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a,
+                                     experts, a));
+  MoeConfig& m = cfg.moe;
+  m.n_experts = experts;
+  TS_ASSIGN_OR_RETURN(m.n_experts_used, get_dim(c, a + ".expert_used_count"));
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count",
+                          "expert_group_used_count", "leading_dense_block_count", "expert_chunk_feed_forward_length"}) {
+    if (c.find(a + "." + key) == nullptr) continue;
+    TS_ASSIGN_OR_RETURN(int v, get_dim(c, a + "." + key));
+    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0;
+    if (!harmless)
+      return unimplemented(fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
+                                       "leading layers in Tessera's {})",
+                                       a, key, v, a));
+  }
+  if (a == "llama") {
+    // llama.cpp's llama arch runs its experts at feed_forward_length (Mixtral's intermediate_size).
+    m.expert_hidden_dim = cfg.hidden_dim;
+    TS_ASSIGN_OR_RETURN(int eff, get_dim_or(c, a + ".expert_feed_forward_length", cfg.hidden_dim));
+    if (eff != cfg.hidden_dim)
+      return unimplemented(fmt::format("GGUF llama.expert_feed_forward_length {} differs from feed_forward_length {}",
+                                       eff, cfg.hidden_dim));
+  } else if (a == "gpt-oss") {
+    TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_dim(c, a + ".expert_feed_forward_length"));
+  } else {
+    TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_dim_or(c, a + ".expert_feed_forward_length",
+                                                        m.n_experts_used > 0 ? cfg.hidden_dim / m.n_experts_used : 0));
+  }
+  if (c.find(a + ".expert_gating_func")) {
+    TS_ASSIGN_OR_RETURN(int64_t g, c.get_int(a + ".expert_gating_func"));
+    const ExpertGating want = g == 1 ? ExpertGating::kSoftmax : g == 2 ? ExpertGating::kSigmoid
+                                     : g == 3 ? ExpertGating::kSoftmaxWeight : m.gating;
+    if ((g < 1 || g > 3) || want != m.gating)
+      return unimplemented(fmt::format("GGUF {}.expert_gating_func {} is not supported for {} (it routes by {})", a, g,
+                                       a, expert_gating_name(m.gating)));
+  }
+  if (c.find(a + ".expert_weights_norm")) {
+    TS_ASSIGN_OR_RETURN(int64_t v, c.get_int(a + ".expert_weights_norm"));
+    m.normalize_weights = v != 0;
+  }
+  TS_ASSIGN_OR_RETURN(float scale, get_float_or(c, a + ".expert_weights_scale", 0.0f));
+  m.weights_scale = scale == 0.0f ? 1.0f : scale;  // llama.cpp: 0 (absent) and 1 both mean no scaling
+  cfg.set_all_ffn(FfnKind::kMoe);
   return ok_status();
 }
 
@@ -180,11 +245,19 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     }
     if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
     TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
+    TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));
     return read_rope_scaling(c, cfg);
   }();
   if (!st.ok()) return ctx(st);
   m.weights = ModelWeights(std::move(keep_alive));
-  for (const GgufTensor& t : c.tensors) m.weights.add({t.name, t.dtype, t.shape(), t.data, t.bytes});
+  for (const GgufTensor& t : c.tensors) {
+    std::string tname = t.name;
+    // gpt-oss files name the norm before the experts post_attention_norm (llama.cpp's ATTN_POST_NORM); the engine
+    // calls every pre-FFN norm ffn_norm.
+    if (cfg.arch == "gpt-oss" && tname.ends_with(".post_attention_norm.weight"))
+      tname = tname.substr(0, tname.size() - std::string_view("post_attention_norm.weight").size()) + "ffn_norm.weight";
+    m.weights.add({tname, t.dtype, t.shape(), t.data, t.bytes});
+  }
   if (Status s = split_fused_tensors(cfg, m.weights); !s.ok()) return ctx(s);
   if (cfg.rope_scaling.type == RopeScalingType::kNone && m.weights.find("rope_factors_long.weight") != nullptr)
     return ctx(invalid_argument("rope_factors_long.weight is present but the rope.scaling keys are missing"));
@@ -244,7 +317,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   ModelConfig probe = config;
   TS_RETURN_IF_ERROR(apply_arch_features(probe));
   const bool has_bias = weights.find("blk.0.attn_q.bias") != nullptr;
-  if (config.arch != "qwen2" && has_bias)
+  if (config.arch != "qwen2" && config.arch != "gpt-oss" && has_bias)
     return invalid_argument(fmt::format("a {} model has no q/k/v biases; write it as qwen2", config.arch));
   const RopeScaling& rs = config.rope_scaling;
   // Llama 3.1's scaling travels as the tensor of frequency divisors llama.cpp reads.
@@ -266,6 +339,12 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
                                                          {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
   if (config.arch == "phi3") TS_RETURN_IF_ERROR(fuse_phi3(config, ex));
+  if (config.arch == "gpt-oss") {
+    for (WeightTensor& t : ex.tensors)
+      if (t.name.ends_with(".ffn_norm.weight"))
+        t.name = t.name.substr(0, t.name.size() - std::string_view("ffn_norm.weight").size()) +
+                 "post_attention_norm.weight";
+  }
 
   const std::string& a = config.arch;
   std::vector<std::pair<std::string, GgufValue>> kv;
@@ -300,6 +379,28 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     if (config.sliding_pattern != probe.sliding_pattern)
       kv.emplace_back(a + ".attention.sliding_window_pattern",
                       GgufValue::u32(static_cast<uint32_t>(config.sliding_pattern)));
+  }
+  if (config.has_moe_layers()) {
+    const MoeConfig& m = config.moe;
+    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+      return unimplemented(fmt::format("GGUF {} files cannot state mixture-of-experts layers", a));
+    if (m.swiglu_limit != probe.moe.swiglu_limit)
+      return unimplemented(fmt::format("GGUF {} files cannot state a SwiGLU limit of {}", a, m.swiglu_limit));
+    for (int l = 0; l < config.n_layers; ++l)
+      if (config.layer_kind(l).ffn != FfnKind::kMoe)
+        return unimplemented(fmt::format("GGUF {} files cannot mix dense and expert layers (layer {} is dense)", a, l));
+    if (m.gating != probe.moe.gating)
+      return unimplemented(fmt::format("GGUF {} files route by {}, not {}", a, expert_gating_name(probe.moe.gating),
+                                       expert_gating_name(m.gating)));
+    if (a == "llama" && m.expert_hidden_dim != config.hidden_dim)
+      return unimplemented("GGUF llama (Mixtral) experts are feed_forward_length wide: expert width must equal it");
+    kv.emplace_back(a + ".expert_count", GgufValue::u32(static_cast<uint32_t>(m.n_experts)));
+    kv.emplace_back(a + ".expert_used_count", GgufValue::u32(static_cast<uint32_t>(m.n_experts_used)));
+    if (a != "llama")
+      kv.emplace_back(a + ".expert_feed_forward_length", GgufValue::u32(static_cast<uint32_t>(m.expert_hidden_dim)));
+    if (m.normalize_weights != probe.moe.normalize_weights)
+      kv.emplace_back(a + ".expert_weights_norm", GgufValue::boolean(m.normalize_weights));
+    if (m.weights_scale != 1.0f) kv.emplace_back(a + ".expert_weights_scale", GgufValue::f32(m.weights_scale));
   }
   if (config.rope_theta_sliding > 0.0f) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));

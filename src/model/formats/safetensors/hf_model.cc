@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
+#include "model/formats/safetensors/hf_experts.h"
+#include "model/formats/safetensors/hf_gpt_oss.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
 #include "model/tokenizer/bpe_tokenizer.h"
@@ -47,6 +49,11 @@ constexpr NamePair kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // gpt-oss
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.sinks", "attn_sinks.weight"},
+    {"mlp.router.weight", "ffn_gate_inp.weight"},
+    {"mlp.router.bias", "ffn_gate_inp.bias"},
 };
 
 // HF name -> GGUF name; nullopt for tensors the engine does not use (rotary caches).
@@ -61,6 +68,7 @@ std::optional<std::string> to_gguf_name(const std::string& hf, bool gemma) {
   std::string layer = hf.substr(kPrefix.size(), dot - kPrefix.size());
   std::string rest = hf.substr(dot + 1);
   if (rest == "self_attn.rotary_emb.inv_freq") return std::nullopt;
+  if (std::string e = hf::expert_tensor_suffix(rest); !e.empty()) return "blk." + layer + "." + e;
   if (gemma)
     for (const NamePair& p : kGemmaLayerNames)
       if (rest == p.hf) return "blk." + layer + "." + p.gguf;
@@ -126,7 +134,8 @@ struct HfArch {
 constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
-    {"Phi3ForCausalLM", "phi3"},
+    {"Phi3ForCausalLM", "phi3"},          {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
+    {"GptOssForCausalLM", "gpt-oss"},
 };
 
 // The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
@@ -238,7 +247,7 @@ Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
     TS_ASSIGN_OR_RETURN(double prf, opt_num("partial_rotary_factor", 1.0));
     if (prf != 1.0) return unimplemented(fmt::format("{}: partial_rotary_factor {} is not supported", name, prf));
   }
-  if (c.arch == "qwen3" || c.arch == "llama" || c.arch == "phi3") {
+  if (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "llama" || c.arch == "phi3") {
     if (j.contains("attention_bias") && j["attention_bias"] == true)
       return unimplemented(fmt::format("{}: attention_bias true is not supported for {}", name, c.arch));
   }
@@ -248,7 +257,7 @@ Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
     c.sliding_window = static_cast<int>(sw->get<int64_t>());
     // Qwen2/Qwen3 configs state a window that their use_sliding_window flag leaves off.
     if (j.contains("use_sliding_window") && j["use_sliding_window"] == false) c.sliding_window = 0;
-    if ((c.arch == "qwen2" || c.arch == "qwen3") && c.sliding_window > 0)
+    if ((c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe") && c.sliding_window > 0)
       return unimplemented(fmt::format("{}: use_sliding_window is not supported for {}", name, c.arch));
     if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;  // no position is ever outside it
   }
@@ -308,6 +317,9 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   c.tied_embeddings = tie != j.end() && tie->is_boolean() ? tie->get<bool>() : false;
   if (c.post_norms) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));  // Gemma
   TS_RETURN_IF_ERROR(parse_family(j, c, name));
+  if (c.arch == "qwen3moe" || arch == "MixtralForCausalLM")
+    TS_RETURN_IF_ERROR(hf::parse_moe_config(j, arch == "MixtralForCausalLM", c, name));
+  if (c.arch == "gpt-oss") TS_RETURN_IF_ERROR(hf::parse_gpt_oss_config(j, c, name));
   TS_RETURN_IF_ERROR(parse_rope_scaling(j, c, name));
   if (Status s = c.validate(); !s.ok()) return s.with_context(name);
   return c;
@@ -356,6 +368,12 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     }
   }
   const ModelConfig& c = m.config;
+  const bool mixtral = c.arch == "llama" && c.has_moe_layers();
+  if (c.arch == "gpt-oss") {
+    TS_RETURN_IF_ERROR(hf::gpt_oss_experts_from_hf(tensors, c, storage->owned, dir));
+  } else if (c.has_moe_layers()) {
+    TS_RETURN_IF_ERROR(hf::stack_experts(tensors, c, mixtral, storage->owned, dir));
+  }
   if (c.arch == "llama") {
     for (WeightTensor& t : tensors) {
       bool q = t.name.ends_with("attn_q.weight"), k = t.name.ends_with("attn_k.weight");
@@ -458,6 +476,8 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   const char* hf_arch = nullptr;
   for (const HfArch& h : kHfArchs)
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
+  const bool mixtral = c.arch == "llama" && c.has_moe_layers();
+  if (mixtral) hf_arch = "MixtralForCausalLM";
   if (hf_arch == nullptr)
     return unimplemented(fmt::format("HF writing supports {}, not '{}'", fmt::join(supported_archs(), ", "), c.arch));
   if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3)
@@ -495,7 +515,14 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   fs::path d(dir);
   Json cfg;
   cfg["architectures"] = {hf_arch};
-  cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch;
+  cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch == "qwen3moe" ? "qwen3_moe" : mixtral ? "mixtral" : c.arch;
+  if (c.arch == "gpt-oss") {
+    cfg["model_type"] = "gpt_oss";
+    TS_RETURN_IF_ERROR(hf::write_gpt_oss_config(c, cfg));
+    TS_RETURN_IF_ERROR(hf::gpt_oss_experts_to_hf(ex.tensors, c, ex.owned));
+  } else if (c.has_moe_layers()) {
+    TS_RETURN_IF_ERROR(hf::write_moe_config(c, mixtral, cfg));
+  }
   cfg["hidden_size"] = c.dim;
   cfg["intermediate_size"] = c.hidden_dim;
   cfg["num_hidden_layers"] = c.n_layers;
@@ -521,7 +548,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     cfg["rope_local_base_freq"] = c.rope_theta_sliding;
     cfg["sliding_window_pattern"] = c.sliding_pattern;
   }
-  if (c.arch == "qwen3" || c.arch == "llama" || c.arch == "phi3") cfg["attention_bias"] = false;
+  if (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "llama" || c.arch == "phi3") cfg["attention_bias"] = false;
   cfg["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
   const RopeScaling& r = c.rope_scaling;
   switch (r.type) {
@@ -572,7 +599,16 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back({to_hf_name(t.name, gemma), t.dtype, t.shape, t.data, t.bytes});
+    std::vector<WeightTensor> parts = {t};
+    if (t.name.starts_with("blk.")) {
+      const size_t dot = t.name.find('.', 4);
+      if (c.arch != "gpt-oss")
+        parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
+    }
+    for (const WeightTensor& p : parts) {
+      const std::string hf_name = p.name.starts_with("blk.") ? to_hf_name(p.name, gemma) : p.name;
+      shards.back().push_back({hf_name, p.dtype, p.shape, p.data, p.bytes});
+    }
     shard_bytes += t.bytes;
     total += t.bytes;
   }
