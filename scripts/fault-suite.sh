@@ -386,7 +386,7 @@ sc_pd_kv_pressure() {  # PD decode nodes with one context of KV each (32 blocks,
   pd_cluster && load "$label"
   PD_DECODE_FLAGS=()
   local r=""
-  for d in d1 d2; do r+="$d: imports requeued $(metric "${URL[$d]}" tessera_pd_imports_requeued_total), deferred reservations $(metric "${URL[$d]}" tessera_pd_deferred_reservations_total); "; done
+  for d in d1 d2; do r+="$d: waited for KV blocks $(metric "${URL[$d]}" tessera_pd_deferred_reservations_total); "; done
   echo "KV pressure on PD decode nodes: $(pd_counters); ${r%; }" >>"$NOTES"
   check "$label" redundant
 }

@@ -8,6 +8,10 @@
 #   pd cpu->cuda / pd cuda->cpu   a prefill node and a decode node on unlike backends: greedy completions
 #                equal to single-node ref generation for three prompts
 #   bench        `tessera bench generate` on cuda (its tokens/s line)
+#   vulkan ...   where the binary has the vulkan backend and Vulkan's device 0 is a GPU (the NVIDIA driver's
+#                ICD): every fast conformance case on vulkan against ref, vulkan_test, greedy and graph as above,
+#                and PD cpu->vulkan, vulkan->cpu, vulkan->cuda; SKIP with the reason otherwise (no loader or
+#                glslc at build time, or only lavapipe, which CI covers)
 # Sized for about 8 minutes on one H200, most of it the build. Exits 2 at once, saying why, when no GPU is
 # visible; otherwise 0 when every check passed, 1 when one failed. Logs go to $GPU_CHECK_LOGS (default
 # build/gpu-check/). Usage: bash scripts/gpu-check.sh [--no-build]  (--no-build: use build/release as is)
@@ -50,7 +54,10 @@ if [ "$build" = 1 ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   start=$SECONDS
   if timeout 420 cmake --preset release -DTESSERA_CUDA=ON >"$logs/build.log" 2>&1 &&
-    timeout 420 cmake --build --preset release -j "$(nproc)" --target tessera cuda_test >>"$logs/build.log" 2>&1; then
+    timeout 420 cmake --build --preset release -j "$(nproc)" --target tessera cuda_test >>"$logs/build.log" 2>&1 &&
+    { ! grep -q 'TESSERA_HAVE_VULKAN' build/release/build.ninja ||
+      timeout 300 cmake --build --preset release -j "$(nproc)" --target conformance_test vulkan_test \
+        >>"$logs/build.log" 2>&1; }; then
     report build PASS "$((SECONDS - start)) s, $(nvcc --version | tail -1)"
   else
     report build FAIL "see $logs/build.log: $(grep -m1 -E 'error' "$logs/build.log" | head -c 200)"
@@ -76,16 +83,19 @@ else
 fi
 
 # greedy, eager and graph
-for mode in off on; do
-  name=greedy
-  [ "$mode" = on ] && name=graph
-  if timeout 120 "$bin" generate --model "$models" --temperature 0 --max-tokens 256 --backend "$gpu" --graph "$mode" \
-    --quiet >"$logs/$name.txt" 2>"$logs/$name.err" && cmp -s "$logs/$name.txt" "$models/greedy-256.txt"; then
-    report "$name" PASS "256 tokens byte for byte (--graph $mode)"
-  else
-    report "$name" FAIL "--graph $mode: $(cmp "$logs/$name.txt" "$models/greedy-256.txt" 2>&1 | head -c 120) $(head -c 200 "$logs/$name.err")"
-  fi
-done
+greedy_checks() {  # backend [name prefix]
+  for mode in off on; do
+    name="${2:-}greedy"
+    [ "$mode" = on ] && name="${2:-}graph"
+    if timeout 120 "$bin" generate --model "$models" --temperature 0 --max-tokens 256 --backend "$1" --graph "$mode" \
+      --quiet >"$logs/$name.txt" 2>"$logs/$name.err" && cmp -s "$logs/$name.txt" "$models/greedy-256.txt"; then
+      report "$name" PASS "256 tokens byte for byte (--graph $mode)"
+    else
+      report "$name" FAIL "--graph $mode: $(cmp "$logs/$name.txt" "$models/greedy-256.txt" 2>&1 | head -c 120) $(head -c 200 "$logs/$name.err")"
+    fi
+  done
+}
+greedy_checks "$gpu"
 
 # PD pairs
 prompts=("Once upon a time, there was a little girl named" "Lily went to the park with her mom and she saw"
@@ -133,6 +143,32 @@ pd_pair() {  # prefill-backend decode-backend
 }
 pd_pair cpu "$gpu"
 pd_pair "$gpu" cpu
+
+# vulkan on the GPU (the NVIDIA driver's Vulkan ICD), where the binary has the backend
+"$bin" inspect --devices >"$logs/devices.txt" 2>&1
+vk_type="$(awk '/^vulkan device 0:/ {f=1} f && /deviceType/ {print $3; exit}' "$logs/devices.txt")"
+if ! grep -q '^vulkan device 0:' "$logs/devices.txt"; then
+  report vulkan SKIP "$(grep -m1 '^vulkan' "$logs/devices.txt" || echo 'built without the vulkan backend (no Vulkan loader or glslc)')"
+elif [ "$vk_type" = cpu ] && [ "$gpu" = cuda ]; then
+  report vulkan SKIP "Vulkan's device 0 is $(grep -m1 '^vulkan device 0:' "$logs/devices.txt" | cut -d: -f2-) (no GPU ICD; lavapipe runs in CI)"
+else
+  echo "gpu-check: vulkan on $(grep -m1 '^vulkan device 0:' "$logs/devices.txt" | cut -d: -f2-)"
+  if TESSERA_CONFORMANCE_BACKENDS=vulkan timeout 300 "$root/build/release/tests/conformance_test" \
+    --gtest_filter='Ops/Conformance.*' >"$logs/vulkan_conformance.log" 2>&1; then
+    report "vulkan conf" PASS "$(grep -c ' vulkan: .* 0 FAIL' "$logs/vulkan_conformance.log") operators, 0 FAIL"
+  else
+    report "vulkan conf" FAIL "see $logs/vulkan_conformance.log: $(grep -m1 -A2 'Failure' "$logs/vulkan_conformance.log" | tr '\n' ' ' | head -c 200)"
+  fi
+  if timeout 300 "$root/build/release/tests/vulkan_test" >"$logs/vulkan_test.log" 2>&1; then
+    report "vulkan_test" PASS "$(grep -c '\[       OK \]' "$logs/vulkan_test.log") tests"
+  else
+    report "vulkan_test" FAIL "see $logs/vulkan_test.log"
+  fi
+  greedy_checks vulkan "vulkan "
+  pd_pair cpu vulkan
+  pd_pair vulkan cpu
+  [ "$gpu" = cuda ] && pd_pair vulkan cuda
+fi
 
 # bench
 if timeout 180 "$bin" bench generate --model "$models" --backend "$gpu" --prompt-tokens 64 --gen-tokens 128 --repeat 3 \

@@ -59,6 +59,10 @@ Result<std::vector<std::string>> parse_allowed_origins(const std::vector<std::st
     while (start <= v.size()) {
       const size_t comma = v.find(',', start);
       std::string o = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      // CLI11 takes a bracketed list apart itself and leaves each element's quotes on.
+      while (!o.empty() && (o.front() == ' ' || o.front() == '"' || o.front() == '\'' || o.front() == '['))
+        o.erase(0, 1);
+      while (!o.empty() && (o.back() == ' ' || o.back() == '"' || o.back() == '\'' || o.back() == ']')) o.pop_back();
       if (!o.empty()) out.push_back(o);
       if (comma == std::string::npos) break;
       start = comma + 1;

@@ -81,8 +81,8 @@ Result<std::vector<std::string>> expand_config_file(const std::vector<std::strin
         if (value == "true") flags.push_back("--" + flag);
         continue;
       }
-      flags.push_back("--" + flag);
-      flags.push_back(value);
+      // One token: a value never becomes a positional argument when its flag is unknown.
+      flags.push_back("--" + flag + "=" + value);
     }
   }
   std::vector<std::string> out(argv.begin(), argv.begin() + static_cast<std::ptrdiff_t>(at));

@@ -1,6 +1,9 @@
 // `tessera inspect PATH`: what a model file is: format, architecture, shapes, types, parameters, tokenizer.
+// `tessera inspect --devices`: every device of every backend compiled in, as the backend describes it
+// (vulkaninfo-style for vulkan: type, API version, memory heaps, subgroups, limits).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 #include "model/chat_template.h"
 #include "model/chat_template_renderer.h"
 #include "model/loader.h"
+#include "ops/registry.h"
 
 namespace tessera::cli {
 namespace {
@@ -23,7 +27,32 @@ struct InspectArgs {
   bool tensors = false;
   std::string chat_template;
   std::string chat;
+  bool devices = false;
 };
+
+int run_inspect_devices() {
+  ops::register_builtin_backends();
+  for (const std::string& name : ops::BackendRegistry::global().names()) {
+    auto backend = ops::BackendRegistry::global().create(name);
+    if (!backend.ok()) {
+      fmt::print("{}: no devices here ({})\n\n", name, backend.status().message());
+      continue;
+    }
+    auto devices = (*backend)->describe_devices();
+    if (!devices.ok()) {
+      fmt::print("{}: {}\n\n", name, devices.status().message());
+      continue;
+    }
+    for (const ops::DeviceDescription& d : *devices) {
+      fmt::print("{}\n", d.title);
+      size_t width = 0;
+      for (const auto& [k, v] : d.properties) width = std::max(width, k.size());
+      for (const auto& [k, v] : d.properties) fmt::print("  {:<{}} = {}\n", k, width, v);
+      fmt::print("\n");
+    }
+  }
+  return 0;
+}
 
 // The rendered prompt on one line: newlines as \n.
 std::string escape_newlines(const std::string& s) {
@@ -33,6 +62,8 @@ std::string escape_newlines(const std::string& s) {
 }
 
 int run_inspect(const InspectArgs& a) {
+  if (a.devices) return run_inspect_devices();
+  if (a.path.empty()) return fail("inspect needs a model PATH, or --devices to list the devices");
   auto m = model::load_model(a.path, a.tokenizer, /*require_tokenizer=*/false);
   if (!m.ok()) return fail(m.status().message());
   const model::ModelConfig& c = m->config;
@@ -97,8 +128,9 @@ int run_inspect(const InspectArgs& a) {
 Action add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Describe a model: format, architecture, shapes, types, tokenizer");
-  cmd->add_option("path", args->path, "GGUF file, HF folder, llama2.c checkpoint or a directory holding one")
-      ->required();
+  cmd->add_option("path", args->path, "GGUF file, HF folder, llama2.c checkpoint or a directory holding one");
+  cmd->add_flag("--devices", args->devices,
+                "List every device of every backend compiled in (vulkan: type, API version, memory heaps, subgroups)");
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer file to report on");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
   cmd->add_option("--chat-template", args->chat_template,

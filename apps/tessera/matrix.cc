@@ -125,7 +125,7 @@ int run_matrix(const MatrixArgs& a) {
       backends.push_back({fmt::format("cpu({})", ops::cpu::isa_name(isa)), std::move(d).value(), ""});
     }
   }
-  for (const char* known : {"ref", "cpu", "opencl", "cuda"}) {
+  for (const char* known : {"ref", "cpu", "opencl", "vulkan", "cuda"}) {
     bool have = false;
     for (const Backend& b : backends) have = have || b.name == known;
     if (!have) backends.push_back({known, nullptr, "not compiled into this binary"});

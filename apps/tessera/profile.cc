@@ -24,6 +24,7 @@
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
 #include "base/mapped_file.h"
 #include "commands.h"
 #include "engine/model_runner.h"
@@ -96,20 +97,19 @@ int run_profile(const ProfileArgs& a) {
   std::vector<float> logits;
   auto tokens = [&](int n) { return std::vector<model::TokenId>(static_cast<size_t>(n), 1); };
   // A prefill node streams each layer's K and V out as soon as the layer is computed (docs/pd-protocol.md):
-  // with --prefill-export the timed prefill does the same (export to the f32 wire layout, one copy).
-  std::vector<float> wire_k, wire_v, staging;
+  // with --prefill-export the timed prefill does the same (each layer exported into the canonical wire layout,
+  // api/kv_layout.h, in link memory: one copy).
+  std::vector<uint8_t> staging;
   auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
     if (!a.prefill_export) return r.prefill(seq, ids, logits);
     const int first = seq.length, n = static_cast<int>(ids.size());
     TS_RETURN_IF_ERROR(r.kv_cache().reserve(seq, first + n));
-    const size_t rows = static_cast<size_t>(c.kv_dim()) * n;
-    wire_k.resize(rows), wire_v.resize(rows), staging.resize(2 * rows);
+    const api::KvLayout wire{c.n_layers, c.kv_dim(), DType::kF32, n};
+    staging.resize(wire.bytes());
     engine::Segment seg{&seq, ids, true};
     return r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
-      TS_RETURN_IF_ERROR(r.export_kv(seq, layer, first, n, DType::kF32, wire_k.data(), wire_v.data()));
-      std::copy(wire_k.begin(), wire_k.end(), staging.begin());
-      std::copy(wire_v.begin(), wire_v.end(), staging.begin() + static_cast<std::ptrdiff_t>(rows));
-      return ok_status();
+      return r.export_kv(seq, layer, first, n, wire.dtype, staging.data() + wire.k_offset(layer, 0),
+                         staging.data() + wire.v_offset(layer, 0));
     });
   };
   std::vector<int> prompt_lengths;
@@ -173,18 +173,19 @@ int run_profile(const ProfileArgs& a) {
     engine::SequenceKv seq;
     auto ids = tokens(max_tokens);
     if (Status s = r.prefill(seq, ids, logits); !s.ok()) return fail(s.message());
-    const size_t row = static_cast<size_t>(c.kv_dim()) * max_tokens;
-    std::vector<float> k(row), v(row), wire(2 * row * c.n_layers);
+    const api::KvLayout layout{c.n_layers, c.kv_dim(), DType::kF32, max_tokens};
+    std::vector<uint8_t> sent(layout.bytes()), wire(layout.bytes());
     std::vector<double> times;
     for (int rep = 0; rep < std::max(3, a.repeats); ++rep) {
       auto t0 = std::chrono::steady_clock::now();
       for (int l = 0; l < c.n_layers; ++l) {
-        if (Status s = r.export_kv(seq, l, 0, max_tokens, DType::kF32, k.data(), v.data()); !s.ok())
-          return fail(s.message());
-        std::copy(k.begin(), k.end(), wire.begin() + 2 * l * row);
-        std::copy(v.begin(), v.end(), wire.begin() + (2 * l + 1) * row);
-        if (Status s = r.import_kv(seq, l, 0, max_tokens, DType::kF32, wire.data() + 2 * l * row,
-                                   wire.data() + (2 * l + 1) * row);
+        uint8_t* k = sent.data() + layout.k_offset(l, 0);
+        uint8_t* v = sent.data() + layout.v_offset(l, 0);
+        if (Status s = r.export_kv(seq, l, 0, max_tokens, layout.dtype, k, v); !s.ok()) return fail(s.message());
+        // The link's one copy (shm), layer by layer as the prefill node sends it.
+        std::copy(k, k + 2 * layout.half_bytes(), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(l, 0)));
+        if (Status s = r.import_kv(seq, l, 0, max_tokens, layout.dtype, wire.data() + layout.k_offset(l, 0),
+                                   wire.data() + layout.v_offset(l, 0));
             !s.ok())
           return fail(s.message());
       }
@@ -192,7 +193,7 @@ int run_profile(const ProfileArgs& a) {
       pause(times.back());
     }
     r.release(seq);
-    p.network_bandwidth = static_cast<double>(wire.size() * sizeof(float)) / pick(times);
+    p.network_bandwidth = static_cast<double>(layout.bytes()) / pick(times);
   }
   double weight_bytes = 0, params = 0;
   for (const auto& t : model->weights.tensors()) weight_bytes += t.bytes, params += static_cast<double>(t.numel());

@@ -28,6 +28,9 @@
 #include "engine/activation_dump.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "kv/host/host_connector.h"
+#include "kv/host/model_identity.h"
+#include "kv/registry.h"
 #include "link/discovery.h"
 #include "model/chat_template.h"
 #include "model/loader.h"
@@ -59,7 +62,10 @@ struct ServeArgs {
   int block_size = 16;
   double kv_memory_mib = 1024;
   double kv_memory_fraction = 0;  // vLLM's --gpu-memory-utilization in spirit: 0 means --kv-memory decides
-  int max_model_len = 0;          // 0: the model's context, or what the KV budget holds
+  double kv_host_memory_mib = 0;  // the host connector's host-memory tier (0 with no disk tier: no connector)
+  std::string kv_disk_dir;
+  double kv_disk_size_mib = 0;
+  int max_model_len = 0;  // 0: the model's context, or what the KV budget holds
   int max_queue = 1024;
   std::string chat_template;
   std::string reasoning_parser;                // empty: detected from the chat template
@@ -198,6 +204,28 @@ int run_serve(const ServeArgs& a) {
   eo.end_of_generation = model->generation.end_of_generation;
   eo.jump_forward = a.jump_forward == "on";
   engine::Engine engine(**runner, *model->tokenizer, eo);
+  // KV beyond device memory: blocks the cache evicts go to host memory, then to disk (kv/host/host_connector.h).
+  // Added before the PD service's pd-link connector, so that a remote prefill starts after what the tiers hold.
+  if (a.kv_disk_size_mib > 0 && a.kv_disk_dir.empty()) return fail("--kv-disk-size needs --kv-disk-dir");
+  if (a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty()) {
+    kv::HostOptions ho;
+    ho.host_bytes = static_cast<size_t>(a.kv_host_memory_mib * 1024 * 1024);
+    ho.disk_dir = a.kv_disk_dir;
+    ho.disk_bytes = static_cast<size_t>(a.kv_disk_size_mib * 1024 * 1024);
+    kv::ConnectorSpec spec;
+    // What the disk tier's files are keyed by: the model (configuration and weights) and how it is run here.
+    if (!a.kv_disk_dir.empty())
+      spec.model_identity = kv::model_identity(
+          cfg, model->weights,
+          fmt::format("backend={} weight_dtype={}", backend, a.weight_dtype.empty() ? "stored" : a.weight_dtype));
+    spec.options = ho;
+    auto host = kv::make_connector(kv::kHostConnector, spec);
+    if (!host.ok()) return fail(host.status().message());
+    if (Status s = engine.add_connector(*host); !s.ok()) return fail(s.message());
+    log::info("KV tiers: {:g} MiB host memory{}", a.kv_host_memory_mib,
+              a.kv_disk_dir.empty() ? std::string()
+                                    : fmt::format(", {:g} MiB on disk in {}", a.kv_disk_size_mib, a.kv_disk_dir));
+  }
 
   serve::NodeOptions no;
   no.model_name = a.served_names.empty() ? model->name : a.served_names.front();
@@ -453,6 +481,16 @@ Action add_serve_command(CLI::App& app) {
                   "and the KV cache gets the rest (instead of --kv-memory)")
       ->check(CLI::Range(0.01, 0.99))
       ->excludes(kv_memory);
+  cmd->add_option("--kv-host-memory", args->kv_host_memory_mib,
+                  "Host memory in MiB for KV blocks evicted from the device cache, found again by later requests "
+                  "with the same prefix (docs/kv.md); 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-disk-dir", args->kv_disk_dir,
+                  "Directory for KV blocks evicted from host memory (kept across restarts, per model); needs "
+                  "--kv-disk-size");
+  cmd->add_option("--kv-disk-size", args->kv_disk_size_mib, "Disk space in MiB for --kv-disk-dir")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", args->max_queue, "Waiting requests before new ones get 429")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

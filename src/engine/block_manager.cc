@@ -35,6 +35,7 @@ Result<BlockId> BlockManager::allocate() {
     by_hash_.erase(b.hash);
     b.hashed = false;
     stats_.evictions++;
+    if (track_evictions_) evicted_.push_back({id, b.hash});
   } else {
     return resource_exhausted(fmt::format("all {} KV blocks are in use", num_blocks_));
   }
@@ -64,6 +65,18 @@ void BlockManager::release(BlockId id) {
 
 BlockHash BlockManager::chain_hash(BlockHash parent, std::span<const model::TokenId> block) {
   return XXH3_64bits_withSeed(block.data(), block.size_bytes(), parent);
+}
+
+std::vector<BlockHash> BlockManager::chain_hashes(std::span<const model::TokenId> tokens, int block_tokens,
+                                                  size_t max_blocks) {
+  std::vector<BlockHash> out;
+  const size_t bt = static_cast<size_t>(block_tokens);
+  BlockHash h = 0;
+  for (size_t start = 0; start + bt <= tokens.size() && out.size() < max_blocks; start += bt) {
+    h = chain_hash(h, tokens.subspan(start, bt));
+    out.push_back(h);
+  }
+  return out;
 }
 
 std::vector<BlockId> BlockManager::match_prefix(std::span<const model::TokenId> tokens, int max_tokens) {

@@ -14,6 +14,7 @@
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -23,6 +24,12 @@ namespace tessera::engine {
 
 enum class BlockId : int32_t {};
 using BlockHash = uint64_t;
+
+// A cached block that allocate() took for new data: `hash` was its content's chain hash.
+struct EvictedBlock {
+  BlockId id;
+  BlockHash hash;
+};
 
 struct PrefixCacheStats {
   uint64_t queries = 0;       // match_prefix() calls
@@ -57,6 +64,13 @@ class BlockManager {
   void register_full_block(BlockId id, BlockHash hash);
 
   static BlockHash chain_hash(BlockHash parent, std::span<const model::TokenId> block);
+  // The chain hashes of the whole blocks of `tokens` (at most max_blocks of them).
+  static std::vector<BlockHash> chain_hashes(std::span<const model::TokenId> tokens, int block_tokens,
+                                             size_t max_blocks = SIZE_MAX);
+
+  // When on, allocate() records each cached block it evicts; take_evicted() hands them over (KvCache).
+  void track_evictions(bool on) { track_evictions_ = on; }
+  std::vector<EvictedBlock> take_evicted() { return std::exchange(evicted_, {}); }
 
  private:
   struct Block {
@@ -74,6 +88,8 @@ class BlockManager {
   std::list<BlockId> evictable_;  // refs == 0 and hashed; front = least recently used
   std::unordered_map<BlockHash, BlockId> by_hash_;
   PrefixCacheStats stats_;
+  bool track_evictions_ = false;
+  std::vector<EvictedBlock> evicted_;
 };
 
 }  // namespace tessera::engine

@@ -6,9 +6,10 @@
 
 #include <fmt/core.h>
 
-#include "api/kv_layout.h"
 #include "base/log.h"
 #include "engine/grammar_mask.h"
+#include "engine/internal/active.h"
+#include "engine/internal/kv_parts.h"
 #include "engine/kv_fork.h"
 #include "engine/logits_processors.h"
 
@@ -29,33 +30,6 @@ std::string_view finish_reason_name(FinishReason r) {
   }
   return "";
 }
-
-struct Engine::Active {
-  RequestId id = 0;
-  RequestId group = 0;  // the request's id, its first choice's: cancel() ends every choice of the group
-  int index = 0;        // the choice (GenerationRequest::n)
-  bool forked = false;  // the other choices exist (n > 1), or this is one of them
-  GenerationRequest req;
-  OutputCallback callback;
-  Sequence seq;
-  Sampler sampler;
-  std::unordered_map<TokenId, int> counts;  // generated tokens, for the penalties
-  std::string text;                         // everything decoded so far
-  size_t emitted = 0;                       // bytes of `text` already reported
-  RequestOutput pending;
-  bool finished = false;
-  int cached_tokens = -1;                     // set when first scheduled
-  int exported = -1;                          // prefill nodes: positions [export_from, exported) have been exported
-  std::unique_ptr<grammar::Matcher> matcher;  // structured output: where the generated text is in the grammar
-  std::vector<uint64_t> mask_words;           // its mask, reused from step to step
-  bool jumping = false;                       // appending forced tokens (EngineOptions::jump_forward)
-
-  LogitsProcessors procs;                 // min_tokens, logit_bias, penalties (engine/logits_processors.h)
-  std::vector<TokenLogprobs> prompt_lps;  // prompt_logprobs: positions 1.. of the prompt
-  bool prompt_lps_sent = false;
-
-  Active(GenerationRequest r, OutputCallback cb) : req(std::move(r)), callback(std::move(cb)), sampler(req.sampling) {}
-};
 
 namespace {
 
@@ -103,12 +77,22 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
+  io_ = std::make_unique<Io>(runner_);
+  external_ = std::make_unique<External>(*this);
+  wake_ = std::make_shared<WakeState>();
+  wake_->engine = this;
   std::vector<TokenId> eog = options_.end_of_generation;
   if (eog.empty() && tokenizer.eos_id() >= 0) eog.push_back(tokenizer.eos_id());
   grammars_ = std::make_unique<grammar::Compiler>(tokenizer_, std::move(eog));
 }
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  if (wake_) {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    wake_->engine = nullptr;  // a connector's thread may still call its wake function
+  }
+}
 
 void Engine::start() {
   if (thread_.joinable()) return;
@@ -155,28 +139,6 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
       return invalid_argument(
           fmt::format("logit_bias names token id {}, outside the vocabulary [0, {})", id, c.vocab_size));
   }
-  if (request.imported) {
-    const std::vector<TokenId>& more = request.imported->choice_tokens;
-    if (static_cast<int>(more.size()) != request.n - 1)
-      return invalid_argument(
-          fmt::format("imported KV brings {} first tokens for {} choices", more.size() + 1, request.n));
-    for (TokenId t : more) {
-      if (t < 0 || t >= c.vocab_size)
-        return invalid_argument(fmt::format("token id {} is outside the vocabulary [0, {})", t, c.vocab_size));
-    }
-    if (request.prompt_logprobs >= 0)
-      return invalid_argument("prompt_logprobs needs the prompt computed on this node, not imported");
-  }
-  if (request.imported) {
-    const ImportedKv& kv = *request.imported;
-    const size_t want = api::KvLayout{c.n_layers, c.kv_dim(), kv.dtype, kv.count}.bytes();
-    if (kv.first < 0 || kv.count < 1 || kv.first + kv.count != static_cast<int>(request.prompt.size()) ||
-        kv.bytes().size() != want) {
-      return invalid_argument(
-          fmt::format("imported KV covers [{}, {}) with {} bytes; the prompt has {} tokens and needs {} bytes",
-                      kv.first, kv.first + kv.count, kv.bytes().size(), request.prompt.size(), want));
-    }
-  }
   if (!request.grammar) request.grammar_replay = 0;
   if (request.grammar_replay < 0 || request.grammar_replay >= static_cast<int>(request.prompt.size())) {
     return invalid_argument(fmt::format("grammar_replay {} is outside the prompt's {} tokens", request.grammar_replay,
@@ -196,14 +158,6 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   if (a->req.prompt_logprobs >= 0) {
     a->seq.compute_prompt = true;
     a->prompt_lps.resize(static_cast<size_t>(a->seq.prompt_len - 1));
-  }
-  if (a->req.imported) {
-    // The prefix blocks the caller looked up (and retained) are this sequence's from now on.
-    a->seq.kv.blocks = a->req.imported->cached_blocks;
-    a->seq.kv.blocks.insert(a->seq.kv.blocks.end(), a->req.imported->reserved_blocks.begin(),
-                            a->req.imported->reserved_blocks.end());
-    a->seq.kv.length = a->req.imported->first;
-    a->seq.prefix_checked = true;
   }
   RequestId id;
   {
@@ -256,8 +210,9 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !incoming_.empty() || !cancels_.empty() || !tasks_.empty() || !active_.empty();
+        return stopping_ || kicked_ || !incoming_.empty() || !cancels_.empty() || !tasks_.empty() || !active_.empty();
       });
+      kicked_ = false;
       if (stopping_) break;
       if (active_.empty() && !incoming_.empty() && options_.admission_window.count() > 0) {
         // Idle, and requests arrive: let the rest of a burst catch up before the first step (EngineOptions).
@@ -277,25 +232,19 @@ void Engine::loop() {
       incoming.swap(incoming_);
       // Until the next publish these are in neither incoming_ nor the published waiting count: count them now,
       // or submit() would admit past the limit and Scheduler::add refuse after the caller's 200 went out.
-      for (const auto& a : incoming) stats_.waiting += a->req.imported ? 0 : 1;
+      stats_.waiting += static_cast<int>(incoming.size());
       cancels.swap(cancels_);
       tasks.swap(tasks_);
     }
     for (auto& t : tasks) t();
     for (auto& a : incoming) {
       RequestId id = a->id;
-      const bool imported = a->req.imported != nullptr;
-      Status st = imported ? ok_status() : scheduler_.add(&a->seq);
+      Status st = scheduler_.add(&a->seq);
       active_[id] = std::move(a);
       if (!st.ok()) finish(*active_[id], FinishReason::kError, st);
-      if (imported) importing_.push_back(id);
     }
-    // Imported KV goes in as soon as blocks allow, oldest first; one that must wait for blocks does not hold
-    // up those behind it (they may hold reserved blocks and need nothing more).
-    std::erase_if(importing_, [&](RequestId id) {
-      auto it = active_.find(id);
-      return it == active_.end() || it->second->finished || import(*it->second);
-    });
+    // Loads that ended (and blocks connectors held) since the last step.
+    if (!connectors_.empty()) poll_connectors();
     if (!cancels.empty()) {
       std::vector<Active*> ending;
       for (auto& [id, a] : active_) {
@@ -314,6 +263,11 @@ void Engine::loop() {
     if (!a->finished) finish(*a, FinishReason::kCancelled);
   }
   active_.clear();
+  // The engine stops: blocks a connector still held for a transfer go back (nothing will use them again).
+  for (auto& [id, blocks] : held_) {
+    for (BlockId b : blocks) runner_.kv_cache().blocks().release(b);
+  }
+  held_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& a : incoming_) {
     for (int i = 0; i < a->req.n; ++i) {
@@ -329,6 +283,12 @@ void Engine::loop() {
 void Engine::run_step() {
   Schedule sch = scheduler_.schedule();
   counters_.preemptions += sch.preempted.size();
+  for (Sequence* s : sch.preempted) {
+    Active& a = *active_.at(static_cast<RequestId>(s->id));
+    if (a.consulted) tell_connectors(a, KvEnd::kPreempted);
+    a.ranges.clear();
+    a.pending_load = false;
+  }
   for (Sequence* s : sch.rejected) {
     Active& a = *active_.at(static_cast<RequestId>(s->id));
     if (a.seq.generated() > 0) {
@@ -362,26 +322,54 @@ void Engine::run_step() {
       };
     }
   }
-  // Prefill nodes export each computed layer as soon as it exists.
-  ModelRunner::LayerHook hook;
-  std::vector<std::pair<Active*, ScheduledChunk>> exporters;
-  for (const ScheduledChunk& c : sch.chunks) {
-    Active& a = *active_.at(static_cast<RequestId>(c.seq->id));
-    if (a.req.on_kv_layer && c.seq->kv.length < c.seq->prompt_len) exporters.emplace_back(&a, c);
-  }
-  if (!exporters.empty()) {
-    hook = [&](int layer) -> Status {
-      for (auto& [a, c] : exporters) {
-        // From where the last export stopped (or export_from): this covers prefix-cache hits too.
-        const int first = std::max(a->req.export_from, a->exported < 0 ? a->req.export_from : a->exported);
-        const int end = std::min(c.seq->kv.length + c.num_tokens, c.seq->prompt_len);
-        if (end > first) TS_RETURN_IF_ERROR(a->req.on_kv_layer(runner_, c.seq->kv, layer, first, end - first));
+  // KV connectors: positions they fill go into the cache before each layer runs; saves follow each layer.
+  std::vector<size_t> loaders, savers;
+  if (!connectors_.empty()) {
+    std::vector<std::vector<RequestId>> loads(connectors_.size());
+    std::vector<KvStepChunk> chunks;
+    for (const ScheduledChunk& c : sch.chunks) {
+      const Sequence& s = *c.seq;
+      const Active& a = *active_.at(static_cast<RequestId>(s.id));
+      for (const Active::KvRange& r : a.ranges) {
+        if (a.pending_load && r.count > 0) loads[r.connector].push_back(a.id);
       }
+      chunks.push_back({a.id, s.kv.blocks, s.kv.length, s.kv.length + c.num_tokens, s.prompt_len});
+    }
+    Status st;
+    for (size_t i = 0; i < connectors_.size() && st.ok(); ++i) {
+      if (loads[i].empty()) continue;
+      st = connectors_[i]->start_load(loads[i]);
+      loaders.push_back(i);
+    }
+    if (!st.ok()) {
+      log::error("KV connector {} could not start its loads: {}", connectors_[loaders.back()]->name(), st.to_string());
+      for (const ScheduledChunk& c : sch.chunks)
+        finish(*active_.at(static_cast<RequestId>(c.seq->id)), FinishReason::kError, st);
+      return;
+    }
+    for (size_t i = 0; i < connectors_.size(); ++i) {
+      if (connectors_[i]->start_save(chunks)) savers.push_back(i);
+    }
+  }
+  ModelRunner::LayerHook before, after;
+  if (!loaders.empty()) {
+    before = [&](int layer) -> Status {
+      for (size_t i : loaders) TS_RETURN_IF_ERROR(connectors_[i]->wait_layer_load(layer));
+      return ok_status();
+    };
+  }
+  if (!savers.empty()) {
+    after = [&](int layer) -> Status {
+      for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(layer));
       return ok_status();
     };
   }
   std::vector<float>& logits = step_logits_;  // reused: its capacity stays from step to step
-  Status st = runner_.step(segments, logits, hook);
+  Status st = runner_.step(segments, logits, after, before);
+  for (size_t i : savers) {
+    Status saved = connectors_[i]->wait_save();
+    if (st.ok()) st = saved;
+  }
   counters_.steps++;
   if (!st.ok()) {
     log::error("engine step failed: {}", st.to_string());
@@ -390,7 +378,12 @@ void Engine::run_step() {
     return;
   }
   scheduler_.commit(sch);
-  for (auto& [a, c] : exporters) a->exported = std::min(c.seq->kv.length, c.seq->prompt_len);
+  for (const ScheduledChunk& c : sch.chunks) {
+    Active& a = *active_.at(static_cast<RequestId>(c.seq->id));
+    if (!a.pending_load) continue;
+    a.pending_load = false;  // the ranges are in the cache now
+    a.ranges.clear();
+  }
   size_t row = 0;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     if (!segments[i].want_logits) continue;
@@ -434,54 +427,6 @@ void Engine::on_token(Active& a, std::vector<float>& logits, size_t row) {
   accept_token(a, tok, a.req.logprobs >= 0 ? &for_logprobs : nullptr);
 }
 
-bool Engine::import(Active& a) {
-  const ImportedKv& kv = *a.req.imported;
-  Status st = runner_.kv_cache().reserve(a.seq.kv, static_cast<int32_t>(a.seq.tokens.size()));
-  if (st.code() == StatusCode::kResourceExhausted) {
-    if (scheduler_.running() > 0) return false;  // running sequences will free blocks: wait for them
-    // Nothing running will free blocks (other requests' reservations hold them): rather than fail, the prompt
-    // joins the waiting queue and is recomputed here once blocks free up, queueing and preempting by the
-    // scheduler's rules like any local request. The transferred KV is given up.
-    for (int32_t b : a.seq.kv.blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
-    a.seq.kv.blocks.clear();
-    a.seq.kv.length = 0;
-    a.seq.prefix_checked = false;
-    a.req.imported.reset();
-    counters_.imports_requeued++;
-    if (Status added = scheduler_.add(&a.seq); !added.ok()) finish(a, FinishReason::kError, added);
-    return true;
-  }
-  const model::ModelConfig& c = runner_.config();
-  const api::KvLayout layout{c.n_layers, c.kv_dim(), kv.dtype, kv.count};
-  for (int l = 0; st.ok() && l < c.n_layers; ++l) {
-    st = runner_.import_kv(a.seq.kv, l, kv.first, kv.count, kv.dtype, kv.bytes().data() + layout.k_offset(l, 0),
-                           kv.bytes().data() + layout.v_offset(l, 0));
-  }
-  if (!st.ok()) {
-    finish(a, FinishReason::kError, st.with_context("importing the prefill node's KV"));
-    return true;
-  }
-  a.seq.kv.length = static_cast<int32_t>(a.seq.tokens.size());
-  a.cached_tokens = kv.first;
-  scheduler_.add_running(&a.seq);
-  scheduler_.commit(Schedule{{{&a.seq, 0}}, {}, {}});  // register the imported full blocks for prefix reuse
-  counters_.prompt_tokens += static_cast<uint64_t>(kv.count);
-  a.sampler.skip_draw();
-  const TokenId first_token = kv.first_token;
-  const std::vector<TokenId> choice_tokens = kv.choice_tokens;
-  a.req.imported.reset();  // the KV is in the cache: its memory (a decode node's staging range) goes back now
-  if (a.req.n > 1) {
-    a.forked = true;
-    std::vector<std::unique_ptr<Active>> choices = make_choices(a);
-    for (size_t i = 0; i < choices.size(); ++i) {
-      choices[i]->sampler.skip_draw();  // the prefill node drew it with this choice's seed
-      admit_choice(a, std::move(choices[i]), choice_tokens[i], nullptr);
-    }
-  }
-  accept_token(a, first_token, nullptr);
-  return true;
-}
-
 std::vector<TokenId> Engine::stop_tokens(const GenerationRequest& r) const {
   std::vector<TokenId> out(r.stop_token_ids.begin(), r.stop_token_ids.end());
   if (!r.ignore_eos) {
@@ -500,8 +445,7 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
   for (int i = 1; i < a.req.n; ++i) {
     GenerationRequest r = a.req;
     r.n = 1;
-    r.imported.reset();
-    r.on_kv_layer = nullptr;  // a prefill node exports the prompt once, from choice 0
+    r.kv_transfer.reset();  // connectors move the prompt's KV once, with choice 0
     if (r.sampling.seed) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(i);  // vLLM's child seeds
     auto c = std::make_unique<Active>(std::move(r), a.callback);
     c->id = a.id + static_cast<RequestId>(i);  // reserved by submit()
@@ -644,48 +588,6 @@ Status Engine::run_on_engine_thread(const std::function<void()>& task) {
   return ok_status();
 }
 
-Result<PrefixLookup> Engine::lookup_prefix(const std::vector<TokenId>& tokens) {
-  PrefixLookup out;
-  TS_RETURN_IF_ERROR(run_on_engine_thread([&] {
-    const int max = std::max(0, static_cast<int>(tokens.size()) - 1);
-    for (BlockId b : runner_.kv_cache().blocks().match_prefix(tokens, max))
-      out.blocks.push_back(static_cast<int32_t>(b));
-    out.cached_tokens = static_cast<int>(out.blocks.size()) * runner_.kv_cache().block_tokens();
-  }));
-  return out;
-}
-
-void Engine::release_blocks(const std::vector<int32_t>& blocks) {
-  if (blocks.empty()) return;
-  Status st = run_on_engine_thread([&] {
-    for (int32_t b : blocks) runner_.kv_cache().blocks().release(static_cast<BlockId>(b));
-    publish_stats();
-  });
-  (void)st;  // a stopped engine has nothing left to release into
-}
-
-Result<std::vector<int32_t>> Engine::reserve_blocks(int count) {
-  if (count < 0) return invalid_argument(fmt::format("cannot reserve {} blocks", count));
-  std::vector<int32_t> out;
-  Status st;
-  TS_RETURN_IF_ERROR(run_on_engine_thread([&] {
-    BlockManager& blocks = runner_.kv_cache().blocks();
-    for (int i = 0; i < count; ++i) {
-      auto id = blocks.allocate();
-      if (!id.ok()) {
-        for (int32_t b : out) blocks.release(static_cast<BlockId>(b));
-        out.clear();
-        st = id.status().with_context(fmt::format("reserving {} KV blocks", count));
-        return;
-      }
-      out.push_back(static_cast<int32_t>(*id));
-    }
-    publish_stats();  // a caller that reads stats() next sees the reservation
-  }));
-  if (!st.ok()) return st;
-  return out;
-}
-
 void Engine::publish_stats() {
   EngineStats s = counters_;
   s.waiting = scheduler_.waiting();
@@ -693,6 +595,7 @@ void Engine::publish_stats() {
   s.kv_blocks_total = runner_.kv_cache().num_blocks();
   s.kv_blocks_used = runner_.kv_cache().blocks().used();
   s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
+  s.kv_loading = scheduler_.loading();
   s.prefix = runner_.kv_cache().blocks().stats();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
@@ -701,6 +604,12 @@ void Engine::publish_stats() {
 void Engine::finish(Active& a, FinishReason reason, Status error) {
   if (a.finished) return;
   a.finished = true;
+  const bool done = reason == FinishReason::kStop || reason == FinishReason::kLength;
+  if (a.consulted && tell_connectors(a, done ? KvEnd::kFinished : KvEnd::kAborted)) {
+    // A connector still moves this request's KV: its blocks stay held until the connector lets go (poll()).
+    held_[a.id] = std::move(a.seq.kv.blocks);
+    a.seq.kv.blocks.clear();
+  }
   scheduler_.remove(&a.seq);
   if (a.text.size() > a.emitted) a.pending.text = a.text.substr(a.emitted);
   a.emitted = a.text.size();

@@ -8,6 +8,17 @@
 // model's context, cancellation or an error; its blocks then go back to the pool (full blocks stay in the prefix cache
 // until evicted).
 //
+// KV from outside the device cache comes and goes through KV connectors (engine/kv_connector.h), added before
+// start(): at admission each is asked, after the prefix cache, how much of the prompt it can supply; what it
+// supplies is loaded layer by layer during the step that needs it (or, for KV computed on another node, before
+// the request decodes its first token); connectors may save each layer of a step, keep blocks the cache evicts,
+// and hear every request's end. A load that fails or comes short is computed here instead.
+//
+// Public API changes (issue 30): the block APIs (lookup_prefix, reserve_blocks, release_blocks) and the PD fields
+// of GenerationRequest (on_kv_layer, export_from, imported, ImportedKv) are gone. The prefill/decode hand-off is
+// the pd-link connector (kv/pd_link), addressed through GenerationRequest::kv_transfer; a PD request enters the
+// engine once per phase (one submit on the prefill node, one on the decode node). Block ids are BlockId.
+//
 // Thread-safety: submit(), cancel(), stats() and stop() may be called from any thread. Callbacks run on the
 // engine thread and must not block.
 #pragma once
@@ -27,6 +38,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "engine/finish_reason.h"
+#include "engine/kv_connector.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -34,36 +46,6 @@
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
-
-using RequestId = uint64_t;
-
-// KV computed on another node (a prefill node) for positions [first, first + count) of the prompt, in the
-// canonical request layout [layer][k|v][position][kv_head][head_dim] of `dtype`, and the first generated token.
-struct ImportedKv {
-  int first = 0;
-  int count = 0;
-  DType dtype = DType::kF32;
-  std::vector<uint8_t> data;  // the bytes, owned here; or, when `view` is set, ignored:
-  // A view of memory kept alive by `view_owner` (a decode node's link staging range, given back when the
-  // ImportedKv goes, which the engine lets happen as soon as the import is done): the KV goes from the wire
-  // memory into the device cache in one copy, never through `data`.
-  std::span<const uint8_t> view;
-  std::shared_ptr<const void> view_owner;
-  std::span<const uint8_t> bytes() const { return view.data() != nullptr ? view : std::span<const uint8_t>(data); }
-  TokenId first_token = 0;
-  // n > 1: the first tokens of choices 1..n-1, drawn by the prefill node from the same logits (choice 0's is
-  // first_token); each choice continues from the one KV import (GenerationRequest::n).
-  std::vector<TokenId> choice_tokens;
-  std::vector<int32_t> cached_blocks;  // blocks holding positions [0, first), already retained (lookup_prefix)
-  // Fresh blocks for the positions from `first` on, allocated before the transfer (reserve_blocks); the
-  // engine allocates whatever is still missing at import time.
-  std::vector<int32_t> reserved_blocks;
-};
-
-struct PrefixLookup {
-  int cached_tokens = 0;
-  std::vector<int32_t> blocks;  // retained for the caller: hand them to ImportedKv or release_blocks()
-};
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;  // BOS included when the model wants one
@@ -93,14 +75,10 @@ struct GenerationRequest {
   // The last `grammar_replay` prompt tokens were generated earlier (a resumed stream): the grammar reads them
   // before the first new token.
   int grammar_replay = 0;
-  // Prefill node: called for every layer of every prompt chunk computed, right after the layer's K and V are
-  // in the cache (positions [first, first + count)); an error fails the request.
-  // Positions before export_from are not exported (the decode node has them cached); positions this engine
-  // found in its own prefix cache are exported with the first computed chunk.
-  std::function<Status(ModelRunner&, const SequenceKv&, int layer, int first, int count)> on_kv_layer;
-  int export_from = 0;
-  // Decode node: the prompt's KV was computed elsewhere; import it and continue from `first_token`.
-  std::shared_ptr<const ImportedKv> imported;
+  // Parameters for the engine's KV connectors (engine/kv_connector.h), addressed to one of them by name: the PD
+  // service asks the pd-link connector to load this prompt's KV from a prefill node, or to save it to a decode
+  // node. Choices 1..n-1 of a request do not carry them.
+  std::shared_ptr<const KvTransferParams> kv_transfer;
 };
 
 inline constexpr int kMaxChoices = 16;
@@ -115,7 +93,7 @@ struct RequestOutput {
   Status error;                               // when finish == kError
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;  // prompt tokens found in the prefix cache
+  int cached_tokens = 0;  // prompt tokens found in the prefix cache (device, or a connector's cache tier)
   // With prompt_logprobs, on a choice's first output: one entry per prompt position from 1 on.
   std::vector<TokenLogprobs> prompt_logprobs;
 };
@@ -150,9 +128,12 @@ struct EngineStats {
   PrefixCacheStats prefix;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
-  uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded)
+  uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded; KV a connector brought from a node
+                               // that computed it counts)
   uint64_t generated_tokens = 0;
-  uint64_t imports_requeued = 0;     // imported KV given up for lack of blocks; the prompt was recomputed here
+  int kv_loading = 0;                // requests waiting for a connector's asynchronous load
+  uint64_t kv_loaded_tokens = 0;     // positions connectors filled
+  uint64_t kv_load_shortfalls = 0;   // loads that brought fewer positions than promised: the rest computed here
   uint64_t grammar_tokens = 0;       // tokens sampled under a structured-output grammar
   double grammar_seconds = 0;        // engine-thread time computing their masks and advancing the grammars
   uint64_t jump_forward_tokens = 0;  // tokens a grammar forced, appended without a model step
@@ -182,12 +163,16 @@ class Engine {
 
   // Runs `task` on the engine thread (between steps) and waits for it. Unavailable when stopped.
   Status run_on_engine_thread(const std::function<void()>& task);
-  // Looks `tokens` up in the prefix cache (whole blocks, at most tokens.size() - 1 tokens) and retains the hits.
-  Result<PrefixLookup> lookup_prefix(const std::vector<TokenId>& tokens);
-  void release_blocks(const std::vector<int32_t>& blocks);
-  // Allocates `count` free KV blocks for the caller (a decode node reserving room for KV that another node
-  // is about to send); all or nothing: ResourceExhausted when the cache cannot hold them now.
-  Result<std::vector<int32_t>> reserve_blocks(int count);
+
+  // KV connectors (engine/kv_connector.h), consulted in the order added. The engine attaches each (its KvBlockIo,
+  // a wake function) and keeps a reference; added to a running engine, a connector joins between two steps.
+  // AlreadyExists for a second connector of the same name.
+  Status add_connector(std::shared_ptr<KvConnector> connector);
+  // Every connector's counters (thread-safe).
+  std::vector<KvConnectorStats> connector_stats() const;
+  // The cache's shape, as connectors see it.
+  const KvGeometry& kv_geometry() const;
+
   const model::ModelConfig& config() const { return runner_.config(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
@@ -202,10 +187,23 @@ class Engine {
   void finish(Active& a, FinishReason reason, Status error = ok_status());
   void publish_stats();                                              // copies the engine thread's counters into stats_
   void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
-  // Appends a token chosen by `on_token` or received from a prefill node and reports it.
+  // Appends a token chosen by `on_token` or brought by a connector and reports it.
   void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
-  // Installs imported KV; false when blocks are short (retried next loop).
-  bool import(Active& a);
+  // KV connectors (engine_kv.cc): the scheduler's ExternalKv, the loads' ends, the worker-side calls of a step.
+  class External;
+  class Io;
+  struct WakeState;
+  ExternalKv::Match match_external(Active& a);
+  void allocated_external(Active& a, int local);
+  void poll_connectors();
+  // Every async range of `a` has ended: it joins the running set with what arrived (and takes its first tokens
+  // when a connector brought them and everything arrived).
+  void complete_load(Active& a);
+  // Copies a's pending ranges into the cache now, every layer (outside a step). False: the load failed and `a`
+  // falls back to computing those positions.
+  bool load_now(Active& a);
+  // Connectors hear that `a` ended or was preempted; true when one keeps its blocks.
+  bool tell_connectors(Active& a, KvEnd end);
   // n > 1, once the prompt is computed (or imported): choices 1..n-1 of `a`, not yet admitted.
   std::vector<std::unique_ptr<Active>> make_choices(const Active& a);
   // Admits a choice made by make_choices with its first token; its KV is forked from `a`'s (engine/kv_fork.h).
@@ -226,6 +224,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;                          // GUARDED_BY(mu_)
+  bool kicked_ = false;                            // GUARDED_BY(mu_): a connector has news (its wake function)
   std::vector<std::unique_ptr<Active>> incoming_;  // GUARDED_BY(mu_)
   std::vector<RequestId> cancels_;                 // GUARDED_BY(mu_)
   std::vector<std::function<void()>> tasks_;       // GUARDED_BY(mu_)
@@ -233,9 +232,17 @@ class Engine {
   RequestId next_id_ = 1;                          // GUARDED_BY(mu_)
   uint64_t next_arrival_ = 0;                      // GUARDED_BY(mu_)
 
+  Status add_connector_now(std::shared_ptr<KvConnector> connector);  // before start(), or on the engine thread
+  // Written before start() or on the engine thread (which reads it unlocked); others read it under the lock.
+  mutable std::mutex connectors_mu_;
+  std::vector<std::shared_ptr<KvConnector>> connectors_;
+  std::unique_ptr<Io> io_;
+  std::unique_ptr<External> external_;
+  std::shared_ptr<WakeState> wake_;
+
   // Engine thread only.
   std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
-  std::vector<RequestId> importing_;  // imported requests waiting for KV blocks
+  std::unordered_map<RequestId, std::vector<BlockId>> held_;  // blocks a connector keeps after their request ended
   EngineStats counters_;
   std::vector<float> step_logits_;  // the step's logits, kept so that a step does not allocate them
   std::unique_ptr<grammar::Compiler> grammars_;

@@ -33,20 +33,30 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
     auto id = blocks_.allocate();
     if (!id.ok()) {
       while (seq.blocks.size() > had) {
-        blocks_.release(static_cast<BlockId>(seq.blocks.back()));
+        blocks_.release(seq.blocks.back());
         seq.blocks.pop_back();
       }
       return id.status();
     }
-    seq.blocks.push_back(static_cast<int32_t>(*id));
+    seq.blocks.push_back(*id);
   }
   return ok_status();
 }
 
 void KvCache::release(SequenceKv& seq) {
-  for (int32_t b : seq.blocks) blocks_.release(static_cast<BlockId>(b));
+  for (BlockId b : seq.blocks) blocks_.release(b);
   seq.blocks.clear();
   seq.length = 0;
+}
+
+void KvCache::set_eviction_handler(EvictionHandler handler) {
+  on_evict_ = std::move(handler);
+  blocks_.track_evictions(static_cast<bool>(on_evict_));
+}
+
+void KvCache::flush_evictions() {
+  std::vector<EvictedBlock> evicted = blocks_.take_evicted();
+  if (!evicted.empty() && on_evict_) on_evict_(evicted);
 }
 
 }  // namespace tessera::engine

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/dtype.h"
@@ -19,7 +21,7 @@ namespace tessera::engine {
 
 // The KV state of one sequence: how many positions are cached, in which blocks.
 struct SequenceKv {
-  std::vector<int32_t> blocks;  // block table (int32: it is uploaded as an i32 tensor)
+  std::vector<BlockId> blocks;  // block table (BlockId is an int32 enum: the runner uploads it as an i32 tensor)
   int32_t length = 0;           // positions whose K and V are in the cache
 };
 
@@ -48,11 +50,20 @@ class KvCache {
   // Drops seq's references to its blocks (shared or cached blocks live on) and empties it.
   void release(SequenceKv& seq);
 
+  // Cached blocks the BlockManager evicted (their old contents are still in device memory until something
+  // writes them) go to `handler` when flush_evictions() runs: the ModelRunner calls it before every write into
+  // the cache (a step, an import), so a KV connector can copy a block out before it is reused. Without a
+  // handler, evictions are not recorded.
+  using EvictionHandler = std::function<void(std::span<const EvictedBlock>)>;
+  void set_eviction_handler(EvictionHandler handler);
+  void flush_evictions();
+
  private:
   explicit KvCache(KvCacheOptions options)
       : options_(options), blocks_(options.num_blocks, options.block_tokens, options.prefix_cache) {}
   KvCacheOptions options_;
   BlockManager blocks_;
+  EvictionHandler on_evict_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   std::vector<ops::Tensor> k_, v_;
 };

@@ -1,99 +1,207 @@
-// KvConnector: everything a prefill/decode service needs of the engine, and nothing more (in the spirit of
-// vLLM's KVConnector). The service never sees the ModelRunner, a SequenceKv or a block id:
+// KvConnector: the plug-in through which KV moves between the engine's paged device cache and anything outside it:
+// another node (kv/pd_link: prefill -> decode over the link), host memory and local disk (kv/host), a cluster pool.
+// The engine holds an ordered list of connectors (Engine::add_connector) and calls them at fixed points of its
+// loop, in the spirit of vLLM's KVConnectorBase_V1. A connector never sees the ModelRunner, a SequenceKv or the
+// BlockManager: it gets typed block ids, the engine's KvBlockIo (device copies in and out of the cache) and a
+// function that wakes the engine loop. docs/kv.md is the long form of this contract.
 //
-//   decode side   hold_blocks(prompt)        the prompt's cached prefix (retained): a KvBlocks that gives its
-//                                            blocks back when it goes, unless handed to submit_imported()
-//                 reserve_rest(blocks, n)    fresh blocks for the rest, when the cache has room now
-//                 submit_imported(...)       the request continues from KV that arrived in the canonical layout
-//                                            (api/kv_layout.h), imported into the cache by the engine in one
-//                                            device copy per run of blocks per layer
-//   prefill side  submit_exporting(...)      the request's KV from `export_from` on is copied, layer by layer as
-//                                            each is computed, into caller memory in the canonical layout; the
-//                                            per-layer hook then runs (where the service starts that layer's
-//                                            link write)
+// Scheduler side (engine thread; decisions only, never blocking):
+//   match(request, supplied)   At admission, after the device prefix cache supplied some positions: how many
+//                              positions from `supplied` on this connector can fill, and whether that takes time
+//                              (async). Connectors are asked in order, each from where the previous one stopped.
+//                              Asked again for the same request when its blocks could not be allocated (the
+//                              request keeps waiting); only allocated() commits.
+//   allocated(request, blocks, first, count)
+//                              The request's block table now has room for positions [first, first + count), this
+//                              connector's to fill (count 0: it supplies nothing for this admission). An async
+//                              connector starts fetching now and reports the end through poll().
+//   poll()                     Asynchronous loads that ended (how many positions arrived intact; a connector whose
+//                              positions were computed elsewhere also brings the first sampled token of each
+//                              choice), and requests whose blocks it kept after they ended (finished()).
+//   finished(id, end)          The request ended (or was preempted), before its blocks are freed. At its end,
+//                              returning true keeps its blocks until poll() names it in `released` (a transfer
+//                              still reading or writing them); on preemption the blocks go at once.
+//   evicted(blocks)            Cached device blocks about to be overwritten; their contents are still intact.
+// Worker side (engine thread, around each model step; the step runs eagerly while any of this has work):
+//   start_load(ids)            The requests of this step whose positions this connector fills now.
+//   wait_layer_load(layer)     Before the layer runs: that layer's KV of those requests is in the cache on return.
+//   start_save(chunks)         What the step computes; true when the connector saves layers of it.
+//   save_layer(layer)          Right after the layer's K and V are in the cache.
+//   wait_save()                After the step's last layer.
+// A request that the engine fails to load (a connector reports fewer positions than it promised, or a load
+// fails) is not lost: the positions that did not arrive are computed here.
 //
-// Thread-safety: every method may be called from any thread (they go through Engine's thread-safe API); the
-// per-layer hook runs on the engine thread and must not block.
+// Per-request state that travels: the K and V rows of positions, and (hybrid models, issue 28) the request's
+// recurrent state (KvGeometry::state_bytes; 0 for today's attention-only models), read and written through
+// KvBlockIo::read_state / write_state. The canonical wire layout (api/kv_layout.h, version 2) names both sections.
+//
+// Thread-safety: every method but stats() is called on the engine thread only; stats() from any thread. A
+// connector's own threads talk to the engine only through the wake function and poll().
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
-#include "api/kv_layout.h"
+#include "base/dtype.h"
 #include "base/status.h"
-#include "engine/engine.h"
+#include "engine/block_manager.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 
-class KvConnector;
+using RequestId = uint64_t;
+using model::TokenId;
 
-// KV blocks held for one request between hold_blocks() and submit_imported(). Move-only; released on
-// destruction unless consumed.
-class KvBlocks {
+// Parameters a caller addresses to one connector for one request (vLLM's kv_transfer_params): the PD service
+// attaches what the pd-link connector needs. A connector reads only params addressed to its own name.
+class KvTransferParams {
  public:
-  KvBlocks() = default;
-  KvBlocks(KvBlocks&& o) noexcept;
-  KvBlocks& operator=(KvBlocks&& o) noexcept;
-  KvBlocks(const KvBlocks&) = delete;
-  KvBlocks& operator=(const KvBlocks&) = delete;
-  ~KvBlocks();
-
-  // Prompt positions already in this node's cache (whole blocks); the transfer starts there.
-  int cached_tokens() const { return cached_tokens_; }
-  // False when the cache had no room for the rest now: the blocks are then allocated at import.
-  bool reserved() const { return reserved_ok_; }
-  void release();
-
- private:
-  friend class KvConnector;
-  Engine* engine_ = nullptr;
-  int cached_tokens_ = 0;
-  bool reserved_ok_ = false;
-  std::vector<int32_t> cached_, reserved_;
+  virtual ~KvTransferParams() = default;
+  virtual std::string_view connector() const = 0;
 };
 
-// The KV of positions [blocks.cached_tokens(), prompt end) in the canonical layout, as received.
-struct ReceivedKv {
-  std::span<const uint8_t> bytes;
-  std::shared_ptr<const void> owner;  // keeps `bytes` alive; dropped as soon as the import is done
-  DType dtype = DType::kF32;
-  TokenId first_token = 0;             // sampled by the prefill node
-  std::vector<TokenId> choice_tokens;  // n > 1: the first tokens of choices 1..n-1 (ImportedKv::choice_tokens)
+// The shape of the engine's KV cache, as connectors need it.
+struct KvGeometry {
+  int n_layers = 0;
+  int kv_dim = 0;  // n_kv_heads * head_dim
+  int block_tokens = 0;
+  DType dtype = DType::kF32;  // the cache's element type
+  // Bytes of a request's recurrent state (hybrid models' linear-attention layers): 0 for attention-only models.
+  size_t state_bytes = 0;
+
+  // One position of K (or V) of one layer, in the cache's type.
+  size_t row_bytes() const { return dtype_bytes(dtype, static_cast<size_t>(kv_dim)); }
+  // The K and V of one block, every layer.
+  size_t block_bytes() const {
+    return 2 * static_cast<size_t>(n_layers) * static_cast<size_t>(block_tokens) * row_bytes();
+  }
+};
+
+// A request as the scheduler side sees it (valid during the call).
+struct KvRequestView {
+  RequestId id = 0;
+  std::span<const TokenId> tokens;  // prompt, then any tokens generated before a preemption
+  int prompt_len = 0;
+  std::span<const BlockHash> block_hashes;  // chain hashes of the whole blocks of `tokens` (BlockManager::chain_hash)
+  int choices = 1;                          // GenerationRequest::n
+  std::shared_ptr<const KvTransferParams> params;  // GenerationRequest::kv_transfer, whoever it is addressed to
+
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  // The params when they are addressed to `connector` (and of type T), else null.
+  template <class T>
+  std::shared_ptr<const T> params_for(std::string_view connector) const {
+    return params != nullptr && params->connector() == connector ? std::dynamic_pointer_cast<const T>(params) : nullptr;
+  }
+};
+
+struct KvMatch {
+  int tokens = 0;      // positions [supplied, supplied + tokens) this connector can fill
+  bool async = false;  // filling them takes time: the request waits, holding its blocks, until poll() reports it
+  // The positions are a cache hit (they count as the request's cached tokens and in the prefix-cache hit rate);
+  // false for KV computed for this request elsewhere (a prefill node's).
+  bool cached = true;
+  // The connector brings the KV up to the end of `tokens` and the first sampled token of every choice (the
+  // prompt was computed elsewhere): only with async, only for a request that has generated nothing yet. Any
+  // other match leaves at least one position for the engine to compute (it needs that position's logits).
+  bool first_tokens = false;
+};
+
+struct KvLoadDone {
+  RequestId id = 0;
+  // Of the positions promised, how many (from the first) arrived intact; the rest are computed here.
+  int tokens = 0;
+  std::vector<TokenId> first_tokens;  // KvMatch::first_tokens: one per choice when every position arrived
+};
+
+struct KvPoll {
+  std::vector<KvLoadDone> loads;
+  std::vector<RequestId> released;  // requests whose blocks finished() kept are free to go now
+};
+
+enum class KvEnd {
+  kFinished,   // completed (stop, length)
+  kAborted,    // cancelled, or failed
+  kPreempted,  // its blocks go back to the pool now; it will be admitted (and matched) again later
+};
+
+// One sequence's work in a step (worker side).
+struct KvStepChunk {
+  RequestId id = 0;
+  std::span<const BlockId> blocks;  // its block table; room for positions [0, to)
+  int from = 0;                     // positions [from, to) are computed by this step
+  int to = 0;
+  int prompt_len = 0;
+};
+
+// The engine's device access, for connectors (engine thread only).
+class KvBlockIo {
+ public:
+  virtual ~KvBlockIo() = default;
+  virtual const KvGeometry& geometry() const = 0;
+  // Whole blocks of one layer, in the cache's own type: K and V as [block][position][kv_dim] each. Exact bytes.
+  virtual Status read_blocks(int layer, std::span<const BlockId> blocks, void* k, void* v) = 0;
+  virtual Status write_blocks(int layer, std::span<const BlockId> blocks, const void* k, const void* v) = 0;
+  // Positions [first, first + count) of a block table as rows [count][kv_dim] of `dtype` (the wire's), converted
+  // from (to) the cache's type.
+  virtual Status read_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, void* k,
+                           void* v) = 0;
+  virtual Status write_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, const void* k,
+                            const void* v) = 0;
+  // A request's recurrent state, geometry().state_bytes bytes (none for attention-only models: an empty span).
+  virtual Status read_state(RequestId id, std::span<std::byte> out) = 0;
+  virtual Status write_state(RequestId id, std::span<const std::byte> in) = 0;
+};
+
+// What one tier of a connector did, cumulative since start (counters) or now (held).
+struct KvTierStats {
+  std::string tier;           // "host", "disk", "remote", ...
+  bool prefix_cache = false;  // its hits are prefix-cache hits (the node's hit rate counts them)
+  uint64_t hit_tokens = 0;    // positions it supplied to requests
+  uint64_t load_bytes = 0;    // bytes moved from it towards the device cache
+  uint64_t save_bytes = 0;    // bytes moved into it
+  double load_seconds = 0;
+  double save_seconds = 0;
+  uint64_t blocks = 0;          // held now
+  uint64_t bytes = 0;           // held now
+  uint64_t capacity_bytes = 0;  // 0: unbounded or not applicable
+  uint64_t evicted_blocks = 0;  // dropped from this tier (moved down, or out)
+  uint64_t failed_blocks = 0;   // found corrupt or unreadable on load: recomputed, never used
+};
+
+struct KvConnectorStats {
+  std::string connector;
+  std::vector<KvTierStats> tiers;
 };
 
 class KvConnector {
  public:
-  explicit KvConnector(Engine& engine) : engine_(engine) {}
+  virtual ~KvConnector() = default;
+  virtual std::string_view name() const = 0;
+  // Once, before the engine starts: its device access (valid while the engine lives) and a function that wakes
+  // the engine loop (callable from any thread, at any time, also after the engine is gone).
+  virtual Status attach(KvBlockIo& io, std::function<void()> wake) = 0;
 
-  const model::ModelConfig& config() const { return engine_.config(); }
-  // The canonical layout of `positions` positions of this model in `dtype`.
-  api::KvLayout layout(int positions, DType dtype = DType::kF32) const;
+  // Scheduler side.
+  virtual KvMatch match(const KvRequestView& request, int supplied) = 0;
+  virtual void allocated(const KvRequestView& request, std::span<const BlockId> blocks, int first, int count) {}
+  virtual KvPoll poll() { return {}; }
+  virtual bool finished(RequestId id, KvEnd end) { return false; }
+  virtual void evicted(std::span<const EvictedBlock> blocks) {}
 
-  // Decode side.
-  Result<KvBlocks> hold_blocks(const std::vector<TokenId>& prompt);
-  // Reserves blocks for positions [blocks.cached_tokens(), prompt_tokens) before the KV is asked for, so the
-  // import never waits for room; false (nothing reserved) when the cache is full now.
-  bool reserve_rest(KvBlocks& blocks, int prompt_tokens);
-  Result<RequestId> submit_imported(GenerationRequest request, KvBlocks blocks, ReceivedKv kv, OutputCallback callback);
+  // Worker side.
+  virtual Status start_load(std::span<const RequestId> ids) { return ok_status(); }
+  virtual Status wait_layer_load(int layer) { return ok_status(); }
+  virtual bool start_save(std::span<const KvStepChunk> chunks) { return false; }
+  virtual Status save_layer(int layer) { return ok_status(); }
+  virtual Status wait_save() { return ok_status(); }
 
-  // Prefill side. `staging` holds layout(n - export_from, dtype).bytes(); `on_layer(layer, first, count)` runs
-  // after positions [first, first + count) of `layer` are in it (an error fails the request).
-  using LayerSaved = std::function<Status(int layer, int first, int count)>;
-  Result<RequestId> submit_exporting(GenerationRequest request, int export_from, DType dtype,
-                                     std::span<uint8_t> staging, LayerSaved on_layer, OutputCallback callback);
-
-  // Either side: a request computed here.
-  // Structured-output grammars for the engine's vocabulary (a prefill node samples the first token under one).
-  grammar::Compiler& grammars() { return engine_.grammars(); }
-  Result<RequestId> submit(GenerationRequest request, OutputCallback callback) {
-    return engine_.submit(std::move(request), std::move(callback));
-  }
-
- private:
-  Engine& engine_;
+  virtual KvConnectorStats stats() const = 0;
 };
 
 }  // namespace tessera::engine

@@ -17,11 +17,11 @@ Status fork_kv(ModelRunner& runner, const SequenceKv& from, SequenceKv& to) {
     return internal_error(fmt::format("fork_kv: {} positions in {} blocks, fork target holds {} blocks", from.length,
                                       from.blocks.size(), to.blocks.size()));
   for (int i = 0; i < full; ++i) {
-    blocks.retain(static_cast<BlockId>(from.blocks[static_cast<size_t>(i)]));
+    blocks.retain(from.blocks[static_cast<size_t>(i)]);
     to.blocks.push_back(from.blocks[static_cast<size_t>(i)]);
   }
   auto undo = [&](Status st) {
-    for (int32_t b : to.blocks) blocks.release(static_cast<BlockId>(b));
+    for (BlockId b : to.blocks) blocks.release(b);
     to.blocks.clear();
     to.length = 0;
     return st;
@@ -29,7 +29,7 @@ Status fork_kv(ModelRunner& runner, const SequenceKv& from, SequenceKv& to) {
   if (tail > 0) {
     auto copy = blocks.allocate();
     if (!copy.ok()) return undo(copy.status());
-    to.blocks.push_back(static_cast<int32_t>(*copy));
+    to.blocks.push_back(*copy);
     const int first = full * bt;
     for (int l = 0; l < runner.config().n_layers; ++l) {
       const DType dtype = cache.k(l).dtype;

@@ -404,7 +404,8 @@ Status ModelRunner::run(const ops::Op& op) {
   return stream_->run(op);
 }
 
-Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer) {
+Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
+                            const LayerHook& before_layer) {
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -417,6 +418,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, layers_[0].attn_norm, xb, c.norm_eps}));
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& lw = layers_[static_cast<size_t>(l)];
+    if (before_layer) TS_RETURN_IF_ERROR(before_layer(l));
     TS_RETURN_IF_ERROR(tap("attn_norm", l, xb));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
@@ -475,11 +477,13 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   return ok_status();
 }
 
-Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer) {
+Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer,
+                         const LayerHook& before_layer) {
   if (segments.empty()) return invalid_argument("a step needs at least one segment");
   // Graph mode: a step made only of next tokens that each want logits (and no layer hook) is a decode step,
   // replayed from its bucket's recording; prefill chunks and mixed steps run eagerly.
-  if (options_.graph && !after_layer && std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
+  if (options_.graph && !after_layer && !before_layer &&
+      std::all_of(segments.begin(), segments.end(), [](const Segment& seg) {
         return seg.seq != nullptr && seg.tokens.size() == 1 && seg.want_logits && !seg.all_logits;
       })) {
     std::vector<SequenceKv*> seqs;
@@ -514,6 +518,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   for (const Segment& seg : segments) {
     TS_RETURN_IF_ERROR(kv_->reserve(*seg.seq, seg.seq->length + static_cast<int32_t>(seg.tokens.size())));
   }
+  kv_->flush_evictions();  // blocks this step overwrites may hold cached KV a connector keeps
 
   // Decode segments first so their rows are contiguous for one batched attention call.
   // The host-side arrays of a step are members, reused: a serving step allocates nothing here.
@@ -541,12 +546,13 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
     const SequenceKv& s = *p.segment->seq;
     p.row0 = row;
     p.table = static_cast<int64_t>(i);
-    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    std::transform(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks),
+                   [](BlockId b) { return static_cast<int32_t>(b); });
     for (size_t t = 0; t < p.segment->tokens.size(); ++t) {
       const int32_t pos = p.start + static_cast<int32_t>(t);
       ids.push_back(p.segment->tokens[t]);
       positions.push_back(pos);
-      slots.push_back(s.blocks[static_cast<size_t>(pos / bt)] * bt + pos % bt);
+      slots.push_back(static_cast<int32_t>(s.blocks[static_cast<size_t>(pos / bt)]) * bt + pos % bt);
     }
     if (static_cast<int64_t>(i) < decodes) lens.push_back(p.start + 1);
     row += static_cast<int64_t>(p.segment->tokens.size());
@@ -556,7 +562,7 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
-  TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer));
+  TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer, before_layer));
 
   // Logit rows come out decode-first; hand them back in segment order.
   int64_t wanted = decodes;
@@ -641,10 +647,11 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
   // The positions as runs of rows that are contiguous in the cache (within a block, and across blocks whose ids
   // follow each other): one device copy per run for K and one for V, never one per position. Offsets are
   // relative to the layer's K (V) tensor; the host side is the rows in position order.
+  if (!out) kv_->flush_evictions();  // the rows written may land in blocks whose cached KV a connector keeps
   std::vector<ops::CopyRun> runs;
   for (int i = 0; i < count;) {
     const int pos = first + i;
-    const int32_t block = seq.blocks[static_cast<size_t>(pos / bt)];
+    const auto block = static_cast<int32_t>(seq.blocks[static_cast<size_t>(pos / bt)]);
     if (block < 0 || block >= kv_->num_blocks()) {
       return out_of_range(fmt::format("{}: block {} is not a block of this cache ({} blocks)",
                                       out ? "export_kv" : "import_kv", block, kv_->num_blocks()));
@@ -740,6 +747,7 @@ Status ModelRunner::decode(std::span<SequenceKv* const> seqs, std::span<const To
       Status st = kv_->reserve(*seqs[i], seqs[i]->length + 1);
       if (!st.ok()) return st;  // sequences reserved so far keep their (unused) block: harmless, reused next step
     }
+    kv_->flush_evictions();
     return decode_graph(seqs, tokens, logits);
   }
   std::vector<Segment> segments;
@@ -764,9 +772,11 @@ Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<co
     const SequenceKv& s = *seqs[i];
     ids[i] = tokens[i];
     positions[i] = s.length;
-    slots[i] = s.blocks[static_cast<size_t>(s.length / bt)] * bt + s.length % bt;
+    slots[i] = static_cast<int32_t>(s.blocks[static_cast<size_t>(s.length / bt)]) * bt + s.length % bt;
     lens[i] = s.length + 1;
-    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks_per_seq_);
+    std::transform(s.blocks.begin(), s.blocks.end(),
+                   tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks_per_seq_,
+                   [](BlockId b) { return static_cast<int32_t>(b); });
   }
   TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, bucket), ids.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, bucket), positions.data()));

@@ -109,12 +109,18 @@ class ModelRunner {
   // with want_logits, in segment order. On error no sequence's length changes (blocks reserved for the
   // step stay with their sequences and are reused by the next one).
   // `after_layer`, when given, runs once per layer right after that layer's K and V are in the cache (the
-  // stream is synchronised first), which is how prefill nodes stream KV out while later layers compute.
+  // stream is synchronised first), which is how KV is saved (a prefill node streams it out) while later layers
+  // compute. `before_layer`, when given, runs at the start of each layer, before anything of it is computed:
+  // where KV loaded from outside (engine/kv_connector.h) must reach the cache before the layer's attention
+  // reads it. Either hook makes the step run eagerly (never a graph replay).
   using LayerHook = std::function<Status(int layer)>;
-  Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr);
+  Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr,
+              const LayerHook& before_layer = nullptr);
 
   // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
-  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type.
+  // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type. Writes into the
+  // cache (import_kv, step, decode) first hand the cache's pending evictions to its handler
+  // (KvCache::flush_evictions).
   Status export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out, void* v_out);
   // The reverse: writes those rows into seq's blocks (which must be reserved), converting to the cache's type.
   Status import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
@@ -189,7 +195,8 @@ class ModelRunner {
   };
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
-  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer);
+  Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
+                 const LayerHook& before_layer = nullptr);
   // After forward(): the logits of every row of the segments that ask for them (Segment::all_logits).
   Status all_row_logits(std::span<const Placed> placed);
   Status run(const ops::Op& op);

@@ -26,12 +26,23 @@ void Scheduler::release_blocks(Sequence* seq) {
   kv_.release(seq->kv);
   seq->block_hashes.clear();
   seq->prefix_checked = false;
+  seq->external_tokens = 0;
+  seq->external_async = false;
 }
 
 void Scheduler::remove(Sequence* seq) {
   std::erase(running_, seq);
   std::erase(waiting_, seq);
+  std::erase(loading_, seq);
   release_blocks(seq);
+}
+
+void Scheduler::finish_loading(Sequence* seq, int valid) {
+  std::erase(loading_, seq);
+  seq->kv.length = valid;
+  seq->external_tokens = 0;
+  seq->external_async = false;
+  running_.push_back(seq);
 }
 
 int Scheduler::blocks_needed(const Sequence& seq, int length) const {
@@ -103,18 +114,36 @@ Schedule Scheduler::schedule() {
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
       std::vector<BlockId> hit = kv_.blocks().match_prefix(seq->tokens, seq->compute_prompt ? 0 : total - 1);
-      for (BlockId b : hit) seq->kv.blocks.push_back(static_cast<int32_t>(b));
+      seq->kv.blocks.insert(seq->kv.blocks.end(), hit.begin(), hit.end());
       seq->kv.length = static_cast<int32_t>(hit.size()) * kv_.block_tokens();
+      seq->external_tokens = 0;
+      seq->external_async = false;
+      if (external_ != nullptr && !seq->compute_prompt) {
+        const ExternalKv::Match m = external_->match(*seq);
+        // Only a load that ends later (and brings the first tokens, engine/kv_connector.h) may reach the end.
+        seq->external_tokens = std::clamp(m.tokens, 0, total - seq->kv.length - (m.async ? 0 : 1));
+        seq->external_async = m.async && seq->external_tokens > 0;
+      }
       seq->prefix_checked = true;
     }
-    const int take = std::min(seq->remaining(), budget);
-    if (blocks_needed(*seq, seq->kv.length + take) > kv_.blocks().available() ||
-        !kv_.reserve(seq->kv, seq->kv.length + take).ok()) {
+    const int local = seq->kv.length;
+    const int supplied = local + seq->external_tokens;
+    // Loading from outside computes nothing this step: blocks for the supplied positions only, and no budget.
+    const int take = seq->external_async ? 0 : std::min(total - supplied, budget);
+    if (blocks_needed(*seq, supplied + take) > kv_.blocks().available() ||
+        !kv_.reserve(seq->kv, supplied + take).ok()) {
       release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
       break;                // wait for blocks; never skip ahead of the oldest request
     }
     waiting_.pop_front();
+    if (seq->external_async) {
+      loading_.push_back(seq);
+      external_->allocated(*seq, local);
+      continue;
+    }
+    seq->kv.length = supplied;  // the supplied positions are loaded during this step, before each layer runs
     running_.push_back(seq);
+    if (external_ != nullptr && !seq->compute_prompt) external_->allocated(*seq, local);
     out.chunks.push_back({seq, take});
     budget -= take;
   }
@@ -131,7 +160,7 @@ void Scheduler::commit(const Schedule& schedule) {
       BlockHash parent = i == 0 ? 0 : s.block_hashes[i - 1];
       BlockHash h = BlockManager::chain_hash(
           parent, std::span(s.tokens).subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt)));
-      kv_.blocks().register_full_block(static_cast<BlockId>(s.kv.blocks[i]), h);
+      kv_.blocks().register_full_block(s.kv.blocks[i], h);
       s.block_hashes.push_back(h);
     }
   }

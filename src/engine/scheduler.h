@@ -7,6 +7,11 @@
 // block and none is free, the newest running sequence is preempted: its blocks are released and it returns
 // to the front of the waiting queue to be recomputed later.
 //
+// KV from outside the device cache (engine/kv_connector.h) enters at admission through ExternalKv: after the
+// prefix cache, the positions it can supply are allocated with the rest. Supplied positions that take time to
+// arrive (async) park the sequence in a loading list, holding its blocks, until finish_loading(); it then joins
+// the running set directly (like a sequence that was running: max_running limits admissions, not loads ending).
+//
 // Values in, values out: the scheduler owns the queues and allocates blocks from the BlockManager, but
 // never touches a device or a clock. Engine thread only.
 #pragma once
@@ -43,16 +48,37 @@ struct Schedule {
   bool empty() const { return chunks.empty(); }
 };
 
+// What the scheduler asks beyond the prefix cache (the engine, for its KV connectors).
+class ExternalKv {
+ public:
+  virtual ~ExternalKv() = default;
+  struct Match {
+    int tokens = 0;      // positions from seq.kv.length on that can be supplied from outside
+    bool async = false;  // they take time: the sequence waits in the loading list until finish_loading()
+  };
+  // At admission, after the prefix cache supplied seq.kv.length positions. Asked again when the blocks could
+  // not be allocated this time.
+  virtual Match match(Sequence& seq) = 0;
+  // The blocks for the matched positions (and, unless async, this step's chunk) are in seq.kv.blocks;
+  // `local`: the positions the prefix cache supplied.
+  virtual void allocated(Sequence& seq, int local) = 0;
+};
+
 class Scheduler {
  public:
   Scheduler(KvCache& kv, SchedulerOptions options);
+
+  void set_external(ExternalKv* external) { external_ = external; }
+  // An async load of a sequence in the loading list ended: it now holds `valid` positions and joins the running
+  // set (what it still lacks is computed by later steps).
+  void finish_loading(Sequence* seq, int valid);
 
   // ResourceExhausted when the waiting queue is full.
   Status add(Sequence* seq);
   // A sequence whose KV is already in its reserved blocks (imported from a prefill node) joins the running
   // set directly.
   void add_running(Sequence* seq);
-  // Removes a sequence from whichever queue holds it and releases its blocks.
+  // Removes a sequence from whichever queue (or the loading list) holds it and releases its blocks.
   void remove(Sequence* seq);
 
   Schedule schedule();
@@ -61,6 +87,7 @@ class Scheduler {
 
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int running() const { return static_cast<int>(running_.size()); }
+  int loading() const { return static_cast<int>(loading_.size()); }
   const SchedulerOptions& options() const { return options_; }
 
  private:
@@ -73,8 +100,10 @@ class Scheduler {
 
   KvCache& kv_;
   SchedulerOptions options_;
+  ExternalKv* external_ = nullptr;
   std::deque<Sequence*> waiting_;   // arrival order
   std::vector<Sequence*> running_;  // arrival order
+  std::vector<Sequence*> loading_;  // admitted, waiting for KV from outside (ExternalKv async)
 };
 
 }  // namespace tessera::engine

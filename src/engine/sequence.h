@@ -24,6 +24,8 @@ struct Sequence {
   SequenceKv kv;
   std::vector<BlockHash> block_hashes;  // chain hashes of the leading full blocks already registered
   bool prefix_checked = false;          // the prefix cache was consulted since the last (re)admission
+  int external_tokens = 0;              // of that admission: positions supplied from outside (ExternalKv)
+  bool external_async = false;          //   and whether they take time
   bool compute_prompt = false;          // every prompt position is computed, none taken from the prefix cache
                                         // (prompt_logprobs needs their logits)
   int preemptions = 0;

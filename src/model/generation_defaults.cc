@@ -16,9 +16,9 @@ using json = nlohmann::json;
 
 // The spellings llama.cpp's vocabulary loader adds to its end-of-generation set (llama-vocab.cpp), for the
 // families Tessera runs and a few more that share their vocabularies.
-constexpr std::array<std::string_view, 11> kEndOfGenerationText = {
+constexpr std::array<std::string_view, 12> kEndOfGenerationText = {
     "<|eot_id|>",      "<|im_end|>", "<|end|>",    "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<|end_of_text|>", "<EOT>",      "<|return|>", "<|call|>",      "<eos>"};
+    "<|end_of_text|>", "<EOT>",      "<|return|>", "<|call|>",      "<eos>",         "<turn|>"};  // last: Gemma 4
 
 Status wrong_type(const char* key, const char* want) {
   return invalid_argument(fmt::format("generation_config.json: '{}' must be {}", key, want));
@@ -85,7 +85,11 @@ std::vector<TokenId> vocab_end_of_generation(const Tokenizer& tok) {
   TokenId end = -1;
   bool has_return = false, has_call = false;
   for (TokenId id = 0; id < tok.vocab_size(); ++id) {
-    if (!tok.is_special(id)) continue;
+    if (!tok.is_special(id)) {
+      // Gemma 4's <|tool_response> ends generation in llama.cpp but is a visible (user-defined) token.
+      if (tok.decode_piece(-1, id) == "<|tool_response>") ids.push_back(id);
+      continue;
+    }
     const std::string text = tok.special_text(id);
     if (std::find(kEndOfGenerationText.begin(), kEndOfGenerationText.end(), text) == kEndOfGenerationText.end())
       continue;

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -142,6 +143,13 @@ class Device {
   }
 };
 
+// One device as `tessera inspect --devices` lists it: a heading and "key: value" lines (vulkaninfo-style on
+// vulkan: type, API version, memory heaps, subgroups, limits).
+struct DeviceDescription {
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> properties;
+};
+
 // Settings a caller may pass when opening a device; a backend ignores those that do not apply to it.
 struct DeviceOptions {
   int threads = 0;        // host threads for operators (cpu; opencl on a CPU device): 0 = backend default
@@ -158,6 +166,9 @@ class Backend {
   virtual Result<std::unique_ptr<Device>> open_device_with(int index, const DeviceOptions& options) {
     return open_device(index);
   }
+  // Every device of this backend as `tessera inspect --devices` shows it. The default opens each device and
+  // reports its DeviceInfo; a backend that can say more without opening (vulkan) overrides it.
+  virtual Result<std::vector<DeviceDescription>> describe_devices();
 };
 
 }  // namespace tessera::ops

@@ -9,6 +9,9 @@
 #if defined(TESSERA_HAVE_OPENCL)
 #include "ops/opencl/opencl_backend.h"
 #endif
+#if defined(TESSERA_HAVE_VULKAN)
+#include "ops/vulkan/vulkan_backend.h"
+#endif
 #if defined(TESSERA_HAVE_CUDA)
 #include "ops/cuda/cuda_backend.h"
 #endif
@@ -28,6 +31,11 @@ void register_builtin_backends() {
 #if defined(TESSERA_HAVE_OPENCL)
     (void)r.add({"opencl", "OpenCL C kernels compiled by the platform's compiler (PoCL on CPUs), binary cache on disk",
                  [] { return opencl::create_backend(); }});
+#endif
+#if defined(TESSERA_HAVE_VULKAN)
+    (void)r.add({"vulkan",
+                 "GLSL compute shaders compiled to SPIR-V at build time; any Vulkan device (lavapipe on CPUs)",
+                 [] { return vulkan::create_backend(); }});
 #endif
 #if defined(TESSERA_HAVE_CUDA)
     (void)r.add({"cuda", "CUDA kernels for NVIDIA GPUs (sm_90 + PTX)", [] { return cuda::create_backend(); }});

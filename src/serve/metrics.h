@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -20,8 +21,10 @@ class Metrics {
   void inter_token(double seconds, int tokens);  // `tokens` arrived `seconds` after the previous ones
   void request_latency(double seconds);
 
-  // The whole exposition, with gauges taken from `stats`.
-  std::string render(const engine::EngineStats& stats);
+  // The whole exposition, with gauges taken from `stats` and the KV connectors' tiers from `connectors`
+  // (Engine::connector_stats()): per connector and tier, the hits (tokens), bytes moved and time spent each way,
+  // what the tier holds, evictions and refused blocks; the prefix-cache hit rate counts every cache tier.
+  std::string render(const engine::EngineStats& stats, const std::vector<engine::KvConnectorStats>& connectors = {});
 
  private:
   struct Impl;

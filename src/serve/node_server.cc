@@ -740,11 +740,12 @@ struct NodeServer::Impl {
     }
     engine::Engine* eng = &engine;
     if (options.pd != nullptr && options.pd->role() == "decode") {
-      // The engine takes the request only after the remote prefill: its queue is checked now, before the 200.
+      // Its queue is checked before the 200 (the PD service submits each prompt as the answer starts).
       if (Status admit = engine.admission(); !admit.ok())
         return reply_error(w, endpoint, tag.get(), api::error_for(admit));
       start_answer();
-      // The PD path decides where each prompt is prefilled and hands it to the engine later.
+      // The PD service attaches what the pd-link connector needs and submits: whether each prompt is prefilled on
+      // a prefill node is decided at its admission in the engine (serve/pd.h).
       struct Handle {
         std::mutex mu;
         std::optional<engine::RequestId> id;
@@ -886,7 +887,7 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     const engine::EngineStats stats = d->engine.stats();
-    std::string text = d->metrics.render(stats);
+    std::string text = d->metrics.render(stats, d->engine.connector_stats());
     text += fmt::format(
         "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
         "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
@@ -931,11 +932,6 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
           p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
           p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
           p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
-      text += fmt::format(
-          "# HELP tessera_pd_imports_requeued_total Imported prompts with no KV room and nothing running to free "
-          "any, queued and recomputed here instead of failing\n"
-          "# TYPE tessera_pd_imports_requeued_total counter\ntessera_pd_imports_requeued_total {}\n",
-          d->engine.stats().imports_requeued);
       text += fmt::format(
           "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
           "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",

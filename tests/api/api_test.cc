@@ -75,6 +75,22 @@ TEST(KvLayout, OffsetsMatchTheCanonicalOrder) {
   EXPECT_EQ((KvLayout{2, 8, DType::kF16, 16}.bytes()), 2u * 2 * 16 * 8 * 2);  // f16: 2 bytes a value
 }
 
+TEST(KvLayout, TheStateSectionFollowsTheKvSectionAndVersionOneIsTheEmptyState) {
+  // Version 2: a hybrid model's recurrent state (24 bytes here) right after the kv section.
+  const KvLayout with_state{3, 4, DType::kF32, 5, 24};
+  EXPECT_EQ(kKvLayoutVersion, 2);
+  EXPECT_EQ(with_state.kv_bytes(), 3u * 2 * 5 * 4 * 4);
+  EXPECT_EQ(with_state.state_offset(), with_state.kv_bytes());
+  EXPECT_EQ(with_state.state_bytes(), 24u);
+  EXPECT_EQ(with_state.bytes(), with_state.kv_bytes() + 24);
+  EXPECT_EQ(with_state.v_offset(2, 4) + with_state.row_bytes(), with_state.state_offset())
+      << "the last V row ends there";
+  // Without state every offset and size is version 1's, byte for byte.
+  const KvLayout attention_only{3, 4, DType::kF32, 5};
+  EXPECT_EQ(attention_only.bytes(), attention_only.kv_bytes());
+  EXPECT_EQ(attention_only.k_offset(1, 2), with_state.k_offset(1, 2));
+}
+
 TEST(Roles, NamesRoundTripAndUnknownIsAClearError) {
   for (NodeRole r : {NodeRole::kBoth, NodeRole::kPrefill, NodeRole::kDecode}) EXPECT_EQ(*parse_role(role_name(r)), r);
   auto bad = parse_role("oracle");

@@ -371,9 +371,8 @@ TEST_F(FaultGaps, APdDecodeNodeUnderKvPressureQueuesInsteadOfRefusing) {
     EXPECT_EQ(got[i].text, complete(colocated.url, i).text) << i;
   }
   const double remote = scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}");
-  std::printf("remote %.0f, fallback %.0f, imports requeued %.0f, deferred reservations %.0f\n", remote,
+  std::printf("remote %.0f, fallback %.0f, waited for blocks %.0f\n", remote,
               scrape_metric(decode.url, "tessera_pd_requests_total{path=\"fallback\"}"),
-              scrape_metric(decode.url, "tessera_pd_imports_requeued_total"),
               scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"));
   EXPECT_GE(remote, 1.0) << "the prompts were to be prefilled remotely";
 }

@@ -1,5 +1,5 @@
 // `tessera serve --graph on`: decode steps replayed from recorded graphs serve the same greedy text as
-// single-node eager generation, on every backend that records (cpu, and opencl where a device exists),
+// single-node eager generation, on every backend that records (cpu, and opencl and vulkan where a device exists),
 // with concurrent requests so that batches of several sequences (padded buckets) replay too; and a backend
 // that cannot record is refused at startup with a clear message instead of silently running eagerly.
 #include <gtest/gtest.h>
@@ -58,7 +58,7 @@ TEST_P(GraphServe, ConcurrentGreedyCompletionsEqualEagerGeneration) {
   EXPECT_EQ(node.stop(SIGTERM), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GraphServe, ::testing::Values("cpu", "opencl"));
+INSTANTIATE_TEST_SUITE_P(Backends, GraphServe, ::testing::Values("cpu", "opencl", "vulkan"));
 
 TEST(GraphServeRefusal, ABackendThatCannotRecordIsRefusedAtStartup) {
   TS_REQUIRE_STORIES260K();

@@ -58,14 +58,64 @@ class Pd : public ::testing::Test {
   void SetUp() override { TS_REQUIRE_STORIES260K(); }
 };
 
-TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
-  struct Case {
-    std::vector<std::string> prefill, decode;
-    std::string weights;  // --weight-dtype of both nodes and of the single-node reference ("": as stored)
+// One prefill -> decode pair: a node per side (each with its own --backend and options), three prompts served
+// through the decode node with their KV computed by the prefill node; the text must be the single-node ref
+// text. `prefill` and `decode` start with "--backend NAME"; `weights` is both nodes' --weight-dtype.
+struct PairCase {
+  std::vector<std::string> prefill, decode;
+  std::string weights;  // --weight-dtype of both nodes and of the single-node reference ("": as stored)
+};
+
+void check_pair(const PairCase& c) {
+  SCOPED_TRACE(c.prefill[1] + " -> " + c.decode[1] + (c.weights.empty() ? "" : " " + c.weights));
+  std::vector<std::string> weights;
+  if (!c.weights.empty()) weights = {"--weight-dtype", c.weights};
+  // The exact cases hold both caches in f32: the point is that the transfer changes nothing, and an f16
+  // cache rounds differently per backend (cpu's f16 attention departs from ref's on this tiny model's near
+  // ties even on a single node). The f16 cases check the conversion on the way in.
+  auto has = [](const std::vector<std::string>& v, const std::string& a, const std::string& b) {
+    for (size_t i = 0; i + 1 < v.size(); ++i)
+      if (v[i] == a && v[i + 1] == b) return true;
+    return false;
   };
+  const bool f16 = has(c.decode, "--kv-dtype", "f16");
+  if (!f16) weights.insert(weights.end(), {"--kv-dtype", "f32"});
+  std::vector<std::string> p = {"--role", "prefill"};
+  p.insert(p.end(), c.prefill.begin(), c.prefill.end());
+  p.insert(p.end(), weights.begin(), weights.end());
+  Node prefill = start_node(p);
+  std::vector<std::string> d = {"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"};
+  d.insert(d.end(), c.decode.begin(), c.decode.end());
+  d.insert(d.end(), weights.begin(), weights.end());
+  Node decode = start_node(d);
+  for (const std::string& prompt : kPrompts) {
+    std::string got = complete_greedy(decode.url, prompt, 40);
+    std::string want = reference(prompt, 40, "ref", c.weights, f16 ? "" : "f32");
+    if (f16) {
+      EXPECT_EQ(got.substr(0, 16), want.substr(0, 16)) << "f16 cache: " << prompt;
+    } else {
+      EXPECT_EQ(got, want) << prompt;
+    }
+  }
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
+  EXPECT_GT(scrape_metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"), 0.0)
+      << "KV blocks were reserved up front";
+  EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+  EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+}
+
+bool backend_runs_here(const std::string& backend) {
+  auto probe = testing::run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--backend",
+                                     backend, "--max-tokens", "1", "--quiet"});
+  if (probe.exit_code != 0) std::printf("skipping the %s pairs: %s\n", backend.c_str(), probe.err.c_str());
+  return probe.exit_code == 0;
+}
+
+TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
   const std::vector<std::string> cpu = {"--backend", "cpu", "--threads", "1"};
   const std::vector<std::string> opencl = {"--backend", "opencl", "--threads", "2"};
-  const Case cases[] = {
+  const PairCase cases[] = {
       {cpu, {"--backend", "ref"}, ""},                       // cpu -> ref
       {{"--backend", "ref"}, cpu, ""},                       // ref -> cpu
       {cpu, {"--backend", "ref", "--kv-dtype", "f16"}, ""},  // f32 wire -> f16 cache
@@ -78,49 +128,41 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
       // any f32-activation backend (ref too, either direction) the text departs within 40 tokens on one of
       // the prompts; cpu's own numerics (docs/support-matrix.md), not the transfer's.
   };
-  bool have_opencl = true;
-  {
-    auto probe = testing::run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--backend",
-                                       "opencl", "--max-tokens", "1", "--quiet"});
-    if (probe.exit_code != 0) {
-      std::printf("skipping the opencl pairs: no OpenCL device here (%s)\n", probe.err.c_str());
-      have_opencl = false;
-    }
-  }
-  for (const Case& c : cases) {
+  const bool have_opencl = backend_runs_here("opencl");
+  for (const PairCase& c : cases) {
     if (!have_opencl && (c.decode[1] == "opencl" || c.prefill[1] == "opencl")) continue;
-    SCOPED_TRACE(c.prefill[1] + " -> " + c.decode[1] + (c.weights.empty() ? "" : " " + c.weights));
-    std::vector<std::string> weights;
-    if (!c.weights.empty()) weights = {"--weight-dtype", c.weights};
-    // The exact cases hold both caches in f32: the point is that the transfer changes nothing, and an f16
-    // cache rounds differently per backend (cpu's f16 attention departs from ref's on this tiny model's near
-    // ties even on a single node). The f16 case below checks the conversion on the way in.
-    const bool f16 = c.decode.size() > 2 && c.decode[3] == "f16";
-    if (!f16) weights.insert(weights.end(), {"--kv-dtype", "f32"});
-    std::vector<std::string> p = {"--role", "prefill"};
-    p.insert(p.end(), c.prefill.begin(), c.prefill.end());
-    p.insert(p.end(), weights.begin(), weights.end());
-    Node prefill = start_node(p);
-    std::vector<std::string> d = {"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"};
-    d.insert(d.end(), c.decode.begin(), c.decode.end());
-    d.insert(d.end(), weights.begin(), weights.end());
-    Node decode = start_node(d);
-    for (const std::string& prompt : kPrompts) {
-      std::string got = complete_greedy(decode.url, prompt, 40);
-      std::string want = reference(prompt, 40, "ref", c.weights, f16 ? "" : "f32");
-      if (f16) {
-        EXPECT_EQ(got.substr(0, 16), want.substr(0, 16)) << "f16 cache: " << prompt;
-      } else {
-        EXPECT_EQ(got, want) << prompt;
-      }
-    }
-    EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 3.0);
-    EXPECT_GT(scrape_metric(decode.url, "tessera_pd_kv_bytes_total"), 0.0);
-    EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_deferred_reservations_total"), 0.0)
-        << "KV blocks were reserved up front";
-    EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
-    EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+    check_pair(c);
   }
+}
+
+// vulkan on either side (lavapipe in CI): with cpu, with opencl, with ref at 4 bits, into an f16 cache, and
+// with the vulkan node's buffers kept device-side so its KV runs go through staging buffers (as on a
+// discrete GPU; TESSERA_VULKAN_STAGING=1 through env(1)).
+TEST_F(Pd, VulkanOnEitherSideGivesSingleNodeGreedyText) {
+  if (!backend_runs_here("vulkan")) GTEST_SKIP() << "no Vulkan device here";
+  const std::vector<std::string> cpu = {"--backend", "cpu", "--threads", "1"};
+  const std::vector<std::string> opencl = {"--backend", "opencl", "--threads", "2"};
+  const std::vector<std::string> vulkan = {"--backend", "vulkan"};
+  const std::vector<PairCase> cases = {
+      {cpu, vulkan, ""},                                        // cpu -> vulkan
+      {vulkan, cpu, ""},                                        // vulkan -> cpu
+      {cpu, vulkan, "q8_0"},                                    // cpu -> vulkan, quantised weights on both
+      {{"--backend", "ref"}, vulkan, "q4_0"},                   // ref -> vulkan, 4-bit
+      {cpu, {"--backend", "vulkan", "--kv-dtype", "f16"}, ""},  // f32 wire -> vulkan's f16 cache
+      {vulkan, opencl, "q8_0"},                                 // vulkan -> opencl
+      {opencl, vulkan, ""},                                     // opencl -> vulkan
+  };
+  // Quantised weights decode on an f32-activation backend (vulkan, opencl, ref): cpu's 8-bit activations
+  // depart from ref's text on this model's near ties, as in the test above.
+  const bool have_opencl = backend_runs_here("opencl");
+  for (const PairCase& c : cases) {
+    if (!have_opencl && (c.decode[1] == "opencl" || c.prefill[1] == "opencl")) continue;
+    check_pair(c);
+  }
+  setenv("TESSERA_VULKAN_STAGING", "1", 1);  // inherited by both nodes: only vulkan reads it
+  check_pair({vulkan, cpu, ""});
+  check_pair({cpu, vulkan, ""});
+  unsetenv("TESSERA_VULKAN_STAGING");
 }
 
 TEST_F(Pd, ShortAndCachedPromptsStayOnTheDecodeNodeAndOnlyMissingBlocksMove) {

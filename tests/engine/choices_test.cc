@@ -192,7 +192,7 @@ TEST_F(EngineChoices, ForkedKvHoldsTheSameRowsInItsOwnTailBlock) {
   ASSERT_EQ(b.blocks.size(), 2u);
   EXPECT_EQ(b.blocks[0], a.blocks[0]);
   EXPECT_NE(b.blocks[1], a.blocks[1]);
-  EXPECT_EQ(runner_->kv_cache().blocks().ref_count(static_cast<BlockId>(a.blocks[0])), 2);
+  EXPECT_EQ(runner_->kv_cache().blocks().ref_count(a.blocks[0]), 2);
   const size_t kv_dim = static_cast<size_t>(model_.config.kv_dim());
   for (int l = 0; l < model_.config.n_layers; ++l) {
     std::vector<float> ka(a.length * kv_dim), va(ka.size()), kb(ka.size()), vb(ka.size());

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 
 #include "grammar/compiler.h"
@@ -34,13 +35,20 @@ class GrammarEngineTest : public ::testing::Test {
     model_ = std::move(m).value();
     device_ = std::move(ops::open_device("ref").value());
   }
-  void start(int num_blocks, SchedulerOptions so) {
+  // `burst`: the engine gathers arrivals before its first step (EngineOptions::admission_window), so that requests
+  // submitted together are scheduled together whatever the machine's load.
+  void start(int num_blocks, SchedulerOptions so, bool burst = false) {
     RunnerOptions ro;
     ro.max_batch_tokens = so.max_batch_tokens;
     ro.kv.block_tokens = 16;
     ro.kv.num_blocks = num_blocks;
     runner_ = std::move(ModelRunner::create(*device_, model_.config, model_.weights, ro).value());
-    engine_ = std::make_unique<Engine>(*runner_, *model_.tokenizer, EngineOptions{so});
+    EngineOptions eo{so};
+    if (burst) {
+      eo.admission_window = std::chrono::seconds(2);
+      eo.admission_gap = std::chrono::milliseconds(200);
+    }
+    engine_ = std::make_unique<Engine>(*runner_, *model_.tokenizer, eo);
     engine_->start();
   }
   std::future<Collected> submit(GenerationRequest r, Status* submit_status = nullptr) {
@@ -103,7 +111,7 @@ const char* kSchema = R"({"type": "object", "properties": {
 
 TEST_F(GrammarEngineTest, ConcurrentGrammarsUnderChunkedPrefillAndPreemption) {
   // 8-token steps: every prompt is prefilled in chunks; 14 blocks of 16 for 12 sequences: preemptions.
-  start(14, SchedulerOptions{.max_batch_tokens = 8, .max_running = 12});
+  start(14, SchedulerOptions{.max_batch_tokens = 8, .max_running = 12}, /*burst=*/true);
   struct Kind {
     grammar::SpecKind kind;
     std::string text;
@@ -118,13 +126,17 @@ TEST_F(GrammarEngineTest, ConcurrentGrammarsUnderChunkedPrefillAndPreemption) {
                                             "One day"};
   std::vector<std::future<Collected>> futures;
   std::vector<std::shared_ptr<const grammar::CompiledGrammar>> used;
+  // Compiled first, submitted together and gathered into the first step: compiling between submissions let the
+  // first requests finish before the last arrived on a loaded machine, and then nothing was preempted.
   for (int i = 0; i < 12; ++i) {
     const Kind& k = kinds[static_cast<size_t>(i) % kinds.size()];
     auto g = compile(k.kind, k.text);
     ASSERT_NE(g, nullptr);
     used.push_back(g);
-    futures.push_back(
-        submit(request(prompts[static_cast<size_t>(i) % prompts.size()], g, 160, 100 + static_cast<uint64_t>(i))));
+  }
+  for (int i = 0; i < 12; ++i) {
+    futures.push_back(submit(request(prompts[static_cast<size_t>(i) % prompts.size()], used[static_cast<size_t>(i)],
+                                     160, 100 + static_cast<uint64_t>(i))));
   }
   int complete = 0;
   for (size_t i = 0; i < futures.size(); ++i) {

@@ -108,7 +108,8 @@ TEST(Graph, ReplayEqualsEagerOnEveryBackendThatRecords) {
   };
   const std::vector<Want> wants = {{"cpu", "cpu op list", ""},
                                    {"opencl", "cl_khr_command_buffer", ""},
-                                   {"opencl", "opencl kernel list (TESSERA_OPENCL_COMMAND_BUFFER=off)", "off"}};
+                                   {"opencl", "opencl kernel list (TESSERA_OPENCL_COMMAND_BUFFER=off)", "off"},
+                                   {"vulkan", "vulkan command buffer", ""}};
   int checked = 0;
   for (const Want& w : wants) {
     if (!have_backend(w.backend)) {

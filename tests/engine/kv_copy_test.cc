@@ -17,6 +17,12 @@
 namespace tessera::engine {
 namespace {
 
+std::vector<BlockId> ids(std::initializer_list<int32_t> raw) {
+  std::vector<BlockId> out;
+  for (int32_t b : raw) out.push_back(static_cast<BlockId>(b));
+  return out;
+}
+
 struct Counts {
   int reads = 0;   // device -> host copies
   int writes = 0;  // host -> device copies
@@ -106,7 +112,7 @@ class KvCopyTest : public ::testing::Test {
 
 TEST_F(KvCopyTest, OneDeviceCopyPerContiguousRunOfBlocksPerLayer) {
   SequenceKv seq;
-  seq.blocks = {5, 6, 7, 2, 3, 9};  // three runs: 5-7, 2-3, 9
+  seq.blocks = ids({5, 6, 7, 2, 3, 9});  // three runs: 5-7, 2-3, 9
   const int count = 6 * kBlockTokens;
   const int layers = model_.config.n_layers;
   std::vector<std::vector<float>> k_in, v_in;
@@ -140,7 +146,7 @@ TEST_F(KvCopyTest, OneDeviceCopyPerContiguousRunOfBlocksPerLayer) {
 
 TEST_F(KvCopyTest, PartialBlocksAndOneBlockTableRunEachAreOneCopy) {
   SequenceKv seq;
-  seq.blocks = {1, 2, 8};
+  seq.blocks = ids({1, 2, 8});
   const std::vector<float> k_in = random_rows(3 * kBlockTokens, 7), v_in = random_rows(3 * kBlockTokens, 8);
   ASSERT_TRUE(runner_->import_kv(seq, 0, 0, 3 * kBlockTokens, DType::kF32, k_in.data(), v_in.data()).ok());
   // Positions [5, 45): the tail of block 1, all of block 2 (contiguous with 1), the head of block 8.
@@ -162,22 +168,22 @@ TEST_F(KvCopyTest, PartialBlocksAndOneBlockTableRunEachAreOneCopy) {
 
 TEST_F(KvCopyTest, ABlockOutsideTheCacheIsAnErrorNotACopy) {
   SequenceKv seq;
-  seq.blocks = {3, 99};
+  seq.blocks = ids({3, 99});
   std::vector<float> k(2 * kBlockTokens * kv_dim_), v(k.size());
   counts_ = {};
   Status s = runner_->export_kv(seq, 0, 0, 2 * kBlockTokens, DType::kF32, k.data(), v.data());
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
   EXPECT_EQ(counts_.reads, 0);
-  seq.blocks = {3};
+  seq.blocks = ids({3});
   EXPECT_EQ(runner_->export_kv(seq, 0, 0, kBlockTokens + 1, DType::kF32, k.data(), v.data()).code(),
             StatusCode::kOutOfRange);
 }
 
-// Every backend that opens here (ref, cpu, opencl on PoCL; cuda where a GPU is) copies exactly the runs it is
-// given, both ways, and refuses a run past either end before copying anything.
+// Every backend that opens here (ref, cpu, opencl on PoCL, vulkan on lavapipe; cuda where a GPU is) copies exactly the
+// runs it is given, both ways, and refuses a run past either end before copying anything.
 TEST(CopyRuns, EveryBackendCopiesTheRunsItIsGiven) {
   int tried = 0;
-  for (const char* name : {"ref", "cpu", "opencl", "cuda"}) {
+  for (const char* name : {"ref", "cpu", "opencl", "vulkan", "cuda"}) {
     auto device = ops::open_device(name);
     if (!device.ok()) continue;  // not built or no device here
     ++tried;

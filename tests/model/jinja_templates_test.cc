@@ -189,11 +189,12 @@ TEST(JinjaTemplates, EqualHuggingFaceJinjaOnLlamaCppTemplates) {
   }
   // The families the issue names must each have rendered; a template the reference cannot render at all
   // would make its family's check vacuous.
-  for (const char* must : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
-                           "meta-llama-Llama-3.3-70B-Instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
-                           "Mistral-Small-3.2-24B-Instruct-2506.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja",
-                           "Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja", "google-gemma-2-2b-it.jinja",
-                           "microsoft-Phi-3.5-mini-instruct.jinja", "HuggingFaceTB-SmolLM3-3B.jinja"}) {
+  for (const char* must :
+       {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+        "meta-llama-Llama-3.3-70B-Instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja",
+        "Qwen-QwQ-32B.jinja", "google-gemma-2-2b-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",
+        "HuggingFaceTB-SmolLM3-3B.jinja", "google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"}) {
     EXPECT_TRUE(rendered_templates.count(must)) << must << " rendered no case equal to the reference";
   }
   RecordProperty("templates", static_cast<int>(files.size()));

@@ -6,8 +6,8 @@
 // reference.
 //
 // The vectors come with llama.cpp's source, which scripts/llamacpp.sh unpacks into the cache; the test skips,
-// saying where it looked, when they are absent. Families Tessera does not run (BERT WordPiece, T5 Unigram,
-// Gemma 4's SentencePiece-style BPE) must be refused by name instead. Run alone: ctest -L llamacpp-vocab.
+// saying where it looked, when they are absent. Families Tessera does not run (BERT WordPiece, T5 Unigram) must
+// be refused by name instead. Run alone: ctest -L llamacpp-vocab.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/mapped_file.h"
+#include "model/generation_defaults.h"
 #include "model/tokenizer/gguf_vocab.h"
 #include "support/paths.h"
 
@@ -114,7 +115,7 @@ TEST_P(LlamaCppVocab, IdsEqualTheReferenceVectors) {
 INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocab,
                          ::testing::Values("llama-spm", "phi-3", "llama-bpe", "qwen2", "qwen35", "gpt-2", "mpt",
                                            "starcoder", "refact", "command-r", "falcon", "deepseek-llm",
-                                           "deepseek-coder"),
+                                           "deepseek-coder", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -183,11 +184,53 @@ TEST(LlamaCppVocabSpecial, ControlTokensParseOnlyWhenAskedAndBosFollowsTheFamily
   EXPECT_EQ(phi->tokenize("</s>  Hi", {.add_special = false, .parse_special = false}), concat({2}, phi_hi));
 }
 
+// Gemma 4 the other way round: the reference ids of every vector decode to the input text (spaces from U+2581,
+// "<0xNN>" byte tokens to their bytes), and its special tokens behave as llama.cpp's loader makes them
+// (llama-tokenize on the same file gives [2, 9259, 1902, 236743, 106, 236743, 50, 1454, 236751, 236813] for
+// "Hello world <turn|> <|tool_response> </s>").
+TEST(LlamaCppVocabGemma4, ReferenceIdsDecodeToTheInputAndSpecialTokensFollowLlamaCpp) {
+  TS_REQUIRE_VOCABS();
+  const std::string base = vocab_dir() + "/ggml-vocab-gemma-4.gguf";
+  if (!fs::exists(base + ".inp")) GTEST_SKIP() << base << ".inp is not in this llama.cpp version";
+  auto tok = load_vocab("gemma-4");
+  ASSERT_TRUE(tok);
+  auto tests = read_vectors(base);
+  ASSERT_GE(tests.size(), 30u);
+  int pass = 0;
+  for (const auto& [text, ids] : tests) {
+    std::string got = tok->decode(ids, /*skip_special=*/false);
+    if (got == text) {
+      ++pass;
+    } else {
+      ADD_FAILURE() << "'" << escape(text) << "' decodes to '" << escape(got) << "'";
+    }
+  }
+  std::printf("llama.cpp vocab gemma-4: %d of %zu reference id lists decode to their input\n", pass, tests.size());
+  EXPECT_EQ(pass, static_cast<int>(tests.size()));
+
+  // BOS is added even though nothing asks (llama.cpp forces add_bos for Gemma 4); <turn|> is a control token
+  // parsed only when asked; <|tool_response> is visible text but ends generation; "</s>" is plain text.
+  std::vector<TokenId> want = {2, 9259, 1902, 236743, 106, 236743, 50, 1454, 236751, 236813};
+  EXPECT_EQ(tok->encode("Hello world <turn|> <|tool_response> </s>", true), want);
+  std::vector<TokenId> plain = tok->tokenize("Hello world <turn|>", {.add_special = false, .parse_special = false});
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 106), 0);
+  // <|tool_response> too is matched only with parse_special (llama.cpp adds the control attribute to it).
+  plain = tok->tokenize("a<|tool_response>", {.add_special = false, .parse_special = false});
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 50), 0);
+  EXPECT_EQ(tok->decode(plain), "a<|tool_response>");
+  EXPECT_TRUE(tok->is_special(106));
+  EXPECT_EQ(tok->decode_piece(1902, 106), "");
+  EXPECT_EQ(tok->decode_piece(1902, 50), "<|tool_response>");
+  std::vector<TokenId> eog = vocab_end_of_generation(*tok);
+  for (TokenId id : {tok->eos_id(), TokenId{106}, TokenId{50}})
+    EXPECT_NE(std::find(eog.begin(), eog.end(), id), eog.end()) << id;
+}
+
 // The families Tessera does not tokenize are refused with the name of what is missing.
 TEST(LlamaCppVocabRefused, UnsupportedModelsAreNamed) {
   TS_REQUIRE_VOCABS();
   const std::string dir = vocab_dir();
-  for (auto [file, name] : {std::pair{"bert-bge", "bert"}, {"nomic-bert-moe", "t5"}, {"gemma-4", "gemma4"}}) {
+  for (auto [file, name] : {std::pair{"bert-bge", "bert"}, {"nomic-bert-moe", "t5"}}) {
     std::string path = dir + "/ggml-vocab-" + file + ".gguf";
     if (!fs::exists(path)) continue;
     auto tok = load_gguf_tokenizer(path);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <fmt/core.h>
 
 #include "ops/cpu/cpu_backend.h"
@@ -9,10 +11,24 @@
 
 namespace tessera::ops::conformance {
 
+namespace {
+
+// TESSERA_CONFORMANCE_BACKENDS=vulkan,cpu narrows a run to those backends (a developer iterating on one);
+// unset, every backend is checked.
+bool wanted(const std::string& name) {
+  const char* env = std::getenv("TESSERA_CONFORMANCE_BACKENDS");
+  if (env == nullptr || *env == '\0') return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find("," + name + ",") != std::string::npos;
+}
+
+}  // namespace
+
 std::vector<DeviceUnderTest> devices_under_test() {
   register_builtin_backends();
   std::vector<DeviceUnderTest> out;
   for (const std::string& name : BackendRegistry::global().names()) {
+    if (!wanted(name)) continue;
     auto d = open_device(name, 0, DeviceOptions{2, ""});
     if (d.ok()) {
       out.push_back({name, std::move(d).value()});
@@ -23,6 +39,7 @@ std::vector<DeviceUnderTest> devices_under_test() {
   // Every cpu kernel variant this processor runs, beside the one the registry's "cpu" picked; the others are
   // named with the reason (e.g. cpu(amx) on a processor or kernel without AMX tiles).
   for (cpu::Isa isa : {cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kAvx2, cpu::Isa::kGeneric}) {
+    if (!wanted("cpu")) break;
     if (cpu::detected_isa().rfind(std::string(cpu::isa_name(isa)), 0) == 0) continue;
     auto variant = cpu::create_backend(isa);
     if (!variant.ok()) {

@@ -16,7 +16,7 @@ namespace {
 TEST(BufferDeviceMemory, DeviceBytesCrossTheLinkBothWays) {
   constexpr uint64_t kBuffer = 1 << 20, kOffset = 4096, kRegion = 300000;
   int tried = 0;
-  for (const char* backend : {"ref", "cpu", "opencl", "cuda"}) {
+  for (const char* backend : {"ref", "cpu", "opencl", "vulkan", "cuda"}) {
     auto device = ops::open_device(backend);
     if (!device.ok()) continue;
     for (const char* endpoint : {"tcp", "shm"}) {

@@ -24,6 +24,9 @@ struct AddedToken {
   TokenId id;
   std::string content;
   bool special = false, lstrip = false, rstrip = false, single_word = false;
+  // Special (matched only with parse_special) yet spelled in decoded text: llama.cpp's user-defined tokens that
+  // its loader also makes control tokens (Gemma 4's <|tool_response>).
+  bool visible = false;
 };
 
 class AddedTokenMatcher {

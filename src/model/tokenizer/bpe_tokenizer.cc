@@ -223,7 +223,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& out)
       }
     }
   } else {
-    if (spec_.ignore_merges) {
+    const bool newlines = spec_.whole_newline_runs && word.find_first_not_of('\n') == std::string_view::npos;
+    if (spec_.ignore_merges || newlines) {
       if (TokenId id = lookup(word); id >= 0) {
         out.push_back(id);
         return;
@@ -360,7 +361,7 @@ std::vector<TokenId> BpeTokenizer::tokenize(std::string_view text, const EncodeO
 bool BpeTokenizer::is_special(TokenId token) const {
   if (token == spec_.bos || token == spec_.eos) return token >= 0;
   const AddedToken* a = compiled_->added.find(token);
-  return a != nullptr && a->special;
+  return a != nullptr && a->special && !a->visible;
 }
 
 std::string BpeTokenizer::special_text(TokenId token) const {
@@ -404,7 +405,8 @@ std::string BpeTokenizer::decode_piece(TokenId prev, TokenId token) const {
 
 Result<Vocab> BpeTokenizer::to_vocab() const {
   Vocab v;
-  v.kind = spec_.byte_level ? VocabKind::kByteLevelBpe : VocabKind::kSentencePiece;
+  const bool gemma4 = spec_.pre_name == "gemma4";
+  v.kind = spec_.byte_level ? VocabKind::kByteLevelBpe : gemma4 ? VocabKind::kGemma4Bpe : VocabKind::kSentencePiece;
   v.bos = spec_.bos;
   v.eos = spec_.eos;
   v.unk = spec_.unk;
@@ -427,11 +429,16 @@ Result<Vocab> BpeTokenizer::to_vocab() const {
   for (size_t i = 0; i < v.tokens.size(); ++i)
     if (v.tokens[i].empty()) v.tokens[i] = fmt::format("[UNUSED{}]", i);
   v.types.assign(v.tokens.size(), kTokenNormal);
-  for (const BpeSpec::AddedToken& a : spec_.added)
+  for (const BpeSpec::AddedToken& a : spec_.added) {
     v.types[static_cast<size_t>(a.id)] = a.special ? kTokenControl : kTokenUserDefined;
+    if (a.visible) v.types[static_cast<size_t>(a.id)] = kTokenUserDefined;  // as the file had it
+  }
   if (spec_.unk >= 0) v.types[static_cast<size_t>(spec_.unk)] = kTokenUnknown;
-  if (spec_.byte_level) {
+  if (spec_.byte_level || gemma4) {
     for (const auto& [a, b] : spec_.merges) v.merges.push_back(a + " " + b);
+    if (gemma4)
+      for (int b = 0; b < 256; ++b)
+        if (byte_token_[b] >= 0) v.types[static_cast<size_t>(byte_token_[b])] = kTokenByte;
   } else {
     // SentencePiece ranks pieces by score; a piece made by merge r scores -r so that earlier merges win.
     // (Exact when every piece has one merge that makes it, as in vocabularies converted from SentencePiece.)
@@ -450,7 +457,8 @@ Result<Vocab> BpeTokenizer::to_vocab() const {
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_vocab(const Vocab& v) {
   TS_RETURN_IF_ERROR(v.validate());
-  if (v.kind != VocabKind::kByteLevelBpe) return invalid_argument("BpeTokenizer::from_vocab needs a gpt2 vocabulary");
+  if (v.kind == VocabKind::kSentencePiece)
+    return invalid_argument("BpeTokenizer::from_vocab needs a gpt2 or gemma4 vocabulary");
   BpeSpec s;
   s.byte_level = true;
   s.tokens = v.tokens;
@@ -459,12 +467,16 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_vocab(const Vocab& v) {
     if (sp == std::string::npos) return invalid_argument(fmt::format("GGUF merge '{}' has no space", m));
     s.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
-  TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre.empty() ? "default" : v.pre));
-  if (pre.nfc) s.normalizers.push_back({BpeSpec::Normalizer::kNfc, "", ""});
-  s.ignore_merges = pre.ignore_merges;
-  for (const std::string& re : pre.regexes)
-    s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kSplitRegex, re, false, false});
-  s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kByteLevel, "", false, false});
+  if (v.kind == VocabKind::kGemma4Bpe) {
+    s.byte_level = false;
+    s.byte_fallback = true;
+    s.whole_newline_runs = true;
+    s.normalizers.push_back({BpeSpec::Normalizer::kReplace, " ", std::string(kMeta)});
+    s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kSplitRegex, "[^\\n]+|[\\n]+", false, false});
+    s.pre_name = "gemma4";
+  } else {
+    TS_RETURN_IF_ERROR(set_gguf_pre_tokenizer(v, s));
+  }
   s.added = v.added_tokens();
   s.bos = v.bos;
   s.eos = v.eos;
@@ -472,8 +484,18 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_vocab(const Vocab& v) {
   s.pad = v.pad;
   s.add_bos = v.add_bos;
   s.add_eos = v.add_eos;
-  s.pre_name = v.pre;
   return create(std::move(s));
+}
+
+Status BpeTokenizer::set_gguf_pre_tokenizer(const Vocab& v, BpeSpec& s) {
+  TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre.empty() ? "default" : v.pre));
+  if (pre.nfc) s.normalizers.push_back({BpeSpec::Normalizer::kNfc, "", ""});
+  s.ignore_merges = pre.ignore_merges;
+  for (const std::string& re : pre.regexes)
+    s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kSplitRegex, re, false, false});
+  s.pre_tokenizers.push_back({BpeSpec::PreTokenizer::kByteLevel, "", false, false});
+  s.pre_name = v.pre;
+  return ok_status();
 }
 
 }  // namespace tessera::model

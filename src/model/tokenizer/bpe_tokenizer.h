@@ -48,6 +48,7 @@ struct BpeSpec {
   TokenId unk = -1, bos = -1, eos = -1, pad = -1;
   bool add_bos = false, add_eos = false;  // what encode() with add_special adds
   bool strip_first_space = false;         // the decoder drops the space the normalizer prepended
+  bool whole_newline_runs = false;        // a word of newlines that is one token is that token (Gemma 4)
   std::string pre_name = "default";
 };
 
@@ -63,7 +64,9 @@ class BpeTokenizer final : public Tokenizer {
   // OpenAI's GPT-2 files: encoder.json (token -> id) and vocab.bpe (merges).
   static Result<std::unique_ptr<BpeTokenizer>> load_gpt2(const std::string& encoder_json_path,
                                                          const std::string& vocab_bpe_path);
-  // A GGUF `gpt2` vocabulary; `pre` selects the pre-tokenizer (gguf_pre_tokenizers.h).
+  // A GGUF `gpt2` vocabulary (`pre` selects the pre-tokenizer, gguf_pre_tokenizers.h) or a `gemma4` one:
+  // spaces become U+2581, each line and each run of newlines is a word, merges run over the raw UTF-8 of a
+  // word, and pieces outside the vocabulary fall back to "<0xNN>" byte tokens (llama.cpp's reading).
   static Result<std::unique_ptr<BpeTokenizer>> from_vocab(const Vocab& vocab);
 
   ~BpeTokenizer() override;
@@ -91,6 +94,7 @@ class BpeTokenizer final : public Tokenizer {
   Status compile();
   void encode_word(std::string_view word, std::vector<TokenId>& out) const;
   void encode_segment(std::string_view text, std::vector<TokenId>& out) const;
+  static Status set_gguf_pre_tokenizer(const Vocab& v, BpeSpec& s);
 
   BpeSpec spec_;
   std::unordered_map<std::string, TokenId> index_;

@@ -56,8 +56,15 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
     }
     TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre));
     v.add_bos = pre.add_bos;
+  } else if (model == "gemma4") {
+    // llama.cpp ignores the file's tokenizer.ggml.pre for this model (its converter writes none).
+    v.kind = VocabKind::kGemma4Bpe;
+    v.add_bos = true;
+    v.add_space_prefix = false;
+    v.pre = "gemma4";
   } else {
-    return unimplemented(fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama and gpt2 are)", model));
+    return unimplemented(
+        fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama, gpt2 and gemma4 are)", model));
   }
   const GgufValue* tokens = c.find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != GgufType::kArray || tokens->elem_type != GgufType::kString)
@@ -93,8 +100,8 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
       return invalid_argument("GGUF tokenizer.ggml.merges is not an array of strings");
     v.merges = m->strings;
   }
-  if (v.kind == VocabKind::kByteLevelBpe && v.merges.empty())
-    return invalid_argument("GGUF gpt2 tokenizer has no tokenizer.ggml.merges");
+  if (v.kind != VocabKind::kSentencePiece && v.merges.empty())
+    return invalid_argument(fmt::format("GGUF {} tokenizer has no tokenizer.ggml.merges", v.kind_name()));
   // llama.cpp's tools write "no such token" as -1, which a uint32 key holds as 4294967295 (its LLAMA_TOKEN_NULL):
   // read either as absent, as llama.cpp does. Any other id outside the vocabulary is an error: a model whose BOS,
   // EOS or UNK cannot be looked up would be computed wrongly.
@@ -117,13 +124,32 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
   TS_ASSIGN_OR_RETURN(v.add_bos, get_bool(c, "tokenizer.ggml.add_bos_token", v.add_bos));
   TS_ASSIGN_OR_RETURN(v.add_eos, get_bool(c, "tokenizer.ggml.add_eos_token", v.add_eos));
   TS_ASSIGN_OR_RETURN(v.add_space_prefix, get_bool(c, "tokenizer.ggml.add_space_prefix", v.add_space_prefix));
+  if (v.kind == VocabKind::kGemma4Bpe) {
+    // As llama.cpp: Gemma 4 always starts with BOS (files that say otherwise are overridden), and a BPE
+    // vocabulary never prepends a space.
+    v.add_bos = true;
+    v.add_space_prefix = false;
+  }
   if (v.add_bos && v.bos < 0) return invalid_argument("GGUF tokenizer adds BOS but has no tokenizer.ggml.bos_token_id");
   if (v.add_eos && v.eos < 0) return invalid_argument("GGUF tokenizer adds EOS but has no tokenizer.ggml.eos_token_id");
 
   for (size_t i = 0; i < n; ++i) {
     for (std::string_view m : kEndMarkers)
       if (v.tokens[i] == m && v.types[i] != kTokenControl) v.types[i] = kTokenControl;
+    // Gemma 4's end of turn, which llama.cpp ends generation on. Its <|tool_response> ends generation too, and
+    // llama.cpp adds the control attribute to the user-defined type the converter gave it: matched in text only
+    // with parse_special, yet spelled in decoded text. With <|tool_response> in the vocabulary, llama.cpp makes
+    // "</s>" a normal token.
+    if (v.kind == VocabKind::kGemma4Bpe && (v.tokens[i] == "<eos>" || v.tokens[i] == "<turn|>"))
+      v.types[i] = kTokenControl;
+    if (v.kind == VocabKind::kGemma4Bpe && v.tokens[i] == "<|tool_response>" && v.types[i] == kTokenUserDefined) {
+      v.types[i] = kTokenControl;
+      v.visible_control.push_back(static_cast<TokenId>(i));
+    }
   }
+  if (std::find(v.tokens.begin(), v.tokens.end(), "<|tool_response>") != v.tokens.end())
+    for (size_t i = 0; i < n; ++i)
+      if (v.tokens[i] == "</s>") v.types[i] = kTokenNormal;
   // gpt-oss's harmony format (o200k_harmony), as llama.cpp's vocabulary loader treats it: the structure tokens
   // <|channel|>, <|message|>, <|start|>, <|constrain|> are user-defined, so generated text spells them (a client
   // parses the channels from them); and with <|return|> and <|call|> ending turns, <|end|> only ends a message:

@@ -1,5 +1,7 @@
 #include "model/tokenizer/vocab.h"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "model/tokenizer/bpe_tokenizer.h"
@@ -16,6 +18,9 @@ Status Vocab::validate() const {
     return invalid_argument(fmt::format("vocabulary has {} tokens but {} token types", n, types.size()));
   if (!strip.empty() && strip.size() != n)
     return invalid_argument(fmt::format("vocabulary has {} tokens but {} strip flags", n, strip.size()));
+  for (TokenId id : visible_control)
+    if (id < 0 || id >= static_cast<TokenId>(n) || types.empty() || types[static_cast<size_t>(id)] != kTokenControl)
+      return invalid_argument(fmt::format("visible control token {} is not a control token of the vocabulary", id));
   for (auto [what, id] : {std::pair{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}}) {
     if (id < -1 || id >= static_cast<TokenId>(n))
       return invalid_argument(fmt::format("{} token id {} is outside the vocabulary of {}", what, id, n));
@@ -29,8 +34,10 @@ std::vector<AddedToken> Vocab::added_tokens() const {
     int32_t t = types[i];
     if (t != kTokenControl && t != kTokenUserDefined && t != kTokenUnknown) continue;
     uint8_t f = strip.empty() ? 0 : strip[i];
+    const bool visible =
+        std::find(visible_control.begin(), visible_control.end(), static_cast<TokenId>(i)) != visible_control.end();
     out.push_back({static_cast<TokenId>(i), tokens[i], t != kTokenUserDefined, (f & kStripLeft) != 0,
-                   (f & kStripRight) != 0, false});
+                   (f & kStripRight) != 0, false, visible});
   }
   return out;
 }

@@ -7,6 +7,8 @@
 //       "<0xNN>"; no merges list.
 //   kByteLevelBpe ("gpt2"): GPT-2's byte-to-unicode mapped pieces, ranked merges "a b", and a pre-tokenizer
 //       named by `pre` ("gpt2", "qwen2", "llama3").
+//   kGemma4Bpe ("gemma4"): SentencePiece-style pieces (U+2581 for spaces, byte tokens "<0xNN>") merged by
+//       ranked merges over whole lines of raw UTF-8, as llama.cpp tokenizes Gemma 4.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@
 
 namespace tessera::model {
 
-enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe };
+enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe, kGemma4Bpe };
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
 enum TokenType : int32_t {
@@ -39,7 +41,7 @@ struct Vocab {
   std::vector<std::string> tokens;
   std::vector<float> scores;        // empty: all zero
   std::vector<int32_t> types;       // empty: all normal
-  std::vector<std::string> merges;  // byte-level only, best first
+  std::vector<std::string> merges;  // byte-level and gemma4 only, best first
   TokenId bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = true;           // encode() with add_special starts with BOS
   bool add_eos = false;          // ... and ends with EOS
@@ -48,8 +50,12 @@ struct Vocab {
   // Per token, kStripLeft/kStripRight: whitespace next to the token in text is swallowed when it is matched
   // (llama.cpp's LSTRIP/RSTRIP attributes; GGUF does not store them, the reader derives them). Empty: none.
   std::vector<uint8_t> strip;
+  // Control tokens that decoded text still spells (AddedToken::visible); the reader derives them, as strip.
+  std::vector<TokenId> visible_control;
 
-  std::string_view kind_name() const { return kind == VocabKind::kSentencePiece ? "llama" : "gpt2"; }
+  std::string_view kind_name() const {
+    return kind == VocabKind::kSentencePiece ? "llama" : kind == VocabKind::kByteLevelBpe ? "gpt2" : "gemma4";
+  }
   // InvalidArgument when lengths disagree or special ids are out of range.
   Status validate() const;
   // The tokens matched in raw text before tokenizing: control and unknown tokens (special: only with

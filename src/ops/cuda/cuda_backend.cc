@@ -35,34 +35,41 @@ T* ptr(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(static_cast<CudaBuffer*>(t.buffer)->device_ptr()) + t.offset);
 }
 
-bool type_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+// A view's byte alignment: f32 and i32 views are read as words, everything else byte by byte or as halves.
+size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
-  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && !type_ok(mm->w.dtype)) {
-    return Support::no(fmt::format("cuda matmul takes f32 or f16 weights, not {}", dtype_name(mm->w.dtype)));
-  }
+  // Matmul weights and embedding tables of every stored type are widened in the kernels (dq in kernels.cu).
+  if (const auto* mm = std::get_if<MatMulOp>(&op); mm && mm->w.dtype == DType::kI32)
+    return Support::no("cuda matmul does not take i32 weights");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !type_ok(cache->dtype)) return Support::no("cuda keeps the KV cache in f32 or f16");
-  // The family options added for Gemma, Phi-3 and scaled rotary embeddings have no CUDA kernels yet: refuse
-  // them rather than compute the plain operator.
-  if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->scale != 1.0f)
-    return Support::no("cuda embedding has no scale");
-  if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
-    return Support::no("cuda embedding takes an f32 table");
-  if (const auto* r = std::get_if<RopeOp>(&op); r && r->freqs.valid())
-    return Support::no("cuda rope has no frequency table (rope scaling)");
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
-    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && (!a->scores.is_default() || a->sinks.valid()))
-    return Support::no("cuda attention has no scale, soft-cap, sliding window or sinks");
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act != Activation::kSilu)
-    return Support::no("cuda has no gelu*mul");
+  if (cache && !cache_ok(cache->dtype)) return Support::no("cuda keeps the KV cache in f32 or f16");
+  bool aligned = true;
+  std::visit(
+      [&aligned](const auto& o) {
+        auto check = [&aligned](const Tensor& t) {
+          if (t.valid()) aligned = aligned && t.offset % view_align(t.dtype) == 0;
+        };
+        if constexpr (requires { o.x; }) check(o.x);
+        if constexpr (requires { o.w; }) check(o.w);
+        if constexpr (requires { o.table; }) check(o.table);
+        if constexpr (requires { o.out; }) check(o.out);
+      },
+      op);
+  if (!aligned) return Support::no("cuda needs tensor views aligned to their element size");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
+    return Support::no("cuda attention has no sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
+    return Support::no("cuda attention has no sinks");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
     return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
+    return Support::no("cuda has no clamped swiglu (gpt-oss)");
   return Support::yes();
 }
 
@@ -213,8 +220,10 @@ class CudaStream final : public Stream {
 
   Status enqueue(const EmbeddingOp& o) {
     if (o.ids.dim(0) == 0) return ok_status();
-    return check("embedding", launch_embedding(ptr(o.table), ptr<int32_t>(o.ids), ptr(o.out), i32(o.ids.dim(0)),
-                                               i32(o.table.dim(1)), i32(o.table.dim(0)), err_, stream_));
+    return check("embedding",
+                 launch_embedding(ptr<uint8_t>(o.table), static_cast<int>(o.table.dtype),
+                                  static_cast<int64_t>(o.table.row_bytes()), ptr<int32_t>(o.ids), ptr(o.out),
+                                  i32(o.ids.dim(0)), i32(o.table.dim(1)), i32(o.table.dim(0)), o.scale, err_, stream_));
   }
   Status enqueue(const RmsNormOp& o) {
     if (o.x.dim(0) == 0) return ok_status();
@@ -228,9 +237,9 @@ class CudaStream final : public Stream {
   }
   Status enqueue(const RopeOp& o) {
     if (o.q.dim(0) == 0) return ok_status();
-    return check("rope",
-                 launch_rope(ptr(o.q), ptr(o.k), ptr<int32_t>(o.positions), i32(o.q.dim(0)), i32(o.q.dim(1)),
-                             i32(o.k.dim(1)), i32(o.q.dim(2)), o.theta, o.layout == RopeLayout::kInterleaved, stream_));
+    return check("rope", launch_rope(ptr(o.q), ptr(o.k), ptr<int32_t>(o.positions), i32(o.q.dim(0)), i32(o.q.dim(1)),
+                                     i32(o.k.dim(1)), i32(o.q.dim(2)), o.theta, o.layout == RopeLayout::kInterleaved,
+                                     ptr(o.freqs), o.mscale, stream_));
   }
   Status enqueue(const KvWriteOp& o) {
     if (o.k.dim(0) == 0) return ok_status();
@@ -256,32 +265,36 @@ class CudaStream final : public Stream {
     return scratch_;
   }
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t stride,
-                   const int32_t* lens, int32_t start_pos, const Tensor& out, int64_t max_ctx) {
+                   const int32_t* lens, int32_t start_pos, const Tensor& out, int64_t max_ctx,
+                   const AttentionScores& opt) {
     const int64_t count = q.dim(0), heads = q.dim(1);
     if (count == 0) return ok_status();
     TS_ASSIGN_OR_RETURN(float* s, scratch(static_cast<size_t>(std::max<int64_t>(1, count * heads * max_ctx))));
     return check("attention",
                  launch_attention(ptr(q), ptr<void>(kc), ptr<void>(vc), kc.dtype == DType::kF16, ptr<int32_t>(tables),
                                   i32(stride), lens, start_pos, ptr(out), s, i32(max_ctx), i32(count), i32(heads),
-                                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), err_, stream_));
+                                  i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), opt.scale,
+                                  opt.softcap, opt.window, err_, stream_));
   }
   Status enqueue(const AttentionPrefillOp& o) {
     return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), nullptr, o.start_pos, o.out,
-                     o.start_pos + o.q.dim(0));
+                     o.start_pos + o.q.dim(0), o.scores);
   }
   Status enqueue(const AttentionDecodeOp& o) {
     const int64_t stride = o.block_tables.dim(1);
     return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, ptr<int32_t>(o.context_lens), 0, o.out,
-                     stride * o.k_cache.dim(1));
+                     stride * o.k_cache.dim(1), o.scores);
   }
   Status enqueue(const MatMulOp& o) {
     if (o.x.dim(0) == 0 || o.w.dim(0) == 0) return ok_status();
-    return check("matmul", launch_matmul(ptr(o.x), ptr<void>(o.w), o.w.dtype == DType::kF16, ptr(o.bias), ptr(o.out),
+    return check("matmul", launch_matmul(ptr(o.x), ptr<uint8_t>(o.w), static_cast<int>(o.w.dtype),
+                                         static_cast<int64_t>(o.w.row_bytes()), ptr(o.bias), ptr(o.out),
                                          i32(o.x.dim(0)), i32(o.x.dim(1)), i32(o.w.dim(0)), stream_));
   }
   Status enqueue(const SiluMulOp& o) {
     if (o.gate.numel() == 0) return ok_status();
-    return check("silu_mul", launch_silu_mul(ptr(o.gate), ptr(o.up), ptr(o.out), o.gate.numel(), stream_));
+    return check("silu_mul", launch_silu_mul(ptr(o.gate), ptr(o.up), ptr(o.out), o.gate.numel(),
+                                             o.act == Activation::kGeluTanh, stream_));
   }
   Status enqueue(const AddOp& o) {
     if (o.a.numel() == 0) return ok_status();

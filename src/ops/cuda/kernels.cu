@@ -1,8 +1,13 @@
 // CUDA kernels for Tessera's operators: straightforward first versions of each (one thread per output
 // element or row; matrix products one warp per output with shuffle reduction), numerically following the
 // reference (sequential row reductions, max-subtracted softmax, correctly rounded division and sqrt).
+// Stored weight types are widened element by element by dq() as base/quant's dequantize() does, with the
+// round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fsub_rn) so that nvcc cannot fuse them into FMAs: a
+// looked-up embedding row is then bit-identical to ref's.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstring>
 
 #include "ops/cuda/kernels.h"
 
@@ -17,7 +22,155 @@ int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThread
 cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
 int last_error() { return static_cast<int>(cudaGetLastError()); }
 
-__global__ void embedding_k(const float* table, const int32_t* ids, float* out, int n, int dim, int vocab, int* err) {
+// DType enumerator values (base/dtype.h).
+enum : int {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kQ8_0 = 3,
+  kQ4_0 = 4,
+  kQ4_1 = 6,
+  kQ5_0 = 7,
+  kQ5_1 = 8,
+  kQ2_K = 9,
+  kQ3_K = 10,
+  kQ4_K = 11,
+  kQ5_K = 12,
+  kQ6_K = 13,
+  kMXFP4 = 14
+};
+
+// Round-to-nearest arithmetic that is never fused into an FMA: the intrinsics on the device, plain operations
+// on the host (where dq also runs, for cuda_dequantize_row; x86-64 code here has no FMA contraction).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float half_bits(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+__device__ __forceinline__ float bits_float(uint32_t u) { return __uint_as_float(u); }
+#else
+inline float mul(float a, float b) { return a * b; }
+inline float add(float a, float b) { return a + b; }
+inline float sub(float a, float b) { return a - b; }
+inline float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline float half_bits(uint32_t h) {  // IEEE half to float, exact (as base/quant.cc's f16_to_f32)
+  const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (e == 0x1f) return bits_float(sign | 0x7f800000u | (m << 13));
+  return bits_float(sign | ((e + 112) << 23) | (m << 13));
+}
+#endif
+
+__host__ __device__ __forceinline__ float f16at(const uint8_t* p) { return half_bits(p[0] | (p[1] << 8)); }
+__host__ __device__ __forceinline__ uint32_t u32at(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+// Element j (0..31) of a classic block's nibbles at qs: byte j low nibble, or byte j - 16 high nibble.
+__host__ __device__ __forceinline__ int nibble(const uint8_t* qs, int j) {
+  return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+}
+
+// Element e of a row of type `type` starting at `row` (base/quant.h's layouts).
+__host__ __device__ float dq(int type, const uint8_t* row, int64_t e) {
+  switch (type) {
+    case kF32: {
+      float v;
+      memcpy(&v, row + 4 * e, 4);
+      return v;
+    }
+    case kF16:
+      return f16at(row + 2 * e);
+    case kBF16:
+      return bits_float(static_cast<uint32_t>(row[2 * e] | (row[2 * e + 1] << 8)) << 16);
+    case kQ8_0: {
+      const uint8_t* b = row + (e / 32) * 34;
+      return mul(f16at(b), static_cast<float>(static_cast<int8_t>(b[2 + e % 32])));
+    }
+    case kQ4_0: {
+      const uint8_t* b = row + (e / 32) * 18;
+      return mul(f16at(b), static_cast<float>(nibble(b + 2, e % 32) - 8));
+    }
+    case kMXFP4: {  // E8M0 exponent, then E2M1 codes (doubled, as ggml) in q4_0's nibble order
+      const uint8_t* b = row + (e / 32) * 17;
+      const int codes[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+      const uint32_t x = b[0];
+      const float d = bits_float(x < 2 ? 0x00200000u << x : (x - 1) << 23);
+      return mul(static_cast<float>(codes[nibble(b + 1, static_cast<int>(e % 32))]), d);
+    }
+    case kQ4_1: {
+      const uint8_t* b = row + (e / 32) * 20;
+      return add(mul(static_cast<float>(nibble(b + 4, e % 32)), f16at(b)), f16at(b + 2));
+    }
+    case kQ5_0:
+    case kQ5_1: {
+      const bool one = type == kQ5_1;
+      const uint8_t* b = row + (e / 32) * (one ? 24 : 22);
+      const int j = static_cast<int>(e % 32);
+      const int q = nibble(b + (one ? 8 : 6), j) | static_cast<int>(((u32at(b + (one ? 4 : 2)) >> j) & 1) << 4);
+      if (one) return add(mul(static_cast<float>(q), f16at(b)), f16at(b + 2));
+      return mul(static_cast<float>(q - 16), f16at(b));
+    }
+    case kQ2_K: {
+      const uint8_t* b = row + (e / 256) * 84;
+      const int E = static_cast<int>(e % 256), sc = b[E / 16];
+      const int q = (b[16 + 32 * (E / 128) + E % 32] >> (2 * (E % 128 / 32))) & 3;
+      return sub(mul(mul(f16at(b + 80), static_cast<float>(sc & 15)), static_cast<float>(q)),
+                 mul(f16at(b + 82), static_cast<float>(sc >> 4)));
+    }
+    case kQ3_K: {
+      const uint8_t* b = row + (e / 256) * 110;
+      const int E = static_cast<int>(e % 256), i = E / 16;
+      const int low = i < 8 ? (b[96 + i] & 15) : (b[88 + i] >> 4);
+      const int sc = low | (((b[104 + i % 4] >> (2 * (i / 4))) & 3) << 4);
+      const int crumb = (b[32 + 32 * (E / 128) + E % 32] >> (2 * (E % 128 / 32))) & 3;
+      const int q = crumb - (((b[E % 32] >> (E / 32)) & 1) ? 0 : 4);
+      return mul(mul(f16at(b + 108), static_cast<float>(sc - 32)), static_cast<float>(q));
+    }
+    case kQ4_K:
+    case kQ5_K: {
+      const bool five = type == kQ5_K;
+      const uint8_t* b = row + (e / 256) * (five ? 176 : 144);
+      const int E = static_cast<int>(e % 256), j = E / 32;
+      const uint8_t* s6 = b + 4;
+      int sc, mn;
+      if (j < 4) {
+        sc = s6[j] & 63;
+        mn = s6[j + 4] & 63;
+      } else {
+        sc = (s6[j + 4] & 15) | ((s6[j - 4] >> 6) << 4);
+        mn = (s6[j + 4] >> 4) | ((s6[j] >> 6) << 4);
+      }
+      const float ds = mul(f16at(b), static_cast<float>(sc)), dm = mul(f16at(b + 2), static_cast<float>(mn));
+      const uint8_t qb = b[(five ? 48 : 16) + 32 * (E / 64) + E % 32];
+      int q = E % 64 < 32 ? (qb & 15) : (qb >> 4);
+      if (five) q += ((b[16 + E % 32] >> j) & 1) << 4;
+      return sub(mul(ds, static_cast<float>(q)), dm);
+    }
+    case kQ6_K: {
+      const uint8_t* b = row + (e / 256) * 210;
+      const int E = static_cast<int>(e % 256), h = E / 128, g = E % 128 / 32, l = E % 32;
+      const uint8_t lo = b[64 * h + 32 * (g & 1) + l];
+      const int q = ((g >= 2 ? lo >> 4 : lo) & 15) | (((b[128 + 32 * h + l] >> (2 * g)) & 3) << 4);
+      const int sc = static_cast<int8_t>(b[192 + E / 16]);
+      return mul(mul(f16at(b + 208), static_cast<float>(sc)), static_cast<float>(q - 32));
+    }
+    default:
+      return 0.0f;  // the host refuses other types (capability)
+  }
+}
+
+__global__ void embedding_k(const uint8_t* table, int type, int64_t row_bytes, const int32_t* ids, float* out, int n,
+                            int dim, int vocab, float scale, int* err) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * dim) return;
   const int i = static_cast<int>(idx / dim), j = static_cast<int>(idx % dim);
@@ -26,7 +179,8 @@ __global__ void embedding_k(const float* table, const int32_t* ids, float* out, 
     flag(err);
     return;
   }
-  out[idx] = table[static_cast<int64_t>(id) * dim + j];
+  const float v = dq(type, table + static_cast<int64_t>(id) * row_bytes, j);
+  out[idx] = scale == 1.0f ? v : __fmul_rn(v, scale);
 }
 
 __device__ void rms_row(const float* x, const float* w, float* out, int n, float eps) {
@@ -52,14 +206,18 @@ __global__ void add_rms_norm_k(float* res, const float* d, const float* w, float
 }
 
 __global__ void rope_k(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, float theta,
-                       bool interleaved) {
+                       bool interleaved, const float* freqs, float mscale) {
   const int half = hd / 2;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n * half) return;
   const int t = idx / half, j = idx % half;
-  const float freq = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(hd));
-  const float angle = static_cast<float>(pos[t]) * freq;
-  const float c = cosf(angle), s = sinf(angle);
+  const float freq = freqs ? freqs[j] : 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+  const float angle = __fmul_rn(static_cast<float>(pos[t]), freq);
+  float c = cosf(angle), s = sinf(angle);
+  if (freqs) {
+    c = __fmul_rn(c, mscale);
+    s = __fmul_rn(s, mscale);
+  }
   const int a = interleaved ? 2 * j : j, b = interleaved ? 2 * j + 1 : j + half;
   for (int h = 0; h < q_heads; ++h) {
     float* x = q + (static_cast<int64_t>(t) * q_heads + h) * hd;
@@ -98,7 +256,8 @@ __global__ void kv_write_k(const float* k, const float* v, T* kc, T* vc, const i
 template <typename T>
 __global__ void attention_k(const float* q, const T* kc, const T* vc, const int32_t* tables, int stride,
                             const int32_t* lens, int start_pos, float* out, float* scores_all, int max_ctx, int count,
-                            int heads, int kv_heads, int hd, int block_tokens, int num_blocks, int* err) {
+                            int heads, int kv_heads, int hd, int block_tokens, int num_blocks, float scale,
+                            float softcap, int window, int* err) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= count * heads) return;
   const int i = idx / heads, h = idx % heads;
@@ -120,24 +279,27 @@ __global__ void attention_k(const float* q, const T* kc, const T* vc, const int3
   float* oh = out + static_cast<int64_t>(idx) * hd;
   float* scores = scores_all + static_cast<int64_t>(idx) * max_ctx;
   const float denom = sqrtf(static_cast<float>(hd));
+  // A sliding window starts the visible positions later; those before `first` are never read.
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
   float max_score = -INFINITY;
-  for (int t = 0; t <= pos; ++t) {
+  for (int t = first; t <= pos; ++t) {
     const int64_t row =
         ((static_cast<int64_t>(table[t / block_tokens]) * block_tokens + t % block_tokens) * kv_heads + kvh) * hd;
     float s = 0.0f;
     for (int e = 0; e < hd; ++e) s += qh[e] * load(kc, row + e);
-    s /= denom;
+    s = scale > 0.0f ? s * scale : s / denom;
+    if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
     scores[t] = s;
     max_score = s > max_score ? s : max_score;
   }
   float sum = 0.0f;
-  for (int t = 0; t <= pos; ++t) {
+  for (int t = first; t <= pos; ++t) {
     scores[t] = expf(scores[t] - max_score);
     sum += scores[t];
   }
-  for (int t = 0; t <= pos; ++t) scores[t] /= sum;
+  for (int t = first; t <= pos; ++t) scores[t] /= sum;
   for (int e = 0; e < hd; ++e) oh[e] = 0.0f;
-  for (int t = 0; t <= pos; ++t) {
+  for (int t = first; t <= pos; ++t) {
     const int64_t row =
         ((static_cast<int64_t>(table[t / block_tokens]) * block_tokens + t % block_tokens) * kv_heads + kvh) * hd;
     const float a = scores[t];
@@ -145,25 +307,29 @@ __global__ void attention_k(const float* q, const T* kc, const T* vc, const int3
   }
 }
 
-// One warp per output: lanes stride over k, then a shuffle reduction.
-template <typename T>
-__global__ void matmul_k(const float* x, const T* w, const float* bias, float* out, int n, int k, int m) {
+// One warp per output: lanes stride over k, widening the weights as they go, then a shuffle reduction.
+__global__ void matmul_k(const float* x, const uint8_t* w, int type, int64_t row_bytes, const float* bias, float* out,
+                         int n, int k, int m) {
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= static_cast<int64_t>(n) * m) return;
   const int r = static_cast<int>(warp / m), i = static_cast<int>(warp % m);
   const float* xr = x + static_cast<int64_t>(r) * k;
-  const T* wi = w + static_cast<int64_t>(i) * k;
+  const uint8_t* wi = w + static_cast<int64_t>(i) * row_bytes;
   float s = 0.0f;
-  for (int j = lane; j < k; j += 32) s += load(wi, j) * xr[j];
+  for (int j = lane; j < k; j += 32) s += dq(type, wi, j) * xr[j];
   for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
   if (lane == 0) out[warp] = bias ? s + bias[i] : s;
 }
 
-__global__ void silu_mul_k(const float* g, const float* u, float* out, int64_t n) {
+__global__ void silu_mul_k(const float* g, const float* u, float* out, int64_t n, bool gelu) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float v = g[i];
+  if (gelu) {  // GELU's tanh approximation as ref evaluates it: x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3)))
+    out[i] = v / (1.0f + expf(-2.0f * 0.79788456080286535588f * v * (1.0f + 0.044715f * v * v))) * u[i];
+    return;
+  }
   v *= (1.0f / (1.0f + expf(-v)));
   out[i] = v * u[i];
 }
@@ -201,10 +367,14 @@ __global__ void argmax_k(const float* x, int32_t* out, int rows, int m) {
 
 }  // namespace
 
-int launch_embedding(const float* table, const int32_t* ids, float* out, int n, int dim, int vocab, int* err,
-                     void* stream) {
-  embedding_k<<<blocks_for(static_cast<int64_t>(n) * dim), kThreads, 0, st(stream)>>>(table, ids, out, n, dim, vocab,
-                                                                                      err);
+void cuda_dequantize_row(int dtype, const uint8_t* row, int64_t k, float* out) {
+  for (int64_t e = 0; e < k; ++e) out[e] = dq(dtype, row, e);
+}
+
+int launch_embedding(const uint8_t* table, int dtype, int64_t row_bytes, const int32_t* ids, float* out, int n, int dim,
+                     int vocab, float scale, int* err, void* stream) {
+  embedding_k<<<blocks_for(static_cast<int64_t>(n) * dim), kThreads, 0, st(stream)>>>(table, dtype, row_bytes, ids, out,
+                                                                                      n, dim, vocab, scale, err);
   return last_error();
 }
 int launch_rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
@@ -217,9 +387,9 @@ int launch_add_rms_norm(float* res, const float* delta, const float* w, float* o
   return last_error();
 }
 int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, float theta,
-                bool interleaved, void* stream) {
-  rope_k<<<blocks_for(static_cast<int64_t>(n) * (hd / 2)), kThreads, 0, st(stream)>>>(q, k, pos, n, q_heads, k_heads,
-                                                                                      hd, theta, interleaved);
+                bool interleaved, const float* freqs, float mscale, void* stream) {
+  rope_k<<<blocks_for(static_cast<int64_t>(n) * (hd / 2)), kThreads, 0, st(stream)>>>(
+      q, k, pos, n, q_heads, k_heads, hd, theta, interleaved, freqs, mscale);
   return last_error();
 }
 int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n, int row,
@@ -236,31 +406,28 @@ int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16
 }
 int launch_attention(const float* q, const void* kc, const void* vc, bool f16, const int32_t* tables, int stride,
                      const int32_t* lens, int start_pos, float* out, float* scores, int max_ctx, int count, int heads,
-                     int kv_heads, int hd, int block_tokens, int num_blocks, int* err, void* stream) {
+                     int kv_heads, int hd, int block_tokens, int num_blocks, float scale, float softcap, int window,
+                     int* err, void* stream) {
   const int b = blocks_for(static_cast<int64_t>(count) * heads);
   if (f16) {
     attention_k<__half><<<b, kThreads, 0, st(stream)>>>(
         q, static_cast<const __half*>(kc), static_cast<const __half*>(vc), tables, stride, lens, start_pos, out, scores,
-        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, err);
+        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, err);
   } else {
-    attention_k<float><<<b, kThreads, 0, st(stream)>>>(q, static_cast<const float*>(kc), static_cast<const float*>(vc),
-                                                       tables, stride, lens, start_pos, out, scores, max_ctx, count,
-                                                       heads, kv_heads, hd, block_tokens, num_blocks, err);
+    attention_k<float><<<b, kThreads, 0, st(stream)>>>(
+        q, static_cast<const float*>(kc), static_cast<const float*>(vc), tables, stride, lens, start_pos, out, scores,
+        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, err);
   }
   return last_error();
 }
-int launch_matmul(const float* x, const void* w, bool f16, const float* bias, float* out, int n, int k, int m,
-                  void* stream) {
+int launch_matmul(const float* x, const uint8_t* w, int dtype, int64_t row_bytes, const float* bias, float* out, int n,
+                  int k, int m, void* stream) {
   const int b = blocks_for(static_cast<int64_t>(n) * m * 32);
-  if (f16) {
-    matmul_k<__half><<<b, kThreads, 0, st(stream)>>>(x, static_cast<const __half*>(w), bias, out, n, k, m);
-  } else {
-    matmul_k<float><<<b, kThreads, 0, st(stream)>>>(x, static_cast<const float*>(w), bias, out, n, k, m);
-  }
+  matmul_k<<<b, kThreads, 0, st(stream)>>>(x, w, dtype, row_bytes, bias, out, n, k, m);
   return last_error();
 }
-int launch_silu_mul(const float* g, const float* u, float* out, int64_t n, void* stream) {
-  silu_mul_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(g, u, out, n);
+int launch_silu_mul(const float* g, const float* u, float* out, int64_t n, bool gelu, void* stream) {
+  silu_mul_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(g, u, out, n, gelu);
   return last_error();
 }
 int launch_add(const float* a, const float* b, float* out, int64_t n, void* stream) {

@@ -452,7 +452,11 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     if (vocab->kind == VocabKind::kByteLevelBpe) kv.emplace_back("tokenizer.ggml.pre", GgufValue::str(vocab->pre));
     kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(vocab->tokens));
     if (!vocab->scores.empty()) kv.emplace_back("tokenizer.ggml.scores", GgufValue::f32_array(vocab->scores));
-    if (!vocab->types.empty()) kv.emplace_back("tokenizer.ggml.token_type", GgufValue::i32_array(vocab->types));
+    if (!vocab->types.empty()) {
+      std::vector<int32_t> types = vocab->types;  // visible control tokens are user-defined in files (gguf_vocab.cc)
+      for (TokenId id : vocab->visible_control) types[static_cast<size_t>(id)] = kTokenUserDefined;
+      kv.emplace_back("tokenizer.ggml.token_type", GgufValue::i32_array(std::move(types)));
+    }
     if (!vocab->merges.empty()) kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(vocab->merges));
     auto put_id = [&](const char* key, TokenId id) {
       if (id >= 0) kv.emplace_back(key, GgufValue::u32(static_cast<uint32_t>(id)));
@@ -462,7 +466,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     put_id("tokenizer.ggml.unknown_token_id", vocab->unk);
     put_id("tokenizer.ggml.padding_token_id", vocab->pad);
     kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(vocab->add_bos));
-    if (vocab->kind == VocabKind::kSentencePiece)
+    if (vocab->kind != VocabKind::kByteLevelBpe)
       kv.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(vocab->add_space_prefix));
   }
   if (!options.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", GgufValue::str(options.chat_template));

@@ -1,0 +1,292 @@
+#include "kv/host/host_connector.h"
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "api/kv_layout.h"
+#include "base/log.h"
+
+namespace tessera::kv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kRecordFormat = 1;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options, std::string model_identity) {
+  if (options.host_bytes == 0 && options.disk_dir.empty())
+    return invalid_argument(
+        "the host KV connector needs host memory (--kv-host-memory) or a disk tier (--kv-disk-dir)");
+  if (!options.disk_dir.empty() && options.disk_bytes == 0)
+    return invalid_argument("a KV disk tier (--kv-disk-dir) needs a size (--kv-disk-size MIB)");
+  if (!options.disk_dir.empty() && model_identity.empty())
+    return invalid_argument("a KV disk tier needs the model's identity, to keep other models' files apart");
+  return std::shared_ptr<HostConnector>(new HostConnector(std::move(options), std::move(model_identity)));
+}
+
+HostConnector::~HostConnector() { disk_.reset(); }
+
+Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) {
+  io_ = &io;
+  wake_ = std::move(wake);
+  format_.geometry = io.geometry();
+  const engine::KvGeometry& g = format_.geometry;
+  // The store key: whose KV this is and how it is laid out. Files under another key are never opened.
+  const std::string key = fmt::format("{}|block_tokens={}|dtype={}|layers={}|kv_dim={}|state={}|layout={}|record={}",
+                                      identity_, g.block_tokens, dtype_name(g.dtype), g.n_layers, g.kv_dim,
+                                      g.state_bytes, api::kKvLayoutVersion, kRecordFormat);
+  format_.store_key = XXH3_64bits(key.data(), key.size());
+  if (!options_.disk_dir.empty()) {
+    DiskTierOptions d;
+    d.dir = options_.disk_dir;
+    d.capacity_bytes = options_.disk_bytes;
+    d.max_pending_bytes = options_.max_pending_disk_bytes;
+    TS_ASSIGN_OR_RETURN(disk_, DiskTier::open(std::move(d), format_, identity_));
+  }
+  return ok_status();
+}
+
+void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
+  for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
+    counters_.host_evicted++;
+    if (disk_) disk_->write(std::move(out));
+  }
+}
+
+void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
+  // A model with recurrent state (hybrid, issue 28) needs that state at each block's end to resume from a block;
+  // the engine keeps it per sequence, not per block, so such a model's blocks are not kept (docs/kv.md).
+  if (format_.geometry.state_bytes > 0) return;
+  std::vector<engine::BlockId> ids;
+  std::vector<engine::BlockHash> hashes;
+  for (const engine::EvictedBlock& b : blocks) {
+    if (pool_.find(b.hash, /*touch=*/true) != nullptr) continue;  // already below: nothing to copy
+    if (disk_ && disk_->contains(b.hash)) continue;
+    ids.push_back(b.id);
+    hashes.push_back(b.hash);
+  }
+  if (ids.empty()) return;
+  const auto t0 = Clock::now();
+  const size_t half = format_.half(), n = ids.size();
+  std::vector<std::shared_ptr<HostBlock>> out(n);
+  for (size_t j = 0; j < n; ++j) {
+    out[j] = std::make_shared<HostBlock>();
+    out[j]->hash = hashes[j];
+    out[j]->payload.resize(format_.payload_bytes());
+  }
+  k_.resize(n * half);
+  v_.resize(n * half);
+  for (int l = 0; l < format_.geometry.n_layers; ++l) {
+    // One device copy per run of consecutive block ids, then each block's rows to its own record.
+    if (Status st = io_->read_blocks(l, ids, k_.data(), v_.data()); !st.ok()) {
+      log::warn("host KV connector: could not copy {} evicted blocks out ({}); they are dropped", n, st.to_string());
+      return;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      std::memcpy(out[j]->payload.data() + format_.k_offset(l), k_.data() + j * half, half);
+      std::memcpy(out[j]->payload.data() + format_.v_offset(l), v_.data() + j * half, half);
+    }
+  }
+  // The payload's state section is empty: only attention-only models get here (above).
+  for (auto& b : out) {
+    b->checksum = payload_checksum(b->payload);
+    counters_.host_save_bytes += b->payload.size();
+    keep(std::move(b));
+  }
+  counters_.host_save_seconds += since(t0);
+}
+
+engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int supplied) {
+  const int bt = format_.geometry.block_tokens;
+  if (bt <= 0 || supplied % bt != 0 || format_.geometry.state_bytes > 0) return {};
+  // Whole blocks, never the last position (its logits are needed).
+  const size_t limit = std::min(request.block_hashes.size(), (request.tokens.size() - 1) / static_cast<size_t>(bt));
+  size_t count = 0;
+  bool async = false;
+  for (size_t i = static_cast<size_t>(supplied / bt); i < limit; ++i, ++count) {
+    const engine::BlockHash h = request.block_hashes[i];
+    if (pool_.contains(h)) continue;
+    if (disk_ && disk_->contains(h)) {
+      async = true;
+      continue;
+    }
+    break;
+  }
+  return {.tokens = static_cast<int>(count) * bt, .async = async, .cached = true};
+}
+
+void HostConnector::allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
+                              int count) {
+  if (count == 0) return;
+  const int bt = format_.geometry.block_tokens;
+  const size_t b0 = static_cast<size_t>(first / bt), nb = static_cast<size_t>(count / bt);
+  auto load = std::make_shared<Load>();
+  load->id = request.id;
+  load->device.assign(blocks.begin() + static_cast<std::ptrdiff_t>(b0),
+                      blocks.begin() + static_cast<std::ptrdiff_t>(b0 + nb));
+  load->hashes.assign(request.block_hashes.begin() + static_cast<std::ptrdiff_t>(b0),
+                      request.block_hashes.begin() + static_cast<std::ptrdiff_t>(b0 + nb));
+  load->blocks.resize(nb);
+  load->from_disk.assign(nb, false);
+  std::vector<engine::BlockHash> reads;
+  for (size_t j = 0; j < nb; ++j) {
+    // Held by the load from now on: the pool may evict the entry meanwhile, the bytes stay.
+    load->blocks[j] = pool_.find(load->hashes[j], /*touch=*/true);
+    if (load->blocks[j] == nullptr) {
+      load->from_disk[j] = true;
+      reads.push_back(load->hashes[j]);
+    }
+  }
+  loads_[request.id] = load;
+  if (reads.empty()) {
+    load->ready = true;
+    load->arrived = static_cast<int>(nb);
+    return;
+  }
+  if (!disk_) {  // cannot happen: match() found them in memory and nothing changed the pool since
+    load->ready = true;
+    while (load->arrived < static_cast<int>(nb) && load->blocks[static_cast<size_t>(load->arrived)]) load->arrived++;
+    return;
+  }
+  load->cancelled = std::make_shared<std::atomic<bool>>(false);
+  disk_->read(std::move(reads), load->cancelled, [this, load](std::vector<std::shared_ptr<const HostBlock>> got) {
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      done_.emplace_back(load, std::move(got));
+    }
+    if (wake_) wake_();
+  });
+}
+
+engine::KvPoll HostConnector::poll() {
+  decltype(done_) done;
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    done.swap(done_);
+  }
+  engine::KvPoll out;
+  const int bt = format_.geometry.block_tokens;
+  for (auto& [load, got] : done) {
+    auto it = loads_.find(load->id);
+    if (it == loads_.end() || it->second != load) continue;  // the request ended meanwhile
+    size_t g = 0;
+    for (size_t j = 0; j < load->blocks.size() && g < got.size(); ++j) {
+      if (load->from_disk[j]) load->blocks[j] = got[g++];
+    }
+    for (const auto& b : got) keep(b);  // read back: the most recently used of host memory now
+    while (load->arrived < static_cast<int>(load->blocks.size()) &&
+           load->blocks[static_cast<size_t>(load->arrived)] != nullptr) {
+      load->arrived++;
+    }
+    load->ready = true;
+    out.loads.push_back({load->id, load->arrived * bt, {}});
+  }
+  return out;
+}
+
+bool HostConnector::finished(engine::RequestId id, engine::KvEnd) {
+  auto it = loads_.find(id);
+  if (it != loads_.end()) {
+    if (it->second->cancelled) *it->second->cancelled = true;
+    loads_.erase(it);
+  }
+  return false;  // its blocks are written on the engine thread only, within wait_layer_load
+}
+
+Status HostConnector::start_load(std::span<const engine::RequestId> ids) {
+  loading_now_.clear();
+  for (engine::RequestId id : ids) {
+    auto it = loads_.find(id);
+    if (it == loads_.end() || !it->second->ready) {
+      return internal_error(fmt::format("host KV connector: request {} has no load ready", id));
+    }
+    loading_now_.push_back(it->second);
+  }
+  return ok_status();
+}
+
+Status HostConnector::wait_layer_load(int layer) {
+  if (loading_now_.empty()) return ok_status();
+  const auto t0 = Clock::now();
+  const size_t half = format_.half();
+  for (const auto& load : loading_now_) {
+    const auto n = static_cast<size_t>(load->arrived);
+    if (n == 0) continue;
+    k_.resize(n * half);
+    v_.resize(n * half);
+    for (size_t j = 0; j < n; ++j) {
+      std::memcpy(k_.data() + j * half, load->blocks[j]->payload.data() + format_.k_offset(layer), half);
+      std::memcpy(v_.data() + j * half, load->blocks[j]->payload.data() + format_.v_offset(layer), half);
+    }
+    TS_RETURN_IF_ERROR(io_->write_blocks(layer, std::span(load->device).first(n), k_.data(), v_.data())
+                           .with_context("loading KV blocks from host memory"));
+    counters_.host_load_bytes += 2 * n * half;
+  }
+  counters_.host_load_seconds += since(t0);
+  if (layer + 1 < format_.geometry.n_layers) return ok_status();
+  const int bt = format_.geometry.block_tokens;
+  for (const auto& load : loading_now_) {
+    const auto n = static_cast<size_t>(load->arrived);
+    if (n > 0) {
+      const HostBlock& last = *load->blocks[n - 1];
+      TS_RETURN_IF_ERROR(
+          io_->write_state(load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(),
+                                      format_.geometry.state_bytes}));
+    }
+    for (size_t j = 0; j < n; ++j) (load->from_disk[j] ? counters_.disk_hit_tokens : counters_.host_hit_tokens) += bt;
+    loads_.erase(load->id);
+  }
+  loading_now_.clear();
+  return ok_status();
+}
+
+engine::KvConnectorStats HostConnector::stats() const {
+  engine::KvConnectorStats s;
+  s.connector = std::string(kHostConnector);
+  engine::KvTierStats h;
+  h.tier = "host";
+  h.prefix_cache = true;
+  h.hit_tokens = counters_.host_hit_tokens;
+  h.load_bytes = counters_.host_load_bytes;
+  h.save_bytes = counters_.host_save_bytes;
+  h.load_seconds = counters_.host_load_seconds;
+  h.save_seconds = counters_.host_save_seconds;
+  h.blocks = pool_.blocks();
+  h.bytes = pool_.bytes();
+  h.capacity_bytes = pool_.capacity();
+  h.evicted_blocks = counters_.host_evicted;
+  s.tiers.push_back(h);
+  if (disk_) {
+    const DiskTierStats d = disk_->stats();
+    engine::KvTierStats t;
+    t.tier = "disk";
+    t.prefix_cache = true;
+    t.hit_tokens = counters_.disk_hit_tokens;
+    t.load_bytes = d.read_bytes;
+    t.load_seconds = d.read_seconds;
+    t.save_bytes = d.written_bytes;
+    t.save_seconds = d.write_seconds;
+    t.blocks = d.blocks;
+    t.bytes = d.bytes;
+    t.capacity_bytes = d.capacity_bytes;
+    t.evicted_blocks = d.evicted_blocks + d.dropped_writes;
+    t.failed_blocks = d.failed_blocks;
+    s.tiers.push_back(t);
+  }
+  return s;
+}
+
+Result<std::shared_ptr<engine::KvConnector>> make_host_connector(const ConnectorSpec& spec) {
+  TS_ASSIGN_OR_RETURN(HostOptions o, connector_options<HostOptions>(spec, kHostConnector));
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<HostConnector> c, HostConnector::create(std::move(o), spec.model_identity));
+  return std::shared_ptr<engine::KvConnector>(std::move(c));
+}
+
+}  // namespace tessera::kv

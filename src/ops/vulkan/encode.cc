@@ -1,0 +1,349 @@
+#include "ops/vulkan/encode.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+namespace tessera::ops::vulkan {
+namespace {
+
+// Attention scores of one pass at most: large batches of long contexts run in several passes.
+constexpr size_t kScratchCap = size_t{64} << 20;
+
+template <class>
+constexpr bool kAlwaysFalse = false;
+
+// Calls f(tensor) for every tensor an operator names (valid or not).
+template <typename F>
+void for_each_tensor(const Op& op, F&& f) {
+  std::visit(
+      [&f](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, EmbeddingOp>) {
+          f(o.table), f(o.ids), f(o.out);
+        } else if constexpr (std::is_same_v<T, RmsNormOp>) {
+          f(o.x), f(o.weight), f(o.out);
+        } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
+          f(o.residual), f(o.delta), f(o.weight), f(o.out);
+        } else if constexpr (std::is_same_v<T, RopeOp>) {
+          f(o.q), f(o.k), f(o.positions), f(o.freqs);
+        } else if constexpr (std::is_same_v<T, KvWriteOp>) {
+          f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
+        } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out);
+        } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out);
+        } else if constexpr (std::is_same_v<T, MatMulOp>) {
+          f(o.x), f(o.w), f(o.out), f(o.bias);
+        } else if constexpr (std::is_same_v<T, SiluMulOp>) {
+          f(o.gate), f(o.up), f(o.out);
+        } else if constexpr (std::is_same_v<T, AddOp>) {
+          f(o.a), f(o.b), f(o.out);
+        } else if constexpr (std::is_same_v<T, SoftmaxOp> || std::is_same_v<T, ArgmaxOp>) {
+          f(o.x), f(o.out);
+        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
+          f(o.logits), f(o.ids), f(o.weights), f(o.bias);
+        } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
+          f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
+        } else {
+          static_assert(kAlwaysFalse<T>, "vulkan: an operator is missing");
+        }
+      },
+      op);
+}
+
+// The byte alignment a view needs: whole 32-bit words for f32 / i32, 16-bit fields for everything else.
+size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
+
+// Positions one attention operator may read per query (the scratch row of one workgroup).
+int64_t max_ctx(const Op& op) {
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) return a->start_pos + a->q.dim(0);
+  if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) return d->block_tables.dim(1) * d->k_cache.dim(1);
+  return 0;
+}
+int64_t attention_items(const Op& op) {
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) return a->q.dim(0) * a->q.dim(1);
+  if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) return d->q.dim(0) * d->q.dim(1);
+  return 0;
+}
+size_t items_per_pass(const Gpu& gpu, int64_t ctx) {
+  const size_t cap = std::min<size_t>(kScratchCap, gpu.max_range());
+  return std::max<size_t>(1, cap / (static_cast<size_t>(std::max<int64_t>(ctx, 1)) * 4));
+}
+
+// Rows of a weight matrix or embedding table one dispatch binds: all of them when the tensor fits one
+// storage-buffer binding, else as many as do (a window starts up to range_align() bytes early). 0 when not
+// even one row fits.
+int64_t rows_per_slice(const Gpu& gpu, const Tensor& t) {
+  if (gpu.window(t).ok()) return t.dim(0);
+  const size_t room = gpu.max_range() > gpu.range_align() + 16 ? gpu.max_range() - gpu.range_align() - 16 : 0;
+  return static_cast<int64_t>(room / std::max<size_t>(t.row_bytes(), 1));
+}
+// Tensors an operator may read in slices of rows (so they may exceed one binding).
+bool sliced(const Op& op, const Tensor& t) {
+  if (const auto* mm = std::get_if<MatMulOp>(&op)) return &t == &mm->w;
+  if (const auto* e = std::get_if<EmbeddingOp>(&op)) return &t == &e->table;
+  return false;
+}
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+// Offset of a tensor inside its window in units of `unit` bytes.
+uint32_t off(const Window& w, size_t unit) { return w.rel / static_cast<uint32_t>(unit); }
+uint32_t dtype_code(DType t) { return static_cast<uint32_t>(t); }
+
+}  // namespace
+
+Support capability(const Gpu& gpu, const Op& op) {
+  if (Status s = validate(op); !s.ok()) return Support::no(s.message());
+  std::string problem;
+  for_each_tensor(op, [&](const Tensor& t) {
+    if (!problem.empty() || !t.valid()) return;
+    if (t.offset % view_align(t.dtype) != 0) {
+      problem = fmt::format("vulkan needs {} views at a multiple of {} bytes (offset {})", dtype_name(t.dtype),
+                            view_align(t.dtype), t.offset);
+      return;
+    }
+    if (sliced(op, t)) {
+      if (rows_per_slice(gpu, t) < 1)
+        problem = fmt::format("vulkan: one row of {} is larger than the device's largest binding", t.shape_string());
+      return;
+    }
+    if (auto w = gpu.window(t); !w.ok()) problem = w.status().message();
+  });
+  if (!problem.empty()) return Support::no(problem);
+  if (const auto* mm = std::get_if<MatMulOp>(&op)) {
+    if (mm->w.dtype == DType::kI32) return Support::no("vulkan matmul does not take i32 weights");
+    const uint64_t tiles_m = (mm->w.dim(0) + kMatMulTile - 1) / kMatMulTile;
+    const uint64_t tiles_n = (mm->x.dim(0) + kMatMulTile - 1) / kMatMulTile;
+    if (tiles_m > gpu.limits().maxComputeWorkGroupCount[0] || tiles_n > gpu.limits().maxComputeWorkGroupCount[1])
+      return Support::no("vulkan: the matmul has more tiles than the device's grid");
+  }
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
+    return Support::no("vulkan attention has no sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
+    return Support::no("vulkan attention has no sinks");
+  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
+    return Support::no("vulkan has no mixture-of-experts kernels (moe_route, moe_experts)");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
+    return Support::no("vulkan has no clamped swiglu (gpt-oss)");
+  const Tensor* cache = nullptr;
+  if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
+    cache = &kv->k_cache;
+    if (kv->k.row_elems() % 2 != 0) return Support::no("vulkan kv_write needs rows of an even number of elements");
+    if (kv->k_cache.offset % 4 != 0 || kv->v_cache.offset % 4 != 0)
+      return Support::no("vulkan kv_write needs cache views at a multiple of 4 bytes");
+  }
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
+  if (cache && cache->dtype != DType::kF32 && cache->dtype != DType::kF16)
+    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {}", dtype_name(cache->dtype)));
+  if (cache && !std::holds_alternative<KvWriteOp>(op)) {
+    if (cache->dim(3) > kAttentionMaxHeadDim)
+      return Support::no(fmt::format("vulkan attention takes head_dim up to {}", kAttentionMaxHeadDim));
+    if (static_cast<size_t>(max_ctx(op)) * 4 > std::min<size_t>(kScratchCap, gpu.max_range()))
+      return Support::no("vulkan: the attention context is longer than one pass's score scratch");
+  }
+  return Support::yes();
+}
+
+size_t scratch_bytes(const Gpu& gpu, const Op& op) {
+  const int64_t ctx = max_ctx(op), items = attention_items(op);
+  if (ctx == 0 || items == 0) return 0;
+  const size_t per = items_per_pass(gpu, ctx);
+  return std::min<size_t>(per, static_cast<size_t>(items)) * static_cast<size_t>(ctx) * 4;
+}
+
+namespace {
+
+struct Encoder {
+  EncodeTarget& t;
+  Gpu& gpu() { return t.writer.gpu(); }
+  Result<Window> win(const Tensor& x) { return gpu().window(x); }
+
+  // A table larger than one binding is looked up slice by slice (each dispatch writes the rows whose ids
+  // fall in its slice).
+  Status operator()(const EmbeddingOp& o) {
+    TS_ASSIGN_OR_RETURN(Window ids, win(o.ids));
+    TS_ASSIGN_OR_RETURN(Window out, win(o.out));
+    const int64_t vocab = o.table.dim(0), per = rows_per_slice(gpu(), o.table);
+    const uint64_t invocations = static_cast<uint64_t>(o.ids.dim(0)) * ((o.table.dim(1) + 3) / 4);
+    for (int64_t base = 0; base < vocab; base += per) {
+      const int64_t count = std::min(per, vocab - base);
+      TS_ASSIGN_OR_RETURN(Window table, win(o.table.rows(base, count)));
+      const EmbeddingPush p{table.rel,
+                            off(ids, 4),
+                            off(out, 4),
+                            u32(o.table.dim(1)),
+                            u32(vocab),
+                            u32(o.ids.dim(0)),
+                            u32(o.table.row_bytes()),
+                            o.scale,
+                            u32(base),
+                            u32(count),
+                            base == 0 ? 1u : 0u};
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kEmbedding, dtype_code(o.table.dtype), {table, ids, out, t.error},
+                                           &p, sizeof p, (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup));
+    }
+    return ok_status();
+  }
+  Status norm(const Tensor& x, const Tensor& delta, const Tensor& w, const Tensor& out, float eps, bool add) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(x));
+    TS_ASSIGN_OR_RETURN(Window dw, win(delta));
+    TS_ASSIGN_OR_RETURN(Window ww, win(w));
+    TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    const RmsNormPush p{off(xw, 4),    off(dw, 4),    off(ww, 4),    off(ow, 4),
+                        u32(x.dim(1)), u32(x.dim(0)), add ? 1u : 0u, eps};
+    return t.writer.dispatch(Kernel::kRmsNorm, 0, {xw, dw, ww, ow}, &p, sizeof p, static_cast<uint64_t>(x.dim(0)));
+  }
+  Status operator()(const RmsNormOp& o) { return norm(o.x, o.x, o.weight, o.out, o.eps, false); }
+  Status operator()(const AddRmsNormOp& o) { return norm(o.residual, o.delta, o.weight, o.out, o.eps, true); }
+  Status operator()(const RopeOp& o) {
+    TS_ASSIGN_OR_RETURN(Window q, win(o.q));
+    TS_ASSIGN_OR_RETURN(Window k, win(o.k));
+    TS_ASSIGN_OR_RETURN(Window pos, win(o.positions));
+    Window freqs;
+    if (o.freqs.valid()) {
+      TS_ASSIGN_OR_RETURN(freqs, win(o.freqs));
+    } else {
+      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, o.q.dim(2)));
+    }
+    const RopePush p{off(q, 4),
+                     off(k, 4),
+                     off(pos, 4),
+                     off(freqs, 4),
+                     u32(o.q.dim(1)),
+                     u32(o.k.dim(1)),
+                     u32(o.q.dim(2)),
+                     u32(o.q.dim(0)),
+                     o.layout == RopeLayout::kInterleaved ? 1u : 0u,
+                     o.freqs.valid() ? 1u : 0u,
+                     o.mscale};
+    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(o.q.dim(2) / 2);
+    return t.writer.dispatch(Kernel::kRope, 0, {q, k, pos, freqs}, &p, sizeof p,
+                             (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const KvWriteOp& o) {
+    TS_ASSIGN_OR_RETURN(Window k, win(o.k));
+    TS_ASSIGN_OR_RETURN(Window v, win(o.v));
+    TS_ASSIGN_OR_RETURN(Window kc, win(o.k_cache));
+    TS_ASSIGN_OR_RETURN(Window vc, win(o.v_cache));
+    TS_ASSIGN_OR_RETURN(Window slots, win(o.slots));
+    const bool f16 = o.k_cache.dtype == DType::kF16;
+    const size_t unit = f16 ? 2 : 4;
+    const KvWritePush p{off(k, 4),
+                        off(v, 4),
+                        off(kc, unit),
+                        off(vc, unit),
+                        off(slots, 4),
+                        u32(o.k.row_elems()),
+                        u32(o.k_cache.dim(0) * o.k_cache.dim(1)),
+                        u32(o.k.dim(0)),
+                        f16 ? 1u : 0u};
+    const uint64_t invocations = static_cast<uint64_t>(o.k.dim(0)) * static_cast<uint64_t>(o.k.row_elems() / 2);
+    return t.writer.dispatch(Kernel::kKvWrite, 0, {k, v, kc, vc, slots, t.error}, &p, sizeof p,
+                             (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status attention(const Op& op, const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables,
+                   int64_t table_stride, const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out,
+                   const AttentionScores& s) {
+    TS_ASSIGN_OR_RETURN(Window qw, win(q));
+    TS_ASSIGN_OR_RETURN(Window kw, win(kc));
+    TS_ASSIGN_OR_RETURN(Window vw, win(vc));
+    TS_ASSIGN_OR_RETURN(Window tw, win(tables));
+    TS_ASSIGN_OR_RETURN(Window lw, win(lens));
+    TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    const int64_t ctx = max_ctx(op), items = attention_items(op);
+    const size_t per = items_per_pass(gpu(), ctx);
+    TS_ASSIGN_OR_RETURN(Window scratch, t.scratch(scratch_bytes(gpu(), op)));
+    const bool f16 = kc.dtype == DType::kF16;
+    const size_t unit = f16 ? 2 : 4;
+    for (int64_t base = 0; base < items; base += static_cast<int64_t>(per)) {
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(per), items - base);
+      const AttentionPush p{off(qw, 4),    off(kw, unit),     off(vw, unit),    off(tw, 4),     off(lw, 4),
+                            off(ow, 4),    u32(table_stride), decode ? 1u : 0u, start_pos,      u32(ctx),
+                            u32(q.dim(1)), u32(kc.dim(2)),    u32(kc.dim(3)),   u32(kc.dim(1)), u32(kc.dim(0)),
+                            s.scale,       s.softcap,         s.window,         f16 ? 1u : 0u,  u32(base),
+                            u32(n)};
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error}, &p,
+                                           sizeof p, static_cast<uint64_t>(n)));
+    }
+    return ok_status();
+  }
+  Status operator()(const AttentionPrefillOp& o) {
+    return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos,
+                     false, o.out, o.scores);
+  }
+  Status operator()(const AttentionDecodeOp& o) {
+    return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_tables, o.block_tables.dim(1), o.context_lens, 0, true,
+                     o.out, o.scores);
+  }
+  // A weight larger than one binding (a big vocabulary's classifier on lavapipe's 128 MiB) is multiplied in
+  // slices of rows, each writing its columns of out.
+  Status operator()(const MatMulOp& o) {
+    TS_ASSIGN_OR_RETURN(Window x, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window out, win(o.out));
+    Window bias = x;
+    if (o.bias.valid()) {
+      TS_ASSIGN_OR_RETURN(bias, win(o.bias));
+    }
+    const int64_t n = o.x.dim(0), k = o.x.dim(1), m = o.w.dim(0), per = rows_per_slice(gpu(), o.w);
+    const uint32_t type = dtype_code(o.w.dtype);
+    for (int64_t base = 0; base < m; base += per) {
+      const int64_t rows = std::min(per, m - base);
+      TS_ASSIGN_OR_RETURN(Window w, win(o.w.rows(base, rows)));
+      const MatMulPush p{off(x, 4),
+                         w.rel,
+                         off(out, 4) + u32(base),
+                         o.bias.valid() ? off(bias, 4) + u32(base) : 0u,
+                         o.bias.valid() ? 1u : 0u,
+                         u32(k),
+                         u32(rows),
+                         u32(n),
+                         u32(o.w.row_bytes()),
+                         u32(m)};
+      if (n <= kMatMulVecMaxRows) {
+        const Kernel kern = gpu().subgroups() ? Kernel::kMatMulVecSubgroups : Kernel::kMatMulVec;
+        TS_RETURN_IF_ERROR(
+            t.writer.dispatch(kern, type, {x, w, out, bias}, &p, sizeof p,
+                              static_cast<uint64_t>((rows + kMatMulVecRowsPerGroup - 1) / kMatMulVecRowsPerGroup)));
+      } else {
+        TS_RETURN_IF_ERROR(t.writer.dispatch_2d(Kernel::kMatMulTiled, type, {x, w, out, bias}, &p, sizeof p,
+                                                u32((rows + kMatMulTile - 1) / kMatMulTile),
+                                                u32((n + kMatMulTile - 1) / kMatMulTile)));
+      }
+    }
+    return ok_status();
+  }
+  Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
+    TS_ASSIGN_OR_RETURN(Window aw, win(a));
+    TS_ASSIGN_OR_RETURN(Window bw, win(b));
+    TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(a.numel()), code};
+    return t.writer.dispatch(Kernel::kElementwise, 0, {aw, bw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const SiluMulOp& o) {
+    return elementwise(o.gate, o.up, o.out, o.act == Activation::kGeluTanh ? 1u : 0u);
+  }
+  Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
+  Status rows(Kernel k, const Tensor& x, const Tensor& out) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(x));
+    TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    const RowPush p{off(xw, 4), off(ow, 4), u32(x.dim(1)), u32(x.dim(0))};
+    return t.writer.dispatch(k, 0, {xw, ow}, &p, sizeof p, static_cast<uint64_t>(x.dim(0)));
+  }
+  Status operator()(const SoftmaxOp& o) { return rows(Kernel::kSoftmax, o.x, o.out); }
+  Status operator()(const ArgmaxOp& o) { return rows(Kernel::kArgmax, o.x, o.out); }
+  // capability() refuses these, so a graph never brings them here.
+  Status operator()(const MoeRouteOp&) { return unimplemented("vulkan has no moe_route kernel"); }
+  Status operator()(const MoeExpertsOp&) { return unimplemented("vulkan has no moe_experts kernel"); }
+};
+
+}  // namespace
+
+Status encode(const Op& op, EncodeTarget& target) {
+  Encoder e{target};
+  return std::visit(e, op);
+}
+
+}  // namespace tessera::ops::vulkan

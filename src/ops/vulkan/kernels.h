@@ -1,0 +1,89 @@
+// The compute shaders of the vulkan backend (shaders/*.comp) as the host sees them: which SPIR-V blob, how
+// many storage buffers, and the push-constant block each takes, mirrored field for field from the GLSL.
+//
+// Internal to src/ops/vulkan.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace tessera::ops::vulkan {
+
+enum class Kernel : uint8_t {
+  kEmbedding,
+  kRmsNorm,
+  kRope,
+  kKvWrite,
+  kAttention,
+  kMatMulVec,
+  kMatMulVecSubgroups,
+  kMatMulTiled,
+  kElementwise,
+  kSoftmax,
+  kArgmax,
+  kCount,
+};
+
+struct KernelSpec {
+  std::string_view spirv;  // blob name (spirv.h)
+  uint32_t bindings;       // storage buffers 0 .. bindings - 1
+  uint32_t push_bytes;
+  bool typed;  // specialised on a weight DType (constant_id 0)
+};
+const KernelSpec& kernel_spec(Kernel k);
+
+// One SPIR-V module compiled from shaders/ at build time (generated vulkan_spirv.cc).
+struct SpirvBlob {
+  std::string_view name;
+  const uint32_t* words;
+  size_t count;
+};
+std::span<const SpirvBlob> spirv_blobs();
+
+// Push constants; offsets are in elements of the binding's type unless marked as bytes.
+struct EmbeddingPush {
+  uint32_t table_off;  // bytes
+  uint32_t ids_off, out_off, dim, vocab, n, row_bytes;
+  float scale;
+  uint32_t id_base, id_count, check;  // the table rows this dispatch binds; check: flag bad ids
+};
+struct RmsNormPush {
+  uint32_t x_off, delta_off, w_off, out_off, dim, rows, add;
+  float eps;
+};
+struct RopePush {
+  uint32_t q_off, k_off, pos_off, freqs_off, q_heads, k_heads, head_dim, n, interleaved, use_mscale;
+  float mscale;
+};
+struct KvWritePush {
+  uint32_t k_off, v_off, kc_off, vc_off, slots_off, row, capacity, n, f16;
+};
+struct AttentionPush {
+  uint32_t q_off, kc_off, vc_off, tables_off, lens_off, out_off, table_stride, decode;
+  int32_t start_pos;
+  uint32_t max_ctx, n_heads, kv_heads, head_dim, block_tokens, num_blocks;
+  float scale, softcap;
+  int32_t window;
+  uint32_t f16, item_base, items;
+};
+struct MatMulPush {
+  uint32_t x_off, w_off, out_off, bias_off;  // w_off in bytes
+  uint32_t has_bias, k, m, n, row_bytes;
+  uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
+};
+struct ElementwisePush {
+  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add
+};
+struct RowPush {  // softmax, argmax
+  uint32_t x_off, out_off, m, rows;
+};
+
+// Shapes the shaders are written for.
+constexpr uint32_t kMatMulVecMaxRows = 8;       // matmul_vec.comp's NMAX
+constexpr uint32_t kMatMulVecRowsPerGroup = 8;  // matmul_vec.comp's ROWS
+constexpr uint32_t kMatMulTile = 32;            // matmul_tiled.comp's TM = TN
+constexpr uint32_t kAttentionMaxHeadDim = 512;
+constexpr uint32_t kLinearWorkgroup = 64;  // local size of the one-invocation-per-item shaders
+
+}  // namespace tessera::ops::vulkan

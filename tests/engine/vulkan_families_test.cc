@@ -1,0 +1,122 @@
+// Every architecture family at test size (model/synth.h), its matrices stored as f16, q8_0, q4_k and q6_k (the
+// types of llama.cpp's F16, Q8_0 and Q4_K_M files), run by the engine on the vulkan backend (lavapipe in CI):
+// the prompt's logits within a tight bound of ref's and 24 greedy tokens identical to ref's; identical to cpu's
+// too for f16 weights. For the block types cpu quantises the activations to 8 bits (as llama.cpp does) while
+// vulkan, like ref, multiplies the widened weights with f32 activations, so at this random model's near ties
+// cpu may part from both (seen: mistral q8_0 and q6_k, gemma3 q4_k): there the test prints the difference.
+// Rows are 256 wide so that the K-quants fill every layer matrix. Skips, saying why, without a Vulkan device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "engine/model_runner.h"
+#include "model/loader.h"
+#include "model/model_writer.h"
+#include "model/synth.h"
+#include "ops/registry.h"
+#include "support/paths.h"
+
+namespace tessera::engine {
+namespace {
+
+struct GreedyRun {
+  std::vector<float> prompt_logits;
+  std::vector<TokenId> greedy;
+  std::string error;
+};
+
+const std::vector<TokenId> kPrompt = {1, 300, 17, 42, 99, 7, 250, 3, 480, 12, 64, 201, 33, 5};
+
+GreedyRun greedy(ops::Device& device, const model::ModelConfig& cfg, const model::ModelWeights& w) {
+  GreedyRun out;
+  RunnerOptions o;
+  o.max_batch_tokens = 64;
+  auto runner = ModelRunner::create(device, cfg, w, o);
+  if (!runner.ok()) {
+    out.error = runner.status().to_string();
+    return out;
+  }
+  SequenceKv seq;
+  std::vector<float> logits;
+  if (Status s = (*runner)->prefill(seq, kPrompt, logits); !s.ok()) {
+    out.error = s.to_string();
+    return out;
+  }
+  out.prompt_logits = logits;
+  for (int i = 0; i < 24; ++i) {
+    TokenId next = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.greedy.push_back(next);
+    SequenceKv* s = &seq;
+    if (Status st = (*runner)->decode(std::span(&s, 1), std::span(&next, 1), logits); !st.ok()) {
+      out.error = st.to_string();
+      break;
+    }
+  }
+  return out;
+}
+
+class VulkanFamilies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VulkanFamilies, LogitsAndGreedyTokensMatchRef) {
+  auto vk = ops::open_device("vulkan");
+  if (!vk.ok()) GTEST_SKIP() << "vulkan not available here: " << vk.status().message();
+  auto ref = ops::open_device("ref");
+  auto cpu = ops::open_device("cpu", 0, ops::DeviceOptions{2, ""});
+  ASSERT_TRUE(ref.ok() && cpu.ok());
+  const std::string shape = GetParam();
+  auto cfg = model::synth_shape_small(shape);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  cfg->n_layers = 2;
+  // phi3 keeps no window here, as in tests/llamacpp/parity_test.cc (the window is covered by mistral, gemma).
+  ASSERT_TRUE(model::resize_synth_shape(*cfg, 256, 512, shape.rfind("phi3", 0) == 0 ? 0 : -1).ok());
+  model::SynthWeightOptions so;
+  so.decisive = true;
+  model::SynthModel m = model::synthesize_weights(*cfg, 7, so);
+  const std::string dir = testing::scratch_dir();
+  for (DType d : {DType::kF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(std::string(shape) + " " + std::string(dtype_name(d)));
+    model::ModelWriteOptions o;
+    o.dtype = d;
+    const std::string path = dir + "/" + std::string(dtype_name(d)) + ".gguf";
+    ASSERT_TRUE(model::write_model("gguf", path, *cfg, m.weights, o).ok());
+    auto loaded = model::load_model(path, "", false);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    GreedyRun want = greedy(**ref, loaded->config, loaded->weights);
+    GreedyRun got = greedy(**vk, loaded->config, loaded->weights);
+    GreedyRun fast = greedy(**cpu, loaded->config, loaded->weights);
+    ASSERT_TRUE(want.error.empty()) << want.error;
+    ASSERT_TRUE(got.error.empty()) << got.error;
+    ASSERT_EQ(got.prompt_logits.size(), want.prompt_logits.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want.prompt_logits.size(); ++i) {
+      const double e = static_cast<double>(got.prompt_logits[i]) - want.prompt_logits[i];
+      err += e * e;
+      norm += static_cast<double>(want.prompt_logits[i]) * want.prompt_logits[i];
+    }
+    // vulkan widens weights exactly as ref does and keeps activations in f32: only summation order differs.
+    EXPECT_LT(err / std::max(norm, 1e-30), 1e-9);
+    EXPECT_EQ(got.greedy, want.greedy);
+    ASSERT_TRUE(fast.error.empty()) << fast.error;
+    if (d == DType::kF16) {
+      EXPECT_EQ(got.greedy, fast.greedy);
+    } else if (got.greedy != fast.greedy) {
+      std::printf("[ vulkan ] %s %s: vulkan gives ref's tokens; cpu (8-bit activations) parts from both\n",
+                  shape.c_str(), std::string(dtype_name(d)).c_str());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllShapes, VulkanFamilies,
+                         ::testing::Values("stories15M", "llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b",
+                                           "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tessera::engine
