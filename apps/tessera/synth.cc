@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "model/model_writer.h"
 #include "model/synth.h"
+#include "model/synth_gemma4.h"
 
 namespace tessera::cli {
 namespace {
@@ -33,7 +34,38 @@ struct SynthArgs {
   std::string tokenizer_out;
 };
 
+// Gemma 4 shapes have per-layer head sizes, KV heads and MLP widths that ModelConfig does not hold: they are
+// written straight to GGUF (model/synth_gemma4.h).
+int run_synth_gemma4(const SynthArgs& a) {
+  if (a.format != "gguf") return fail(fmt::format("{} is written as GGUF only (--format gguf)", a.shape));
+  if (a.decisive) return fail("--decisive is not supported for gemma4 shapes (their classifier is tied)");
+  if (a.token_lead > 0)
+    return fail("--token-lead is not supported for gemma4 shapes (their per-layer writes are not scaled by synth)");
+  auto shape = model::gemma4_shape(a.shape, a.small);
+  if (!shape.ok()) return fail(shape.status().message());
+  if (a.max_seq_len > 0) shape->max_seq_len = a.max_seq_len;
+  if (Status s = model::resize_gemma4_shape(*shape, a.layers, a.dim, a.hidden_dim, a.sliding_window); !s.ok())
+    return fail(s.message());
+  model::Gemma4WriteOptions o;
+  o.rare_byte_tokens = a.rare_byte_tokens;
+  if (!a.dtype.empty()) {
+    auto d = parse_dtype(a.dtype);
+    if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16))
+      return fail(fmt::format("--dtype '{}': gemma4 shapes are written in f32, f16 or bf16", a.dtype));
+    o.matrix_dtype = *d;
+  }
+  if (Status s = model::write_gemma4_gguf(*shape, a.seed, o, a.out); !s.ok()) return fail(s.message());
+  std::fprintf(stderr,
+               "wrote %s (gguf): shape %s (arch gemma4, dim %d, %d layers of which %d reuse KV, %d heads, head sizes "
+               "%d/%d, vocab %d, per-layer embeddings %d, experts %d), seed %llu\n",
+               a.out.c_str(), a.shape.c_str(), shape->dim, shape->n_layers, shape->shared_kv_layers, shape->n_heads,
+               shape->head_dim_swa, shape->head_dim_full, shape->vocab_size, shape->per_layer_dim, shape->n_experts,
+               static_cast<unsigned long long>(a.seed));
+  return 0;
+}
+
 int run_synth(const SynthArgs& a) {
+  if (model::is_gemma4_shape(a.shape)) return run_synth_gemma4(a);
   auto config = a.small ? model::synth_shape_small(a.shape) : model::synth_shape(a.shape);
   if (!config.ok()) return fail(config.status().message());
   if (a.layers > 0) config->n_layers = a.layers;
@@ -91,7 +123,9 @@ int run_synth(const SynthArgs& a) {
 Action add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a seeded random-weight model of a named shape");
-  cmd->add_option("--shape", args->shape, fmt::format("One of: {}", fmt::join(model::synth_shape_names(), ", ")))
+  cmd->add_option("--shape", args->shape,
+                  fmt::format("One of: {}, {}", fmt::join(model::synth_shape_names(), ", "),
+                              fmt::join(model::gemma4_shape_names(), ", ")))
       ->required();
   cmd->add_option("--format", args->format,
                   fmt::format("Output format: {}", fmt::join(model::model_format_names(), ", ")))
