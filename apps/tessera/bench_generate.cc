@@ -110,9 +110,10 @@ int run_bench(const BenchArgs& a) {
   double matrix_params = static_cast<double>(c.vocab_size) * c.dim;
   for (int l = 0; l < c.n_layers; ++l) {
     matrix_params += 2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim();
-    matrix_params += c.layer_kind(l).ffn == model::FfnKind::kMoe
-                         ? static_cast<double>(c.dim) * (c.moe.n_experts + 3.0 * c.moe.n_experts_used * c.moe.expert_hidden_dim)
-                         : 3.0 * c.dim * c.hidden_dim;
+    matrix_params +=
+        c.layer_kind(l).ffn == model::FfnKind::kMoe
+            ? static_cast<double>(c.dim) * (c.moe.n_experts + 3.0 * c.moe.n_experts_used * c.moe.expert_hidden_dim)
+            : 3.0 * c.dim * c.hidden_dim;
   }
   const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
   // The KV of one position, all layers, K and V (api/kv_layout.h), read once per attended position.

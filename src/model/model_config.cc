@@ -100,7 +100,7 @@ namespace {
 int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
-  if (c.arch == "qwen2") attention += q + 2 * kv;  // q/k/v biases
+  if (c.arch == "qwen2") attention += q + 2 * kv;        // q/k/v biases
   if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
   if (c.attn_sinks) attention += c.n_heads;
   if (c.qk_norm) attention += 2 * c.head_dim;
@@ -162,15 +162,16 @@ Status ModelConfig::validate() const {
       return unimplemented("linear-attention layers (recurrent state) are not supported");
   }
   if (has_moe_layers() || moe.enabled()) {
-    if (!has_moe_layers()) return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));
+    if (!has_moe_layers())
+      return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));
     if (!in_range(moe.n_experts, 1, 4096))
       return invalid_argument(fmt::format("expert count {} is out of range [1, 4096]", moe.n_experts));
     if (!in_range(moe.n_experts_used, 1, moe.n_experts))
       return invalid_argument(
           fmt::format("experts used per token {} is out of range [1, {}]", moe.n_experts_used, moe.n_experts));
     if (!in_range(moe.expert_hidden_dim, 1, 1 << 18))
-      return invalid_argument(fmt::format("expert feed-forward width {} is out of range [1, 262144]",
-                                          moe.expert_hidden_dim));
+      return invalid_argument(
+          fmt::format("expert feed-forward width {} is out of range [1, 262144]", moe.expert_hidden_dim));
     if (!(moe.weights_scale > 0.0f) || !std::isfinite(moe.weights_scale))
       return invalid_argument(fmt::format("expert weights scale {} must be positive", moe.weights_scale));
     if (!(moe.swiglu_limit >= 0.0f) || !std::isfinite(moe.swiglu_limit))

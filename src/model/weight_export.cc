@@ -16,13 +16,33 @@ std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const Mode
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = c.layer_kind(l).ffn == FfnKind::kMoe;
     const bool fused_experts = moe && w.find(layer_tensor_name(l, "ffn_gate_up_exps.weight")) != nullptr;
-    for (const char* s :
-         {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight",
-          "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight", "attn_output.bias",
-          "attn_sinks.weight", "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-          "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "ffn_gate_up_exps.weight",
-          "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
-          "ffn_down_exps.weight", "ffn_down_exps.bias", "post_ffw_norm.weight"}) {
+    for (const char* s : {"attn_norm.weight",
+                          "attn_q.weight",
+                          "attn_q.bias",
+                          "attn_k.weight",
+                          "attn_k.bias",
+                          "attn_v.weight",
+                          "attn_v.bias",
+                          "attn_q_norm.weight",
+                          "attn_k_norm.weight",
+                          "attn_output.weight",
+                          "attn_output.bias",
+                          "attn_sinks.weight",
+                          "post_attention_norm.weight",
+                          "ffn_norm.weight",
+                          "ffn_gate.weight",
+                          "ffn_up.weight",
+                          "ffn_down.weight",
+                          "ffn_gate_inp.weight",
+                          "ffn_gate_inp.bias",
+                          "ffn_gate_up_exps.weight",
+                          "ffn_gate_exps.weight",
+                          "ffn_gate_exps.bias",
+                          "ffn_up_exps.weight",
+                          "ffn_up_exps.bias",
+                          "ffn_down_exps.weight",
+                          "ffn_down_exps.bias",
+                          "post_ffw_norm.weight"}) {
       const std::string_view sv(s);
       std::string n = layer_tensor_name(l, s);
       if ((sv.ends_with(".bias") || sv == "attn_sinks.weight") && w.find(n) == nullptr) continue;

@@ -90,9 +90,8 @@ void check_sinks(Checker& c, const Tensor& sinks, const Tensor& q) {
 
 std::string_view op_name(const Op& op) {
   static constexpr std::string_view kNames[] = {
-      "embedding",        "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill",
-      "attention_decode", "matmul",   "silu_mul",     "add",  "softmax",  "argmax",
-      "moe_route",        "moe_experts"};
+      "embedding", "rms_norm", "add_rms_norm", "rope",    "kv_write", "attention_prefill", "attention_decode",
+      "matmul",    "silu_mul", "add",          "softmax", "argmax",   "moe_route",         "moe_experts"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -212,8 +211,7 @@ Status validate(const Op& op) {
           if (c.ok()) {
             c.rank(o.weights, "weights", 2).dim(o.ids, "ids", 0, o.logits.dim(0));
             c.dim(o.weights, "weights", 0, o.logits.dim(0)).dim(o.weights, "weights", 1, o.ids.dim(1));
-            c.require(o.ids.dim(1) >= 1 && o.ids.dim(1) <= o.logits.dim(1),
-                      "k (ids' columns) must be in [1, experts]");
+            c.require(o.ids.dim(1) >= 1 && o.ids.dim(1) <= o.logits.dim(1), "k (ids' columns) must be in [1, experts]");
             c.require(std::isfinite(o.scale) && o.scale > 0.0f, "scale must be positive");
             if (o.bias.valid()) {
               c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);

@@ -20,9 +20,9 @@ struct ModelCost {
   // per layer: wq, wk, wv, wo, w1, w2, w3; a mixture-of-experts layer counts its router and the experts one token
   // is routed to (what a token multiplies), averaged over the layers
   double layer_matmul_params = 0;
-  double classifier_params = 0;    // dim * vocab
-  double weight_bytes = 0;         // all parameters at the weight dtype (embedding counted once if tied)
-  double kv_bytes_per_token = 0;   // 2 (k, v) * layers * kv_dim * kv dtype bytes
+  double classifier_params = 0;   // dim * vocab
+  double weight_bytes = 0;        // all parameters at the weight dtype (embedding counted once if tied)
+  double kv_bytes_per_token = 0;  // 2 (k, v) * layers * kv_dim * kv dtype bytes
   int n_layers = 0;
   int q_dim = 0;
   int dim = 0;

@@ -169,9 +169,9 @@ TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
 // Every family's synth shape writes and generates through the CLI, as GGUF and as a HF folder.
 TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
   std::string dir = testing::scratch_dir();
-  for (const char* shape : {"llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma2-2b",
-                            "gemma3-1b", "phi3-mini", "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b",
-                            "gpt-oss-20b"}) {
+  for (const char* shape :
+       {"llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma2-2b", "gemma3-1b",
+        "phi3-mini", "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"}) {
     const std::string base = dir + "/" + shape;
     auto g = tessera({"synth", "--shape", shape, "--small", "--layers", "2", "--format", "gguf", "--out",
                       base + ".gguf", "--tokenizer-out", base + ".tok"});

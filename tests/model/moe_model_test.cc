@@ -5,10 +5,10 @@
 // batched decode).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
@@ -173,8 +173,11 @@ TEST(MoeGguf, FusedGateUpExpertsGiveTheSameModel) {
       out.insert(out.end(), g + x * f * d, g + (x + 1) * f * d);
       out.insert(out.end(), u + x * f * d, u + (x + 1) * f * d);
     }
-    w.add({layer_tensor_name(l, "ffn_gate_up_exps.weight"), DType::kF32, {e, 2 * f, d},
-           reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(float)});
+    w.add({layer_tensor_name(l, "ffn_gate_up_exps.weight"),
+           DType::kF32,
+           {e, 2 * f, d},
+           reinterpret_cast<const uint8_t*>(out.data()),
+           out.size() * sizeof(float)});
   }
   ASSERT_TRUE(write_model("gguf", dir + "/fused.gguf", c, w, {}).ok());
   std::string keep;
@@ -248,11 +251,17 @@ TEST(MoeHf, ExpertsStackedAsTransformers5SavesThem) {
       down.insert(down.end(), t->data, t->data + t->bytes);
     }
     owned.push_back(std::move(gu));
-    out.push_back({fmt::format("model.layers.{}.mlp.experts.gate_up_proj", l), DType::kF32, {e, 2 * f, d},
-                   owned.back().data(), owned.back().size()});
+    out.push_back({fmt::format("model.layers.{}.mlp.experts.gate_up_proj", l),
+                   DType::kF32,
+                   {e, 2 * f, d},
+                   owned.back().data(),
+                   owned.back().size()});
     owned.push_back(std::move(down));
-    out.push_back({fmt::format("model.layers.{}.mlp.experts.down_proj", l), DType::kF32, {e, d, f},
-                   owned.back().data(), owned.back().size()});
+    out.push_back({fmt::format("model.layers.{}.mlp.experts.down_proj", l),
+                   DType::kF32,
+                   {e, d, f},
+                   owned.back().data(),
+                   owned.back().size()});
   }
   std::filesystem::create_directories(dst);
   std::filesystem::copy_file(src + "/config.json", dst + "/config.json");
@@ -336,8 +345,8 @@ TEST(MoeHf, DenseLayersAmongExpertLayers) {
   // Shared experts (Qwen2-MoE's) are not computed: refused, not ignored.
   cfg["shared_expert_intermediate_size"] = 256;
   const std::string text = cfg.dump();
-  ASSERT_TRUE(write_file_atomic(dir + "/mixed/config.json", {reinterpret_cast<const uint8_t*>(text.data()), text.size()})
-                  .ok());
+  ASSERT_TRUE(
+      write_file_atomic(dir + "/mixed/config.json", {reinterpret_cast<const uint8_t*>(text.data()), text.size()}).ok());
   auto refused = load_model(dir + "/mixed", "", false);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("shared_expert_intermediate_size"), std::string::npos);

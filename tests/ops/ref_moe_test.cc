@@ -107,9 +107,8 @@ TEST_F(RefMoe, TiesGoToTheLowerExpertAndNanNeverWins) {
 //   out = 0.25 y1 + 0.75 y0 = (1.321196, -0.134471)
 TEST_F(RefMoe, ExpertsWeighTheirOutputsInSlotOrder) {
   const std::vector<float> gate = {1, 0, 0, 1}, up = {1, 1, 1, 1}, down = {1, 0, 0, 2};
-  MoeExpertsOp op{f32({1, 2}, {2, -1}),   i32({1, 2}, {1, 0}),   f32({1, 2}, {0.25f, 0.75f}),
-                  f32({2, 1, 2}, gate),   f32({2, 1, 2}, up),    f32({2, 2, 1}, down),
-                  f32({1, 2}, {9, 9})};
+  MoeExpertsOp op{f32({1, 2}, {2, -1}), i32({1, 2}, {1, 0}),  f32({1, 2}, {0.25f, 0.75f}), f32({2, 1, 2}, gate),
+                  f32({2, 1, 2}, up),   f32({2, 2, 1}, down), f32({1, 2}, {9, 9})};
   ASSERT_TRUE(stream_->run(op).ok());
   auto out = get(op.out);
   EXPECT_NEAR(out[0], 1.321196f, 1e-5f);
@@ -126,9 +125,8 @@ TEST_F(RefMoe, ExpertsWeighTheirOutputsInSlotOrder) {
 TEST_F(RefMoe, ClampedSwigluWithBiases) {
   // Expert 0 alone (weight 1), gate bias 10, up bias -3, down bias (0.5, 0): g = 2 + 10 = 12 -> min(12, 7) = 7,
   // u = 1 - 3 = -2 (inside the clamp), h = 7 / (1 + exp(-1.702 x 7)) x (-2 + 1) = -6.999953, y = (h + 0.5, 0).
-  MoeExpertsOp op{f32({1, 2}, {2, -1}),       i32({1, 1}, {0}),           f32({1, 1}, {1.0f}),
-                  f32({1, 1, 2}, {1, 0}),     f32({1, 1, 2}, {1, 1}),     f32({1, 2, 1}, {1, 0}),
-                  f32({1, 2}, {9, 9})};
+  MoeExpertsOp op{f32({1, 2}, {2, -1}),   i32({1, 1}, {0}),       f32({1, 1}, {1.0f}), f32({1, 1, 2}, {1, 0}),
+                  f32({1, 1, 2}, {1, 1}), f32({1, 2, 1}, {1, 0}), f32({1, 2}, {9, 9})};
   op.gate_bias = f32({1, 1}, {10});
   op.up_bias = f32({1, 1}, {-3});
   op.down_bias = f32({1, 2}, {0.5f, 0});
@@ -140,8 +138,9 @@ TEST_F(RefMoe, ClampedSwigluWithBiases) {
 }
 
 TEST_F(RefMoe, AnExpertIdOutsideTheStackIsOutOfRange) {
-  MoeExpertsOp op{f32({1, 2}, {2, -1}),   i32({1, 1}, {2}),      f32({1, 1}, {1.0f}),
-                  f32({2, 1, 2}, {1, 0, 0, 1}), f32({2, 1, 2}, {1, 1, 1, 1}), f32({2, 2, 1}, {1, 0, 0, 2}),
+  MoeExpertsOp op{f32({1, 2}, {2, -1}),         i32({1, 1}, {2}),
+                  f32({1, 1}, {1.0f}),          f32({2, 1, 2}, {1, 0, 0, 1}),
+                  f32({2, 1, 2}, {1, 1, 1, 1}), f32({2, 2, 1}, {1, 0, 0, 2}),
                   f32({1, 2}, {9, 9})};
   Status s = stream_->run(op);
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.to_string();

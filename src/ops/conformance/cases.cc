@@ -230,8 +230,8 @@ void add_attention(std::vector<Case>& cases) {
         for (int64_t start : {0, 45}) {
           const int64_t n = 17, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
           cases.push_back({"attention_prefill", cache,
-                           fmt::format("n={} start={} heads=8/2 head_dim={} {}", n, start, hd, what), kAttention,
-                           false, [=](CaseEnv& e) -> Op {
+                           fmt::format("n={} start={} heads=8/2 head_dim={} {}", n, start, hd, what), kAttention, false,
+                           [=](CaseEnv& e) -> Op {
                              std::vector<int32_t> table(static_cast<size_t>(blocks));
                              std::iota(table.begin(), table.end(), 0);
                              AttentionPrefillOp op{e.random(DType::kF32, {n, h.n_heads, hd}, 2.0f),

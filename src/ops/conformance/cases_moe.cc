@@ -12,10 +12,10 @@
 namespace tessera::ops::conformance {
 namespace {
 
-constexpr double kRouting = 1e-8;     // the same choice of experts; weights through exp
-constexpr double kFloatMoe = 1e-7;    // three matmuls and an activation in f32 (f16/bf16 weights widened)
-constexpr double kQuantMoe = 1e-3;    // activations quantised to 8 bits, twice (x, then the gated hidden)
-constexpr double kKQuantMoe = 4e-3;   // 256-element activation blocks (see cases.cc's kKQuantMatMul)
+constexpr double kRouting = 1e-8;    // the same choice of experts; weights through exp
+constexpr double kFloatMoe = 1e-7;   // three matmuls and an activation in f32 (f16/bf16 weights widened)
+constexpr double kQuantMoe = 1e-3;   // activations quantised to 8 bits, twice (x, then the gated hidden)
+constexpr double kKQuantMoe = 4e-3;  // 256-element activation blocks (see cases.cc's kKQuantMatMul)
 
 const DType kExpertTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
@@ -72,45 +72,47 @@ void add_experts(std::vector<Case>& cases) {
         for (int variant = 0; variant < 3; ++variant) {  // separate gate/up; fused gate_up; biases + swiglu_oai
           if (variant > 0 && (n == 3 || experts == 4)) continue;
           const bool fused = variant == 1, oai = variant == 2;
-          const Activation act = oai ? Activation::kSwigluOai : (variant == 1 ? Activation::kGeluTanh : Activation::kSilu);
-          cases.push_back(
-              {"moe_experts", w,
-               fmt::format("n={} dim={} ff={} experts={} k={}{}", n, dim, ff, experts, k,
-                           fused ? " gate_up gelu_tanh" : oai ? " biases swiglu_oai" : ""),
-               bound, n * k * dim * ff * 3 > 6'000'000, [=](CaseEnv& e) -> Op {
-                 // Routing of rows to experts: random, with every row of the first half on expert 0 so that
-                 // some expert takes many rows.
-                 std::vector<int32_t> ids(static_cast<size_t>(n * k));
-                 for (int64_t t = 0; t < n; ++t) {
-                   std::vector<int32_t> pick;
-                   while (static_cast<int64_t>(pick.size()) < k) {
-                     auto c = static_cast<int32_t>(e.rng().next_u32() % experts);
-                     if (pick.empty() && t < n / 2) c = 0;
-                     if (std::find(pick.begin(), pick.end(), c) == pick.end()) pick.push_back(c);
-                   }
-                   std::copy(pick.begin(), pick.end(), ids.begin() + t * k);
-                 }
-                 MoeExpertsOp op;
-                 op.x = e.random(DType::kF32, {n, dim});
-                 op.ids = e.ints({n, k}, ids);
-                 op.weights = e.random(DType::kF32, {n, k});
-                 if (fused) {
-                   op.gate_up = e.weight(w, {experts, 2 * ff, dim});
-                 } else {
-                   op.gate = e.weight(w, {experts, ff, dim});
-                   op.up = e.weight(w, {experts, ff, dim});
-                 }
-                 op.down = e.weight(w, {experts, dim, ff});
-                 op.out = e.output(DType::kF32, {n, dim});
-                 op.act = act;
-                 if (oai) {
-                   op.gate_bias = e.random(DType::kF32, {experts, ff});
-                   op.up_bias = e.random(DType::kF32, {experts, ff});
-                   op.down_bias = e.random(DType::kF32, {experts, dim});
-                   op.limit = 0.5f;  // low enough that the clamps bite on these inputs
-                 }
-                 return op;
-               }});
+          const Activation act =
+              oai ? Activation::kSwigluOai : (variant == 1 ? Activation::kGeluTanh : Activation::kSilu);
+          cases.push_back({"moe_experts", w,
+                           fmt::format("n={} dim={} ff={} experts={} k={}{}", n, dim, ff, experts, k,
+                                       fused ? " gate_up gelu_tanh"
+                                       : oai ? " biases swiglu_oai"
+                                             : ""),
+                           bound, n * k * dim * ff * 3 > 6'000'000, [=](CaseEnv& e) -> Op {
+                             // Routing of rows to experts: random, with every row of the first half on expert 0 so that
+                             // some expert takes many rows.
+                             std::vector<int32_t> ids(static_cast<size_t>(n * k));
+                             for (int64_t t = 0; t < n; ++t) {
+                               std::vector<int32_t> pick;
+                               while (static_cast<int64_t>(pick.size()) < k) {
+                                 auto c = static_cast<int32_t>(e.rng().next_u32() % experts);
+                                 if (pick.empty() && t < n / 2) c = 0;
+                                 if (std::find(pick.begin(), pick.end(), c) == pick.end()) pick.push_back(c);
+                               }
+                               std::copy(pick.begin(), pick.end(), ids.begin() + t * k);
+                             }
+                             MoeExpertsOp op;
+                             op.x = e.random(DType::kF32, {n, dim});
+                             op.ids = e.ints({n, k}, ids);
+                             op.weights = e.random(DType::kF32, {n, k});
+                             if (fused) {
+                               op.gate_up = e.weight(w, {experts, 2 * ff, dim});
+                             } else {
+                               op.gate = e.weight(w, {experts, ff, dim});
+                               op.up = e.weight(w, {experts, ff, dim});
+                             }
+                             op.down = e.weight(w, {experts, dim, ff});
+                             op.out = e.output(DType::kF32, {n, dim});
+                             op.act = act;
+                             if (oai) {
+                               op.gate_bias = e.random(DType::kF32, {experts, ff});
+                               op.up_bias = e.random(DType::kF32, {experts, ff});
+                               op.down_bias = e.random(DType::kF32, {experts, dim});
+                               op.limit = 0.5f;  // low enough that the clamps bite on these inputs
+                             }
+                             return op;
+                           }});
         }
       }
     }
@@ -123,11 +125,14 @@ void add_wide_experts(std::vector<Case>& cases) {
   for (DType w : {DType::kF32, DType::kQ8_0, DType::kQ4_K}) {
     const int64_t n = 64, dim = 1024, ff = 256, experts = 8, k = 4;
     cases.push_back({"moe_experts", w, fmt::format("n={} dim={} ff={} experts={} k={} threads", n, dim, ff, experts, k),
-                     w == DType::kF32 ? kFloatMoe : w == DType::kQ4_K ? kKQuantMoe : kQuantMoe, false,
-                     [=](CaseEnv& e) -> Op {
+                     w == DType::kF32    ? kFloatMoe
+                     : w == DType::kQ4_K ? kKQuantMoe
+                                         : kQuantMoe,
+                     false, [=](CaseEnv& e) -> Op {
                        std::vector<int32_t> ids(static_cast<size_t>(n * k));
                        for (int64_t t = 0; t < n; ++t)
-                         for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t + 3 * j) % experts);
+                         for (int64_t j = 0; j < k; ++j)
+                           ids[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t + 3 * j) % experts);
                        return MoeExpertsOp{e.random(DType::kF32, {n, dim}), e.ints({n, k}, ids),
                                            e.random(DType::kF32, {n, k}),   e.weight(w, {experts, ff, dim}),
                                            e.weight(w, {experts, ff, dim}), e.weight(w, {experts, dim, ff}),

@@ -369,7 +369,7 @@ constexpr int kQTile = 6;
 struct Query {
   const float* q;
   float* out;
-  int32_t first, last;       // the positions it sees
+  int32_t first, last;     // the positions it sees
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 

@@ -81,8 +81,8 @@ Support capability(const Op& op) {
     return Support::no(fmt::format("cpu matmul does not take {} weights", dtype_name(mm->w.dtype)));
   }
   if (const auto* me = std::get_if<MoeExpertsOp>(&op);
-      me && (!weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) ||
-             !weight_supported(me->down.dtype))) {
+      me &&
+      (!weight_supported((me->gate_up.valid() ? me->gate_up : me->gate).dtype) || !weight_supported(me->down.dtype))) {
     return Support::no("cpu moe_experts does not take these expert weight types");
   }
   const Tensor* cache = nullptr;
@@ -257,8 +257,7 @@ class CpuDevice final : public Device {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
     const bool amx = isa_ == Isa::kAmx;
     if (p == 0 || !repackable(w.dtype, p, amx) || (w.rank != 2 && w.rank != 3) || w.offset != 0 ||
-        w.buffer == nullptr ||
-        w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
+        w.buffer == nullptr || w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
       return ok_status();
     }
     return repack_matrix(w, p, amx);

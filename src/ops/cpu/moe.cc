@@ -52,7 +52,7 @@ Tensor bias_row(const Tensor& b, int64_t e) {
 }
 
 struct Scratch {
-  std::vector<int32_t> count, order;       // rows per expert (prefix sums), then the (row, slot)s by expert
+  std::vector<int32_t> count, order;           // rows per expert (prefix sums), then the (row, slot)s by expert
   std::vector<float> xs, g, u, gu, y, result;  // one expert's rows; every (row, slot)'s result
 };
 
@@ -95,7 +95,8 @@ Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx) {
   s.order.resize(static_cast<size_t>(n * k));
   {
     std::vector<int32_t> next(s.count.begin(), s.count.end() - 1);
-    for (int64_t i = 0; i < n * k; ++i) s.order[static_cast<size_t>(next[static_cast<size_t>(ids[i])]++)] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < n * k; ++i)
+      s.order[static_cast<size_t>(next[static_cast<size_t>(ids[i])]++)] = static_cast<int32_t>(i);
   }
   int64_t most = 0;
   for (int64_t e = 0; e < experts; ++e)

@@ -274,7 +274,7 @@ constexpr GgmlTypeName kGgmlTypes[] = {
     {30, "BF16", DType::kBF16},       {31, "Q4_0_4_4", std::nullopt},   {32, "Q4_0_4_8", std::nullopt},
     {33, "Q4_0_8_8", std::nullopt},   {34, "TQ1_0", std::nullopt},      {35, "TQ2_0", std::nullopt},
     {36, "IQ4_NL_4_4", std::nullopt}, {37, "IQ4_NL_4_8", std::nullopt}, {38, "IQ4_NL_8_8", std::nullopt},
-    {39, "MXFP4", DType::kMXFP4},      {40, "NVFP4", std::nullopt},      {41, "Q1_0", std::nullopt},
+    {39, "MXFP4", DType::kMXFP4},     {40, "NVFP4", std::nullopt},      {41, "Q1_0", std::nullopt},
     {42, "Q2_0", std::nullopt},
 };
 

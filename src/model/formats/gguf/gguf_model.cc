@@ -52,8 +52,8 @@ Status read_family_keys(const GgufContents& c, ModelConfig& cfg) {
     if (c.find(a + ".rope.freq_base_swa")) {
       TS_ASSIGN_OR_RETURN(float swa_base, get_float_or(c, a + ".rope.freq_base_swa", cfg.rope_theta));
       if (swa_base != cfg.rope_theta)
-        return unimplemented(fmt::format("GGUF {}.rope.freq_base_swa {} differs from rope.freq_base {}", a, swa_base,
-                                         cfg.rope_theta));
+        return unimplemented(
+            fmt::format("GGUF {}.rope.freq_base_swa {} differs from rope.freq_base {}", a, swa_base, cfg.rope_theta));
     }
   }
   if (cfg.sliding_window > 0 && c.find(a + ".attention.sliding_window_pattern")) {
@@ -79,12 +79,13 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
   const std::string& a = cfg.arch;
   TS_ASSIGN_OR_RETURN(int experts, get_dim_or(c, a + ".expert_count", 0));
   if (experts == 0) {
-    if (a == "qwen3moe" || a == "gpt-oss") return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
+    if (a == "qwen3moe" || a == "gpt-oss")
+      return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
     return ok_status();
   }
   if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
-    return unimplemented(fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a,
-                                     experts, a));
+    return unimplemented(
+        fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a, experts, a));
   MoeConfig& m = cfg.moe;
   m.n_experts = experts;
   TS_ASSIGN_OR_RETURN(m.n_experts_used, get_dim(c, a + ".expert_used_count"));
@@ -94,9 +95,10 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
     TS_ASSIGN_OR_RETURN(int v, get_dim(c, a + "." + key));
     const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0;
     if (!harmless)
-      return unimplemented(fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
-                                       "leading layers in Tessera's {})",
-                                       a, key, v, a));
+      return unimplemented(
+          fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
+                      "leading layers in Tessera's {})",
+                      a, key, v, a));
   }
   if (a == "llama") {
     // llama.cpp's llama arch runs its experts at feed_forward_length (Mixtral's intermediate_size).
@@ -113,8 +115,10 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
   }
   if (c.find(a + ".expert_gating_func")) {
     TS_ASSIGN_OR_RETURN(int64_t g, c.get_int(a + ".expert_gating_func"));
-    const ExpertGating want = g == 1 ? ExpertGating::kSoftmax : g == 2 ? ExpertGating::kSigmoid
-                                     : g == 3 ? ExpertGating::kSoftmaxWeight : m.gating;
+    const ExpertGating want = g == 1   ? ExpertGating::kSoftmax
+                              : g == 2 ? ExpertGating::kSigmoid
+                              : g == 3 ? ExpertGating::kSoftmaxWeight
+                                       : m.gating;
     if ((g < 1 || g > 3) || want != m.gating)
       return unimplemented(fmt::format("GGUF {}.expert_gating_func {} is not supported for {} (it routes by {})", a, g,
                                        a, expert_gating_name(m.gating)));
@@ -342,8 +346,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   if (config.arch == "gpt-oss") {
     for (WeightTensor& t : ex.tensors)
       if (t.name.ends_with(".ffn_norm.weight"))
-        t.name = t.name.substr(0, t.name.size() - std::string_view("ffn_norm.weight").size()) +
-                 "post_attention_norm.weight";
+        t.name =
+            t.name.substr(0, t.name.size() - std::string_view("ffn_norm.weight").size()) + "post_attention_norm.weight";
   }
 
   const std::string& a = config.arch;

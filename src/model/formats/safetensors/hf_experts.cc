@@ -147,7 +147,10 @@ Status stack_experts(std::vector<WeightTensor>& tensors, const ModelConfig& c, b
         std::memcpy(bytes.data() + first->bytes * static_cast<size_t>(e), parts[static_cast<size_t>(e)]->data,
                     first->bytes);
       owned.push_back(std::move(bytes));
-      stacked.push_back({engine, first->dtype, {experts, first->shape[0], first->shape[1]}, owned.back().data(),
+      stacked.push_back({engine,
+                         first->dtype,
+                         {experts, first->shape[0], first->shape[1]},
+                         owned.back().data(),
                          owned.back().size()});
     }
   }
@@ -155,8 +158,8 @@ Status stack_experts(std::vector<WeightTensor>& tensors, const ModelConfig& c, b
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (used[i]) continue;
     if (tensors[i].name.find(".experts.") != std::string::npos)
-      return invalid_argument(fmt::format("{}: tensor {} belongs to no expert layer of this config", where,
-                                          tensors[i].name));
+      return invalid_argument(
+          fmt::format("{}: tensor {} belongs to no expert layer of this config", where, tensors[i].name));
     out.push_back(std::move(tensors[i]));
   }
   for (WeightTensor& t : stacked) out.push_back(std::move(t));
@@ -170,8 +173,11 @@ std::vector<WeightTensor> unstack_experts(const WeightTensor& t, int layer, cons
     std::vector<WeightTensor> out;
     const size_t each = t.bytes / static_cast<size_t>(t.shape[0]);
     for (int64_t e = 0; e < t.shape[0]; ++e)
-      out.push_back({expert_name(layer, static_cast<int>(e), p, mixtral), t.dtype, {t.shape[1], t.shape[2]},
-                     t.data + each * static_cast<size_t>(e), each});
+      out.push_back({expert_name(layer, static_cast<int>(e), p, mixtral),
+                     t.dtype,
+                     {t.shape[1], t.shape[2]},
+                     t.data + each * static_cast<size_t>(e),
+                     each});
     return out;
   }
   if (suffix == "ffn_gate_inp.weight") {
@@ -185,8 +191,11 @@ std::vector<WeightTensor> unstack_experts(const WeightTensor& t, int layer, cons
     const size_t each = t.bytes / static_cast<size_t>(t.shape[0]), half = each / 2;
     for (int64_t e = 0; e < t.shape[0]; ++e)
       for (int part = 0; part < 2; ++part)
-        out.push_back({expert_name(layer, static_cast<int>(e), kProjs[part], mixtral), t.dtype,
-                       {t.shape[1] / 2, t.shape[2]}, t.data + each * static_cast<size_t>(e) + half * part, half});
+        out.push_back({expert_name(layer, static_cast<int>(e), kProjs[part], mixtral),
+                       t.dtype,
+                       {t.shape[1] / 2, t.shape[2]},
+                       t.data + each * static_cast<size_t>(e) + half * part,
+                       half});
     return out;
   }
   return {t};

@@ -23,7 +23,9 @@ std::vector<uint8_t> transpose(const uint8_t* in, int64_t experts, int64_t rows,
   return out;
 }
 
-size_t element_bytes(DType t) { return dtype_info(t).block_elems == 1 ? static_cast<size_t>(dtype_info(t).block_bytes) : 0; }
+size_t element_bytes(DType t) {
+  return dtype_info(t).block_elems == 1 ? static_cast<size_t>(dtype_info(t).block_bytes) : 0;
+}
 
 std::string hf_layer(int l, const char* rest) { return fmt::format("model.layers.{}.{}", l, rest); }
 
@@ -52,9 +54,11 @@ Status parse_gpt_oss_config(const Json& j, ModelConfig& c, const std::string& na
   TS_RETURN_IF_ERROR(count({"num_local_experts"}, m.n_experts));
   TS_RETURN_IF_ERROR(count({"num_experts_per_tok", "experts_per_token"}, m.n_experts_used));
   m.expert_hidden_dim = c.hidden_dim;  // intermediate_size is the experts' width
-  const double limit = j.contains("swiglu_limit") && j["swiglu_limit"].is_number() ? j["swiglu_limit"].get<double>() : 7.0;
+  const double limit =
+      j.contains("swiglu_limit") && j["swiglu_limit"].is_number() ? j["swiglu_limit"].get<double>() : 7.0;
   if (limit != 7.0)
-    return unimplemented(fmt::format("{}: swiglu_limit {} is not supported (llama.cpp and Tessera use 7)", name, limit));
+    return unimplemented(
+        fmt::format("{}: swiglu_limit {} is not supported (llama.cpp and Tessera use 7)", name, limit));
   if (j.contains("attention_bias") && j["attention_bias"] == false)
     return unimplemented(fmt::format("{}: gpt-oss without attention biases is not supported", name));
   c.set_all_ffn(FfnKind::kMoe);
@@ -109,7 +113,8 @@ Status gpt_oss_experts_from_hf(std::vector<WeightTensor>& tensors, const ModelCo
     const size_t row_bytes = static_cast<size_t>(d) * es;
     for (int64_t x = 0; x < e; ++x)
       for (int64_t j = 0; j < f; ++j) {
-        const size_t at = static_cast<size_t>(x * f + j) * row_bytes, src = static_cast<size_t>(x * 2 * f + 2 * j) * row_bytes;
+        const size_t at = static_cast<size_t>(x * f + j) * row_bytes,
+                     src = static_cast<size_t>(x * 2 * f + 2 * j) * row_bytes;
         std::memcpy(gate.data() + at, rows.data() + src, row_bytes);
         std::memcpy(up.data() + at, rows.data() + src + row_bytes, row_bytes);
       }
@@ -164,7 +169,8 @@ Status gpt_oss_experts_to_hf(std::vector<WeightTensor>& tensors, const ModelConf
     std::vector<uint8_t> rows(2 * g->bytes);
     for (int64_t x = 0; x < e; ++x)
       for (int64_t j = 0; j < f; ++j) {
-        const size_t at = static_cast<size_t>(x * 2 * f + 2 * j) * row_bytes, src = static_cast<size_t>(x * f + j) * row_bytes;
+        const size_t at = static_cast<size_t>(x * 2 * f + 2 * j) * row_bytes,
+                     src = static_cast<size_t>(x * f + j) * row_bytes;
         std::memcpy(rows.data() + at, g->data + src, row_bytes);
         std::memcpy(rows.data() + at + row_bytes, u->data + src, row_bytes);
       }
@@ -181,7 +187,8 @@ Status gpt_oss_experts_to_hf(std::vector<WeightTensor>& tensors, const ModelConf
       std::memcpy(gub.data() + static_cast<size_t>(2 * i + 1) * bs, ub->data + static_cast<size_t>(i) * bs, bs);
     }
     add(hf_layer(l, "mlp.experts.gate_up_proj_bias"), gb->dtype, {e, 2 * f}, std::move(gub));
-    add(hf_layer(l, "mlp.experts.down_proj_bias"), db->dtype, {e, d}, std::vector<uint8_t>(db->data, db->data + db->bytes));
+    add(hf_layer(l, "mlp.experts.down_proj_bias"), db->dtype, {e, d},
+        std::vector<uint8_t>(db->data, db->data + db->bytes));
   }
   std::vector<WeightTensor> out;
   for (WeightTensor& t : tensors)

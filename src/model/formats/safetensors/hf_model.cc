@@ -132,9 +132,9 @@ struct HfArch {
   const char* arch;
 };
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"}, {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
-    {"Phi3ForCausalLM", "phi3"},          {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
+    {"LlamaForCausalLM", "llama"},    {"MistralForCausalLM", "llama"},     {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},    {"Gemma2ForCausalLM", "gemma2"},     {"Gemma3ForCausalLM", "gemma3"},
+    {"Phi3ForCausalLM", "phi3"},      {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
     {"GptOssForCausalLM", "gpt-oss"},
 };
 
@@ -515,7 +515,10 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   fs::path d(dir);
   Json cfg;
   cfg["architectures"] = {hf_arch};
-  cfg["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch == "qwen3moe" ? "qwen3_moe" : mixtral ? "mixtral" : c.arch;
+  cfg["model_type"] = c.arch == "gemma3"     ? "gemma3_text"
+                      : c.arch == "qwen3moe" ? "qwen3_moe"
+                      : mixtral              ? "mixtral"
+                                             : c.arch;
   if (c.arch == "gpt-oss") {
     cfg["model_type"] = "gpt_oss";
     TS_RETURN_IF_ERROR(hf::write_gpt_oss_config(c, cfg));
