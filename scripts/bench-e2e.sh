@@ -63,7 +63,7 @@ if [ "$SETUPS" = "colocated pd-cpu pd-opencl" ]; then : > "$OUT/env.txt"; fi
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') x $(nproc); memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
   echo "kernel: $(uname -r); os: $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "compiler: $(c++ --version | head -1)"
-  echo "libraries: $(dpkg-query -W -f '${Package} ${Version}; ' libopenblas0-pthread pocl-opencl-icd libpocl2 ocl-icd-libopencl1 2> /dev/null)"
+  echo "libraries: $(dpkg-query -W -f '${Package} ${Version}; ' pocl-opencl-icd libpocl2 ocl-icd-libopencl1 2> /dev/null)"
   echo "opencl device: $(clinfo -l 2> /dev/null | tr -s ' ' | tr '\n' ' ' || echo unknown)"
   echo "model: $(cat "$tmp/synth.txt")"
   echo "weights f32, KV cache f32 on every node, KV wire dtype f32, block 16 tokens, prefill chunk 512 tokens"

@@ -13,7 +13,8 @@ namespace tessera::cli {
 namespace {}  // namespace
 
 Result<ChosenBackend> open_backend(const std::string& requested, const model::ModelConfig& config,
-                                   const model::ModelWeights& weights, const ops::DeviceOptions& options) {
+                                   const model::ModelWeights& weights, const ops::DeviceOptions& options,
+                                   DType kv_dtype) {
   if (requested != "auto") {
     TS_ASSIGN_OR_RETURN(auto device, ops::open_device(requested, 0, options));
     return ChosenBackend{requested, std::move(device), ""};
@@ -35,6 +36,13 @@ Result<ChosenBackend> open_backend(const std::string& requested, const model::Mo
     if (std::vector<std::string> missing = engine::unsupported_layer_features(**device, config); !missing.empty()) {
       passed.push_back(fmt::format("{}: no {}", name, fmt::join(missing, ", ")));
       continue;
+    }
+    if (config.causal) {
+      if (Status kv = engine::check_kv_cache_type(**device, config, kv_dtype); !kv.ok()) {
+        if (kv.code() == StatusCode::kInvalidArgument) return kv;  // the model cannot hold the type on any backend
+        passed.push_back(fmt::format("{}: no {} KV cache", name, dtype_name(kv_dtype)));
+        continue;
+      }
     }
     const std::vector<DType> widened = engine::widened_weight_types(**device, weights);
     if (!widened.empty() && std::string_view(name) != "ref") {

@@ -25,8 +25,10 @@ struct ChosenBackend {
   std::string reason;  // e.g. "auto: cpu (cuda: not compiled in; ...)"; empty when one was named
 };
 
-// `requested` "auto" chooses as above; any other name opens that backend as before.
+// `requested` "auto" chooses as above, passing over a backend that does not keep a KV cache of `kv_dtype`
+// (q8_0 and q4_0: cpu and ref only); any other name opens that backend as before.
 Result<ChosenBackend> open_backend(const std::string& requested, const model::ModelConfig& config,
-                                   const model::ModelWeights& weights, const ops::DeviceOptions& options);
+                                   const model::ModelWeights& weights, const ops::DeviceOptions& options,
+                                   DType kv_dtype = DType::kF16);
 
 }  // namespace tessera::cli

@@ -163,8 +163,8 @@ Action add_bench_step_subcommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type (llama.cpp's -ctk/-ctv types)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
   return [args] { return run_step_bench(*args); };
 }

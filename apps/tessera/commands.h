@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 
 namespace CLI {
 class App;
@@ -11,6 +12,10 @@ class App;
 namespace tessera::cli {
 
 using Action = std::function<int()>;
+
+// --help lists a command's options by topic, as vLLM's does: moves the named options (flags or positionals) of
+// `cmd` under `topic` (main.cc).
+void group_options(CLI::App* cmd, const char* topic, std::initializer_list<const char*> names);
 
 Action add_generate_command(CLI::App& app);
 Action add_synth_command(CLI::App& app);
@@ -22,6 +27,7 @@ Action add_bench_command(CLI::App& app);
 Action add_matrix_command(CLI::App& app);
 // Subcommands of `tessera bench`, each added to the bench App.
 Action add_bench_serve_subcommand(CLI::App& bench);
+Action add_bench_conversations_subcommand(CLI::App& bench);
 Action add_bench_generate_subcommand(CLI::App& bench);
 Action add_bench_matmul_subcommand(CLI::App& bench);
 Action add_bench_sweep_subcommand(CLI::App& bench);

@@ -48,7 +48,7 @@ int run_generate(const GenerateArgs& a) {
   }
   ops::DeviceOptions dopts;
   dopts.threads = a.threads;
-  auto chosen = open_backend(a.backend, model->config, model->weights, dopts);
+  auto chosen = open_backend(a.backend, model->config, model->weights, dopts, *parse_dtype(a.kv_dtype));
   if (!chosen.ok()) return fail(chosen.status().message());
   auto& device = chosen->device;
 
@@ -132,8 +132,8 @@ Action add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type (llama.cpp's -ctk/-ctv types)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
   cmd->add_option("--graph", args->graph, "Decode by recording, compiling and replaying one step per batch bucket")
       ->check(CLI::IsMember({"on", "off"}))

@@ -2,29 +2,25 @@
 //   tessera link peer   : an agent with one region that serves peers until stdin closes (the remote side of
 //                         `link bench`, and of tests that kill a peer mid-transfer)
 //   tessera link bench  : see link_bench.cc
-//   tessera link raw-sink: a plain TCP sink, the ceiling `link bench --endpoint tcp` compares against
+//   tessera link raw-sink: a plain TCP sink (link/raw_tcp.h), the ceiling `link bench --endpoint tcp` compares
+//                          against
 #include <CLI/CLI.hpp>
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "commands.h"
 #include "link/agent.h"
+#include "link/raw_tcp.h"
 #include "link_bench.h"
 
 namespace tessera::cli {
@@ -86,49 +82,14 @@ int run_peer(const PeerArgs& a) {
   return 0;
 }
 
-// Serves each connection on its own thread, into its own slice of the buffer: [u64 total][total bytes],
-// answered with one byte once all arrived.
+// The raw TCP sink (link/raw_tcp.h) until stdin closes.
 int run_raw_sink(uint64_t buffer_bytes, int streams) {
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd, 64) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return fail("raw-sink: cannot listen on 127.0.0.1");
-  }
-  const uint64_t slice = std::max<uint64_t>(buffer_bytes / static_cast<uint64_t>(streams), 1 << 20);
-  std::vector<std::vector<char>> buffers(static_cast<size_t>(streams), std::vector<char>(slice, 1));
-  std::printf("port %d\n", ntohs(addr.sin_port));
+  auto sink = link::RawTcpSink::listen(buffer_bytes, streams);
+  if (!sink.ok()) return fail(sink.status().message());
+  std::printf("port %d\n", (*sink)->port());
   std::fflush(stdout);
-  uint64_t accepted = 0;
-  while (true) {
-    pollfd p[2] = {{lfd, POLLIN, 0}, {0, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) continue;
-    if (p[1].revents) _exit(0);  // stdin closed: done (connection threads die with the process)
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::vector<char>& buffer = buffers[accepted++ % buffers.size()];
-    // Rounds until the sender closes: an 8-byte length, that many bytes, then a one-byte acknowledgement.
-    std::thread([fd, &buffer] {
-      uint64_t total = 0, pos = 0;
-      while (recv(fd, &total, 8, MSG_WAITALL) == 8) {
-        uint64_t got = 0;
-        while (got < total) {
-          if (pos == buffer.size()) pos = 0;
-          uint64_t want = std::min({total - got, static_cast<uint64_t>(buffer.size()) - pos, uint64_t{4} << 20});
-          ssize_t n = recv(fd, buffer.data() + pos, want, 0);
-          if (n <= 0) break;
-          got += static_cast<uint64_t>(n);
-          pos += static_cast<uint64_t>(n);
-        }
-        char ack = 1;
-        if (got != total || write(fd, &ack, 1) != 1) break;
-      }
-      close(fd);
-    }).detach();
-  }
+  (*sink)->serve_until(0);
+  return 0;
 }
 
 }  // namespace

@@ -17,6 +17,10 @@ int fail(const std::string& message) {
   return 1;
 }
 
+void group_options(CLI::App* cmd, const char* topic, std::initializer_list<const char*> names) {
+  for (const char* n : names) cmd->get_option(n)->group(topic);
+}
+
 }  // namespace tessera::cli
 
 int main(int argc, char** argv) {
@@ -80,7 +84,12 @@ int main(int argc, char** argv) {
   auto expanded = expand_config_file(std::vector<std::string>(argv, argv + argc));
   if (!expanded.ok()) return fail(expanded.status().message());
   std::vector<char*> args;
-  for (std::string& a : *expanded) args.push_back(a.data());
+  for (std::string& a : *expanded) {
+    // llama.cpp's -ctk / -ctv: CLI11 takes one-letter short names only, so they are spelt out here.
+    if (a == "-ctk") a = "--cache-type-k";
+    if (a == "-ctv") a = "--cache-type-v";
+    args.push_back(a.data());
+  }
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {

@@ -24,7 +24,7 @@ namespace tessera::cli {
 namespace {
 
 struct PlanArgs {
-  std::string ctrl, fleet, workload, slo, host = "127.0.0.1", cluster_token_file;
+  std::string ctrl, fleet, workload, slo, host = "127.0.0.1", cluster_token_file, served_model;
   int port = 0;
   double interval_s = 5;
   solver::PlannerPolicy policy;
@@ -50,6 +50,7 @@ int run_plan(const PlanArgs& a) {
   config->host = a.host;
   config->port = a.port;
   config->cluster_token = *token;
+  config->served_model = a.served_model;
   auto store = ctrl::make_store_from_flag(a.ctrl, *auth);
   if (!store.ok()) return fail(store.status().message());
   auto launcher = planner::make_local_launcher(config->fleet, *token);
@@ -87,6 +88,8 @@ Action add_plan_command(CLI::App& app) {
       ->required();
   cmd->add_option("--slo", a->slo, "SLO spec (YAML): the goodput the planner maximises counts requests within it")
       ->required();
+  cmd->add_option("--served-model", a->served_model,
+                  "Plan only the nodes serving this model name (one planner per model behind a shared router)");
   cmd->add_option("--interval", a->interval_s, "Seconds between windows")->capture_default_str();
   cmd->add_option("--min-gain", a->policy.min_gain, "Relative predicted gain needed to act")->capture_default_str();
   cmd->add_option("--windows-to-act", a->policy.windows_to_act, "Consecutive windows a better placement must win")

@@ -31,10 +31,12 @@ struct RouteArgs {
   std::string ctrl;
   bool ctrl_embedded = false;
   bool no_upstream_keepalive = false;
+  bool no_kv_events = false;
   std::string strategy = "round_robin";
   std::vector<std::string> api_keys;
   std::string model;
   std::string tokenizer;
+  std::string tokenizer_model;
   int block_size = 16;
   double overload_threshold = 8;
   double prefill_weight = 1;
@@ -116,6 +118,7 @@ int run_route(const RouteArgs& a) {
   o.max_attempts = a.max_attempts;
   o.upstream_timeout_ms = a.upstream_timeout_s * 1000;
   o.upstream_keepalive = !a.no_upstream_keepalive;
+  o.kv_events = !a.no_kv_events;
 
   std::shared_ptr<model::Tokenizer> tokenizer;
   if (!a.tokenizer.empty()) {
@@ -133,6 +136,7 @@ int run_route(const RouteArgs& a) {
       std::vector<model::TokenId> ids = tokenizer->encode(text, true);
       return std::vector<int32_t>(ids.begin(), ids.end());
     };
+    o.tokenize_model = a.tokenizer_model;
   }
 
   auto gateway = router::Gateway::create(std::move(o));
@@ -217,6 +221,8 @@ Action add_route_command(CLI::App& app) {
   cmd->add_option("--api-key", a->api_keys, "Accepted API key (repeatable); none: no authentication");
   cmd->add_option("--model", a->model, "Model directory whose tokenizer the prefix strategies use");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (llama2.c tok*.bin) for the prefix strategies");
+  cmd->add_option("--tokenizer-model", a->tokenizer_model,
+                  "The served model name --model/--tokenizer belongs to (several models: others hash their bytes)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block on the nodes (prefix hashing)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -252,6 +258,9 @@ Action add_route_command(CLI::App& app) {
   cmd->add_option("--upstream-timeout", a->upstream_timeout_s, "Seconds an upstream request may take")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  cmd->add_flag("--no-kv-events", a->no_kv_events,
+                "prefix_cache, kv_aware: do not read the nodes' KV events (match prompts against the router's own "
+                "routing history only)");
   cmd->add_flag("--no-upstream-keepalive", a->no_upstream_keepalive,
                 "Open a new connection to the node for every request (default: keep-alive connection pool)");
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
@@ -259,6 +268,16 @@ Action add_route_command(CLI::App& app) {
                   "Origins whose browsers may call the API (CORS): a JSON list as vLLM takes it, or comma-separated; "
                   "* for any (default: none)");
   cmd->add_option("--seed", a->seed, "Seed of weighted_random")->capture_default_str();
+  group_options(cmd, "Nodes and membership",
+                {"--nodes", "--ctrl", "--ctrl-embedded", "--etcd-user", "--etcd-password-file"});
+  group_options(cmd, "Routing",
+                {"--strategy", "--model", "--tokenizer", "--tokenizer-model", "--block-size", "--overload-threshold",
+                 "--prefill-weight", "--no-kv-events", "--seed"});
+  group_options(cmd, "Health and retries",
+                {"--probe-interval-ms", "--probe-timeout-ms", "--unhealthy-threshold", "--healthy-threshold",
+                 "--consecutive-failures", "--max-attempts", "--upstream-timeout", "--no-upstream-keepalive"});
+  group_options(cmd, "HTTP server", {"--host", "--port", "--workers", "--io-threads", "--allowed-origins"});
+  group_options(cmd, "Security", {"--cluster-token-file", "--api-key", "--tls-cert", "--tls-key", "--tls-ca"});
   return [a] { return run_route(*a); };
 }
 

@@ -84,22 +84,43 @@ int run_synth(const SynthArgs& a) {
   if (a.format == "llama2c" && config->arch != "llama")  // before minutes of synthesis, not after
     return fail(fmt::format("llama2.c checkpoints hold llama models without biases, not {}", config->arch));
   if (Status s = config->validate(); !s.ok()) return fail(s.message());
-  // An f16/bf16 file is drawn straight into that type (half the memory of f32 for shapes of billions of weights).
+  // An f16/bf16 file is drawn straight into that type (half the memory of f32 for shapes of billions of weights);
+  // bert shapes are small and are drawn in f32, then written as the writer converts them.
   std::optional<DType> held;
-  if (o.dtype == DType::kF16 || o.dtype == DType::kBF16) held = o.dtype;
+  if ((o.dtype == DType::kF16 || o.dtype == DType::kBF16) && config->arch != "bert") held = o.dtype;
   model::SynthModel m = model::synthesize_weights(*config, a.seed,
                                                   {.rare_byte_tokens = a.rare_byte_tokens,
                                                    .decisive = a.decisive,
                                                    .token_lead = a.token_lead,
                                                    .matrix_dtype = held});
-  auto tok = model::synthesize_tokenizer(config->vocab_size, a.seed, config->arch);
-  o.tokenizer = tok.get();
+  // bert shapes get a WordPiece vocabulary (tokenizer.json in an HF folder), the others llama2.c's.
+  std::unique_ptr<model::Llama2cTokenizer> tok;
+  std::unique_ptr<model::WordPieceTokenizer> wordpiece;
+  if (config->arch == "bert") {
+    if (config->vocab_size < 200) return fail("bert shapes need a vocabulary of at least 200 tokens");
+    wordpiece = model::synthesize_wordpiece_tokenizer(config->vocab_size, a.seed);
+    o.tokenizer = wordpiece.get();
+    if (a.format == "safetensors") o.tokenizer_json = wordpiece->tokenizer_json();
+  } else {
+    tok = model::synthesize_tokenizer(config->vocab_size, a.seed, config->arch);
+    o.tokenizer = tok.get();
+  }
+  o.embedding = model::synth_embedding(a.shape);
+  // Qwen3-Embedding's tokenizer ends every input with <|endoftext|>: the synthetic vocabulary appends its EOS.
+  if (o.embedding.pooling == model::PoolingType::kLast) o.vocab_add_eos = true;
   o.name = "synth-" + a.shape;
   std::vector<std::string> notes;
   o.notes = &notes;
   if (Status s = model::write_model(a.format, a.out, m.config, m.weights, o); !s.ok()) return fail(s.message());
   if (!a.tokenizer_out.empty()) {
-    if (Status s = write_file_atomic(a.tokenizer_out, tok->serialize()); !s.ok()) return fail(s.message());
+    std::vector<uint8_t> bytes;
+    if (wordpiece) {
+      const std::string json = wordpiece->tokenizer_json();
+      bytes.assign(json.begin(), json.end());
+    } else {
+      bytes = tok->serialize();
+    }
+    if (Status s = write_file_atomic(a.tokenizer_out, bytes); !s.ok()) return fail(s.message());
   }
   std::fprintf(stderr,
                "wrote %s (%s): shape %s (arch %s, dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, seq "
@@ -155,7 +176,8 @@ Action add_synth_command(CLI::App& app) {
   cmd->add_flag("--small", args->small,
                 "The shape's family at test size (dim 64, head_dim 32, vocab 512, every feature kept)");
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
-  cmd->add_option("--tokenizer-out", args->tokenizer_out, "Also write a matching llama2.c tokenizer here");
+  cmd->add_option("--tokenizer-out", args->tokenizer_out,
+                  "Also write the matching tokenizer here (llama2.c's format; tokenizer.json for bert shapes)");
   return [args] { return run_synth(*args); };
 }
 

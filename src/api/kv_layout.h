@@ -6,8 +6,9 @@
 //            K rows of layer l:  layer_bytes() * l                 .. + half_bytes()
 //            V rows of layer l:  layer_bytes() * l + half_bytes()  .. + half_bytes()
 //   state  state_bytes() bytes right after the kv section: the request's recurrent state after its last carried
-//          position (hybrid models' linear-attention layers, issue 28); 0 bytes for attention-only models, which
-//          is every model Tessera runs today.
+//          position (hybrid models' linear-attention layers, issue 28: every linear layer's window then state,
+//          f32); 0 bytes for attention-only models. For a hybrid model the kv section's layers are its
+//          full-attention layers only.
 //
 // Version 1 (before issue 30) was the kv section alone; the two agree byte for byte when the state is empty, and a
 // node states its version in the PD model description (docs/pd-protocol.md), so unlike versions refuse each other.

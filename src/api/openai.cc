@@ -292,6 +292,7 @@ std::variant<ApiRequest, ApiError> parse_request(std::string_view body, bool cha
       return bad("'best_of' > 1 is not supported", "best_of");
   }
 
+  if (auto e = boolean(j, "return_token_ids", r.return_token_ids)) return *e;
   if (auto e = refuse_not_honoured(j, chat)) return *e;
   std::string structured_param;
   if (Status st = parse_structured_output(body, r.generation.structured, structured_param); !st.ok())

@@ -81,6 +81,8 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
+  // vLLM's return_token_ids: the prompt's and the reply's token ids beside the text (prompt_token_ids, token_ids)
+  bool return_token_ids = false;
   // chat (vLLM's fields): end the prompt with the assistant turn's opening (the default), or inside the last
   // message so that the model continues it (continue_final_message, with add_generation_prompt false).
   bool add_generation_prompt = true;

@@ -1,5 +1,7 @@
 #include "api/pd_messages.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 
@@ -19,10 +21,48 @@ constexpr double kMaxPhaseMs = 86'400'000;
 constexpr size_t kMaxDescriptionBytes = 16 << 10;
 constexpr int64_t kMaxPrefillChoices = 16;  // engine::kMaxChoices (the api may not include the engine)
 constexpr size_t kMaxPrefillStopTokens = 1 << 16;
+constexpr int64_t kMaxLogprobs = 20;  // OpenAI's top_logprobs bound
+
+json logprobs_to_json(const FirstTokenLogprobs& l) {
+  json top = json::array();
+  for (const auto& [id, lp] : l.top) top.push_back({id, lp});
+  return {{"token", l.token}, {"logprob", l.logprob}, {"top", std::move(top)}};
+}
+
+// A log-probability as a prefill node may report it: finite and not above 0 (a float rounding above is tolerated).
+bool plausible_logprob(const json& v) {
+  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() <= 1e-4;
+}
+
+Status read_first_logprobs(const json& list, int vocab_size, int logprobs, const std::vector<int32_t>& tokens,
+                           std::vector<FirstTokenLogprobs>& out) {
+  auto bad = [](std::string what) { return invalid_argument("prefill reply: first_logprobs: " + what); };
+  if (!list.is_array() || list.size() != tokens.size())
+    return bad(fmt::format("one entry per choice ({}) expected", tokens.size()));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& e = list[i];
+    if (!e.is_object() || !e.contains("token") || !e["token"].is_number_integer() ||
+        e["token"].get<int64_t>() != tokens[i] || !e.contains("logprob") || !plausible_logprob(e["logprob"]))
+      return bad(fmt::format("entry {} must name its choice's token {} with a log-probability <= 0", i, tokens[i]));
+    FirstTokenLogprobs l{tokens[i], e["logprob"].get<float>(), {}};
+    const json& top = e.contains("top") ? e["top"] : json::array();
+    if (!top.is_array() || top.size() > static_cast<size_t>(std::max(0, logprobs)))
+      return bad(fmt::format("entry {} has more than the {} alternatives asked for", i, logprobs));
+    for (const json& t : top) {
+      if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || t[0].get<int64_t>() < 0 ||
+          t[0].get<int64_t>() >= vocab_size || !plausible_logprob(t[1]))
+        return bad(fmt::format("entry {}: an alternative is [token id, log-probability <= 0]", i));
+      l.top.emplace_back(static_cast<int32_t>(t[0].get<int64_t>()), t[1].get<float>());
+    }
+    out.push_back(std::move(l));
+  }
+  return ok_status();
+}
 
 }  // namespace
 
-Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size, int choices) {
+Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size, int choices,
+                                         int logprobs) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return invalid_argument("prefill reply is not JSON");
   JsonFields f(j, "prefill reply");
@@ -58,6 +98,12 @@ Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expecte
     if (f.ok() && dtype != "f32") f.fail(fmt::format("prefill reply: unsupported kv_dtype '{}'", dtype));
   }
   if (!f.ok()) return f.status();
+  if (logprobs >= 0) {
+    if (!j.contains("first_logprobs")) return invalid_argument("prefill reply: first_logprobs missing (asked for)");
+    std::vector<int32_t> tokens = {r.first_token};
+    tokens.insert(tokens.end(), r.choice_tokens.begin(), r.choice_tokens.end());
+    TS_RETURN_IF_ERROR(read_first_logprobs(j["first_logprobs"], vocab_size, logprobs, tokens, r.first_logprobs));
+  }
   return r;
 }
 
@@ -74,6 +120,7 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   c.export_from = static_cast<int>(f.integer("export_from", 0, max_prompt_tokens, 0));
   c.n = static_cast<int>(f.integer("n", 1, kMaxPrefillChoices, 1));
   c.ignore_eos = f.boolean("ignore_eos", false);
+  c.logprobs = static_cast<int>(f.integer("logprobs", -1, kMaxLogprobs, -1));
   if (const json* stops = f.array("stop_token_ids", kMaxPrefillStopTokens, true)) {
     for (const json& t : *stops) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
@@ -120,6 +167,11 @@ std::string prefill_reply_body(const PrefillReply& r) {
                 {"transfer_ms", r.transfer_ms},
                 {"prefill_ms", r.prefill_ms}};
   if (!r.choice_tokens.empty()) j["choice_tokens"] = r.choice_tokens;
+  if (!r.first_logprobs.empty()) {
+    json lps = json::array();
+    for (const FirstTokenLogprobs& l : r.first_logprobs) lps.push_back(logprobs_to_json(l));
+    j["first_logprobs"] = std::move(lps);
+  }
   return j.dump();
 }
 
@@ -136,6 +188,7 @@ std::string prefill_call_body(const PrefillCall& c) {
   if (c.n > 1) j["n"] = c.n;
   if (!c.stop_token_ids.empty()) j["stop_token_ids"] = c.stop_token_ids;
   if (c.ignore_eos) j["ignore_eos"] = true;
+  if (c.logprobs >= 0) j["logprobs"] = c.logprobs;
   // The first token is sampled on the prefill node: it must follow the grammar too.
   if (!c.structured.none()) j["structured"] = structured_to_json(c.structured);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);

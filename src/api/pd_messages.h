@@ -22,12 +22,22 @@
 
 namespace tessera::api {
 
+// The log-probability of a first token the prefill node drew, and its `top` alternatives (most likely first), for a
+// request that asked for logprobs: the decode node has no logits for that token, only what is sent here.
+struct FirstTokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 // A prefill node's 200 reply. The decode node reads first_token, checksum and the three phase times, and
 // checks bytes and kv_dtype against what it reserved.
 struct PrefillReply {
   int32_t first_token = 0;
   // n > 1: the first tokens of choices 1..n-1 (choice i drawn with the seed + i), from the same logits.
   std::vector<int32_t> choice_tokens;
+  // With PrefillCall::logprobs >= 0: one per choice (choice 0 first), for the tokens above.
+  std::vector<FirstTokenLogprobs> first_logprobs;
   uint64_t checksum = 0;
   double compute_ms = 0;
   double transfer_ms = 0;
@@ -42,9 +52,10 @@ std::string prefill_reply_body(const PrefillReply& r);
 
 // `expected_bytes`: the KV bytes the decode node reserved (a reply that says otherwise is refused);
 // `vocab_size`: first_token must be a token of the decode node's model; `choices`: the n asked for (a reply
-// must bring choices - 1 choice_tokens).
+// must bring choices - 1 choice_tokens); `logprobs` >= 0: the reply must bring first_logprobs for every choice, each
+// naming its choice's token, with at most `logprobs` alternatives.
 Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size,
-                                         int choices = 1);
+                                         int choices = 1, int logprobs = -1);
 
 // What a prefill node takes from a decode node's request.
 struct PrefillCall {
@@ -56,6 +67,7 @@ struct PrefillCall {
   // tokens unless ignore_eos (the prefill node's own list).
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  int logprobs = -1;  // the request's logprobs (-1: none): the reply carries the first tokens' (first_logprobs)
   StructuredOutput structured;  // the request's grammar: the prefill node samples the first token under it
   std::string agent;            // link::AgentInfo::encode() of the decode node
   std::string region;           // link::RegionDesc::encode() of its staging region

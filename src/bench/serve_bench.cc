@@ -14,7 +14,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "http/http.h"
+#include "bench/internal/load_common.h"
 
 namespace tessera::bench {
 namespace {
@@ -23,44 +23,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-struct Stats {
-  double mean = 0, median = 0, std = 0, p90 = 0, p99 = 0;
-};
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
-Stats summarize(const std::vector<double>& v) {
-  Stats s;
-  if (v.empty()) return s;
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  double sq = 0;
-  for (double x : v) sq += (x - s.mean) * (x - s.mean);
-  s.std = std::sqrt(sq / static_cast<double>(v.size()));
-  s.median = percentile(v, 50);
-  s.p90 = percentile(v, 90);
-  s.p99 = percentile(v, 99);
-  return s;
-}
-
-void put_stats(json& j, const std::string& name, const std::vector<double>& seconds) {
-  std::vector<double> ms;
-  ms.reserve(seconds.size());
-  for (double s : seconds) ms.push_back(s * 1000.0);
-  Stats s = summarize(ms);
-  j["mean_" + name + "_ms"] = s.mean;
-  j["median_" + name + "_ms"] = s.median;
-  j["std_" + name + "_ms"] = s.std;
-  j["p90_" + name + "_ms"] = s.p90;
-  j["p99_" + name + "_ms"] = s.p99;
-}
 
 // One streamed completion; fills `r`.
 void run_one(const ServeBenchOptions& o, const std::string& model, const RequestSpec& spec, RequestResult& r) {
@@ -76,56 +38,22 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
   const auto t0 = Clock::now();
   auto last = t0;
   bool first = true;
-  std::string pending;
-  bool done = false;
-  auto on_chunk = [&](std::string_view data) {
-    pending.append(data);
-    size_t end;
-    while ((end = pending.find("\n\n")) != std::string::npos) {
-      std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      std::string payload = event.substr(6);
-      if (payload == "[DONE]") {
-        done = true;
-        continue;
-      }
-      auto j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        r.error = j["error"].value("message", "error event");
-        continue;
-      }
-      if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", 0);
-      if (!j.contains("choices") || j["choices"].empty()) continue;
-      std::string text = j["choices"][0].value("text", "");
-      if (text.empty()) continue;
-      const auto now = Clock::now();
-      if (first) {
-        r.ttft_s = std::chrono::duration<double>(now - t0).count();
-        first = false;
-      } else {
-        r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-      }
-      last = now;
-      r.text += text;
+  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice) {
+    std::string text = choice.value("text", "");
+    if (text.empty()) return;
+    const auto now = Clock::now();
+    if (first) {
+      r.ttft_s = std::chrono::duration<double>(now - t0).count();
+      first = false;
+    } else {
+      r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
     }
-    return true;
-  };
-  auto resp = http::fetch_streaming({.method = "POST",
-                                     .url = o.url + "/v1/completions",
-                                     .headers = {{"Content-Type", "application/json"}},
-                                     .body = body.dump(),
-                                     .timeout_ms = o.timeout_s * 1000},
-                                    on_chunk);
-  r.latency_s = since(t0);
-  if (!resp.ok()) {
-    r.error = resp.status().message();
-  } else if (resp->status != 200) {
-    r.error = fmt::format("HTTP {}", resp->status);
-  } else if (!done && r.error.empty()) {
-    r.error = "stream ended without [DONE]";
-  }
+    last = now;
+    r.text += text;
+  });
+  r.latency_s = call.latency_s;
+  r.error = call.error;
+  if (call.usage.is_object()) r.output_tokens = call.usage.value("completion_tokens", 0);
   r.success = r.error.empty() && !first;
   if (r.success && r.output_tokens == 0) r.output_tokens = static_cast<int>(r.itl_s.size()) + 1;
 }
@@ -133,20 +61,12 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
 }  // namespace
 
 Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
-  auto models = http::fetch({.method = "GET", .url = o.url + "/v1/models", .timeout_ms = 10000});
-  if (!models.ok()) return unavailable(fmt::format("cannot reach {}: {}", o.url, models.status().message()));
-  auto mj = json::parse(models->body, nullptr, false);
-  if (models->status != 200 || mj.is_discarded() || !mj.contains("data") || mj["data"].empty()) {
-    return unavailable(fmt::format("{}/v1/models did not list a model (HTTP {})", o.url, models->status));
-  }
+  TS_ASSIGN_OR_RETURN(internal::ServedModel served, internal::served_model(o.url, o.model));
   ServeBenchResult result;
-  result.model = o.model.empty() ? mj["data"][0].value("id", "") : o.model;
+  result.model = served.id;
   WorkloadOptions w = o.workload;
-  for (const json& m : mj["data"]) {
-    if (m.value("id", "") != result.model) continue;
-    if (w.max_context == 0) w.max_context = m.value("max_model_len", 0);
-    if (w.vocab_size == 0) w.vocab_size = m.value("vocab_size", 0);
-  }
+  if (w.max_context == 0) w.max_context = served.max_model_len;
+  if (w.vocab_size == 0) w.vocab_size = served.vocab_size;
   TS_ASSIGN_OR_RETURN(std::vector<RequestSpec> specs, make_workload(w));
 
   result.requests.resize(specs.size());
@@ -180,9 +100,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
   result.duration_s = since(start);
 
   // The report, in vLLM benchmark_serving's field names.
-  std::vector<double> ttfts, tpots, itls, e2els;
-  int completed = 0, good = 0;
-  int64_t total_in = 0, total_out = 0;
+  internal::LoadTotals totals(o.goodput_ttft_ms, o.goodput_tpot_ms);
   json input_lens = json::array(), output_lens = json::array(), ttft_list = json::array(), itl_list = json::array(),
        errors = json::array(), texts = json::array();
   for (const RequestResult& r : result.requests) {
@@ -192,18 +110,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
     itl_list.push_back(r.itl_s);
     errors.push_back(r.error);
     texts.push_back(r.text);
-    if (!r.success) continue;
-    completed++;
-    total_in += r.prompt_len;
-    total_out += r.output_tokens;
-    ttfts.push_back(r.ttft_s);
-    e2els.push_back(r.latency_s);
-    itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
-    double tpot = r.output_tokens > 1 ? (r.latency_s - r.ttft_s) / (r.output_tokens - 1) : 0.0;
-    if (r.output_tokens > 1) tpots.push_back(tpot);
-    bool ok = (o.goodput_ttft_ms <= 0 || r.ttft_s * 1000 <= o.goodput_ttft_ms) &&
-              (o.goodput_tpot_ms <= 0 || tpot * 1000 <= o.goodput_tpot_ms);
-    good += ok ? 1 : 0;
+    if (r.success) totals.add(r.prompt_len, r.output_tokens, r.ttft_s, r.latency_s, r.itl_s);
   }
   char date[32];
   std::time_t now = std::time(nullptr);
@@ -219,21 +126,7 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchOptions& o) {
   j["burstiness"] = w.burstiness;
   j["max_concurrency"] = o.max_concurrency > 0 ? json(o.max_concurrency) : json(nullptr);
   j["seed"] = w.seed;
-  j["duration"] = result.duration_s;
-  j["completed"] = completed;
-  j["failed"] = static_cast<int>(specs.size()) - completed;
-  j["total_input_tokens"] = total_in;
-  j["total_output_tokens"] = total_out;
-  j["request_throughput"] = completed / result.duration_s;
-  j["request_goodput"] =
-      (o.goodput_ttft_ms > 0 || o.goodput_tpot_ms > 0) ? json(good / result.duration_s) : json(nullptr);
-  j["goodput_slo"] = {{"ttft_ms", o.goodput_ttft_ms}, {"tpot_ms", o.goodput_tpot_ms}};
-  j["output_throughput"] = static_cast<double>(total_out) / result.duration_s;
-  j["total_token_throughput"] = static_cast<double>(total_in + total_out) / result.duration_s;
-  put_stats(j, "ttft", ttfts);
-  put_stats(j, "tpot", tpots);
-  put_stats(j, "itl", itls);
-  put_stats(j, "e2el", e2els);
+  totals.put(j, static_cast<int64_t>(specs.size()), result.duration_s);
   j["input_lens"] = input_lens;
   j["output_lens"] = output_lens;
   j["ttfts"] = ttft_list;

@@ -15,6 +15,7 @@ using nlohmann::json;
 // beyond this would dominate every routing decision.
 constexpr size_t kMaxNodeFieldBytes = 1024;
 constexpr double kMaxNodeCapacity = 1e9;
+constexpr size_t kMaxNodeModels = 64;
 // How long a registration waits out an etcd election at start (every member answering "no leader"). etcd's
 // default election timeout is 1 s; a member's isolation or death costs a few of them.
 constexpr std::chrono::seconds kElectionWait{10};
@@ -23,6 +24,7 @@ std::string NodeInfo::to_json() const {
   json j = {{"id", id},           {"role", role},         {"backend", backend},
             {"address", address}, {"capacity", capacity}, {"load", load}};
   if (!host_id.empty()) j["host_id"] = host_id;
+  if (!models.empty()) j["models"] = models;
   return j.dump();
 }
 
@@ -40,6 +42,15 @@ Result<NodeInfo> NodeInfo::from_json(const std::string& text) {
   n.load = f.number("load", 0, kMaxNodeCapacity, 0.0);
   n.host_id = f.string("host_id", kMaxNodeFieldBytes, "");
   if (!f.ok()) return f.status();
+  if (j.contains("models")) {
+    const json& m = j["models"];
+    if (!m.is_array() || m.size() > kMaxNodeModels) return invalid_argument("node info: models must be a short list");
+    for (const json& name : m) {
+      if (!name.is_string() || name.get<std::string>().empty() || name.get<std::string>().size() > kMaxNodeFieldBytes)
+        return invalid_argument("node info: every model name must be a non-empty string");
+      n.models.push_back(name.get<std::string>());
+    }
+  }
   if (n.id.empty()) return invalid_argument("node info has an empty id");
   return n;
 }

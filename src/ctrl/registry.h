@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ctrl/store.h"
 
@@ -32,12 +33,13 @@ inline constexpr const char* kRegionsPrefix = "/tessera/regions/";
 
 struct NodeInfo {
   std::string id;
-  std::string role;     // "prefill", "decode", "both", "router", ...
-  std::string backend;  // "cpu", "cuda", ...
-  std::string address;  // where its HTTP face listens
-  double capacity = 0;  // tokens/s or slots, by the role's convention
-  double load = 0;      // fraction of capacity in use
-  std::string host_id;  // equal for processes on one host (link::local_host_id()); may be empty
+  std::string role;                 // "prefill", "decode", "both", "router", ...
+  std::string backend;              // "cpu", "cuda", ...
+  std::string address;              // where its HTTP face listens
+  double capacity = 0;              // tokens/s or slots, by the role's convention
+  double load = 0;                  // fraction of capacity in use
+  std::string host_id;              // equal for processes on one host (link::local_host_id()); may be empty
+  std::vector<std::string> models;  // the model names it serves (the first is the one answers carry); may be empty
 
   std::string to_json() const;
   static Result<NodeInfo> from_json(const std::string& text);

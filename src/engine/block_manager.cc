@@ -36,6 +36,7 @@ Result<BlockId> BlockManager::allocate() {
     b.hashed = false;
     stats_.evictions++;
     if (track_evictions_) evicted_.push_back({id, b.hash});
+    if (events_ != nullptr) events_->publish(KvEventType::kRemoved, b.hash);
   } else {
     return resource_exhausted(fmt::format("all {} KV blocks are in use", num_blocks_));
   }
@@ -105,6 +106,7 @@ void BlockManager::register_full_block(BlockId id, BlockHash hash) {
   b.hashed = true;
   b.hash = hash;
   by_hash_.emplace(hash, id);
+  if (events_ != nullptr) events_->publish(KvEventType::kStored, hash);
 }
 
 }  // namespace tessera::engine

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/kv_events.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -59,6 +60,7 @@ class BlockManager {
   // The cached blocks holding the longest prefix of `tokens` made of whole blocks and at most `max_tokens`
   // tokens long; each is retained for the caller.
   std::vector<BlockId> match_prefix(std::span<const model::TokenId> tokens, int max_tokens);
+  bool prefix_cache_enabled() const { return prefix_cache_; }
   // Records that `id` holds a full block whose chain hash is `hash`. If another block already holds that
   // content, `id` stays unregistered (and is freed normally).
   void register_full_block(BlockId id, BlockHash hash);
@@ -67,6 +69,10 @@ class BlockManager {
   // The chain hashes of the whole blocks of `tokens` (at most max_blocks of them).
   static std::vector<BlockHash> chain_hashes(std::span<const model::TokenId> tokens, int block_tokens,
                                              size_t max_blocks = SIZE_MAX);
+
+  // Publishes every block the prefix cache registers (stored) and every cached block it evicts (removed) to `log`
+  // (kv_events.h); null: none. The log must outlive this.
+  void set_event_log(KvEventLog* log) { events_ = log; }
 
   // When on, allocate() records each cached block it evicts; take_evicted() hands them over (KvCache).
   void track_evictions(bool on) { track_evictions_ = on; }
@@ -90,6 +96,7 @@ class BlockManager {
   PrefixCacheStats stats_;
   bool track_evictions_ = false;
   std::vector<EvictedBlock> evicted_;
+  KvEventLog* events_ = nullptr;
 };
 
 }  // namespace tessera::engine

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "engine/chunk_pool.h"
 #include "engine/grammar_mask.h"
 #include "engine/internal/active.h"
 #include "engine/internal/kv_parts.h"
@@ -77,7 +78,10 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOptions options)
     : runner_(runner), tokenizer_(tokenizer), options_(options), scheduler_(runner.kv_cache(), options.scheduler) {
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
-  io_ = std::make_unique<Io>(runner_);
+  stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
+  stats_.state_slots_total = runner.kv_cache().state_slots();
+  runner.kv_cache().blocks().set_event_log(&kv_events_);
+  io_ = std::make_unique<Io>(*this);
   external_ = std::make_unique<External>(*this);
   wake_ = std::make_shared<WakeState>();
   wake_->engine = this;
@@ -88,6 +92,8 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
 
 Engine::~Engine() {
   stop();
+  runner_.kv_cache().blocks().set_event_log(nullptr);
+  for (const auto& c : connectors_) c->set_event_log(nullptr);
   if (wake_) {
     std::lock_guard<std::mutex> lock(wake_->mu);
     wake_->engine = nullptr;  // a connector's thread may still call its wake function
@@ -111,10 +117,15 @@ void Engine::stop() {
 Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callback) {
   TS_RETURN_IF_ERROR(validate(request.sampling));
   const model::ModelConfig& c = runner_.config();
+  if (request.pool) {
+    TS_RETURN_IF_ERROR(check_embedding(request));
+  } else if (!c.causal) {
+    return invalid_argument(fmt::format("{} is an encoder: it computes embeddings, not text", c.arch));
+  }
   if (request.prompt.empty()) return invalid_argument("the prompt is empty");
   if (request.max_tokens < 1)
     return invalid_argument(fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
-  if (static_cast<int64_t>(request.prompt.size()) >= c.max_seq_len) {
+  if (static_cast<int64_t>(request.prompt.size()) >= c.max_seq_len + (request.pool ? 1 : 0)) {
     return invalid_argument(
         fmt::format("the prompt is {} tokens; this model's context is {} tokens, which leaves no room to generate",
                     request.prompt.size(), c.max_seq_len));
@@ -155,6 +166,12 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
   a->procs = LogitsProcessors(a->req.sampling, a->req.prompt, std::move(stops));
+  if (a->req.pool) {  // computed whole (no prefix-cache hit), its blocks never cached; an encoder's in one step
+    a->pooled = ChunkPool(*a->req.pool);
+    a->seq.compute_prompt = true;
+    a->seq.uncached = true;
+    a->seq.whole = !c.causal;
+  }
   if (a->req.prompt_logprobs >= 0) {
     a->seq.compute_prompt = true;
     a->prompt_lps.resize(static_cast<size_t>(a->seq.prompt_len - 1));
@@ -309,13 +326,21 @@ void Engine::run_step() {
   for (const ScheduledChunk& c : sch.chunks) {
     Sequence& s = *c.seq;
     Active& a = *active_.at(static_cast<RequestId>(s.id));
-    if (a.cached_tokens < 0) a.cached_tokens = s.kv.length;  // what the prefix cache supplied at admission
+    a.admitted(s.kv.length);  // what the prefix cache supplied at admission
     const bool last = s.kv.length + c.num_tokens == static_cast<int>(s.tokens.size());
     if (s.kv.length < s.prompt_len)
       counters_.prompt_tokens += static_cast<uint64_t>(std::min(c.num_tokens, s.prompt_len - s.kv.length));
     segments.push_back(
         {&s.kv, std::span(s.tokens).subspan(static_cast<size_t>(s.kv.length), static_cast<size_t>(c.num_tokens)),
          last});
+    if (a.req.pool) {
+      Segment& seg = segments.back();
+      seg.want_logits = false;
+      seg.pool = *a.req.pool;
+      seg.pooled = [ap = &a, start = s.kv.length, count = c.num_tokens](std::span<const float> v) {
+        ap->pooled.add(start, count, v);
+      };
+    }
     if (a.req.prompt_logprobs >= 0 && s.kv.length + 1 < s.prompt_len) {
       segments.back().all_logits = [this, ap = &a, start = s.kv.length](int first, std::span<const float> rows) {
         record_prompt_logprobs(*ap, start, first, rows);
@@ -333,6 +358,7 @@ void Engine::run_step() {
       for (const Active::KvRange& r : a.ranges) {
         if (a.pending_load && r.count > 0) loads[r.connector].push_back(a.id);
       }
+      if (s.uncached) continue;  // an embedding request's blocks are offered to no connector
       chunks.push_back({a.id, s.kv.blocks, s.kv.length, s.kv.length + c.num_tokens, s.prompt_len});
     }
     Status st;
@@ -352,15 +378,26 @@ void Engine::run_step() {
     }
   }
   ModelRunner::LayerHook before, after;
+  // The connectors' layers are the full-attention layers (Engine::Io). The last one is saved after the model's
+  // last layer, so that a hybrid model's recurrent state read with it has every linear layer of the step.
+  const int kv_last = io_->geometry().n_layers - 1, model_last = runner_.config().n_layers - 1;
   if (!loaders.empty()) {
     before = [&](int layer) -> Status {
-      for (size_t i : loaders) TS_RETURN_IF_ERROR(connectors_[i]->wait_layer_load(layer));
+      const int kv = io_->kv_layer(layer);
+      if (kv < 0) return ok_status();
+      for (size_t i : loaders) TS_RETURN_IF_ERROR(connectors_[i]->wait_layer_load(kv));
       return ok_status();
     };
   }
   if (!savers.empty()) {
     after = [&](int layer) -> Status {
-      for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(layer));
+      const int kv = io_->kv_layer(layer);
+      if (kv >= 0 && kv < kv_last) {
+        for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(kv));
+      }
+      if (layer == model_last && kv_last >= 0) {
+        for (size_t i : savers) TS_RETURN_IF_ERROR(connectors_[i]->save_layer(kv_last));
+      }
       return ok_status();
     };
   }
@@ -389,6 +426,31 @@ void Engine::run_step() {
     if (!segments[i].want_logits) continue;
     Active& a = *active_.at(static_cast<RequestId>(sch.chunks[i].seq->id));
     on_token(a, logits, row++);
+  }
+  finish_embeddings(sch);
+}
+
+Status Engine::check_embedding(const GenerationRequest& r) const {
+  if (r.n != 1 || r.logprobs >= 0 || r.prompt_logprobs >= 0 || r.kv_transfer)
+    return invalid_argument("an embedding request has one choice, no logprobs and no KV transfer");
+  const int budget = options_.scheduler.max_batch_tokens;
+  if (!runner_.config().causal && static_cast<int>(r.prompt.size()) > budget) {
+    return invalid_argument(
+        fmt::format("the input is {} tokens; this encoder computes an input in one step of at most {} tokens "
+                    "(--max-batch-tokens)",
+                    r.prompt.size(), budget));
+  }
+  return ok_status();
+}
+
+void Engine::finish_embeddings(const Schedule& sch) {
+  for (const ScheduledChunk& c : sch.chunks) {
+    auto it = active_.find(static_cast<RequestId>(c.seq->id));
+    if (it == active_.end() || it->second->finished || !it->second->req.pool) continue;
+    Active& a = *it->second;
+    if (a.seq.kv.length < a.seq.prompt_len) continue;
+    a.pending.embedding = a.pooled.result();
+    finish(a, FinishReason::kStop);  // frees its blocks (never registered in the prefix cache)
   }
 }
 
@@ -459,6 +521,8 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
     c->seq.prompt_len = a.seq.prompt_len;
     c->seq.compute_prompt = a.seq.compute_prompt;
     c->cached_tokens = a.cached_tokens;
+    c->submitted = a.submitted;
+    c->scheduled = a.scheduled;
     c->prompt_lps = a.prompt_lps;
     if (c->req.grammar) c->matcher = std::move(make_matcher(c->req).value());  // the same replay passed submit()
     out.push_back(std::move(c));
@@ -466,11 +530,11 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
   return out;
 }
 
-void Engine::admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first,
-                          std::vector<float>* logprob_logits) {
+void Engine::admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits,
+                          const TokenLogprobs* given) {
   Active& c = *choice;
   active_[c.id] = std::move(choice);
-  accept_token(c, first, logprob_logits);
+  accept_token(c, first, logprob_logits, given);
   if (c.finished) return;
   if (fork_kv(runner_, a.seq.kv, c.seq.kv).ok()) {
     c.seq.block_hashes = a.seq.block_hashes;  // the same full blocks, already registered
@@ -508,7 +572,7 @@ void Engine::emit(Active& a) {
   a.pending = RequestOutput{};
 }
 
-void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits) {
+void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits, const TokenLogprobs* given) {
   // A token from a prefill node is checked here too: a peer cannot break the grammar.
   if (a.matcher) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -520,6 +584,7 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
   }
   const TokenId prev = a.seq.tokens.back();
   a.seq.tokens.push_back(tok);
+  if (a.first_token == std::chrono::steady_clock::time_point{}) a.first_token = std::chrono::steady_clock::now();
   a.counts[tok]++;
   counters_.generated_tokens++;
   const std::vector<TokenId>& eog = options_.end_of_generation;
@@ -534,7 +599,11 @@ void Engine::accept_token(Active& a, TokenId tok, std::vector<float>* logprob_lo
                                                                                : tokenizer_.decode_piece(prev, tok);
   a.pending.tokens.push_back(tok);
   a.pending.token_texts.push_back(piece);
-  if (logprob_logits) a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
+  if (logprob_logits) {
+    a.pending.logprobs.push_back(compute_logprobs(*logprob_logits, tok, a.req.logprobs));
+  } else if (given != nullptr && a.req.logprobs >= 0) {
+    a.pending.logprobs.push_back(*given);
+  }
   a.text += piece;
   // Stop strings end a request only once it has more than min_tokens tokens (vLLM's rule).
   for (const std::string& stop : a.seq.generated() > a.req.sampling.min_tokens ? a.req.stop : kNoStops) {
@@ -597,6 +666,9 @@ void Engine::publish_stats() {
   s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
   s.kv_loading = scheduler_.loading();
   s.prefix = runner_.kv_cache().blocks().stats();
+  s.prefix_cache_enabled = runner_.kv_cache().blocks().prefix_cache_enabled();
+  s.state_slots_total = runner_.kv_cache().state_slots();
+  s.state_slots_used = s.state_slots_total - runner_.kv_cache().free_state_slots();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }
@@ -618,6 +690,16 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   a.pending.prompt_tokens = a.seq.prompt_len;
   a.pending.completion_tokens = a.seq.generated();
   a.pending.cached_tokens = std::max(0, a.cached_tokens);
+  {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point scheduled = a.scheduled == Clock::time_point{} ? now : a.scheduled;
+    const Clock::time_point first = a.first_token == Clock::time_point{} ? now : a.first_token;
+    auto secs = [](Clock::time_point from, Clock::time_point to) {
+      return std::max(0.0, std::chrono::duration<double>(to - from).count());
+    };
+    a.pending.timing = {secs(a.submitted, scheduled), secs(scheduled, first), secs(first, now)};
+  }
   // Whoever sees the final output and then reads stats() must find this request's blocks already free.
   publish_stats();
   // n > 1 and the prompt never finished (an error, a cancellation): the other choices end the same way.

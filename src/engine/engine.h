@@ -39,6 +39,7 @@
 #include "base/status.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_connector.h"
+#include "engine/kv_events.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -79,9 +80,21 @@ struct GenerationRequest {
   // service asks the pd-link connector to load this prompt's KV from a prefill node, or to save it to a decode
   // node. Choices 1..n-1 of a request do not carry them.
   std::shared_ptr<const KvTransferParams> kv_transfer;
+  // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
+  // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
+  // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an
+  // encoder's blocks hold no K/V); they are freed when it ends. A causal model's prompt may be chunked (pooled
+  // chunk by chunk); an encoder's (non-causal) is computed in one step, so it must fit the scheduler's token budget.
+  std::optional<ops::PoolKind> pool;
 };
 
 inline constexpr int kMaxChoices = 16;
+
+struct RequestTiming {
+  double queued = 0;   // submitted -> first scheduled (into a step, or a connector's load)
+  double prefill = 0;  // first scheduled -> first token
+  double decode = 0;   // first token -> last token
+};
 
 struct RequestOutput {
   int index = 0;                              // the choice (0..n-1) this output belongs to
@@ -96,6 +109,9 @@ struct RequestOutput {
   int cached_tokens = 0;  // prompt tokens found in the prefix cache (device, or a connector's cache tier)
   // With prompt_logprobs, on a choice's first output: one entry per prompt position from 1 on.
   std::vector<TokenLogprobs> prompt_logprobs;
+  // On the last output: where the request's time went (vLLM's per-request metrics), in seconds.
+  RequestTiming timing;
+  std::vector<float> embedding;  // an embedding request's pooled vector (not normalised), on its final output
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -126,6 +142,9 @@ struct EngineStats {
   int kv_blocks_used = 0;
   int kv_blocks_cached = 0;
   PrefixCacheStats prefix;
+  bool prefix_cache_enabled = true;  // false by flag, or for a hybrid model (no recurrent state at block boundaries)
+  int state_slots_total = 0;         // hybrid models: recurrent-state slots, and those held by sequences
+  int state_slots_used = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded; KV a connector brought from a node
@@ -175,6 +194,8 @@ class Engine {
 
   const model::ModelConfig& config() const { return runner_.config(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
+  // What the prefix cache holds, as events (kv_events.h): served on /internal/kv/events for KV-aware routing.
+  const KvEventLog& kv_events() const { return kv_events_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   // Compiles structured-output specs for this model's vocabulary, cached (thread-safe; call it off the engine thread).
   grammar::Compiler& grammars() { return *grammars_; }
@@ -188,7 +209,8 @@ class Engine {
   void publish_stats();                                              // copies the engine thread's counters into stats_
   void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
   // Appends a token chosen by `on_token` or brought by a connector and reports it.
-  void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits);
+  // `given`: the token's logprobs computed elsewhere (a prefill node drew it), used when there are no logits here.
+  void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits, const TokenLogprobs* given = nullptr);
   // KV connectors (engine_kv.cc): the scheduler's ExternalKv, the loads' ends, the worker-side calls of a step.
   class External;
   class Io;
@@ -207,17 +229,22 @@ class Engine {
   // n > 1, once the prompt is computed (or imported): choices 1..n-1 of `a`, not yet admitted.
   std::vector<std::unique_ptr<Active>> make_choices(const Active& a);
   // Admits a choice made by make_choices with its first token; its KV is forked from `a`'s (engine/kv_fork.h).
-  void admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits);
+  void admit_choice(Active& a, std::unique_ptr<Active> choice, TokenId first, std::vector<float>* logprob_logits,
+                    const TokenLogprobs* given = nullptr);
   // Records the prompt logprobs of rows [first, first + rows / vocab) of a prompt chunk starting at `start`.
   void record_prompt_logprobs(Active& a, int start, int first, std::span<const float> rows);
   // Reports a's pending output (its choice index, and the prompt logprobs on its first output).
   void emit(Active& a);
   // The stop tokens min_tokens masks for a request.
   std::vector<TokenId> stop_tokens(const GenerationRequest& r) const;
+  // Embedding requests: submit()'s checks, and their end once their whole prompt is pooled.
+  Status check_embedding(const GenerationRequest& r) const;
+  void finish_embeddings(const Schedule& sch);
 
   ModelRunner& runner_;
   const model::Tokenizer& tokenizer_;
   EngineOptions options_;
+  KvEventLog kv_events_;  // the runner's BlockManager publishes to it while this engine lives
   Scheduler scheduler_;
   std::thread thread_;
 

@@ -54,6 +54,7 @@ Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
     }
     state->engine->cv_.notify_one();
   };
+  connector->set_event_log(&kv_events_);
   TS_RETURN_IF_ERROR(connector->attach(*io_, std::move(wake))
                          .with_context(fmt::format("attaching KV connector '{}'", connector->name())));
   {
@@ -96,6 +97,9 @@ ExternalKv::Match Engine::match_external(Active& a) {
     r.connector = i;
     r.first = supplied;
     r.count = std::max(0, std::min(m.tokens, total - supplied - (ends ? 0 : 1)));
+    // A hybrid model's recurrent state is only ever the state after a prompt's end (it comes with the first
+    // tokens): positions loaded without it would continue from a state that does not match them.
+    if (io_->geometry().state_bytes > 0 && !ends) r.count = 0;
     r.async = m.async && r.count > 0;
     r.cached = m.cached;
     r.first_tokens = ends && r.count > 0;
@@ -120,7 +124,7 @@ void Engine::allocated_external(Active& a, int local) {
   a.pending_load = any;
   int cached = local, elsewhere = 0;
   for (const Active::KvRange& r : a.ranges) (r.cached ? cached : elsewhere) += r.count;
-  if (a.cached_tokens < 0) a.cached_tokens = cached;
+  a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - local + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);
 }
@@ -143,7 +147,10 @@ void Engine::poll_connectors() {
         if (r.connector == i && r.async && !r.done) {
           r.done = true;
           r.arrived = std::clamp(d.tokens, 0, r.count);
-          if (r.first_tokens) r.tokens = std::move(d.first_tokens);
+          if (r.first_tokens) {
+            r.tokens = std::move(d.first_tokens);
+            r.logprobs = std::move(d.first_logprobs);
+          }
         }
         waiting = waiting || (r.async && !r.done);
       }
@@ -174,6 +181,8 @@ void Engine::complete_load(Active& a) {
         got = 0;
       }
     }
+    // A hybrid model's state came with the last position: a load that fell short carries none of it.
+    if (got < r.count && io_->geometry().state_bytes > 0) got = 0;
     if (got < r.count) {
       short_load = true;
       r.count = got;
@@ -190,7 +199,7 @@ void Engine::complete_load(Active& a) {
     (r.cached ? cached : elsewhere) += r.count;
     ends = ends || (r.first_tokens && r.count > 0);
   }
-  if (a.cached_tokens < 0) a.cached_tokens = cached;
+  a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - a.local_tokens + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);
   a.pending_load = valid > a.local_tokens;
@@ -198,9 +207,13 @@ void Engine::complete_load(Active& a) {
 
   // The whole prompt arrived with its first tokens: into the cache now, then straight to decoding.
   std::vector<TokenId> first;
+  std::vector<TokenLogprobs> first_logprobs;  // empty, or one per choice
   for (Active::KvRange& r : a.ranges) {
-    if (r.first_tokens) first = std::move(r.tokens);
+    if (!r.first_tokens) continue;
+    first = std::move(r.tokens);
+    if (r.logprobs.size() == first.size()) first_logprobs = std::move(r.logprobs);
   }
+  auto logprobs_of = [&](size_t i) { return first_logprobs.empty() ? nullptr : &first_logprobs[i]; };
   if (!load_now(a)) return;
   scheduler_.commit(Schedule{{{&s, 0}}, {}, {}});  // register the loaded full blocks for prefix reuse
   a.sampler.skip_draw();  // the node that computed the prompt drew the first token with this request's seed
@@ -209,10 +222,10 @@ void Engine::complete_load(Active& a) {
     std::vector<std::unique_ptr<Active>> choices = make_choices(a);
     for (size_t i = 0; i < choices.size(); ++i) {
       choices[i]->sampler.skip_draw();
-      admit_choice(a, std::move(choices[i]), first[i + 1], nullptr);
+      admit_choice(a, std::move(choices[i]), first[i + 1], nullptr, logprobs_of(i + 1));
     }
   }
-  accept_token(a, first[0], nullptr);
+  accept_token(a, first[0], nullptr, logprobs_of(0));
 }
 
 bool Engine::load_now(Active& a) {
@@ -225,7 +238,7 @@ bool Engine::load_now(Active& a) {
     st = connectors_[r.connector]->start_load(std::span(&id, 1));
     used.push_back(r.connector);
   }
-  for (int l = 0; st.ok() && l < runner_.config().n_layers; ++l) {
+  for (int l = 0; st.ok() && l < io_->geometry().n_layers; ++l) {
     for (size_t i : used) {
       st = connectors_[i]->wait_layer_load(l);
       if (!st.ok()) break;

@@ -1,5 +1,7 @@
 // The paged KV cache: per-layer K and V tensors of fixed-size blocks, the BlockManager that hands them
-// out, and the per-sequence block tables that map positions to blocks.
+// out, and the per-sequence block tables that map positions to blocks; beside it, for hybrid models (Qwen3.5's
+// linear-attention layers), a fixed number of recurrent-state slots, one per running sequence: each holds every
+// linear layer's convolution window and delta-rule state. Only full-attention layers have K and V.
 //
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
@@ -23,6 +25,7 @@ namespace tessera::engine {
 struct SequenceKv {
   std::vector<BlockId> blocks;  // block table (BlockId is an int32 enum: the runner uploads it as an i32 tensor)
   int32_t length = 0;           // positions whose K and V are in the cache
+  int32_t state_slot = -1;      // hybrid models: the recurrent-state slot this sequence holds (-1: none)
 };
 
 struct KvCacheOptions {
@@ -30,6 +33,9 @@ struct KvCacheOptions {
   int num_blocks = 0;
   DType dtype = DType::kF32;
   bool prefix_cache = true;
+  // Hybrid models: recurrent-state slots (sequences that can run at once). 0: one per num_blocks / blocks of a full
+  // context is not known here, so the runner sets it (RunnerOptions::max_sequences, or serve's --max-num-seqs).
+  int state_slots = 0;
 };
 
 class KvCache {
@@ -40,14 +46,25 @@ class KvCache {
   int block_tokens() const { return options_.block_tokens; }
   int num_blocks() const { return options_.num_blocks; }
   size_t bytes_per_block() const;
+  // A full-attention layer's K and V; an invalid (empty) tensor for a linear-attention layer, which has none.
   const ops::Tensor& k(int layer) const { return k_[static_cast<size_t>(layer)]; }
   const ops::Tensor& v(int layer) const { return v_[static_cast<size_t>(layer)]; }
   BlockManager& blocks() { return blocks_; }
 
-  // Grows seq's block table to hold `new_length` positions. ResourceExhausted (and no change) when the
-  // pool runs dry.
+  // Recurrent state (hybrid models). A linear layer's convolution window [K - 1, channels] and delta-rule state
+  // [v_heads, S, S] in `slot`, f32.
+  bool has_state() const { return state_slots_ > 0; }
+  int state_slots() const { return state_slots_; }
+  int free_state_slots() const { return static_cast<int>(free_slots_.size()); }
+  size_t state_bytes_per_slot() const { return state_bytes_; }
+  ops::Tensor conv_state(int layer, int slot) const;
+  ops::Tensor recurrent_state(int layer, int slot) const;
+
+  // Grows seq's block table to hold `new_length` positions and, for a hybrid model, gives a sequence that starts
+  // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
+  // FailedPrecondition for a sequence with cached positions but no state (one forked or imported without it).
   Status reserve(SequenceKv& seq, int32_t new_length);
-  // Drops seq's references to its blocks (shared or cached blocks live on) and empties it.
+  // Drops seq's references to its blocks (shared or cached blocks live on), frees its state slot, and empties it.
   void release(SequenceKv& seq);
 
   // Cached blocks the BlockManager evicted (their old contents are still in device memory until something
@@ -66,6 +83,10 @@ class KvCache {
   EvictionHandler on_evict_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   std::vector<ops::Tensor> k_, v_;
+  int state_slots_ = 0;
+  size_t state_bytes_ = 0;
+  std::vector<ops::Tensor> conv_, recurrent_;  // per layer: [slots, K - 1, C], [slots, v_heads, S, S] (linear only)
+  std::vector<int32_t> free_slots_;            // a stack: the lowest slot on top
 };
 
 }  // namespace tessera::engine

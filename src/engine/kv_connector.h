@@ -32,8 +32,9 @@
 // fails) is not lost: the positions that did not arrive are computed here.
 //
 // Per-request state that travels: the K and V rows of positions, and (hybrid models, issue 28) the request's
-// recurrent state (KvGeometry::state_bytes; 0 for today's attention-only models), read and written through
-// KvBlockIo::read_state / write_state. The canonical wire layout (api/kv_layout.h, version 2) names both sections.
+// recurrent state (KvGeometry::state_bytes; 0 for attention-only models), via KvBlockIo::read_state / write_state.
+// A hybrid model's connector layers are its full-attention layers (KvGeometry::n_layers; no hook for a linear
+// layer). The canonical wire layout (api/kv_layout.h, version 2) names both sections.
 //
 // Thread-safety: every method but stats() is called on the engine thread only; stats() from any thread. A
 // connector's own threads talk to the engine only through the wake function and poll().
@@ -51,6 +52,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "engine/block_manager.h"
+#include "engine/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace tessera::engine {
@@ -68,8 +70,8 @@ class KvTransferParams {
 
 // The shape of the engine's KV cache, as connectors need it.
 struct KvGeometry {
-  int n_layers = 0;
-  int kv_dim = 0;  // n_kv_heads * head_dim
+  int n_layers = 0;  // layers with K and V: a hybrid model's full-attention layers, in order
+  int kv_dim = 0;    // n_kv_heads * head_dim
   int block_tokens = 0;
   DType dtype = DType::kF32;  // the cache's element type
   // Bytes of a request's recurrent state (hybrid models' linear-attention layers): 0 for attention-only models.
@@ -117,6 +119,8 @@ struct KvLoadDone {
   // Of the positions promised, how many (from the first) arrived intact; the rest are computed here.
   int tokens = 0;
   std::vector<TokenId> first_tokens;  // KvMatch::first_tokens: one per choice when every position arrived
+  // ... and, for a request that asked for logprobs, theirs (one per choice, computed where they were drawn).
+  std::vector<TokenLogprobs> first_logprobs;
 };
 
 struct KvPoll {
@@ -172,6 +176,9 @@ struct KvTierStats {
   uint64_t capacity_bytes = 0;  // 0: unbounded or not applicable
   uint64_t evicted_blocks = 0;  // dropped from this tier (moved down, or out)
   uint64_t failed_blocks = 0;   // found corrupt or unreadable on load: recomputed, never used
+  // A tier shared across nodes (the cluster pool): the blocks other nodes hold there that this node sees.
+  bool shared = false;
+  uint64_t peer_blocks = 0;
 };
 
 struct KvConnectorStats {
@@ -186,6 +193,9 @@ class KvConnector {
   // Once, before the engine starts: its device access (valid while the engine lives) and a function that wakes
   // the engine loop (callable from any thread, at any time, also after the engine is gone).
   virtual Status attach(KvBlockIo& io, std::function<void()> wake) = 0;
+  // Before attach(): the engine's KV event log (kv_events.h), for a connector that holds blocks in tiers of its own
+  // to publish what they take in and drop (any thread; the log is thread-safe). Null when the engine goes.
+  virtual void set_event_log(KvEventLog* log) {}
 
   // Scheduler side.
   virtual KvMatch match(const KvRequestView& request, int supplied) = 0;

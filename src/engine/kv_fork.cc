@@ -9,6 +9,11 @@ namespace tessera::engine {
 
 Status fork_kv(ModelRunner& runner, const SequenceKv& from, SequenceKv& to) {
   KvCache& cache = runner.kv_cache();
+  // A hybrid model's linear-attention state is not forked: the engine then computes the choice's prompt again in a
+  // state slot of its own, as for a preempted sequence (Engine::admit_choice).
+  if (cache.has_state())
+    return unimplemented(
+        fmt::format("fork_kv: a hybrid {} model's recurrent state is not forked", runner.config().arch));
   BlockManager& blocks = cache.blocks();
   const int bt = cache.block_tokens();
   const int full = from.length / bt;

@@ -63,6 +63,34 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
   std::vector<std::string> out;
   if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
     out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  if (!config.causal) {
+    if (std::string missing = missing_embedding_ops(device, /*encoder=*/true); !missing.empty())
+      out.push_back(fmt::format("encoder operators ({})", missing));
+  }
+  if (config.has_linear_layers() || config.attn_output_gate || config.rope_dims > 0) {
+    // Linear attention, Qwen3.5's gated attention and partial rotary, each probed with the smallest tensors.
+    auto fb = device.alloc(64 * 4);
+    if (fb.ok()) {
+      ops::Buffer* b = fb->get();
+      ops::Tensor row(b, 0, DType::kF32, {1, 6}), w(b, 0, DType::kF32, {6, 2}), st(b, 0, DType::kF32, {1, 6});
+      ops::Tensor qkv(b, 0, DType::kF32, {1, 6}), hv(b, 0, DType::kF32, {1, 1}), h1(b, 0, DType::kF32, {1});
+      ops::Tensor state(b, 0, DType::kF32, {1, 2, 2}), o(b, 0, DType::kF32, {1, 1, 2});
+      ops::GatedDeltaRuleOp rule{qkv, hv, hv, h1, h1, state, o};
+      rule.k_heads = 1;
+      if (config.has_linear_layers() &&
+          (!device.supports(ops::CausalConv1dOp{row, w, st, row}).supported || !device.supports(rule).supported))
+        out.push_back("linear-attention layers (causal_conv1d, gated_delta_rule)");
+      ops::Tensor x(b, 0, DType::kF32, {1, 1, 4}), half(b, 0, DType::kF32, {1, 1, 2});
+      if (config.attn_output_gate &&
+          (!device.supports(ops::SplitHeadsOp{x, half, half}).supported ||
+           !device.supports(ops::SiluMulOp{hv, hv, hv, ops::Activation::kSigmoid}).supported))
+        out.push_back("gated attention (split_heads, sigmoid silu_mul)");
+      ops::Tensor pos(b, 0, DType::kI32, {1});
+      ops::RopeOp rope{x, x, pos};
+      rope.rot_dims = 2;
+      if (config.rope_dims > 0 && !device.supports(rope).supported) out.push_back("partial rotary (rope rot_dims)");
+    }
+  }
   if (config.attn_sinks) {
     // One query head over a one-block f32 cache, with a sink.
     const int64_t hd = config.head_dim;
@@ -80,6 +108,35 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
     }
   }
   return out;
+}
+
+Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config, DType dtype) {
+  const DTypeInfo& info = dtype_info(dtype);
+  if (info.block_elems > 1 && config.head_dim % info.block_elems != 0) {
+    return invalid_argument(fmt::format(
+        "a {} KV cache stores each kv head's row as blocks of {} values, and this {} model's head_dim is {}: pick "
+        "f16, bf16 or f32 for it (llama.cpp refuses such a cache too)",
+        dtype_name(dtype), info.block_elems, config.arch, config.head_dim));
+  }
+  // One query head over a one-block cache of the type, as decode runs it.
+  const int64_t hd = config.head_dim;
+  ops::Tensor cache(nullptr, 0, dtype, {1, 1, 1, hd});
+  auto cb = device.alloc(cache.bytes());
+  auto qb = device.alloc(static_cast<size_t>(hd) * 4);
+  auto ob = device.alloc(static_cast<size_t>(hd) * 4);
+  auto ib = device.alloc(8);
+  if (!cb.ok() || !qb.ok() || !ob.ok() || !ib.ok()) return ok_status();  // the cache's own allocation will say why
+  cache.buffer = cb->get();
+  ops::Tensor q(qb->get(), 0, DType::kF32, {1, 1, hd}), o(ob->get(), 0, DType::kF32, {1, 1, hd});
+  ops::Tensor table(ib->get(), 0, DType::kI32, {1, 1}), lens(ib->get(), 4, DType::kI32, {1});
+  const ops::Support s = device.supports(ops::AttentionDecodeOp{q, cache, cache, table, lens, o});
+  if (!s.supported) {
+    return unimplemented(
+        fmt::format("the {} backend does not keep a {} KV cache ({}): pick another KV cache type "
+                    "(--cache-type-k / --kv-dtype) or the cpu or ref backend",
+                    device.info().backend, dtype_name(dtype), s.reason));
+  }
+  return ok_status();
 }
 
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights) {
@@ -122,13 +179,32 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
                                      device.info().backend, config.arch, fmt::join(missing, " or ")));
   }
+  if (config.causal) TS_RETURN_IF_ERROR(check_kv_cache_type(device, config, options.kv.dtype));
+  if (config.has_linear_layers() && options.graph) {
+    return invalid_argument(
+        "graph decoding does not carry a hybrid model's recurrent state (linear-attention layers): decode eagerly "
+        "(--graph off)");
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
+  if (config.has_linear_layers()) {
+    // One recurrent-state slot per sequence that may run; prefix reuse needs state at block boundaries, which
+    // these slots do not keep, so it is off for hybrid models.
+    if (r->options_.kv.state_slots <= 0) r->options_.kv.state_slots = options.max_sequences;
+    r->options_.kv.prefix_cache = false;
+  }
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
   if (r->options_.kv.num_blocks == 0) r->options_.kv.num_blocks = r->max_blocks_per_seq_ * options.max_sequences;
   if (options.graph) r->options_.kv.num_blocks += 1;  // the padding rows' block
-  TS_RETURN_IF_ERROR(r->upload_weights(weights));
-  TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, config, r->options_.kv));
+  TS_RETURN_IF_ERROR(config.causal ? r->upload_weights(weights) : r->upload_encoder_weights(weights));
+  model::ModelConfig kv_config = config;
+  if (!config.causal) {  // an encoder keeps no K/V between steps: its blocks are only counted
+    kv_config.n_layers = 1;
+    kv_config.n_kv_heads = 1;
+    kv_config.head_dim = 2;
+    r->options_.kv.dtype = DType::kF32;  // whatever type was asked for: these blocks hold nothing
+  }
+  TS_ASSIGN_OR_RETURN(r->kv_, KvCache::create(device, kv_config, r->options_.kv));
   if (options.graph) {
     TS_ASSIGN_OR_RETURN(BlockId pad, r->kv_->blocks().allocate());
     r->pad_block_ = static_cast<int32_t>(pad);
@@ -159,9 +235,16 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
+  TS_ASSIGN_OR_RETURN(r->pooled_, r->alloc(DType::kF32, {n, d}));
+  if (r->encoder_) {  // every token of an encoder's input is of type 0 ("sentence A"), as llama.cpp computes it
+    TS_ASSIGN_OR_RETURN(r->encoder_->type_ids, r->alloc(DType::kI32, {n}));
+    const std::vector<int32_t> zeros(static_cast<size_t>(n), 0);
+    TS_RETURN_IF_ERROR(r->stream_->upload(r->encoder_->type_ids, zeros.data()));
+  }
   for (const ops::Tensor* t : {&s.x, &s.xb, &s.delta, &s.q, &s.k, &s.v, &s.att, &s.hb, &s.hb2, &s.logits}) {
     r->scratch_buffers_.push_back(t->buffer);
   }
+  TS_RETURN_IF_ERROR(r->alloc_hybrid_scratch());
   if (config.has_moe_layers()) {
     const int64_t experts = config.moe.n_experts, used = config.moe.n_experts_used;
     TS_ASSIGN_OR_RETURN(s.router_logits, r->alloc(DType::kF32, {n, experts}));
@@ -270,6 +353,7 @@ Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer&
   TS_ASSIGN_OR_RETURN(layer.experts_gate_bias, upload_optional(weights, name("ffn_gate_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_up_bias, upload_optional(weights, name("ffn_up_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_down_bias, upload_optional(weights, name("ffn_down_exps.bias"), {e, d}));
+  if (config_.moe.shared_expert_hidden_dim > 0) TS_RETURN_IF_ERROR(upload_shared_expert(weights, l, layer));
   return ok_status();
 }
 
@@ -305,7 +389,9 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
     experts.alpha = 1.702f;  // llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constant (and gpt-oss's)
     experts.limit = m.swiglu_limit;
   }
-  return run(experts);
+  TS_RETURN_IF_ERROR(run(experts));
+  if (lw.shexp_gate.valid()) return run_shared_expert(lw, n, in, out);
+  return ok_status();
 }
 
 Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
@@ -333,23 +419,29 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
     Layer layer;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
-    TS_ASSIGN_OR_RETURN(layer.wq, upload_matrix(weights, name("attn_q.weight"), {q, d}));
-    TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
-    TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
-    TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
-    TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
-    TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
-    if (config_.attn_sinks) {
-      TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+    layer.kind = config_.layer_kind(l);
+    if (layer.kind.attention == model::AttentionKind::kLinear) TS_RETURN_IF_ERROR(upload_linear(weights, l, layer));
+    if (layer.kind.attention == model::AttentionKind::kFull) {
+      // Qwen3.5's query projection gives each head its query and then its output gate.
+      TS_ASSIGN_OR_RETURN(layer.wq,
+                          upload_matrix(weights, name("attn_q.weight"), {config_.attn_output_gate ? 2 * q : q, d}));
+      TS_ASSIGN_OR_RETURN(layer.wk, upload_matrix(weights, name("attn_k.weight"), {kv, d}));
+      TS_ASSIGN_OR_RETURN(layer.wv, upload_matrix(weights, name("attn_v.weight"), {kv, d}));
+      TS_ASSIGN_OR_RETURN(layer.bq, upload_optional(weights, name("attn_q.bias"), {q}));
+      TS_ASSIGN_OR_RETURN(layer.bk, upload_optional(weights, name("attn_k.bias"), {kv}));
+      TS_ASSIGN_OR_RETURN(layer.bv, upload_optional(weights, name("attn_v.bias"), {kv}));
+      TS_ASSIGN_OR_RETURN(layer.wo, upload_matrix(weights, name("attn_output.weight"), {d, q}));
+      TS_ASSIGN_OR_RETURN(layer.bo, upload_optional(weights, name("attn_output.bias"), {d}));
+      if (config_.attn_sinks) {
+        TS_ASSIGN_OR_RETURN(layer.sinks, upload(weights, name("attn_sinks.weight"), {config_.n_heads}));
+      }
+      if (config_.qk_norm) {
+        TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
+        TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
+      }
     }
     TS_ASSIGN_OR_RETURN(layer.ffn_norm, upload(weights, name("ffn_norm.weight"), {d}));
     TS_RETURN_IF_ERROR(upload_ffn(weights, l, layer));
-    if (config_.qk_norm) {
-      TS_ASSIGN_OR_RETURN(layer.q_norm, upload(weights, name("attn_q_norm.weight"), {config_.head_dim}));
-      TS_ASSIGN_OR_RETURN(layer.k_norm, upload(weights, name("attn_k_norm.weight"), {config_.head_dim}));
-    }
     if (config_.post_norms) {
       TS_ASSIGN_OR_RETURN(layer.post_attn_norm, upload(weights, name("post_attention_norm.weight"), {d}));
       TS_ASSIGN_OR_RETURN(layer.post_ffw_norm, upload(weights, name("post_ffw_norm.weight"), {d}));
@@ -367,6 +459,11 @@ Status ModelRunner::setup_rope(const model::ModelWeights& weights) {
   std::vector<std::pair<std::vector<float>, ops::Tensor>> uploaded;
   for (int l = 0; l < config_.n_layers; ++l) {
     TS_ASSIGN_OR_RETURN(model::RopeFrequencies f, model::rope_frequencies(config_, weights, l, config_.max_seq_len));
+    if (!config_.rope_sections.empty()) {
+      if (!f.inv_freq.empty() || f.mscale != 1.0f)
+        return unimplemented("rope scaling together with M-RoPE sections is not supported");
+      f.inv_freq = mrope_frequencies();
+    }
     Layer& layer = layers_[static_cast<size_t>(l)];
     layer.rope_theta = f.theta;
     layer.rope_mscale = f.mscale;
@@ -406,6 +503,7 @@ Status ModelRunner::run(const ops::Op& op) {
 
 Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
                             const LayerHook& before_layer) {
+  if (encoder_) return forward_encoder(n, placed);
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
   ops::Tensor q = s_.q.rows(0, n), k = s_.k.rows(0, n), v = s_.v.rows(0, n), att = s_.att.rows(0, n);
@@ -420,37 +518,55 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     const Layer& lw = layers_[static_cast<size_t>(l)];
     if (before_layer) TS_RETURN_IF_ERROR(before_layer(l));
     TS_RETURN_IF_ERROR(tap("attn_norm", l, xb));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
-    if (c.qk_norm) {  // per head, in place: rows of head_dim
-      ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
-      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
-      TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
-    }
-    TS_RETURN_IF_ERROR(run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale}));
-    TS_RETURN_IF_ERROR(tap("Qcur", l, q));
-    TS_RETURN_IF_ERROR(tap("Kcur", l, k));
-    TS_RETURN_IF_ERROR(tap("Vcur", l, v));
-    TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
-    if (decodes > 0) {
+    if (lw.kind.attention == model::AttentionKind::kLinear) {
+      TS_RETURN_IF_ERROR(run_linear_attention(lw, l, n, placed, xb, delta));
+      if (after_layer) {
+        TS_RETURN_IF_ERROR(stream_->synchronize());
+        TS_RETURN_IF_ERROR(after_layer(l));
+      }
+    } else {
+      ops::Tensor gate = c.attn_output_gate ? s_.gate.rows(0, n) : ops::Tensor();
+      if (c.attn_output_gate) {  // each head's query, then its gate
+        ops::Tensor qg = s_.qg.rows(0, n);
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, qg.reshaped({n, 2 * c.q_dim()}), lw.bq}));
+        TS_RETURN_IF_ERROR(run(ops::SplitHeadsOp{qg, q, gate}));
+      } else {
+        TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wq, q2, lw.bq}));
+      }
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wk, k2, lw.bk}));
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
+      if (c.qk_norm) {  // per head, in place: rows of head_dim
+        ops::Tensor qh = q.reshaped({n * c.n_heads, c.head_dim}), kh = k.reshaped({n * c.n_kv_heads, c.head_dim});
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
+        TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
+      }
       TS_RETURN_IF_ERROR(
-          run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
-                                     s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
+          run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale, c.rope_dims}));
+      TS_RETURN_IF_ERROR(tap("Qcur", l, q));
+      TS_RETURN_IF_ERROR(tap("Kcur", l, k));
+      TS_RETURN_IF_ERROR(tap("Vcur", l, v));
+      TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
+      if (decodes > 0) {
+        TS_RETURN_IF_ERROR(
+            run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
+                                       s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
+      }
+      for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
+        const Placed& p = placed[pi];
+        const auto len = static_cast<int64_t>(p.segment->tokens.size());
+        ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
+        TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
+                                                       att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
+      }
+      if (after_layer) {
+        TS_RETURN_IF_ERROR(stream_->synchronize());
+        TS_RETURN_IF_ERROR(after_layer(l));
+      }
+      if (c.attn_output_gate)
+        TS_RETURN_IF_ERROR(run(ops::SiluMulOp{gate.reshaped({n, c.q_dim()}), att2, att2, ops::Activation::kSigmoid}));
+      TS_RETURN_IF_ERROR(tap("kqv_out", l, att2));
+      TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     }
-    for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
-      const Placed& p = placed[pi];
-      const auto len = static_cast<int64_t>(p.segment->tokens.size());
-      ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
-      TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
-                                                     att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
-    }
-    if (after_layer) {
-      TS_RETURN_IF_ERROR(stream_->synchronize());
-      TS_RETURN_IF_ERROR(after_layer(l));
-    }
-    TS_RETURN_IF_ERROR(tap("kqv_out", l, att2));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
     TS_RETURN_IF_ERROR(tap("ffn_inp", l, x));
@@ -497,6 +613,10 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   int64_t n = 0;
   for (const Segment& seg : segments) {
     if (seg.seq == nullptr || seg.tokens.empty()) return invalid_argument("a segment needs a sequence and tokens");
+    if (encoder_ && (seg.seq->length != 0 || seg.want_logits || seg.all_logits || !seg.pooled))
+      return invalid_argument(
+          "an encoder (non-causal) model computes each input whole in one segment from position 0, pooled, with no "
+          "logits");
     n += static_cast<int64_t>(seg.tokens.size());
     const int64_t end = static_cast<int64_t>(seg.seq->length) + static_cast<int64_t>(seg.tokens.size());
     if (end > config_.max_seq_len) {
@@ -563,9 +683,10 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
   TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer, before_layer));
+  TS_RETURN_IF_ERROR(pool_segments(placed));
 
   // Logit rows come out decode-first; hand them back in segment order.
-  int64_t wanted = decodes;
+  int64_t wanted = encoder_ ? 0 : decodes;  // an encoder has no classifier
   for (const Placed& p : std::span(placed).subspan(static_cast<size_t>(decodes)))
     wanted += p.segment->want_logits ? 1 : 0;
   const auto vocab = static_cast<size_t>(config_.vocab_size);
@@ -614,95 +735,6 @@ Status ModelRunner::all_row_logits(std::span<const Placed> placed) {
     }
   }
   return ok_status();
-}
-
-namespace {
-
-// Converts `n` values between f32 and f16 (either direction, or a plain copy).
-Status convert_rows(const void* src, DType from, void* dst, DType to, size_t n) {
-  if (from == to) {
-    std::memcpy(dst, src, dtype_bytes(from, n));
-    return ok_status();
-  }
-  if (from == DType::kF32) return quantize({static_cast<const float*>(src), n}, to, dst);
-  if (to == DType::kF32) return dequantize(src, from, {static_cast<float*>(dst), n});
-  std::vector<float> tmp(n);
-  TS_RETURN_IF_ERROR(dequantize(src, from, tmp));
-  return quantize(tmp, to, dst);
-}
-
-}  // namespace
-
-Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k,
-                            uint8_t* v) {
-  const int bt = kv_->block_tokens();
-  // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
-  if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
-      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
-    return out_of_range(fmt::format("{}: layer {} positions [{}, {}) outside the reserved blocks",
-                                    out ? "export_kv" : "import_kv", layer, first, first + count));
-  }
-  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
-  const size_t row_bytes = kv_->k(layer).row_bytes() / static_cast<size_t>(bt);  // one position of one block
-  // The positions as runs of rows that are contiguous in the cache (within a block, and across blocks whose ids
-  // follow each other): one device copy per run for K and one for V, never one per position. Offsets are
-  // relative to the layer's K (V) tensor; the host side is the rows in position order.
-  if (!out) kv_->flush_evictions();  // the rows written may land in blocks whose cached KV a connector keeps
-  std::vector<ops::CopyRun> runs;
-  for (int i = 0; i < count;) {
-    const int pos = first + i;
-    const auto block = static_cast<int32_t>(seq.blocks[static_cast<size_t>(pos / bt)]);
-    if (block < 0 || block >= kv_->num_blocks()) {
-      return out_of_range(fmt::format("{}: block {} is not a block of this cache ({} blocks)",
-                                      out ? "export_kv" : "import_kv", block, kv_->num_blocks()));
-    }
-    const int rows = std::min(bt - pos % bt, count - i);
-    const size_t dev = (static_cast<size_t>(block) * bt + static_cast<size_t>(pos % bt)) * row_bytes;
-    const size_t host = static_cast<size_t>(i) * row_bytes;
-    const size_t bytes = static_cast<size_t>(rows) * row_bytes;
-    if (!runs.empty() && runs.back().device_offset + runs.back().bytes == dev) {
-      runs.back().bytes += bytes;
-    } else {
-      runs.push_back({dev, host, bytes});
-    }
-    i += rows;
-  }
-  const size_t native_bytes = static_cast<size_t>(count) * row_bytes;
-  // Same dtype on the wire as in the cache: the runs land in (come from) the caller's arrays directly, which
-  // on a prefill or decode node are the link's registered memory (one copy between device and wire). Otherwise
-  // they go through host scratch in the cache's dtype, converted row by row.
-  const bool direct = kv_->k(layer).dtype == dtype;
-  std::vector<std::byte> scratch(direct ? 0 : native_bytes);
-  for (int which = 0; which < 2; ++which) {
-    const ops::Tensor& cache = which == 0 ? kv_->k(layer) : kv_->v(layer);
-    uint8_t* wire = which == 0 ? k : v;
-    std::span<std::byte> host =
-        direct ? std::span<std::byte>(reinterpret_cast<std::byte*>(wire), native_bytes) : std::span(scratch);
-    if (!out && !direct) {
-      TS_RETURN_IF_ERROR(convert_rows(wire, dtype, host.data(), cache.dtype, kv_dim * static_cast<size_t>(count)));
-    }
-    TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::HostStaging> staging, device_.register_staging(host));
-    std::vector<ops::CopyRun> placed = runs;
-    for (ops::CopyRun& r : placed) r.device_offset += cache.offset;
-    TS_RETURN_IF_ERROR(stream_->copy_runs(*cache.buffer, *staging, placed,
-                                          out ? ops::CopyDirection::kToHost : ops::CopyDirection::kToDevice));
-    if (out && !direct) {
-      TS_RETURN_IF_ERROR(convert_rows(host.data(), cache.dtype, wire, dtype, kv_dim * static_cast<size_t>(count)));
-    }
-  }
-  return stream_->synchronize();
-}
-
-Status ModelRunner::export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out,
-                              void* v_out) {
-  return copy_kv(seq, layer, first, count, dtype, true, static_cast<uint8_t*>(k_out), static_cast<uint8_t*>(v_out));
-}
-
-Status ModelRunner::import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
-                              const void* v_in) {
-  // copy_kv only reads the wire buffers when importing.
-  return copy_kv(seq, layer, first, count, dtype, false, static_cast<uint8_t*>(const_cast<void*>(k_in)),
-                 static_cast<uint8_t*>(const_cast<void*>(v_in)));
 }
 
 Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, std::vector<float>& logits) {

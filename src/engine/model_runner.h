@@ -41,6 +41,11 @@ struct Segment {
   // returns in runs of consecutive rows: `first` is the first row's index in `tokens`, each row vocab_size
   // floats. Such a step always runs eagerly.
   std::function<void(int first, std::span<const float> rows)> all_logits;
+  // Embeddings: when set, the final hidden states of the segment's rows (after the output norm; an encoder's
+  // last layer) are pooled by `pool` (ops::PoolOp) and handed over, dim floats, before step() returns. An
+  // encoder (non-causal) model computes a whole input in one segment starting at position 0, with no logits.
+  std::function<void(std::span<const float> pooled)> pooled;
+  ops::PoolKind pool = ops::PoolKind::kLast;
 };
 
 // Debugging parity with another engine on the same file: the activations of one step at a named point of one
@@ -79,10 +84,18 @@ struct RunnerOptions {
 // auto` asks this of each backend.
 std::vector<DType> widened_weight_types(ops::Device& device, const model::ModelWeights& weights);
 
+// "" when `device` runs what serving embeddings needs (pooling; an encoder's layer_norm, activation and
+// non-causal attention too), else what it lacks (`tessera serve` passes over such a backend).
+std::string missing_embedding_ops(ops::Device& device, bool encoder);
 // What the model's layers ask of operators that `device` does not do, each as a phrase naming it ("mixture-of-
-// experts layers (moe_route, moe_experts)", "attention sinks"); empty: it runs every layer kind. ModelRunner::create
+// experts layers (moe_route, moe_experts)", "attention sinks", an encoder's "encoder operators (layer_norm, ...)");
+// empty: it runs every layer kind. ModelRunner::create
 // refuses such a device with these; `--backend auto` passes it over.
 std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config);
+
+// OK when `device` keeps a KV cache of `dtype` for this model (a block type needs head_dim a multiple of its block
+// size: InvalidArgument; a backend without kernels for the type: Unimplemented naming it). ModelRunner::create asks.
+Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config, DType dtype);
 
 class ModelRunner {
  public:
@@ -120,11 +133,21 @@ class ModelRunner {
   // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
   // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type. Writes into the
   // cache (import_kv, step, decode) first hand the cache's pending evictions to its handler
-  // (KvCache::flush_evictions).
+  // (KvCache::flush_evictions). Unimplemented for a hybrid model's linear-attention layer (it has no K/V; see
+  // export_state).
   Status export_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, void* k_out, void* v_out);
   // The reverse: writes those rows into seq's blocks (which must be reserved), converting to the cache's type.
   Status import_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, const void* k_in,
                    const void* v_in);
+
+  // Hybrid models: the recurrent state `seq` carries after its cached positions (KvCache::state_bytes_per_slot()
+  // bytes, f32: for each linear-attention layer in order, its convolution window [K - 1][channels] then its
+  // delta-rule state [v_heads][S][S], state[h][j][i] pairing value j with key i), to or from a host array. With
+  // export_kv / import_kv of the full-attention layers this is everything a sequence needs to continue elsewhere;
+  // import needs the sequence's slot (KvCache::reserve from length 0 takes one). FailedPrecondition for a model
+  // without state or a sequence without a slot.
+  Status export_state(const SequenceKv& seq, void* out);
+  Status import_state(const SequenceKv& seq, const void* in);
 
   // Appends `tokens` (any count; split into chunks internally) to `seq` and writes the logits of the last
   // one to `logits` (vocab_size floats). InvalidArgument past the model's context, ResourceExhausted when
@@ -151,12 +174,20 @@ class ModelRunner {
     ops::Tensor rope_freqs;                     // scaled rotary: per-pair inverse frequencies (else invalid)
     float rope_theta = 10000.0f, rope_mscale = 1.0f;
     ops::AttentionScores scores;
+    // kLinear attention (gated delta-net, model_runner_hybrid.cc): the input projections (q/k/v mixed, z, beta,
+    // alpha), the convolution [C, K] (f32), dt bias and a [v_heads], the per-head output norm and projection.
+    ops::Tensor w_qkv, w_z, w_beta, w_alpha, conv_w, dt_bias, ssm_a, ssm_norm, ssm_out;
+    // Shared expert beside the routed ones (Qwen3.5-MoE): its MLP and its gate row [1, dim].
+    ops::Tensor shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
     ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
     ops::Tensor ids, positions, slots, block_tables, context_lens;
     ops::Tensor router_logits, expert_ids, expert_weights;  // MoE layers: [n, E], [n, k], [n, k]
+    ops::Tensor qg, gate;                                   // gated attention: [n, heads, 2 hd], [n, heads, hd]
+    ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
+    ops::Tensor sh_hb, sh_hb2, sh_out, sh_gate;             // shared expert: [n, ff] x2, [n, dim], [n, 1]
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -164,6 +195,7 @@ class ModelRunner {
   // export_kv (out) and import_kv: the rows of [first, first + count) between the paged cache and two
   // wire arrays [count][kv_dim] of `dtype`.
   Status copy_kv(const SequenceKv& seq, int layer, int first, int count, DType dtype, bool out, uint8_t* k, uint8_t* v);
+  Status copy_state(const SequenceKv& seq, bool out, uint8_t* bytes);
   // kMatrix: a matmul weight; kExperts: the 3-D expert matrices of a MoE layer (both converted to
   // RunnerOptions::weight_dtype when set, and re-laid by the device); kOther: norms, biases, the embedding.
   enum class WeightUse { kOther, kMatrix, kExperts };
@@ -178,6 +210,14 @@ class ModelRunner {
   Status upload_ffn(const model::ModelWeights& weights, int l, Layer& layer);
   // The layer's feed-forward of n rows of `in` into `out`, by its kind.
   Status run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
+  // Hybrid models (model_runner_hybrid.cc): a linear layer's weights; the shared expert's; the activations both need.
+  Status upload_linear(const model::ModelWeights& weights, int l, Layer& layer);
+  Status upload_shared_expert(const model::ModelWeights& weights, int l, Layer& layer);
+  Status alloc_hybrid_scratch();
+  // out += sigmoid(in . gate_inp) * shared_expert(in), for n rows.
+  Status run_shared_expert(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
+  // Per-pair inverse frequencies of Qwen3.5's M-RoPE for text positions (empty without sections).
+  std::vector<float> mrope_frequencies() const;
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.
   Result<ops::Tensor> upload_optional(const model::ModelWeights& weights, const std::string& name,
                                       std::vector<int64_t> shape);
@@ -193,6 +233,10 @@ class ModelRunner {
     int64_t table;  // row of block_tables
     int32_t start;  // position of the first token
   };
+  // Layer l's linear attention of the step's rows (xb) into `out`: projections over all rows, then the convolution
+  // and the delta rule per segment, each over its sequence's state slot (reset where the segment starts at 0).
+  Status run_linear_attention(const Layer& lw, int l, int64_t n, std::span<const Placed> placed, const ops::Tensor& in,
+                              const ops::Tensor& out);
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
   Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
@@ -227,6 +271,24 @@ class ModelRunner {
   std::vector<int64_t> step_row_of_;
   size_t streamed_bytes_ = 0;
   size_t resident_bytes_ = 0;
+
+  // Encoders (bert, model/bert.h): their weights and forward pass (encoder_forward.cc); the KV cache then only
+  // counts blocks for the scheduler (its tensors are minimal: an encoder reads its K and V from the step's rows).
+  struct EncoderLayer {
+    ops::Tensor wq, bq, wk, bk, wv, bv, wo, bo, attn_norm, attn_norm_b, w_up, b_up, w_down, b_down, out_norm,
+        out_norm_b;
+  };
+  struct Encoder {
+    ops::Tensor position_embd, type_embd, embd_norm, embd_norm_b, type_ids;
+    std::vector<EncoderLayer> layers;
+  };
+  std::optional<Encoder> encoder_;
+  ops::Tensor pooled_;  // [max_batch_tokens, dim]: the pooled vector of each segment that asks for one
+  std::vector<float> pooled_rows_;
+  Status upload_encoder_weights(const model::ModelWeights& weights);
+  Status forward_encoder(int64_t n, std::span<const Placed> placed);
+  // After forward(): each segment's pooled vector (Segment::pooled).
+  Status pool_segments(std::span<const Placed> placed);
 };
 
 }  // namespace tessera::engine

@@ -130,6 +130,7 @@ Schedule Scheduler::schedule() {
     const int supplied = local + seq->external_tokens;
     // Loading from outside computes nothing this step: blocks for the supplied positions only, and no budget.
     const int take = seq->external_async ? 0 : std::min(total - supplied, budget);
+    if (seq->whole && take < total - supplied) break;  // an encoder's input waits for a step with room for all of it
     if (blocks_needed(*seq, supplied + take) > kv_.blocks().available() ||
         !kv_.reserve(seq->kv, supplied + take).ok()) {
       release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
@@ -154,6 +155,7 @@ void Scheduler::commit(const Schedule& schedule) {
   const int bt = kv_.block_tokens();
   for (const ScheduledChunk& c : schedule.chunks) {
     Sequence& s = *c.seq;
+    if (s.uncached) continue;
     const size_t full = static_cast<size_t>(s.kv.length / bt);
     while (s.block_hashes.size() < full) {
       const size_t i = s.block_hashes.size();

@@ -82,7 +82,7 @@ class Scheduler {
   void remove(Sequence* seq);
 
   Schedule schedule();
-  // After the step ran: registers newly filled blocks in the prefix cache.
+  // After the step ran: registers newly filled blocks in the prefix cache (not an uncached sequence's).
   void commit(const Schedule& schedule);
 
   int waiting() const { return static_cast<int>(waiting_.size()); }

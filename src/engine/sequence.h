@@ -28,6 +28,8 @@ struct Sequence {
   bool external_async = false;          //   and whether they take time
   bool compute_prompt = false;          // every prompt position is computed, none taken from the prefix cache
                                         // (prompt_logprobs needs their logits)
+  bool uncached = false;                // its blocks never enter the prefix cache (embeddings)
+  bool whole = false;                   // the prompt is computed in one step or not at all (an encoder's input)
   int preemptions = 0;
 
   int remaining() const { return static_cast<int>(tokens.size()) - kv.length; }

@@ -4,6 +4,7 @@
 
 #include "kv/host/host_connector.h"
 #include "kv/pd_link/pd_link.h"
+#include "kv/pool/pool_connector.h"
 
 namespace tessera::kv {
 
@@ -20,6 +21,9 @@ void register_builtin_connectors() {
                 "evicted device blocks kept in host memory, then on local disk (--kv-host-memory, --kv-disk-dir)");
     (void)r.add(std::string(kPdLink), make_pd_link_connector,
                 "prefill -> decode over the link: a decode node loads a prompt's KV from a prefill node");
+    (void)r.add(std::string(kPoolConnector), make_pool_connector,
+                "a KV pool shared by the nodes of one control plane: evicted blocks in peers' link memory "
+                "(--kv-pool-memory)");
   });
 }
 

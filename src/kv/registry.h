@@ -34,7 +34,7 @@ using ConnectorFactory = std::function<Result<std::shared_ptr<engine::KvConnecto
 using ConnectorRegistry = Registry<ConnectorFactory>;
 
 ConnectorRegistry& connector_registry();
-// Registers host and pd-link (idempotent).
+// Registers host, pd-link and pool (idempotent).
 void register_builtin_connectors();
 Result<std::shared_ptr<engine::KvConnector>> make_connector(std::string_view name, const ConnectorSpec& spec);
 std::vector<std::string> connector_names();

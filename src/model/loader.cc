@@ -110,6 +110,7 @@ Result<LoadedModel> load_model_path(const std::string& model_path, const std::st
     m.tokenizer_path = (fs::path(model_path) / "tokenizer.json").string();
     m.chat_template = std::move(hf.chat_template);
     m.chat_template_tool_use = std::move(hf.chat_template_tool_use);
+    m.embedding = hf.embedding;
     if (const fs::path gc = fs::path(model_path) / "generation_config.json"; fs::exists(gc, ec)) {
       TS_ASSIGN_OR_RETURN(std::string text, read_file(gc.string()));
       auto g = parse_generation_config(text, m.config.vocab_size);
@@ -156,6 +157,7 @@ Result<LoadedModel> load_model_path(const std::string& model_path, const std::st
     m.chat_template = std::move(g.chat_template);
     m.chat_template_tool_use = std::move(g.chat_template_tool_use);
     m.generation = std::move(g.generation);
+    m.embedding.pooling = g.pooling;  // normalised: llama-server's default, which the file cannot override
     TS_RETURN_IF_ERROR(attach_tokenizer(m, tok_path, require_tokenizer));
     return m;
   }

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "model/generation_defaults.h"
 #include "model/model_config.h"
+#include "model/pooling.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
@@ -33,6 +34,9 @@ struct LoadedModel {
   // Sampling defaults (GGUF metadata, generation_config.json) and the tokens that end generation, for the
   // tokenizer actually used (see model/generation_defaults.h); end_of_generation is empty only without one.
   GenerationDefaults generation;
+  // What the files say about serving it as an embedding model (model/pooling.h): GGUF {arch}.pooling_type with
+  // L2 normalisation, or sentence-transformers' modules.json and config.json's matryoshka keys.
+  EmbeddingSpec embedding;
 };
 
 // With require_tokenizer false, a model without one loads with a null tokenizer (for inspect / convert).

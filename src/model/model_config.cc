@@ -36,7 +36,20 @@ std::string_view expert_gating_name(ExpertGating g) {
 }
 
 std::vector<std::string> supported_archs() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss", "bert", "qwen35", "qwen35moe"};
+}
+
+bool ModelConfig::has_linear_layers() const { return linear_layer_count() > 0; }
+
+int ModelConfig::linear_layer_count() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) n += layer_kind(l).attention == AttentionKind::kLinear ? 1 : 0;
+  return n;
+}
+
+size_t ModelConfig::recurrent_state_bytes() const {
+  return static_cast<size_t>(linear_layer_count()) *
+         static_cast<size_t>(linear.conv_state_elems() + linear.recurrent_state_elems()) * sizeof(float);
 }
 
 bool ModelConfig::has_moe_layers() const {
@@ -68,7 +81,13 @@ Status apply_arch_features(ModelConfig& c) {
   // llama.cpp rotates llama's tensors in adjacent pairs (its converter permutes Q/K) and every other
   // family's in halves, as their Hugging Face checkpoints do.
   c.rope_layout = a == "llama" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
-  c.qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3";
+  const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+  c.qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3" || qwen35;
+  c.attn_output_gate = qwen35;
+  if (a == "qwen35moe") {  // llama.cpp's qwen35moe: softmax over the experts, top k, renormalised
+    c.moe.gating = ExpertGating::kSoftmax;
+    c.moe.normalize_weights = true;
+  }
   // llama.cpp's routing for these families (its build_moe_ffn arguments): softmax over every expert, the top k,
   // their weights renormalised to sum 1. The counts come from the file; a llama file is a Mixtral when it has
   // experts.
@@ -92,6 +111,7 @@ Status apply_arch_features(ModelConfig& c) {
   if (a == "gemma2") c.sliding_pattern = 2;
   if (a == "gemma3") c.sliding_pattern = 6;
   if (a == "phi3" || a == "llama") c.sliding_pattern = 1;  // Mistral v0.1 and Phi-3 slide in every layer
+  c.causal = a != "bert";
   return ok_status();
 }
 
@@ -99,6 +119,10 @@ namespace {
 
 int64_t count_parameters(const ModelConfig& c, bool active_only) {
   const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  if (c.arch == "bert") {  // q/k/v/o and up/down with biases, two LayerNorms per layer; three tables and their norm
+    const int64_t per_layer = d * q + q + 2 * (d * kv + kv) + q * d + d + 2 * d * h + h + d + 4 * d;
+    return static_cast<int64_t>(c.vocab_size + c.max_seq_len + c.n_token_types) * d + 2 * d + c.n_layers * per_layer;
+  }
   int64_t attention = 2 * d + d * q + 2 * d * kv + q * d;
   if (c.arch == "qwen2") attention += q + 2 * kv;        // q/k/v biases
   if (c.arch == "gpt-oss") attention += q + 2 * kv + d;  // q/k/v/o biases
@@ -107,8 +131,15 @@ int64_t count_parameters(const ModelConfig& c, bool active_only) {
   if (c.post_norms) attention += 2 * d;
   const int64_t experts = active_only ? c.moe.n_experts_used : c.moe.n_experts;
   int64_t total = 0;
+  const LinearAttentionConfig& la = c.linear;
+  const int64_t linear_attention = 2 * d + d * la.conv_channels() + d * la.value_dim() + 2 * d * la.v_heads +
+                                   static_cast<int64_t>(la.conv_kernel) * la.conv_channels() + 2 * la.v_heads +
+                                   la.head_dim + la.value_dim() * d;
+  const int64_t gated_q = c.attn_output_gate ? d * q : 0;
+  const int64_t shared = c.moe.shared_expert_hidden_dim > 0 ? 3 * d * c.moe.shared_expert_hidden_dim + d : 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    total += attention;
+    total += c.layer_kind(l).attention == AttentionKind::kLinear ? linear_attention : attention + gated_q;
+    if (c.layer_kind(l).ffn == FfnKind::kMoe) total += shared;
     total += c.layer_kind(l).ffn == FfnKind::kMoe
                  ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
                        (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
@@ -152,15 +183,30 @@ Status ModelConfig::validate() const {
       !finite_nonneg(final_softcap) || !finite_nonneg(rope_theta_sliding))
     return invalid_argument(
         "embedding scale, attention scale, soft-caps and rope_theta_sliding must be finite and >= 0");
+  if (n_token_types < 0 || n_token_types > (1 << 16))
+    return invalid_argument(fmt::format("n_token_types {} is out of range [0, 65536]", n_token_types));
+  if (!causal && arch != "bert")
+    return unimplemented(fmt::format("non-causal attention is implemented for bert, not {}", arch));
   if (sliding_window < 0 || sliding_pattern < 0)
     return invalid_argument(
         fmt::format("sliding_window {} / pattern {} must be >= 0", sliding_window, sliding_pattern));
   if (static_cast<int>(layer_kinds.size()) > n_layers)
     return invalid_argument(fmt::format("{} layer kinds for {} layers", layer_kinds.size(), n_layers));
-  for (const LayerKind& k : layer_kinds) {
-    if (k.attention == AttentionKind::kLinear)
-      return unimplemented("linear-attention layers (recurrent state) are not supported");
+  if (has_linear_layers()) {
+    const LinearAttentionConfig& la = linear;
+    if (!in_range(la.conv_kernel, 2, 64) || !in_range(la.k_heads, 1, 1024) || !in_range(la.v_heads, 1, 1024) ||
+        !in_range(la.head_dim, 1, 1024))
+      return invalid_argument(
+          fmt::format("linear attention: conv kernel {} (2..64), key heads {}, value heads {}, "
+                      "head size {} (1..1024) are out of range",
+                      la.conv_kernel, la.k_heads, la.v_heads, la.head_dim));
+    if (la.v_heads % la.k_heads != 0)
+      return invalid_argument(
+          fmt::format("linear attention: {} value heads are not a multiple of {} key heads", la.v_heads, la.k_heads));
   }
+  if (rope_dims < 0 || rope_dims > head_dim || rope_dims % 2 != 0)
+    return invalid_argument(
+        fmt::format("rope dimensions {} must be even and at most head_dim {}", rope_dims, head_dim));
   if (has_moe_layers() || moe.enabled()) {
     if (!has_moe_layers())
       return invalid_argument(fmt::format("{} experts are stated but no layer uses them", moe.n_experts));

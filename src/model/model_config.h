@@ -12,13 +12,24 @@
 //                             layers, attention scale from query_pre_attn_scalar
 //   gemma3                    gemma2 without soft-capping, + qk_norm, a separate rotary base for the
 //                             sliding-window layers
+//   bert                      an encoder, not a decoder (engine/encoder_forward.cc): token + absolute position +
+//                             token-type embeddings and a LayerNorm; per layer non-causal attention with q/k/v/o
+//                             biases, residual + LayerNorm, up -> GELU(erf) -> down with biases, residual +
+//                             LayerNorm; no rotary embedding and no classifier (it serves embeddings only)
 //   qwen3moe                  qwen3 whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
 //   llama + experts (Mixtral) llama whose feed-forward is a mixture of experts (softmax, top-k, renormalised)
 //   gpt-oss                   q/k/v/o biases, attention sinks, every other layer sliding (window 128), YaRN;
 //                             experts with biases routed by softmax over the top k (router bias), clamped SwiGLU
 //                             (alpha 1.702, limit 7); its file names the pre-FFN norm post_attention_norm
-// What each layer holds is data too (LayerKind): its attention (full softmax attention; linear attention is a
-// kind no family fills yet) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
+//   qwen35 / qwen35moe        hybrid: three of every four layers are gated delta-net linear attention (a causal
+//                             convolution and a recurrent state per sequence, `linear`), every fourth full attention
+//                             with a sigmoid output gate (its q projection holds each head's query then its gate),
+//                             q/k norms and partial rotary (rope_dims of head_dim; M-RoPE sections, which for text
+//                             positions are plain rotate-half); qwen35moe's experts add a shared expert whose
+//                             output is scaled by sigmoid(x . ffn_gate_inp_shexp); the pre-FFN norm is again named
+//                             post_attention_norm in files
+// What each layer holds is data too (LayerKind): its attention (full softmax attention, or gated delta-net linear
+// attention with a recurrent state) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
 // `moe` describes). The runner dispatches on the kind, so a hybrid model is a list of kinds, not a new family.
 // Norm weights are kept as the multiplier itself (what GGUF stores); Hugging Face Gemma checkpoints store
 // (w - 1) and are shifted at load and on write.
@@ -77,7 +88,26 @@ struct MoeConfig {
   // > 0: the experts' activation is gpt-oss's clamped SwiGLU with this limit (and alpha 1.702, as llama.cpp);
   // 0: SiLU(gate) * up.
   float swiglu_limit = 0.0f;
+  // > 0: a shared expert of this width runs beside the routed ones on every token, its output scaled by
+  // sigmoid(x . ffn_gate_inp_shexp) (Qwen3.5-MoE; expert_shared_feed_forward_length).
+  int shared_expert_hidden_dim = 0;
   bool enabled() const { return n_experts > 0; }
+};
+
+// Gated delta-net linear attention (Qwen3.5's kLinear layers; GGUF ssm.* keys). The input projection gives
+// q and k (k_heads heads each) and v (v_heads heads), each head_dim wide, convolved causally over conv_kernel
+// positions; the recurrent state is v_heads matrices head_dim x head_dim per sequence.
+struct LinearAttentionConfig {
+  int conv_kernel = 0;  // ssm.conv_kernel
+  int k_heads = 0;      // ssm.group_count (linear_num_key_heads)
+  int v_heads = 0;      // ssm.time_step_rank (linear_num_value_heads)
+  int head_dim = 0;     // ssm.state_size (linear_key_head_dim = linear_value_head_dim)
+  bool enabled() const { return conv_kernel > 0; }
+  int conv_channels() const { return (2 * k_heads + v_heads) * head_dim; }
+  int value_dim() const { return v_heads * head_dim; }
+  // f32 elements a sequence carries per linear layer: the convolution's window and the delta rule's state.
+  int64_t conv_state_elems() const { return static_cast<int64_t>(conv_kernel - 1) * conv_channels(); }
+  int64_t recurrent_state_elems() const { return static_cast<int64_t>(v_heads) * head_dim * head_dim; }
 };
 
 enum class AttentionKind : uint8_t { kFull, kLinear };
@@ -115,7 +145,13 @@ struct ModelConfig {
   int sliding_window = 0;           // > 0: sliding layers attend to the last `sliding_window` positions
   int sliding_pattern = 0;          // 1: every layer slides; n > 1: layer l slides when l % n < n - 1
   float rope_theta_sliding = 0.0f;  // > 0: rotary base of the sliding layers, which are then unscaled
+  bool causal = true;               // false: every token attends to the whole input (bert)
+  int n_token_types = 0;            // bert: rows of token_types.weight (type_vocab_size); type 0 is used
   bool attn_sinks = false;          // blk.N.attn_sinks.weight [n_heads]: one more softmax logit per head (gpt-oss)
+  bool attn_output_gate = false;    // full attention: q projection [n_heads, 2 head_dim], out *= sigmoid(gate) (qwen35)
+  int rope_dims = 0;                // > 0: only the first rope_dims of each head rotate (partial rotary)
+  std::vector<int> rope_sections;   // M-RoPE sections (qwen35: 4 values), empty otherwise
+  LinearAttentionConfig linear;     // the kLinear layers' shape
 
   MoeConfig moe;  // the experts of kMoe layers
   // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;
@@ -127,6 +163,10 @@ struct ModelConfig {
     return layer_kinds.empty() ? LayerKind{} : layer_kinds[static_cast<size_t>(layer) % layer_kinds.size()];
   }
   bool has_moe_layers() const;
+  bool has_linear_layers() const;
+  int linear_layer_count() const;
+  // f32 bytes of recurrent state one sequence carries (every linear layer's window and state); 0 without them.
+  size_t recurrent_state_bytes() const;
   // Every layer's feed-forward made `kind` (the families whose layers are all alike).
   void set_all_ffn(FfnKind kind);
   // The shortest form of layer_kinds: one entry when all are alike, none when that entry is the default.

@@ -32,6 +32,7 @@ Status write_model(const std::string& format, const std::string& path, const Mod
       auto v = o.tokenizer->to_vocab();
       if (v.ok()) {
         vocab = std::move(*v);
+        if (o.vocab_add_eos) vocab->add_eos = *o.vocab_add_eos;
       } else {
         note(fmt::format("tokenizer not embedded: {}", v.status().message()));
       }
@@ -41,6 +42,7 @@ Status write_model(const std::string& format, const std::string& path, const Mod
     g.name = o.name;
     g.chat_template = o.chat_template;
     g.notes = o.notes;
+    g.pooling = o.embedding.pooling;
     return write_gguf_model(path, config, weights, vocab ? &*vocab : nullptr, g);
   }
   if (format == "safetensors") {
@@ -51,6 +53,7 @@ Status write_model(const std::string& format, const std::string& path, const Mod
     h.max_shard_bytes = o.max_shard_bytes;
     h.tokenizer_json = o.tokenizer_json;
     h.tokenizer_config_json = o.tokenizer_config_json;
+    h.embedding = o.embedding;
     if (o.tokenizer_json.empty()) note("no tokenizer.json written (the source tokenizer is not a tokenizer.json)");
     return write_hf_model(path, config, weights, h);
   }

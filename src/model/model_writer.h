@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "model/model_config.h"
+#include "model/pooling.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
@@ -26,6 +27,11 @@ struct ModelWriteOptions {
   std::string tokenizer_json;                 // safetensors: written as tokenizer.json when not empty
   std::string tokenizer_config_json;          // safetensors: written as tokenizer_config.json when not empty
   std::vector<std::string>* notes = nullptr;  // what was changed on the way (type fallbacks, skipped parts)
+  // An embedding model: GGUF {arch}.pooling_type; safetensors: sentence-transformers' files and matryoshka keys.
+  EmbeddingSpec embedding;
+  // GGUF: whether the embedded vocabulary appends EOS (tokenizer.ggml.add_eos_token), when the tokenizer's own
+  // vocabulary cannot say (Qwen3-Embedding's tokenizer appends <|endoftext|>).
+  std::optional<bool> vocab_add_eos;
 };
 
 std::vector<std::string> model_format_names();

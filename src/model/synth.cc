@@ -29,9 +29,11 @@ ModelConfig make_shape(int dim, int hidden, int layers, int heads, int kv_heads,
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
-  return {"tiny",        "stories15M",     "stories110M",   "qwen2.5-0.5b", "llama2-7b",  "llama3.2-1b",
-          "llama3.1-8b", "mistral-7b",     "smollm2-135m",  "qwen3-0.6b",   "gemma2-2b",  "gemma3-1b",
-          "phi3-mini",   "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"};
+  return {"tiny",         "stories15M",  "stories110M",  "qwen2.5-0.5b",    "llama2-7b",
+          "llama3.2-1b",  "llama3.1-8b", "mistral-7b",   "smollm2-135m",    "qwen3-0.6b",
+          "gemma2-2b",    "gemma3-1b",   "phi3-mini",    "phi3-mini-128k",  "qwen3-30b-a3b",
+          "mixtral-8x7b", "gpt-oss-20b", "qwen3.5-0.8b", "qwen3.5-35b-a3b", "qwen3-embedding-0.6b",
+          "bge-small",    "bert-base"};
 }
 
 namespace {
@@ -55,12 +57,19 @@ Result<ModelConfig> family_shape(const std::string& name) {
   } else if (name == "smollm2-135m") {
     c = make_shape(576, 1536, 30, 9, 3, 49152, 8192);
     c.rope_theta = 100000.0f;
-  } else if (name == "qwen3-0.6b") {
-    c = make_shape(1024, 3072, 28, 16, 8, 151936, 40960);
+  } else if (name == "qwen3-0.6b" || name == "qwen3-embedding-0.6b") {
+    c = name == "qwen3-0.6b" ? make_shape(1024, 3072, 28, 16, 8, 151936, 40960)
+                             : make_shape(1024, 3072, 28, 16, 8, 151669, 32768);
     c.arch = "qwen3";
     c.head_dim = 128;
     c.rope_theta = 1000000.0f;
     c.norm_eps = 1e-6f;
+  } else if (name == "bge-small" || name == "bert-base") {
+    c = name == "bge-small" ? make_shape(384, 1536, 12, 12, 12, 30522, 512)
+                            : make_shape(768, 3072, 12, 12, 12, 30522, 512);
+    c.arch = "bert";
+    c.norm_eps = 1e-12f;
+    c.n_token_types = 2;
   } else if (name == "gemma2-2b") {
     c = make_shape(2304, 9216, 26, 8, 4, 256000, 8192);
     c.arch = "gemma2";
@@ -120,6 +129,22 @@ Result<ModelConfig> family_shape(const std::string& name) {
     c.rope_scaling.beta_slow = 1.0f;
     c.rope_scaling.mscale = 1.0f + 0.1f * std::log(32.0f);
     c.moe = {32, 4, 2880, ExpertGating::kSoftmaxWeight, false, 1.0f, 7.0f};
+  } else if (name == "qwen3.5-0.8b" || name == "qwen3.5-35b-a3b") {
+    // Qwen3.5-0.8B and Qwen3.5-35B-A3B (text): three gated delta-net layers then one full-attention layer (heads
+    // of 256 with an output gate, a quarter of each rotated, M-RoPE sections 11/11/10); the linear layers have 16
+    // key heads of 128 and 16 (35B-A3B: 32) value heads; 35B-A3B's feed-forward is 256 experts of 512, 8 per token,
+    // plus a shared expert of 512.
+    const bool moe = name == "qwen3.5-35b-a3b";
+    c = moe ? make_shape(2048, 512, 40, 16, 2, 248320, 262144) : make_shape(1024, 3584, 24, 8, 2, 248320, 262144);
+    c.arch = moe ? "qwen35moe" : "qwen35";
+    c.head_dim = 256;
+    c.rope_theta = 10000000.0f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = !moe;
+    c.rope_dims = 64;
+    c.rope_sections = {11, 11, 10, 0};
+    c.linear = {4, 16, moe ? 32 : 16, 128};
+    if (moe) c.moe = {256, 8, 512, ExpertGating::kSoftmax, true, 1.0f, 0.0f, 512};
   } else {
     return invalid_argument(
         fmt::format("unknown shape '{}'; known shapes: {}", name, fmt::join(synth_shape_names(), ", ")));
@@ -130,6 +155,13 @@ Result<ModelConfig> family_shape(const std::string& name) {
     c.moe = stated.moe;
     c.set_all_ffn(FfnKind::kMoe);
   }
+  if (c.linear.enabled()) {  // three linear-attention layers, then a full one
+    const FfnKind ffn = c.moe.enabled() ? FfnKind::kMoe : FfnKind::kDense;
+    c.layer_kinds = {{AttentionKind::kLinear, ffn},
+                     {AttentionKind::kLinear, ffn},
+                     {AttentionKind::kLinear, ffn},
+                     {AttentionKind::kFull, ffn}};
+  }
   if (c.arch == "gemma2" || c.arch == "gemma3") c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   (void)stated;
   if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
@@ -137,6 +169,19 @@ Result<ModelConfig> family_shape(const std::string& name) {
 }
 
 }  // namespace
+
+EmbeddingSpec synth_embedding(const std::string& name) {
+  EmbeddingSpec e;
+  if (name == "qwen3-embedding-0.6b") {
+    e.pooling = PoolingType::kLast;
+    e.matryoshka = true;
+  } else if (name == "bge-small") {
+    e.pooling = PoolingType::kCls;
+  } else if (name == "bert-base") {
+    e.pooling = PoolingType::kMean;
+  }
+  return e;
+}
 
 Result<ModelConfig> synth_shape(const std::string& name) {
   if (name == "tiny") return make_shape(64, 172, 5, 8, 4, 512, 512);
@@ -173,7 +218,18 @@ Result<ModelConfig> synth_shape_small(const std::string& name) {
     c.moe.n_experts = 8;
     c.moe.n_experts_used = 2;
     c.moe.expert_hidden_dim = c.hidden_dim;
-    c.set_all_ffn(FfnKind::kMoe);
+    if (c.moe.shared_expert_hidden_dim > 0) c.moe.shared_expert_hidden_dim = c.hidden_dim;
+    if (!c.linear.enabled()) c.set_all_ffn(FfnKind::kMoe);
+  }
+  if (c.linear.enabled()) {
+    // Key heads of 32, value heads as many (or, for 35B-A3B's ratio, twice as many); a quarter of each attention
+    // head rotated, in M-RoPE sections that cover it as Qwen3.5's do.
+    const int ratio = c.linear.v_heads / c.linear.k_heads;
+    c.linear = {4, 2, 2 * ratio, 32};
+    c.rope_dims = 8;
+    c.rope_sections = {2, 1, 1, 0};
+    // Every other layer full attention (GGUF full_attention_interval 2), so that 2 layers hold both kinds.
+    c.layer_kinds = {c.layer_kinds[0], c.layer_kinds[3]};
   }
   if (c.embedding_scale > 0.0f) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   if (c.attn_scale > 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -198,6 +254,7 @@ Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_w
   }
   if (hidden_dim > 0) c.hidden_dim = hidden_dim;
   if (hidden_dim > 0 && c.moe.enabled()) c.moe.expert_hidden_dim = hidden_dim;  // the experts are the FFN
+  if (hidden_dim > 0 && c.moe.shared_expert_hidden_dim > 0) c.moe.shared_expert_hidden_dim = hidden_dim;
   if (sliding_window >= 0) c.sliding_window = sliding_window;
   return c.validate();
 }
@@ -257,23 +314,57 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   std::vector<Spec> specs;
   int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   specs.push_back({"token_embd.weight", {c.vocab_size, d}, false});
-  for (int l = 0; l < c.n_layers; ++l) {
+  if (c.arch == "bert") {
+    specs.push_back({"position_embd.weight", {c.max_seq_len, d}, false});
+    specs.push_back({"token_types.weight", {std::max(1, c.n_token_types), d}, false});
+    specs.push_back({"token_embd_norm.weight", {d}, true});
+    specs.push_back({"token_embd_norm.bias", {d}, false});
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+        specs.push_back({layer_tensor_name(l, std::string(m) + ".weight"), {d, d}, false});
+        specs.push_back({layer_tensor_name(l, std::string(m) + ".bias"), {d}, false});
+      }
+      specs.push_back({layer_tensor_name(l, "attn_output_norm.weight"), {d}, true});
+      specs.push_back({layer_tensor_name(l, "attn_output_norm.bias"), {d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.weight"), {h, d}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_up.bias"), {h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.weight"), {d, h}, false});
+      specs.push_back({layer_tensor_name(l, "ffn_down.bias"), {d}, false});
+      specs.push_back({layer_tensor_name(l, "layer_output_norm.weight"), {d}, true});
+      specs.push_back({layer_tensor_name(l, "layer_output_norm.bias"), {d}, false});
+    }
+  }
+  const LinearAttentionConfig& la = c.linear;
+  for (int l = 0; l < c.n_layers && c.arch != "bert"; ++l) {
     specs.push_back({layer_tensor_name(l, "attn_norm.weight"), {d}, true});
-    specs.push_back({layer_tensor_name(l, "attn_q.weight"), {q, d}, false});
-    specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
-    specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
-    if (c.arch == "qwen2" || c.arch == "gpt-oss") {
-      specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
-      specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
-      specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
+    if (c.layer_kind(l).attention == AttentionKind::kLinear) {
+      const int64_t ch = la.conv_channels(), vd = la.value_dim(), hv = la.v_heads;
+      specs.push_back({layer_tensor_name(l, "attn_qkv.weight"), {ch, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_gate.weight"), {vd, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_conv1d.weight"), {ch, la.conv_kernel}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_dt.bias"), {hv}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_a"), {hv}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_beta.weight"), {hv, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_alpha.weight"), {hv, d}, false});
+      specs.push_back({layer_tensor_name(l, "ssm_norm.weight"), {la.head_dim}, true});
+      specs.push_back({layer_tensor_name(l, "ssm_out.weight"), {d, vd}, false});
+    } else {
+      specs.push_back({layer_tensor_name(l, "attn_q.weight"), {c.attn_output_gate ? 2 * q : q, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_k.weight"), {kv, d}, false});
+      specs.push_back({layer_tensor_name(l, "attn_v.weight"), {kv, d}, false});
+      if (c.arch == "qwen2" || c.arch == "gpt-oss") {
+        specs.push_back({layer_tensor_name(l, "attn_q.bias"), {q}, false});
+        specs.push_back({layer_tensor_name(l, "attn_k.bias"), {kv}, false});
+        specs.push_back({layer_tensor_name(l, "attn_v.bias"), {kv}, false});
+      }
+      if (c.qk_norm) {
+        specs.push_back({layer_tensor_name(l, "attn_q_norm.weight"), {c.head_dim}, true});
+        specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
+      }
+      specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
+      if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
+      if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     }
-    if (c.qk_norm) {
-      specs.push_back({layer_tensor_name(l, "attn_q_norm.weight"), {c.head_dim}, true});
-      specs.push_back({layer_tensor_name(l, "attn_k_norm.weight"), {c.head_dim}, true});
-    }
-    specs.push_back({layer_tensor_name(l, "attn_output.weight"), {d, q}, false});
-    if (c.arch == "gpt-oss") specs.push_back({layer_tensor_name(l, "attn_output.bias"), {d}, false});
-    if (c.attn_sinks) specs.push_back({layer_tensor_name(l, "attn_sinks.weight"), {c.n_heads}, false});
     if (c.post_norms) specs.push_back({layer_tensor_name(l, "post_attention_norm.weight"), {d}, true});
     specs.push_back({layer_tensor_name(l, "ffn_norm.weight"), {d}, true});
     if (c.layer_kind(l).ffn == FfnKind::kMoe) {
@@ -282,6 +373,13 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       specs.push_back({layer_tensor_name(l, "ffn_gate_exps.weight"), {e, f, d}, false});
       specs.push_back({layer_tensor_name(l, "ffn_down_exps.weight"), {e, d, f}, false});
       specs.push_back({layer_tensor_name(l, "ffn_up_exps.weight"), {e, f, d}, false});
+      if (c.moe.shared_expert_hidden_dim > 0) {
+        const int64_t sh = c.moe.shared_expert_hidden_dim;
+        specs.push_back({layer_tensor_name(l, "ffn_gate_inp_shexp.weight"), {d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_gate_shexp.weight"), {sh, d}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_down_shexp.weight"), {d, sh}, false});
+        specs.push_back({layer_tensor_name(l, "ffn_up_shexp.weight"), {sh, d}, false});
+      }
       if (c.arch == "gpt-oss") {  // biases on the router and on every expert
         specs.push_back({layer_tensor_name(l, "ffn_gate_inp.bias"), {e}, false});
         specs.push_back({layer_tensor_name(l, "ffn_gate_exps.bias"), {e, f}, false});
@@ -299,7 +397,7 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
     specs.push_back({"rope_factors_long.weight", {c.head_dim / 2}, false});
     specs.push_back({"rope_factors_short.weight", {c.head_dim / 2}, false});
   }
-  specs.push_back({"output_norm.weight", {d}, true});
+  if (c.arch != "bert") specs.push_back({"output_norm.weight", {d}, true});
   if (!c.tied_embeddings) specs.push_back({"output.weight", {c.vocab_size, d}, false});
 
   // Matrices may be stored as f16/bf16 straight away (half the memory of f32 for the big shapes); every value is
@@ -307,7 +405,9 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   const DType half = options.matrix_dtype.value_or(DType::kF32);
   TS_CHECK(half == DType::kF32 || half == DType::kF16 || half == DType::kBF16);
   auto stored_type = [&](const Spec& s) {
-    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") && !s.name.ends_with("ffn_gate_inp.weight");
+    // The router and the convolution stay f32, as llama.cpp's converter keeps them (ggml's ssm_conv takes f32).
+    const bool matrix = s.shape.size() >= 2 && s.name.ends_with(".weight") &&
+                        !s.name.ends_with("ffn_gate_inp.weight") && !s.name.ends_with("ssm_conv1d.weight");
     return matrix ? half : DType::kF32;
   };
   size_t total = 0;
@@ -344,6 +444,11 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
         const float ramp = static_cast<float>(i) / static_cast<float>(n - 1);
         v[i] = 1.0f + (top - 1.0f) * ramp * ramp + 0.01f * std::fabs(rng.next_normal());
       }
+    } else if (s.name.ends_with(".ssm_a")) {
+      // -exp(A_log) with A_log around 0 (decays of about 0.4 to 0.9 per token at softplus 1).
+      for (size_t i = 0; i < n; ++i) v[i] = -std::exp(0.5f * rng.next_normal());
+    } else if (s.name.ends_with(".ssm_dt.bias") || s.name.ends_with("ssm_conv1d.weight")) {
+      for (size_t i = 0; i < n; ++i) v[i] = 0.5f * rng.next_normal();
     } else if (s.name.ends_with("attn_sinks.weight")) {
       // Sinks of the size of the attention scores, so that they take a real share of each softmax.
       for (size_t i = 0; i < n; ++i) v[i] = rng.next_normal();
@@ -408,6 +513,41 @@ std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t 
   std::vector<float> scores(pieces.size(), 0.0f);
   for (size_t i = 259; i < pieces.size(); ++i) scores[i] = -static_cast<float>(i - 259);
   auto tok = Llama2cTokenizer::from_pieces(std::move(pieces), std::move(scores));
+  TS_CHECK(tok.ok());
+  return std::move(tok).value();
+}
+
+std::unique_ptr<WordPieceTokenizer> synthesize_wordpiece_tokenizer(int vocab_size, uint64_t seed) {
+  TS_CHECK(vocab_size >= 200);
+  WordPieceSpec spec;
+  std::vector<std::string>& t = spec.tokens;
+  t = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  spec.special.assign(t.size(), true);
+  spec.pad = 0;
+  spec.unk = 1;
+  spec.cls = 2;
+  spec.sep = 3;
+  spec.mask = 4;
+  std::set<std::string> seen(t.begin(), t.end());
+  auto add = [&](std::string s) {
+    if (static_cast<int>(t.size()) >= vocab_size || !seen.insert(s).second) return;
+    t.push_back(std::move(s));
+    spec.special.push_back(false);
+  };
+  // The normaliser lowercases: no capital letters are needed.
+  for (char ch = '!'; ch <= '~'; ++ch)
+    if (ch < 'A' || ch > 'Z') add(std::string(1, ch));
+  for (char ch = 'a'; ch <= 'z'; ++ch) add("##" + std::string(1, ch));
+  for (char ch = '0'; ch <= '9'; ++ch) add("##" + std::string(1, ch));
+  Rng rng(seed ^ 0x5EED5EEDull);
+  for (int guard = 0; static_cast<int>(t.size()) < vocab_size && guard < vocab_size * 64; ++guard) {
+    const int len = 2 + static_cast<int>(rng.next_u32() % 7);
+    std::string w;
+    for (int i = 0; i < len; ++i) w += static_cast<char>('a' + rng.next_u32() % 26);
+    add(rng.next_u32() % 3 == 0 ? "##" + w : w);
+  }
+  for (int i = 0; static_cast<int>(t.size()) < vocab_size; ++i) add(fmt::format("[unused{}]", i));
+  auto tok = WordPieceTokenizer::create(std::move(spec));
   TS_CHECK(tok.ok());
   return std::move(tok).value();
 }

@@ -13,7 +13,9 @@
 
 #include "base/status.h"
 #include "model/model_config.h"
+#include "model/pooling.h"
 #include "model/tokenizer/llama2c_tokenizer.h"
+#include "model/tokenizer/wordpiece_tokenizer.h"
 #include "model/weights.h"
 
 namespace tessera::model {
@@ -26,7 +28,12 @@ namespace tessera::model {
 // (longrope, with synthetic factor tensors); mixture-of-experts shapes qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts of
 // 768, 8 per token), mixtral-8x7b (8 experts of 14336, 2 per token) and gpt-oss-20b (32 experts of 2880, 4 per
 // token, sinks, biases, alternating sliding window, YaRN).
+// Embedding shapes: qwen3-embedding-0.6b (Qwen3-Embedding-0.6B: qwen3-0.6b's shape, vocabulary 151669, last-token
+// pooling, normalised, matryoshka), bge-small (BAAI/bge-small-en-v1.5: bert, 384 wide, 12 layers, 12 heads, [CLS]
+// pooling) and bert-base (bert-base-uncased's shape, 768 wide, mean pooling), both normalised.
 Result<ModelConfig> synth_shape(const std::string& name);
+// How a shape serves embeddings (none for the generative shapes).
+EmbeddingSpec synth_embedding(const std::string& name);
 // The same family at test size (dim 64, head_dim 32, 2 kv heads, vocab 512, at most 6 layers and 512
 // positions), every feature kept active: sliding windows of 8, rope scaling from a context of 128 (64 for
 // longrope, so its long factors apply), 8 experts of hidden_dim with 2 per token for MoE shapes.
@@ -80,5 +87,9 @@ SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed, const Sy
 // in Phi-3's vocabulary after its 32000 SentencePiece pieces (llama.cpp refuses a phi3 vocabulary without
 // <|endoftext|>).
 std::unique_ptr<Llama2cTokenizer> synthesize_tokenizer(int vocab_size, uint64_t seed, std::string_view arch = "llama");
+// A BERT-style uncased WordPiece vocabulary of `vocab_size` (>= 200) tokens: [PAD] [UNK] [CLS] [SEP] [MASK], the
+// printable ASCII characters as word starts, letters and digits as "##" continuations, then seeded words and
+// continuations of 2 to 8 letters. Every ASCII text tokenizes without [UNK].
+std::unique_ptr<WordPieceTokenizer> synthesize_wordpiece_tokenizer(int vocab_size, uint64_t seed);
 
 }  // namespace tessera::model

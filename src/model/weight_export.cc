@@ -5,51 +5,62 @@
 #include <fmt/format.h>
 
 #include "base/quant.h"
+#include "model/bert.h"
 #include "model/rope_permute.h"
 
 namespace tessera::model {
 
 std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const ModelWeights& w) {
+  if (c.arch == "bert") return bert_tensor_names(c);
   std::vector<std::string> names = {"token_embd.weight"};
   for (const char* s : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
     if (w.find(s) != nullptr) names.push_back(s);
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = c.layer_kind(l).ffn == FfnKind::kMoe;
     const bool fused_experts = moe && w.find(layer_tensor_name(l, "ffn_gate_up_exps.weight")) != nullptr;
-    for (const char* s : {"attn_norm.weight",
-                          "attn_q.weight",
-                          "attn_q.bias",
-                          "attn_k.weight",
-                          "attn_k.bias",
-                          "attn_v.weight",
-                          "attn_v.bias",
-                          "attn_q_norm.weight",
-                          "attn_k_norm.weight",
-                          "attn_output.weight",
-                          "attn_output.bias",
-                          "attn_sinks.weight",
-                          "post_attention_norm.weight",
-                          "ffn_norm.weight",
-                          "ffn_gate.weight",
-                          "ffn_up.weight",
-                          "ffn_down.weight",
-                          "ffn_gate_inp.weight",
-                          "ffn_gate_inp.bias",
-                          "ffn_gate_up_exps.weight",
-                          "ffn_gate_exps.weight",
-                          "ffn_gate_exps.bias",
-                          "ffn_up_exps.weight",
-                          "ffn_up_exps.bias",
-                          "ffn_down_exps.weight",
-                          "ffn_down_exps.bias",
-                          "post_ffw_norm.weight"}) {
+    static const char* const kFull[] = {"attn_norm.weight",   "attn_q.weight",      "attn_q.bias",
+                                        "attn_k.weight",      "attn_k.bias",        "attn_v.weight",
+                                        "attn_v.bias",        "attn_q_norm.weight", "attn_k_norm.weight",
+                                        "attn_output.weight", "attn_output.bias",   "attn_sinks.weight"};
+    // Qwen3.5's gated delta-net layers, in llama.cpp's converter's order.
+    static const char* const kLinear[] = {
+        "attn_norm.weight", "attn_qkv.weight",  "attn_gate.weight", "ssm_conv1d.weight", "ssm_dt.bias", "ssm_a",
+        "ssm_beta.weight",  "ssm_alpha.weight", "ssm_norm.weight",  "ssm_out.weight"};
+    static const char* const kFfn[] = {"post_attention_norm.weight",
+                                       "ffn_norm.weight",
+                                       "ffn_gate.weight",
+                                       "ffn_up.weight",
+                                       "ffn_down.weight",
+                                       "ffn_gate_inp.weight",
+                                       "ffn_gate_inp.bias",
+                                       "ffn_gate_up_exps.weight",
+                                       "ffn_gate_exps.weight",
+                                       "ffn_gate_exps.bias",
+                                       "ffn_up_exps.weight",
+                                       "ffn_up_exps.bias",
+                                       "ffn_down_exps.weight",
+                                       "ffn_down_exps.bias",
+                                       "ffn_gate_inp_shexp.weight",
+                                       "ffn_gate_shexp.weight",
+                                       "ffn_up_shexp.weight",
+                                       "ffn_down_shexp.weight",
+                                       "post_ffw_norm.weight"};
+    std::vector<const char*> layer_names;
+    if (c.layer_kind(l).attention == AttentionKind::kLinear) {
+      layer_names.assign(std::begin(kLinear), std::end(kLinear));
+    } else {
+      layer_names.assign(std::begin(kFull), std::end(kFull));
+    }
+    layer_names.insert(layer_names.end(), std::begin(kFfn), std::end(kFfn));
+    for (const char* s : layer_names) {
       const std::string_view sv(s);
+      if (sv.find("_shexp.") != std::string_view::npos && (!moe || c.moe.shared_expert_hidden_dim == 0)) continue;
       std::string n = layer_tensor_name(l, s);
       if ((sv.ends_with(".bias") || sv == "attn_sinks.weight") && w.find(n) == nullptr) continue;
       if (!c.qk_norm && (sv == "attn_q_norm.weight" || sv == "attn_k_norm.weight")) continue;
       if (!c.post_norms && (sv == "post_attention_norm.weight" || sv == "post_ffw_norm.weight")) continue;
       const bool dense_part = sv == "ffn_gate.weight" || sv == "ffn_up.weight" || sv == "ffn_down.weight";
-      const bool expert_part = sv.starts_with("ffn_gate_inp.") || sv.find("_exps.") != std::string_view::npos;
+      const bool expert_part = sv.starts_with("ffn_gate_inp") || sv.find("_exps.") != std::string_view::npos;
       if ((moe && dense_part) || (!moe && expert_part)) continue;
       if (sv == "ffn_gate_up_exps.weight" && !fused_experts) continue;
       if (fused_experts && (sv == "ffn_gate_exps.weight" || sv == "ffn_up_exps.weight")) continue;
@@ -121,9 +132,10 @@ Result<ExportedWeights> export_weights(const ModelConfig& c, const ModelWeights&
       t.data = out.owned.back().data();
     }
     DType want = t.dtype;
-    // Matrices (expert stacks included) take matrix_dtype; biases, norms and the MoE router stay as they are, as
-    // llama.cpp's converter and llama-quantize keep ffn_gate_inp in f32.
-    const bool matrix = t.shape.size() >= 2 && name.ends_with(".weight") && !name.ends_with("ffn_gate_inp.weight");
+    // Matrices (expert stacks included) take matrix_dtype; biases, norms, the MoE router and Qwen3.5's convolution
+    // taps stay as they are, as llama.cpp's converter and llama-quantize keep ffn_gate_inp and ssm_conv1d in f32.
+    const bool matrix = t.shape.size() >= 2 && name.ends_with(".weight") && !name.ends_with("ffn_gate_inp.weight") &&
+                        !name.ends_with("ssm_conv1d.weight");
     if (matrix && matrix_dtype) want = *matrix_dtype;
     if (t.shape.size() == 1 && want != DType::kF32 && !format_dtypes.count(want)) want = DType::kF32;
     int block = dtype_info(want).block_elems;

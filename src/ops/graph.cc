@@ -38,10 +38,21 @@ void for_each_tensor(Op& op, F&& f) {
           f(o.a), f(o.b), f(o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           f(o.x), f(o.out);
-        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          f(o.x), f(o.weight), f(o.bias), f(o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          f(o.q), f(o.k), f(o.v), f(o.out);
+        } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, PoolOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           f(o.logits), f(o.ids), f(o.weights), f(o.bias);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          f(o.x), f(o.a), f(o.b);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          f(o.x), f(o.weight), f(o.state), f(o.out);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          f(o.qkv), f(o.alpha), f(o.beta), f(o.dt_bias), f(o.a), f(o.state), f(o.out);
         } else {
           static_assert(std::is_same_v<T, MoeExpertsOp>, "every operator lists its tensors here");
           f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_bias), f(o.up_bias),

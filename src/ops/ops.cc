@@ -61,6 +61,12 @@ class Checker {
 };
 
 void check_kv_cache(Checker& c, const Tensor& kc, const Tensor& vc) {
+  // A block-quantised cache (q8_0, q4_0) holds each kv head's row of head_dim elements as whole blocks.
+  const int64_t block = kc.valid() && kc.rank == 4 ? dtype_info(kc.dtype).block_elems : 1;
+  if (block > 1 && kc.dim(3) % block != 0) {
+    c.require(false, fmt::format("a {} KV cache needs head_dim a multiple of {} (its block size), not {}",
+                                 dtype_name(kc.dtype), block, kc.dim(3)));
+  }
   c.present(kc, "k_cache").present(vc, "v_cache").rank(kc, "k_cache", 4).same_shape(kc, "k_cache", vc, "v_cache");
   c.dtype(vc, "v_cache", kc.dtype);
 }
@@ -86,12 +92,69 @@ void check_sinks(Checker& c, const Tensor& sinks, const Tensor& q) {
   if (c.ok()) c.dim(sinks, "sinks", 0, q.dim(1));
 }
 
+void validate_encoder_op(Checker& c, const LayerNormOp& o) {
+  c.present(o.x, "x").present(o.weight, "weight").present(o.out, "out").rank(o.x, "x", 2);
+  c.dtype(o.x, "x", DType::kF32).dtype(o.weight, "weight", DType::kF32).same_shape(o.x, "x", o.out, "out");
+  c.dtype(o.out, "out", DType::kF32).require(std::isfinite(o.eps) && o.eps > 0.0f, "eps must be positive");
+  if (c.ok()) c.rank(o.weight, "weight", 1).dim(o.weight, "weight", 0, o.x.dim(1));
+  if (c.ok() && o.bias.valid()) {
+    c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);
+    if (c.ok()) c.dim(o.bias, "bias", 0, o.x.dim(1));
+  }
+}
+
+void validate_encoder_op(Checker& c, const ActivationOp& o) {
+  c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+  c.same_shape(o.x, "x", o.out, "out");
+  c.require(o.act == Activation::kSilu || o.act == Activation::kGeluTanh || o.act == Activation::kGeluErf,
+            "act must be silu, gelu_tanh or gelu_erf");
+}
+
+void validate_encoder_op(Checker& c, const AttentionNonCausalOp& o) {
+  c.present(o.q, "q").present(o.k, "k").present(o.v, "v").present(o.out, "out");
+  c.dtype(o.q, "q", DType::kF32).dtype(o.k, "k", DType::kF32).dtype(o.v, "v", DType::kF32);
+  c.dtype(o.out, "out", DType::kF32).rank(o.q, "q", 3).rank(o.k, "k", 3).same_shape(o.k, "k", o.v, "v");
+  c.same_shape(o.q, "q", o.out, "out");
+  if (!c.ok()) return;
+  c.dim(o.k, "k", 0, o.q.dim(0)).dim(o.k, "k", 2, o.q.dim(2));
+  c.require(o.k.dim(1) > 0 && o.q.dim(1) % o.k.dim(1) == 0, "query heads are not a multiple of kv heads");
+  c.require(o.q.dim(0) > 0, "attention needs at least one token");
+  c.require(std::isfinite(o.scale) && o.scale >= 0.0f, "scale must be finite and >= 0");
+}
+
+void validate_encoder_op(Checker& c, const PoolOp& o) {
+  c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
+  c.rank(o.x, "x", 2).rank(o.out, "out", 2);
+  if (!c.ok()) return;
+  c.require(o.x.dim(0) > 0, "pooling needs at least one row").dim(o.out, "out", 0, 1).dim(o.out, "out", 1, o.x.dim(1));
+  c.require(o.kind == PoolKind::kMean || o.kind == PoolKind::kFirst || o.kind == PoolKind::kLast,
+            "kind must be mean, first or last");
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) {
-  static constexpr std::string_view kNames[] = {
-      "embedding", "rms_norm", "add_rms_norm", "rope",    "kv_write", "attention_prefill", "attention_decode",
-      "matmul",    "silu_mul", "add",          "softmax", "argmax",   "moe_route",         "moe_experts"};
+  static constexpr std::string_view kNames[] = {"embedding",
+                                                "rms_norm",
+                                                "add_rms_norm",
+                                                "rope",
+                                                "kv_write",
+                                                "attention_prefill",
+                                                "attention_decode",
+                                                "matmul",
+                                                "silu_mul",
+                                                "add",
+                                                "softmax",
+                                                "argmax",
+                                                "moe_route",
+                                                "moe_experts",
+                                                "layer_norm",
+                                                "activation",
+                                                "attention_noncausal",
+                                                "pool",
+                                                "split_heads",
+                                                "causal_conv1d",
+                                                "gated_delta_rule"};
   static_assert(std::size(kNames) == std::variant_size_v<Op>);
   return kNames[op.index()];
 }
@@ -134,9 +197,11 @@ Status validate(const Op& op) {
             c.dim(o.k, "k", 0, o.q.dim(0)).dim(o.k, "k", 2, o.q.dim(2)).rank(o.positions, "positions", 1);
             c.dim(o.positions, "positions", 0, o.q.dim(0)).require(o.q.dim(2) % 2 == 0, "head_dim must be even");
             c.require(o.theta > 0.0f, "theta must be positive");
+            c.require(o.rot_dims >= 0 && o.rot_dims <= o.q.dim(2) && o.rot_dims % 2 == 0,
+                      "rot_dims must be even and at most head_dim");
             if (o.freqs.valid()) {
               c.present(o.freqs, "freqs").dtype(o.freqs, "freqs", DType::kF32).rank(o.freqs, "freqs", 1);
-              if (c.ok()) c.dim(o.freqs, "freqs", 0, o.q.dim(2) / 2);
+              if (c.ok()) c.dim(o.freqs, "freqs", 0, o.rotated(o.q.dim(2)) / 2);
               c.require(std::isfinite(o.mscale) && o.mscale > 0.0f, "mscale must be positive");
             } else {
               c.require(o.mscale == 1.0f, "mscale needs freqs");
@@ -190,10 +255,13 @@ Status validate(const Op& op) {
           }
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
           c.present(o.gate, "gate").present(o.up, "up").present(o.out, "out").dtype(o.gate, "gate", DType::kF32);
-          c.dtype(o.up, "up", DType::kF32)
-              .same_shape(o.gate, "gate", o.up, "up")
-              .same_shape(o.gate, "gate", o.out, "out");
-          c.require(o.act != Activation::kSwigluOai, "silu_mul takes silu or gelu_tanh (swiglu_oai is moe_experts')");
+          c.dtype(o.up, "up", DType::kF32).same_shape(o.up, "up", o.out, "out");
+          // The sigmoid gate may be one value per row ([n, 1]) for up's whole row (Qwen3.5-MoE's shared expert).
+          const bool per_row = o.act == Activation::kSigmoid && o.gate.rank == 2 && o.up.rank == 2 &&
+                               o.gate.dim(1) == 1 && o.gate.dim(0) == o.up.dim(0);
+          if (!per_row) c.same_shape(o.gate, "gate", o.up, "up");
+          c.require(o.act != Activation::kSwigluOai && o.act != Activation::kGeluErf,
+                    "silu_mul takes silu, gelu_tanh or sigmoid (swiglu_oai is moe_experts', gelu_erf activation's)");
         } else if constexpr (std::is_same_v<T, AddOp>) {
           c.present(o.a, "a").present(o.b, "b").present(o.out, "out").dtype(o.a, "a", DType::kF32);
           c.dtype(o.b, "b", DType::kF32).same_shape(o.a, "a", o.b, "b").same_shape(o.a, "a", o.out, "out");
@@ -204,6 +272,9 @@ Status validate(const Op& op) {
           c.present(o.x, "x").present(o.out, "out").rank(o.x, "x", 2).dtype(o.x, "x", DType::kF32);
           c.rank(o.out, "out", 1).dtype(o.out, "out", DType::kI32);
           if (c.ok()) c.dim(o.out, "out", 0, o.x.dim(0)).require(o.x.dim(1) > 0, "x has empty rows");
+        } else if constexpr (std::is_same_v<T, LayerNormOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, AttentionNonCausalOp> || std::is_same_v<T, PoolOp>) {
+          validate_encoder_op(c, o);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           c.present(o.logits, "logits").present(o.ids, "ids").present(o.weights, "weights");
           c.rank(o.logits, "logits", 2).dtype(o.logits, "logits", DType::kF32).rank(o.ids, "ids", 2);
@@ -218,9 +289,51 @@ Status validate(const Op& op) {
               if (c.ok()) c.dim(o.bias, "bias", 0, o.logits.dim(1));
             }
           }
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          c.present(o.x, "x").present(o.a, "a").present(o.b, "b").rank(o.x, "x", 3).rank(o.a, "a", 3);
+          c.dtype(o.x, "x", DType::kF32).dtype(o.a, "a", DType::kF32).same_shape(o.a, "a", o.b, "b");
+          c.dtype(o.b, "b", DType::kF32);
+          if (c.ok()) {
+            c.dim(o.a, "a", 0, o.x.dim(0)).dim(o.a, "a", 1, o.x.dim(1)).dim(o.x, "x", 2, 2 * o.a.dim(2));
+          }
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          c.present(o.x, "x").present(o.weight, "weight").present(o.state, "state").present(o.out, "out");
+          c.rank(o.x, "x", 2).rank(o.weight, "weight", 2).rank(o.state, "state", 2).dtype(o.x, "x", DType::kF32);
+          c.dtype(o.weight, "weight", DType::kF32)
+              .dtype(o.state, "state", DType::kF32)
+              .dtype(o.out, "out", DType::kF32);
+          c.same_shape(o.x, "x", o.out, "out");
+          if (c.ok()) {
+            c.require(o.weight.dim(1) >= 2, "the kernel needs at least 2 taps");
+            c.dim(o.weight, "weight", 0, o.x.dim(1)).dim(o.state, "state", 0, o.weight.dim(1) - 1);
+            c.dim(o.state, "state", 1, o.x.dim(1));
+          }
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          c.present(o.qkv, "qkv").present(o.alpha, "alpha").present(o.beta, "beta").present(o.dt_bias, "dt_bias");
+          c.present(o.a, "a").present(o.state, "state").present(o.out, "out");
+          for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{o.qkv, "qkv"},
+                                        {o.alpha, "alpha"},
+                                        {o.beta, "beta"},
+                                        {o.dt_bias, "dt_bias"},
+                                        {o.a, "a"},
+                                        {o.state, "state"},
+                                        {o.out, "out"}})
+            c.dtype(t, name, DType::kF32);
+          c.rank(o.qkv, "qkv", 2).rank(o.alpha, "alpha", 2).same_shape(o.alpha, "alpha", o.beta, "beta");
+          c.rank(o.dt_bias, "dt_bias", 1).same_shape(o.dt_bias, "dt_bias", o.a, "a").rank(o.state, "state", 3);
+          c.rank(o.out, "out", 3).require(o.k_heads >= 1, "k_heads must be positive");
+          c.require(std::isfinite(o.eps) && o.eps >= 0.0f, "eps must be finite and >= 0");
+          if (c.ok()) {
+            const int64_t n = o.qkv.dim(0), hv = o.state.dim(0), s = o.state.dim(1);
+            c.dim(o.state, "state", 2, s).dim(o.out, "out", 0, n).dim(o.out, "out", 1, hv).dim(o.out, "out", 2, s);
+            c.dim(o.alpha, "alpha", 0, n).dim(o.alpha, "alpha", 1, hv).dim(o.dt_bias, "dt_bias", 0, hv);
+            c.require(hv % o.k_heads == 0, "value heads must be a multiple of k_heads");
+            c.dim(o.qkv, "qkv", 1, (2 * o.k_heads + hv) * s);
+          }
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           c.present(o.x, "x").present(o.ids, "ids").present(o.weights, "weights").present(o.out, "out");
           c.present(o.down, "down").rank(o.down, "down", 3);
+          c.require(o.act != Activation::kGeluErf, "moe_experts takes silu, gelu_tanh or swiglu_oai");
           const bool fused = o.gate_up.valid();
           if (fused) {
             c.present(o.gate_up, "gate_up").rank(o.gate_up, "gate_up", 3);
@@ -253,6 +366,7 @@ Status validate(const Op& op) {
             bias(o.gate_bias, "gate_bias", ff);
             bias(o.up_bias, "up_bias", ff);
             bias(o.down_bias, "down_bias", dim);
+            c.require(o.act != Activation::kSigmoid, "moe_experts takes silu, gelu_tanh or swiglu_oai");
             if (o.act == Activation::kSwigluOai)
               c.require(std::isfinite(o.alpha) && std::isfinite(o.limit) && o.limit > 0.0f,
                         "swiglu_oai needs a finite alpha and a positive limit");

@@ -49,12 +49,16 @@ struct AddRmsNormOp {
 // for the token positions i32 [n]. Pair j of a head turns by pos * theta^(-2j/head_dim), or, when `freqs`
 // (f32 [head_dim / 2]) is given, by pos * freqs[j] with cos and sin multiplied by `mscale`: every rope
 // scaling type (linear, llama3, yarn, longrope) reduces to such a table (model/rope_scaling.h).
+// rot_dims > 0 (partial rotary, Qwen3.5): only the first rot_dims elements of each head turn, pair j by
+// pos * theta^(-2j/rot_dims) (or freqs [rot_dims / 2]); the rest pass through. 0: the whole head.
 struct RopeOp {
   Tensor q, k, positions;
   float theta = 10000.0f;
   RopeLayout layout = RopeLayout::kInterleaved;
   Tensor freqs;         // optional: per-pair inverse frequencies
   float mscale = 1.0f;  // only with freqs
+  int32_t rot_dims = 0;
+  int64_t rotated(int64_t head_dim) const { return rot_dims > 0 ? rot_dims : head_dim; }
 };
 
 // Score options shared by both attention operators. Defaults are plain causal attention with scores
@@ -106,7 +110,9 @@ struct MatMulOp {
 // evaluated as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) to avoid cancellation for negative x).
 // kSwigluOai is gpt-oss's clamped form, taken by MoeExpertsOp only: g = min(gate, limit),
 // u = clamp(up, -limit, limit), out = g / (1 + exp(-alpha g)) * (u + 1).
-enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai };
+// kGeluErf (BERT's "gelu": 0.5 x (1 + erf(x / sqrt 2))) is taken by ActivationOp only.
+// kSigmoid (silu_mul only): out = up / (1 + exp(-gate)), Qwen3.5's gate on its attention output.
+enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai, kGeluErf, kSigmoid };
 struct SiluMulOp {
   Tensor gate, up, out;
   Activation act = Activation::kSilu;
@@ -163,11 +169,78 @@ struct MoeExpertsOp {
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai only
 };
 
+// Encoder models (BERT) and embeddings: layer_norm, activation, attention_noncausal and pool.
+//
+// out = (x - mean) / sqrt(var + eps) * weight + bias, per row, var the population variance of the row (what
+// torch.nn.LayerNorm computes).  x, out [n, dim] (out may alias x); weight [dim]; bias [dim], optional.
+struct LayerNormOp {
+  Tensor x, weight, bias, out;
+  float eps = 1e-12f;
+};
+
+// out = act(x), elementwise, ungated (BERT's feed-forward): kSilu x / (1 + exp(-x)), kGeluTanh as SiluMulOp's,
+// kGeluErf 0.5 x (1 + erf(x / sqrt 2)).  x, out [n, width] (out may alias x).
+struct ActivationOp {
+  Tensor x, out;
+  Activation act = Activation::kGeluErf;
+};
+
+// Non-causal (bidirectional) attention over the n tokens of ONE sequence: every query attends to all n keys,
+// those after it included; no KV cache (an encoder computes a whole input in one step). q [n, n_heads, head_dim],
+// k, v [n, n_kv_heads, head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). Scores are
+// q.k / sqrt(head_dim), or q.k * scale when scale > 0; softmax subtracts the row's maximum.
+struct AttentionNonCausalOp {
+  Tensor q, k, v, out;
+  float scale = 0.0f;
+};
+
+// The rows of x [n, dim] pooled into out [1, dim]: kMean their average (sum in row order, then divided by n),
+// kFirst row 0 (BERT's [CLS] token), kLast row n - 1 (a causal model's summary of the whole input).
+enum class PoolKind : uint8_t { kMean, kFirst, kLast };
+struct PoolOp {
+  Tensor x, out;
+  PoolKind kind = PoolKind::kMean;
+};
+
+// Splits each head of x [n, H, 2 d] into its halves: a [n, H, d] gets the first d elements, b the last d (Qwen3.5's
+// query projection holds each head's query and then its output gate).
+struct SplitHeadsOp {
+  Tensor x, a, b;
+};
+
+// Gated delta-net linear attention (Qwen3.5's linear-attention layers), part 1: the short causal convolution over
+// n consecutive new tokens of ONE sequence, with the window that sequence carries. x f32 [n, C]; weight f32 [C, K];
+// state f32 [K - 1, C], in and out: the K - 1 inputs before x's first row (read as zeros when `reset`), replaced by
+// the last K - 1 rows of w = [state; x]. out [n, C]: out[t][c] = silu(sum_{i<K} weight[c][i] w[t + i][c]), the sum
+// taken in order of i (llama.cpp's ssm_conv followed by its silu).
+struct CausalConv1dOp {
+  Tensor x, weight, state, out;
+  bool reset = false;
+};
+
+// Part 2: the gated delta rule over n consecutive new tokens of ONE sequence, with the state it carries.
+// qkv f32 [n, 2 Hk S + Hv S] (the convolution's output: Hk query heads, Hk key heads, then Hv value heads, each S
+// wide; Hk = k_heads, Hv a multiple of it); alpha, beta f32 [n, Hv] (raw projections); dt_bias, a f32 [Hv] (a is
+// -exp(A_log), as GGUF's ssm_a stores it); state f32 [Hv, S, S], in and out (zeros when `reset`): state[h][j][i]
+// pairs value element j with key element i; out f32 [n, Hv, S]. Value head h reads key head h % Hk (the order
+// llama.cpp's converter gives the value heads). Per token and value head, in order:
+//   q, k = x / max(|x|, eps) (l2 norm); g = exp(softplus(alpha + dt_bias) a); b = sigmoid(beta)
+//   state *= g; d_j = (v_j - sum_i state[j][i] k_i) b; state[j][i] += d_j k_i; out_j = sum_i state[j][i] q_i / sqrt(S)
+// softplus(x) = x above 20, else log(1 + exp(x)) (ggml's). This is llama.cpp's recurrent (fused) form.
+struct GatedDeltaRuleOp {
+  Tensor qkv, alpha, beta, dt_bias, a, state, out;
+  int32_t k_heads = 0;
+  float eps = 1e-6f;
+  bool reset = false;
+};
+
 using Op = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, RopeOp, KvWriteOp, AttentionPrefillOp, AttentionDecodeOp,
-                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp>;
+                        MatMulOp, SiluMulOp, AddOp, SoftmaxOp, ArgmaxOp, MoeRouteOp, MoeExpertsOp, LayerNormOp,
+                        ActivationOp, AttentionNonCausalOp, PoolOp, SplitHeadsOp, CausalConv1dOp, GatedDeltaRuleOp>;
 
 // "embedding", "rms_norm", "add_rms_norm", "rope", "kv_write", "attention_prefill", "attention_decode",
-// "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts".
+// "matmul", "silu_mul", "add", "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
+// "attention_noncausal", "pool", "split_heads", "causal_conv1d", "gated_delta_rule".
 std::string_view op_name(const Op& op);
 
 // InvalidArgument naming the operator and the offending tensor when shapes or dtypes disagree, a tensor is

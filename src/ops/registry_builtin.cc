@@ -25,7 +25,7 @@ void register_builtin_backends() {
     (void)r.add({"ref", "portable scalar C++; the numerical reference for every other backend",
                  [] { return ref::create_backend(); }});
     (void)r.add({"cpu",
-                 "host CPU: AMX / AVX-512+VNNI / AVX2 / generic kernels (chosen from CPUID, --cpu-isa), OpenBLAS, "
+                 "host CPU: AMX / AVX-512+VNNI / AVX2 / generic kernels (chosen from CPUID, --cpu-isa), "
                  "OpenMP threads",
                  [] { return cpu::create_backend(); }});
 #if defined(TESSERA_HAVE_OPENCL)

@@ -2,7 +2,7 @@
 // planner never knows whether its nodes are processes on this host or pods in a cluster:
 //
 //   local (here): re-role = POST /admin/role on the node (serve/role_admin.h); scale-out / scale-in = start or
-//                 stop a `tessera serve` process, through hooks `tessera up` provides (apps/tessera/up.cc);
+//                 stop a `tessera serve` process, through hooks `tessera up` provides (planner/local_cluster.h);
 //   Kubernetes (to come, deploy/kubernetes/): re-role = patch the pod's role label (its entrypoint makes the
 //                 same /admin/role call, or the planner makes it); scale = patch the pool's Deployment replicas.
 //

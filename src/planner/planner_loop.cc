@@ -1,6 +1,7 @@
 // The planner service (planner_loop.h).
 #include "planner/planner_loop.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -75,6 +76,10 @@ struct PlannerLoop::Impl {
     for (const ctrl::KeyValue& kv : *kvs) {
       auto info = ctrl::NodeInfo::from_json(kv.value);
       if (!info.ok() || info->role == "router" || info->address.empty()) continue;
+      const std::vector<std::string>& names = info->models;
+      if (!config.served_model.empty() && !names.empty() &&
+          std::find(names.begin(), names.end(), config.served_model) == names.end())
+        continue;  // another model's node
       solver::NodeView v;
       v.id = info->id;
       v.url = info->address;

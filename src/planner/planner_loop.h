@@ -29,6 +29,9 @@ namespace tessera::planner {
 struct PlannerConfig {
   solver::Fleet fleet;
   solver::Workload workload;  // the model (and, until metrics arrive, nothing else) the evaluator uses
+  // The served model name whose nodes this planner places (one planner per model behind a shared router); nodes
+  // registered with other names are not its own. Empty: every node.
+  std::string served_model;
   solver::Slo slo;
   solver::PlannerPolicy policy;
   solver::PlannerEvalOptions eval;

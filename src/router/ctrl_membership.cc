@@ -19,7 +19,7 @@ using SteadyTime = std::chrono::steady_clock;
 
 bool same_spec(const NodeSpec& a, const NodeSpec& b) {
   return a.url == b.url && a.capacity == b.capacity && a.role == b.role && a.backend == b.backend &&
-         a.host_id == b.host_id;
+         a.host_id == b.host_id && a.models == b.models;
 }
 
 class CtrlMembership final : public MembershipSource {
@@ -216,6 +216,7 @@ Result<NodeSpec> node_spec_from_ctrl(const std::string& value) {
   spec.role = info.role.empty() ? "both" : info.role;
   spec.backend = info.backend;
   spec.host_id = info.host_id;
+  spec.models = info.models;
   return spec;
 }
 

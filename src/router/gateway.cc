@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <future>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -22,9 +20,12 @@
 #include "api/trace_context.h"
 #include "base/log.h"
 #include "base/task_pool.h"
+#include "router/admin_api.h"
 #include "router/metrics.h"
 #include "router/migration.h"
+#include "router/models_listing.h"
 #include "router/pd_pairing.h"
+#include "router/prober.h"
 
 namespace tessera::router {
 namespace {
@@ -107,19 +108,30 @@ struct Gateway::Impl {
   std::atomic<uint64_t> next_pair{0};          // rotates PD pair ties
   std::mutex inflight_mu;
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
-  std::mutex health_mu;
-  std::condition_variable health_cv;
-  bool health_stop = false;  // GUARDED_BY(health_mu)
-  std::thread health_thread;
-  TaskPool probe_pool{"router probe", kProbeThreads,
-                      std::numeric_limits<size_t>::max()};  // health probes (health_loop)
+  KvEventIndex kv_index;                                 // what each node's prefix cache holds (its KV events)
+  std::unique_ptr<KvEventPoller> kv_poller;              // set when the strategy matches prefixes and kv_events is on
+  Prober prober;  // active health checks (prober.h); declared last: stopped before what it calls into
+  std::atomic<bool> stopped{false};
 
   Impl(GatewayOptions o, std::unique_ptr<Strategy> s)
       : options(std::move(o)),
         strategy(std::move(s)),
         registry(SteadyClock::instance(), options.health),
         pool("router worker", options.workers, options.max_queue),
-        server(options.http) {}
+        server(options.http),
+        prober(registry, {.cluster_token = options.cluster_token,
+                          .tls_ca_file = options.upstream_tls_ca_file,
+                          .timeout_ms = static_cast<int>(options.health.probe_timeout_ms),
+                          .threads = kProbeThreads,
+                          .on_out_of_rotation = [this](const std::string& url) { cancel_node(url); }}) {
+    if (options.kv_events && (options.strategy == "kv_aware" || options.strategy == "prefix_cache")) {
+      kv_poller = std::make_unique<KvEventPoller>(
+          kv_index, [this] { return urls_of(registry.candidates()); },
+          KvEventPollerOptions{.cluster_token = options.cluster_token,
+                               .tls_ca_file = options.upstream_tls_ca_file,
+                               .interval_ms = options.kv_events_interval_ms});
+    }
+  }
 
   // ---- helpers -------------------------------------------------------------------------------------------
 
@@ -135,15 +147,22 @@ struct Gateway::Impl {
     return false;
   }
 
-  // The node for the next attempt; in PD mode (prefill nodes known, decode nodes in rotation) the decode node
-  // and `prefill` are chosen as a pair, or a colocated node when it is cheaper (pd_pairing.h); otherwise the
-  // strategy picks and `prefill` is empty.
+  // The next attempt's node, among those serving the request's model (a PD pair never crosses models); in PD mode
+  // (prefill nodes known, decode nodes in rotation) the decode node and `prefill` are a pair, or a colocated node
+  // when cheaper (pd_pairing.h); otherwise the strategy picks and `prefill` is empty.
   std::string pick(const RouteRequest& r, const std::set<std::string>& tried, std::string& prefill) {
     prefill.clear();
-    std::vector<NodeSnapshot> nodes = registry.candidates(tried);
+    std::vector<NodeSnapshot> nodes = serving_model(registry.candidates(tried), r.model);
+    // Embeddings go to pooling nodes and text to generate nodes; a node whose runner is not known yet may take
+    // either (it answers 400 to what it does not serve); /tokenize and /detokenize go anywhere.
+    std::erase_if(
+        nodes, [&](const NodeSnapshot& n) { return !r.runner.empty() && !n.runner.empty() && n.runner != r.runner; });
     if (nodes.empty()) return "";
-    if (options.pd_pairing) {
-      std::vector<NodeSnapshot> prefills = registry.prefill_candidates();
+    if (const int bt = options.strategy_options.block_tokens; kv_poller && r.exact_tokens) {
+      kv_index.annotate(nodes, block_chain(r.tokens, bt), bt);
+    }
+    if (options.pd_pairing && r.runner != "pooling") {
+      std::vector<NodeSnapshot> prefills = serving_model(registry.prefill_candidates(), r.model);
       std::vector<NodeSnapshot> decodes, colocated;
       for (const auto& n : nodes) (n.role == "decode" ? decodes : colocated).push_back(n);
       if (!prefills.empty() && !decodes.empty()) {
@@ -282,6 +301,19 @@ struct Gateway::Impl {
                  (status >= 200 && status < 300) || status == 499});
   }
 
+  // OpenAI's answer for a model nobody serves: 404, param "model", code "model_not_found"; the models that are
+  // served are named (they are listed by GET /v1/models anyway).
+  void reply_unknown_model(Call& c) {
+    finish(c, 404);
+    c.writer->send(404, unknown_model_error(c.model, registry.models()), "application/json",
+                   {{"x-request-id", c.request_id}});
+  }
+
+  // Whether options.tokenize applies to `model` (the router's tokenizer is one model's).
+  bool tokenizes(const std::string& model) const {
+    return options.tokenize && (options.tokenize_model.empty() || options.tokenize_model == model);
+  }
+
   void reply_error(Call& c, int status, std::string message, std::string type, std::string code = "") {
     finish(c, status);
     c.writer->send(status, error_json(status, std::move(message), std::move(type), std::move(code)), "application/json",
@@ -301,11 +333,6 @@ struct Gateway::Impl {
   }
 
   static bool retryable(int status) { return status >= 500 || status == 429; }
-  // A 503 from a node that is draining (serve answers new calls so while it finishes the old ones).
-  static bool draining_answer(const http::Response& r) {
-    auto it = r.headers.find(std::string(api::kDrainingHeader));
-    return r.status == 503 && it != r.headers.end() && it->second == "1";
-  }
   // What a node's answer says about its health: a draining node is alive, only closed for new work.
   RequestOutcome outcome_from(const std::string& url, const http::Response& r) {
     if (!draining_answer(r)) return outcome_of(r.status);
@@ -534,6 +561,7 @@ struct Gateway::Impl {
     }
     const api::ApiRequest& req = std::get<api::ApiRequest>(parsed);
     c->model = req.model;
+    if (!registry.may_serve(req.model)) return reply_unknown_model(*c);
     c->body = r.body;
     c->stream = req.stream;
     c->session_id = r.header("x-session-id");
@@ -542,6 +570,8 @@ struct Gateway::Impl {
     RouteRequest& route = c->route;
     route.session_id = c->session_id;
     route.user = req.user;
+    route.runner = "generate";
+    route.model = req.model;
     if (chat) {
       for (const auto& m : req.messages) route.prompt += m.role + "\n" + m.content + "\n";
     } else {
@@ -549,14 +579,17 @@ struct Gateway::Impl {
     }
     if (req.prompt_is_tokens) {
       route.tokens.assign(req.prompt_tokens.begin(), req.prompt_tokens.end());
-    } else if (options.tokenize) {
+    } else if (tokenizes(req.model)) {
       route.tokens = options.tokenize(route.prompt);
     } else {
       // Bytes as pseudo-tokens: stable block hashes for prefix affinity, ~4 bytes per real token for load.
       route.tokens.assign(route.prompt.begin(), route.prompt.end());
     }
-    route.prompt_tokens = options.tokenize || req.prompt_is_tokens ? static_cast<int64_t>(route.tokens.size())
-                                                                   : static_cast<int64_t>(route.prompt.size() / 4 + 1);
+    // A node caches a completions prompt's ids as given or as this tokenizer makes them; a chat's are templated.
+    route.exact_tokens = req.prompt_is_tokens || (!chat && tokenizes(req.model));
+    route.prompt_tokens = tokenizes(req.model) || req.prompt_is_tokens
+                              ? static_cast<int64_t>(route.tokens.size())
+                              : static_cast<int64_t>(route.prompt.size() / 4 + 1);
     route.max_tokens = req.max_tokens >= 0 ? req.max_tokens : (chat ? 256 : 16);
     // Every prompt of a list is prefilled, and every choice generates (the first prompt stands for the others).
     const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(req.prompts.size()));
@@ -574,10 +607,12 @@ struct Gateway::Impl {
 
   // POST /tokenize and /detokenize (vLLM's routes, serve/tokenize_api.h): the body goes as it is to a node in
   // rotation, which tokenizes with the served model's own tokenizer and validates the body itself.
+  // POST /v1/embeddings goes the same way, to a pooling node (serve/embeddings_api.h), retried like any whole answer.
   void handle_tokenizer_route(const http::Request& r, const WriterPtr& w, std::string_view path) {
     auto c = std::make_shared<Call>();
+    if (path == "/v1/embeddings") c->route.runner = "pooling";
     c->writer = w;
-    c->endpoint = std::string(path.substr(1));
+    c->endpoint = path == "/v1/embeddings" ? "embeddings" : std::string(path.substr(1));
     c->path = std::string(path);
     c->request_id = api::request_id_of(r.header(std::string(api::kRequestIdHeader)), "rt");
     c->trace = api::trace_of(r.header(std::string(api::kTraceparentHeader)));
@@ -585,6 +620,11 @@ struct Gateway::Impl {
     if (!authorized(r, w, c->endpoint)) return;
     c->body = r.body;
     c->internal = http::internal_caller(r, options.cluster_token);
+    // The body's model picks the nodes, as for completions; the node validates the rest of the body itself.
+    if (json j = json::parse(r.body, nullptr, false); j.is_object() && j.contains("model") && j["model"].is_string()) {
+      c->model = c->route.model = j["model"].get<std::string>();
+      if (!registry.may_serve(c->model)) return reply_unknown_model(*c);
+    }
     w->on_disconnect([weak = std::weak_ptr<Call>(c)] {
       if (auto call = weak.lock()) call->client_left();
     });
@@ -596,34 +636,9 @@ struct Gateway::Impl {
 
   void handle_models(const WriterPtr& w) {
     auto task = [this, w] {
-      std::vector<NodeSnapshot> nodes = registry.candidates();
-      // At most kModelsFanout nodes asked at once: the router's thread count must not grow with the fleet.
-      std::vector<Result<http::Response>> answers;
-      for (size_t at = 0; at < nodes.size(); at += kModelsFanout) {
-        std::vector<std::future<Result<http::Response>>> batch;
-        for (size_t i = at; i < std::min(nodes.size(), at + kModelsFanout); ++i) {
-          batch.push_back(std::async(std::launch::async, [this, url = nodes[i].url] {
-            http::ClientRequest req;
-            http::add_cluster_token(req.headers, options.cluster_token);
-            req.tls_ca_file = options.upstream_tls_ca_file;
-            req.url = url + "/v1/models";
-            req.timeout_ms = 2000;
-            return http::fetch(req);
-          }));
-        }
-        for (auto& f : batch) answers.push_back(f.get());
-      }
-      json data = json::array();
-      std::set<std::string> seen;
-      for (auto& r : answers) {
-        if (!r.ok() || r->status != 200) continue;
-        json j = json::parse(r->body, nullptr, false);
-        if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) continue;
-        for (auto& m : j["data"]) {
-          if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
-          if (seen.insert(m["id"].get<std::string>()).second) data.push_back(m);
-        }
-      }
+      const json data = list_models(urls_of(registry.candidates()), {.cluster_token = options.cluster_token,
+                                                                     .tls_ca_file = options.upstream_tls_ca_file,
+                                                                     .fanout = kModelsFanout});
       if (data.empty()) {
         metrics.request_finished("models", 503);
         return w->send(503, error_json(503, "no node in rotation answered /v1/models", "service_unavailable"));
@@ -647,117 +662,26 @@ struct Gateway::Impl {
     w->send(healthy > 0 ? 200 : 503, dump(j));
   }
 
-  static json node_json(const NodeStatus& s) {
-    return {{"url", s.load.url},
-            {"role", s.load.role},
-            {"host_id", s.load.host_id},
-            {"healthy", s.healthy},
-            {"draining", s.draining},
-            {"in_rotation", s.healthy && !s.draining},
-            {"capacity", s.load.capacity},
-            {"in_flight", s.load.in_flight},
-            {"outstanding_tokens", s.load.outstanding_tokens},
-            {"tokens_per_s", s.load.tokens_per_s},
-            {"requests_total", s.requests_total},
-            {"failures_total", s.failures_total}};
-  }
-
-  // Admin bodies: {"url": ..., ...}. Returns the normalised URL or answers 400 itself.
   std::optional<std::pair<std::string, json>> admin_body(const http::Request& r, const WriterPtr& w) {
-    json j = json::parse(r.body, nullptr, false);
-    if (!j.is_object() || !j.contains("url") || !j["url"].is_string()) {
-      w->send(400, error_json(400, "expected a JSON body {\"url\": \"http://host:port\"}", "invalid_request_error"));
-      return std::nullopt;
-    }
-    auto url = normalize_node_url(j["url"].get<std::string>());
-    if (!url.ok()) {
-      w->send(400, error_json(400, url.status().message(), "invalid_request_error"));
-      return std::nullopt;
-    }
-    return std::make_pair(*url, j);
+    auto body = parse_admin_body(r.body);
+    if (body.ok()) return std::move(*body);
+    w->send(400, error_json(400, body.status().message(), "invalid_request_error"));
+    return std::nullopt;
   }
 
   void add_node(const NodeSpec& spec) {
     if (!registry.add(spec.url, spec.capacity)) return;
     registry.set_role(spec.url, spec.role, spec.host_id);
+    registry.set_models(spec.url, spec.models);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_added(spec.url);
   }
   bool remove_node(const std::string& url) {
     if (!registry.remove(url)) return false;
+    kv_index.remove_node(url);
     std::lock_guard lock(strategy_mu);
     strategy->on_node_removed(url);
     return true;
-  }
-
-  // ---- health probes --------------------------------------------------------------------------------------
-
-  // Probes run on a fixed pool (kProbeThreads): a thread per due probe made the router's thread count grow
-  // with the registered nodes (800 fake nodes: 72 -> 872 threads). A node is probed again only after its
-  // last probe finished (the registry marks it), so the queue holds at most one probe per node.
-  void health_loop() {
-    std::unique_lock lock(health_mu);
-    while (!health_stop) {
-      lock.unlock();
-      for (const std::string& url : registry.due_probes()) {
-        if (!probe_pool.submit([this, url] { probe(url); })) registry.probe_result(url, false, 0);
-      }
-      lock.lock();
-      health_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return health_stop; });
-    }
-    lock.unlock();
-    probe_pool.drop_queued();
-  }
-
-  // A node added without a role (--nodes, the admin API) says what it is on GET /internal/pd/info; a node
-  // without that route serves whole requests.
-  void learn_role(const std::string& url) {
-    auto known = registry.status(url);
-    if (!known || !known->load.role.empty()) return;
-    http::ClientRequest req;
-    http::add_cluster_token(req.headers, options.cluster_token);
-    req.tls_ca_file = options.upstream_tls_ca_file;
-    req.url = url + "/internal/pd/info";
-    req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
-    auto r = http::fetch(req);
-    if (!r.ok()) return;
-    if (r->status == 404) {
-      registry.set_role(url, "both", "");
-      return;
-    }
-    auto info = api::parse_pd_info(r->body);
-    if (r->status != 200 || !info.ok()) return;
-    registry.set_role(url, info->role, info->host_id);
-    log::info("router: node {} has role {}", url, info->role);
-  }
-
-  void probe(const std::string& url) {
-    http::ClientRequest req;
-    http::add_cluster_token(req.headers, options.cluster_token);
-    req.tls_ca_file = options.upstream_tls_ca_file;
-    req.url = url + "/health";
-    req.timeout_ms = static_cast<int>(options.health.probe_timeout_ms);
-    auto r = http::fetch(req);
-    bool ok = r.ok() && r->status == 200;
-    if (r.ok() && draining_answer(*r)) {
-      // Alive and finishing its work: out of the candidates, not ejected (which would cancel its streams).
-      if (registry.set_node_draining(url, true)) log::info("router: node {} is draining", url);
-      registry.probe_result(url, true);
-      return;
-    }
-    if (ok) registry.set_node_draining(url, false);
-    // Capacity steers routing: only a plausible block count is believed (api/health.h).
-    const double capacity = ok ? api::health_capacity(r->body) : 0;
-    if (ok) learn_role(url);
-    if (registry.probe_result(url, ok, capacity)) {
-      if (ok) {
-        log::info("router: node {} back in rotation", url);
-      } else {
-        log::warn("router: node {} out of rotation: {}", url,
-                  r.ok() ? fmt::format("/health answered {}", r->status) : r.status().message());
-        cancel_node(url);
-      }
-    }
   }
 };
 
@@ -775,7 +699,8 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, false); });
   d->server.route("POST", "/v1/chat/completions",
                   [d](const http::Request& r, const WriterPtr& w) { d->handle_generate(r, w, true); });
-  for (std::string_view path : {std::string_view("/tokenize"), std::string_view("/detokenize")}) {
+  for (std::string_view path :
+       {std::string_view("/tokenize"), std::string_view("/detokenize"), std::string_view("/v1/embeddings")}) {
     d->server.route("POST", std::string(path),
                     [d, path](const http::Request& r, const WriterPtr& w) { d->handle_tokenizer_route(r, w, path); });
   }
@@ -788,7 +713,11 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   });
   d->server.route("GET", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
     json nodes = json::array();
-    for (const auto& s : d->registry.list()) nodes.push_back(Impl::node_json(s));
+    for (const auto& s : d->registry.list()) {  // with the blocks its KV events say it holds, when they are read
+      nodes.push_back(node_status_json(s));
+      if (const auto b = d->kv_index.blocks(s.load.url); d->kv_poller)
+        nodes.back()["kv_event_blocks"] = {{"device", b[0]}, {"host", b[1]}, {"disk", b[2]}};
+    }
     w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
   }));
   d->server.route("POST", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
@@ -808,7 +737,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
     }
     d->add_node(spec);
     log::info("router: node {} added", spec.url);
-    w->send(201, dump(Impl::node_json(*d->registry.status(spec.url))));
+    w->send(201, dump(node_status_json(*d->registry.status(spec.url))));
   }));
   d->server.route("POST", "/admin/nodes/remove", d->admin([d](const http::Request& r, const WriterPtr& w) {
     auto body = d->admin_body(r, w);
@@ -834,7 +763,7 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
       return w->send(404, error_json(404, fmt::format("node {} is not registered", body->first),
                                      "invalid_request_error", "node_not_found"));
     }
-    w->send(200, dump(Impl::node_json(*d->registry.status(body->first))));
+    w->send(200, dump(node_status_json(*d->registry.status(body->first))));
   }));
 }
 
@@ -842,20 +771,17 @@ Gateway::~Gateway() { stop(); }
 
 Status Gateway::start() {
   TS_RETURN_IF_ERROR(impl_->server.start());
-  impl_->health_thread = std::thread([d = impl_.get()] { d->health_loop(); });
+  impl_->prober.start();
+  if (impl_->kv_poller) impl_->kv_poller->start();
   return Status();
 }
 
 uint16_t Gateway::port() const { return impl_->server.port(); }
 
 void Gateway::stop() {
-  {
-    std::lock_guard lock(impl_->health_mu);
-    if (impl_->health_stop) return;
-    impl_->health_stop = true;
-  }
-  impl_->health_cv.notify_all();
-  if (impl_->health_thread.joinable()) impl_->health_thread.join();
+  if (impl_->stopped.exchange(true)) return;
+  if (impl_->kv_poller) impl_->kv_poller->stop();
+  impl_->prober.stop();
   impl_->server.stop(2000);
 }
 
@@ -864,6 +790,7 @@ void Gateway::on_node_removed(const std::string& url) { impl_->remove_node(url);
 void Gateway::on_node_updated(const NodeSpec& node) {
   if (node.capacity > 0) impl_->registry.set_capacity(node.url, node.capacity);
   impl_->registry.set_role(node.url, node.role, node.host_id);
+  impl_->registry.set_models(node.url, node.models);
 }
 NodeRegistry& Gateway::registry() { return impl_->registry; }
 LiveStats& Gateway::live_stats() { return impl_->live; }

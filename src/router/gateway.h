@@ -1,6 +1,8 @@
 // Gateway: the router's HTTP face. An OpenAI-compatible proxy for /v1/completions and /v1/chat/completions
 // in front of the registered nodes, plus /v1/models (the union of the nodes' models), /health, /metrics and
-// the node management API:
+// the node management API. One router fronts several models: a request goes to the nodes serving its `model`
+// (PD pairs too), and a model no node serves is answered 404 model_not_found in OpenAI's shape.
+// The node management API:
 //   GET  /admin/nodes                      list nodes with health and load
 //   POST /admin/nodes         {"url", "capacity"?}   add
 //   POST /admin/nodes/remove  {"url"}               remove
@@ -33,6 +35,7 @@
 #include "base/status.h"
 #include "http/http.h"
 #include "router/health.h"
+#include "router/kv_event_index.h"
 #include "router/live_stats.h"
 #include "router/membership.h"
 #include "router/node_registry.h"
@@ -64,6 +67,11 @@ struct GatewayOptions {
   // Prompt text -> token ids, for the prefix strategies (the model's tokenizer). Unset: prompts given as
   // text are hashed by bytes (consistent across requests, but not the nodes' token blocks).
   std::function<std::vector<int32_t>(std::string_view)> tokenize;
+  std::string tokenize_model;  // the model `tokenize` is the tokenizer of; empty: every model's
+  // The prefix strategies (prefix_cache, kv_aware) read each node's KV events (kv_event_index.h) and match a
+  // prompt's blocks against what the node really holds; off: only the router's own routing history.
+  bool kv_events = true;
+  int kv_events_interval_ms = 100;
 };
 
 class Gateway final : public MembershipListener {

@@ -13,11 +13,12 @@
 namespace tessera::router {
 
 struct NodeSpec {
-  std::string url;      // http://host:port
-  double capacity = 0;  // <= 0: learn it from the node's /health
-  std::string role;     // "both", "prefill", "decode"; empty: unknown (learnt from GET /internal/pd/info)
-  std::string backend;  // informational ("cpu", "opencl", ...)
-  std::string host_id;  // equal for nodes on one host (link::local_host_id()); empty: unknown
+  std::string url;                  // http://host:port
+  double capacity = 0;              // <= 0: learn it from the node's /health
+  std::string role;                 // "both", "prefill", "decode"; empty: unknown (learnt from GET /internal/pd/info)
+  std::string backend;              // informational ("cpu", "opencl", ...)
+  std::string host_id;              // equal for nodes on one host (link::local_host_id()); empty: unknown
+  std::vector<std::string> models;  // the model names it serves; empty: unknown (learnt from its /health)
 };
 
 class MembershipListener {

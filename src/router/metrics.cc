@@ -1,11 +1,10 @@
 #include "router/metrics.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
-
-#include <fmt/core.h>
 
 namespace tessera::router {
 
@@ -64,13 +63,20 @@ void RouterMetrics::request_latency(double seconds) { impl_->latency.Observe(sec
 void RouterMetrics::pd_pair(std::string_view link) { impl_->pd_pairs.Add({{"link", std::string(link)}}).Increment(); }
 
 std::string RouterMetrics::render(const std::vector<NodeStatus>& nodes, size_t queued, int busy_workers) {
-  std::string out = p::TextSerializer().Serialize(impl_->registry->Collect());
-  out += "# HELP tessera_router_queued_requests Requests waiting for a proxy worker\n";
-  out += "# TYPE tessera_router_queued_requests gauge\n";
-  out += fmt::format("tessera_router_queued_requests {}\n", queued);
-  out += "# HELP tessera_router_busy_workers Proxy workers holding an upstream request\n";
-  out += "# TYPE tessera_router_busy_workers gauge\n";
-  out += fmt::format("tessera_router_busy_workers {}\n", busy_workers);
+  // The per-node gauges live in a registry of this scrape only: a node that left the registry is not reported.
+  p::Registry now;
+  p::BuildGauge()
+      .Name("tessera_router_queued_requests")
+      .Help("Requests waiting for a proxy worker")
+      .Register(now)
+      .Add({})
+      .Set(static_cast<double>(queued));
+  p::BuildGauge()
+      .Name("tessera_router_busy_workers")
+      .Help("Proxy workers holding an upstream request")
+      .Register(now)
+      .Add({})
+      .Set(busy_workers);
   struct Gauge {
     const char* name;
     const char* help;
@@ -87,14 +93,18 @@ std::string RouterMetrics::render(const std::vector<NodeStatus>& nodes, size_t q
        [](const NodeStatus& s) { return static_cast<double>(s.load.outstanding_tokens); }},
       {"tessera_router_node_tokens_per_second", "Measured generation speed (EWMA)",
        [](const NodeStatus& s) { return s.load.tokens_per_s; }},
-      {"tessera_router_node_requests_total", "Requests sent to the node",
-       [](const NodeStatus& s) { return static_cast<double>(s.requests_total); }},
   };
   for (const auto& g : gauges) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", g.name, g.help, g.name);
-    for (const auto& n : nodes) out += fmt::format("{}{{node=\"{}\"}} {}\n", g.name, n.load.url, g.get(n));
+    auto& family = p::BuildGauge().Name(g.name).Help(g.help).Register(now);
+    for (const auto& n : nodes) family.Add({{"node", n.load.url}}).Set(g.get(n));
   }
-  return out;
+  // A running total the registry keeps per node: a counter (it restarts with the node's registration).
+  auto& sent =
+      p::BuildCounter().Name("tessera_router_node_requests_total").Help("Requests sent to the node").Register(now);
+  for (const auto& n : nodes) sent.Add({{"node", n.load.url}}).Increment(static_cast<double>(n.requests_total));
+  std::vector<p::MetricFamily> families = impl_->registry->Collect();
+  for (p::MetricFamily& f : now.Collect()) families.push_back(std::move(f));
+  return p::TextSerializer().Serialize(families);
 }
 
 }  // namespace tessera::router

@@ -1,6 +1,6 @@
 // Router metrics in Prometheus' text format (prometheus-cpp behind a small facade; its headers stay in
-// metrics.cc). Counters and histograms are updated by the proxy; per-node gauges are written from the
-// registry at scrape time (nodes come and go). Thread-safe.
+// metrics.cc). Counters and histograms are updated by the proxy; per-node series are built from the node
+// registry at each scrape (nodes come and go), through prometheus-cpp too. Thread-safe.
 #pragma once
 
 #include <memory>

@@ -61,6 +61,49 @@ bool NodeRegistry::set_role(const std::string& url, const std::string& role, con
   return true;
 }
 
+bool NodeRegistry::set_runner(const std::string& url, const std::string& runner) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end()) return false;
+  it->second.load.runner = runner;
+  return true;
+}
+
+bool NodeRegistry::set_models(const std::string& url, const std::vector<std::string>& models) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end()) return false;
+  if (!models.empty()) it->second.load.models = models;
+  return true;
+}
+
+bool NodeRegistry::may_serve(const std::string& model) const {
+  std::lock_guard lock(mu_);
+  if (model.empty() || nodes_.empty()) return true;  // no node at all: 503, not 404
+  for (const auto& [url, n] : nodes_) {
+    const auto& m = n.load.models;
+    if (m.empty() || std::find(m.begin(), m.end(), model) != m.end()) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> NodeRegistry::models() const {
+  std::lock_guard lock(mu_);
+  std::set<std::string> names;
+  for (const auto& [url, n] : nodes_) names.insert(n.load.models.begin(), n.load.models.end());
+  return {names.begin(), names.end()};
+}
+
+std::vector<NodeSnapshot> serving_model(std::vector<NodeSnapshot> nodes, const std::string& model) {
+  if (model.empty()) return nodes;
+  auto lists = [&](const NodeSnapshot& n) {
+    return std::find(n.models.begin(), n.models.end(), model) != n.models.end();
+  };
+  const bool listed = std::any_of(nodes.begin(), nodes.end(), lists);
+  std::erase_if(nodes, [&](const NodeSnapshot& n) { return listed ? !lists(n) : !n.models.empty(); });
+  return nodes;
+}
+
 bool NodeRegistry::contains(const std::string& url) const {
   std::lock_guard lock(mu_);
   return nodes_.count(url) != 0;

@@ -8,6 +8,11 @@
 // nothing new. candidates() is what strategies choose from: healthy, not draining, not prefill-only, sorted
 // by URL; prefill_candidates() are the healthy prefill-only nodes the PD pairing chooses from.
 //
+// Models: each node serves the model names its control-plane entry or its /health lists. A request goes only to
+// nodes serving its `model` (serving_model()); so one router fronts several models, and a PD pair never
+// crosses models. A node whose names are not known yet (added by URL, before its first /health answer) may take
+// a request only when no known node serves its model.
+//
 // Thread-safe (one mutex); the clock is injected so tests drive time by hand.
 #pragma once
 
@@ -56,6 +61,16 @@ class NodeRegistry {
   bool set_capacity(const std::string& url, double capacity);
   // Role ("both", "prefill", "decode") and host id; an empty argument leaves that field as it is.
   bool set_role(const std::string& url, const std::string& role, const std::string& host_id);
+  // What the node runs ("generate" or "pooling"), as its /health says; false for an unknown URL.
+  bool set_runner(const std::string& url, const std::string& runner);
+  // The model names the node serves; an empty list leaves them as they are. False for an unknown URL.
+  bool set_models(const std::string& url, const std::vector<std::string>& models);
+  // Whether `model` has a home here: some node lists it, some node's names are not known yet (it may), or there
+  // are no nodes at all (the answer is then 503, nothing in rotation). A
+  // request for a model without one is answered 404 model_not_found without trying any node.
+  bool may_serve(const std::string& model) const;
+  // Every name some node lists, sorted.
+  std::vector<std::string> models() const;
   bool contains(const std::string& url) const;
 
   // Healthy, not draining, not in `exclude`; sorted by URL.
@@ -97,5 +112,9 @@ class NodeRegistry {
   std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
   HealthTracker health_;               // GUARDED_BY(mu_)
 };
+
+// The nodes of `nodes` that serve `model`: those that list it, or, when none does, those whose names are not
+// known yet. An empty model keeps every node. Order is kept.
+std::vector<NodeSnapshot> serving_model(std::vector<NodeSnapshot> nodes, const std::string& model);
 
 }  // namespace tessera::router

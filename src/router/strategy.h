@@ -27,12 +27,18 @@ namespace tessera::router {
 // A node as a strategy sees it: a copy taken under the registry's lock.
 struct NodeSnapshot {
   std::string url;
-  double capacity = 1;             // relative size (weight), > 0
-  int in_flight = 0;               // requests routed and not yet finished
-  int64_t outstanding_tokens = 0;  // prompt + requested output tokens of those requests
-  double tokens_per_s = 0;         // measured generation speed (EWMA), > 0
-  std::string role;                // "both", "prefill", "decode"; empty: not known yet
-  std::string host_id;             // empty: not known
+  double capacity = 1;              // relative size (weight), > 0
+  int in_flight = 0;                // requests routed and not yet finished
+  int64_t outstanding_tokens = 0;   // prompt + requested output tokens of those requests
+  double tokens_per_s = 0;          // measured generation speed (EWMA), > 0
+  std::string role;                 // "both", "prefill", "decode"; empty: not known yet
+  std::string host_id;              // empty: not known
+  std::string runner;               // "generate" or "pooling" (embeddings), from /health; empty: not known yet
+  std::vector<std::string> models;  // the model names it serves (control plane or /health); empty: not known yet
+  // Leading blocks of the request's prompt the node's prefix cache holds, from its KV events (kv_event_index.h);
+  // -1: not known (the node publishes none, or the prompt's token ids are not the node's).
+  int64_t cached_blocks = -1;
+  int64_t lower_tier_blocks = 0;  // the blocks right after those that its host or disk tier holds
 };
 
 // What strategies may look at in a request.
@@ -43,6 +49,9 @@ struct RouteRequest {
   std::vector<int32_t> tokens;  // the prompt as token ids (tokenizer, or ids sent by the client); may be empty
   int64_t prompt_tokens = 0;    // tokens.size() when known, else an estimate
   int64_t max_tokens = 16;      // requested output tokens
+  std::string runner;           // the node runner it needs ("generate", "pooling" for embeddings); empty: any
+  std::string model;            // the body's `model`: only nodes serving it take the request; empty: any
+  bool exact_tokens = false;    // `tokens` are the ids the node will cache (the model's tokenizer, or the client's)
 };
 
 struct StrategyOptions {
@@ -55,6 +64,8 @@ struct StrategyOptions {
   double overload_threshold = 8;           // prefix_cache: requests in flight above the least loaded that
                                            // make the best match fall back to the least loaded node
   double prefill_weight = 1;               // kv_aware: cost per uncached prompt token
+  // kv_aware: how much of computing a block a node saves by loading it from its host or disk tier (KV events).
+  double lower_tier_credit = 0.75;
 };
 
 class Strategy {

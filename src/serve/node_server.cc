@@ -1,3 +1,5 @@
+// NodeServer (node_server.h): its routes, how a call ends (metric, access line, error answers), and the drain.
+// A generation request is handled in node_server_generate.cc and answered in node_server_output.cc.
 #include "serve/node_server.h"
 
 #include <sys/resource.h>
@@ -5,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -14,816 +15,66 @@
 
 #include "api/headers.h"
 #include "api/health.h"
-#include "api/http_status.h"
-#include "api/resume.h"
-#include "api/trace_context.h"
 #include "base/log.h"
-#include "base/task_pool.h"
-#include "serve/access_writer.h"
-#include "serve/choice_set.h"
-#include "serve/forced_tools.h"
-#include "serve/metrics.h"
-#include "serve/prompt_logprobs.h"
-#include "serve/resume_text.h"
+#include "serve/internal/node_server_impl.h"
+#include "serve/kv_events_api.h"
 #include "serve/role_admin.h"
-#include "serve/structured.h"
 #include "serve/tokenize_api.h"
-#include "serve/tool_stream.h"
 
 namespace tessera::serve {
-namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 using api::ApiError;
-using api::ApiRequest;
 using api::error_body;
-using api::GenerationOptions;
+using internal::Clock;
+using internal::dump;
+using internal::unix_now;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// A Prometheus label value: backslash, double quote and newline escaped, as the text format requires.
-std::string prometheus_label(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+void NodeServer::Impl::on_template_pool(
+    const http::Request& r, std::shared_ptr<http::ResponseWriter> w, std::string_view endpoint,
+    std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
+  auto req = std::make_shared<http::Request>(r);
+  if (!template_pool.submit([req, w, work = std::move(work)] {
+        // Renders yield the CPU to the io threads and the engine: a hostile template spins up to its budget.
+        static thread_local const bool lowered = setpriority(PRIO_PROCESS, gettid(), 10) == 0;
+        (void)lowered;
+        if (w->client_gone()) return;  // left while queued: nothing to render for
+        work(*req, w);
+      })) {
+    reply_error(w, endpoint, nullptr,
+                {503, "too many chat templates are being rendered; retry shortly", "service_unavailable", "", ""});
   }
-  return out;
 }
 
-// The parsed request's generation options as the engine takes them (prompt and length are set later).
-engine::GenerationRequest engine_request(const GenerationOptions& g) {
-  engine::GenerationRequest out;
-  out.sampling = g.sampling;
-  out.stop = g.stop;
-  out.stop_token_ids.assign(g.stop_token_ids.begin(), g.stop_token_ids.end());
-  out.ignore_eos = g.ignore_eos;
-  out.skip_special_tokens = g.skip_special_tokens;
-  out.logprobs = g.logprobs;
-  out.prompt_logprobs = g.prompt_logprobs;
-  return out;
+void NodeServer::Impl::ended(std::string_view endpoint, int status, const RequestTag* tag, const ChoiceSet* set) {
+  metrics.request_finished(endpoint, status);
+  if (tag == nullptr) return;
+  int64_t prompt = -1, completion = -1;
+  if (set != nullptr && status == 200) {
+    const json u = set->usage();
+    prompt = u.value("prompt_tokens", int64_t{-1});
+    completion = u.value("completion_tokens", int64_t{-1});
+  }
+  log::access({.method = "POST",
+               .route = tag->route,
+               .model = tag->model,
+               .status = status,
+               .prompt_tokens = prompt,
+               .completion_tokens = completion,
+               .ttft_ms = tag->ttft_ms,
+               .total_ms = tag->elapsed_ms(),
+               .request_id = tag->request_id,
+               .trace_id = tag->trace.trace_id,
+               .remote = tag->remote});
 }
 
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+void NodeServer::Impl::reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint,
+                                   const RequestTag* tag, const ApiError& e) {
+  ended(endpoint, e.status, tag);
+  http::Headers h;
+  if (e.status == 429) h.emplace("Retry-After", "1");
+  w->send(e.status, error_body(e), "application/json", h);
 }
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Counts a call as in flight for as long as it lives (the drain waits for the count to reach zero).
-struct InFlight {
-  explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
-  ~InFlight() { --n_; }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-
- private:
-  std::atomic<int>& n_;
-};
-
-// The state of one choice of an API call, shared by the handler and the engine callback (a call has one per
-// prompt and n: ChoiceSet).
-struct Call {
-  std::shared_ptr<ChoiceSet> set;  // its mutex: held by the handler until the answer started; outputs wait for it
-  int index = 0;                   // the choice's index in the answer
-  std::vector<int32_t> prompt_ids;
-  std::vector<engine::TokenLogprobs> prompt_lps;  // prompt_logprobs (and echo with logprobs), when asked for
-  bool echo_only = false;                         // completions max_tokens 0 with echo: the prompt scored, no text
-  std::string echo_pending;  // streamed echo with logprobs: sent with the prompt's logprobs, on the first output
-  // Reasoning (reasoning.h): the reply split into reasoning_content and content.
-  std::unique_ptr<ReasoningParser> reasoning;
-  std::string prompt_text;  // the rendered chat prompt (a <think> it opened starts the reply in reasoning)
-  std::unique_ptr<InFlight> in_flight;
-  std::shared_ptr<http::ResponseWriter> writer;
-  ApiRequest req;
-  std::string id;
-  int64_t created = 0;
-  std::string model;
-  Clock::time_point start, last;
-  bool first_token = true;
-  bool role_sent = false;
-  std::string text;  // non-streaming accumulation
-  std::vector<engine::TokenLogprobs> logprobs;
-  std::vector<std::string> token_texts;
-  size_t text_offset = 0;  // completions logprobs: running byte offset
-  bool token_ids = false;  // the router asked for token-id comments (resume.h)
-  int resumed = 0;         // tokens generated by an earlier node and appended to the prompt (resume.h)
-  std::string pending;     // their text the client has not received yet
-  // Tool calls (tool_stream.h): the reply's parser when the request has tools; streamed, its events become
-  // content and tool_calls deltas as the text is generated.
-  std::unique_ptr<ToolParser> tools;
-};
-
-json token_logprob_entry(const std::string& token_text, float logprob, const model::Tokenizer& tok,
-                         const engine::TokenLogprobs* top, model::TokenId prev) {
-  json bytes = json::array();
-  for (unsigned char c : token_text) bytes.push_back(static_cast<int>(c));
-  json e = {{"token", token_text}, {"logprob", logprob}, {"bytes", bytes}};
-  if (top) {
-    json tops = json::array();
-    for (const auto& [id, lp] : top->top) {
-      std::string t = tok.decode_piece(prev, id);
-      json b = json::array();
-      for (unsigned char c : t) b.push_back(static_cast<int>(c));
-      tops.push_back({{"token", t}, {"logprob", lp}, {"bytes", b}});
-    }
-    e["top_logprobs"] = tops;
-  }
-  return e;
-}
-
-}  // namespace
-
-struct NodeServer::Impl {
-  engine::Engine& engine;
-  NodeOptions options;
-  http::Server server;
-  Metrics metrics;
-  std::atomic<bool> draining{false};
-  std::atomic<int> calls{0};  // generation calls accepted and not yet over
-  std::atomic<uint64_t> next_id{1};
-  // Declared last, so destroyed first: queued renders still find everything above alive.
-  TaskPool template_pool;
-
-  Impl(engine::Engine& e, NodeOptions o)
-      : engine(e),
-        options(std::move(o)),
-        server(options.http),
-        metrics(options.model_name),
-        template_pool("chat template", std::max(1, options.template_threads), options.template_queue) {}
-
-  // Runs `work` on the template pool (a copy of the request travels with it); a full pool answers 503.
-  void on_template_pool(const http::Request& r, std::shared_ptr<http::ResponseWriter> w, std::string_view endpoint,
-                        std::function<void(const http::Request&, std::shared_ptr<http::ResponseWriter>)> work) {
-    auto req = std::make_shared<http::Request>(r);
-    if (!template_pool.submit([req, w, work = std::move(work)] {
-          // Renders yield the CPU to the io threads and the engine: a hostile template spins up to its budget.
-          static thread_local const bool lowered = setpriority(PRIO_PROCESS, gettid(), 10) == 0;
-          (void)lowered;
-          if (w->client_gone()) return;  // left while queued: nothing to render for
-          work(*req, w);
-        })) {
-      reply_error(w, endpoint, nullptr,
-                  {503, "too many chat templates are being rendered; retry shortly", "service_unavailable", "", ""});
-    }
-  }
-
-  // The call ended with `status`: its metric and its access line (tag may be null: an answer before the request
-  // was read); usage from its choices once they all finished.
-  void ended(std::string_view endpoint, int status, const RequestTag* tag, const ChoiceSet* set = nullptr) {
-    metrics.request_finished(endpoint, status);
-    if (tag == nullptr) return;
-    int64_t prompt = -1, completion = -1;
-    if (set != nullptr && status == 200) {
-      const json u = set->usage();
-      prompt = u.value("prompt_tokens", int64_t{-1});
-      completion = u.value("completion_tokens", int64_t{-1});
-    }
-    log::access({.method = "POST",
-                 .route = tag->route,
-                 .model = tag->model,
-                 .status = status,
-                 .prompt_tokens = prompt,
-                 .completion_tokens = completion,
-                 .ttft_ms = tag->ttft_ms,
-                 .total_ms = tag->elapsed_ms(),
-                 .request_id = tag->request_id,
-                 .trace_id = tag->trace.trace_id,
-                 .remote = tag->remote});
-  }
-
-  // A 429 says when to come back: a router retries it on another node, a client after Retry-After.
-  void reply_error(const std::shared_ptr<http::ResponseWriter>& w, std::string_view endpoint, const RequestTag* tag,
-                   const ApiError& e) {
-    ended(endpoint, e.status, tag);
-    http::Headers h;
-    if (e.status == 429) h.emplace("Retry-After", "1");
-    w->send(e.status, error_body(e), "application/json", h);
-  }
-
-  json logprobs_json(Call& c, const std::vector<engine::TokenLogprobs>& lps, const std::vector<std::string>& texts) {
-    const model::Tokenizer& tok = engine.tokenizer();
-    if (c.req.chat) {
-      json content = json::array();
-      for (size_t i = 0; i < lps.size(); ++i) {
-        content.push_back(token_logprob_entry(texts[i], lps[i].logprob, tok, &lps[i], lps[i].token));
-      }
-      return {{"content", content}};
-    }
-    json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
-    for (size_t i = 0; i < lps.size(); ++i) {
-      tokens.push_back(texts[i]);
-      token_lps.push_back(lps[i].logprob);
-      json t = json::object();
-      for (const auto& [id, lp] : lps[i].top) t[tok.decode_piece(lps[i].token, id)] = lp;
-      tops.push_back(t);
-      offsets.push_back(c.text_offset);
-      c.text_offset += texts[i].size();
-    }
-    return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-  }
-
-  json chunk(const Call& c, json choice) {
-    return {{"id", c.id},
-            {"object", c.req.chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", c.created},
-            {"model", c.model},
-            {"choices", json::array({std::move(choice)})}};
-  }
-
-  static json usage(const engine::RequestOutput& o) {
-    return {{"prompt_tokens", o.prompt_tokens},
-            {"completion_tokens", o.completion_tokens},
-            {"total_tokens", o.prompt_tokens + o.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
-  }
-
-  void on_output(const std::shared_ptr<Call>& c, const engine::RequestOutput& out) {
-    ChoiceSet& set = *c->set;
-    std::lock_guard<std::mutex> started(set.mu);
-    if (set.over()) return;  // another choice failed and answered for the whole call
-    engine::RequestOutput resumed_out;
-    if (c->resumed > 0) resumed_out = resumed_output(*c, out);
-    engine::RequestOutput echo_out;
-    if (c->echo_only) {  // the one token generated to compute the prompt is not part of the answer
-      echo_out.finish = out.finish == engine::FinishReason::kStop ? engine::FinishReason::kLength : out.finish;
-      echo_out.error = out.error;
-      echo_out.prompt_tokens = out.prompt_tokens;
-      echo_out.cached_tokens = out.cached_tokens;
-      echo_out.prompt_logprobs = out.prompt_logprobs;
-    }
-    const engine::RequestOutput& o = c->resumed > 0 ? resumed_out : c->echo_only ? echo_out : out;
-    if (!o.prompt_logprobs.empty()) c->prompt_lps = o.prompt_logprobs;
-    const auto now = Clock::now();
-    const std::string_view endpoint = c->req.chat ? "chat" : "completions";
-    if (!o.tokens.empty()) {
-      if (c->first_token) {
-        if (set.first_token()) {
-          metrics.time_to_first_token(seconds(c->start, now));
-          if (set.tag) set.tag->ttft_ms = seconds(set.tag->start, now) * 1000;
-        }
-        c->first_token = false;
-      } else {
-        metrics.inter_token(seconds(c->last, now), static_cast<int>(o.tokens.size()));
-      }
-      c->last = now;
-    }
-    const bool done = o.finish != engine::FinishReason::kNone;
-    if (c->req.stream) {
-      stream_output(*c, o);
-    } else {
-      c->text += o.text;
-      c->logprobs.insert(c->logprobs.end(), o.logprobs.begin(), o.logprobs.end());
-      c->token_texts.insert(c->token_texts.end(), o.token_texts.begin(), o.token_texts.end());
-    }
-    if (!done) return;
-    if (o.finish == engine::FinishReason::kCancelled || o.finish == engine::FinishReason::kError) {
-      // One choice cannot be answered: neither can the call. The others stop.
-      set.set_over();
-      if (set.cancel) set.cancel();
-      metrics.request_latency(seconds(c->start, now));
-    }
-    if (o.finish == engine::FinishReason::kCancelled) {
-      ended(endpoint, 499, set.tag.get());
-      if (!c->req.stream)
-        c->writer->send(503, error_body({503, "the request was cancelled: the server is shutting down",
-                                         "service_unavailable", "", ""}));
-      else
-        c->writer->end();
-      return;
-    }
-    if (o.finish == engine::FinishReason::kError) {
-      ApiError e = api::error_for(o.error);
-      ended(endpoint, e.status, set.tag.get());
-      if (c->req.stream) {
-        c->writer->write("data: " + error_body(e) + "\n\n");
-        c->writer->write("data: [DONE]\n\n");
-        c->writer->end();
-      } else {
-        c->writer->send(e.status, error_body(e));
-      }
-      return;
-    }
-    std::string reason(engine::finish_reason_name(o.finish));
-    // Chat: the reply's reasoning (reasoning.h) apart from its content, which may hold tool calls.
-    std::string content = c->text, reasoning;
-    ParsedReply reply;
-    if (c->req.stream) {
-      std::vector<json> deltas;
-      if (c->reasoning) {
-        ReasoningDelta rest = c->reasoning->finish();
-        if (!rest.reasoning.empty()) deltas.push_back({{"reasoning_content", rest.reasoning}});
-        if (c->tools) {
-          for (json& d : tool_deltas(c->tools->feed(rest.content))) deltas.push_back(std::move(d));
-        } else if (!rest.content.empty()) {
-          deltas.push_back({{"content", rest.content}});
-        }
-      }
-      if (c->tools)
-        for (json& d : tool_deltas(c->tools->finish())) deltas.push_back(std::move(d));
-      for (json& d : deltas) write_delta(*c, std::move(d));
-    } else {
-      if (c->reasoning) {
-        ReasoningDelta split = split_reasoning(c->reasoning->format(), c->prompt_text, c->text);
-        content = std::move(split.content);
-        reasoning = std::move(split.reasoning);
-      }
-      if (c->tools) reply = parse_whole(*c->tools, content);
-    }
-    // A reply with complete calls ends "tool_calls" (as vLLM's do, also when max_tokens ended it right after a
-    // call); one whose last call max_tokens cut off stays "length".
-    if (c->tools && c->tools->completed_calls() > 0 &&
-        (o.finish == engine::FinishReason::kStop || c->tools->broken_calls() == 0))
-      reason = "tool_calls";
-    if (c->req.stream) {
-      json final_choice =
-          c->req.chat
-              ? json{{"index", c->index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
-              : json{{"index", c->index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
-      c->writer->write("data: " + dump(chunk(*c, final_choice)) + "\n\n");
-      if (!set.finish_choice(c->index, nullptr, o)) return;
-      metrics.request_latency(seconds(c->start, now));
-      ended(endpoint, 200, set.tag.get(), &set);
-      if (c->req.include_usage) {
-        json u = chunk(*c, json());
-        u["choices"] = json::array();
-        u["usage"] = set.usage();
-        c->writer->write("data: " + dump(u) + "\n\n");
-      }
-      c->writer->write("data: [DONE]\n\n");
-      c->writer->end();
-      return;
-    }
-    json lp = nullptr;
-    if (c->req.generation.logprobs >= 0) {
-      // echo: the prompt's tokens come first, the first one without a logprob (OpenAI's legacy completions).
-      json echoed = !c->req.chat && c->req.echo
-                        ? echo_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer(), c->text_offset)
-                        : json();
-      lp = logprobs_json(*c, c->logprobs, c->token_texts);
-      if (echoed.is_object()) {
-        for (auto& [key, values] : lp.items())
-          for (json& v : values) echoed[key].push_back(std::move(v));
-        lp = std::move(echoed);
-      }
-    }
-    json message = {{"role", "assistant"}, {"content", content}};
-    if (c->reasoning) message["reasoning_content"] = reasoning.empty() ? json(nullptr) : json(reasoning);
-    if (c->tools) message["content"] = reply.content;
-    if (!reply.calls.empty()) {
-      message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
-      message["tool_calls"] = tool_calls_json(reply.calls);
-    }
-    json choice = c->req.chat
-                      ? json{{"index", c->index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}}
-                      : json{{"index", c->index}, {"text", c->text}, {"logprobs", lp}, {"finish_reason", reason}};
-    if (!c->req.chat && c->req.generation.prompt_logprobs >= 0)
-      choice["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
-    if (!set.finish_choice(c->index, std::move(choice), o)) return;
-    metrics.request_latency(seconds(c->start, now));
-    ended(endpoint, 200, set.tag.get(), &set);
-    json body = {{"id", c->id},
-                 {"object", c->req.chat ? "chat.completion" : "text_completion"},
-                 {"created", c->created},
-                 {"model", c->model},
-                 {"choices", set.choices()},
-                 {"usage", set.usage()}};
-    if (c->req.chat && c->req.generation.prompt_logprobs >= 0)  // vLLM: the call's, beside the choices
-      body["prompt_logprobs"] = vllm_prompt_logprobs(c->prompt_ids, c->prompt_lps, engine.tokenizer());
-    c->writer->send(200, dump(body));
-  }
-
-  // One streamed chat chunk of choice c with `delta`.
-  void write_delta(Call& c, json delta) {
-    c.writer->write(
-        "data: " +
-        dump(chunk(
-            c, {{"index", c.index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-        "\n\n");
-  }
-
-  // A continued stream (resume.h): the earlier node's held-back text goes first, usage counts the original
-  // prompt and every completion token.
-  static engine::RequestOutput resumed_output(Call& c, const engine::RequestOutput& out) {
-    engine::RequestOutput o = out;
-    if (!c.pending.empty() && (!o.text.empty() || o.finish != engine::FinishReason::kNone)) {
-      o.text = c.pending + o.text;
-      c.pending.clear();
-    }
-    o.prompt_tokens -= c.resumed;
-    o.completion_tokens += c.resumed;
-    return o;
-  }
-
-  void apply_resume(Call& c, engine::GenerationRequest& gen, const api::Resume& res) {
-    c.pending = pending_text(engine.tokenizer(), gen.prompt.back(), res);
-    c.resumed = static_cast<int>(res.tokens.size());
-    gen.prompt.insert(gen.prompt.end(), res.tokens.begin(), res.tokens.end());
-    gen.grammar_replay = c.resumed;  // a grammar reads the output already sent before it masks anything
-    gen.max_tokens -= c.resumed;
-    c.role_sent = res.preamble_sent;
-    if (!res.id.empty()) c.id = res.id;
-    if (res.created != 0) c.created = res.created;
-  }
-
-  void stream_output(Call& c, const engine::RequestOutput& o) {
-    if (c.req.chat && !c.role_sent) {
-      c.role_sent = true;
-      c.writer->write("data: " +
-                      dump(chunk(c, {{"index", c.index},
-                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}})) +
-                      "\n\n");
-    }
-    if (!c.echo_pending.empty()) {
-      json lp = echo_logprobs(c.prompt_ids, c.prompt_lps, engine.tokenizer(), c.text_offset);
-      c.writer->write("data: " +
-                      dump(chunk(c, {{"index", c.index},
-                                     {"text", std::exchange(c.echo_pending, std::string())},
-                                     {"logprobs", std::move(lp)},
-                                     {"finish_reason", nullptr}})) +
-                      "\n\n");
-    }
-    const bool report_tokens = c.token_ids && !o.tokens.empty();
-    std::string text = o.text, reasoning;
-    if (c.reasoning) {
-      ReasoningDelta d = c.reasoning->feed(o.text);
-      text = std::move(d.content);
-      reasoning = std::move(d.reasoning);
-    }
-    std::vector<json> tool_chunks;  // content and tool_calls deltas of the tool-call parser (tool_stream.h)
-    if (c.tools) {
-      tool_chunks = tool_deltas(c.tools->feed(text));
-      text.clear();
-    }
-    if (text.empty() && reasoning.empty() && o.logprobs.empty() && !report_tokens) {
-      for (json& d : tool_chunks) write_delta(c, std::move(d));
-      return;
-    }
-    json lp = c.req.generation.logprobs >= 0 && !o.logprobs.empty() ? logprobs_json(c, o.logprobs, o.token_texts)
-                                                                    : json(nullptr);
-    json delta = json::object();
-    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
-    if (!text.empty() || reasoning.empty()) delta["content"] = text;
-    json choice = c.req.chat ? json{{"index", c.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", nullptr}}
-                             : json{{"index", c.index}, {"text", o.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
-    // The token ids and their chunk go out in one write, so they reach the router together.
-    c.writer->write((report_tokens ? api::token_comment(o.tokens) : std::string()) + "data: " + dump(chunk(c, choice)) +
-                    "\n\n");
-    for (json& d : tool_chunks) write_delta(c, std::move(d));
-  }
-
-  void handle_generate(const http::Request& hreq, std::shared_ptr<http::ResponseWriter> w, bool chat) {
-    const std::string_view endpoint = chat ? "chat" : "completions";
-    std::shared_ptr<RequestTag> tag = tag_of(hreq, chat ? "chatcmpl" : "cmpl");
-    tag->model = options.model_name;
-    if (draining) {
-      // The header tells a router this node is draining, not failing: it stops sending new requests here and
-      // leaves the streams in flight alone (drain is not failure).
-      ended(endpoint, 503, tag.get());
-      return w->send(503, error_body({503, "the server is shutting down", "service_unavailable", "", ""}),
-                     "application/json", {{std::string(api::kDrainingHeader), "1"}});
-    }
-    if (options.pd != nullptr && options.pd->options().switchable && options.pd->role() == "prefill") {
-      // Re-roled to prefill since the router chose this node: a 429 is retried on another node before any byte
-      // went out, and does not count against this node's health (role_admin.h).
-      return reply_error(w, endpoint, tag.get(),
-                         {429, "this node is a prefill node now: client requests go to decode nodes",
-                          "rate_limit_error", "", "role_changed"});
-    }
-    auto parsed = api::parse_request(hreq.body, chat, options.default_sampling);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(w, endpoint, tag.get(), *e);
-    ApiRequest& r = std::get<ApiRequest>(parsed);
-    const std::vector<std::string> names = options.served_names();
-    if (std::find(names.begin(), names.end(), r.model) == names.end()) {
-      return reply_error(
-          w, endpoint, tag.get(),
-          {404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, options.model_name),
-           "invalid_request_error", "model", "model_not_found"});
-    }
-    const model::Tokenizer& tok = engine.tokenizer();
-    const model::ModelConfig& cfg = engine.config();
-    // The prompts: chat's rendered messages, or each prompt of a completions request (echo gives its text back).
-    struct Prompt {
-      std::vector<model::TokenId> ids;
-      std::string echo;
-    };
-    std::vector<Prompt> prompts;
-    std::string prompt_text;
-    // Structured output (docs/structured-outputs.md), or a forced tool call: one grammar, compiled here (a bad
-    // schema or grammar is a 400 naming where), shared by every prompt and choice.
-    std::shared_ptr<const grammar::CompiledGrammar> grammar;
-    if (!r.generation.structured.none()) {
-      auto compiled = compile_structured(engine.grammars(), r.generation.structured);
-      if (!compiled.ok()) {
-        return reply_error(w, endpoint, tag.get(),
-                           {400, std::string(compiled.status().message()), "invalid_request_error",
-                            r.generation.structured.field, ""});
-      }
-      grammar = std::move(*compiled);
-    }
-    const bool forced_tools = forces_tool_call(r);
-    bool forced_family_syntax = false;  // the grammar writes the calls in the family's syntax (forced_tools.h)
-    if (forced_tools) {
-      if (!r.generation.structured.none()) {
-        return reply_error(w, endpoint, tag.get(),
-                           {400,
-                            fmt::format("tool_choice '{}' and '{}' both constrain the reply; send one", r.tool_choice,
-                                        r.generation.structured.field),
-                            "invalid_request_error", "tool_choice", ""});
-      }
-      auto forced = forced_tool_output(r, options.tool_parser);
-      auto compiled = forced.ok() ? compile_structured(engine.grammars(), forced->output) : forced.status();
-      forced_family_syntax = forced.ok() && forced->family_syntax;
-      if (!compiled.ok()) {
-        return reply_error(w, endpoint, tag.get(),
-                           {400, fmt::format("the tools' parameter schemas: {}", compiled.status().message()),
-                            "invalid_request_error", "tools", ""});
-      }
-      grammar = std::move(*compiled);
-    }
-    if (chat) {
-      if (!options.chat) {
-        return reply_error(
-            w, endpoint, tag.get(),
-            {400, "this model has no chat template; start the server with --chat-template, or use /v1/completions",
-             "invalid_request_error", "messages", ""});
-      }
-      auto formatted = options.chat(r, [&w] { return w->client_gone(); });
-      // Every way a render fails is the request's (its conversation, or the model's template past its budget,
-      // which retrying elsewhere would not change): a 400, never a 429 or 5xx a router would retry.
-      if (!formatted.ok())
-        return reply_error(w, endpoint, tag.get(),
-                           {400, formatted.status().message(), "invalid_request_error", "messages", ""});
-      prompt_text = formatted->text;
-      prompts.push_back({tok.encode(prompt_text, formatted->add_bos), ""});
-    } else {
-      for (const api::CompletionPrompt& p : r.prompts) {
-        if (p.is_tokens) {
-          prompts.push_back({p.tokens, r.echo ? tok.decode(p.tokens) : ""});
-        } else {
-          prompts.push_back({tok.encode(p.text, true), r.echo ? p.text : ""});
-        }
-      }
-    }
-    int max_tokens = 0;
-    for (const Prompt& p : prompts) {
-      const int prompt_len = static_cast<int>(p.ids.size());
-      if (prompt_len >= cfg.max_seq_len) {
-        return reply_error(w, endpoint, tag.get(),
-                           {400,
-                            fmt::format("This model's maximum context length is {} tokens. However, your prompt is {} "
-                                        "tokens, which leaves no room for the completion.",
-                                        cfg.max_seq_len, prompt_len),
-                            "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
-      }
-      max_tokens = r.max_tokens >= 0 ? r.max_tokens : (chat ? cfg.max_seq_len - prompt_len : 16);
-      if (prompt_len + max_tokens > cfg.max_seq_len) {
-        return reply_error(
-            w, endpoint, tag.get(),
-            {400,
-             fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
-                         "the prompt, {} for the completion). Please reduce the prompt or max_tokens.",
-                         cfg.max_seq_len, prompt_len + max_tokens, prompt_len, max_tokens),
-             "invalid_request_error", "max_tokens", "context_length_exceeded"});
-      }
-    }
-    const bool echo_only = !chat && r.echo && max_tokens == 0;  // the prompt scored, nothing generated
-    if (r.generation.sampling.min_tokens > max_tokens) {
-      return reply_error(w, endpoint, tag.get(),
-                         {400,
-                          fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})",
-                                      r.generation.sampling.min_tokens, max_tokens),
-                          "invalid_request_error", "min_tokens", ""});
-    }
-    for (const auto& [id, bias] : r.generation.sampling.logit_bias) {
-      if (id >= cfg.vocab_size)
-        return reply_error(
-            w, endpoint, tag.get(),
-            {400, fmt::format("'logit_bias' names token {}, outside the vocabulary [0, {})", id, cfg.vocab_size),
-             "invalid_request_error", "logit_bias", ""});
-    }
-    // Internal fields come only from cluster members (the router); a client cannot forge a resumed stream.
-    const bool internal = http::internal_caller(hreq, options.cluster_token);
-    if (!internal && api::has_resume_field(hreq.body)) {
-      return reply_error(w, endpoint, tag.get(),
-                         {403, "'tessera_resume' is an internal field: only cluster members may send it",
-                          "permission_error", "tessera_resume", "internal_field"});
-    }
-    auto resume = api::parse_resume(hreq.body, cfg.vocab_size);
-    if (!resume.ok()) {
-      return reply_error(w, endpoint, tag.get(),
-                         {400, resume.status().message(), "invalid_request_error", "tessera_resume", ""});
-    }
-    const int n = r.n;
-    const bool single = prompts.size() == 1 && n == 1;
-    if (*resume && !single) {
-      return reply_error(
-          w, endpoint, tag.get(),
-          {400, "'tessera_resume' continues one choice of one prompt", "invalid_request_error", "tessera_resume", ""});
-    }
-
-    // One Call per choice (ChoiceSet): choice p * n + i is the i-th of prompt p.
-    auto set = std::make_shared<ChoiceSet>(static_cast<int>(prompts.size()), n);
-    set->tag = tag;
-    const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_id++);
-    // Without a client's (or router's) id, the request is known by its response's id in the logs too.
-    if (hreq.header(std::string(api::kRequestIdHeader)).empty()) tag->request_id = id;
-    const int64_t created = unix_now();
-    const auto start = Clock::now();
-    std::vector<std::vector<std::shared_ptr<Call>>> choices(prompts.size());
-    std::vector<engine::GenerationRequest> gens;
-    ApiRequest shared = r;
-    // The reply's tool-call parser (tool_stream.h), one per choice; some read markers that are special tokens.
-    auto tool_parser = make_reply_parser(r, options.tool_parser, forced_family_syntax);
-    if (!tool_parser.ok())
-      return reply_error(w, endpoint, tag.get(),
-                         {400, tool_parser.status().message(), "invalid_request_error", "tools", ""});
-    const bool reads_tools = *tool_parser != nullptr;
-    bool spells_tools = false;
-    if (reads_tools && !forced_tools) {
-      auto plugin = tool_parsers().find(options.tool_parser);
-      spells_tools = plugin.ok() && plugin->factory.reads_special_tokens;
-    }
-    // Every choice keeps the request's options, not its prompts or messages (a list of 64 long prompts with n 16
-    // would otherwise be copied a thousand times).
-    shared.prompts.clear();
-    shared.prompt.clear();
-    shared.prompt_tokens.clear();
-    shared.messages.clear();
-    shared.messages_json.clear();
-    shared.tools_json.clear();
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      engine::GenerationRequest gen = engine_request(r.generation);
-      gen.prompt = prompts[p].ids;
-      gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
-      gen.n = n;
-      gen.grammar = grammar;
-      // echo with logprobs: the prompt's tokens carry theirs too (OpenAI's legacy completions).
-      if (r.echo && r.generation.logprobs >= 0)
-        gen.prompt_logprobs = std::max(gen.prompt_logprobs, r.generation.logprobs);
-      if (chat && (options.reasoning == ReasoningFormat::kGptOss || spells_tools))
-        gen.skip_special_tokens = false;  // their markers are special tokens
-      for (int i = 0; i < n; ++i) {
-        auto call = std::make_shared<Call>();
-        call->set = set;
-        call->index = static_cast<int>(p) * n + i;
-        call->req = shared;
-        call->in_flight = std::make_unique<InFlight>(calls);
-        call->writer = w;
-        call->model = options.model_name;
-        call->created = created;
-        call->start = call->last = start;
-        call->id = id;
-        // Token ids let the router continue a broken stream elsewhere (resume.h): one choice of plain text only
-        // (a reasoning or tool-call parser reshapes the text the router counts).
-        call->token_ids = single && r.stream && internal && hreq.header(std::string(api::kTokenIdsHeader)) == "1" &&
-                          !(chat && options.reasoning != ReasoningFormat::kNone) && !reads_tools;
-        if (reads_tools)
-          call->tools = std::move(make_reply_parser(r, options.tool_parser, forced_family_syntax)).value();
-        call->prompt_ids = prompts[p].ids;
-        call->echo_only = echo_only;
-        if (chat && options.reasoning != ReasoningFormat::kNone) {
-          call->reasoning = std::make_unique<ReasoningParser>(options.reasoning, prompt_text);
-          call->prompt_text = prompt_text;
-        }
-        choices[p].push_back(std::move(call));
-      }
-      gens.push_back(std::move(gen));
-    }
-    if (*resume) apply_resume(*choices[0][0], gens[0], **resume);
-    const bool preamble = !*resume || !(*resume)->preamble_sent;
-
-    // Starts the answer: a stream's 200 goes out only once the engine took the request, so a full queue is a
-    // 429 the router can retry elsewhere, not a 200 followed by an error event.
-    const std::string request_id = tag->request_id;
-    auto start_answer = [this, choices, request_id, echo = preamble, prompts] {
-      const Call& first = *choices[0][0];
-      if (first.req.stream) {
-        http::Headers h;
-        h.emplace("X-Request-Id", request_id);
-        first.writer->start_stream(200, "text/event-stream", h);
-      }
-      for (size_t p = 0; p < choices.size(); ++p) {
-        const std::string& echo_text = echo ? prompts[p].echo : std::string();
-        for (const std::shared_ptr<Call>& call : choices[p]) {
-          if (!call->req.stream) {
-            call->text = echo_text;
-          } else if (!echo_text.empty() && call->req.generation.logprobs >= 0) {
-            call->echo_pending = echo_text;  // its logprobs come with the first output
-          } else if (!echo_text.empty()) {
-            call->writer->write(
-                "data: " +
-                dump(chunk(
-                    *call,
-                    {{"index", call->index}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}})) +
-                "\n\n");
-          }
-        }
-      }
-    };
-    std::vector<engine::OutputCallback> on_outs;
-    for (size_t p = 0; p < choices.size(); ++p) {
-      on_outs.push_back([this, mine = choices[p]](const engine::RequestOutput& o) {
-        if (o.index >= 0 && static_cast<size_t>(o.index) < mine.size())
-          on_output(mine[static_cast<size_t>(o.index)], o);
-      });
-    }
-    if (choices[0][0]->resumed > 0 && gens[0].max_tokens <= 0) {  // every token was generated already
-      start_answer();
-      engine::RequestOutput o;
-      o.finish = engine::FinishReason::kLength;
-      o.prompt_tokens = static_cast<int>(gens[0].prompt.size());
-      return on_outs[0](o);
-    }
-    engine::Engine* eng = &engine;
-    if (options.pd != nullptr && options.pd->role() == "decode") {
-      // Its queue is checked before the 200 (the PD service submits each prompt as the answer starts).
-      if (Status admit = engine.admission(); !admit.ok())
-        return reply_error(w, endpoint, tag.get(), api::error_for(admit));
-      start_answer();
-      // The PD service attaches what the pd-link connector needs and submits: whether each prompt is prefilled on
-      // a prefill node is decided at its admission in the engine (serve/pd.h).
-      struct Handle {
-        std::mutex mu;
-        std::optional<engine::RequestId> id;
-        bool gone = false;
-      };
-      std::vector<std::shared_ptr<Handle>> handles;
-      for (size_t p = 0; p < prompts.size(); ++p) handles.push_back(std::make_shared<Handle>());
-      auto cancelled = std::make_shared<std::atomic<bool>>(false);
-      auto cancel_all = [eng, handles, cancelled] {
-        *cancelled = true;
-        for (const auto& handle : handles) {
-          std::lock_guard<std::mutex> lock(handle->mu);
-          handle->gone = true;
-          if (handle->id) eng->cancel(*handle->id);
-        }
-      };
-      set->cancel = cancel_all;
-      w->on_disconnect(cancel_all);
-      for (size_t p = 0; p < prompts.size(); ++p) {
-        options.pd->generate(
-            std::move(gens[p]), on_outs[p],
-            [this, eng, handle = handles[p], call = choices[p][0], endpoint](Result<engine::RequestId> rid) {
-              if (!rid.ok() && rid.status().code() == StatusCode::kCancelled) {
-                std::lock_guard<std::mutex> lock(call->set->mu);
-                if (call->set->over()) return;
-                call->set->set_over();
-                ended(endpoint, 499, call->set->tag.get());  // the client left while its prompt was being prefilled
-                return call->writer->end();
-              }
-              if (!rid.ok()) return fail_submit(call, endpoint, rid.status());
-              std::lock_guard<std::mutex> lock(handle->mu);
-              handle->id = *rid;
-              if (handle->gone) eng->cancel(*rid);
-            },
-            cancelled, internal ? hreq.header(std::string(api::kPrefillNodeHeader)) : std::string(),
-            RequestTrace{tag->request_id, tag->trace});
-      }
-      return;
-    }
-    std::unique_lock<std::mutex> starting(set->mu);
-    std::vector<engine::RequestId> ids;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      auto rid = engine.submit(std::move(gens[p]), on_outs[p]);
-      if (!rid.ok()) {
-        set->set_over();  // outputs of the prompts already submitted are dropped
-        for (engine::RequestId done : ids) engine.cancel(done);
-        return reply_error(w, endpoint, tag.get(), api::error_for(rid.status()));
-      }
-      ids.push_back(*rid);
-    }
-    set->cancel = [eng, ids] {
-      for (engine::RequestId rid : ids) eng->cancel(rid);
-    };
-    start_answer();
-    starting.unlock();
-    w->on_disconnect([eng, ids] {
-      for (engine::RequestId rid : ids) eng->cancel(rid);
-    });
-  }
-
-  // The engine could not take a prompt the PD path prefilled: the call fails (the answer has started).
-  void fail_submit(const std::shared_ptr<Call>& call, std::string_view endpoint, const Status& status) {
-    std::lock_guard<std::mutex> lock(call->set->mu);
-    if (call->set->over()) return;
-    call->set->set_over();
-    if (call->set->cancel) call->set->cancel();
-    const std::shared_ptr<http::ResponseWriter>& w = call->writer;
-    ApiError e = api::error_for(status);
-    ended(endpoint, e.status, call->set->tag.get());
-    if (call->req.stream) {
-      w->write("data: " + error_body(e) + "\n\n");
-      w->write("data: [DONE]\n\n");
-      w->end();
-    } else {
-      w->send(e.status, error_body(e));
-    }
-  }
-};
 
 NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
@@ -848,6 +99,13 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
       "POST", "/v1/chat/completions", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
         d->on_template_pool(r, std::move(w), "chat",
                             [d](const http::Request& r, auto w) { d->handle_generate(r, std::move(w), true); });
+      }));
+  d->server.route(
+      "POST", "/v1/embeddings", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+        handle_embeddings(
+            r, std::move(w),
+            {d->engine, d->options.embeddings, d->options.model_name, d->options.model_aliases,
+             [d](int status) { d->metrics.request_finished("embeddings", status); }, &d->calls, &d->draining});
       }));
   // vLLM's tokenizer routes (serve/tokenize_api.h); public, behind the API key like /v1/*.
   d->server.route("POST", "/tokenize", keyed([d](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
@@ -882,70 +140,23 @@ NodeServer::NodeServer(engine::Engine& engine, NodeOptions options)
                      {{std::string(api::kDrainingHeader), "1"}});
     }
     engine::EngineStats s = d->engine.stats();
-    w->send(200, api::health_body({d->options.model_name, d->options.backend, d->options.device, s.waiting, s.running,
-                                   s.kv_blocks_used, s.kv_blocks_total}));
+    w->send(200, api::health_body({d->options.model_name, d->options.served_names(), d->options.backend,
+                                   d->options.device, s.waiting, s.running, s.kv_blocks_used, s.kv_blocks_total,
+                                   std::string(d->options.embeddings.runner())}));
   });
   d->server.route("GET", "/metrics", [d](const http::Request&, std::shared_ptr<http::ResponseWriter> w) {
     const engine::EngineStats stats = d->engine.stats();
-    std::string text = d->metrics.render(stats, d->engine.connector_stats());
-    text += fmt::format(
-        "# HELP tessera_grammar_tokens_total Tokens sampled under a structured-output grammar\n"
-        "# TYPE tessera_grammar_tokens_total counter\ntessera_grammar_tokens_total {}\n"
-        "# HELP tessera_grammar_seconds_total Engine time computing those tokens' masks and advancing the grammars\n"
-        "# TYPE tessera_grammar_seconds_total counter\ntessera_grammar_seconds_total {}\n"
-        "# HELP tessera_grammar_jump_forward_tokens_total Tokens a grammar forced, appended without a model step\n"
-        "# TYPE tessera_grammar_jump_forward_tokens_total counter\ntessera_grammar_jump_forward_tokens_total {}\n",
-        stats.grammar_tokens, stats.grammar_seconds, stats.jump_forward_tokens);
+    std::optional<PdStats> pd;
+    std::string role;
     if (d->options.pd != nullptr) {
-      PdStats p = d->options.pd->stats();
-      text += fmt::format(
-          "# HELP tessera_pd_requests_total Requests by where their prompt was prefilled\n"
-          "# TYPE tessera_pd_requests_total counter\n"
-          "tessera_pd_requests_total{{path=\"remote\"}} {}\ntessera_pd_requests_total{{path=\"local\"}} {}\n"
-          "tessera_pd_requests_total{{path=\"fallback\"}} {}\n"
-          "# HELP tessera_pd_router_choice_total Remote prefills done on the prefill node the router named\n"
-          "# TYPE tessera_pd_router_choice_total counter\ntessera_pd_router_choice_total {}\n"
-          "# HELP tessera_pd_kv_bytes_total KV bytes received from prefill nodes\n# TYPE tessera_pd_kv_bytes_total "
-          "counter\n"
-          "tessera_pd_kv_bytes_total {}\n"
-          "# HELP tessera_pd_checksum_mismatches_total KV transfers rejected by their checksum\n"
-          "# TYPE tessera_pd_checksum_mismatches_total counter\ntessera_pd_checksum_mismatches_total {}\n"
-          "# HELP tessera_pd_cancelled_total Requests whose client left before their prompt was prefilled\n"
-          "# TYPE tessera_pd_cancelled_total counter\ntessera_pd_cancelled_total {}\n"
-          "# HELP tessera_pd_breaker_opened_total Times a prefill node's breaker opened (timeouts or errors)\n"
-          "# TYPE tessera_pd_breaker_opened_total counter\ntessera_pd_breaker_opened_total {}\n"
-          "# HELP tessera_pd_breaker_skipped_total Prefill calls not sent because the node's breaker was open\n"
-          "# TYPE tessera_pd_breaker_skipped_total counter\ntessera_pd_breaker_skipped_total {}\n"
-          "# HELP tessera_pd_transfer_seconds_total Time from asking a prefill node to holding its KV\n"
-          "# TYPE tessera_pd_transfer_seconds_total counter\ntessera_pd_transfer_seconds_total {}\n"
-          "# HELP tessera_pd_deferred_reservations_total Remote prefills whose KV blocks could not be reserved up "
-          "front\n"
-          "# TYPE tessera_pd_deferred_reservations_total counter\ntessera_pd_deferred_reservations_total {}\n"
-          "# HELP tessera_pd_prefill_compute_seconds_total Prefill node time computing remote prompts\n"
-          "# TYPE tessera_pd_prefill_compute_seconds_total counter\ntessera_pd_prefill_compute_seconds_total {}\n"
-          "# HELP tessera_pd_kv_exposed_seconds_total KV transfer time not hidden behind prefill compute\n"
-          "# TYPE tessera_pd_kv_exposed_seconds_total counter\ntessera_pd_kv_exposed_seconds_total {}\n"
-          "# HELP tessera_pd_kv_active_seconds_total First KV write issued to last completed, per request\n"
-          "# TYPE tessera_pd_kv_active_seconds_total counter\ntessera_pd_kv_active_seconds_total {}\n"
-          "# HELP tessera_pd_kv_verify_seconds_total Checksumming and copying received KV out of staging\n"
-          "# TYPE tessera_pd_kv_verify_seconds_total counter\ntessera_pd_kv_verify_seconds_total {}\n",
-          p.remote, p.local, p.fallbacks, p.router_choice, p.kv_bytes, p.checksum_mismatches, p.cancelled,
-          p.breaker_opened, p.breaker_skipped, p.transfer_seconds, p.deferred_reservations, p.prefill_compute_seconds,
-          p.kv_exposed_seconds, p.kv_active_seconds, p.kv_verify_seconds);
-      text += fmt::format(
-          "# HELP tessera_node_role The node's current role (changes with POST /admin/role)\n"
-          "# TYPE tessera_node_role gauge\ntessera_node_role{{role=\"{}\"}} 1\n",
-          d->options.pd->role());
-      text +=
-          "# HELP tessera_pd_kv_bytes_from_total KV bytes received, by the prefill node that sent them\n"
-          "# TYPE tessera_pd_kv_bytes_from_total counter\n";
-      for (const auto& [url, bytes] : p.kv_bytes_from) {
-        text += fmt::format("tessera_pd_kv_bytes_from_total{{prefill=\"{}\"}} {}\n", prometheus_label(url), bytes);
-      }
+      pd = d->options.pd->stats();
+      role = d->options.pd->role();
     }
+    const std::string text = d->metrics.render(stats, d->engine.connector_stats(), pd ? &*pd : nullptr, role);
     w->send(200, text, "text/plain; version=0.0.4");
   });
   if (d->options.pd != nullptr) d->options.pd->register_routes(d->server);
+  add_kv_events_route(d->server, d->engine.kv_events(), d->engine.block_tokens(), d->options.cluster_token);
   register_role_routes(
       d->server, {d->options.pd, [d] { return d->calls.load(); }, d->options.on_role_change, d->options.cluster_token});
 }

@@ -1,5 +1,6 @@
 // NodeServer: a node's HTTP face. OpenAI-compatible /v1/completions and /v1/chat/completions (streamed as
-// server-sent events or whole), /v1/models, /health and /metrics, in front of one Engine.
+// server-sent events or whole), or /v1/embeddings on a pooling node (serve/embeddings_api.h), /v1/models,
+// /health and /metrics, in front of one Engine.
 //
 // Handlers never block: they validate, tokenize and submit, and the engine's callbacks write the answer
 // (from the engine thread) through the http::ResponseWriter. Requests that render a chat template (chat
@@ -19,6 +20,7 @@
 #include "engine/engine.h"
 #include "http/http.h"
 #include "serve/chat_format.h"
+#include "serve/embeddings_api.h"
 #include "serve/pd.h"
 #include "serve/reasoning.h"
 
@@ -59,6 +61,8 @@ struct NodeOptions {
   // to its step budget), never on the HTTP io threads or the engine loop, so /health and streams stay live.
   int template_threads = 2;
   size_t template_queue = 256;  // renders waiting beyond this are refused with 503
+  // The pooling runner (serve/embeddings_api.h): /v1/embeddings served, completions and chat refused.
+  EmbeddingServing embeddings;
 };
 
 class NodeServer {

@@ -32,6 +32,12 @@
 namespace tessera::serve {
 namespace {
 
+// The request asked for logprobs and every choice's first output carries its token's (the prefill reply sends them).
+bool gen_logprobs_wanted(const std::vector<engine::RequestOutput>& choices) {
+  return std::all_of(choices.begin(), choices.end(),
+                     [](const engine::RequestOutput& o) { return !o.logprobs.empty(); });
+}
+
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -55,6 +61,7 @@ struct PdParams final : kv::PdLinkLoadParams {
   api::SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  int logprobs = -1;  // the request's: the prefill node sends the first tokens' logprobs
   api::StructuredOutput structured;
   std::string preferred;  // the router's choice of prefill node (may be empty)
   std::shared_ptr<std::atomic<bool>> client;
@@ -243,6 +250,7 @@ struct PdService::Impl final : kv::PdLinkControl {
       call.n = job.choices();
       call.stop_token_ids = p.stop_token_ids;
       call.ignore_eos = p.ignore_eos;
+      call.logprobs = p.logprobs;
       call.structured = p.structured;
       call.agent = target->agent;
       call.region = target->region;
@@ -282,7 +290,7 @@ struct PdService::Impl final : kv::PdLinkControl {
       }
       // Validated before waiting for the tag: a malformed reply is that prefill node's fault, and this request
       // goes on to the next one (or prefills here).
-      auto reply = api::parse_prefill_reply(r->body, job.bytes(), c.vocab_size, job.choices());
+      auto reply = api::parse_prefill_reply(r->body, job.bytes(), c.vocab_size, job.choices(), p.logprobs);
       if (!reply.ok()) {
         log::warn("pd: bad prefill reply from {}: {}", url, reply.status().message());
         last = reply.status().with_context(url);
@@ -311,7 +319,10 @@ struct PdService::Impl final : kv::PdLinkControl {
         stats.kv_exposed_seconds +=
             reply->transfer_wait_ms / 1000 + std::chrono::duration<double>(Clock::now() - replied).count();
       }
-      return job.finish(std::move(first));
+      std::vector<engine::TokenLogprobs> first_logprobs;
+      for (const api::FirstTokenLogprobs& l : reply->first_logprobs)
+        first_logprobs.push_back({l.token, l.logprob, {l.top.begin(), l.top.end()}, 0});
+      return job.finish(std::move(first), std::move(first_logprobs));
     }
     ended(last);
   }
@@ -355,6 +366,7 @@ struct PdService::Impl final : kv::PdLinkControl {
     gen.max_tokens = 1;
     gen.ignore_eos = true;
     gen.n = call->n;
+    gen.logprobs = call->logprobs;
     if (gen.sampling.min_tokens > 0) {
       // The first token may not be a stop token: masked as the decode node's request would mask it (the token
       // then never ends this one-token request, so it is reported).
@@ -414,6 +426,11 @@ struct PdService::Impl final : kv::PdLinkControl {
     api::PrefillReply reply;
     reply.first_token = o.tokens[0];
     reply.choice_tokens = std::move(choice_tokens);
+    // The decode node has no logits for these tokens: it reports what was computed here.
+    for (size_t i = 0; gen_logprobs_wanted(choices) && i < choices.size(); ++i) {
+      const engine::TokenLogprobs& l = choices[i].logprobs.front();
+      reply.first_logprobs.push_back({l.token, l.logprob, {l.top.begin(), l.top.end()}});
+    }
     reply.checksum = done->checksum;
     reply.kv_dtype = DType::kF32;
     reply.bytes = done->bytes;
@@ -535,6 +552,7 @@ void PdService::generate(engine::GenerationRequest request, engine::OutputCallba
     p->sampling = request.sampling;
     p->stop_token_ids.assign(request.stop_token_ids.begin(), request.stop_token_ids.end());
     p->ignore_eos = request.ignore_eos;
+    p->logprobs = request.logprobs;
     if (request.grammar) p->structured = structured_of(request.grammar->spec());
     p->preferred = std::move(prefill_url);
     p->client = std::move(cancelled);

@@ -1,5 +1,5 @@
 // A plan as a local cluster: one `tessera serve` node per instance, in the cluster-spec format `tessera up`
-// reads (apps/tessera/up.cc), so that `tessera solve --out plan.yaml` followed by `tessera up plan.yaml`
+// reads (solver/cluster_spec.h), so that `tessera solve --out plan.yaml` followed by `tessera up plan.yaml`
 // runs the placement the solver chose. Only pools with a `launch:` section (a backend on this machine) can be
 // launched, one device per instance.
 //

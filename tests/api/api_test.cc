@@ -130,6 +130,22 @@ TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
   EXPECT_EQ(r->checksum, 99u);
   EXPECT_EQ(r->compute_ms, 12.5);
   EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 8192, 16).ok());  // another transfer's size
+  // Asked for logprobs: the first token's must come, naming that token, with no more alternatives than asked.
+  EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 2).ok()) << "missing first_logprobs";
+  reply.first_logprobs = {{3, -0.5f, {{3, -0.5f}, {7, -1.5f}}}};
+  auto lp = parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 2);
+  ASSERT_TRUE(lp.ok()) << lp.status().to_string();
+  ASSERT_EQ(lp->first_logprobs.size(), 1u);
+  EXPECT_FLOAT_EQ(lp->first_logprobs[0].logprob, -0.5f);
+  EXPECT_EQ(lp->first_logprobs[0].top[1].first, 7);
+  EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 1).ok()) << "more alternatives than asked";
+  reply.first_logprobs = {{4, -0.5f, {}}};
+  EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 2).ok()) << "another token's logprob";
+  reply.first_logprobs = {{3, 2.0f, {}}};
+  EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 2).ok()) << "a probability above 1";
+  reply.first_logprobs = {{3, -0.5f, {{99, -1.0f}}}};
+  EXPECT_FALSE(parse_prefill_reply(prefill_reply_body(reply), 4096, 16, 1, 2).ok()) << "a token outside the vocabulary";
+  reply.first_logprobs.clear();
 
   auto info = parse_pd_info(pd_info_body(NodeRole::kPrefill, "name=p host=vm/1 tcp=x", {{"name", "m"}}));
   ASSERT_TRUE(info.ok());
@@ -138,11 +154,18 @@ TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
 }
 
 TEST(Health, BodyAndTheCapacityTheRouterBelieves) {
-  const std::string body = health_body({"m", "cpu", "host", 1, 2, 3, 400});
+  const std::string body = health_body({"m", {"m", "alias"}, "cpu", "host", 1, 2, 3, 400});
   EXPECT_EQ(
       body,
-      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","running":2,"status":"ok","waiting":1})");
+      R"({"backend":"cpu","device":"host","kv_blocks_total":400,"kv_blocks_used":3,"model":"m","models":["m","alias"],"runner":"generate","running":2,"status":"ok","waiting":1})");
+  // The router routes by these names: every one the node answers to, the model alone from an older node.
+  EXPECT_EQ(health_models(body), (std::vector<std::string>{"m", "alias"}));
+  EXPECT_EQ(health_models(R"({"model":"old"})"), std::vector<std::string>{"old"});
+  EXPECT_EQ(health_models(R"({"models":[1,"",{"a":1},"ok"]})"), std::vector<std::string>{"ok"});
+  EXPECT_TRUE(health_models(R"({"status":"ok"})").empty());
+  EXPECT_TRUE(health_models("not json").empty());
   EXPECT_EQ(health_capacity(body), 400);
+  EXPECT_EQ(health_runner(body), "generate");  // the router sends /v1/embeddings only to "pooling" nodes
   EXPECT_EQ(health_capacity(R"({"kv_blocks_total":1e300})"), 0);
   EXPECT_EQ(health_capacity(R"({"kv_blocks_total":-5})"), 0);
   EXPECT_EQ(health_capacity("not json"), 0);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/process.h"
 #include "base/status.h"
-#include "child_process.h"
 
 namespace tessera::ctrl::testing {
 
@@ -31,7 +31,7 @@ class EtcdCluster {
   struct Member {
     std::string name, dir;
     int client_port = 0, peer_port = 0;
-    std::optional<cli::ChildProcess> child;
+    std::optional<tessera::Process> child;
   };
   Status spawn(int i, const std::string& state);
   Status wait_ready(int i);

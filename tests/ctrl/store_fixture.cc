@@ -36,18 +36,19 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::start(const std::string& dir, 
   int peer_port = free_port();
   std::string client = fmt::format("http://127.0.0.1:{}", p->client_port_);
   std::string peer = fmt::format("http://127.0.0.1:{}", peer_port);
-  auto child = cli::ChildProcess::spawn({bin,         "--name",
-                                         "t",         "--data-dir",
-                                         dir,         "--listen-client-urls",
-                                         client,      "--advertise-client-urls",
-                                         client,      "--listen-peer-urls",
-                                         peer,        "--initial-advertise-peer-urls",
-                                         peer,        "--initial-cluster",
-                                         "t=" + peer, "--heartbeat-interval",
-                                         "10",        "--election-timeout",
-                                         "100",       "--logger",
-                                         "zap",       "--log-level",
-                                         "error"});
+  auto child = tessera::Process::spawn({.argv = {bin,         "--name",
+                                                 "t",         "--data-dir",
+                                                 dir,         "--listen-client-urls",
+                                                 client,      "--advertise-client-urls",
+                                                 client,      "--listen-peer-urls",
+                                                 peer,        "--initial-advertise-peer-urls",
+                                                 peer,        "--initial-cluster",
+                                                 "t=" + peer, "--heartbeat-interval",
+                                                 "10",        "--election-timeout",
+                                                 "100",       "--logger",
+                                                 "zap",       "--log-level",
+                                                 "error"},
+                                        .pipe_stdin = true});
   TS_RETURN_IF_ERROR(child.status());
   p->child_.emplace(std::move(*child));
   for (int i = 0; i < 200; ++i) {

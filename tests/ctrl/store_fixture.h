@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "child_process.h"
+#include "base/process.h"
 #include "ctrl/embedded_server.h"
 #include "ctrl/store.h"
 
@@ -27,7 +27,7 @@ class EtcdProcess {
   void kill_now() { child_->kill_now(); }
 
  private:
-  std::optional<cli::ChildProcess> child_;
+  std::optional<tessera::Process> child_;
   int client_port_ = 0;
 };
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "child_process.h"
+#include "base/process.h"
 #include "ctrl/embedded_server.h"
 #include "ctrl/registry.h"
 #include "http/http.h"
@@ -130,9 +130,10 @@ TEST_P(StoreTest, WatchPushesPutsDeletesAndExpiries) {
 
 TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
   const milliseconds ttl = ttl_for(GetParam());
-  auto peer =
-      cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint",
-                                "tcp", "--ctrl", store_->spec(), "--ttl-ms", std::to_string(ttl.count())});
+  auto peer = tessera::Process::spawn(
+      {.argv = {tessera::testing::tessera_bin(), "link", "peer", "--name", "doomed", "--endpoint", "tcp", "--ctrl",
+                store_->spec(), "--ttl-ms", std::to_string(ttl.count())},
+       .pipe_stdin = true});
   ASSERT_TRUE(peer.ok());
   ASSERT_TRUE(peer->read_line(20000).ok());
   ASSERT_TRUE(has_key("/tessera/agents/doomed"));
@@ -148,7 +149,7 @@ TEST_P(StoreTest, KilledProcessEntryDisappearsWithinTheTtl) {
 
 TEST_P(StoreTest, RegistrationsComeBackAfterTheStoreRestartsEmpty) {
   const milliseconds ttl = ttl_for(GetParam());
-  NodeInfo node{"node-1", "decode", "cpu", "127.0.0.1:9000", 100, 0.25};
+  NodeInfo node{"node-1", "decode", "cpu", "127.0.0.1:9000", 100, 0.25, "", {"llama", "llama-alias"}};
   auto reg = Registration::create(*client_, std::string(kNodesPrefix) + node.id, node.to_json(), ttl);
   ASSERT_TRUE(reg.ok()) << reg.status().to_string();
   ASSERT_TRUE(has_key("/tessera/nodes/node-1"));
@@ -164,6 +165,7 @@ TEST_P(StoreTest, RegistrationsComeBackAfterTheStoreRestartsEmpty) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->role, "decode");
   EXPECT_DOUBLE_EQ(n->load, 0.25);
+  EXPECT_EQ(n->models, (std::vector<std::string>{"llama", "llama-alias"}));  // routers route by these names
   std::printf("[ %s ] re-registered %lld ms after the store came back\n", GetParam().c_str(),
               static_cast<long long>(std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count()));
   // Dropping the registration removes the entry at once.

@@ -183,6 +183,50 @@ TEST_F(Pd, ShortAndCachedPromptsStayOnTheDecodeNodeAndOnlyMissingBlocksMove) {
   EXPECT_LT(bytes2, bytes1) << "the cached prefix was not sent again";
 }
 
+// Logprobs through a remote prefill: the first token was drawn on the prefill node, so its logprob and alternatives
+// travel in the prefill reply; the decode node's answer has one entry per token, as a single node's does, with the
+// same values (n = 2 choices: each choice's first token too).
+TEST_F(Pd, LogprobsOfTheFirstTokenComeFromThePrefillNode) {
+  Node single = start_node({});
+  Node prefill = start_node({"--role", "prefill"});
+  Node decode = start_node({"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"});
+  auto ask = [](const std::string& url, int n) {
+    http::ClientRequest r;
+    r.method = "POST";
+    r.url = url + "/v1/completions";
+    r.headers["content-type"] = "application/json";
+    r.body = json{
+        {"model", "stories260K"},
+        {"prompt", kPrompts[0]},
+        {"max_tokens", 6},
+        {"temperature", n > 1 ? 0.8 : 0},
+        {"seed", 7},
+        {"n", n},
+        {"logprobs",
+         3}}.dump();
+    r.timeout_ms = 60000;
+    auto res = http::fetch(r);
+    EXPECT_TRUE(res.ok() && res->status == 200) << (res.ok() ? res->body : res.status().to_string());
+    return res.ok() ? json::parse(res->body, nullptr, false) : json();
+  };
+  for (int n : {1, 2}) {
+    const json want = ask(single.url, n), got = ask(decode.url, n);
+    ASSERT_TRUE(want.is_object() && got.is_object());
+    ASSERT_EQ(got["choices"].size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const json& w = want["choices"][i]["logprobs"];
+      const json& g = got["choices"][i]["logprobs"];
+      EXPECT_EQ(g["tokens"], w["tokens"]) << "choice " << i;
+      ASSERT_EQ(g["token_logprobs"].size(), w["token_logprobs"].size()) << "one logprob per token: " << g.dump();
+      for (size_t t = 0; t < w["token_logprobs"].size(); ++t) {
+        EXPECT_NEAR(g["token_logprobs"][t].get<double>(), w["token_logprobs"][t].get<double>(), 1e-4) << t;
+        EXPECT_EQ(g["top_logprobs"][t].size(), w["top_logprobs"][t].size()) << t;
+      }
+    }
+  }
+  EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 2.0) << "both went remote";
+}
+
 // Overlap off (every KV write after the prompt is done) over a forced tcp link, with prompts chunked into
 // several prefill steps: the same greedy text, and the timing counters behind docs/benchmarks.md move.
 TEST_F(Pd, OverlapOffOverTcpGivesTheSameGreedyTextAndReportsTimings) {

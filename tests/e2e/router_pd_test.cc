@@ -24,19 +24,8 @@ using namespace std::chrono_literals;
 using testing::BackgroundProcess;
 using testing::tessera_bin;
 
-struct Proc {
-  std::unique_ptr<BackgroundProcess> p;
-  std::string url;
-};
-
-Proc start(std::vector<std::string> args) {
-  args.insert(args.begin(), tessera_bin());
-  Proc out;
-  out.p = std::make_unique<BackgroundProcess>(args);
-  const int port = testing::port_from_line(out.p->wait_for_line("listening on"));
-  out.url = port > 0 ? "http://127.0.0.1:" + std::to_string(port) : "";
-  return out;
-}
+using Proc = testing::TesseraServer;
+Proc start(std::vector<std::string> args) { return testing::start_tessera(std::move(args)); }
 
 Proc start_node(std::vector<std::string> extra) {
   std::vector<std::string> args = {"serve", "--model", testing::stories260k_dir(), "--port", "0"};

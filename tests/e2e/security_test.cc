@@ -120,6 +120,14 @@ TEST_F(SecurityTest, InternalPdRoutesNeedTheToken) {
     auto right = http::fetch({.url = node + "/internal/pd/info", .headers = with_token(*secret_)});
     ASSERT_TRUE(right.ok());
     EXPECT_EQ(right->status, 200) << node;
+    // The KV events say which prompts a node holds (by block hash): the router's, not the world's.
+    auto events = http::fetch({.url = node + "/internal/kv/events"});
+    ASSERT_TRUE(events.ok());
+    EXPECT_EQ(events->status, 401) << node;
+    EXPECT_EQ(events->body.find("held"), std::string::npos);
+    auto events_ok = http::fetch({.url = node + "/internal/kv/events", .headers = with_token(*secret_)});
+    ASSERT_TRUE(events_ok.ok());
+    EXPECT_EQ(events_ok->status, 200) << node;
   }
   // A prefill call without the token is refused before any work (it froze HTTP threads for 5 s before).
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,4 +1,5 @@
-// Every architecture family at test size (model/synth.h), its matrices stored as f16, q8_0, q4_k and q6_k (the
+// Every architecture family at test size (model/synth.h; the mixture-of-experts ones with 8 experts of 512, 2 per
+// token), its matrices stored as f16, q8_0, q4_k and q6_k (the
 // types of llama.cpp's F16, Q8_0 and Q4_K_M files), run by the engine on the vulkan backend (lavapipe in CI):
 // the prompt's logits within a tight bound of ref's and 24 greedy tokens identical to ref's; identical to cpu's
 // too for f16 weights. For the block types cpu quantises the activations to 8 bits (as llama.cpp does) while
@@ -110,7 +111,8 @@ TEST_P(VulkanFamilies, LogitsAndGreedyTokensMatchRef) {
 
 INSTANTIATE_TEST_SUITE_P(AllShapes, VulkanFamilies,
                          ::testing::Values("stories15M", "llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b",
-                                           "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k"),
+                                           "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini", "phi3-mini-128k",
+                                           "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-35b-a3b"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "greedy.h"
 #include "kv/host/model_identity.h"
 #include "kv/registry.h"
 #include "model/loader.h"
@@ -25,8 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using engine::Engine;
-using engine::GenerationRequest;
-using engine::RequestOutput;
 
 struct TempDir {
   fs::path path;
@@ -39,11 +38,6 @@ struct TempDir {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
-};
-
-struct Answer {
-  std::string text;
-  int cached_tokens = 0;
 };
 
 class HostConnectorTest : public ::testing::Test {
@@ -85,30 +79,9 @@ class HostConnectorTest : public ::testing::Test {
     n->engine->start();
     return n;
   }
-  Answer ask(Engine& e, const std::string& prompt, int max_tokens) {
-    GenerationRequest r;
-    r.prompt = model_.tokenizer->encode(prompt, true);
-    r.sampling.temperature = 0;
-    r.max_tokens = max_tokens;
-    auto done = std::make_shared<std::promise<Answer>>();
-    auto acc = std::make_shared<Answer>();
-    auto id = e.submit(std::move(r), [done, acc](const RequestOutput& o) {
-      acc->text += o.text;
-      acc->cached_tokens = o.cached_tokens;
-      if (o.finish != engine::FinishReason::kNone) done->set_value(*acc);
-    });
-    EXPECT_TRUE(id.ok());
-    return done->get_future().get();
-  }
+  Answer ask(Engine& e, const std::string& prompt, int max_tokens) { return ask_greedy(e, model_, prompt, max_tokens); }
   std::string reference(const std::string& prompt, int max_tokens) {
-    auto runner = engine::ModelRunner::create(*device_, model_.config, model_.weights, {}).value();
-    engine::GenerateOptions go;
-    go.max_tokens = max_tokens;
-    go.echo_prompt = false;
-    go.sampling.temperature = 0;
-    std::string out;
-    EXPECT_TRUE(generate(*runner, *model_.tokenizer, prompt, go, [&](std::string_view s) { out += s; }).ok());
-    return out;
+    return greedy_reference(*device_, model_, prompt, max_tokens);
   }
   // Asks for `a_`, then for two other prompts that push its blocks out of the 8-block device cache.
   void fill_and_evict(Node& n) {

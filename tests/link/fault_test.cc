@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "child_process.h"
+#include "base/process.h"
 #include "link/agent.h"
 #include "link/endpoint.h"
 #include "support/paths.h"
@@ -21,9 +21,10 @@ class PeerKillTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(PeerKillTest, PendingFuturesFailWithinTwoSeconds) {
   const std::string endpoint = GetParam();
   constexpr uint64_t kRegion = 64 << 20;
-  auto peer =
-      cli::ChildProcess::spawn({tessera::testing::tessera_bin(), "link", "peer", "--name", "victim", "--endpoint",
-                                endpoint, "--region-bytes", std::to_string(kRegion), "--seed", "0", "--streams", "2"});
+  auto peer = tessera::Process::spawn(
+      {.argv = {tessera::testing::tessera_bin(), "link", "peer", "--name", "victim", "--endpoint", endpoint,
+                "--region-bytes", std::to_string(kRegion), "--seed", "0", "--streams", "2"},
+       .pipe_stdin = true});
   ASSERT_TRUE(peer.ok()) << peer.status().to_string();
   auto info_line = peer->read_line(20000);
   ASSERT_TRUE(info_line.ok()) << info_line.status().to_string();

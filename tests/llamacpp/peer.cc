@@ -78,22 +78,24 @@ std::string llamacpp_quantize(const std::string& in, const std::string& out, con
   return "llama-quantize " + preset + " failed (" + peer_failure(r) + "): " + tail(r.out + r.err, 15);
 }
 
-LlamaServer::LlamaServer(const std::string& model, int context, int threads, double timeout_seconds) {
+LlamaServer::LlamaServer(const std::string& model, int context, int threads, double timeout_seconds,
+                         const std::vector<std::string>& extra_args) {
   log_ = model + ".llama-server.log";  // beside the model: the test's scratch folder
-  const std::vector<std::string> argv{llamacpp_bin_dir() + "/llama-server",
-                                      "-m",
-                                      model,
-                                      "--host",
-                                      "127.0.0.1",
-                                      "--port",
-                                      "0",
-                                      "-c",
-                                      std::to_string(context),
-                                      "-np",
-                                      "1",
-                                      "-t",
-                                      std::to_string(threads),
-                                      "--no-webui"};
+  std::vector<std::string> argv{llamacpp_bin_dir() + "/llama-server",
+                                "-m",
+                                model,
+                                "--host",
+                                "127.0.0.1",
+                                "--port",
+                                "0",
+                                "-c",
+                                std::to_string(context),
+                                "-np",
+                                "1",
+                                "-t",
+                                std::to_string(threads),
+                                "--no-webui"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);

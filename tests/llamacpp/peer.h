@@ -48,7 +48,9 @@ class LlamaServer {
   LlamaServer& operator=(const LlamaServer&) = delete;
   ~LlamaServer();
   // Starts it and waits (up to `timeout_seconds`) until /health answers 200. error() says why it did not.
-  LlamaServer(const std::string& model, int context, int threads, double timeout_seconds = 120.0);
+  // `extra_args` go after the usual ones (e.g. {"--embeddings"}).
+  LlamaServer(const std::string& model, int context, int threads, double timeout_seconds = 120.0,
+              const std::vector<std::string>& extra_args = {});
   bool ready() const { return error_.empty(); }
   const std::string& error() const { return error_; }
   const std::string& url() const { return url_; }

@@ -5,6 +5,7 @@
 // anything Tessera does not compute is refused with a message naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "engine/model_runner.h"
 #include "model/formats/gguf/gguf_file.h"
 #include "model/formats/safetensors/hf_model.h"
+#include "model/formats/safetensors/safetensors_file.h"
 #include "model/loader.h"
 #include "model/model_writer.h"
 #include "model/rope_scaling.h"
@@ -76,6 +78,19 @@ TEST_P(Families, GgufAndHfFolderGiveIdenticalGreedyText) {
     ASSERT_TRUE(write_model("gguf", dir + "/" + tag + ".gguf", *cfg, m.weights, o).ok()) << shape;
     Status hs = write_model("safetensors", dir + "/" + tag, *cfg, m.weights, o);
     ASSERT_TRUE(hs.ok()) << hs.to_string();
+    {  // The folder holds transformers' names, the top-level tensors included, not GGUF's.
+      auto f = MappedFile::open(dir + "/" + tag + "/model.safetensors");
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+      auto st = parse_safetensors((*f)->bytes(), "model.safetensors");
+      ASSERT_TRUE(st.ok()) << st.status().to_string();
+      for (const SafetensorsTensor& t : st->tensors) {
+        EXPECT_FALSE(t.name.starts_with("blk.") || t.name.starts_with("token_embd") || t.name.starts_with("output"))
+            << shape << ": " << t.name;
+      }
+      EXPECT_TRUE(std::any_of(st->tensors.begin(), st->tensors.end(), [](const SafetensorsTensor& t) {
+        return t.name == "model.embed_tokens.weight";
+      })) << shape;
+    }
     auto g = load_model(dir + "/" + tag + ".gguf", "", false);
     auto h = load_model(dir + "/" + tag, "", false);
     ASSERT_TRUE(g.ok()) << g.status().to_string();

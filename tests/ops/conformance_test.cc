@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ops/conformance_support.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
 
 namespace tessera::ops::conformance {
@@ -24,7 +25,9 @@ TEST_P(Conformance, FastCasesMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
                          ::testing::Values("embedding", "rms_norm", "add_rms_norm", "rope", "kv_write",
                                            "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
-                                           "softmax", "argmax", "moe_route", "moe_experts"));
+                                           "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
+                                           "attention_noncausal", "pool", "split_heads", "causal_conv1d",
+                                           "gated_delta_rule"));
 
 TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
   std::vector<Case> cases = conformance_cases();
@@ -37,14 +40,22 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
     fast += c.slow ? 0 : 1;
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
-  EXPECT_EQ(ops.size(), 14u);
+  EXPECT_EQ(ops.size(), 21u);
   EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
   };
-  for (const char* s : {"head_dim=64", "head_dim=128", "heads=7/1", "heads=4/2", "b=64", "ctx<=4096", "n=17",
-                        "matmul/q4_0", "matmul/bf16", "attention_decode/f16", "nan+inf", "moe_experts/q4_k", "gate_up",
-                        "swiglu_oai", "softmax_weight", "ties+nan", "sinks"}) {
+  for (const char* s : {"head_dim=64",    "head_dim=128",
+                        "heads=7/1",      "heads=4/2",
+                        "b=64",           "ctx<=4096",
+                        "n=17",           "matmul/q4_0",
+                        "matmul/bf16",    "attention_decode/f16",
+                        "nan+inf",        "moe_experts/q4_k",
+                        "gate_up",        "swiglu_oai",
+                        "softmax_weight", "ties+nan",
+                        "sinks",          "rot_dims=16",
+                        "sigmoid",        "v_heads=4",
+                        "reset"}) {
     EXPECT_TRUE(has(s)) << s;
   }
 }
@@ -147,6 +158,62 @@ TEST(ConformanceSuite, OpenClRunsQ8_0Q4_0Q4_KAndQ6_KMatmulsAgainstRef) {
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     EXPECT_GE(passed[t], 10) << dtype_name(t);
   }
+}
+
+// Qwen3.5 runs on opencl: every fast case of its operators (the gated delta rule and the causal convolution, fresh
+// and carried, decode and prefill sizes; the head split; partial rotary; the sigmoid gate, elementwise and per row)
+// passes against ref. Unsupported counts as a failure here, as above.
+TEST(ConformanceSuite, OpenClRunsTheLinearAttentionOperatorsAgainstRef) {
+  register_builtin_backends();
+  auto cl = open_device("opencl", 0, DeviceOptions{2, ""});
+  if (!cl.ok()) GTEST_SKIP() << "opencl not available here: " << cl.status().message();
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::map<std::string, int> passed;
+  for (const Case& c : conformance_cases()) {
+    const bool qwen35 = c.op == "gated_delta_rule" || c.op == "causal_conv1d" || c.op == "split_heads" ||
+                        (c.op == "rope" && c.shape.find("rot_dims") != std::string::npos) ||
+                        (c.op == "silu_mul" && c.shape.find("sigmoid") != std::string::npos);
+    if (c.slow || !qwen35) continue;
+    std::vector<CaseResult> r = run_case(c, **ref, {cl->get()});
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].outcome, Outcome::kPass) << c.op << " " << c.shape << ": " << r[0].detail;
+    passed[c.op + (c.shape.find("row-gate") != std::string::npos ? " row-gate" : "")] += r[0].outcome == Outcome::kPass;
+  }
+  EXPECT_EQ(passed["gated_delta_rule"], 18);
+  EXPECT_EQ(passed["causal_conv1d"], 18);
+  EXPECT_EQ(passed["split_heads"], 3);
+  EXPECT_EQ(passed["rope"], 6);
+  EXPECT_EQ(passed["silu_mul"], 3);
+  EXPECT_EQ(passed["silu_mul row-gate"], 3);
+}
+
+// Embedding models run on cpu: every fast encoder case passes on every cpu kernel variant (unsupported would
+// count as a failure here; the parameterised suite above only fails on FAIL).
+TEST(ConformanceSuite, CpuRunsTheEncoderOperatorsAgainstRef) {
+  register_builtin_backends();
+  auto ref = open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::vector<std::unique_ptr<Device>> cpus;
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    auto b = cpu::create_backend(isa);
+    ASSERT_TRUE(b.ok());
+    auto d = (*b)->open_device_with(0, DeviceOptions{2, ""});
+    ASSERT_TRUE(d.ok());
+    cpus.push_back(std::move(d).value());
+  }
+  std::vector<Device*> targets;
+  for (auto& d : cpus) targets.push_back(d.get());
+  std::map<std::string, int> passed;
+  for (const Case& c : conformance_cases()) {
+    if (c.slow || (c.op != "layer_norm" && c.op != "activation" && c.op != "attention_noncausal" && c.op != "pool"))
+      continue;
+    for (const CaseResult& r : run_case(c, **ref, targets)) {
+      EXPECT_EQ(r.outcome, Outcome::kPass) << c.op << " " << c.shape << ": " << r.detail;
+      passed[c.op] += r.outcome == Outcome::kPass;
+    }
+  }
+  for (const char* op : {"layer_norm", "activation", "attention_noncausal", "pool"}) EXPECT_GE(passed[op], 20) << op;
 }
 
 }  // namespace

@@ -244,11 +244,12 @@ TEST_F(RefOps, CapabilityQueryExplainsUnsupportedCases) {
   EXPECT_NE(s.reason.find("i32"), std::string::npos) << s.reason;
   EXPECT_TRUE(device_->supports(MatMulOp{make(DType::kF32, {1, 3}), make(DType::kF32, {4, 3}), out}).supported);
   EXPECT_EQ(stream_->run(MatMulOp{make(DType::kF32, {1, 3}), wi, out}).code(), StatusCode::kUnimplemented);
-  Tensor bf = make(DType::kBF16, {1, 2, 1, 2});
+  // A KV cache type outside llama.cpp's -ctk set (q4_1) is refused, naming the ones kept.
+  Tensor q41 = make(DType::kQ4_1, {1, 2, 1, 32});
   Support kv = device_->supports(
-      KvWriteOp{make(DType::kF32, {1, 1, 2}), make(DType::kF32, {1, 1, 2}), bf, bf, make(DType::kI32, {1})});
+      KvWriteOp{make(DType::kF32, {1, 1, 32}), make(DType::kF32, {1, 1, 32}), q41, q41, make(DType::kI32, {1})});
   EXPECT_FALSE(kv.supported);
-  EXPECT_NE(kv.reason.find("f16"), std::string::npos) << kv.reason;
+  EXPECT_NE(kv.reason.find("f16, bf16, q8_0 or q4_0"), std::string::npos) << kv.reason;
 }
 
 // Stored weight types: values every format represents exactly (multiples of 1/8 under 16 in magnitude;

@@ -206,9 +206,15 @@ TEST(NodeReport, ReadsLinkCountersFromPrometheusText) {
       "tessera_pd_kv_bytes_from_total{prefill=\"http://nan\"} NaN\n"
       "tessera_pd_kv_bytes_from_total{prefill=\"http://neg\"} -3\n"
       "tessera_pd_kv_bytes_from_total{prefill=\"unterminated} 9\n"
-      "tessera_requests_total{model=\"m\",endpoint=\"chat\",status=\"200\"} 4\n";
+      "tessera_requests_total{model=\"m\",endpoint=\"chat\",status=\"200\"} 4\n"
+      "tessera_prefix_cache_tier_hit_rate{connector=\"engine\",model=\"m\",tier=\"device\"} 0.25\n"
+      "tessera_prefix_cache_tier_hit_rate{connector=\"host\",model=\"m\",tier=\"host\"} 0.5\n"
+      "tessera_prefix_cache_tier_hit_rate{connector=\"host\",model=\"m\",tier=\"tape\"} 0.5\n"
+      "tessera_prefix_cache_tier_hit_rate{connector=\"host\",model=\"m\",tier=\"disk\"} 7\n";
   NodeReport r;
   parse_node_metrics(text, r);
+  EXPECT_EQ(r.tier_hit_rate, (std::map<std::string, double>{{"device", 0.25}, {"host", 0.5}}))
+      << "known tiers only, rates within [0, 1]";
   EXPECT_DOUBLE_EQ(r.kv_bytes_received, 3072);
   ASSERT_EQ(r.kv_bytes_from.size(), 3u);
   EXPECT_DOUBLE_EQ(r.kv_bytes_from["http://127.0.0.1:1"], 1024);

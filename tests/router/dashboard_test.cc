@@ -176,11 +176,13 @@ TEST(Dashboard, NodesLinksAndLiveSeries) {
   // Link rates need two samples of the counter; nodes need their roles learnt.
   json s = router.state_when([&](const json& s) {
     return s["nodes"].size() == 2 && s["link"]["pairs"].size() == 1 && s["link"]["pairs"][0]["bytes_per_s"] > 0 &&
-           s["nodes"][0]["role"] != "unknown" && s["nodes"][1]["role"] != "unknown";
+           s["nodes"][0]["role"] != "unknown" && s["nodes"][1]["role"] != "unknown" &&
+           !s["nodes"][0]["models"].empty() && !s["nodes"][1]["models"].empty();
   });
   for (const json& n : s["nodes"]) {
     const bool is_decode = n["url"] == decode.url();
     EXPECT_EQ(n["role"], is_decode ? "decode" : "prefill");
+    EXPECT_EQ(n["models"], json::array({"m"})) << "the model each node serves, from its /health";
     EXPECT_EQ(n["backend"], is_decode ? "opencl" : "cpu");
     EXPECT_EQ(n["device"], is_decode ? "opencl device 0" : "cpu device 0");
     EXPECT_EQ(n["healthy"], true);

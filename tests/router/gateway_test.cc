@@ -37,9 +37,9 @@ class FakeNode {
       server_.route("GET", "/internal/pd/info",
                     [pd_info](const http::Request&, WriterPtr w) { w->send(200, pd_info); });
     }
-    server_.route("GET", "/health", [this](const http::Request&, WriterPtr w) {
+    server_.route("GET", "/health", [this, model](const http::Request&, WriterPtr w) {
       if (!healthy) return w->send(503, R"({"status":"draining"})");
-      w->send(200, R"({"status":"ok","kv_blocks_total":64})");
+      w->send(200, json{{"status", "ok"}, {"kv_blocks_total", 64}, {"models", {model}}}.dump());
     });
     server_.route("GET", "/v1/models", [model](const http::Request&, WriterPtr w) {
       json m = json::object();
@@ -394,6 +394,85 @@ TEST_F(GatewayTest, AdminApiAddsDrainsAndRemovesNodes) {
 
 std::string pd_info(const std::string& role, const std::string& host) {
   return json{{"role", role}, {"agent", "name=" + role + " host=" + host + " tcp=127.0.0.1:1"}}.dump();
+}
+
+// Two models behind one router, each on a prefill + decode pair: a request reaches only its model's decode node
+// with its model's prefill node named, /tokenize follows the body's model too, and a model nobody serves is a
+// 404 in OpenAI's shape before any node is tried.
+TEST_F(GatewayTest, ManyModelsRouteByNameAndPairsNeverCrossModels) {
+  FakeNode pa("alpha", pd_info("prefill", "h")), da("alpha", pd_info("decode", "h")),
+      pb("beta", pd_info("prefill", "h")), db("beta", pd_info("decode", "h"));
+  GatewayOptions o;
+  o.health.probe_interval_ms = 20;
+  start({pa.url(), da.url(), pb.url(), db.url()}, o);
+  auto all_known = [&] {
+    json list = json::parse(get("/admin/nodes").body)["nodes"];
+    int known = 0;
+    for (const auto& n : list) known += !n.value("role", "").empty() && !n["models"].empty() ? 1 : 0;
+    return known == 4;
+  };
+  for (int i = 0; i < 200 && !all_known(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(all_known());
+  for (int i = 0; i < 4; ++i) {
+    for (const char* model : {"alpha", "beta"}) {
+      const bool alpha = std::string(model) == "alpha";
+      auto r = post("/v1/completions", json{{"model", model}, {"prompt", "x"}}.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(r.headers["x-tessera-node"], alpha ? da.url() : db.url()) << model;
+      EXPECT_EQ(r.headers["x-tessera-prefill-node"], alpha ? pa.url() : pb.url()) << model;
+    }
+  }
+  EXPECT_EQ(da.hits, 4);
+  EXPECT_EQ(db.hits, 4);
+  EXPECT_EQ(da.prefill_header(), pa.url());
+  EXPECT_EQ(db.prefill_header(), pb.url());
+  // Streams too, and chat.
+  auto s =
+      post("/v1/chat/completions",
+           json{{"model", "beta"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}}.dump());
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.headers["x-tessera-node"], db.url());
+  const int before = da.hits + db.hits + pa.hits + pb.hits;
+  auto unknown = post("/v1/completions", R"({"model":"gamma","prompt":"x"})");
+  expect_openai_error(unknown, 404, "model");
+  EXPECT_EQ(json::parse(unknown.body)["error"]["code"], "model_not_found");
+  EXPECT_NE(unknown.body.find("alpha"), std::string::npos) << "the served models are named: " << unknown.body;
+  expect_openai_error(post("/tokenize", R"({"model":"gamma","prompt":"x"})"), 404, "model");
+  EXPECT_EQ(da.hits + db.hits + pa.hits + pb.hits, before) << "a request for an unknown model reached a node";
+  // /tokenize goes to a node of the body's model.
+  const int beta_before = db.hits + pb.hits;
+  EXPECT_EQ(post("/tokenize", R"({"model":"beta","prompt":"x"})").status, 200);
+  EXPECT_EQ(db.hits + pb.hits, beta_before + 1);
+  // The beta decode node drained: beta has no decode node, so its prefill node is not paired with alpha's.
+  EXPECT_EQ(post("/admin/nodes/drain", json{{"url", db.url()}}.dump()).status, 200);
+  auto r = post("/v1/completions", R"({"model":"beta","prompt":"x"})");
+  EXPECT_NE(r.headers["x-tessera-node"], da.url()) << "a beta request went to alpha's decode node";
+  EXPECT_EQ(da.hits, 4);
+  json listed = json::parse(get("/admin/nodes").body)["nodes"];
+  for (const auto& n : listed) EXPECT_EQ(n["models"].size(), 1u) << n.dump();
+}
+
+// Names from the control plane count before the first /health answer; a node whose names are not known yet
+// takes a request only when no known node serves the model.
+TEST(ServingModel, KnownNamesFirstThenUnknownNodes) {
+  NodeSnapshot a{.url = "a", .models = {"alpha"}}, b{.url = "b", .models = {"beta", "b2"}}, u{.url = "u"};
+  auto urls = [](const std::vector<NodeSnapshot>& v) {
+    std::vector<std::string> out;
+    for (const auto& n : v) out.push_back(n.url);
+    return out;
+  };
+  EXPECT_EQ(urls(serving_model({a, b, u}, "alpha")), std::vector<std::string>{"a"});
+  EXPECT_EQ(urls(serving_model({a, b, u}, "b2")), std::vector<std::string>{"b"});
+  EXPECT_EQ(urls(serving_model({a, b, u}, "gamma")), std::vector<std::string>{"u"});
+  EXPECT_EQ(urls(serving_model({a, b}, "gamma")), std::vector<std::string>{});
+  EXPECT_EQ(urls(serving_model({a, b, u}, "")), (std::vector<std::string>{"a", "b", "u"}));
+  NodeRegistry reg(SteadyClock::instance());
+  reg.add("http://a:1");
+  EXPECT_TRUE(reg.may_serve("anything")) << "a node whose names are not known may serve it";
+  reg.set_models("http://a:1", {"alpha"});
+  EXPECT_TRUE(reg.may_serve("alpha"));
+  EXPECT_FALSE(reg.may_serve("gamma"));
+  EXPECT_EQ(reg.models(), std::vector<std::string>{"alpha"});
 }
 
 // PD mode: roles and hosts learnt from /internal/pd/info; the router sends client requests to the decode

@@ -56,6 +56,14 @@ TEST(OpenAiFields, SkipSpecialTokensDefaultsToTrueAndFalseIsKept) {
   EXPECT_EQ(std::get<ApiError>(parse(R"("skip_special_tokens":"no")", false)).param, "skip_special_tokens");
 }
 
+TEST(OpenAiFields, ReturnTokenIdsIsABooleanOffByDefault) {
+  for (bool chat : {false, true}) {
+    EXPECT_FALSE(std::get<ApiRequest>(parse("", chat)).return_token_ids);
+    EXPECT_TRUE(std::get<ApiRequest>(parse(R"("return_token_ids":true)", chat)).return_token_ids);
+    EXPECT_EQ(refused_param(R"("return_token_ids":1)", chat), "return_token_ids");
+  }
+}
+
 TEST(OpenAiFields, ModelDefaultsFillWhatTheRequestLeavesOut) {
   SamplingParams d;
   d.temperature = 0.6f;

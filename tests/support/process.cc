@@ -1,5 +1,7 @@
 #include "support/process.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,6 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+
+#include "support/paths.h"
 
 extern char** environ;
 
@@ -151,6 +155,17 @@ int port_from_line(const std::string& line) {
   size_t colon = line.find(':', at + 7);
   if (colon == std::string::npos) return 0;
   return std::atoi(line.c_str() + colon + 1);
+}
+
+TesseraServer start_tessera(std::vector<std::string> args, double timeout_seconds) {
+  const std::string what = args.empty() ? std::string("tessera") : args[0];
+  args.insert(args.begin(), tessera_bin());
+  TesseraServer out;
+  out.p = std::make_unique<BackgroundProcess>(args);
+  const int port = port_from_line(out.p->wait_for_line("listening on", timeout_seconds));
+  EXPECT_GT(port, 0) << "tessera " << what << " did not start listening";
+  out.url = port > 0 ? "http://127.0.0.1:" + std::to_string(port) : "";
+  return out;
 }
 
 }  // namespace tessera::testing

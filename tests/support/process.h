@@ -2,6 +2,7 @@
 // child fails the test instead of hanging the suite.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,13 @@ class BackgroundProcess {
 
 // The port in a "listening on http://HOST:PORT" line, or 0.
 int port_from_line(const std::string& line);
+
+// A `tessera` command that listens (serve, route, ctrl, ...): `args` after the binary's path, and its URL once it
+// printed "listening on" (empty, with a test failure, when it did not within `timeout_seconds`).
+struct TesseraServer {
+  std::unique_ptr<BackgroundProcess> p;
+  std::string url;
+};
+TesseraServer start_tessera(std::vector<std::string> args, double timeout_seconds = 60.0);
 
 }  // namespace tessera::testing

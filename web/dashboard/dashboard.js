@@ -118,6 +118,7 @@
       name.title = n.url + (n.host_id ? ` (host ${n.host_id})` : '');
       tr.append(name);
       tr.append(el('td', n.role, `role role-${n.role}`));
+      tr.append(el('td', (n.models || []).join(', ') || '–', 'model'));
       tr.append(el('td', n.backend || '–'));
       tr.append(el('td', n.device || '–', 'device'));
       const [h, cls] = health(n);
@@ -138,6 +139,11 @@
         kv.textContent = '–';
       }
       tr.append(kv);
+      // The prefix cache's hit rate per tier (device, then the host connector's host and disk, where it has them).
+      const rates = n.prefix_hit_rate || {};
+      const tiers = ['device', 'host', 'disk'].filter((t) => rates[t] !== undefined);
+      tr.append(el('td', tiers.length ? tiers.map((t) => `${t} ${(rates[t] * 100).toFixed(0)}%`).join(' · ') : '–',
+                   'hits'));
       tr.append(el('td', fmtNum(n.requests_total), 'num'));
       tr.append(el('td', fmtNum(n.failures_total), 'num'));
       body.append(tr);

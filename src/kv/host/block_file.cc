@@ -6,11 +6,14 @@
 
 #include <fmt/core.h>
 
+#include "api/kv_layout.h"
+
 namespace tessera::kv {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'S', 'K', 'V', 'B', 'L', 'K', '1'};
 constexpr uint32_t kFormatVersion = 1;
+constexpr int kRecordFormat = 1;
 
 struct Header {
   char magic[8];
@@ -59,6 +62,13 @@ std::vector<uint8_t> encode_block_file(const BlockFormat& f, const HostBlock& b)
   std::memcpy(out.data(), &h, kBlockHeaderBytes);
   std::memcpy(out.data() + kBlockHeaderBytes, b.payload.data(), b.payload.size());
   return out;
+}
+
+uint64_t block_store_key(const std::string& model_identity, const engine::KvGeometry& g) {
+  const std::string key = fmt::format("{}|block_tokens={}|dtype={}|layers={}|kv_dim={}|state={}|layout={}|record={}",
+                                      model_identity, g.block_tokens, dtype_name(g.dtype), g.n_layers, g.kv_dim,
+                                      g.state_bytes, api::kKvLayoutVersion, kRecordFormat);
+  return XXH3_64bits(key.data(), key.size());
 }
 
 Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f, engine::BlockHash hash,

@@ -47,6 +47,11 @@ struct BlockFormat {
 
 inline constexpr size_t kBlockHeaderBytes = 96;
 
+// The store key of the KV of `model_identity` (kv::model_identity) kept in a cache of geometry `g`: whose KV this
+// is and how it is laid out (block size, KV type, layer count, kv_dim, state bytes, the wire layout and record
+// versions). The host, disk and pool tiers all key their records by it, so different models never mix.
+uint64_t block_store_key(const std::string& model_identity, const engine::KvGeometry& g);
+
 uint64_t payload_checksum(std::span<const uint8_t> payload);
 // The header followed by the payload.
 std::vector<uint8_t> encode_block_file(const BlockFormat& f, const HostBlock& b);

@@ -153,12 +153,20 @@ std::string DiskTier::file_of(engine::BlockHash hash) const {
   return fmt::format("{}/{:016x}{}", path_, hash, kSuffix);
 }
 
+void DiskTier::set_event_log(engine::KvEventLog* log) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_ = log;
+  if (log == nullptr) return;
+  for (const engine::BlockHash h : lru_) log->publish(engine::KvEventType::kStored, h, engine::KvTier::kDisk);
+}
+
 void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
   auto it = files_.find(hash);
   if (it != files_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
     return;
   }
+  if (events_ != nullptr) events_->publish(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
   files_.emplace(hash, File{bytes, lru_.insert(lru_.end(), hash)});
   stats_.blocks++;
   stats_.bytes += bytes;
@@ -167,6 +175,7 @@ void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
 void DiskTier::forget_locked(engine::BlockHash hash, bool remove_file) {
   auto it = files_.find(hash);
   if (it == files_.end()) return;
+  if (events_ != nullptr) events_->publish(engine::KvEventType::kRemoved, hash, engine::KvTier::kDisk);
   stats_.blocks--;
   stats_.bytes -= it->second.bytes;
   lru_.erase(it->second.lru);

@@ -66,6 +66,9 @@ class DiskTier {
   void read(std::vector<engine::BlockHash> hashes, std::shared_ptr<std::atomic<bool>> cancelled, ReadDone done);
   // Returns once every write queued so far is on disk (or dropped).
   void flush();
+  // Publishes the blocks this tier holds now as stored, then every block it takes in or drops (kv_events.h); null:
+  // none from now on.
+  void set_event_log(engine::KvEventLog* log);
   DiskTierStats stats() const;
 
  private:
@@ -100,6 +103,7 @@ class DiskTier {
   std::list<engine::BlockHash> lru_;                                                 // GUARDED_BY(mu_): front = oldest
   std::unordered_map<engine::BlockHash, File> files_;                                // GUARDED_BY(mu_)
   DiskTierStats stats_;                                                              // GUARDED_BY(mu_)
+  engine::KvEventLog* events_ = nullptr;                                             // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -1,20 +1,17 @@
 #include "kv/host/host_connector.h"
 
-#include <xxhash.h>
-
 #include <chrono>
 #include <cstring>
 
 #include <fmt/core.h>
 
-#include "api/kv_layout.h"
 #include "base/log.h"
+#include "kv/block_copy.h"
 
 namespace tessera::kv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRecordFormat = 1;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -39,22 +36,28 @@ Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) 
   format_.geometry = io.geometry();
   const engine::KvGeometry& g = format_.geometry;
   // The store key: whose KV this is and how it is laid out. Files under another key are never opened.
-  const std::string key = fmt::format("{}|block_tokens={}|dtype={}|layers={}|kv_dim={}|state={}|layout={}|record={}",
-                                      identity_, g.block_tokens, dtype_name(g.dtype), g.n_layers, g.kv_dim,
-                                      g.state_bytes, api::kKvLayoutVersion, kRecordFormat);
-  format_.store_key = XXH3_64bits(key.data(), key.size());
+  format_.store_key = block_store_key(identity_, g);
   if (!options_.disk_dir.empty()) {
     DiskTierOptions d;
     d.dir = options_.disk_dir;
     d.capacity_bytes = options_.disk_bytes;
     d.max_pending_bytes = options_.max_pending_disk_bytes;
     TS_ASSIGN_OR_RETURN(disk_, DiskTier::open(std::move(d), format_, identity_));
+    disk_->set_event_log(events_.load());  // what survived from a previous run is announced now
   }
   return ok_status();
 }
 
+void HostConnector::set_event_log(engine::KvEventLog* log) {
+  events_ = log;
+  if (disk_) disk_->set_event_log(log);
+}
+
 void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
+  engine::KvEventLog* events = events_.load();
+  if (events != nullptr) events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
+    if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
     counters_.host_evicted++;
     if (disk_) disk_->write(std::move(out));
   }
@@ -74,25 +77,18 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
   }
   if (ids.empty()) return;
   const auto t0 = Clock::now();
-  const size_t half = format_.half(), n = ids.size();
+  const size_t n = ids.size();
   std::vector<std::shared_ptr<HostBlock>> out(n);
+  std::vector<uint8_t*> payloads(n);
   for (size_t j = 0; j < n; ++j) {
     out[j] = std::make_shared<HostBlock>();
     out[j]->hash = hashes[j];
     out[j]->payload.resize(format_.payload_bytes());
+    payloads[j] = out[j]->payload.data();
   }
-  k_.resize(n * half);
-  v_.resize(n * half);
-  for (int l = 0; l < format_.geometry.n_layers; ++l) {
-    // One device copy per run of consecutive block ids, then each block's rows to its own record.
-    if (Status st = io_->read_blocks(l, ids, k_.data(), v_.data()); !st.ok()) {
-      log::warn("host KV connector: could not copy {} evicted blocks out ({}); they are dropped", n, st.to_string());
-      return;
-    }
-    for (size_t j = 0; j < n; ++j) {
-      std::memcpy(out[j]->payload.data() + format_.k_offset(l), k_.data() + j * half, half);
-      std::memcpy(out[j]->payload.data() + format_.v_offset(l), v_.data() + j * half, half);
-    }
+  if (Status st = read_block_records(*io_, format_, ids, payloads, rows_); !st.ok()) {
+    log::warn("host KV connector: could not copy {} evicted blocks out ({}); they are dropped", n, st.to_string());
+    return;
   }
   // The payload's state section is empty: only attention-only models get here (above).
   for (auto& b : out) {
@@ -219,13 +215,9 @@ Status HostConnector::wait_layer_load(int layer) {
   for (const auto& load : loading_now_) {
     const auto n = static_cast<size_t>(load->arrived);
     if (n == 0) continue;
-    k_.resize(n * half);
-    v_.resize(n * half);
-    for (size_t j = 0; j < n; ++j) {
-      std::memcpy(k_.data() + j * half, load->blocks[j]->payload.data() + format_.k_offset(layer), half);
-      std::memcpy(v_.data() + j * half, load->blocks[j]->payload.data() + format_.v_offset(layer), half);
-    }
-    TS_RETURN_IF_ERROR(io_->write_blocks(layer, std::span(load->device).first(n), k_.data(), v_.data())
+    std::vector<const uint8_t*> payloads(n);
+    for (size_t j = 0; j < n; ++j) payloads[j] = load->blocks[j]->payload.data();
+    TS_RETURN_IF_ERROR(write_block_layer(*io_, format_, layer, std::span(load->device).first(n), payloads, rows_)
                            .with_context("loading KV blocks from host memory"));
     counters_.host_load_bytes += 2 * n * half;
   }

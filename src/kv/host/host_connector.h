@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/block_copy.h"
 #include "kv/host/block_store.h"
 #include "kv/host/disk_tier.h"
 #include "kv/registry.h"
@@ -56,6 +57,8 @@ class HostConnector final : public engine::KvConnector {
 
   std::string_view name() const override { return kHostConnector; }
   Status attach(engine::KvBlockIo& io, std::function<void()> wake) override;
+  // Publishes the host tier's blocks taken in and dropped, and (through it) the disk tier's (kv_events.h).
+  void set_event_log(engine::KvEventLog* log) override;
   engine::KvMatch match(const engine::KvRequestView& request, int supplied) override;
   void allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
                  int count) override;
@@ -88,9 +91,10 @@ class HostConnector final : public engine::KvConnector {
   std::function<void()> wake_;
   BlockFormat format_;
   HostPool pool_;
+  std::atomic<engine::KvEventLog*> events_{nullptr};  // the engine's KV event log (set_event_log), or none
   std::unordered_map<engine::RequestId, std::shared_ptr<Load>> loads_;  // engine thread
   std::vector<std::shared_ptr<Load>> loading_now_;
-  std::vector<uint8_t> k_, v_;  // a layer's rows of the blocks being moved, reused
+  LayerRows rows_;  // a layer's rows of the blocks being moved, reused
   std::mutex done_mu_;
   std::vector<std::pair<std::shared_ptr<Load>, std::vector<std::shared_ptr<const HostBlock>>>> done_;  // GUARDED_BY
 

@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
+#include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -34,6 +37,7 @@ struct RemotePrefill::Shared {
   std::mutex mu;
   bool ended = false;                                                                             // GUARDED_BY(mu)
   Result<std::vector<engine::TokenId>> result = unavailable("the remote prefill has not ended");  // GUARDED_BY(mu)
+  std::vector<engine::TokenLogprobs> first_logprobs;                                              // GUARDED_BY(mu)
 
   ~Shared() {
     if (offset) alloc->release(*offset);
@@ -81,12 +85,14 @@ Status RemotePrefill::receive(uint64_t tag, uint64_t checksum) {
   return ok_status();
 }
 
-void RemotePrefill::finish(Result<std::vector<engine::TokenId>> first_tokens) {
+void RemotePrefill::finish(Result<std::vector<engine::TokenId>> first_tokens,
+                           std::vector<engine::TokenLogprobs> first_logprobs) {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     if (s_->ended) return;
     s_->ended = true;
     s_->result = std::move(first_tokens);
+    s_->first_logprobs = std::move(first_logprobs);
   }
   if (auto c = s_->connector.lock()) c->load_ended(s_);
 }
@@ -101,6 +107,12 @@ Result<std::shared_ptr<PdLinkConnector>> PdLinkConnector::create(PdLinkOptions o
   ao.link.cluster_token = o.cluster_token;
   TS_ASSIGN_OR_RETURN(c->agent_, link::Agent::create(ao));
   if (o.decode) {
+    if (const char* z = std::getenv("TESSERA_PD_ZERO_STATE"); z != nullptr && std::string_view(z) == "1") {
+      c->zero_state_ = true;
+      log::warn(
+          "pd-link: TESSERA_PD_ZERO_STATE=1: a hybrid model's recurrent state is loaded as zeros (a test's "
+          "fault; its text will be wrong)");
+    }
     TS_ASSIGN_OR_RETURN(c->staging_, c->agent_->allocate_region(o.staging_bytes));
     TS_ASSIGN_OR_RETURN(c->staging_bytes_, c->agent_->host_bytes(c->staging_));
     c->staging_alloc_ = std::make_shared<StagingAllocator>(o.staging_bytes);
@@ -226,7 +238,7 @@ engine::KvPoll PdLinkConnector::poll() {
     if (it == loads_.end() || it->second != s) continue;  // the request ended meanwhile
     std::lock_guard<std::mutex> lock(s->mu);
     if (s->result.ok()) {
-      out.loads.push_back({s->id, s->layout.positions, *s->result});
+      out.loads.push_back({s->id, s->layout.positions, *s->result, s->first_logprobs});
     } else {
       out.loads.push_back({s->id, 0, {}});
       loads_.erase(it);  // the staging range goes back with the last reference
@@ -269,7 +281,14 @@ Status PdLinkConnector::wait_layer_load(int layer) {
                            .with_context("loading the prefill node's KV"));
     if (layer == last) {
       const auto* state = reinterpret_cast<const std::byte*>(data + l.state_offset());
-      TS_RETURN_IF_ERROR(io_->write_state(s->id, {state, l.state_bytes()}));
+      if (zero_state_ && l.state_bytes() > 0) {
+        log::warn("pd-link: request {}: loading zeros for its {}-byte recurrent state (TESSERA_PD_ZERO_STATE)", s->id,
+                  l.state_bytes());
+        const std::vector<std::byte> zeros(l.state_bytes());
+        TS_RETURN_IF_ERROR(io_->write_state(s->id, zeros));
+      } else {
+        TS_RETURN_IF_ERROR(io_->write_state(s->id, {state, l.state_bytes()}));
+      }
     }
   }
   std::lock_guard<std::mutex> lock(counters_mu_);

@@ -102,9 +102,10 @@ class RemotePrefill {
   // then compares the checksum of the staging bytes with the node's. DeadlineExceeded when the tag never came,
   // DataLoss on a mismatch (counted): the control plane tries another node.
   Status receive(uint64_t tag, uint64_t checksum);
-  // The end, exactly once: the first token of each choice (the engine loads the KV and decodes on), or an error
-  // (the engine computes the prompt itself).
-  void finish(Result<std::vector<engine::TokenId>> first_tokens);
+  // The end, exactly once: the first token of each choice (the engine loads the KV and decodes on), with their
+  // logprobs when the request asked for them, or an error (the engine computes the prompt itself).
+  void finish(Result<std::vector<engine::TokenId>> first_tokens,
+              std::vector<engine::TokenLogprobs> first_logprobs = {});
 
  private:
   std::shared_ptr<Shared> s_;
@@ -224,6 +225,10 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
   void load_ended(const std::shared_ptr<RemotePrefill::Shared>& s);
 
   PdLinkOptions options_;
+  // Fault injection for tests (TESSERA_PD_ZERO_STATE=1 in the decode node's environment, read at create): a hybrid
+  // model's recurrent state arrives but zeros are loaded in its place, so a test can show that its text check fails
+  // when the state is not carried. Warned about at start and on every load it changes.
+  bool zero_state_ = false;
   PdLinkControl* control_ = nullptr;
   engine::KvBlockIo* io_ = nullptr;
   std::function<void()> wake_;

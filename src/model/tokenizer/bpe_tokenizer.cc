@@ -457,7 +457,7 @@ Result<Vocab> BpeTokenizer::to_vocab() const {
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_vocab(const Vocab& v) {
   TS_RETURN_IF_ERROR(v.validate());
-  if (v.kind == VocabKind::kSentencePiece)
+  if (v.kind != VocabKind::kByteLevelBpe && v.kind != VocabKind::kGemma4Bpe)
     return invalid_argument("BpeTokenizer::from_vocab needs a gpt2 or gemma4 vocabulary");
   BpeSpec s;
   s.byte_level = true;

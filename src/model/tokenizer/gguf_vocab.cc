@@ -56,6 +56,17 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
     }
     TS_ASSIGN_OR_RETURN(GgufPreTokenizer pre, gguf_pre_tokenizer(v.pre));
     v.add_bos = pre.add_bos;
+  } else if (model == "bert") {
+    // llama.cpp's WPM defaults: [CLS] 101 as BOS, [SEP] 102, [UNK] 100, [PAD] 0, [MASK] 103 (overridden by the
+    // file's ids below); [CLS] ... [SEP] added whatever add_bos_token says; the pre-tokenizer name is not read.
+    v.kind = VocabKind::kWordPiece;
+    v.add_bos = v.add_eos = true;
+    v.add_space_prefix = false;
+    v.bos = 101;
+    v.eos = 102;
+    v.unk = 100;
+    v.pad = 0;
+    v.mask = 103;
   } else if (model == "gemma4") {
     // llama.cpp ignores the file's tokenizer.ggml.pre for this model (its converter writes none).
     v.kind = VocabKind::kGemma4Bpe;
@@ -64,7 +75,7 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
     v.pre = "gemma4";
   } else {
     return unimplemented(
-        fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama, gpt2 and gemma4 are)", model));
+        fmt::format("GGUF tokenizer.ggml.model '{}' is not supported (llama, gpt2, gemma4 and bert are)", model));
   }
   const GgufValue* tokens = c.find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != GgufType::kArray || tokens->elem_type != GgufType::kString)
@@ -100,7 +111,7 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
       return invalid_argument("GGUF tokenizer.ggml.merges is not an array of strings");
     v.merges = m->strings;
   }
-  if (v.kind != VocabKind::kSentencePiece && v.merges.empty())
+  if ((v.kind == VocabKind::kByteLevelBpe || v.kind == VocabKind::kGemma4Bpe) && v.merges.empty())
     return invalid_argument(fmt::format("GGUF {} tokenizer has no tokenizer.ggml.merges", v.kind_name()));
   // llama.cpp's tools write "no such token" as -1, which a uint32 key holds as 4294967295 (its LLAMA_TOKEN_NULL):
   // read either as absent, as llama.cpp does. Any other id outside the vocabulary is an error: a model whose BOS,
@@ -117,12 +128,30 @@ Result<Vocab> read_gguf_vocab(const GgufContents& c) {
     out = static_cast<TokenId>(x);
     return ok_status();
   };
+  if (v.kind == VocabKind::kWordPiece) {
+    for (TokenId* t : {&v.bos, &v.eos, &v.unk, &v.pad, &v.mask})
+      if (*t >= static_cast<TokenId>(n)) *t = -1;  // a default beyond a small vocabulary: absent, as llama.cpp
+  }
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", v.bos));
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", v.eos));
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.unknown_token_id", v.unk));
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", v.pad));
-  TS_ASSIGN_OR_RETURN(v.add_bos, get_bool(c, "tokenizer.ggml.add_bos_token", v.add_bos));
-  TS_ASSIGN_OR_RETURN(v.add_eos, get_bool(c, "tokenizer.ggml.add_eos_token", v.add_eos));
+  if (v.kind == VocabKind::kWordPiece) {
+    // [CLS] and [SEP] are what a bert vocabulary adds; older files name them only as cls/seperator (sic).
+    TS_RETURN_IF_ERROR(id("tokenizer.ggml.cls_token_id", v.bos));
+    TS_RETURN_IF_ERROR(id("tokenizer.ggml.seperator_token_id", v.eos));
+    TS_RETURN_IF_ERROR(id("tokenizer.ggml.mask_token_id", v.mask));
+    TS_ASSIGN_OR_RETURN(v.lowercase, get_bool(c, "tokenizer.ggml.normalizer.lowercase", v.lowercase));
+    v.strip_accents = v.lowercase;
+    TS_ASSIGN_OR_RETURN(v.strip_accents, get_bool(c, "tokenizer.ggml.normalizer.strip_accents", v.strip_accents));
+    if (v.unk < 0) return invalid_argument("GGUF bert tokenizer has no [UNK] (tokenizer.ggml.unknown_token_id)");
+    if (v.bos < 0 || v.eos < 0)
+      return invalid_argument("GGUF bert tokenizer has no [CLS] or [SEP] (cls_token_id / seperator_token_id)");
+  }
+  if (v.kind != VocabKind::kWordPiece) {
+    TS_ASSIGN_OR_RETURN(v.add_bos, get_bool(c, "tokenizer.ggml.add_bos_token", v.add_bos));
+    TS_ASSIGN_OR_RETURN(v.add_eos, get_bool(c, "tokenizer.ggml.add_eos_token", v.add_eos));
+  }
   TS_ASSIGN_OR_RETURN(v.add_space_prefix, get_bool(c, "tokenizer.ggml.add_space_prefix", v.add_space_prefix));
   if (v.kind == VocabKind::kGemma4Bpe) {
     // As llama.cpp: Gemma 4 always starts with BOS (files that say otherwise are overridden), and a BPE

@@ -6,6 +6,7 @@
 
 #include "model/tokenizer/bpe_tokenizer.h"
 #include "model/tokenizer/spm_tokenizer.h"
+#include "model/tokenizer/wordpiece_tokenizer.h"
 
 namespace tessera::model {
 
@@ -21,7 +22,7 @@ Status Vocab::validate() const {
   for (TokenId id : visible_control)
     if (id < 0 || id >= static_cast<TokenId>(n) || types.empty() || types[static_cast<size_t>(id)] != kTokenControl)
       return invalid_argument(fmt::format("visible control token {} is not a control token of the vocabulary", id));
-  for (auto [what, id] : {std::pair{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}}) {
+  for (auto [what, id] : {std::pair{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}, {"mask", mask}}) {
     if (id < -1 || id >= static_cast<TokenId>(n))
       return invalid_argument(fmt::format("{} token id {} is outside the vocabulary of {}", what, id, n));
   }
@@ -45,6 +46,10 @@ std::vector<AddedToken> Vocab::added_tokens() const {
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab) {
   if (vocab.kind == VocabKind::kSentencePiece) {
     TS_ASSIGN_OR_RETURN(auto t, SpmTokenizer::create(vocab));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  if (vocab.kind == VocabKind::kWordPiece) {
+    TS_ASSIGN_OR_RETURN(auto t, WordPieceTokenizer::from_vocab(vocab));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   TS_ASSIGN_OR_RETURN(auto t, BpeTokenizer::from_vocab(vocab));

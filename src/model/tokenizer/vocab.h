@@ -7,6 +7,8 @@
 //       "<0xNN>"; no merges list.
 //   kByteLevelBpe ("gpt2"): GPT-2's byte-to-unicode mapped pieces, ranked merges "a b", and a pre-tokenizer
 //       named by `pre` ("gpt2", "qwen2", "llama3").
+//   kWordPiece ("bert"): BERT's WordPiece in llama.cpp's phantom-space form: "▁word" starts a word, "iece" is
+//       a continuation ("##iece"), special tokens ([CLS], [SEP], ...) as they are; BOS is [CLS], EOS [SEP].
 //   kGemma4Bpe ("gemma4"): SentencePiece-style pieces (U+2581 for spaces, byte tokens "<0xNN>") merged by
 //       ranked merges over whole lines of raw UTF-8, as llama.cpp tokenizes Gemma 4.
 #pragma once
@@ -22,7 +24,7 @@
 
 namespace tessera::model {
 
-enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe, kGemma4Bpe };
+enum class VocabKind : uint8_t { kSentencePiece, kByteLevelBpe, kWordPiece, kGemma4Bpe };
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
 enum TokenType : int32_t {
@@ -43,6 +45,7 @@ struct Vocab {
   std::vector<int32_t> types;       // empty: all normal
   std::vector<std::string> merges;  // byte-level and gemma4 only, best first
   TokenId bos = -1, eos = -1, unk = -1, pad = -1;
+  TokenId mask = -1;             // WordPiece's [MASK] (tokenizer.ggml.mask_token_id)
   bool add_bos = true;           // encode() with add_special starts with BOS
   bool add_eos = false;          // ... and ends with EOS
   bool add_space_prefix = true;  // SentencePiece: prepend a space to the text (and after each added token)
@@ -50,11 +53,23 @@ struct Vocab {
   // Per token, kStripLeft/kStripRight: whitespace next to the token in text is swallowed when it is matched
   // (llama.cpp's LSTRIP/RSTRIP attributes; GGUF does not store them, the reader derives them). Empty: none.
   std::vector<uint8_t> strip;
+  // WordPiece's normaliser: lowercase and strip accents (tokenizer.ggml.normalizer.*; llama.cpp's default: both).
+  bool lowercase = true, strip_accents = true;
   // Control tokens that decoded text still spells (AddedToken::visible); the reader derives them, as strip.
   std::vector<TokenId> visible_control;
 
   std::string_view kind_name() const {
-    return kind == VocabKind::kSentencePiece ? "llama" : kind == VocabKind::kByteLevelBpe ? "gpt2" : "gemma4";
+    switch (kind) {
+      case VocabKind::kSentencePiece:
+        return "llama";
+      case VocabKind::kByteLevelBpe:
+        return "gpt2";
+      case VocabKind::kWordPiece:
+        return "bert";
+      case VocabKind::kGemma4Bpe:
+        return "gemma4";
+    }
+    return "?";
   }
   // InvalidArgument when lengths disagree or special ids are out of range.
   Status validate() const;
@@ -63,7 +78,7 @@ struct Vocab {
   std::vector<AddedToken> added_tokens() const;
 };
 
-// A working tokenizer for a vocabulary (SpmTokenizer or BpeTokenizer).
+// A working tokenizer for a vocabulary (SpmTokenizer, BpeTokenizer or WordPieceTokenizer).
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab);
 
 }  // namespace tessera::model

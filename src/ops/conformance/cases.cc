@@ -39,7 +39,8 @@ constexpr int64_t kSlowCache = 1 << 18;
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
-const DType kCacheTypes[] = {DType::kF32, DType::kF16};
+// llama.cpp's -ctk / -ctv types Tessera keeps: the block types need head_dim a multiple of 32 (every shape below).
+const DType kCacheTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
 
 void add_matmul(std::vector<Case>& cases) {
   const std::pair<int64_t, int64_t> block_shapes[] = {{32, 1},    {64, 64},   {64, 172},  {128, 96},
@@ -442,6 +443,8 @@ std::vector<Case> conformance_cases() {
   add_scaled_rope(cases);
   add_rows(cases);
   add_moe_cases(cases);
+  add_encoder_cases(cases);
+  add_linear_attention_cases(cases);
   return cases;
 }
 

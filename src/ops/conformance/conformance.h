@@ -76,6 +76,10 @@ struct Case {
 std::vector<Case> conformance_cases();
 // The mixture-of-experts cases (cases_moe.cc), part of conformance_cases().
 void add_moe_cases(std::vector<Case>& cases);
+// The encoder operators' cases (cases_encoder.cc), part of conformance_cases().
+void add_encoder_cases(std::vector<Case>& cases);
+// Qwen3.5's linear-attention operators and its partial rotary and sigmoid gate (cases_linear.cc).
+void add_linear_attention_cases(std::vector<Case>& cases);
 
 enum class Outcome { kPass, kFail, kUnsupported };
 std::string_view outcome_name(Outcome o);  // "pass", "FAIL", "unsupported"

@@ -1,8 +1,8 @@
-// Paged KV writes and attention with an f32 or f16 cache. Work is split over (token or sequence, head)
-// pairs; each pair computes its scores eight positions at a time (eight dot products reduced together), a
-// max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in registers across all
-// positions. The reference's order of operations is kept except for summation order inside the dot products
-// and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
+// Paged KV writes and attention with an f32 or f16 cache (bf16, q8_0 and q4_0 caches: attention_quant.cc). Work is
+// split over (token or sequence, head) pairs; each pair computes its scores eight positions at a time (eight dot
+// products reduced together), a max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in
+// registers across all positions. The reference's order of operations is kept except for summation order inside the dot
+// products and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
 // builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
 // multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
 // several at a time.
@@ -18,6 +18,9 @@
 
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
+
+// f32 and f16 caches take the kernels below; bf16 and the block-quantised types those of attention_quant.cc.
+bool widened_here(DType t) { return t == DType::kF32 || t == DType::kF16; }
 
 struct Cache {
   const uint8_t* k;
@@ -51,14 +54,6 @@ Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int3
 }
 
 #if defined(__AVX2__)
-// Eight vectors to one, lane r = the sum of a[r]'s lanes. hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5,
-// x6+x7, y4+y5, y6+y7]; two levels of it and one cross-half add.
-inline __m256 reduce8(const __m256* a) {
-  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
 // The 8 dot products rows[r] . q (length hd, a multiple of 8) as one vector: one accumulator per row, so the
 // eight FMA chains overlap, then a transpose-and-add reduction instead of eight horizontal sums.
 template <typename T>
@@ -549,6 +544,18 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
   }
+  if (!widened_here(op.k_cache.dtype)) {
+    // bf16, q8_0, q4_0: base/quant.h's conversion of each position's row, byte for byte the reference's.
+    const size_t row_bytes = dtype_bytes(op.k_cache.dtype, static_cast<size_t>(row));
+    for (int64_t t = 0; t < n; ++t) {
+      const size_t at = static_cast<size_t>(slots[t]) * row_bytes;
+      TS_RETURN_IF_ERROR(quantize({data<const float>(op.k) + t * row, static_cast<size_t>(row)}, op.k_cache.dtype,
+                                  data<uint8_t>(op.k_cache) + at));
+      TS_RETURN_IF_ERROR(quantize({data<const float>(op.v) + t * row, static_cast<size_t>(row)}, op.v_cache.dtype,
+                                  data<uint8_t>(op.v_cache) + at));
+    }
+    return ok_status();
+  }
   for (int64_t t = 0; t < n; ++t) {
     const float* k = data<const float>(op.k) + t * row;
     const float* v = data<const float>(op.v) + t * row;
@@ -575,6 +582,7 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
 }
 
 Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
+  if (!widened_here(op.k_cache.dtype) || !widened_here(op.v_cache.dtype)) return attention_prefill_quant(op, ctx);
   Cache c(op.k_cache, op.v_cache);
   const int32_t* table = data<const int32_t>(op.block_table);
   const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
@@ -615,6 +623,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
 }
 
 Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
+  if (!widened_here(op.k_cache.dtype) || !widened_here(op.v_cache.dtype)) return attention_decode_quant(op, ctx);
   Cache c(op.k_cache, op.v_cache);
   const int64_t b = op.q.dim(0), max_blocks = op.block_tables.dim(1);
   const auto* lens = data<const int32_t>(op.context_lens);

@@ -2,7 +2,6 @@
 
 #include "ops/host_memory.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -72,7 +71,9 @@ Result<Isa> resolve(Isa isa) {
 // Every storage type has a cpu matmul kernel.
 bool weight_supported(DType t) { return t != DType::kI32; }
 bool is_kquant(DType t) { return dtype_info(t).block_elems == kSuperBlock; }
-bool cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool cache_supported(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+}
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
@@ -89,7 +90,9 @@ Support capability(const Op& op) {
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !cache_supported(cache->dtype)) return Support::no("cpu keeps the KV cache in f32 or f16");
+  if (cache && !cache_supported(cache->dtype))
+    return Support::no(
+        fmt::format("cpu keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(cache->dtype)));
   return Support::yes();
 }
 
@@ -135,10 +138,24 @@ Status dispatch(const Op& op, const Ctx& ctx) {
           TS_CPU_CALL(add);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           TS_CPU_CALL(softmax);
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          TS_CPU_CALL(layer_norm);
+        } else if constexpr (std::is_same_v<T, ActivationOp>) {
+          TS_CPU_CALL(activation);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          TS_CPU_CALL(attention_noncausal);
+        } else if constexpr (std::is_same_v<T, PoolOp>) {
+          TS_CPU_CALL(pool);
         } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
           TS_CPU_CALL(argmax);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           TS_CPU_CALL(moe_route);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          TS_CPU_CALL(split_heads);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          TS_CPU_CALL(causal_conv1d);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          TS_CPU_CALL(gated_delta_rule);
         } else {
           static_assert(std::is_same_v<T, MoeExpertsOp>);
           TS_CPU_CALL_MM(moe_experts);  // the experts' matmuls are its build's (amx: its tiles)
@@ -385,10 +402,6 @@ std::string detected_isa() {
   return fmt::format("{} ({})", isa_name(*isa), isa_features(*isa));
 }
 
-std::string runtime_versions() {
-  std::string blas = openblas_get_config();
-  while (!blas.empty() && blas.back() == ' ') blas.pop_back();
-  return fmt::format("{}; OpenMP {}; GCC {}", blas, _OPENMP, __VERSION__);
-}
+std::string runtime_versions() { return fmt::format("OpenMP {}; GCC {}", _OPENMP, __VERSION__); }
 
 }  // namespace tessera::ops::cpu

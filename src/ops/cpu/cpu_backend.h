@@ -48,7 +48,7 @@ Result<std::unique_ptr<Backend>> create_backend(Isa isa = Isa::kAuto);
 // "avx512 (avx512f/bw/vl/dq+vnni)", "avx2 (avx2+fma+f16c)" or "generic"; TESSERA_CPU_ISA is honoured when valid.
 std::string detected_isa();
 
-// The libraries the backend runs on, for reports: "OpenBLAS 0.3.21 ...; OpenMP 201511; GCC 12.2.0".
+// The libraries the backend runs on, for reports: "OpenMP 201511; GCC 12.2.0".
 std::string runtime_versions();
 
 }  // namespace tessera::ops::cpu

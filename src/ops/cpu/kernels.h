@@ -37,24 +37,33 @@ T* data(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->host_ptr()) + t.offset);
 }
 
-#define TS_CPU_DECLARE_KERNELS(ns)                                        \
-  namespace ns {                                                          \
-  Status embedding(const EmbeddingOp& op, const Ctx& ctx);                \
-  Status rms_norm(const RmsNormOp& op, const Ctx& ctx);                   \
-  Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx);            \
-  Status rope(const RopeOp& op, const Ctx& ctx);                          \
-  Status kv_write(const KvWriteOp& op, const Ctx& ctx);                   \
-  Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx); \
-  Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx);   \
-  Status matmul_dense(const MatMulOp& op, const Ctx& ctx);                \
-  Status matmul_quant(const MatMulOp& op, const Ctx& ctx);                \
-  Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);               \
-  Status silu_mul(const SiluMulOp& op, const Ctx& ctx);                   \
-  Status add(const AddOp& op, const Ctx& ctx);                            \
-  Status softmax(const SoftmaxOp& op, const Ctx& ctx);                    \
-  Status argmax(const ArgmaxOp& op, const Ctx& ctx);                      \
-  Status moe_route(const MoeRouteOp& op, const Ctx& ctx);                 \
-  Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);             \
+#define TS_CPU_DECLARE_KERNELS(ns)                                              \
+  namespace ns {                                                                \
+  Status embedding(const EmbeddingOp& op, const Ctx& ctx);                      \
+  Status rms_norm(const RmsNormOp& op, const Ctx& ctx);                         \
+  Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx);                  \
+  Status rope(const RopeOp& op, const Ctx& ctx);                                \
+  Status kv_write(const KvWriteOp& op, const Ctx& ctx);                         \
+  Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx);       \
+  Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx);         \
+  Status attention_prefill_quant(const AttentionPrefillOp& op, const Ctx& ctx); \
+  Status attention_decode_quant(const AttentionDecodeOp& op, const Ctx& ctx);   \
+  Status matmul_dense(const MatMulOp& op, const Ctx& ctx);                      \
+  Status matmul_quant(const MatMulOp& op, const Ctx& ctx);                      \
+  Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);                     \
+  Status silu_mul(const SiluMulOp& op, const Ctx& ctx);                         \
+  Status add(const AddOp& op, const Ctx& ctx);                                  \
+  Status softmax(const SoftmaxOp& op, const Ctx& ctx);                          \
+  Status argmax(const ArgmaxOp& op, const Ctx& ctx);                            \
+  Status layer_norm(const LayerNormOp& op, const Ctx& ctx);                     \
+  Status activation(const ActivationOp& op, const Ctx& ctx);                    \
+  Status attention_noncausal(const AttentionNonCausalOp& op, const Ctx& ctx);   \
+  Status pool(const PoolOp& op, const Ctx& ctx);                                \
+  Status moe_route(const MoeRouteOp& op, const Ctx& ctx);                       \
+  Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);                   \
+  Status split_heads(const SplitHeadsOp& op, const Ctx& ctx);                   \
+  Status causal_conv1d(const CausalConv1dOp& op, const Ctx& ctx);               \
+  Status gated_delta_rule(const GatedDeltaRuleOp& op, const Ctx& ctx);          \
   }
 
 namespace amx {

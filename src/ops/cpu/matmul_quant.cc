@@ -1,8 +1,7 @@
 // Matrix products with GGUF's 32-element block weights: q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4. The activation rows are
-// quantised once per call to int8 blocks of 32 with an f16 scale and the block's integer sum, as llama.cpp quantises
-// them (quantize_rows); every weight block is then an
-// integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations, 512-bit
-// VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
+// quantised once per call to int8 blocks of 32 with an f32 scale and the block's integer sum; every weight block is
+// then an integer dot product (the SIMD kernel's comment below: unsigned weight bytes against signed activations,
+// 512-bit VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
 // int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
 // weight row at a time against all of them; prefill takes tiles of 4 (avx2: 2) weight rows x 4 activation rows,
 // so each weight block is decoded once for 4 rows and each activation block loaded once for 4 weight rows.
@@ -14,7 +13,6 @@
 
 #include <fmt/core.h>
 
-#include "base/quant.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_amx.h"
 #include "ops/cpu/matmul_packed.h"
@@ -46,14 +44,6 @@ struct QuantRows {
   AVec<int32_t> nv;
 };
 
-// x rounded to the nearest f16 value and back.
-inline float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
-
-// The activation rows as llama.cpp's q8_0 / q8_1 blocks (quantize_row_q8_0 / _q8_1 of its x86 build), which it
-// multiplies these weight types with: q = round(x * 127 / amax) to nearest even, the scale amax / 127 and (q8_1)
-// the block's d * sum(q) both stored as f16 and used at that precision in the products. With the scale kept in
-// f32, every q8_0 product differed from llama.cpp's by about 2e-4 (relative), and at real dimensions those
-// differences, amplified by the next layers' activation rounding, flipped greedy choices (docs/models.md).
 void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const Ctx& ctx) {
   out.q.resize(static_cast<size_t>(n * k));
   out.d.resize(static_cast<size_t>(n * k / kQuantBlock));
@@ -76,9 +66,9 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
           __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
           h = _mm_max_ps(h, _mm_movehl_ps(h, h));
           h = _mm_max_ss(h, _mm_movehdup_ps(h));
-          const float amax = _mm_cvtss_f32(h), d = amax / 127.0f;
-          const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-          out.d[static_cast<size_t>(b)] = round_to_f16(d);
+          const float d = _mm_cvtss_f32(h) / 127.0f;
+          const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+          out.d[static_cast<size_t>(b)] = d;
           const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)),
                         i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
           const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)),
@@ -90,22 +80,22 @@ void quantize_rows(const float* x, int64_t n, int64_t k, QuantRows& out, const C
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + b * kQuantBlock), p8);
           const int32_t sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
           out.sq[static_cast<size_t>(b)] = sum;
-          out.s[static_cast<size_t>(b)] = round_to_f16(d * static_cast<float>(sum));
+          out.s[static_cast<size_t>(b)] = d * static_cast<float>(sum);
           return;
         }
 #endif
         float amax = 0.0f;
         for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
         const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        out.d[static_cast<size_t>(b)] = round_to_f16(d);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out.d[static_cast<size_t>(b)] = d;
         int sum = 0;
         for (int i = 0; i < kQuantBlock; ++i) {
           out.q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
           sum += out.q[static_cast<size_t>(b * kQuantBlock + i)];
         }
         out.sq[static_cast<size_t>(b)] = sum;
-        out.s[static_cast<size_t>(b)] = round_to_f16(d * static_cast<float>(sum));
+        out.s[static_cast<size_t>(b)] = d * static_cast<float>(sum);
       },
       1.0, 257.0);
 }

@@ -26,8 +26,9 @@ void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float e
   for (int64_t j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
 }
 
-void rotate(float* v, int64_t heads, int64_t hd, const float* cs, const float* sn, RopeLayout layout) {
-  const int64_t half = hd / 2;
+// Turns the first `rot` elements of each head of `hd` (rot == hd: all of them).
+void rotate(float* v, int64_t heads, int64_t hd, int64_t rot, const float* cs, const float* sn, RopeLayout layout) {
+  const int64_t half = rot / 2;
   for (int64_t h = 0; h < heads; ++h) {
     float* x = v + h * hd;
     for (int64_t j = 0; j < half; ++j) {
@@ -88,14 +89,14 @@ Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx) {
 }
 
 Status rope(const RopeOp& op, const Ctx& ctx) {
-  const int64_t n = op.q.dim(0), hd = op.q.dim(2), half = hd / 2;
+  const int64_t n = op.q.dim(0), hd = op.q.dim(2), rot = op.rotated(hd), half = rot / 2;
   const auto* pos = data<const int32_t>(op.positions);
   std::vector<float> freq(static_cast<size_t>(half));
   const float* table = op.freqs.valid() ? data<const float>(op.freqs) : nullptr;
   const float mscale = table ? op.mscale : 1.0f;
   for (int64_t j = 0; j < half; ++j) {
     freq[static_cast<size_t>(j)] =
-        table ? table[j] : 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+        table ? table[j] : 1.0f / std::pow(op.theta, static_cast<float>(2 * j) / static_cast<float>(rot));
   }
   parallel_for(
       ctx, n,
@@ -110,8 +111,8 @@ Status rope(const RopeOp& op, const Ctx& ctx) {
             sn[static_cast<size_t>(j)] *= mscale;
           }
         }
-        rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, cs.data(), sn.data(), op.layout);
-        rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, cs.data(), sn.data(), op.layout);
+        rotate(data<float>(op.q) + t * op.q.row_elems(), op.q.dim(1), hd, rot, cs.data(), sn.data(), op.layout);
+        rotate(data<float>(op.k) + t * op.k.row_elems(), op.k.dim(1), hd, rot, cs.data(), sn.data(), op.layout);
       },
       static_cast<double>(op.q.row_elems()), kParallelMin);
   return ok_status();
@@ -122,6 +123,12 @@ Status silu_mul(const SiluMulOp& op, const Ctx& ctx) {
   const auto* u = data<const float>(op.up);
   auto* out = data<float>(op.out);
   const int64_t n = op.gate.numel();
+  if (op.act == Activation::kSigmoid) {  // ref's arithmetic; a gate of one value per row covers its row of up
+    const int64_t per = n == op.up.numel() ? 1 : op.up.row_elems();
+    parallel_for(
+        ctx, op.up.numel(), [&](int64_t i) { out[i] = u[i] / (1.0f + std::exp(-g[i / per])); }, 1.0, kParallelMin);
+    return ok_status();
+  }
   if (op.act == Activation::kGeluTanh) {
     constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;  // ref's arithmetic
     parallel_for(

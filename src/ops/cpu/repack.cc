@@ -258,10 +258,21 @@ Status check_unpacked_operands(const Op& op) {
           any(o.a, o.b, o.out);
         } else if constexpr (std::is_same_v<T, SoftmaxOp>) {
           any(o.x, o.out);
-        } else if constexpr (std::is_same_v<T, ArgmaxOp>) {
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          any(o.x, o.weight, o.bias, o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          any(o.q, o.k, o.v, o.out);
+        } else if constexpr (std::is_same_v<T, ArgmaxOp> || std::is_same_v<T, ActivationOp> ||
+                             std::is_same_v<T, PoolOp>) {
           any(o.x, o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
           any(o.logits, o.ids, o.weights, o.bias);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          any(o.x, o.a, o.b);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          any(o.x, o.weight, o.state, o.out);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          any(o.qkv, o.alpha, o.beta, o.dt_bias, o.a, o.state, o.out);
         } else {
           static_assert(std::is_same_v<T, MoeExpertsOp>, "every operator lists its tensors here");
           any(o.x, o.ids, o.weights, o.out, o.gate_bias, o.up_bias, o.down_bias);  // the experts may be panels

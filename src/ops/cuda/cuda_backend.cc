@@ -48,7 +48,9 @@ Support capability(const Op& op) {
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !cache_ok(cache->dtype)) return Support::no("cuda keeps the KV cache in f32 or f16");
+  if (cache && !cache_ok(cache->dtype))
+    return Support::no(fmt::format("cuda keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
+                                   dtype_name(cache->dtype)));
   bool aligned = true;
   std::visit(
       [&aligned](const auto& o) {
@@ -66,10 +68,21 @@ Support capability(const Op& op) {
     return Support::no("cuda attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
     return Support::no("cuda attention has no sinks");
+  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
+    return Support::no("cuda rope turns whole heads (no partial rotary rot_dims)");
+  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
+    return Support::no("cuda has no sigmoid*mul (attention output gate)");
+  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
+      std::holds_alternative<GatedDeltaRuleOp>(op))
+    return Support::no("cuda has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
   if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
     return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
     return Support::no("cuda has no clamped swiglu (gpt-oss)");
+  // The encoder operators (BERT) and pooling have no cuda kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("cuda has no layer_norm, activation, attention_noncausal or pool kernel");
   return Support::yes();
 }
 
@@ -304,6 +317,11 @@ class CudaStream final : public Stream {
     if (o.x.dim(0) == 0) return ok_status();
     return check("softmax", launch_softmax(ptr(o.x), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
   }
+  // Refused by capability() before a stream gets here.
+  Status enqueue(const LayerNormOp&) { return unimplemented("cuda: layer_norm"); }
+  Status enqueue(const ActivationOp&) { return unimplemented("cuda: activation"); }
+  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("cuda: attention_noncausal"); }
+  Status enqueue(const PoolOp&) { return unimplemented("cuda: pool"); }
   Status enqueue(const ArgmaxOp& o) {
     if (o.x.dim(0) == 0) return ok_status();
     return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
@@ -311,6 +329,9 @@ class CudaStream final : public Stream {
   // capability() refuses these before any enqueue.
   Status enqueue(const MoeRouteOp&) { return unimplemented("cuda has no moe_route kernel"); }
   Status enqueue(const MoeExpertsOp&) { return unimplemented("cuda has no moe_experts kernel"); }
+  Status enqueue(const SplitHeadsOp&) { return unimplemented("cuda has no split_heads kernel"); }
+  Status enqueue(const CausalConv1dOp&) { return unimplemented("cuda has no causal_conv1d kernel"); }
+  Status enqueue(const GatedDeltaRuleOp&) { return unimplemented("cuda has no gated_delta_rule kernel"); }
 
   int device_;
   cudaStream_t stream_ = nullptr;

@@ -49,12 +49,13 @@ __kernel void add_rms_norm(__global float* res, ulong res_off, __global const fl
   rms_row(x, w + w_off, out + out_off + (ulong)r * n, n, eps);
 }
 
-// One work-item per (token, pair j): turns pair j of every q and k head of that token.
+// One work-item per (token, pair j): turns pair j of every q and k head of that token. Only the first `rot`
+// elements of a head turn (partial rotary; rot == hd: the whole head), pair j by pos * theta^(-2j/rot).
 __kernel void rope(__global float* q, ulong q_off, __global float* k, ulong k_off, __global const int* pos,
-                   ulong pos_off, int q_heads, int k_heads, int hd, float theta, int interleaved,
+                   ulong pos_off, int q_heads, int k_heads, int hd, int rot, float theta, int interleaved,
                    __global const float* freqs, ulong freqs_off, int has_freqs, float mscale) {
-  const int t = get_global_id(0), j = get_global_id(1), half_dim = hd / 2;
-  const float freq = has_freqs ? freqs[freqs_off + j] : 1.0f / pow(theta, (float)(2 * j) / (float)hd);
+  const int t = get_global_id(0), j = get_global_id(1), half_rot = rot / 2;
+  const float freq = has_freqs ? freqs[freqs_off + j] : 1.0f / pow(theta, (float)(2 * j) / (float)rot);
   const float angle = (float)pos[pos_off + t] * freq;
   float c = cos(angle), s = sin(angle);
   if (has_freqs) {
@@ -62,7 +63,7 @@ __kernel void rope(__global float* q, ulong q_off, __global float* k, ulong k_of
     s *= mscale;
   }
   const int a = interleaved ? 2 * j : j;
-  const int b = interleaved ? 2 * j + 1 : j + half_dim;
+  const int b = interleaved ? 2 * j + 1 : j + half_rot;
   for (int h = 0; h < q_heads; ++h) {
     __global float* x = q + q_off + ((ulong)t * q_heads + h) * hd;
     const float x0 = x[a], x1 = x[b];
@@ -185,11 +186,18 @@ ATTENTION(attention_f16, half, attend_f16)
 MATMUL(matmul_f32, float, LOAD4_F32, LOAD1_F32)
 MATMUL(matmul_f16, half, LOAD4_F16, LOAD1_F16)
 
+// act: 0 SiLU, 1 GELU (tanh), 2 sigmoid. One work-item per element of up; the gate element of up's element i is
+// i / per (per 1: elementwise; per = row width: one gate per row, Qwen3.5-MoE's shared expert).
 __kernel void silu_mul(__global const float* g, ulong g_off, __global const float* u, ulong u_off,
-                       __global float* out, ulong out_off, int gelu) {
+                       __global float* out, ulong out_off, int act, ulong per) {
   const ulong i = get_global_id(0);
-  float v = g[g_off + i];
-  if (gelu) {  // GELU's tanh approximation as ref evaluates it: x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3)))
+  float v = g[g_off + (per == 1 ? i : i / per)];
+  if (act == 2) {  // ref's arithmetic: up / (1 + exp(-gate))
+    out[out_off + i] = u[u_off + i] / (1.0f + exp(-v));
+    return;
+  }
+  // GELU's tanh approximation as ref evaluates it: x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))).
+  if (act == 1) {
     out[out_off + i] = v / (1.0f + exp(-2.0f * 0.79788456080286535588f * v * (1.0f + 0.044715f * v * v))) * u[u_off + i];
     return;
   }

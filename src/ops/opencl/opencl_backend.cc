@@ -105,6 +105,10 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
+  // The encoder operators (BERT) and pooling have no opencl kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("opencl has no layer_norm, activation, attention_noncausal or pool kernel");
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
     return Support::no("opencl attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
@@ -124,7 +128,9 @@ Support capability(const Op& op) {
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) cache = &kv->k_cache;
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && !cache_ok(cache->dtype)) return Support::no("opencl keeps the KV cache in f32 or f16");
+  if (cache && !cache_ok(cache->dtype))
+    return Support::no(fmt::format("opencl keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
+                                   dtype_name(cache->dtype)));
   // Views must start on an element boundary of their type (kernels index by element).
   bool aligned = true;
   std::visit(
@@ -137,6 +143,15 @@ Support capability(const Op& op) {
         if constexpr (requires { o.out; }) check(o.out);
       },
       op);
+  // The linear-attention operators' other f32 tensors (kernels index them by element too).
+  auto f32_aligned = [&aligned](std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts) aligned = aligned && (!t->valid() || t->offset % 4 == 0);
+  };
+  if (const auto* c = std::get_if<CausalConv1dOp>(&op)) f32_aligned({&c->weight, &c->state});
+  if (const auto* g = std::get_if<GatedDeltaRuleOp>(&op))
+    f32_aligned({&g->qkv, &g->alpha, &g->beta, &g->dt_bias, &g->a, &g->state});
+  if (const auto* sh = std::get_if<SplitHeadsOp>(&op)) f32_aligned({&sh->a, &sh->b});
+  if (const auto* m = std::get_if<SiluMulOp>(&op)) f32_aligned({&m->gate, &m->up});
   if (!aligned) return Support::no("opencl needs tensor views aligned to their element size");
   return Support::yes();
 }
@@ -336,9 +351,10 @@ class ClStream final : public Stream {
                   i32(o.residual.dim(1)), o.eps);
   }
   Status enqueue(const RopeOp& o) {
-    return launch("rope", {sz(o.q.dim(0)), sz(o.q.dim(2) / 2)}, mem_of(o.q), elem_off(o.q), mem_of(o.k), elem_off(o.k),
+    const int64_t rot = o.rotated(o.q.dim(2));
+    return launch("rope", {sz(o.q.dim(0)), sz(rot / 2)}, mem_of(o.q), elem_off(o.q), mem_of(o.k), elem_off(o.k),
                   mem_of(o.positions), elem_off(o.positions), i32(o.q.dim(1)), i32(o.k.dim(1)), i32(o.q.dim(2)),
-                  o.theta, cl_int{o.layout == RopeLayout::kInterleaved ? 1 : 0},
+                  i32(rot), o.theta, cl_int{o.layout == RopeLayout::kInterleaved ? 1 : 0},
                   mem_of(o.freqs.valid() ? o.freqs : o.positions), elem_off(o.freqs.valid() ? o.freqs : o.positions),
                   cl_int{o.freqs.valid() ? 1 : 0}, o.mscale);
   }
@@ -443,8 +459,28 @@ class ClStream final : public Stream {
                   i32(o.x.dim(1)), i32(o.w.dim(0)));
   }
   Status enqueue(const SiluMulOp& o) {
-    return launch("silu_mul", {sz(o.gate.numel())}, mem_of(o.gate), elem_off(o.gate), mem_of(o.up), elem_off(o.up),
-                  mem_of(o.out), elem_off(o.out), cl_int{o.act == Activation::kGeluTanh ? 1 : 0});
+    const cl_int act = o.act == Activation::kGeluTanh ? 1 : o.act == Activation::kSigmoid ? 2 : 0;
+    // A sigmoid gate of one value per row ([n, 1], validate()) covers up's whole row.
+    const cl_ulong per = o.gate.numel() == o.up.numel() ? 1 : static_cast<cl_ulong>(o.up.row_elems());
+    return launch("silu_mul", {sz(o.up.numel())}, mem_of(o.gate), elem_off(o.gate), mem_of(o.up), elem_off(o.up),
+                  mem_of(o.out), elem_off(o.out), act, per);
+  }
+  Status enqueue(const SplitHeadsOp& o) {
+    const int64_t d = o.a.dim(2);
+    return launch("split_heads", {sz(o.a.dim(0) * o.a.dim(1)), sz(d)}, mem_of(o.x), elem_off(o.x), mem_of(o.a),
+                  elem_off(o.a), mem_of(o.b), elem_off(o.b), i32(d));
+  }
+  Status enqueue(const CausalConv1dOp& o) {
+    return launch("causal_conv1d", {sz(o.x.dim(1))}, mem_of(o.x), elem_off(o.x), mem_of(o.weight), elem_off(o.weight),
+                  mem_of(o.state), elem_off(o.state), mem_of(o.out), elem_off(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)),
+                  i32(o.weight.dim(1)), cl_int{o.reset ? 1 : 0});
+  }
+  Status enqueue(const GatedDeltaRuleOp& o) {
+    const int64_t hv = o.state.dim(0), s = o.state.dim(1);
+    return launch("gated_delta_rule", {sz(hv), sz(s)}, mem_of(o.qkv), elem_off(o.qkv), mem_of(o.alpha),
+                  elem_off(o.alpha), mem_of(o.beta), elem_off(o.beta), mem_of(o.dt_bias), elem_off(o.dt_bias),
+                  mem_of(o.a), elem_off(o.a), mem_of(o.state), elem_off(o.state), mem_of(o.out), elem_off(o.out),
+                  i32(o.qkv.dim(0)), i32(hv), cl_int{o.k_heads}, i32(s), o.eps, cl_int{o.reset ? 1 : 0});
   }
   Status enqueue(const AddOp& o) {
     return launch("add", {sz(o.a.numel())}, mem_of(o.a), elem_off(o.a), mem_of(o.b), elem_off(o.b), mem_of(o.out),
@@ -454,6 +490,11 @@ class ClStream final : public Stream {
     return launch("softmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
   }
+  // Refused by capability() before a stream gets here.
+  Status enqueue(const LayerNormOp&) { return unimplemented("opencl: layer_norm"); }
+  Status enqueue(const ActivationOp&) { return unimplemented("opencl: activation"); }
+  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("opencl: attention_noncausal"); }
+  Status enqueue(const PoolOp&) { return unimplemented("opencl: pool"); }
   Status enqueue(const ArgmaxOp& o) {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));

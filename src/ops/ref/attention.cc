@@ -1,11 +1,13 @@
 // Paged KV writes and attention (prefill: causal over one sequence; decode: one token per sequence).
 // Scores are dot(q, k) / sqrt(head_dim), softmax subtracts the maximum and divides by the sum, and values
-// are accumulated position by position: run.c's order exactly. An f16 cache is stored with base/quant.h's
-// rounding and widened row by row before the same arithmetic, so f32 and f16 caches differ only by that
-// rounding.
+// are accumulated position by position: run.c's order exactly. An f16, bf16, q8_0 or q4_0 cache is stored with
+// base/quant.h's rounding (quantize(): q8_0 and q4_0 as ggml's reference quantisers, one block of 32 elements of a
+// kv head's row with an f16 scale) and each kv head's row is widened (dequantize()) just before the same
+// arithmetic, so the caches differ from f32 only by that rounding.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include <fmt/core.h>
@@ -21,7 +23,8 @@ struct CacheView {
   const uint8_t* v;
   DType dtype;
   int64_t num_blocks, block_tokens, kv_heads, head_dim;
-  mutable std::vector<float> k_row, v_row;  // widened rows of an f16 cache
+  size_t block_elems, block_bytes;          // the cache type's storage block (1 element for f32, f16, bf16)
+  mutable std::vector<float> k_row, v_row;  // widened rows of a cache that is not f32
 
   explicit CacheView(const Tensor& kc, const Tensor& vc)
       : k(data<const uint8_t>(kc)),
@@ -31,27 +34,31 @@ struct CacheView {
         block_tokens(kc.dim(1)),
         kv_heads(kc.dim(2)),
         head_dim(kc.dim(3)),
+        block_elems(static_cast<size_t>(dtype_info(kc.dtype).block_elems)),
+        block_bytes(static_cast<size_t>(dtype_info(kc.dtype).block_bytes)),
         k_row(static_cast<size_t>(head_dim)),
         v_row(static_cast<size_t>(head_dim)) {}
 
   int64_t row(int32_t block, int64_t pos_in_block, int64_t kv_head) const {
     return ((static_cast<int64_t>(block) * block_tokens + pos_in_block) * kv_heads + kv_head) * head_dim;
   }
-  // The f32 values of one cache row; for f16 the pointer is valid until the next call for the same tensor.
+  // The f32 values of one kv head's row; unless f32 the pointer is valid until the next call for the same tensor.
   const float* k_at(int64_t elem) const { return at(k, elem, k_row); }
   const float* v_at(int64_t elem) const { return at(v, elem, v_row); }
 
  private:
   const float* at(const uint8_t* base, int64_t elem, std::vector<float>& scratch) const {
     if (dtype == DType::kF32) return reinterpret_cast<const float*>(base) + elem;
-    const auto* h = reinterpret_cast<const uint16_t*>(base) + elem;
-    for (int64_t i = 0; i < head_dim; ++i) scratch[static_cast<size_t>(i)] = f16_to_f32(h[i]);
+    // validate() keeps head_dim a multiple of the block size, so a row starts on a block.
+    TS_CHECK(dequantize(base + static_cast<size_t>(elem) / block_elems * block_bytes, dtype, scratch).ok());
     return scratch.data();
   }
 };
 
 Status check_cache_dtype(const Tensor& kc) {
-  if (!kv_cache_supported(kc.dtype)) return unimplemented("ref keeps the KV cache in f32 or f16");
+  if (!kv_cache_supported(kc.dtype))
+    return unimplemented(
+        fmt::format("ref keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(kc.dtype)));
   return ok_status();
 }
 
@@ -113,28 +120,26 @@ Status attend_one(const CacheView& c, const int32_t* table, int64_t table_len, i
 
 }  // namespace
 
-bool kv_cache_supported(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool kv_cache_supported(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+}
 
 Status run_kv_write(const KvWriteOp& op) {
   TS_RETURN_IF_ERROR(check_cache_dtype(op.k_cache));
   const int64_t capacity = op.k_cache.dim(0) * op.k_cache.dim(1);
   const int64_t row = op.k.row_elems();
+  const size_t row_bytes = dtype_bytes(op.k_cache.dtype, static_cast<size_t>(row));
   const auto* slots = data<const int32_t>(op.slots);
   for (int64_t t = 0; t < op.k.dim(0); ++t) {
     if (slots[t] < 0 || slots[t] >= capacity) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
-    if (op.k_cache.dtype == DType::kF32) {
-      std::memcpy(data<float>(op.k_cache) + slots[t] * row, data<const float>(op.k) + t * row,
-                  static_cast<size_t>(row) * 4);
-      std::memcpy(data<float>(op.v_cache) + slots[t] * row, data<const float>(op.v) + t * row,
-                  static_cast<size_t>(row) * 4);
-    } else {
-      for (int64_t i = 0; i < row; ++i) {
-        data<uint16_t>(op.k_cache)[slots[t] * row + i] = f32_to_f16(data<const float>(op.k)[t * row + i]);
-        data<uint16_t>(op.v_cache)[slots[t] * row + i] = f32_to_f16(data<const float>(op.v)[t * row + i]);
-      }
-    }
+    // One position's row (every kv head) converted as a whole: a quantised row is kv_heads * head_dim / 32 blocks.
+    const size_t at = static_cast<size_t>(slots[t]) * row_bytes;
+    const std::span<const float> k(data<const float>(op.k) + t * row, static_cast<size_t>(row));
+    const std::span<const float> v(data<const float>(op.v) + t * row, static_cast<size_t>(row));
+    TS_RETURN_IF_ERROR(quantize(k, op.k_cache.dtype, data<uint8_t>(op.k_cache) + at));
+    TS_RETURN_IF_ERROR(quantize(v, op.v_cache.dtype, data<uint8_t>(op.v_cache) + at));
   }
   return ok_status();
 }

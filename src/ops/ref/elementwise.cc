@@ -9,7 +9,9 @@ Status run_silu_mul(const SiluMulOp& op) {
   const auto* g = data<const float>(op.gate);
   const auto* u = data<const float>(op.up);
   auto* out = data<float>(op.out);
-  for (int64_t i = 0, n = op.gate.numel(); i < n; ++i) out[i] = gated(op.act, g[i], u[i]);
+  // A gate of one value per row (sigmoid only, validate()) covers its row of up.
+  const int64_t per = op.gate.numel() == op.up.numel() ? 1 : op.up.row_elems();
+  for (int64_t i = 0, n = op.up.numel(); i < n; ++i) out[i] = gated(op.act, g[i / per], u[i]);
   return ok_status();
 }
 

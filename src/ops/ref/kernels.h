@@ -25,6 +25,7 @@ inline float gated(Activation act, float g, float u, float alpha = 0.0f, float l
     constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCoefA = 0.044715f;
     return g / (1.0f + std::exp(-2.0f * kSqrt2OverPi * g * (1.0f + kCoefA * g * g))) * u;
   }
+  if (act == Activation::kSigmoid) return u / (1.0f + std::exp(-g));
   if (act == Activation::kSwigluOai) {
     const float x = std::min(g, limit), y = std::clamp(u, -limit, limit);
     return x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
@@ -50,7 +51,16 @@ Status run_silu_mul(const SiluMulOp& op);
 Status run_add(const AddOp& op);
 Status run_softmax(const SoftmaxOp& op);
 Status run_argmax(const ArgmaxOp& op);
+Status run_layer_norm(const LayerNormOp& op);
+Status run_activation(const ActivationOp& op);
+Status run_attention_noncausal(const AttentionNonCausalOp& op);
+Status run_pool(const PoolOp& op);
+// One activation value, as ActivationOp defines it.
+float activate(Activation act, float x);
 Status run_moe_route(const MoeRouteOp& op);
 Status run_moe_experts(const MoeExpertsOp& op);
+Status run_split_heads(const SplitHeadsOp& op);
+Status run_causal_conv1d(const CausalConv1dOp& op);
+Status run_gated_delta_rule(const GatedDeltaRuleOp& op);
 
 }  // namespace tessera::ops::ref

@@ -41,10 +41,24 @@ class RefStream final : public Stream {
             return run_add(o);
           else if constexpr (std::is_same_v<T, SoftmaxOp>)
             return run_softmax(o);
+          else if constexpr (std::is_same_v<T, LayerNormOp>)
+            return run_layer_norm(o);
+          else if constexpr (std::is_same_v<T, ActivationOp>)
+            return run_activation(o);
+          else if constexpr (std::is_same_v<T, AttentionNonCausalOp>)
+            return run_attention_noncausal(o);
+          else if constexpr (std::is_same_v<T, PoolOp>)
+            return run_pool(o);
           else if constexpr (std::is_same_v<T, ArgmaxOp>)
             return run_argmax(o);
           else if constexpr (std::is_same_v<T, MoeRouteOp>)
             return run_moe_route(o);
+          else if constexpr (std::is_same_v<T, SplitHeadsOp>)
+            return run_split_heads(o);
+          else if constexpr (std::is_same_v<T, CausalConv1dOp>)
+            return run_causal_conv1d(o);
+          else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>)
+            return run_gated_delta_rule(o);
           else
             return run_moe_experts(o);
         },
@@ -86,7 +100,7 @@ class RefDevice final : public Device {
       return Support::no("ref moe_experts does not take these expert weight types");
     }
     auto cache_ok = [](const Tensor& t) { return kv_cache_supported(t.dtype); };
-    const char* kCacheReason = "ref keeps the KV cache in f32 or f16";
+    const char* kCacheReason = "ref keeps the KV cache in f32, f16, bf16, q8_0 or q4_0";
     if (const auto* kv = std::get_if<KvWriteOp>(&op); kv && !cache_ok(kv->k_cache)) return Support::no(kCacheReason);
     if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && !cache_ok(a->k_cache)) {
       return Support::no(kCacheReason);

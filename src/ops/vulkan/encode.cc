@@ -1,6 +1,7 @@
 #include "ops/vulkan/encode.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/core.h>
 
@@ -30,9 +31,9 @@ void for_each_tensor(const Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, KvWriteOp>) {
           f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
         } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out);
+          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out), f(o.sinks);
         } else if constexpr (std::is_same_v<T, MatMulOp>) {
           f(o.x), f(o.w), f(o.out), f(o.bias);
         } else if constexpr (std::is_same_v<T, SiluMulOp>) {
@@ -45,6 +46,18 @@ void for_each_tensor(const Op& op, F&& f) {
           f(o.logits), f(o.ids), f(o.weights), f(o.bias);
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
+        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
+          f(o.x), f(o.weight), f(o.bias), f(o.out);
+        } else if constexpr (std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp>) {
+          f(o.x), f(o.out);
+        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
+          f(o.q), f(o.k), f(o.v), f(o.out);
+        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
+          f(o.x), f(o.a), f(o.b);
+        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
+          f(o.x), f(o.weight), f(o.state), f(o.out);
+        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
+          f(o.qkv), f(o.alpha), f(o.beta), f(o.dt_bias), f(o.a), f(o.state), f(o.out);
         } else {
           static_assert(kAlwaysFalse<T>, "vulkan: an operator is missing");
         }
@@ -65,6 +78,17 @@ int64_t attention_items(const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) return a->q.dim(0) * a->q.dim(1);
   if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) return d->q.dim(0) * d->q.dim(1);
   return 0;
+}
+// Bytes of one row's gated hidden units (k slots of ff, f32); moe_experts runs as many rows per pass as the
+// scratch holds.
+int64_t moe_slot_bytes(const MoeExpertsOp& o) {
+  const Tensor& gw = o.gate_up.valid() ? o.gate_up : o.gate;
+  const int64_t ff = o.gate_up.valid() ? gw.dim(1) / 2 : gw.dim(1);
+  return o.ids.dim(1) * ff * 4;
+}
+int64_t moe_rows_per_pass(const Gpu& gpu, const MoeExpertsOp& o) {
+  const size_t cap = std::min<size_t>(kScratchCap, gpu.max_range());
+  return std::max<int64_t>(1, static_cast<int64_t>(cap / static_cast<size_t>(moe_slot_bytes(o))));
 }
 size_t items_per_pass(const Gpu& gpu, int64_t ctx) {
   const size_t cap = std::min<size_t>(kScratchCap, gpu.max_range());
@@ -118,14 +142,20 @@ Support capability(const Gpu& gpu, const Op& op) {
     if (tiles_m > gpu.limits().maxComputeWorkGroupCount[0] || tiles_n > gpu.limits().maxComputeWorkGroupCount[1])
       return Support::no("vulkan: the matmul has more tiles than the device's grid");
   }
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
-    return Support::no("vulkan attention has no sinks");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
-    return Support::no("vulkan attention has no sinks");
-  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
-    return Support::no("vulkan has no mixture-of-experts kernels (moe_route, moe_experts)");
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid() && a->sinks.dtype != DType::kF32)
+    return Support::no("vulkan attention takes f32 sinks");
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid() && a->sinks.dtype != DType::kF32)
+    return Support::no("vulkan attention takes f32 sinks");
+  if (const auto* m = std::get_if<MoeExpertsOp>(&op)) {
+    if (static_cast<size_t>(moe_slot_bytes(*m)) > std::min<size_t>(kScratchCap, gpu.max_range()))
+      return Support::no("vulkan: one row's expert hidden units are larger than moe_experts' scratch");
+  }
   if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
     return Support::no("vulkan has no clamped swiglu (gpt-oss)");
+  // The encoder operators (BERT) and pooling have no vulkan kernels yet: ref and cpu run embedding models.
+  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
+      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
+    return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -136,7 +166,8 @@ Support capability(const Gpu& gpu, const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
   if (cache && cache->dtype != DType::kF32 && cache->dtype != DType::kF16)
-    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {}", dtype_name(cache->dtype)));
+    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
+                                   dtype_name(cache->dtype)));
   if (cache && !std::holds_alternative<KvWriteOp>(op)) {
     if (cache->dim(3) > kAttentionMaxHeadDim)
       return Support::no(fmt::format("vulkan attention takes head_dim up to {}", kAttentionMaxHeadDim));
@@ -147,6 +178,9 @@ Support capability(const Gpu& gpu, const Op& op) {
 }
 
 size_t scratch_bytes(const Gpu& gpu, const Op& op) {
+  if (const auto* m = std::get_if<MoeExpertsOp>(&op)) {
+    return static_cast<size_t>(std::min(moe_rows_per_pass(gpu, *m), m->x.dim(0)) * moe_slot_bytes(*m));
+  }
   const int64_t ctx = max_ctx(op), items = attention_items(op);
   if (ctx == 0 || items == 0) return 0;
   const size_t per = items_per_pass(gpu, ctx);
@@ -201,11 +235,12 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window q, win(o.q));
     TS_ASSIGN_OR_RETURN(Window k, win(o.k));
     TS_ASSIGN_OR_RETURN(Window pos, win(o.positions));
+    const int64_t rot = o.rotated(o.q.dim(2));
     Window freqs;
     if (o.freqs.valid()) {
       TS_ASSIGN_OR_RETURN(freqs, win(o.freqs));
     } else {
-      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, o.q.dim(2)));
+      TS_ASSIGN_OR_RETURN(freqs, gpu().rope_table(o.theta, rot));
     }
     const RopePush p{off(q, 4),
                      off(k, 4),
@@ -217,8 +252,9 @@ struct Encoder {
                      u32(o.q.dim(0)),
                      o.layout == RopeLayout::kInterleaved ? 1u : 0u,
                      o.freqs.valid() ? 1u : 0u,
-                     o.mscale};
-    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(o.q.dim(2) / 2);
+                     o.mscale,
+                     u32(rot)};
+    const uint64_t invocations = static_cast<uint64_t>(o.q.dim(0)) * static_cast<uint64_t>(rot / 2);
     return t.writer.dispatch(Kernel::kRope, 0, {q, k, pos, freqs}, &p, sizeof p,
                              (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
@@ -245,13 +281,17 @@ struct Encoder {
   }
   Status attention(const Op& op, const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables,
                    int64_t table_stride, const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out,
-                   const AttentionScores& s) {
+                   const AttentionScores& s, const Tensor& sinks) {
     TS_ASSIGN_OR_RETURN(Window qw, win(q));
     TS_ASSIGN_OR_RETURN(Window kw, win(kc));
     TS_ASSIGN_OR_RETURN(Window vw, win(vc));
     TS_ASSIGN_OR_RETURN(Window tw, win(tables));
     TS_ASSIGN_OR_RETURN(Window lw, win(lens));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
+    Window sw = qw;  // bound but not read without sinks
+    if (sinks.valid()) {
+      TS_ASSIGN_OR_RETURN(sw, win(sinks));
+    }
     const int64_t ctx = max_ctx(op), items = attention_items(op);
     const size_t per = items_per_pass(gpu(), ctx);
     TS_ASSIGN_OR_RETURN(Window scratch, t.scratch(scratch_bytes(gpu(), op)));
@@ -259,23 +299,41 @@ struct Encoder {
     const size_t unit = f16 ? 2 : 4;
     for (int64_t base = 0; base < items; base += static_cast<int64_t>(per)) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(per), items - base);
-      const AttentionPush p{off(qw, 4),    off(kw, unit),     off(vw, unit),    off(tw, 4),     off(lw, 4),
-                            off(ow, 4),    u32(table_stride), decode ? 1u : 0u, start_pos,      u32(ctx),
-                            u32(q.dim(1)), u32(kc.dim(2)),    u32(kc.dim(3)),   u32(kc.dim(1)), u32(kc.dim(0)),
-                            s.scale,       s.softcap,         s.window,         f16 ? 1u : 0u,  u32(base),
-                            u32(n)};
-      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error}, &p,
+      const AttentionPush p{off(qw, 4),
+                            off(kw, unit),
+                            off(vw, unit),
+                            off(tw, 4),
+                            off(lw, 4),
+                            off(ow, 4),
+                            u32(table_stride),
+                            decode ? 1u : 0u,
+                            start_pos,
+                            u32(ctx),
+                            u32(q.dim(1)),
+                            u32(kc.dim(2)),
+                            u32(kc.dim(3)),
+                            u32(kc.dim(1)),
+                            u32(kc.dim(0)),
+                            s.scale,
+                            s.softcap,
+                            s.window,
+                            f16 ? 1u : 0u,
+                            u32(base),
+                            u32(n),
+                            sinks.valid() ? off(sw, 4) : 0u,
+                            sinks.valid() ? 1u : 0u};
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kAttention, 0, {qw, kw, vw, tw, lw, ow, scratch, t.error, sw}, &p,
                                            sizeof p, static_cast<uint64_t>(n)));
     }
     return ok_status();
   }
   Status operator()(const AttentionPrefillOp& o) {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos,
-                     false, o.out, o.scores);
+                     false, o.out, o.scores, o.sinks);
   }
   Status operator()(const AttentionDecodeOp& o) {
     return attention(Op{o}, o.q, o.k_cache, o.v_cache, o.block_tables, o.block_tables.dim(1), o.context_lens, 0, true,
-                     o.out, o.scores);
+                     o.out, o.scores, o.sinks);
   }
   // A weight larger than one binding (a big vocabulary's classifier on lavapipe's 128 MiB) is multiplied in
   // slices of rows, each writing its columns of out.
@@ -314,16 +372,19 @@ struct Encoder {
     }
     return ok_status();
   }
+  // a may hold one element per row of b (the sigmoid gate of Qwen3.5-MoE's shared expert).
   Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
     TS_ASSIGN_OR_RETURN(Window aw, win(a));
     TS_ASSIGN_OR_RETURN(Window bw, win(b));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
-    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(a.numel()), code};
+    const int64_t per = a.numel() == b.numel() ? 1 : b.row_elems();
+    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(b.numel()), code, u32(per)};
     return t.writer.dispatch(Kernel::kElementwise, 0, {aw, bw, ow}, &p, sizeof p,
-                             (static_cast<uint64_t>(a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+                             (static_cast<uint64_t>(b.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
   Status operator()(const SiluMulOp& o) {
-    return elementwise(o.gate, o.up, o.out, o.act == Activation::kGeluTanh ? 1u : 0u);
+    const uint32_t code = o.act == Activation::kGeluTanh ? 1u : o.act == Activation::kSigmoid ? 3u : 0u;
+    return elementwise(o.gate, o.up, o.out, code);
   }
   Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
   Status rows(Kernel k, const Tensor& x, const Tensor& out) {
@@ -334,9 +395,146 @@ struct Encoder {
   }
   Status operator()(const SoftmaxOp& o) { return rows(Kernel::kSoftmax, o.x, o.out); }
   Status operator()(const ArgmaxOp& o) { return rows(Kernel::kArgmax, o.x, o.out); }
-  // capability() refuses these, so a graph never brings them here.
-  Status operator()(const MoeRouteOp&) { return unimplemented("vulkan has no moe_route kernel"); }
-  Status operator()(const MoeExpertsOp&) { return unimplemented("vulkan has no moe_experts kernel"); }
+  Status operator()(const MoeRouteOp& o) {
+    TS_ASSIGN_OR_RETURN(Window lw, win(o.logits));
+    TS_ASSIGN_OR_RETURN(Window iw, win(o.ids));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weights));
+    Window bw = lw;  // bound but not read without a bias
+    if (o.bias.valid()) {
+      TS_ASSIGN_OR_RETURN(bw, win(o.bias));
+    }
+    const uint32_t gating = o.gating == MoeGating::kSoftmax ? 0u : o.gating == MoeGating::kSigmoid ? 1u : 2u;
+    const MoeRoutePush p{off(lw, 4),
+                         o.bias.valid() ? off(bw, 4) : 0u,
+                         off(iw, 4),
+                         off(ww, 4),
+                         u32(o.logits.dim(0)),
+                         u32(o.logits.dim(1)),
+                         u32(o.ids.dim(1)),
+                         gating,
+                         o.normalize ? 1u : 0u,
+                         o.bias.valid() ? 1u : 0u,
+                         o.scale};
+    return t.writer.dispatch(Kernel::kMoeRoute, 0, {lw, bw, iw, ww}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.logits.dim(0)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  // Two dispatches per pass of rows: every (row, slot, hidden unit) into the scratch, then every (row, output) as
+  // the weighted sum over the row's slots. Each invocation reads its expert's rows (no grouping by expert).
+  Status operator()(const MoeExpertsOp& o) {
+    const bool fused = o.gate_up.valid();
+    const Tensor& gate = fused ? o.gate_up : o.gate;
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window iw, win(o.ids));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weights));
+    TS_ASSIGN_OR_RETURN(Window gw, win(gate));
+    TS_ASSIGN_OR_RETURN(Window uw, fused ? win(gate) : win(o.up));
+    TS_ASSIGN_OR_RETURN(Window dw, win(o.down));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    Window gbw = xw, ubw = xw, dbw = xw;  // bound but not read without biases
+    if (o.gate_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(gbw, win(o.gate_bias));
+    }
+    if (o.up_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(ubw, win(o.up_bias));
+    }
+    if (o.down_bias.valid()) {
+      TS_ASSIGN_OR_RETURN(dbw, win(o.down_bias));
+    }
+    TS_ASSIGN_OR_RETURN(Window hw, t.scratch(scratch_bytes(gpu(), Op{o})));
+    const int64_t n = o.x.dim(0), dim = o.x.dim(1), k = o.ids.dim(1), experts = gate.dim(0);
+    const int64_t ff = fused ? gate.dim(1) / 2 : gate.dim(1), per = moe_rows_per_pass(gpu(), o);
+    // Bytes of one matrix row (a tensor's row_bytes() is a whole expert here).
+    const uint32_t gate_row = u32(static_cast<int64_t>(dtype_bytes(gate.dtype, static_cast<size_t>(dim))));
+    const uint32_t down_row = u32(static_cast<int64_t>(dtype_bytes(o.down.dtype, static_cast<size_t>(ff))));
+    const uint32_t act = o.act == Activation::kGeluTanh ? 1u : o.act == Activation::kSwigluOai ? 2u : 0u;
+    for (int64_t base = 0; base < n; base += per) {
+      const int64_t rows = std::min(per, n - base);
+      const MoeGateUpPush gp{off(xw, 4),
+                             off(iw, 4),
+                             gw.rel,
+                             fused ? gw.rel + u32(ff) * gate_row : uw.rel,
+                             o.gate_bias.valid() ? off(gbw, 4) : 0u,
+                             o.up_bias.valid() ? off(ubw, 4) : 0u,
+                             off(hw, 4),
+                             o.gate_bias.valid() ? 1u : 0u,
+                             o.up_bias.valid() ? 1u : 0u,
+                             u32(base),
+                             u32(rows),
+                             u32(k),
+                             u32(dim),
+                             u32(ff),
+                             u32(experts),
+                             u32((fused ? 2 : 1) * ff) * gate_row,
+                             gate_row,
+                             act,
+                             o.alpha,
+                             o.limit};
+      const uint64_t units = static_cast<uint64_t>(rows * k * ff);
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kMoeGateUp, dtype_code(gate.dtype),
+                                           {xw, iw, gw, uw, gbw, ubw, hw, t.error}, &gp, sizeof gp,
+                                           (units + kLinearWorkgroup - 1) / kLinearWorkgroup));
+      const MoeDownPush dp{off(hw, 4),
+                           off(iw, 4),
+                           off(ww, 4),
+                           dw.rel,
+                           o.down_bias.valid() ? off(dbw, 4) : 0u,
+                           off(ow, 4),
+                           o.down_bias.valid() ? 1u : 0u,
+                           u32(base),
+                           u32(rows),
+                           u32(k),
+                           u32(dim),
+                           u32(ff),
+                           u32(experts),
+                           u32(dim) * down_row,
+                           down_row};
+      const uint64_t outs = static_cast<uint64_t>(rows * dim);
+      TS_RETURN_IF_ERROR(t.writer.dispatch(Kernel::kMoeDown, dtype_code(o.down.dtype), {hw, iw, ww, dw, dbw, ow}, &dp,
+                                           sizeof dp, (outs + kLinearWorkgroup - 1) / kLinearWorkgroup));
+    }
+    return ok_status();
+  }
+  Status operator()(const LayerNormOp&) { return unimplemented("vulkan has no layer_norm kernel"); }
+  Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
+  Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
+  Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
+  Status operator()(const SplitHeadsOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.b));
+    const SplitHeadsPush p{off(xw, 4), off(aw, 4), off(bw, 4), u32(o.a.dim(2)), u32(o.a.numel())};
+    return t.writer.dispatch(Kernel::kSplitHeads, 0, {xw, aw, bw}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.a.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const CausalConv1dOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weight));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const CausalConv1dPush p{off(xw, 4),      off(ww, 4),      off(sw, 4),           off(ow, 4),
+                             u32(o.x.dim(0)), u32(o.x.dim(1)), u32(o.weight.dim(1)), o.reset ? 1u : 0u};
+    return t.writer.dispatch(Kernel::kCausalConv1d, 0, {xw, ww, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.x.dim(1)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
+  Status operator()(const GatedDeltaRuleOp& o) {
+    TS_ASSIGN_OR_RETURN(Window qw, win(o.qkv));
+    TS_ASSIGN_OR_RETURN(Window aw, win(o.alpha));
+    TS_ASSIGN_OR_RETURN(Window bw, win(o.beta));
+    TS_ASSIGN_OR_RETURN(Window dw, win(o.dt_bias));
+    TS_ASSIGN_OR_RETURN(Window gw, win(o.a));
+    TS_ASSIGN_OR_RETURN(Window sw, win(o.state));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const int64_t hv = o.state.dim(0), s = o.state.dim(1);
+    const GatedDeltaRulePush p{off(qw, 4),     off(aw, 4),
+                               off(bw, 4),     off(dw, 4),
+                               off(gw, 4),     off(sw, 4),
+                               off(ow, 4),     u32(o.qkv.dim(0)),
+                               u32(hv),        u32(s),
+                               u32(o.k_heads), o.reset ? 1u : 0u,
+                               o.eps,          1.0f / std::sqrt(static_cast<float>(s))};
+    return t.writer.dispatch(Kernel::kGatedDeltaRule, 0, {qw, aw, bw, dw, gw, sw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(hv * s) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
 };
 
 }  // namespace

@@ -22,6 +22,12 @@ enum class Kernel : uint8_t {
   kElementwise,
   kSoftmax,
   kArgmax,
+  kMoeRoute,
+  kMoeGateUp,
+  kMoeDown,
+  kSplitHeads,
+  kCausalConv1d,
+  kGatedDeltaRule,
   kCount,
 };
 
@@ -55,6 +61,7 @@ struct RmsNormPush {
 struct RopePush {
   uint32_t q_off, k_off, pos_off, freqs_off, q_heads, k_heads, head_dim, n, interleaved, use_mscale;
   float mscale;
+  uint32_t rot;  // elements turned per head (partial rotary: rot_dims)
 };
 struct KvWritePush {
   uint32_t k_off, v_off, kc_off, vc_off, slots_off, row, capacity, n, f16;
@@ -66,6 +73,7 @@ struct AttentionPush {
   float scale, softcap;
   int32_t window;
   uint32_t f16, item_base, items;
+  uint32_t sinks_off, has_sinks;  // gpt-oss: one more logit per head (ops.h AttentionPrefillOp::sinks)
 };
 struct MatMulPush {
   uint32_t x_off, w_off, out_off, bias_off;  // w_off in bytes
@@ -73,10 +81,42 @@ struct MatMulPush {
   uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
 };
 struct ElementwisePush {
-  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add
+  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate
+  uint32_t a_per;                             // elements of b per element of a (1, or a row for a per-row gate)
 };
 struct RowPush {  // softmax, argmax
   uint32_t x_off, out_off, m, rows;
+};
+struct SplitHeadsPush {
+  uint32_t x_off, a_off, b_off, d, count;
+};
+struct CausalConv1dPush {
+  uint32_t x_off, w_off, s_off, out_off, n, channels, taps, reset;
+};
+struct GatedDeltaRulePush {
+  uint32_t qkv_off, alpha_off, beta_off, dt_off, a_off, s_off, out_off;
+  uint32_t n, hv, s, hk, reset;
+  float eps, scale;
+};
+struct MoeRoutePush {
+  uint32_t l_off, b_off, ids_off, w_off, rows, experts, k;
+  uint32_t gating;  // 0 softmax, 1 sigmoid, 2 softmax over the chosen
+  uint32_t normalize, has_bias;
+  float scale;
+};
+struct MoeGateUpPush {
+  uint32_t x_off, ids_off, g_off, u_off;  // g_off, u_off in bytes
+  uint32_t gb_off, ub_off, h_off, has_gb, has_ub;
+  uint32_t row_base, rows, k, dim, ff, experts;
+  uint32_t expert_bytes, row_bytes;
+  uint32_t act;  // 0 silu, 1 gelu_tanh, 2 swiglu_oai
+  float alpha, limit;
+};
+struct MoeDownPush {
+  uint32_t h_off, ids_off, w_off, d_off;  // d_off in bytes
+  uint32_t db_off, out_off, has_db;
+  uint32_t row_base, rows, k, dim, ff, experts;
+  uint32_t expert_bytes, row_bytes;
 };
 
 // Shapes the shaders are written for.

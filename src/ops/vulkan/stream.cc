@@ -159,7 +159,7 @@ Status VkStream::take_kernel_error() {
   std::memcpy(&flag, error_buf_->mapped(), sizeof flag);
   if (flag == 0) return ok_status();
   std::memset(error_buf_->mapped(), 0, sizeof flag);
-  return out_of_range("vulkan: a token id, KV slot, position or block number was outside its range");
+  return out_of_range("vulkan: a token id, KV slot, position, block number or expert id was outside its range");
 }
 
 Result<Window> VkStream::scratch(size_t bytes) {

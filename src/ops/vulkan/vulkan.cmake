@@ -23,7 +23,13 @@ if(NOT TESSERA_VULKAN STREQUAL "OFF")
       "matmul_tiled|matmul_tiled.comp|--target-env=vulkan1.0"
       "elementwise|elementwise.comp|--target-env=vulkan1.0"
       "softmax|softmax.comp|--target-env=vulkan1.0"
-      "argmax|argmax.comp|--target-env=vulkan1.0")
+      "argmax|argmax.comp|--target-env=vulkan1.0"
+      "moe_route|moe_route.comp|--target-env=vulkan1.0"
+      "moe_gate_up|moe_gate_up.comp|--target-env=vulkan1.0"
+      "moe_down|moe_down.comp|--target-env=vulkan1.0"
+      "split_heads|split_heads.comp|--target-env=vulkan1.0"
+      "causal_conv1d|causal_conv1d.comp|--target-env=vulkan1.0"
+      "gated_delta_rule|gated_delta_rule.comp|--target-env=vulkan1.0")
     set(modules)
     set(spvs)
     foreach(v IN LISTS variants)

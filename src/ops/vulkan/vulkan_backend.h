@@ -5,11 +5,12 @@
 //
 // Devices: every physical device the loader lists, GPUs before CPU devices (so device 0, what `--backend
 // vulkan` opens, is a GPU where one exists); `tessera inspect --devices` describes them in that order. The
-// loader's own variables narrow the list (VK_ICD_FILENAMES / VK_DRIVER_FILES: one driver's devices only). Operators:
-// every operator of the contract, with matmul and embedding for every stored weight type (f32, f16, bf16 and the GGUF
-// block types, widened in the shader) and a KV cache of f32 or f16; what a device cannot run is declined by
-// Device::supports with the reason. Graphs: a stream records an operator list into a command buffer once and replays it
-// (ops/vulkan/stream.h).
+// loader's own variables narrow the list (VK_ICD_FILENAMES / VK_DRIVER_FILES: one driver's devices only).
+// Operators: every operator of the contract but the mixture-of-experts and encoder ones (moe_route, moe_experts,
+// layer_norm, activation, attention_noncausal, pool: refused by name), with matmul and embedding for every stored
+// weight type (f32, f16, bf16 and the GGUF block types, widened in the shader) and a KV cache of f32 or f16; what a
+// device cannot run is declined by Device::supports with the reason. Graphs: a stream records an operator list
+// into a command buffer once and replays it (ops/vulkan/stream.h).
 #pragma once
 
 #include <memory>

@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "router/admin_api.h"
 #include "router/dashboard/assets.h"
 #include "router/live_stats.h"
 
@@ -160,18 +161,8 @@ json Dashboard::state() {
   const json& reports = snap["nodes"];
   json nodes = json::array();
   for (const NodeStatus& s : gateway_.registry().list()) {
-    json n = {{"url", s.load.url},
-              {"role", s.load.role.empty() ? "unknown" : s.load.role},
-              {"host_id", s.load.host_id},
-              {"healthy", s.healthy},
-              {"draining", s.draining},
-              {"in_rotation", s.healthy && !s.draining},
-              {"capacity", s.load.capacity},
-              {"in_flight", s.load.in_flight},
-              {"outstanding_tokens", s.load.outstanding_tokens},
-              {"tokens_per_s", s.load.tokens_per_s},
-              {"requests_total", s.requests_total},
-              {"failures_total", s.failures_total}};
+    json n = node_status_json(s);  // as GET /admin/nodes lists it, models included
+    if (s.load.role.empty()) n["role"] = "unknown";
     if (auto it = reports.find(s.load.url); it != reports.end()) {
       for (const auto& [k, v] : it->items()) n[k] = v;
     }

@@ -197,6 +197,7 @@ json FleetSampler::snapshot() const {
                   {"waiting", opt(r.waiting)},
                   {"running", opt(r.running)},
                   {"kv_bytes_received", r.kv_bytes_received >= 0 ? json(r.kv_bytes_received) : json(nullptr)},
+                  {"prefix_hit_rate", r.tier_hit_rate.empty() ? json(nullptr) : json(r.tier_hit_rate)},
                   {"sampled_ms", rep.sampled_ms},
                   {"error", rep.error}};
   }

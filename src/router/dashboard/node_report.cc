@@ -109,6 +109,10 @@ void parse_node_metrics(std::string_view text, NodeReport& out) {
       if (it == s.labels.end() || it->second.empty()) continue;
       if (out.kv_bytes_from.size() >= kMaxPeers && out.kv_bytes_from.count(it->second) == 0) continue;
       out.kv_bytes_from[it->second] = s.value;
+    } else if (s.name == "tessera_prefix_cache_tier_hit_rate") {
+      auto it = s.labels.find("tier");
+      if (it == s.labels.end() || (it->second != "device" && it->second != "host" && it->second != "disk")) continue;
+      if (s.value <= 1) out.tier_hit_rate[it->second] = s.value;
     }
   }
 }

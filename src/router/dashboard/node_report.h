@@ -20,11 +20,15 @@ struct NodeReport {
   double kv_bytes_received = -1;  // tessera_pd_kv_bytes_total: decode nodes only; -1: not exposed
   // tessera_pd_kv_bytes_from_total{prefill="URL"}: bytes received from each prefill node.
   std::map<std::string, double> kv_bytes_from;
+  // tessera_prefix_cache_tier_hit_rate{tier}: prompt tokens each cache tier supplied / tokens looked up (device from
+  // the engine, host and disk from the host connector); absent: the node does not have that tier.
+  std::map<std::string, double> tier_hit_rate;
 };
 
 // Reads a node's /health JSON into `out`; InvalidArgument when it is not a JSON object.
 Status parse_node_health(std::string_view body, NodeReport& out);
-// Reads the link counters from a node's Prometheus text. Lines it does not know are skipped.
+// Reads the link counters and the prefix cache's hit rate per tier from a node's Prometheus text. Lines it does not
+// know are skipped.
 void parse_node_metrics(std::string_view text, NodeReport& out);
 
 // One Prometheus text sample: `name{label="v",...} value`. False for comments, blank or malformed lines.

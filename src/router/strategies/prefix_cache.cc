@@ -30,7 +30,9 @@ class PrefixCache final : public Strategy {
     const size_t idle = idlest[turn_++ % idlest.size()];
     size_t best = idle, best_match = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      const size_t m = index_.match(nodes[i].url, chain);
+      const size_t m = nodes[i].cached_blocks >= 0
+                           ? static_cast<size_t>(nodes[i].cached_blocks + nodes[i].lower_tier_blocks)
+                           : index_.match(nodes[i].url, chain);
       if (m > best_match || (m == best_match && m > 0 && load(i) < load(best))) best = i, best_match = m;
     }
     if (best_match == 0) return idle;

@@ -152,7 +152,7 @@ test('dashboard in chromium: loads cleanly, lists every node, charts receive dat
     assert.equal(resp.status(), 200);
     assert.match(resp.headers()['content-security-policy'], /script-src 'self'/);
 
-    // Every node, with its role and backend.
+    // Every node, with its role, model and backend.
     await page.waitForFunction((n) => document.querySelectorAll('#nodes tbody tr').length === n, { timeout: 60000 }, nodeUrls.length);
     const rows = await page.$$eval('#nodes tbody tr', (trs) => trs.map((tr) => ({
       url: tr.dataset.url, cells: Array.from(tr.cells).map((c) => c.textContent) })));
@@ -160,9 +160,11 @@ test('dashboard in chromium: loads cleanly, lists every node, charts receive dat
     const roles = rows.map((r) => r.cells[1]).sort();
     assert.deepEqual(roles, ['decode', 'decode', 'prefill']);
     for (const r of rows) {
-      assert.ok(['cpu', 'ref'].includes(r.cells[2]), `backend shown: ${r.cells}`);
-      assert.notEqual(r.cells[3], '–', `device shown: ${r.cells}`);
-      assert.match(r.cells[8], /\d+ \/ \d+/, `KV use shown: ${r.cells}`);
+      assert.equal(r.cells[2], 'stories260K', `the model each node serves: ${r.cells}`);
+      assert.ok(['cpu', 'ref'].includes(r.cells[3]), `backend shown: ${r.cells}`);
+      assert.notEqual(r.cells[4], '–', `device shown: ${r.cells}`);
+      assert.match(r.cells[9], /\d+ \/ \d+/, `KV use shown: ${r.cells}`);
+      assert.match(r.cells[10], /^device \d+%/, `the prefix cache's device hit rate shown: ${r.cells}`);
     }
 
     // Charts: uPlot instances whose series hold real numbers (TTFT and TPOT in ms, tokens/s, KV use, link bytes/s).

@@ -79,21 +79,27 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
   const std::string& a = cfg.arch;
   TS_ASSIGN_OR_RETURN(int experts, get_dim_or(c, a + ".expert_count", 0));
   if (experts == 0) {
-    if (a == "qwen3moe" || a == "gpt-oss")
+    if (a == "qwen3moe" || a == "gpt-oss" || a == "qwen35moe")
       return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
     return ok_status();
   }
-  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
     return unimplemented(
         fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a, experts, a));
   MoeConfig& m = cfg.moe;
   m.n_experts = experts;
   TS_ASSIGN_OR_RETURN(m.n_experts_used, get_dim(c, a + ".expert_used_count"));
+  if (a == "qwen35moe") {
+    // llama.cpp's qwen35moe always has its gated shared expert, feed_forward_length wide unless stated.
+    TS_ASSIGN_OR_RETURN(m.shared_expert_hidden_dim,
+                        get_dim_or(c, a + ".expert_shared_feed_forward_length", cfg.hidden_dim));
+  }
   for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count",
                           "expert_group_used_count", "leading_dense_block_count", "expert_chunk_feed_forward_length"}) {
     if (c.find(a + "." + key) == nullptr) continue;
     TS_ASSIGN_OR_RETURN(int v, get_dim(c, a + "." + key));
-    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0;
+    const bool harmless = (std::string_view(key) == "expert_group_count" && v <= 1) || v == 0 ||
+                          (a == "qwen35moe" && std::string_view(key) == "expert_shared_feed_forward_length");
     if (!harmless)
       return unimplemented(
           fmt::format("GGUF {}.{} = {} is not supported (no shared experts, expert groups or dense "
@@ -128,8 +134,55 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
     m.normalize_weights = v != 0;
   }
   TS_ASSIGN_OR_RETURN(float scale, get_float_or(c, a + ".expert_weights_scale", 0.0f));
-  m.weights_scale = scale == 0.0f ? 1.0f : scale;  // llama.cpp: 0 (absent) and 1 both mean no scaling
-  cfg.set_all_ffn(FfnKind::kMoe);
+  m.weights_scale = scale == 0.0f ? 1.0f : scale;        // llama.cpp: 0 (absent) and 1 both mean no scaling
+  if (a != "qwen35moe") cfg.set_all_ffn(FfnKind::kMoe);  // qwen35moe's kinds come with its attention kinds
+  return ok_status();
+}
+
+// Qwen3.5's hybrid layout (llama.cpp's qwen35 / qwen35moe loaders): the ssm.* shape of the linear layers, which layers
+// are recurrent (attention.recurrent_layers, else every layer but each full_attention_interval-th), the M-RoPE
+// sections, and the multi-token-prediction blocks counted in block_count but not run (nextn_predict_layers).
+Status read_linear_keys(const GgufContents& c, ModelConfig& cfg) {
+  const std::string& a = cfg.arch;
+  LinearAttentionConfig& la = cfg.linear;
+  TS_ASSIGN_OR_RETURN(la.conv_kernel, get_dim(c, a + ".ssm.conv_kernel"));
+  TS_ASSIGN_OR_RETURN(la.head_dim, get_dim(c, a + ".ssm.state_size"));
+  TS_ASSIGN_OR_RETURN(la.k_heads, get_dim(c, a + ".ssm.group_count"));
+  TS_ASSIGN_OR_RETURN(la.v_heads, get_dim(c, a + ".ssm.time_step_rank"));
+  TS_ASSIGN_OR_RETURN(int inner, get_dim(c, a + ".ssm.inner_size"));
+  if (inner != la.v_heads * la.head_dim)
+    return unimplemented(
+        fmt::format("GGUF {}.ssm.inner_size {} differs from time_step_rank {} x state_size {} (value "
+                    "heads of another size than key heads)",
+                    a, inner, la.v_heads, la.head_dim));
+  TS_ASSIGN_OR_RETURN(int nextn, get_dim_or(c, a + ".nextn_predict_layers", 0));
+  if (nextn >= cfg.n_layers)
+    return invalid_argument(fmt::format("GGUF {}.nextn_predict_layers {} leaves no layers", a, nextn));
+  cfg.n_layers -= nextn;  // the MTP draft blocks follow the trunk; the main pass never runs them
+  const GgufValue* sections = c.find(a + ".rope.dimension_sections");
+  if (sections == nullptr) return invalid_argument(fmt::format("GGUF {} needs {}.rope.dimension_sections", a, a));
+  if (sections->type != GgufType::kArray || sections->ints.size() != 4)
+    return invalid_argument(fmt::format("GGUF {}.rope.dimension_sections must be an array of 4 integers", a));
+  cfg.rope_sections.clear();
+  for (int64_t v : sections->ints) {
+    if (v < 0 || v > 1024) return invalid_argument(fmt::format("GGUF {}.rope.dimension_sections holds {}", a, v));
+    cfg.rope_sections.push_back(static_cast<int>(v));
+  }
+  std::vector<bool> recurrent(static_cast<size_t>(cfg.n_layers));
+  if (const GgufValue* v = c.find(a + ".attention.recurrent_layers")) {
+    if (v->type != GgufType::kArray || v->ints.size() < static_cast<size_t>(cfg.n_layers))
+      return invalid_argument(fmt::format("GGUF {}.attention.recurrent_layers needs one value per layer", a));
+    for (int l = 0; l < cfg.n_layers; ++l) recurrent[static_cast<size_t>(l)] = v->ints[static_cast<size_t>(l)] != 0;
+  } else {
+    TS_ASSIGN_OR_RETURN(int interval, get_dim_or(c, a + ".full_attention_interval", 4));
+    if (interval < 1) return invalid_argument(fmt::format("GGUF {}.full_attention_interval must be positive", a));
+    for (int l = 0; l < cfg.n_layers; ++l) recurrent[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+  const FfnKind ffn = a == "qwen35moe" ? FfnKind::kMoe : FfnKind::kDense;
+  cfg.layer_kinds.clear();
+  for (int l = 0; l < cfg.n_layers; ++l)
+    cfg.layer_kinds.push_back({recurrent[static_cast<size_t>(l)] ? AttentionKind::kLinear : AttentionKind::kFull, ffn});
+  cfg.compact_layer_kinds();
   return ok_status();
 }
 
@@ -172,7 +225,8 @@ Status read_rope_scaling(const GgufContents& c, ModelConfig& cfg) {
 // feed-forward width (gate first); the engine reads them as separate row ranges of the same bytes.
 Status split_fused_tensors(const ModelConfig& cfg, ModelWeights& w) {
   for (int l = 0; l < cfg.n_layers; ++l) {
-    if (const WeightTensor* qkv = w.find(layer_tensor_name(l, "attn_qkv.weight"))) {
+    const WeightTensor* qkv = w.find(layer_tensor_name(l, "attn_qkv.weight"));
+    if (qkv && cfg.layer_kind(l).attention == AttentionKind::kFull) {  // a linear layer's attn_qkv is its own
       TS_ASSIGN_OR_RETURN(auto parts,
                           split_rows(*qkv,
                                      {layer_tensor_name(l, "attn_q.weight"), layer_tensor_name(l, "attn_k.weight"),
@@ -236,9 +290,11 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       return unimplemented(
           fmt::format("value heads of {} dimensions differ from key heads of {}", v_dim, cfg.head_dim));
     TS_ASSIGN_OR_RETURN(int rope_dims, get_dim_or(c, a + ".rope.dimension_count", cfg.head_dim));
-    if (rope_dims != cfg.head_dim)
-      return unimplemented(
-          fmt::format("partial rotary embedding ({} of {} dimensions) is not supported", rope_dims, cfg.head_dim));
+    const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+    if (rope_dims != cfg.head_dim && !qwen35)
+      return unimplemented(fmt::format("partial rotary embedding ({} of {} dimensions) is not supported for {}",
+                                       rope_dims, cfg.head_dim, a));
+    if (rope_dims != cfg.head_dim) cfg.rope_dims = rope_dims;
     if (c.find(a + ".rope.freq_base")) {
       TS_ASSIGN_OR_RETURN(double theta, c.get_float(a + ".rope.freq_base"));
       cfg.rope_theta = static_cast<float>(theta);
@@ -247,8 +303,24 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       TS_ASSIGN_OR_RETURN(double eps, c.get_float(a + ".attention.layer_norm_rms_epsilon"));
       cfg.norm_eps = static_cast<float>(eps);
     }
+    if (a == "bert") {  // LayerNorm, not RMSNorm: its own key, required as llama.cpp requires it
+      TS_ASSIGN_OR_RETURN(double eps, c.get_float(a + ".attention.layer_norm_epsilon"));
+      cfg.norm_eps = static_cast<float>(eps);
+      TS_ASSIGN_OR_RETURN(cfg.n_token_types, get_dim_or(c, "tokenizer.ggml.token_type_count", 0));
+    }
+    if (c.find(a + ".attention.causal")) {
+      TS_ASSIGN_OR_RETURN(int64_t causal, c.get_int(a + ".attention.causal"));
+      if ((causal != 0) != cfg.causal)
+        return unimplemented(fmt::format("{}.attention.causal = {} is not supported for {} (only {})", a,
+                                         causal != 0 ? "true" : "false", a, cfg.causal ? "causal" : "non-causal"));
+    }
+    if (c.find(a + ".pooling_type")) {
+      TS_ASSIGN_OR_RETURN(int64_t pooling, c.get_int(a + ".pooling_type"));
+      TS_ASSIGN_OR_RETURN(m.pooling, pooling_from_gguf(pooling));
+    }
     if (cfg.post_norms) cfg.embedding_scale = std::sqrt(static_cast<float>(cfg.dim));  // Gemma
     TS_RETURN_IF_ERROR(read_family_keys(c, cfg));
+    if (qwen35) TS_RETURN_IF_ERROR(read_linear_keys(c, cfg));
     TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));
     return read_rope_scaling(c, cfg);
   }();
@@ -258,7 +330,8 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     std::string tname = t.name;
     // gpt-oss files name the norm before the experts post_attention_norm (llama.cpp's ATTN_POST_NORM); the engine
     // calls every pre-FFN norm ffn_norm.
-    if (cfg.arch == "gpt-oss" && tname.ends_with(".post_attention_norm.weight"))
+    if ((cfg.arch == "gpt-oss" || cfg.arch == "qwen35" || cfg.arch == "qwen35moe") &&
+        tname.ends_with(".post_attention_norm.weight"))
       tname = tname.substr(0, tname.size() - std::string_view("post_attention_norm.weight").size()) + "ffn_norm.weight";
     m.weights.add({tname, t.dtype, t.shape(), t.data, t.bytes});
   }
@@ -269,6 +342,9 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
   if (!emb || emb->shape.size() != 2) return invalid_argument(fmt::format("{}: no 2-D token_embd.weight", name));
   cfg.vocab_size = static_cast<int>(emb->shape[0]);
   cfg.tied_embeddings = m.weights.find("output.weight") == nullptr;
+  if (const WeightTensor* types = m.weights.find("token_types.weight");
+      cfg.arch == "bert" && cfg.n_token_types == 0 && types && types->shape.size() == 2)
+    cfg.n_token_types = static_cast<int>(types->shape[0]);
   if (Status s = cfg.validate(); !s.ok()) return ctx(s);
   if (c.find("general.name")) {
     auto n = c.get_string("general.name");
@@ -303,6 +379,38 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
 
 namespace {
 
+// Qwen3.5's keys as llama.cpp's converter writes them: ssm.*, full_attention_interval (or, when the layers do not
+// follow one interval, attention.recurrent_layers) and the M-RoPE sections.
+Status write_linear_keys(const ModelConfig& config, std::vector<std::pair<std::string, GgufValue>>& kv) {
+  const std::string& a = config.arch;
+  const LinearAttentionConfig& la = config.linear;
+  auto u32 = [](int v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  kv.emplace_back(a + ".ssm.conv_kernel", u32(la.conv_kernel));
+  kv.emplace_back(a + ".ssm.state_size", u32(la.head_dim));
+  kv.emplace_back(a + ".ssm.group_count", u32(la.k_heads));
+  kv.emplace_back(a + ".ssm.time_step_rank", u32(la.v_heads));
+  kv.emplace_back(a + ".ssm.inner_size", u32(la.value_dim()));
+  int interval = 0;
+  for (int cand = 1; cand <= config.n_layers && interval == 0; ++cand) {
+    bool fits = true;
+    for (int l = 0; l < config.n_layers; ++l)
+      fits = fits && (config.layer_kind(l).attention == AttentionKind::kLinear) == ((l + 1) % cand != 0);
+    if (fits) interval = cand;
+  }
+  if (interval > 0) {
+    kv.emplace_back(a + ".full_attention_interval", u32(interval));
+  } else {
+    std::vector<int32_t> flags;
+    for (int l = 0; l < config.n_layers; ++l)
+      flags.push_back(config.layer_kind(l).attention == AttentionKind::kLinear ? 1 : 0);
+    kv.emplace_back(a + ".attention.recurrent_layers", GgufValue::i32_array(flags));
+  }
+  std::vector<int32_t> sections(config.rope_sections.begin(), config.rope_sections.end());
+  if (sections.size() != 4) return invalid_argument(fmt::format("a {} model needs 4 M-RoPE sections", a));
+  kv.emplace_back(a + ".rope.dimension_sections", GgufValue::i32_array(sections));
+  return ok_status();
+}
+
 // Phi-3's fused layout, as llama.cpp's converter writes it: attn_qkv = [q; k; v] and ffn_up = [gate; up].
 Status fuse_phi3(const ModelConfig& c, ExportedWeights& ex) {
   for (int l = 0; l < c.n_layers; ++l) {
@@ -321,7 +429,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   ModelConfig probe = config;
   TS_RETURN_IF_ERROR(apply_arch_features(probe));
   const bool has_bias = weights.find("blk.0.attn_q.bias") != nullptr;
-  if (config.arch != "qwen2" && config.arch != "gpt-oss" && has_bias)
+  const bool bert = config.arch == "bert";
+  if (config.arch != "qwen2" && config.arch != "gpt-oss" && !bert && has_bias)
     return invalid_argument(fmt::format("a {} model has no q/k/v biases; write it as qwen2", config.arch));
   const RopeScaling& rs = config.rope_scaling;
   // Llama 3.1's scaling travels as the tensor of frequency divisors llama.cpp reads.
@@ -343,7 +452,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
                                                          {all_dtypes().begin(), all_dtypes().end()}));
   if (options.notes) options.notes->insert(options.notes->end(), ex.notes.begin(), ex.notes.end());
   if (config.arch == "phi3") TS_RETURN_IF_ERROR(fuse_phi3(config, ex));
-  if (config.arch == "gpt-oss") {
+  if (config.arch == "gpt-oss" || config.arch == "qwen35" || config.arch == "qwen35moe") {
     for (WeightTensor& t : ex.tensors)
       if (t.name.ends_with(".ffn_norm.weight"))
         t.name =
@@ -360,14 +469,30 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".block_count", GgufValue::u32(static_cast<uint32_t>(config.n_layers)));
   kv.emplace_back(a + ".feed_forward_length", GgufValue::u32(static_cast<uint32_t>(config.hidden_dim)));
   kv.emplace_back(a + ".attention.head_count", GgufValue::u32(static_cast<uint32_t>(config.n_heads)));
-  kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
-  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3") {
+  if (bert) {  // what llama.cpp's converter writes for BertModel: no rotary keys, LayerNorm's epsilon
+    kv.emplace_back(a + ".attention.layer_norm_epsilon", GgufValue::f32(config.norm_eps));
+    kv.emplace_back(a + ".attention.causal", GgufValue::boolean(false));
+    kv.emplace_back("tokenizer.ggml.token_type_count", GgufValue::u32(static_cast<uint32_t>(config.n_token_types)));
+  }
+  if (options.pooling != PoolingType::kNone)
+    kv.emplace_back(a + ".pooling_type", GgufValue::u32(static_cast<uint32_t>(options.pooling)));
+  if (!bert) kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
+  const bool qwen35 = a == "qwen35" || a == "qwen35moe";
+  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3" || qwen35) {
     kv.emplace_back(a + ".attention.key_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
     kv.emplace_back(a + ".attention.value_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
   }
-  kv.emplace_back(a + ".rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
-  kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
-  kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
+  if (!bert) {
+    if (config.rope_dims > 0 && !qwen35)
+      return unimplemented(fmt::format("GGUF {} files cannot state partial rotary", a));
+    kv.emplace_back(a + ".rope.dimension_count",
+                    GgufValue::u32(static_cast<uint32_t>(config.rope_dims > 0 ? config.rope_dims : config.head_dim)));
+    if (config.has_linear_layers() && !qwen35)
+      return unimplemented(fmt::format("GGUF {} files cannot state linear-attention layers", a));
+    if (qwen35) TS_RETURN_IF_ERROR(write_linear_keys(config, kv));
+    kv.emplace_back(a + ".rope.freq_base", GgufValue::f32(config.rope_theta));
+    kv.emplace_back(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(config.norm_eps));
+  }
   kv.emplace_back(a + ".vocab_size", GgufValue::u32(static_cast<uint32_t>(config.vocab_size)));
   if (a == "gemma2") {
     kv.emplace_back(a + ".attn_logit_softcapping", GgufValue::f32(config.attn_softcap));
@@ -386,7 +511,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   }
   if (config.has_moe_layers()) {
     const MoeConfig& m = config.moe;
-    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss")
+    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
       return unimplemented(fmt::format("GGUF {} files cannot state mixture-of-experts layers", a));
     if (m.swiglu_limit != probe.moe.swiglu_limit)
       return unimplemented(fmt::format("GGUF {} files cannot state a SwiGLU limit of {}", a, m.swiglu_limit));
@@ -405,6 +530,13 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     if (m.normalize_weights != probe.moe.normalize_weights)
       kv.emplace_back(a + ".expert_weights_norm", GgufValue::boolean(m.normalize_weights));
     if (m.weights_scale != 1.0f) kv.emplace_back(a + ".expert_weights_scale", GgufValue::f32(m.weights_scale));
+    if (m.shared_expert_hidden_dim > 0) {
+      if (a != "qwen35moe") return unimplemented(fmt::format("GGUF {} files cannot state a shared expert", a));
+      kv.emplace_back(a + ".expert_shared_feed_forward_length",
+                      GgufValue::u32(static_cast<uint32_t>(m.shared_expert_hidden_dim)));
+    }
+  } else if (a == "qwen35moe") {
+    return invalid_argument("a qwen35moe model needs expert layers");
   }
   if (config.rope_theta_sliding > 0.0f) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));
@@ -469,8 +601,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     put_id("tokenizer.ggml.eos_token_id", vocab->eos);
     put_id("tokenizer.ggml.unknown_token_id", vocab->unk);
     put_id("tokenizer.ggml.padding_token_id", vocab->pad);
+    if (vocab->kind == VocabKind::kWordPiece) {  // as the converter writes a BERT vocabulary
+      put_id("tokenizer.ggml.seperator_token_id", vocab->eos);
+      put_id("tokenizer.ggml.cls_token_id", vocab->bos);
+      put_id("tokenizer.ggml.mask_token_id", vocab->mask);
+      if (!vocab->lowercase)  // llama.cpp lowercases a bert vocabulary unless told otherwise
+        kv.emplace_back("tokenizer.ggml.normalizer.lowercase", GgufValue::boolean(false));
+      if (vocab->strip_accents != vocab->lowercase)
+        kv.emplace_back("tokenizer.ggml.normalizer.strip_accents", GgufValue::boolean(vocab->strip_accents));
+    }
     kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(vocab->add_bos));
-    if (vocab->kind != VocabKind::kByteLevelBpe)
+    if (vocab->add_eos || vocab->kind == VocabKind::kWordPiece)
+      kv.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(vocab->add_eos));
+    if (vocab->kind == VocabKind::kSentencePiece || vocab->kind == VocabKind::kGemma4Bpe)
       kv.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(vocab->add_space_prefix));
   }
   if (!options.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", GgufValue::str(options.chat_template));

@@ -1,5 +1,6 @@
 #include "model/formats/safetensors/hf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -9,11 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
+#include "model/bert.h"
 #include "model/formats/safetensors/hf_experts.h"
 #include "model/formats/safetensors/hf_gpt_oss.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
-#include "model/tokenizer/bpe_tokenizer.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "model/weight_export.h"
 
 namespace tessera::model {
@@ -57,7 +59,10 @@ constexpr NamePair kLayerNames[] = {
 };
 
 // HF name -> GGUF name; nullopt for tensors the engine does not use (rotary caches).
-std::optional<std::string> to_gguf_name(const std::string& hf, bool gemma) {
+std::optional<std::string> to_gguf_name(const std::string& hf_in, bool gemma) {
+  // Checkpoints saved from the bare model class (Qwen3-Embedding: Qwen3Model) lack the "model." prefix.
+  const bool bare = hf_in.starts_with("layers.") || hf_in == "embed_tokens.weight" || hf_in == "norm.weight";
+  const std::string hf = bare ? "model." + hf_in : hf_in;
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -132,10 +137,12 @@ struct HfArch {
   const char* arch;
 };
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama"},    {"MistralForCausalLM", "llama"},     {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"},    {"Gemma2ForCausalLM", "gemma2"},     {"Gemma3ForCausalLM", "gemma3"},
-    {"Phi3ForCausalLM", "phi3"},      {"Qwen3MoeForCausalLM", "qwen3moe"}, {"MixtralForCausalLM", "llama"},
-    {"GptOssForCausalLM", "gpt-oss"},
+    {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},
+    {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
+    {"Phi3ForCausalLM", "phi3"},     {"Qwen3MoeForCausalLM", "qwen3moe"},
+    {"MixtralForCausalLM", "llama"}, {"GptOssForCausalLM", "gpt-oss"},
+    {"Qwen3Model", "qwen3"},         {"Qwen2Model", "qwen2"},
 };
 
 // The rope_scaling object (rope_type or its older spelling type), resolved to what the runner computes.
@@ -286,8 +293,9 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   std::string arch;
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     arch = (*a)[0].get<std::string>();
+  if (is_bert_hf_architecture(arch)) return parse_bert_hf_config(text, name);
   ModelConfig c;
-  std::vector<std::string> known;
+  std::vector<std::string> known = {"BertModel"};
   bool found = false;
   for (const HfArch& h : kHfArchs) {
     known.push_back(h.hf);
@@ -362,7 +370,7 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     TS_ASSIGN_OR_RETURN(SafetensorsContents c, parse_safetensors(file->bytes(), path));
     storage->files.push_back(file);
     for (SafetensorsTensor& t : c.tensors) {
-      std::optional<std::string> name = to_gguf_name(t.name, gemma);
+      std::optional<std::string> name = m.config.arch == "bert" ? bert_gguf_name(t.name) : to_gguf_name(t.name, gemma);
       if (!name) continue;
       tensors.push_back({*name, t.dtype, t.shape, t.data, t.bytes});
     }
@@ -442,9 +450,9 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   }
   fs::path tok = d / "tokenizer.json";
   if (fs::exists(tok, ec)) {
-    TS_ASSIGN_OR_RETURN(auto t, BpeTokenizer::load(tok.string()));
-    m.tokenizer = std::move(t);
+    TS_ASSIGN_OR_RETURN(m.tokenizer, load_tokenizer(tok.string()));
   }
+  TS_ASSIGN_OR_RETURN(m.embedding, read_sentence_transformers(dir));
   fs::path tcfg = d / "tokenizer_config.json";
   if (fs::exists(tcfg, ec)) {
     TS_ASSIGN_OR_RETURN(std::string text, read_file(tcfg.string()));
@@ -473,13 +481,18 @@ Result<HfModel> load_hf_model(const std::string& dir) {
 
 Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelWeights& weights,
                       const HfWriteOptions& options) {
-  const char* hf_arch = nullptr;
+  const char* hf_arch = c.arch == "bert" ? "BertModel" : nullptr;
   for (const HfArch& h : kHfArchs)
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
   if (mixtral) hf_arch = "MixtralForCausalLM";
-  if (hf_arch == nullptr)
-    return unimplemented(fmt::format("HF writing supports {}, not '{}'", fmt::join(supported_archs(), ", "), c.arch));
+  if (hf_arch == nullptr) {
+    std::vector<std::string> known;
+    for (const HfArch& h : kHfArchs)
+      if (std::find(known.begin(), known.end(), h.arch) == known.end()) known.push_back(h.arch);
+    return unimplemented(
+        fmt::format("HF writing supports {}, not '{}' (write it as GGUF)", fmt::join(known, ", "), c.arch));
+  }
   if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3)
     return unimplemented(
         "rope_freqs.weight without its llama3 rope_scaling parameters cannot be written to config.json");
@@ -592,6 +605,14 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   cfg["torch_dtype"] = ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kBF16  ? "bfloat16"
                        : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
                                                                                      : "float32";
+  if (c.arch == "bert") cfg = Json::parse(bert_hf_config_json(c, cfg["torch_dtype"].get<std::string>()));
+  if (options.embedding.matryoshka) {  // vLLM's keys
+    if (options.embedding.matryoshka_dimensions.empty()) {
+      cfg["is_matryoshka"] = true;
+    } else {
+      cfg["matryoshka_dimensions"] = options.embedding.matryoshka_dimensions;
+    }
+  }
   std::string cfg_text = cfg.dump(2) + "\n";
   TS_RETURN_IF_ERROR(write_file_atomic((d / "config.json").string(),
                                        {reinterpret_cast<const uint8_t*>(cfg_text.data()), cfg_text.size()}));
@@ -603,13 +624,15 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
       shard_bytes = 0;
     }
     std::vector<WeightTensor> parts = {t};
-    if (t.name.starts_with("blk.")) {
+    if (t.name.starts_with("blk.") && c.arch != "bert") {
       const size_t dot = t.name.find('.', 4);
       if (c.arch != "gpt-oss")
         parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
     }
     for (const WeightTensor& p : parts) {
-      const std::string hf_name = p.name.starts_with("blk.") ? to_hf_name(p.name, gemma) : p.name;
+      // Unstacked experts come named for transformers already; every other name (blk.*, token_embd, output_norm,
+      // output) maps to transformers' own.
+      const std::string hf_name = c.arch == "bert" ? bert_hf_name(p.name) : to_hf_name(p.name, gemma);
       shards.back().push_back({hf_name, p.dtype, p.shape, p.data, p.bytes});
     }
     shard_bytes += t.bytes;
@@ -636,6 +659,11 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
   };
   TS_RETURN_IF_ERROR(put("tokenizer.json", options.tokenizer_json));
   TS_RETURN_IF_ERROR(put("tokenizer_config.json", options.tokenizer_config_json));
+  for (const auto& [file, text] : sentence_transformers_files(options.embedding)) {
+    fs::create_directories((d / file).parent_path(), ec);
+    if (ec) return unavailable(fmt::format("cannot create {}: {}", (d / file).parent_path().string(), ec.message()));
+    if (!file.ends_with("/")) TS_RETURN_IF_ERROR(put(file.c_str(), text));
+  }
   return ok_status();
 }
 

@@ -1,9 +1,9 @@
 // Hugging Face model folders: config.json + model.safetensors (or shards listed in
 // model.safetensors.index.json) + tokenizer.json / tokenizer_config.json.
 //
-// Architectures: LlamaForCausalLM and Qwen2ForCausalLM (grouped-query attention, rope_theta, rms_norm_eps,
-// tie_word_embeddings, Qwen2's q/k/v biases). HF names map to the engine's GGUF names
-// (model.layers.N.self_attn.q_proj.weight -> blk.N.attn_q.weight, ...).
+// Architectures: the decoder families of model_config.h and BertModel (model/bert.h); sentence-transformers'
+// modules.json and pooling config describe an embedding model (model/pooling.h). HF names map to the engine's GGUF
+// names (model.layers.N.self_attn.q_proj.weight -> blk.N.attn_q.weight, ...).
 //
 // Rotary layout: HF checkpoints rotate halves. Qwen2 keeps that layout (config.rope_layout = kHalf, as
 // llama.cpp's qwen2). Llama's Q/K rows are permuted to the interleaved layout at load, exactly as
@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "model/model_config.h"
+#include "model/pooling.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
@@ -27,6 +28,7 @@ struct HfModel {
   std::unique_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.json
   std::string chat_template;             // chat_template.jinja, else tokenizer_config.json's chat_template
   std::string chat_template_tool_use;    // its named "tool_use" template, when present
+  EmbeddingSpec embedding;               // sentence-transformers' pooling (modules.json) and matryoshka keys
 };
 
 // Does `dir` hold a config.json?
@@ -42,6 +44,7 @@ struct HfWriteOptions {
   uint64_t max_shard_bytes = 0;  // > 0: split into shards of at most this size plus an index
   std::string tokenizer_json;    // written as tokenizer.json when not empty
   std::string tokenizer_config_json;
+  EmbeddingSpec embedding;  // declared: modules.json, 1_Pooling/config.json (2_Normalize) and matryoshka keys
 };
 
 // Writes config.json and the safetensors file(s) into `dir` (created if needed).

@@ -4,7 +4,8 @@
 // over sqrt(head_dim); soft-capped; only the last `window` positions when windowed) into the scratch row of
 // this workgroup; their maximum; exponentials and their sum; normalised; then each invocation accumulates
 // its output dimensions over the positions in order, as the reference does. A position or block number out
-// of range sets the error word and the workgroup writes nothing.
+// of range sets the error word and the workgroup writes nothing. With sinks (gpt-oss), head h's sink is one more
+// logit in the maximum and the sum that reads no value.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
@@ -17,6 +18,7 @@ layout(set = 0, binding = 4) readonly buffer Lens { int d[]; } lens;
 layout(set = 0, binding = 5) buffer Out { float d[]; } outb;
 layout(set = 0, binding = 6) buffer Scores { float d[]; } scores;
 layout(set = 0, binding = 7) buffer Err { uint d[]; } err;
+layout(set = 0, binding = 8) readonly buffer Sinks { float d[]; } sinks;
 layout(push_constant) uniform Push {
   uint q_off, kc_off, vc_off, tables_off, lens_off, out_off;  // kc_off, vc_off in cache elements
   uint table_stride, decode;
@@ -25,6 +27,7 @@ layout(push_constant) uniform Push {
   float scale, softcap;
   int window;
   uint f16, item_base, items;
+  uint sinks_off, has_sinks;
 } p;
 
 #include "common.glsl"
@@ -94,6 +97,9 @@ void main() {
   }
   mx = red[0];
   barrier();
+  // A sink (gpt-oss) is one more logit of this head: it joins the maximum and the sum and reads no value.
+  const float sink = p.has_sinks != 0u ? sinks.d[p.sinks_off + h] : 0.0;
+  if (p.has_sinks != 0u) mx = sink > mx ? sink : mx;
   float sum = 0.0;
   for (uint s = first + t; s <= last; s += WG) {
     const float e = exp(scores.d[srow + s] - mx);
@@ -107,6 +113,7 @@ void main() {
     barrier();
   }
   sum = red[0];
+  if (p.has_sinks != 0u) sum += exp(sink - mx);
   for (uint s = first + t; s <= last; s += WG) scores.d[srow + s] = scores.d[srow + s] / sum;
   memoryBarrierBuffer();
   barrier();

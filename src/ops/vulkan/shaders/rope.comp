@@ -1,5 +1,6 @@
 // RopeOp: one invocation per (token, pair j) turns pair j of every q and k head of that token by
-// pos * freqs[j]. The host always passes a frequency table: the op's own (scaled rope, cos and sin then
+// pos * freqs[j]; pairs come from the first `rot` elements of each head (all of them but with partial rotary), the
+// rest pass through. The host always passes a frequency table: the op's own (scaled rope, cos and sin then
 // times mscale) or theta^(-2j/head_dim) computed on the host exactly as the reference computes it (GLSL's
 // pow is allowed several ulp of error, which pos up to 1e5 would turn into visibly wrong angles).
 //
@@ -20,6 +21,7 @@ layout(push_constant) uniform Push {
   uint q_heads, k_heads, head_dim, n;
   uint interleaved, use_mscale;
   float mscale;
+  uint rot;  // elements turned per head (head_dim but with partial rotary)
 } p;
 
 #include "common.glsl"
@@ -42,7 +44,7 @@ vec2 sin_cos(float a) {
 }
 
 void main() {
-  const uint half_dim = p.head_dim / 2u;
+  const uint half_dim = p.rot / 2u;
   const uint g = linear_group() * 64u + gl_LocalInvocationID.x;
   if (g >= p.n * half_dim) return;
   const uint t = g / half_dim, j = g % half_dim;

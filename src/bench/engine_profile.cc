@@ -1,0 +1,169 @@
+// The measurements behind `tessera profile` (engine_profile.h).
+#include "bench/engine_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "api/kv_layout.h"
+#include "engine/model_runner.h"
+
+namespace tessera::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Status check_engine_profile_options(const EngineProfileOptions& o) {
+  if (o.statistic != "min" && o.statistic != "median")
+    return invalid_argument(fmt::format("unknown --statistic '{}'; known: min, median", o.statistic));
+  if (o.repeats < 1 || o.max_tokens < 8 || o.max_batch < 1)
+    return invalid_argument("--repeats, --max-tokens, --max-batch too small");
+  return ok_status();
+}
+
+Status measure_engine_profile(ops::Device& device, const model::LoadedModel& model, const EngineProfileOptions& a,
+                              solver::DeviceProfile& p) {
+  TS_RETURN_IF_ERROR(check_engine_profile_options(a));
+  auto pick = [&](const std::vector<double>& v) {
+    return a.statistic == "min" ? *std::min_element(v.begin(), v.end()) : median(v);
+  };
+  auto pause = [&](double seconds) {
+    if (a.pause) return a.pause(seconds);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  };
+  const model::ModelConfig& c = model.config;
+  const int max_tokens = std::min(a.max_tokens, c.max_seq_len - 1);
+  engine::RunnerOptions ro;
+  ro.max_batch_tokens = std::max(max_tokens, a.max_batch);
+  ro.max_sequences = a.max_batch;
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
+                      engine::ModelRunner::create(device, c, model.weights, ro));
+  engine::ModelRunner& r = *runner;
+  p.source = "measured";
+  p.model = model.name;
+  p.kv_bytes_per_token = static_cast<double>(r.kv_cache().bytes_per_block()) / r.kv_cache().block_tokens();
+  p.prefill.clear();
+  p.decode.clear();
+
+  std::vector<float> logits;
+  auto tokens = [&](int n) { return std::vector<model::TokenId>(static_cast<size_t>(n), 1); };
+  // A prefill node streams each layer's K and V out as soon as the layer is computed (docs/pd-protocol.md):
+  // with prefill_export the timed prefill does the same (each layer exported into the canonical wire layout,
+  // api/kv_layout.h, in link memory: one copy).
+  std::vector<uint8_t> staging;
+  auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
+    if (!a.prefill_export) return r.prefill(seq, ids, logits);
+    const int first = seq.length, n = static_cast<int>(ids.size());
+    TS_RETURN_IF_ERROR(r.kv_cache().reserve(seq, first + n));
+    const api::KvLayout wire{c.n_layers, c.kv_dim(), DType::kF32, n};
+    staging.resize(wire.bytes());
+    engine::Segment seg{&seq, ids, true};
+    return r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
+      return r.export_kv(seq, layer, first, n, wire.dtype, staging.data() + wire.k_offset(layer, 0),
+                         staging.data() + wire.v_offset(layer, 0));
+    });
+  };
+  std::vector<int> prompt_lengths;
+  for (int t = 8; t <= max_tokens; t *= 2) prompt_lengths.push_back(t);
+  if (prompt_lengths.back() != max_tokens) prompt_lengths.push_back(max_tokens);  // the longest prompt too
+  for (int t : prompt_lengths) {
+    std::vector<double> times;
+    for (int k = 0; k < a.repeats; ++k) {
+      engine::SequenceKv seq;
+      auto ids = tokens(t);
+      auto t0 = Clock::now();
+      TS_RETURN_IF_ERROR(run_prefill(seq, ids));
+      times.push_back(seconds_since(t0));
+      r.release(seq);
+      pause(times.back());
+    }
+    p.prefill.push_back({t, 1, pick(times)});
+  }
+  // Decode contexts: 8, 32, 128, ... and the longest one whose timed steps still fit the model's context, so
+  // that steps of long prompts are read off a measured point rather than a line extended past the last one.
+  std::vector<int> contexts;
+  for (int ctx = 8; ctx <= max_tokens; ctx *= 4) contexts.push_back(ctx);
+  if (const int top = std::min(max_tokens, c.max_seq_len - a.repeats - 1); top > contexts.back()) {
+    contexts.push_back(top);
+  }
+  // Batches 1, 2, 3, 4, 8, 16, ...: every batch below 4, where the cpu backend changes kernels (a step of 3
+  // costs what one of 2 does, one of 4 twice that), so no interpolation spans the jump.
+  for (int b = 1; b <= a.max_batch; b = b < 4 ? b + 1 : b * 2) {
+    for (int ctx : contexts) {
+      std::vector<engine::SequenceKv> seqs(static_cast<size_t>(b));
+      std::vector<engine::SequenceKv*> ptrs;
+      for (auto& s : seqs) {
+        auto ids = tokens(ctx - 1);
+        TS_RETURN_IF_ERROR(r.prefill(s, ids, logits));
+        ptrs.push_back(&s);
+      }
+      // Decode steps back to back, after one untimed step, as a node runs them while it has sequences to
+      // decode (pausing between steps measured a step after idling, 10-25% slower here than a stream's).
+      std::vector<double> times;
+      auto step_ids = tokens(b);
+      if (ptrs[0]->length < c.max_seq_len) TS_RETURN_IF_ERROR(r.decode(ptrs, step_ids, logits));
+      double busy = 0;
+      for (int k = 0; k < a.repeats && ptrs[0]->length < c.max_seq_len; ++k) {
+        auto t0 = Clock::now();
+        TS_RETURN_IF_ERROR(r.decode(ptrs, step_ids, logits));
+        times.push_back(seconds_since(t0));
+        busy += times.back();
+      }
+      pause(busy);
+      for (auto& s : seqs) r.release(s);
+      p.decode.push_back({b, ctx, pick(times)});
+    }
+  }
+  if (a.network_gb_s > 0) {
+    p.network_bandwidth = a.network_gb_s * 1e9;
+  } else {
+    // The same-host hand-off of a prompt's KV (docs/pd-protocol.md): export every layer to the f32 wire
+    // layout, copy it once (the shm link), import it into paged blocks. Its rate stands for the link.
+    engine::SequenceKv seq;
+    auto ids = tokens(max_tokens);
+    TS_RETURN_IF_ERROR(r.prefill(seq, ids, logits));
+    const api::KvLayout layout{c.n_layers, c.kv_dim(), DType::kF32, max_tokens};
+    std::vector<uint8_t> sent(layout.bytes()), wire(layout.bytes());
+    std::vector<double> times;
+    for (int rep = 0; rep < std::max(3, a.repeats); ++rep) {
+      auto t0 = Clock::now();
+      for (int l = 0; l < c.n_layers; ++l) {
+        uint8_t* k = sent.data() + layout.k_offset(l, 0);
+        uint8_t* v = sent.data() + layout.v_offset(l, 0);
+        TS_RETURN_IF_ERROR(r.export_kv(seq, l, 0, max_tokens, layout.dtype, k, v));
+        // The link's one copy (shm), layer by layer as the prefill node sends it.
+        std::copy(k, k + 2 * layout.half_bytes(), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(l, 0)));
+        TS_RETURN_IF_ERROR(r.import_kv(seq, l, 0, max_tokens, layout.dtype, wire.data() + layout.k_offset(l, 0),
+                                       wire.data() + layout.v_offset(l, 0)));
+      }
+      times.push_back(seconds_since(t0));
+      pause(times.back());
+    }
+    r.release(seq);
+    p.network_bandwidth = static_cast<double>(layout.bytes()) / pick(times);
+  }
+  double weight_bytes = 0, params = 0;
+  for (const auto& t : model.weights.tensors()) weight_bytes += t.bytes, params += static_cast<double>(t.numel());
+  solver::ModelCost cost =
+      solver::ModelCost::from_config(c, weight_bytes / params, p.kv_bytes_per_token / (2.0 * c.n_layers * c.kv_dim()));
+  TS_ASSIGN_OR_RETURN(auto fit, solver::fit_latency_model(cost, p.prefill, p.decode));
+  p.latency = fit.first;
+  p.fit = fit.second;
+  return ok_status();
+}
+
+}  // namespace tessera::bench

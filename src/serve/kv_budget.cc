@@ -1,0 +1,81 @@
+#include "serve/kv_budget.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "api/kv_layout.h"
+
+namespace tessera::serve {
+
+Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetFlags& f, uint64_t device_bytes,
+                                uint64_t host_bytes, uint64_t weight_bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  KvBudget b;
+  b.kv_mib = f.kv_memory_mib;
+  if (f.kv_memory_fraction > 0) {
+    // The node may use this fraction of its device's memory (a host device: the machine's RAM); the weights come
+    // out of it first, and the KV cache gets the rest.
+    const uint64_t memory = device_bytes > 0 ? device_bytes : host_bytes;
+    const double left = f.kv_memory_fraction * static_cast<double>(memory) - static_cast<double>(weight_bytes);
+    if (left < kMiB)
+      return invalid_argument(
+          fmt::format("--kv-memory-fraction {}: {:.0f} MiB of the device's {:.0f} MiB leaves no room for KV after "
+                      "{:.0f} MiB of weights",
+                      f.kv_memory_fraction, f.kv_memory_fraction * memory / kMiB, memory / kMiB, weight_bytes / kMiB));
+    b.kv_mib = left / kMiB;
+    b.info.push_back(fmt::format("--kv-memory-fraction {}: {:.0f} MiB of KV ({:.0f} MiB device, {:.0f} MiB weights)",
+                                 f.kv_memory_fraction, b.kv_mib, memory / kMiB, weight_bytes / kMiB));
+  }
+  // Only full-attention layers keep K and V; a hybrid model's linear layers keep one recurrent state per running
+  // sequence instead, taken from the same budget first (--kv-memory counts both).
+  double kv_mib = b.kv_mib;
+  const int kv_layers = model.n_layers - model.linear_layer_count();
+  const auto bytes_per_block =
+      static_cast<double>(api::KvLayout{kv_layers, model.kv_dim(), f.kv_dtype, f.block_size}.bytes());
+  if (model.has_linear_layers()) {
+    b.state_mib = static_cast<double>(model.recurrent_state_bytes()) * f.max_num_seqs / kMiB;
+    if (b.state_mib >= kv_mib)
+      return invalid_argument(
+          fmt::format("--kv-memory {:g} MiB does not hold the recurrent state of --max-num-seqs {} sequences of this "
+                      "hybrid model ({:.1f} MiB) and any KV",
+                      kv_mib, f.max_num_seqs, b.state_mib));
+    kv_mib -= b.state_mib;
+    b.state_slots = f.max_num_seqs;
+    b.info.push_back(
+        fmt::format("hybrid model: {} linear-attention layers, {:.1f} MiB of recurrent state for {} sequences; prefix "
+                    "reuse is off (the state is not kept at block boundaries)",
+                    model.linear_layer_count(), b.state_mib, f.max_num_seqs));
+  }
+  const auto budget_blocks = static_cast<int64_t>(kv_mib * kMiB / bytes_per_block);
+  b.max_seq_len = model.max_seq_len;
+  if (f.max_model_len > model.max_seq_len)
+    return invalid_argument(
+        fmt::format("--max-model-len {} exceeds the model's context of {} tokens", f.max_model_len, model.max_seq_len));
+  if (f.max_model_len > 0) {
+    b.max_seq_len = f.max_model_len;
+  } else if (budget_blocks * f.block_size < model.max_seq_len && budget_blocks > 0) {
+    const auto fits = static_cast<int>(budget_blocks * f.block_size);
+    b.warnings.push_back(
+        fmt::format("--kv-memory {:g} MiB holds {} tokens, less than the model's context of {}; serving a context of "
+                    "{} (set --max-model-len or --kv-memory to choose)",
+                    b.kv_mib, fits, model.max_seq_len, fits));
+    b.max_seq_len = fits;
+  }
+  const int blocks_per_seq = (b.max_seq_len + f.block_size - 1) / f.block_size;
+  // No more than every running sequence at full context could use; at least one full context.
+  b.num_blocks =
+      static_cast<int>(std::min<int64_t>(budget_blocks, static_cast<int64_t>(blocks_per_seq) * f.max_num_seqs));
+  if (b.num_blocks < blocks_per_seq)
+    return invalid_argument(fmt::format(
+        "--kv-memory {:g} MiB holds {} tokens, less than the served context of {} tokens ({:.1f} MiB needed)", b.kv_mib,
+        budget_blocks * f.block_size, b.max_seq_len, blocks_per_seq * bytes_per_block / kMiB));
+  // The line docs/kv.md quotes to compare KV cache types: what one token costs and how many blocks fit.
+  b.info.push_back(fmt::format(
+      "KV cache {} (K and V): {:.0f} bytes per token over {} layers, {} blocks of {} tokens ({} tokens, {:.1f} MiB)",
+      dtype_name(f.kv_dtype), bytes_per_block / f.block_size, kv_layers, b.num_blocks, f.block_size,
+      static_cast<int64_t>(b.num_blocks) * f.block_size, b.num_blocks * bytes_per_block / kMiB));
+  return b;
+}
+
+}  // namespace tessera::serve
