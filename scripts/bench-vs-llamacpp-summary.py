@@ -127,6 +127,7 @@ def main():
     ap.add_argument("--llama-commit", default="unknown")
     ap.add_argument("--llama-isa", default="unknown")
     ap.add_argument("--tessera-commit", default="unknown")
+    ap.add_argument("--tessera-isa", default="")  # the forced kernel variant of the tessera columns, if any
     ap.add_argument("--command", default="scripts/bench-vs-llamacpp.sh")
     ap.add_argument("--serve-desc", default="")
     ap.add_argument("--benchmarks-md", default="")
@@ -141,7 +142,9 @@ def main():
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"Measured {when} on {a.cpu}, {a.nproc} vCPUs; tessera {a.tessera_commit}, llama.cpp {a.llama_commit} "
             f"(node-llama-cpp@3.21.1's bundle, built by scripts/llamacpp.sh with `GGML_NATIVE=OFF` and the ISA sets {a.llama_isa}); both with their defaults: Tessera `--backend auto` "
-            "(the cpu backend here, its kernel variant chosen from the CPU, KV f16), llama.cpp's (KV f16).",
+            + (f"(the cpu backend here, its kernel variant forced to {a.tessera_isa} by TESSERA_CPU_ISA, KV f16), "
+               if a.tessera_isa else "(the cpu backend here, its kernel variant chosen from the CPU, KV f16), ")
+            + "llama.cpp's (KV f16).",
             "",
             "```bash",
             a.command,

@@ -23,6 +23,8 @@
 #        REPEATS=1 PRESETS="Q8_0" SHAPES=stories110M THREADS=2 CONCURRENCY="1 8" scripts/bench-vs-llamacpp.sh
 #        SHAPES="" REPEATS=1 scripts/bench-vs-llamacpp.sh   (serving only: SERVE_SHAPE at SERVE_PRESET)
 #        EXTRA_ISAS=avx2 ...   (tessera also with its AVX2 kernels forced, in extra columns)
+#        LLAMACPP_ISA=avx2 ...   (both engines as an AVX2-only host runs them: llama.cpp built without AVX-512 or
+#          AVX-VNNI by `TESSERA_LLAMACPP_ISA=avx2 scripts/llamacpp.sh`, tessera with TESSERA_CPU_ISA=avx2)
 #        SHAPES=qwen3-30b-a3b SHAPE_LAYERS="qwen3-30b-a3b:4" PRESETS=Q4_K_M QWEN_THREADS=2 CONCURRENCY="" BENCH_MD="" \
 #          OUT=docs/bench/vs-llamacpp-moe scripts/bench-vs-llamacpp.sh   (an MoE shape at real width, 4 of its layers)
 set -euo pipefail
@@ -36,6 +38,7 @@ THREADS="${THREADS:-1 2}"
 QWEN_THREADS="${QWEN_THREADS:-2}"  # the qwen shape only at these thread counts (issue 16: 2 threads)
 SHAPE_LAYERS="${SHAPE_LAYERS:-}"   # "shape:N ...": write that shape with N layers (the MoE shapes at real width)
 EXTRA_ISAS="${EXTRA_ISAS:-}"       # e.g. "avx2": tessera also run with TESSERA_CPU_ISA forced to each
+LLAMACPP_ISA="${LLAMACPP_ISA:-native}"  # native, or avx2: both engines limited to AVX2 (see above)
 CONCURRENCY="${CONCURRENCY-1 8 32}"  # "" : single stream only
 SERVE_SHAPE="${SERVE_SHAPE:-stories110M}"
 SERVE_PRESET="${SERVE_PRESET:-Q8_0}"
@@ -62,7 +65,13 @@ log() { echo "bench-vs-llamacpp: $*" >&2; }
 [[ "$SERVE_KV" == f16 || "$SERVE_KV" == f32 ]] || die "SERVE_KV must be f16 or f32, not '$SERVE_KV'"
 [[ -x "$tessera" ]] || die "no tessera binary at $tessera (run: bash scripts/build release)"
 command -v python3 >/dev/null || die "python3 is needed to summarize (scripts/install-deps installs it)"
-bin="$(bash scripts/llamacpp.sh)" || die "scripts/llamacpp.sh could not provide llama.cpp"
+[[ "$LLAMACPP_ISA" == native || "$LLAMACPP_ISA" == avx2 ]] || die "LLAMACPP_ISA must be native or avx2, not '$LLAMACPP_ISA'"
+bin="$(TESSERA_LLAMACPP_ISA="$LLAMACPP_ISA" bash scripts/llamacpp.sh)" || die "scripts/llamacpp.sh could not provide llama.cpp"
+tessera_isa=""
+if [[ "$LLAMACPP_ISA" == avx2 ]]; then
+  export TESSERA_CPU_ISA=avx2  # every tessera run below, serving included
+  tessera_isa=avx2
+fi
 mkdir -p "$WORK" "$OUT/raw" "$OUT/plots"
 results="$OUT/results.jsonl"
 : >"$results"
@@ -239,8 +248,8 @@ fi
 llama_commit="$(git -C "$bin/../../src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" --serve-dir "$OUT/raw" \
   --concurrency "$CONCURRENCY" --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-  --nproc "$(nproc)" --llama-commit "$llama_commit" --llama-isa "$(cat "$bin/../.tessera-isa" 2>/dev/null || echo unknown)" --tessera-commit "$(git rev-parse --short HEAD)" \
-  --command "NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\"${SHAPE_LAYERS:+ SHAPE_LAYERS=\"$SHAPE_LAYERS\"} PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
+  --nproc "$(nproc)" --llama-commit "$llama_commit" --llama-isa "$(cat "$bin/../.tessera-isa" 2>/dev/null || echo unknown)" --tessera-commit "$(git rev-parse --short HEAD)" --tessera-isa "$tessera_isa" \
+  --command "${tessera_isa:+LLAMACPP_ISA=$LLAMACPP_ISA }NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\"${SHAPE_LAYERS:+ SHAPE_LAYERS=\"$SHAPE_LAYERS\"} PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
   --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, $NUM_PROMPTS requests, tessera KV $SERVE_KV" \
   ${BENCH_MD:+--benchmarks-md "$BENCH_MD"}
 log "wrote $OUT/summary.md, $OUT/plots/ and the vs-llamacpp section of docs/benchmarks.md"

@@ -25,7 +25,10 @@
 #        scripts/llamacpp.sh --isa   (prints the ISA flag set this CPU gets, and exits)
 # Environment: TESSERA_CACHE (cache root), TESSERA_LLAMACPP_VERSION (node-llama-cpp version, default below),
 #              TESSERA_LLAMACPP_JOBS (build parallelism, default 2), TESSERA_BIN (the tessera binary that writes
-#              the smoke run's model; default build/release/bin/tessera beside this script).
+#              the smoke run's model; default build/release/bin/tessera beside this script),
+#              TESSERA_LLAMACPP_ISA (native, the default: every set this CPU has; avx2: AVX2/FMA/F16C/BMI2 only,
+#              no AVX-512 or AVX-VNNI, built into build-avx2/ beside the native build: llama.cpp as an AVX2-only
+#              host runs it, the peer of Tessera's forced AVX2 kernels in scripts/bench-vs-llamacpp.sh).
 set -euo pipefail
 
 version="${TESSERA_LLAMACPP_VERSION:-3.21.1}"
@@ -33,7 +36,13 @@ cache_root="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 root="$cache_root/llama.cpp/$version"
 jobs="${TESSERA_LLAMACPP_JOBS:-2}"
 tools=(llama-server llama-quantize llama-bench llama-tokenize llama-convert-llama2c-to-ggml)
-bin_dir="$root/build/bin"
+isa_cap="${TESSERA_LLAMACPP_ISA:-native}"
+case "$isa_cap" in
+  native) build="$root/build" ;;
+  avx2) build="$root/build-avx2" ;;
+  *) echo "llamacpp.sh: error: TESSERA_LLAMACPP_ISA='$isa_cap' is not native or avx2" >&2 && exit 1 ;;
+esac
+bin_dir="$build/bin"
 
 die() {
   echo "llamacpp.sh: error: $*" >&2
@@ -55,7 +64,14 @@ isa_flags=(
   -DGGML_FMA="$(on_off fma)" -DGGML_F16C="$(on_off f16c)" -DGGML_BMI2="$(on_off bmi2)"
   -DGGML_AVX_VNNI="$(on_off avx_vnni)"
 )
-if has avx512f && has avx512cd && has avx512vl && has avx512dq && has avx512bw; then
+if [[ "$isa_cap" == avx2 ]]; then
+  if ! has avx2 || ! has fma || ! has f16c; then
+    echo "llamacpp.sh: error: TESSERA_LLAMACPP_ISA=avx2 but this CPU lacks AVX2, FMA or F16C" >&2
+    exit 1
+  fi
+  isa_flags=(-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2="$(on_off bmi2)"
+    -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF)
+elif has avx512f && has avx512cd && has avx512vl && has avx512dq && has avx512bw; then
   isa_flags+=(-DGGML_AVX512=ON -DGGML_AVX512_VBMI="$(on_off avx512vbmi)" -DGGML_AVX512_VNNI="$(on_off avx512_vnni)"
     -DGGML_AVX512_BF16="$(on_off avx512_bf16)")
 else
@@ -86,7 +102,7 @@ cmake_flags=(
   -DLLAMA_BUILD_UI=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF
 )
-stamp="$root/build/.tessera-built"
+stamp="$build/.tessera-built"
 stamp_text="version=$version flags=${cmake_flags[*]} tools=${tools[*]}"
 
 all_built() {
@@ -147,12 +163,12 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 generator=()
-if command -v ninja >/dev/null 2>&1 && [[ ! -f "$root/build/Makefile" ]]; then generator=(-G Ninja); fi
-log "configuring llama.cpp in $root/build"
-cmake -S "$src" -B "$root/build" "${generator[@]}" "${cmake_flags[@]}" "${launcher[@]}" \
+if command -v ninja >/dev/null 2>&1 && [[ ! -f "$build/Makefile" ]]; then generator=(-G Ninja); fi
+log "configuring llama.cpp in $build"
+cmake -S "$src" -B "$build" "${generator[@]}" "${cmake_flags[@]}" "${launcher[@]}" \
   >"$root/configure.log" 2>&1 || die "cmake configure failed (see $root/configure.log)"
 log "building ${tools[*]} with -j$jobs (first build takes a while; log in $root/build.log)"
-cmake --build "$root/build" -j "$jobs" --target "${tools[@]}" >"$root/build.log" 2>&1 ||
+cmake --build "$build" -j "$jobs" --target "${tools[@]}" >"$root/build.log" 2>&1 ||
   die "build failed (last lines of $root/build.log:
 $(tail -n 20 "$root/build.log"))"
 for t in "${tools[@]}"; do
@@ -198,7 +214,7 @@ $(tail -n 8 "$smoke/bench-$preset.log"))"
 done
 log "smoke run passed (llama-bench on Q8_0 and Q4_K_M; ISA: $isa_summary)"
 
-echo "$isa_summary" >"$root/build/.tessera-isa"
+echo "$isa_summary" >"$build/.tessera-isa"
 echo "$stamp_text" >"$stamp"
 log "built ${tools[*]} in $bin_dir"
 echo "$bin_dir"

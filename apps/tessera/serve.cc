@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "ctrl/registry.h"
 #include "ctrl/store.h"
+#include "engine/activation_dump.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "kv/host/host_connector.h"
@@ -118,6 +119,11 @@ int run_serve(const ServeArgs& a) {
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);
   ro.kv.dtype = *kv_type;
+  // Parity debugging (docs/models.md): every step's activations to files, steps eager.
+  if (const char* dump = std::getenv("TESSERA_DUMP_ACTIVATIONS"); dump != nullptr && *dump != '\0') {
+    ro.activation_tap = engine::activation_file_dump(dump);
+    log::warn("TESSERA_DUMP_ACTIVATIONS: writing every step's activations to {}", dump);
+  }
   ro.kv.state_slots = kv_budget->state_slots;
   ro.kv.num_blocks = kv_budget->num_blocks;
   auto runner = engine::ModelRunner::create(*device, cfg, model->weights, ro);

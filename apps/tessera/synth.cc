@@ -28,6 +28,7 @@ struct SynthArgs {
   int sliding_window = -1;
   bool rare_byte_tokens = false;
   bool decisive = false;
+  double token_lead = 0.0;
   bool small = false;
   std::string out;
   std::string tokenizer_out;
@@ -37,6 +38,8 @@ struct SynthArgs {
 // written straight to GGUF (model/synth_gemma4.h).
 int run_synth_gemma4(const SynthArgs& a) {
   if (a.format != "gguf") return fail(fmt::format("{} is written as GGUF only (--format gguf)", a.shape));
+  if (a.token_lead > 0)
+    return fail("--token-lead is not supported for gemma4 shapes (their per-layer writes are not scaled by synth)");
   auto shape = model::gemma4_shape(a.shape, a.small);
   if (!shape.ok()) return fail(shape.status().message());
   if (a.max_seq_len > 0) shape->max_seq_len = a.max_seq_len;
@@ -88,8 +91,11 @@ int run_synth(const SynthArgs& a) {
   // bert shapes are small and are drawn in f32, then written as the writer converts them.
   std::optional<DType> held;
   if ((o.dtype == DType::kF16 || o.dtype == DType::kBF16) && config->arch != "bert") held = o.dtype;
-  model::SynthModel m = model::synthesize_weights(
-      *config, a.seed, {.rare_byte_tokens = a.rare_byte_tokens, .decisive = a.decisive, .matrix_dtype = held});
+  model::SynthModel m = model::synthesize_weights(*config, a.seed,
+                                                  {.rare_byte_tokens = a.rare_byte_tokens,
+                                                   .decisive = a.decisive,
+                                                   .token_lead = a.token_lead,
+                                                   .matrix_dtype = held});
   // bert shapes get a WordPiece vocabulary (tokenizer.json in an HF folder), the others llama2.c's.
   std::unique_ptr<model::Llama2cTokenizer> tok;
   std::unique_ptr<model::WordPieceTokenizer> wordpiece;
@@ -125,6 +131,9 @@ int run_synth(const SynthArgs& a) {
                a.out.c_str(), a.format.c_str(), a.shape.c_str(), config->arch.c_str(), config->dim, config->hidden_dim,
                config->n_layers, config->n_heads, config->n_kv_heads, config->vocab_size, config->max_seq_len,
                config->parameter_count() / 1e6, static_cast<unsigned long long>(a.seed));
+  if (a.token_lead > 0)
+    notes.push_back(fmt::format("--token-lead {} scaled the residual writes by {:.4g}", a.token_lead,
+                                model::decisive_write_scale(m.config, a.token_lead)));
   if (config->has_moe_layers())
     std::fprintf(stderr, "experts: %d of %d per token, %d wide; %.2fM params active per token\n",
                  config->moe.n_experts_used, config->moe.n_experts, config->moe.expert_hidden_dim,
@@ -163,6 +172,10 @@ Action add_synth_command(CLI::App& app) {
                 "Make the byte-fallback tokens unlikely outputs, so greedy text is valid UTF-8 (llama.cpp parity)");
   cmd->add_flag("--decisive", args->decisive,
                 "An untied classifier leaning on the token embedding: clear winners, few near ties (llama.cpp parity)");
+  cmd->add_option("--token-lead", args->token_lead,
+                  "Scale the layers' residual writes so the current token leads the logits by about this many "
+                  "deviations (e.g. 10; llama.cpp parity at full width)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--small", args->small,
                 "The shape's family at test size (dim 64, head_dim 32, vocab 512, every feature kept)");
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();

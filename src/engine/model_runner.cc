@@ -184,6 +184,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
                     "(--graph off) or pick a backend that records (cpu, opencl, cuda)",
                     device.info().backend));
   }
+  if (options.activation_tap) options.graph = false;  // a replayed graph has no points to stop at
   if (std::vector<std::string> missing = unsupported_layer_features(device, config); !missing.empty()) {
     return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
                                      device.info().backend, config.arch, fmt::join(missing, " or ")));
@@ -515,6 +516,15 @@ void ModelRunner::cap_logits(float* logits, size_t count) const {
   for (size_t i = 0; i < count; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
+Status ModelRunner::tap(std::string_view name, int layer, const ops::Tensor& t) {
+  if (!options_.activation_tap) return ok_status();
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  TS_RETURN_IF_ERROR(stream_->download(t, host.data()));
+  TS_RETURN_IF_ERROR(stream_->synchronize());
+  options_.activation_tap(name, layer, t.dim(0), host);
+  return ok_status();
+}
+
 Status ModelRunner::run(const ops::Op& op) {
   if (recording_) recording_->push_back(op);
   return stream_->run(op);
@@ -542,6 +552,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     const ops::Tensor att(s_.att.buffer, s_.att.offset, DType::kF32, {n, c.n_heads, hd});
     const ops::Tensor q2 = q.reshaped({n, qd}), k2 = k.reshaped({n, kvd}), v2 = v.reshaped({n, kvd});
     const ops::Tensor att2 = att.reshaped({n, qd});
+    TS_RETURN_IF_ERROR(tap("attn_norm", l, xb));
     if (lw.kind.attention == model::AttentionKind::kLinear) {
       TS_RETURN_IF_ERROR(run_linear_attention(lw, l, n, placed, xb, delta));
       if (after_layer) {
@@ -574,6 +585,9 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       // (A sharing layer's k rows are stale scratch: the rotation turns them, nothing reads them.)
       TS_RETURN_IF_ERROR(
           run(ops::RopeOp{q, k, positions, lw.rope_theta, c.rope_layout, lw.rope_freqs, lw.rope_mscale, c.rope_dims}));
+      TS_RETURN_IF_ERROR(tap("Qcur", l, q));
+      TS_RETURN_IF_ERROR(tap("Kcur", l, k));
+      TS_RETURN_IF_ERROR(tap("Vcur", l, v));
       if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
       if (decodes > 0) {
         TS_RETURN_IF_ERROR(
@@ -593,19 +607,25 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       }
       if (c.attn_output_gate)
         TS_RETURN_IF_ERROR(run(ops::SiluMulOp{gate.reshaped({n, qd}), att2, att2, ops::Activation::kSigmoid}));
+      TS_RETURN_IF_ERROR(tap("kqv_out", l, att2));
       TS_RETURN_IF_ERROR(run(ops::MatMulOp{att2, lw.wo, delta, lw.bo}));
     }
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
+    TS_RETURN_IF_ERROR(tap("ffn_inp", l, x));
+    TS_RETURN_IF_ERROR(tap("ffn_norm", l, xb));
     TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_ffw_norm, delta, c.norm_eps}));
+    TS_RETURN_IF_ERROR(tap("ffn_out", l, delta));
     const ops::Tensor& next_norm = l + 1 < c.n_layers ? layers_[static_cast<size_t>(l) + 1].attn_norm : output_norm_;
     if (c.per_layer_dim > 0 || c.layer_output_scale) {
       TS_RETURN_IF_ERROR(run_gemma4_layer_end(lw, l, n, next_norm));
     } else {
       TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, next_norm, xb, c.norm_eps}));
     }
+    TS_RETURN_IF_ERROR(tap("l_out", l, x));
   }
+  TS_RETURN_IF_ERROR(tap("result_norm", -1, xb));
   int64_t out_row = 0;
   if (decodes > 0) {
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(0, decodes), classifier_, s_.logits.rows(0, decodes)}));

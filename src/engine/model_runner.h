@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -47,6 +48,11 @@ struct Segment {
   ops::PoolKind pool = ops::PoolKind::kLast;
 };
 
+// Debugging parity with another engine on the same file: the activations of one step at a named point of one
+// layer (layer -1: after the last), `rows` rows of values.size() / rows floats each.
+using ActivationTap =
+    std::function<void(std::string_view name, int layer, int64_t rows, std::span<const float> values)>;
+
 struct RunnerOptions {
   int max_batch_tokens = 256;  // rows of the activation buffers: prefill chunk size and decode batch limit
   KvCacheOptions kv;           // kv.num_blocks == 0: room for max_sequences sequences of full context
@@ -65,6 +71,12 @@ struct RunnerOptions {
   // padded to their bucket with rows that write to a KV block reserved for padding. Needs a device whose
   // DeviceInfo::supports_graphs is true (create() refuses otherwise): replays launch its native recording.
   bool graph = false;
+  // When set, every step runs eagerly and forward() synchronises at each named point and hands that point's
+  // activations to the tap. The names are those of llama.cpp's graph callbacks, so that a dump of its tensors
+  // (llama-eval-callback) lines up: attn_norm, Qcur and Kcur (after rotary), Vcur, kqv_out (attention, before
+  // the output matrix), ffn_inp, ffn_norm, ffn_out, l_out, result_norm. Empty (off) by default; `tessera serve`
+  // sets it from TESSERA_DUMP_ACTIVATIONS (engine/activation_dump.h).
+  ActivationTap activation_tap;
 };
 
 // The storage types among `weights` that `device` has no matmul kernel for (ModelRunner widens those to f32
@@ -250,6 +262,8 @@ class ModelRunner {
   // After forward(): the logits of every row of the segments that ask for them (Segment::all_logits).
   Status all_row_logits(std::span<const Placed> placed);
   Status run(const ops::Op& op);
+  // RunnerOptions::activation_tap's point `name` of `layer`: `t`'s rows, downloaded (nothing when no tap is set).
+  Status tap(std::string_view name, int layer, const ops::Tensor& t);
 
   ops::Device& device_;
   model::ModelConfig config_;

@@ -259,6 +259,51 @@ Status resize_synth_shape(ModelConfig& c, int dim, int hidden_dim, int sliding_w
   return c.validate();
 }
 
+namespace {
+
+constexpr double kWeightStd = 0.02;  // synthesize_weights' N(0, 0.02)
+
+// sqrt(E[act(g)^2]) for g ~ N(0, s^2): the rms of the gated MLP's activation, by quadrature over +-8 s.
+double activation_rms(double s, bool gelu) {
+  auto act = [gelu](double x) {
+    if (gelu) return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return x / (1.0 + std::exp(-x));
+  };
+  constexpr int kSteps = 4000;
+  double sum = 0, weight = 0;
+  for (int i = 0; i <= kSteps; ++i) {
+    const double z = -8.0 + 16.0 * i / kSteps;
+    const double p = std::exp(-0.5 * z * z);
+    sum += p * act(s * z) * act(s * z);
+    weight += p;
+  }
+  return std::sqrt(sum / weight);
+}
+
+}  // namespace
+
+double decisive_write_scale(const ModelConfig& c, double lead) {
+  if (lead <= 0) return 1.0;
+  const double d = c.dim, sd = std::sqrt(d);
+  const double emb = kWeightStd * sd * (c.embedding_scale > 0 ? c.embedding_scale : 1.0);  // |e|
+  // One layer's two writes. Each projection of an rms-normalised row has entries of std s = 0.02 sqrt(dim).
+  // Attention averages value rows (taken as half their norm); the MLP multiplies act(gate) by up. With
+  // post-norms each write is rms-normalised itself: norm sqrt(dim) times the norm weights (about 1).
+  const double s = kWeightStd * sd;
+  double attn = 0, mlp = 0;
+  if (c.post_norms) {
+    attn = mlp = sd;
+  } else {
+    attn = sd * kWeightStd * std::sqrt(static_cast<double>(c.q_dim())) * s * 0.5;
+    mlp = sd * kWeightStd * std::sqrt(static_cast<double>(c.hidden_dim)) * activation_rms(s, c.gelu_mlp) * s;
+  }
+  const double writes = std::sqrt(c.n_layers * (attn * attn + mlp * mlp));  // random directions add in quadrature
+  // The token leads by sqrt(dim) |e| / |h| deviations; |h|^2 = |e|^2 + (scale * writes)^2.
+  const double h = sd * emb / lead;
+  if (h <= emb) return 1e-3;  // even without writes the lead is below `lead`: keep them small
+  return std::min(1.0, std::sqrt(h * h - emb * emb) / writes);
+}
+
 SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWeightOptions& options) {
   TS_CHECK(c.validate().ok());
   struct Spec {
@@ -373,6 +418,15 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
   }
   auto storage = std::make_shared<std::vector<uint8_t>>(total);
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  const double write_scale = decisive_write_scale(c, options.token_lead);
+  auto is_write = [&](const std::string& name) {
+    if (write_scale >= 1.0) return false;
+    auto ends = [&](std::string_view suffix) {
+      return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    return c.post_norms ? ends("post_attention_norm.weight") || ends("post_ffw_norm.weight")
+                        : ends("attn_output.weight") || ends("ffn_down.weight");
+  };
   SynthModel out{c, ModelWeights(storage)};
   uint8_t* p = storage->data();
   std::vector<float> v, embd;  // one tensor's values; the embedding's, kept for --decisive
@@ -400,6 +454,9 @@ SynthModel synthesize_weights(const ModelConfig& c, uint64_t seed, const SynthWe
       for (size_t i = 0; i < n; ++i) v[i] = rng.next_normal();
     } else {
       for (size_t i = 0; i < n; ++i) v[i] = (s.norm ? 1.0f : 0.0f) + 0.02f * rng.next_normal();
+    }
+    if (is_write(s.name)) {
+      for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] * write_scale);
     }
     if (options.decisive && s.name == "token_embd.weight") embd = v;
     if (options.decisive && s.name == "output.weight") {

@@ -62,10 +62,24 @@ struct SynthWeightOptions {
   // engines whose roundings differ (llama.cpp's and Tessera's activation quantisation) rarely part at a near
   // tie. The classifier is still its own tensor (reading token_embd in its place gives other tokens).
   bool decisive = false;
+  // > 0: the writes of every layer to the residual stream (attn_output and ffn_down, or with post-norms those
+  // norms' weights) are scaled down so that at the classifier the current token's own logit leads the others
+  // by about this many standard deviations of theirs (decisive_write_scale() says by how much). Random layers
+  // at full width otherwise write 40-60 times the embedding's norm into the residual stream, which leaves the
+  // logits a near-uniform draw whose best two are often closer than two engines' roundings (llama.cpp's f16
+  // attention accumulators and 8-bit activations, amplified by each quantised product: about 1% of the hidden
+  // state at Q8_0/Q4_K_M). The layers still set the other logits, hence every token's probability. An untied
+  // classifier needs `decisive` as well to see the token's embedding.
+  double token_lead = 0.0;
   // Matrices (not norms, biases or a MoE router) stored as f16 or bf16 from the start: half the memory of f32,
   // for shapes of billions of parameters. nullopt (or f32): f32.
   std::optional<DType> matrix_dtype;
 };
+
+// The factor token_lead = `lead` scales each layer's residual writes by (1: none needed), from the shape: the
+// current token leads by sqrt(dim) |e| / |h| standard deviations, |e| the input embedding's norm and |h| the
+// final hidden state's, and the writes' norms are estimated for N(0, 0.02) weights and rms-normalised inputs.
+double decisive_write_scale(const ModelConfig& config, double lead);
 
 SynthModel synthesize_weights(const ModelConfig& config, uint64_t seed, const SynthWeightOptions& options = {});
 // `arch` adds the family's marker tokens where llama.cpp looks for them by text: for phi3, Phi-3's added

@@ -12,7 +12,12 @@
 namespace tessera::testing {
 namespace fs = std::filesystem;
 
-std::string tessera_bin() { return TESSERA_BIN; }
+// TESSERA_TEST_TESSERA_BIN runs the tests against another build of the binary (e.g. a copy kept for a long run
+// while this tree rebuilds).
+std::string tessera_bin() {
+  const char* e = std::getenv("TESSERA_TEST_TESSERA_BIN");
+  return e != nullptr && *e != '\0' ? e : TESSERA_BIN;
+}
 std::string source_dir() { return TESSERA_SOURCE_DIR; }
 std::string models_dir() { return TESSERA_MODELS_DIR; }
 std::string stories260k_dir() { return models_dir() + "/stories260K"; }

@@ -52,6 +52,11 @@ struct QuantRowsK {
   std::vector<int16_t> s;  // n * k / 16: sums of 16 consecutive q
 };
 
+// One 256-element activation block with llama.cpp's arithmetic (quantize_row_q8_K_ref): the inverse scale
+// 127 / amax in one rounding, q = round-to-even(x * that), the scale its reciprocal. (llama.cpp divides by the
+// signed extreme, so its q and scale both carry the opposite sign when that extreme is positive; the products
+// are the same.) amax / 127 and its reciprocal differ from these in the last bit often enough to flip a few
+// roundings per row, which full-width parity notices (docs/models.md).
 void quantize_block(const float* x, int8_t* q, float* d_out, int16_t* sums) {
   float amax = 0.0f;
 #if defined(__AVX2__)
@@ -62,9 +67,9 @@ void quantize_block(const float* x, int8_t* q, float* d_out, int16_t* sums) {
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
   amax = _mm_cvtss_f32(h);
-  const float d = amax / 127.0f;
-  const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-  *d_out = d;
+  const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const __m256 id = _mm256_set1_ps(iscale);
+  *d_out = iscale != 0.0f ? 1.0f / iscale : 0.0f;
   for (int i = 0; i < kSuperBlock; i += 32) {
     // cvtps rounds to nearest even, as nearbyint does in the scalar build.
     const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), id));
@@ -82,9 +87,8 @@ void quantize_block(const float* x, int8_t* q, float* d_out, int16_t* sums) {
   }
 #else
   for (int i = 0; i < kSuperBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  *d_out = d;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  *d_out = id != 0.0f ? 1.0f / id : 0.0f;
   for (int g = 0; g < 16; ++g) {
     int s = 0;
     for (int i = 16 * g; i < 16 * g + 16; ++i) {
