@@ -170,8 +170,10 @@ Action add_synth_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--rare-byte-tokens", args->rare_byte_tokens,
                 "Make the byte-fallback tokens unlikely outputs, so greedy text is valid UTF-8 (llama.cpp parity)");
-  cmd->add_flag("--decisive", args->decisive,
-                "An untied classifier leaning on the token embedding: clear winners, few near ties (llama.cpp parity)");
+  cmd->add_flag(
+      "--decisive", args->decisive,
+      "An untied classifier leaning on the token embedding (gemma4: post and query norms at a quarter): clear "
+      "winners, few near ties (llama.cpp parity)");
   cmd->add_option("--token-lead", args->token_lead,
                   "Scale the layers' residual writes so the current token leads the logits by about this many "
                   "deviations (e.g. 10; llama.cpp parity at full width)")

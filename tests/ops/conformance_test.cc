@@ -27,7 +27,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, Conformance,
                                            "attention_prefill", "attention_decode", "matmul", "silu_mul", "add",
                                            "softmax", "argmax", "moe_route", "moe_experts", "layer_norm", "activation",
                                            "attention_noncausal", "pool", "split_heads", "causal_conv1d",
-                                           "gated_delta_rule"));
+                                           "gated_delta_rule", "scale"));
 
 TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeFamily) {
   std::vector<Case> cases = conformance_cases();
@@ -40,7 +40,7 @@ TEST(ConformanceSuite, HasAtLeast2000DistinctCasesCoveringEveryOperatorAndShapeF
     fast += c.slow ? 0 : 1;
   }
   EXPECT_EQ(keys.size(), cases.size()) << "case names must be unique";
-  EXPECT_EQ(ops.size(), 21u);
+  EXPECT_EQ(ops.size(), 22u);
   EXPECT_GE(fast, 1000u) << "the default run must keep a representative part";
   auto has = [&](const std::string& needle) {
     return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k.find(needle) != k.npos; });
