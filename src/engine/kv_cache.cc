@@ -46,7 +46,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
     }
     for (int kv = 0; kv < 2; ++kv) {
       ops::Tensor t(nullptr, 0, options.dtype,
-                    {options.num_blocks, options.block_tokens, config.n_kv_heads, config.layer_head_dim(l)});
+                    {options.num_blocks, options.block_tokens, config.layer_n_kv_heads(l), config.layer_head_dim(l)});
       cache->bytes_per_block_ += t.row_bytes();
       TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device.alloc(t.bytes()));
       t.buffer = buf.get();

@@ -47,7 +47,7 @@ class KvCache {
   int num_blocks() const { return options_.num_blocks; }
   // Device bytes of one block over every layer that holds K and V (a KV-sharing layer holds none).
   size_t bytes_per_block() const { return bytes_per_block_; }
-  // A full-attention layer's K and V, [num_blocks, block_tokens, n_kv_heads, its head size]; an invalid (empty)
+  // A full-attention layer's K and V, [num_blocks, block_tokens, its KV heads, its head size]; an invalid (empty)
   // tensor for a linear-attention layer, which has none; for a gemma4 KV-sharing layer, its source layer's.
   const ops::Tensor& k(int layer) const { return k_[static_cast<size_t>(layer)]; }
   const ops::Tensor& v(int layer) const { return v_[static_cast<size_t>(layer)]; }

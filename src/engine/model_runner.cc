@@ -104,7 +104,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
     r->pad_block_ = static_cast<int32_t>(pad);
   }
 
-  bool dense_layers = false;
+  bool dense_layers = config.moe.dense_beside_experts && config.has_moe_layers();  // gemma4's MLP beside experts
   for (int l = 0; l < config.n_layers; ++l) dense_layers |= config.layer_kind(l).ffn == model::FfnKind::kDense;
   // Attention and MLP activations at the widest layer's size; each layer views them at its own.
   const int64_t n = options.max_batch_tokens, d = config.dim, h = dense_layers ? config.max_hidden_dim() : 1;
@@ -114,7 +114,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.xb, r->alloc(DType::kF32, {n, d}));
   TS_ASSIGN_OR_RETURN(s.delta, r->alloc(DType::kF32, {n, d}));
   TS_ASSIGN_OR_RETURN(s.q, r->alloc(DType::kF32, {n, config.n_heads, hd}));
-  TS_ASSIGN_OR_RETURN(s.k, r->alloc(DType::kF32, {n, config.n_kv_heads, hd}));
+  TS_ASSIGN_OR_RETURN(s.k, r->alloc(DType::kF32, {n, config.n_kv_heads, hd}));  // n_kv_heads: the most of any layer
   TS_ASSIGN_OR_RETURN(s.v, r->alloc(DType::kF32, {n, config.n_kv_heads, hd}));
   TS_ASSIGN_OR_RETURN(s.att, r->alloc(DType::kF32, {n, config.n_heads, hd}));
   TS_ASSIGN_OR_RETURN(s.hb, r->alloc(DType::kF32, {n, h}));
@@ -153,17 +153,20 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   return r;
 }
 
+Status ModelRunner::run_mlp(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out) {
+  const ops::Activation act = config_.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
+  ops::Tensor hb(s_.hb.buffer, s_.hb.offset, DType::kF32, {n, lw.hidden});
+  ops::Tensor hb2(s_.hb2.buffer, s_.hb2.offset, DType::kF32, {n, lw.hidden});
+  TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_gate, hb}));
+  TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_up, hb2}));
+  TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
+  return run(ops::MatMulOp{hb, lw.w_down, out});
+}
+
 Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out) {
   const model::ModelConfig& c = config_;
-  if (lw.kind.ffn == model::FfnKind::kDense) {
-    const ops::Activation act = c.gelu_mlp ? ops::Activation::kGeluTanh : ops::Activation::kSilu;
-    ops::Tensor hb(s_.hb.buffer, s_.hb.offset, DType::kF32, {n, lw.hidden});
-    ops::Tensor hb2(s_.hb2.buffer, s_.hb2.offset, DType::kF32, {n, lw.hidden});
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_gate, hb}));
-    TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.w_up, hb2}));
-    TS_RETURN_IF_ERROR(run(ops::SiluMulOp{hb, hb2, hb, act}));
-    return run(ops::MatMulOp{hb, lw.w_down, out});
-  }
+  if (lw.kind.ffn == model::FfnKind::kDense) return run_mlp(lw, n, in, out);
+  if (c.moe.dense_beside_experts) return run_gemma4_moe(lw, n, in, out);
   const model::MoeConfig& m = c.moe;
   ops::Tensor logits = s_.router_logits.rows(0, n), ids = s_.expert_ids.rows(0, n),
               weights = s_.expert_weights.rows(0, n);
@@ -226,10 +229,10 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     const Layer& lw = layers_[static_cast<size_t>(l)];
     if (before_layer) TS_RETURN_IF_ERROR(before_layer(l));
     // The attention activations at this layer's head size (gemma4's layers differ; the buffers fit the widest).
-    const int64_t hd = lw.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+    const int64_t hd = lw.head_dim, qd = c.n_heads * hd, kvh = lw.n_kv_heads, kvd = kvh * hd;
     const ops::Tensor q(s_.q.buffer, s_.q.offset, DType::kF32, {n, c.n_heads, hd});
-    const ops::Tensor k(s_.k.buffer, s_.k.offset, DType::kF32, {n, c.n_kv_heads, hd});
-    const ops::Tensor v(s_.v.buffer, s_.v.offset, DType::kF32, {n, c.n_kv_heads, hd});
+    const ops::Tensor k(s_.k.buffer, s_.k.offset, DType::kF32, {n, kvh, hd});
+    const ops::Tensor v(s_.v.buffer, s_.v.offset, DType::kF32, {n, kvh, hd});
     const ops::Tensor att(s_.att.buffer, s_.att.offset, DType::kF32, {n, c.n_heads, hd});
     const ops::Tensor q2 = q.reshaped({n, qd}), k2 = k.reshaped({n, kvd}), v2 = v.reshaped({n, kvd});
     const ops::Tensor att2 = att.reshaped({n, qd});
@@ -255,12 +258,12 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
         TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb, lw.wv, v2, lw.bv}));
       }
       if (c.qk_norm) {  // per head, in place: rows of head_dim
-        ops::Tensor qh = q.reshaped({n * c.n_heads, hd}), kh = k.reshaped({n * c.n_kv_heads, hd});
+        ops::Tensor qh = q.reshaped({n * c.n_heads, hd}), kh = k.reshaped({n * kvh, hd});
         TS_RETURN_IF_ERROR(run(ops::RmsNormOp{qh, lw.q_norm, qh, c.norm_eps}));
         if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{kh, lw.k_norm, kh, c.norm_eps}));
       }
       if (c.v_norm && lw.own_kv) {  // gemma4: V RMS-normed per head with no weight (ones)
-        ops::Tensor vh = v.reshaped({n * c.n_kv_heads, hd});
+        ops::Tensor vh = v.reshaped({n * kvh, hd});
         TS_RETURN_IF_ERROR(run(ops::RmsNormOp{vh, ones_.rows(0, hd), vh, c.norm_eps}));
       }
       // (A sharing layer's k rows are stale scratch: the rotation turns them, nothing reads them.)

@@ -181,13 +181,17 @@ class ModelRunner {
     ops::Tensor shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
     // The layer's attention head size and MLP width (they differ between gemma4's layers); whether it writes K and V
     // (a gemma4 KV-sharing layer attends over its source layer's, model::ModelConfig::kv_source_layer).
-    int64_t head_dim = 0, hidden = 0;
+    int64_t head_dim = 0, hidden = 0, n_kv_heads = 0;
     bool own_kv = true;
     // gemma4 (model_runner_gemma4.cc): the per-layer embedding's slice of the table [vocab, P] and of the model
     // projection [P, dim]; the gate [P, dim], projection [dim, P] and norm [dim] that add it after the MLP; the
     // output scale (1: none).
     ops::Tensor pl_table, pl_model_proj, pl_gate, pl_proj, pl_post_norm;
     float out_scale = 1.0f;
+    // gemma4's experts beside its dense MLP (model::MoeConfig::dense_beside_experts): the router's input norm
+    // (ffn_gate_inp.scale / sqrt(dim)), the experts' input norm (pre_ffw_norm_2), the branches' output norms
+    // (post_ffw_norm_1: the MLP; post_ffw_norm_2: the experts) and each expert's output scale [E].
+    ops::Tensor router_norm, experts_norm, mlp_post_norm, experts_post_norm, expert_scale;
   };
   // Activations, sized for max_batch_tokens rows.
   struct Scratch {
@@ -198,6 +202,7 @@ class ModelRunner {
     ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
     ops::Tensor sh_hb, sh_hb2, sh_out, sh_gate;             // shared expert: [n, ff] x2, [n, dim], [n, 1]
     ops::Tensor ple, pl_hidden;                             // gemma4: [layers, n, P] (each layer's input), [n, P]
+    ops::Tensor moe_out;                                    // gemma4's experts beside the MLP: [n, dim]
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -219,6 +224,8 @@ class ModelRunner {
   }
   // Layer l's feed-forward weights for its kind (dense MLP or mixture of experts).
   Status upload_ffn(const model::ModelWeights& weights, int l, Layer& layer);
+  // The layer's dense gated MLP of n rows of `in` into `out`.
+  Status run_mlp(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
   // The layer's feed-forward of n rows of `in` into `out`, by its kind.
   Status run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
   // Hybrid models (model_runner_hybrid.cc): a linear layer's weights; the shared expert's; the activations both need.
@@ -234,6 +241,10 @@ class ModelRunner {
   Status alloc_gemma4_scratch();
   Status run_per_layer_inputs(int64_t n);
   Status run_gemma4_layer_end(const Layer& lw, int l, int64_t n, const ops::Tensor& next_norm);
+  // gemma4 (26B-A4B): layer l's norms and scales around its experts; its feed-forward of n rows, the dense MLP of
+  // `in` (ffn_norm of the residual stream s_.x) and the experts of the residual stream, added into `out`.
+  Status upload_gemma4_experts(const model::ModelWeights& weights, int l, Layer& layer);
+  Status run_gemma4_moe(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out);
   // Per-pair inverse frequencies of Qwen3.5's M-RoPE for text positions (empty without sections).
   std::vector<float> mrope_frequencies() const;
   // Like upload(), but an absent tensor yields an invalid (empty) Tensor instead of an error.

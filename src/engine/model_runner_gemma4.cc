@@ -10,7 +10,14 @@
 // After the MLP (and its post norm), layer l ends with
 //   x = x + ffn;  x = x + rms_norm(proj_l . (gelu(gate_l . x) * input_l)) * post_norm_l;  x = x * out_scale_l
 // and the next layer's (or the output) norm of x.
+//
+// The mixture-of-experts layers (26B-A4B) run, from the residual stream x after attention,
+//   mlp = post_ffw_norm_1(MLP(ffn_norm(x)))
+//   p = softmax(ffn_gate_inp . (rms_norm(x) / sqrt(dim) * ffn_gate_inp.scale)); the top k, renormalised
+//   moe = post_ffw_norm_2(sum_j p_j * ffn_down_exps.scale[e_j] * expert_{e_j}(pre_ffw_norm_2(x)))
+// and mlp + moe is the feed-forward output (post_ffw_norm and the residual follow as in every layer).
 #include <cmath>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -91,8 +98,58 @@ Status ModelRunner::upload_gemma4_layer(const model::ModelWeights& weights, int 
   return stream_->synchronize();  // `cols` is freed on return
 }
 
+Status ModelRunner::upload_gemma4_experts(const model::ModelWeights& weights, int l, Layer& layer) {
+  auto name = [l](const char* suffix) { return model::layer_tensor_name(l, suffix); };
+  const int64_t d = config_.dim, h = layer.hidden;
+  TS_ASSIGN_OR_RETURN(layer.w_gate, upload_matrix(weights, name("ffn_gate.weight"), {h, d}));
+  TS_ASSIGN_OR_RETURN(layer.w_up, upload_matrix(weights, name("ffn_up.weight"), {h, d}));
+  TS_ASSIGN_OR_RETURN(layer.w_down, upload_matrix(weights, name("ffn_down.weight"), {d, h}));
+  TS_ASSIGN_OR_RETURN(layer.experts_norm, upload(weights, name("pre_ffw_norm_2.weight"), {d}));
+  TS_ASSIGN_OR_RETURN(layer.mlp_post_norm, upload(weights, name("post_ffw_norm_1.weight"), {d}));
+  TS_ASSIGN_OR_RETURN(layer.experts_post_norm, upload(weights, name("post_ffw_norm_2.weight"), {d}));
+  TS_ASSIGN_OR_RETURN(layer.expert_scale, upload(weights, name("ffn_down_exps.scale"), {config_.moe.n_experts}));
+  // The router's input norm: llama.cpp's rms_norm, then 1/sqrt(dim), then the scale, as one norm weight.
+  TS_ASSIGN_OR_RETURN(const model::WeightTensor* scale, weights.require(name("ffn_gate_inp.scale"), {d}));
+  std::vector<float> w(static_cast<size_t>(d));
+  TS_RETURN_IF_ERROR(dequantize(scale->data, scale->dtype, w));
+  const float inv = 1.0f / std::sqrt(static_cast<float>(d));
+  for (float& v : w) v *= inv;
+  TS_ASSIGN_OR_RETURN(layer.router_norm, alloc(DType::kF32, {d}));
+  TS_RETURN_IF_ERROR(stream_->upload(layer.router_norm, w.data()));
+  return stream_->synchronize();  // `w` is freed on return
+}
+
+Status ModelRunner::run_gemma4_moe(const Layer& lw, int64_t n, const ops::Tensor& in, const ops::Tensor& out) {
+  const model::ModelConfig& c = config_;
+  const ops::Tensor x = s_.x.rows(0, n), moe = s_.moe_out.rows(0, n);
+  TS_RETURN_IF_ERROR(run_mlp(lw, n, in, out));
+  TS_RETURN_IF_ERROR(run(ops::RmsNormOp{out, lw.mlp_post_norm, out, c.norm_eps}));
+  // `in` (the MLP's normed input) is free from here: it holds the router's input, then the experts'.
+  ops::Tensor logits = s_.router_logits.rows(0, n), ids = s_.expert_ids.rows(0, n),
+              weights = s_.expert_weights.rows(0, n);
+  TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, lw.router_norm, in, c.norm_eps}));
+  TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.router, logits}));
+  ops::MoeRouteOp route{logits, ids, weights};
+  route.gating = ops::MoeGating::kSoftmax;
+  route.normalize = c.moe.normalize_weights;
+  route.scale = c.moe.weights_scale;
+  route.expert_scale = lw.expert_scale;
+  TS_RETURN_IF_ERROR(run(route));
+  TS_RETURN_IF_ERROR(run(ops::RmsNormOp{x, lw.experts_norm, in, c.norm_eps}));
+  ops::MoeExpertsOp experts{in, ids, weights, lw.experts_gate, lw.experts_up, lw.experts_down, moe};
+  experts.gate_up = lw.experts_gate_up;
+  experts.act = ops::Activation::kGeluTanh;
+  TS_RETURN_IF_ERROR(run(experts));
+  TS_RETURN_IF_ERROR(run(ops::RmsNormOp{moe, lw.experts_post_norm, moe, c.norm_eps}));
+  return run(ops::AddOp{out, moe, out});
+}
+
 Status ModelRunner::alloc_gemma4_scratch() {
   const model::ModelConfig& c = config_;
+  if (c.moe.dense_beside_experts && c.has_moe_layers()) {
+    TS_ASSIGN_OR_RETURN(s_.moe_out, alloc(DType::kF32, {options_.max_batch_tokens, c.dim}));
+    scratch_buffers_.push_back(s_.moe_out.buffer);
+  }
   if (c.v_norm) {
     const std::vector<float> ones(static_cast<size_t>(c.max_head_dim()), 1.0f);
     TS_ASSIGN_OR_RETURN(ones_, alloc(DType::kF32, {c.max_head_dim()}));

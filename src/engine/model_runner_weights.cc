@@ -63,8 +63,19 @@ bool device_runs(ops::Device& device, const model::WeightTensor& w) {
 
 std::vector<std::string> unsupported_layer_features(ops::Device& device, const model::ModelConfig& config) {
   std::vector<std::string> out;
-  if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32))
+  if (config.has_moe_layers() && !device_runs_experts(device, DType::kF32)) {
     out.push_back("mixture-of-experts layers (moe_route, moe_experts)");
+  } else if (config.has_moe_layers() && config.moe.dense_beside_experts) {
+    // gemma4's per-expert output scales: moe_route with expert_scale, probed with one expert.
+    auto fb = device.alloc(16);
+    if (fb.ok()) {
+      ops::Tensor one(fb->get(), 0, DType::kF32, {1, 1}), id(fb->get(), 4, DType::kI32, {1, 1});
+      ops::Tensor w(fb->get(), 8, DType::kF32, {1, 1}), scale(fb->get(), 12, DType::kF32, {1});
+      ops::MoeRouteOp route{one, id, w};
+      route.expert_scale = scale;
+      if (!device.supports(route).supported) out.push_back("per-expert output scales (moe_route expert_scale)");
+    }
+  }
   if (!config.causal) {
     if (std::string missing = missing_embedding_ops(device, /*encoder=*/true); !missing.empty())
       out.push_back(fmt::format("encoder operators ({})", missing));
@@ -230,6 +241,7 @@ Status ModelRunner::upload_ffn(const model::ModelWeights& weights, int l, Layer&
   TS_ASSIGN_OR_RETURN(layer.experts_up_bias, upload_optional(weights, name("ffn_up_exps.bias"), {e, f}));
   TS_ASSIGN_OR_RETURN(layer.experts_down_bias, upload_optional(weights, name("ffn_down_exps.bias"), {e, d}));
   if (config_.moe.shared_expert_hidden_dim > 0) TS_RETURN_IF_ERROR(upload_shared_expert(weights, l, layer));
+  if (config_.moe.dense_beside_experts) TS_RETURN_IF_ERROR(upload_gemma4_experts(weights, l, layer));
   return ok_status();
 }
 
@@ -260,7 +272,8 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     layer.head_dim = config_.layer_head_dim(l);
     layer.hidden = config_.layer_hidden_dim(l);
     layer.own_kv = config_.kv_source_layer(l) == l;
-    const int64_t q = config_.n_heads * layer.head_dim, kv = config_.n_kv_heads * layer.head_dim;
+    layer.n_kv_heads = config_.layer_n_kv_heads(l);
+    const int64_t q = config_.n_heads * layer.head_dim, kv = layer.n_kv_heads * layer.head_dim;
     TS_ASSIGN_OR_RETURN(layer.attn_norm, upload(weights, name("attn_norm.weight"), {d}));
     layer.kind = config_.layer_kind(l);
     if (layer.kind.attention == model::AttentionKind::kLinear) TS_RETURN_IF_ERROR(upload_linear(weights, l, layer));

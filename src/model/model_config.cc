@@ -104,10 +104,11 @@ Status apply_arch_features(ModelConfig& c) {
   // llama.cpp's routing for these families (its build_moe_ffn arguments): softmax over every expert, the top k,
   // their weights renormalised to sum 1. The counts come from the file; a llama file is a Mixtral when it has
   // experts.
-  if (a == "qwen3moe" || a == "llama") {
+  if (a == "qwen3moe" || a == "llama" || a == "gemma4") {
     c.moe.gating = ExpertGating::kSoftmax;
     c.moe.normalize_weights = true;
   }
+  c.moe.dense_beside_experts = a == "gemma4";  // only read where the file has experts (26B-A4B)
   if (a == "gpt-oss") {
     // llama.cpp's openai-moe: SOFTMAX_WEIGHT routing, no renormalisation, LLM_FFN_SWIGLU_OAI_MOE (alpha 1.702,
     // limit 7), sinks, sliding window on every other layer starting with layer 0.
@@ -163,6 +164,8 @@ int64_t count_parameters(const ModelConfig& c, bool active_only) {
       total += 2 * d + d * lq + lq * d + hd + 2 * d + (own ? 2 * d * lkv + hd : 0);
     }
     if (c.layer_kind(l).ffn == FfnKind::kMoe) total += shared;
+    if (c.layer_kind(l).ffn == FfnKind::kMoe && c.moe.dense_beside_experts)  // MLP, 4 norms/scales, expert scales
+      total += 3 * d * static_cast<int64_t>(c.layer_hidden_dim(l)) + 4 * d + c.moe.n_experts;
     total += c.layer_kind(l).ffn == FfnKind::kMoe
                  ? d * c.moe.n_experts + experts * 3 * d * static_cast<int64_t>(c.moe.expert_hidden_dim) +
                        (c.arch == "gpt-oss" ? c.moe.n_experts + experts * (2 * c.moe.expert_hidden_dim + d) : 0)
@@ -241,6 +244,14 @@ Status ModelConfig::validate() const {
       return invalid_argument(fmt::format("{} feed-forward widths for {} layers", layer_hidden_dims.size(), n_layers));
     for (int v : layer_hidden_dims)
       if (!in_range(v, 1, 1 << 18)) return invalid_argument(fmt::format("hidden_dim {} is out of range", v));
+  }
+  if (!layer_kv_heads.empty()) {
+    if (static_cast<int>(layer_kv_heads.size()) != n_layers)
+      return invalid_argument(fmt::format("{} KV head counts for {} layers", layer_kv_heads.size(), n_layers));
+    for (int h : layer_kv_heads)
+      if (!in_range(h, 1, n_kv_heads) || n_heads % h != 0)
+        return invalid_argument(
+            fmt::format("{} KV heads in a layer do not divide {} heads (at most {})", h, n_heads, n_kv_heads));
   }
   if (per_layer_dim < 0 || per_layer_dim > (1 << 16))
     return invalid_argument(fmt::format("per-layer embedding width {} is out of range", per_layer_dim));

@@ -35,6 +35,9 @@
 //                             weight; attention scale 1; layers may differ in MLP width (layer_hidden_dims); after
 //                             the MLP each layer adds a gated projection of its per-layer embedding (per_layer_dim)
 //                             and multiplies its output by blk.N.layer_output_scale
+//   gemma4 (26B-A4B)          the same block without per-layer embeddings, KV heads per layer (layer_kv_heads),
+//                             full layers without attn_v (V is their K projection, normed alone), and a mixture of
+//                             128 GELU experts beside the dense MLP (MoeConfig::dense_beside_experts)
 // What each layer holds is data too (LayerKind): its attention (full softmax attention, or gated delta-net linear
 // attention with a recurrent state) and its feed-forward (a dense gated MLP of hidden_dim, or the mixture of experts
 // `moe` describes). The runner dispatches on the kind, so a hybrid model is a list of kinds, not a new family.
@@ -99,6 +102,12 @@ struct MoeConfig {
   // > 0: a shared expert of this width runs beside the routed ones on every token, its output scaled by
   // sigmoid(x . ffn_gate_inp_shexp) (Qwen3.5-MoE; expert_shared_feed_forward_length).
   int shared_expert_hidden_dim = 0;
+  // Gemma 4 (26B-A4B; llama.cpp's gemma4 graph): beside the experts every token also runs the layer's dense MLP
+  // (ffn_gate/up/down, hidden_dim wide, GELU), each branch with norms of its own: the MLP reads ffn_norm(x) and is
+  // normed by post_ffw_norm_1, the experts read pre_ffw_norm_2(x) and are normed by post_ffw_norm_2, and the two are
+  // added (then post_ffw_norm as in every gemma layer). The router reads rms_norm(x) / sqrt(dim) * ffn_gate_inp.scale
+  // of the residual stream x (not the experts' input), and expert e's output is scaled by ffn_down_exps.scale[e].
+  bool dense_beside_experts = false;
   bool enabled() const { return n_experts > 0; }
 };
 
@@ -167,6 +176,9 @@ struct ModelConfig {
   int per_layer_dim = 0;               // > 0: per-layer embeddings of this width
   bool v_norm = false;                 // V is RMS-normed per head, without a weight
   bool layer_output_scale = false;     // blk.N.layer_output_scale.weight [1] multiplies each layer's output
+  // Empty: every layer has n_kv_heads KV heads; else one count per layer (26B-A4B: 8 in sliding layers, 2 in full
+  // ones), n_kv_heads then being the largest.
+  std::vector<int> layer_kv_heads;
 
   MoeConfig moe;  // the experts of kMoe layers
   // The kinds of the layers as a repeating pattern: layer l is layer_kinds[l % size] (one entry: every layer alike;
@@ -194,7 +206,10 @@ struct ModelConfig {
     return head_dim_sliding > 0 && is_sliding_layer(layer) ? head_dim_sliding : head_dim;
   }
   int layer_q_dim(int layer) const { return n_heads * layer_head_dim(layer); }
-  int layer_kv_dim(int layer) const { return n_kv_heads * layer_head_dim(layer); }
+  int layer_n_kv_heads(int layer) const {
+    return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[static_cast<size_t>(layer)];
+  }
+  int layer_kv_dim(int layer) const { return layer_n_kv_heads(layer) * layer_head_dim(layer); }
   int layer_hidden_dim(int layer) const {
     return layer_hidden_dims.empty() ? hidden_dim : layer_hidden_dims[static_cast<size_t>(layer)];
   }
@@ -205,7 +220,7 @@ struct ModelConfig {
   int kv_source_layer(int layer) const;
   // Every layer has K and V of its own, all kv_dim() wide: what KV export / import (PD, KV connectors) and the
   // solver's and budget's per-token sizes assume.
-  bool uniform_kv() const { return head_dim_sliding <= 0 && shared_kv_layers == 0; }
+  bool uniform_kv() const { return head_dim_sliding <= 0 && shared_kv_layers == 0 && layer_kv_heads.empty(); }
   bool is_sliding_layer(int layer) const {
     if (sliding_window <= 0 || sliding_pattern <= 0) return false;
     return sliding_pattern == 1 || layer % sliding_pattern < sliding_pattern - 1;

@@ -4,9 +4,9 @@
 // in the KV-sharing layers) and of the mixture-of-experts 26B-A4B (128 experts of 704, 8 per token, beside a
 // dense "shared" MLP; full layers with 2 KV heads whose V is their K).
 //
-// Tessera computes the dense files (E2B layout) on ref and cpu and refuses the MoE ones by name (docs/models.md,
-// "Gemma 4"); the files are the fixtures of that forward against llama.cpp (loading, quantizing, greedy parity) and
-// of the tokenizer (tokenizer.ggml.model `gemma4`).
+// Tessera computes both layouts on ref and cpu (docs/models.md, "Gemma 4"); the files are the fixtures of that
+// forward against llama.cpp (loading, quantizing, greedy parity) and of the tokenizer (tokenizer.ggml.model
+// `gemma4`).
 #pragma once
 
 #include <cstdint>

@@ -46,7 +46,7 @@ void for_each_tensor(Op& op, F&& f) {
                              std::is_same_v<T, ScaleOp> || std::is_same_v<T, PoolOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
-          f(o.logits), f(o.ids), f(o.weights), f(o.bias);
+          f(o.logits), f(o.ids), f(o.weights), f(o.bias), f(o.expert_scale);
         } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
           f(o.x), f(o.a), f(o.b);
         } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {

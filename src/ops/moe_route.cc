@@ -16,7 +16,7 @@ bool ranks_before(float a, int64_t ia, float b, int64_t ib) {
 }  // namespace
 
 void route_experts_row(const float* l, int64_t experts, const float* bias, int64_t k, MoeGating gating, bool normalize,
-                       float scale, float* p, char* taken, int32_t* ids, float* w) {
+                       float scale, float* p, char* taken, int32_t* ids, float* w, const float* expert_scale) {
   if (gating == MoeGating::kSoftmax) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < experts; ++i) mx = l[i] > mx ? l[i] : mx;
@@ -60,6 +60,8 @@ void route_experts_row(const float* l, int64_t experts, const float* bias, int64
   }
   if (scale != 1.0f)
     for (int64_t j = 0; j < k; ++j) w[j] *= scale;
+  if (expert_scale != nullptr)
+    for (int64_t j = 0; j < k; ++j) w[j] *= expert_scale[ids[j]];
 }
 
 }  // namespace tessera::ops

@@ -9,8 +9,10 @@
 
 namespace tessera::ops {
 
-// logits [experts] -> ids [k], weights [k]; p is scratch of `experts` floats, taken of `experts` bytes.
+// logits [experts] -> ids [k], weights [k]; p is scratch of `experts` floats, taken of `experts` bytes; bias and
+// expert_scale may be null.
 void route_experts_row(const float* logits, int64_t experts, const float* bias, int64_t k, MoeGating gating,
-                       bool normalize, float scale, float* p, char* taken, int32_t* ids, float* weights);
+                       bool normalize, float scale, float* p, char* taken, int32_t* ids, float* weights,
+                       const float* expert_scale = nullptr);
 
 }  // namespace tessera::ops

@@ -292,6 +292,11 @@ Status validate(const Op& op) {
               c.present(o.bias, "bias").dtype(o.bias, "bias", DType::kF32).rank(o.bias, "bias", 1);
               if (c.ok()) c.dim(o.bias, "bias", 0, o.logits.dim(1));
             }
+            if (o.expert_scale.valid()) {
+              c.present(o.expert_scale, "expert_scale").dtype(o.expert_scale, "expert_scale", DType::kF32);
+              c.rank(o.expert_scale, "expert_scale", 1);
+              if (c.ok()) c.dim(o.expert_scale, "expert_scale", 0, o.logits.dim(1));
+            }
           }
         } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
           c.present(o.x, "x").present(o.a, "a").present(o.b, "b").rank(o.x, "x", 3).rank(o.a, "a", 3);

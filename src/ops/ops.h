@@ -140,12 +140,15 @@ struct ArgmaxOp {
 //   kSigmoid        p = sigmoid(logits); the k largest p (+ bias); weights p of the chosen
 //   kSoftmaxWeight  the k largest logits (+ bias); weights softmax over those k logits           (gpt-oss)
 // then with `normalize` weights / max(sum of the k weights, 6.103515625e-5) (llama.cpp's clamp), then times
-// `scale`. bias (optional f32 [E]) shifts the selection only, never the weights (DeepSeek-V3's correction bias).
-// This is llama.cpp's build_moe_ffn routing for these gating functions.
+// `scale`, then (expert_scale, optional f32 [E]) each weight times its expert's scale. bias (optional f32 [E]) shifts
+// the selection only, never the weights (DeepSeek-V3's correction bias). This is llama.cpp's build_moe_ffn routing
+// for these gating functions; expert_scale is its per-expert output scale (Gemma 4's ffn_down_exps.scale, which
+// llama.cpp multiplies into each expert's down projection: the same product, taken before the sum over slots).
 enum class MoeGating : uint8_t { kSoftmax, kSigmoid, kSoftmaxWeight };
 struct MoeRouteOp {
   Tensor logits, ids, weights;
-  Tensor bias;  // optional
+  Tensor bias;          // optional
+  Tensor expert_scale;  // optional
   MoeGating gating = MoeGating::kSoftmax;
   bool normalize = false;
   float scale = 1.0f;

@@ -31,7 +31,7 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
   // sequence instead, taken from the same budget first (--kv-memory counts both).
   double kv_mib = b.kv_mib;
   int kv_layers = model.n_layers - model.linear_layer_count();
-  // gemma4: each layer with K/V of its own at its own width (the KV-sharing layers hold none).
+  // gemma4: each layer with K/V of its own at its own width and KV heads (the KV-sharing layers hold none).
   int kv_width = kv_layers * model.kv_dim();
   if (!model.uniform_kv()) {
     kv_width = kv_layers = 0;

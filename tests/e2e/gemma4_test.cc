@@ -1,9 +1,12 @@
-// The dense gemma4 (E2B layout) through `tessera generate`: `ref` and `cpu` give the same greedy text on a synth file
-// whose 10 layers hold sliding layers (head size 32) and full ones (64), KV-sharing layers of both kinds and the
-// double-wide MLP, per-layer embeddings and output scales (--decisive: clear winners rather than the near ties of
-// a deep random model's flat logits); eagerly and, on cpu, with graph decoding. The backends
-// without gemma4's operators refuse it by name. Parity with llama.cpp: tests/llamacpp/parity_test.cc
-// (`gemma4_e2b`).
+// Gemma 4 through `tessera generate`: `ref` and `cpu` give the same greedy text, eagerly and, on cpu, with graph
+// decoding, on synth files (--decisive: clear winners rather than the near ties of a deep random model's flat
+// logits) of
+//  - the dense E2B layout, 10 layers: sliding layers (head size 32) and full ones (64), KV-sharing layers of both
+//    kinds and the double-wide MLP, per-layer embeddings and output scales;
+//  - the MoE 26B-A4B layout, 12 layers: 8 KV heads in sliding layers and 1 in full ones whose V is their K, 8 GELU
+//    experts (2 per token) beside the dense MLP, the router's own norm and the per-expert output scales.
+// The backends without gemma4's operators refuse it by name. Parity with llama.cpp: tests/llamacpp/parity_test.cc
+// (`gemma4_e2b`, `gemma4_26b_a4b`).
 #include <gtest/gtest.h>
 
 #include "support/paths.h"
@@ -20,6 +23,17 @@ std::string synth_e2b(const std::string& dtype) {
   auto w = run_process({tessera_bin(), "synth",        "--shape", "gemma4-e2b", "--small", "--dim",
                         "256",         "--hidden-dim", "512",     "--layers",   "10",      "--rare-byte-tokens",
                         "--decisive",  "--format",     "gguf",    "--dtype",    dtype,     "--seed",
+                        "7",           "--out",        model},
+                       300.0);
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  return model;
+}
+
+std::string synth_26b_a4b(const std::string& dtype) {
+  const std::string model = testing::scratch_dir() + "/gemma4-26b-a4b-" + dtype + ".gguf";
+  auto w = run_process({tessera_bin(), "synth",        "--shape", "gemma4-26b-a4b", "--small", "--dim",
+                        "256",         "--hidden-dim", "512",     "--layers",       "12",      "--rare-byte-tokens",
+                        "--decisive",  "--format",     "gguf",    "--dtype",        dtype,     "--seed",
                         "7",           "--out",        model},
                        300.0);
   EXPECT_EQ(w.exit_code, 0) << w.err;
@@ -51,6 +65,43 @@ TEST(Gemma4, DenseGreedyTextEqualsBetweenRefAndCpu) {
       EXPECT_EQ(generate(model, "cpu", prompt, {"--graph", "on"}), ref) << "graph decoding: " << prompt;
     }
   }
+}
+
+TEST(Gemma4, MoeGreedyTextEqualsBetweenRefAndCpu) {
+  const char* prompts[] = {"Lily went to the park with her mom and she saw a big red ball near the tree",
+                           "Once upon a time, there was"};
+  for (const char* dtype : {"f32", "f16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string model = synth_26b_a4b(dtype);
+    for (const char* prompt : prompts) {
+      const std::string ref = generate(model, "ref", prompt);
+      EXPECT_GT(ref.size(), 16u) << prompt;
+      EXPECT_EQ(generate(model, "cpu", prompt), ref) << prompt;
+      EXPECT_EQ(generate(model, "cpu", prompt, {"--graph", "on"}), ref) << "graph decoding: " << prompt;
+    }
+  }
+}
+
+// opencl and vulkan run experts but not gemma4's per-expert output scales (nor its scale operator); cuda runs no
+// experts at all. Each names what it lacks.
+TEST(Gemma4, MoeBackendsWithoutItsOperatorsRefuseByName) {
+  const std::string model = synth_26b_a4b("f32");
+  int tried = 0;
+  for (const char* backend : {"opencl", "vulkan", "cuda"}) {
+    auto probe = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--backend", backend,
+                              "--max-tokens", "1", "--quiet"});
+    if (probe.exit_code != 0) continue;  // the backend is not here
+    ++tried;
+    auto r = run_process({tessera_bin(), "generate", "--model", model, "--backend", backend, "--prompt", "hi",
+                          "--max-tokens", "2", "--quiet"},
+                         240.0);
+    EXPECT_NE(r.exit_code, 0) << backend;
+    const std::string want = std::string(backend) == "cuda" ? "mixture-of-experts layers (moe_route, moe_experts)"
+                                                            : "per-expert output scales (moe_route expert_scale)";
+    EXPECT_NE(r.err.find("gemma4 model's"), std::string::npos) << backend << ": " << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << backend << ": " << r.err;
+  }
+  if (tried == 0) GTEST_SKIP() << "none of opencl, vulkan, cuda is here";
 }
 
 TEST(Gemma4, BackendsWithoutItsOperatorsRefuseByName) {

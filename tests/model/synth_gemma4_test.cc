@@ -90,7 +90,7 @@ TEST(SynthGemma4, WritesTheKeysAndTensorsLlamaCppReads) {
   EXPECT_EQ(f[7], 1.0f);  // 64 * 0.25 / 2 = 8 rotated pairs
   EXPECT_EQ(f[8], 1e30f);
 
-  // Tessera reads its vocabulary and refuses to compute the mixture-of-experts variant, naming what it lacks.
+  // Tessera reads its vocabulary and its mixture-of-experts layout as llama.cpp's gemma4 loader does.
   auto tok = load_gguf_tokenizer(path);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const std::string text = "Hi there,\n\n  caf\xC3\xA9!";
@@ -99,9 +99,21 @@ TEST(SynthGemma4, WritesTheKeysAndTensorsLlamaCppReads) {
   EXPECT_EQ(ids[0], 2);
   EXPECT_EQ((*tok)->decode(ids), text);
   auto m = load_model(path);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("gemma4's mixture-of-experts layers"), std::string::npos)
-      << m.status().to_string();
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& cfg = m->config;
+  EXPECT_TRUE(cfg.has_moe_layers());
+  EXPECT_EQ(cfg.moe.n_experts, 8);
+  EXPECT_EQ(cfg.moe.n_experts_used, 2);
+  EXPECT_EQ(cfg.moe.expert_hidden_dim, 128);
+  EXPECT_EQ(cfg.moe.gating, ExpertGating::kSoftmax);
+  EXPECT_TRUE(cfg.moe.normalize_weights);
+  EXPECT_TRUE(cfg.moe.dense_beside_experts);
+  EXPECT_EQ(cfg.hidden_dim, 128);  // the dense MLP beside the experts
+  EXPECT_EQ(cfg.n_kv_heads, 2);
+  EXPECT_EQ(cfg.layer_kv_heads, (std::vector<int>{2, 2, 2, 2, 2, 1}));
+  EXPECT_EQ(cfg.layer_kv_dim(0), 2 * 32);
+  EXPECT_EQ(cfg.layer_kv_dim(5), 1 * 64);
+  EXPECT_FALSE(cfg.uniform_kv());
 }
 
 // The dense variant loads: its per-layer geometry as llama.cpp's gemma4 loader reads it.

@@ -44,11 +44,13 @@ class RefMoe : public ::testing::Test {
   // Routes logits [1, E] to k experts; returns (ids, weights).
   std::pair<std::vector<int32_t>, std::vector<float>> route(const std::vector<float>& logits, int k, MoeGating g,
                                                             bool normalize, const std::vector<float>& bias = {},
-                                                            float scale = 1.0f) {
+                                                            float scale = 1.0f,
+                                                            const std::vector<float>& expert_scale = {}) {
     const auto e = static_cast<int64_t>(logits.size());
     MoeRouteOp op{f32({1, e}, logits), i32({1, k}, std::vector<int32_t>(static_cast<size_t>(k))),
                   f32({1, k}, std::vector<float>(static_cast<size_t>(k)))};
     if (!bias.empty()) op.bias = f32({e}, bias);
+    if (!expert_scale.empty()) op.expert_scale = f32({e}, expert_scale);
     op.gating = g;
     op.normalize = normalize;
     op.scale = scale;
@@ -72,6 +74,15 @@ TEST_F(RefMoe, SoftmaxTopKWithAndWithoutRenormalisation) {
   EXPECT_EQ(ids2, (std::vector<int32_t>{1, 2}));
   EXPECT_NEAR(w2[0], 0.731059f, 1e-5f);
   EXPECT_NEAR(w2[1], 0.268941f, 1e-5f);
+}
+
+TEST_F(RefMoe, PerExpertScalesMultiplyTheRenormalisedWeights) {
+  // gemma4: softmax, top 2, renormalised (0.731059, 0.268941 as above), then each times its expert's scale
+  // (expert 1: 0.5, expert 2: 3); the scales never change the choice.
+  auto [ids, w] = route({1, 3, 2, 0}, 2, MoeGating::kSoftmax, true, {}, 1.0f, {10, 0.5f, 3, 10});
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_NEAR(w[0], 0.5f * 0.731059f, 1e-5f);
+  EXPECT_NEAR(w[1], 3.0f * 0.268941f, 1e-5f);
 }
 
 TEST_F(RefMoe, SoftmaxOverTheChosenLogitsOnly) {

@@ -29,32 +29,36 @@ void add_route(std::vector<Case>& cases) {
   for (MoeGating g : {MoeGating::kSoftmax, MoeGating::kSigmoid, MoeGating::kSoftmaxWeight}) {
     for (auto [experts, k] : {std::pair<int64_t, int64_t>{8, 2}, {32, 4}, {128, 8}, {8, 1}, {4, 4}}) {
       for (int64_t n : {1, 7, 64}) {
-        for (int variant = 0; variant < 4; ++variant) {  // plain, normalised, bias + scale, ties + NaN
-          const bool normalize = variant == 1 || variant == 3;
+        // plain, normalised, bias + scale, ties + NaN, normalised with per-expert scales (gemma4)
+        for (int variant = 0; variant < 5; ++variant) {
+          const bool normalize = variant == 1 || variant == 3 || variant == 4;
+          const bool expert_scale = variant == 4;
           const bool bias = variant == 2;
           const float scale = variant == 2 ? 2.5f : 1.0f;
           const bool special = variant == 3;
           if (special && n == 1) continue;
-          cases.push_back(
-              {"moe_route", DType::kF32,
-               fmt::format("{} n={} experts={} k={}{}{}{}", gating_name(g), n, experts, k, normalize ? " norm" : "",
-                           bias ? " bias scale=2.5" : "", special ? " ties+nan" : ""),
-               kRouting, false, [=](CaseEnv& e) -> Op {
-                 std::vector<float> l(static_cast<size_t>(n * experts));
-                 for (float& v : l) v = (e.rng().next_f32() * 2.0f - 1.0f) * 3.0f;
-                 if (special) {
-                   // Row 0: every logit equal (the lowest experts win); row 1 holds a NaN, which never wins.
-                   for (int64_t i = 0; i < experts; ++i) l[static_cast<size_t>(i)] = 0.5f;
-                   l[static_cast<size_t>(experts)] = NAN;
-                 }
-                 MoeRouteOp op{e.values(DType::kF32, {n, experts}, l), e.output(DType::kI32, {n, k}, 0.0f),
-                               e.output(DType::kF32, {n, k})};
-                 if (bias) op.bias = e.random(DType::kF32, {experts}, 0.5f);
-                 op.gating = g;
-                 op.normalize = normalize;
-                 op.scale = scale;
-                 return op;
-               }});
+          cases.push_back({"moe_route", DType::kF32,
+                           fmt::format("{} n={} experts={} k={}{}{}{}{}", gating_name(g), n, experts, k,
+                                       normalize ? " norm" : "", bias ? " bias scale=2.5" : "",
+                                       special ? " ties+nan" : "", expert_scale ? " expert_scale" : ""),
+                           kRouting, false, [=](CaseEnv& e) -> Op {
+                             std::vector<float> l(static_cast<size_t>(n * experts));
+                             for (float& v : l) v = (e.rng().next_f32() * 2.0f - 1.0f) * 3.0f;
+                             if (special) {
+                               // Row 0: every logit equal (the lowest experts win); row 1 holds a NaN, which never
+                               // wins.
+                               for (int64_t i = 0; i < experts; ++i) l[static_cast<size_t>(i)] = 0.5f;
+                               l[static_cast<size_t>(experts)] = NAN;
+                             }
+                             MoeRouteOp op{e.values(DType::kF32, {n, experts}, l), e.output(DType::kI32, {n, k}, 0.0f),
+                                           e.output(DType::kF32, {n, k})};
+                             if (bias) op.bias = e.random(DType::kF32, {experts}, 0.5f);
+                             if (expert_scale) op.expert_scale = e.random(DType::kF32, {experts}, 2.0f);
+                             op.gating = g;
+                             op.normalize = normalize;
+                             op.scale = scale;
+                             return op;
+                           }});
         }
       }
     }

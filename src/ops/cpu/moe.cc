@@ -61,6 +61,7 @@ struct Scratch {
 Status moe_route(const MoeRouteOp& op, const Ctx& ctx) {
   const int64_t n = op.logits.dim(0), experts = op.logits.dim(1), k = op.ids.dim(1);
   const float* bias = op.bias.valid() ? data<const float>(op.bias) : nullptr;
+  const float* scale = op.expert_scale.valid() ? data<const float>(op.expert_scale) : nullptr;
   parallel_for(
       ctx, n,
       [&](int64_t r) {
@@ -70,7 +71,7 @@ Status moe_route(const MoeRouteOp& op, const Ctx& ctx) {
         taken.resize(static_cast<size_t>(experts));
         route_experts_row(data<const float>(op.logits) + r * experts, experts, bias, k, op.gating, op.normalize,
                           op.scale, p.data(), taken.data(), data<int32_t>(op.ids) + r * k,
-                          data<float>(op.weights) + r * k);
+                          data<float>(op.weights) + r * k, scale);
       },
       static_cast<double>(experts * k), 4096.0);
   return ok_status();

@@ -266,7 +266,7 @@ Status check_unpacked_operands(const Op& op) {
                              std::is_same_v<T, PoolOp> || std::is_same_v<T, ScaleOp>) {
           any(o.x, o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
-          any(o.logits, o.ids, o.weights, o.bias);
+          any(o.logits, o.ids, o.weights, o.bias, o.expert_scale);
         } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
           any(o.x, o.a, o.b);
         } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {

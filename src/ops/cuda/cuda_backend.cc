@@ -84,6 +84,8 @@ Support capability(const Op& op) {
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("cuda has no layer_norm, activation, attention_noncausal or pool kernel");
   if (std::holds_alternative<ScaleOp>(op)) return Support::no("cuda has no scale kernel (gemma4)");
+  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
+    return Support::no("cuda moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
   return Support::yes();
 }
 

@@ -110,6 +110,8 @@ Support capability(const Op& op) {
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("opencl has no layer_norm, activation, attention_noncausal or pool kernel");
   if (std::holds_alternative<ScaleOp>(op)) return Support::no("opencl has no scale kernel (gemma4)");
+  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
+    return Support::no("opencl moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
     return Support::no("opencl attention has no sinks");
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())

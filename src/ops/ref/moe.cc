@@ -35,7 +35,8 @@ Status run_moe_route(const MoeRouteOp& op) {
   for (int64_t r = 0; r < n; ++r) {
     route_experts_row(data<const float>(op.logits) + r * experts, experts,
                       op.bias.valid() ? data<const float>(op.bias) : nullptr, k, op.gating, op.normalize, op.scale,
-                      p.data(), taken.data(), data<int32_t>(op.ids) + r * k, data<float>(op.weights) + r * k);
+                      p.data(), taken.data(), data<int32_t>(op.ids) + r * k, data<float>(op.weights) + r * k,
+                      op.expert_scale.valid() ? data<const float>(op.expert_scale) : nullptr);
   }
   return ok_status();
 }

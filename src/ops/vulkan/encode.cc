@@ -43,7 +43,7 @@ void for_each_tensor(const Op& op, F&& f) {
         } else if constexpr (std::is_same_v<T, SoftmaxOp> || std::is_same_v<T, ArgmaxOp>) {
           f(o.x), f(o.out);
         } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
-          f(o.logits), f(o.ids), f(o.weights), f(o.bias);
+          f(o.logits), f(o.ids), f(o.weights), f(o.bias), f(o.expert_scale);
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
         } else if constexpr (std::is_same_v<T, LayerNormOp>) {
@@ -158,6 +158,8 @@ Support capability(const Gpu& gpu, const Op& op) {
       std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
     return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
   if (std::holds_alternative<ScaleOp>(op)) return Support::no("vulkan has no scale kernel (gemma4)");
+  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
+    return Support::no("vulkan moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;

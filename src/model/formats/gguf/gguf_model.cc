@@ -1,8 +1,10 @@
 #include "model/formats/gguf/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <fmt/core.h>
 
@@ -136,13 +138,7 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
       return invalid_argument(fmt::format("GGUF {} needs {}.expert_count > 0", a, a));
     return ok_status();
   }
-  if (a == "gemma4")
-    return unimplemented(fmt::format(
-        "GGUF gemma4.expert_count {}: gemma4's mixture-of-experts layers (26B-A4B: a dense MLP beside GELU experts, "
-        "three more norms, a router on rms_norm(x) / sqrt(dim) x ffn_gate_inp.scale, per-expert output scales "
-        "ffn_down_exps.scale) are not supported; the dense gemma4 (E2B, E4B) is",
-        experts));
-  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
+  if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe" && a != "gemma4")
     return unimplemented(
         fmt::format("GGUF {}.expert_count {}: mixture-of-experts {} models are not supported", a, experts, a));
   MoeConfig& m = cfg.moe;
@@ -172,7 +168,7 @@ Status read_moe_keys(const GgufContents& c, ModelConfig& cfg) {
     if (eff != cfg.hidden_dim)
       return unimplemented(fmt::format("GGUF llama.expert_feed_forward_length {} differs from feed_forward_length {}",
                                        eff, cfg.hidden_dim));
-  } else if (a == "gpt-oss") {
+  } else if (a == "gpt-oss" || a == "gemma4") {
     TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_dim(c, a + ".expert_feed_forward_length"));
   } else {
     TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_dim_or(c, a + ".expert_feed_forward_length",
@@ -334,7 +330,6 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
     TS_ASSIGN_OR_RETURN(cfg.dim, get_dim(c, a + ".embedding_length"));
     TS_ASSIGN_OR_RETURN(cfg.n_layers, get_dim(c, a + ".block_count"));
     const bool gemma4 = a == "gemma4";
-    if (gemma4 && c.find(a + ".expert_count")) TS_RETURN_IF_ERROR(read_moe_keys(c, cfg));  // refuses 26B-A4B by name
     TS_ASSIGN_OR_RETURN(cfg.hidden_dim, get_dim_or_layers(c, a + ".feed_forward_length", cfg.n_layers,
                                                           gemma4 ? &cfg.layer_hidden_dims : nullptr));
     // Every layer has tensors of its own: a larger count is a damaged header, and refusing it here keeps the
@@ -347,12 +342,11 @@ Result<GgufModel> parse_gguf_model(std::span<const uint8_t> bytes, const std::st
       std::vector<int> per_layer;
       TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or_layers(c, a + ".attention.head_count_kv", cfg.n_layers,
                                                             gemma4 ? &per_layer : nullptr));
-      for (int h : per_layer)
-        if (h != cfg.n_kv_heads)
-          return unimplemented(
-              fmt::format("{}.attention.head_count_kv differs between layers ({} and {} KV heads): "
-                          "one KV head count for every layer is supported",
-                          a, cfg.n_kv_heads, h));
+      // gemma4 (26B-A4B): KV heads per layer; n_kv_heads is the largest count.
+      if (std::adjacent_find(per_layer.begin(), per_layer.end(), std::not_equal_to<>()) != per_layer.end()) {
+        cfg.n_kv_heads = *std::max_element(per_layer.begin(), per_layer.end());
+        cfg.layer_kv_heads = per_layer;
+      }
     } else {
       TS_ASSIGN_OR_RETURN(cfg.n_kv_heads, get_dim_or(c, a + ".attention.head_count_kv", cfg.n_heads));
     }
