@@ -2,6 +2,7 @@
 // a llama2.c tokenizer). GGUF files embed the matching tokenizer.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,7 @@ int run_synth_gemma4(const SynthArgs& a) {
   if (a.decisive) {  // their classifier is tied: the residual leans on the embedding instead, attention is softer
     o.post_norm_scale = 0.25f;
     o.q_norm_scale = 0.25f;
+    o.router_scale = 8.0f * std::sqrt(static_cast<float>(shape->dim));  // experts chosen by clear margins
   }
   if (!a.dtype.empty()) {
     auto d = parse_dtype(a.dtype);

@@ -316,6 +316,8 @@ Status write_gemma4_gguf(const Gemma4Shape& s, uint64_t seed, const Gemma4WriteO
       for (float& x : v) x *= options.post_norm_scale;
     if (sp.name.ends_with("attn_q_norm.weight"))
       for (float& x : v) x *= options.q_norm_scale;
+    if (sp.name.ends_with("ffn_gate_inp.weight"))
+      for (float& x : v) x *= options.router_scale;
     if (options.rare_byte_tokens && sp.name == "token_embd.weight")
       for (int64_t row = kFirstByteToken; row < kFirstByteToken + 256; ++row)
         for (int64_t k = 0; k < d; ++k) v[static_cast<size_t>(row * d + k)] *= 0.1f;

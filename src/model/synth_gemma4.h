@@ -75,6 +75,10 @@ struct Gemma4WriteOptions {
   // sqrt(head size) spread, an attention so sharp that any rounding moves it; a quarter makes it as soft as a
   // 1/sqrt(head_dim) scale would.
   float q_norm_scale = 1.0f;
+  // The MoE router (ffn_gate_inp.weight) at `router_scale` of its random values: gemma4's router reads
+  // rms_norm(x) / sqrt(dim), so random weights of 0.02 give logits within about 0.02 of each other, an expert choice
+  // that any rounding reorders; 2 sqrt(dim) spreads them as a router reading the normed x directly would.
+  float router_scale = 1.0f;
   std::string chat_template;  // tokenizer.chat_template when not empty
 };
 Status write_gemma4_gguf(const Gemma4Shape& shape, uint64_t seed, const Gemma4WriteOptions& options,
