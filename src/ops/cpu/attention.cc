@@ -333,6 +333,16 @@ inline VF vwiden(const T* p) {
 }
 inline VF vexp(VF x) { return exp16(x); }
 inline float vsum(VF v) { return sum16(v); }
+inline VF vdiv(VF a, VF b) { return _mm512_maskz_div_ps(0xffff, a, b); }  // masked forms: see widen16
+inline VF vmax(VF a, VF b) { return _mm512_maskz_max_ps(0xffff, a, b); }
+inline float vhmax(VF v) {
+  const __m512d d = _mm512_castps_pd(v);
+  const __m256 m = _mm256_max_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+                                 _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
 #else
 using VF = __m256;
 constexpr int kLanes = 8, kVPerPass = 2;
@@ -350,6 +360,13 @@ inline VF vwiden(const T* p) {
 }
 inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
+inline VF vdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
+inline VF vmax(VF a, VF b) { return _mm256_max_ps(a, b); }
+inline float vhmax(VF v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
 #endif
 
 // Attention for several queries that read the same kv head (the tokens of a prefill chunk; the query heads
@@ -523,14 +540,25 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
       continue;
     }
     float mx = st[g].m;
-    for (int64_t t = a; t < b; ++t) {
-      float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
-      if (opt.softcap > 0.0f) v = opt.softcap * std::tanh(v / opt.softcap);
-      sg[t] = v;
-      mx = v > mx ? v : mx;
+    if (opt.softcap > 0.0f) {
+      for (int64_t t = a; t < b; ++t) {
+        const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
+        sg[t] = opt.softcap * std::tanh(v / opt.softcap);
+      }
+    } else {
+      // Vectors over [c0, c1) (the same division or product per score as the scalar form); the keys outside
+      // [a, b) are overwritten below.
+      const VF sv = vset(scaled ? opt.scale : denom);
+      for (int64_t t = c0; t < c1; t += kLanes) {
+        const VF v = vload(sg + t);
+        vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
+      }
     }
     for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
     for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
+    VF mxv = vset(mx);
+    for (int64_t t = c0; t < c1; t += kLanes) mxv = vmax(mxv, vload(sg + t));
+    mx = vhmax(mxv);
     const VF mv = vset(mx);
     VF sum = vzero();
     for (int64_t t = c0; t < c1; t += kLanes) {
@@ -948,6 +976,29 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
     float* out = data<float>(op.out);
     const AttentionScores opt = op.scores;
     const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+    if (start + n > kKeyBlock) {
+      // Long contexts: an item is kQChunk tokens times the query heads of one kv head, so each widened key
+      // block serves group times as many queries (widening was a fifth of prefill at 8192 tokens).
+      parallel_for(ctx, chunks * c.kv_heads, [&](int64_t wi) {
+        thread_local std::vector<Query> qs;
+        const int64_t kvh = wi % c.kv_heads, i0 = wi / c.kv_heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
+        qs.clear();
+        for (int64_t i = i0; i < i1; ++i) {
+          const int32_t pos = static_cast<int32_t>(start + i);
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            qs.push_back({q + (i * heads + h) * hd, out + (i * heads + h) * hd,
+                          opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos, sinks ? sinks[h] : -INFINITY});
+          }
+        }
+        const auto nq = static_cast<int64_t>(qs.size());
+        if (c.f16) {
+          attend_queries<uint16_t>(c, table, kvh, qs.data(), nq, opt);
+        } else {
+          attend_queries<float>(c, table, kvh, qs.data(), nq, opt);
+        }
+      });
+      return ok_status();
+    }
     parallel_for(ctx, chunks * heads, [&](int64_t wi) {
       const int64_t h = wi % heads, i0 = wi / heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
       Query qs[kQChunk];
