@@ -131,6 +131,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
+  TS_ASSIGN_OR_RETURN(s.keep_rows, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(r->pooled_, r->alloc(DType::kF32, {n, d}));
   if (r->encoder_) {  // every token of an encoder's input is of type 0 ("sentence A"), as llama.cpp computes it
     TS_ASSIGN_OR_RETURN(r->encoder_->type_ids, r->alloc(DType::kI32, {n}));
@@ -211,11 +212,32 @@ Status ModelRunner::run(const ops::Op& op) {
   return stream_->run(op);
 }
 
+Result<int64_t> ModelRunner::keep_last_rows(int64_t n, std::span<const Placed> placed, int64_t decodes) {
+  // Every row is needed by a segment that wants all its logits or a pooled vector, by the activation taps (they
+  // compare whole tensors), and by gemma4's layer end (per-layer inputs by row); a recording replays any rows.
+  if (recording_ || options_.activation_tap || config_.per_layer_dim > 0) return -1;
+  std::vector<int32_t>& keep = step_keep_;
+  keep.clear();
+  for (int64_t r = 0; r < decodes; ++r) keep.push_back(static_cast<int32_t>(r));
+  for (const Placed& p : placed.subspan(static_cast<size_t>(decodes))) {
+    if (p.segment->all_logits || p.segment->pooled) return -1;
+    if (p.segment->want_logits)
+      keep.push_back(static_cast<int32_t>(p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1));
+  }
+  const auto kept = static_cast<int64_t>(keep.size());
+  if (kept == n) return -1;
+  if (kept > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.keep_rows.rows(0, kept), keep.data()));
+  return kept;
+}
+
 Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,
                             const LayerHook& before_layer) {
   if (encoder_) return forward_encoder(n, placed);
   const model::ModelConfig& c = config_;
   ops::Tensor x = s_.x.rows(0, n), xb = s_.xb.rows(0, n), delta = s_.delta.rows(0, n);
+  // As llama.cpp does: the last layer's feed-forward (and the final norm) runs only over the rows read after it.
+  TS_ASSIGN_OR_RETURN(const int64_t kept, keep_last_rows(n, placed, decodes));
+  bool pruned = false;
   ops::Tensor positions = s_.positions.rows(0, n);
 
   const float emb_scale = c.embedding_scale > 0.0f ? c.embedding_scale : 1.0f;
@@ -293,6 +315,19 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     }
     if (c.post_norms) TS_RETURN_IF_ERROR(run(ops::RmsNormOp{delta, lw.post_attn_norm, delta, c.norm_eps}));
     TS_RETURN_IF_ERROR(run(ops::AddRmsNormOp{x, delta, lw.ffn_norm, xb, c.norm_eps}));
+    if (l == c.n_layers - 1 && kept >= 0) {
+      if (kept == 0) break;  // a prompt chunk that wants no logits: nothing reads past this point
+      // The kept rows gathered (an exact copy): the residual into delta, the normed input into x.
+      const ops::Tensor keep = s_.keep_rows.rows(0, kept);
+      const ops::Tensor residual = s_.delta.rows(0, kept), in = s_.x.rows(0, kept);
+      TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{x, keep, residual}));
+      TS_RETURN_IF_ERROR(run(ops::EmbeddingOp{xb, keep, in}));
+      x = residual;
+      xb = in;
+      delta = s_.xb.rows(0, kept);
+      n = kept;
+      pruned = true;
+    }
     TS_RETURN_IF_ERROR(tap("ffn_inp", l, x));
     TS_RETURN_IF_ERROR(tap("ffn_norm", l, xb));
     TS_RETURN_IF_ERROR(run_ffn(lw, n, xb, delta));
@@ -315,7 +350,8 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
   for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
     const Placed& p = placed[pi];
     if (!p.segment->want_logits) continue;
-    const int64_t last = p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1;
+    // Pruned, the kept rows are in order: decode rows, then one per prompt chunk that wants logits.
+    const int64_t last = pruned ? out_row : p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1;
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(last, 1), classifier_, s_.logits.rows(out_row++, 1)}));
   }
   return ok_status();

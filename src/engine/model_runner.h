@@ -198,6 +198,7 @@ class ModelRunner {
     ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
     ops::Tensor sh_hb, sh_hb2, sh_out, sh_gate;             // shared expert: [n, ff] x2, [n, dim], [n, 1]
     ops::Tensor ple, pl_hidden;                             // gemma4: [layers, n, P] (each layer's input), [n, P]
+    ops::Tensor keep_rows;  // [n]: the rows the last layer's feed-forward computes (keep_last_rows())
   };
 
   ModelRunner(ops::Device& device, const model::ModelConfig& config, RunnerOptions options);
@@ -285,7 +286,10 @@ class ModelRunner {
   int32_t pad_block_ = -1;
   // step()'s host-side arrays, kept between steps so that a step does not allocate.
   std::vector<Placed> step_placed_;
-  std::vector<int32_t> step_ids_, step_positions_, step_slots_, step_lens_, step_tables_;
+  std::vector<int32_t> step_ids_, step_positions_, step_slots_, step_lens_, step_tables_, step_keep_;
+  // The rows of a step whose final hidden state is read (decode rows, the last row of each prompt chunk that wants
+  // logits), uploaded to s_.keep_rows; -1 when every row is (or must be) computed through the last layer.
+  Result<int64_t> keep_last_rows(int64_t n, std::span<const Placed> placed, int64_t decodes);
   std::vector<float> step_rows_;
   std::vector<int64_t> step_row_of_;
   size_t streamed_bytes_ = 0;

@@ -2,7 +2,7 @@
 // streamed once, front to back, against every activation row: decode is bandwidth-bound and a single
 // sequential stream per thread is what the prefetcher serves fastest. With more rows (a batch, a prefill
 // chunk), gemm() runs register tiles: the avx512 build 4 weight rows x 6 activation rows of 512-bit
-// accumulators, the avx2 build 2 x 3 of pairs of 256-bit ones; each weight panel sits in L1 while a block of
+// accumulators, the avx2 build 4 x 3 of 256-bit ones in two passes; each weight panel sits in L1 while a block of
 // activation rows sized for L2 passes it, and every output is bit-identical to dot() of its row. The generic
 // build takes weight rows four at a time (tile4). f32 takes the same paths (no sgemm: see matmul_dense()).
 #include <algorithm>
@@ -143,49 +143,52 @@ void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
   }
 }
 #elif defined(__AVX2__)
-// The avx2 build's tile: 2 weight rows x 3 activation rows, each output in a pair of 8-lane accumulators that
-// are dot()'s two (the first and second half of each 16-element chunk), so outputs are bit-identical to dot()
-// here too. 12 accumulators, 2 weight vectors and 1 activation vector of the 16 registers; 10 loads feed 12
-// FMAs where tile4 (4 x 1) had 10 loads for 8.
-constexpr int kGemmRows = 2;
+// The avx2 build's tile: 4 weight rows x 3 activation rows, one 8-lane accumulator per output, in two passes over
+// k. dot() sums a row in two accumulators, the first over the even 8-element chunks (and an odd last chunk), the
+// second over the odd ones; the tile's first pass runs the even chunks into its 12 accumulators and parks them on
+// the stack, the second runs the odd chunks into fresh ones, and each output is hsum(first + second) and the
+// scalar tail: bit-identical to dot(), so outputs still do not depend on the batch size. Holding both halves at
+// once (the former 2 x 3 tile with pairs of accumulators) left 10 loads for 12 FMAs; here the 3 activation
+// vectors of a chunk sit in registers for the 4 weight rows, one weight vector at a time: 7 loads for 12 FMAs,
+// 16 registers.
+constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 3;
+
+// acc[i][t] += rows of w . rows of x over the 8-element chunks at j0, j0 + 16, j0 + 32, ... below `end`.
+template <typename W, int R, int T>
+inline void gemm_pass(const W* w, const float* x, int64_t k, int64_t j0, int64_t end, __m256 (&acc)[R][T]) {
+  for (int64_t j = j0; j + 8 <= end; j += 16) {
+    __m256 xv[T];
+#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * k + j);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m256 wv = load8(w + i * k + j);
+#pragma GCC unroll 3
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+    }
+  }
+}
 
 template <typename W, int R, int T>
 void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
-  __m256 a[R][T], b[R][T];
+  const int64_t full = k / 16 * 16;  // the 16-element steps of dot()
+  const int64_t vec = k / 8 * 8;     // plus its last 8-element chunk (into the first accumulator)
+  __m256 acc[R][T];
   for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) a[i][t] = b[i][t] = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= k; j += 16) {
-    __m256 wv[R];
-#pragma GCC unroll 2
-    for (int i = 0; i < R; ++i) wv[i] = load8(w + i * k + j);
-#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  gemm_pass<W, R, T>(w, x, k, 0, vec, acc);  // even chunks, and the odd last one (vec - 8 when vec > full)
+  alignas(32) float first[R][T][8];
+  for (int i = 0; i < R; ++i)
     for (int t = 0; t < T; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x + t * k + j);
-#pragma GCC unroll 2
-      for (int i = 0; i < R; ++i) a[i][t] = _mm256_fmadd_ps(wv[i], xv, a[i][t]);
+      _mm256_store_ps(first[i][t], acc[i][t]);
+      acc[i][t] = _mm256_setzero_ps();
     }
-#pragma GCC unroll 2
-    for (int i = 0; i < R; ++i) wv[i] = load8(w + i * k + j + 8);
-#pragma GCC unroll 3
-    for (int t = 0; t < T; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x + t * k + j + 8);
-#pragma GCC unroll 2
-      for (int i = 0; i < R; ++i) b[i][t] = _mm256_fmadd_ps(wv[i], xv, b[i][t]);
-    }
-  }
-  if (j + 8 <= k) {
-    for (int t = 0; t < T; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x + t * k + j);
-      for (int i = 0; i < R; ++i) a[i][t] = _mm256_fmadd_ps(load8(w + i * k + j), xv, a[i][t]);
-    }
-    j += 8;
-  }
+  gemm_pass<W, R, T>(w, x, k, 8, full, acc);  // odd chunks
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < R; ++i) {
-      float s = hsum(_mm256_add_ps(a[i][t], b[i][t]));
-      for (int64_t e = j; e < k; ++e) s += to_f32(w[i * k + e]) * x[t * k + e];
+      float s = hsum(_mm256_add_ps(_mm256_load_ps(first[i][t]), acc[i][t]));
+      for (int64_t e = vec; e < k; ++e) s += to_f32(w[i * k + e]) * x[t * k + e];
       out[t * ldo + i] = s;
     }
   }
@@ -222,28 +225,19 @@ void gemm_panel_rows(const W* wp, const float* x, int64_t k, int64_t m, int64_t 
   }
 }
 
-// In the avx2 build f16 / bf16 panels are widened to f32 once per block of activation rows (exactly: the
-// widening is lossless), so the tile's inner loop does plain loads instead of a conversion per weight vector
-// per tile: prefill 512 on stories110M F16, 1 thread, 430 -> 440 tok/s of CPU time. The avx512 build
-// converts in the tile, which measured faster there (940 against 865: the f32 panel is twice the L1 bytes).
-#if defined(__AVX512F__)
-constexpr bool kWidenPanels = false;
-#else
-constexpr bool kWidenPanels = true;
-#endif
 template <typename W, int R>
 void gemm_panel(const W* w, const float* x, int64_t k, int64_t m, int64_t i0, int64_t r0, int64_t r1, float* out) {
   const W* wp = w + i0 * k;
-  if constexpr (std::is_same_v<W, float> || !kWidenPanels) {
-    gemm_panel_rows<W, R>(wp, x, k, m, i0, r0, r1, out);
-  } else {
-    thread_local std::vector<float> wide;
-    wide.resize(static_cast<size_t>(R * k));
-    int64_t e = 0;
-    for (; e + 8 <= R * k; e += 8) _mm256_storeu_ps(wide.data() + e, load8(wp + e));
-    for (; e < R * k; ++e) wide[static_cast<size_t>(e)] = to_f32(wp[e]);
-    gemm_panel_rows<float, R>(wide.data(), x, k, m, i0, r0, r1, out);
+  // The next panel (the next index of this thread's chunk, adjacent in memory) is fetched while this one's tiles
+  // run: a panel is read from memory once per block of activation rows, and the hardware prefetcher, idle during
+  // the tiles, left its first loads waiting on DRAM (the widening below was 12% of prefill time).
+  if (i0 + 2 * R <= m) {
+    const char* next = reinterpret_cast<const char*>(wp + R * k);
+    const int64_t bytes = R * k * static_cast<int64_t>(sizeof(W));
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
   }
+
+  gemm_panel_rows<W, R>(wp, x, k, m, i0, r0, r1, out);
 }
 
 // Many activation rows: blocks of rows sized to stay in L2 (~384 KiB) while every weight panel passes

@@ -355,6 +355,7 @@ inline float vsum(VF v) {
 // graph replay's padded batches agree bit for bit).
 // `rs` / `os`: blocks between weight rows and floats between output rows when the R rows are not adjacent (0:
 // nb and 1, adjacent).
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 template <typename B, int R, int T>
 void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq, const float* xs,
            const float* dv, const int32_t* nv, float* out, int64_t ld, int64_t rs = 0, int64_t os = 1) {
@@ -382,15 +383,10 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const VI xv = act_bytes(xq + t * k, b, two);
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
       const int64_t pv = (t * ((nb + 1) / 2) + b / 2) * 16;
       const VF xsc = _mm512_load_ps(dv + pv);
       VI start = _mm512_setzero_si512();
       if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
-#else
-      const VF xsc = act_scales(xd + t * nb, b, two);
-      const VI start = act_start<kOffset<B>>(sq + t * nb, b, two);
-#endif
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
         acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
@@ -399,6 +395,90 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) out[t * ld + r * os] = vsum(acc[r][t]) + min_term(w + r * rs, nb, xs + t * nb);
 }
+
+#else
+// The avx2 build: two weight rows share each vector, the first in the low 128 bits and the second in the high,
+// each half holding 16 of the block's 32 bytes; a block is two such products (its bytes 0-15, then 16-31)
+// against the activation half repeated in both halves. So one conversion and one FMA (with the scale vector
+// {d0 * dx x 4, d1 * dx x 4}) serve two outputs, where a vector per output took one each: per block and pair
+// of rows, 10 vector operations for q8_0 instead of 16. A lone row (R = 1) is paired with itself; its half
+// holds the same lanes whatever the other half holds, so every output has the same bits in every tile (decode,
+// prefill and graph replay's padded batches agree).
+inline float hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+template <typename B, int R, int T>
+void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq, const float* xs,
+           const float* dv, const int32_t* nv, float* out, int64_t ld, int64_t rs = 0, int64_t os = 1) {
+  static_assert(R == 1 || R == 2);
+  (void)dv, (void)nv;
+  if (rs == 0) rs = nb;
+  const B* w1 = R == 2 ? w + rs : w;
+  // Adjacent rows (a tile) are short streams, which the hardware prefetcher loses at every row's end: the next
+  // tile's rows are prefetched at the same block. Rows rs apart (decode's two long streams) need no help.
+  const bool prefetch = R > 1 && rs == nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256 acc[T];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + 2 * nb + b), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + 3 * nb + b), _MM_HINT_T0);
+    }
+    __m256i lo, hi;
+    if constexpr (kSignedDot<B>) {
+      // q8_0's bytes are the weights: each half loaded into place.
+      const auto* q0 = reinterpret_cast<const __m128i*>(w[b].qs);
+      const auto* q1 = reinterpret_cast<const __m128i*>(w1[b].qs);
+      lo = _mm256_loadu2_m128i(q1, q0);
+      hi = _mm256_loadu2_m128i(q1 + 1, q0 + 1);
+    } else {
+      const __m256i w0v = block_bytes(w[b], false), w1v = block_bytes(w1[b], false);
+      lo = _mm256_permute2x128_si256(w0v, w1v, 0x20);
+      hi = _mm256_permute2x128_si256(w0v, w1v, 0x31);
+    }
+    __m256 ws;
+    if constexpr (std::is_same_v<B, BlockMXFP4>) {
+      ws = _mm256_set_m128(_mm_set1_ps(wscale(w1[b])), _mm_set1_ps(wscale(w[b])));
+    } else {
+      // Both f16 scales converted by one instruction, then spread over their halves.
+      const int h = static_cast<int>(w[b].d) | static_cast<int>(w1[b].d) << 16;
+      ws = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(h))), spread);
+    }
+    __m256i alo = lo, ahi = hi;
+    if constexpr (kSignedDot<B>) {
+      alo = _mm256_sign_epi8(lo, lo);
+      ahi = _mm256_sign_epi8(hi, hi);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xb = xq + t * k + b * kQuantBlock;
+      const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+      const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+      __m256i isum;
+      if constexpr (kSignedDot<B>) {
+        // |w| x sign(x, w); each pair of products is at most 2 * 127 * 127, so the two halves are widened apart.
+        isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(xlo, lo)), ones),
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xhi, hi)), ones));
+      } else {
+        // Unsigned bytes of at most 31 against |x| <= 127: both halves' pair sums fit one int16.
+        isum =
+            _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(alo, xlo), _mm256_maddubs_epi16(ahi, xhi)), ones);
+        if constexpr (kOffset<B> != 0)
+          isum = _mm256_add_epi32(
+              isum, _mm256_set_epi32(0, 0, 0, -kOffset<B> * sq[t * nb + b], 0, 0, 0, -kOffset<B> * sq[t * nb + b]));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(ws, _mm256_set1_ps(xd[t * nb + b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    out[t * ld] = hsum128(_mm256_castps256_ps128(acc[t])) + min_term(w, nb, xs + t * nb);
+    if (R == 2) out[t * ld + os] = hsum128(_mm256_extractf128_ps(acc[t], 1)) + min_term(w1, nb, xs + t * nb);
+  }
+}
+#endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // QuantRows::dv / nv from d / sq, once per call: every weight row of the product then loads them instead of

@@ -46,7 +46,8 @@ constexpr int kV = kP * 4;  // bytes per vector of the panel: one dword per row
 // kGroups groups of kGroup elements per block; scales() writes the groups' f32 scale (and minimum) vectors,
 // s[gl * kP + r]; group() the group's kGroup / 4 dword vectors of unsigned bytes.
 struct PanelQ4_0 {
-  static constexpr int kBytes = 18, kGroups = 1, kGroup = 32, kOffset = 8;
+  static constexpr int kBytes = 18, kGroups = 1, kGroup = 32, kOffset = 8, kMaxByte = 15;
+  static constexpr bool kDwordWise = false;
   static constexpr bool kMin = false;
   static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
   static void group(const uint8_t* pb, int, VI* u) {
@@ -57,11 +58,17 @@ struct PanelQ4_0 {
       u[j + 4] = vand(srl(v, 4), m);
     }
   }
+  // u[d] of group(), alone.
+  static VI dword(const uint8_t* pb, int, int d) {
+    const VI v = ldu(pb + 2 * kP + (d & 3) * kV);
+    return vand(d < 4 ? v : srl(v, 4), bcast(0x0f0f0f0f));
+  }
 };
 // q5_0: q4_0's nibbles plus a fifth bit per element from the row's 32-bit qh (bit i: element i), spread to bit 4
 // of each byte: the four bits of a dword's elements times 0x00204081 land, without carries, at bits 0, 8, 16, 24.
 struct PanelQ5_0 {
-  static constexpr int kBytes = 22, kGroups = 1, kGroup = 32, kOffset = 16;
+  static constexpr int kBytes = 22, kGroups = 1, kGroup = 32, kOffset = 16, kMaxByte = 31;
+  static constexpr bool kDwordWise = false;
   static constexpr bool kMin = false;
   static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, halves(pb)); }
   static VI fifth(VI qh, unsigned first) {
@@ -81,9 +88,14 @@ struct PanelQ5_0 {
       u[j + 4] = vor(vand(srl(v, 4), m), fifth(qh, static_cast<unsigned>(16 + 4 * j)));
     }
   }
+  static VI dword(const uint8_t* pb, int, int d) {
+    const VI v = ldu(pb + 6 * kP + (d & 3) * kV), m = bcast(0x0f0f0f0f);
+    return vor(vand(d < 4 ? v : srl(v, 4), m), fifth(ldu(pb + 2 * kP), static_cast<unsigned>(4 * d)));
+  }
 };
 struct PanelQ4_K {
-  static constexpr int kBytes = 144, kGroups = 8, kGroup = 32, kOffset = 0;
+  static constexpr int kBytes = 144, kGroups = 8, kGroup = 32, kOffset = 0, kMaxByte = 15;
+  static constexpr bool kDwordWise = true;
   static constexpr bool kMin = true;
   // As matmul_kquant.cc's PackQ4_K::scales16: the same f32 products d * sc and dmin * m.
   static void scales(const uint8_t* pb, float* s, float* mn) {
@@ -108,9 +120,14 @@ struct PanelQ4_K {
       u[j] = vand(gl % 2 == 0 ? v : srl(v, 4), m);
     }
   }
+  static VI dword(const uint8_t* pb, int gl, int d) {
+    const VI v = ldu(pb + 16 * kP + (gl / 2) * 8 * kV + d * kV);
+    return vand(gl % 2 == 0 ? v : srl(v, 4), bcast(0x0f0f0f0f));
+  }
 };
 struct PanelQ6_K {
-  static constexpr int kBytes = 210, kGroups = 16, kGroup = 16, kOffset = 32;
+  static constexpr int kBytes = 210, kGroups = 16, kGroup = 16, kOffset = 32, kMaxByte = 63;
+  static constexpr bool kDwordWise = true;
   static constexpr bool kMin = false;
   // As PackQ6_K::scales16: d * sc with the int8 scales sign-extended.
   static void scales(const uint8_t* pb, float* s, float*) {
@@ -134,6 +151,14 @@ struct PanelQ6_K {
       u[d] = vor(l, sll(vand(srl(ldu(qh + d * kV), hi_shift), m3), 4));
     }
   }
+  static VI dword(const uint8_t* pb, int gl, int d) {
+    const int h = gl / 8, part = (gl % 8) / 2, half = gl % 2;
+    const uint8_t* ql = pb + 18 * kP + (16 * h + 8 * (part & 1) + 4 * half) * kV;
+    const uint8_t* qh = pb + 146 * kP + (8 * h + 4 * half) * kV;
+    const auto lo_shift = static_cast<unsigned>(4 * (part >> 1)), hi_shift = static_cast<unsigned>(2 * part);
+    const VI l = vand(srl(ldu(ql + d * kV), lo_shift), bcast(0x0f0f0f0f));
+    return vor(l, sll(vand(srl(ldu(qh + d * kV), hi_shift), bcast(0x03030303)), 4));
+  }
 };
 
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
@@ -147,11 +172,12 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
   L::scales(pb, s, mn);
   for (int gl = 0; gl < L::kGroups; ++gl) {
     const int64_t g = b * L::kGroups + gl;
-    VI u[kD];
-    L::group(pb, gl, u);
     VI isum[TT];
 #pragma GCC unroll 16
     for (int t = 0; t < TT; ++t) isum[t] = bcast(a.start[static_cast<size_t>((t0 + t) * groups + g)]);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    VI u[kD];
+    L::group(pb, gl, u);
 #pragma GCC unroll 8
     for (int d = 0; d < kD; ++d) {
 #pragma GCC unroll 16
@@ -161,6 +187,55 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
         isum[t] = dot4(isum[t], u[d], bcast(x4));
       }
     }
+#else
+    // maddubs leaves int16 sums of two products, each at most kMaxByte * 128; kSum dwords' worth add up in int16
+    // before one madd widens them (4-bit types: all 8 of a group), where dot4 widened every dword. Integer sums
+    // are exact either way, so the bits are dot4's.
+    constexpr int kSum = std::min(kD, 32767 / (2 * L::kMaxByte * 128));
+    static_assert(kSum >= 1 && kD % kSum == 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    if constexpr (L::kDwordWise) {
+      // The k-quants decode each weight dword where it is used (dword()), for all activation rows at once:
+      // holding the group's 8 at once spilled the 16 registers (q4_k 52 -> 75 G multiply-adds/s).
+#pragma GCC unroll 8
+      for (int d0 = 0; d0 < kD; d0 += kSum) {
+        __m256i p[TT];
+#pragma GCC unroll 8
+        for (int j = 0; j < kSum; ++j) {
+          const VI w = L::dword(pb, gl, d0 + j);
+#pragma GCC unroll 16
+          for (int t = 0; t < TT; ++t) {
+            int32_t x4;
+            std::memcpy(&x4, xq[t] + g * L::kGroup + 4 * (d0 + j), 4);
+            const __m256i q = _mm256_maddubs_epi16(w, bcast(x4));
+            p[t] = j == 0 ? q : _mm256_add_epi16(p[t], q);
+          }
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], ones));
+      }
+    } else {
+      // q4_0 / q5_0 decode two dwords per load: the group's dwords once, then one activation row at a time.
+      VI u[kD];
+      L::group(pb, gl, u);
+#pragma GCC unroll 8
+      for (int d0 = 0; d0 < kD; d0 += kSum) {
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; ++t) {
+          const uint8_t* x = xq[t] + g * L::kGroup + 4 * d0;
+          int32_t x4;
+          std::memcpy(&x4, x, 4);
+          __m256i p = _mm256_maddubs_epi16(u[d0], bcast(x4));
+#pragma GCC unroll 8
+          for (int j = 1; j < kSum; ++j) {
+            std::memcpy(&x4, x + 4 * j, 4);
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[d0 + j], bcast(x4)));
+          }
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+        }
+      }
+    }
+#endif
     const VF sv = load_vf(s + gl * kP);
 #pragma GCC unroll 16
     for (int t = 0; t < TT; ++t) {
