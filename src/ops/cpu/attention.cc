@@ -6,6 +6,12 @@
 // builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
 // multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
 // several at a time.
+//
+// Long contexts (issue 31): past kKeyBlock positions both take the keys in blocks of kKeyBlock with an online
+// softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
+// so the key panel and the score rows stay in L2 at any length. Decode items are then (sequence, kv head, range):
+// the query heads of a kv head read each key block once, and with fewer than two items per thread a sequence's
+// positions are split into ranges whose partial states are combined. Shorter contexts keep the kernels above.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
