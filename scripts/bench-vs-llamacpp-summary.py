@@ -56,14 +56,26 @@ def single_stream_tables(rows):
     # Forced kernel variants (EXTRA_ISAS): engines named tessera-<isa>, one more pair of columns each.
     extras = sorted({r["engine"] for r in rows if r["engine"].startswith("tessera-")})
     out = []
-    for what, title in (("decode", f"Decode tok/s at depth 512 (32 tokens)"), ("prefill", "Prefill of 512 tokens, tok/s")):
+    # Rows without a depth are the default runs' (decode at depth 512, prefill of 512); DEPTHS and PREFILL lists add
+    # one table per length.
+    def depth(r):
+        return int(r.get("depth", 512))
+    tables = []
+    for what in ("decode", "prefill"):
+        for d in sorted({depth(r) for r in rows if r["what"] == what}) or [512]:
+            tables.append((what, d))
+    for what, d in tables:
+        title = f"Decode tok/s at depth {d} (32 tokens)" if what == "decode" else f"Prefill of {d} tokens, tok/s"
         out.append(f"**{title}**: median (min-max) over runs; ratio = tessera / llama.cpp, higher is better for tessera\n")
         head = "| shape | preset | threads | llama.cpp | tessera | ratio |"
         head += "".join(f" {e} | {e} ratio |" for e in extras)
         out.append(head + " runs | tessera error |")
         out.append("|" + " --- |" * (8 + 2 * len(extras)))
         for shape, preset, threads in keys:
-            sel = [r for r in rows if (r["shape"], r["preset"], r["threads"], r["what"]) == (shape, preset, threads, what)]
+            sel = [r for r in rows if (r["shape"], r["preset"], r["threads"], r["what"], depth(r)) ==
+                   (shape, preset, threads, what, d)]
+            if not sel:
+                continue
             lv = [r["tok_s"] for r in sel if r["engine"] == "llama.cpp" and "tok_s" in r]
             tv = [r["tok_s"] for r in sel if r["engine"] == "tessera" and "tok_s" in r]
             errs = sorted({r["error"] for r in sel if r["engine"].startswith("tessera") and "error" in r})

@@ -33,7 +33,7 @@ namespace {
 
 struct BenchArgs {
   std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f16";
-  int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3;
+  int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3, warmup = 1;
   bool skip_ceilings = false;
   std::string graph = "off";
 };
@@ -86,7 +86,7 @@ int run_bench(const BenchArgs& a) {
   for (auto& t : prompt) t = static_cast<engine::TokenId>(rng.next_u32() % static_cast<uint32_t>(c.vocab_size));
   std::vector<double> prefill_tps, decode_tps;
   std::vector<float> logits;
-  for (int rep = -1; rep < a.repeat; ++rep) {  // rep -1 warms caches and thread pools; not counted
+  for (int rep = -a.warmup; rep < a.repeat; ++rep) {  // negative reps warm caches and thread pools; not counted
     engine::SequenceKv seq;
     auto t0 = std::chrono::steady_clock::now();
     if (Status s = r.prefill(seq, prompt, logits); !s.ok()) return fail(s.message());
@@ -178,8 +178,12 @@ Action add_bench_generate_subcommand(CLI::App& bench) {
   cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens decoded after the prompt")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--repeat", args->repeat, "Timed repetitions (after one warm-up)")
+  cmd->add_option("--repeat", args->repeat, "Timed repetitions (after --warmup untimed ones)")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  // 0 for long prompts, where a warm-up prefill of 16384 tokens costs minutes (llama-bench --no-warmup).
+  cmd->add_option("--warmup", args->warmup, "Untimed runs before the timed ones")
+      ->check(CLI::Range(0, 100))
       ->capture_default_str();
   cmd->add_option("--weight-dtype", args->weight_dtype, "Convert f32 weight matrices at load (default: as stored)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));

@@ -6,6 +6,12 @@
 // builds, prefill (and decode with grouped-query heads) takes the tiled path below instead, for head_dim a
 // multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key panel,
 // several at a time.
+//
+// Long contexts (issue 31): past kKeyBlock positions both take the keys in blocks of kKeyBlock with an online
+// softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
+// so the key panel and the score rows stay in L2 at any length. Decode items are then (sequence, kv head, range):
+// the query heads of a kv head read each key block once, and with fewer than two items per thread a sequence's
+// positions are split into ranges whose partial states are combined. Shorter contexts keep the kernels above.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -333,6 +339,16 @@ inline VF vwiden(const T* p) {
 }
 inline VF vexp(VF x) { return exp16(x); }
 inline float vsum(VF v) { return sum16(v); }
+inline VF vdiv(VF a, VF b) { return _mm512_maskz_div_ps(0xffff, a, b); }  // masked forms: see widen16
+inline VF vmax(VF a, VF b) { return _mm512_maskz_max_ps(0xffff, a, b); }
+inline float vhmax(VF v) {
+  const __m512d d = _mm512_castps_pd(v);
+  const __m256 m = _mm256_max_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+                                 _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
 #else
 using VF = __m256;
 constexpr int kLanes = 8, kVPerPass = 2;
@@ -350,6 +366,13 @@ inline VF vwiden(const T* p) {
 }
 inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
+inline VF vdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
+inline VF vmax(VF a, VF b) { return _mm256_max_ps(a, b); }
+inline float vhmax(VF v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
 #endif
 
 // Attention for several queries that read the same kv head (the tokens of a prefill chunk; the query heads
@@ -454,6 +477,158 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
     tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col);
 }
 
+// Long contexts: the queries' keys in blocks of kKeyBlock positions with an online softmax. One block's keys are
+// widened into the panel (hd x kKeyBlock floats: 64 KiB at head_dim 64) and its score rows are kKeyBlock wide,
+// so both stay in L2 however long the context; each query keeps its running max m and sum l, and its output
+// row (the unnormalised weighted sum) is rescaled by e^(m_old - m_new) when a block raises the max, then divided
+// by l once at the end. Contexts of one block take attend_tile above unchanged.
+constexpr int32_t kKeyBlock = 256;
+
+struct Running {
+  float m, l;  // the max logit so far (the sink's to start with) and the sum of e^(logit - m)
+};
+
+// out_g[col ..) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t.
+template <typename T, int G, typename RowAt>
+void tile_values_acc(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col,
+                     const float* alpha) {
+  VF o[G][kVPerPass];
+#pragma GCC unroll 6
+  for (int g = 0; g < G; ++g) {
+    const VF a = vset(alpha[g]);
+#pragma GCC unroll 4
+    for (int u = 0; u < kVPerPass; ++u) o[g][u] = vmul(a, vload(qs[g].out + col + kLanes * u));
+  }
+  for (int64_t c = c0; c < c1; ++c) {
+    const T* v = v_at(c) + col;
+    VF vv[kVPerPass];
+#pragma GCC unroll 4
+    for (int u = 0; u < kVPerPass; ++u) vv[u] = vwiden(v + kLanes * u);
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) {
+      const VF pv = vset(p[g * ld + c]);
+#pragma GCC unroll 4
+      for (int u = 0; u < kVPerPass; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
+}
+
+// One key block [b0, b1) (panel column t - b0) for the queries qs[0..G): their scores, the online softmax
+// update of st[0..G), and their rescaled outputs.
+template <typename T, int G>
+void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0, int32_t b1, const T* vbase,
+                       const Cache& c, const int32_t* table, int64_t kvh, std::vector<float>& s,
+                       const AttentionScores& opt) {
+  constexpr int64_t ld = kKeyBlock;
+  const int64_t hd = c.head_dim;
+  int32_t tlo = qs[0].first, thi = qs[0].last;
+  for (int g = 1; g < G; ++g) {
+    tlo = std::min(tlo, qs[g].first);
+    thi = std::max(thi, qs[g].last);
+  }
+  tlo = std::max(tlo, b0);
+  thi = std::min(thi, b1 - 1);
+  if (tlo > thi) return;  // no query of the tile sees a key of this block
+  const int64_t c0 = (tlo - b0) / 16 * 16, c1 = (thi - b0) / 16 * 16 + 16;
+  s.resize(static_cast<size_t>(G * ld));
+  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
+  const float denom = std::sqrt(static_cast<float>(hd));
+  const bool scaled = opt.scale > 0.0f;
+  float alpha[G];
+  for (int g = 0; g < G; ++g) {
+    float* sg = s.data() + g * ld;
+    const int64_t a = std::max(qs[g].first, b0) - b0, b = std::min(qs[g].last, b1 - 1) - b0 + 1;  // its keys
+    if (a >= b) {  // none here: probability 0 for every key of the block, output unchanged
+      std::fill(sg + c0, sg + c1, 0.0f);
+      alpha[g] = 1.0f;
+      continue;
+    }
+    float mx = st[g].m;
+    if (opt.softcap > 0.0f) {
+      for (int64_t t = a; t < b; ++t) {
+        const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
+        sg[t] = opt.softcap * std::tanh(v / opt.softcap);
+      }
+    } else {
+      // Vectors over [c0, c1) (the same division or product per score as the scalar form); the keys outside
+      // [a, b) are overwritten below.
+      const VF sv = vset(scaled ? opt.scale : denom);
+      for (int64_t t = c0; t < c1; t += kLanes) {
+        const VF v = vload(sg + t);
+        vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
+      }
+    }
+    for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
+    for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
+    VF mxv = vset(mx);
+    for (int64_t t = c0; t < c1; t += kLanes) mxv = vmax(mxv, vload(sg + t));
+    mx = vhmax(mxv);
+    const VF mv = vset(mx);
+    VF sum = vzero();
+    for (int64_t t = c0; t < c1; t += kLanes) {
+      const VF e = vexp(vsub(vload(sg + t), mv));
+      vstore(sg + t, e);
+      sum = vadd(sum, e);
+    }
+    alpha[g] = std::exp(st[g].m - mx);  // 0 on the first block without a sink (m = -inf)
+    st[g].l = st[g].l * alpha[g] + vsum(sum);
+    st[g].m = mx;
+  }
+  auto v_at = [&](int64_t ci) {
+    const int64_t t = b0 + ci;
+    return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+  };
+  for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
+    tile_values_acc<T, G>(qs, v_at, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
+}
+
+template <typename T, int G>
+void attend_tiles_block(const Query* qs, Running* st, int64_t nq, const float* kt, int32_t b0, int32_t b1,
+                        const T* vbase, const Cache& c, const int32_t* table, int64_t kvh, std::vector<float>& s,
+                        const AttentionScores& opt) {
+  int64_t i = 0;
+  for (; i + G <= nq; i += G) attend_tile_block<T, G>(qs + i, st + i, kt, b0, b1, vbase, c, table, kvh, s, opt);
+  if constexpr (G > 1) {
+    if (i < nq) attend_tiles_block<T, G - 1>(qs + i, st + i, nq - i, kt, b0, b1, vbase, c, table, kvh, s, opt);
+  }
+}
+
+// attend_queries for a context longer than one key block.
+template <typename T>
+void attend_queries_blocked(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
+                            int32_t hi, const AttentionScores& opt) {
+  thread_local std::vector<float> kt, s;
+  thread_local std::vector<Running> st;
+  const int64_t hd = c.head_dim;
+  kt.resize(static_cast<size_t>(hd * kKeyBlock));
+  st.resize(static_cast<size_t>(nq));
+  for (int64_t i = 0; i < nq; ++i) {
+    st[static_cast<size_t>(i)] = {qs[i].sink, 0.0f};
+    std::memset(qs[i].out, 0, static_cast<size_t>(hd) * sizeof(float));
+  }
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  float row[kLanes];
+  for (int32_t b0 = lo; b0 <= hi; b0 += kKeyBlock) {
+    const int32_t b1 = std::min(hi + 1, b0 + kKeyBlock);
+    for (int32_t t = b0; t < b1; ++t) {
+      const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+      for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+        vstore(row, vwiden(k + d0));
+        for (int64_t d = 0; d < kLanes; ++d) kt[static_cast<size_t>((d0 + d) * kKeyBlock + (t - b0))] = row[d];
+      }
+    }
+    attend_tiles_block<T, kQTile>(qs, st.data(), nq, kt.data(), b0, b1, vbase, c, table, kvh, s, opt);
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    const Running& r = st[static_cast<size_t>(i)];
+    const VF inv = vset(1.0f / (r.l + std::exp(qs[i].sink - r.m)));
+    for (int64_t d = 0; d < hd; d += kLanes) vstore(qs[i].out + d, vmul(vload(qs[i].out + d), inv));
+  }
+}
+
 // Queries qs[0..nq) of kv head kvh, all reading `table`: widens their keys into the panel, then runs them
 // kQTile at a time. head_dim must be a multiple of 64.
 template <typename T>
@@ -465,6 +640,10 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
   for (int64_t i = 1; i < nq; ++i) {
     lo = std::min(lo, qs[i].first);
     hi = std::max(hi, qs[i].last);
+  }
+  if (hi - lo + 1 > kKeyBlock) {
+    attend_queries_blocked<T>(c, table, kvh, qs, nq, lo, hi, opt);
+    return;
   }
   const int64_t ld = (hi - lo + 1 + 15) / 16 * 16 + 16;  // whole 16-key chunks from any start
   kt.resize(static_cast<size_t>(hd * ld));
@@ -499,6 +678,211 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
     default:
       break;
   }
+}
+#endif
+
+#if defined(__AVX2__)
+// Decode over long contexts, head_dim = 8 * NV: the query heads of one kv head (qs[0..G) of a grouped-query
+// model, one head otherwise) over the positions [r0, r1) of one sequence, in blocks of kKeyBlock positions
+// with an online softmax. Each block's key and value rows (64 KiB of f16 at head_dim 64) come from memory once,
+// for the first head, and from L2 for the others, where attend_one read a long context once per query head.
+// The result is the partial state of the range: acc[g] = sum e^(logit - m[g]) v (unnormalised), l[g] = the sum
+// of those weights, m[g] = their max (-inf for an empty range); decode_combine() merges the ranges of one
+// sequence that were split over threads.
+struct Partial {
+  float* acc;  // head_dim floats
+  float m, l;
+};
+
+template <typename T, int NV>
+void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                  int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 8 * NV;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const bool scaled = opt.scale > 0.0f;
+  const __m256 dv = _mm256_set1_ps(std::sqrt(static_cast<float>(hd))), sv = _mm256_set1_ps(opt.scale);
+  alignas(32) float sc[kKeyBlock];
+  for (int g = 0; g < G; ++g) {
+    parts[g].m = -INFINITY;
+    parts[g].l = 0.0f;
+    std::memset(parts[g].acc, 0, static_cast<size_t>(hd) * sizeof(float));
+  }
+  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
+    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 7) / 8 * 8;
+    // Offsets of this block and, for prefetching, of the next one's first kPrefetchKeys rows.
+    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
+    row_offsets(c, table, b0, ahead, kvh, off);
+    const int64_t* o = off.data();
+    for (int g = 0; g < G; ++g) {
+      const float* q = qs[g];
+      __m256 qv[NV];
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+      for (int32_t t = 0; t < n; t += 8) {
+        const int m = std::min<int32_t>(8, n - t);
+        if (g == 0 && t + 8 + kPrefetchKeys <= ahead) {
+          for (int r = 0; r < 8; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
+        }
+        __m256 a[8];
+#pragma GCC unroll 16
+        for (int r = 0; r < 8; ++r) {
+          if (r < m) {
+            const T* k = kbase + o[t + r];
+            __m256 acc = _mm256_mul_ps(load8(k), qv[0]);
+#pragma GCC unroll 16
+            for (int j = 1; j < NV; ++j) acc = _mm256_fmadd_ps(load8(k + 8 * j), qv[j], acc);
+            a[r] = acc;
+          } else {
+            a[r] = _mm256_setzero_ps();
+          }
+        }
+        const __m256 d = reduce8(a);
+        _mm256_storeu_ps(sc + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
+      }
+      if (opt.softcap > 0.0f) {
+        for (int32_t t = 0; t < n; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
+      }
+      for (int32_t t = n; t < padded; ++t) sc[t] = -INFINITY;
+      __m256 mx = _mm256_set1_ps(-INFINITY);
+      for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sc + t));
+      const float m_new = std::max(hmax8(mx), parts[g].m);
+      const __m256 mv = _mm256_set1_ps(m_new);
+      __m256 sum = _mm256_setzero_ps();
+      for (int32_t t = 0; t < padded; t += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(sc + t), mv));
+        _mm256_store_ps(sc + t, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      const float alpha = std::exp(parts[g].m - m_new);  // 0 for the first block
+      parts[g].l = parts[g].l * alpha + hsum(sum);
+      parts[g].m = m_new;
+      float* acc = parts[g].acc;
+      __m256 o0[NV], o1[NV];
+      const __m256 av = _mm256_set1_ps(alpha);
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) {
+        o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
+        o1[j] = _mm256_setzero_ps();
+      }
+      int32_t t = 0;
+      for (; t + 2 <= n; t += 2) {
+        if (g == 0 && t + 2 + kPrefetchKeys <= ahead) {
+          prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
+          prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
+        }
+        const T* v0 = vbase + o[t];
+        const T* v1 = vbase + o[t + 1];
+        const __m256 p0 = _mm256_set1_ps(sc[t]), p1 = _mm256_set1_ps(sc[t + 1]);
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) {
+          o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+          o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
+        }
+      }
+      if (t < n) {
+        const T* v0 = vbase + o[t];
+        const __m256 p0 = _mm256_set1_ps(sc[t]);
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+      }
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + 8 * j, _mm256_add_ps(o0[j], o1[j]));
+    }
+  }
+}
+
+// out = the softmax-weighted sum over the partial states parts[0..n) of one query head (ranges of its context)
+// and its sink logit.
+template <int NV>
+void decode_combine(const Partial* parts, int n, float sink, float* out) {
+  float m = sink;
+  for (int j = 0; j < n; ++j) m = std::max(m, parts[j].m);
+  float l = std::exp(sink - m);
+  __m256 o[NV];
+#pragma GCC unroll 16
+  for (auto& v : o) v = _mm256_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    if (parts[j].l == 0.0f) continue;  // an empty range
+    const float w = std::exp(parts[j].m - m);
+    l += parts[j].l * w;
+    const __m256 wv = _mm256_set1_ps(w);
+#pragma GCC unroll 16
+    for (int k = 0; k < NV; ++k) o[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(parts[j].acc + 8 * k), o[k]);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / l);
+#pragma GCC unroll 16
+  for (int k = 0; k < NV; ++k) _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(o[k], inv));
+}
+#endif
+
+#if defined(__AVX2__)
+// Positions a query at `pos` sees.
+inline int32_t visible(int32_t pos, const AttentionScores& opt) {
+  return opt.window > 0 ? std::min(pos + 1, opt.window) : pos + 1;
+}
+
+// Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
+// sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
+// and at most one key block long takes attend_one per head, the short-context kernel, unchanged.
+template <typename T, int NV>
+void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  constexpr int64_t hd = 8 * NV;
+  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads;
+  const int64_t max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  const auto* tables = data<const int32_t>(op.block_tables);
+  const float* q = data<const float>(op.q);
+  float* out = data<float>(op.out);
+  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+  const AttentionScores opt = op.scores;
+  // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
+  // lambdas would be each worker's own).
+  thread_local std::vector<float> acc_store;
+  thread_local std::vector<Partial> part_store;  // [sequence][head][range]
+  acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
+  part_store.resize(static_cast<size_t>(b * heads * splits));
+  for (size_t i = 0; i < part_store.size(); ++i) part_store[i].acc = acc_store.data() + i * hd;
+  Partial* parts = part_store.data();
+  parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
+    thread_local std::vector<float> scores;
+    const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
+    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
+    const int32_t* table = tables + sq * max_blocks;
+    if (splits == 1 && count <= kKeyBlock) {
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        attend_one<T, NV>(c, table, pos, q + (sq * heads + h) * hd, kvh, out + (sq * heads + h) * hd, scores, opt,
+                          sinks ? sinks[h] : -INFINITY);
+      }
+      return;
+    }
+    const float* qs[64];
+    Partial local[64];
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      qs[g] = q + (sq * heads + h) * hd;
+      local[g] = parts[(sq * heads + h) * splits + j];
+    }
+    const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
+    const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+    attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      if (splits == 1) {
+        decode_combine<NV>(&local[g], 1, sinks ? sinks[h] : -INFINITY, out + (sq * heads + h) * hd);
+      } else {
+        parts[(sq * heads + h) * splits + j] = local[g];
+      }
+    }
+  });
+  if (splits == 1) return;
+  parallel_for(ctx, b * heads, [&](int64_t i) {
+    const int32_t count = visible(lens[i / heads] - 1, opt);
+    if (count <= 0) return;
+    decode_combine<NV>(&parts[i * splits], static_cast<int>(splits), sinks ? sinks[i % heads] : -INFINITY,
+                       out + i * hd);
+  });
 }
 #endif
 
@@ -598,6 +982,29 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
     float* out = data<float>(op.out);
     const AttentionScores opt = op.scores;
     const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+    if (start + n > kKeyBlock) {
+      // Long contexts: an item is kQChunk tokens times the query heads of one kv head, so each widened key
+      // block serves group times as many queries (widening was a fifth of prefill at 8192 tokens).
+      parallel_for(ctx, chunks * c.kv_heads, [&](int64_t wi) {
+        thread_local std::vector<Query> qs;
+        const int64_t kvh = wi % c.kv_heads, i0 = wi / c.kv_heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
+        qs.clear();
+        for (int64_t i = i0; i < i1; ++i) {
+          const int32_t pos = static_cast<int32_t>(start + i);
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            qs.push_back({q + (i * heads + h) * hd, out + (i * heads + h) * hd,
+                          opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos, sinks ? sinks[h] : -INFINITY});
+          }
+        }
+        const auto nq = static_cast<int64_t>(qs.size());
+        if (c.f16) {
+          attend_queries<uint16_t>(c, table, kvh, qs.data(), nq, opt);
+        } else {
+          attend_queries<float>(c, table, kvh, qs.data(), nq, opt);
+        }
+      });
+      return ok_status();
+    }
     parallel_for(ctx, chunks * heads, [&](int64_t wi) {
       const int64_t h = wi % heads, i0 = wi / heads * kQChunk, i1 = std::min(n, i0 + kQChunk);
       Query qs[kQChunk];
@@ -639,6 +1046,23 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // each kv head once per query (from cache after the group's first): qwen2.5-0.5b Q4_K_M at depth 512, a
   // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512).
   const bool one_query_kernel = hd == 64 || hd == 128;
+  if (one_query_kernel && group <= 64) {
+    int32_t longest = 0;
+    for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));
+    // Fewer (sequence, kv head) items than two per thread: each sequence's positions are split into ranges
+    // of at least one key block, one item each, and the ranges' partial softmax states combined after.
+    const int64_t items = b * c.kv_heads, want = 2 * static_cast<int64_t>(ctx.threads);
+    const int64_t splits =
+        items >= want ? 1 : std::max<int64_t>(1, std::min((want + items - 1) / items, int64_t{longest / kKeyBlock}));
+    if (longest > kKeyBlock || splits > 1) {
+      if (c.f16) {
+        (hd == 64 ? decode_blocked<uint16_t, 8> : decode_blocked<uint16_t, 16>)(op, c, splits, ctx);
+      } else {
+        (hd == 64 ? decode_blocked<float, 8> : decode_blocked<float, 16>)(op, c, splits, ctx);
+      }
+      return ok_status();
+    }
+  }
   if (!one_query_kernel && group > 1 && hd % 64 == 0 && group <= 64) {
     // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
     const float* q = data<const float>(op.q);

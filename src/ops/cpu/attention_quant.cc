@@ -6,7 +6,8 @@
 // scaled by its d; with more (prefill chunks, grouped heads), eight key rows are widened into a small f32 panel in
 // L1 that every query of the item reads. Values (head_dim 32, 64, 128) go from their blocks straight into
 // registers, each block's d folded into the position's probability. So the bytes read from memory per position
-// are the quantised row's (34 bytes per 32 values for q8_0, 18 for q4_0, against 64 for f16).
+// are the quantised row's (34 bytes per 32 values for q8_0, 18 for q4_0, against 64 for f16). A context longer
+// than kQKeyBlock positions is taken in blocks of that many with an online softmax (attend_group_blocked).
 //
 // A work item is the queries that read the same kv head through the same block table: for decode one sequence's
 // query heads of a kv head (the grouped-query heads share each widened row), for prefill a chunk of a sequence's
@@ -131,13 +132,16 @@ inline void block_ints(const BlockQ4_0& b, __m256i out[4]) {
   out[3] = _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8));
 }
 
-// out[0 .. 8 NV) = sum_i p[i] * v_i over the value rows rows[0 .. count) of a q8_0 or q4_0 cache (block type B),
-// read straight from their blocks into 8 NV accumulators held in registers (each block's scale folded into p[i]).
+// out[0 .. 8 NV) = alpha * out + sum_i p[i] * v_i (alpha 0: out not read) over the value rows rows[0 .. count) of a
+// q8_0 or q4_0 cache (block type B), read straight from their blocks into 8 NV accumulators held in registers (each
+// block's scale folded into p[i]).
 template <typename B, int NV>
-void block_values(const QCache& c, const int64_t* rows, const float* p, int64_t count, float* out) {
+void block_values(const QCache& c, const int64_t* rows, const float* p, int64_t count, float* out, float alpha) {
   __m256 o[NV];
+  const __m256 av = _mm256_set1_ps(alpha);
 #pragma GCC unroll 16
-  for (auto& v : o) v = _mm256_setzero_ps();
+  for (int j = 0; j < NV; ++j)
+    o[j] = alpha == 0.0f ? _mm256_setzero_ps() : _mm256_mul_ps(av, _mm256_loadu_ps(out + 8 * j));
   for (int64_t i = 0; i < count; ++i) {
     const B* b = reinterpret_cast<const B*>(c.v_row(rows[i]));
 #pragma GCC unroll 4
@@ -193,17 +197,17 @@ __m256 key_dots8(const QCache& c, const int64_t* rows, int64_t n, const float* q
          : hd == 64 ? block_dots8<BlockQ4_0, 8>(c, rows, n, q)
                     : block_dots8<BlockQ4_0, 16>(c, rows, n, q);
 }
-void value_sum(const QCache& c, const int64_t* rows, const float* p, int64_t count, float* out) {
+void value_sum(const QCache& c, const int64_t* rows, const float* p, int64_t count, float* out, float alpha) {
   const int64_t hd = c.head_dim;
   if (c.v_type == DType::kQ8_0) {
     (hd == 32   ? block_values<BlockQ8_0, 4>
      : hd == 64 ? block_values<BlockQ8_0, 8>
-                : block_values<BlockQ8_0, 16>)(c, rows, p, count, out);
+                : block_values<BlockQ8_0, 16>)(c, rows, p, count, out, alpha);
     return;
   }
   (hd == 32   ? block_values<BlockQ4_0, 4>
    : hd == 64 ? block_values<BlockQ4_0, 8>
-              : block_values<BlockQ4_0, 16>)(c, rows, p, count, out);
+              : block_values<BlockQ4_0, 16>)(c, rows, p, count, out, alpha);
 }
 #endif
 
@@ -214,34 +218,25 @@ struct QQuery {
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 
-// Queries qs[0..nq) of kv head kvh, all reading `table`. Keys are widened eight at a time into an L1 panel and
-// each query's eight dot products reduced together (reduce8); a query's scores outside its own positions are
-// computed but never read.
-void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQuery* qs, int64_t nq,
-                  const AttentionScores& opt) {
-  thread_local std::vector<float> s, panel;
-  thread_local std::vector<int64_t> rows;
-  const int64_t hd = c.head_dim;
-  int32_t lo = qs[0].first, hi = qs[0].last;
-  for (int64_t g = 1; g < nq; ++g) {
-    lo = std::min(lo, qs[g].first);
-    hi = std::max(hi, qs[g].last);
-  }
-  const int64_t span = hi - lo + 1;
-  s.resize(static_cast<size_t>(nq * span));
-  panel.resize(static_cast<size_t>(8 * hd));
-  // Row indices of positions lo .. hi: one division, then walking the blocks.
-  rows.resize(static_cast<size_t>(span));
-  {
-    int64_t b = lo / c.block_tokens, r = lo % c.block_tokens;
-    for (int64_t i = 0; i < span; ++i) {
-      rows[static_cast<size_t>(i)] = (static_cast<int64_t>(table[b]) * c.block_tokens + r) * c.kv_heads + kvh;
-      if (++r == c.block_tokens) {
-        r = 0;
-        ++b;
-      }
+// The row indices (cache rows of kv head kvh) of positions lo .. lo + n - 1: one division, then walking the blocks.
+void position_rows(const QCache& c, const int32_t* table, int64_t kvh, int32_t lo, int64_t n, int64_t* rows) {
+  int64_t b = lo / c.block_tokens, r = lo % c.block_tokens;
+  for (int64_t i = 0; i < n; ++i) {
+    rows[i] = (static_cast<int64_t>(table[b]) * c.block_tokens + r) * c.kv_heads + kvh;
+    if (++r == c.block_tokens) {
+      r = 0;
+      ++b;
     }
   }
+}
+
+// s[g * ld + i] = the scaled score of query g against key row rows[i], i < span. Keys are widened eight at a
+// time into an L1 panel and each query's eight dot products reduced together (reduce8); one or two queries read
+// q8_0 and q4_0 keys straight from their blocks instead.
+void group_scores(const QCache& c, const int64_t* rows, int64_t span, const QQuery* qs, int64_t nq, float* s,
+                  int64_t ld, const AttentionScores& opt, std::vector<float>& panel) {
+  const int64_t hd = c.head_dim;
+  panel.resize(static_cast<size_t>(8 * hd));
   const float denom = std::sqrt(static_cast<float>(hd));
   const bool scaled = opt.scale > 0.0f;
 #if defined(__AVX2__)
@@ -251,11 +246,10 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
   for (int64_t i = 0; direct && i < span; i += 8) {
     const int64_t n = std::min<int64_t>(8, span - i);
     for (int64_t g = 0; g < nq; ++g) {
-      const int64_t* r = rows.data() + i;
-      const __m256 d = key_dots8(c, r, n, qs[g].q);
+      const __m256 d = key_dots8(c, rows + i, n, qs[g].q);
       float out[8];
       _mm256_storeu_ps(out, _mm256_mul_ps(d, dv));
-      std::memcpy(s.data() + g * span + i, out, static_cast<size_t>(n) * sizeof(float));
+      std::memcpy(s + g * ld + i, out, static_cast<size_t>(n) * sizeof(float));
     }
   }
   for (int64_t i = 0; !direct && i < span; i += 8) {
@@ -263,9 +257,9 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
   for (int64_t i = 0; i < span; i += 8) {
 #endif
     const int64_t n = std::min<int64_t>(8, span - i);
-    for (int64_t r = 0; r < n; ++r) widen_row(c.k_row(rows[static_cast<size_t>(i + r)]), c.k_type, hd, &panel[r * hd]);
+    for (int64_t r = 0; r < n; ++r) widen_row(c.k_row(rows[i + r]), c.k_type, hd, &panel[r * hd]);
     for (int64_t g = 0; g < nq; ++g) {
-      float* sg = s.data() + g * span + i;
+      float* sg = s + g * ld + i;
 #if defined(__AVX2__)
       if (n == 8 && hd % 8 == 0) {
         __m256 a[8];
@@ -287,6 +281,111 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
       }
     }
   }
+}
+
+// Long contexts: the positions in blocks of kQKeyBlock with an online softmax, so a work item's score rows
+// (nq x kQKeyBlock floats) stay in L2 however long the context. Each query keeps its running max m and sum l;
+// its output (the unnormalised weighted sum) is rescaled by e^(m_old - m_new) when a block raises the max and
+// divided by l at the end.
+constexpr int32_t kQKeyBlock = 256;
+
+void attend_group_blocked(const QCache& c, const int32_t* table, int64_t kvh, const QQuery* qs, int64_t nq, int32_t lo,
+                          int32_t hi, const AttentionScores& opt) {
+  thread_local std::vector<float> s, panel, run_m, run_l;
+  thread_local std::vector<int64_t> rows;
+  constexpr int64_t ld = kQKeyBlock;
+  const int64_t hd = c.head_dim;
+  s.resize(static_cast<size_t>(nq * ld));
+  rows.resize(static_cast<size_t>(ld));
+  run_m.resize(static_cast<size_t>(nq));
+  run_l.resize(static_cast<size_t>(nq));
+  for (int64_t g = 0; g < nq; ++g) {
+    run_m[static_cast<size_t>(g)] = qs[g].sink;
+    run_l[static_cast<size_t>(g)] = 0.0f;
+    std::memset(qs[g].out, 0, static_cast<size_t>(hd) * sizeof(float));
+  }
+#if defined(__AVX2__)
+  const bool direct_values = direct_blocks(c.v_type, hd);
+#else
+  const bool direct_values = false;
+#endif
+  for (int32_t b0 = lo; b0 <= hi; b0 += kQKeyBlock) {
+    const int32_t n = std::min(hi + 1 - b0, kQKeyBlock), b_last = b0 + n - 1;
+    position_rows(c, table, kvh, b0, n, rows.data());
+    group_scores(c, rows.data(), n, qs, nq, s.data(), ld, opt, panel);
+    for (int64_t g = 0; g < nq; ++g) {
+      const int32_t a = std::max(qs[g].first, b0), b = std::min(qs[g].last, b_last);
+      if (a > b) continue;                 // no key of this block: output unchanged
+      float* sg = s.data() + g * ld - b0;  // sg[t] for t in [a, b]
+      if (opt.softcap > 0.0f) {
+        for (int32_t t = a; t <= b; ++t) sg[t] = opt.softcap * std::tanh(sg[t] / opt.softcap);
+      }
+      float mx = run_m[static_cast<size_t>(g)];
+      for (int32_t t = a; t <= b; ++t) mx = std::max(mx, sg[t]);
+      float sum = 0.0f;
+      int32_t t = a;
+#if defined(__AVX2__)
+      __m256 sv = _mm256_setzero_ps();
+      const __m256 mv = _mm256_set1_ps(mx);
+      for (; t + 8 <= b + 1; t += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+        _mm256_storeu_ps(sg + t, e);
+        sv = _mm256_add_ps(sv, e);
+      }
+      sum = hsum(sv);
+#endif
+      for (; t <= b; ++t) {
+        sg[t] = std::exp(sg[t] - mx);
+        sum += sg[t];
+      }
+      const float al = std::exp(run_m[static_cast<size_t>(g)] - mx);  // 0 on the first block without a sink
+      run_l[static_cast<size_t>(g)] = run_l[static_cast<size_t>(g)] * al + sum;
+      run_m[static_cast<size_t>(g)] = mx;
+#if defined(__AVX2__)
+      if (direct_values) {
+        value_sum(c, rows.data() + (a - b0), sg + a, b - a + 1, qs[g].out, al);
+        continue;
+      }
+#endif
+      for (int64_t d = 0; d < hd; ++d) qs[g].out[d] *= al;
+    }
+    if (direct_values) continue;
+    float* row = panel.data();
+    for (int32_t t = b0; t <= b_last; ++t) {
+      widen_row(c.v_row(rows[static_cast<size_t>(t - b0)]), c.v_type, hd, row);
+      for (int64_t g = 0; g < nq; ++g) {
+        if (t < qs[g].first || t > qs[g].last) continue;
+        axpy(s[static_cast<size_t>(g * ld + t - b0)], row, qs[g].out, hd);
+      }
+    }
+  }
+  for (int64_t g = 0; g < nq; ++g) {
+    const float inv = 1.0f / (run_l[static_cast<size_t>(g)] + std::exp(qs[g].sink - run_m[static_cast<size_t>(g)]));
+    for (int64_t d = 0; d < hd; ++d) qs[g].out[d] *= inv;
+  }
+}
+
+// Queries qs[0..nq) of kv head kvh, all reading `table`, over a context of at most kQKeyBlock positions; a
+// query's scores outside its own positions are computed but never read.
+void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQuery* qs, int64_t nq,
+                  const AttentionScores& opt) {
+  thread_local std::vector<float> s, panel;
+  thread_local std::vector<int64_t> rows;
+  const int64_t hd = c.head_dim;
+  int32_t lo = qs[0].first, hi = qs[0].last;
+  for (int64_t g = 1; g < nq; ++g) {
+    lo = std::min(lo, qs[g].first);
+    hi = std::max(hi, qs[g].last);
+  }
+  if (hi - lo + 1 > kQKeyBlock) {
+    attend_group_blocked(c, table, kvh, qs, nq, lo, hi, opt);
+    return;
+  }
+  const int64_t span = hi - lo + 1;
+  s.resize(static_cast<size_t>(nq * span));
+  rows.resize(static_cast<size_t>(span));
+  position_rows(c, table, kvh, lo, span, rows.data());
+  group_scores(c, rows.data(), span, qs, nq, s.data(), span, opt, panel);
   for (int64_t g = 0; g < nq; ++g) {
     float* sg = s.data() + g * span - lo;  // sg[t] for t in [first, last]
     const int32_t a = qs[g].first, b = qs[g].last;
@@ -323,7 +422,7 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
     for (int64_t g = 0; g < nq; ++g) {
       const int64_t a = qs[g].first - lo, count = qs[g].last - qs[g].first + 1;
       const float* p = s.data() + g * span + a;
-      value_sum(c, rows.data() + a, p, count, qs[g].out);
+      value_sum(c, rows.data() + a, p, count, qs[g].out, 0.0f);
     }
     return;
   }

@@ -11,7 +11,9 @@
 // WorkerPool (worker_pool.h) with parallel_for().
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+
 #include <utility>
 
 #include "base/status.h"
@@ -30,6 +32,26 @@ struct Ctx {
 template <typename F>
 void parallel_for(const Ctx& ctx, int64_t n, F&& fn, double work_per_item = 1.0, double min_work = 0.0) {
   parallel_for(ctx.pool, n, std::forward<F>(fn), work_per_item, min_work);
+}
+
+// fn(block, item) for every block in [0, blocks) and item in [0, items), in one parallel region: each chunk of
+// consecutive items runs block by block (all its items for block 0, then block 1, ...). That keeps the cache use of
+// `for each block: parallel_for(items)` (a block of activation rows hot while a chunk's weight panels pass) with
+// one fork and join instead of one per block: on a shared machine every join waits for the slowest thread's
+// time slice (F16 prefill of 512 tokens: 6 joins per matmul, 500 per prompt). work_per_item is per (block, item).
+template <typename F>
+void parallel_for_blocks(const Ctx& ctx, int64_t items, int64_t blocks, F&& fn, double work_per_item = 1.0,
+                         double min_work = 0.0) {
+  const int threads = ctx.pool ? ctx.pool->threads() : 1;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(items, static_cast<int64_t>(threads) * 4));
+  parallel_for(
+      ctx, chunks,
+      [&](int64_t c) {
+        const int64_t i0 = items * c / chunks, i1 = items * (c + 1) / chunks;
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int64_t i = i0; i < i1; ++i) fn(b, i);
+      },
+      work_per_item * static_cast<double>(blocks) * static_cast<double>(items) / static_cast<double>(chunks), min_work);
 }
 
 template <typename T>

@@ -250,20 +250,18 @@ void gemm(const MatMulOp& op, const Ctx& ctx) {
   float* out = data<float>(op.out);
   const int64_t block = std::clamp<int64_t>((384 << 10) / (k * 4) / kGemmTokens * kGemmTokens, kGemmTokens, 96);
   const int64_t panels = (m + kGemmRows - 1) / kGemmRows;
-  for (int64_t r0 = 0; r0 < n; r0 += block) {
-    const int64_t r1 = std::min(n, r0 + block);
-    parallel_for(
-        ctx, panels,
-        [&](int64_t p) {
-          const int64_t i0 = p * kGemmRows;
-          if (i0 + kGemmRows <= m) {
-            gemm_panel<W, kGemmRows>(w, x, k, m, i0, r0, r1, out);
-          } else {
-            for (int64_t i = i0; i < m; ++i) gemm_panel<W, 1>(w, x, k, m, i, r0, r1, out);
-          }
-        },
-        static_cast<double>((r1 - r0) * k * kGemmRows), 1 << 16);
-  }
+  parallel_for_blocks(
+      ctx, panels, (n + block - 1) / block,
+      [&](int64_t b, int64_t p) {
+        const int64_t r0 = b * block, r1 = std::min(n, r0 + block);
+        const int64_t i0 = p * kGemmRows;
+        if (i0 + kGemmRows <= m) {
+          gemm_panel<W, kGemmRows>(w, x, k, m, i0, r0, r1, out);
+        } else {
+          for (int64_t i = i0; i < m; ++i) gemm_panel<W, 1>(w, x, k, m, i, r0, r1, out);
+        }
+      },
+      static_cast<double>(std::min(n, block) * k * kGemmRows), 1 << 16);
 }
 #endif
 

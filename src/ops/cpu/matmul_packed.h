@@ -630,9 +630,9 @@ void matmul(const MatMulOp& op, const Ctx& ctx) {
                 Dec::kBlockElems == 256);
   if (n <= kGemvRows) return gemv<Dec>(op, acts, ctx);
   const int64_t panels = (m + kP - 1) / kP;
-  for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {
-    const int64_t r1 = std::min(n, r0 + kTokenBlock);
-    parallel_for(ctx, panels, [&](int64_t pi) {
+  parallel_for_blocks(ctx, panels, (n + kTokenBlock - 1) / kTokenBlock, [&](int64_t blk, int64_t pi) {
+    const int64_t r0 = blk * kTokenBlock, r1 = std::min(n, r0 + kTokenBlock);
+    {
       thread_local Panel panel;
       const int64_t i0 = pi * kP;
       const int rows = static_cast<int>(std::min<int64_t>(kP, m - i0));
@@ -641,8 +641,8 @@ void matmul(const MatMulOp& op, const Ctx& ctx) {
         const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
         tile<Dec::kGroup, Dec::kMin>(tt, panel, k, acts, t0, out + t0 * m + i0, m, rows, bias ? bias + i0 : nullptr);
       }
-    });
-  }
+    }
+  });
 }
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::packed

@@ -556,9 +556,9 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
     // Prefill: tiles of kTileRows weight rows x kTileTokens activation rows; each weight block is decoded
     // once per tile and the activation rows of a 64-row block stay in L2 while the weights stream past.
     const int64_t tiles = (m + kTileRows - 1) / kTileRows;
-    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-      const int64_t r1 = std::min(n, r0 + kRowBlock);
-      parallel_for(ctx, tiles, [&](int64_t ti) {
+    parallel_for_blocks(ctx, tiles, (n + kRowBlock - 1) / kRowBlock, [&](int64_t blk, int64_t ti) {
+      const int64_t r0 = blk * kRowBlock, r1 = std::min(n, r0 + kRowBlock);
+      {
         const int64_t i0 = ti * kTileRows, rows = std::min<int64_t>(kTileRows, m - i0);
         for (int64_t t0 = r0; t0 < r1; t0 += kTileTokens) {
           const int tt = static_cast<int>(std::min<int64_t>(kTileTokens, r1 - t0));
@@ -572,8 +572,8 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
                                  out + t0 * m + i, m);
           }
         }
-      });
-    }
+      }
+    });
   }
   if (bias) {
     for (int64_t r = 0; r < n; ++r)

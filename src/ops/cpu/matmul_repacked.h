@@ -375,20 +375,21 @@ Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ct
     });
     return ok_status();
   }
-  for (int64_t r0 = 0; r0 < n; r0 += kTokenBlock) {
-    const int64_t r1 = std::min(n, r0 + kTokenBlock);
-    parallel_for(ctx, whole + (tail_rows > 0 ? 1 : 0), [&](int64_t pi) {
-      if (pi < whole) {
-        const uint8_t* pw = base + pi * kP * nb * L::kBytes;
-        for (int64_t t0 = r0; t0 < r1; t0 += kT) {
-          const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
-          panel_tile<L>(tt, pw, nb, k, acts, t0, out + t0 * m + pi * kP, m, bias ? bias + pi * kP : nullptr);
+  parallel_for_blocks(
+      ctx, whole + (tail_rows > 0 ? 1 : 0), (n + kTokenBlock - 1) / kTokenBlock, [&](int64_t blk, int64_t pi) {
+        const int64_t r0 = blk * kTokenBlock, r1 = std::min(n, r0 + kTokenBlock);
+        {
+          if (pi < whole) {
+            const uint8_t* pw = base + pi * kP * nb * L::kBytes;
+            for (int64_t t0 = r0; t0 < r1; t0 += kT) {
+              const int tt = static_cast<int>(std::min<int64_t>(kT, r1 - t0));
+              panel_tile<L>(tt, pw, nb, k, acts, t0, out + t0 * m + pi * kP, m, bias ? bias + pi * kP : nullptr);
+            }
+            return;
+          }
+          tail_rows_of(r0, r1);
         }
-        return;
-      }
-      tail_rows_of(r0, r1);
-    });
-  }
+      });
   return ok_status();
 }
 
