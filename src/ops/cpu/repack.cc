@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include <fmt/core.h>
 
 #include "base/quant.h"
@@ -14,6 +16,7 @@ namespace tessera::ops::cpu {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
 
 // A panel block is a list of pieces: `dwords` == 0: the f16 at block_off of each row, P of them at panel_mult * P;
 // else `dwords` vectors of P dwords at panel_mult * P, vector v lane r = the 4 bytes at block_off + 4 v of row r's
@@ -114,9 +117,14 @@ Status refuse(std::string_view op) {
 }  // namespace
 
 Result<std::unique_ptr<Buffer>> CpuBuffer::create(size_t bytes) {
-  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  const bool huge = bytes >= kHugePage;
+  const size_t align = huge ? kHugePage : kAlignment;
+  const size_t rounded = std::max(align, (bytes + align - 1) / align * align);
+  void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) return resource_exhausted(fmt::format("cpu: cannot allocate {} bytes of host memory", bytes));
+  // Transparent huge pages where the kernel offers them on request (THP "madvise", Debian's default): a decode
+  // step streams every weight once, and with 4 KiB pages each 4 KiB of it costs a TLB miss.
+  if (huge) madvise(p, rounded, MADV_HUGEPAGE);
   std::memset(p, 0, rounded);
   return std::unique_ptr<Buffer>(new CpuBuffer(p, bytes));
 }
