@@ -4,7 +4,9 @@
 // weights per token, prefill reads each expert once per chunk), through the same matmul kernels dense layers
 // use, on each expert's 2-D slice of the 3-D tensors (repacked per expert at load, repack.h). Each result row
 // goes to its (row, slot) place and the slots are summed in slot order, as ref does; the kernels give a row the
-// same bits whatever shares its block, so batching and chunking never change an output.
+// same bits whatever shares its block, so batching and chunking never change an output. While every expert has
+// few rows (decode, small batches) the threads take whole experts instead of splitting each expert's products.
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,6 +31,9 @@ class HostView final : public Buffer {
   void* p_;
 };
 
+// Experts run one per thread (not split across threads) while none has more rows than this.
+constexpr int64_t kExpertParallelRows = 16;
+
 Status matmul_any(const MatMulOp& op, const Ctx& ctx) {
   const int block = dtype_info(op.w.dtype).block_elems;
   if (block == kQuantBlock) return matmul_quant(op, ctx);
@@ -51,10 +56,77 @@ Tensor bias_row(const Tensor& b, int64_t e) {
   return r;
 }
 
-struct Scratch {
-  std::vector<int32_t> count, order;           // rows per expert (prefix sums), then the (row, slot)s by expert
-  std::vector<float> xs, g, u, gu, y, result;  // one expert's rows; every (row, slot)'s result
+// One expert's rows and intermediates (per thread when experts run in parallel).
+struct ExpertScratch {
+  std::vector<float> xs, g, u, gu, y;
 };
+
+struct Scratch {
+  std::vector<int32_t> count, order;  // rows per expert (prefix sums), then the (row, slot)s by expert
+  std::vector<int32_t> active;        // the experts with rows
+  std::vector<float> result;          // every (row, slot)'s result
+};
+
+// Expert e's feed-forward over its `rows` (row, slot) pairs order[first, first + rows), each result written to
+// its pair's place in `result`.
+Status run_expert(const MoeExpertsOp& op, int64_t e, const int32_t* order, int64_t rows, ExpertScratch& s,
+                  float* result, const Ctx& ctx) {
+  const bool fused = op.gate_up.valid();
+  const int64_t dim = op.x.dim(1), k = op.ids.dim(1), ff = fused ? op.gate_up.dim(1) / 2 : op.gate.dim(1);
+  s.xs.resize(static_cast<size_t>(rows * dim));
+  s.g.resize(static_cast<size_t>(rows * ff));
+  s.u.resize(static_cast<size_t>(rows * ff));
+  s.y.resize(static_cast<size_t>(rows * dim));
+  if (fused) s.gu.resize(static_cast<size_t>(rows * 2 * ff));
+  HostView xs_buf(s.xs.data(), s.xs.size() * 4), g_buf(s.g.data(), s.g.size() * 4), u_buf(s.u.data(), s.u.size() * 4),
+      y_buf(s.y.data(), s.y.size() * 4), gu_buf(s.gu.data(), s.gu.size() * 4);
+  const auto* x = data<const float>(op.x);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = order[r] / k;
+    std::memcpy(s.xs.data() + r * dim, x + row * dim, static_cast<size_t>(dim) * sizeof(float));
+  }
+  const Tensor xs(&xs_buf, 0, DType::kF32, {rows, dim}), g(&g_buf, 0, DType::kF32, {rows, ff}),
+      u(&u_buf, 0, DType::kF32, {rows, ff}), y(&y_buf, 0, DType::kF32, {rows, dim});
+  if (fused) {
+    // One product for both: [rows, 2 ff], gate's columns then up's, split (and biased) into g and u.
+    const Tensor gu(&gu_buf, 0, DType::kF32, {rows, 2 * ff});
+    TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.gate_up, e), gu}, ctx));
+    const float* gb = op.gate_bias.valid() ? data<const float>(op.gate_bias) + e * ff : nullptr;
+    const float* ub = op.up_bias.valid() ? data<const float>(op.up_bias) + e * ff : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = s.gu.data() + r * 2 * ff;
+      float* gr = s.g.data() + r * ff;
+      float* ur = s.u.data() + r * ff;
+      for (int64_t i = 0; i < ff; ++i) {
+        gr[i] = gb ? src[i] + gb[i] : src[i];
+        ur[i] = ub ? src[ff + i] + ub[i] : src[ff + i];
+      }
+    }
+  } else {
+    TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.gate, e), g, bias_row(op.gate_bias, e)}, ctx));
+    TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.up, e), u, bias_row(op.up_bias, e)}, ctx));
+  }
+  if (op.act == Activation::kSwigluOai) {
+    float* gv = s.g.data();
+    const float* uv = s.u.data();
+    const float alpha = op.alpha, limit = op.limit;
+    for (int64_t i = 0; i < rows * ff; ++i) {
+      const float a = std::min(gv[i], limit), b = std::clamp(uv[i], -limit, limit);
+      gv[i] = a / (1.0f + std::exp(alpha * (-a))) * (b + 1.0f);
+    }
+  } else {
+#if defined(__AMX_TILE__)
+    // The amx build compiles only the matmuls and this file; its other operators are the avx512 build's.
+    TS_RETURN_IF_ERROR(avx512::silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
+#else
+    TS_RETURN_IF_ERROR(silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
+#endif
+  }
+  TS_RETURN_IF_ERROR(matmul_any(MatMulOp{g, slice(op.down, e), y, bias_row(op.down_bias, e)}, ctx));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(result + order[r] * dim, s.y.data() + r * dim, static_cast<size_t>(dim) * sizeof(float));
+  return ok_status();
+}
 
 }  // namespace
 
@@ -80,8 +152,7 @@ Status moe_route(const MoeRouteOp& op, const Ctx& ctx) {
 Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx) {
   const bool fused = op.gate_up.valid();
   const Tensor& gw = fused ? op.gate_up : op.gate;
-  const int64_t n = op.x.dim(0), dim = op.x.dim(1), k = op.ids.dim(1), experts = gw.dim(0),
-                ff = fused ? gw.dim(1) / 2 : gw.dim(1);
+  const int64_t n = op.x.dim(0), dim = op.x.dim(1), k = op.ids.dim(1), experts = gw.dim(0);
   const auto* ids = data<const int32_t>(op.ids);
   for (int64_t i = 0; i < n * k; ++i) {
     if (ids[i] < 0 || ids[i] >= experts)
@@ -100,65 +171,33 @@ Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx) {
       s.order[static_cast<size_t>(next[static_cast<size_t>(ids[i])]++)] = static_cast<int32_t>(i);
   }
   int64_t most = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    most = std::max<int64_t>(most, s.count[static_cast<size_t>(e) + 1] - s.count[static_cast<size_t>(e)]);
-  s.xs.resize(static_cast<size_t>(most * dim));
-  s.g.resize(static_cast<size_t>(most * ff));
-  s.u.resize(static_cast<size_t>(most * ff));
-  s.y.resize(static_cast<size_t>(most * dim));
-  if (fused) s.gu.resize(static_cast<size_t>(most * 2 * ff));
-  s.result.resize(static_cast<size_t>(n * k * dim));
-  HostView xs_buf(s.xs.data(), s.xs.size() * 4), g_buf(s.g.data(), s.g.size() * 4), u_buf(s.u.data(), s.u.size() * 4),
-      y_buf(s.y.data(), s.y.size() * 4), gu_buf(s.gu.data(), s.gu.size() * 4);
-  const auto* x = data<const float>(op.x);
+  s.active.clear();
   for (int64_t e = 0; e < experts; ++e) {
-    const int64_t first = s.count[static_cast<size_t>(e)], rows = s.count[static_cast<size_t>(e) + 1] - first;
-    if (rows == 0) continue;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = s.order[static_cast<size_t>(first + r)] / k;
-      std::memcpy(s.xs.data() + r * dim, x + row * dim, static_cast<size_t>(dim) * sizeof(float));
-    }
-    const Tensor xs(&xs_buf, 0, DType::kF32, {rows, dim}), g(&g_buf, 0, DType::kF32, {rows, ff}),
-        u(&u_buf, 0, DType::kF32, {rows, ff}), y(&y_buf, 0, DType::kF32, {rows, dim});
-    if (fused) {
-      // One product for both: [rows, 2 ff], gate's columns then up's, split (and biased) into g and u.
-      const Tensor gu(&gu_buf, 0, DType::kF32, {rows, 2 * ff});
-      TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.gate_up, e), gu}, ctx));
-      const float* gb = op.gate_bias.valid() ? data<const float>(op.gate_bias) + e * ff : nullptr;
-      const float* ub = op.up_bias.valid() ? data<const float>(op.up_bias) + e * ff : nullptr;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* src = s.gu.data() + r * 2 * ff;
-        float* gr = s.g.data() + r * ff;
-        float* ur = s.u.data() + r * ff;
-        for (int64_t i = 0; i < ff; ++i) {
-          gr[i] = gb ? src[i] + gb[i] : src[i];
-          ur[i] = ub ? src[ff + i] + ub[i] : src[ff + i];
-        }
-      }
-    } else {
-      TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.gate, e), g, bias_row(op.gate_bias, e)}, ctx));
-      TS_RETURN_IF_ERROR(matmul_any(MatMulOp{xs, slice(op.up, e), u, bias_row(op.up_bias, e)}, ctx));
-    }
-    if (op.act == Activation::kSwigluOai) {
-      float* gv = s.g.data();
-      const float* uv = s.u.data();
-      const float alpha = op.alpha, limit = op.limit;
-      for (int64_t i = 0; i < rows * ff; ++i) {
-        const float a = std::min(gv[i], limit), b = std::clamp(uv[i], -limit, limit);
-        gv[i] = a / (1.0f + std::exp(alpha * (-a))) * (b + 1.0f);
-      }
-    } else {
-#if defined(__AMX_TILE__)
-      // The amx build compiles only the matmuls and this file; its other operators are the avx512 build's.
-      TS_RETURN_IF_ERROR(avx512::silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
-#else
-      TS_RETURN_IF_ERROR(silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
-#endif
-    }
-    TS_RETURN_IF_ERROR(matmul_any(MatMulOp{g, slice(op.down, e), y, bias_row(op.down_bias, e)}, ctx));
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t pair = s.order[static_cast<size_t>(first + r)];
-      std::memcpy(s.result.data() + pair * dim, s.y.data() + r * dim, static_cast<size_t>(dim) * sizeof(float));
+    const int64_t rows = s.count[static_cast<size_t>(e) + 1] - s.count[static_cast<size_t>(e)];
+    if (rows > 0) s.active.push_back(static_cast<int32_t>(e));
+    most = std::max(most, rows);
+  }
+  s.result.resize(static_cast<size_t>(n * k * dim));
+  const int threads = ctx.pool ? ctx.pool->threads() : 1;
+  const auto active = static_cast<int64_t>(s.active.size());
+  if (threads > 1 && active >= 2 * threads && most <= kExpertParallelRows) {
+    // Few rows per expert (decode, small batches): each thread takes whole experts, computed inline, so a step
+    // is one fork and join for all of them instead of three or four per expert (each expert's products are too
+    // small to split well). The kernels give the same bits inline as on the pool.
+    std::vector<Status> failed(static_cast<size_t>(active), ok_status());
+    parallel_for(ctx, active, [&](int64_t i) {
+      thread_local ExpertScratch es;
+      const int64_t e = s.active[static_cast<size_t>(i)], first = s.count[static_cast<size_t>(e)];
+      failed[static_cast<size_t>(i)] = run_expert(
+          op, e, s.order.data() + first, s.count[static_cast<size_t>(e) + 1] - first, es, s.result.data(), Ctx{});
+    });
+    for (const Status& st : failed) TS_RETURN_IF_ERROR(st);
+  } else {
+    thread_local ExpertScratch es;
+    for (const int32_t e : s.active) {
+      const int64_t first = s.count[static_cast<size_t>(e)];
+      TS_RETURN_IF_ERROR(run_expert(op, e, s.order.data() + first, s.count[static_cast<size_t>(e) + 1] - first, es,
+                                    s.result.data(), ctx));
     }
   }
   const auto* w = data<const float>(op.weights);
