@@ -10,6 +10,8 @@
 // wake-up here and hung a stream's destructor.)
 #include "ops/cpu/worker_pool.h"
 
+#include <chrono>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -23,10 +25,28 @@ inline void cpu_relax() {
 #endif
 }
 
-// About 20-60 microseconds of pause instructions: longer than the gap between two operators of a step,
-// far shorter than the gap between steps of a server waiting for requests.
-constexpr int kSpins = 4000;
-constexpr int kYields = 64;
+// How long a worker spins for the next job before it sleeps, and the caller for its job's last chunks before it
+// yields: longer than the gap between two operators of a step and between the steps of a busy server (sampling,
+// scheduling), far shorter than a server's wait for requests. No sched_yield in the workers' wait: on a machine
+// shared with other processes a yield hands the core to one of them for a time slice (milliseconds), and the next
+// step then starts without the worker; qwen3-30b-a3b decode at 2 threads beside a nice-10 build went from 40-73
+// to 67-78 tok/s with pause-only spinning (docs/benchmarks.md).
+constexpr auto kWorkerSpin = std::chrono::microseconds(500);
+constexpr auto kCallerSpin = std::chrono::microseconds(200);
+constexpr int kPausesPerClockRead = 64;
+
+// Spins while pending() holds, for up to `budget`; returns whether it still holds.
+template <typename Pending>
+bool spin_while(Pending pending, std::chrono::microseconds budget) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      if (!pending()) return false;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return pending();
+  }
+}
 
 }  // namespace
 
@@ -62,21 +82,14 @@ void WorkerPool::worker_main() {
   // gen_, must still see the change (reading gen_ here hung a short-lived pool's destructor).
   uint64_t seen = 0;
   for (;;) {
-    // Wait for a new job: spin, then yield the core, then sleep.
-    int spins = 0;
-    while (gen_.load(std::memory_order_acquire) == seen) {
-      if (spins < kSpins) {
-        cpu_relax();
-      } else if (spins < kSpins + kYields) {
-        std::this_thread::yield();
-      } else {
-        std::unique_lock<std::mutex> lock(sleep_mu_);
-        sleepers_.fetch_add(1);
-        while (gen_.load() == seen) wake_.wait(lock);
-        sleepers_.fetch_sub(1);
-      }
-      ++spins;
+    // Wait for a new job: spin, then sleep.
+    if (spin_while([&] { return gen_.load(std::memory_order_acquire) == seen; }, kWorkerSpin)) {
+      std::unique_lock<std::mutex> lock(sleep_mu_);
+      sleepers_.fetch_add(1);
+      while (gen_.load() == seen) wake_.wait(lock);
+      sleepers_.fetch_sub(1);
     }
+
     if (stop_.load()) return;
     busy_.fetch_add(1);
     // While run() writes a job, its fields and gen_ may disagree: stay out until it has published.
@@ -103,11 +116,12 @@ void WorkerPool::run(int64_t chunks, ChunkFn fn, void* ctx) {
   }
   // No worker may be inside a job while it is rewritten: announce the write, then check (seq_cst on both sides,
   // so either this sees the worker's busy_ or the worker sees writing_).
+  const auto started = std::chrono::steady_clock::now();
   for (int spins = 0;; ++spins) {
     writing_.store(true);
     if (busy_.load() == 0) break;
     writing_.store(false);
-    if (spins < kSpins) {
+    if (spins % kPausesPerClockRead != 0 || std::chrono::steady_clock::now() - started < kCallerSpin) {
       cpu_relax();
     } else {
       std::this_thread::yield();
@@ -124,14 +138,10 @@ void WorkerPool::run(int64_t chunks, ChunkFn fn, void* ctx) {
   writing_.store(false);
   if (sleepers_.load() > 0) wake_all();
   work_on_job();
-  // Chunks others claimed: spin briefly, then give the core to whoever holds them (a descheduled worker
-  // on a busy machine needs it to finish).
-  for (int spins = 0; done_.load(std::memory_order_acquire) < chunks; ++spins) {
-    if (spins < kSpins) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
-    }
+  // Chunks others claimed: spin, then give the core to whoever holds them (more threads than cores: a descheduled
+  // worker may be waiting for this one).
+  if (spin_while([&] { return done_.load(std::memory_order_acquire) < chunks; }, kCallerSpin)) {
+    while (done_.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
   }
   in_job_.store(false, std::memory_order_relaxed);
 }

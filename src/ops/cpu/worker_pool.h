@@ -10,8 +10,9 @@
 // most the one chunk it holds. Results do not depend on which thread ran which chunk (each output element is
 // computed by one chunk, in the same order), so dynamic claiming keeps kernels deterministic.
 //
-// Workers spin briefly after a job (the next operator of a step follows within microseconds), then yield,
-// then sleep on a condition variable until the next job: spinning during a step, asleep between steps.
+// Workers spin for half a millisecond after a job (the next operator of a step follows within microseconds, the
+// next step of a busy server within a few hundred), never yielding the core, then sleep on a condition variable
+// until the next job: spinning during and between a busy server's steps, asleep when it waits for requests.
 //
 // Thread-safety: run() is called by the one thread that owns the stream; jobs never nest (a job's chunks must
 // not call run() on the same pool; they run inline if they do).
