@@ -233,33 +233,24 @@ inline float hmax8(__m256 v) {
 // kPrefetchKeys positions ahead (blocks are scattered, so a stream stops at each block's end). Going through
 // the heads of a position together instead (one contiguous cache row) measured slower.
 constexpr int32_t kPrefetchKeys = 64;
+
+// sc[t] = q . k_t / sqrt(head_dim) (or times opt.scale) for the n keys at offsets o[0, n), the query in qv;
+// with `prefetch`, keys kPrefetchKeys ahead are prefetched while o holds them (up to `limit`).
 template <typename T, int NV>
-void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
-                std::vector<float>& scores, const AttentionScores& opt, float sink) {
-  thread_local std::vector<int64_t> off;
+inline void key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const __m256* qv,
+                       const AttentionScores& opt, bool prefetch, float* sc) {
   constexpr int64_t hd = 8 * NV;
-  const T* kbase = reinterpret_cast<const T*>(c.k);
-  const T* vbase = reinterpret_cast<const T*>(c.v);
-  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
-  const int32_t count = pos - first + 1, padded = (count + 8 - 1) / 8 * 8;
-  row_offsets(c, table, first, count, kvh, off);
-  const int64_t* o = off.data();
-  __m256 qv[NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
   const bool scaled = opt.scale > 0.0f;
   const __m256 dv = _mm256_set1_ps(std::sqrt(static_cast<float>(hd))), sv = _mm256_set1_ps(opt.scale);
-  scores.resize(static_cast<size_t>(padded));
-  float* sc = scores.data();
-  for (int32_t t = 0; t < count; t += 8) {
-    const int n = std::min<int32_t>(8, count - t);
-    if (t + 8 + kPrefetchKeys <= count) {
+  for (int32_t t = 0; t < n; t += 8) {
+    const int m = std::min<int32_t>(8, n - t);
+    if (prefetch && t + 8 + kPrefetchKeys <= limit) {
       for (int r = 0; r < 8; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
     }
     __m256 a[8];
 #pragma GCC unroll 16
     for (int r = 0; r < 8; ++r) {
-      if (r < n) {
+      if (r < m) {
         const T* k = kbase + o[t + r];
         __m256 acc = _mm256_mul_ps(load8(k), qv[0]);
 #pragma GCC unroll 16
@@ -272,6 +263,58 @@ void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* 
     const __m256 d = reduce8(a);
     _mm256_storeu_ps(sc + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
   }
+}
+
+// out = o0 + sum_t p[t] v_t over the n values at offsets o[0, n): two positions per step into two sets of
+// accumulators (o0 and a zeroed o1), prefetching as key_scores does.
+template <typename T, int NV>
+inline void value_sum(const T* vbase, const int64_t* o, int32_t n, int32_t limit, const float* p, __m256* o0,
+                      bool prefetch, float* out) {
+  constexpr int64_t hd = 8 * NV;
+  __m256 o1[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) o1[j] = _mm256_setzero_ps();
+  int32_t t = 0;
+  for (; t + 2 <= n; t += 2) {
+    if (prefetch && t + 2 + kPrefetchKeys <= limit) {
+      prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
+      prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
+    }
+    const T* v0 = vbase + o[t];
+    const T* v1 = vbase + o[t + 1];
+    const __m256 p0 = _mm256_set1_ps(p[t]), p1 = _mm256_set1_ps(p[t + 1]);
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) {
+      o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+      o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
+    }
+  }
+  if (t < n) {
+    const T* v0 = vbase + o[t];
+    const __m256 p0 = _mm256_set1_ps(p[t]);
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(o0[j], o1[j]));
+}
+
+template <typename T, int NV>
+void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
+                std::vector<float>& scores, const AttentionScores& opt, float sink) {
+  thread_local std::vector<int64_t> off;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+  const int32_t count = pos - first + 1, padded = (count + 8 - 1) / 8 * 8;
+  row_offsets(c, table, first, count, kvh, off);
+  const int64_t* o = off.data();
+  __m256 qv[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+  scores.resize(static_cast<size_t>(padded));
+  float* sc = scores.data();
+  key_scores<T, NV>(kbase, o, count, count, qv, opt, true, sc);
   if (opt.softcap > 0.0f) {
     for (int32_t t = 0; t < count; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
   }
@@ -289,32 +332,10 @@ void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* 
   }
   const __m256 inv = _mm256_set1_ps(1.0f / (hsum(sum) + std::exp(sink - m)));
   for (int32_t t = 0; t < padded; t += 8) _mm256_storeu_ps(sc + t, _mm256_mul_ps(_mm256_loadu_ps(sc + t), inv));
-  __m256 o0[NV], o1[NV];
+  __m256 o0[NV];
 #pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) o0[j] = o1[j] = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t + 2 <= count; t += 2) {
-    if (t + 2 + kPrefetchKeys <= count) {
-      prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
-      prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
-    }
-    const T* v0 = vbase + o[t];
-    const T* v1 = vbase + o[t + 1];
-    const __m256 p0 = _mm256_set1_ps(sc[t]), p1 = _mm256_set1_ps(sc[t + 1]);
-#pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) {
-      o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
-      o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
-    }
-  }
-  if (t < count) {
-    const T* v0 = vbase + o[t];
-    const __m256 p0 = _mm256_set1_ps(sc[t]);
-#pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
-  }
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(o0[j], o1[j]));
+  for (int j = 0; j < NV; ++j) o0[j] = _mm256_setzero_ps();
+  value_sum<T, NV>(vbase, o, count, count, sc, o0, true, out);
 }
 
 #endif
@@ -701,8 +722,6 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   constexpr int64_t hd = 8 * NV;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
-  const bool scaled = opt.scale > 0.0f;
-  const __m256 dv = _mm256_set1_ps(std::sqrt(static_cast<float>(hd))), sv = _mm256_set1_ps(opt.scale);
   alignas(32) float sc[kKeyBlock];
   for (int g = 0; g < G; ++g) {
     parts[g].m = -INFINITY;
@@ -720,27 +739,7 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
       __m256 qv[NV];
 #pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
-      for (int32_t t = 0; t < n; t += 8) {
-        const int m = std::min<int32_t>(8, n - t);
-        if (g == 0 && t + 8 + kPrefetchKeys <= ahead) {
-          for (int r = 0; r < 8; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
-        }
-        __m256 a[8];
-#pragma GCC unroll 16
-        for (int r = 0; r < 8; ++r) {
-          if (r < m) {
-            const T* k = kbase + o[t + r];
-            __m256 acc = _mm256_mul_ps(load8(k), qv[0]);
-#pragma GCC unroll 16
-            for (int j = 1; j < NV; ++j) acc = _mm256_fmadd_ps(load8(k + 8 * j), qv[j], acc);
-            a[r] = acc;
-          } else {
-            a[r] = _mm256_setzero_ps();
-          }
-        }
-        const __m256 d = reduce8(a);
-        _mm256_storeu_ps(sc + t, scaled ? _mm256_mul_ps(d, sv) : _mm256_div_ps(d, dv));
-      }
+      key_scores<T, NV>(kbase, o, n, ahead, qv, opt, g == 0, sc);
       if (opt.softcap > 0.0f) {
         for (int32_t t = 0; t < n; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
       }
@@ -759,36 +758,11 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
       parts[g].l = parts[g].l * alpha + hsum(sum);
       parts[g].m = m_new;
       float* acc = parts[g].acc;
-      __m256 o0[NV], o1[NV];
+      __m256 o0[NV];
       const __m256 av = _mm256_set1_ps(alpha);
 #pragma GCC unroll 16
-      for (int j = 0; j < NV; ++j) {
-        o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
-        o1[j] = _mm256_setzero_ps();
-      }
-      int32_t t = 0;
-      for (; t + 2 <= n; t += 2) {
-        if (g == 0 && t + 2 + kPrefetchKeys <= ahead) {
-          prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
-          prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
-        }
-        const T* v0 = vbase + o[t];
-        const T* v1 = vbase + o[t + 1];
-        const __m256 p0 = _mm256_set1_ps(sc[t]), p1 = _mm256_set1_ps(sc[t + 1]);
-#pragma GCC unroll 16
-        for (int j = 0; j < NV; ++j) {
-          o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
-          o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
-        }
-      }
-      if (t < n) {
-        const T* v0 = vbase + o[t];
-        const __m256 p0 = _mm256_set1_ps(sc[t]);
-#pragma GCC unroll 16
-        for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
-      }
-#pragma GCC unroll 16
-      for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + 8 * j, _mm256_add_ps(o0[j], o1[j]));
+      for (int j = 0; j < NV; ++j) o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
+      value_sum<T, NV>(vbase, o, n, ahead, sc, o0, g == 0, acc);
     }
   }
 }
