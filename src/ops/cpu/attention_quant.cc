@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fmt/core.h>
@@ -283,6 +284,34 @@ void group_scores(const QCache& c, const int64_t* rows, int64_t span, const QQue
   }
 }
 
+// Over one query's scores sg[a..b]: the soft-cap if any, then sg[t] = exp(sg[t] - m), m the larger of `floor`
+// and the scores' max; returns m and the exponentials' sum. exp8 (simd.h), as the f16 one-query kernel takes it:
+// std::exp here was a fifth of q8_0 decode's time.
+std::pair<float, float> cap_and_exp(float* sg, int32_t a, int32_t b, const AttentionScores& opt, float floor) {
+  if (opt.softcap > 0.0f) {
+    for (int32_t t = a; t <= b; ++t) sg[t] = opt.softcap * std::tanh(sg[t] / opt.softcap);
+  }
+  float mx = floor;
+  for (int32_t t = a; t <= b; ++t) mx = std::max(mx, sg[t]);
+  float sum = 0.0f;
+  int32_t t = a;
+#if defined(__AVX2__)
+  __m256 sv = _mm256_setzero_ps();
+  const __m256 mv = _mm256_set1_ps(mx);
+  for (; t + 8 <= b + 1; t += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+    _mm256_storeu_ps(sg + t, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  sum = hsum(sv);
+#endif
+  for (; t <= b; ++t) {
+    sg[t] = std::exp(sg[t] - mx);
+    sum += sg[t];
+  }
+  return {mx, sum};
+}
+
 // Long contexts: the positions in blocks of kQKeyBlock with an online softmax, so a work item's score rows
 // (nq x kQKeyBlock floats) stay in L2 however long the context. Each query keeps its running max m and sum l;
 // its output (the unnormalised weighted sum) is rescaled by e^(m_old - m_new) when a block raises the max and
@@ -317,27 +346,7 @@ void attend_group_blocked(const QCache& c, const int32_t* table, int64_t kvh, co
       const int32_t a = std::max(qs[g].first, b0), b = std::min(qs[g].last, b_last);
       if (a > b) continue;                 // no key of this block: output unchanged
       float* sg = s.data() + g * ld - b0;  // sg[t] for t in [a, b]
-      if (opt.softcap > 0.0f) {
-        for (int32_t t = a; t <= b; ++t) sg[t] = opt.softcap * std::tanh(sg[t] / opt.softcap);
-      }
-      float mx = run_m[static_cast<size_t>(g)];
-      for (int32_t t = a; t <= b; ++t) mx = std::max(mx, sg[t]);
-      float sum = 0.0f;
-      int32_t t = a;
-#if defined(__AVX2__)
-      __m256 sv = _mm256_setzero_ps();
-      const __m256 mv = _mm256_set1_ps(mx);
-      for (; t + 8 <= b + 1; t += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
-        _mm256_storeu_ps(sg + t, e);
-        sv = _mm256_add_ps(sv, e);
-      }
-      sum = hsum(sv);
-#endif
-      for (; t <= b; ++t) {
-        sg[t] = std::exp(sg[t] - mx);
-        sum += sg[t];
-      }
+      const auto [mx, sum] = cap_and_exp(sg, a, b, opt, run_m[static_cast<size_t>(g)]);
       const float al = std::exp(run_m[static_cast<size_t>(g)] - mx);  // 0 on the first block without a sink
       run_l[static_cast<size_t>(g)] = run_l[static_cast<size_t>(g)] * al + sum;
       run_m[static_cast<size_t>(g)] = mx;
@@ -389,28 +398,8 @@ void attend_group(const QCache& c, const int32_t* table, int64_t kvh, const QQue
   for (int64_t g = 0; g < nq; ++g) {
     float* sg = s.data() + g * span - lo;  // sg[t] for t in [first, last]
     const int32_t a = qs[g].first, b = qs[g].last;
-    if (opt.softcap > 0.0f) {
-      for (int32_t t = a; t <= b; ++t) sg[t] = opt.softcap * std::tanh(sg[t] / opt.softcap);
-    }
-    float mx = qs[g].sink;  // a sink is one more logit; -inf without one changes nothing
-    for (int32_t t = a; t <= b; ++t) mx = std::max(mx, sg[t]);
-    float sum = 0.0f;
-    int32_t t = a;
-#if defined(__AVX2__)
-    // exp8 (simd.h), as the f16 one-query kernel takes it: std::exp here was a fifth of q8_0 decode's time.
-    __m256 sv = _mm256_setzero_ps();
-    const __m256 mv = _mm256_set1_ps(mx);
-    for (; t + 8 <= b + 1; t += 8) {
-      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
-      _mm256_storeu_ps(sg + t, e);
-      sv = _mm256_add_ps(sv, e);
-    }
-    sum = hsum(sv);
-#endif
-    for (; t <= b; ++t) {
-      sg[t] = std::exp(sg[t] - mx);
-      sum += sg[t];
-    }
+    // A sink is one more logit; -inf without one changes nothing.
+    auto [mx, sum] = cap_and_exp(sg, a, b, opt, qs[g].sink);
     sum += std::exp(qs[g].sink - mx);
     const float inv = 1.0f / sum;
     for (int32_t t = a; t <= b; ++t) sg[t] *= inv;
