@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,7 @@
 
 #include "base/mapped_file.h"
 #include "commands.h"
+#include "model/formats/gguf/gguf_model.h"
 #include "model/model_writer.h"
 #include "model/synth.h"
 #include "model/synth_gemma4.h"
@@ -35,10 +37,12 @@ struct SynthArgs {
   std::string tokenizer_out;
 };
 
-// Gemma 4 shapes have per-layer head sizes, KV heads and MLP widths that ModelConfig does not hold: they are
-// written straight to GGUF (model/synth_gemma4.h).
+// Gemma 4 shapes are drawn straight into GGUF (model/synth_gemma4.h), in llama.cpp's converter's layout; a Hugging
+// Face folder is that file read back and written as transformers lays Gemma 4 out (hf_gemma4.h), so both formats
+// hold the same weights.
 int run_synth_gemma4(const SynthArgs& a) {
-  if (a.format != "gguf") return fail(fmt::format("{} is written as GGUF only (--format gguf)", a.shape));
+  if (a.format != "gguf" && a.format != "safetensors")
+    return fail(fmt::format("{} is written as GGUF or safetensors (--format gguf | safetensors)", a.shape));
   if (a.token_lead > 0)
     return fail("--token-lead is not supported for gemma4 shapes (their per-layer writes are not scaled by synth)");
   auto shape = model::gemma4_shape(a.shape, a.small);
@@ -59,13 +63,32 @@ int run_synth_gemma4(const SynthArgs& a) {
       return fail(fmt::format("--dtype '{}': gemma4 shapes are written in f32, f16 or bf16", a.dtype));
     o.matrix_dtype = *d;
   }
-  if (Status s = model::write_gemma4_gguf(*shape, a.seed, o, a.out); !s.ok()) return fail(s.message());
+  const bool hf = a.format == "safetensors";
+  const std::string gguf_path = hf ? a.out + "/.synth-tmp.gguf" : a.out;  // inside the folder, removed below
+  if (std::error_code ec; hf && !std::filesystem::create_directories(a.out, ec) && ec)
+    return fail(fmt::format("cannot create {}: {}", a.out, ec.message()));
+  if (Status s = model::write_gemma4_gguf(*shape, a.seed, o, gguf_path); !s.ok()) return fail(s.message());
+  if (hf) {
+    Status s = [&]() -> Status {
+      TS_ASSIGN_OR_RETURN(model::GgufModel g, model::load_gguf_model(gguf_path));
+      model::ModelWriteOptions w;
+      w.name = "synth-" + a.shape;
+      return model::write_model("safetensors", a.out, g.config, g.weights, w);
+    }();
+    std::error_code ec;
+    std::filesystem::remove(gguf_path, ec);
+    if (!s.ok()) return fail(s.message());
+  }
   std::fprintf(stderr,
-               "wrote %s (gguf): shape %s (arch gemma4, dim %d, %d layers of which %d reuse KV, %d heads, head sizes "
+               "wrote %s (%s): shape %s (arch gemma4, dim %d, %d layers of which %d reuse KV, %d heads, head sizes "
                "%d/%d, vocab %d, per-layer embeddings %d, experts %d), seed %llu\n",
-               a.out.c_str(), a.shape.c_str(), shape->dim, shape->n_layers, shape->shared_kv_layers, shape->n_heads,
-               shape->head_dim_swa, shape->head_dim_full, shape->vocab_size, shape->per_layer_dim, shape->n_experts,
-               static_cast<unsigned long long>(a.seed));
+               a.out.c_str(), a.format.c_str(), a.shape.c_str(), shape->dim, shape->n_layers, shape->shared_kv_layers,
+               shape->n_heads, shape->head_dim_swa, shape->head_dim_full, shape->vocab_size, shape->per_layer_dim,
+               shape->n_experts, static_cast<unsigned long long>(a.seed));
+  if (hf)
+    std::fprintf(stderr,
+                 "note: no tokenizer.json (the synthetic gemma4 vocabulary lives in GGUF files): pass --tokenizer "
+                 "with a GGUF file of the same shape and seed\n");
   return 0;
 }
 

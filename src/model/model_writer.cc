@@ -26,8 +26,6 @@ Status write_model(const std::string& format, const std::string& path, const Mod
   auto note = [&](std::string s) {
     if (o.notes) o.notes->push_back(std::move(s));
   };
-  if (config.arch == "gemma4")  // its per-layer keys and tensors have no writer here (`tessera synth` writes them)
-    return unimplemented("writing a gemma4 model is not supported (convert it with llama.cpp's tools)");
   if (format == "gguf") {
     std::optional<Vocab> vocab;
     if (o.tokenizer) {

@@ -9,9 +9,52 @@
 #include "model/rope_permute.h"
 
 namespace tessera::model {
+namespace {
+
+// Gemma 4 in the order llama.cpp's converter writes it (model/synth_gemma4.cc): per-layer embeddings, the full layers'
+// rope_freqs, then per layer attention (attn_v absent where V is K), the dense MLP, the experts beside it, the
+// per-layer embedding's gate and projection, the output scale.
+std::vector<std::string> gemma4_tensor_names(const ModelConfig& c, const ModelWeights& w) {
+  std::vector<std::string> names = {"token_embd.weight"};
+  if (c.per_layer_dim > 0)
+    names.insert(names.end(),
+                 {"per_layer_token_embd.weight", "per_layer_model_proj.weight", "per_layer_proj_norm.weight"});
+  if (w.find("rope_freqs.weight") != nullptr) names.push_back("rope_freqs.weight");
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::vector<const char*> layer = {
+        "attn_norm.weight",    "attn_q.weight",      "attn_k.weight",      "attn_v.weight",
+        "attn_q_norm.weight",  "attn_k_norm.weight", "attn_output.weight", "post_attention_norm.weight",
+        "ffn_norm.weight",     "ffn_gate.weight",    "ffn_up.weight",      "ffn_down.weight",
+        "post_ffw_norm.weight"};
+    if (c.layer_kind(l).ffn == FfnKind::kMoe) {
+      const bool fused = w.find(layer_tensor_name(l, "ffn_gate_up_exps.weight")) != nullptr;
+      layer.insert(layer.end(), {"ffn_gate_inp.weight", "ffn_gate_inp.scale", "pre_ffw_norm_2.weight",
+                                 "post_ffw_norm_1.weight", "post_ffw_norm_2.weight"});
+      if (fused) {
+        layer.push_back("ffn_gate_up_exps.weight");
+      } else {
+        layer.insert(layer.end(), {"ffn_gate_exps.weight", "ffn_up_exps.weight"});
+      }
+      layer.insert(layer.end(), {"ffn_down_exps.weight", "ffn_down_exps.scale"});
+    }
+    if (c.per_layer_dim > 0) layer.insert(layer.end(), {"inp_gate.weight", "proj.weight", "post_norm.weight"});
+    if (c.layer_output_scale) layer.push_back("layer_output_scale.weight");
+    for (const char* s : layer) {
+      std::string n = layer_tensor_name(l, s);
+      if (std::string_view(s) == "attn_v.weight" && w.find(n) == nullptr) continue;  // V is K (26B-A4B full layers)
+      names.push_back(std::move(n));
+    }
+  }
+  names.push_back("output_norm.weight");
+  if (!c.tied_embeddings) names.push_back("output.weight");
+  return names;
+}
+
+}  // namespace
 
 std::vector<std::string> canonical_tensor_names(const ModelConfig& c, const ModelWeights& w) {
   if (c.arch == "bert") return bert_tensor_names(c);
+  if (c.arch == "gemma4") return gemma4_tensor_names(c, w);
   std::vector<std::string> names = {"token_embd.weight"};
   for (const char* s : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
     if (w.find(s) != nullptr) names.push_back(s);

@@ -189,6 +189,33 @@ TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
     EXPECT_EQ(a.out, b.out) << shape;
     EXPECT_GT(a.out.size(), std::string("Once upon").size()) << shape;
   }
+  // Gemma 4, at layer counts with sliding, full and (E2B) KV-sharing layers: the GGUF file, the folder synth writes,
+  // and the GGUF -> HF -> GGUF round trip of `tessera convert` give the same text. The synthetic gemma4 vocabulary
+  // lives in the GGUF file only (no tokenizer.json), so every run tokenizes with it.
+  for (const auto& [shape, layers] : {std::pair{"gemma4-e2b", "10"}, std::pair{"gemma4-26b-a4b", "6"}}) {
+    const std::string base = dir + "/" + shape;
+    for (const char* format : {"gguf", "safetensors"}) {
+      auto s = tessera({"synth", "--shape", shape, "--small", "--layers", layers, "--decisive", "--format", format,
+                        "--out", base + (std::string(format) == "gguf" ? ".gguf" : "-hf")});
+      ASSERT_EQ(s.exit_code, 0) << shape << ": " << s.err;
+    }
+    auto c1 = tessera({"convert", base + ".gguf", base + "-conv-hf"});
+    ASSERT_EQ(c1.exit_code, 0) << shape << ": " << c1.err;
+    auto c2 = tessera({"convert", base + "-conv-hf", base + "-rt.gguf"});
+    ASSERT_EQ(c2.exit_code, 0) << shape << ": " << c2.err;
+    std::vector<std::string> outs;
+    for (const std::string& model : {base + ".gguf", base + "-hf", base + "-conv-hf", base + "-rt.gguf"}) {
+      auto g = tessera({"generate", "--model", model, "--tokenizer", base + ".gguf", "--prompt", "Once upon",
+                        "--max-tokens", "20", "--temperature", "0", "--quiet"});
+      ASSERT_EQ(g.exit_code, 0) << model << ": " << g.err;
+      outs.push_back(g.out);
+    }
+    EXPECT_GT(outs[0].size(), std::string("Once upon").size()) << shape;
+    EXPECT_EQ(outs[1], outs[0]) << shape << ": HF folder from synth";
+    EXPECT_EQ(outs[2], outs[0]) << shape << ": HF folder from convert";
+    EXPECT_EQ(outs[3], outs[0]) << shape << ": GGUF -> HF -> GGUF";
+    EXPECT_EQ(*read_file(base + "-hf/config.json"), *read_file(base + "-conv-hf/config.json")) << shape;
+  }
 }
 
 // A model whose context the KV budget cannot hold starts anyway, serving what fits (with a warning), unless

@@ -479,6 +479,37 @@ Status write_linear_keys(const ModelConfig& config, std::vector<std::pair<std::s
   return ok_status();
 }
 
+// Gemma 4's keys as llama.cpp's converter writes them (what read_gemma4_keys reads): each kind of layer's head size
+// and rotary base, the sliding layers as one bool per layer, the KV-sharing layers, the per-layer embeddings' width,
+// and arrays for the MLP widths and KV head counts where layers differ.
+void write_gemma4_keys(const ModelConfig& c, std::vector<std::pair<std::string, GgufValue>>& kv) {
+  const std::string a = c.arch + ".";
+  auto u32 = [](int v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  auto per_layer = [&](auto value) {
+    GgufValue g;
+    g.type = GgufType::kArray;
+    g.elem_type = GgufType::kUint32;
+    for (int l = 0; l < c.n_layers; ++l) g.ints.push_back(value(l));
+    return g;
+  };
+  if (!c.layer_hidden_dims.empty())
+    kv.emplace_back(a + "feed_forward_length", per_layer([&](int l) { return c.layer_hidden_dim(l); }));
+  if (!c.layer_kv_heads.empty())
+    kv.emplace_back(a + "attention.head_count_kv", per_layer([&](int l) { return c.layer_n_kv_heads(l); }));
+  const int swa = c.head_dim_sliding > 0 ? c.head_dim_sliding : c.head_dim;
+  kv.emplace_back(a + "attention.key_length_swa", u32(swa));
+  kv.emplace_back(a + "attention.value_length_swa", u32(swa));
+  kv.emplace_back(a + "rope.dimension_count_swa", u32(swa));
+  kv.emplace_back(a + "rope.freq_base_swa",
+                  GgufValue::f32(c.rope_theta_sliding > 0.0f ? c.rope_theta_sliding : c.rope_theta));
+  kv.emplace_back(a + "final_logit_softcapping", GgufValue::f32(c.final_softcap));
+  GgufValue pattern = per_layer([&](int l) { return c.is_sliding_layer(l) ? 1 : 0; });
+  pattern.elem_type = GgufType::kBool;
+  kv.emplace_back(a + "attention.sliding_window_pattern", std::move(pattern));
+  kv.emplace_back(a + "attention.shared_kv_layers", u32(c.shared_kv_layers));
+  kv.emplace_back(a + "embedding_length_per_layer_input", u32(c.per_layer_dim));
+}
+
 // Phi-3's fused layout, as llama.cpp's converter writes it: attn_qkv = [q; k; v] and ffn_up = [gate; up].
 Status fuse_phi3(const ModelConfig& c, ExportedWeights& ex) {
   for (int l = 0; l < c.n_layers; ++l) {
@@ -535,7 +566,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   kv.emplace_back(a + ".context_length", GgufValue::u32(static_cast<uint32_t>(config.max_seq_len)));
   kv.emplace_back(a + ".embedding_length", GgufValue::u32(static_cast<uint32_t>(config.dim)));
   kv.emplace_back(a + ".block_count", GgufValue::u32(static_cast<uint32_t>(config.n_layers)));
-  kv.emplace_back(a + ".feed_forward_length", GgufValue::u32(static_cast<uint32_t>(config.hidden_dim)));
+  const bool gemma4 = a == "gemma4";  // its per-layer keys: write_gemma4_keys
+  if (!gemma4 || config.layer_hidden_dims.empty())
+    kv.emplace_back(a + ".feed_forward_length", GgufValue::u32(static_cast<uint32_t>(config.hidden_dim)));
   kv.emplace_back(a + ".attention.head_count", GgufValue::u32(static_cast<uint32_t>(config.n_heads)));
   if (bert) {  // what llama.cpp's converter writes for BertModel: no rotary keys, LayerNorm's epsilon
     kv.emplace_back(a + ".attention.layer_norm_epsilon", GgufValue::f32(config.norm_eps));
@@ -544,9 +577,10 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   }
   if (options.pooling != PoolingType::kNone)
     kv.emplace_back(a + ".pooling_type", GgufValue::u32(static_cast<uint32_t>(options.pooling)));
-  if (!bert) kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
+  if (!bert && !(gemma4 && !config.layer_kv_heads.empty()))
+    kv.emplace_back(a + ".attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(config.n_kv_heads)));
   const bool qwen35 = a == "qwen35" || a == "qwen35moe";
-  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3" || qwen35) {
+  if (config.head_dim * config.n_heads != config.dim || a == "gemma2" || a == "gemma3" || qwen35 || gemma4) {
     kv.emplace_back(a + ".attention.key_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
     kv.emplace_back(a + ".attention.value_length", GgufValue::u32(static_cast<uint32_t>(config.head_dim)));
   }
@@ -567,19 +601,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
     kv.emplace_back(a + ".final_logit_softcapping", GgufValue::f32(config.final_softcap));
   } else if (config.attn_softcap > 0.0f) {
     return unimplemented(fmt::format("GGUF {} files cannot state attention soft-capping", a));
-  } else if (config.final_softcap > 0.0f) {
+  } else if (config.final_softcap > 0.0f && !gemma4) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state final soft-capping", a));
     kv.emplace_back(a + ".final_logit_softcapping", GgufValue::f32(config.final_softcap));
   }
   if (config.sliding_window > 0) {
     kv.emplace_back(a + ".attention.sliding_window", GgufValue::u32(static_cast<uint32_t>(config.sliding_window)));
-    if (config.sliding_pattern != probe.sliding_pattern)
+    if (config.sliding_pattern != probe.sliding_pattern && !gemma4)
       kv.emplace_back(a + ".attention.sliding_window_pattern",
                       GgufValue::u32(static_cast<uint32_t>(config.sliding_pattern)));
   }
   if (config.has_moe_layers()) {
     const MoeConfig& m = config.moe;
-    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe")
+    if (a != "qwen3moe" && a != "llama" && a != "gpt-oss" && a != "qwen35moe" && !gemma4)
       return unimplemented(fmt::format("GGUF {} files cannot state mixture-of-experts layers", a));
     if (m.swiglu_limit != probe.moe.swiglu_limit)
       return unimplemented(fmt::format("GGUF {} files cannot state a SwiGLU limit of {}", a, m.swiglu_limit));
@@ -606,7 +640,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& config, cons
   } else if (a == "qwen35moe") {
     return invalid_argument("a qwen35moe model needs expert layers");
   }
-  if (config.rope_theta_sliding > 0.0f) {
+  if (gemma4) {
+    write_gemma4_keys(config, kv);
+  } else if (config.rope_theta_sliding > 0.0f) {
     if (a != "gemma3") return unimplemented(fmt::format("GGUF {} files cannot state a second rotary base", a));
     if (config.rope_theta_sliding != 10000.0f)
       kv.emplace_back(a + ".rope.freq_base_swa", GgufValue::f32(config.rope_theta_sliding));

@@ -12,6 +12,7 @@
 #include "base/mapped_file.h"
 #include "model/bert.h"
 #include "model/formats/safetensors/hf_experts.h"
+#include "model/formats/safetensors/hf_gemma4.h"
 #include "model/formats/safetensors/hf_gpt_oss.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
@@ -294,8 +295,9 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     arch = (*a)[0].get<std::string>();
   if (is_bert_hf_architecture(arch)) return parse_bert_hf_config(text, name);
+  if (hf::is_gemma4_architecture(arch)) return hf::parse_gemma4_config(j, name);
   ModelConfig c;
-  std::vector<std::string> known = {"BertModel"};
+  std::vector<std::string> known = {"BertModel", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"};
   bool found = false;
   for (const HfArch& h : kHfArchs) {
     known.push_back(h.hf);
@@ -370,7 +372,9 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     TS_ASSIGN_OR_RETURN(SafetensorsContents c, parse_safetensors(file->bytes(), path));
     storage->files.push_back(file);
     for (SafetensorsTensor& t : c.tensors) {
-      std::optional<std::string> name = m.config.arch == "bert" ? bert_gguf_name(t.name) : to_gguf_name(t.name, gemma);
+      std::optional<std::string> name = m.config.arch == "bert"     ? bert_gguf_name(t.name)
+                                        : m.config.arch == "gemma4" ? hf::gemma4_gguf_name(t.name)
+                                                                    : to_gguf_name(t.name, gemma);
       if (!name) continue;
       tensors.push_back({*name, t.dtype, t.shape, t.data, t.bytes});
     }
@@ -379,6 +383,8 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
   if (c.arch == "gpt-oss") {
     TS_RETURN_IF_ERROR(hf::gpt_oss_experts_from_hf(tensors, c, storage->owned, dir));
+  } else if (c.arch == "gemma4") {  // experts stacked as the engine keeps them already
+    TS_RETURN_IF_ERROR(hf::gemma4_tensors_from_hf(tensors, c, cfg_text, storage->owned, dir));
   } else if (c.has_moe_layers()) {
     TS_RETURN_IF_ERROR(hf::stack_experts(tensors, c, mixtral, storage->owned, dir));
   }
@@ -481,7 +487,8 @@ Result<HfModel> load_hf_model(const std::string& dir) {
 
 Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelWeights& weights,
                       const HfWriteOptions& options) {
-  const char* hf_arch = c.arch == "bert" ? "BertModel" : nullptr;
+  const bool gemma4 = c.arch == "gemma4";  // hf_gemma4.h: its own config keys and tensor names
+  const char* hf_arch = c.arch == "bert" ? "BertModel" : gemma4 ? "Gemma4ForCausalLM" : nullptr;
   for (const HfArch& h : kHfArchs)
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
@@ -493,7 +500,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     return unimplemented(
         fmt::format("HF writing supports {}, not '{}' (write it as GGUF)", fmt::join(known, ", "), c.arch));
   }
-  if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3)
+  if (weights.find("rope_freqs.weight") != nullptr && c.rope_scaling.type != RopeScalingType::kLlama3 && !gemma4)
     return unimplemented(
         "rope_freqs.weight without its llama3 rope_scaling parameters cannot be written to config.json");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -557,7 +564,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     cfg["query_pre_attn_scalar"] = std::round(qpas);
     cfg["attn_logit_softcapping"] = c.attn_softcap > 0.0f ? Json(c.attn_softcap) : Json(nullptr);
     cfg["final_logit_softcapping"] = c.final_softcap > 0.0f ? Json(c.final_softcap) : Json(nullptr);
-  } else if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f || c.attn_scale > 0.0f) {
+  } else if ((c.attn_softcap > 0.0f || c.final_softcap > 0.0f || c.attn_scale > 0.0f) && !gemma4) {
     return unimplemented(fmt::format("{} configs cannot state soft-capping or an attention scale", hf_arch));
   }
   if (c.arch == "gemma3") {
@@ -606,6 +613,9 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
                        : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
                                                                                      : "float32";
   if (c.arch == "bert") cfg = Json::parse(bert_hf_config_json(c, cfg["torch_dtype"].get<std::string>()));
+  if (gemma4) {
+    TS_ASSIGN_OR_RETURN(cfg, hf::gemma4_hf_config(c, weights, cfg["torch_dtype"].get<std::string>()));
+  }
   if (options.embedding.matryoshka) {  // vLLM's keys
     if (options.embedding.matryoshka_dimensions.empty()) {
       cfg["is_matryoshka"] = true;
@@ -626,13 +636,15 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     std::vector<WeightTensor> parts = {t};
     if (t.name.starts_with("blk.") && c.arch != "bert") {
       const size_t dot = t.name.find('.', 4);
-      if (c.arch != "gpt-oss")
+      if (c.arch != "gpt-oss" && !gemma4)
         parts = hf::unstack_experts(t, std::stoi(t.name.substr(4, dot - 4)), t.name.substr(dot + 1), mixtral);
     }
     for (const WeightTensor& p : parts) {
       // Unstacked experts come named for transformers already; every other name (blk.*, token_embd, output_norm,
       // output) maps to transformers' own.
-      const std::string hf_name = c.arch == "bert" ? bert_hf_name(p.name) : to_hf_name(p.name, gemma);
+      const std::string hf_name = c.arch == "bert" ? bert_hf_name(p.name)
+                                  : gemma4         ? hf::gemma4_hf_name(p.name)
+                                                   : to_hf_name(p.name, gemma);
       shards.back().push_back({hf_name, p.dtype, p.shape, p.data, p.bytes});
     }
     shard_bytes += t.bytes;
