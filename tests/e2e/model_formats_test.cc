@@ -167,17 +167,24 @@ TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
 }
 
 // Every family's synth shape writes and generates through the CLI, as GGUF and as a HF folder.
+// Qwen3.5's small shapes alternate linear and full layers: 2 layers hold one of each, 3 two linear layers and a full
+// one; 35B-A3B's has 4 value heads on 2 key heads, so the folder's head order differs from the GGUF's.
 TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
   std::string dir = testing::scratch_dir();
-  for (const char* shape :
-       {"llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma2-2b", "gemma3-1b",
-        "phi3-mini", "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"}) {
-    const std::string base = dir + "/" + shape;
-    auto g = tessera({"synth", "--shape", shape, "--small", "--layers", "2", "--format", "gguf", "--out",
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (const char* shape : {"llama3.2-1b", "mistral-7b", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma2-2b",
+                            "gemma3-1b", "phi3-mini", "phi3-mini-128k", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b",
+                            "qwen3.5-0.8b", "qwen3.5-35b-a3b"})
+    cases.emplace_back(shape, "2");
+  cases.emplace_back("qwen3.5-0.8b", "3");
+  cases.emplace_back("qwen3.5-35b-a3b", "3");
+  for (const auto& [shape, layers] : cases) {
+    const std::string base = dir + "/" + shape + "-" + layers;
+    auto g = tessera({"synth", "--shape", shape, "--small", "--layers", layers, "--format", "gguf", "--out",
                       base + ".gguf", "--tokenizer-out", base + ".tok"});
     ASSERT_EQ(g.exit_code, 0) << g.err;
     auto h = tessera(
-        {"synth", "--shape", shape, "--small", "--layers", "2", "--format", "safetensors", "--out", base + "-hf"});
+        {"synth", "--shape", shape, "--small", "--layers", layers, "--format", "safetensors", "--out", base + "-hf"});
     ASSERT_EQ(h.exit_code, 0) << h.err;
     // One tokenizer for both (the GGUF's embedded vocabulary tokenizes as llama.cpp does, not as llama2.c).
     auto a = tessera({"generate", "--model", base + ".gguf", "--tokenizer", base + ".tok", "--prompt", "Once upon",
@@ -186,7 +193,7 @@ TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
                       "--max-tokens", "20", "--temperature", "0", "--quiet"});
     ASSERT_EQ(a.exit_code, 0) << shape << ": " << a.err;
     ASSERT_EQ(b.exit_code, 0) << shape << ": " << b.err;
-    EXPECT_EQ(a.out, b.out) << shape;
+    EXPECT_EQ(a.out, b.out) << shape << " at " << layers << " layers";
     EXPECT_GT(a.out.size(), std::string("Once upon").size()) << shape;
   }
   // Gemma 4, at layer counts with sliding, full and (E2B) KV-sharing layers: the GGUF file, the folder synth writes,
@@ -216,6 +223,48 @@ TEST(ModelFormatsCli, SynthFamilyShapesGenerateTheSameTextFromGgufAndHf) {
     EXPECT_EQ(outs[3], outs[0]) << shape << ": GGUF -> HF -> GGUF";
     EXPECT_EQ(*read_file(base + "-hf/config.json"), *read_file(base + "-conv-hf/config.json")) << shape;
   }
+}
+
+// Qwen3.5 through `tessera convert`: GGUF -> HF folder -> GGUF gives the same greedy text at each step, and a folder
+// whose config disagrees with its tensors is one line of error.
+TEST(ModelFormatsCli, Qwen35ConvertsGgufToHfAndBack) {
+  std::string dir = testing::scratch_dir();
+  for (const char* shape : {"qwen3.5-0.8b", "qwen3.5-35b-a3b"}) {
+    const std::string base = dir + "/" + shape;
+    auto s = tessera({"synth", "--shape", shape, "--small", "--layers", "3", "--format", "gguf", "--out",
+                      base + ".gguf", "--tokenizer-out", base + ".tok"});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    auto to_hf = tessera({"convert", base + ".gguf", base + "-hf"});
+    ASSERT_EQ(to_hf.exit_code, 0) << to_hf.err;
+    auto back = tessera({"convert", base + "-hf", base + "-back.gguf"});
+    ASSERT_EQ(back.exit_code, 0) << back.err;
+    std::vector<std::string> outs;
+    for (const std::string& model : {base + ".gguf", base + "-hf", base + "-back.gguf"}) {
+      auto g = tessera({"generate", "--model", model, "--tokenizer", base + ".tok", "--prompt", "Once upon",
+                        "--max-tokens", "20", "--temperature", "0", "--quiet"});
+      ASSERT_EQ(g.exit_code, 0) << model << ": " << g.err;
+      outs.push_back(g.out);
+    }
+    EXPECT_EQ(outs[0], outs[1]) << shape;
+    EXPECT_EQ(outs[0], outs[2]) << shape;
+    auto i = tessera({"inspect", base + "-back.gguf", "--tokenizer", base + ".tok"});
+    ASSERT_EQ(i.exit_code, 0) << i.err;
+    EXPECT_NE(
+        i.out.find(std::string("architecture:  ") + (std::string(shape) == "qwen3.5-0.8b" ? "qwen35" : "qwen35moe")),
+        std::string::npos)
+        << i.out;
+  }
+  // layer_types that put a full layer where the folder holds a linear one.
+  auto cfg = read_file(dir + "/qwen3.5-0.8b-hf/config.json");
+  ASSERT_TRUE(cfg.ok());
+  std::string text = *cfg;
+  const size_t at = text.find("\"linear_attention\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::string("\"linear_attention\"").size(), "\"full_attention\"");
+  write(dir + "/qwen3.5-0.8b-hf/config.json", text);
+  expect_clean_error({"generate", "--model", dir + "/qwen3.5-0.8b-hf", "--tokenizer", dir + "/qwen3.5-0.8b.tok",
+                      "--prompt", "Once", "--max-tokens", "2"},
+                     "linear_attn.in_proj_qkv.weight is not part of this Qwen3.5 text model");
 }
 
 // A model whose context the KV budget cannot hold starts anyway, serving what fits (with a warning), unless

@@ -14,6 +14,7 @@
 #include "model/formats/safetensors/hf_experts.h"
 #include "model/formats/safetensors/hf_gemma4.h"
 #include "model/formats/safetensors/hf_gpt_oss.h"
+#include "model/formats/safetensors/hf_qwen35.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
 #include "model/tokenizer/load_tokenizer.h"
@@ -296,8 +297,10 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
     arch = (*a)[0].get<std::string>();
   if (is_bert_hf_architecture(arch)) return parse_bert_hf_config(text, name);
   if (hf::is_gemma4_architecture(arch)) return hf::parse_gemma4_config(j, name);
+  if (hf::is_qwen35_architecture(arch)) return hf::parse_qwen35_config(j, arch, name);
   ModelConfig c;
-  std::vector<std::string> known = {"BertModel", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"};
+  std::vector<std::string> known = hf::qwen35_architectures();
+  known.insert(known.begin(), {"BertModel", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"});
   bool found = false;
   for (const HfArch& h : kHfArchs) {
     known.push_back(h.hf);
@@ -366,6 +369,7 @@ Result<HfModel> load_hf_model(const std::string& dir) {
   auto storage = std::make_shared<Storage>();
   std::vector<WeightTensor> tensors;
   const bool gemma = m.config.arch == "gemma2" || m.config.arch == "gemma3";
+  const bool qwen35 = m.config.arch == "qwen35" || m.config.arch == "qwen35moe";
   for (const std::string& f : files) {
     std::string path = (d / f).string();
     TS_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::open(path));
@@ -374,6 +378,7 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     for (SafetensorsTensor& t : c.tensors) {
       std::optional<std::string> name = m.config.arch == "bert"     ? bert_gguf_name(t.name)
                                         : m.config.arch == "gemma4" ? hf::gemma4_gguf_name(t.name)
+                                        : qwen35                    ? hf::qwen35_tensor_name(t.name)
                                                                     : to_gguf_name(t.name, gemma);
       if (!name) continue;
       tensors.push_back({*name, t.dtype, t.shape, t.data, t.bytes});
@@ -385,6 +390,8 @@ Result<HfModel> load_hf_model(const std::string& dir) {
     TS_RETURN_IF_ERROR(hf::gpt_oss_experts_from_hf(tensors, c, storage->owned, dir));
   } else if (c.arch == "gemma4") {  // experts stacked as the engine keeps them already
     TS_RETURN_IF_ERROR(hf::gemma4_tensors_from_hf(tensors, c, cfg_text, storage->owned, dir));
+  } else if (qwen35) {
+    TS_RETURN_IF_ERROR(hf::qwen35_from_hf(tensors, c, storage->owned, dir));
   } else if (c.has_moe_layers()) {
     TS_RETURN_IF_ERROR(hf::stack_experts(tensors, c, mixtral, storage->owned, dir));
   }
@@ -488,7 +495,11 @@ Result<HfModel> load_hf_model(const std::string& dir) {
 Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelWeights& weights,
                       const HfWriteOptions& options) {
   const bool gemma4 = c.arch == "gemma4";  // hf_gemma4.h: its own config keys and tensor names
-  const char* hf_arch = c.arch == "bert" ? "BertModel" : gemma4 ? "Gemma4ForCausalLM" : nullptr;
+  const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
+  const char* hf_arch = c.arch == "bert" ? "BertModel"
+                        : gemma4         ? "Gemma4ForCausalLM"
+                        : qwen35         ? hf::qwen35_hf_architecture(c)
+                                         : nullptr;
   for (const HfArch& h : kHfArchs)
     if (hf_arch == nullptr && c.arch == h.arch) hf_arch = h.hf;
   const bool mixtral = c.arch == "llama" && c.has_moe_layers();
@@ -497,6 +508,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     std::vector<std::string> known;
     for (const HfArch& h : kHfArchs)
       if (std::find(known.begin(), known.end(), h.arch) == known.end()) known.push_back(h.arch);
+    known.insert(known.end(), {"gemma4", "qwen35", "qwen35moe"});
     return unimplemented(
         fmt::format("HF writing supports {}, not '{}' (write it as GGUF)", fmt::join(known, ", "), c.arch));
   }
@@ -543,6 +555,8 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     cfg["model_type"] = "gpt_oss";
     TS_RETURN_IF_ERROR(hf::write_gpt_oss_config(c, cfg));
     TS_RETURN_IF_ERROR(hf::gpt_oss_experts_to_hf(ex.tensors, c, ex.owned));
+  } else if (qwen35) {
+    TS_RETURN_IF_ERROR(hf::qwen35_to_hf(ex.tensors, c, ex.owned));
   } else if (c.has_moe_layers()) {
     TS_RETURN_IF_ERROR(hf::write_moe_config(c, mixtral, cfg));
   }
@@ -609,6 +623,7 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
       break;
     }
   }
+  if (qwen35) TS_RETURN_IF_ERROR(hf::write_qwen35_config(c, cfg));
   cfg["torch_dtype"] = ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kBF16  ? "bfloat16"
                        : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
                                                                                      : "float32";
