@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "base/mapped_file.h"
 #include "model/formats/safetensors/hf_model.h"
 #include "model/synth.h"
@@ -109,6 +111,25 @@ TEST(HfConfig, Qwen2FieldsAreRead) {
   EXPECT_TRUE(r->tied_embeddings);
   EXPECT_EQ(r->rope_layout, RopeLayout::kHalf);
   EXPECT_EQ(r->parameter_count(), 494032768);  // Qwen2.5-0.5B's published parameter count
+}
+
+// config.json's torch_dtype names the type the matrices are stored in, not that of the norms (kept f32).
+TEST(HfModel, TorchDtypeNamesTheMatricesType) {
+  ModelConfig cfg = *synth_shape("tiny");
+  cfg.n_layers = 2;
+  SynthModel m = synthesize_weights(cfg, 4);
+  for (auto [dtype, name] :
+       {std::pair{DType::kBF16, "bfloat16"}, std::pair{DType::kF16, "float16"}, std::pair{DType::kF32, "float32"}}) {
+    const std::string dir = testing::scratch_dir() + "/dtype-" + name;
+    HfWriteOptions o;
+    o.dtype = dtype;
+    ASSERT_TRUE(write_hf_model(dir, cfg, m.weights, o).ok());
+    auto text = MappedFile::open(dir + "/config.json");
+    ASSERT_TRUE(text.ok());
+    const auto j = nlohmann::json::parse(
+        std::string_view(reinterpret_cast<const char*>((*text)->bytes().data()), (*text)->bytes().size()));
+    EXPECT_EQ(j.at("torch_dtype"), name);
+  }
 }
 
 TEST(HfModel, ShardedAndSingleFilesLoadTheSameBytes) {

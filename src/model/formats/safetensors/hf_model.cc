@@ -624,9 +624,16 @@ Status write_hf_model(const std::string& dir, const ModelConfig& c, const ModelW
     }
   }
   if (qwen35) TS_RETURN_IF_ERROR(hf::write_qwen35_config(c, cfg));
-  cfg["torch_dtype"] = ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kBF16  ? "bfloat16"
-                       : ex.tensors.size() > 1 && ex.tensors[1].dtype == DType::kF16 ? "float16"
-                                                                                     : "float32";
+  // The type the matrices are stored in (norms and other vectors may stay f32): the largest tensor's.
+  DType stored = DType::kF32;
+  size_t largest = 0;
+  for (const WeightTensor& t : ex.tensors) {
+    if (t.bytes > largest) {
+      largest = t.bytes;
+      stored = t.dtype;
+    }
+  }
+  cfg["torch_dtype"] = stored == DType::kBF16 ? "bfloat16" : stored == DType::kF16 ? "float16" : "float32";
   if (c.arch == "bert") cfg = Json::parse(bert_hf_config_json(c, cfg["torch_dtype"].get<std::string>()));
   if (gemma4) {
     TS_ASSIGN_OR_RETURN(cfg, hf::gemma4_hf_config(c, weights, cfg["torch_dtype"].get<std::string>()));
