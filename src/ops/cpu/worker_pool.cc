@@ -29,8 +29,8 @@ inline void cpu_relax() {
 // yields: longer than the gap between two operators of a step and between the steps of a busy server (sampling,
 // scheduling), far shorter than a server's wait for requests. No sched_yield in the workers' wait: on a machine
 // shared with other processes a yield hands the core to one of them for a time slice (milliseconds), and the next
-// step then starts without the worker; qwen3-30b-a3b decode at 2 threads beside a nice-10 build went from 40-73
-// to 67-78 tok/s with pause-only spinning (docs/benchmarks.md).
+// step then starts without the worker (qwen3-30b-a3b decode at 2 threads beside a nice-10 build: 40-73 tok/s
+// before, 67-97 with pause-only spinning; docs/benchmarks.md).
 constexpr auto kWorkerSpin = std::chrono::microseconds(500);
 constexpr auto kCallerSpin = std::chrono::microseconds(200);
 constexpr int kPausesPerClockRead = 64;
