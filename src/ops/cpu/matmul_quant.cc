@@ -657,6 +657,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   }
   switch (op.w.dtype) {
     case DType::kQ8_0:
+    case DType::kMXFP4:
       break;  // the row-by-row kernels below, as in the avx512 build
     case DType::kQ4_0:
       return packed::tiles_or_vectors<PackQ4_0>(op, ctx);
