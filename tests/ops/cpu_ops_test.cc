@@ -3,6 +3,7 @@
 // Every weight type, including a partial pair of blocks (the scalar tail of the 32-element kernels).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -148,6 +149,62 @@ TEST_P(CpuMatMul, ExpertLayersGiveEachRowTheSameBitsInEveryBatchSize) {
       const std::vector<float> alone = run(r, 1);
       EXPECT_EQ(0, std::memcmp(alone.data(), batched.data() + r * dim, static_cast<size_t>(dim) * sizeof(float)))
           << dtype_name(dtype) << " row " << r << " differs between batch 1 and batch " << n;
+    }
+  }
+}
+
+// RMS norms too (plain and fused with the residual add): the vector builds sum a batch's rows side by side, one
+// row per lane, and a lone row alone; each row must come out with the same bits either way, for whole groups of
+// rows, a partial group, and row lengths with and without a vector tail.
+class CpuNorm : public CpuMatMul {};
+TEST_F(CpuNorm, EachRowHasTheSameBitsInEveryBatchSize) {
+  for (cpu::Isa isa : cpu::runnable_isas()) {
+    open(isa);
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    for (int64_t k : {int64_t{64}, int64_t{173}, int64_t{768}}) {
+      const int64_t n = 37;  // two groups of 16 (four of 8) and a partial one
+      Rng rng(11 + static_cast<uint64_t>(k));
+      std::vector<float> x(static_cast<size_t>(n * k)), d(x.size()), w(static_cast<size_t>(k));
+      for (float& v : x) v = (rng.next_f32() * 2.0f - 1.0f) * 3.0f;
+      for (float& v : d) v = rng.next_f32() * 2.0f - 1.0f;
+      for (float& v : w) v = rng.next_f32() + 0.5f;
+      const Tensor wt = make(DType::kF32, {k}, w.data());
+      auto run = [&](int64_t r0, int64_t rows, bool add) {
+        Tensor xt = make(DType::kF32, {rows, k}, x.data() + r0 * k);
+        Tensor dt = make(DType::kF32, {rows, k}, d.data() + r0 * k);
+        Tensor out = make(DType::kF32, {rows, k}, nullptr);
+        const Status s =
+            add ? stream_->run(AddRmsNormOp{xt, dt, wt, out, 1e-5f}) : stream_->run(RmsNormOp{xt, wt, out, 1e-5f});
+        EXPECT_TRUE(s.ok()) << s.to_string();
+        std::vector<float> got(static_cast<size_t>(2 * rows * k));
+        EXPECT_TRUE(stream_->download(out, got.data()).ok());
+        EXPECT_TRUE(stream_->download(xt, got.data() + rows * k).ok());  // the updated residual
+        return got;
+      };
+      for (bool add : {false, true}) {
+        const std::vector<float> batched = run(0, n, add);
+        double err = 0, sig = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          // Against the definition in double: (x (+ d)) / sqrt(mean((x (+ d))^2) + eps) * w.
+          double ss = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double v = double(x[r * k + j]) + (add ? double(d[r * k + j]) : 0.0);
+            ss += v * v;
+          }
+          const double inv = 1.0 / std::sqrt(ss / double(k) + 1e-5);
+          for (int64_t j = 0; j < k; ++j) {
+            const double v = double(x[r * k + j]) + (add ? double(d[r * k + j]) : 0.0);
+            const double want = v * inv * w[j], got = batched[r * k + j];
+            err += (got - want) * (got - want);
+            sig += want * want;
+          }
+          const std::vector<float> alone = run(r, 1, add);
+          EXPECT_EQ(0, std::memcmp(alone.data(), batched.data() + r * k, static_cast<size_t>(k) * sizeof(float)))
+              << (add ? "add_rms_norm" : "rms_norm") << " k=" << k << " row " << r << " differs between batch 1 and "
+              << n;
+        }
+        EXPECT_LT(err / sig, 1e-12) << (add ? "add_rms_norm" : "rms_norm") << " k=" << k;
+      }
     }
   }
 }

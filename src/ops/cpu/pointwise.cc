@@ -17,13 +17,90 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which threading costs more than it saves
 
-void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
-  float ss = 0.0f;
-  for (int64_t j = 0; j < n; ++j) ss += x[j] * x[j];
+// The scale of a row from its sum of squares.
+inline float rms_scale(float ss, int64_t n, float eps) {
   ss /= static_cast<float>(n);
   ss += eps;
-  ss = 1.0f / std::sqrt(ss);
-  for (int64_t j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
+  return 1.0f / std::sqrt(ss);
+}
+
+// out = w * (scale * x): two roundings per element in every form, so the vector loop has the scalar loop's bits.
+inline void scale_row(const float* x, const float* w, float ss, float* out, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  const __m512 s = _mm512_set1_ps(ss);
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(s, _mm512_loadu_ps(x + j))));
+#elif defined(__AVX2__)
+  const __m256 s = _mm256_set1_ps(ss);
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(s, _mm256_loadu_ps(x + j))));
+#endif
+  for (; j < n; ++j) out[j] = w[j] * (ss * x[j]);
+}
+
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
+  float ss = 0.0f;
+#if defined(__FMA__)
+  for (int64_t j = 0; j < n; ++j) ss = std::fma(x[j], x[j], ss);  // what GCC made of `ss += x * x` here anyway
+#else
+  for (int64_t j = 0; j < n; ++j) ss += x[j] * x[j];
+#endif
+  scale_row(x, w, rms_scale(ss, n, eps), out, n);
+}
+
+// Rows normalised kNormRows at a time: a row's sum of squares is one chain of dependent additions (four cycles
+// each, the whole of a prefill row's norm time), so in the vector builds kNormRows rows run their chains side by
+// side, one row per lane, each element of a row gathered from its row. Each lane does what rms_norm_row does in
+// the same build (one fused multiply-add per element, in element order), so every row has the same bits whatever
+// the batch (CpuNorm.EachRowHasTheSameBitsInEveryBatchSize).
+#if defined(__AVX512F__)
+constexpr int64_t kNormRows = 16;
+inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
+  const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(static_cast<int>(n)));
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, offs, x + j,
+                                              4);  // masked: see the GCC 12 note in attention.cc
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  _mm512_storeu_ps(ss, acc);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int64_t kNormRows = 8;
+inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
+  const __m256i offs =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(n)));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 v = _mm256_i32gather_ps(x + j, offs, 4);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  _mm256_storeu_ps(ss, acc);
+}
+#else
+constexpr int64_t kNormRows = 1;
+inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) s += x[j] * x[j];
+  *ss = s;
+}
+#endif
+
+// Rows [r0, r1) of x normalised into out (both `n` floats a row); `x` rows of kNormRows at a time where whole.
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t r0, int64_t r1, int64_t n, float eps) {
+  int64_t r = r0;
+  // 16 * n must stay an int32 gather offset.
+  if (n < (int64_t{1} << 26)) {
+    for (; r + kNormRows <= r1; r += kNormRows) {
+      float ss[kNormRows];
+      sum_squares_rows(x + r * n, n, ss);
+      for (int64_t i = 0; i < kNormRows; ++i)
+        scale_row(x + (r + i) * n, w, rms_scale(ss[i], n, eps), out + (r + i) * n, n);
+    }
+  }
+  for (; r < r1; ++r) rms_norm_row(x + r * n, w, out + r * n, n, eps);
 }
 
 // Turns the first `rot` elements of each head of `hd` (rot == hd: all of them).
@@ -65,26 +142,27 @@ Status embedding(const EmbeddingOp& op, const Ctx& ctx) {
 Status rms_norm(const RmsNormOp& op, const Ctx& ctx) {
   const int64_t rows = op.x.dim(0), n = op.x.dim(1);
   parallel_for(
-      ctx, rows,
-      [&](int64_t r) {
-        rms_norm_row(data<const float>(op.x) + r * n, data<const float>(op.weight), data<float>(op.out) + r * n, n,
-                     op.eps);
+      ctx, (rows + kNormRows - 1) / kNormRows,
+      [&](int64_t g) {
+        rms_norm_rows(data<const float>(op.x), data<const float>(op.weight), data<float>(op.out), g * kNormRows,
+                      std::min(rows, (g + 1) * kNormRows), n, op.eps);
       },
-      static_cast<double>(n), kParallelMin);
+      static_cast<double>(n * kNormRows), kParallelMin);
   return ok_status();
 }
 
 Status add_rms_norm(const AddRmsNormOp& op, const Ctx& ctx) {
   const int64_t rows = op.residual.dim(0), n = op.residual.dim(1);
   parallel_for(
-      ctx, rows,
-      [&](int64_t r) {
-        float* x = data<float>(op.residual) + r * n;
-        const float* d = data<const float>(op.delta) + r * n;
-        for (int64_t j = 0; j < n; ++j) x[j] += d[j];
-        rms_norm_row(x, data<const float>(op.weight), data<float>(op.out) + r * n, n, op.eps);
+      ctx, (rows + kNormRows - 1) / kNormRows,
+      [&](int64_t g) {
+        const int64_t r0 = g * kNormRows, r1 = std::min(rows, r0 + kNormRows);
+        float* x = data<float>(op.residual);
+        const float* d = data<const float>(op.delta);
+        for (int64_t j = r0 * n; j < r1 * n; ++j) x[j] += d[j];
+        rms_norm_rows(x, data<const float>(op.weight), data<float>(op.out), r0, r1, n, op.eps);
       },
-      static_cast<double>(n), kParallelMin);
+      static_cast<double>(n * kNormRows), kParallelMin);
   return ok_status();
 }
 
