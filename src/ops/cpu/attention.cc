@@ -362,6 +362,32 @@ inline VF vexp(VF x) { return exp16(x); }
 inline float vsum(VF v) { return sum16(v); }
 inline VF vdiv(VF a, VF b) { return _mm512_maskz_div_ps(0xffff, a, b); }  // masked forms: see widen16
 inline VF vmax(VF a, VF b) { return _mm512_maskz_max_ps(0xffff, a, b); }
+// The kLanes x kLanes block r[j][d] (key j, dimension d) transposed in registers: out[d] holds r[0..kLanes)[d].
+// (Masked forms throughout: see widen16.)
+inline void vtranspose(VF* r) {
+  VF t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(0xffff, r[i],
+                                    r[i + 1]);  // per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
+    t[i + 1] = _mm512_maskz_unpackhi_ps(0xffff, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // u[i + k], lane L: dimension 4L + k of keys i .. i + 3
+    u[i] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, _mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    u[i + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, _mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    u[i + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, _mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    u[i + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, _mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const VF a0 = _mm512_maskz_shuffle_f32x4(0xffff, u[k], u[4 + k], 0x88),
+             a1 = _mm512_maskz_shuffle_f32x4(0xffff, u[k], u[4 + k], 0xdd);
+    const VF b0 = _mm512_maskz_shuffle_f32x4(0xffff, u[8 + k], u[12 + k], 0x88),
+             b1 = _mm512_maskz_shuffle_f32x4(0xffff, u[8 + k], u[12 + k], 0xdd);
+    r[k] = _mm512_maskz_shuffle_f32x4(0xffff, a0, b0, 0x88);       // dimension k
+    r[8 + k] = _mm512_maskz_shuffle_f32x4(0xffff, a0, b0, 0xdd);   // 8 + k
+    r[4 + k] = _mm512_maskz_shuffle_f32x4(0xffff, a1, b1, 0x88);   // 4 + k
+    r[12 + k] = _mm512_maskz_shuffle_f32x4(0xffff, a1, b1, 0xdd);  // 12 + k
+  }
+}
 inline float vhmax(VF v) {
   const __m512d d = _mm512_castps_pd(v);
   const __m256 m = _mm256_max_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
@@ -389,6 +415,23 @@ inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
 inline VF vdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
 inline VF vmax(VF a, VF b) { return _mm256_max_ps(a, b); }
+inline void vtranspose(VF* r) {  // as the avx512 form, 8 x 8
+  VF t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
 inline float vhmax(VF v) {
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -411,6 +454,37 @@ struct Query {
   int32_t first, last;     // the positions it sees
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
+
+// Widens keys [t0, t1) of kv head kvh into the transposed panel: kt[d * ld + (t - t0)]. Whole groups of kLanes
+// keys are transposed in registers (element by element, the scatter was half of the attention's own time in a
+// 512-token prefill); the rest one element at a time. Copies only: the panel's values are the same either way.
+template <typename T>
+void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, int32_t t1, float* kt, int64_t ld) {
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const int64_t hd = c.head_dim;
+  int32_t t = t0;
+  for (; t + kLanes <= t1; t += kLanes) {
+    const T* rows[kLanes];
+    for (int j = 0; j < kLanes; ++j)
+      rows[j] = kbase + c.elem(table[(t + j) / c.block_tokens], (t + j) % c.block_tokens, kvh);
+    for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+      VF r[kLanes];
+#pragma GCC unroll 16
+      for (int j = 0; j < kLanes; ++j) r[j] = vwiden(rows[j] + d0);
+      vtranspose(r);
+#pragma GCC unroll 16
+      for (int d = 0; d < kLanes; ++d) vstore(kt + (d0 + d) * ld + (t - t0), r[d]);
+    }
+  }
+  float row[kLanes];
+  for (; t < t1; ++t) {
+    const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+    for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+      vstore(row, vwiden(k + d0));
+      for (int64_t d = 0; d < kLanes; ++d) kt[(d0 + d) * ld + (t - t0)] = row[d];
+    }
+  }
+}
 
 // Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
 template <int G>
@@ -629,18 +703,10 @@ void attend_queries_blocked(const Cache& c, const int32_t* table, int64_t kvh, c
     st[static_cast<size_t>(i)] = {qs[i].sink, 0.0f};
     std::memset(qs[i].out, 0, static_cast<size_t>(hd) * sizeof(float));
   }
-  const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
-  float row[kLanes];
   for (int32_t b0 = lo; b0 <= hi; b0 += kKeyBlock) {
     const int32_t b1 = std::min(hi + 1, b0 + kKeyBlock);
-    for (int32_t t = b0; t < b1; ++t) {
-      const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
-      for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
-        vstore(row, vwiden(k + d0));
-        for (int64_t d = 0; d < kLanes; ++d) kt[static_cast<size_t>((d0 + d) * kKeyBlock + (t - b0))] = row[d];
-      }
-    }
+    widen_keys<T>(c, table, kvh, b0, b1, kt.data(), kKeyBlock);
     attend_tiles_block<T, kQTile>(qs, st.data(), nq, kt.data(), b0, b1, vbase, c, table, kvh, s, opt);
   }
   for (int64_t i = 0; i < nq; ++i) {
@@ -668,15 +734,7 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
   }
   const int64_t ld = (hi - lo + 1 + 15) / 16 * 16 + 16;  // whole 16-key chunks from any start
   kt.resize(static_cast<size_t>(hd * ld));
-  const T* kbase = reinterpret_cast<const T*>(c.k);
-  float row[kLanes];
-  for (int32_t t = lo; t <= hi; ++t) {
-    const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
-    for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
-      vstore(row, vwiden(k + d0));
-      for (int64_t d = 0; d < kLanes; ++d) kt[static_cast<size_t>((d0 + d) * ld + (t - lo))] = row[d];
-    }
-  }
+  widen_keys<T>(c, table, kvh, lo, hi + 1, kt.data(), ld);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   int64_t i = 0;
   for (; i + kQTile <= nq; i += kQTile) attend_tile<T, kQTile>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
