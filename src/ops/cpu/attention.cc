@@ -487,9 +487,31 @@ void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
 }
 
 // Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
+// Two vectors of keys per pass where there are two (2G accumulators: G alone left FMA latency exposed, and each
+// query broadcast serves both); every score is the same chain of FMAs over d either way.
 template <int G>
 void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s) {
-  for (int64_t c = c0; c < c1; c += kLanes) {
+  int64_t c = c0;
+  for (; c + 2 * kLanes <= c1; c += 2 * kLanes) {
+    VF acc0[G], acc1[G];
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) acc0[g] = acc1[g] = vzero();
+    for (int64_t d = 0; d < hd; ++d) {
+      const VF k0 = vload(kt + d * ld + c), k1 = vload(kt + d * ld + c + kLanes);
+#pragma GCC unroll 6
+      for (int g = 0; g < G; ++g) {
+        const VF qv = vset(qs[g].q[d]);
+        acc0[g] = vfma(qv, k0, acc0[g]);
+        acc1[g] = vfma(qv, k1, acc1[g]);
+      }
+    }
+#pragma GCC unroll 6
+    for (int g = 0; g < G; ++g) {
+      vstore(s + g * ld + c, acc0[g]);
+      vstore(s + g * ld + c + kLanes, acc1[g]);
+    }
+  }
+  for (; c < c1; c += kLanes) {
     VF acc[G];
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) acc[g] = vzero();
