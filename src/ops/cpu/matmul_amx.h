@@ -16,11 +16,12 @@
 // amx variant too), and decode (1-2 rows) keeps its bandwidth-bound vector kernels.
 //
 // Per group the tile unit does 16 x 16 x G multiply-adds in one instruction while the vector unit converts and
-// scales the previous group's 16 x 16 sums (three vector instructions per 16 outputs): two groups are in flight
-// (tiles 0/2/4 and 1/3/5). The per-group store of C (1 KiB) and the f32 steps bound it, not the multiplies:
-// 512 x 768 x 2048 at 300-370 G multiply-adds/s on one thread here, about a tenth of the tile unit's peak and 6x
-// the avx512 kernels; a longer look-ahead (four C tiles) gained 7% in a stand-alone test, a batched C (every group
-// stored, then scaled) lost.
+// scales an earlier group's 16 x 16 sums (three vector instructions per 16 outputs). 32-element groups keep up to
+// three products in flight (C tiles 4-7 in turn, A and B alternating in 0/2 and 1/3): 6-7% faster than two on
+// q4_k and q4_0 (`tessera bench matmul --rows 512 --k 2048 --m 768`, alternating, 2026-12-04); 16-element
+// groups keep two (tiles 0/2/4 and 1/3/5; three measured no faster). The per-group store of C (1 KiB) and the f32
+// steps bound it, not the multiplies: 512 x 768 x 2048 at 300-400 G multiply-adds/s on one thread here, about a
+// tenth of the tile unit's peak and 6x the avx512 kernels; a batched C (every group stored, then scaled) lost.
 //
 // q8_0 does not come here (matmul_quant.cc: llama.cpp parity).
 #pragma once
@@ -50,16 +51,25 @@ constexpr int kTileM = 16;  // activation rows per A tile (and rows of C)
 // is not repaid.
 constexpr int64_t kTileMinRows = 12;
 
-// Tile registers 0/1: A (16 rows x G bytes), 2/3: B (G / 4 rows x 64 bytes), 4/5: C (16 x 16 int32).
+// Tile registers 0/1: A (16 rows x G bytes), 2/3: B (G / 4 rows x 64 bytes), 4-7: C (16 x 16 int32).
 template <int G>
 inline tiles::TileConfig int8_tiles() {
   tiles::TileConfig c;
   for (int t = 0; t < 2; ++t) {
     c.set(t, kTileM, G);
     c.set(2 + t, G / 4, 64);
-    c.set(4 + t, kTileM, 64);
   }
+  for (int t = 4; t < 8; ++t) c.set(t, kTileM, 64);
   return c;
+}
+
+// Group g's tile product: A and B in tiles g % 2 (and 2 + g % 2), C in tile 4 + g % 4.
+template <int kSlot>
+inline void issue_group(const int8_t* xa, int64_t k, const int8_t* bq) {
+  tile_load<kSlot % 2>(xa, k);
+  tile_load<2 + kSlot % 2>(bq, kV);
+  tile_zero<4 + kSlot>();
+  tile_dp_int8<4 + kSlot, kSlot % 2, 2 + kSlot % 2>();
 }
 
 // One weight panel for the tiles: kP rows as signed int8 in the B layout ((k / 4) rows of 64 bytes), and per group
@@ -159,31 +169,75 @@ void tiles_panel(const TilePanel& p, int64_t k, const Acts& a, const TileScales&
     VF acc[kTileM];
 #pragma GCC unroll 16
     for (auto& v : acc) v = fzero();
-    // Group g's tile product into C tile 4 (even groups) or 5 (odd ones), while the other is being finished.
-    tile_load<0>(xa, k);
-    tile_load<2>(bq, kV);
-    tile_zero<4>();
-    tile_dp_int8<4, 0, 2>();
-    for (int64_t g = 0; g < groups; g += 2) {
-      if (g + 1 < groups) {
-        tile_load<1>(xa + (g + 1) * G, k);
-        tile_load<3>(bq + (g + 1) * kD * kV, kV);
-        tile_zero<5>();
-        tile_dp_int8<5, 1, 3>();
+    if constexpr (G >= 32) {
+      // Up to three groups' tile products in flight (C tiles 4-7 in turn) while the vector unit finishes the oldest:
+      // its C stored and scaled into the accumulators three groups after its product was issued.
+      auto issue = [&](int64_t g) {
+        const int8_t* xg = xa + g * G;
+        const int8_t* bg = bq + g * kD * kV;
+        switch (g & 3) {
+          case 0:
+            issue_group<0>(xg, k, bg);
+            break;
+          case 1:
+            issue_group<1>(xg, k, bg);
+            break;
+          case 2:
+            issue_group<2>(xg, k, bg);
+            break;
+          default:
+            issue_group<3>(xg, k, bg);
+            break;
+        }
+      };
+      for (int64_t g = 0; g < std::min<int64_t>(3, groups); ++g) issue(g);
+      for (int64_t g = 0; g < groups; ++g) {
+        if (g + 3 < groups) issue(g + 3);
+        switch (g & 3) {
+          case 0:
+            tile_store<4>(c0);
+            break;
+          case 1:
+            tile_store<5>(c0);
+            break;
+          case 2:
+            tile_store<6>(c0);
+            break;
+          default:
+            tile_store<7>(c0);
+            break;
+        }
+        finish_group<kMin>(acc, c0, s + g * kP, kMin ? mn + g * kP : nullptr, xd + g * kTileM,
+                           kMin ? xs + g * kTileM : nullptr);
       }
-      tile_store<4>(c0);
-      finish_group<kMin>(acc, c0, s + g * kP, kMin ? mn + g * kP : nullptr, xd + g * kTileM,
-                         kMin ? xs + g * kTileM : nullptr);
-      if (g + 2 < groups) {
-        tile_load<0>(xa + (g + 2) * G, k);
-        tile_load<2>(bq + (g + 2) * kD * kV, kV);
-        tile_zero<4>();
-        tile_dp_int8<4, 0, 2>();
-      }
-      if (g + 1 < groups) {
-        tile_store<5>(c1);
-        finish_group<kMin>(acc, c1, s + (g + 1) * kP, kMin ? mn + (g + 1) * kP : nullptr, xd + (g + 1) * kTileM,
-                           kMin ? xs + (g + 1) * kTileM : nullptr);
+    } else {
+      // 16-element groups (q2_k, q3_k, q6_k): two in flight (three measured slower: each product is half as long).
+      // Group g's tile product into C tile 4 (even groups) or 5 (odd ones), while the other is being finished.
+      tile_load<0>(xa, k);
+      tile_load<2>(bq, kV);
+      tile_zero<4>();
+      tile_dp_int8<4, 0, 2>();
+      for (int64_t g = 0; g < groups; g += 2) {
+        if (g + 1 < groups) {
+          tile_load<1>(xa + (g + 1) * G, k);
+          tile_load<3>(bq + (g + 1) * kD * kV, kV);
+          tile_zero<5>();
+          tile_dp_int8<5, 1, 3>();
+        }
+        tile_store<4>(c0);
+        finish_group<kMin>(acc, c0, s + g * kP, kMin ? mn + g * kP : nullptr, xd + g * kTileM,
+                           kMin ? xs + g * kTileM : nullptr);
+        if (g + 2 < groups) {
+          tile_load<0>(xa + (g + 2) * G, k);
+          tile_load<2>(bq + (g + 2) * kD * kV, kV);
+          tile_zero<4>();
+          tile_dp_int8<4, 0, 2>();
+        }
+        if (g + 1 < groups) {
+          tile_store<5>(c1);
+          finish_group<kMin>(acc, c1, s + (g + 1) * kP, kMin ? mn + (g + 1) * kP : nullptr, xd + (g + 1) * kTileM,
+                             kMin ? xs + (g + 1) * kTileM : nullptr);
+        }
       }
     }
     // Constant indices only (an acc[t] with t < tt at run time would keep the array in memory throughout).

@@ -1,7 +1,8 @@
 // Row-wise and elementwise operators: embedding, rms_norm (plain and fused with the residual add), rope,
 // silu*mul, add, softmax, argmax. They move a few bytes per weight byte the matrix products read, so they
-// keep the reference's exact arithmetic (same order, same libm calls) and only split rows over threads:
-// that keeps cpu's f32 greedy output equal to ref's.
+// keep the reference's arithmetic (same order, same libm calls; where FMA is enabled, the compiler fuses the
+// norm's x * x + sum) and only split rows over threads, or run rows side by side in vector lanes with each
+// lane doing a row's scalar operations (rms_norm_rows): that keeps cpu's f32 greedy output equal to ref's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
