@@ -525,14 +525,18 @@ void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64
   }
 }
 
-// out_g[col .. col + kVPerPass * kLanes) = sum over keys t in [lo + c0, lo + c1) of p_g[t] * v_t.
+// out_g[col .. col + kVPerPass * kLanes) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t
+// (alpha null: out_g = the sum alone, the short-context path; the long-context one rescales by its running max).
 template <typename T, int G, typename RowAt>
-void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col) {
+void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col,
+                 const float* alpha) {
   VF o[G][kVPerPass];
 #pragma GCC unroll 6
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; g < G; ++g) {
+    const VF a = vset(alpha ? alpha[g] : 0.0f);
 #pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) o[g][u] = vzero();
+    for (int u = 0; u < kVPerPass; ++u) o[g][u] = alpha ? vmul(a, vload(qs[g].out + col + kLanes * u)) : vzero();
+  }
   for (int64_t c = c0; c < c1; ++c) {
     const T* v = v_at(c) + col;
     VF vv[kVPerPass];
@@ -602,7 +606,7 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
     return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
   };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col);
+    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col, nullptr);
 }
 
 // Long contexts: the queries' keys in blocks of kKeyBlock positions with an online softmax. One block's keys are
@@ -615,33 +619,6 @@ constexpr int32_t kKeyBlock = 256;
 struct Running {
   float m, l;  // the max logit so far (the sink's to start with) and the sum of e^(logit - m)
 };
-
-// out_g[col ..) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t.
-template <typename T, int G, typename RowAt>
-void tile_values_acc(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col,
-                     const float* alpha) {
-  VF o[G][kVPerPass];
-#pragma GCC unroll 6
-  for (int g = 0; g < G; ++g) {
-    const VF a = vset(alpha[g]);
-#pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) o[g][u] = vmul(a, vload(qs[g].out + col + kLanes * u));
-  }
-  for (int64_t c = c0; c < c1; ++c) {
-    const T* v = v_at(c) + col;
-    VF vv[kVPerPass];
-#pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) vv[u] = vwiden(v + kLanes * u);
-#pragma GCC unroll 6
-    for (int g = 0; g < G; ++g) {
-      const VF pv = vset(p[g * ld + c]);
-#pragma GCC unroll 4
-      for (int u = 0; u < kVPerPass; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
-    }
-  }
-  for (int g = 0; g < G; ++g)
-    for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
-}
 
 // One key block [b0, b1) (panel column t - b0) for the queries qs[0..G): their scores, the online softmax
 // update of st[0..G), and their rescaled outputs.
@@ -709,7 +686,7 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
     return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
   };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values_acc<T, G>(qs, v_at, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
+    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
 }
 
 template <typename T, int G>
