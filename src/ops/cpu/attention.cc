@@ -553,6 +553,42 @@ void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_
     for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
 }
 
+// One query's scores sg[a, b) (of the tile's columns [c0, c1), whole vectors) scaled in place (and soft-capped),
+// the other columns set to -inf, then each replaced by e^(score - mx), mx the largest of m0 and the scores (in
+// *mx). Returns the sum of those exponentials. Scaling is in vectors over [c0, c1) (the same product or division
+// per score as a scalar loop; one division per score in scalar code was most of the short path's own time in a
+// 512-token prefill); the max is exact in any order.
+inline float exp_scores(float* sg, int64_t a, int64_t b, int64_t c0, int64_t c1, float m0, int64_t hd,
+                        const AttentionScores& opt, float* mx) {
+  const float denom = std::sqrt(static_cast<float>(hd));
+  const bool scaled = opt.scale > 0.0f;
+  if (opt.softcap > 0.0f) {
+    for (int64_t t = a; t < b; ++t) {
+      const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
+      sg[t] = opt.softcap * std::tanh(v / opt.softcap);
+    }
+  } else {
+    const VF sv = vset(scaled ? opt.scale : denom);
+    for (int64_t t = c0; t < c1; t += kLanes) {
+      const VF v = vload(sg + t);
+      vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
+    }
+  }
+  for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
+  for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
+  VF mxv = vset(m0);
+  for (int64_t t = c0; t < c1; t += kLanes) mxv = vmax(mxv, vload(sg + t));
+  *mx = vhmax(mxv);
+  const VF mv = vset(*mx);
+  VF sum = vzero();
+  for (int64_t t = c0; t < c1; t += kLanes) {
+    const VF e = vexp(vsub(vload(sg + t), mv));
+    vstore(sg + t, e);
+    sum = vadd(sum, e);
+  }
+  return vsum(sum);
+}
+
 template <typename T, int G>
 void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const T* vbase, const Cache& c,
                  const int32_t* table, int64_t kvh, std::vector<float>& s, const AttentionScores& opt) {
@@ -565,39 +601,12 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
   const int64_t c0 = (tlo - lo) / 16 * 16, c1 = (thi - lo) / 16 * 16 + 16;
   s.resize(static_cast<size_t>(G * ld));
   tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
-  const float denom = std::sqrt(static_cast<float>(hd));
-  const bool scaled = opt.scale > 0.0f;
   for (int g = 0; g < G; ++g) {
     float* sg = s.data() + g * ld;
     const int64_t a = qs[g].first - lo, b = qs[g].last - lo + 1;  // this query's keys: [a, b)
-    if (opt.softcap > 0.0f) {
-      for (int64_t t = a; t < b; ++t) {
-        const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
-        sg[t] = opt.softcap * std::tanh(v / opt.softcap);
-      }
-    } else {
-      // Vectors over [c0, c1), as attend_tile_block does (the same product or division per score; the keys
-      // outside [a, b) are overwritten below). One division per score in scalar code was most of this
-      // function's own time in a 512-token prefill.
-      const VF sv = vset(scaled ? opt.scale : denom);
-      for (int64_t t = c0; t < c1; t += kLanes) {
-        const VF v = vload(sg + t);
-        vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
-      }
-    }
-    for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
-    for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
-    VF mxv = vset(qs[g].sink);  // -inf without a sink
-    for (int64_t t = c0; t < c1; t += kLanes) mxv = vmax(mxv, vload(sg + t));
-    const float mx = vhmax(mxv);
-    const VF mv = vset(mx);
-    VF sum = vzero();
-    for (int64_t t = c0; t < c1; t += kLanes) {
-      const VF e = vexp(vsub(vload(sg + t), mv));
-      vstore(sg + t, e);
-      sum = vadd(sum, e);
-    }
-    const VF inv = vset(1.0f / (vsum(sum) + std::exp(qs[g].sink - mx)));
+    float mx;
+    const float sum = exp_scores(sg, a, b, c0, c1, qs[g].sink, hd, opt, &mx);  // from the sink: -inf without one
+    const VF inv = vset(1.0f / (sum + std::exp(qs[g].sink - mx)));
     for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
   }
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
@@ -639,8 +648,6 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
   const int64_t c0 = (tlo - b0) / 16 * 16, c1 = (thi - b0) / 16 * 16 + 16;
   s.resize(static_cast<size_t>(G * ld));
   tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
-  const float denom = std::sqrt(static_cast<float>(hd));
-  const bool scaled = opt.scale > 0.0f;
   float alpha[G];
   for (int g = 0; g < G; ++g) {
     float* sg = s.data() + g * ld;
@@ -650,35 +657,10 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
       alpha[g] = 1.0f;
       continue;
     }
-    float mx = st[g].m;
-    if (opt.softcap > 0.0f) {
-      for (int64_t t = a; t < b; ++t) {
-        const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
-        sg[t] = opt.softcap * std::tanh(v / opt.softcap);
-      }
-    } else {
-      // Vectors over [c0, c1) (the same division or product per score as the scalar form); the keys outside
-      // [a, b) are overwritten below.
-      const VF sv = vset(scaled ? opt.scale : denom);
-      for (int64_t t = c0; t < c1; t += kLanes) {
-        const VF v = vload(sg + t);
-        vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
-      }
-    }
-    for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
-    for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
-    VF mxv = vset(mx);
-    for (int64_t t = c0; t < c1; t += kLanes) mxv = vmax(mxv, vload(sg + t));
-    mx = vhmax(mxv);
-    const VF mv = vset(mx);
-    VF sum = vzero();
-    for (int64_t t = c0; t < c1; t += kLanes) {
-      const VF e = vexp(vsub(vload(sg + t), mv));
-      vstore(sg + t, e);
-      sum = vadd(sum, e);
-    }
+    float mx;
+    const float sum = exp_scores(sg, a, b, c0, c1, st[g].m, hd, opt, &mx);
     alpha[g] = std::exp(st[g].m - mx);  // 0 on the first block without a sink (m = -inf)
-    st[g].l = st[g].l * alpha[g] + vsum(sum);
+    st[g].l = st[g].l * alpha[g] + sum;
     st[g].m = mx;
   }
   auto v_at = [&](int64_t ci) {
