@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/formats/safetensors/hf_json.h"
+
 namespace tessera::model {
 namespace {
 
 using Json = nlohmann::json;
+using hf::int_key;
 
 struct Pair {
   const char* hf;
@@ -37,17 +40,6 @@ constexpr Pair kLayer[] = {
     {"output.LayerNorm.weight", "layer_output_norm.weight"},
     {"output.LayerNorm.bias", "layer_output_norm.bias"},
 };
-
-Result<int> get_int(const Json& j, const char* key, std::optional<int> fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return invalid_argument(fmt::format("{}: \"{}\" is missing", name, key));
-  }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 30))
-    return invalid_argument(fmt::format("{}: \"{}\" is not a valid integer", name, key));
-  return static_cast<int>(it->get<int64_t>());
-}
 
 }  // namespace
 
@@ -103,13 +95,13 @@ Result<ModelConfig> parse_bert_hf_config(std::string_view text, const std::strin
   ModelConfig c;
   c.arch = "bert";
   TS_RETURN_IF_ERROR(apply_arch_features(c));
-  TS_ASSIGN_OR_RETURN(c.dim, get_int(j, "hidden_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.hidden_dim, get_int(j, "intermediate_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_layers, get_int(j, "num_hidden_layers", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_heads, get_int(j, "num_attention_heads", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.vocab_size, get_int(j, "vocab_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.max_seq_len, get_int(j, "max_position_embeddings", 512, name));
-  TS_ASSIGN_OR_RETURN(c.n_token_types, get_int(j, "type_vocab_size", 2, name));
+  TS_ASSIGN_OR_RETURN(c.dim, int_key(j, "hidden_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.hidden_dim, int_key(j, "intermediate_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_layers, int_key(j, "num_hidden_layers", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_heads, int_key(j, "num_attention_heads", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.vocab_size, int_key(j, "vocab_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.max_seq_len, int_key(j, "max_position_embeddings", 512, name));
+  TS_ASSIGN_OR_RETURN(c.n_token_types, int_key(j, "type_vocab_size", 2, name));
   if (c.n_heads <= 0 || c.dim % c.n_heads != 0)
     return invalid_argument(
         fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}", name, c.dim, c.n_heads));

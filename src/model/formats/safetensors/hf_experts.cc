@@ -6,18 +6,12 @@
 
 #include <fmt/format.h>
 
+#include "model/formats/safetensors/hf_json.h"
+
 namespace tessera::model::hf {
 namespace {
 
 using Json = nlohmann::json;
-
-Result<int> int_or(const Json& j, const char* key, int fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (1 << 20))
-    return invalid_argument(fmt::format("{}: \"{}\" is not a valid integer", name, key));
-  return static_cast<int>(it->get<int64_t>());
-}
 
 // The per-expert matrix names: {engine suffix, HF projection name}.
 struct Proj {
@@ -39,17 +33,17 @@ std::string expert_name(int layer, int expert, const Proj& p, bool mixtral) {
 Status parse_moe_config(const Json& j, bool mixtral, ModelConfig& c, const std::string& name) {
   MoeConfig& m = c.moe;
   if (mixtral) {
-    TS_ASSIGN_OR_RETURN(m.n_experts, int_or(j, "num_local_experts", 0, name));
-    TS_ASSIGN_OR_RETURN(m.n_experts_used, int_or(j, "num_experts_per_tok", 2, name));
+    TS_ASSIGN_OR_RETURN(m.n_experts, int_key(j, "num_local_experts", 0, name, 1 << 20));
+    TS_ASSIGN_OR_RETURN(m.n_experts_used, int_key(j, "num_experts_per_tok", 2, name, 1 << 20));
     m.expert_hidden_dim = c.hidden_dim;
     m.normalize_weights = true;  // transformers' Mixtral divides the top-k weights by their sum
     if (m.n_experts == 0) return invalid_argument(fmt::format("{}: MixtralForCausalLM needs num_local_experts", name));
     c.set_all_ffn(FfnKind::kMoe);
     return ok_status();
   }
-  TS_ASSIGN_OR_RETURN(m.n_experts, int_or(j, "num_experts", 0, name));
-  TS_ASSIGN_OR_RETURN(m.n_experts_used, int_or(j, "num_experts_per_tok", 0, name));
-  TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, int_or(j, "moe_intermediate_size", 0, name));
+  TS_ASSIGN_OR_RETURN(m.n_experts, int_key(j, "num_experts", 0, name, 1 << 20));
+  TS_ASSIGN_OR_RETURN(m.n_experts_used, int_key(j, "num_experts_per_tok", 0, name, 1 << 20));
+  TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, int_key(j, "moe_intermediate_size", 0, name, 1 << 20));
   if (m.n_experts == 0 || m.n_experts_used == 0 || m.expert_hidden_dim == 0)
     return invalid_argument(
         fmt::format("{}: Qwen3MoeForCausalLM needs num_experts, num_experts_per_tok and moe_intermediate_size", name));
@@ -59,7 +53,7 @@ Status parse_moe_config(const Json& j, bool mixtral, ModelConfig& c, const std::
     if (j.contains(k) && !j[k].is_null() && !(j[k].is_number() && j[k].get<double>() == 0))
       return unimplemented(fmt::format("{}: \"{}\" (shared experts) is not supported", name, k));
   }
-  TS_ASSIGN_OR_RETURN(int step, int_or(j, "decoder_sparse_step", 1, name));
+  TS_ASSIGN_OR_RETURN(int step, int_key(j, "decoder_sparse_step", 1, name, 1 << 20));
   if (step < 1) return invalid_argument(fmt::format("{}: decoder_sparse_step must be >= 1", name));
   std::vector<int> dense_only;
   if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "model/formats/safetensors/hf_json.h"
 #include "model/weight_export.h"
 
 namespace tessera::model::hf {
@@ -55,33 +56,6 @@ constexpr NamePair kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-// A count or size: a non-negative integer, or `fallback` when absent or null (nullopt: required).
-Result<int> get_int(const Json& j, const char* key, std::optional<int> fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return invalid_argument(fmt::format("{}: Gemma 4 needs \"{}\"", name, key));
-  }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 30))
-    return invalid_argument(fmt::format("{}: \"{}\" is not a valid integer", name, key));
-  return it->get<int>();
-}
-
-Result<double> get_num(const Json& j, const char* key, double fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number() || !std::isfinite(it->get<double>()))
-    return invalid_argument(fmt::format("{}: \"{}\" is not a number", name, key));
-  return it->get<double>();
-}
-
-Result<bool> get_bool(const Json& j, const char* key, bool fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return invalid_argument(fmt::format("{}: \"{}\" is not true or false", name, key));
-  return it->get<bool>();
-}
-
 // The text model's keys: text_config's over the top level's, as the converter merges them.
 Json text_keys(const Json& j) {
   auto tc = j.find("text_config");
@@ -112,8 +86,8 @@ Result<RopeParams> rope_params(const Json& j, const char* type, const std::strin
   if (theta == p.end() || !theta->is_number() || !(theta->get<double>() > 0))
     return invalid_argument(fmt::format("{} needs a positive \"rope_theta\"", where));
   r.theta = theta->get<double>();
-  TS_ASSIGN_OR_RETURN(r.partial, get_num(p, "partial_rotary_factor", 1.0, where));
-  TS_ASSIGN_OR_RETURN(double factor, get_num(p, "factor", 1.0, where));
+  TS_ASSIGN_OR_RETURN(r.partial, num_key(p, "partial_rotary_factor", 1.0, where));
+  TS_ASSIGN_OR_RETURN(double factor, num_key(p, "factor", 1.0, where));
   if (factor != 1.0) return unimplemented(fmt::format("{}: \"factor\" {} is not supported (1 is)", where, factor));
   if (!(r.partial > 0.0 && r.partial <= 1.0))
     return invalid_argument(fmt::format("{}: partial_rotary_factor {} is not in (0, 1]", where, r.partial));
@@ -166,22 +140,22 @@ Result<ModelConfig> parse_gemma4_config(const Json& root, const std::string& nam
         fmt::format("{}: use_bidirectional_attention {} is not supported (the text model is causal)", name, b->dump()));
   if (j.contains("per_layer_config") && !j["per_layer_config"].is_null() && !j.contains("global_head_dim"))
     return unimplemented(fmt::format("{}: per_layer_config is not read; Gemma 4 needs \"global_head_dim\"", name));
-  TS_ASSIGN_OR_RETURN(c.dim, get_int(j, "hidden_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.hidden_dim, get_int(j, "intermediate_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_layers, get_int(j, "num_hidden_layers", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_heads, get_int(j, "num_attention_heads", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(int kv_swa, get_int(j, "num_key_value_heads", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.head_dim_sliding, get_int(j, "head_dim", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.head_dim, get_int(j, "global_head_dim", c.head_dim_sliding, name));
-  TS_ASSIGN_OR_RETURN(c.vocab_size, get_int(j, "vocab_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.max_seq_len, get_int(j, "max_position_embeddings", 131072, name));
-  TS_ASSIGN_OR_RETURN(double eps, get_num(j, "rms_norm_eps", 1e-6, name));
+  TS_ASSIGN_OR_RETURN(c.dim, int_key(j, "hidden_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.hidden_dim, int_key(j, "intermediate_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_layers, int_key(j, "num_hidden_layers", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_heads, int_key(j, "num_attention_heads", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(int kv_swa, int_key(j, "num_key_value_heads", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.head_dim_sliding, int_key(j, "head_dim", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.head_dim, int_key(j, "global_head_dim", c.head_dim_sliding, name));
+  TS_ASSIGN_OR_RETURN(c.vocab_size, int_key(j, "vocab_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.max_seq_len, int_key(j, "max_position_embeddings", 131072, name));
+  TS_ASSIGN_OR_RETURN(double eps, num_key(j, "rms_norm_eps", 1e-6, name));
   c.norm_eps = static_cast<float>(eps);
-  TS_ASSIGN_OR_RETURN(c.tied_embeddings, get_bool(j, "tie_word_embeddings", true, name));
-  TS_ASSIGN_OR_RETURN(double fsc, get_num(j, "final_logit_softcapping", 0.0, name));
+  TS_ASSIGN_OR_RETURN(c.tied_embeddings, bool_or(j, "tie_word_embeddings", true, name));
+  TS_ASSIGN_OR_RETURN(double fsc, num_key(j, "final_logit_softcapping", 0.0, name));
   if (fsc < 0) return invalid_argument(fmt::format("{}: final_logit_softcapping {} is negative", name, fsc));
   c.final_softcap = static_cast<float>(fsc);
-  TS_ASSIGN_OR_RETURN(c.sliding_window, get_int(j, "sliding_window", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.sliding_window, int_key(j, "sliding_window", std::nullopt, name));
   if (c.sliding_window == 0) return invalid_argument(fmt::format("{}: Gemma 4 needs a sliding_window > 0", name));
   c.embedding_scale = std::sqrt(static_cast<float>(c.dim));  // apply_arch_features ran before the width was known
   if (c.n_layers < 1 || c.n_heads < 1 || c.n_layers > 4096)
@@ -217,18 +191,18 @@ Result<ModelConfig> parse_gemma4_config(const Json& root, const std::string& nam
     return invalid_argument(
         fmt::format("{}: rope_parameters.full_attention.partial_rotary_factor {} rotates nothing", name, full.partial));
 
-  TS_ASSIGN_OR_RETURN(c.shared_kv_layers, get_int(j, "num_kv_shared_layers", 0, name));
+  TS_ASSIGN_OR_RETURN(c.shared_kv_layers, int_key(j, "num_kv_shared_layers", 0, name));
   if (c.shared_kv_layers >= c.n_layers)
     return invalid_argument(fmt::format("{}: num_kv_shared_layers {} leaves no layer of {} with its own KV", name,
                                         c.shared_kv_layers, c.n_layers));
-  TS_ASSIGN_OR_RETURN(bool double_wide, get_bool(j, "use_double_wide_mlp", false, name));
+  TS_ASSIGN_OR_RETURN(bool double_wide, bool_or(j, "use_double_wide_mlp", false, name));
   if (double_wide && c.shared_kv_layers > 0)
     for (int l = 0; l < c.n_layers; ++l)
       c.layer_hidden_dims.push_back(l < c.n_layers - c.shared_kv_layers ? c.hidden_dim : 2 * c.hidden_dim);
 
-  TS_ASSIGN_OR_RETURN(c.per_layer_dim, get_int(j, "hidden_size_per_layer_input", 0, name));
+  TS_ASSIGN_OR_RETURN(c.per_layer_dim, int_key(j, "hidden_size_per_layer_input", 0, name));
   if (c.per_layer_dim > 0) {
-    TS_ASSIGN_OR_RETURN(int pl_vocab, get_int(j, "vocab_size_per_layer_input", c.vocab_size, name));
+    TS_ASSIGN_OR_RETURN(int pl_vocab, int_key(j, "vocab_size_per_layer_input", c.vocab_size, name));
     if (pl_vocab != c.vocab_size)
       return unimplemented(
           fmt::format("{}: vocab_size_per_layer_input {} differs from vocab_size {}", name, pl_vocab, c.vocab_size));
@@ -236,8 +210,8 @@ Result<ModelConfig> parse_gemma4_config(const Json& root, const std::string& nam
 
   // KV heads per layer kind: transformers gives the full layers num_global_key_value_heads only when their V is
   // their K (attention_k_eq_v).
-  TS_ASSIGN_OR_RETURN(bool k_eq_v, get_bool(j, "attention_k_eq_v", false, name));
-  TS_ASSIGN_OR_RETURN(int kv_global, get_int(j, "num_global_key_value_heads", 0, name));
+  TS_ASSIGN_OR_RETURN(bool k_eq_v, bool_or(j, "attention_k_eq_v", false, name));
+  TS_ASSIGN_OR_RETURN(int kv_global, int_key(j, "num_global_key_value_heads", 0, name));
   if (kv_global > 0 && !k_eq_v && kv_global != kv_swa)
     return unimplemented(fmt::format(
         "{}: num_global_key_value_heads {} without attention_k_eq_v (transformers then uses num_key_value_heads {})",
@@ -248,21 +222,21 @@ Result<ModelConfig> parse_gemma4_config(const Json& root, const std::string& nam
     for (int l = 0; l < c.n_layers; ++l) c.layer_kv_heads.push_back(c.is_sliding_layer(l) ? kv_swa : kv_full);
 
   // The MoE block (26B-A4B): experts beside the dense MLP in every layer.
-  TS_ASSIGN_OR_RETURN(int experts_stated, get_int(j, "num_experts", 0, name));
-  TS_ASSIGN_OR_RETURN(bool moe, get_bool(j, "enable_moe_block", experts_stated > 0, name));
+  TS_ASSIGN_OR_RETURN(int experts_stated, int_key(j, "num_experts", 0, name));
+  TS_ASSIGN_OR_RETURN(bool moe, bool_or(j, "enable_moe_block", experts_stated > 0, name));
   if (moe) {
     MoeConfig& m = c.moe;
     for (const char* k : {"num_experts", "num_local_experts"})
       if (m.n_experts == 0) {
-        TS_ASSIGN_OR_RETURN(m.n_experts, get_int(j, k, 0, name));
+        TS_ASSIGN_OR_RETURN(m.n_experts, int_key(j, k, 0, name));
       }
     for (const char* k : {"top_k_experts", "num_experts_per_tok"})
       if (m.n_experts_used == 0) {
-        TS_ASSIGN_OR_RETURN(m.n_experts_used, get_int(j, k, 0, name));
+        TS_ASSIGN_OR_RETURN(m.n_experts_used, int_key(j, k, 0, name));
       }
     for (const char* k : {"moe_intermediate_size", "expert_intermediate_size"})
       if (m.expert_hidden_dim == 0) {
-        TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, get_int(j, k, 0, name));
+        TS_ASSIGN_OR_RETURN(m.expert_hidden_dim, int_key(j, k, 0, name));
       }
     if (m.n_experts == 0 || m.n_experts_used == 0 || m.expert_hidden_dim == 0)
       return invalid_argument(

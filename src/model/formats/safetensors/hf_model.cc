@@ -14,6 +14,7 @@
 #include "model/formats/safetensors/hf_experts.h"
 #include "model/formats/safetensors/hf_gemma4.h"
 #include "model/formats/safetensors/hf_gpt_oss.h"
+#include "model/formats/safetensors/hf_json.h"
 #include "model/formats/safetensors/hf_qwen35.h"
 #include "model/formats/safetensors/safetensors_file.h"
 #include "model/rope_permute.h"
@@ -25,6 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 using Json = nlohmann::json;
+using hf::int_key;
+using hf::num_key;
 
 struct NamePair {
   const char* hf;
@@ -100,26 +103,6 @@ std::string to_hf_name(const std::string& gguf, bool gemma) {
   return gguf;
 }
 
-Result<int> get_int(const Json& j, const char* key, std::optional<int> fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return invalid_argument(fmt::format("{}: \"{}\" is missing", name, key));
-  }
-  if (!it->is_number_integer()) return invalid_argument(fmt::format("{}: \"{}\" is not an integer", name, key));
-  int64_t v = it->get<int64_t>();
-  if (v < 0 || v > (int64_t{1} << 30))
-    return invalid_argument(fmt::format("{}: \"{}\" = {} is out of range", name, key, v));
-  return static_cast<int>(v);
-}
-
-Result<double> get_num(const Json& j, const char* key, double fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return invalid_argument(fmt::format("{}: \"{}\" is not a number", name, key));
-  return it->get<double>();
-}
-
 struct Storage {
   std::vector<std::shared_ptr<MappedFile>> files;
   std::vector<std::vector<uint8_t>> owned;
@@ -167,7 +150,7 @@ Status parse_rope_scaling(const Json& j, ModelConfig& c, const std::string& name
     return it->get<double>();
   };
   RopeScaling& r = c.rope_scaling;
-  TS_ASSIGN_OR_RETURN(int orig_top, get_int(j, "original_max_position_embeddings", 0, name));
+  TS_ASSIGN_OR_RETURN(int orig_top, int_key(j, "original_max_position_embeddings", 0, name));
   if (type == "linear") {
     r.type = RopeScalingType::kLinear;
     TS_ASSIGN_OR_RETURN(double f, num("factor", std::nullopt));
@@ -227,7 +210,7 @@ Status parse_rope_scaling(const Json& j, ModelConfig& c, const std::string& name
 
 // Gemma's and Phi-3's extra settings, refused where they ask for something the engine does not compute.
 Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
-  auto opt_num = [&](const char* key, double fallback) -> Result<double> { return get_num(j, key, fallback, name); };
+  auto opt_num = [&](const char* key, double fallback) -> Result<double> { return num_key(j, key, fallback, name); };
   if (c.arch == "gemma2" || c.arch == "gemma3") {
     std::string act = "gelu_pytorch_tanh";
     for (const char* k : {"hidden_activation", "hidden_act"})
@@ -250,7 +233,7 @@ Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
   if (c.arch == "gemma3") {
     TS_ASSIGN_OR_RETURN(double local, opt_num("rope_local_base_freq", 10000.0));
     c.rope_theta_sliding = static_cast<float>(local);
-    TS_ASSIGN_OR_RETURN(c.sliding_pattern, get_int(j, "sliding_window_pattern", 6, name));
+    TS_ASSIGN_OR_RETURN(c.sliding_pattern, int_key(j, "sliding_window_pattern", 6, name));
   }
   if (c.arch == "phi3") {
     TS_ASSIGN_OR_RETURN(double prf, opt_num("partial_rotary_factor", 1.0));
@@ -313,17 +296,17 @@ Result<ModelConfig> parse_hf_config(std::string_view text, const std::string& na
     return unimplemented(fmt::format("{}: architecture '{}' is not supported (supported: {})", name,
                                      arch.empty() ? "(none)" : arch, fmt::join(known, ", ")));
   TS_RETURN_IF_ERROR(apply_arch_features(c));
-  TS_ASSIGN_OR_RETURN(c.dim, get_int(j, "hidden_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.hidden_dim, get_int(j, "intermediate_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_layers, get_int(j, "num_hidden_layers", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_heads, get_int(j, "num_attention_heads", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(j, "num_key_value_heads", c.n_heads, name));
-  TS_ASSIGN_OR_RETURN(c.vocab_size, get_int(j, "vocab_size", std::nullopt, name));
-  TS_ASSIGN_OR_RETURN(c.max_seq_len, get_int(j, "max_position_embeddings", 2048, name));
+  TS_ASSIGN_OR_RETURN(c.dim, int_key(j, "hidden_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.hidden_dim, int_key(j, "intermediate_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_layers, int_key(j, "num_hidden_layers", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_heads, int_key(j, "num_attention_heads", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.n_kv_heads, int_key(j, "num_key_value_heads", c.n_heads, name));
+  TS_ASSIGN_OR_RETURN(c.vocab_size, int_key(j, "vocab_size", std::nullopt, name));
+  TS_ASSIGN_OR_RETURN(c.max_seq_len, int_key(j, "max_position_embeddings", 2048, name));
   if (c.n_heads <= 0) return invalid_argument(fmt::format("{}: num_attention_heads must be positive", name));
-  TS_ASSIGN_OR_RETURN(c.head_dim, get_int(j, "head_dim", c.dim / c.n_heads, name));
-  TS_ASSIGN_OR_RETURN(double theta, get_num(j, "rope_theta", 10000.0, name));
-  TS_ASSIGN_OR_RETURN(double eps, get_num(j, "rms_norm_eps", 1e-6, name));
+  TS_ASSIGN_OR_RETURN(c.head_dim, int_key(j, "head_dim", c.dim / c.n_heads, name));
+  TS_ASSIGN_OR_RETURN(double theta, num_key(j, "rope_theta", 10000.0, name));
+  TS_ASSIGN_OR_RETURN(double eps, num_key(j, "rms_norm_eps", 1e-6, name));
   c.rope_theta = static_cast<float>(theta);
   c.norm_eps = static_cast<float>(eps);
   auto tie = j.find("tie_word_embeddings");

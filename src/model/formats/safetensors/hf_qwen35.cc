@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "model/formats/safetensors/hf_experts.h"
+#include "model/formats/safetensors/hf_json.h"
 #include "model/weight_export.h"
 
 namespace tessera::model::hf {
@@ -84,39 +85,6 @@ std::vector<uint8_t> reorder_v_heads(const uint8_t* src, int64_t outer, int k_he
                     src + static_cast<size_t>(o * v_heads + from) * block, block);
       }
   return out;
-}
-
-Result<int> int_key(const Json& j, const char* key, std::optional<int> fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return invalid_argument(fmt::format("{}: \"{}\" is missing", name, key));
-  }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 30))
-    return invalid_argument(fmt::format("{}: \"{}\" is not a valid integer", name, key));
-  return static_cast<int>(it->get<int64_t>());
-}
-
-Result<std::string> str_key(const Json& j, const char* key, const std::string& fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_string()) return invalid_argument(fmt::format("{}: \"{}\" is not a string", name, key));
-  return it->get<std::string>();
-}
-
-// A boolean key as stated (nullopt when absent); InvalidArgument when it is not a boolean.
-Result<std::optional<bool>> bool_key(const Json& j, const char* key, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::optional<bool>();
-  if (!it->is_boolean()) return invalid_argument(fmt::format("{}: \"{}\" is not true or false", name, key));
-  return std::optional<bool>(it->get<bool>());
-}
-
-Result<double> num_key(const Json& j, const char* key, double fallback, const std::string& name) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return invalid_argument(fmt::format("{}: \"{}\" is not a number", name, key));
-  return it->get<double>();
 }
 
 // The engine tensors (suffixes after blk.N.) layer `l` holds, with their shapes.
