@@ -125,14 +125,7 @@ Result<ModelConfig> parse_gemma4_config(const Json& root, const std::string& nam
   ModelConfig c;
   c.arch = "gemma4";
   TS_RETURN_IF_ERROR(apply_arch_features(c));
-  std::string act = "gelu_pytorch_tanh";
-  for (const char* k : {"hidden_activation", "hidden_act"})
-    if (j.contains(k) && j[k].is_string()) {
-      act = j[k].get<std::string>();
-      break;
-    }
-  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
-    return unimplemented(fmt::format("{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh is)", name, act));
+  TS_RETURN_IF_ERROR(check_gemma_activation(j, name));
   if (j.contains("attention_bias") && j["attention_bias"] == true)
     return unimplemented(fmt::format("{}: attention_bias true is not supported for Gemma 4", name));
   if (auto b = j.find("use_bidirectional_attention"); b != j.end() && !b->is_null() && *b != false)

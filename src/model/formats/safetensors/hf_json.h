@@ -61,4 +61,18 @@ inline Result<bool> bool_or(const nlohmann::json& j, const char* key, bool fallb
   return v.value_or(fallback);
 }
 
+// Gemma's feed-forward activation (`hidden_activation`, or the older `hidden_act`; absent: gelu_pytorch_tanh): the
+// tanh form of GELU is the one the engine computes for Gemma, anything else is Unimplemented by name.
+inline Status check_gemma_activation(const nlohmann::json& j, const std::string& name) {
+  std::string act = "gelu_pytorch_tanh";
+  for (const char* k : {"hidden_activation", "hidden_act"})
+    if (j.contains(k) && j[k].is_string()) {
+      act = j[k].get<std::string>();
+      break;
+    }
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+    return unimplemented(fmt::format("{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh is)", name, act));
+  return ok_status();
+}
+
 }  // namespace tessera::model::hf

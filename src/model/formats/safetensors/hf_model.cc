@@ -212,15 +212,7 @@ Status parse_rope_scaling(const Json& j, ModelConfig& c, const std::string& name
 Status parse_family(const Json& j, ModelConfig& c, const std::string& name) {
   auto opt_num = [&](const char* key, double fallback) -> Result<double> { return num_key(j, key, fallback, name); };
   if (c.arch == "gemma2" || c.arch == "gemma3") {
-    std::string act = "gelu_pytorch_tanh";
-    for (const char* k : {"hidden_activation", "hidden_act"})
-      if (j.contains(k) && j[k].is_string()) {
-        act = j[k].get<std::string>();
-        break;
-      }
-    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
-      return unimplemented(
-          fmt::format("{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh is)", name, act));
+    TS_RETURN_IF_ERROR(hf::check_gemma_activation(j, name));
     TS_ASSIGN_OR_RETURN(double qpas, opt_num("query_pre_attn_scalar", c.head_dim));
     if (!(qpas > 0)) return invalid_argument(fmt::format("{}: query_pre_attn_scalar must be positive", name));
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(qpas));
