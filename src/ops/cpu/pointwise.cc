@@ -56,19 +56,21 @@ void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float e
 // the same build (one fused multiply-add per element, in element order), so every row has the same bits whatever
 // the batch (CpuNorm.EachRowHasTheSameBitsInEveryBatchSize).
 #if defined(__AVX512F__)
+#define TS_NORM_LANES 1
 constexpr int64_t kNormRows = 16;
 inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
   const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(static_cast<int>(n)));
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, offs, x + j,
-                                              4);  // masked: see the GCC 12 note in attention.cc
+    // The masked form: GCC 12 warns on the unmasked gather's undefined pass-through (see attention.cc).
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, offs, x + j, 4);
     acc = _mm512_fmadd_ps(v, v, acc);
   }
   _mm512_storeu_ps(ss, acc);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
+#define TS_NORM_LANES 1
 constexpr int64_t kNormRows = 8;
 inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
   const __m256i offs =
@@ -81,18 +83,14 @@ inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
   _mm256_storeu_ps(ss, acc);
 }
 #else
-constexpr int64_t kNormRows = 1;
-inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; ++j) s += x[j] * x[j];
-  *ss = s;
-}
+constexpr int64_t kNormRows = 1;  // one row at a time: rms_norm_row
 #endif
 
 // Rows [r0, r1) of x normalised into out (both `n` floats a row); `x` rows of kNormRows at a time where whole.
 void rms_norm_rows(const float* x, const float* w, float* out, int64_t r0, int64_t r1, int64_t n, float eps) {
   int64_t r = r0;
-  // 16 * n must stay an int32 gather offset.
+  // (kNormRows - 1) * n must stay an int32 gather offset.
+#if defined(TS_NORM_LANES)
   if (n < (int64_t{1} << 26)) {
     for (; r + kNormRows <= r1; r += kNormRows) {
       float ss[kNormRows];
@@ -101,6 +99,7 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t r0, int64
         scale_row(x + (r + i) * n, w, rms_scale(ss[i], n, eps), out + (r + i) * n, n);
     }
   }
+#endif
   for (; r < r1; ++r) rms_norm_row(x + r * n, w, out + r * n, n, eps);
 }
 
