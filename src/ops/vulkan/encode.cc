@@ -151,15 +151,8 @@ Support capability(const Gpu& gpu, const Op& op) {
     if (static_cast<size_t>(moe_slot_bytes(*m)) > std::min<size_t>(kScratchCap, gpu.max_range()))
       return Support::no("vulkan: one row's expert hidden units are larger than moe_experts' scratch");
   }
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
-    return Support::no("vulkan has no clamped swiglu (gpt-oss)");
-  // The encoder operators (BERT) and pooling have no vulkan kernels yet: ref and cpu run embedding models.
-  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
-      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
-    return Support::no("vulkan has no layer_norm, activation, attention_noncausal or pool kernel");
-  if (std::holds_alternative<ScaleOp>(op)) return Support::no("vulkan has no scale kernel (gemma4)");
-  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
-    return Support::no("vulkan moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
+  if (const auto* a = std::get_if<AttentionNonCausalOp>(&op); a && a->q.dim(2) > kAttentionMaxHeadDim)
+    return Support::no(fmt::format("vulkan attention takes head_dim up to {}", kAttentionMaxHeadDim));
   const Tensor* cache = nullptr;
   if (const auto* kv = std::get_if<KvWriteOp>(&op)) {
     cache = &kv->k_cache;
@@ -377,12 +370,12 @@ struct Encoder {
     return ok_status();
   }
   // a may hold one element per row of b (the sigmoid gate of Qwen3.5-MoE's shared expert).
-  Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code) {
+  Status elementwise(const Tensor& a, const Tensor& b, const Tensor& out, uint32_t code, float scale = 1.0f) {
     TS_ASSIGN_OR_RETURN(Window aw, win(a));
     TS_ASSIGN_OR_RETURN(Window bw, win(b));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
     const int64_t per = a.numel() == b.numel() ? 1 : b.row_elems();
-    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(b.numel()), code, u32(per)};
+    const ElementwisePush p{off(aw, 4), off(bw, 4), off(ow, 4), u32(b.numel()), code, u32(per), scale};
     return t.writer.dispatch(Kernel::kElementwise, 0, {aw, bw, ow}, &p, sizeof p,
                              (static_cast<uint64_t>(b.numel()) + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
@@ -391,6 +384,43 @@ struct Encoder {
     return elementwise(o.gate, o.up, o.out, code);
   }
   Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
+  Status operator()(const ScaleOp& o) { return elementwise(o.x, o.x, o.out, 4u, o.scale); }
+  Status operator()(const ActivationOp& o) {
+    const uint32_t code = o.act == Activation::kGeluErf ? 7u : o.act == Activation::kGeluTanh ? 6u : 5u;
+    return elementwise(o.x, o.x, o.out, code);
+  }
+  Status operator()(const LayerNormOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window ww, win(o.weight));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    Window bw = ww;  // bound but not read without a bias
+    if (o.bias.valid()) {
+      TS_ASSIGN_OR_RETURN(bw, win(o.bias));
+    }
+    const LayerNormPush p{off(xw, 4),      off(ww, 4),      o.bias.valid() ? off(bw, 4) : 0u, off(ow, 4),
+                          u32(o.x.dim(1)), u32(o.x.dim(0)), o.bias.valid() ? 1u : 0u,         o.eps};
+    return t.writer.dispatch(Kernel::kLayerNorm, 0, {xw, ww, bw, ow}, &p, sizeof p, static_cast<uint64_t>(o.x.dim(0)));
+  }
+  Status operator()(const AttentionNonCausalOp& o) {
+    TS_ASSIGN_OR_RETURN(Window qw, win(o.q));
+    TS_ASSIGN_OR_RETURN(Window kw, win(o.k));
+    TS_ASSIGN_OR_RETURN(Window vw, win(o.v));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const int64_t hd = o.q.dim(2);
+    const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    const AttentionNonCausalPush p{off(qw, 4),      off(kw, 4),      off(vw, 4), off(ow, 4), u32(o.q.dim(0)),
+                                   u32(o.q.dim(1)), u32(o.k.dim(1)), u32(hd),    scale};
+    return t.writer.dispatch(Kernel::kAttentionNonCausal, 0, {qw, kw, vw, ow}, &p, sizeof p,
+                             static_cast<uint64_t>(o.q.dim(0) * o.q.dim(1)));
+  }
+  Status operator()(const PoolOp& o) {
+    TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
+    TS_ASSIGN_OR_RETURN(Window ow, win(o.out));
+    const uint32_t kind = o.kind == PoolKind::kMean ? 0u : o.kind == PoolKind::kFirst ? 1u : 2u;
+    const PoolPush p{off(xw, 4), off(ow, 4), u32(o.x.dim(0)), u32(o.x.dim(1)), kind};
+    return t.writer.dispatch(Kernel::kPool, 0, {xw, ow}, &p, sizeof p,
+                             (static_cast<uint64_t>(o.x.dim(1)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
+  }
   Status rows(Kernel k, const Tensor& x, const Tensor& out) {
     TS_ASSIGN_OR_RETURN(Window xw, win(x));
     TS_ASSIGN_OR_RETURN(Window ow, win(out));
@@ -403,9 +433,12 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window lw, win(o.logits));
     TS_ASSIGN_OR_RETURN(Window iw, win(o.ids));
     TS_ASSIGN_OR_RETURN(Window ww, win(o.weights));
-    Window bw = lw;  // bound but not read without a bias
+    Window bw = lw, sw = lw;  // bound but not read without a bias or expert scales
     if (o.bias.valid()) {
       TS_ASSIGN_OR_RETURN(bw, win(o.bias));
+    }
+    if (o.expert_scale.valid()) {
+      TS_ASSIGN_OR_RETURN(sw, win(o.expert_scale));
     }
     const uint32_t gating = o.gating == MoeGating::kSoftmax ? 0u : o.gating == MoeGating::kSigmoid ? 1u : 2u;
     const MoeRoutePush p{off(lw, 4),
@@ -418,8 +451,10 @@ struct Encoder {
                          gating,
                          o.normalize ? 1u : 0u,
                          o.bias.valid() ? 1u : 0u,
-                         o.scale};
-    return t.writer.dispatch(Kernel::kMoeRoute, 0, {lw, bw, iw, ww}, &p, sizeof p,
+                         o.scale,
+                         o.expert_scale.valid() ? off(sw, 4) : 0u,
+                         o.expert_scale.valid() ? 1u : 0u};
+    return t.writer.dispatch(Kernel::kMoeRoute, 0, {lw, bw, iw, ww, sw}, &p, sizeof p,
                              (static_cast<uint64_t>(o.logits.dim(0)) + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
   // Two dispatches per pass of rows: every (row, slot, hidden unit) into the scratch, then every (row, output) as
@@ -498,11 +533,6 @@ struct Encoder {
     }
     return ok_status();
   }
-  Status operator()(const LayerNormOp&) { return unimplemented("vulkan has no layer_norm kernel"); }
-  Status operator()(const ActivationOp&) { return unimplemented("vulkan has no activation kernel"); }
-  Status operator()(const AttentionNonCausalOp&) { return unimplemented("vulkan has no attention_noncausal kernel"); }
-  Status operator()(const PoolOp&) { return unimplemented("vulkan has no pool kernel"); }
-  Status operator()(const ScaleOp&) { return unimplemented("vulkan has no scale kernel"); }
   Status operator()(const SplitHeadsOp& o) {
     TS_ASSIGN_OR_RETURN(Window xw, win(o.x));
     TS_ASSIGN_OR_RETURN(Window aw, win(o.a));

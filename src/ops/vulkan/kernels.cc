@@ -17,12 +17,15 @@ const KernelSpec& kernel_spec(Kernel k) {
       {"elementwise", 3, sizeof(ElementwisePush), false},
       {"softmax", 2, sizeof(RowPush), false},
       {"argmax", 2, sizeof(RowPush), false},
-      {"moe_route", 4, sizeof(MoeRoutePush), false},
+      {"moe_route", 5, sizeof(MoeRoutePush), false},
       {"moe_gate_up", 8, sizeof(MoeGateUpPush), true},
       {"moe_down", 6, sizeof(MoeDownPush), true},
       {"split_heads", 3, sizeof(SplitHeadsPush), false},
       {"causal_conv1d", 4, sizeof(CausalConv1dPush), false},
       {"gated_delta_rule", 7, sizeof(GatedDeltaRulePush), false},
+      {"layer_norm", 4, sizeof(LayerNormPush), false},
+      {"attention_noncausal", 4, sizeof(AttentionNonCausalPush), false},
+      {"pool", 2, sizeof(PoolPush), false},
   };
   static_assert(std::size(kSpecs) == static_cast<size_t>(Kernel::kCount));
   const auto i = static_cast<size_t>(k);

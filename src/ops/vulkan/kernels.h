@@ -28,6 +28,9 @@ enum class Kernel : uint8_t {
   kSplitHeads,
   kCausalConv1d,
   kGatedDeltaRule,
+  kLayerNorm,
+  kAttentionNonCausal,
+  kPool,
   kCount,
 };
 
@@ -81,8 +84,21 @@ struct MatMulPush {
   uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
 };
 struct ElementwisePush {
-  uint32_t a_off, b_off, out_off, count, op;  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate
-  uint32_t a_per;                             // elements of b per element of a (1, or a row for a per-row gate)
+  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate, 4 scale, 5 silu, 6 gelu_tanh, 7 gelu_erf
+  uint32_t a_off, b_off, out_off, count, op;
+  uint32_t a_per;  // elements of b per element of a (1, or a row for a per-row gate)
+  float scale;     // op 4
+};
+struct LayerNormPush {
+  uint32_t x_off, w_off, b_off, out_off, dim, rows, has_bias;
+  float eps;
+};
+struct AttentionNonCausalPush {
+  uint32_t q_off, k_off, v_off, out_off, n, heads, kv_heads, head_dim;
+  float scale;
+};
+struct PoolPush {
+  uint32_t x_off, out_off, n, dim, kind;  // kind: 0 mean, 1 first, 2 last
 };
 struct RowPush {  // softmax, argmax
   uint32_t x_off, out_off, m, rows;
@@ -103,6 +119,7 @@ struct MoeRoutePush {
   uint32_t gating;  // 0 softmax, 1 sigmoid, 2 softmax over the chosen
   uint32_t normalize, has_bias;
   float scale;
+  uint32_t es_off, has_es;  // per-expert output scales (gemma4)
 };
 struct MoeGateUpPush {
   uint32_t x_off, ids_off, g_off, u_off;  // g_off, u_off in bytes
@@ -123,7 +140,7 @@ struct MoeDownPush {
 constexpr uint32_t kMatMulVecMaxRows = 8;       // matmul_vec.comp's NMAX
 constexpr uint32_t kMatMulVecRowsPerGroup = 8;  // matmul_vec.comp's ROWS
 constexpr uint32_t kMatMulTile = 32;            // matmul_tiled.comp's TM = TN
-constexpr uint32_t kAttentionMaxHeadDim = 512;
-constexpr uint32_t kLinearWorkgroup = 64;  // local size of the one-invocation-per-item shaders
+constexpr uint32_t kAttentionMaxHeadDim = 512;  // attention.comp's and attention_noncausal.comp's (64 x MAXD)
+constexpr uint32_t kLinearWorkgroup = 64;       // local size of the one-invocation-per-item shaders
 
 }  // namespace tessera::ops::vulkan

@@ -29,7 +29,10 @@ if(NOT TESSERA_VULKAN STREQUAL "OFF")
       "moe_down|moe_down.comp|--target-env=vulkan1.0"
       "split_heads|split_heads.comp|--target-env=vulkan1.0"
       "causal_conv1d|causal_conv1d.comp|--target-env=vulkan1.0"
-      "gated_delta_rule|gated_delta_rule.comp|--target-env=vulkan1.0")
+      "gated_delta_rule|gated_delta_rule.comp|--target-env=vulkan1.0"
+      "layer_norm|layer_norm.comp|--target-env=vulkan1.0"
+      "attention_noncausal|attention_noncausal.comp|--target-env=vulkan1.0"
+      "pool|pool.comp|--target-env=vulkan1.0")
     set(modules)
     set(spvs)
     foreach(v IN LISTS variants)

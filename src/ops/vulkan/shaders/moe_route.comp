@@ -1,7 +1,8 @@
 // MoeRouteOp, one invocation per row, the host backends' arithmetic (ops/moe_route.cc) step for step: the gating
 // function's scores, k passes over the experts (the larger score first, NaN last, ties to the lower expert), then
 // softmax over the chosen (gating 2), renormalisation and scale. Routing is a few hundred scalar operations per
-// row: a row per invocation keeps the order of every sum the reference's.
+// row: a row per invocation keeps the order of every sum the reference's. Last, each weight times its expert's
+// scale where the op has expert_scale (Gemma 4's per-expert output scales).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
@@ -10,11 +11,13 @@ layout(set = 0, binding = 0) readonly buffer Logits { float d[]; } logits;
 layout(set = 0, binding = 1) readonly buffer Bias { float d[]; } bias;
 layout(set = 0, binding = 2) buffer Ids { int d[]; } ids;
 layout(set = 0, binding = 3) buffer Weights { float d[]; } wts;
+layout(set = 0, binding = 4) readonly buffer ExpertScale { float d[]; } escale;
 layout(push_constant) uniform Push {
   uint l_off, b_off, ids_off, w_off, rows, experts, k;
   uint gating;  // 0 softmax, 1 sigmoid, 2 softmax over the chosen
   uint normalize, has_bias;
   float scale;
+  uint es_off, has_es;
 } p;
 
 #include "common.glsl"
@@ -80,4 +83,6 @@ void main() {
   }
   if (p.scale != 1.0)
     for (uint j = 0u; j < p.k; ++j) wts.d[wo + j] = wts.d[wo + j] * p.scale;
+  if (p.has_es != 0u)
+    for (uint j = 0u; j < p.k; ++j) wts.d[wo + j] = wts.d[wo + j] * escale.d[p.es_off + uint(ids.d[io + j])];
 }
