@@ -25,6 +25,8 @@ struct MatrixArgs {
   bool fast = false;
   int threads = 2;
   std::vector<std::string> only_ops;  // empty: every operator
+  std::vector<std::string> families;  // empty: every family shape
+  bool no_families = false;
 };
 
 int run_matrix(const MatrixArgs& a) {
@@ -43,6 +45,10 @@ int run_matrix(const MatrixArgs& a) {
   auto bundled = default_model_dir();
   const std::string model_dir = !a.model_dir.empty() ? a.model_dir : bundled.ok() ? *bundled : "models/stories260K";
   bench::run_model_matrix(backends, model_dir, m);
+  if (!a.no_families) {
+    bench::run_family_matrix(backends, **ref, a.families.empty() ? bench::matrix_family_shapes() : a.families, m,
+                             [](const std::string& s) { std::fprintf(stderr, "matrix: family %s\n", s.c_str()); });
+  }
 
   const std::time_t now = std::time(nullptr);
   char date[32];
@@ -77,6 +83,8 @@ Action add_matrix_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--fast", args->fast, "Skip the slow conformance cases");
   cmd->add_option("--op", args->only_ops, "Only these operators (repeatable; default: all)");
+  cmd->add_option("--family", args->families, "Only these family shapes in the families section (repeatable)");
+  cmd->add_flag("--no-families", args->no_families, "Skip the families section (one synth model per family)");
   return [args] { return run_matrix(*args); };
 }
 

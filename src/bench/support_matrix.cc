@@ -50,6 +50,9 @@ int SupportMatrix::failing_cells() const {
   for (const auto& row : models) {
     for (const ModelCheck& mc : row) failures += mc.cell == "tested: FAIL";
   }
+  for (const FamilyRow& row : families) {
+    for (const ModelCheck& mc : row.cells) failures += mc.cell == "tested: FAIL";
+  }
   return failures;
 }
 
@@ -92,6 +95,22 @@ std::string matrix_markdown(const SupportMatrix& m) {
     for (size_t b = 0; b < m.backends.size(); ++b) {
       md += fmt::format(" {} ({}) |", m.models[d][b].cell, m.models[d][b].note);
     }
+    md += "\n";
+  }
+  if (m.families.empty()) return md;
+  md +=
+      "\n## Families x backends x weights\n\nOne seeded random model per architecture family (`tessera synth` "
+      "shapes at test size: 2 layers, gemma4 6; rows of 256), written as GGUF with its matrices in f16, q8_0 or "
+      "q4_k (the types of llama.cpp's F16, Q8_0 and Q4_K_M files), prompt of 14 tokens then 16 greedy tokens. "
+      "`tested: pass`: the prompt's logits within a normalised error of ref's of 1e-6 (f16) or 1e-2 (block types: "
+      "the cpu backend multiplies them with 8-bit activations, as llama.cpp does); the note says how close and "
+      "where greedy decoding first departs from ref's tokens, if it does (at a random model's near ties it may). "
+      "`unsupported`: the "
+      "backend refuses the model at load, naming what it lacks. `untested`: not run here (no device).\n\n";
+  header("family shape", "weights");
+  for (const FamilyRow& row : m.families) {
+    md += fmt::format("| {} | {} |", row.shape, row.dtype);
+    for (const ModelCheck& c : row.cells) md += fmt::format(" {} ({}) |", c.cell, c.note);
     md += "\n";
   }
   return md;
@@ -166,6 +185,18 @@ std::string matrix_json(const SupportMatrix& m) {
                         {"backend", m.backends[b].name},
                         {"cell", m.models[d][b].cell},
                         {"note", m.models[d][b].note}});
+    }
+  }
+  if (!m.families.empty()) {
+    OrderedJson& families = doc["families"] = OrderedJson::array();
+    for (const FamilyRow& row : m.families) {
+      for (size_t b = 0; b < m.backends.size(); ++b) {
+        families.push_back({{"shape", row.shape},
+                            {"weights", row.dtype},
+                            {"backend", m.backends[b].name},
+                            {"cell", row.cells[b].cell},
+                            {"note", row.cells[b].note}});
+      }
     }
   }
   return rows_layout(doc);

@@ -51,6 +51,12 @@ struct ModelCheck {
   std::string note;
 };
 
+// One family's synth model in one weight type, on every backend (run_family_matrix).
+struct FamilyRow {
+  std::string shape, dtype;
+  std::vector<ModelCheck> cells;  // one per column
+};
+
 struct SupportMatrix {
   std::string version, date, machine, libraries;  // the header lines
   bool fast = false;                              // slow conformance cases skipped
@@ -59,6 +65,7 @@ struct SupportMatrix {
   std::vector<MatrixOpRow> operators;           // in the suite's order
   std::vector<std::string> model_dtypes;        // the weight types of the model rows
   std::vector<std::vector<ModelCheck>> models;  // [dtype][backend]
+  std::vector<FamilyRow> families;              // [shape x dtype]
 
   // Operator cells with a failing case plus model cells that failed.
   int failing_cells() const;
@@ -99,5 +106,19 @@ std::vector<std::string> matrix_model_dtypes();
 // reproduce `model_dir`/greedy-256.txt byte for byte; the others report where they depart from f32. Fills
 // `m.model_dtypes` and `m.models`.
 void run_model_matrix(const std::vector<MatrixBackend>& backends, const std::string& model_dir, SupportMatrix& m);
+
+// One synth shape per architecture family, and the weight types of the family rows (those of llama.cpp's F16, Q8_0
+// and Q4_K_M files).
+std::vector<std::string> matrix_family_shapes();
+std::vector<std::string> matrix_family_dtypes();
+
+// Each shape at test size (2 layers, rows of 256, seeded, clear winners) written as GGUF in each family weight
+// type and run on every available backend: the prompt's logits against `reference`'s (normalised error within
+// 1e-6 for f16, 1e-2 for the block types, else FAIL) and where 16 greedy tokens depart from its. A backend that refuses
+// the model at load is `unsupported` (its reason), one without a device `untested` ("not run here (no device)").
+// Appends to `m.families`; `progress` (may be empty) hears each shape as it starts.
+void run_family_matrix(const std::vector<MatrixBackend>& backends, ops::Device& reference,
+                       const std::vector<std::string>& shapes, SupportMatrix& m,
+                       const std::function<void(const std::string&)>& progress);
 
 }  // namespace tessera::bench

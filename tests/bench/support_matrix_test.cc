@@ -162,5 +162,41 @@ TEST(SupportMatrix, ModelRowsOnRefReproduceTheReferenceText) {
   EXPECT_EQ(missing.models[0][0].note, "stories260K not found at /nonexistent/stories");
 }
 
+// The families section: each shape in each family weight type on every column, against ref; a column without a
+// device is "not run here (no device)"; both renderings carry the rows, and a failing cell counts.
+TEST(SupportMatrix, FamilyRowsCompareEveryBackendWithRef) {
+  ops::register_builtin_backends();
+  auto ref = ops::open_device("ref");
+  ASSERT_TRUE(ref.ok());
+  std::vector<MatrixBackend> backends(2);
+  backends[0].column = {"cpu", true, "host"};
+  backends[0].device = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""})).value();
+  backends[1].column = {"cuda", false, "not compiled into this binary"};
+  SupportMatrix m;
+  m.backends = {backends[0].column, backends[1].column};
+  std::vector<std::string> seen;
+  run_family_matrix(backends, **ref, {"qwen3-0.6b", "gemma4-e2b"}, m, [&](const std::string& s) { seen.push_back(s); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"qwen3-0.6b", "gemma4-e2b"}));
+  ASSERT_EQ(m.families.size(), 2 * matrix_family_dtypes().size());
+  for (const FamilyRow& row : m.families) {
+    SCOPED_TRACE(row.shape + " " + row.dtype);
+    EXPECT_EQ(row.cells[0].cell, "tested: pass") << row.cells[0].note;
+    EXPECT_NE(row.cells[0].note.find("logits nmse"), std::string::npos) << row.cells[0].note;
+    EXPECT_EQ(row.cells[1].cell, "untested");
+    EXPECT_EQ(row.cells[1].note, "not run here (no device): not compiled into this binary");
+  }
+  EXPECT_EQ(m.families[0].dtype, "f16");
+  EXPECT_NE(m.families[0].cells[0].note.find("ref's 16 greedy tokens"), std::string::npos)
+      << m.families[0].cells[0].note;
+  EXPECT_EQ(m.failing_cells(), 0);
+  const std::string md = matrix_markdown(m);
+  EXPECT_NE(md.find("## Families x backends x weights"), std::string::npos);
+  EXPECT_NE(md.find("| gemma4-e2b | q4_k | tested: pass"), std::string::npos) << md;
+  const auto doc = nlohmann::json::parse(matrix_json(m));
+  EXPECT_EQ(doc["families"].size(), m.families.size() * 2);
+  m.families[1].cells[0].cell = "tested: FAIL";
+  EXPECT_EQ(m.failing_cells(), 1);
+}
+
 }  // namespace
 }  // namespace tessera::bench
