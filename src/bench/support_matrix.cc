@@ -101,7 +101,8 @@ std::string matrix_markdown(const SupportMatrix& m) {
   md +=
       "\n## Families x backends x weights\n\nOne seeded random model per architecture family (`tessera synth` "
       "shapes at test size: 2 layers, gemma4 6; rows of 256), written as GGUF with its matrices in f16, q8_0 or "
-      "q4_k (the types of llama.cpp's F16, Q8_0 and Q4_K_M files), prompt of 14 tokens then 16 greedy tokens. "
+      "q4_k (the types of llama.cpp's F16, Q8_0 and Q4_K_M files), prompt of 14 tokens then 16 greedy tokens; the "
+      "embedding models (bert as bge-small, cls pooling; qwen3-embedding, last) pool the prompt instead. "
       "`tested: pass`: the prompt's logits within a normalised error of ref's of 1e-6 (f16) or 1e-2 (block types: "
       "the cpu backend multiplies them with 8-bit activations, as llama.cpp does); the note says how close and "
       "where greedy decoding first departs from ref's tokens, if it does (at a random model's near ties it may). "
