@@ -116,7 +116,8 @@ std::vector<std::string> matrix_family_dtypes();
 // type and run on every available backend: the prompt's logits against `reference`'s (normalised error within
 // 1e-6 for f16, 1e-2 for the block types, else FAIL) and where 16 greedy tokens depart from its. A backend that refuses
 // the model at load is `unsupported` (its reason), one without a device `untested` ("not run here (no device)").
-// Appends to `m.families`; `progress` (may be empty) hears each shape as it starts.
+// Appends to `m.families`; `progress` (may be empty) hears each shape as it starts. The embedding shapes (bge-small,
+// qwen3-embedding-0.6b) compare their pooled prompt with ref's instead (same bounds).
 void run_family_matrix(const std::vector<MatrixBackend>& backends, ops::Device& reference,
                        const std::vector<std::string>& shapes, SupportMatrix& m,
                        const std::function<void(const std::string&)>& progress);
