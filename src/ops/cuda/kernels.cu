@@ -1,6 +1,8 @@
 // CUDA kernels for Tessera's operators: straightforward first versions of each (one thread per output
 // element or row; matrix products one warp per output with shuffle reduction), numerically following the
-// reference (sequential row reductions, max-subtracted softmax, correctly rounded division and sqrt).
+// reference (sequential row reductions, max-subtracted softmax, correctly rounded division and sqrt; layer_norm
+// sums a row in double over a block). The per-element and per-row arithmetic of the activations, routing, the
+// causal convolution and the gated delta rule lives in kernel_math.h, which host tests run against ref.
 // Stored weight types are widened element by element by dq() as base/quant's dequantize() does, with the
 // round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fsub_rn) so that nvcc cannot fuse them into FMAs: a
 // looked-up embedding row is then bit-identical to ref's.
