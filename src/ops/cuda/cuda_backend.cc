@@ -3,11 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include <fmt/core.h>
 
 #include "base/check.h"
 #include "ops/copy_runs.h"
+#include "ops/cuda/kernel_math.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera::ops::cuda {
@@ -39,9 +41,61 @@ bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
 // A view's byte alignment: f32 and i32 views are read as words, everything else byte by byte or as halves.
 size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
 
+// Every tensor of the operator, by the member names ops.h uses.
+template <typename F>
+void for_each_tensor(const Op& op, F&& f) {
+  std::visit(
+      [&f](const auto& o) {
+// A member of that name that is a Tensor (MoeExpertsOp's alpha is a float, GatedDeltaRuleOp's a tensor).
+#define TS_CUDA_TENSOR(name) \
+  if constexpr (requires { requires std::is_same_v<std::remove_cvref_t<decltype(o.name)>, Tensor>; }) f(o.name);
+        TS_CUDA_TENSOR(x)
+        TS_CUDA_TENSOR(w)
+        TS_CUDA_TENSOR(table)
+        TS_CUDA_TENSOR(ids)
+        TS_CUDA_TENSOR(out)
+        TS_CUDA_TENSOR(weight)
+        TS_CUDA_TENSOR(bias)
+        TS_CUDA_TENSOR(residual)
+        TS_CUDA_TENSOR(delta)
+        TS_CUDA_TENSOR(q)
+        TS_CUDA_TENSOR(k)
+        TS_CUDA_TENSOR(v)
+        TS_CUDA_TENSOR(positions)
+        TS_CUDA_TENSOR(freqs)
+        TS_CUDA_TENSOR(k_cache)
+        TS_CUDA_TENSOR(v_cache)
+        TS_CUDA_TENSOR(slots)
+        TS_CUDA_TENSOR(block_table)
+        TS_CUDA_TENSOR(block_tables)
+        TS_CUDA_TENSOR(context_lens)
+        TS_CUDA_TENSOR(sinks)
+        TS_CUDA_TENSOR(gate)
+        TS_CUDA_TENSOR(up)
+        TS_CUDA_TENSOR(down)
+        TS_CUDA_TENSOR(gate_up)
+        TS_CUDA_TENSOR(gate_bias)
+        TS_CUDA_TENSOR(up_bias)
+        TS_CUDA_TENSOR(down_bias)
+        TS_CUDA_TENSOR(a)
+        TS_CUDA_TENSOR(b)
+        TS_CUDA_TENSOR(logits)
+        TS_CUDA_TENSOR(weights)
+        TS_CUDA_TENSOR(expert_scale)
+        TS_CUDA_TENSOR(state)
+        TS_CUDA_TENSOR(qkv)
+        TS_CUDA_TENSOR(alpha)
+        TS_CUDA_TENSOR(beta)
+        TS_CUDA_TENSOR(dt_bias)
+#undef TS_CUDA_TENSOR
+      },
+      op);
+}
+
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());
-  // Matmul weights and embedding tables of every stored type are widened in the kernels (dq in kernels.cu).
+  // Matmul and expert weights and embedding tables of every stored type are widened in the kernels (dq in
+  // kernels.cu); validate() refuses i32 expert weights.
   if (const auto* mm = std::get_if<MatMulOp>(&op); mm && mm->w.dtype == DType::kI32)
     return Support::no("cuda matmul does not take i32 weights");
   const Tensor* cache = nullptr;
@@ -52,41 +106,44 @@ Support capability(const Op& op) {
     return Support::no(fmt::format("cuda keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
                                    dtype_name(cache->dtype)));
   bool aligned = true;
-  std::visit(
-      [&aligned](const auto& o) {
-        auto check = [&aligned](const Tensor& t) {
-          if (t.valid()) aligned = aligned && t.offset % view_align(t.dtype) == 0;
-        };
-        if constexpr (requires { o.x; }) check(o.x);
-        if constexpr (requires { o.w; }) check(o.w);
-        if constexpr (requires { o.table; }) check(o.table);
-        if constexpr (requires { o.out; }) check(o.out);
-      },
-      op);
+  for_each_tensor(op, [&aligned](const Tensor& t) {
+    if (t.valid()) aligned = aligned && t.offset % view_align(t.dtype) == 0;
+  });
   if (!aligned) return Support::no("cuda needs tensor views aligned to their element size");
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
-    return Support::no("cuda attention has no sinks");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
-    return Support::no("cuda attention has no sinks");
-  if (const auto* r = std::get_if<RopeOp>(&op); r && r->rotated(r->q.dim(2)) != r->q.dim(2))
-    return Support::no("cuda rope turns whole heads (no partial rotary rot_dims)");
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSigmoid)
-    return Support::no("cuda has no sigmoid*mul (attention output gate)");
-  if (std::holds_alternative<SplitHeadsOp>(op) || std::holds_alternative<CausalConv1dOp>(op) ||
-      std::holds_alternative<GatedDeltaRuleOp>(op))
-    return Support::no("cuda has no linear-attention kernels (split_heads, causal_conv1d, gated_delta_rule)");
-  if (std::holds_alternative<MoeRouteOp>(op) || std::holds_alternative<MoeExpertsOp>(op))
-    return Support::no("cuda has no mixture-of-experts kernels (moe_route, moe_experts)");
-  if (const auto* m = std::get_if<SiluMulOp>(&op); m && m->act == Activation::kSwigluOai)
-    return Support::no("cuda has no clamped swiglu (gpt-oss)");
-  // The encoder operators (BERT) and pooling have no cuda kernels yet: ref and cpu run embedding models.
-  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
-      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
-    return Support::no("cuda has no layer_norm, activation, attention_noncausal or pool kernel");
-  if (std::holds_alternative<ScaleOp>(op)) return Support::no("cuda has no scale kernel (gemma4)");
-  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
-    return Support::no("cuda moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
   return Support::yes();
+}
+
+// The kernels take ops.h's enumerations as plain ints (kernel_math.h).
+static_assert(kActSilu == static_cast<int>(Activation::kSilu) &&
+              kActGeluTanh == static_cast<int>(Activation::kGeluTanh) &&
+              kActSwigluOai == static_cast<int>(Activation::kSwigluOai) &&
+              kActGeluErf == static_cast<int>(Activation::kGeluErf) &&
+              kActSigmoid == static_cast<int>(Activation::kSigmoid));
+static_assert(kGateSoftmax == static_cast<int>(MoeGating::kSoftmax) &&
+              kGateSigmoid == static_cast<int>(MoeGating::kSigmoid) &&
+              kGateSoftmaxWeight == static_cast<int>(MoeGating::kSoftmaxWeight));
+static_assert(kPoolMean == static_cast<int>(PoolKind::kMean) && kPoolFirst == static_cast<int>(PoolKind::kFirst) &&
+              kPoolLast == static_cast<int>(PoolKind::kLast));
+
+// moe_experts keeps the gated hidden rows of at most this many floats at once (16 MiB), going through a long
+// prefill's rows in chunks; a decode step (tens of rows) is one chunk.
+constexpr int64_t kMoeHiddenFloats = int64_t{1} << 22;
+int64_t moe_ff(const MoeExpertsOp& o) { return o.gate_up.valid() ? o.gate_up.dim(1) / 2 : o.gate.dim(1); }
+int64_t moe_chunk_rows(const MoeExpertsOp& o) {
+  const int64_t per_row = std::max<int64_t>(1, o.ids.dim(1) * moe_ff(o));
+  return std::clamp<int64_t>(kMoeHiddenFloats / per_row, 1, std::max<int64_t>(1, o.x.dim(0)));
+}
+
+// The scratch floats an operator needs on its stream (attention's scores, moe_experts' hidden rows): what
+// record() gives a captured graph and the eager path grows its own scratch to.
+size_t scratch_floats(const Op& op) {
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op))
+    return static_cast<size_t>(a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0)));
+  if (const auto* d = std::get_if<AttentionDecodeOp>(&op))
+    return static_cast<size_t>(d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1));
+  if (const auto* m = std::get_if<MoeExpertsOp>(&op))
+    return static_cast<size_t>(moe_chunk_rows(*m) * m->ids.dim(1) * moe_ff(*m));
+  return 0;
 }
 
 // A decode step captured from its stream into a CUDA graph (cudaStreamBeginCapture .. EndCapture) and
@@ -113,7 +170,7 @@ class CudaGraphRecording final : public Recording {
   cudaStream_t stream_;
   cudaGraph_t graph_;
   cudaGraphExec_t exec_;
-  float* scratch_;  // the captured attention's scores: the graph's own, never reallocated
+  float* scratch_;  // the captured operators' scratch (attention, moe_experts): the graph's own, never reallocated
 };
 
 class CudaStream final : public Stream {
@@ -125,18 +182,13 @@ class CudaStream final : public Stream {
         TS_RETURN_IF_ERROR(validate(op));
         return unimplemented(s.reason);
       }
-      if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) {
-        floats = std::max(floats, static_cast<size_t>(a->q.dim(0) * a->q.dim(1) * (a->start_pos + a->q.dim(0))));
-      } else if (const auto* d = std::get_if<AttentionDecodeOp>(&op)) {
-        floats = std::max(floats,
-                          static_cast<size_t>(d->q.dim(0) * d->q.dim(1) * d->block_tables.dim(1) * d->k_cache.dim(1)));
-      }
+      floats = std::max(floats, scratch_floats(op));
     }
     cudaSetDevice(device_);
     float* scores = nullptr;
     if (cudaMalloc(reinterpret_cast<void**>(&scores), floats * sizeof(float)) != cudaSuccess) {
       cudaGetLastError();
-      return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of graph attention scratch", floats));
+      return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of graph scratch", floats));
     }
     TS_RETURN_IF_ERROR(
         check("cudaStreamBeginCapture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
@@ -221,7 +273,7 @@ class CudaStream final : public Stream {
     TS_RETURN_IF_ERROR(check("cudaMemcpy", cudaMemcpy(&flag, err_, sizeof flag, cudaMemcpyDeviceToHost)));
     if (flag == 0) return ok_status();
     cudaMemset(err_, 0, sizeof(int));
-    return out_of_range("cuda: a token id, KV slot or block number was outside its range");
+    return out_of_range("cuda: a token id, expert id, KV slot or block number was outside its range");
   }
 
  private:
@@ -254,8 +306,8 @@ class CudaStream final : public Stream {
   Status enqueue(const RopeOp& o) {
     if (o.q.dim(0) == 0) return ok_status();
     return check("rope", launch_rope(ptr(o.q), ptr(o.k), ptr<int32_t>(o.positions), i32(o.q.dim(0)), i32(o.q.dim(1)),
-                                     i32(o.k.dim(1)), i32(o.q.dim(2)), o.theta, o.layout == RopeLayout::kInterleaved,
-                                     ptr(o.freqs), o.mscale, stream_));
+                                     i32(o.k.dim(1)), i32(o.q.dim(2)), i32(o.rotated(o.q.dim(2))), o.theta,
+                                     o.layout == RopeLayout::kInterleaved, ptr(o.freqs), o.mscale, stream_));
   }
   Status enqueue(const KvWriteOp& o) {
     if (o.k.dim(0) == 0) return ok_status();
@@ -266,7 +318,7 @@ class CudaStream final : public Stream {
   }
   Result<float*> scratch(size_t floats) {
     if (capture_scratch_) {  // capturing: the graph's own scratch (a cudaFree now would break the graph)
-      if (floats > capture_floats_) return internal_error("cuda: captured attention outgrew its scratch");
+      if (floats > capture_floats_) return internal_error("cuda: a captured operator outgrew its scratch");
       return capture_scratch_;
     }
     if (floats > scratch_floats_) {
@@ -274,7 +326,7 @@ class CudaStream final : public Stream {
       scratch_ = nullptr;
       scratch_floats_ = 0;
       if (cudaMalloc(reinterpret_cast<void**>(&scratch_), floats * sizeof(float)) != cudaSuccess) {
-        return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of attention scratch", floats));
+        return resource_exhausted(fmt::format("cuda: cannot allocate {} floats of scratch", floats));
       }
       scratch_floats_ = floats;
     }
@@ -282,7 +334,7 @@ class CudaStream final : public Stream {
   }
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t stride,
                    const int32_t* lens, int32_t start_pos, const Tensor& out, int64_t max_ctx,
-                   const AttentionScores& opt) {
+                   const AttentionScores& opt, const Tensor& sinks) {
     const int64_t count = q.dim(0), heads = q.dim(1);
     if (count == 0) return ok_status();
     TS_ASSIGN_OR_RETURN(float* s, scratch(static_cast<size_t>(std::max<int64_t>(1, count * heads * max_ctx))));
@@ -290,16 +342,16 @@ class CudaStream final : public Stream {
                  launch_attention(ptr(q), ptr<void>(kc), ptr<void>(vc), kc.dtype == DType::kF16, ptr<int32_t>(tables),
                                   i32(stride), lens, start_pos, ptr(out), s, i32(max_ctx), i32(count), i32(heads),
                                   i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), opt.scale,
-                                  opt.softcap, opt.window, err_, stream_));
+                                  opt.softcap, opt.window, ptr(sinks), err_, stream_));
   }
   Status enqueue(const AttentionPrefillOp& o) {
     return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), nullptr, o.start_pos, o.out,
-                     o.start_pos + o.q.dim(0), o.scores);
+                     o.start_pos + o.q.dim(0), o.scores, o.sinks);
   }
   Status enqueue(const AttentionDecodeOp& o) {
     const int64_t stride = o.block_tables.dim(1);
     return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, ptr<int32_t>(o.context_lens), 0, o.out,
-                     stride * o.k_cache.dim(1), o.scores);
+                     stride * o.k_cache.dim(1), o.scores, o.sinks);
   }
   Status enqueue(const MatMulOp& o) {
     if (o.x.dim(0) == 0 || o.w.dim(0) == 0) return ok_status();
@@ -308,9 +360,15 @@ class CudaStream final : public Stream {
                                          i32(o.x.dim(0)), i32(o.x.dim(1)), i32(o.w.dim(0)), stream_));
   }
   Status enqueue(const SiluMulOp& o) {
-    if (o.gate.numel() == 0) return ok_status();
-    return check("silu_mul", launch_silu_mul(ptr(o.gate), ptr(o.up), ptr(o.out), o.gate.numel(),
-                                             o.act == Activation::kGeluTanh, stream_));
+    if (o.up.numel() == 0) return ok_status();
+    // A gate of one value per row (sigmoid only, validate()) covers its row of up.
+    const int64_t per = o.gate.numel() == o.up.numel() ? 1 : o.up.row_elems();
+    return check("silu_mul", launch_silu_mul(ptr(o.gate), ptr(o.up), ptr(o.out), o.up.numel(), static_cast<int>(o.act),
+                                             per, stream_));
+  }
+  Status enqueue(const ScaleOp& o) {
+    if (o.x.numel() == 0) return ok_status();
+    return check("scale", launch_scale(ptr(o.x), ptr(o.out), o.x.numel(), o.scale, stream_));
   }
   Status enqueue(const AddOp& o) {
     if (o.a.numel() == 0) return ok_status();
@@ -320,22 +378,92 @@ class CudaStream final : public Stream {
     if (o.x.dim(0) == 0) return ok_status();
     return check("softmax", launch_softmax(ptr(o.x), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
   }
-  // Refused by capability() before a stream gets here.
-  Status enqueue(const LayerNormOp&) { return unimplemented("cuda: layer_norm"); }
-  Status enqueue(const ActivationOp&) { return unimplemented("cuda: activation"); }
-  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("cuda: attention_noncausal"); }
-  Status enqueue(const PoolOp&) { return unimplemented("cuda: pool"); }
-  Status enqueue(const ScaleOp&) { return unimplemented("cuda: scale"); }
+  Status enqueue(const LayerNormOp& o) {
+    if (o.x.numel() == 0) return ok_status();
+    return check("layer_norm", launch_layer_norm(ptr(o.x), ptr(o.weight), ptr(o.bias), ptr(o.out), i32(o.x.dim(0)),
+                                                 i32(o.x.dim(1)), o.eps, stream_));
+  }
+  Status enqueue(const ActivationOp& o) {
+    if (o.x.numel() == 0) return ok_status();
+    return check("activation", launch_activation(ptr(o.x), ptr(o.out), o.x.numel(), static_cast<int>(o.act), stream_));
+  }
+  Status enqueue(const AttentionNonCausalOp& o) {
+    if (o.q.numel() == 0) return ok_status();
+    return check("attention_noncausal",
+                 launch_attention_noncausal(ptr(o.q), ptr(o.k), ptr(o.v), ptr(o.out), i32(o.q.dim(0)), i32(o.q.dim(1)),
+                                            i32(o.k.dim(1)), i32(o.q.dim(2)), o.scale, stream_));
+  }
+  Status enqueue(const PoolOp& o) {
+    if (o.x.dim(1) == 0) return ok_status();
+    return check(
+        "pool", launch_pool(ptr(o.x), ptr(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), static_cast<int>(o.kind), stream_));
+  }
   Status enqueue(const ArgmaxOp& o) {
     if (o.x.dim(0) == 0) return ok_status();
     return check("argmax", launch_argmax(ptr(o.x), ptr<int32_t>(o.out), i32(o.x.dim(0)), i32(o.x.dim(1)), stream_));
   }
-  // capability() refuses these before any enqueue.
-  Status enqueue(const MoeRouteOp&) { return unimplemented("cuda has no moe_route kernel"); }
-  Status enqueue(const MoeExpertsOp&) { return unimplemented("cuda has no moe_experts kernel"); }
-  Status enqueue(const SplitHeadsOp&) { return unimplemented("cuda has no split_heads kernel"); }
-  Status enqueue(const CausalConv1dOp&) { return unimplemented("cuda has no causal_conv1d kernel"); }
-  Status enqueue(const GatedDeltaRuleOp&) { return unimplemented("cuda has no gated_delta_rule kernel"); }
+  Status enqueue(const MoeRouteOp& o) {
+    if (o.logits.dim(0) == 0) return ok_status();
+    return check("moe_route",
+                 launch_moe_route(ptr(o.logits), ptr(o.bias), ptr(o.expert_scale), ptr<int32_t>(o.ids), ptr(o.weights),
+                                  i32(o.logits.dim(0)), i32(o.logits.dim(1)), i32(o.ids.dim(1)),
+                                  static_cast<int>(o.gating), o.normalize, o.scale, stream_));
+  }
+  Status enqueue(const MoeExpertsOp& o) {
+    if (o.x.numel() == 0) return ok_status();
+    const bool fused = o.gate_up.valid();
+    const Tensor& gw = fused ? o.gate_up : o.gate;
+    const int64_t dim = o.x.dim(1), ff = moe_ff(o), chunk = moe_chunk_rows(o);
+    TS_ASSIGN_OR_RETURN(float* h, scratch(static_cast<size_t>(std::max<int64_t>(1, chunk * o.ids.dim(1) * ff))));
+    MoeExpertsArgs a{};
+    a.x = ptr(o.x);
+    a.ids = ptr<int32_t>(o.ids);
+    a.weights = ptr(o.weights);
+    a.gate_type = static_cast<int>(gw.dtype);
+    a.row_bytes = static_cast<int64_t>(dtype_bytes(gw.dtype, static_cast<size_t>(dim)));
+    a.expert_bytes = static_cast<int64_t>(gw.row_bytes());  // fused: gate's ff rows, then up's
+    a.gate = ptr<uint8_t>(gw);
+    a.up = fused ? a.gate + ff * a.row_bytes : ptr<uint8_t>(o.up);
+    a.gate_bias = ptr(o.gate_bias);
+    a.up_bias = ptr(o.up_bias);
+    a.down = ptr<uint8_t>(o.down);
+    a.down_type = static_cast<int>(o.down.dtype);
+    a.down_row_bytes = static_cast<int64_t>(dtype_bytes(o.down.dtype, static_cast<size_t>(ff)));
+    a.down_expert_bytes = static_cast<int64_t>(o.down.row_bytes());
+    a.down_bias = ptr(o.down_bias);
+    a.out = ptr(o.out);
+    a.h = h;
+    a.n = i32(o.x.dim(0));
+    a.dim = i32(dim);
+    a.k = i32(o.ids.dim(1));
+    a.ff = i32(ff);
+    a.experts = i32(gw.dim(0));
+    a.act = static_cast<int>(o.act);
+    a.alpha = o.alpha;
+    a.limit = o.limit;
+    a.chunk_rows = i32(chunk);
+    a.err = err_;
+    return check("moe_experts", launch_moe_experts(a, stream_));
+  }
+  Status enqueue(const SplitHeadsOp& o) {
+    if (o.a.numel() == 0) return ok_status();
+    return check("split_heads",
+                 launch_split_heads(ptr(o.x), ptr(o.a), ptr(o.b), o.a.dim(0) * o.a.dim(1), i32(o.a.dim(2)), stream_));
+  }
+  // Run even for no tokens: `reset` still clears the carried window (and state), as ref.
+  Status enqueue(const CausalConv1dOp& o) {
+    if (o.x.dim(1) == 0) return ok_status();
+    return check("causal_conv1d",
+                 launch_causal_conv1d(ptr(o.x), ptr(o.weight), ptr(o.state), ptr(o.out), i32(o.x.dim(0)),
+                                      i32(o.x.dim(1)), i32(o.weight.dim(1)), o.reset, stream_));
+  }
+  Status enqueue(const GatedDeltaRuleOp& o) {
+    if (o.state.numel() == 0) return ok_status();
+    return check("gated_delta_rule",
+                 launch_gated_delta_rule(ptr(o.qkv), ptr(o.alpha), ptr(o.beta), ptr(o.dt_bias), ptr(o.a), ptr(o.state),
+                                         ptr(o.out), i32(o.qkv.dim(0)), i32(o.state.dim(0)), o.k_heads,
+                                         i32(o.state.dim(1)), o.eps, o.reset, stream_));
+  }
 
   int device_;
   cudaStream_t stream_ = nullptr;

@@ -1,6 +1,8 @@
 // CUDA kernels for Tessera's operators: straightforward first versions of each (one thread per output
 // element or row; matrix products one warp per output with shuffle reduction), numerically following the
-// reference (sequential row reductions, max-subtracted softmax, correctly rounded division and sqrt).
+// reference (sequential row reductions, max-subtracted softmax, correctly rounded division and sqrt; layer_norm
+// sums a row in double over a block). The per-element and per-row arithmetic of the activations, routing, the
+// causal convolution and the gated delta rule lives in kernel_math.h, which host tests run against ref.
 // Stored weight types are widened element by element by dq() as base/quant's dequantize() does, with the
 // round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fsub_rn) so that nvcc cannot fuse them into FMAs: a
 // looked-up embedding row is then bit-identical to ref's.
@@ -9,6 +11,7 @@
 
 #include <cstring>
 
+#include "ops/cuda/kernel_math.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera::ops::cuda {
@@ -205,13 +208,14 @@ __global__ void add_rms_norm_k(float* res, const float* d, const float* w, float
   rms_row(x, w, out + static_cast<int64_t>(r) * n, n, eps);
 }
 
-__global__ void rope_k(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, float theta,
-                       bool interleaved, const float* freqs, float mscale) {
-  const int half = hd / 2;
+// Turns the first `rot` elements of each head (rot == hd: all of them); pair j by pos * theta^(-2j/rot).
+__global__ void rope_k(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, int rot,
+                       float theta, bool interleaved, const float* freqs, float mscale) {
+  const int half = rot / 2;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n * half) return;
   const int t = idx / half, j = idx % half;
-  const float freq = freqs ? freqs[j] : 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+  const float freq = freqs ? freqs[j] : 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
   const float angle = __fmul_rn(static_cast<float>(pos[t]), freq);
   float c = cosf(angle), s = sinf(angle);
   if (freqs) {
@@ -257,7 +261,7 @@ template <typename T>
 __global__ void attention_k(const float* q, const T* kc, const T* vc, const int32_t* tables, int stride,
                             const int32_t* lens, int start_pos, float* out, float* scores_all, int max_ctx, int count,
                             int heads, int kv_heads, int hd, int block_tokens, int num_blocks, float scale,
-                            float softcap, int window, int* err) {
+                            float softcap, int window, const float* sinks, int* err) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= count * heads) return;
   const int i = idx / heads, h = idx % heads;
@@ -292,11 +296,14 @@ __global__ void attention_k(const float* q, const T* kc, const T* vc, const int3
     scores[t] = s;
     max_score = s > max_score ? s : max_score;
   }
+  // A sink is one more logit in the softmax that reads no value (ops.h): it raises the maximum and the sum.
+  if (sinks) max_score = max_of(max_score, sinks[h]);
   float sum = 0.0f;
   for (int t = first; t <= pos; ++t) {
     scores[t] = expf(scores[t] - max_score);
     sum += scores[t];
   }
+  if (sinks) sum += expf(sinks[h] - max_score);
   for (int t = first; t <= pos; ++t) scores[t] /= sum;
   for (int e = 0; e < hd; ++e) oh[e] = 0.0f;
   for (int t = first; t <= pos; ++t) {
@@ -322,16 +329,10 @@ __global__ void matmul_k(const float* x, const uint8_t* w, int type, int64_t row
   if (lane == 0) out[warp] = bias ? s + bias[i] : s;
 }
 
-__global__ void silu_mul_k(const float* g, const float* u, float* out, int64_t n, bool gelu) {
+// per > 1: one gate value per row of `per` up values (the sigmoid gate's [n, 1] form).
+__global__ void silu_mul_k(const float* g, const float* u, float* out, int64_t n, int act, int64_t per) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  float v = g[i];
-  if (gelu) {  // GELU's tanh approximation as ref evaluates it: x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3)))
-    out[i] = v / (1.0f + expf(-2.0f * 0.79788456080286535588f * v * (1.0f + 0.044715f * v * v))) * u[i];
-    return;
-  }
-  v *= (1.0f / (1.0f + expf(-v)));
-  out[i] = v * u[i];
+  if (i < n) out[i] = gated_value(act, g[per == 1 ? i : i / per], u[i], 0.0f, 0.0f);
 }
 
 __global__ void add_k(const float* a, const float* b, float* out, int64_t n) {
@@ -365,6 +366,199 @@ __global__ void argmax_k(const float* x, int32_t* out, int rows, int m) {
   out[r] = best;
 }
 
+__global__ void scale_k(const float* x, float* out, int64_t n, float scale) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __fmul_rn(x[i], scale);
+}
+
+__global__ void activation_k(const float* x, float* out, int64_t n, int act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = activation_value(act, x[i]);
+}
+
+// The sum of v over the block (a multiple of 32 threads, at most 1024), returned to every thread: warp shuffles,
+// then one warp over the warps' sums. The leading barrier lets a block call it twice in a row.
+__device__ double block_sum(double v) {
+  __shared__ double part[32];
+  __shared__ double total;
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? part[lane] : 0.0;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+
+// One block per row. The mean and the variance are summed in double, as ref does (in a tree rather than in row
+// order); out may be x: every element is written after the second sum, which every thread's reads precede.
+__global__ void layer_norm_k(const float* x, const float* w, const float* b, float* out, int n, float eps) {
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * n;
+  double s = 0.0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) s += xr[j];
+  const double mean = block_sum(s) / static_cast<double>(n);
+  double q = 0.0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) q += (xr[j] - mean) * (xr[j] - mean);
+  const double inv = 1.0 / sqrt(block_sum(q) / static_cast<double>(n) + static_cast<double>(eps));
+  for (int j = threadIdx.x; j < n; j += blockDim.x)
+    o[j] = static_cast<float>((xr[j] - mean) * inv) * w[j] + (b ? b[j] : 0.0f);
+}
+
+// One thread per column: the mean sums the rows in order in double, as ref.
+__global__ void pool_k(const float* x, float* out, int n, int dim, int kind) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  if (kind != kPoolMean) {
+    out[j] = x[static_cast<int64_t>(kind == kPoolFirst ? 0 : n - 1) * dim + j];
+    return;
+  }
+  double sum = 0.0;
+  for (int r = 0; r < n; ++r) sum += x[static_cast<int64_t>(r) * dim + j];
+  out[j] = static_cast<float>(sum / static_cast<double>(n));
+}
+
+// One thread per (query, head) over all n keys: three passes over the keys (the maximum score, the softmax's sum,
+// then the weighted values) recompute each score rather than keep n of them, so the operator needs no scratch
+// memory however long the input; each pass evaluates a score with the same operations, so it is the same value.
+__global__ void attention_noncausal_k(const float* q, const float* k, const float* v, float* out, int n, int heads,
+                                      int kv_heads, int hd, float scale) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= n * heads) return;
+  const int h = idx % heads, kvh = h / (heads / kv_heads);
+  const float* qh = q + static_cast<int64_t>(idx) * hd;
+  const float sc = scale > 0.0f ? scale : 1.0f / sqrtf(static_cast<float>(hd));
+  auto score = [&](int t) {
+    const float* kt = k + (static_cast<int64_t>(t) * kv_heads + kvh) * hd;
+    float s = 0.0f;
+    for (int e = 0; e < hd; ++e) s += qh[e] * kt[e];
+    return s * sc;
+  };
+  float mx = -INFINITY;
+  for (int t = 0; t < n; ++t) {
+    const float s = score(t);
+    if (s > mx) mx = s;
+  }
+  float sum = 0.0f;
+  for (int t = 0; t < n; ++t) sum += expf(score(t) - mx);
+  float* oh = out + static_cast<int64_t>(idx) * hd;  // ops.h lets out alias no input: qh is read above
+  for (int e = 0; e < hd; ++e) oh[e] = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    const float p = expf(score(t) - mx) / sum;
+    const float* vt = v + (static_cast<int64_t>(t) * kv_heads + kvh) * hd;
+    for (int e = 0; e < hd; ++e) oh[e] += p * vt[e];
+  }
+}
+
+__global__ void split_heads_k(const float* x, float* a, float* b, int64_t rows, int d) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= rows * d) return;
+  const int64_t r = idx / d, e = idx % d;
+  a[idx] = x[r * 2 * d + e];
+  b[idx] = x[r * 2 * d + d + e];
+}
+
+// One thread per channel, over all the tokens (kernel_math.h's conv_channel).
+__global__ void causal_conv1d_k(const float* x, const float* weight, float* state, float* out, int n, int channels,
+                                int taps, bool reset) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < channels) conv_channel(x, weight, state, out, n, channels, taps, reset, c);
+}
+
+// One thread per (value head, value element): the element's row of the head's state (kernel_math.h's
+// delta_rule_row). Threads share nothing, so there is no barrier between tokens.
+__global__ void gated_delta_rule_k(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
+                                   const float* a, float* state, float* out, int n, int hv, int hk, int s, float eps,
+                                   bool reset) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(hv) * s) return;
+  const int h = static_cast<int>(idx / s), j = static_cast<int>(idx % s);
+  delta_rule_row(qkv, alpha, beta, dt_bias, a, state + idx * s, out, n, hv, hk, s, eps, reset, h, j);
+}
+
+// One thread per row (kernel_math.h's route_row): a few hundred operations each.
+__global__ void moe_route_k(const float* logits, const float* bias, const float* expert_scale, int32_t* ids, float* w,
+                            int n, int experts, int k, int gating, bool normalize, float scale) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  route_row(logits + static_cast<int64_t>(r) * experts, experts, bias, k, gating, normalize, scale, expert_scale,
+            ids + static_cast<int64_t>(r) * k, w + static_cast<int64_t>(r) * k);
+}
+
+// The sum of v over a warp, in every lane.
+__device__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// MoeExpertsOp, part 1: for rows [row0, row0 + rows), h[(t - row0) * k + j][i] = act(gate[e] row i . x[t] +
+// gate_bias[e][i], up[e] row i . x[t] + up_bias[e][i]), e = ids[t][j]: one warp per (row, slot, hidden unit),
+// lanes striding over dim and widening both rows as matmul_k does. An expert id outside [0, experts) raises the
+// stream's error flag and gives 0.
+__global__ void moe_gate_up_k(MoeExpertsArgs p, int row0, int rows) {
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= static_cast<int64_t>(rows) * p.k * p.ff) return;
+  const int64_t tk = warp / p.ff;
+  const int i = static_cast<int>(warp % p.ff);
+  const int e = p.ids[static_cast<int64_t>(row0) * p.k + tk];
+  float* h = p.h + tk * p.ff;
+  if (e < 0 || e >= p.experts) {
+    if (lane == 0) {
+      flag(p.err);
+      h[i] = 0.0f;
+    }
+    return;
+  }
+  const float* x = p.x + (row0 + tk / p.k) * p.dim;
+  const uint8_t* g = p.gate + e * p.expert_bytes + i * p.row_bytes;
+  const uint8_t* u = p.up + e * p.expert_bytes + i * p.row_bytes;
+  float gs = 0.0f, us = 0.0f;
+  for (int c = lane; c < p.dim; c += 32) {
+    gs += dq(p.gate_type, g, c) * x[c];
+    us += dq(p.gate_type, u, c) * x[c];
+  }
+  gs = warp_sum(gs);
+  us = warp_sum(us);
+  if (lane != 0) return;
+  if (p.gate_bias) gs += p.gate_bias[static_cast<int64_t>(e) * p.ff + i];
+  if (p.up_bias) us += p.up_bias[static_cast<int64_t>(e) * p.ff + i];
+  h[i] = gated_value(p.act, gs, us, p.alpha, p.limit);
+}
+
+// Part 2: out[t][i] = sum over slots j = 0 .. k-1, in order, of weights[t][j] * (down[e] row i . h[t, j] +
+// down_bias[e][i]) (the first product assigned, as ref): one warp per (row, output). An invalid expert raises the
+// error flag and contributes 0. out may be x: part 1 read these rows of x before this launch.
+__global__ void moe_down_k(MoeExpertsArgs p, int row0, int rows) {
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= static_cast<int64_t>(rows) * p.dim) return;
+  const int64_t t = warp / p.dim;
+  const int i = static_cast<int>(warp % p.dim);
+  float acc = 0.0f;
+  for (int j = 0; j < p.k; ++j) {
+    const int64_t slot = (row0 + t) * p.k + j;
+    const int e = p.ids[slot];
+    float y = 0.0f;
+    if ((e < 0 || e >= p.experts) && lane == 0) flag(p.err);  // part 1 did too, unless ff is 0
+    if (e >= 0 && e < p.experts) {  // the same in every lane: the shuffles below see the whole warp
+      const uint8_t* d = p.down + e * p.down_expert_bytes + i * p.down_row_bytes;
+      const float* h = p.h + (t * p.k + j) * p.ff;
+      for (int c = lane; c < p.ff; c += 32) y += dq(p.down_type, d, c) * h[c];
+      y = warp_sum(y);
+      if (p.down_bias) y += p.down_bias[static_cast<int64_t>(e) * p.dim + i];
+    }
+    const float w = p.weights[slot];
+    acc = j == 0 ? y * w : acc + y * w;
+  }
+  if (lane == 0) p.out[(row0 + t) * p.dim + i] = acc;
+}
+
 }  // namespace
 
 void cuda_dequantize_row(int dtype, const uint8_t* row, int64_t k, float* out) {
@@ -386,10 +580,10 @@ int launch_add_rms_norm(float* res, const float* delta, const float* w, float* o
   add_rms_norm_k<<<blocks_for(rows), kThreads, 0, st(stream)>>>(res, delta, w, out, rows, n, eps);
   return last_error();
 }
-int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, float theta,
+int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, int rot, float theta,
                 bool interleaved, const float* freqs, float mscale, void* stream) {
-  rope_k<<<blocks_for(static_cast<int64_t>(n) * (hd / 2)), kThreads, 0, st(stream)>>>(
-      q, k, pos, n, q_heads, k_heads, hd, theta, interleaved, freqs, mscale);
+  rope_k<<<blocks_for(static_cast<int64_t>(n) * (rot / 2)), kThreads, 0, st(stream)>>>(
+      q, k, pos, n, q_heads, k_heads, hd, rot, theta, interleaved, freqs, mscale);
   return last_error();
 }
 int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n, int row,
@@ -407,16 +601,16 @@ int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16
 int launch_attention(const float* q, const void* kc, const void* vc, bool f16, const int32_t* tables, int stride,
                      const int32_t* lens, int start_pos, float* out, float* scores, int max_ctx, int count, int heads,
                      int kv_heads, int hd, int block_tokens, int num_blocks, float scale, float softcap, int window,
-                     int* err, void* stream) {
+                     const float* sinks, int* err, void* stream) {
   const int b = blocks_for(static_cast<int64_t>(count) * heads);
   if (f16) {
     attention_k<__half><<<b, kThreads, 0, st(stream)>>>(
         q, static_cast<const __half*>(kc), static_cast<const __half*>(vc), tables, stride, lens, start_pos, out, scores,
-        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, err);
+        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, sinks, err);
   } else {
     attention_k<float><<<b, kThreads, 0, st(stream)>>>(
         q, static_cast<const float*>(kc), static_cast<const float*>(vc), tables, stride, lens, start_pos, out, scores,
-        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, err);
+        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, sinks, err);
   }
   return last_error();
 }
@@ -426,8 +620,8 @@ int launch_matmul(const float* x, const uint8_t* w, int dtype, int64_t row_bytes
   matmul_k<<<b, kThreads, 0, st(stream)>>>(x, w, dtype, row_bytes, bias, out, n, k, m);
   return last_error();
 }
-int launch_silu_mul(const float* g, const float* u, float* out, int64_t n, bool gelu, void* stream) {
-  silu_mul_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(g, u, out, n, gelu);
+int launch_silu_mul(const float* g, const float* u, float* out, int64_t n, int act, int64_t per, void* stream) {
+  silu_mul_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(g, u, out, n, act, per);
   return last_error();
 }
 int launch_add(const float* a, const float* b, float* out, int64_t n, void* stream) {
@@ -441,6 +635,65 @@ int launch_softmax(const float* x, float* out, int rows, int m, void* stream) {
 int launch_argmax(const float* x, int32_t* out, int rows, int m, void* stream) {
   argmax_k<<<blocks_for(rows), kThreads, 0, st(stream)>>>(x, out, rows, m);
   return last_error();
+}
+
+int launch_scale(const float* x, float* out, int64_t n, float scale, void* stream) {
+  scale_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(x, out, n, scale);
+  return last_error();
+}
+int launch_activation(const float* x, float* out, int64_t n, int act, void* stream) {
+  activation_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(x, out, n, act);
+  return last_error();
+}
+int launch_layer_norm(const float* x, const float* w, const float* b, float* out, int rows, int n, float eps,
+                      void* stream) {
+  layer_norm_k<<<rows, kThreads, 0, st(stream)>>>(x, w, b, out, n, eps);
+  return last_error();
+}
+int launch_pool(const float* x, float* out, int n, int dim, int kind, void* stream) {
+  pool_k<<<blocks_for(dim), kThreads, 0, st(stream)>>>(x, out, n, dim, kind);
+  return last_error();
+}
+int launch_attention_noncausal(const float* q, const float* k, const float* v, float* out, int n, int heads,
+                               int kv_heads, int hd, float scale, void* stream) {
+  attention_noncausal_k<<<blocks_for(static_cast<int64_t>(n) * heads), kThreads, 0, st(stream)>>>(
+      q, k, v, out, n, heads, kv_heads, hd, scale);
+  return last_error();
+}
+int launch_split_heads(const float* x, float* a, float* b, int64_t rows, int d, void* stream) {
+  split_heads_k<<<blocks_for(rows * d), kThreads, 0, st(stream)>>>(x, a, b, rows, d);
+  return last_error();
+}
+int launch_causal_conv1d(const float* x, const float* weight, float* state, float* out, int n, int channels, int taps,
+                         bool reset, void* stream) {
+  causal_conv1d_k<<<blocks_for(channels), kThreads, 0, st(stream)>>>(x, weight, state, out, n, channels, taps, reset);
+  return last_error();
+}
+int launch_gated_delta_rule(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
+                            const float* a, float* state, float* out, int n, int hv, int hk, int s, float eps,
+                            bool reset, void* stream) {
+  gated_delta_rule_k<<<blocks_for(static_cast<int64_t>(hv) * s), kThreads, 0, st(stream)>>>(
+      qkv, alpha, beta, dt_bias, a, state, out, n, hv, hk, s, eps, reset);
+  return last_error();
+}
+int launch_moe_route(const float* logits, const float* bias, const float* expert_scale, int32_t* ids, float* weights,
+                     int n, int experts, int k, int gating, bool normalize, float scale, void* stream) {
+  moe_route_k<<<blocks_for(n), kThreads, 0, st(stream)>>>(logits, bias, expert_scale, ids, weights, n, experts, k,
+                                                          gating, normalize, scale);
+  return last_error();
+}
+int launch_moe_experts(const MoeExpertsArgs& args, void* stream) {
+  for (int row0 = 0; row0 < args.n; row0 += args.chunk_rows) {
+    const int rows = args.n - row0 < args.chunk_rows ? args.n - row0 : args.chunk_rows;
+    if (args.ff > 0) {  // (no hidden units: each expert gives its down bias alone)
+      moe_gate_up_k<<<blocks_for(static_cast<int64_t>(rows) * args.k * args.ff * 32), kThreads, 0, st(stream)>>>(
+          args, row0, rows);
+      if (const int e = last_error(); e != 0) return e;
+    }
+    moe_down_k<<<blocks_for(static_cast<int64_t>(rows) * args.dim * 32), kThreads, 0, st(stream)>>>(args, row0, rows);
+    if (const int e = last_error(); e != 0) return e;
+  }
+  return 0;
 }
 
 }  // namespace tessera::ops::cuda
