@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "ops/registry.h"
 #include "support/paths.h"
+#include "support/refusing_device.h"
 
 namespace tessera::model {
 namespace {
@@ -302,14 +303,18 @@ TEST(HybridEngine, RefusesWhatItDoesNotCarry) {
   std::vector<float> k(1024), v(1024);
   Status ex = r->export_kv(s, 0, 0, 4, DType::kF32, k.data(), v.data());  // layer 0 is a linear layer
   EXPECT_EQ(ex.code(), StatusCode::kUnimplemented) << ex.to_string();
-  // Backends without the operators are refused at load, naming what is missing (cuda, where a GPU is); opencl and
-  // vulkan have them.
-  if (auto cu = ops::open_device("cuda"); cu.ok()) {
-    const auto missing = engine::unsupported_layer_features(**cu, m.config);
-    ASSERT_FALSE(missing.empty());
-    EXPECT_NE(missing.front().find("linear-attention"), std::string::npos) << missing.front();
-  }
-  for (const char* backend : {"opencl", "vulkan"}) {
+  // A device without the operators is refused at load, naming what is missing; opencl, vulkan and cuda have them.
+  testing::RefusingDevice bare(std::move(ops::open_device("ref").value()), "without-linear", [](const ops::Op& op) {
+    const bool linear = std::holds_alternative<ops::CausalConv1dOp>(op) ||
+                        std::holds_alternative<ops::GatedDeltaRuleOp>(op) ||
+                        std::holds_alternative<ops::SplitHeadsOp>(op);
+    return linear ? std::string("no linear-attention kernels") : std::string();
+  });
+  const auto missing = engine::unsupported_layer_features(bare, m.config);
+  ASSERT_EQ(missing.size(), 2u);
+  EXPECT_EQ(missing[0], "linear-attention layers (causal_conv1d, gated_delta_rule)");
+  EXPECT_EQ(missing[1], "gated attention (split_heads, sigmoid silu_mul)");
+  for (const char* backend : {"opencl", "vulkan", "cuda"}) {
     auto dev = ops::open_device(backend);
     if (!dev.ok()) continue;
     for (const char* shape : {"qwen3.5-0.8b", "qwen3.5-35b-a3b"}) {

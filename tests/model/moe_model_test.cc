@@ -20,6 +20,7 @@
 #include "model/synth.h"
 #include "ops/registry.h"
 #include "support/paths.h"
+#include "support/refusing_device.h"
 
 namespace tessera::model {
 namespace {
@@ -391,22 +392,31 @@ TEST(MoeEngine, BatchingAndChunkingNeverChangeARow) {
   }
 }
 
-// opencl runs the MoE layers (its own kernels: one work-item per output, each reading its expert's row) and gives
-// ref's greedy tokens; it has no attention sinks, so gpt-oss is refused at load, naming them (not at the first step).
-TEST(MoeEngine, OpenClRunsExpertLayersAndRefusesSinksByName) {
+// opencl runs the MoE layers (its own kernels: one work-item per output, each reading its expert's row) and gpt-oss's
+// attention sinks, and gives ref's greedy tokens.
+TEST(MoeEngine, OpenClRunsExpertLayersAndSinks) {
   auto cl = ops::open_device("opencl");
   if (!cl.ok()) GTEST_SKIP() << "no opencl device here: " << cl.status().message();
-  for (const char* shape : {"qwen3-30b-a3b", "mixtral-8x7b"}) {
+  for (const char* shape : {"qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b"}) {
     SynthModel m = small(shape);
     EXPECT_TRUE(engine::unsupported_layer_features(**cl, m.config).empty()) << shape;
     EXPECT_EQ(run("opencl", m.config, m.weights).greedy, run("ref", m.config, m.weights).greedy) << shape;
   }
+}
+
+// A device without attention sinks refuses gpt-oss at load, naming them (not at the first step).
+TEST(MoeEngine, ADeviceWithoutSinksRefusesGptOssByName) {
   SynthModel oss = small("gpt-oss-20b");
   auto cpu = ops::open_device("cpu");
   ASSERT_TRUE(cpu.ok());
   EXPECT_TRUE(engine::unsupported_layer_features(**cpu, oss.config).empty());
-  EXPECT_EQ(engine::unsupported_layer_features(**cl, oss.config), (std::vector<std::string>{"attention sinks"}));
-  auto r = engine::ModelRunner::create(**cl, oss.config, oss.weights, {});
+  testing::RefusingDevice dev(std::move(ops::open_device("ref").value()), "without-sinks", [](const ops::Op& op) {
+    const auto* p = std::get_if<ops::AttentionPrefillOp>(&op);
+    const auto* d = std::get_if<ops::AttentionDecodeOp>(&op);
+    return (p && p->sinks.valid()) || (d && d->sinks.valid()) ? std::string("no sinks") : std::string();
+  });
+  EXPECT_EQ(engine::unsupported_layer_features(dev, oss.config), (std::vector<std::string>{"attention sinks"}));
+  auto r = engine::ModelRunner::create(dev, oss.config, oss.weights, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(r.status().message().find("attention sinks"), std::string::npos) << r.status().message();

@@ -98,11 +98,12 @@ KV_WRITE(kv_write_f32, float, STORE_F32)
 KV_WRITE(kv_write_f16, half, STORE_F16)
 
 // Attention of one query head at position `pos`, in the reference's order: scores (kept in `scores`),
-// max-subtracted exponentials, normalised, then values accumulated position by position.
+// max-subtracted exponentials, normalised, then values accumulated position by position. `sink` (gpt-oss; -inf
+// without one) is one more logit that takes probability and reads no value.
 #define ATTEND(NAME, T, LOAD)                                                                                    \
   inline void NAME(__global const T* kc, __global const T* vc, __global const int* table, int pos,             \
                    __global const float* q, __global float* out, __global float* scores, int block_tokens,     \
-                   int kv_heads, int kvh, int hd, float scale, float softcap, int first) {                     \
+                   int kv_heads, int kvh, int hd, float scale, float softcap, int first, float sink) {         \
     const float denom = sqrt((float)hd);                                                                       \
     float max_score = -INFINITY;                                                                               \
     for (int t = first; t <= pos; ++t) {                                                                       \
@@ -115,11 +116,13 @@ KV_WRITE(kv_write_f16, half, STORE_F16)
       scores[t] = s;                                                                                           \
       max_score = s > max_score ? s : max_score;                                                               \
     }                                                                                                          \
+    max_score = max_score < sink ? sink : max_score;                                                           \
     float sum = 0.0f;                                                                                          \
     for (int t = first; t <= pos; ++t) {                                                                       \
       scores[t] = exp(scores[t] - max_score);                                                                  \
       sum += scores[t];                                                                                        \
     }                                                                                                          \
+    sum += exp(sink - max_score);                                                                              \
     for (int t = first; t <= pos; ++t) scores[t] /= sum;                                                       \
     for (int i = 0; i < hd; ++i) out[i] = 0.0f;                                                                \
     for (int t = first; t <= pos; ++t) {                                                                       \
@@ -142,7 +145,7 @@ ATTEND(attend_f16, half, LOAD_F16)
                      __global const int* lens, ulong lens_off, int start_pos, int decode, __global float* out,    \
                      ulong out_off, __global float* scores, int max_ctx, int n_heads, int kv_heads, int hd,       \
                      int block_tokens, int num_blocks, float scale, float softcap, int window,                    \
-                     __global int* err) {                                                                         \
+                     __global const float* sinks, ulong sinks_off, int has_sinks, __global int* err) {            \
     const int i = get_global_id(0), h = get_global_id(1);                                                         \
     const int pos = decode ? lens[lens_off + i] - 1 : start_pos + i;                                              \
     __global const int* table = tables + tables_off + (decode ? (ulong)i * table_stride : 0);                    \
@@ -160,7 +163,8 @@ ATTEND(attend_f16, half, LOAD_F16)
     const ulong qo = ((ulong)i * n_heads + h) * hd;                                                               \
     ATTEND_FN(kc + kc_off, vc + vc_off, table, pos, q + q_off + qo, out + out_off + qo,                          \
               scores + ((ulong)i * n_heads + h) * max_ctx, block_tokens, kv_heads, h / (n_heads / kv_heads), hd,  \
-              scale, softcap, window > 0 ? max(0, pos - window + 1) : 0);                                         \
+              scale, softcap, window > 0 ? max(0, pos - window + 1) : 0,                                          \
+              has_sinks ? sinks[sinks_off + h] : -INFINITY);                                                      \
   }
 ATTENTION(attention_f32, float, attend_f32)
 ATTENTION(attention_f16, half, attend_f16)

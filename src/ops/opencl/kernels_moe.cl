@@ -15,10 +15,11 @@ inline int moe_ranks_before(float a, int ia, float b, int ib) {
   return a > b || (a == b && ia < ib);
 }
 
-// gating: 0 softmax, 1 sigmoid, 2 softmax over the chosen.
+// gating: 0 softmax, 1 sigmoid, 2 softmax over the chosen; then each weight times its expert's scale where has_es.
 __kernel void moe_route(__global const float* logits, ulong l_off, __global const float* bias, ulong b_off,
                         int has_bias, __global int* ids, ulong ids_off, __global float* w, ulong w_off, int experts,
-                        int k, int gating, int normalize, float scale) {
+                        int k, int gating, int normalize, float scale, __global const float* escale,
+                        ulong es_off, int has_es) {
   const int r = get_global_id(0);
   __global const float* l = logits + l_off + (ulong)r * experts;
   __global int* rid = ids + ids_off + (ulong)r * k;
@@ -60,6 +61,8 @@ __kernel void moe_route(__global const float* logits, ulong l_off, __global cons
   }
   if (scale != 1.0f)
     for (int j = 0; j < k; ++j) rw[j] *= scale;
+  if (has_es)  // per-expert output scales (gemma4)
+    for (int j = 0; j < k; ++j) rw[j] *= escale[es_off + rid[j]];
 }
 
 inline float dot_f32(__global const uchar* row, __global const float* x, int k) {

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -105,17 +106,6 @@ Support capability(const Op& op) {
   }
   if (const auto* e = std::get_if<EmbeddingOp>(&op); e && e->table.dtype != DType::kF32)
     return Support::no("opencl embedding takes an f32 table");
-  // The encoder operators (BERT) and pooling have no opencl kernels yet: ref and cpu run embedding models.
-  if (std::holds_alternative<LayerNormOp>(op) || std::holds_alternative<ActivationOp>(op) ||
-      std::holds_alternative<AttentionNonCausalOp>(op) || std::holds_alternative<PoolOp>(op))
-    return Support::no("opencl has no layer_norm, activation, attention_noncausal or pool kernel");
-  if (std::holds_alternative<ScaleOp>(op)) return Support::no("opencl has no scale kernel (gemma4)");
-  if (const auto* r = std::get_if<MoeRouteOp>(&op); r && r->expert_scale.valid())
-    return Support::no("opencl moe_route has no per-expert scales (gemma4's ffn_down_exps.scale)");
-  if (const auto* a = std::get_if<AttentionPrefillOp>(&op); a && a->sinks.valid())
-    return Support::no("opencl attention has no sinks");
-  if (const auto* a = std::get_if<AttentionDecodeOp>(&op); a && a->sinks.valid())
-    return Support::no("opencl attention has no sinks");
   if (const auto* me = std::get_if<MoeExpertsOp>(&op)) {
     const Tensor& gw = me->gate_up.valid() ? me->gate_up : me->gate;
     if (!weight_ok(gw.dtype) || !weight_ok(me->down.dtype))
@@ -155,6 +145,11 @@ Support capability(const Op& op) {
     f32_aligned({&g->qkv, &g->alpha, &g->beta, &g->dt_bias, &g->a, &g->state});
   if (const auto* sh = std::get_if<SplitHeadsOp>(&op)) f32_aligned({&sh->a, &sh->b});
   if (const auto* m = std::get_if<SiluMulOp>(&op)) f32_aligned({&m->gate, &m->up});
+  if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) f32_aligned({&a->sinks});
+  if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) f32_aligned({&a->sinks});
+  if (const auto* r = std::get_if<MoeRouteOp>(&op)) f32_aligned({&r->expert_scale, &r->bias});
+  if (const auto* l = std::get_if<LayerNormOp>(&op)) f32_aligned({&l->weight, &l->bias});
+  if (const auto* a = std::get_if<AttentionNonCausalOp>(&op)) f32_aligned({&a->q, &a->k, &a->v});
   if (!aligned) return Support::no("opencl needs tensor views aligned to their element size");
   return Support::yes();
 }
@@ -435,7 +430,7 @@ class ClStream final : public Stream {
  private:
   Status attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& tables, int64_t table_stride,
                    const Tensor& lens, int32_t start_pos, bool decode, const Tensor& out, int64_t max_ctx,
-                   const AttentionScores& opt) {
+                   const AttentionScores& opt, const Tensor& sinks) {
     const int64_t count = q.dim(0), heads = q.dim(1);
     TS_ASSIGN_OR_RETURN(cl_mem s, scratch(sz(std::max<int64_t>(1, count * heads * max_ctx)) * sizeof(float)));
     const char* name = kc.dtype == DType::kF16 ? "attention_f16" : "attention_f32";
@@ -443,16 +438,17 @@ class ClStream final : public Stream {
                   elem_off(vc), mem_of(tables), elem_off(tables), i32(table_stride), mem_of(lens), elem_off(lens),
                   cl_int{start_pos}, cl_int{decode ? 1 : 0}, mem_of(out), elem_off(out), s, i32(max_ctx), i32(heads),
                   i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), opt.scale, opt.softcap,
-                  cl_int{opt.window}, err_);
+                  cl_int{opt.window}, mem_of(sinks.valid() ? sinks : q), elem_off(sinks.valid() ? sinks : q),
+                  cl_int{sinks.valid() ? 1 : 0}, err_);
   }
   Status enqueue(const AttentionPrefillOp& o) {
     return attention(o.q, o.k_cache, o.v_cache, o.block_table, o.block_table.dim(0), o.block_table, o.start_pos, false,
-                     o.out, o.start_pos + o.q.dim(0), o.scores);
+                     o.out, o.start_pos + o.q.dim(0), o.scores, o.sinks);
   }
   Status enqueue(const AttentionDecodeOp& o) {
     const int64_t stride = o.block_tables.dim(1);
     return attention(o.q, o.k_cache, o.v_cache, o.block_tables, stride, o.context_lens, 0, true, o.out,
-                     stride * o.k_cache.dim(1), o.scores);
+                     stride * o.k_cache.dim(1), o.scores, o.sinks);
   }
   Status enqueue(const MatMulOp& o) {
     const char* name = matmul_kernel(o.w.dtype);
@@ -493,12 +489,31 @@ class ClStream final : public Stream {
     return launch("softmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
   }
-  // Refused by capability() before a stream gets here.
-  Status enqueue(const LayerNormOp&) { return unimplemented("opencl: layer_norm"); }
-  Status enqueue(const ActivationOp&) { return unimplemented("opencl: activation"); }
-  Status enqueue(const AttentionNonCausalOp&) { return unimplemented("opencl: attention_noncausal"); }
-  Status enqueue(const PoolOp&) { return unimplemented("opencl: pool"); }
-  Status enqueue(const ScaleOp&) { return unimplemented("opencl: scale"); }
+  Status enqueue(const LayerNormOp& o) {
+    const Tensor& bias = o.bias.valid() ? o.bias : o.weight;
+    return launch("layer_norm", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.weight), elem_off(o.weight),
+                  mem_of(bias), elem_off(bias), cl_int{o.bias.valid() ? 1 : 0}, mem_of(o.out), elem_off(o.out),
+                  i32(o.x.dim(1)), o.eps);
+  }
+  Status enqueue(const ActivationOp& o) {
+    const cl_int act = o.act == Activation::kGeluErf ? 3 : o.act == Activation::kGeluTanh ? 1 : 0;
+    return launch("activation", {sz(o.x.numel())}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out), act);
+  }
+  Status enqueue(const AttentionNonCausalOp& o) {
+    const int64_t hd = o.q.dim(2);
+    const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    return launch("attention_noncausal", {sz(o.q.dim(0)), sz(o.q.dim(1))}, mem_of(o.q), elem_off(o.q), mem_of(o.k),
+                  elem_off(o.k), mem_of(o.v), elem_off(o.v), mem_of(o.out), elem_off(o.out), i32(o.q.dim(0)),
+                  i32(o.q.dim(1)), i32(o.k.dim(1)), i32(hd), scale);
+  }
+  Status enqueue(const PoolOp& o) {
+    const cl_int kind = o.kind == PoolKind::kMean ? 0 : o.kind == PoolKind::kFirst ? 1 : 2;
+    return launch("pool", {sz(o.x.dim(1))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out), i32(o.x.dim(0)),
+                  i32(o.x.dim(1)), kind);
+  }
+  Status enqueue(const ScaleOp& o) {
+    return launch("scale", {sz(o.x.numel())}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out), o.scale);
+  }
   Status enqueue(const ArgmaxOp& o) {
     return launch("argmax", {sz(o.x.dim(0))}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out),
                   i32(o.x.dim(1)));
@@ -509,7 +524,8 @@ class ClStream final : public Stream {
     return launch("moe_route", {sz(o.logits.dim(0))}, mem_of(o.logits), elem_off(o.logits), mem_of(bias),
                   elem_off(bias), cl_int{o.bias.valid() ? 1 : 0}, mem_of(o.ids), elem_off(o.ids), mem_of(o.weights),
                   elem_off(o.weights), i32(o.logits.dim(1)), i32(o.ids.dim(1)), gating, cl_int{o.normalize ? 1 : 0},
-                  o.scale);
+                  o.scale, mem_of(o.expert_scale.valid() ? o.expert_scale : o.logits),
+                  elem_off(o.expert_scale.valid() ? o.expert_scale : o.logits), cl_int{o.expert_scale.valid() ? 1 : 0});
   }
   Status enqueue(const MoeExpertsOp& o) {
     const bool fused = o.gate_up.valid();
