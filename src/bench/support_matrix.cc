@@ -104,12 +104,11 @@ std::string matrix_markdown(const SupportMatrix& m) {
       "q4_k (the types of llama.cpp's F16, Q8_0 and Q4_K_M files), prompt of 14 tokens then 16 greedy tokens; the "
       "embedding models (bert as bge-small, cls pooling; qwen3-embedding, last) pool the prompt instead. "
       "`tested: pass`: the prompt's logits within a normalised error of ref's of 1e-6 (f16) or 1e-2 (block types: "
-      "the cpu backend multiplies them with 8-bit activations, as llama.cpp does; beyond that only when all 16 greedy "
-      "tokens are ref's, the note saying so: a near tie such as an expert choice that the rounding tipped); the "
-      "note says how close and "
-      "where greedy decoding first departs from ref's tokens, if it does (at a random model's near ties it may). "
-      "`unsupported`: the "
-      "backend refuses the model at load, naming what it lacks. `untested`: not run here (no device).\n\n";
+      "the cpu backend multiplies them with 8-bit activations, as llama.cpp does; beyond that only when all 16 "
+      "greedy tokens are ref's, the note saying so: a near tie such as an expert choice that the rounding tipped); "
+      "the note says how close and where greedy decoding first departs from ref's tokens, if it does (at a random "
+      "model's near ties it may). `unsupported`: the backend refuses the model at load, naming what it lacks. "
+      "`untested`: not run here (no device).\n\n";
   header("family shape", "weights");
   for (const FamilyRow& row : m.families) {
     md += fmt::format("| {} | {} |", row.shape, row.dtype);

@@ -17,6 +17,7 @@
 #include "ops/moe_route.h"
 #include "ops/ref/kernels.h"
 #include "ops/registry.h"
+#include "support/ref_device_test.h"
 
 namespace tessera::ops::cuda {
 namespace {
@@ -128,38 +129,13 @@ TEST(CudaMath, RoutingOfOneRowMatchesRouteExpertsRow) {
 
 // The two linear-attention operators run by ref (through its device) and, on copies of the same inputs, by the
 // kernels' per-thread functions for every channel / state row, as the kernels' threads would.
-class CudaMathRef : public ::testing::Test {
+class CudaMathRef : public testing::RefDeviceTest {
  protected:
-  void SetUp() override {
-    auto d = open_device("ref");
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    device_ = std::move(d).value();
-    stream_ = device_->create_stream();
-  }
-  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
-    Tensor t(nullptr, 0, DType::kF32, shape);
-    auto b = device_->alloc(t.bytes());
-    EXPECT_TRUE(b.ok());
-    t.buffer = b->get();
-    buffers_.push_back(std::move(b).value());
-    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
-    return t;
-  }
-  std::vector<float> get(const Tensor& t) {
-    std::vector<float> out(static_cast<size_t>(t.numel()));
-    EXPECT_TRUE(stream_->download(t, out.data()).ok());
-    return out;
-  }
   static void expect_same(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
     ASSERT_EQ(want.size(), got.size()) << what;
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_TRUE(same_bits(want[i], got[i])) << what << "[" << i << "]: ref " << want[i] << ", cuda " << got[i];
   }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
 TEST_F(CudaMathRef, CausalConvolutionOfEachChannelMatchesRef) {

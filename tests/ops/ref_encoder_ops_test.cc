@@ -7,42 +7,12 @@
 
 #include "ops/backend.h"
 #include "ops/registry.h"
+#include "support/ref_device_test.h"
 
 namespace tessera::ops {
 namespace {
 
-class RefEncoderOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto d = open_device("ref");
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    device_ = std::move(d).value();
-    stream_ = device_->create_stream();
-  }
-  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
-    Tensor t(nullptr, 0, DType::kF32, shape);
-    auto b = device_->alloc(t.bytes());
-    EXPECT_TRUE(b.ok());
-    t.buffer = b->get();
-    buffers_.push_back(std::move(b).value());
-    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
-    return t;
-  }
-  std::vector<float> get(const Tensor& t) {
-    std::vector<float> out(static_cast<size_t>(t.numel()));
-    EXPECT_TRUE(stream_->download(t, out.data()).ok());
-    return out;
-  }
-  void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-  }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
-};
+class RefEncoderOps : public testing::RefDeviceTest {};
 
 TEST_F(RefEncoderOps, LayerNormCentresScalesAndShifts) {
   // Row [1, 2, 3, 4]: mean 2.5, population variance 1.25, 1/sqrt(1.25) = 0.894427.

@@ -8,39 +8,13 @@
 
 #include "ops/backend.h"
 #include "ops/registry.h"
+#include "support/ref_device_test.h"
 
 namespace tessera::ops {
 namespace {
 
-class RefMoe : public ::testing::Test {
+class RefMoe : public testing::RefDeviceTest {
  protected:
-  void SetUp() override {
-    auto d = open_device("ref");
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    device_ = std::move(d).value();
-    stream_ = device_->create_stream();
-  }
-  template <typename T>
-  Tensor make(DType dtype, std::initializer_list<int64_t> shape, const std::vector<T>& v) {
-    Tensor t(nullptr, 0, dtype, shape);
-    auto b = device_->alloc(t.bytes());
-    EXPECT_TRUE(b.ok());
-    t.buffer = b->get();
-    buffers_.push_back(std::move(b).value());
-    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
-    return t;
-  }
-  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) { return make(DType::kF32, shape, v); }
-  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) {
-    return make(DType::kI32, shape, v);
-  }
-  template <typename T = float>
-  std::vector<T> get(const Tensor& t) {
-    std::vector<T> out(static_cast<size_t>(t.numel()));
-    EXPECT_TRUE(stream_->download(t, out.data()).ok());
-    return out;
-  }
   // Routes logits [1, E] to k experts; returns (ids, weights).
   std::pair<std::vector<int32_t>, std::vector<float>> route(const std::vector<float>& logits, int k, MoeGating g,
                                                             bool normalize, const std::vector<float>& bias = {},
@@ -57,10 +31,6 @@ class RefMoe : public ::testing::Test {
     EXPECT_TRUE(stream_->run(op).ok());
     return {get<int32_t>(op.ids), get(op.weights)};
   }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
 TEST_F(RefMoe, SoftmaxTopKWithAndWithoutRenormalisation) {

@@ -8,57 +8,12 @@
 #include "base/quant.h"
 #include "ops/backend.h"
 #include "ops/registry.h"
+#include "support/ref_device_test.h"
 
 namespace tessera::ops {
 namespace {
 
-class RefOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto d = open_device("ref");
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    device_ = std::move(d).value();
-    stream_ = device_->create_stream();
-  }
-
-  Tensor make(DType dtype, std::initializer_list<int64_t> shape, const void* data = nullptr) {
-    Tensor t(nullptr, 0, dtype, shape);
-    auto b = device_->alloc(t.bytes());
-    EXPECT_TRUE(b.ok());
-    t.buffer = b->get();
-    buffers_.push_back(std::move(b).value());
-    if (data) {
-      EXPECT_TRUE(stream_->upload(t, data).ok());
-    }
-    return t;
-  }
-  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
-    Tensor t = make(DType::kF32, shape, nullptr);
-    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
-    return t;
-  }
-  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) {
-    Tensor t = make(DType::kI32, shape, nullptr);
-    EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-    EXPECT_TRUE(stream_->upload(t, v.data()).ok());
-    return t;
-  }
-  template <typename T = float>
-  std::vector<T> get(const Tensor& t) {
-    std::vector<T> out(static_cast<size_t>(t.numel()));
-    EXPECT_TRUE(stream_->download(t, out.data()).ok());
-    return out;
-  }
-  void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-  }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
-};
+class RefOps : public testing::RefDeviceTest {};
 
 TEST_F(RefOps, Embedding) {
   Tensor table = f32({3, 2}, {1, 2, 3, 4, 5, 6});
