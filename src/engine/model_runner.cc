@@ -34,7 +34,17 @@ Status check_kv_cache_type(ops::Device& device, const model::ModelConfig& config
   cache.buffer = cb->get();
   ops::Tensor q(qb->get(), 0, DType::kF32, {1, 1, hd}), o(ob->get(), 0, DType::kF32, {1, 1, hd});
   ops::Tensor table(ib->get(), 0, DType::kI32, {1, 1}), lens(ib->get(), 4, DType::kI32, {1});
-  const ops::Support s = device.supports(ops::AttentionDecodeOp{q, cache, cache, table, lens, o});
+  ops::Support s = device.supports(ops::AttentionDecodeOp{q, cache, cache, table, lens, o});
+  // And one token's write of every kv head (a device may take a block type only in some row shapes).
+  const int64_t kvh = std::max(1, config.n_kv_heads);
+  ops::Tensor row_cache(nullptr, 0, dtype, {1, 1, kvh, hd});
+  auto rb = device.alloc(row_cache.bytes());
+  auto kb = device.alloc(static_cast<size_t>(kvh * hd) * 4);
+  if (s.supported && rb.ok() && kb.ok()) {
+    row_cache.buffer = rb->get();
+    ops::Tensor k(kb->get(), 0, DType::kF32, {1, kvh, hd}), slot(ib->get(), 0, DType::kI32, {1});
+    s = device.supports(ops::KvWriteOp{k, k, row_cache, row_cache, slot});
+  }
   if (!s.supported) {
     return unimplemented(
         fmt::format("the {} backend does not keep a {} KV cache ({}): pick another KV cache type "

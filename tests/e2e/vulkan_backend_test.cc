@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <csignal>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -162,6 +163,36 @@ TEST(VulkanBackend, Qwen35GreedyTextEqualsRefAndCpu) {
       for (size_t i = 1; i < text.size(); ++i) EXPECT_EQ(text[i], text[0]) << backends[i];
     }
   }
+}
+
+// The KV cache types of llama.cpp's -ctk/-ctv: vulkan quantises as base/quant does (kv_write.comp, bit for bit in
+// the conformance suite) and widens as ref does, so every type gives ref's greedy text, eagerly and replayed; the
+// types also part from each other on this model (the check would see a cache silently kept in another type).
+TEST(VulkanBackend, EveryKvCacheTypeGivesRefsText) {
+  if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << "vulkan not available here: " << why;
+  const std::string model = testing::scratch_dir() + "/qwen3.gguf";
+  auto synth = run_process({tessera_bin(),  "synth", "--shape",  "qwen3-0.6b", "--small",    "--dim",    "256",
+                            "--hidden-dim", "512",   "--layers", "2",          "--decisive", "--format", "gguf",
+                            "--dtype",      "f16",   "--seed",   "3",          "--out",      model});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto text = [&](const char* backend, const char* kv, const char* graph) {
+    auto r = run_process(
+        {tessera_bin(), "generate", "--model", model, "--prompt", "Once upon a time there was a little", "--max-tokens",
+         "24", "--temperature", "0", "--no-echo", "--quiet", "--backend", backend, "--kv-dtype", kv, "--graph", graph},
+        240);
+    EXPECT_EQ(r.exit_code, 0) << backend << " " << kv << ": " << r.err;
+    return r.out;
+  };
+  std::set<std::string> distinct;
+  for (const char* kv : {"bf16", "q8_0", "q4_0"}) {
+    SCOPED_TRACE(kv);
+    const std::string want = text("ref", kv, "off");
+    EXPECT_GT(want.size(), 16u);
+    distinct.insert(want);
+    EXPECT_EQ(text("vulkan", kv, "off"), want);
+    EXPECT_EQ(text("vulkan", kv, "on"), want) << "graph decoding";
+  }
+  EXPECT_GE(distinct.size(), 2u) << "the cache types should not all give the same text on this model";
 }
 
 TEST(VulkanBackend, InspectDevicesListsTheVulkanDevice) {

@@ -173,10 +173,10 @@ TEST(Vulkan, DeclinedCasesSayWhyAndRunRefusesThem) {
     EXPECT_NE(s.reason.find(why), std::string::npos) << s.reason;
     EXPECT_EQ(d.create_stream()->run(op).code(), StatusCode::kUnimplemented) << why;
   };
-  // A cache type ref does not keep either.
-  Tensor kb = m.make(DType::kBF16, {1, 4, 1, 8});
-  no(KvWriteOp{m.make(DType::kF32, {1, 1, 8}), m.make(DType::kF32, {1, 1, 8}), kb, kb, m.make(DType::kI32, {1})},
-     "f32 or f16");
+  // A block cache whose token rows hold an odd number of blocks (kv_write writes blocks two at a time).
+  Tensor kb = m.make(DType::kQ8_0, {1, 4, 1, 32});
+  no(KvWriteOp{m.make(DType::kF32, {1, 1, 32}), m.make(DType::kF32, {1, 1, 32}), kb, kb, m.make(DType::kI32, {1})},
+     "even number of blocks per token");
   // Heads wider than the attention shader's shared memory.
   Tensor kw = m.make(DType::kF16, {1, 4, 1, 576});
   no(AttentionDecodeOp{m.make(DType::kF32, {1, 1, 576}), kw, kw, m.make(DType::kI32, {1, 1}), m.make(DType::kI32, {1}),
@@ -252,12 +252,6 @@ TEST(Vulkan, WeightsLargerThanOneBindingAreSlicedAndMatchTheReference) {
   }
 }
 
-// A KV cache case of a type vulkan does not keep (bf16, q8_0, q4_0: ref and cpu only), which it must refuse.
-bool other_cache_type(const conformance::Case& c) {
-  const bool cache_op = c.op == "kv_write" || c.op == "attention_prefill" || c.op == "attention_decode";
-  return cache_op && c.dtype != DType::kF32 && c.dtype != DType::kF16;
-}
-
 // TESSERA_VULKAN_STAGING=1 keeps every buffer device-side (copies through staging buffers, as on a discrete
 // GPU) and TESSERA_VULKAN_SUBGROUPS=off reduces matmul partial sums through shared memory: a sample of every
 // operator's cases, both weight-type families and both caches, still matches ref.
@@ -283,10 +277,6 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
     const bool first = !c.slow && seen.insert(c.op).second;
     if (c.slow || (i++ % 7 != 0 && !first)) continue;
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
-    if (other_cache_type(c)) {  // the cache types vulkan does not keep
-      EXPECT_EQ(r[0].outcome, conformance::Outcome::kUnsupported) << c.op << " " << c.shape << ": " << r[0].detail;
-      continue;
-    }
     EXPECT_EQ(r[0].outcome, conformance::Outcome::kPass)
         << c.op << " " << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
     passed[c.op] += r[0].outcome == conformance::Outcome::kPass;
@@ -298,7 +288,7 @@ TEST(Vulkan, StagingCopiesAndSharedMemoryReductionsMatchTheReference) {
 }
 
 // gpt-oss's attention sinks (one more logit per head that takes probability and reads no value): every sinks case
-// of the conformance suite, prefill and decode, windowed or not, f32 and f16 caches, against the reference.
+// of the conformance suite, prefill and decode, windowed or not, every cache type, against the reference.
 TEST(Vulkan, AttentionSinksMatchTheReference) {
   REQUIRE_VULKAN(dev);
   auto ref = open_device("ref");
@@ -307,10 +297,6 @@ TEST(Vulkan, AttentionSinksMatchTheReference) {
   for (const conformance::Case& c : conformance::conformance_cases()) {
     if (c.slow || c.shape.find("sinks") == std::string::npos) continue;
     std::vector<conformance::CaseResult> r = conformance::run_case(c, **ref, {dev->get()});
-    if (other_cache_type(c)) {
-      EXPECT_EQ(r[0].outcome, conformance::Outcome::kUnsupported) << dtype_name(c.dtype) << " " << c.shape;
-      continue;
-    }
     EXPECT_EQ(r[0].outcome, conformance::Outcome::kPass)
         << c.op << " " << dtype_name(c.dtype) << " " << c.shape << ": " << r[0].detail;
     ++ran;

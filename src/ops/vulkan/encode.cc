@@ -115,6 +115,26 @@ uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
 // Offset of a tensor inside its window in units of `unit` bytes.
 uint32_t off(const Window& w, size_t unit) { return w.rel / static_cast<uint32_t>(unit); }
 uint32_t dtype_code(DType t) { return static_cast<uint32_t>(t); }
+// A KV cache's type as kv_write.comp and attention.comp take it (ctype), 5 for one they do not.
+uint32_t cache_type_code(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kBF16:
+      return 2;
+    case DType::kQ8_0:
+      return 3;
+    case DType::kQ4_0:
+      return 4;
+    default:
+      return 5;
+  }
+}
+bool is_block_cache(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+// The unit of a cache offset in the shaders' push constants: elements, or bytes for the block types.
+size_t cache_unit(DType t) { return is_block_cache(t) ? 1 : t == DType::kF32 ? 4 : 2; }
 
 }  // namespace
 
@@ -159,12 +179,15 @@ Support capability(const Gpu& gpu, const Op& op) {
     if (kv->k.row_elems() % 2 != 0) return Support::no("vulkan kv_write needs rows of an even number of elements");
     if (kv->k_cache.offset % 4 != 0 || kv->v_cache.offset % 4 != 0)
       return Support::no("vulkan kv_write needs cache views at a multiple of 4 bytes");
+    // Two blocks per invocation, written as whole words.
+    if (is_block_cache(kv->k_cache.dtype) && kv->k.row_elems() % 64 != 0)
+      return Support::no("vulkan kv_write into a block cache needs an even number of blocks per token");
   }
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
-  if (cache && cache->dtype != DType::kF32 && cache->dtype != DType::kF16)
-    return Support::no(fmt::format("vulkan keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
-                                   dtype_name(cache->dtype)));
+  if (cache && cache_type_code(cache->dtype) > 4u)
+    return Support::no(
+        fmt::format("vulkan keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(cache->dtype)));
   if (cache && !std::holds_alternative<KvWriteOp>(op)) {
     if (cache->dim(3) > kAttentionMaxHeadDim)
       return Support::no(fmt::format("vulkan attention takes head_dim up to {}", kAttentionMaxHeadDim));
@@ -261,8 +284,7 @@ struct Encoder {
     TS_ASSIGN_OR_RETURN(Window kc, win(o.k_cache));
     TS_ASSIGN_OR_RETURN(Window vc, win(o.v_cache));
     TS_ASSIGN_OR_RETURN(Window slots, win(o.slots));
-    const bool f16 = o.k_cache.dtype == DType::kF16;
-    const size_t unit = f16 ? 2 : 4;
+    const size_t unit = cache_unit(o.k_cache.dtype);
     const KvWritePush p{off(k, 4),
                         off(v, 4),
                         off(kc, unit),
@@ -271,8 +293,9 @@ struct Encoder {
                         u32(o.k.row_elems()),
                         u32(o.k_cache.dim(0) * o.k_cache.dim(1)),
                         u32(o.k.dim(0)),
-                        f16 ? 1u : 0u};
-    const uint64_t invocations = static_cast<uint64_t>(o.k.dim(0)) * static_cast<uint64_t>(o.k.row_elems() / 2);
+                        cache_type_code(o.k_cache.dtype)};
+    const int64_t per_token = is_block_cache(o.k_cache.dtype) ? o.k.row_elems() / 64 : o.k.row_elems() / 2;
+    const uint64_t invocations = static_cast<uint64_t>(o.k.dim(0)) * static_cast<uint64_t>(per_token);
     return t.writer.dispatch(Kernel::kKvWrite, 0, {k, v, kc, vc, slots, t.error}, &p, sizeof p,
                              (invocations + kLinearWorkgroup - 1) / kLinearWorkgroup);
   }
@@ -292,8 +315,7 @@ struct Encoder {
     const int64_t ctx = max_ctx(op), items = attention_items(op);
     const size_t per = items_per_pass(gpu(), ctx);
     TS_ASSIGN_OR_RETURN(Window scratch, t.scratch(scratch_bytes(gpu(), op)));
-    const bool f16 = kc.dtype == DType::kF16;
-    const size_t unit = f16 ? 2 : 4;
+    const size_t unit = cache_unit(kc.dtype);
     for (int64_t base = 0; base < items; base += static_cast<int64_t>(per)) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(per), items - base);
       const AttentionPush p{off(qw, 4),
@@ -314,7 +336,7 @@ struct Encoder {
                             s.scale,
                             s.softcap,
                             s.window,
-                            f16 ? 1u : 0u,
+                            cache_type_code(kc.dtype),
                             u32(base),
                             u32(n),
                             sinks.valid() ? off(sw, 4) : 0u,

@@ -67,7 +67,8 @@ struct RopePush {
   uint32_t rot;  // elements turned per head (partial rotary: rot_dims)
 };
 struct KvWritePush {
-  uint32_t k_off, v_off, kc_off, vc_off, slots_off, row, capacity, n, f16;
+  uint32_t k_off, v_off, kc_off, vc_off, slots_off, row, capacity, n;
+  uint32_t ctype;  // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0 (offsets in bytes for the last two)
 };
 struct AttentionPush {
   uint32_t q_off, kc_off, vc_off, tables_off, lens_off, out_off, table_stride, decode;
@@ -75,8 +76,8 @@ struct AttentionPush {
   uint32_t max_ctx, n_heads, kv_heads, head_dim, block_tokens, num_blocks;
   float scale, softcap;
   int32_t window;
-  uint32_t f16, item_base, items;
-  uint32_t sinks_off, has_sinks;  // gpt-oss: one more logit per head (ops.h AttentionPrefillOp::sinks)
+  uint32_t ctype, item_base, items;  // ctype as KvWritePush's
+  uint32_t sinks_off, has_sinks;     // gpt-oss: one more logit per head (ops.h AttentionPrefillOp::sinks)
 };
 struct MatMulPush {
   uint32_t x_off, w_off, out_off, bias_off;  // w_off in bytes

@@ -1,4 +1,5 @@
-// AttentionPrefillOp and AttentionDecodeOp over a paged f32 or f16 cache (p.f16), one workgroup per
+// AttentionPrefillOp and AttentionDecodeOp over a paged cache of f32, f16, bf16, q8_0 or q4_0 (p.ctype; each
+// element widened as base/quant widens it, the block types read a head's row of blocks), one workgroup per
 // (query, head). Query i sits at position start_pos + i (prefill: one block table) or lens[i] - 1 (decode:
 // row i of the tables). The reference's steps, each spread over the workgroup: scores q.k (times scale or
 // over sqrt(head_dim); soft-capped; only the last `window` positions when windowed) into the scratch row of
@@ -20,13 +21,13 @@ layout(set = 0, binding = 6) buffer Scores { float d[]; } scores;
 layout(set = 0, binding = 7) buffer Err { uint d[]; } err;
 layout(set = 0, binding = 8) readonly buffer Sinks { float d[]; } sinks;
 layout(push_constant) uniform Push {
-  uint q_off, kc_off, vc_off, tables_off, lens_off, out_off;  // kc_off, vc_off in cache elements
+  uint q_off, kc_off, vc_off, tables_off, lens_off, out_off;  // kc_off, vc_off: elements, or bytes (q8_0, q4_0)
   uint table_stride, decode;
   int start_pos;
   uint max_ctx, n_heads, kv_heads, head_dim, block_tokens, num_blocks;
   float scale, softcap;
   int window;
-  uint f16, item_base, items;
+  uint ctype, item_base, items;  // ctype: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0
   uint sinks_off, has_sinks;
 } p;
 
@@ -38,12 +39,30 @@ shared float qs[MAX_HEAD_DIM];
 shared float red[WG];
 shared uint bad;
 
-float cache_at(uint which, uint idx) {
-  if (p.f16 != 0u) {
-    const uint w = which == 0u ? kc.d[idx >> 1] : vc.d[idx >> 1];
-    return h2f((idx & 1u) != 0u ? w >> 16 : w & 0xffffu);
+uint cache_word(uint which, uint i) { return which == 0u ? kc.d[i] : vc.d[i]; }
+uint cache_byte(uint which, uint a) { return (cache_word(which, a >> 2) >> ((a & 3u) * 8u)) & 0xffu; }
+
+// Element e of the cache (e = head row * head_dim + j) of K (which 0) or V (1).
+float cache_at(uint which, uint e) {
+  const uint off = which == 0u ? p.kc_off : p.vc_off;
+  if (p.ctype == 0u) return uintBitsToFloat(cache_word(which, off + e));
+  if (p.ctype <= 2u) {
+    const uint i = off + e;
+    const uint w = cache_word(which, i >> 1);
+    const uint h = (i & 1u) != 0u ? w >> 16 : w & 0xffffu;
+    return p.ctype == 1u ? h2f(h) : bf2f(h);
   }
-  return uintBitsToFloat(which == 0u ? kc.d[idx] : vc.d[idx]);
+  const uint bb = p.ctype == 3u ? 34u : 18u, j = e % p.head_dim;
+  const uint blk = off + (e / p.head_dim) * (p.head_dim / 32u) * bb + (j >> 5) * bb;
+  const float d = h2f(cache_byte(which, blk) | (cache_byte(which, blk + 1u) << 8));
+  const uint jj = j & 31u;
+  if (p.ctype == 3u) {
+    precise float x = d * float(bitfieldExtract(int(cache_byte(which, blk + 2u + jj)), 0, 8));
+    return x;
+  }
+  const uint b = cache_byte(which, blk + 2u + (jj & 15u));
+  precise float x = d * float(int(jj < 16u ? b & 15u : b >> 4) - 8);
+  return x;
 }
 
 void main() {
@@ -83,7 +102,7 @@ void main() {
     const uint row = ((uint(tables.d[table + s / p.block_tokens]) * p.block_tokens + s % p.block_tokens) * p.kv_heads +
                       kvh) * p.head_dim;
     float acc = 0.0;
-    for (uint d = 0u; d < p.head_dim; ++d) acc += qs[d] * cache_at(0u, p.kc_off + row + d);
+    for (uint d = 0u; d < p.head_dim; ++d) acc += qs[d] * cache_at(0u, row + d);
     precise float sc = p.scale > 0.0 ? acc * p.scale : acc / denom;
     if (p.softcap > 0.0) sc = p.softcap * tanh(sc / p.softcap);
     scores.d[srow + s] = sc;
@@ -123,7 +142,7 @@ void main() {
     for (uint s = first; s <= last; ++s) {
       const uint row = ((uint(tables.d[table + s / p.block_tokens]) * p.block_tokens + s % p.block_tokens) *
                             p.kv_heads + kvh) * p.head_dim;
-      acc += scores.d[srow + s] * cache_at(1u, p.vc_off + row + d);
+      acc += scores.d[srow + s] * cache_at(1u, row + d);
     }
     outb.d[oo + d] = acc;
   }
