@@ -258,6 +258,7 @@ template <typename L, int TT, int NP = 1>
 void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
                 int64_t ld, const float* const* bias) {
   constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
+  constexpr int64_t kPrefetchBlocks = std::max<int64_t>(1, (2048 + kPanelBlock / 2) / kPanelBlock);
   const int64_t groups = k / L::kGroup;
   VF acc[NP][TT];
   for (auto& row : acc)
@@ -270,9 +271,11 @@ void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, 
 #pragma GCC unroll 2
     for (int p = 0; p < NP; ++p) {
       const uint8_t* pb = pw[p] + b * kPanelBlock;
-      // Fetch a few blocks ahead (the hardware prefetcher alone left the first loads of each block waiting).
+      // Fetch about 2 KiB ahead (the hardware prefetcher alone left the first loads of each block waiting): one
+      // block of the k-quants (q4_k's 2304 bytes), four of q8_0's 544. Four k-quant blocks ahead (9 KiB) held
+      // llama3.1-8b Q4_K_M decode at 4.40 tok/s on the AMX Xeon, one block gives 5.2 (docs/benchmarks.md).
       for (int64_t o = 0; o < kPanelBlock; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * kPanelBlock + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pb + kPrefetchBlocks * kPanelBlock + o), _MM_HINT_T0);
       block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
     }
   }
