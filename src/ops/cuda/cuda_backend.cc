@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include <fmt/core.h>
 
@@ -11,6 +10,7 @@
 #include "ops/copy_runs.h"
 #include "ops/cuda/kernel_math.h"
 #include "ops/cuda/kernels.h"
+#include "ops/op_tensors.h"
 
 namespace tessera::ops::cuda {
 namespace {
@@ -40,57 +40,6 @@ T* ptr(const Tensor& t) {
 bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
 // A view's byte alignment: f32 and i32 views are read as words, everything else byte by byte or as halves.
 size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
-
-// Every tensor of the operator, by the member names ops.h uses.
-template <typename F>
-void for_each_tensor(const Op& op, F&& f) {
-  std::visit(
-      [&f](const auto& o) {
-// A member of that name that is a Tensor (MoeExpertsOp's alpha is a float, GatedDeltaRuleOp's a tensor).
-#define TS_CUDA_TENSOR(name) \
-  if constexpr (requires { requires std::is_same_v<std::remove_cvref_t<decltype(o.name)>, Tensor>; }) f(o.name);
-        TS_CUDA_TENSOR(x)
-        TS_CUDA_TENSOR(w)
-        TS_CUDA_TENSOR(table)
-        TS_CUDA_TENSOR(ids)
-        TS_CUDA_TENSOR(out)
-        TS_CUDA_TENSOR(weight)
-        TS_CUDA_TENSOR(bias)
-        TS_CUDA_TENSOR(residual)
-        TS_CUDA_TENSOR(delta)
-        TS_CUDA_TENSOR(q)
-        TS_CUDA_TENSOR(k)
-        TS_CUDA_TENSOR(v)
-        TS_CUDA_TENSOR(positions)
-        TS_CUDA_TENSOR(freqs)
-        TS_CUDA_TENSOR(k_cache)
-        TS_CUDA_TENSOR(v_cache)
-        TS_CUDA_TENSOR(slots)
-        TS_CUDA_TENSOR(block_table)
-        TS_CUDA_TENSOR(block_tables)
-        TS_CUDA_TENSOR(context_lens)
-        TS_CUDA_TENSOR(sinks)
-        TS_CUDA_TENSOR(gate)
-        TS_CUDA_TENSOR(up)
-        TS_CUDA_TENSOR(down)
-        TS_CUDA_TENSOR(gate_up)
-        TS_CUDA_TENSOR(gate_bias)
-        TS_CUDA_TENSOR(up_bias)
-        TS_CUDA_TENSOR(down_bias)
-        TS_CUDA_TENSOR(a)
-        TS_CUDA_TENSOR(b)
-        TS_CUDA_TENSOR(logits)
-        TS_CUDA_TENSOR(weights)
-        TS_CUDA_TENSOR(expert_scale)
-        TS_CUDA_TENSOR(state)
-        TS_CUDA_TENSOR(qkv)
-        TS_CUDA_TENSOR(alpha)
-        TS_CUDA_TENSOR(beta)
-        TS_CUDA_TENSOR(dt_bias)
-#undef TS_CUDA_TENSOR
-      },
-      op);
-}
 
 Support capability(const Op& op) {
   if (Status s = validate(op); !s.ok()) return Support::no(s.message());

@@ -5,66 +5,13 @@
 
 #include <fmt/core.h>
 
+#include "ops/op_tensors.h"
+
 namespace tessera::ops::vulkan {
 namespace {
 
 // Attention scores of one pass at most: large batches of long contexts run in several passes.
 constexpr size_t kScratchCap = size_t{64} << 20;
-
-template <class>
-constexpr bool kAlwaysFalse = false;
-
-// Calls f(tensor) for every tensor an operator names (valid or not).
-template <typename F>
-void for_each_tensor(const Op& op, F&& f) {
-  std::visit(
-      [&f](const auto& o) {
-        using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, EmbeddingOp>) {
-          f(o.table), f(o.ids), f(o.out);
-        } else if constexpr (std::is_same_v<T, RmsNormOp>) {
-          f(o.x), f(o.weight), f(o.out);
-        } else if constexpr (std::is_same_v<T, AddRmsNormOp>) {
-          f(o.residual), f(o.delta), f(o.weight), f(o.out);
-        } else if constexpr (std::is_same_v<T, RopeOp>) {
-          f(o.q), f(o.k), f(o.positions), f(o.freqs);
-        } else if constexpr (std::is_same_v<T, KvWriteOp>) {
-          f(o.k), f(o.v), f(o.k_cache), f(o.v_cache), f(o.slots);
-        } else if constexpr (std::is_same_v<T, AttentionPrefillOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_table), f(o.out), f(o.sinks);
-        } else if constexpr (std::is_same_v<T, AttentionDecodeOp>) {
-          f(o.q), f(o.k_cache), f(o.v_cache), f(o.block_tables), f(o.context_lens), f(o.out), f(o.sinks);
-        } else if constexpr (std::is_same_v<T, MatMulOp>) {
-          f(o.x), f(o.w), f(o.out), f(o.bias);
-        } else if constexpr (std::is_same_v<T, SiluMulOp>) {
-          f(o.gate), f(o.up), f(o.out);
-        } else if constexpr (std::is_same_v<T, AddOp>) {
-          f(o.a), f(o.b), f(o.out);
-        } else if constexpr (std::is_same_v<T, SoftmaxOp> || std::is_same_v<T, ArgmaxOp>) {
-          f(o.x), f(o.out);
-        } else if constexpr (std::is_same_v<T, MoeRouteOp>) {
-          f(o.logits), f(o.ids), f(o.weights), f(o.bias), f(o.expert_scale);
-        } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
-          f(o.x), f(o.ids), f(o.weights), f(o.gate), f(o.up), f(o.down), f(o.out), f(o.gate_up);
-        } else if constexpr (std::is_same_v<T, LayerNormOp>) {
-          f(o.x), f(o.weight), f(o.bias), f(o.out);
-        } else if constexpr (std::is_same_v<T, ActivationOp> || std::is_same_v<T, PoolOp> ||
-                             std::is_same_v<T, ScaleOp>) {
-          f(o.x), f(o.out);
-        } else if constexpr (std::is_same_v<T, AttentionNonCausalOp>) {
-          f(o.q), f(o.k), f(o.v), f(o.out);
-        } else if constexpr (std::is_same_v<T, SplitHeadsOp>) {
-          f(o.x), f(o.a), f(o.b);
-        } else if constexpr (std::is_same_v<T, CausalConv1dOp>) {
-          f(o.x), f(o.weight), f(o.state), f(o.out);
-        } else if constexpr (std::is_same_v<T, GatedDeltaRuleOp>) {
-          f(o.qkv), f(o.alpha), f(o.beta), f(o.dt_bias), f(o.a), f(o.state), f(o.out);
-        } else {
-          static_assert(kAlwaysFalse<T>, "vulkan: an operator is missing");
-        }
-      },
-      op);
-}
 
 // The byte alignment a view needs: whole 32-bit words for f32 / i32, 16-bit fields for everything else.
 size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
