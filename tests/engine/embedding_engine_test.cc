@@ -290,6 +290,7 @@ TEST_P(EmbeddingEngine, EncoderInputsAreComputedWholeAndBounded) {
 
 // Each pooling on each kind of embedding model gives ref's vector (a different summation order only).
 TEST_P(EmbeddingEngine, EmbeddingsEqualRefs) {
+  if (GetParam() == "ref") GTEST_SKIP() << "ref is the reference";
   struct Case {
     const char* shape;
     ops::PoolKind kind;
