@@ -7,6 +7,7 @@
 #   graph        the same with --graph on (decode replayed from CUDA graphs)
 #   pd cpu->cuda / pd cuda->cpu   a prefill node and a decode node on unlike backends: greedy completions
 #                equal to single-node ref generation for three prompts
+#   families     every family shape at f16/q8_0/q4_k/q6_k on cuda: prompt logits and 24 greedy tokens vs ref
 #   bench        `tessera bench generate` on cuda (its tokens/s line)
 #   vulkan ...   where the binary has the vulkan backend and Vulkan's device 0 is a GPU (the NVIDIA driver's
 #                ICD): every fast conformance case on vulkan against ref, vulkan_test, greedy and graph as above,
@@ -54,7 +55,7 @@ if [ "$build" = 1 ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   start=$SECONDS
   if timeout 420 cmake --preset release -DTESSERA_CUDA=ON >"$logs/build.log" 2>&1 &&
-    timeout 420 cmake --build --preset release -j "$(nproc)" --target tessera cuda_test >>"$logs/build.log" 2>&1 &&
+    timeout 420 cmake --build --preset release -j "$(nproc)" --target tessera cuda_test vulkan_families_test >>"$logs/build.log" 2>&1 &&
     { ! grep -q 'TESSERA_HAVE_VULKAN' build/release/build.ninja ||
       timeout 300 cmake --build --preset release -j "$(nproc)" --target conformance_test vulkan_test \
         >>"$logs/build.log" 2>&1; }; then
@@ -125,16 +126,20 @@ pd_pair() {  # prefill-backend decode-backend
     for p in "${prompts[@]}"; do
       want="$("$bin" generate --model "$models" --prompt "$p" --max-tokens 40 --temperature 0 --no-echo --quiet \
         --backend ref)"
-      got="$(curl -s -m 60 "$durl/v1/completions" -H 'content-type: application/json' \
-        -d "$(python3 -c 'import json,sys; print(json.dumps({"model":"stories260K","prompt":sys.argv[1],"max_tokens":40,"temperature":0}))' "$p")" |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>>"$dlog")"
+      got="$(python3 - "$durl" "$p" 2>>"$dlog" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"model": "stories260K", "prompt": sys.argv[2], "max_tokens": 40, "temperature": 0}).encode()
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", body, {"content-type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"])
+PY
+)"
       if [ "$got" != "$want" ]; then
         ok=0
         detail="'$p': got '${got:0:60}', want '${want:0:60}'"
         break
       fi
     done
-    remote="$(curl -s "$durl/metrics" | grep '^tessera_pd_requests_total{path="remote"}' | awk '{print $2}')"
+    remote="$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).read().decode())' "$durl" 2>/dev/null | grep '^tessera_pd_requests_total{path="remote"}' | awk '{print $2}')"
     [ "$ok" = 1 ] && detail="3 prompts equal single-node ref text, $remote remote prefills"
   fi
   kill "$dpid" "$ppid" 2>/dev/null
@@ -143,6 +148,19 @@ pd_pair() {  # prefill-backend decode-backend
 }
 pd_pair cpu "$gpu"
 pd_pair "$gpu" cpu
+
+# every family (tests/engine/vulkan_families_test.cc with cuda in vulkan's place): prompt logits within 1e-9 of
+# ref's and 24 greedy tokens equal to ref's at f16, q8_0, q4_k and q6_k
+fam="$root/build/release/tests/vulkan_families_test"
+if [ "$gpu" != cuda ]; then
+  report families SKIP "rehearsal: cuda only"
+elif [ ! -x "$fam" ]; then
+  report families FAIL "$fam does not exist"
+elif TESSERA_FAMILIES_BACKEND=cuda timeout 300 "$fam" >"$logs/cuda_families.log" 2>&1; then
+  report families PASS "$(grep -c '\[       OK \]' "$logs/cuda_families.log") family tests, every dtype"
+else
+  report families FAIL "$(grep -c '\[  FAILED  \].*LogitsAndGreedy' "$logs/cuda_families.log") failed, see $logs/cuda_families.log"
+fi
 
 # vulkan on the GPU (the NVIDIA driver's Vulkan ICD), where the binary has the backend
 "$bin" inspect --devices >"$logs/devices.txt" 2>&1

@@ -23,6 +23,20 @@ TEST(BenchGenerate, ReportsSpeedCeilingsAndRooflineFractions) {
   }
 }
 
+// A backend whose buffers are not host memory (cuda, opencl, a discrete GPU under vulkan) is not held against the
+// host's bandwidth and FMA peak: no fraction of a ceiling that does not bound it.
+TEST(BenchGenerate, DeviceMemoryBackendsReportNoHostRoofline) {
+  TS_REQUIRE_STORIES260K();
+  auto r = run_process({tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--backend", "opencl",
+                        "--prompt-tokens", "16", "--gen-tokens", "8", "--repeat", "1"},
+                       180);
+  if (r.exit_code != 0 && r.err.find("opencl") != std::string::npos) GTEST_SKIP() << "no opencl here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("decode   tok/s median"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ceilings: not measured (backend opencl"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("roofline"), std::string::npos) << r.out;
+}
+
 TEST(BenchGenerate, RunsLongerThanTheContextOrOnAMissingBackendAreErrors) {
   TS_REQUIRE_STORIES260K();
   auto ctx = run_process({tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--prompt-tokens",

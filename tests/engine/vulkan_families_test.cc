@@ -6,11 +6,14 @@
 // vulkan, like ref, multiplies the widened weights with f32 activations, so at this random model's near ties
 // cpu may part from both (seen: mistral q8_0 and q6_k, gemma3 q4_k): there the test prints the difference.
 // Rows are 256 wide so that the K-quants fill every layer matrix. Skips, saying why, without a Vulkan device.
+// TESSERA_FAMILIES_BACKEND=cuda runs the same checks on another backend in vulkan's place (scripts/gpu-check.sh
+// does so for cuda, which also widens the weights and keeps f32 activations).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "engine/model_runner.h"
 #include "model/loader.h"
@@ -62,8 +65,10 @@ GreedyRun greedy(ops::Device& device, const model::ModelConfig& cfg, const model
 // The model written as GGUF with its matrices in each of the four types, run on ref, vulkan and cpu.
 void expect_vulkan_gives_refs_tokens(const std::string& shape, const model::ModelConfig& cfg,
                                      const model::ModelWeights& weights) {
-  auto vk = ops::open_device("vulkan");
-  if (!vk.ok()) GTEST_SKIP() << "vulkan not available here: " << vk.status().message();
+  const char* env = std::getenv("TESSERA_FAMILIES_BACKEND");
+  const std::string backend = env != nullptr && *env != '\0' ? env : "vulkan";
+  auto vk = ops::open_device(backend);
+  if (!vk.ok()) GTEST_SKIP() << backend << " not available here: " << vk.status().message();
   auto ref = ops::open_device("ref");
   auto cpu = ops::open_device("cpu", 0, ops::DeviceOptions{2, ""});
   ASSERT_TRUE(ref.ok() && cpu.ok());
@@ -95,8 +100,8 @@ void expect_vulkan_gives_refs_tokens(const std::string& shape, const model::Mode
     if (d == DType::kF16) {
       EXPECT_EQ(got.greedy, fast.greedy);
     } else if (got.greedy != fast.greedy) {
-      std::printf("[ vulkan ] %s %s: vulkan gives ref's tokens; cpu (8-bit activations) parts from both\n",
-                  shape.c_str(), std::string(dtype_name(d)).c_str());
+      std::printf("[ %s ] %s %s: %s gives ref's tokens; cpu (8-bit activations) parts from both\n", backend.c_str(),
+                  shape.c_str(), std::string(dtype_name(d)).c_str(), backend.c_str());
     }
   }
 }

@@ -27,7 +27,7 @@ void main() {
   uint bi = NONE;
   for (uint j = t; j < p.m; j += WG) {
     const float v = x.d[xo + j];
-    if (!isnan(v) && (bi == NONE || v > bv)) {
+    if (!nan_bits(v) && (bi == NONE || v > bv)) {
       bv = v;
       bi = j;
     }
@@ -48,7 +48,7 @@ void main() {
     barrier();
   }
   if (t == 0u) {
-    const uint b = isnan(x.d[xo]) || best_i[0] == NONE ? 0u : best_i[0];
+    const uint b = nan_bits(x.d[xo]) || best_i[0] == NONE ? 0u : best_i[0];
     outb.d[p.out_off + r] = int(b);
   }
 }

@@ -22,6 +22,11 @@ float h2f(uint h) {
   return uintBitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+// NaN by its bits. GLSL does not promise NaN semantics (no float-controls mode is asked for), and the NVIDIA
+// driver's compiler folds isnan() and turns `a < b ? b : a` into a max that drops NaN (seen on an H200:
+// moe_route's normalisation of a NaN row gave 9171.9 instead of NaN); integer tests on the bits it keeps.
+bool nan_bits(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
+
 // Round to nearest even; overflow to inf; NaN stays NaN (quiet); as base/quant.cc's f32_to_f16.
 uint f2h(float f) {
   const uint x = floatBitsToUint(f);

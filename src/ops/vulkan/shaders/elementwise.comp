@@ -33,7 +33,7 @@ float erf_approx(float x) {
   poly = -1.26551223 + t * poly;
   const float erfc_z = z > 10.0 ? 0.0 : t * exp(-z * z + poly);
   const float r = 1.0 - erfc_z;
-  return x < 0.0 ? -r : (isnan(x) ? x : r);
+  return x < 0.0 ? -r : (nan_bits(x) ? x : r);
 }
 
 float gelu_tanh(float x) {

@@ -23,8 +23,8 @@ layout(push_constant) uniform Push {
 #include "common.glsl"
 
 bool ranks_before(float a, uint ia, float b, uint ib) {
-  if (isnan(a)) return isnan(b) && ia < ib;
-  if (isnan(b)) return true;
+  if (nan_bits(a)) return nan_bits(b) && ia < ib;
+  if (nan_bits(b)) return true;
   return a > b || (a == b && ia < ib);
 }
 
@@ -78,7 +78,7 @@ void main() {
   if (p.normalize != 0u) {
     precise float s3 = 0.0;
     for (uint j = 0u; j < p.k; ++j) s3 += wts.d[wo + j];
-    s3 = s3 < 6.103515625e-5 ? 6.103515625e-5 : s3;  // as std::max(s3, c): a NaN sum stays NaN
+    if (!nan_bits(s3) && s3 < 6.103515625e-5) s3 = 6.103515625e-5;  // as std::max(s3, c): a NaN sum stays NaN
     for (uint j = 0u; j < p.k; ++j) wts.d[wo + j] = wts.d[wo + j] / s3;
   }
   if (p.scale != 1.0)
