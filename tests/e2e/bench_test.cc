@@ -27,8 +27,8 @@ TEST(BenchGenerate, ReportsSpeedCeilingsAndRooflineFractions) {
 // host's bandwidth and FMA peak: no fraction of a ceiling that does not bound it.
 TEST(BenchGenerate, DeviceMemoryBackendsReportNoHostRoofline) {
   TS_REQUIRE_STORIES260K();
-  auto r = run_process({tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--backend", "opencl",
-                        "--prompt-tokens", "16", "--gen-tokens", "8", "--repeat", "1"},
+  auto r = run_process({tessera_bin(), "bench", "generate", "--model", testing::stories260k_dir(), "--backend",
+                        "opencl", "--prompt-tokens", "16", "--gen-tokens", "8", "--repeat", "1"},
                        180);
   if (r.exit_code != 0 && r.err.find("opencl") != std::string::npos) GTEST_SKIP() << "no opencl here: " << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.err;
