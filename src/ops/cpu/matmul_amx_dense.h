@@ -1,5 +1,5 @@
-// bf16 matmuls on AMX-BF16 tiles (the amx build): every batch size, decode included. Included by matmul_dense.cc
-// inside its per-build namespace.
+// bf16 and f16 matmuls on AMX-BF16 tiles (the amx build): every batch size, decode included. Included by
+// matmul_dense.cc inside its per-build namespace.
 //
 // A bf16 tile product (tdpbf16ps) multiplies 16 x 32 bf16 activations by 32 x 16 bf16 weights into 16 x 16 f32
 // sums at 512 multiply-adds per cycle on paper, 16x the 512-bit FMA peak. Plain bf16 activations would lose
@@ -14,14 +14,18 @@
 // rows (a tile product costs the same whatever its height, 4.7 ns here, and each row's sums do not depend on it).
 // Each output is the same chain of tile products, in the same order, whichever tile and batch it is in.
 //
-// f16 weights stay on the f32 kernels: split exactly into two bf16 halves per call they ran prefill 1.7x faster
-// but decode 2x slower (stories110M F16, one thread: 10 against 20 tok/s), since each 32 weights then cost about
-// 15 vector instructions where the f32 kernels spend 3, and decode cannot leave the tiles (above).
+// f16 weights: an f16 value w (11 significant bits) is exactly hi + lo with hi its first 8 significant bits (w's
+// f32 bits with the low 16 cleared) and lo = w - hi (at most 3 bits), both bf16. Each B tile of f16 is split so
+// when its panel is read (split_f16: 10 vector instructions per 32 weights, no shuffles: the pair layout is
+// elementwise), and every step adds hi_x.hi_w, lo_x.hi_w, hi_x.lo_w and lo_x.lo_w: the four products are exact in
+// f32, so the error is the activation split's (2^-18) and the tile unit's accumulation, as for bf16 weights. An
+// earlier form that split row-major weights per call (about 15 instructions with the shuffles) decoded at half the
+// f32 kernels' speed; in the pair layout decode stays on the read bandwidth (docs/benchmarks.md).
 //
-// Weights: bf16 matrices the device repacked at load (repack.h: panels of 16 rows, one dword per row and pair of
-// elements) are the tiles' B operand as they are, read in place. Other matrices (rows not a multiple of 32, fewer
-// than 16 rows, the rows after the last whole panel, a matrix nobody prepared) are laid out the same way per call,
-// with zeros past the row's end.
+// Weights: bf16 and f16 matrices the device repacked at load (repack.h: panels of 16 rows, one dword per row and
+// pair of elements) are the tiles' B operand as they are (f16: after the split), read in place. Other matrices
+// (rows not a multiple of 32, fewer than 16 rows, the rows after the last whole panel, a matrix nobody prepared) are
+// laid out the same way per call, with zeros past the row's end.
 #pragma once
 
 #if defined(__AMX_BF16__) && defined(__AVX512BF16__)
@@ -77,6 +81,29 @@ inline void split32(__m512 a, __m512 b, uint16_t* hi, uint16_t* lo) {
   _mm512_store_si512(lo, l);
 }
 
+// 32 f16 weights of the pair layout (one B tile row) into their exact bf16 hi and lo, in element order. hi keeps
+// the top 16 bits of each f32 (an f16's first 8 significant bits; a NaN stays a NaN, inf stays inf, lo then 0).
+inline void split_f16_32(const uint16_t* w, uint16_t* hi, uint16_t* lo) {
+  const __m512 a = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+  const __m512 b = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16)));
+  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512 ha = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), top));
+  const __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(b), top));
+  _mm512_store_si512(hi, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hb, ha)));  // exact: ha, hb are bf16 values
+  _mm512_store_si512(lo, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(residual(b, hb), residual(a, ha))));
+}
+
+// A panel of f16 pairs (steps B tiles) split into bf16 hi and lo panels of the same layout.
+inline void split_f16(const uint16_t* b, int64_t steps, AVec<uint16_t>& hi, AVec<uint16_t>& lo) {
+  const int64_t n = steps * kStepU16;
+  hi.resize(static_cast<size_t>(n));
+  lo.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + i + 1024), _MM_HINT_T0);  // 2 KiB ahead, as the panels' decode
+    split_f16_32(b + i, hi.data() + i, lo.data() + i);
+  }
+}
+
 // x [n, k] f32 into `a` (rows padded with zeros to a multiple of kM).
 inline void split_acts(const float* x, int64_t n, int64_t k, SplitActs& a, const Ctx& ctx) {
   a.kp = (k + kStep - 1) / kStep * kStep;
@@ -109,21 +136,25 @@ inline void gather_pairs(const uint16_t* w, int64_t k, int rows, int64_t kp, AVe
   }
 }
 
-// Tile registers 0-3: A (hi and lo of two activation tiles), 4: B, 6/7: C (one per activation tile).
+// Tile registers 0-3: A (hi and lo of two activation tiles), 4: B (f16 weights: their hi), 5: f16 weights' lo,
+// 6/7: C (one per activation tile).
 // `m_rows`: activation rows per A (and C) tile: kM, or the batch when it is smaller (decode loads only its rows;
 // each row's sums are the same whatever the tile's height, CpuAmxMatMul checks it).
 inline tiles::TileConfig bf16_tiles(int m_rows) {
   tiles::TileConfig c;
-  for (int t = 0; t < 8; ++t) c.set(t, t == 4 ? 16 : m_rows, 64);
+  for (int t = 0; t < 8; ++t) c.set(t, t == 4 || t == 5 ? 16 : m_rows, 64);
   return c;
 }
 
 // out[t * ld + r] for activation rows t0 .. t1 - 1 (t0 a multiple of kM) and the panel's rows r < rows, from the
-// panel's B tiles (steps x kStepU16 values).
-inline void panel_tiles(const uint16_t* b, int64_t steps, const SplitActs& a, int64_t t0, int64_t t1, float* out,
-                        int64_t ld, int rows) {
+// panel's B tiles (steps x kStepU16 values); `bl`: the lo tiles of split f16 weights (b their hi), else null;
+// `f16`: f16 weights split here, a step at a time (b and bl unused): decode and small batches, where the split
+// overlaps the tile products and the reads of the next steps.
+inline void panel_tiles(const uint16_t* b, const uint16_t* bl, const uint16_t* f16, int64_t steps, const SplitActs& a,
+                        int64_t t0, int64_t t1, float* out, int64_t ld, int rows) {
   const int64_t sa = a.kp * 2;  // bytes between activation rows
   alignas(64) float c[256];
+  alignas(64) uint16_t sh[kStepU16], sl[kStepU16];  // one step's split f16 tiles
   for (int64_t tb = t0; tb < t1; tb += 2 * kM) {
     const bool two = tb + kM < t1;
     const uint16_t* h0 = a.hi.data() + tb * a.kp;
@@ -133,14 +164,26 @@ inline void panel_tiles(const uint16_t* b, int64_t steps, const SplitActs& a, in
     tile_zero<6>();
     if (two) tile_zero<7>();
     for (int64_t s = 0; s < steps; ++s) {
-      // Decode streams the weights once: fetch a few tiles ahead (tile loads alone left each step waiting).
-      if (t1 - t0 <= kM) {
-        const char* ahead = reinterpret_cast<const char*>(b + (s + 4) * kStepU16);
+      // Decode streams the weights once: fetch a few tiles ahead (tile loads alone left each step waiting; split
+      // f16 panels were just written and are in cache).
+      if (f16 != nullptr) {
+        const uint16_t* src = f16 + s * kStepU16;
+        const char* ahead = reinterpret_cast<const char*>(src + 2 * kStepU16);
 #pragma GCC unroll 16
         for (int l = 0; l < 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int i = 0; i < kStepU16; i += 32) split_f16_32(src + i, sh + i, sl + i);
+        tiles::tile_sources_ready();
+        tile_load<4>(sh, 64);
+      } else {
+        if (t1 - t0 <= kM && bl == nullptr) {
+          const char* ahead = reinterpret_cast<const char*>(b + (s + 4) * kStepU16);
+#pragma GCC unroll 16
+          for (int l = 0; l < 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+        }
+        tile_load<4>(b + s * kStepU16, 64);
       }
-      tile_load<4>(b + s * kStepU16, 64);
-      // Per output, per step: hi.w, then lo.w, in both slots.
+      // Per output, per step: hi.w, then lo.w, in both slots (split f16 weights: then hi.w_lo, lo.w_lo).
       tile_load<0>(h0 + s * kStep, sa);
       tile_dp_bf16<6, 0, 4>();
       tile_load<1>(l0 + s * kStep, sa);
@@ -150,6 +193,15 @@ inline void panel_tiles(const uint16_t* b, int64_t steps, const SplitActs& a, in
         tile_dp_bf16<7, 2, 4>();
         tile_load<3>(l1 + s * kStep, sa);
         tile_dp_bf16<7, 3, 4>();
+      }
+      if (bl != nullptr || f16 != nullptr) {
+        tile_load<5>(f16 != nullptr ? sl : bl + s * kStepU16, 64);
+        tile_dp_bf16<6, 0, 5>();
+        tile_dp_bf16<6, 1, 5>();
+        if (two) {
+          tile_dp_bf16<7, 2, 5>();
+          tile_dp_bf16<7, 3, 5>();
+        }
       }
     }
     // Straight into the output where the tile covers 16 whole rows of it, else through `c`.
@@ -172,8 +224,8 @@ inline void panel_tiles(const uint16_t* b, int64_t steps, const SplitActs& a, in
 // laid out once per pass.
 inline int64_t token_block(int64_t kp) { return std::clamp<int64_t>((int64_t{1} << 20) / (kp * 4) / 32 * 32, 32, 512); }
 
-// out [n, m] = x [n, k] . w^T for bf16 weights, on the tiles; no bias (the caller adds it). FailedPrecondition when
-// w is repacked in a layout that does not describe it.
+// out [n, m] = x [n, k] . w^T for bf16 or f16 weights, on the tiles; no bias (the caller adds it).
+// FailedPrecondition when w is repacked in a layout that does not describe it.
 inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
   const int64_t n = op.x.dim(0), k = op.x.dim(1), m = op.w.dim(0);
   const PanelLayout* lay = panel_layout(op.w);
@@ -181,6 +233,7 @@ inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
     return panels_unreadable(*lay);
   }
   const auto* w = data<const uint16_t>(op.w);
+  const bool f16 = op.w.dtype == DType::kF16;
   float* out = data<float>(op.out);
   thread_local SplitActs tls_acts;
   SplitActs& a = tls_acts;
@@ -194,7 +247,7 @@ inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t r1 = std::min(n, r0 + block);
     parallel_for(ctx, runs, [&](int64_t run) {
-      thread_local AVec<uint16_t> gathered;
+      thread_local AVec<uint16_t> gathered, whi, wlo;
       const tiles::TileScope scope(config);
       for (int64_t pi = panels * run / runs; pi < panels * (run + 1) / runs; ++pi) {
         const int64_t i0 = pi * kN;
@@ -205,8 +258,18 @@ inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
           gather_pairs(w + i0 * k, k, rows, a.kp, gathered);
           b = gathered.data();
         }
+        // f16: split once per panel where the pass has several pairs of activation tiles, else step by step.
+        const uint16_t* bl = nullptr;
+        const uint16_t* per_step = nullptr;
+        if (f16 && r1 - r0 > 2 * kM) {
+          split_f16(b, steps, whi, wlo);
+          b = whi.data();
+          bl = wlo.data();
+        } else if (f16) {
+          per_step = b;
+        }
         tiles::tile_sources_ready();
-        panel_tiles(b, steps, a, r0, r1, out + i0, m, rows);
+        panel_tiles(b, bl, per_step, steps, a, r0, r1, out + i0, m, rows);
       }
     });
   }

@@ -372,9 +372,12 @@ void add_bias(const MatMulOp& op) {
 
 Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AMX_BF16__) && defined(__AVX512BF16__)
-  // The amx build: bf16 weights on bf16 tiles at every batch size (matmul_amx_dense.h says why not f16); f32 and
-  // f16 below.
-  if (op.w.dtype == DType::kBF16) {
+  // The amx build: bf16 weights, and f16 weights whose rows are whole 32-element tile steps, on bf16 tiles at every
+  // batch size (matmul_amx_dense.h); f32 and the other f16 matrices below (e.g. gemma4's 16-wide per-layer input
+  // projections, kept f16 in llama.cpp's Q8_0 files: on tiles, zero-padded, they tipped two near ties of the
+  // strict llama.cpp parity check, 6 of 8 identical where the f32 kernels keep 7 of 8). The choice is by shape,
+  // so a matrix takes one arithmetic at every batch size.
+  if (op.w.dtype == DType::kBF16 || (op.w.dtype == DType::kF16 && op.x.dim(1) % dense_tiles::kStep == 0)) {
     TS_RETURN_IF_ERROR(dense_tiles::matmul(op, ctx));
     add_bias(op);
     return ok_status();

@@ -40,7 +40,7 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
                                {offsetof(BlockQ4_K, qs), 16, 32, 0}};
-  static const Piece pair[] = {{0, 0, 1, 0}};  // bf16: a "block" is a pair of elements, one dword
+  static const Piece pair[] = {{0, 0, 1, 0}};  // bf16 / f16: a "block" is a pair of elements, one dword
   static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
                                {offsetof(BlockQ6_K, ql), 18, 32, 0},
@@ -49,6 +49,7 @@ PieceList pieces(DType type) {
     case DType::kQ4_0:
       return {q4_0, 2};
     case DType::kBF16:
+    case DType::kF16:
       return {pair, 1};
     case DType::kQ5_0:
       return {q5_0, 3};
@@ -90,13 +91,13 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
 
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "the panel offsets above follow these sizes");
 
-// The unit a panel block covers: the type's block, or for bf16 a pair of elements (4 bytes).
+// The unit a panel block covers: the type's block, or for bf16 and f16 a pair of elements (4 bytes).
 struct Blocking {
   int64_t elems;
   size_t bytes;
 };
 Blocking blocking(DType type) {
-  if (type == DType::kBF16) return {2, 4};
+  if (type == DType::kBF16 || type == DType::kF16) return {2, 4};
   const DTypeInfo& info = dtype_info(type);
   return {info.block_elems, static_cast<size_t>(info.block_bytes)};
 }
@@ -140,6 +141,7 @@ bool repackable(DType type, int panel_rows, bool amx) {
   if (panel_rows != 8 && panel_rows != 16) return false;
   switch (type) {
     case DType::kBF16:
+    case DType::kF16:
       return amx && panel_rows == 16;
     case DType::kQ4_0:
     case DType::kQ5_0:
@@ -162,7 +164,7 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
         fmt::format("repack: {} is not repacked for panels of {}", dtype_name(w.dtype), panel_rows));
   const Blocking info = blocking(w.dtype);
   const int64_t matrices = w.rank == 3 ? w.dim(0) : 1, rows = w.dim(w.rank - 2), cols = w.dim(w.rank - 1);
-  const bool dense = w.dtype == DType::kBF16;
+  const bool dense = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
   // Dense rows of whole 32-element tile steps only (the tiles then read the panels as they are); others stay
   // row-major and unmarked, and the kernels lay them out per call.
   if (dense && cols % 32 != 0) return ok_status();

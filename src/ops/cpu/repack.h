@@ -1,4 +1,4 @@
-// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; bf16 for amx).
+// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; bf16 and f16 for amx).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -12,9 +12,9 @@
 //   q4_k: P f16 d, P f16 dmin, 3 vectors of the 12 scale bytes, then 32 vectors of the nibbles (chunk c, dword j
 //         at vector 8c + j: group 2c in the low nibbles, 2c + 1 in the high ones);
 //   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh;
-//   bf16 (the amx kernels only, rows of a multiple of 32 elements): per pair of elements one vector of P dwords
-//         (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a bf16 tile
-//         product (matmul_amx_dense.h).
+//   bf16, f16 (the amx kernels only, rows of a multiple of 32 elements): per pair of elements one vector of P
+//         dwords (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a bf16
+//         tile product (f16: once split into bf16 hi and lo, matmul_amx_dense.h).
 // q8_0 is not repacked: its lanes-are-rows kernel (one integer sum per block, its scale rounded to f16) was faster
 // (decode 1.3x, prefill 2.3x llama.cpp) but rounds differently from the row-by-row kernels, and the strict
 // llama.cpp parity check then fell to 6 of 8 identical continuations on stories15M Q8_0 (two ties 0.0019 apart;
