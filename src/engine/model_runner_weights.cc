@@ -196,7 +196,10 @@ Result<ops::Tensor> ModelRunner::upload(const model::ModelWeights& weights, cons
   // classifier shares it (upload_weights).
   if (matrix) {
     TS_RETURN_IF_ERROR(stream_->synchronize());
-    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(t));
+    // The classifier: prefill multiplies only its last row(s) by it, so its cost is decode's.
+    ops::WeightHints hints;
+    hints.decode_bound = name == "output.weight" || name == "token_embd.weight";
+    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(t, hints));
   }
   // A token reads n_experts_used of an expert tensor's n_experts matrices.
   if (use == WeightUse::kExperts) {
@@ -260,7 +263,9 @@ Status ModelRunner::upload_weights(const model::ModelWeights& weights) {
     streamed_bytes_ += token_embd_.bytes();
     // The shared table is the classifier's matmul weight too: the device may re-lay it (its lookup still reads it).
     TS_RETURN_IF_ERROR(stream_->synchronize());
-    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(classifier_));
+    ops::WeightHints hints;
+    hints.decode_bound = true;
+    TS_RETURN_IF_ERROR(device_.prepare_matmul_weight(classifier_, hints));
   } else if (config_.tied_embeddings) {
     TS_ASSIGN_OR_RETURN(classifier_, upload_matrix(weights, "token_embd.weight", {config_.vocab_size, d}));
   } else {

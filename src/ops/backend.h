@@ -61,6 +61,14 @@ struct DeviceInfo {
   bool supports_graphs = false;  // Stream::record works (ops/graph.h replays through it)
 };
 
+// How the engine will multiply by a weight matrix, for Device::prepare_matmul_weight.
+struct WeightHints {
+  // Mostly one activation row per sequence at a time: a classifier, which prefill applies to the last position
+  // only, so its cost is decode's. A device may then keep the layout and kernels that are fastest for one row
+  // (cpu amx: an f16 classifier stays on the f32 kernels rather than the bf16 tiles; ops/cpu/matmul_dense.cc).
+  bool decode_bound = false;
+};
+
 class Recording {
  public:
   virtual ~Recording() = default;
@@ -136,9 +144,10 @@ class Device {
   // finished), before any operator reads it: a device may re-lay its bytes for its matmul kernels (cpu: panels of
   // rows, ops/cpu/repack.h). Afterwards w may only be a MatMulOp's weight or an EmbeddingOp's table (a tied
   // classifier shares the table; the device's lookup must then read its layout); the device refuses reads, writes
-  // and other operators on its buffer. The default keeps the layout.
-  virtual Status prepare_matmul_weight(const Tensor& w) {
+  // and other operators on its buffer. The default keeps the layout. `hints` say how the engine will use it.
+  virtual Status prepare_matmul_weight(const Tensor& w, const WeightHints& hints = {}) {
     (void)w;
+    (void)hints;
     return ok_status();
   }
 };

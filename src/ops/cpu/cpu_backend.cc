@@ -272,11 +272,18 @@ class CpuDevice final : public Device {
   // The amx, avx512 and avx2 kernels read q4_0 / q5_0 / q4_k / q6_k matrices in panels of their vector's rows
   // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
   // row-major.
-  Status prepare_matmul_weight(const Tensor& w) override {
+  // amx: an f16 matrix marked decode-bound (a classifier) stays row-major on the f32 kernels; its other f16
+  // matrices go on the bf16 tiles (matmul_dense.cc).
+  Status prepare_matmul_weight(const Tensor& w, const WeightHints& hints) override {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
     const bool amx = isa_ == Isa::kAmx;
+    auto* cb = dynamic_cast<CpuBuffer*>(w.buffer);
+    if (cb != nullptr && amx && hints.decode_bound && w.dtype == DType::kF16) {
+      if (cb->panels() == nullptr) cb->set_decode_bound();
+      return ok_status();
+    }
     if (p == 0 || !repackable(w.dtype, p, amx) || (w.rank != 2 && w.rank != 3) || w.offset != 0 ||
-        w.buffer == nullptr || w.bytes() != w.buffer->size() || dynamic_cast<CpuBuffer*>(w.buffer) == nullptr) {
+        w.buffer == nullptr || w.bytes() != w.buffer->size() || cb == nullptr) {
       return ok_status();
     }
     return repack_matrix(w, p, amx);

@@ -18,9 +18,12 @@
 // f32 bits with the low 16 cleared) and lo = w - hi (at most 3 bits), both bf16. Each B tile of f16 is split so
 // when its panel is read (split_f16: 10 vector instructions per 32 weights, no shuffles: the pair layout is
 // elementwise), and every step adds hi_x.hi_w, lo_x.hi_w, hi_x.lo_w and lo_x.lo_w: the four products are exact in
-// f32, so the error is the activation split's (2^-18) and the tile unit's accumulation, as for bf16 weights. An
-// earlier form that split row-major weights per call (about 15 instructions with the shuffles) decoded at half the
-// f32 kernels' speed; in the pair layout decode stays on the read bandwidth (docs/benchmarks.md).
+// f32, so the error is the activation split's (2^-18) and the tile unit's accumulation, as for bf16 weights.
+// Prefill runs about 2x the f32 kernels. Decode of one row runs about 0.8x of them: each step's split (2 KiB of
+// stores per KiB of f16 read) must reach memory before its tile loads, and that, not the split's arithmetic nor
+// the four products, bounds it (measured by leaving each out; two panels in lockstep gained 3%). An earlier form
+// that split row-major weights per call decoded at half the f32 kernels' speed. The classifier, whose cost is
+// decode's, stays on the f32 kernels (matmul_dense.cc).
 //
 // Weights: bf16 and f16 matrices the device repacked at load (repack.h: panels of 16 rows, one dword per row and
 // pair of elements) are the tiles' B operand as they are (f16: after the split), read in place. Other matrices

@@ -70,12 +70,22 @@ class CpuBuffer final : public Buffer {
   void* host_ptr() override { return data_; }
   const PanelLayout* panels() const { return panels_ ? &*panels_ : nullptr; }
   void set_panels(const PanelLayout& l) { panels_ = l; }
+  // A matmul weight prepared with WeightHints::decode_bound (an f16 classifier keeps the f32 kernels on amx).
+  bool decode_bound() const { return decode_bound_; }
+  void set_decode_bound() { decode_bound_ = true; }
 
  private:
   CpuBuffer(void* data, size_t size) : Buffer(size), data_(data) {}
   void* data_;
   std::optional<PanelLayout> panels_;
+  bool decode_bound_ = false;
 };
+
+// Whether `t`'s buffer was prepared as a decode-bound matmul weight.
+inline bool decode_bound(const Tensor& t) {
+  const auto* cb = dynamic_cast<const CpuBuffer*>(t.buffer);
+  return cb != nullptr && cb->decode_bound();
+}
 
 // The layout of the matrix in `t`'s buffer when that buffer was repacked, else null.
 const PanelLayout* panel_layout(const Buffer* b);
