@@ -218,5 +218,51 @@ INSTANTIATE_TEST_SUITE_P(Weights, CpuAmxMatMul,
                                            DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// An f16 matrix prepared as decode-bound (the engine's classifier) keeps the f32 kernels on amx: its products have
+// the avx512 build's bits at every batch size, where the same matrix prepared without the hint takes the bf16 tiles
+// (whose sums differ from the f32 kernels' in the last bits on some outputs).
+TEST(CpuAmxMatMul, DecodeBoundF16MatrixKeepsTheF32Kernels) {
+  if (!amx_runnable()) GTEST_SKIP() << "no AMX here: " << cpu::amx_status().reason;
+  const int64_t k = 256, m = 64, n = 20;
+  Rng rng(11);
+  std::vector<float> w(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
+  for (float& v : w) v = rng.next_f32() * 2.0f - 1.0f;
+  for (float& v : x) v = rng.next_f32() * 2.0f - 1.0f;
+  std::vector<uint8_t> stored(dtype_bytes(DType::kF16, w.size()));
+  ASSERT_TRUE(quantize(w, DType::kF16, stored.data()).ok());
+  // out for the rows x[0, count) on `isa`, the matrix prepared with `hints`.
+  auto products = [&](cpu::Isa isa, const WeightHints& hints, int64_t count) {
+    auto backend = cpu::create_backend(isa);
+    EXPECT_TRUE(backend.ok());
+    auto device = (*backend)->open_device_with(0, DeviceOptions{1, ""});
+    EXPECT_TRUE(device.ok());
+    auto stream = (*device)->create_stream();
+    auto wb = (*device)->alloc(stored.size());
+    auto xb = (*device)->alloc(static_cast<size_t>(count * k) * sizeof(float));
+    auto ob = (*device)->alloc(static_cast<size_t>(count * m) * sizeof(float));
+    EXPECT_TRUE(wb.ok() && xb.ok() && ob.ok());
+    Tensor wt(wb->get(), 0, DType::kF16, {m, k}), xt(xb->get(), 0, DType::kF32, {count, k});
+    Tensor out(ob->get(), 0, DType::kF32, {count, m});
+    EXPECT_TRUE(stream->upload(wt, stored.data()).ok());
+    EXPECT_TRUE(stream->upload(xt, x.data()).ok());
+    EXPECT_TRUE(stream->synchronize().ok());
+    EXPECT_TRUE((*device)->prepare_matmul_weight(wt, hints).ok());
+    EXPECT_TRUE(stream->run(MatMulOp{xt, wt, out}).ok());
+    std::vector<float> got(static_cast<size_t>(count * m));
+    EXPECT_TRUE(stream->download(out, got.data()).ok());
+    return got;
+  };
+  WeightHints classifier;
+  classifier.decode_bound = true;
+  for (int64_t count : {int64_t{1}, n}) {
+    const std::vector<float> f32_kernels = products(cpu::Isa::kAvx512, {}, count);
+    EXPECT_EQ(products(cpu::Isa::kAmx, classifier, count), f32_kernels) << count << " rows";
+    const std::vector<float> tiles = products(cpu::Isa::kAmx, {}, count);
+    size_t differ = 0;
+    for (size_t i = 0; i < tiles.size(); ++i) differ += tiles[i] != f32_kernels[i];
+    EXPECT_GT(differ, 0u) << count << " rows: the tiles gave the f32 kernels' bits everywhere (not on tiles?)";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::ops
