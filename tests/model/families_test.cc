@@ -194,8 +194,11 @@ TEST(FamilyGguf, MetadataAndTensorNamesAsLlamaCppWritesThem) {
     EXPECT_TRUE(has_tensor(c, "rope_factors_short.weight"));
     EXPECT_EQ(*c.get_int("phi3.rope.scaling.original_context_length"), 64);
     EXPECT_TRUE(c.find("phi3.rope.scaling.attn_factor") != nullptr);
-    for (const GgufTensor& t : c.tensors)
-      if (t.name == "blk.0.ffn_up.weight") EXPECT_EQ(t.ne[1], 2 * 128);  // [gate; up]
+    for (const GgufTensor& t : c.tensors) {
+      if (t.name == "blk.0.ffn_up.weight") {
+        EXPECT_EQ(t.ne[1], 2 * 128);  // [gate; up]
+      }
+    }
   }
   {
     auto [bytes, c] = write("llama3.2-1b");
