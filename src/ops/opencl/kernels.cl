@@ -92,10 +92,74 @@ __kernel void rope(__global float* q, ulong q_off, __global float* k, ulong k_of
     STORE(k[k_off + (ulong)t * row + i], kc, kc_off + dst);                                                     \
     STORE(v[v_off + (ulong)t * row + i], vc, vc_off + dst);                                                     \
   }
+// base/quant's f32_to_bf16: round to nearest even, a NaN kept quiet.
+inline ushort f32_to_bf16(float f) {
+  uint x = as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (ushort)(x >> 16);
+}
 #define STORE_F32(val, p, idx) p[idx] = val
 #define STORE_F16(val, p, idx) vstore_half_rte(val, idx, p)
+#define STORE_BF16(val, p, idx) p[idx] = f32_to_bf16(val)
 KV_WRITE(kv_write_f32, float, STORE_F32)
 KV_WRITE(kv_write_f16, half, STORE_F16)
+KV_WRITE(kv_write_bf16, ushort, STORE_BF16)
+
+// One block of 32 values as base/quant's quantize_q8_0 (scale amax / 127 stored as f16, each value times 1 / scale
+// rounded half away from zero, as std::lround) and quantize_q4_0 (scale max / -8 from the value of largest
+// magnitude, each value times 1 / scale plus 8.5 truncated and clamped to [0, 15], element j in the low nibble of
+// byte j and element j + 16 in its high nibble). No contraction: x * id + 8.5 is two roundings there too.
+inline void quantize_q8_0(__global const float* x, __global uchar* blk) {
+#pragma OPENCL FP_CONTRACT OFF
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;  // std::fmax: a NaN is passed over
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  vstore_half_rte(d, 0, (__global half*)blk);
+  for (int i = 0; i < 32; ++i) ((__global char*)blk)[2 + i] = (char)(int)round(x[i] * id);
+}
+inline void quantize_q4_0(__global const float* x, __global uchar* blk) {
+#pragma OPENCL FP_CONTRACT OFF
+  float amax = 0.0f, mx = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    if (fabs(x[i]) > amax) {
+      amax = fabs(x[i]);
+      mx = x[i];
+    }
+  }
+  const float d = mx / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  vstore_half_rte(d, 0, (__global half*)blk);
+  for (int j = 0; j < 16; ++j) {
+    const float a = x[j] * id, b = x[j + 16] * id;
+    const int qa = clamp((int)(a + 8.5f), 0, 15), qb = clamp((int)(b + 8.5f), 0, 15);
+    blk[2 + j] = (uchar)(qa | (qb << 4));
+  }
+}
+
+// Block caches (q8 1: q8_0, 34 bytes a block; 0: q4_0, 18): one work-item per (token, block of its row); cache
+// offsets in bytes.
+__kernel void kv_write_block(__global const float* k, ulong k_off, __global const float* v, ulong v_off,
+                             __global uchar* kc, ulong kc_off, __global uchar* vc, ulong vc_off,
+                             __global const int* slots, ulong slots_off, int row, int capacity, int q8,
+                             __global int* err) {
+  const int t = get_global_id(0), b = get_global_id(1);
+  const int slot = slots[slots_off + t];
+  if (slot < 0 || slot >= capacity) {
+    flag(err);
+    return;
+  }
+  const ulong bb = q8 ? 34 : 18;
+  const ulong src = (ulong)t * row + (ulong)b * 32, dst = ((ulong)slot * (row / 32) + b) * bb;
+  if (q8) {
+    quantize_q8_0(k + k_off + src, kc + kc_off + dst);
+    quantize_q8_0(v + v_off + src, vc + vc_off + dst);
+  } else {
+    quantize_q4_0(k + k_off + src, kc + kc_off + dst);
+    quantize_q4_0(v + v_off + src, vc + vc_off + dst);
+  }
+}
 
 // Attention of one query head at position `pos`, in the reference's order: scores (kept in `scores`),
 // max-subtracted exponentials, normalised, then values accumulated position by position. `sink` (gpt-oss; -inf
@@ -132,10 +196,27 @@ KV_WRITE(kv_write_f16, half, STORE_F16)
       for (int i = 0; i < hd; ++i) out[i] += a * LOAD(vc, row + i);                                            \
     }                                                                                                          \
   }
+// Element idx of a cache of the block types, widened as base/quant's dequantize: d * q (q4_0: d * (nibble - 8)).
+inline float load_q8_0(__global const uchar* p, ulong idx) {
+  __global const uchar* blk = p + (idx / 32) * 34;
+  return vload_half(0, (__global const half*)blk) * (float)((__global const char*)blk)[2 + idx % 32];
+}
+inline float load_q4_0(__global const uchar* p, ulong idx) {
+  __global const uchar* blk = p + (idx / 32) * 18;
+  const int j = (int)(idx % 32);
+  const int nib = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+  return vload_half(0, (__global const half*)blk) * (float)(nib - 8);
+}
 #define LOAD_F32(p, idx) p[idx]
 #define LOAD_F16(p, idx) vload_half(idx, p)
+#define LOAD_BF16(p, idx) as_float((uint)(p[idx]) << 16)
+#define LOAD_Q8_0(p, idx) load_q8_0(p, idx)
+#define LOAD_Q4_0(p, idx) load_q4_0(p, idx)
 ATTEND(attend_f32, float, LOAD_F32)
 ATTEND(attend_f16, half, LOAD_F16)
+ATTEND(attend_bf16, ushort, LOAD_BF16)
+ATTEND(attend_q8_0, uchar, LOAD_Q8_0)
+ATTEND(attend_q4_0, uchar, LOAD_Q4_0)
 
 // One work-item per (query, head). Query i is at position start_pos + i (prefill: one table) or
 // lens[i] - 1 (decode: table row i). `scores` holds max_ctx floats per work-item.
@@ -168,6 +249,9 @@ ATTEND(attend_f16, half, LOAD_F16)
   }
 ATTENTION(attention_f32, float, attend_f32)
 ATTENTION(attention_f16, half, attend_f16)
+ATTENTION(attention_bf16, ushort, attend_bf16)
+ATTENTION(attention_q8_0, uchar, attend_q8_0)
+ATTENTION(attention_q4_0, uchar, attend_q4_0)
 
 // out[r, i] = dot(w row i, x row r) (+ bias[i]). One work-item per output; four-wide loads.
 #define MATMUL(NAME, T, LOAD4, LOAD1)                                                                              \

@@ -65,12 +65,14 @@ class ClBuffer final : public Buffer {
 
 bool is_block_type(DType t) { return dtype_info(t).block_elems > 1; }
 // The unit a kernel indexes a tensor in: bytes for block-quantised weights, else one element.
-size_t index_unit(DType t) { return is_block_type(t) ? 1 : t == DType::kF16 ? 2 : 4; }
+size_t index_unit(DType t) { return is_block_type(t) ? 1 : t == DType::kF16 || t == DType::kBF16 ? 2 : 4; }
 
 cl_mem mem_of(const Tensor& t) { return static_cast<ClBuffer*>(t.buffer)->mem(); }
 cl_ulong elem_off(const Tensor& t) { return static_cast<cl_ulong>(t.offset / index_unit(t.dtype)); }
 
-bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool cache_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+}
 bool weight_ok(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K ||
          t == DType::kQ6_K;
@@ -122,8 +124,12 @@ Support capability(const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
   if (cache && !cache_ok(cache->dtype))
-    return Support::no(fmt::format("opencl keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
-                                   dtype_name(cache->dtype)));
+    return Support::no(
+        fmt::format("opencl keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(cache->dtype)));
+  // A block cache's rows are whole blocks (the kernels quantise and widen one block of 32 at a time).
+  if (cache && is_block_type(cache->dtype) && cache->rank == 4 && cache->dim(3) % 32 != 0)
+    return Support::no(fmt::format("opencl keeps a {} KV cache for head_dim a multiple of 32, not {}",
+                                   dtype_name(cache->dtype), cache->dim(3)));
   // Views must start on an element boundary of their type (kernels index by element).
   bool aligned = true;
   std::visit(
@@ -357,7 +363,14 @@ class ClStream final : public Stream {
                   cl_int{o.freqs.valid() ? 1 : 0}, o.mscale);
   }
   Status enqueue(const KvWriteOp& o) {
-    const char* name = o.k_cache.dtype == DType::kF16 ? "kv_write_f16" : "kv_write_f32";
+    const DType ct = o.k_cache.dtype;
+    if (ct == DType::kQ8_0 || ct == DType::kQ4_0) {
+      return launch("kv_write_block", {sz(o.k.dim(0)), sz(o.k.row_elems() / 32)}, mem_of(o.k), elem_off(o.k),
+                    mem_of(o.v), elem_off(o.v), mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache),
+                    elem_off(o.v_cache), mem_of(o.slots), elem_off(o.slots), i32(o.k.row_elems()),
+                    i32(o.k_cache.dim(0) * o.k_cache.dim(1)), cl_int{ct == DType::kQ8_0 ? 1 : 0}, err_);
+    }
+    const char* name = ct == DType::kF16 ? "kv_write_f16" : ct == DType::kBF16 ? "kv_write_bf16" : "kv_write_f32";
     return launch(name, {sz(o.k.dim(0)), sz(o.k.row_elems())}, mem_of(o.k), elem_off(o.k), mem_of(o.v), elem_off(o.v),
                   mem_of(o.k_cache), elem_off(o.k_cache), mem_of(o.v_cache), elem_off(o.v_cache), mem_of(o.slots),
                   elem_off(o.slots), i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_);
@@ -433,7 +446,11 @@ class ClStream final : public Stream {
                    const AttentionScores& opt, const Tensor& sinks) {
     const int64_t count = q.dim(0), heads = q.dim(1);
     TS_ASSIGN_OR_RETURN(cl_mem s, scratch(sz(std::max<int64_t>(1, count * heads * max_ctx)) * sizeof(float)));
-    const char* name = kc.dtype == DType::kF16 ? "attention_f16" : "attention_f32";
+    const char* name = kc.dtype == DType::kF16    ? "attention_f16"
+                       : kc.dtype == DType::kBF16 ? "attention_bf16"
+                       : kc.dtype == DType::kQ8_0 ? "attention_q8_0"
+                       : kc.dtype == DType::kQ4_0 ? "attention_q4_0"
+                                                  : "attention_f32";
     return launch(name, {sz(count), sz(heads)}, mem_of(q), elem_off(q), mem_of(kc), elem_off(kc), mem_of(vc),
                   elem_off(vc), mem_of(tables), elem_off(tables), i32(table_stride), mem_of(lens), elem_off(lens),
                   cl_int{start_pos}, cl_int{decode ? 1 : 0}, mem_of(out), elem_off(out), s, i32(max_ctx), i32(heads),
