@@ -4,9 +4,7 @@
 // makes it a sharp check: any wrong nibble or scale changes the argmax within a few tokens.
 #include <gtest/gtest.h>
 
-#include <set>
-#include <string>
-
+#include "support/kv_types_text.h"
 #include "support/paths.h"
 #include "support/process.h"
 
@@ -125,35 +123,12 @@ TEST(OpenClModels, QuantisedWeightsStayQuantisedOnTheDevice) {
 }
 
 // The KV cache types of llama.cpp's -ctk/-ctv on opencl: kv_write quantises as base/quant does and attention widens
-// as ref does, so every type gives ref's greedy text, eagerly and replayed (cl_khr_command_buffer where the driver
-// has it); the types also part from each other on this model (the check would see a cache kept in another type).
+// as ref does, so every type gives ref's greedy text, eagerly and replayed (support/kv_types_text.h).
 TEST(OpenClModels, EveryKvCacheTypeGivesRefsText) {
   auto probe = run_process({tessera_bin(), "generate", "--model", testing::stories260k_dir(), "--backend", "opencl",
                             "--max-tokens", "1", "--quiet"});
   if (probe.exit_code != 0) GTEST_SKIP() << "opencl not available here: " << probe.err;
-  const std::string model = testing::scratch_dir() + "/qwen3.gguf";
-  auto synth = run_process({tessera_bin(),  "synth", "--shape",  "qwen3-0.6b", "--small",    "--dim",    "256",
-                            "--hidden-dim", "512",   "--layers", "2",          "--decisive", "--format", "gguf",
-                            "--dtype",      "f16",   "--seed",   "3",          "--out",      model});
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
-  auto text = [&](const char* backend, const char* kv, const char* graph) {
-    auto r = run_process(
-        {tessera_bin(), "generate", "--model", model, "--prompt", "Once upon a time there was a little", "--max-tokens",
-         "24", "--temperature", "0", "--no-echo", "--quiet", "--backend", backend, "--kv-dtype", kv, "--graph", graph},
-        240);
-    EXPECT_EQ(r.exit_code, 0) << backend << " " << kv << ": " << r.err;
-    return r.out;
-  };
-  std::set<std::string> distinct;
-  for (const char* kv : {"bf16", "q8_0", "q4_0"}) {
-    SCOPED_TRACE(kv);
-    const std::string want = text("ref", kv, "off");
-    EXPECT_GT(want.size(), 16u);
-    distinct.insert(want);
-    EXPECT_EQ(text("opencl", kv, "off"), want);
-    EXPECT_EQ(text("opencl", kv, "on"), want) << "graph decoding";
-  }
-  EXPECT_GE(distinct.size(), 2u) << "the cache types should not all give the same text on this model";
+  testing::expect_every_kv_cache_type_gives_refs_text("opencl");
 }
 
 }  // namespace

@@ -6,12 +6,12 @@
 
 #include <cctype>
 #include <csignal>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
 #include "http/http.h"
+#include "support/kv_types_text.h"
 #include "support/node_http.h"
 #include "support/paths.h"
 #include "support/process.h"
@@ -122,11 +122,15 @@ TEST(VulkanBackend, MoeFamiliesGiveRefsTextAndKeepExpertsQuantised) {
       EXPECT_GT(want.size(), 16u);
       EXPECT_EQ(generate(model, "vulkan", "off"), want);
       EXPECT_EQ(generate(model, "vulkan", "on"), want);
-      if (std::string(dtype) == "f16") EXPECT_EQ(generate(model, "cpu", "off"), want);
+      if (std::string(dtype) == "f16") {
+        EXPECT_EQ(generate(model, "cpu", "off"), want);
+      }
       const double v = mb(model, "vulkan");
       EXPECT_EQ(v, mb(model, "ref"));
       if (std::string(dtype) == "f16") f16_mb = v;
-      if (std::string(dtype) == "q4_k" || std::string(dtype) == "mxfp4") EXPECT_LT(v, 0.5 * f16_mb);
+      if (std::string(dtype) == "q4_k" || std::string(dtype) == "mxfp4") {
+        EXPECT_LT(v, 0.5 * f16_mb);
+      }
     }
   }
 }
@@ -166,33 +170,11 @@ TEST(VulkanBackend, Qwen35GreedyTextEqualsRefAndCpu) {
 }
 
 // The KV cache types of llama.cpp's -ctk/-ctv: vulkan quantises as base/quant does (kv_write.comp, bit for bit in
-// the conformance suite) and widens as ref does, so every type gives ref's greedy text, eagerly and replayed; the
-// types also part from each other on this model (the check would see a cache silently kept in another type).
+// the conformance suite) and widens as ref does, so every type gives ref's greedy text, eagerly and replayed
+// (support/kv_types_text.h).
 TEST(VulkanBackend, EveryKvCacheTypeGivesRefsText) {
   if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << "vulkan not available here: " << why;
-  const std::string model = testing::scratch_dir() + "/qwen3.gguf";
-  auto synth = run_process({tessera_bin(),  "synth", "--shape",  "qwen3-0.6b", "--small",    "--dim",    "256",
-                            "--hidden-dim", "512",   "--layers", "2",          "--decisive", "--format", "gguf",
-                            "--dtype",      "f16",   "--seed",   "3",          "--out",      model});
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
-  auto text = [&](const char* backend, const char* kv, const char* graph) {
-    auto r = run_process(
-        {tessera_bin(), "generate", "--model", model, "--prompt", "Once upon a time there was a little", "--max-tokens",
-         "24", "--temperature", "0", "--no-echo", "--quiet", "--backend", backend, "--kv-dtype", kv, "--graph", graph},
-        240);
-    EXPECT_EQ(r.exit_code, 0) << backend << " " << kv << ": " << r.err;
-    return r.out;
-  };
-  std::set<std::string> distinct;
-  for (const char* kv : {"bf16", "q8_0", "q4_0"}) {
-    SCOPED_TRACE(kv);
-    const std::string want = text("ref", kv, "off");
-    EXPECT_GT(want.size(), 16u);
-    distinct.insert(want);
-    EXPECT_EQ(text("vulkan", kv, "off"), want);
-    EXPECT_EQ(text("vulkan", kv, "on"), want) << "graph decoding";
-  }
-  EXPECT_GE(distinct.size(), 2u) << "the cache types should not all give the same text on this model";
+  testing::expect_every_kv_cache_type_gives_refs_text("vulkan");
 }
 
 TEST(VulkanBackend, InspectDevicesListsTheVulkanDevice) {
@@ -259,7 +241,9 @@ TEST(VulkanBackend, NoDeviceIsAClearError) {
   EXPECT_NE(r.exit_code, 0);
   const bool not_built = r.err.find("unknown backend 'vulkan'") != std::string::npos;
   EXPECT_TRUE(not_built || r.err.find("vulkan:") != std::string::npos) << r.err;
-  if (!not_built) EXPECT_NE(r.err.find("mesa-vulkan-drivers"), std::string::npos) << r.err;
+  if (!not_built) {
+    EXPECT_NE(r.err.find("mesa-vulkan-drivers"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace
