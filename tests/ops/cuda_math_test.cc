@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quant.h"
 #include "base/rng.h"
 #include "ops/backend.h"
 #include "ops/cuda/kernel_math.h"
@@ -196,6 +197,53 @@ TEST_F(CudaMathRef, GatedDeltaRuleOfEachStateRowMatchesRef) {
                            reset, h, j);
         expect_same(get(op.out), got_out, "out");
         expect_same(get(op.state), got_state, "state");
+      }
+    }
+  }
+}
+
+// The KV cache conversions of kv_write / attention (bf16, f16, q8_0 and q4_0 blocks) against base/quant, byte for
+// byte: every f16 value widened, conversions of ordinary, tie, tiny, huge and special values, and blocks of random
+// values at several scales plus blocks whose products land on halves (lround's ties) and q4_0's +8.5 edges.
+TEST(CudaMath, KvCacheConversionsMatchBaseQuantByteForByte) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_TRUE(same_bits(from_f16(static_cast<uint16_t>(h)), f16_to_f32(static_cast<uint16_t>(h)))) << h;
+  }
+  std::vector<float> v = probe_values();
+  for (float x : {6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f, 65504.0f, 65520.0f, 1.0009766f, 1.0004883f, -0.0f})
+    v.push_back(x);
+  for (float x : v) {
+    EXPECT_EQ(to_f16(x), f32_to_f16(x)) << x;
+    EXPECT_EQ(to_bf16(x), f32_to_bf16(x)) << x;
+    EXPECT_TRUE(same_bits(from_bf16(to_bf16(x)), bf16_to_f32(f32_to_bf16(x)))) << x;
+  }
+  Rng rng(23);
+  std::vector<std::vector<float>> blocks;
+  for (float scale : {1e-3f, 1.0f, 30.0f, 1e4f})
+    for (int i = 0; i < 50; ++i) blocks.push_back(uniform(rng, 32, scale));
+  for (int i = 0; i < 20; ++i) {  // amax 127 * 0.5: x * id lands on k + 0.5 for half-integers
+    std::vector<float> b(32);
+    for (int j = 0; j < 32; ++j) b[static_cast<size_t>(j)] = static_cast<float>(j - 16) + 0.5f;
+    b[static_cast<size_t>(i)] = 127.0f;
+    blocks.push_back(b);
+  }
+  blocks.push_back(std::vector<float>(32, 0.0f));
+  for (const std::vector<float>& b : blocks) {
+    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+      const bool q8 = t == DType::kQ8_0;
+      std::vector<uint8_t> want(static_cast<size_t>(q8 ? 34 : 18)), got(want.size());
+      ASSERT_TRUE(quantize(b, t, want.data()).ok());
+      if (q8) {
+        quantize_block_q8_0(b.data(), got.data());
+      } else {
+        quantize_block_q4_0(b.data(), got.data());
+      }
+      ASSERT_EQ(got, want) << dtype_name(t) << " block starting " << b[0];
+      std::vector<float> wide(32);
+      ASSERT_TRUE(dequantize(want.data(), t, wide).ok());
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_TRUE(same_bits(block_elem(got.data(), j, q8), wide[static_cast<size_t>(j)]))
+            << dtype_name(t) << " " << j;
       }
     }
   }

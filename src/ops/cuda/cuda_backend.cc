@@ -37,7 +37,24 @@ T* ptr(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(static_cast<CudaBuffer*>(t.buffer)->device_ptr()) + t.offset);
 }
 
-bool cache_ok(DType t) { return t == DType::kF32 || t == DType::kF16; }
+bool cache_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0;
+}
+// kernel_math.h's kCache* code of a cache type cache_ok() accepts.
+int cache_code(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return kCacheF16;
+    case DType::kBF16:
+      return kCacheBf16;
+    case DType::kQ8_0:
+      return kCacheQ8_0;
+    case DType::kQ4_0:
+      return kCacheQ4_0;
+    default:
+      return kCacheF32;
+  }
+}
 // A view's byte alignment: f32 and i32 views are read as words, everything else byte by byte or as halves.
 size_t view_align(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
 
@@ -52,8 +69,12 @@ Support capability(const Op& op) {
   if (const auto* a = std::get_if<AttentionPrefillOp>(&op)) cache = &a->k_cache;
   if (const auto* a = std::get_if<AttentionDecodeOp>(&op)) cache = &a->k_cache;
   if (cache && !cache_ok(cache->dtype))
-    return Support::no(fmt::format("cuda keeps the KV cache in f32 or f16, not {} (q8_0 and q4_0 caches: cpu, ref)",
-                                   dtype_name(cache->dtype)));
+    return Support::no(
+        fmt::format("cuda keeps the KV cache in f32, f16, bf16, q8_0 or q4_0, not {}", dtype_name(cache->dtype)));
+  if (cache && (cache->dtype == DType::kQ8_0 || cache->dtype == DType::kQ4_0) && cache->rank == 4 &&
+      cache->dim(3) % 32 != 0)
+    return Support::no(fmt::format("cuda keeps a {} KV cache for head_dim a multiple of 32, not {}",
+                                   dtype_name(cache->dtype), cache->dim(3)));
   bool aligned = true;
   for_each_tensor(op, [&aligned](const Tensor& t) {
     if (t.valid()) aligned = aligned && t.offset % view_align(t.dtype) == 0;
@@ -262,7 +283,7 @@ class CudaStream final : public Stream {
     if (o.k.dim(0) == 0) return ok_status();
     return check("kv_write",
                  launch_kv_write(ptr(o.k), ptr(o.v), ptr<void>(o.k_cache), ptr<void>(o.v_cache),
-                                 o.k_cache.dtype == DType::kF16, ptr<int32_t>(o.slots), i32(o.k.dim(0)),
+                                 cache_code(o.k_cache.dtype), ptr<int32_t>(o.slots), i32(o.k.dim(0)),
                                  i32(o.k.row_elems()), i32(o.k_cache.dim(0) * o.k_cache.dim(1)), err_, stream_));
   }
   Result<float*> scratch(size_t floats) {
@@ -288,7 +309,7 @@ class CudaStream final : public Stream {
     if (count == 0) return ok_status();
     TS_ASSIGN_OR_RETURN(float* s, scratch(static_cast<size_t>(std::max<int64_t>(1, count * heads * max_ctx))));
     return check("attention",
-                 launch_attention(ptr(q), ptr<void>(kc), ptr<void>(vc), kc.dtype == DType::kF16, ptr<int32_t>(tables),
+                 launch_attention(ptr(q), ptr<void>(kc), ptr<void>(vc), cache_code(kc.dtype), ptr<int32_t>(tables),
                                   i32(stride), lens, start_pos, ptr(out), s, i32(max_ctx), i32(count), i32(heads),
                                   i32(kc.dim(2)), i32(kc.dim(3)), i32(kc.dim(1)), i32(kc.dim(0)), opt.scale,
                                   opt.softcap, opt.window, ptr(sinks), err_, stream_));

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TS_HD __host__ __device__ __forceinline__
@@ -185,6 +186,106 @@ TS_HD void delta_rule_row(const float* qkv, const float* alpha, const float* bet
     }
     out[th * s + j] = o * scale;
   }
+}
+
+// KV cache elements in the types of llama.cpp's -ctk/-ctv, as base/quant converts them: bf16 and f16 by the bits
+// (round to nearest even, NaN kept quiet), q8_0 and q4_0 blocks of 32 (quantize_q8_0 / quantize_q4_0: the scale as
+// f16, halves away from zero as std::lround, q4_0's truncation after + 8.5, element j in the low nibble of byte j
+// and j + 16 in the high one). Products are rounded on their own (mul_rn): nvcc would otherwise fuse q4_0's
+// x * id + 8.5 into one rounding that ref does not make.
+enum : int { kCacheF32 = 0, kCacheF16 = 1, kCacheBf16 = 2, kCacheQ8_0 = 3, kCacheQ4_0 = 4 };
+
+TS_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TS_HD uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+TS_HD float float_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+TS_HD uint16_t to_bf16(float f) {
+  uint32_t x = bits_of(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+TS_HD float from_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+TS_HD uint16_t to_f16(float f) {
+  const uint32_t x = bits_of(f), sign = (x >> 16) & 0x8000u, ex = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (ex == 0xffu) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  const int32_t e = static_cast<int32_t>(ex) - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+TS_HD float from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    if (m == 0) return float_of(sign);
+    float v = static_cast<float>(m) * (1.0f / 16777216.0f);  // m * 2^-24, exact
+    return sign ? -v : v;
+  }
+  if (e == 0x1fu) return float_of(sign | 0x7f800000u | (m << 13));
+  return float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+TS_HD void quantize_block_q8_0(const float* x, uint8_t* blk) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = to_f16(d);
+  blk[0] = static_cast<uint8_t>(h & 0xffu);
+  blk[1] = static_cast<uint8_t>(h >> 8);
+  for (int i = 0; i < 32; ++i) blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(lroundf(mul_rn(x[i], id))));
+}
+TS_HD void quantize_block_q4_0(const float* x, uint8_t* blk) {
+  float amax = 0.0f, mx = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    if (fabsf(x[i]) > amax) {
+      amax = fabsf(x[i]);
+      mx = x[i];
+    }
+  }
+  const float d = mx / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = to_f16(d);
+  blk[0] = static_cast<uint8_t>(h & 0xffu);
+  blk[1] = static_cast<uint8_t>(h >> 8);
+  for (int j = 0; j < 16; ++j) {
+    const int a = static_cast<int>(mul_rn(x[j], id) + 8.5f), b = static_cast<int>(mul_rn(x[j + 16], id) + 8.5f);
+    const int qa = a < 0 ? 0 : (a > 15 ? 15 : a), qb = b < 0 ? 0 : (b > 15 ? 15 : b);
+    blk[2 + j] = static_cast<uint8_t>(qa | (qb << 4));
+  }
+}
+// Element idx of a q8_0 (q8) or q4_0 cache, as base/quant's dequantize: d * q, d * (nibble - 8).
+TS_HD float block_elem(const uint8_t* p, int64_t idx, bool q8) {
+  const int j = static_cast<int>(idx % 32);
+  const uint8_t* blk = p + (idx / 32) * (q8 ? 34 : 18);
+  const float d = from_f16(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  if (q8) return d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+  const int nib = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+  return d * static_cast<float>(nib - 8);
 }
 
 }  // namespace tessera::ops::cuda

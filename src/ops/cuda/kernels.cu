@@ -241,6 +241,43 @@ __device__ float load(const float* p, int64_t i) { return p[i]; }
 __device__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
 __device__ void store(float* p, int64_t i, float v) { p[i] = v; }
 __device__ void store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+// The other KV cache types as element types of the templates below (kernel_math.h converts).
+struct Bf16Elem {
+  uint16_t v;
+};
+struct Q8Byte {  // a q8_0 cache, addressed by element; its bytes are blocks of 34
+  uint8_t b;
+};
+struct Q4Byte {  // a q4_0 cache, blocks of 18
+  uint8_t b;
+};
+__device__ float load(const Bf16Elem* p, int64_t i) { return from_bf16(p[i].v); }
+__device__ void store(Bf16Elem* p, int64_t i, float v) { p[i].v = to_bf16(v); }
+__device__ float load(const Q8Byte* p, int64_t i) { return block_elem(reinterpret_cast<const uint8_t*>(p), i, true); }
+__device__ float load(const Q4Byte* p, int64_t i) { return block_elem(reinterpret_cast<const uint8_t*>(p), i, false); }
+
+// Block caches: one thread per (token, block of 32) quantises its K and V block into the slot's row.
+__global__ void kv_write_block_k(const float* k, const float* v, uint8_t* kc, uint8_t* vc, const int32_t* slots, int n,
+                                 int row, int capacity, bool q8, int* err) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int per_row = row / 32;
+  if (idx >= static_cast<int64_t>(n) * per_row) return;
+  const int t = static_cast<int>(idx / per_row), b = static_cast<int>(idx % per_row);
+  const int slot = slots[t];
+  if (slot < 0 || slot >= capacity) {
+    flag(err);
+    return;
+  }
+  const int64_t bb = q8 ? 34 : 18, src = static_cast<int64_t>(t) * row + b * 32;
+  const int64_t dst = (static_cast<int64_t>(slot) * per_row + b) * bb;
+  if (q8) {
+    quantize_block_q8_0(k + src, kc + dst);
+    quantize_block_q8_0(v + src, vc + dst);
+  } else {
+    quantize_block_q4_0(k + src, kc + dst);
+    quantize_block_q4_0(v + src, vc + dst);
+  }
+}
 
 template <typename T>
 __global__ void kv_write_k(const float* k, const float* v, T* kc, T* vc, const int32_t* slots, int n, int row,
@@ -601,10 +638,18 @@ int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int 
       q, k, pos, n, q_heads, k_heads, hd, rot, theta, interleaved, freqs, mscale);
   return last_error();
 }
-int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n, int row,
+int launch_kv_write(const float* k, const float* v, void* kc, void* vc, int ctype, const int32_t* slots, int n, int row,
                     int capacity, int* err, void* stream) {
+  if (ctype == kCacheQ8_0 || ctype == kCacheQ4_0) {
+    kv_write_block_k<<<blocks_for(static_cast<int64_t>(n) * (row / 32)), kThreads, 0, st(stream)>>>(
+        k, v, static_cast<uint8_t*>(kc), static_cast<uint8_t*>(vc), slots, n, row, capacity, ctype == kCacheQ8_0, err);
+    return last_error();
+  }
   const int b = blocks_for(static_cast<int64_t>(n) * row);
-  if (f16) {
+  if (ctype == kCacheBf16) {
+    kv_write_k<Bf16Elem><<<b, kThreads, 0, st(stream)>>>(k, v, static_cast<Bf16Elem*>(kc), static_cast<Bf16Elem*>(vc),
+                                                         slots, n, row, capacity, err);
+  } else if (ctype == kCacheF16) {
     kv_write_k<__half><<<b, kThreads, 0, st(stream)>>>(k, v, static_cast<__half*>(kc), static_cast<__half*>(vc), slots,
                                                        n, row, capacity, err);
   } else {
@@ -613,19 +658,39 @@ int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16
   }
   return last_error();
 }
-int launch_attention(const float* q, const void* kc, const void* vc, bool f16, const int32_t* tables, int stride,
+template <typename T>
+void attention_as(const float* q, const void* kc, const void* vc, const int32_t* tables, int stride,
+                  const int32_t* lens, int start_pos, float* out, float* scores, int max_ctx, int count, int heads,
+                  int kv_heads, int hd, int block_tokens, int num_blocks, float scale, float softcap, int window,
+                  const float* sinks, int* err, void* stream) {
+  const int b = blocks_for(static_cast<int64_t>(count) * heads * 32);  // a warp per (token, head)
+  attention_k<T><<<b, kThreads, 0, st(stream)>>>(q, static_cast<const T*>(kc), static_cast<const T*>(vc), tables,
+                                                 stride, lens, start_pos, out, scores, max_ctx, count, heads, kv_heads,
+                                                 hd, block_tokens, num_blocks, scale, softcap, window, sinks, err);
+}
+int launch_attention(const float* q, const void* kc, const void* vc, int ctype, const int32_t* tables, int stride,
                      const int32_t* lens, int start_pos, float* out, float* scores, int max_ctx, int count, int heads,
                      int kv_heads, int hd, int block_tokens, int num_blocks, float scale, float softcap, int window,
                      const float* sinks, int* err, void* stream) {
-  const int b = blocks_for(static_cast<int64_t>(count) * heads * 32);  // a warp per (token, head)
-  if (f16) {
-    attention_k<__half><<<b, kThreads, 0, st(stream)>>>(
-        q, static_cast<const __half*>(kc), static_cast<const __half*>(vc), tables, stride, lens, start_pos, out, scores,
-        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, sinks, err);
-  } else {
-    attention_k<float><<<b, kThreads, 0, st(stream)>>>(
-        q, static_cast<const float*>(kc), static_cast<const float*>(vc), tables, stride, lens, start_pos, out, scores,
-        max_ctx, count, heads, kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, sinks, err);
+  auto run = [&](auto tag) {
+    attention_as<decltype(tag)>(q, kc, vc, tables, stride, lens, start_pos, out, scores, max_ctx, count, heads,
+                                kv_heads, hd, block_tokens, num_blocks, scale, softcap, window, sinks, err, stream);
+  };
+  switch (ctype) {
+    case kCacheF16:
+      run(__half{});
+      break;
+    case kCacheBf16:
+      run(Bf16Elem{});
+      break;
+    case kCacheQ8_0:
+      run(Q8Byte{});
+      break;
+    case kCacheQ4_0:
+      run(Q4Byte{});
+      break;
+    default:
+      run(float{});
   }
   return last_error();
 }

@@ -22,14 +22,15 @@ int launch_add_rms_norm(float* res, const float* delta, const float* w, float* o
 // frequencies with cos and sin times mscale.
 int launch_rope(float* q, float* k, const int32_t* pos, int n, int q_heads, int k_heads, int hd, int rot, float theta,
                 bool interleaved, const float* freqs, float mscale, void* stream);
-// f16: caches hold IEEE half values.
-int launch_kv_write(const float* k, const float* v, void* kc, void* vc, bool f16, const int32_t* slots, int n, int row,
+// ctype: the caches' type, a kernel_math.h kCache* value (f32, f16, bf16, or q8_0 / q4_0 blocks of 32: row a
+// multiple of 32, caches then addressed in bytes).
+int launch_kv_write(const float* k, const float* v, void* kc, void* vc, int ctype, const int32_t* slots, int n, int row,
                     int capacity, int* err, void* stream);
 // decode: lens non-null, tables hold `count` rows of `stride`; prefill: lens null, one table, positions
 // start_pos + i. scores: count * heads * max_ctx floats of scratch.
 // scale > 0: scores q.k * scale (else / sqrt(hd)); softcap > 0: cap * tanh(s / cap); window > 0: only the last
 // `window` positions (ops.h, AttentionScores). sinks: null, or one extra softmax logit per query head.
-int launch_attention(const float* q, const void* kc, const void* vc, bool f16, const int32_t* tables, int stride,
+int launch_attention(const float* q, const void* kc, const void* vc, int ctype, const int32_t* tables, int stride,
                      const int32_t* lens, int start_pos, float* out, float* scores, int max_ctx, int count, int heads,
                      int kv_heads, int hd, int block_tokens, int num_blocks, float scale, float softcap, int window,
                      const float* sinks, int* err, void* stream);
