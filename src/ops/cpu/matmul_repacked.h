@@ -161,11 +161,147 @@ struct PanelQ6_K {
   }
 };
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline VI bcast4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return bcast(v);
+}
+
+// block_step<PanelQ4_K, 1> (decode: one activation row x, row index t) written out: each weight dword is loaded
+// once for its two groups (low nibbles: group 2j, high: 2j + 1), the high nibbles stay in place (an and instead of
+// a shift and an and; their sum, 16 times the true one, is divided exactly), and each group's products run in two
+// chains. Named registers, no arrays: the general step kept its group's dwords on the stack (GCC splits arrays into
+// registers before it unrolls) and ran at 44 G multiply-adds/s from the L3 of an AMD Zen 4 core, this at 72
+// (`tessera bench matmul --dtype q4_k --rows 1 --k 4096 --m 4096`; 70 with block_step_row's per-group decode). The
+// integer sums are exact, and the f32 steps are the general step's in its order, so the bits are its bits.
+inline void block_step_q4_k_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                int64_t t, VF& acc) {
+  alignas(64) float s[8 * kP];
+  alignas(64) float mn[8 * kP];
+  PanelQ4_K::scales(pb, s, mn);
+  const VI lo_mask = bcast(0x0f0f0f0f), hi_mask = bcast(static_cast<int32_t>(0xf0f0f0f0u)), zero = bcast(0);
+  const auto row = static_cast<size_t>(t * groups);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const int64_t ge = b * 8 + 2 * j, go = ge + 1;
+    const uint8_t* q = pb + 16 * kP + j * 8 * kV;
+    const uint8_t* xe = x + ge * 32;
+    const uint8_t* xo = xe + 32;
+    VI e0 = bcast(a.start[row + static_cast<size_t>(ge)]), e1 = zero, o0 = zero, o1 = zero;
+#pragma GCC unroll 4
+    for (int d = 0; d < 8; d += 2) {
+      const VI v0 = ldu(q + d * kV), v1 = ldu(q + (d + 1) * kV);
+      e0 = dot4(e0, vand(v0, lo_mask), bcast4(xe + 4 * d));
+      o0 = dot4(o0, vand(v0, hi_mask), bcast4(xo + 4 * d));
+      e1 = dot4(e1, vand(v1, lo_mask), bcast4(xe + 4 * d + 4));
+      o1 = dot4(o1, vand(v1, hi_mask), bcast4(xo + 4 * d + 4));
+    }
+    const VI ie = _mm512_add_epi32(e0, e1);
+    const VI io =
+        _mm512_add_epi32(bcast(a.start[row + static_cast<size_t>(go)]), _mm512_srai_epi32(_mm512_add_epi32(o0, o1), 4));
+    acc = fma_i(ie, vmul(load_vf(s + 2 * j * kP), bcastf(a.xd[row + static_cast<size_t>(ge)])), acc);
+    acc = fnma(load_vf(mn + 2 * j * kP), bcastf(a.xs[row + static_cast<size_t>(ge)]), acc);
+    acc = fma_i(io, vmul(load_vf(s + (2 * j + 1) * kP), bcastf(a.xd[row + static_cast<size_t>(go)])), acc);
+    acc = fnma(load_vf(mn + (2 * j + 1) * kP), bcastf(a.xs[row + static_cast<size_t>(go)]), acc);
+  }
+}
+
+// block_step<PanelQ6_K, 1>: a super-block half's eight groups share their bytes (group 8h + 2 part + half: low
+// nibbles from ql vector 16h + 8 (part & 1) + 4 half + d, shifted by 4 for part >= 2; bit pair `part` of qh vector
+// 8h + 4 half + d), so each qh vector is spread into its four parts' high bits once (one and or two ops each) and
+// each ql vector serves two parts; the eight integer sums are kept, then the f32 steps run in group order as the
+// general step's. From the L3 of one AMD Zen 4 core: 30 G multiply-adds/s with the general step, 39 with
+// block_step_row's decode per group, 44 with this (docs/benchmarks.md).
+inline void block_step_q6_k_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                int64_t t, VF& acc) {
+  alignas(64) float s[16 * kP];
+  PanelQ6_K::scales(pb, s, nullptr);
+  const VI c0f = bcast(0x0f0f0f0f), c30 = bcast(0x30303030);
+  const auto row = static_cast<size_t>(t * groups);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    // sum[part][half]: group 8h + 2 part + half.
+    VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;  // group 8h's 16 bytes, then the next groups'
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+#pragma GCC unroll 4
+      for (int d = 0; d < 4; ++d) {
+        const VI hv = ldu(pb + 146 * kP + (8 * h + 4 * half + d) * kV);
+        const VI v0 = ldu(pb + 18 * kP + (16 * h + 4 * half + d) * kV);
+        const VI v1 = ldu(pb + 18 * kP + (16 * h + 8 + 4 * half + d) * kV);
+        // u = low nibble | (bit pair << 4): _mm512_ternarylogic_epi32(a, b, c, 0xf8) is a | (b & c).
+        const VI h0 = vand(sll(hv, 4), c30), h1 = vand(sll(hv, 2), c30), h2 = vand(hv, c30), h3 = vand(srl(hv, 2), c30);
+        const VI u0 = _mm512_ternarylogic_epi32(h0, v0, c0f, 0xf8);
+        const VI u1 = _mm512_ternarylogic_epi32(h1, v1, c0f, 0xf8);
+        const VI u2 = _mm512_ternarylogic_epi32(h2, srl(v0, 4), c0f, 0xf8);
+        const VI u3 = _mm512_ternarylogic_epi32(h3, srl(v1, 4), c0f, 0xf8);
+        const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2 part + half: + 32 part
+        if (half == 0) {
+          s00 = dot4(s00, u0, bcast4(xd));
+          s10 = dot4(s10, u1, bcast4(xd + 32));
+          s20 = dot4(s20, u2, bcast4(xd + 64));
+          s30 = dot4(s30, u3, bcast4(xd + 96));
+        } else {
+          s01 = dot4(s01, u0, bcast4(xd));
+          s11 = dot4(s11, u1, bcast4(xd + 32));
+          s21 = dot4(s21, u2, bcast4(xd + 64));
+          s31 = dot4(s31, u3, bcast4(xd + 96));
+        }
+      }
+    }
+    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const int gl = 8 * h + i;
+      const auto gi = row + static_cast<size_t>(b * 16 + gl);
+      acc = fma_i(_mm512_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+    }
+  }
+}
+
+// block_step<L, 1> of the other types (q4_0, q5_0), in the same manner: each dword decoded where it is used
+// (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
+template <typename L>
+inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
+                           VF& acc) {
+  constexpr int kD = L::kGroup / 4;
+  static_assert(kD % 2 == 0);
+  alignas(64) float s[L::kGroups * kP];
+  alignas(64) float mn[L::kMin ? L::kGroups * kP : kP];
+  L::scales(pb, s, mn);
+  const auto row = static_cast<size_t>(t * groups);
+#pragma GCC unroll 16
+  for (int gl = 0; gl < L::kGroups; ++gl) {
+    const int64_t g = b * L::kGroups + gl;
+    const auto gi = row + static_cast<size_t>(g);
+    const uint8_t* xg = x + g * L::kGroup;
+    VI c0 = bcast(a.start[gi]), c1 = bcast(0);
+#pragma GCC unroll 8
+    for (int d = 0; d < kD; d += 2) {
+      c0 = dot4(c0, L::dword(pb, gl, d), bcast4(xg + 4 * d));
+      c1 = dot4(c1, L::dword(pb, gl, d + 1), bcast4(xg + 4 * d + 4));
+    }
+    acc = fma_i(_mm512_add_epi32(c0, c1), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+    if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
+  }
+}
+#endif
+
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
 // are micro()'s.
 template <typename L, int TT>
 inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* const* xq, const Acts& a,
                        int64_t t0, VF* acc) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  if constexpr (TT == 1 && std::is_same_v<L, PanelQ4_K>)
+    return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1 && std::is_same_v<L, PanelQ6_K>)
+    return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1 && !std::is_same_v<L, PanelQ4_K> && !std::is_same_v<L, PanelQ6_K>)
+    return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+#endif
   constexpr int kD = L::kGroup / 4;
   alignas(64) float s[L::kGroups * kP];
   alignas(64) float mn[L::kMin ? L::kGroups * kP : kP];
@@ -176,16 +312,13 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 #pragma GCC unroll 16
     for (int t = 0; t < TT; ++t) isum[t] = bcast(a.start[static_cast<size_t>((t0 + t) * groups + g)]);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    VI u[kD];
-    L::group(pb, gl, u);
+      // Each dword decoded where it is used, for every activation row (an array of the group's dwords stayed on the
+      // stack, see block_step_row).
 #pragma GCC unroll 8
     for (int d = 0; d < kD; ++d) {
+      const VI w = L::dword(pb, gl, d);
 #pragma GCC unroll 16
-      for (int t = 0; t < TT; ++t) {
-        int32_t x4;
-        std::memcpy(&x4, xq[t] + g * L::kGroup + 4 * d, 4);
-        isum[t] = dot4(isum[t], u[d], bcast(x4));
-      }
+      for (int t = 0; t < TT; ++t) isum[t] = dot4(isum[t], w, bcast4(xq[t] + g * L::kGroup + 4 * d));
     }
 #else
     // maddubs leaves int16 sums of two products, each at most kMaxByte * 128; kSum dwords' worth add up in int16
