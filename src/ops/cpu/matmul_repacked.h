@@ -327,9 +327,11 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
     constexpr int kSum = std::min(kD, 32767 / (2 * L::kMaxByte * 128));
     static_assert(kSum >= 1 && kD % kSum == 0);
     const __m256i ones = _mm256_set1_epi16(1);
-    if constexpr (L::kDwordWise) {
+    if constexpr (L::kDwordWise || TT <= 2) {
       // The k-quants decode each weight dword where it is used (dword()), for all activation rows at once:
-      // holding the group's 8 at once spilled the 16 registers (q4_k 52 -> 75 G multiply-adds/s).
+      // holding the group's 8 at once spilled the 16 registers (q4_k 52 -> 75 G multiply-adds/s). So do q4_0 and
+      // q5_0 at one or two rows (decode): 46 -> 73 and 23 -> 27 G multiply-adds/s at one row on an AMD Zen 4 core
+      // (`--cpu-isa avx2`); from three rows up, one decode of the group per row-set pays.
 #pragma GCC unroll 8
       for (int d0 = 0; d0 < kD; d0 += kSum) {
         __m256i p[TT];
