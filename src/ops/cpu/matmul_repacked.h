@@ -295,12 +295,14 @@ template <typename L, int TT>
 inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* const* xq, const Acts& a,
                        int64_t t0, VF* acc) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  if constexpr (TT == 1 && std::is_same_v<L, PanelQ4_K>)
-    return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
-  if constexpr (TT == 1 && std::is_same_v<L, PanelQ6_K>)
-    return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
-  if constexpr (TT == 1 && !std::is_same_v<L, PanelQ4_K> && !std::is_same_v<L, PanelQ6_K>)
-    return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1) {
+    if constexpr (std::is_same_v<L, PanelQ4_K>)
+      return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+    else if constexpr (std::is_same_v<L, PanelQ6_K>)
+      return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+    else
+      return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+  }
 #endif
   constexpr int kD = L::kGroup / 4;
   alignas(64) float s[L::kGroups * kP];
