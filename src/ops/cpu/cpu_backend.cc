@@ -318,6 +318,14 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+bool prefetch_far_to_l2() {
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+}
+
 Result<Isa> parse_isa(std::string_view name) {
   for (Isa i : {Isa::kAuto, Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
     if (isa_name(i) == name) return i;

@@ -28,6 +28,11 @@ struct Ctx {
   WorkerPool* pool = nullptr;  // the stream's threads; null: run inline
 };
 
+// Whether weight streams are prefetched kFarPrefetchBytes ahead into L2 (rather than near into L1, or left to the
+// hardware prefetcher): on AMD processors (matmul_repacked.h and matmul_dense.cc say why). Asked of the processor once.
+bool prefetch_far_to_l2();
+constexpr int kFarPrefetchBytes = 16384;
+
 // fn(i) for i in [0, n) on the stream's threads; inline when n * work_per_item < min_work.
 template <typename F>
 void parallel_for(const Ctx& ctx, int64_t n, F&& fn, double work_per_item = 1.0, double min_work = 0.0) {

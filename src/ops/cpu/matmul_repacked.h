@@ -391,11 +391,23 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 // panels far apart in lockstep: two sequential streams keep more loads in flight than one (decode reads every
 // weight byte once and waits on memory). Each panel's rows keep their own accumulators and instructions, so the
 // bits do not depend on NP.
+//
+// Prefetch. The hardware prefetcher alone left the first loads of each block waiting, so each block step first fetches
+// the one about 2 KiB ahead into L1 (q4_k's 2304-byte panel block, seven of q4_0's 288). Four k-quant blocks ahead (9
+// KiB) held llama3.1-8b Q4_K_M decode at 4.40 tok/s on the AMX Xeon, one block gives 5.2 (docs/benchmarks.md). On AMD
+// Zen 4 the k-quants' whole-block bursts into L1 are what hold the stream back (one core, avx512 kernels, 65536 x 4096
+// from memory: q4_k 35 G multiply-adds/s, q6_k 12 against 44 from L3): there the k-quants fetch the block about 16
+// KiB ahead into L2 instead (q4_k 57, q6_k 33; 2 KiB ahead into L2 or 16 KiB into L1 did not help, nor both), which
+// leaves L1 to the hardware prefetcher; the avx2 kernels' q6_k went from 18.6 to 22.5. q4_0 streams faster with the
+// L1 prefetch there too (49 against 41 with L2), so it keeps it.
 template <typename L, int TT, int NP = 1>
 void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
                 int64_t ld, const float* const* bias) {
   constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
-  constexpr int64_t kPrefetchBlocks = std::max<int64_t>(1, (2048 + kPanelBlock / 2) / kPanelBlock);
+  constexpr int64_t kNearBlocks = std::max<int64_t>(1, (2048 + kPanelBlock / 2) / kPanelBlock);
+  constexpr int64_t kFarBlocks = std::max<int64_t>(1, (kFarPrefetchBytes + kPanelBlock / 2) / kPanelBlock);
+  const bool far = L::kBytes >= 144 && prefetch_far_to_l2();  // the k-quants: q4_k 144 bytes a row block, q6_k 210
+  const int64_t ahead = (far ? kFarBlocks : kNearBlocks) * kPanelBlock;
   const int64_t groups = k / L::kGroup;
   VF acc[NP][TT];
   for (auto& row : acc)
@@ -408,11 +420,12 @@ void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, 
 #pragma GCC unroll 2
     for (int p = 0; p < NP; ++p) {
       const uint8_t* pb = pw[p] + b * kPanelBlock;
-      // Fetch about 2 KiB ahead (the hardware prefetcher alone left the first loads of each block waiting): one
-      // block of the k-quants (q4_k's 2304 bytes), four of q8_0's 544. Four k-quant blocks ahead (9 KiB) held
-      // llama3.1-8b Q4_K_M decode at 4.40 tok/s on the AMX Xeon, one block gives 5.2 (docs/benchmarks.md).
-      for (int64_t o = 0; o < kPanelBlock; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pb + kPrefetchBlocks * kPanelBlock + o), _MM_HINT_T0);
+      const char* next = reinterpret_cast<const char*>(pb + ahead);
+      if (far) {
+        for (int64_t o = 0; o < kPanelBlock; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+      } else {
+        for (int64_t o = 0; o < kPanelBlock; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+      }
       block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
     }
   }
