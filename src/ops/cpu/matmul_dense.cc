@@ -269,8 +269,8 @@ void gemm(const MatMulOp& op, const Ctx& ctx) {
 // R weight rows against one activation row, each summed exactly as dot() sums it (two 8-wide accumulators
 // over 16-element steps, an 8-wide step, hsum, then the scalar tail), so decode keeps the bits of every
 // other path; R rows in lockstep give 2R FMA chains. With `far`, every line read also fetches the line
-// kFarPrefetchBytes ahead into L2 (AMD Zen 4, f16 16384 x 4096 from memory, one thread: 6.0-6.5 -> 4.4-5.1 ms;
-// two threads unchanged).
+// kFarPrefetchBytes ahead into L2 (AMD Zen 4, f16 16384 x 4096 from memory: one thread 10.7 -> 15.8 G
+// multiply-adds/s, two 14.3 -> 18.8 on a slow bus; docs/benchmarks.md).
 template <typename W, int R>
 inline void dot_rows(const W* a, int64_t lda, const float* b, int64_t n, float* out, bool far) {
   constexpr int64_t kLineElems = 64 / sizeof(W);
