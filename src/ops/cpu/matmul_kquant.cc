@@ -482,18 +482,23 @@ struct PackK4 {
   }
 };
 using PackQ4_K = PackK4<BlockQ4_K>;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// q5_k (the amx build): q4_k's scales and nibbles plus a fifth bit per element from qh (bit 2c of qh[l] for element
-// 64c + l, bit 2c + 1 for element 64c + 32 + l), as unpack() builds it.
+// q5_k: q4_k's scales and nibbles plus a fifth bit per element from qh (bit 2c of qh[l] for element 64c + l, bit
+// 2c + 1 for element 64c + 32 + l), as unpack() builds it.
 struct PackQ5_K : PackK4<BlockQ5_K> {
   static packed::VI unit(const Block* w, int64_t b, int, int u) {
     const __m256i lo4 = _mm256_set1_epi8(0x0f);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     const __m256i v = load32(w[b].qs + 32 * u), h = load32(w[b].qh);
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_or_si256(_mm256_and_si256(v, lo4), bit_of(h, 2 * u, 4))),
                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), bit_of(h, 2 * u + 1, 4)),
                               1);
+#else
+    const __m256i v = load32(w[b].qs + 32 * (u / 2)), h = load32(w[b].qh);
+    return _mm256_or_si256(_mm256_and_si256(u % 2 == 0 ? v : _mm256_srli_epi16(v, 4), lo4), bit_of(h, u, 4));
+#endif
   }
 };
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // q2_k and q3_k (the amx build): groups of 16 from the two-bit fields as unpack_crumbs() lays them out (unit u:
 // elements 64u.., in qs[32 (u / 2) ..] at bit pairs 2 (u % 2) and 2 (u % 2) + 1), q3_k with the hmask bit as bit 2
 // (bits 2u and 2u + 1 of hmask[l]). q2_k: scale d (sc & 15), minimum dmin (sc >> 4); q3_k: scale d (sc - 32) and
@@ -662,14 +667,19 @@ Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
 #if defined(__AVX2__)
     // Repacked at load (repack.h): every batch size reads the panels.
     if (op.w.dtype == DType::kQ4_K) return packed::matmul_repacked<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_K) return packed::matmul_repacked<packed::PanelQ5_K, PackQ5_K>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ6_K) return packed::matmul_repacked<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
 #endif
     return panels_unreadable(*lay);
   }
 #if defined(__AVX2__)
-  // q4_k and q6_k: the kernels of matmul_packed.h, for every batch size.
+  // q4_k, q5_k and q6_k: the kernels of matmul_packed.h, for every batch size.
   if (op.w.dtype == DType::kQ4_K) {
     packed::matmul<PackQ4_K>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ5_K) {
+    packed::matmul<PackQ5_K>(op, ctx);
     return ok_status();
   }
   if (op.w.dtype == DType::kQ6_K) {

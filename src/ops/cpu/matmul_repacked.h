@@ -125,6 +125,22 @@ struct PanelQ4_K {
     return vand(gl % 2 == 0 ? v : srl(v, 4), bcast(0x0f0f0f0f));
   }
 };
+// q5_k: q4_k's scales and nibbles (at 48 kP, after the qh vectors) plus a fifth bit per element: bit gl of the qh
+// dword d, for elements 4d.. of group gl.
+struct PanelQ5_K {
+  static constexpr int kBytes = 176, kGroups = 8, kGroup = 32, kOffset = 0, kMaxByte = 31;
+  static constexpr bool kDwordWise = true;
+  static constexpr bool kMin = true;
+  static void scales(const uint8_t* pb, float* s, float* mn) { PanelQ4_K::scales(pb, s, mn); }
+  static VI dword(const uint8_t* pb, int gl, int d) {
+    const VI v = ldu(pb + 48 * kP + (gl / 2) * 8 * kV + d * kV), m = bcast(0x0f0f0f0f);
+    const VI h = sll(vand(srl(ldu(pb + 16 * kP + d * kV), static_cast<unsigned>(gl)), bcast(0x01010101)), 4);
+    return vor(vand(gl % 2 == 0 ? v : srl(v, 4), m), h);
+  }
+  static void group(const uint8_t* pb, int gl, VI* u) {
+    for (int d = 0; d < 8; ++d) u[d] = dword(pb, gl, d);
+  }
+};
 struct PanelQ6_K {
   static constexpr int kBytes = 210, kGroups = 16, kGroup = 16, kOffset = 32, kMaxByte = 63;
   static constexpr bool kDwordWise = true;

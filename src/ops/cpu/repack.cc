@@ -40,6 +40,11 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ4_K, dmin), 2, 0, 0},
                                {offsetof(BlockQ4_K, scales), 4, 3, 0},
                                {offsetof(BlockQ4_K, qs), 16, 32, 0}};
+  static const Piece q5_k[] = {{offsetof(BlockQ5_K, d), 0, 0, 0},
+                               {offsetof(BlockQ5_K, dmin), 2, 0, 0},
+                               {offsetof(BlockQ5_K, scales), 4, 3, 0},
+                               {offsetof(BlockQ5_K, qh), 16, 8, 0},
+                               {offsetof(BlockQ5_K, qs), 48, 32, 0}};
   static const Piece pair[] = {{0, 0, 1, 0}};  // bf16 / f16: a "block" is a pair of elements, one dword
   static const Piece q6_k[] = {{offsetof(BlockQ6_K, d), 0, 0, 0},
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
@@ -55,6 +60,8 @@ PieceList pieces(DType type) {
       return {q5_0, 3};
     case DType::kQ4_K:
       return {q4_k, 4};
+    case DType::kQ5_K:
+      return {q5_k, 5};
     case DType::kQ6_K:
       return {q6_k, 4};
     default:
@@ -89,7 +96,8 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
   }
 }
 
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "the panel offsets above follow these sizes");
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+              "the panel offsets above follow these sizes");
 
 // The unit a panel block covers: the type's block, or for bf16 and f16 a pair of elements (4 bytes).
 struct Blocking {
@@ -148,6 +156,8 @@ bool repackable(DType type, int panel_rows, bool amx) {
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
+    case DType::kQ5_K:
+      return !amx;  // the amx build reads q5_k row-major (its tiles have no q5_k panel reader)
     default:
       return false;
   }
