@@ -177,12 +177,14 @@ struct PanelQ6_K {
   }
 };
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// Four activation bytes (one dword) in every lane.
 inline VI bcast4(const uint8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return bcast(v);
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 
 // block_step<PanelQ4_K, 1> (decode: one activation row x, row index t) written out: each weight dword is loaded
 // once for its two groups (low nibbles: group 2j, high: 2j + 1), the high nibbles stay in place (an and instead of
@@ -304,12 +306,6 @@ inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const u
   }
 }
 #else
-inline __m256i bcast4(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return bcast(v);
-}
-
 // block_step<PanelQ6_K, 1> for the avx2 kernels, as block_step_q6_k_row above: each qh vector spread once for its
 // four parts, each ql vector serving two, two dwords' maddubs summed in int16 (2 * 2 * 63 * 128 fits) before one
 // madd widens them; the sums of a super-block half's first half wait in memory for its second, then the f32 steps run
