@@ -71,9 +71,10 @@ struct Call {
   std::string remote;       // the client's address
   std::string session_id;
   bool stream = false;
-  bool token_ids = false;  // the client asked for token-id comments (api/resume.h)
-  int choices = 1;         // n times the prompts: a stream of several cannot migrate (migration.h)
-  bool internal = false;   // the caller holds the cluster credential (or none is configured): may see node URLs
+  bool token_ids = false;      // the client asked for token-id comments (api/resume.h)
+  bool include_usage = false;  // the client asked for the usage chunk (stream_options.include_usage)
+  int choices = 1;             // n times the prompts: a stream of several cannot migrate (migration.h)
+  bool internal = false;       // the caller holds the cluster credential (or none is configured): may see node URLs
   RouteRequest route;
   int64_t reserved_tokens = 0;
   std::string prefill_url;  // PD mode: the prefill node paired with the current attempt's decode node
@@ -439,7 +440,7 @@ struct Gateway::Impl {
       return true;
     };
     // Token ids seen, for continuing elsewhere if this node dies (migration.h).
-    StreamTracker tracker(c->token_ids, c->choices);
+    StreamTracker tracker(c->token_ids, c->choices, c->include_usage);
     auto on_chunk = [&](std::string_view piece) {
       if (c->client_gone) return false;
       generated += count_events(piece);
@@ -564,6 +565,7 @@ struct Gateway::Impl {
     if (!registry.may_serve(req.model)) return reply_unknown_model(*c);
     c->body = r.body;
     c->stream = req.stream;
+    c->include_usage = req.stream && req.include_usage;
     c->session_id = r.header("x-session-id");
     c->token_ids = r.header(api::kTokenIdsHeader) == "1";
     c->internal = http::internal_caller(r, options.cluster_token);

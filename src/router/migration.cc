@@ -64,6 +64,7 @@ void StreamTracker::event(std::string_view ev, std::string& out) {
     failed_ = true;
     return;
   }
+  if (j.contains("usage") && j["usage"].is_object()) usage_seen_ = true;
   if (id_.empty() && j.contains("id") && j["id"].is_string()) id_ = j["id"].get<std::string>();
   if (created_ == 0 && j.contains("created") && j["created"].is_number_integer())
     created_ = j["created"].get<int64_t>();
@@ -113,7 +114,8 @@ Status migrate_stream(StreamTracker& tracker, std::string_view original_body, st
   Status last = unavailable("no other node to continue the stream on");
   for (int attempt = 0; attempt < max_attempts; ++attempt) {
     if (tracker.done()) return ok_status();
-    if (tracker.finished()) {  // only [DONE] (and maybe usage) was missing
+    if (tracker.finished()) {  // only [DONE], or the usage chunk and [DONE], were missing
+      if (tracker.usage_missing()) return unavailable("the node failed after the last token, before its usage chunk");
       hooks.write("data: [DONE]\n\n");
       return ok_status();
     }

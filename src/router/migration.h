@@ -33,14 +33,18 @@ class StreamTracker {
   // forward_ids: the client asked for token ids itself (a load driver counting tokens): each committed
   // token-id comment is forwarded just before its data event. choices: how many choices the stream carries
   // (n times the prompts); a stream of several is finished only when each one's finish_reason went through,
-  // and is never resumable (a node continues one choice).
-  explicit StreamTracker(bool forward_ids = false, int choices = 1) : forward_ids_(forward_ids), choices_(choices) {}
+  // and is never resumable (a node continues one choice). usage_expected: the client asked for the usage chunk
+  // (stream_options.include_usage).
+  explicit StreamTracker(bool forward_ids = false, int choices = 1, bool usage_expected = false)
+      : forward_ids_(forward_ids), choices_(choices), usage_expected_(usage_expected) {}
 
   // Takes bytes from the upstream; returns the complete events to forward (token-id comments removed).
   std::string feed(std::string_view piece);
   bool done() const { return done_; }          // [DONE] went through
   bool finished() const { return finished_; }  // an event with a finish_reason went through
   bool failed() const { return failed_; }      // an error event went through
+  // The client asked for the usage chunk and it has not gone through (a stream cut after its finish_reason).
+  bool usage_missing() const { return usage_expected_ && !usage_seen_; }
   bool resumable() const;
   size_t tokens() const { return tokens_.size(); }
   // Bytes after the last complete event (forwarded as they are when a stream ends normally).
@@ -61,6 +65,7 @@ class StreamTracker {
   bool preamble_sent_ = false;
   bool text_without_ids_ = false;
   bool done_ = false, finished_ = false, failed_ = false;
+  bool usage_expected_ = false, usage_seen_ = false;
   std::string id_;
   int64_t created_ = 0;
 };
@@ -79,8 +84,10 @@ struct MigrationHooks {
 };
 
 // Continues the tracked stream on other nodes (at most `max_attempts`), adding each one to `tried`.
-// OK once the client has the whole stream ([DONE] forwarded, or written here after a finish_reason);
-// otherwise the last error (the caller then ends the stream with an error event).
+// OK once the client has the whole stream ([DONE] forwarded, or written here after a finish_reason when no usage
+// chunk was asked for or it went through); otherwise the last error (the caller then ends the stream with an error
+// event). A stream cut between its finish_reason and the usage chunk the client asked for fails: no node can say the
+// usage of a generation it did not run, and [DONE] without it would pass for a stream without usage.
 Status migrate_stream(StreamTracker& tracker, std::string_view original_body, std::set<std::string>& tried,
                       int max_attempts, const MigrationHooks& hooks);
 

@@ -76,6 +76,44 @@ TEST(StreamTracker, AStreamOfSeveralChoicesFinishesWithItsLastAndNeverResumes) {
   EXPECT_TRUE(t.finished());
 }
 
+// A node that dies after its last token's finish_reason: the router completes the stream with [DONE] itself, unless
+// the client asked for the usage chunk and it never came; then the stream fails (the caller sends an error event)
+// rather than end as if the client had not asked for usage (the fault suite's "only node SIGKILL" caught that).
+TEST(StreamTracker, AStreamCutBeforeItsUsageChunkIsNotPassedOffAsComplete) {
+  const std::string usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n";
+  for (bool asked : {false, true}) {
+    for (bool usage_sent : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "include_usage " << asked << ", usage sent " << usage_sent);
+      StreamTracker t(false, 1, asked);
+      t.feed(": tessera-tokens 1\n\n" + chat_chunk("a", false, "length") + (usage_sent ? usage : ""));
+      EXPECT_EQ(t.usage_missing(), asked && !usage_sent);
+      std::string written;
+      int exchanges = 0;
+      MigrationHooks hooks;
+      hooks.pick = [](const std::set<std::string>&) { return std::string("http://other"); };
+      hooks.exchange = [&](const std::string&, const std::string&, const std::function<bool(std::string_view)>&) {
+        ++exchanges;
+        return ok_status();
+      };
+      hooks.write = [&](const std::string& b) {
+        written += b;
+        return true;
+      };
+      hooks.client_gone = [] { return false; };
+      std::set<std::string> tried = {"http://dead"};
+      const Status s = migrate_stream(t, "{}", tried, 2, hooks);
+      EXPECT_EQ(exchanges, 0) << "a finished stream is never sent to another node";
+      if (asked && !usage_sent) {
+        EXPECT_FALSE(s.ok());
+        EXPECT_EQ(written, "");
+      } else {
+        EXPECT_TRUE(s.ok()) << s.message();
+        EXPECT_EQ(written, "data: [DONE]\n\n");
+      }
+    }
+  }
+}
+
 TEST(StreamTracker, TextWithoutTokenIdsCannotBeResumed) {
   StreamTracker t;  // a node that does not speak the extension
   t.feed(chat_chunk("", true) + chat_chunk(" Hi"));
