@@ -498,16 +498,21 @@ struct PackQ5_K : PackK4<BlockQ5_K> {
 #endif
   }
 };
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// q2_k and q3_k (the amx build): groups of 16 from the two-bit fields as unpack_crumbs() lays them out (unit u:
-// elements 64u.., in qs[32 (u / 2) ..] at bit pairs 2 (u % 2) and 2 (u % 2) + 1), q3_k with the hmask bit as bit 2
-// (bits 2u and 2u + 1 of hmask[l]). q2_k: scale d (sc & 15), minimum dmin (sc >> 4); q3_k: scale d (sc - 32) and
-// the offset 4 (its q - 4). The scales row by row (no 16-row gather form).
+// q2_k and q3_k: groups of 16 from the two-bit fields as unpack_crumbs() lays them out (element 128h + 32j + l at bit
+// pair j of qs[32h + l]; avx512 unit u: elements 64u.., bit pairs 2 (u % 2) and 2 (u % 2) + 1 of qs[32 (u / 2) ..];
+// avx2 unit u: elements 32u.., bit pair u % 4 of qs[32 (u / 4) ..]), q3_k with the hmask bit (bit 4h + j of
+// hmask[l]) as bit 2. q2_k: scale d (sc & 15), minimum dmin (sc >> 4); q3_k: scale d (sc - 32) and the offset 4 (its
+// q - 4). The scales row by row (no 16-row gather form).
 inline packed::VI crumb_unit(const uint8_t* qs, int u) {
-  const __m256i v = load32(qs + 32 * (u / 2)), m3 = _mm256_set1_epi8(3);
+  const __m256i m3 = _mm256_set1_epi8(3);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const __m256i v = load32(qs + 32 * (u / 2));
   const int sh = 4 * (u % 2);
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, sh), m3)),
                             _mm256_and_si256(_mm256_srli_epi16(v, sh + 2), m3), 1);
+#else
+  return _mm256_and_si256(_mm256_srli_epi16(load32(qs + 32 * (u / 4)), 2 * (u % 4)), m3);
+#endif
 }
 struct PackQ2_K {
   using Block = BlockQ2_K;
@@ -534,11 +539,14 @@ struct PackQ3_K {
   }
   static packed::VI unit(const Block* w, int64_t b, int, int u) {
     const __m256i h = load32(w[b].hmask);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(bit_of(h, 2 * u, 2)), bit_of(h, 2 * u + 1, 2), 1);
     return _mm512_or_si512(crumb_unit(w[b].qs, u), hb);
+#else
+    return _mm256_or_si256(crumb_unit(w[b].qs, u), bit_of(h, u, 2));
+#endif
   }
 };
-#endif
 struct PackQ6_K {
   using Block = BlockQ6_K;
   static constexpr int kBlockElems = kSuperBlock, kGroup = 16, kOffset = 32, kStepBlocks = 1;
@@ -669,11 +677,21 @@ Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
     if (op.w.dtype == DType::kQ4_K) return packed::matmul_repacked<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_K) return packed::matmul_repacked<packed::PanelQ5_K, PackQ5_K>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ6_K) return packed::matmul_repacked<packed::PanelQ6_K, PackQ6_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ2_K) return packed::matmul_repacked<packed::PanelQ2_K, PackQ2_K>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ3_K) return packed::matmul_repacked<packed::PanelQ3_K, PackQ3_K>(op, *lay, ctx);
 #endif
     return panels_unreadable(*lay);
   }
 #if defined(__AVX2__)
-  // q4_k, q5_k and q6_k: the kernels of matmul_packed.h, for every batch size.
+  // Every K-quant: the kernels of matmul_packed.h, for every batch size.
+  if (op.w.dtype == DType::kQ2_K) {
+    packed::matmul<PackQ2_K>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ3_K) {
+    packed::matmul<PackQ3_K>(op, ctx);
+    return ok_status();
+  }
   if (op.w.dtype == DType::kQ4_K) {
     packed::matmul<PackQ4_K>(op, ctx);
     return ok_status();

@@ -1,6 +1,6 @@
 // The quantised matmuls with weight rows in the vector lanes: a packed-panel GEMM for batches of 3 rows or
 // more (prefill, batched decode) and a decode kernel for 1-2 rows that gives the same bits, shared by
-// matmul_quant.cc (q4_0, q5_0) and matmul_kquant.cc (q4_k, q6_k). Included only by those two files, inside their
+// matmul_quant.cc (q4_0, q5_0) and matmul_kquant.cc (the k-quants). Included only by those two files, inside their
 // per-build namespace, and only in the SIMD builds. Matrices the device repacked at load (repack.h) take
 // matmul_repacked.h instead, which reads the panels directly; the paths here serve the rest (row-major matrices,
 // and the rows past a repacked matrix's last whole panel).

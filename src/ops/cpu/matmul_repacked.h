@@ -25,6 +25,7 @@ inline VI vor(VI a, VI b) { return _mm512_or_si512(a, b); }
 inline VI srl(VI a, unsigned n) { return _mm512_srli_epi32(a, n); }
 inline VI sll(VI a, unsigned n) { return _mm512_slli_epi32(a, n); }
 inline VI sra(VI a, unsigned n) { return _mm512_srai_epi32(a, n); }
+inline VI vsub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 inline VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
 // kP f16 values from p, widened.
 inline VF halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -36,6 +37,7 @@ inline VI vor(VI a, VI b) { return _mm256_or_si256(a, b); }
 inline VI srl(VI a, unsigned n) { return _mm256_srli_epi32(a, static_cast<int>(n)); }
 inline VI sll(VI a, unsigned n) { return _mm256_slli_epi32(a, static_cast<int>(n)); }
 inline VI sra(VI a, unsigned n) { return _mm256_srai_epi32(a, static_cast<int>(n)); }
+inline VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 inline VF cvt(VI a) { return _mm256_cvtepi32_ps(a); }
 inline VF halves(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void store_vf(float* p, VF v) { _mm256_store_ps(p, v); }
@@ -176,6 +178,64 @@ struct PanelQ6_K {
     return vor(l, sll(vand(srl(ldu(qh + d * kV), hi_shift), bcast(0x03030303)), 4));
   }
 };
+// q2_k: P f16 d and dmin, 4 vectors of the 16 scale bytes (low nibble the group's scale, high its minimum), 16 vectors
+// of qs. Group gl = 8h + 2j + half (h: which 128 elements, j: the bit pair) takes dwords 8h + 4 half + d of qs,
+// bit pair j of each byte.
+struct PanelQ2_K {
+  static constexpr int kBytes = 84, kGroups = 16, kGroup = 16, kOffset = 0, kMaxByte = 3;
+  static constexpr bool kDwordWise = true;
+  static constexpr bool kMin = true;
+  // As matmul_kquant.cc's PackQ2_K::scales: d * (sc & 15) and dmin * (sc >> 4).
+  static void scales(const uint8_t* pb, float* s, float* mn) {
+    const VF d = halves(pb), dmin = halves(pb + 2 * kP);
+    const VI c0f = bcast(0x0f);
+    for (int q = 0; q < 4; ++q) {
+      const VI v = ldu(pb + 4 * kP + q * kV);
+      for (unsigned j = 0; j < 4; ++j) {
+        store_vf(s + (4 * q + j) * kP, vmul(d, cvt(vand(srl(v, 8 * j), c0f))));
+        store_vf(mn + (4 * q + j) * kP, vmul(dmin, cvt(vand(srl(v, 8 * j + 4), c0f))));
+      }
+    }
+  }
+  static VI dword(const uint8_t* pb, int gl, int d) {
+    const int h = gl / 8, j = (gl % 8) / 2, half = gl % 2;
+    const VI v = ldu(pb + 20 * kP + (8 * h + 4 * half + d) * kV);
+    return vand(srl(v, static_cast<unsigned>(2 * j)), bcast(0x03030303));
+  }
+  static void group(const uint8_t* pb, int gl, VI* u) {
+    for (int d = 0; d < 4; ++d) u[d] = dword(pb, gl, d);
+  }
+};
+// q3_k: P f16 d, 3 vectors of the 12 scale bytes, 8 vectors of hmask, 16 of qs. Group gl = 8h + 2j + half: q2_k's
+// bit pair j of qs dwords 8h + 4 half + d, plus bit 4h + j of hmask dword 4 half + d as bit 2 (the stored q is that
+// byte minus the offset 4).
+struct PanelQ3_K {
+  static constexpr int kBytes = 110, kGroups = 16, kGroup = 16, kOffset = 4, kMaxByte = 7;
+  static constexpr bool kDwordWise = true;
+  static constexpr bool kMin = false;
+  // As PackQ3_K::scales (unpack_q3_k_scales): scale i has its low nibble in byte i % 8 (high nibble for i >= 8) and
+  // its top two bits in byte 8 + i % 4 at bit 2 (i / 4); d * (sc - 32).
+  static void scales(const uint8_t* pb, float* s, float*) {
+    const VF d = halves(pb);
+    const VI a0 = ldu(pb + 2 * kP), a1 = ldu(pb + 2 * kP + kV), a2 = ldu(pb + 2 * kP + 2 * kV);
+    const VI c0f = bcast(0x0f0f0f0f), c03 = bcast(0x03030303), ff = bcast(0xff), c32 = bcast(32);
+    const VI w[4] = {vor(vand(a0, c0f), sll(vand(a2, c03), 4)), vor(vand(a1, c0f), sll(vand(srl(a2, 2), c03), 4)),
+                     vor(vand(srl(a0, 4), c0f), sll(vand(srl(a2, 4), c03), 4)),
+                     vor(vand(srl(a1, 4), c0f), sll(vand(srl(a2, 6), c03), 4))};
+    for (int q = 0; q < 4; ++q)
+      for (unsigned j = 0; j < 4; ++j)
+        store_vf(s + (4 * q + j) * kP, vmul(d, cvt(vsub(vand(srl(w[q], 8 * j), ff), c32))));
+  }
+  static VI dword(const uint8_t* pb, int gl, int d) {
+    const int h = gl / 8, j = (gl % 8) / 2, half = gl % 2;
+    const VI v = ldu(pb + 46 * kP + (8 * h + 4 * half + d) * kV), hm = ldu(pb + 14 * kP + (4 * half + d) * kV);
+    const VI lo = vand(srl(v, static_cast<unsigned>(2 * j)), bcast(0x03030303));
+    return vor(lo, sll(vand(srl(hm, static_cast<unsigned>(4 * h + j)), bcast(0x01010101)), 2));
+  }
+  static void group(const uint8_t* pb, int gl, VI* u) {
+    for (int d = 0; d < 4; ++d) u[d] = dword(pb, gl, d);
+  }
+};
 
 // Four activation bytes (one dword) in every lane.
 inline VI bcast4(const uint8_t* p) {
@@ -279,6 +339,68 @@ inline void block_step_q6_k_row(const uint8_t* pb, int64_t b, int64_t groups, co
   }
 }
 
+// block_step<PanelQ2_K / PanelQ3_K, 1>: a super-block half h's eight groups (8h + 2j + half) share their qs dwords
+// (bit pair j of dword 8h + 4 half + d), so each is loaded once for its four groups, as q3_k's hmask dwords (bit
+// 4h + j, moved to bit 2); the integer sums are kept and the f32 steps run in group order as block_step_row's, so
+// the bits are its bits.
+template <typename L>
+inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                  int64_t t, VF& acc) {
+  constexpr bool kQ3 = std::is_same_v<L, PanelQ3_K>;
+  alignas(64) float s[16 * kP];
+  alignas(64) float mn[L::kMin ? 16 * kP : kP];
+  L::scales(pb, s, mn);
+  const uint8_t* qs = pb + (kQ3 ? 46 : 20) * kP;
+  const VI c03 = bcast(0x03030303), c04 = bcast(0x04040404);
+  const auto row = static_cast<size_t>(t * groups);
+  // Bit 4h + j of each byte of hm, at bit 2 (and other bits, which the caller masks off).
+  auto high = [](VI hm, int shift) {
+    return shift >= 0 ? srl(hm, static_cast<unsigned>(shift)) : sll(hm, static_cast<unsigned>(-shift));
+  };
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    // sum[j][half]: group 8h + 2j + half.
+    VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+#pragma GCC unroll 4
+      for (int d = 0; d < 4; ++d) {
+        const VI v = ldu(qs + (8 * h + 4 * half + d) * kV);
+        VI u0 = vand(v, c03), u1 = vand(srl(v, 2), c03), u2 = vand(srl(v, 4), c03), u3 = vand(srl(v, 6), c03);
+        if constexpr (kQ3) {
+          // u | (high & 4): _mm512_ternarylogic_epi32(a, b, c, 0xf8) is a | (b & c).
+          const VI hm = ldu(pb + 14 * kP + (4 * half + d) * kV);
+          u0 = _mm512_ternarylogic_epi32(u0, high(hm, 4 * h - 2), c04, 0xf8);
+          u1 = _mm512_ternarylogic_epi32(u1, high(hm, 4 * h - 1), c04, 0xf8);
+          u2 = _mm512_ternarylogic_epi32(u2, high(hm, 4 * h), c04, 0xf8);
+          u3 = _mm512_ternarylogic_epi32(u3, high(hm, 4 * h + 1), c04, 0xf8);
+        }
+        const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2j + half: + 32 j
+        if (half == 0) {
+          s00 = dot4(s00, u0, bcast4(xd));
+          s10 = dot4(s10, u1, bcast4(xd + 32));
+          s20 = dot4(s20, u2, bcast4(xd + 64));
+          s30 = dot4(s30, u3, bcast4(xd + 96));
+        } else {
+          s01 = dot4(s01, u0, bcast4(xd));
+          s11 = dot4(s11, u1, bcast4(xd + 32));
+          s21 = dot4(s21, u2, bcast4(xd + 64));
+          s31 = dot4(s31, u3, bcast4(xd + 96));
+        }
+      }
+    }
+    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const int gl = 8 * h + i;
+      const auto gi = row + static_cast<size_t>(b * 16 + gl);
+      acc = fma_i(_mm512_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+      if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
+    }
+  }
+}
+
 // block_step<L, 1> of the other types (q4_0, q5_0), in the same manner: each dword decoded where it is used
 // (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
 template <typename L>
@@ -362,6 +484,60 @@ inline void block_step_q6_k_row(const uint8_t* pb, int64_t b, int64_t groups, co
     }
   }
 }
+
+// block_step<PanelQ2_K / PanelQ3_K, 1> for the avx2 kernels, as the avx512 one: each qs (and hmask) dword loaded once
+// for its four groups, a group's four dwords' maddubs summed in int16 (4 * 2 * 7 * 128 fits) before one madd.
+template <typename L>
+inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                  int64_t t, VF& acc) {
+  constexpr bool kQ3 = std::is_same_v<L, PanelQ3_K>;
+  alignas(32) float s[16 * kP];
+  alignas(32) float mn[L::kMin ? 16 * kP : kP];
+  L::scales(pb, s, mn);
+  const uint8_t* qs = pb + (kQ3 ? 46 : 20) * kP;
+  const VI c03 = bcast(0x03030303), c04 = bcast(0x04040404), ones = _mm256_set1_epi16(1);
+  const auto row = static_cast<size_t>(t * groups);
+  auto high = [&](VI hm, int shift) {
+    return vand(shift >= 0 ? srl(hm, static_cast<unsigned>(shift)) : sll(hm, static_cast<unsigned>(-shift)), c04);
+  };
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    alignas(32) VI sums[8];  // sums[2j + half]: group 8h + 2j + half
+    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      VI p0, p1, p2, p3;
+#pragma GCC unroll 4
+      for (int d = 0; d < 4; ++d) {
+        const VI v = ldu(qs + (8 * h + 4 * half + d) * kV);
+        VI u0 = vand(v, c03), u1 = vand(srl(v, 2), c03), u2 = vand(srl(v, 4), c03), u3 = vand(srl(v, 6), c03);
+        if constexpr (kQ3) {
+          const VI hm = ldu(pb + 14 * kP + (4 * half + d) * kV);
+          u0 = vor(u0, high(hm, 4 * h - 2)), u1 = vor(u1, high(hm, 4 * h - 1));
+          u2 = vor(u2, high(hm, 4 * h)), u3 = vor(u3, high(hm, 4 * h + 1));
+        }
+        const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2j + half: + 32 j
+        const VI q0 = _mm256_maddubs_epi16(u0, bcast4(xd)), q1 = _mm256_maddubs_epi16(u1, bcast4(xd + 32));
+        const VI q2 = _mm256_maddubs_epi16(u2, bcast4(xd + 64)), q3 = _mm256_maddubs_epi16(u3, bcast4(xd + 96));
+        if (d == 0) {
+          p0 = q0, p1 = q1, p2 = q2, p3 = q3;
+        } else {
+          p0 = _mm256_add_epi16(p0, q0), p1 = _mm256_add_epi16(p1, q1);
+          p2 = _mm256_add_epi16(p2, q2), p3 = _mm256_add_epi16(p3, q3);
+        }
+      }
+      sums[half] = _mm256_madd_epi16(p0, ones), sums[2 + half] = _mm256_madd_epi16(p1, ones);
+      sums[4 + half] = _mm256_madd_epi16(p2, ones), sums[6 + half] = _mm256_madd_epi16(p3, ones);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const int gl = 8 * h + i;
+      const auto gi = row + static_cast<size_t>(b * 16 + gl);
+      acc = fma_i(_mm256_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+      if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
+    }
+  }
+}
 #endif
 
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
@@ -375,12 +551,16 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
       return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
     else if constexpr (std::is_same_v<L, PanelQ6_K>)
       return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+    else if constexpr (std::is_same_v<L, PanelQ2_K> || std::is_same_v<L, PanelQ3_K>)
+      return block_step_crumbs_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
     else
       return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
   }
 #else
   if constexpr (TT == 1 && std::is_same_v<L, PanelQ6_K>)
     return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1 && (std::is_same_v<L, PanelQ2_K> || std::is_same_v<L, PanelQ3_K>))
+    return block_step_crumbs_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
 #endif
   constexpr int kD = L::kGroup / 4;
   alignas(64) float s[L::kGroups * kP];

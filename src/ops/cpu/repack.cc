@@ -50,9 +50,21 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ6_K, scales), 2, 4, 0},
                                {offsetof(BlockQ6_K, ql), 18, 32, 0},
                                {offsetof(BlockQ6_K, qh), 146, 16, 0}};
+  static const Piece q2_k[] = {{offsetof(BlockQ2_K, d), 0, 0, 0},
+                               {offsetof(BlockQ2_K, dmin), 2, 0, 0},
+                               {offsetof(BlockQ2_K, scales), 4, 4, 0},
+                               {offsetof(BlockQ2_K, qs), 20, 16, 0}};
+  static const Piece q3_k[] = {{offsetof(BlockQ3_K, d), 0, 0, 0},
+                               {offsetof(BlockQ3_K, scales), 2, 3, 0},
+                               {offsetof(BlockQ3_K, hmask), 14, 8, 0},
+                               {offsetof(BlockQ3_K, qs), 46, 16, 0}};
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
+    case DType::kQ2_K:
+      return {q2_k, 4};
+    case DType::kQ3_K:
+      return {q3_k, 4};
     case DType::kBF16:
     case DType::kF16:
       return {pair, 1};
@@ -96,7 +108,8 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
   }
 }
 
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+                  sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "the panel offsets above follow these sizes");
 
 // The unit a panel block covers: the type's block, or for bf16 and f16 a pair of elements (4 bytes).
@@ -156,8 +169,10 @@ bool repackable(DType type, int panel_rows, bool amx) {
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ5_K:
-      return !amx;  // the amx build reads q5_k row-major (its tiles have no q5_k panel reader)
+      return !amx;  // the amx build reads these row-major (its tiles have no panel reader for them)
     default:
       return false;
   }

@@ -1,5 +1,5 @@
-// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; q5_k except for amx; bf16
-// and f16 for amx).
+// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; q2_k, q3_k and q5_k except
+// for amx; bf16 and f16 for amx).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -15,6 +15,8 @@
 //   q5_k: q4_k's d, dmin and scales, then 8 vectors of qh (dword j: the fifth bits of elements 4j.. of every group,
 //         group g at bit g), then q4_k's 32 vectors of nibbles;
 //   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh;
+//   q2_k: P f16 d, P f16 dmin, 4 vectors of the 16 scale bytes, 16 vectors of qs;
+//   q3_k: P f16 d, 3 vectors of the 12 scale bytes, 8 vectors of hmask, 16 vectors of qs;
 //   bf16, f16 (the amx kernels only, rows of a multiple of 32 elements): per pair of elements one vector of P
 //         dwords (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a bf16
 //         tile product (f16: once split into bf16 hi and lo, matmul_amx_dense.h).
