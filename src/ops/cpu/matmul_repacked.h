@@ -395,7 +395,9 @@ inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, 
     for (int i = 0; i < 8; ++i) {
       const int gl = 8 * h + i;
       const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      acc = fma_i(_mm512_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+      // q2_k has no offset, so its start is 0.
+      const VI isum = L::kOffset == 0 ? sums[i] : _mm512_add_epi32(bcast(a.start[gi]), sums[i]);
+      acc = fma_i(isum, vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
       if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
     }
   }
@@ -533,7 +535,9 @@ inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, 
     for (int i = 0; i < 8; ++i) {
       const int gl = 8 * h + i;
       const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      acc = fma_i(_mm256_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
+      // q2_k has no offset, so its start is 0.
+      const VI isum = L::kOffset == 0 ? sums[i] : _mm256_add_epi32(bcast(a.start[gi]), sums[i]);
+      acc = fma_i(isum, vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
       if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
     }
   }
