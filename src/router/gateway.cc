@@ -664,13 +664,6 @@ struct Gateway::Impl {
     w->send(healthy > 0 ? 200 : 503, dump(j));
   }
 
-  std::optional<std::pair<std::string, json>> admin_body(const http::Request& r, const WriterPtr& w) {
-    auto body = parse_admin_body(r.body);
-    if (body.ok()) return std::move(*body);
-    w->send(400, error_json(400, body.status().message(), "invalid_request_error"));
-    return std::nullopt;
-  }
-
   void add_node(const NodeSpec& spec) {
     if (!registry.add(spec.url, spec.capacity)) return;
     registry.set_role(spec.url, spec.role, spec.host_id);
@@ -713,60 +706,17 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   d->server.route("GET", "/metrics", [d](const http::Request&, const WriterPtr& w) {
     w->send(200, d->metrics.render(d->registry.list(), d->pool.queued(), d->pool.busy()), "text/plain; version=0.0.4");
   });
-  d->server.route("GET", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
-    json nodes = json::array();
-    for (const auto& s : d->registry.list()) {  // with the blocks its KV events say it holds, when they are read
-      nodes.push_back(node_status_json(s));
-      if (const auto b = d->kv_index.blocks(s.load.url); d->kv_poller)
-        nodes.back()["kv_event_blocks"] = {{"device", b[0]}, {"host", b[1]}, {"disk", b[2]}};
-    }
-    w->send(200, dump({{"strategy", d->options.strategy}, {"nodes", nodes}}));
-  }));
-  d->server.route("POST", "/admin/nodes", d->admin([d](const http::Request& r, const WriterPtr& w) {
-    auto body = d->admin_body(r, w);
-    if (!body) return;
-    NodeSpec spec{body->first, 0};
-    if (body->second.contains("capacity")) {
-      const json& cap = body->second["capacity"];
-      if (!cap.is_number() || !(cap.get<double>() > 0)) {
-        return w->send(400, error_json(400, "capacity must be a positive number", "invalid_request_error"));
-      }
-      spec.capacity = cap.get<double>();
-    }
-    if (d->registry.contains(spec.url)) {
-      return w->send(409, error_json(409, fmt::format("node {} is already registered", spec.url),
-                                     "invalid_request_error", "node_exists"));
-    }
-    d->add_node(spec);
-    log::info("router: node {} added", spec.url);
-    w->send(201, dump(node_status_json(*d->registry.status(spec.url))));
-  }));
-  d->server.route("POST", "/admin/nodes/remove", d->admin([d](const http::Request& r, const WriterPtr& w) {
-    auto body = d->admin_body(r, w);
-    if (!body) return;
-    if (!d->remove_node(body->first)) {
-      return w->send(404, error_json(404, fmt::format("node {} is not registered", body->first),
-                                     "invalid_request_error", "node_not_found"));
-    }
-    log::info("router: node {} removed", body->first);
-    w->send(200, dump({{"url", body->first}, {"removed", true}}));
-  }));
-  d->server.route("POST", "/admin/nodes/drain", d->admin([d](const http::Request& r, const WriterPtr& w) {
-    auto body = d->admin_body(r, w);
-    if (!body) return;
-    bool drain = true;
-    if (body->second.contains("drain")) {
-      if (!body->second["drain"].is_boolean()) {
-        return w->send(400, error_json(400, "drain must be true or false", "invalid_request_error"));
-      }
-      drain = body->second["drain"].get<bool>();
-    }
-    if (!d->registry.set_draining(body->first, drain)) {
-      return w->send(404, error_json(404, fmt::format("node {} is not registered", body->first),
-                                     "invalid_request_error", "node_not_found"));
-    }
-    w->send(200, dump(node_status_json(*d->registry.status(body->first))));
-  }));
+  mount_admin_routes(
+      d->server,
+      {.registry = &d->registry,
+       .strategy = d->options.strategy,
+       .add_node = [d](const NodeSpec& spec) { d->add_node(spec); },
+       .remove_node = [d](const std::string& url) { return d->remove_node(url); },
+       .kv_event_blocks = [d](const std::string& url) -> std::optional<std::array<size_t, api::kKvTiers>> {
+         if (!d->kv_poller) return std::nullopt;
+         return d->kv_index.blocks(url);
+       }},
+      [d](http::Handler h) { return d->admin(std::move(h)); });
 }
 
 Gateway::~Gateway() { stop(); }
