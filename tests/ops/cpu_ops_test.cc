@@ -212,7 +212,7 @@ TEST_F(CpuNorm, EachRowHasTheSameBitsInEveryBatchSize) {
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMul,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

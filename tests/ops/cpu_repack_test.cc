@@ -1,4 +1,4 @@
-// Weight matrices repacked into panels at load (src/ops/cpu/repack.h): for q4_0, q5_0 and the k-quants, in every
+// Weight matrices repacked into panels at load (src/ops/cpu/repack.h): for q4_0, q5_0, mxfp4 and the k-quants, in every
 // kernel build that repacks them, a matmul reading the panels gives the same bits as the same matmul on the row-major
 // blocks, at every batch size (so a row's bits still do not depend on its batch), including rows past the last
 // whole panel; the embedding lookup of a repacked (tied) table gives the stored rows; and nothing else can read a
@@ -173,7 +173,7 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
                          ::testing::Values(DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K,
-                                           DType::kQ6_K, DType::kQ2_K, DType::kQ3_K),
+                                           DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kMXFP4),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {

@@ -614,6 +614,16 @@ struct PackQ4_0 : PackBlocks<BlockQ4_0> {
 struct PackQ5_0 : PackBlocks<BlockQ5_0> {
   static constexpr int kOffset = 16;
 };
+// mxfp4: its scale is the exponent byte's 2^(e - 128), its bytes the codes' doubled values + 16 (block_bytes).
+struct PackMXFP4 {
+  using Block = BlockMXFP4;
+  static constexpr int kBlockElems = kQuantBlock, kGroup = kQuantBlock, kStepBlocks = kStep, kOffset = 16;
+  static constexpr bool kMin = false;
+  static void scales(const Block* w, int64_t b0, int nbl, float* s, float*) {
+    for (int i = 0; i < nbl; ++i) s[i * packed::kP] = e8m0_half(w[b0 + i].e);
+  }
+  static VI unit(const Block* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
+};
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // The amx build's decoders for the types the other builds keep on their row-by-row kernels: in the amx build q4_1
 // and q5_1 take the rows-in-lanes kernels (and, from kTileMinRows rows, the tiles, with the same bits). q8_0 stays
@@ -657,8 +667,12 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   }
   switch (op.w.dtype) {
     case DType::kQ8_0:
-    case DType::kMXFP4:
       break;  // the row-by-row kernels below, as in the avx512 build
+    case DType::kMXFP4:
+      // The rows-in-lanes vector kernels at every batch size, as in the avx512 build (row-major: the amx build
+      // does not repack mxfp4; no tile path reads it).
+      packed::matmul<PackMXFP4>(op, ctx);
+      return ok_status();
     case DType::kQ4_0:
       return packed::tiles_or_vectors<PackQ4_0>(op, ctx);
     case DType::kQ4_1:
@@ -676,6 +690,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     // Repacked at load (repack.h): every batch size reads the panels.
     if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
+    if (op.w.dtype == DType::kMXFP4) return packed::matmul_repacked<packed::PanelMXFP4, PackMXFP4>(op, *lay, ctx);
 #endif
     return panels_unreadable(*lay);
   }
@@ -688,6 +703,10 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   // q8_0 stays on the row-by-row kernels below, in every build (repack.h says why).
   if (op.w.dtype == DType::kQ5_0) {
     packed::matmul<PackQ5_0>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kMXFP4) {
+    packed::matmul<PackMXFP4>(op, ctx);
     return ok_status();
   }
 #endif

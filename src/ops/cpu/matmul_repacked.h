@@ -26,6 +26,16 @@ inline VI srl(VI a, unsigned n) { return _mm512_srli_epi32(a, n); }
 inline VI sll(VI a, unsigned n) { return _mm512_slli_epi32(a, n); }
 inline VI sra(VI a, unsigned n) { return _mm512_srai_epi32(a, n); }
 inline VI vsub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+// Byte i of every 16-byte lane of `table` at each byte's index (the low 4 bits of idx, whose high bits are clear).
+inline VI lookup16(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
+// 2^(e - 128) of each lane's byte e, as e8m0_half (denormal for e < 2).
+inline VF e8m0_halves(const uint8_t* p) {
+  const VI e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __mmask16 small = _mm512_cmplt_epi32_mask(e, bcast(2));
+  const VI bits =
+      _mm512_mask_sllv_epi32(_mm512_slli_epi32(_mm512_sub_epi32(e, bcast(1)), 23), small, bcast(0x00200000), e);
+  return _mm512_castsi512_ps(bits);
+}
 inline VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
 // kP f16 values from p, widened.
 inline VF halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -38,6 +48,14 @@ inline VI srl(VI a, unsigned n) { return _mm256_srli_epi32(a, static_cast<int>(n
 inline VI sll(VI a, unsigned n) { return _mm256_slli_epi32(a, static_cast<int>(n)); }
 inline VI sra(VI a, unsigned n) { return _mm256_srai_epi32(a, static_cast<int>(n)); }
 inline VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+inline VI lookup16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }
+inline VF e8m0_halves(const uint8_t* p) {
+  const VI e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const VI small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+  const VI bits = _mm256_blendv_epi8(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23),
+                                     _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e), small);
+  return _mm256_castsi256_ps(bits);
+}
 inline VF cvt(VI a) { return _mm256_cvtepi32_ps(a); }
 inline VF halves(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void store_vf(float* p, VF v) { _mm256_store_ps(p, v); }
@@ -64,6 +82,35 @@ struct PanelQ4_0 {
   static VI dword(const uint8_t* pb, int, int d) {
     const VI v = ldu(pb + 2 * kP + (d & 3) * kV);
     return vand(d < 4 ? v : srl(v, 4), bcast(0x0f0f0f0f));
+  }
+};
+// mxfp4: q4_0's layout with a one-byte exponent per row for the f16 scale; each nibble is an E2M1 code, looked up as
+// its doubled value + 16 (4 .. 28; the unsigned byte of matmul_quant.cc's row-major mxfp4 kernels).
+struct PanelMXFP4 {
+  static constexpr int kBytes = 17, kGroups = 1, kGroup = 32, kOffset = 16, kMaxByte = 28;
+  static constexpr bool kDwordWise = false;
+  static constexpr bool kMin = false;
+  static VI codes() {
+    const int32_t lo = 16 | 17 << 8 | 18 << 16 | 19 << 24, a = 20 | 22 << 8 | 24 << 16 | 28 << 24;
+    const int32_t b = 16 | 15 << 8 | 14 << 16 | 13 << 24, c = 12 | 10 << 8 | 8 << 16 | 4 << 24;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    return _mm512_broadcast_i32x4(_mm_setr_epi32(lo, a, b, c));
+#else
+    return _mm256_broadcastsi128_si256(_mm_setr_epi32(lo, a, b, c));
+#endif
+  }
+  static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, e8m0_halves(pb)); }
+  static void group(const uint8_t* pb, int, VI* u) {
+    const VI m = bcast(0x0f0f0f0f), t = codes();
+    for (int j = 0; j < 4; ++j) {
+      const VI v = ldu(pb + kP + j * kV);
+      u[j] = lookup16(t, vand(v, m));
+      u[j + 4] = lookup16(t, vand(srl(v, 4), m));
+    }
+  }
+  static VI dword(const uint8_t* pb, int, int d) {
+    const VI v = ldu(pb + kP + (d & 3) * kV);
+    return lookup16(codes(), vand(d < 4 ? v : srl(v, 4), bcast(0x0f0f0f0f)));
   }
 };
 // q5_0: q4_0's nibbles plus a fifth bit per element from the row's 32-bit qh (bit i: element i), spread to bit 4

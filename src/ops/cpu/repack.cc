@@ -18,12 +18,13 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// A panel block is a list of pieces: `dwords` == 0: the f16 at block_off of each row, P of them at panel_mult * P;
-// else `dwords` vectors of P dwords at panel_mult * P, vector v lane r = the 4 bytes at block_off + 4 v of row r's
-// block, each byte XOR `flip`.
+// A panel block is a list of pieces: `dwords` == 0: the `scalar`-byte value (an f16, or mxfp4's one-byte exponent) at
+// block_off of each row, P of them at panel_mult * P; else `dwords` vectors of P dwords at panel_mult * P, vector v
+// lane r = the 4 bytes at block_off + 4 v of row r's block, each byte XOR `flip`.
 struct Piece {
   int block_off, panel_mult, dwords;
   uint8_t flip;
+  int scalar = 2;
 };
 struct PieceList {
   const Piece* begin_;
@@ -58,9 +59,12 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ3_K, scales), 2, 3, 0},
                                {offsetof(BlockQ3_K, hmask), 14, 8, 0},
                                {offsetof(BlockQ3_K, qs), 46, 16, 0}};
+  static const Piece mxfp4[] = {{offsetof(BlockMXFP4, e), 0, 0, 0, 1}, {offsetof(BlockMXFP4, qs), 1, 4, 0}};
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
+    case DType::kMXFP4:
+      return {mxfp4, 2};
     case DType::kQ2_K:
       return {q2_k, 4};
     case DType::kQ3_K:
@@ -86,7 +90,7 @@ void panel_block(DType type, const uint8_t* const* blocks, int p, uint8_t* dst) 
   for (const Piece& pc : pieces(type)) {
     uint8_t* o = dst + pc.panel_mult * p;
     if (pc.dwords == 0) {
-      for (int r = 0; r < p; ++r) std::memcpy(o + 2 * r, blocks[r] + pc.block_off, 2);
+      for (int r = 0; r < p; ++r) std::memcpy(o + pc.scalar * r, blocks[r] + pc.block_off, pc.scalar);
       continue;
     }
     for (int v = 0; v < pc.dwords; ++v)
@@ -100,7 +104,7 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
   for (const Piece& pc : pieces(type)) {
     const uint8_t* o = pb + pc.panel_mult * p;
     if (pc.dwords == 0) {
-      std::memcpy(block + pc.block_off, o + 2 * r, 2);
+      std::memcpy(block + pc.block_off, o + pc.scalar * r, pc.scalar);
       continue;
     }
     for (int v = 0; v < pc.dwords; ++v)
@@ -108,8 +112,8 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
   }
 }
 
-static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
-                  sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+static_assert(sizeof(BlockMXFP4) == 17 && sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 &&
+                  sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "the panel offsets above follow these sizes");
 
 // The unit a panel block covers: the type's block, or for bf16 and f16 a pair of elements (4 bytes).
@@ -169,6 +173,7 @@ bool repackable(DType type, int panel_rows, bool amx) {
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
+    case DType::kMXFP4:
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ5_K:
