@@ -173,7 +173,8 @@ TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
 
 INSTANTIATE_TEST_SUITE_P(Weights, CpuMatMulRepacked,
                          ::testing::Values(DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K,
-                                           DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kMXFP4),
+                                           DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kMXFP4, DType::kQ4_1,
+                                           DType::kQ5_1),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuMatMulRepackedBuffer, OnlyAMatmulWeightMayReadIt) {
@@ -234,8 +235,8 @@ TEST(CpuMatMulRepackedBuffer, SmallAndUnsupportedMatricesStayRowMajor) {
   if (panel_rows(isa) == 0) GTEST_SKIP() << "the generic build does not repack";
   Cpu cpu(isa);
   const int p = panel_rows(isa);
-  // Fewer rows than a panel; a type without a panel layout; an f32 matrix: all stay readable.
-  for (const auto& [dtype, rows] : {std::pair{DType::kQ4_0, int64_t{p - 1}}, std::pair{DType::kQ4_1, int64_t{64}},
+  // Fewer rows than a panel; a type without a panel layout (q8_0, repack.h); an f32 matrix: all stay readable.
+  for (const auto& [dtype, rows] : {std::pair{DType::kQ4_0, int64_t{p - 1}}, std::pair{DType::kQ8_0, int64_t{64}},
                                     std::pair{DType::kF32, int64_t{64}}}) {
     const Tensor t = cpu.make(dtype, {rows, 256}, nullptr);
     ASSERT_TRUE(cpu.device->prepare_matmul_weight(t).ok());

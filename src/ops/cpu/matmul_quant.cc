@@ -624,12 +624,10 @@ struct PackMXFP4 {
   }
   static VI unit(const Block* w, int64_t b0, int nbl, int) { return weight_vec(w, b0, nbl == 2); }
 };
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// The amx build's decoders for the types the other builds keep on their row-by-row kernels: in the amx build q4_1
-// and q5_1 take the rows-in-lanes kernels (and, from kTileMinRows rows, the tiles, with the same bits). q8_0 stays
-// on the row-by-row kernels in every build: the tiles' block sums need the rows-in-lanes rounding, with which the
-// strict llama.cpp parity check fails (repack.h). q4_1 / q5_1: w = d q + m, so the minimum term is -m (the kernels
-// subtract mn * xd * sum(x)).
+// q4_1 and q5_1 (the rows-in-lanes kernels in every SIMD build; in the amx build, from kTileMinRows rows, the tiles,
+// with the same bits). q8_0 stays on the row-by-row kernels in every build: the tiles' block sums need the
+// rows-in-lanes rounding, with which the strict llama.cpp parity check fails (repack.h). q4_1 / q5_1: w = d q + m, so
+// the minimum term is -m (the kernels subtract mn * xd * sum(x)).
 template <typename B>
 struct PackMinBlocks : PackBlocks<B> {
   static constexpr int kOffset = 0;
@@ -640,6 +638,7 @@ struct PackMinBlocks : PackBlocks<B> {
       mn[i * packed::kP] = -scale(w[b0 + i].m);
     }
   }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   // One block of 16 rows: d and m are the first word's halves.
   static void scales16(const B* b, __m512i offs, __mmask16 live, float* s, float* mn) {
     const __m512i h = packed::gather_word(b, 0, offs, live);
@@ -648,10 +647,10 @@ struct PackMinBlocks : PackBlocks<B> {
     _mm512_store_ps(mn, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m),
                                                              _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
   }
+#endif
 };
 using PackQ4_1 = PackMinBlocks<BlockQ4_1>;
 using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
-#endif
 #endif
 
 }  // namespace
@@ -691,6 +690,8 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
     if (op.w.dtype == DType::kQ4_0) return packed::matmul_repacked<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kQ5_0) return packed::matmul_repacked<packed::PanelQ5_0, PackQ5_0>(op, *lay, ctx);
     if (op.w.dtype == DType::kMXFP4) return packed::matmul_repacked<packed::PanelMXFP4, PackMXFP4>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ4_1) return packed::matmul_repacked<packed::PanelQ4_1, PackQ4_1>(op, *lay, ctx);
+    if (op.w.dtype == DType::kQ5_1) return packed::matmul_repacked<packed::PanelQ5_1, PackQ5_1>(op, *lay, ctx);
 #endif
     return panels_unreadable(*lay);
   }
@@ -707,6 +708,14 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   }
   if (op.w.dtype == DType::kMXFP4) {
     packed::matmul<PackMXFP4>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ4_1) {
+    packed::matmul<PackQ4_1>(op, ctx);
+    return ok_status();
+  }
+  if (op.w.dtype == DType::kQ5_1) {
+    packed::matmul<PackQ5_1>(op, ctx);
     return ok_status();
   }
 #endif

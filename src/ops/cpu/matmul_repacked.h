@@ -26,6 +26,8 @@ inline VI srl(VI a, unsigned n) { return _mm512_srli_epi32(a, n); }
 inline VI sll(VI a, unsigned n) { return _mm512_slli_epi32(a, n); }
 inline VI sra(VI a, unsigned n) { return _mm512_srai_epi32(a, n); }
 inline VI vsub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+// -v, exactly (the sign bit flipped).
+inline VF vneg(VF v) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), bcast(INT32_MIN))); }
 // Byte i of every 16-byte lane of `table` at each byte's index (the low 4 bits of idx, whose high bits are clear).
 inline VI lookup16(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
 // 2^(e - 128) of each lane's byte e, as e8m0_half (denormal for e < 2).
@@ -48,6 +50,7 @@ inline VI srl(VI a, unsigned n) { return _mm256_srli_epi32(a, static_cast<int>(n
 inline VI sll(VI a, unsigned n) { return _mm256_slli_epi32(a, static_cast<int>(n)); }
 inline VI sra(VI a, unsigned n) { return _mm256_srai_epi32(a, static_cast<int>(n)); }
 inline VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+inline VF vneg(VF v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
 inline VI lookup16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }
 inline VF e8m0_halves(const uint8_t* p) {
   const VI e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -83,6 +86,18 @@ struct PanelQ4_0 {
     const VI v = ldu(pb + 2 * kP + (d & 3) * kV);
     return vand(d < 4 ? v : srl(v, 4), bcast(0x0f0f0f0f));
   }
+};
+// q4_1: P f16 d, P f16 m, then q4_0's nibbles; the minimum term is -m (as PackMinBlocks::scales).
+struct PanelQ4_1 {
+  static constexpr int kBytes = 20, kGroups = 1, kGroup = 32, kOffset = 0, kMaxByte = 15;
+  static constexpr bool kDwordWise = false;
+  static constexpr bool kMin = true;
+  static void scales(const uint8_t* pb, float* s, float* mn) {
+    store_vf(s, halves(pb));
+    store_vf(mn, vneg(halves(pb + 2 * kP)));
+  }
+  static void group(const uint8_t* pb, int, VI* u) { PanelQ4_0::group(pb + 2 * kP, 0, u); }
+  static VI dword(const uint8_t* pb, int, int d) { return PanelQ4_0::dword(pb + 2 * kP, 0, d); }
 };
 // mxfp4: q4_0's layout with a one-byte exponent per row for the f16 scale; each nibble is an E2M1 code, looked up as
 // its doubled value + 16 (4 .. 28; the unsigned byte of matmul_quant.cc's row-major mxfp4 kernels).
@@ -141,6 +156,15 @@ struct PanelQ5_0 {
     const VI v = ldu(pb + 6 * kP + (d & 3) * kV), m = bcast(0x0f0f0f0f);
     return vor(vand(d < 4 ? v : srl(v, 4), m), fifth(ldu(pb + 2 * kP), static_cast<unsigned>(4 * d)));
   }
+};
+// q5_1: P f16 d, P f16 m, then q5_0's fifth bits and nibbles.
+struct PanelQ5_1 {
+  static constexpr int kBytes = 24, kGroups = 1, kGroup = 32, kOffset = 0, kMaxByte = 31;
+  static constexpr bool kDwordWise = false;
+  static constexpr bool kMin = true;
+  static void scales(const uint8_t* pb, float* s, float* mn) { PanelQ4_1::scales(pb, s, mn); }
+  static void group(const uint8_t* pb, int, VI* u) { PanelQ5_0::group(pb + 2 * kP, 0, u); }
+  static VI dword(const uint8_t* pb, int, int d) { return PanelQ5_0::dword(pb + 2 * kP, 0, d); }
 };
 struct PanelQ4_K {
   static constexpr int kBytes = 144, kGroups = 8, kGroup = 32, kOffset = 0, kMaxByte = 15;

@@ -59,12 +59,22 @@ PieceList pieces(DType type) {
                                {offsetof(BlockQ3_K, scales), 2, 3, 0},
                                {offsetof(BlockQ3_K, hmask), 14, 8, 0},
                                {offsetof(BlockQ3_K, qs), 46, 16, 0}};
+  static const Piece q4_1[] = {
+      {offsetof(BlockQ4_1, d), 0, 0, 0}, {offsetof(BlockQ4_1, m), 2, 0, 0}, {offsetof(BlockQ4_1, qs), 4, 4, 0}};
+  static const Piece q5_1[] = {{offsetof(BlockQ5_1, d), 0, 0, 0},
+                               {offsetof(BlockQ5_1, m), 2, 0, 0},
+                               {offsetof(BlockQ5_1, qh), 4, 1, 0},
+                               {offsetof(BlockQ5_1, qs), 8, 4, 0}};
   static const Piece mxfp4[] = {{offsetof(BlockMXFP4, e), 0, 0, 0, 1}, {offsetof(BlockMXFP4, qs), 1, 4, 0}};
   switch (type) {
     case DType::kQ4_0:
       return {q4_0, 2};
     case DType::kMXFP4:
       return {mxfp4, 2};
+    case DType::kQ4_1:
+      return {q4_1, 3};
+    case DType::kQ5_1:
+      return {q5_1, 4};
     case DType::kQ2_K:
       return {q2_k, 4};
     case DType::kQ3_K:
@@ -112,8 +122,9 @@ void row_block(DType type, const uint8_t* pb, int p, int r, uint8_t* block) {
   }
 }
 
-static_assert(sizeof(BlockMXFP4) == 17 && sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 &&
-                  sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24 && sizeof(BlockMXFP4) == 17 &&
+                  sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+                  sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "the panel offsets above follow these sizes");
 
 // The unit a panel block covers: the type's block, or for bf16 and f16 a pair of elements (4 bytes).
@@ -173,6 +184,8 @@ bool repackable(DType type, int panel_rows, bool amx) {
     case DType::kQ4_K:
     case DType::kQ6_K:
       return true;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
     case DType::kMXFP4:
     case DType::kQ2_K:
     case DType::kQ3_K:

@@ -1,5 +1,5 @@
-// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; mxfp4, q2_k, q3_k and q5_k
-// except for amx; bf16 and f16 for amx).
+// Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; q4_1, q5_1, mxfp4, q2_k, q3_k
+// and q5_k except for amx; bf16 and f16 for amx).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -11,6 +11,7 @@
 //         load gives elements 4j.. in the low nibbles and 16 + 4j.. in the high ones);
 //   q5_0: P f16 scales, 1 vector of the rows' 32 fifth bits, then the nibbles as q4_0's;
 //   mxfp4: P one-byte exponents, then the code nibbles as q4_0's;
+//   q4_1, q5_1: P f16 d, P f16 m, then q4_0's nibbles (q5_1: q5_0's fifth bits and nibbles);
 //   q4_k: P f16 d, P f16 dmin, 3 vectors of the 12 scale bytes, then 32 vectors of the nibbles (chunk c, dword j
 //         at vector 8c + j: group 2c in the low nibbles, 2c + 1 in the high ones);
 //   q5_k: q4_k's d, dmin and scales, then 8 vectors of qh (dword j: the fifth bits of elements 4j.. of every group,
