@@ -5,6 +5,9 @@
 // int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
 // weight row at a time against all of them; prefill takes tiles of 4 (avx2: 2) weight rows x 4 activation rows,
 // so each weight block is decoded once for 4 rows and each activation block loaded once for 4 weight rows.
+// In the SIMD builds these row-by-row kernels serve q8_0 only (repack.h says why); the other types take
+// matmul_packed.h's and matmul_repacked.h's rows-in-lanes kernels (decoders at the end of this file). The generic
+// build runs every type here.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
