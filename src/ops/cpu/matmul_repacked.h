@@ -356,126 +356,8 @@ inline void block_step_q4_k_row(const uint8_t* pb, int64_t b, int64_t groups, co
   }
 }
 
-// block_step<PanelQ6_K, 1>: a super-block half's eight groups share their bytes (group 8h + 2 part + half: low
-// nibbles from ql vector 16h + 8 (part & 1) + 4 half + d, shifted by 4 for part >= 2; bit pair `part` of qh vector
-// 8h + 4 half + d), so each qh vector is spread into its four parts' high bits once (one and or two ops each) and
-// each ql vector serves two parts; the eight integer sums are kept, then the f32 steps run in group order as the
-// general step's. From the L3 of one AMD Zen 4 core: 30 G multiply-adds/s with the general step, 39 with
-// block_step_row's decode per group, 44 with this (docs/benchmarks.md).
-inline void block_step_q6_k_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
-                                int64_t t, VF& acc) {
-  alignas(64) float s[16 * kP];
-  PanelQ6_K::scales(pb, s, nullptr);
-  const VI c0f = bcast(0x0f0f0f0f), c30 = bcast(0x30303030);
-  const auto row = static_cast<size_t>(t * groups);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    // sum[part][half]: group 8h + 2 part + half.
-    VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;  // group 8h's 16 bytes, then the next groups'
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-#pragma GCC unroll 4
-      for (int d = 0; d < 4; ++d) {
-        const VI hv = ldu(pb + 146 * kP + (8 * h + 4 * half + d) * kV);
-        const VI v0 = ldu(pb + 18 * kP + (16 * h + 4 * half + d) * kV);
-        const VI v1 = ldu(pb + 18 * kP + (16 * h + 8 + 4 * half + d) * kV);
-        // u = low nibble | (bit pair << 4): _mm512_ternarylogic_epi32(a, b, c, 0xf8) is a | (b & c).
-        const VI h0 = vand(sll(hv, 4), c30), h1 = vand(sll(hv, 2), c30), h2 = vand(hv, c30), h3 = vand(srl(hv, 2), c30);
-        const VI u0 = _mm512_ternarylogic_epi32(h0, v0, c0f, 0xf8);
-        const VI u1 = _mm512_ternarylogic_epi32(h1, v1, c0f, 0xf8);
-        const VI u2 = _mm512_ternarylogic_epi32(h2, srl(v0, 4), c0f, 0xf8);
-        const VI u3 = _mm512_ternarylogic_epi32(h3, srl(v1, 4), c0f, 0xf8);
-        const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2 part + half: + 32 part
-        if (half == 0) {
-          s00 = dot4(s00, u0, bcast4(xd));
-          s10 = dot4(s10, u1, bcast4(xd + 32));
-          s20 = dot4(s20, u2, bcast4(xd + 64));
-          s30 = dot4(s30, u3, bcast4(xd + 96));
-        } else {
-          s01 = dot4(s01, u0, bcast4(xd));
-          s11 = dot4(s11, u1, bcast4(xd + 32));
-          s21 = dot4(s21, u2, bcast4(xd + 64));
-          s31 = dot4(s31, u3, bcast4(xd + 96));
-        }
-      }
-    }
-    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      const int gl = 8 * h + i;
-      const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      acc = fma_i(_mm512_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
-    }
-  }
-}
-
-// block_step<PanelQ2_K / PanelQ3_K, 1>: a super-block half h's eight groups (8h + 2j + half) share their qs dwords
-// (bit pair j of dword 8h + 4 half + d), so each is loaded once for its four groups, as q3_k's hmask dwords (bit
-// 4h + j, moved to bit 2); the integer sums are kept and the f32 steps run in group order as block_step_row's, so
-// the bits are its bits.
-template <typename L>
-inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
-                                  int64_t t, VF& acc) {
-  constexpr bool kQ3 = std::is_same_v<L, PanelQ3_K>;
-  alignas(64) float s[16 * kP];
-  alignas(64) float mn[L::kMin ? 16 * kP : kP];
-  L::scales(pb, s, mn);
-  const uint8_t* qs = pb + (kQ3 ? 46 : 20) * kP;
-  const VI c03 = bcast(0x03030303), c04 = bcast(0x04040404);
-  const auto row = static_cast<size_t>(t * groups);
-  // Bit 4h + j of each byte of hm, at bit 2 (and other bits, which the caller masks off).
-  auto high = [](VI hm, int shift) {
-    return shift >= 0 ? srl(hm, static_cast<unsigned>(shift)) : sll(hm, static_cast<unsigned>(-shift));
-  };
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    // sum[j][half]: group 8h + 2j + half.
-    VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-#pragma GCC unroll 4
-      for (int d = 0; d < 4; ++d) {
-        const VI v = ldu(qs + (8 * h + 4 * half + d) * kV);
-        VI u0 = vand(v, c03), u1 = vand(srl(v, 2), c03), u2 = vand(srl(v, 4), c03), u3 = vand(srl(v, 6), c03);
-        if constexpr (kQ3) {
-          // u | (high & 4): _mm512_ternarylogic_epi32(a, b, c, 0xf8) is a | (b & c).
-          const VI hm = ldu(pb + 14 * kP + (4 * half + d) * kV);
-          u0 = _mm512_ternarylogic_epi32(u0, high(hm, 4 * h - 2), c04, 0xf8);
-          u1 = _mm512_ternarylogic_epi32(u1, high(hm, 4 * h - 1), c04, 0xf8);
-          u2 = _mm512_ternarylogic_epi32(u2, high(hm, 4 * h), c04, 0xf8);
-          u3 = _mm512_ternarylogic_epi32(u3, high(hm, 4 * h + 1), c04, 0xf8);
-        }
-        const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2j + half: + 32 j
-        if (half == 0) {
-          s00 = dot4(s00, u0, bcast4(xd));
-          s10 = dot4(s10, u1, bcast4(xd + 32));
-          s20 = dot4(s20, u2, bcast4(xd + 64));
-          s30 = dot4(s30, u3, bcast4(xd + 96));
-        } else {
-          s01 = dot4(s01, u0, bcast4(xd));
-          s11 = dot4(s11, u1, bcast4(xd + 32));
-          s21 = dot4(s21, u2, bcast4(xd + 64));
-          s31 = dot4(s31, u3, bcast4(xd + 96));
-        }
-      }
-    }
-    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      const int gl = 8 * h + i;
-      const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      // q2_k has no offset, so its start is 0.
-      const VI isum = L::kOffset == 0 ? sums[i] : _mm512_add_epi32(bcast(a.start[gi]), sums[i]);
-      acc = fma_i(isum, vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
-      if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
-    }
-  }
-}
-
-// block_step<L, 1> of the other types (q4_0, q5_0), in the same manner: each dword decoded where it is used
-// (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
+// block_step<L, 1> of the other 32-element types (q4_0, q5_0, q4_1, q5_1, mxfp4, q5_k), in the same manner: each dword
+// decoded where it is used (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
 template <typename L>
 inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
                            VF& acc) {
@@ -500,120 +382,143 @@ inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const u
     if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
   }
 }
+#endif
+
+// ---- One-row steps of the 16-element-group k-quants (q2_k, q3_k, q6_k). A super-block half h holds groups 8h + 2j +
+// half (j = 0..3), and dword d of those four groups comes from the same stored bytes: q6_k's low nibbles from ql
+// vectors 16h + 4 half + d (j = 0, 2: low / high nibble) and 16h + 8 + 4 half + d (j = 1, 3) with bit pair j of qh
+// vector 8h + 4 half + d; q2_k's bit pair j of qs vector 8h + 4 half + d; q3_k the same plus bit 4h + j of hmask vector
+// 4 half + d. So each vector is loaded once for its four groups, the eight integer sums of a half are kept, and the f32
+// steps then run in group order as the general step's: the bits are its bits. From the L3 of one AMD Zen 4 core (G
+// multiply-adds/s, general step -> this; docs/benchmarks.md): avx512 q6_k 39 -> 44, q3_k 43.8 -> 50.3; avx2 q6_k 23.1
+// -> 32.5, q3_k 24.2 -> 33.2; q2_k, whose decode is one shift and one and, gains nothing (it shares the code).
+
+// a | (b & c).
+inline VI or_and(VI a, VI b, VI c) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_ternarylogic_epi32(a, b, c, 0xf8);
 #else
-// block_step<PanelQ6_K, 1> for the avx2 kernels, as block_step_q6_k_row above: each qh vector spread once for its
-// four parts, each ql vector serving two, two dwords' maddubs summed in int16 (2 * 2 * 63 * 128 fits) before one
-// madd widens them; the sums of a super-block half's first half wait in memory for its second, then the f32 steps run
-// in group order as the general step's, so the bits are its bits. From the L3 of one AMD Zen 4 core (`--cpu-isa avx2`):
-// 23.1 G multiply-adds/s with the general step's decode per dword, 32.5 with this.
-inline void block_step_q6_k_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
-                                int64_t t, VF& acc) {
-  alignas(32) float s[16 * kP];
-  PanelQ6_K::scales(pb, s, nullptr);
-  const VI c0f = bcast(0x0f0f0f0f), c30 = bcast(0x30303030), ones = _mm256_set1_epi16(1);
-  const auto row = static_cast<size_t>(t * groups);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    alignas(32) VI sums[8];  // sums[2 part + half]: group 8h + 2 part + half
-    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-      VI s0 = bcast(0), s1 = s0, s2 = s0, s3 = s0;
-#pragma GCC unroll 2
-      for (int d0 = 0; d0 < 4; d0 += 2) {
-        VI p0, p1, p2, p3;
-#pragma GCC unroll 2
-        for (int j = 0; j < 2; ++j) {
-          const int d = d0 + j;
-          const VI hv = ldu(pb + 146 * kP + (8 * h + 4 * half + d) * kV);
-          const VI v0 = ldu(pb + 18 * kP + (16 * h + 4 * half + d) * kV);
-          const VI v1 = ldu(pb + 18 * kP + (16 * h + 8 + 4 * half + d) * kV);
-          const VI u0 = vor(vand(v0, c0f), vand(sll(hv, 4), c30));
-          const VI u1 = vor(vand(v1, c0f), vand(sll(hv, 2), c30));
-          const VI u2 = vor(vand(srl(v0, 4), c0f), vand(hv, c30));
-          const VI u3 = vor(vand(srl(v1, 4), c0f), vand(srl(hv, 2), c30));
-          const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2 part + half: + 32 part
-          const VI q0 = _mm256_maddubs_epi16(u0, bcast4(xd)), q1 = _mm256_maddubs_epi16(u1, bcast4(xd + 32));
-          const VI q2 = _mm256_maddubs_epi16(u2, bcast4(xd + 64)), q3 = _mm256_maddubs_epi16(u3, bcast4(xd + 96));
-          if (j == 0) {
-            p0 = q0, p1 = q1, p2 = q2, p3 = q3;
-          } else {
-            p0 = _mm256_add_epi16(p0, q0), p1 = _mm256_add_epi16(p1, q1);
-            p2 = _mm256_add_epi16(p2, q2), p3 = _mm256_add_epi16(p3, q3);
-          }
-        }
-        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
-        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
-        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(p2, ones));
-        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(p3, ones));
-      }
-      sums[half] = s0, sums[2 + half] = s1, sums[4 + half] = s2, sums[6 + half] = s3;
+  return vor(a, vand(b, c));
+#endif
+}
+inline VI addi(VI a, VI b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return _mm512_add_epi32(a, b);
+#else
+  return _mm256_add_epi32(a, b);
+#endif
+}
+
+// Dword d of groups 8h + 2j + half, j = 0..3, as unsigned bytes.
+struct Parts4 {
+  VI u0, u1, u2, u3;
+};
+template <typename L>
+inline Parts4 parts16(const uint8_t* pb, int h, int half, int d) {
+  if constexpr (std::is_same_v<L, PanelQ6_K>) {
+    const VI c0f = bcast(0x0f0f0f0f), c30 = bcast(0x30303030);
+    const VI hv = ldu(pb + 146 * kP + (8 * h + 4 * half + d) * kV);
+    const VI v0 = ldu(pb + 18 * kP + (16 * h + 4 * half + d) * kV);
+    const VI v1 = ldu(pb + 18 * kP + (16 * h + 8 + 4 * half + d) * kV);
+    // low nibble | (bit pair j << 4)
+    return {or_and(vand(sll(hv, 4), c30), v0, c0f), or_and(vand(sll(hv, 2), c30), v1, c0f),
+            or_and(vand(hv, c30), srl(v0, 4), c0f), or_and(vand(srl(hv, 2), c30), srl(v1, 4), c0f)};
+  } else {
+    constexpr bool kQ3 = std::is_same_v<L, PanelQ3_K>;
+    static_assert(kQ3 || std::is_same_v<L, PanelQ2_K>);
+    const VI c03 = bcast(0x03030303);
+    const VI v = ldu(pb + (kQ3 ? 46 : 20) * kP + (8 * h + 4 * half + d) * kV);
+    Parts4 p{vand(v, c03), vand(srl(v, 2), c03), vand(srl(v, 4), c03), vand(srl(v, 6), c03)};
+    if constexpr (kQ3) {
+      // Bit 4h + j of each hmask byte, to bit 2.
+      const VI hm = ldu(pb + 14 * kP + (4 * half + d) * kV), c04 = bcast(0x04040404);
+      auto high = [&](int shift) {
+        return shift >= 0 ? srl(hm, static_cast<unsigned>(shift)) : sll(hm, static_cast<unsigned>(-shift));
+      };
+      p.u0 = or_and(p.u0, high(4 * h - 2), c04), p.u1 = or_and(p.u1, high(4 * h - 1), c04);
+      p.u2 = or_and(p.u2, high(4 * h), c04), p.u3 = or_and(p.u3, high(4 * h + 1), c04);
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      const int gl = 8 * h + i;
-      const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      acc = fma_i(_mm256_add_epi32(bcast(a.start[gi]), sums[i]), vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
-    }
+    return p;
   }
 }
 
-// block_step<PanelQ2_K / PanelQ3_K, 1> for the avx2 kernels, as the avx512 one: each qs (and hmask) dword loaded once
-// for its four groups, a group's four dwords' maddubs summed in int16 (4 * 2 * 7 * 128 fits) before one madd.
 template <typename L>
-inline void block_step_crumbs_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
-                                  int64_t t, VF& acc) {
-  constexpr bool kQ3 = std::is_same_v<L, PanelQ3_K>;
-  alignas(32) float s[16 * kP];
-  alignas(32) float mn[L::kMin ? 16 * kP : kP];
+inline void block_step_16_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
+                              VF& acc) {
+  alignas(64) float s[16 * kP];
+  alignas(64) float mn[L::kMin ? 16 * kP : kP];
   L::scales(pb, s, mn);
-  const uint8_t* qs = pb + (kQ3 ? 46 : 20) * kP;
-  const VI c03 = bcast(0x03030303), c04 = bcast(0x04040404), ones = _mm256_set1_epi16(1);
   const auto row = static_cast<size_t>(t * groups);
-  auto high = [&](VI hm, int shift) {
-    return vand(shift >= 0 ? srl(hm, static_cast<unsigned>(shift)) : sll(hm, static_cast<unsigned>(-shift)), c04);
-  };
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    alignas(32) VI sums[8];  // sums[2j + half]: group 8h + 2j + half
-    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;
+    const uint8_t* xh = x + (b * 16 + 8 * h) * 16;  // group 8h's 16 bytes, then the next groups'
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    // sum[j][half]: group 8h + 2j + half. Named registers, no arrays (see block_step_q4_k_row).
+    VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
-      VI p0, p1, p2, p3;
 #pragma GCC unroll 4
       for (int d = 0; d < 4; ++d) {
-        const VI v = ldu(qs + (8 * h + 4 * half + d) * kV);
-        VI u0 = vand(v, c03), u1 = vand(srl(v, 2), c03), u2 = vand(srl(v, 4), c03), u3 = vand(srl(v, 6), c03);
-        if constexpr (kQ3) {
-          const VI hm = ldu(pb + 14 * kP + (4 * half + d) * kV);
-          u0 = vor(u0, high(hm, 4 * h - 2)), u1 = vor(u1, high(hm, 4 * h - 1));
-          u2 = vor(u2, high(hm, 4 * h)), u3 = vor(u3, high(hm, 4 * h + 1));
-        }
+        const Parts4 p = parts16<L>(pb, h, half, d);
         const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2j + half: + 32 j
-        const VI q0 = _mm256_maddubs_epi16(u0, bcast4(xd)), q1 = _mm256_maddubs_epi16(u1, bcast4(xd + 32));
-        const VI q2 = _mm256_maddubs_epi16(u2, bcast4(xd + 64)), q3 = _mm256_maddubs_epi16(u3, bcast4(xd + 96));
-        if (d == 0) {
-          p0 = q0, p1 = q1, p2 = q2, p3 = q3;
+        if (half == 0) {
+          s00 = dot4(s00, p.u0, bcast4(xd));
+          s10 = dot4(s10, p.u1, bcast4(xd + 32));
+          s20 = dot4(s20, p.u2, bcast4(xd + 64));
+          s30 = dot4(s30, p.u3, bcast4(xd + 96));
         } else {
-          p0 = _mm256_add_epi16(p0, q0), p1 = _mm256_add_epi16(p1, q1);
-          p2 = _mm256_add_epi16(p2, q2), p3 = _mm256_add_epi16(p3, q3);
+          s01 = dot4(s01, p.u0, bcast4(xd));
+          s11 = dot4(s11, p.u1, bcast4(xd + 32));
+          s21 = dot4(s21, p.u2, bcast4(xd + 64));
+          s31 = dot4(s31, p.u3, bcast4(xd + 96));
         }
       }
-      sums[half] = _mm256_madd_epi16(p0, ones), sums[2 + half] = _mm256_madd_epi16(p1, ones);
-      sums[4 + half] = _mm256_madd_epi16(p2, ones), sums[6 + half] = _mm256_madd_epi16(p3, ones);
     }
+    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
+#else
+    // kSum dwords' maddubs add up in int16 (each at most 2 * kMaxByte * 128) before one madd widens them; the sums of
+    // the half's first half wait in memory for its second.
+    constexpr int kSum = std::min(4, 32767 / (2 * L::kMaxByte * 128));
+    static_assert(kSum >= 1 && 4 % kSum == 0);
+    const VI ones = _mm256_set1_epi16(1);
+    alignas(32) VI sums[8];  // sums[2j + half]
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      VI s0 = bcast(0), s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 4
+      for (int d0 = 0; d0 < 4; d0 += kSum) {
+        VI q0, q1, q2, q3;
+#pragma GCC unroll 4
+        for (int j = 0; j < kSum; ++j) {
+          const int d = d0 + j;
+          const Parts4 p = parts16<L>(pb, h, half, d);
+          const uint8_t* xd = xh + half * 16 + 4 * d;
+          const VI m0 = _mm256_maddubs_epi16(p.u0, bcast4(xd)), m1 = _mm256_maddubs_epi16(p.u1, bcast4(xd + 32));
+          const VI m2 = _mm256_maddubs_epi16(p.u2, bcast4(xd + 64)), m3 = _mm256_maddubs_epi16(p.u3, bcast4(xd + 96));
+          if (j == 0) {
+            q0 = m0, q1 = m1, q2 = m2, q3 = m3;
+          } else {
+            q0 = _mm256_add_epi16(q0, m0), q1 = _mm256_add_epi16(q1, m1);
+            q2 = _mm256_add_epi16(q2, m2), q3 = _mm256_add_epi16(q3, m3);
+          }
+        }
+        s0 = addi(s0, _mm256_madd_epi16(q0, ones)), s1 = addi(s1, _mm256_madd_epi16(q1, ones));
+        s2 = addi(s2, _mm256_madd_epi16(q2, ones)), s3 = addi(s3, _mm256_madd_epi16(q3, ones));
+      }
+      sums[half] = s0, sums[2 + half] = s1, sums[4 + half] = s2, sums[6 + half] = s3;
+    }
+#endif
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       const int gl = 8 * h + i;
       const auto gi = row + static_cast<size_t>(b * 16 + gl);
       // q2_k has no offset, so its start is 0.
-      const VI isum = L::kOffset == 0 ? sums[i] : _mm256_add_epi32(bcast(a.start[gi]), sums[i]);
+      const VI isum = L::kOffset == 0 ? sums[i] : addi(bcast(a.start[gi]), sums[i]);
       acc = fma_i(isum, vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
       if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
     }
   }
 }
-#endif
 
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
 // are micro()'s.
@@ -624,18 +529,13 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
   if constexpr (TT == 1) {
     if constexpr (std::is_same_v<L, PanelQ4_K>)
       return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
-    else if constexpr (std::is_same_v<L, PanelQ6_K>)
-      return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
-    else if constexpr (std::is_same_v<L, PanelQ2_K> || std::is_same_v<L, PanelQ3_K>)
-      return block_step_crumbs_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+    else if constexpr (L::kGroup == 16)
+      return block_step_16_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
     else
       return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
   }
 #else
-  if constexpr (TT == 1 && std::is_same_v<L, PanelQ6_K>)
-    return block_step_q6_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
-  if constexpr (TT == 1 && (std::is_same_v<L, PanelQ2_K> || std::is_same_v<L, PanelQ3_K>))
-    return block_step_crumbs_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1 && L::kGroup == 16) return block_step_16_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
 #endif
   constexpr int kD = L::kGroup / 4;
   alignas(64) float s[L::kGroups * kP];
