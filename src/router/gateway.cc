@@ -354,7 +354,12 @@ struct Gateway::Impl {
       if (c->client_gone) return finish(*c, 499);
       std::string prefill;
       const std::string url = pick(c->route, tried, prefill);
-      if (url.empty()) break;
+      if (url.empty()) {
+        // The nodes' model lists arrived while this request waited (a node's first /health names its models): a
+        // model none of them serves is a 404, as it would have been on arrival, not a 503.
+        if (tried.empty() && !registry.may_serve(c->model)) return reply_unknown_model(*c);
+        break;
+      }
       if (attempt > 0) {
         metrics.retry();
         backoff(attempt - 1);
