@@ -409,6 +409,17 @@ TEST_F(FaultGaps, AFullQueueAnswers429BeforeTheStreamAndTheRouterRetriesElsewher
   Proc idle = start_node({});
   Proc router = start({"route", "--port", "0", "--nodes", busy.url + "," + idle.url, "--strategy", "round_robin",
                        "--probe-timeout-ms", "3000"});
+  // Until a node's first /health answer names its models, it takes a request only when no known node serves the
+  // model: were the idle node's list known first, every request would skip the busy one (seen on a loaded machine).
+  bool known = false;
+  for (const auto t0 = Clock::now(); !known && Clock::now() - t0 < 20s; std::this_thread::sleep_for(5ms)) {
+    auto r = http::fetch({.url = router.url + "/admin/nodes"});
+    const json j = r.ok() ? json::parse(r->body, nullptr, false) : json();
+    if (!j.is_object() || !j["nodes"].is_array() || j["nodes"].size() != 2) continue;
+    known = std::all_of(j["nodes"].begin(), j["nodes"].end(),
+                        [](const json& n) { return n["models"].is_array() && !n["models"].empty(); });
+  }
+  ASSERT_TRUE(known) << "the router never learnt both nodes' models";
   std::vector<Streamed> got(kRequests);
   std::vector<std::thread> ts;
   for (int i = 0; i < kRequests; ++i) {
