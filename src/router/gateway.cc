@@ -103,7 +103,6 @@ struct Gateway::Impl {
   NodeRegistry registry;
   RouterMetrics metrics;
   LiveStats live{wall_clock()};  // the dashboard's per-second history (live_stats.h)
-  TaskPool pool;
   http::Server server;
   mutable http::ConnectionPool upstream_pool;  // keep-alive connections to the nodes (thread-safe)
   std::atomic<uint64_t> next_pair{0};          // rotates PD pair ties
@@ -111,6 +110,9 @@ struct Gateway::Impl {
   std::map<std::string, std::set<CancelFlag>> inflight;  // GUARDED_BY(inflight_mu): per node, open exchanges
   KvEventIndex kv_index;                                 // what each node's prefix cache holds (its KV events)
   std::unique_ptr<KvEventPoller> kv_poller;              // set when the strategy matches prefixes and kv_events is on
+  // The proxy's workers. Declared after everything their tasks touch (the server's response writers included): its
+  // destructor joins them, and a task may still be finishing, or releasing its writer, when the gateway goes.
+  TaskPool pool;
   Prober prober;  // active health checks (prober.h); declared last: stopped before what it calls into
   std::atomic<bool> stopped{false};
 
@@ -118,8 +120,8 @@ struct Gateway::Impl {
       : options(std::move(o)),
         strategy(std::move(s)),
         registry(SteadyClock::instance(), options.health),
-        pool("router worker", options.workers, options.max_queue),
         server(options.http),
+        pool("router worker", options.workers, options.max_queue),
         prober(registry, {.cluster_token = options.cluster_token,
                           .tls_ca_file = options.upstream_tls_ca_file,
                           .timeout_ms = static_cast<int>(options.health.probe_timeout_ms),
