@@ -230,9 +230,7 @@ inline __m256i block_bytes(const BlockQ5_0& b, bool) { return _mm256_or_si256(ni
 inline __m256i block_bytes(const BlockQ5_1& b, bool) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 // mxfp4: each nibble looked up as its code + 16 (4 .. 28), an unsigned byte like the others.
 inline __m256i block_bytes(const BlockMXFP4& b, bool) {
-  const __m256i codes = _mm256_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4, 16, 17, 18, 19,
-                                         20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4);
-  return _mm256_shuffle_epi8(codes, nibbles(b.qs));
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_code_bytes()), nibbles(b.qs));
 }
 
 // Blocks b .. b + kStep - 1 of one weight row (`two`: whether block b + 1 exists; without it its lanes are zero).

@@ -106,12 +106,10 @@ struct PanelMXFP4 {
   static constexpr bool kDwordWise = false;
   static constexpr bool kMin = false;
   static VI codes() {
-    const int32_t lo = 16 | 17 << 8 | 18 << 16 | 19 << 24, a = 20 | 22 << 8 | 24 << 16 | 28 << 24;
-    const int32_t b = 16 | 15 << 8 | 14 << 16 | 13 << 24, c = 12 | 10 << 8 | 8 << 16 | 4 << 24;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    return _mm512_broadcast_i32x4(_mm_setr_epi32(lo, a, b, c));
+    return _mm512_broadcast_i32x4(mxfp4_code_bytes());
 #else
-    return _mm256_broadcastsi128_si256(_mm_setr_epi32(lo, a, b, c));
+    return _mm256_broadcastsi128_si256(mxfp4_code_bytes());
 #endif
   }
   static void scales(const uint8_t* pb, float* s, float*) { store_vf(s, e8m0_halves(pb)); }

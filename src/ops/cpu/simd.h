@@ -39,6 +39,10 @@ inline float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+// mxfp4's 16 E2M1 codes as unsigned bytes, each doubled value (kMxfp4Values) + 16 (4 .. 28): a byte-shuffle table.
+inline __m128i mxfp4_code_bytes() {
+  return _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)), _mm_set1_epi8(16));
+}
 inline int32_t hsum_epi32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
