@@ -67,7 +67,7 @@ void mount_admin_routes(http::Server& server, AdminTarget target,
         json nodes = json::array();
         for (const auto& s : t->registry->list()) {  // with the blocks its KV events say it holds, when they are read
           nodes.push_back(node_status_json(s));
-          if (const auto b = t->kv_event_blocks(s.load.url))
+          if (const auto b = t->kv_event_blocks ? t->kv_event_blocks(s.load.url) : std::nullopt)
             nodes.back()["kv_event_blocks"] = {{"device", (*b)[0]}, {"host", (*b)[1]}, {"disk", (*b)[2]}};
         }
         w->send(200, dump({{"strategy", t->strategy}, {"nodes", nodes}}));

@@ -33,7 +33,8 @@ struct AdminTarget {
   std::string strategy;  // named in the listing
   std::function<void(const NodeSpec&)> add_node;
   std::function<bool(const std::string& url)> remove_node;  // false: not registered
-  // The KV blocks a node's events say it holds, per tier (device, host, disk); nullopt when KV events are not read.
+  // The KV blocks a node's events say it holds, per tier (device, host, disk); nullopt (or unset) when KV events are
+  // not read.
   std::function<std::optional<std::array<size_t, api::kKvTiers>>(const std::string& url)> kv_event_blocks;
 };
 
