@@ -295,4 +295,4 @@ python3 scripts/bench-vs-llamacpp-summary.py --results "$results" --out "$OUT" -
   --command "${tessera_isa:+LLAMACPP_ISA=$LLAMACPP_ISA }${FA:+FA=$FA }DEPTHS=\"$DEPTHS\" PREFILL=\"$PREFILL\" NUM_PROMPTS=$NUM_PROMPTS SERVE_KV=$SERVE_KV REPEATS=$REPEATS SHAPES=\"$SHAPES\"${SHAPE_LAYERS:+ SHAPE_LAYERS=\"$SHAPE_LAYERS\"} PRESETS=\"$PRESETS\" THREADS=\"$THREADS\" QWEN_THREADS=\"$QWEN_THREADS\" EXTRA_ISAS=\"$EXTRA_ISAS\" CONCURRENCY=\"$CONCURRENCY\" SERVE_SHAPE=$SERVE_SHAPE SERVE_PRESET=$SERVE_PRESET SERVE_THREADS=$SERVE_THREADS INPUT_LEN=$INPUT_LEN OUTPUT_LEN=$OUTPUT_LEN scripts/bench-vs-llamacpp.sh" \
   --serve-desc "$SERVE_SHAPE $SERVE_PRESET, $SERVE_THREADS threads, $INPUT_LEN in / $OUTPUT_LEN out, $NUM_PROMPTS requests, tessera KV $SERVE_KV" \
   ${BENCH_MD:+--benchmarks-md "$BENCH_MD"}
-log "wrote $OUT/summary.md, $OUT/plots/ and the vs-llamacpp section of docs/benchmarks.md"
+log "wrote $OUT/summary.md and $OUT/plots/${BENCH_MD:+, and the vs-llamacpp section of $BENCH_MD}"
