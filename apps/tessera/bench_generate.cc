@@ -108,20 +108,26 @@ int run_bench(const BenchArgs& a) {
 
   // Work per token.
   // Matrix weights one token multiplies: MoE layers count their router and the experts a token is routed to.
-  double matrix_params = static_cast<double>(c.vocab_size) * c.dim;
+  // `once`: the part a prompt multiplies only for its last row (the classifier, and the last layer's feed-forward
+  // where the runner prunes it), counted once per prompt in the prefill figure.
+  const double classifier = static_cast<double>(c.vocab_size) * c.dim;
+  double matrix_params = classifier, once = classifier;
   for (int l = 0; l < c.n_layers; ++l) {
     matrix_params += 2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim();
-    matrix_params +=
+    const double ffn =
         c.layer_kind(l).ffn == model::FfnKind::kMoe
             ? static_cast<double>(c.dim) * (c.moe.n_experts + 3.0 * c.moe.n_experts_used * c.moe.expert_hidden_dim)
             : 3.0 * c.dim * c.hidden_dim;
+    matrix_params += ffn;
+    if (l == c.n_layers - 1 && r.prunes_last_layer()) once += ffn;
   }
   const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
   // The KV of one position, all layers, K and V (api/kv_layout.h), read once per attended position.
   const auto kv_bytes_per_position = static_cast<double>(api::KvLayout{c.n_layers, c.kv_dim(), ro.kv.dtype, 1}.bytes());
   const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * kv_bytes_per_position;
   const double prefill_ctx = (a.prompt_tokens + 1) / 2.0;
-  const double prefill_flops = 2.0 * matrix_params + 4.0 * c.n_layers * c.q_dim() * prefill_ctx;
+  const double prefill_flops = 2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens +
+                               4.0 * c.n_layers * c.q_dim() * prefill_ctx;
 
   const Spread pf = spread(prefill_tps), dc = spread(decode_tps);
   std::printf("model %s (%.1fM params), backend %s (%s), weights %s, kv %s, threads %d, prompt %d, gen %d, repeat %d\n",

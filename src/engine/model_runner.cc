@@ -225,13 +225,16 @@ Status ModelRunner::run(const ops::Op& op) {
   return stream_->run(op);
 }
 
+bool ModelRunner::prunes_last_layer() const {
+  return !options_.activation_tap && config_.per_layer_dim == 0 && !config_.layer_output_scale &&
+         !config_.moe.dense_beside_experts;
+}
+
 Result<int64_t> ModelRunner::keep_last_rows(int64_t n, std::span<const Placed> placed, int64_t decodes) {
   // Every row is needed by a segment that wants all its logits or a pooled vector, by the activation taps (they
   // compare whole tensors), and by gemma4's layer end (per-layer inputs by row) and experts (both read the step's
   // buffers s_.x / s_.xb / s_.delta by name); a recording replays any rows.
-  if (recording_ || options_.activation_tap || config_.per_layer_dim > 0 || config_.layer_output_scale ||
-      config_.moe.dense_beside_experts)
-    return -1;
+  if (recording_ || !prunes_last_layer()) return -1;
   std::vector<int32_t>& keep = step_keep_;
   keep.clear();
   for (int64_t r = 0; r < decodes; ++r) keep.push_back(static_cast<int32_t>(r));

@@ -114,6 +114,10 @@ class ModelRunner {
   // Bytes of weights held on the device: the stored sizes, plus any copy widened to f32 for a device that
   // cannot run a type (a tied table the device indexes in place is held once).
   size_t resident_weight_bytes() const { return resident_bytes_; }
+  // Whether the last layer's feed-forward (and the final norm) runs only over the rows read after it (as llama.cpp
+  // does): a prompt then pays for it, and for the classifier, once, for its last row. False for the models whose
+  // layer end reads every row (keep_last_rows()).
+  bool prunes_last_layer() const;
   // Compiled decode graphs so far (graph mode), by bucket.
   const std::map<int64_t, std::unique_ptr<ops::Graph>>& graphs() const { return graphs_; }
 
