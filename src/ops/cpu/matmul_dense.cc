@@ -155,7 +155,7 @@ void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
 }
 #elif defined(__AVX2__)
 // The avx2 build's tile: 4 weight rows x 3 activation rows, one 8-lane accumulator per output, in two passes over
-// k. dot() sums a row in two accumulators, the first over the even 8-element chunks (and an odd last chunk), the
+// each block of k (kGemmBlockK below). dot() sums a row in two accumulators, the first over the even 8-element chunks (and an odd last chunk), the
 // second over the odd ones; the tile's first pass runs the even chunks into its 12 accumulators and parks them on
 // the stack, the second runs the odd chunks into fresh ones, and each output is hsum(first + second) and the
 // scalar tail: bit-identical to dot(), so outputs still do not depend on the batch size. Holding both halves at
@@ -181,34 +181,54 @@ inline void gemm_pass(const W* w, const float* x, int64_t k, int64_t j0, int64_t
   }
 }
 
+// Elements of k per block of gemm_tile's passes: both passes of a block read the same 8-element chunks' lines, so
+// the second finds them in L1 only if a block's R weight rows and T activation rows fit there beside the next
+// panel. A row up to kGemmWholeK elements is one block; longer ones go in blocks of kGemmBlockK (a multiple of 16, so
+// every block starts on an even chunk). f16 [768 x 2048] x 512 rows, one thread, Zen 4 (32 KiB L1): 38 -> 48 G
+// multiply-adds/s, where a 4 x 3 tile's 40 KiB of lines missed L1 in every pass.
+constexpr int64_t kGemmWholeK = 1024;
+constexpr int64_t kGemmBlockK = 512;
+
 template <typename W, int R, int T>
 void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
   const int64_t full = k / 16 * 16;  // the 16-element steps of dot()
   const int64_t vec = k / 8 * 8;     // plus its last 8-element chunk (into the first accumulator)
-  // Every loop over the tile is unrolled, so that the accumulators live in registers from the first pass to the
-  // last: left rolled (GCC 12 at -O2), they were zeroed in a stack array and loaded from it before each pass, and
-  // that store/reload around 48-step passes (k = 768) cost 15% of the tile's time (4 x 3 in L1, Zen 4: 50 -> 58 G
-  // multiply-adds/s, the FMA peak).
-  __m256 acc[R][T];
+  const int64_t kc = k <= kGemmWholeK ? k : kGemmBlockK;
+  // Every loop over the tile is unrolled, so that the accumulators live in registers through each pass: left rolled
+  // (GCC 12 at -O2), they were zeroed in a stack array and loaded from it before each pass, and that store/reload
+  // around 48-step passes (k = 768) cost 15% of the tile's time (4 x 3 in L1, Zen 4: 50 -> 58 G multiply-adds/s,
+  // the FMA peak). Between blocks each pass's sums wait in `first` / `second`.
+  alignas(32) float first[R][T][8], second[R][T][8];
+  // One block: kStart (the first) starts both passes from zero, the others from the sums parked by the one before.
+  const auto block = [&](int64_t k0, auto start) {
+    constexpr bool kStart = decltype(start)::value;
+    __m256 acc[R][T];
+    const int64_t k1 = std::min(k, k0 + kc);
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
-  gemm_pass<W, R, T>(w, x, k, 0, vec, acc);  // even chunks, and the odd last one (vec - 8 when vec > full)
-  alignas(32) float first[R][T][8];
+      for (int t = 0; t < T; ++t) acc[i][t] = kStart ? _mm256_setzero_ps() : _mm256_load_ps(first[i][t]);
+    gemm_pass<W, R, T>(w, x, k, k0, std::min(k1, vec), acc);  // even chunks, and an odd last one (at full)
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      _mm256_store_ps(first[i][t], acc[i][t]);
-      acc[i][t] = _mm256_setzero_ps();
-    }
-  gemm_pass<W, R, T>(w, x, k, 8, full, acc);  // odd chunks
+      for (int t = 0; t < T; ++t) {
+        _mm256_store_ps(first[i][t], acc[i][t]);
+        acc[i][t] = kStart ? _mm256_setzero_ps() : _mm256_load_ps(second[i][t]);
+      }
+    gemm_pass<W, R, T>(w, x, k, k0 + 8, std::min(k1, full), acc);  // odd chunks
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) _mm256_store_ps(second[i][t], acc[i][t]);
+  };
+  block(0, std::true_type{});
+  for (int64_t k0 = kc; k0 < k; k0 += kc) block(k0, std::false_type{});
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      float s = hsum(_mm256_add_ps(_mm256_load_ps(first[i][t]), acc[i][t]));
+      float s = hsum(_mm256_add_ps(_mm256_load_ps(first[i][t]), _mm256_load_ps(second[i][t])));
       for (int64_t e = vec; e < k; ++e) s += to_f32(w[i * k + e]) * x[t * k + e];
       out[t * ldo + i] = s;
     }
@@ -251,11 +271,14 @@ void gemm_panel(const W* w, const float* x, int64_t k, int64_t m, int64_t i0, in
   const W* wp = w + i0 * k;
   // The next panel (the next index of this thread's chunk, adjacent in memory) is fetched while this one's tiles
   // run: a panel is read from memory once per block of activation rows, and the hardware prefetcher, idle during
-  // the tiles, left its first loads waiting on DRAM (the widening below was 12% of prefill time).
+  // the tiles, left its first loads waiting on DRAM (the widening below was 12% of prefill time). Into L2, not L1:
+  // a panel of 4 rows of 2048 f16 is 16 KiB, and fetched into L1 it pushed out the lines the tiles were reading
+  // (avx2, f16 [768 x 2048] x 512 rows, one thread, Zen 4: 38 -> 44 G multiply-adds/s with the tile's k blocks;
+  // the avx512 tile and rows of 768 unchanged).
   if (i0 + 2 * R <= m) {
     const char* next = reinterpret_cast<const char*>(wp + R * k);
     const int64_t bytes = R * k * static_cast<int64_t>(sizeof(W));
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
   }
 
   gemm_panel_rows<W, R>(wp, x, k, m, i0, r0, r1, out);
