@@ -126,8 +126,8 @@ int run_bench(const BenchArgs& a) {
   const auto kv_bytes_per_position = static_cast<double>(api::KvLayout{c.n_layers, c.kv_dim(), ro.kv.dtype, 1}.bytes());
   const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * kv_bytes_per_position;
   const double prefill_ctx = (a.prompt_tokens + 1) / 2.0;
-  const double prefill_flops = 2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens +
-                               4.0 * c.n_layers * c.q_dim() * prefill_ctx;
+  const double prefill_flops =
+      2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens + 4.0 * c.n_layers * c.q_dim() * prefill_ctx;
 
   const Spread pf = spread(prefill_tps), dc = spread(decode_tps);
   std::printf("model %s (%.1fM params), backend %s (%s), weights %s, kv %s, threads %d, prompt %d, gen %d, repeat %d\n",

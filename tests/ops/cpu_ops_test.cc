@@ -65,8 +65,8 @@ TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
     // K-quants: 1 and 2 super-blocks. k = 173 (dense only): a 16-wide loop, the 8-wide and a 5-element tail.
     // k = 1192 and 1197 (dense only): rows the avx2 tile takes in blocks of 512 (matmul_dense.cc), the last one
     // short, with the 8-wide remainder and (1197) a scalar tail after it.
-    for (int64_t k : {int64_t{160}, int64_t{168}, int64_t{173}, int64_t{256}, int64_t{512}, int64_t{1192},
-                      int64_t{1197}}) {
+    for (int64_t k :
+         {int64_t{160}, int64_t{168}, int64_t{173}, int64_t{256}, int64_t{512}, int64_t{1192}, int64_t{1197}}) {
       const int block = dtype_info(dtype).block_elems;
       if (k % block != 0 || (block == 1 && k % 32 == 0 && k > 200)) continue;
       const int64_t m = 37, n = 20;  // 20 rows: more than one tile of tokens, and past any library-gemm cutoff

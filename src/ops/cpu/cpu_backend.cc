@@ -2,6 +2,7 @@
 
 #include "ops/host_memory.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -324,6 +325,19 @@ bool prefetch_far_to_l2() {
     return __builtin_cpu_is("amd") != 0;
   }();
   return amd;
+}
+
+bool prefetch_panels_far_to_l2() {
+  static const bool far = [] {
+    if (!prefetch_far_to_l2()) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return true;
+    // The displayed family: the base family, plus the extended family where the base is 0Fh (all of AMD's since K8).
+    const unsigned base = (eax >> 8) & 0xf;
+    const unsigned family = base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+    return family < 0x1a;
+  }();
+  return far;
 }
 
 Result<Isa> parse_isa(std::string_view name) {

@@ -29,8 +29,11 @@ struct Ctx {
 };
 
 // Whether weight streams are prefetched kFarPrefetchBytes ahead into L2 (rather than near into L1, or left to the
-// hardware prefetcher): on AMD processors (matmul_repacked.h and matmul_dense.cc say why). Asked of the processor once.
+// hardware prefetcher): the dense decode rows on AMD processors (matmul_dense.cc says why), the k-quant panels on AMD
+// processors before family 1Ah (Zen 5), which stream them faster with the near L1 prefetch (matmul_repacked.h).
+// Asked of the processor once.
 bool prefetch_far_to_l2();
+bool prefetch_panels_far_to_l2();
 constexpr int kFarPrefetchBytes = 16384;
 
 // fn(i) for i in [0, n) on the stream's threads; inline when n * work_per_item < min_work.

@@ -155,13 +155,13 @@ void gemm_tile(const W* w, const float* x, int64_t k, float* out, int64_t ldo) {
 }
 #elif defined(__AVX2__)
 // The avx2 build's tile: 4 weight rows x 3 activation rows, one 8-lane accumulator per output, in two passes over
-// each block of k (kGemmBlockK below). dot() sums a row in two accumulators, the first over the even 8-element chunks (and an odd last chunk), the
-// second over the odd ones; the tile's first pass runs the even chunks into its 12 accumulators and parks them on
-// the stack, the second runs the odd chunks into fresh ones, and each output is hsum(first + second) and the
-// scalar tail: bit-identical to dot(), so outputs still do not depend on the batch size. Holding both halves at
-// once (the former 2 x 3 tile with pairs of accumulators) left 10 loads for 12 FMAs; here the 3 activation
-// vectors of a chunk sit in registers for the 4 weight rows, one weight vector at a time: 7 loads for 12 FMAs,
-// 16 registers.
+// each block of k (kGemmBlockK below). dot() sums a row in two accumulators, the first over the even 8-element chunks
+// (and an odd last chunk), the second over the odd ones; the tile's first pass runs the even chunks into its 12
+// accumulators and parks them on the stack, the second runs the odd chunks into fresh ones, and each output is
+// hsum(first + second) and the scalar tail: bit-identical to dot(), so outputs still do not depend on the batch size.
+// Holding both halves at once (the former 2 x 3 tile with pairs of accumulators) left 10 loads for 12 FMAs; here the 3
+// activation vectors of a chunk sit in registers for the 4 weight rows, one weight vector at a time: 7 loads for 12
+// FMAs, 16 registers.
 constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 3;
 

@@ -738,7 +738,7 @@ Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
   } else if (op.w.dtype == DType::kMXFP4) {
     matmul_blocks<BlockMXFP4>(op, xq, ctx);
   } else {
-    return unimplemented("cpu quantised matmul takes q8_0 or q4_0 weights");
+    return unimplemented(fmt::format("cpu quantised matmul does not take {} weights", dtype_name(op.w.dtype)));
   }
   return ok_status();
 }

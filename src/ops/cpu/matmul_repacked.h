@@ -630,14 +630,18 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 // from memory: q4_k 35 G multiply-adds/s, q6_k 12 against 44 from L3): there the k-quants fetch the block about 16
 // KiB ahead into L2 instead (q4_k 57, q6_k 33; 2 KiB ahead into L2 or 16 KiB into L1 did not help, nor both), which
 // leaves L1 to the hardware prefetcher; the avx2 kernels' q6_k went from 18.6 to 22.5. q4_0 streams faster with the
-// L1 prefetch there too (49 against 41 with L2), so it keeps it.
+// L1 prefetch there too (49 against 41 with L2), so it keeps it. On Zen 5 (family 1Ah: 48 KiB L1) the near L1 prefetch
+// is the faster again (one core, avx512, 128256 x 2048 from memory, median ms of five alternating runs: q4_k 5.2
+// -> 3.6, q6_k 10.2 -> 6.3; two threads and the avx2 kernels alike), so the far one is for the families before it
+// (prefetch_panels_far_to_l2); the dense decode rows keep theirs there (f16 4096 x 16384: 3.6 against 5.1 without).
 template <typename L, int TT, int NP = 1>
 void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
                 int64_t ld, const float* const* bias) {
   constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
   constexpr int64_t kNearBlocks = std::max<int64_t>(1, (2048 + kPanelBlock / 2) / kPanelBlock);
   constexpr int64_t kFarBlocks = std::max<int64_t>(1, (kFarPrefetchBytes + kPanelBlock / 2) / kPanelBlock);
-  const bool far = L::kBytes >= 144 && prefetch_far_to_l2();  // the k-quants: q4_k 144 bytes a row block, q6_k 210
+  const bool far =
+      L::kBytes >= 144 && prefetch_panels_far_to_l2();  // the k-quants: q4_k 144 bytes a row block, q6_k 210
   const int64_t ahead = (far ? kFarBlocks : kNearBlocks) * kPanelBlock;
   const int64_t groups = k / L::kGroup;
   VF acc[NP][TT];
