@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -116,11 +118,24 @@ int run_synth(const SynthArgs& a) {
   // bert shapes are small and are drawn in f32, then written as the writer converts them.
   std::optional<DType> held;
   if ((o.dtype == DType::kF16 || o.dtype == DType::kBF16) && config->arch != "bert") held = o.dtype;
-  model::SynthModel m = model::synthesize_weights(*config, a.seed,
-                                                  {.rare_byte_tokens = a.rare_byte_tokens,
-                                                   .decisive = a.decisive,
-                                                   .token_lead = a.token_lead,
-                                                   .matrix_dtype = held});
+  // Every weight is drawn in memory before the writer converts it: a shape too large for the host is an error, not an
+  // abort (llama3.1-8b in f32 is 32 GB).
+  std::optional<model::SynthModel> drawn;
+  try {
+    drawn.emplace(model::synthesize_weights(*config, a.seed,
+                                            {.rare_byte_tokens = a.rare_byte_tokens,
+                                             .decisive = a.decisive,
+                                             .token_lead = a.token_lead,
+                                             .matrix_dtype = held}));
+  } catch (const std::bad_alloc&) {
+    const double params = static_cast<double>(config->parameter_count());
+    return fail(fmt::format(
+        "not enough memory to synthesise {}: its {:.2f}B parameters are drawn in memory as {} before they are written "
+        "({:.1f} GiB); pass fewer --layers{}",
+        a.shape, params / 1e9, held ? dtype_name(*held) : "f32", params * (held ? 2 : 4) / (1 << 30),
+        held ? "" : ", or write --dtype f16 (half that) and quantise that file (llama-quantize)"));
+  }
+  model::SynthModel& m = *drawn;
   // bert shapes get a WordPiece vocabulary (tokenizer.json in an HF folder), the others llama2.c's.
   std::unique_ptr<model::Llama2cTokenizer> tok;
   std::unique_ptr<model::WordPieceTokenizer> wordpiece;

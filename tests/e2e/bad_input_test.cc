@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "base/mapped_file.h"
 #include "support/paths.h"
@@ -118,6 +119,23 @@ TEST_F(BadInput, PromptLongerThanTheContext) {
 
 TEST_F(BadInput, UnknownSynthShape) {
   expect_clean_error({"synth", "--shape", "huge", "--out", dir_ + "/x.bin"}, "known shapes: tiny, stories15M");
+}
+
+// A shape whose weights do not fit the memory the process may take (here an address-space limit of 4 GB under
+// llama3.1-8b's 30 GiB of f32) is an error naming what it needs, not an abort on std::bad_alloc.
+TEST_F(BadInput, SynthShapeLargerThanMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "an address-space limit leaves no room for the sanitizer's shadow memory";
+#endif
+  const std::string out = dir_ + "/8b.gguf";
+  auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", tessera_bin(), "synth", "--shape",
+                        "llama3.1-8b", "--format", "gguf", "--dtype", "q4_k", "--out", out},
+                       60.0);
+  EXPECT_FALSE(r.timed_out) << "hung";
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("tessera: error: not enough memory to synthesise llama3.1-8b", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("29.9 GiB"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace
