@@ -223,7 +223,17 @@ Action add_synth_command(CLI::App& app) {
   cmd->add_option("--out", args->out, "File to write (a folder for safetensors)")->required();
   cmd->add_option("--tokenizer-out", args->tokenizer_out,
                   "Also write the matching tokenizer here (llama2.c's format; tokenizer.json for bert shapes)");
-  return [args] { return run_synth(*args); };
+  return [args] {
+    // The paths that do not say more (gemma4's, the writers): every weight is held in memory while the file is written.
+    try {
+      return run_synth(*args);
+    } catch (const std::bad_alloc&) {
+      return fail(
+          fmt::format("not enough memory to synthesise {} (its weights are held in memory while the file is "
+                      "written); pass fewer --layers",
+                      args->shape));
+    }
+  };
 }
 
 }  // namespace tessera::cli

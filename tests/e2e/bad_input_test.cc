@@ -136,6 +136,16 @@ TEST_F(BadInput, SynthShapeLargerThanMemory) {
   EXPECT_EQ(r.err.rfind("tessera: error: not enough memory to synthesise llama3.1-8b", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("29.9 GiB"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
+
+  // gemma4's shapes are drawn by their own writer (26B parameters here).
+  const std::string g = dir_ + "/gemma4.gguf";
+  r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", tessera_bin(), "synth", "--shape",
+                   "gemma4-26b-a4b", "--format", "gguf", "--out", g},
+                  60.0);
+  EXPECT_FALSE(r.timed_out) << "hung";
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("tessera: error: not enough memory to synthesise gemma4-26b-a4b", 0), 0u) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(g));
 }
 
 }  // namespace

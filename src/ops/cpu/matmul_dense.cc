@@ -184,8 +184,8 @@ inline void gemm_pass(const W* w, const float* x, int64_t k, int64_t j0, int64_t
 // Elements of k per block of gemm_tile's passes: both passes of a block read the same 8-element chunks' lines, so
 // the second finds them in L1 only if a block's R weight rows and T activation rows fit there beside the next
 // panel. A row up to kGemmWholeK elements is one block; longer ones go in blocks of kGemmBlockK (a multiple of 16, so
-// every block starts on an even chunk). f16 [768 x 2048] x 512 rows, one thread, Zen 4 (32 KiB L1): 38 -> 48 G
-// multiply-adds/s, where a 4 x 3 tile's 40 KiB of lines missed L1 in every pass.
+// every block starts on an even chunk). f16 [768 x 2048] x 512 rows, one thread, Zen 4 (32 KiB L1): 38 -> 44 G
+// multiply-adds/s with gemm_panel's L2 prefetch, where a 4 x 3 tile's 40 KiB of lines missed L1 in every pass.
 constexpr int64_t kGemmWholeK = 1024;
 constexpr int64_t kGemmBlockK = 512;
 
