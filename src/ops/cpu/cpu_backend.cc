@@ -274,7 +274,9 @@ class CpuDevice final : public Device {
   // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
   // row-major.
   // amx: an f16 matrix marked decode-bound (a classifier) stays row-major on the f32 kernels; its other f16
-  // matrices go on the bf16 tiles (matmul_dense.cc).
+  // matrices go on the bf16 tiles (matmul_dense.cc). avx512: bf16 and f16 matrices go into panels of 16 rows
+  // (matmul_dense_panels.h) except decode-bound ones, which prefill multiplies by its last row only and which keep
+  // the row-major decode kernels.
   Status prepare_matmul_weight(const Tensor& w, const WeightHints& hints) override {
     const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
     const bool amx = isa_ == Isa::kAmx;
@@ -283,6 +285,7 @@ class CpuDevice final : public Device {
       if (cb->panels() == nullptr) cb->set_decode_bound();
       return ok_status();
     }
+    if (!amx && hints.decode_bound && (w.dtype == DType::kF16 || w.dtype == DType::kBF16)) return ok_status();
     if (p == 0 || !repackable(w.dtype, p, amx) || (w.rank != 2 && w.rank != 3) || w.offset != 0 ||
         w.buffer == nullptr || w.bytes() != w.buffer->size() || cb == nullptr) {
       return ok_status();

@@ -138,6 +138,14 @@ Blocking blocking(DType type) {
   return {info.block_elems, static_cast<size_t>(info.block_bytes)};
 }
 
+// bf16 / f16 for the avx512 kernels (repack.h): lane r of element j's vector in a panel of p rows.
+void dense_panel(const uint16_t* rows, int64_t cols, int p, uint16_t* panel) {
+  for (int r = 0; r < p; ++r) {
+    const uint16_t* src = rows + r * cols;
+    for (int64_t j = 0; j < cols; ++j) panel[j * p + r] = src[j];
+  }
+}
+
 template <typename T>
 bool packed_in(const T& t) {
   const PanelLayout* l = panel_layout(t.buffer);
@@ -178,7 +186,7 @@ bool repackable(DType type, int panel_rows, bool amx) {
   switch (type) {
     case DType::kBF16:
     case DType::kF16:
-      return amx && panel_rows == 16;
+      return panel_rows == 16;  // amx: pairs for its tiles; avx512: one element per vector (the avx2 build: no)
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ4_K:
@@ -208,11 +216,26 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   const Blocking info = blocking(w.dtype);
   const int64_t matrices = w.rank == 3 ? w.dim(0) : 1, rows = w.dim(w.rank - 2), cols = w.dim(w.rank - 1);
   const bool dense = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
-  // Dense rows of whole 32-element tile steps only (the tiles then read the panels as they are); others stay
+  // amx: dense rows of whole 32-element tile steps only (the tiles then read the panels as they are); others stay
   // row-major and unmarked, and the kernels lay them out per call.
-  if (dense && cols % 32 != 0) return ok_status();
-  if (cols % info.elems != 0) return invalid_argument("repack: rows are not whole blocks");
+  const bool pairs = dense && amx;  // avx512: one element per vector (repack.h)
+  if (dense && amx && cols % 32 != 0) return ok_status();
+  if (!dense && cols % info.elems != 0) return invalid_argument("repack: rows are not whole blocks");
   if (rows < panel_rows) return ok_status();  // nothing to gain; stays row-major and unmarked
+  if (dense && !pairs) {
+    const size_t panel_elems = static_cast<size_t>(panel_rows * cols);
+    std::vector<uint16_t> copy(panel_elems);
+    for (int64_t m = 0; m < matrices; ++m) {
+      auto* base = static_cast<uint16_t*>(buf->host_ptr()) + static_cast<size_t>(m * rows * cols);
+      for (int64_t p = 0; p < rows / panel_rows; ++p) {
+        uint16_t* panel = base + static_cast<size_t>(p) * panel_elems;
+        std::memcpy(copy.data(), panel, panel_elems * sizeof(uint16_t));
+        dense_panel(copy.data(), cols, panel_rows, panel);
+      }
+    }
+    buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices, false});
+    return ok_status();
+  }
   const int64_t nb = cols / info.elems;
   const size_t bs = info.bytes, panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
   const size_t matrix_bytes = static_cast<size_t>(rows * nb) * bs;
@@ -230,7 +253,7 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
       }
     }
   }
-  buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices});
+  buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices, pairs});
   return ok_status();
 }
 
@@ -254,7 +277,13 @@ Status embedding_from_panels(const EmbeddingOp& op) {
       return out_of_range(fmt::format("embedding: token id {} is outside the vocabulary [0, {})", id, vocab));
     }
     const uint8_t* src = base + static_cast<size_t>(id) * row_bytes;  // a row-major tail row
-    if (id < whole * p) {
+    const bool dense = l->type == DType::kBF16 || l->type == DType::kF16;
+    if (id < whole * p && dense && !l->pairs) {
+      const auto* panel = reinterpret_cast<const uint16_t*>(base) + static_cast<size_t>(id / p * p * dim);
+      auto* dst = reinterpret_cast<uint16_t*>(row.data());
+      for (int64_t j = 0; j < dim; ++j) dst[j] = panel[j * p + id % p];
+      src = row.data();
+    } else if (id < whole * p) {
       const int64_t panel = id / p;
       for (int64_t b = 0; b < nb; ++b)
         row_block(l->type, base + static_cast<size_t>(panel * nb + b) * static_cast<size_t>(p) * bs,

@@ -1,5 +1,5 @@
 // Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; q4_1, q5_1, mxfp4, q2_k, q3_k
-// and q5_k except for amx; bf16 and f16 for amx).
+// and q5_k except for amx; bf16 and f16 for amx and avx512).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -19,9 +19,12 @@
 //   q6_k: P f16 d, 4 vectors of the 16 int8 scales, 32 vectors of ql, 16 vectors of qh;
 //   q2_k: P f16 d, P f16 dmin, 4 vectors of the 16 scale bytes, 16 vectors of qs;
 //   q3_k: P f16 d, 3 vectors of the 12 scale bytes, 8 vectors of hmask, 16 vectors of qs;
-//   bf16, f16 (the amx kernels only, rows of a multiple of 32 elements): per pair of elements one vector of P
-//         dwords (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a bf16
-//         tile product (f16: once split into bf16 hi and lo, matmul_amx_dense.h).
+//   bf16, f16, amx kernels (rows of a multiple of 32 elements; PanelLayout::pairs): per pair of elements one vector
+//         of P dwords (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a
+//         bf16 tile product (f16: once split into bf16 hi and lo, matmul_amx_dense.h);
+//   bf16, f16, avx512 kernels: per element one vector of P values (lane r: row r's element j), which one widening
+//         load turns into P f32 lanes (matmul_dense_panels.h). The pair layout was no faster there (bf16 widened
+//         by a shift and a mask from one load per two elements: within the noise at [8192 x 2048] x 512 rows).
 // q8_0 is not repacked: its lanes-are-rows kernel (one integer sum per block, its scale rounded to f16) was faster
 // (decode 1.3x, prefill 2.3x llama.cpp) but rounds differently from the row-by-row kernels, and the strict
 // llama.cpp parity check then fell to 6 of 8 identical continuations on stories15M Q8_0 (two ties 0.0019 apart;
@@ -60,6 +63,7 @@ struct PanelLayout {
   int64_t rows = 0, cols = 0;
   int panel_rows = 0;
   int64_t matrices = 1;
+  bool pairs = false;  // bf16 / f16: the amx kernels' pair layout, else one element per vector (above)
   int64_t whole_panels() const { return rows / panel_rows; }
   size_t matrix_bytes() const { return dtype_bytes(type, static_cast<size_t>(rows * cols)); }
   // Whether a weight view at byte `offset` of its buffer, [rows, cols] of `type`, is one of these matrices.
