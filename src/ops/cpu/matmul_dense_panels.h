@@ -22,7 +22,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
@@ -95,29 +97,21 @@ void tile(const W* w, int64_t k, const float* x, int64_t ldx, int64_t j0, int64_
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * ldo + g * kP, acc[g][t]);
 }
 
-template <typename W, int G>
-void tile_rows(int rows, const W* w, int64_t k, const float* x, int64_t j0, int64_t j1, float* out, int64_t ldo,
-               bool resume, Prefetch pf) {
-  switch (rows) {
-    case 8:
-      return tile<W, G, 8>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 7:
-      return tile<W, G, 7>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 6:
-      return tile<W, G, 6>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 5:
-      return tile<W, G, 5>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 4:
-      return tile<W, G, 4>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 3:
-      return tile<W, G, 3>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    case 2:
-      return tile<W, G, 2>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-    default:
-      return tile<W, G, 1>(w, k, x, k, j0, j1, out, ldo, resume, pf);
-  }
+// tile<W, G, T> for every G in [1, kGroup] and T in [1, kT], indexed [G - 1][T - 1].
+using TileFn = void (*)(const void*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t, bool, Prefetch);
+template <typename W, int G, int T>
+void tile_erased(const void* w, int64_t k, const float* x, int64_t ldx, int64_t j0, int64_t j1, float* out, int64_t ldo,
+                 bool resume, Prefetch pf) {
+  tile<W, G, T>(static_cast<const W*>(w), k, x, ldx, j0, j1, out, ldo, resume, pf);
 }
-static_assert(kT == 8 && kGroup == 3, "tile_rows and the group switch below cover these");
+template <typename W, int G, int... T>
+constexpr std::array<TileFn, kT> tile_row(std::integer_sequence<int, T...>) {
+  return {&tile_erased<W, G, T + 1>...};
+}
+template <typename W, int... G>
+constexpr std::array<std::array<TileFn, kT>, kGroup> tile_table(std::integer_sequence<int, G...>) {
+  return {tile_row<W, G + 1>(std::make_integer_sequence<int, kT>{})...};
+}
 
 // out [n, m] = x [n, k] . w^T for a matrix repacked into panels (`lay`); no bias (the caller adds it).
 // FailedPrecondition when the layout does not describe the weight.
@@ -133,6 +127,7 @@ Status matmul(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
   // Activation rows per block: their slice of kc elements stays in L2 (384 KiB) while the groups pass.
   const int64_t nb = std::min(n, std::clamp<int64_t>((int64_t{384} << 10) / (kc * 4) / kT * kT, kT, 96));
   const int64_t rblocks = (n + nb - 1) / nb;
+  static constexpr auto kTiles = tile_table<W>(std::make_integer_sequence<int, kGroup>{});
   Prefetch pf;
   if (n <= kT) pf = prefetch_far_to_l2() ? Prefetch{kFarPrefetchBytes, true} : Prefetch{2048, false};
   // Blocks run in order within each chunk of groups (parallel_for_blocks), so a group's k blocks follow each
@@ -147,17 +142,8 @@ Status matmul(const MatMulOp& op, const PanelLayout& lay, const Ctx& ctx) {
         for (int64_t r = r0; r < r1; r += kT) {
           const int rows = static_cast<int>(std::min<int64_t>(kT, r1 - r));
           float* o = out + r * m + p0 * kP;
-          switch (std::min<int64_t>(kGroup, whole - p0)) {
-            case 3:
-              tile_rows<W, 3>(rows, wg, k, x + r * k, j0, j1, o, m, j0 > 0, pf);
-              break;
-            case 2:
-              tile_rows<W, 2>(rows, wg, k, x + r * k, j0, j1, o, m, j0 > 0, pf);
-              break;
-            default:
-              tile_rows<W, 1>(rows, wg, k, x + r * k, j0, j1, o, m, j0 > 0, pf);
-              break;
-          }
+          const int groups_here = static_cast<int>(std::min<int64_t>(kGroup, whole - p0));
+          kTiles[groups_here - 1][rows - 1](wg, k, x + r * k, k, j0, j1, o, m, j0 > 0, pf);
         }
       },
       static_cast<double>(nb * kc * kGroup * kP), 1 << 16);
