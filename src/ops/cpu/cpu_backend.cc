@@ -274,7 +274,7 @@ class CpuDevice final : public Device {
   // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
   // row-major.
   // amx: an f16 matrix marked decode-bound (a classifier) stays row-major on the f32 kernels; its other f16
-  // matrices go on the bf16 tiles (matmul_dense.cc). avx512: bf16 and f16 matrices go into panels of 16 rows
+  // matrices go on the bf16 tiles (matmul_dense.cc). avx512 / avx2: bf16 and f16 matrices go into panels of 16 / 8 rows
   // (matmul_dense_panels.h) except decode-bound ones, which prefill multiplies by its last row only and which keep
   // the row-major decode kernels.
   Status prepare_matmul_weight(const Tensor& w, const WeightHints& hints) override {

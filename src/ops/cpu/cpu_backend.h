@@ -8,7 +8,7 @@
 // split over the stream's WorkerPool (DeviceOptions::threads, default: every processor). Weights: f32, f16, bf16
 // and every GGUF block type of base/quant.h (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k: integer dot products
 // against activations quantised once per row to int8); q4_0, q5_0, q4_k, q6_k (and more, repack.h; for the amx and
-// avx512 kernels bf16 and f16) matrices are repacked into row panels when the engine uploads them
+// avx512 and avx2 kernels bf16 and f16) matrices are repacked into row panels when the engine uploads them
 // (Device::prepare_matmul_weight, repack.h).
 // KV cache: f32 or f16.
 //

@@ -1,7 +1,7 @@
-// Matrix products with f32, f16 and bf16 weights. The avx512 build reads bf16 and f16 matrices the device repacked at
-// load from their panels at every batch size (matmul_dense_panels.h; the amx build: on bf16 tiles,
+// Matrix products with f32, f16 and bf16 weights. The avx512 and avx2 builds read bf16 and f16 matrices the device
+// repacked at load from their panels at every batch size (matmul_dense_panels.h; the amx build: on bf16 tiles,
 // matmul_amx_dense.h); what follows serves f32 and the row-major rest (a decode-bound classifier, matrices of fewer
-// than 16 rows, every f16 / bf16 matrix of the avx2 and generic builds). With a few activation rows (decode) each
+// rows than a panel, every f16 / bf16 matrix of the generic build). With a few activation rows (decode) each
 // weight row is streamed once, front to back, against every activation row: decode is bandwidth-bound and a single
 // sequential stream per thread is what the prefetcher serves fastest. With more rows (a batch, a prefill
 // chunk), gemm() runs register tiles: the avx512 build 4 weight rows x 6 activation rows of 512-bit
@@ -443,9 +443,9 @@ Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
     return ok_status();
   }
 #endif
-#if defined(__AVX512F__) && !(defined(__AMX_BF16__) && defined(__AVX512BF16__))
-  // The avx512 build: bf16 and f16 matrices the device repacked (every one but a decode-bound classifier and
-  // matrices of fewer than 16 rows) on the panel tiles at every batch size (matmul_dense_panels.h).
+#if defined(__AVX2__) && !(defined(__AMX_BF16__) && defined(__AVX512BF16__))
+  // The avx512 and avx2 builds: bf16 and f16 matrices the device repacked (every one but a decode-bound classifier and
+  // matrices of fewer rows than a panel) on the panel tiles at every batch size (matmul_dense_panels.h).
   if (const PanelLayout* lay = panel_layout(op.w); lay != nullptr && op.w.dtype == DType::kF16) {
     TS_RETURN_IF_ERROR(dense_panels::matmul<uint16_t>(op, *lay, ctx));
     add_bias(op);

@@ -186,7 +186,7 @@ bool repackable(DType type, int panel_rows, bool amx) {
   switch (type) {
     case DType::kBF16:
     case DType::kF16:
-      return panel_rows == 16;  // amx: pairs for its tiles; avx512: one element per vector (the avx2 build: no)
+      return !amx || panel_rows == 16;  // amx: pairs for its tiles; avx512 / avx2: one element per vector
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ4_K:

@@ -1,5 +1,5 @@
 // Weight matrices repacked at load for the cpu backend's matmuls (q4_0, q5_0, q4_k, q6_k; q4_1, q5_1, mxfp4, q2_k, q3_k
-// and q5_k except for amx; bf16 and f16 for amx and avx512).
+// and q5_k except for amx; bf16 and f16 except for the generic build).
 //
 // The kernels of matmul_packed.h keep weight rows in the vector lanes: P rows (16 in the avx512 build, 8 in the
 // avx2 one) advance together, one vpdpbusd (avx2: maddubs + madd) per four elements of all P rows. Reading that
@@ -22,7 +22,8 @@
 //   bf16, f16, amx kernels (rows of a multiple of 32 elements; PanelLayout::pairs): per pair of elements one vector
 //         of P dwords (lane r: row r's elements 2j, 2j + 1), so a panel is, 16 pairs at a time, the B operand of a
 //         bf16 tile product (f16: once split into bf16 hi and lo, matmul_amx_dense.h);
-//   bf16, f16, avx512 kernels: per element one vector of P values (lane r: row r's element j), which one widening
+//   bf16, f16, avx512 and avx2 kernels: per element one vector of P values (lane r: row r's element j), which one
+//   widening
 //         load turns into P f32 lanes (matmul_dense_panels.h). The pair layout was no faster there (bf16 widened
 //         by a shift and a mask from one load per two elements: within the noise at [8192 x 2048] x 512 rows).
 // q8_0 is not repacked: its lanes-are-rows kernel (one integer sum per block, its scale rounded to f16) was faster
