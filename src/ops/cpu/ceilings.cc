@@ -1,6 +1,7 @@
 // Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build (the amx
 // build adds the tile products).
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -207,13 +208,23 @@ double amx_rate(int threads, int64_t iters) {
 }
 #endif
 
+// n floats in memory paged as the weights are (CpuBuffer::create: 2 MiB aligned, transparent huge pages on
+// request), so the read ceiling streams the page size the decode streams.
+float* weight_like_alloc(size_t n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (p != nullptr) madvise(p, bytes, MADV_HUGEPAGE);
+  return static_cast<float*>(p);
+}
+
 }  // namespace
 
 Ceilings measure(int threads, size_t bytes) {
   const size_t n = std::max<size_t>(bytes / sizeof(float) / 4096, 1) * 4096;
-  auto* a = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  auto* b = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  auto* c = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  float* a = weight_like_alloc(n);
+  float* b = weight_like_alloc(n);
+  float* c = weight_like_alloc(n);
   Ceilings out;
   if (a == nullptr || b == nullptr || c == nullptr) {
     std::free(a);

@@ -1,7 +1,8 @@
 // Hardware ceilings of the host, measured the way the kernels use the machine (same thread count, same
 // vector width), for roofline comparisons in `tessera bench generate`:
 //   read bandwidth  a STREAM-like pass that sums a large array (what decode does with weights), plain and with the
-//                   far L2 prefetch the k-quant decode uses on AMD, the faster of the two;
+//                   far L2 prefetch the k-quant decode uses on AMD, the faster of the two; the arrays are paged as
+//                   the weights are (2 MiB aligned, transparent huge pages on request);
 //   triad bandwidth STREAM's a[i] = b[i] + s * c[i], bytes read and written;
 //   f32 FMA peak    independent FMA chains of the build's widest vector (avx512: 512-bit) on every thread;
 //   int8 dot peak   independent integer dot-product chains: 512-bit VNNI vpdpbusd (avx512), maddubs + madd
