@@ -1,7 +1,6 @@
 // Compiled once per kernel build (see kernels.h); measure_ceilings() in cpu_backend.cc picks the build (the amx
 // build adds the tile products).
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <cstring>
 
 #include "ops/cpu/ceilings.h"
+#include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
 namespace tessera::ops::cpu::TS_CPU_ISA {
@@ -208,32 +208,21 @@ double amx_rate(int threads, int64_t iters) {
 }
 #endif
 
-// n floats in memory paged as the weights are (CpuBuffer::create: 2 MiB aligned, transparent huge pages on
-// request), so the read ceiling streams the page size the decode streams.
-float* weight_like_alloc(size_t n) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, bytes);
-  if (p != nullptr) madvise(p, bytes, MADV_HUGEPAGE);
-  return static_cast<float*>(p);
-}
-
 }  // namespace
 
 Ceilings measure(int threads, size_t bytes) {
   const size_t n = std::max<size_t>(bytes / sizeof(float) / 4096, 1) * 4096;
-  float* a = weight_like_alloc(n);
-  float* b = weight_like_alloc(n);
-  float* c = weight_like_alloc(n);
+  // Host memory paged as the weights are (CpuBuffer: 2 MiB aligned, transparent huge pages on request), so the read
+  // ceiling streams the page size the decode streams.
+  auto ab = CpuBuffer::create(n * sizeof(float)), bb = CpuBuffer::create(n * sizeof(float)),
+       cb = CpuBuffer::create(n * sizeof(float));
   Ceilings out;
-  if (a == nullptr || b == nullptr || c == nullptr) {
-    std::free(a);
-    std::free(b);
-    std::free(c);
-    return out;
-  }
+  if (!ab.ok() || !bb.ok() || !cb.ok()) return out;
+  auto* a = static_cast<float*>((*ab)->host_ptr());
+  auto* b = static_cast<float*>((*bb)->host_ptr());
+  auto* c = static_cast<float*>((*cb)->host_ptr());
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {  // first touch by the threads that will read
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {  // the passes' values
     a[i] = 1.0f;
     b[i] = 2.0f;
     c[i] = 0.5f;
@@ -278,9 +267,6 @@ Ceilings measure(int threads, size_t bytes) {
 #else
   out.int8_dot_kind = "none";
 #endif
-  std::free(a);
-  std::free(b);
-  std::free(c);
   return out;
 }
 
