@@ -322,40 +322,69 @@ inline VI bcast4(const uint8_t* p) {
 // registers before it unrolls) and ran at 44 G multiply-adds/s from the L3 of an AMD Zen 4 core, this at 72
 // (`tessera bench matmul --dtype q4_k --rows 1 --k 4096 --m 4096`; 70 with block_step_row's per-group decode). The
 // integer sums are exact, and the f32 steps are the general step's in its order, so the bits are its bits.
-inline void block_step_q4_k_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
-                                int64_t t, VF& acc) {
-  alignas(64) float s[8 * kP];
-  alignas(64) float mn[8 * kP];
-  PanelQ4_K::scales(pb, s, mn);
+//
+// NP = 2 steps the same block column of two panels (pb[0] into acc[0], pb[1] into acc[1]) and broadcasts each
+// activation dword and scale once for both: every panel's rows still meet the instructions above in their order
+// (the bits do not depend on NP), and the decode's two streams cost one set of activation loads. On AMD Zen 5 that
+// took the whole llama3.1-8b Q4_K_M decode's q4_k matmuls to the rate of a plain read of the same bytes
+// (docs/benchmarks.md, "two panels, one set of activation loads").
+template <int NP = 1>
+inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                int64_t t, VF* acc) {
+  static_assert(NP == 1 || NP == 2);
+  alignas(64) float s[NP][8 * kP];
+  alignas(64) float mn[NP][8 * kP];
+#pragma GCC unroll 2
+  for (int p = 0; p < NP; ++p) PanelQ4_K::scales(pb[p], s[p], mn[p]);
   const VI lo_mask = bcast(0x0f0f0f0f), hi_mask = bcast(static_cast<int32_t>(0xf0f0f0f0u)), zero = bcast(0);
   const auto row = static_cast<size_t>(t * groups);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
     const int64_t ge = b * 8 + 2 * j, go = ge + 1;
-    const uint8_t* q = pb + 16 * kP + j * 8 * kV;
+    const uint8_t* qa = pb[0] + 16 * kP + j * 8 * kV;
+    const uint8_t* qb = pb[NP - 1] + 16 * kP + j * 8 * kV;
     const uint8_t* xe = x + ge * 32;
     const uint8_t* xo = xe + 32;
-    VI e0 = bcast(a.start[row + static_cast<size_t>(ge)]), e1 = zero, o0 = zero, o1 = zero;
+    const VI start_e = bcast(a.start[row + static_cast<size_t>(ge)]);
+    VI e0 = start_e, e1 = zero, o0 = zero, o1 = zero;      // panel 0
+    VI e0b = start_e, e1b = zero, o0b = zero, o1b = zero;  // panel 1 (NP = 2)
 #pragma GCC unroll 4
     for (int d = 0; d < 8; d += 2) {
-      const VI v0 = ldu(q + d * kV), v1 = ldu(q + (d + 1) * kV);
-      e0 = dot4(e0, vand(v0, lo_mask), bcast4(xe + 4 * d));
-      o0 = dot4(o0, vand(v0, hi_mask), bcast4(xo + 4 * d));
-      e1 = dot4(e1, vand(v1, lo_mask), bcast4(xe + 4 * d + 4));
-      o1 = dot4(o1, vand(v1, hi_mask), bcast4(xo + 4 * d + 4));
+      const VI xe0 = bcast4(xe + 4 * d), xo0 = bcast4(xo + 4 * d);
+      const VI xe1 = bcast4(xe + 4 * d + 4), xo1 = bcast4(xo + 4 * d + 4);
+      const VI v0 = ldu(qa + d * kV), v1 = ldu(qa + (d + 1) * kV);
+      e0 = dot4(e0, vand(v0, lo_mask), xe0);
+      o0 = dot4(o0, vand(v0, hi_mask), xo0);
+      e1 = dot4(e1, vand(v1, lo_mask), xe1);
+      o1 = dot4(o1, vand(v1, hi_mask), xo1);
+      if constexpr (NP == 2) {
+        const VI w0 = ldu(qb + d * kV), w1 = ldu(qb + (d + 1) * kV);
+        e0b = dot4(e0b, vand(w0, lo_mask), xe0);
+        o0b = dot4(o0b, vand(w0, hi_mask), xo0);
+        e1b = dot4(e1b, vand(w1, lo_mask), xe1);
+        o1b = dot4(o1b, vand(w1, hi_mask), xo1);
+      }
     }
-    const VI ie = _mm512_add_epi32(e0, e1);
-    const VI io =
-        _mm512_add_epi32(bcast(a.start[row + static_cast<size_t>(go)]), _mm512_srai_epi32(_mm512_add_epi32(o0, o1), 4));
-    acc = fma_i(ie, vmul(load_vf(s + 2 * j * kP), bcastf(a.xd[row + static_cast<size_t>(ge)])), acc);
-    acc = fnma(load_vf(mn + 2 * j * kP), bcastf(a.xs[row + static_cast<size_t>(ge)]), acc);
-    acc = fma_i(io, vmul(load_vf(s + (2 * j + 1) * kP), bcastf(a.xd[row + static_cast<size_t>(go)])), acc);
-    acc = fnma(load_vf(mn + (2 * j + 1) * kP), bcastf(a.xs[row + static_cast<size_t>(go)]), acc);
+    const VI start_o = bcast(a.start[row + static_cast<size_t>(go)]);
+    const VF xde = bcastf(a.xd[row + static_cast<size_t>(ge)]), xdo = bcastf(a.xd[row + static_cast<size_t>(go)]);
+    const VF xse = bcastf(a.xs[row + static_cast<size_t>(ge)]), xso = bcastf(a.xs[row + static_cast<size_t>(go)]);
+    auto finish = [&](int p, VI ea, VI eb, VI oa, VI ob) {
+      const VI ie = _mm512_add_epi32(ea, eb);
+      const VI io = _mm512_add_epi32(start_o, _mm512_srai_epi32(_mm512_add_epi32(oa, ob), 4));
+      acc[p] = fma_i(ie, vmul(load_vf(s[p] + 2 * j * kP), xde), acc[p]);
+      acc[p] = fnma(load_vf(mn[p] + 2 * j * kP), xse, acc[p]);
+      acc[p] = fma_i(io, vmul(load_vf(s[p] + (2 * j + 1) * kP), xdo), acc[p]);
+      acc[p] = fnma(load_vf(mn[p] + (2 * j + 1) * kP), xso, acc[p]);
+    };
+    finish(0, e0, e1, o0, o1);
+    if constexpr (NP == 2) finish(1, e0b, e1b, o0b, o1b);
   }
 }
 
 // block_step<L, 1> of the other 32-element types (q4_0, q5_0, q4_1, q5_1, mxfp4, q5_k), in the same manner: each dword
 // decoded where it is used (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
+// (Two panels at once, as block_step_q4_k_row<2>, made these slower: q4_0 153 -> 118 G multiply-adds/s from the L3 of
+// one Zen 5 core, mxfp4 158 -> 92, and q5_k from memory at two threads 2.5 -> 5.7 ms for 65536 x 4096.)
 template <typename L>
 inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
                            VF& acc) {
@@ -440,46 +469,56 @@ inline Parts4 parts16(const uint8_t* pb, int h, int half, int d) {
   }
 }
 
-template <typename L>
-inline void block_step_16_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
-                              VF& acc) {
-  alignas(64) float s[16 * kP];
-  alignas(64) float mn[L::kMin ? 16 * kP : kP];
-  L::scales(pb, s, mn);
+// NP = 2: two panels, one set of activation loads, as block_step_q4_k_row (avx512 only: the avx2 step has no
+// registers to spare).
+template <typename L, int NP = 1>
+inline void block_step_16_row(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                              int64_t t, VF* acc) {
+  static_assert(NP == 1 || NP == 2);
+  alignas(64) float s[NP][16 * kP];
+  alignas(64) float mn[NP][L::kMin ? 16 * kP : kP];
+#pragma GCC unroll 2
+  for (int p = 0; p < NP; ++p) L::scales(pb[p], s[p], mn[p]);
   const auto row = static_cast<size_t>(t * groups);
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const uint8_t* xh = x + (b * 16 + 8 * h) * 16;  // group 8h's 16 bytes, then the next groups'
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    // sum[j][half]: group 8h + 2j + half. Named registers, no arrays (see block_step_q4_k_row).
+    // sum[j][half]: group 8h + 2j + half (t..: the second panel's). Named registers, no arrays (see
+    // block_step_q4_k_row).
     VI s00 = bcast(0), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+    VI t00 = s00, t01 = s00, t10 = s00, t11 = s00, t20 = s00, t21 = s00, t30 = s00, t31 = s00;
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
 #pragma GCC unroll 4
       for (int d = 0; d < 4; ++d) {
-        const Parts4 p = parts16<L>(pb, h, half, d);
         const uint8_t* xd = xh + half * 16 + 4 * d;  // group 8h + 2j + half: + 32 j
+        const VI x0 = bcast4(xd), x1 = bcast4(xd + 32), x2 = bcast4(xd + 64), x3 = bcast4(xd + 96);
+        const Parts4 p = parts16<L>(pb[0], h, half, d);
         if (half == 0) {
-          s00 = dot4(s00, p.u0, bcast4(xd));
-          s10 = dot4(s10, p.u1, bcast4(xd + 32));
-          s20 = dot4(s20, p.u2, bcast4(xd + 64));
-          s30 = dot4(s30, p.u3, bcast4(xd + 96));
+          s00 = dot4(s00, p.u0, x0), s10 = dot4(s10, p.u1, x1), s20 = dot4(s20, p.u2, x2), s30 = dot4(s30, p.u3, x3);
         } else {
-          s01 = dot4(s01, p.u0, bcast4(xd));
-          s11 = dot4(s11, p.u1, bcast4(xd + 32));
-          s21 = dot4(s21, p.u2, bcast4(xd + 64));
-          s31 = dot4(s31, p.u3, bcast4(xd + 96));
+          s01 = dot4(s01, p.u0, x0), s11 = dot4(s11, p.u1, x1), s21 = dot4(s21, p.u2, x2), s31 = dot4(s31, p.u3, x3);
+        }
+        if constexpr (NP == 2) {
+          const Parts4 q = parts16<L>(pb[1], h, half, d);
+          if (half == 0) {
+            t00 = dot4(t00, q.u0, x0), t10 = dot4(t10, q.u1, x1), t20 = dot4(t20, q.u2, x2), t30 = dot4(t30, q.u3, x3);
+          } else {
+            t01 = dot4(t01, q.u0, x0), t11 = dot4(t11, q.u1, x1), t21 = dot4(t21, q.u2, x2), t31 = dot4(t31, q.u3, x3);
+          }
         }
       }
     }
-    const VI sums[8] = {s00, s01, s10, s11, s20, s21, s30, s31};
+    const VI sums[2][8] = {{s00, s01, s10, s11, s20, s21, s30, s31}, {t00, t01, t10, t11, t20, t21, t30, t31}};
 #else
+    static_assert(NP == 1);
     // kSum dwords' maddubs add up in int16 (each at most 2 * kMaxByte * 128) before one madd widens them; the sums of
     // the half's first half wait in memory for its second.
     constexpr int kSum = std::min(4, 32767 / (2 * L::kMaxByte * 128));
     static_assert(kSum >= 1 && 4 % kSum == 0);
     const VI ones = _mm256_set1_epi16(1);
-    alignas(32) VI sums[8];  // sums[2j + half]
+    alignas(32) VI sums[1][8];  // sums[0][2j + half]
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       VI s0 = bcast(0), s1 = s0, s2 = s0, s3 = s0;
@@ -489,7 +528,7 @@ inline void block_step_16_row(const uint8_t* pb, int64_t b, int64_t groups, cons
 #pragma GCC unroll 4
         for (int j = 0; j < kSum; ++j) {
           const int d = d0 + j;
-          const Parts4 p = parts16<L>(pb, h, half, d);
+          const Parts4 p = parts16<L>(pb[0], h, half, d);
           const uint8_t* xd = xh + half * 16 + 4 * d;
           const VI m0 = _mm256_maddubs_epi16(p.u0, bcast4(xd)), m1 = _mm256_maddubs_epi16(p.u1, bcast4(xd + 32));
           const VI m2 = _mm256_maddubs_epi16(p.u2, bcast4(xd + 64)), m3 = _mm256_maddubs_epi16(p.u3, bcast4(xd + 96));
@@ -503,19 +542,44 @@ inline void block_step_16_row(const uint8_t* pb, int64_t b, int64_t groups, cons
         s0 = addi(s0, _mm256_madd_epi16(q0, ones)), s1 = addi(s1, _mm256_madd_epi16(q1, ones));
         s2 = addi(s2, _mm256_madd_epi16(q2, ones)), s3 = addi(s3, _mm256_madd_epi16(q3, ones));
       }
-      sums[half] = s0, sums[2 + half] = s1, sums[4 + half] = s2, sums[6 + half] = s3;
+      sums[0][half] = s0, sums[0][2 + half] = s1, sums[0][4 + half] = s2, sums[0][6 + half] = s3;
     }
 #endif
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       const int gl = 8 * h + i;
       const auto gi = row + static_cast<size_t>(b * 16 + gl);
-      // q2_k has no offset, so its start is 0.
-      const VI isum = L::kOffset == 0 ? sums[i] : addi(bcast(a.start[gi]), sums[i]);
-      acc = fma_i(isum, vmul(load_vf(s + gl * kP), bcastf(a.xd[gi])), acc);
-      if constexpr (L::kMin) acc = fnma(load_vf(mn + gl * kP), bcastf(a.xs[gi]), acc);
+      const VF xd = bcastf(a.xd[gi]);
+#pragma GCC unroll 2
+      for (int p = 0; p < NP; ++p) {
+        // q2_k has no offset, so its start is 0.
+        const VI isum = L::kOffset == 0 ? sums[p][i] : addi(bcast(a.start[gi]), sums[p][i]);
+        acc[p] = fma_i(isum, vmul(load_vf(s[p] + gl * kP), xd), acc[p]);
+        if constexpr (L::kMin) acc[p] = fnma(load_vf(mn[p] + gl * kP), bcastf(a.xs[gi]), acc[p]);
+      }
     }
   }
+}
+
+// Whether the decode steps panels in pairs (block_step_row_pair): avx512 q4_k and the 16-element-group k-quants.
+template <typename L>
+constexpr bool kPairRowStep =
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    std::is_same_v<L, PanelQ4_K> || L::kGroup == 16;
+#else
+    false;
+#endif
+// Block column b of two panels (pb[0] into acc[0], pb[1] into acc[1]) against one activation row, sharing its loads.
+template <typename L>
+inline void block_step_row_pair(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
+                                int64_t t, VF* acc) {
+  static_assert(kPairRowStep<L>);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  if constexpr (std::is_same_v<L, PanelQ4_K>)
+    block_step_q4_k_row<2>(pb, b, groups, x, a, t, acc);
+  else
+    block_step_16_row<L, 2>(pb, b, groups, x, a, t, acc);
+#endif
 }
 
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
@@ -526,14 +590,14 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   if constexpr (TT == 1) {
     if constexpr (std::is_same_v<L, PanelQ4_K>)
-      return block_step_q4_k_row(pb, b, groups, xq[0], a, t0, acc[0]);
+      return block_step_q4_k_row(&pb, b, groups, xq[0], a, t0, acc);
     else if constexpr (L::kGroup == 16)
-      return block_step_16_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+      return block_step_16_row<L>(&pb, b, groups, xq[0], a, t0, acc);
     else
       return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
   }
 #else
-  if constexpr (TT == 1 && L::kGroup == 16) return block_step_16_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
+  if constexpr (TT == 1 && L::kGroup == 16) return block_step_16_row<L>(&pb, b, groups, xq[0], a, t0, acc);
 #endif
   constexpr int kD = L::kGroup / 4;
   alignas(64) float s[L::kGroups * kP];
@@ -620,8 +684,9 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 
 // out[p][t * ld + r] for NP panels (pw[p], each kP rows) and activation rows t0 .. t0 + TT - 1. NP = 2 walks two
 // panels far apart in lockstep: two sequential streams keep more loads in flight than one (decode reads every
-// weight byte once and waits on memory). Each panel's rows keep their own accumulators and instructions, so the
-// bits do not depend on NP.
+// weight byte once and waits on memory); at one activation row the avx512 q4_k and 16-element-group steps take both
+// panels' block at once (block_step_row_pair) and load the activations once. Each panel's rows keep their own
+// accumulators and instructions, so the bits do not depend on NP.
 //
 // Prefetch. The hardware prefetcher alone left the first loads of each block waiting, so each block step first fetches
 // the one about 2 KiB ahead into L1 (q4_k's 2304-byte panel block, seven of q4_0's 288). Four k-quant blocks ahead (9
@@ -634,6 +699,17 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 // is the faster again (one core, avx512, 128256 x 2048 from memory, median ms of five alternating runs: q4_k 5.2
 // -> 3.6, q6_k 10.2 -> 6.3; two threads and the avx2 kernels alike), so the far one is for the families before it
 // (prefetch_panels_far_to_l2); the dense decode rows keep theirs there (f16 4096 x 16384: 3.6 against 5.1 without).
+// Every line of the kBytes at p into L2 (far) or L1. Inline asm rather than _mm_prefetch: GCC 12 merged the two loops
+// below, written with _mm_prefetch, into one whose hint was no longer a constant, and then dropped every prefetch.
+template <int64_t kBytes>
+inline void prefetch_block(const uint8_t* p, bool far) {
+  if (far) {
+    for (int64_t o = 0; o < kBytes; o += 64) asm volatile("prefetcht1 %0" : : "m"(p[o]));
+  } else {
+    for (int64_t o = 0; o < kBytes; o += 64) asm volatile("prefetcht0 %0" : : "m"(p[o]));
+  }
+}
+
 template <typename L, int TT, int NP = 1>
 void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
                 int64_t ld, const float* const* bias) {
@@ -651,17 +727,23 @@ void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, 
   const uint8_t* xq[TT];
 #pragma GCC unroll 16
   for (int t = 0; t < TT; ++t) xq[t] = reinterpret_cast<const uint8_t*>(a.q.data() + (t0 + t) * k);
-  for (int64_t b = 0; b < nb; ++b) {
+  if constexpr (kPairRowStep<L> && NP == 2 && TT == 1) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* pb[2] = {pw[0] + b * kPanelBlock, pw[1] + b * kPanelBlock};
+      prefetch_block<kPanelBlock>(pb[0] + ahead, far);
+      prefetch_block<kPanelBlock>(pb[1] + ahead, far);
+      VF pair[2] = {acc[0][0], acc[1][0]};
+      block_step_row_pair<L>(pb, b, groups, xq[0], a, t0, pair);
+      acc[0][0] = pair[0], acc[1][0] = pair[1];
+    }
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 2
-    for (int p = 0; p < NP; ++p) {
-      const uint8_t* pb = pw[p] + b * kPanelBlock;
-      const char* next = reinterpret_cast<const char*>(pb + ahead);
-      if (far) {
-        for (int64_t o = 0; o < kPanelBlock; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
-      } else {
-        for (int64_t o = 0; o < kPanelBlock; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+      for (int p = 0; p < NP; ++p) {
+        const uint8_t* pb = pw[p] + b * kPanelBlock;
+        prefetch_block<kPanelBlock>(pb + ahead, far);
+        block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
       }
-      block_step<L, TT>(pb, b, groups, xq, a, t0, acc[p]);
     }
   }
   for (int p = 0; p < NP; ++p) {
