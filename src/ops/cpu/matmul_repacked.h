@@ -325,9 +325,10 @@ inline VI bcast4(const uint8_t* p) {
 //
 // NP = 2 steps the same block column of two panels (pb[0] into acc[0], pb[1] into acc[1]) and broadcasts each
 // activation dword and scale once for both: every panel's rows still meet the instructions above in their order
-// (the bits do not depend on NP), and the decode's two streams cost one set of activation loads. On AMD Zen 5 that
-// took the whole llama3.1-8b Q4_K_M decode's q4_k matmuls to the rate of a plain read of the same bytes
-// (docs/benchmarks.md, "two panels, one set of activation loads").
+// (the bits do not depend on NP), and the decode's two streams cost one set of activation loads. In the whole
+// llama3.1-8b Q4_K_M decode on AMD Zen 5 (2 threads) that took the q4_k matmuls to the rate of a plain read of the same
+// bytes and the q6_k ones (block_step_16_row<L, 2>) to 83-85% of it, from 75-79% for all (docs/benchmarks.md, "Two
+// panels, one set of activation loads").
 template <int NP = 1>
 inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
                                 int64_t t, VF* acc) {
@@ -383,8 +384,9 @@ inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t gro
 
 // block_step<L, 1> of the other 32-element types (q4_0, q5_0, q4_1, q5_1, mxfp4, q5_k), in the same manner: each dword
 // decoded where it is used (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
-// (Two panels at once, as block_step_q4_k_row<2>, made these slower: q4_0 153 -> 118 G multiply-adds/s from the L3 of
-// one Zen 5 core, mxfp4 158 -> 92, and q5_k from memory at two threads 2.5 -> 5.7 ms for 65536 x 4096.)
+// One panel a step: two at once, as block_step_q4_k_row<2>, measured slower (q4_0 153 -> 118 G multiply-adds/s from
+// the L3 of one Zen 5 core, mxfp4 158 -> 92), but in a build that had lost its prefetches (prefetch_block), so not
+// settled.
 template <typename L>
 inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
                            VF& acc) {
