@@ -97,9 +97,8 @@ inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t gro
 
 // block_step<L, 1> of the other 32-element types (q4_0, q5_0, q4_1, q5_1, mxfp4, q5_k), in the same manner: each dword
 // decoded where it is used (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
-// One panel a step: two at once, as block_step_q4_k_row<2>, measured slower (q4_0 153 -> 118 G multiply-adds/s from
-// the L3 of one Zen 5 core, mxfp4 158 -> 92), but in a build that had lost its prefetches (prefetch_block), so not
-// settled.
+// One panel a step: two at once, as block_step_q4_k_row<2>, were slower from the L3 of one Zen 5 core (q4_0 142-151 ->
+// 106-113 G multiply-adds/s, mxfp4 154-165 -> 87-89, q5_k 66-67 -> 54-55, q5_0 the same; --k 4096 --m 4096).
 template <typename L>
 inline void block_step_row(const uint8_t* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a, int64_t t,
                            VF& acc) {
