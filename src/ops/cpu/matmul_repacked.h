@@ -26,15 +26,19 @@ inline VI bcast4(const uint8_t* p) {
   return bcast(v);
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// Keeps v in a register at this point: the integer sums around it stay the chains they are written as (GCC
+// reassociates a chain of integer adds into a tree, which needs more registers than 16 and spills).
+inline void pin(VI& v) { asm("" : "+x"(v)); }
 
 // block_step<PanelQ4_K, 1> (decode: one activation row x, row index t) written out: each weight dword is loaded
-// once for its two groups (low nibbles: group 2j, high: 2j + 1), the high nibbles stay in place (an and instead of
-// a shift and an and; their sum, 16 times the true one, is divided exactly), and each group's products run in two
-// chains. Named registers, no arrays: the general step kept its group's dwords on the stack (GCC splits arrays into
-// registers before it unrolls) and ran at 44 G multiply-adds/s from the L3 of an AMD Zen 4 core, this at 72
-// (`tessera bench matmul --dtype q4_k --rows 1 --k 4096 --m 4096`; 70 with block_step_row's per-group decode). The
-// integer sums are exact, and the f32 steps are the general step's in its order, so the bits are its bits.
+// once for its two groups (low nibbles: group 2j, high: 2j + 1), and each group's integer sum is made in registers.
+// avx512: the high nibbles stay in place (an and instead of a shift and an and; their sum, 16 times the true one, is
+// divided exactly), and each group's products run in two vpdpbusd chains. avx2: a group's eight maddubs add up in
+// int16 (at most 8 * 2 * 15 * 128 = 30720) and widen once, as the general step's. Named registers, no arrays: the
+// general step kept its group's dwords on the stack (GCC splits arrays into registers before it unrolls) and ran at
+// 44 G multiply-adds/s from the L3 of an AMD Zen 4 core, this at 72 (avx512; `tessera bench matmul --dtype q4_k
+// --rows 1 --k 4096 --m 4096`; 70 with block_step_row's per-group decode). The integer sums are exact, and the f32
+// steps are the general step's in its order, so the bits are its bits.
 //
 // NP = 2 steps the same block column of two panels (pb[0] into acc[0], pb[1] into acc[1]) and broadcasts each
 // activation dword and scale once for both: every panel's rows still meet the instructions above in their order
@@ -50,7 +54,12 @@ inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t gro
   alignas(64) float mn[NP][8 * kP];
 #pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) PanelQ4_K::scales(pb[p], s[p], mn[p]);
-  const VI lo_mask = bcast(0x0f0f0f0f), hi_mask = bcast(static_cast<int32_t>(0xf0f0f0f0u)), zero = bcast(0);
+  const VI lo_mask = bcast(0x0f0f0f0f);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const VI hi_mask = bcast(static_cast<int32_t>(0xf0f0f0f0u)), zero = bcast(0);
+#else
+  const VI ones = _mm256_set1_epi16(1);
+#endif
   const auto row = static_cast<size_t>(t * groups);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
@@ -60,6 +69,9 @@ inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t gro
     const uint8_t* xe = x + ge * 32;
     const uint8_t* xo = xe + 32;
     const VI start_e = bcast(a.start[row + static_cast<size_t>(ge)]);
+    const VI start_o = bcast(a.start[row + static_cast<size_t>(go)]);
+    VI ie[NP], io[NP];  // each panel's two groups' integer sums
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     VI e0 = start_e, e1 = zero, o0 = zero, o1 = zero;      // panel 0
     VI e0b = start_e, e1b = zero, o0b = zero, o1b = zero;  // panel 1 (NP = 2)
 #pragma GCC unroll 4
@@ -79,21 +91,48 @@ inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t gro
         o1b = dot4(o1b, vand(w1, hi_mask), xo1);
       }
     }
-    const VI start_o = bcast(a.start[row + static_cast<size_t>(go)]);
+    ie[0] = _mm512_add_epi32(e0, e1);
+    io[0] = _mm512_add_epi32(start_o, _mm512_srai_epi32(_mm512_add_epi32(o0, o1), 4));
+    if constexpr (NP == 2) {
+      ie[NP - 1] = _mm512_add_epi32(e0b, e1b);
+      io[NP - 1] = _mm512_add_epi32(start_o, _mm512_srai_epi32(_mm512_add_epi32(o0b, o1b), 4));
+    }
+#else
+    VI pe = _mm256_setzero_si256(), po = pe, qe = pe, qo = pe;  // int16 sums: panel 0, panel 1 (NP = 2)
+#pragma GCC unroll 8
+    for (int d = 0; d < 8; ++d) {
+      const VI xd_e = bcast4(xe + 4 * d), xd_o = bcast4(xo + 4 * d);
+      const VI v = ldu(qa + d * kV);
+      pe = _mm256_add_epi16(pe, _mm256_maddubs_epi16(vand(v, lo_mask), xd_e));
+      po = _mm256_add_epi16(po, _mm256_maddubs_epi16(vand(srl(v, 4), lo_mask), xd_o));
+      pin(pe), pin(po);
+      if constexpr (NP == 2) {
+        const VI w = ldu(qb + d * kV);
+        qe = _mm256_add_epi16(qe, _mm256_maddubs_epi16(vand(w, lo_mask), xd_e));
+        qo = _mm256_add_epi16(qo, _mm256_maddubs_epi16(vand(srl(w, 4), lo_mask), xd_o));
+        pin(qe), pin(qo);
+      }
+    }
+    ie[0] = _mm256_add_epi32(start_e, _mm256_madd_epi16(pe, ones));
+    io[0] = _mm256_add_epi32(start_o, _mm256_madd_epi16(po, ones));
+    if constexpr (NP == 2) {
+      ie[NP - 1] = _mm256_add_epi32(start_e, _mm256_madd_epi16(qe, ones));
+      io[NP - 1] = _mm256_add_epi32(start_o, _mm256_madd_epi16(qo, ones));
+    }
+#endif
     const VF xde = bcastf(a.xd[row + static_cast<size_t>(ge)]), xdo = bcastf(a.xd[row + static_cast<size_t>(go)]);
     const VF xse = bcastf(a.xs[row + static_cast<size_t>(ge)]), xso = bcastf(a.xs[row + static_cast<size_t>(go)]);
-    auto finish = [&](int p, VI ea, VI eb, VI oa, VI ob) {
-      const VI ie = _mm512_add_epi32(ea, eb);
-      const VI io = _mm512_add_epi32(start_o, _mm512_srai_epi32(_mm512_add_epi32(oa, ob), 4));
-      acc[p] = fma_i(ie, vmul(load_vf(s[p] + 2 * j * kP), xde), acc[p]);
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) {
+      acc[p] = fma_i(ie[p], vmul(load_vf(s[p] + 2 * j * kP), xde), acc[p]);
       acc[p] = fnma(load_vf(mn[p] + 2 * j * kP), xse, acc[p]);
-      acc[p] = fma_i(io, vmul(load_vf(s[p] + (2 * j + 1) * kP), xdo), acc[p]);
+      acc[p] = fma_i(io[p], vmul(load_vf(s[p] + (2 * j + 1) * kP), xdo), acc[p]);
       acc[p] = fnma(load_vf(mn[p] + (2 * j + 1) * kP), xso, acc[p]);
-    };
-    finish(0, e0, e1, o0, o1);
-    if constexpr (NP == 2) finish(1, e0b, e1b, o0b, o1b);
+    }
   }
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 
 // block_step<L, 1> of the other 32-element types (q4_0, q5_0, q4_1, q5_1, mxfp4, q5_k), in the same manner: each dword
 // decoded where it is used (dword()), two chains per group. q4_0 65 -> 119 G multiply-adds/s, q5_0 32 -> 36, as above.
@@ -275,22 +314,22 @@ inline void block_step_16_row(const uint8_t* const* pb, int64_t b, int64_t group
   }
 }
 
-// Whether the decode steps panels in pairs (block_step_row_pair): avx512 q4_k and the 16-element-group k-quants.
+// Whether the decode steps panels in pairs (block_step_row_pair): q4_k, and on avx512 the 16-element-group k-quants.
 template <typename L>
 constexpr bool kPairRowStep =
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     std::is_same_v<L, PanelQ4_K> || L::kGroup == 16;
 #else
-    false;
+    std::is_same_v<L, PanelQ4_K>;
 #endif
 // Block column b of two panels (pb[0] into acc[0], pb[1] into acc[1]) against one activation row, sharing its loads.
 template <typename L>
 inline void block_step_row_pair(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
                                 int64_t t, VF* acc) {
   static_assert(kPairRowStep<L>);
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   if constexpr (std::is_same_v<L, PanelQ4_K>)
     block_step_q4_k_row<2>(pb, b, groups, x, a, t, acc);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   else
     block_step_16_row<L, 2>(pb, b, groups, x, a, t, acc);
 #endif
@@ -311,6 +350,7 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
       return block_step_row<L>(pb, b, groups, xq[0], a, t0, acc[0]);
   }
 #else
+  if constexpr (TT == 1 && std::is_same_v<L, PanelQ4_K>) return block_step_q4_k_row(&pb, b, groups, xq[0], a, t0, acc);
   if constexpr (TT == 1 && L::kGroup == 16) return block_step_16_row<L>(&pb, b, groups, xq[0], a, t0, acc);
 #endif
   constexpr int kD = L::kGroup / 4;
