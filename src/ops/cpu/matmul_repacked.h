@@ -222,8 +222,9 @@ inline Parts4 parts16(const uint8_t* pb, int h, int half, int d) {
   }
 }
 
-// NP = 2: two panels, one set of activation loads, as block_step_q4_k_row (avx512 only: the avx2 step has no
-// registers to spare).
+// NP = 2: two panels, one set of activation loads, as block_step_q4_k_row (avx512 only: written for the avx2 step too,
+// both panels' int16 sums no longer fit its 16 registers, and the q6_k matmuls of the llama3.1-8b decode at avx2 ran
+// no faster, 40.5 / 44.5 GB/s against 40.6 / 46.7 one panel a step, in the per-call rotation of docs/benchmarks.md).
 template <typename L, int NP = 1>
 inline void block_step_16_row(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
                               int64_t t, VF* acc) {
