@@ -328,12 +328,13 @@ template <typename L>
 inline void block_step_row_pair(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
                                 int64_t t, VF* acc) {
   static_assert(kPairRowStep<L>);
-  if constexpr (std::is_same_v<L, PanelQ4_K>)
+  if constexpr (std::is_same_v<L, PanelQ4_K>) {
     block_step_q4_k_row<2>(pb, b, groups, x, a, t, acc);
+  } else {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  else
     block_step_16_row<L, 2>(pb, b, groups, x, a, t, acc);
 #endif
+  }
 }
 
 // One panel block (block column b) of one panel against activation rows t0 .. t0 + TT - 1, into acc; the f32 steps
