@@ -1,10 +1,12 @@
-// The cpu backend's WorkerPool: every index of every job runs exactly once, whichever threads are awake;
+// The cpu backend's WorkerPool: every index of every job runs exactly once, whichever threads are awake (equal
+// chunks or tapered ones, whose sizes shrink to a floor);
 // jobs that follow each other at once (the operators of one step) and after the workers fell asleep (the
 // gap between steps) both complete; a thread that stalls inside a chunk delays only its chunk.
 #include "ops/cpu/worker_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -25,6 +27,36 @@ TEST(WorkerPool, EveryIndexRunsExactlyOnceAcrossManyJobs) {
       }
     }
   }
+}
+
+TEST(WorkerPool, TaperedChunksRunEveryIndexOnceAndShrinkToAFloor) {
+  for (int threads : {1, 2, 3, 8}) {
+    WorkerPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 128, 1000, 4097, 1 << 20}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for_tapered(&pool, n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << n;
+
+      int64_t bounds[kTaperedChunks + 1];
+      const int chunks = tapered_bounds(n, threads, bounds);
+      ASSERT_GE(chunks, 1);
+      ASSERT_LE(chunks, kTaperedChunks);
+      EXPECT_EQ(bounds[0], 0);
+      EXPECT_EQ(bounds[chunks], n);
+      // The first chunk is 1 / (2 * threads) of the job (or the floor, a 48th); sizes never grow, and the last is
+      // at most the floor.
+      const int64_t floor = std::max<int64_t>(1, n / kTaperedFloor);
+      EXPECT_EQ(bounds[1], std::min(n, std::max(floor, n / (2 * threads)))) << threads << " " << n;
+      for (int c = 1; c < chunks; ++c) {
+        ASSERT_GT(bounds[c + 1], bounds[c]);
+        ASSERT_LE(bounds[c + 1] - bounds[c], bounds[c] - bounds[c - 1]) << threads << " " << n << " " << c;
+      }
+      EXPECT_LE(bounds[chunks] - bounds[chunks - 1], floor) << threads << " " << n;
+    }
+  }
+  int64_t none[1];
+  EXPECT_EQ(tapered_bounds(0, 2, none), 0);
+  EXPECT_EQ(none[0], 0);
 }
 
 TEST(WorkerPool, JobsAfterTheWorkersFellAsleepStillComplete) {
