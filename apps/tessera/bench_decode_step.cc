@@ -43,6 +43,9 @@ Result<ModeRun> run_mode(const DecodeStepArgs& a, const model::LoadedModel& m, o
   ro.max_batch_tokens = std::max(batch, std::min(256, a.context));
   ro.max_sequences = batch;
   ro.graph = graph;
+  // Each sequence's context + warm-up + timed steps, not the file's whole context for every sequence.
+  ro.kv.prefix_cache = false;
+  ro.kv.num_blocks = batch * ((a.context + a.warmup + a.steps + ro.kv.block_tokens - 1) / ro.kv.block_tokens);
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);  // CLI checked the name
   TS_ASSIGN_OR_RETURN(auto runner, engine::ModelRunner::create(device, c, m.weights, ro));
   Rng rng(7);
