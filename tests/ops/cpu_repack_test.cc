@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "ops/backend.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
 
 namespace tessera::ops {
@@ -125,6 +126,16 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
         }
         EXPECT_EQ(0, std::memcmp(full.data(), got.data(), got.size() * sizeof(float)))
             << "batch " << n << " differs from the same rows in a batch of " << n_max;
+        // The decode rows under either panel walk (the processor picks one; the bits must not depend on which).
+        if (n <= 2) {
+          for (cpu::PanelWalk walk : {cpu::PanelWalk::kPairs, cpu::PanelWalk::kOne}) {
+            cpu::pin_kquant_decode_walk(walk);
+            const std::vector<float> walked = cpu.matmul(x.data(), n, k, panels, m, bt);
+            cpu::pin_kquant_decode_walk(std::nullopt);
+            EXPECT_EQ(0, std::memcmp(walked.data(), got.data(), got.size() * sizeof(float)))
+                << "batch " << n << ", walk " << (walk == cpu::PanelWalk::kOne ? "one stream" : "pairs");
+          }
+        }
         // And right: against the stored weights widened to f32 (quantised types: activations are quantised to 8
         // bits; dense ones: the conformance suite's bound for f32 activations).
         double err = 0, sig = 0;

@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -341,6 +342,23 @@ bool prefetch_panels_far_to_l2() {
     return family < 0x1a;
   }();
   return far;
+}
+
+namespace {
+std::atomic<int> pinned_walk{-1};  // -1: the processor's
+}  // namespace
+
+PanelWalk kquant_decode_walk() {
+  if (const int pinned = pinned_walk.load(std::memory_order_relaxed); pinned >= 0)
+    return static_cast<PanelWalk>(pinned);
+  // Zen 5 and later: AMD without the far L2 prefetch of the families before 1Ah.
+  static const PanelWalk walk =
+      prefetch_far_to_l2() && !prefetch_panels_far_to_l2() ? PanelWalk::kOne : PanelWalk::kPairs;
+  return walk;
+}
+
+void pin_kquant_decode_walk(std::optional<PanelWalk> walk) {
+  pinned_walk.store(walk ? static_cast<int>(*walk) : -1, std::memory_order_relaxed);
 }
 
 Result<Isa> parse_isa(std::string_view name) {

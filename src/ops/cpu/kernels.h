@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include <utility>
 
@@ -35,6 +36,16 @@ struct Ctx {
 bool prefetch_far_to_l2();
 bool prefetch_panels_far_to_l2();
 constexpr int kFarPrefetchBytes = 16384;
+
+// How the one- and two-row (decode) matmuls walk a repacked k-quant matrix (matmul_repacked.h): kPairs, two panels
+// half a matrix apart in lockstep (two streams a thread); kOne, one panel after another with the prefetch
+// kOneStreamPrefetchBytes ahead (one stream a thread). Asked of the processor once: kOne on AMD family 1Ah (Zen 5)
+// and later, where it was measured the faster; kPairs elsewhere. The bits do not depend on it.
+enum class PanelWalk : uint8_t { kPairs, kOne };
+PanelWalk kquant_decode_walk();
+// Tests run both walks on any processor: pin one, or give the choice back to the processor (nullopt).
+void pin_kquant_decode_walk(std::optional<PanelWalk> walk);
+constexpr int kOneStreamPrefetchBytes = 8192;
 
 // fn(i) for i in [0, n) on the stream's threads; inline when n * work_per_item < min_work.
 template <typename F>

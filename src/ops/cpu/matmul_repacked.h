@@ -466,15 +466,16 @@ inline void prefetch_block(const uint8_t* p, bool far) {
   }
 }
 
+// `ahead` > 0: fetch that many bytes ahead into L1 instead (the one-stream decode walk, PanelWalk::kOne).
 template <typename L, int TT, int NP = 1>
 void panel_rows(const uint8_t* const* pw, int64_t nb, int64_t k, const Acts& a, int64_t t0, float* const* out,
-                int64_t ld, const float* const* bias) {
+                int64_t ld, const float* const* bias, int64_t ahead = 0) {
   constexpr int64_t kPanelBlock = static_cast<int64_t>(kP) * L::kBytes;
   constexpr int64_t kNearBlocks = std::max<int64_t>(1, (2048 + kPanelBlock / 2) / kPanelBlock);
   constexpr int64_t kFarBlocks = std::max<int64_t>(1, (kFarPrefetchBytes + kPanelBlock / 2) / kPanelBlock);
-  const bool far =
-      L::kBytes >= 144 && prefetch_panels_far_to_l2();  // the k-quants: q4_k 144 bytes a row block, q6_k 210
-  const int64_t ahead = (far ? kFarBlocks : kNearBlocks) * kPanelBlock;
+  const bool far = ahead == 0 && L::kBytes >= 144 &&
+                   prefetch_panels_far_to_l2();  // the k-quants: q4_k 144 bytes a row block, q6_k 210
+  if (ahead == 0) ahead = (far ? kFarBlocks : kNearBlocks) * kPanelBlock;
   const int64_t groups = k / L::kGroup;
   VF acc[NP][TT];
   for (auto& row : acc)
@@ -544,6 +545,21 @@ inline Status check_layout(const MatMulOp& op, const PanelLayout& lay) {
   return ok_status();
 }
 
+// The types whose decode walks one stream where the processor prefers it (PanelWalk::kOne): the k-quants, whose
+// 256-element blocks make panel blocks of 1.3-3.4 KiB, but for those whose pair step is what keeps up with memory
+// (it loads the activations once for both panels): q2_k at avx512, q4_k at avx2. The 32-element types keep the
+// pairs everywhere. Measured on Zen 5 (one 131072 x 4096 matrix from memory, 2 threads, the calls rotated over the
+// walks, GB/s of weights, pairs -> one stream; docs/benchmarks.md, "One stream a thread"): avx512 q4_k 65 -> 76,
+// q5_k 56 -> 63, q6_k 57 -> 71, q3_k 43 -> 46 but q2_k 43 -> 37, q4_0 52 -> 41, q5_0 49 -> 38; avx2 q6_k 37 -> 41,
+// q5_k, q3_k and q2_k within the noise, q4_k 44 -> 36 in the llama3.1-8b decode.
+template <typename L>
+constexpr bool kOneStreamDecode =
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    L::kGroups > 1 && !std::is_same_v<L, PanelQ2_K>;
+#else
+    L::kGroups > 1 && !std::is_same_v<L, PanelQ4_K>;
+#endif
+
 // out [n, m] = x [n, k] . w^T (+ bias) for w repacked with layout `lay` (L reads its panels, Dec the row-major
 // tail). FailedPrecondition as check_layout().
 template <typename L, typename Dec>
@@ -579,6 +595,18 @@ Status matmul_repacked(const MatMulOp& op, const PanelLayout& lay, const Ctx& ct
   };
   auto panel_at = [&](int64_t pi) { return base + pi * kP * nb * L::kBytes; };
   auto bias_at = [&](int64_t pi) { return bias ? bias + pi * kP : nullptr; };
+  if (n <= kGemvRows && kOneStreamDecode<L> && kquant_decode_walk() == PanelWalk::kOne) {
+    // Decode, one stream: the panels in order, in tapered chunks.
+    parallel_for_tapered(ctx.pool, whole + (tail_rows > 0 ? 1 : 0), [&](int64_t j) {
+      if (j == whole) return tail_rows_of(0, n);
+      const uint8_t* pw = panel_at(j);
+      float* o = out + j * kP;
+      const float* bp = bias_at(j);
+      if (n == 1) return panel_rows<L, 1>(&pw, nb, k, acts, 0, &o, m, &bp, kOneStreamPrefetchBytes);
+      return panel_rows<L, 2>(&pw, nb, k, acts, 0, &o, m, &bp, kOneStreamPrefetchBytes);
+    });
+    return ok_status();
+  }
   if (n <= kGemvRows) {
     // Decode: panels pi and pi + half in lockstep (two streams), the odd one and the tail alone. In tapered chunks:
     // in the per-call rotation of docs/benchmarks.md ("Tapered chunks") the llama3.1-8b Q4_K_M decode's q6_k
