@@ -45,7 +45,7 @@ inline void pin(VI& v) { asm("" : "+x"(v)); }
 // (the bits do not depend on NP), and the decode's two streams cost one set of activation loads. In the whole
 // llama3.1-8b Q4_K_M decode on AMD Zen 5 (2 threads) that took the q4_k matmuls to the rate of a plain read of the same
 // bytes and the q6_k ones (block_step_16_row<L, 2>) to 83-85% of it, from 75-79% for all (docs/benchmarks.md, "Two
-// panels, one set of activation loads").
+// panels, one set of activation loads"); on Zen 5 the q4_k decode now walks one panel at a time (kOneStreamDecode).
 template <int NP = 1>
 inline void block_step_q4_k_row(const uint8_t* const* pb, int64_t b, int64_t groups, const uint8_t* x, const Acts& a,
                                 int64_t t, VF* acc) {
@@ -439,10 +439,11 @@ inline void block_step(const uint8_t* pb, int64_t b, int64_t groups, const uint8
 }
 
 // out[p][t * ld + r] for NP panels (pw[p], each kP rows) and activation rows t0 .. t0 + TT - 1. NP = 2 walks two
-// panels far apart in lockstep: two sequential streams keep more loads in flight than one (decode reads every
-// weight byte once and waits on memory); at one activation row the avx512 q4_k and 16-element-group steps take both
-// panels' block at once (block_step_row_pair) and load the activations once. Each panel's rows keep their own
-// accumulators and instructions, so the bits do not depend on NP.
+// panels far apart in lockstep: two sequential streams keep more loads in flight than one with the near prefetch
+// (decode reads every weight byte once and waits on memory); at one activation row the avx512 q4_k and
+// 16-element-group steps take both panels' block at once (block_step_row_pair) and load the activations once. Each
+// panel's rows keep their own accumulators and instructions, so the bits do not depend on NP. On Zen 5 one stream
+// fetching 8 KiB ahead (`ahead`) kept more in flight still for most k-quants (kOneStreamDecode below).
 //
 // Prefetch. The hardware prefetcher alone left the first loads of each block waiting, so each block step first fetches
 // the one about 2 KiB ahead into L1 (q4_k's 2304-byte panel block, seven of q4_0's 288). Four k-quant blocks ahead (9
