@@ -2,6 +2,7 @@
 #include "etcd_cluster.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,21 +18,30 @@ Result<std::unique_ptr<EtcdCluster>> EtcdCluster::start(const std::string& dir, 
   if (access("/usr/bin/etcd", X_OK) != 0) {
     return not_found("etcd is not installed at /usr/bin/etcd (apt package etcd-server; scripts/install-deps)");
   }
-  auto c = std::unique_ptr<EtcdCluster>(new EtcdCluster());
-  for (int i = 0; i < members; ++i) {
-    Member m;
-    m.name = fmt::format("m{}", i);
-    m.dir = fmt::format("{}/{}", dir, m.name);
-    m.client_port = free_port();
-    m.peer_port = free_port();
-    std::filesystem::create_directories(m.dir);
-    std::filesystem::permissions(m.dir, std::filesystem::perms::owner_all);
-    c->initial_cluster_ += fmt::format("{}{}=http://127.0.0.1:{}", i ? "," : "", m.name, m.peer_port);
-    c->members_.push_back(std::move(m));
-  }
-  for (int i = 0; i < members; ++i) TS_RETURN_IF_ERROR(c->spawn(i, "new"));
-  for (int i = 0; i < members; ++i) TS_RETURN_IF_ERROR(c->wait_ready(i));
-  return c;
+  // free_port() closes the port it found, so another process of a parallel test run can bind it before etcd does
+  // (a member then exits at once: "bind: address already in use"). Such a start is torn down and tried again on
+  // fresh ports, with fresh data directories.
+  Status failed;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto c = std::unique_ptr<EtcdCluster>(new EtcdCluster());
+    std::filesystem::remove_all(dir);
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = fmt::format("m{}", i);
+      m.dir = fmt::format("{}/{}", dir, m.name);
+      m.client_port = free_port();
+      m.peer_port = free_port();
+      std::filesystem::create_directories(m.dir);
+      std::filesystem::permissions(m.dir, std::filesystem::perms::owner_all);
+      c->initial_cluster_ += fmt::format("{}{}=http://127.0.0.1:{}", i ? "," : "", m.name, m.peer_port);
+      c->members_.push_back(std::move(m));
+    }
+    failed = ok_status();
+    for (int i = 0; i < members && failed.ok(); ++i) failed = c->spawn(i, "new");
+    for (int i = 0; i < members && failed.ok(); ++i) failed = c->wait_ready(i);
+    if (failed.ok()) return c;
+  }  // c's destructor kills the members of a failed start
+  return failed;
 }
 
 EtcdCluster::~EtcdCluster() {
@@ -110,6 +120,13 @@ Status EtcdCluster::wait_ready(int i) {
     req.timeout_ms = 1000;
     auto r = http::fetch(req);
     if (r.ok() && r->status == 200) return ok_status();
+    // A member that exited (its ports taken) will not answer: say so now (without reaping it; kill() does).
+    siginfo_t info{};
+    if (members_[i].child &&
+        waitid(P_PID, static_cast<id_t>(members_[i].child->pid()), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid != 0) {
+      return unavailable(fmt::format("etcd member {} exited before answering", members_[i].name));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return unavailable(fmt::format("etcd member {} did not start answering within 20 s", members_[i].name));

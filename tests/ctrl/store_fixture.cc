@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +32,25 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::start(const std::string& dir, 
     return not_found(
         "etcd is not installed at /usr/bin/etcd (apt package etcd-server; scripts/install-deps installs it)");
   }
+  // free_port() closes the port it found, so another process of a parallel test run can bind it before etcd does
+  // (etcd then exits at once: "bind: address already in use"). A fresh server (no port asked for) is then started
+  // again on fresh ports with an empty data directory; one asked to come back on its port is not.
+  Status failed;
+  for (int attempt = 0; attempt < (client_port ? 1 : 5); ++attempt) {
+    if (attempt > 0) {
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    }
+    auto p = start_once(dir, client_port);
+    if (p.ok()) return p;
+    failed = p.status();
+  }
+  return failed;
+}
+
+Result<std::unique_ptr<EtcdProcess>> EtcdProcess::start_once(const std::string& dir, int client_port) {
+  const char* bin = "/usr/bin/etcd";
   auto p = std::unique_ptr<EtcdProcess>(new EtcdProcess());
   p->client_port_ = client_port ? client_port : free_port();
   int peer_port = free_port();
@@ -59,6 +79,11 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::start(const std::string& dir, 
     req.timeout_ms = 500;
     auto r = http::fetch(req);
     if (r.ok() && r->status == 200) return p;
+    siginfo_t info{};  // exited (its ports taken): it will not answer; the destructor reaps it
+    if (waitid(P_PID, static_cast<id_t>(p->child_->pid()), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid != 0) {
+      return unavailable("etcd exited before answering");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return unavailable("etcd did not start answering within 10 s");

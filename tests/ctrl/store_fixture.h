@@ -27,6 +27,7 @@ class EtcdProcess {
   void kill_now() { child_->kill_now(); }
 
  private:
+  static Result<std::unique_ptr<EtcdProcess>> start_once(const std::string& dir, int client_port);
   std::optional<tessera::Process> child_;
   int client_port_ = 0;
 };
