@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-
 #include <utility>
 
 #include "base/status.h"
