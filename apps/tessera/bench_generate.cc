@@ -62,6 +62,7 @@ DType matrix_dtype(const model::LoadedModel& m, const engine::RunnerOptions& ro)
 }
 
 int run_bench(const BenchArgs& a) {
+  const auto load_start = std::chrono::steady_clock::now();
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   const model::ModelConfig& c = model->config;
@@ -85,6 +86,7 @@ int run_bench(const BenchArgs& a) {
   auto runner = engine::ModelRunner::create(**device, c, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
   engine::ModelRunner& r = **runner;
+  const double load_s = seconds_since(load_start);  // the file read, the weights uploaded and prepared, KV allocated
 
   Rng rng(42);
   std::vector<engine::TokenId> prompt(static_cast<size_t>(a.prompt_tokens));
@@ -138,6 +140,7 @@ int run_bench(const BenchArgs& a) {
               model->name.c_str(), c.parameter_count() / 1e6, a.backend.c_str(), (*device)->info().name.c_str(),
               a.weight_dtype.empty() ? "as stored" : a.weight_dtype.c_str(), a.kv_dtype.c_str(), a.threads,
               a.prompt_tokens, a.gen_tokens, a.repeat);
+  std::printf("load     %.2f s (file read, weights uploaded and prepared for the device, KV allocated)\n", load_s);
   std::printf("prefill  tok/s median %.1f  min %.1f  max %.1f   (%.3f GFLOP/token)\n", pf.median, pf.min, pf.max,
               prefill_flops / 1e9);
   std::printf("decode   tok/s median %.2f  min %.2f  max %.2f   (%.1f MB read/token)\n", dc.median, dc.min, dc.max,

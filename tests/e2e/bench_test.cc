@@ -17,8 +17,9 @@ TEST(BenchGenerate, ReportsSpeedCeilingsAndRooflineFractions) {
        "--prompt-tokens", "16", "--gen-tokens", "8", "--repeat", "2", "--weight-dtype", "q8_0"},
       180);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* want : {"prefill  tok/s median", "decode   tok/s median", "min", "max", "ceilings (1 threads): read",
-                           "FMA peak", "roofline decode", "roofline prefill", "weights q8_0"}) {
+  for (const char* want :
+       {"s (file read, weights uploaded", "prefill  tok/s median", "decode   tok/s median", "min", "max",
+        "ceilings (1 threads): read", "FMA peak", "roofline decode", "roofline prefill", "weights q8_0"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in:\n" << r.out;
   }
 }

@@ -6,6 +6,7 @@
 // embedding lookup of a repacked (tied) table gives the stored rows; and nothing else can read a repacked buffer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -270,6 +271,74 @@ TEST(CpuMatMulRepackedBuffer, SmallAndUnsupportedMatricesStayRowMajor) {
     std::vector<uint8_t> back(t.bytes());
     EXPECT_TRUE(cpu.stream->download(t, back.data()).ok()) << dtype_name(dtype);
   }
+}
+
+// A large matrix is repacked, its buffer zeroed and its upload copied over the device's threads (repack.h,
+// kParallelHostBytes): the panels must be byte for byte those of the one-thread repack, for every matrix of a stack,
+// the fresh buffer zero everywhere, and the upload's copy whole (a length that is no multiple of the pieces).
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng.next_u32() >> 24);
+  return v;
+}
+
+TEST(CpuMatMulRepackedBuffer, RepackOverThreadsGivesTheOneThreadBytes) {
+  const cpu::Isa isa = cpu::runnable_isas().front();
+  if (panel_rows(isa) == 0) GTEST_SKIP() << "the generic build does not repack";
+  const int p = panel_rows(isa);
+  cpu::WorkerPool pool(2);
+  for (DType dtype : {DType::kQ4_K, DType::kQ6_K, DType::kQ4_0, DType::kF16}) {
+    const int64_t matrices = 3, rows = 5 * p + 3, cols = 512;  // rows past the last whole panel stay row-major
+    const Tensor shape(nullptr, 0, dtype, {matrices, rows, cols});
+    const std::vector<uint8_t> stored = random_bytes(shape.bytes(), 7);
+    std::vector<uint8_t> panels[2];
+    for (int threads : {1, 2}) {
+      auto b = cpu::CpuBuffer::create(shape.bytes());
+      ASSERT_TRUE(b.ok());
+      std::memcpy((*b)->host_ptr(), stored.data(), stored.size());
+      Tensor t = shape;
+      t.buffer = b->get();
+      ASSERT_TRUE(cpu::repack_matrix(t, p, false, threads == 2 ? &pool : nullptr).ok()) << dtype_name(dtype);
+      ASSERT_NE(cpu::panel_layout(t), nullptr) << dtype_name(dtype);
+      const auto* bytes = static_cast<const uint8_t*>((*b)->host_ptr());
+      panels[threads - 1].assign(bytes, bytes + stored.size());
+    }
+    EXPECT_NE(panels[0], stored) << dtype_name(dtype);
+    EXPECT_EQ(panels[1], panels[0]) << dtype_name(dtype);
+  }
+}
+
+TEST(CpuMatMulRepackedBuffer, ALargeWeightLoadsOverTheDeviceThreads) {
+  const cpu::Isa isa = cpu::runnable_isas().front();
+  if (panel_rows(isa) == 0) GTEST_SKIP() << "the generic build does not repack";
+  Cpu cpu(isa);  // 2 threads
+  // q4_k [8192 x 4096]: 18.9 MB, over kParallelHostBytes.
+  const Tensor shape(nullptr, 0, DType::kQ4_K, {8192, 4096});
+  ASSERT_GE(shape.bytes(), cpu::kParallelHostBytes);
+  const std::vector<uint8_t> stored = random_bytes(shape.bytes() + 2 * (size_t{1} << 20) / 3, 11);
+
+  // Zeroed at allocation; the upload then lands whole (download before repacking).
+  auto raw = cpu.device->alloc(stored.size());
+  ASSERT_TRUE(raw.ok());
+  const auto* zero = static_cast<const uint8_t*>((*raw)->host_ptr());
+  EXPECT_TRUE(std::all_of(zero, zero + stored.size(), [](uint8_t v) { return v == 0; }));
+  ASSERT_TRUE(cpu.stream->write(**raw, 0, stored.data(), stored.size()).ok());
+  std::vector<uint8_t> back(stored.size());
+  ASSERT_TRUE(cpu.stream->read(**raw, 0, back.data(), back.size()).ok());
+  EXPECT_EQ(back, stored);
+
+  // The device's repack (over its threads) against the one-thread repack of the same bytes.
+  const Tensor wt = cpu.make(DType::kQ4_K, {8192, 4096}, stored.data());
+  ASSERT_TRUE(cpu.device->prepare_matmul_weight(wt).ok());
+  ASSERT_NE(cpu::panel_layout(wt), nullptr);
+  auto one = cpu::CpuBuffer::create(shape.bytes());
+  ASSERT_TRUE(one.ok());
+  std::memcpy((*one)->host_ptr(), stored.data(), shape.bytes());
+  Tensor ref = shape;
+  ref.buffer = one->get();
+  ASSERT_TRUE(cpu::repack_matrix(ref, panel_rows(isa), isa == cpu::Isa::kAmx).ok());
+  EXPECT_EQ(std::memcmp(wt.buffer->host_ptr(), (*one)->host_ptr(), shape.bytes()), 0);
 }
 
 }  // namespace

@@ -241,7 +241,17 @@ class CpuStream final : public Stream {
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
     TS_RETURN_IF_ERROR(check_not_repacked(dst, "write"));
-    std::memcpy(static_cast<uint8_t*>(dst.host_ptr()) + offset, src, bytes);
+    auto* to = static_cast<uint8_t*>(dst.host_ptr()) + offset;
+    if (bytes < kParallelHostBytes) {
+      std::memcpy(to, src, bytes);
+      return ok_status();
+    }
+    // A weight's upload from the mapped file: the copy (and the page faults on its source) over the stream's threads.
+    constexpr size_t kPiece = size_t{2} << 20;
+    parallel_for(&pool_, static_cast<int64_t>((bytes + kPiece - 1) / kPiece), [&](int64_t i) {
+      const size_t at = static_cast<size_t>(i) * kPiece;
+      std::memcpy(to + at, static_cast<const uint8_t*>(src) + at, std::min(kPiece, bytes - at));
+    });
     return ok_status();
   }
   Status read(Buffer& src, size_t offset, void* dst, size_t bytes) override {
@@ -269,7 +279,11 @@ class CpuDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
 
-  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override { return CpuBuffer::create(bytes); }
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    if (threads_ <= 1 || bytes < kParallelHostBytes) return CpuBuffer::create(bytes);
+    WorkerPool pool(threads_);  // a load's large buffers: zeroed over the device's threads (CpuBuffer::create)
+    return CpuBuffer::create(bytes, &pool);
+  }
   Support supports(const Op& op) const override { return capability(op); }
   // The amx, avx512 and avx2 kernels read q4_0 / q5_0 / q4_k / q6_k matrices in panels of their vector's rows
   // (amx: the avx512 panels, which its tiles read too, and bf16 panels); the generic build keeps every matrix
@@ -291,7 +305,9 @@ class CpuDevice final : public Device {
         w.buffer == nullptr || w.bytes() != w.buffer->size() || cb == nullptr) {
       return ok_status();
     }
-    return repack_matrix(w, p, amx);
+    if (threads_ <= 1 || w.bytes() < kParallelHostBytes) return repack_matrix(w, p, amx);
+    WorkerPool pool(threads_);
+    return repack_matrix(w, p, amx, &pool);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(isa_, threads_); }
 

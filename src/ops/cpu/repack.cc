@@ -103,9 +103,15 @@ void panel_block(DType type, const uint8_t* const* blocks, int p, uint8_t* dst) 
       for (int r = 0; r < p; ++r) std::memcpy(o + pc.scalar * r, blocks[r] + pc.block_off, pc.scalar);
       continue;
     }
+    // A dword at a time (the flip in each of its bytes): the byte loop made the 8B model's load repack-bound.
+    const uint32_t flip = pc.flip * 0x01010101u;
     for (int v = 0; v < pc.dwords; ++v)
-      for (int r = 0; r < p; ++r)
-        for (int b = 0; b < 4; ++b) *o++ = blocks[r][pc.block_off + 4 * v + b] ^ pc.flip;
+      for (int r = 0; r < p; ++r, o += 4) {
+        uint32_t d;
+        std::memcpy(&d, blocks[r] + pc.block_off + 4 * v, 4);
+        d ^= flip;
+        std::memcpy(o, &d, 4);
+      }
   }
 }
 
@@ -161,7 +167,7 @@ Status refuse(std::string_view op) {
 
 }  // namespace
 
-Result<std::unique_ptr<Buffer>> CpuBuffer::create(size_t bytes) {
+Result<std::unique_ptr<Buffer>> CpuBuffer::create(size_t bytes, WorkerPool* pool) {
   const bool huge = bytes >= kHugePage;
   const size_t align = huge ? kHugePage : kAlignment;
   const size_t rounded = std::max(align, (bytes + align - 1) / align * align);
@@ -170,7 +176,12 @@ Result<std::unique_ptr<Buffer>> CpuBuffer::create(size_t bytes) {
   // Transparent huge pages where the kernel offers them on request (THP "madvise", Debian's default): a decode
   // step streams every weight once, and with 4 KiB pages each 4 KiB of it costs a TLB miss.
   if (huge) madvise(p, rounded, MADV_HUGEPAGE);
-  std::memset(p, 0, rounded);
+  if (pool != nullptr && huge) {
+    const int64_t pages = static_cast<int64_t>(rounded / kHugePage);  // huge: rounded is whole 2 MiB pages
+    parallel_for(pool, pages, [&](int64_t i) { std::memset(static_cast<uint8_t*>(p) + i * kHugePage, 0, kHugePage); });
+  } else {
+    std::memset(p, 0, rounded);
+  }
   return std::unique_ptr<Buffer>(new CpuBuffer(p, bytes));
 }
 
@@ -204,7 +215,7 @@ bool repackable(DType type, int panel_rows, bool amx) {
   }
 }
 
-Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
+Status repack_matrix(const Tensor& w, int panel_rows, bool amx, WorkerPool* pool) {
   auto* buf = dynamic_cast<CpuBuffer*>(w.buffer);
   if (buf == nullptr) return invalid_argument("repack: not a cpu buffer");
   if (buf->panels() != nullptr) return invalid_argument("repack: the buffer is already repacked");
@@ -222,37 +233,39 @@ Status repack_matrix(const Tensor& w, int panel_rows, bool amx) {
   if (dense && amx && cols % 32 != 0) return ok_status();
   if (!dense && cols % info.elems != 0) return invalid_argument("repack: rows are not whole blocks");
   if (rows < panel_rows) return ok_status();  // nothing to gain; stays row-major and unmarked
+  // Every whole panel of every matrix, in place through a copy of its row-major bytes; over the pool's threads for a
+  // large matrix (each panel is rewritten by one of them).
+  const int64_t panels = rows / panel_rows, total = matrices * panels;
   if (dense && !pairs) {
     const size_t panel_elems = static_cast<size_t>(panel_rows * cols);
-    std::vector<uint16_t> copy(panel_elems);
-    for (int64_t m = 0; m < matrices; ++m) {
-      auto* base = static_cast<uint16_t*>(buf->host_ptr()) + static_cast<size_t>(m * rows * cols);
-      for (int64_t p = 0; p < rows / panel_rows; ++p) {
-        uint16_t* panel = base + static_cast<size_t>(p) * panel_elems;
-        std::memcpy(copy.data(), panel, panel_elems * sizeof(uint16_t));
-        dense_panel(copy.data(), cols, panel_rows, panel);
-      }
-    }
+    parallel_for(pool, total, [&](int64_t i) {
+      thread_local std::vector<uint16_t> copy;
+      copy.resize(panel_elems);
+      const int64_t m = i / panels, p = i % panels;
+      uint16_t* panel = static_cast<uint16_t*>(buf->host_ptr()) + static_cast<size_t>(m * rows * cols) +
+                        static_cast<size_t>(p) * panel_elems;
+      std::memcpy(copy.data(), panel, panel_elems * sizeof(uint16_t));
+      dense_panel(copy.data(), cols, panel_rows, panel);
+    });
     buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices, false});
     return ok_status();
   }
   const int64_t nb = cols / info.elems;
   const size_t bs = info.bytes, panel_bytes = static_cast<size_t>(panel_rows * nb) * bs;
   const size_t matrix_bytes = static_cast<size_t>(rows * nb) * bs;
-  std::vector<uint8_t> rows_copy(panel_bytes);  // one panel's row-major blocks: the rewrite is in place
-  std::vector<const uint8_t*> blocks(static_cast<size_t>(panel_rows));
-  for (int64_t m = 0; m < matrices; ++m) {
-    auto* base = static_cast<uint8_t*>(buf->host_ptr()) + static_cast<size_t>(m) * matrix_bytes;
-    for (int64_t p = 0; p < rows / panel_rows; ++p) {
-      uint8_t* panel = base + static_cast<size_t>(p) * panel_bytes;
-      std::memcpy(rows_copy.data(), panel, panel_bytes);
-      for (int64_t b = 0; b < nb; ++b) {
-        for (int r = 0; r < panel_rows; ++r)
-          blocks[static_cast<size_t>(r)] = rows_copy.data() + (static_cast<size_t>(r * nb + b)) * bs;
-        panel_block(w.dtype, blocks.data(), panel_rows, panel + static_cast<size_t>(b * panel_rows) * bs);
-      }
+  parallel_for(pool, total, [&](int64_t i) {
+    thread_local std::vector<uint8_t> rows_copy;  // one panel's row-major blocks: the rewrite is in place
+    rows_copy.resize(panel_bytes);
+    const uint8_t* blocks[16];
+    const int64_t m = i / panels, p = i % panels;
+    uint8_t* panel = static_cast<uint8_t*>(buf->host_ptr()) + static_cast<size_t>(m) * matrix_bytes +
+                     static_cast<size_t>(p) * panel_bytes;
+    std::memcpy(rows_copy.data(), panel, panel_bytes);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < panel_rows; ++r) blocks[r] = rows_copy.data() + (static_cast<size_t>(r * nb + b)) * bs;
+      panel_block(w.dtype, blocks, panel_rows, panel + static_cast<size_t>(b * panel_rows) * bs);
     }
-  }
+  });
   buf->set_panels(PanelLayout{w.dtype, rows, cols, panel_rows, matrices, pairs});
   return ok_status();
 }

@@ -51,6 +51,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "ops/backend.h"
+#include "ops/cpu/worker_pool.h"
 #include "ops/ops.h"
 
 namespace tessera::ops::cpu {
@@ -77,7 +78,9 @@ struct PanelLayout {
 // The cpu device's buffers: host memory (64-byte aligned, zeroed) that may carry a PanelLayout.
 class CpuBuffer final : public Buffer {
  public:
-  static Result<std::unique_ptr<Buffer>> create(size_t bytes);
+  // Zeroed here, so every page is touched (and host memory committed) at allocation, not in the middle of serving;
+  // over `pool`'s threads when given (the 8B model's weights: the kernel's page clearing is most of a load).
+  static Result<std::unique_ptr<Buffer>> create(size_t bytes, WorkerPool* pool = nullptr);
   ~CpuBuffer() override;
   void* host_ptr() override { return data_; }
   const PanelLayout* panels() const { return panels_ ? &*panels_ : nullptr; }
@@ -109,9 +112,14 @@ bool repackable(DType type, int panel_rows, bool amx = false);
 
 // Rewrites the matrix `w` (rank 2, the whole of a CpuBuffer at offset 0, a repackable type) into panels of
 // `panel_rows` rows, in place, and marks the buffer; a rank-3 `w` [matrices, rows, cols] has each of its matrices
-// rewritten so. A matrix with fewer rows than a panel is left as is.
+// rewritten so. A matrix with fewer rows than a panel is left as is. The panels are rewritten over `pool`'s threads
+// when given (each panel by one thread; the bytes do not depend on the split).
 // InvalidArgument when `w` does not qualify (the caller then keeps the row-major layout).
-Status repack_matrix(const Tensor& w, int panel_rows, bool amx = false);
+Status repack_matrix(const Tensor& w, int panel_rows, bool amx = false, WorkerPool* pool = nullptr);
+
+// Host memory work of at least this many bytes (zeroing a buffer, an upload's copy, a repack) is split over the
+// device's threads.
+inline constexpr size_t kParallelHostBytes = size_t{16} << 20;
 
 // The embedding lookup for a repacked table (a tied classifier shares the table): each row's blocks are gathered
 // back from the panels, then widened as from a row-major table, so the rows are bit for bit the stored ones.
