@@ -1,8 +1,8 @@
 // Gated delta-net linear attention (Qwen3.5) on the cpu: the causal convolution (channels split over the stream's
-// threads, each channel's window read in place from the carried rows and x), the gated delta rule (value heads split
-// over the threads, each head's S x S state updated token by token with the build's dot and axpy), and the head
-// split. Same arithmetic as ref's, in the same order per output except that dot products take the build's
-// accumulation order (the conformance bounds state it).
+// threads, eight channels a vector, each window read in place from the carried rows and x), the gated delta rule
+// (value heads split over the threads, each head's S x S state updated token by token), and the head split. Same
+// arithmetic as ref's, in the same order per output, except that dot products take the build's accumulation order
+// and the convolution's silu the vector exp (exp8, as silu_mul's); the conformance bounds state it.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,10 +15,95 @@ namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
 void l2_normalize(const float* x, float* y, int64_t s, float eps) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < s; ++i) sum += x[i] * x[i];
-  const float scale = 1.0f / std::max(std::sqrt(sum), eps);
+  const float scale = 1.0f / std::max(std::sqrt(dot(x, x, s)), eps);
   for (int64_t i = 0; i < s; ++i) y[i] = x[i] * scale;
+}
+
+// One state row m (value j: its S keys) through one token's delta step: m *= g; d = (v_j - m . k) * b; m += d k;
+// returns m . q. ref's four passes over the row (scale, dot, axpy, dot) as two sweeps, each element meeting the same
+// operations in the same order: the row then comes from L2 (prefill) or memory (decode) once a token, not four times.
+// The dot products sum in this build's order (avx512: two 16-lane chains, added, folded to 8 lanes; then 8 lanes; the
+// lanes; the rest one at a time).
+float delta_row(float* m, const float* k, const float* q, int64_t s, float g, float vj, float b) {
+  int64_t i = 0;
+  float dk = 0.0f;
+#if defined(__AVX512F__)
+  const __m512 g16 = _mm512_set1_ps(g);
+  __m512 acc16 = _mm512_setzero_ps(), odd16 = _mm512_setzero_ps();  // two chains: half the FMA latency a row waits
+  for (; i + 32 <= s; i += 32) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(m + i), g16), w = _mm512_mul_ps(_mm512_loadu_ps(m + i + 16), g16);
+    _mm512_storeu_ps(m + i, v);
+    _mm512_storeu_ps(m + i + 16, w);
+    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(k + i), acc16);
+    odd16 = _mm512_fmadd_ps(w, _mm512_loadu_ps(k + i + 16), odd16);
+  }
+  for (; i + 16 <= s; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(m + i), g16);
+    _mm512_storeu_ps(m + i, v);
+    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(k + i), acc16);
+  }
+  acc16 = _mm512_add_ps(acc16, odd16);
+#endif
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  // The 16 lanes folded to 8, through memory (GCC 12 warns inside _mm512_reduce_add_ps and the 512-bit shuffles).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc16);
+  __m256 acc8 = _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
+#else
+  __m256 acc8 = _mm256_setzero_ps();
+#endif
+  for (; i + 8 <= s; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(m + i), _mm256_set1_ps(g));
+    _mm256_storeu_ps(m + i, v);
+    acc8 = _mm256_fmadd_ps(v, _mm256_loadu_ps(k + i), acc8);
+  }
+  dk = hsum(acc8);
+#endif
+  for (; i < s; ++i) {
+    m[i] *= g;
+    dk += m[i] * k[i];
+  }
+  const float d = (vj - dk) * b;
+  i = 0;
+  float dq = 0.0f;
+#if defined(__AVX512F__)
+  const __m512 d16 = _mm512_set1_ps(d);
+  acc16 = _mm512_setzero_ps(), odd16 = _mm512_setzero_ps();
+  for (; i + 32 <= s; i += 32) {
+    const __m512 v = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i), _mm512_loadu_ps(m + i));
+    const __m512 w = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i + 16), _mm512_loadu_ps(m + i + 16));
+    _mm512_storeu_ps(m + i, v);
+    _mm512_storeu_ps(m + i + 16, w);
+    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q + i), acc16);
+    odd16 = _mm512_fmadd_ps(w, _mm512_loadu_ps(q + i + 16), odd16);
+  }
+  for (; i + 16 <= s; i += 16) {
+    const __m512 v = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i), _mm512_loadu_ps(m + i));
+    _mm512_storeu_ps(m + i, v);
+    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q + i), acc16);
+  }
+  acc16 = _mm512_add_ps(acc16, odd16);
+#endif
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  _mm512_store_ps(lanes, acc16);
+  acc8 = _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
+#else
+  acc8 = _mm256_setzero_ps();
+#endif
+  for (; i + 8 <= s; i += 8) {
+    const __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_loadu_ps(k + i), _mm256_loadu_ps(m + i));
+    _mm256_storeu_ps(m + i, v);
+    acc8 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q + i), acc8);
+  }
+  dq = hsum(acc8);
+#endif
+  for (; i < s; ++i) {
+    m[i] += d * k[i];
+    dq += m[i] * q[i];
+  }
+  return dq;
 }
 
 float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
@@ -53,7 +138,32 @@ Status causal_conv1d(const CausalConv1dOp& op, const Ctx& ctx) {
         auto at = [&](int64_t r, int64_t c) {
           return r < keep ? (reset ? 0.0f : state[r * channels + c]) : x[(r - keep) * channels + c];
         };
-        for (int64_t c = c0; c < c1; ++c) {
+        int64_t c = c0;
+#if defined(__AVX2__)
+        // Eight channels a vector: their taps gathered once, then each row of the window is one load. Longer kernels
+        // than kMaxTaps (Qwen3.5's are 4) go one channel at a time.
+        constexpr int64_t kMaxTaps = 8;
+        float wt[kMaxTaps * 8];
+        for (; c + 8 <= c1 && taps <= kMaxTaps; c += 8) {
+          for (int64_t i = 0; i < taps; ++i)
+            for (int64_t l = 0; l < 8; ++l) wt[i * 8 + l] = weight[(c + l) * taps + i];
+          for (int64_t t = 0; t < n; ++t) {
+            __m256 sum = _mm256_setzero_ps();
+            for (int64_t i = 0; i < taps; ++i) {
+              const int64_t r = t + i;
+              const __m256 v = r >= keep ? _mm256_loadu_ps(x + (r - keep) * channels + c)
+                               : reset   ? _mm256_setzero_ps()
+                                         : _mm256_loadu_ps(state + r * channels + c);
+              sum = _mm256_fmadd_ps(v, _mm256_loadu_ps(wt + i * 8), sum);
+            }
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), sum));
+            _mm256_storeu_ps(out + t * channels + c, _mm256_div_ps(sum, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+          }
+          for (int64_t r = 0; r < keep; ++r)
+            for (int64_t l = 0; l < 8; ++l) state[r * channels + c + l] = at(n + r, c + l);
+        }
+#endif
+        for (; c < c1; ++c) {
           const float* w = weight + c * taps;
           for (int64_t t = 0; t < n; ++t) {
             float sum = 0.0f;
@@ -94,13 +204,7 @@ Status gated_delta_rule(const GatedDeltaRuleOp& op, const Ctx& ctx) {
           const float g = std::exp(softplus(alpha[t * hv + h] + dt_bias[h]) * a[h]);
           const float b = 1.0f / (1.0f + std::exp(-beta[t * hv + h]));
           float* o = out + (t * hv + h) * s;
-          for (int64_t j = 0; j < s; ++j) {
-            float* mj = m + j * s;
-            for (int64_t i = 0; i < s; ++i) mj[i] *= g;
-            const float d = (v[j] - dot(mj, k.data(), s)) * b;
-            axpy(d, k.data(), mj, s);
-            o[j] = dot(mj, q.data(), s) * scale;
-          }
+          for (int64_t j = 0; j < s; ++j) o[j] = delta_row(m + j * s, k.data(), q.data(), s, g, v[j], b) * scale;
         }
       },
       static_cast<double>(n * s * s * 4), 1 << 14);
