@@ -140,27 +140,27 @@ Status causal_conv1d(const CausalConv1dOp& op, const Ctx& ctx) {
         };
         int64_t c = c0;
 #if defined(__AVX2__)
-        // Eight channels a vector: their taps gathered once, then each row of the window is one load. Longer kernels
-        // than kMaxTaps (Qwen3.5's are 4) go one channel at a time.
+        // Eight channels a vector: their taps gathered into registers once, then each row of the window is one load.
+        // Longer kernels than kMaxTaps (Qwen3.5's are 4) go one channel at a time.
         constexpr int64_t kMaxTaps = 8;
-        float wt[kMaxTaps * 8];
+        const __m256i lane_taps =
+            _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(taps)));
         for (; c + 8 <= c1 && taps <= kMaxTaps; c += 8) {
-          for (int64_t i = 0; i < taps; ++i)
-            for (int64_t l = 0; l < 8; ++l) wt[i * 8 + l] = weight[(c + l) * taps + i];
+          __m256 wt[kMaxTaps];
+          for (int64_t i = 0; i < taps; ++i) wt[i] = _mm256_i32gather_ps(weight + c * taps + i, lane_taps, 4);
+          // Row r of the window [state; x] for these eight channels.
+          auto row = [&](int64_t r) {
+            return r >= keep ? _mm256_loadu_ps(x + (r - keep) * channels + c)
+                   : reset   ? _mm256_setzero_ps()
+                             : _mm256_loadu_ps(state + r * channels + c);
+          };
           for (int64_t t = 0; t < n; ++t) {
             __m256 sum = _mm256_setzero_ps();
-            for (int64_t i = 0; i < taps; ++i) {
-              const int64_t r = t + i;
-              const __m256 v = r >= keep ? _mm256_loadu_ps(x + (r - keep) * channels + c)
-                               : reset   ? _mm256_setzero_ps()
-                                         : _mm256_loadu_ps(state + r * channels + c);
-              sum = _mm256_fmadd_ps(v, _mm256_loadu_ps(wt + i * 8), sum);
-            }
+            for (int64_t i = 0; i < taps; ++i) sum = _mm256_fmadd_ps(row(t + i), wt[i], sum);
             const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), sum));
             _mm256_storeu_ps(out + t * channels + c, _mm256_div_ps(sum, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
           }
-          for (int64_t r = 0; r < keep; ++r)
-            for (int64_t l = 0; l < 8; ++l) state[r * channels + c + l] = at(n + r, c + l);
+          for (int64_t r = 0; r < keep; ++r) _mm256_storeu_ps(state + r * channels + c, row(n + r));
         }
 #endif
         for (; c < c1; ++c) {
