@@ -134,7 +134,8 @@ for n in $PREFILL; do while ((n + 1 > synth_ctx)); do synth_ctx=$((synth_ctx * 2
 model_file() {  # shape preset -> path (writing it on first use)
   local shape="$1" preset="$2" src_dtype=f32 layers key ctx_key=""
   # f16 sources for the large vocabularies (an f32 file of the llama3 shapes' 128256 x dim embeddings is 1-4 GB).
-  [[ "$shape" == qwen* || "$shape" == gpt-oss* || "$shape" == mixtral* || "$shape" == llama3* ]] && src_dtype=f16
+  [[ "$shape" == qwen* || "$shape" == gpt-oss* || "$shape" == mixtral* || "$shape" == llama3* || "$shape" == gemma4* ]] &&
+    src_dtype=f16
   layers="$(layers_of "$shape")"
   ((synth_ctx > 2048)) && ctx_key="-c$synth_ctx"
   key="$shape${layers:+-l$layers}$ctx_key"

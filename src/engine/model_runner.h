@@ -289,7 +289,8 @@ class ModelRunner {
   std::unique_ptr<ops::Stream> stream_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   ops::Tensor token_embd_, output_norm_, classifier_;
-  ops::Tensor pl_proj_norm_, ones_;  // gemma4: the per-layer projection's norm [P]; ones [max head size] (V's norm)
+  ops::Tensor pl_proj_norm_, ones_;     // gemma4: the per-layer projection's norm [P]; ones [max head size] (V's norm)
+  std::vector<uint8_t> slice_scratch_;  // gemma4: a layer's columns of the per-layer table at load (freed after)
   std::vector<Layer> layers_;
   Scratch s_;
   std::unique_ptr<KvCache> kv_;

@@ -27,36 +27,31 @@
 namespace tessera::engine {
 namespace {
 
-// Columns [col0, col0 + cols) of every row of a 2-D weight, as bytes of a tensor of its own: copied as stored when
-// the columns are whole blocks of its type, else widened to f32 (a test-size table of 16-wide slices in Q8_0).
-struct ColumnSlice {
-  DType dtype = DType::kF32;
-  std::vector<uint8_t> bytes;
-};
-
-Result<ColumnSlice> slice_columns(const model::WeightTensor& w, int64_t col0, int64_t cols) {
+// Columns [col0, col0 + cols) of every row of a 2-D weight, as bytes of a tensor of its own, into `bytes` (the
+// caller's, kept from layer to layer: Gemma 4 E2B's slices are 55 MB each, and a fresh vector for each of its 35
+// layers was zeroed, then faulted in page by page, for most of the model's load); returns their type: as stored when
+// the columns are whole blocks of it, else f32 (widened; a test-size table of 16-wide slices in Q8_0).
+Result<DType> slice_columns(const model::WeightTensor& w, int64_t col0, int64_t cols, std::vector<uint8_t>& bytes) {
   const int64_t rows = w.shape[0], width = w.shape[1];
   const auto block = static_cast<int64_t>(dtype_info(w.dtype).block_elems);
   const size_t row_bytes = dtype_bytes(w.dtype, static_cast<size_t>(width));
-  ColumnSlice out;
   if (col0 % block == 0 && cols % block == 0) {
-    out.dtype = w.dtype;
     const size_t skip = dtype_bytes(w.dtype, static_cast<size_t>(col0));
     const size_t take = dtype_bytes(w.dtype, static_cast<size_t>(cols));
-    out.bytes.resize(static_cast<size_t>(rows) * take);
+    bytes.resize(static_cast<size_t>(rows) * take);
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(w.data + static_cast<size_t>(r) * row_bytes + skip, take,
-                  out.bytes.data() + static_cast<size_t>(r) * take);
-    return out;
+                  bytes.data() + static_cast<size_t>(r) * take);
+    return w.dtype;
   }
-  out.bytes.resize(static_cast<size_t>(rows * cols) * sizeof(float));
+  bytes.resize(static_cast<size_t>(rows * cols) * sizeof(float));
   std::vector<float> row(static_cast<size_t>(width));
-  auto* dst = reinterpret_cast<float*>(out.bytes.data());
+  auto* dst = reinterpret_cast<float*>(bytes.data());
   for (int64_t r = 0; r < rows; ++r) {
     TS_RETURN_IF_ERROR(dequantize(w.data + static_cast<size_t>(r) * row_bytes, w.dtype, row));
     std::copy_n(row.begin() + col0, cols, dst + r * cols);
   }
-  return out;
+  return DType::kF32;
 }
 
 }  // namespace
@@ -91,11 +86,13 @@ Status ModelRunner::upload_gemma4_layer(const model::ModelWeights& weights, int 
   // Layer l's columns of the token table are not contiguous in the file: copied (or widened) here.
   TS_ASSIGN_OR_RETURN(const model::WeightTensor* table,
                       weights.require("per_layer_token_embd.weight", {config_.vocab_size, layers * p}));
-  TS_ASSIGN_OR_RETURN(ColumnSlice cols, slice_columns(*table, l * p, p));
+  TS_ASSIGN_OR_RETURN(const DType type, slice_columns(*table, l * p, p, slice_scratch_));
   model::ModelWeights tw;
-  tw.add({table->name, cols.dtype, {config_.vocab_size, p}, cols.bytes.data(), cols.bytes.size()});
+  tw.add({table->name, type, {config_.vocab_size, p}, slice_scratch_.data(), slice_scratch_.size()});
   TS_ASSIGN_OR_RETURN(layer.pl_table, upload(tw, table->name, {config_.vocab_size, p}, WeightUse::kTable));
-  return stream_->synchronize();  // `cols` is freed on return
+  TS_RETURN_IF_ERROR(stream_->synchronize());  // the next layer rewrites the scratch
+  if (l == layers - 1) std::vector<uint8_t>().swap(slice_scratch_);
+  return ok_status();
 }
 
 Status ModelRunner::upload_gemma4_experts(const model::ModelWeights& weights, int l, Layer& layer) {
