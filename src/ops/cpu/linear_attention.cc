@@ -19,91 +19,58 @@ void l2_normalize(const float* x, float* y, int64_t s, float eps) {
   for (int64_t i = 0; i < s; ++i) y[i] = x[i] * scale;
 }
 
+// One sweep over a state row m (S keys): each element becomes m * a (kDecay) or m + a * k (the delta), is stored,
+// and the sweep returns the new row's dot product with `with`, summed in this build's order (avx512: two 16-lane
+// chains, added, folded to 8 lanes; then 8 lanes; the lanes; the rest one at a time).
+template <bool kDecay>
+float sweep(float* m, const float* k, const float* with, int64_t s, float a) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 a16 = _mm512_set1_ps(a);
+  auto step16 = [&](int64_t at) {
+    const __m512 old = _mm512_loadu_ps(m + at);
+    const __m512 v = kDecay ? _mm512_mul_ps(old, a16) : _mm512_fmadd_ps(a16, _mm512_loadu_ps(k + at), old);
+    _mm512_storeu_ps(m + at, v);
+    return v;
+  };
+  __m512 acc16 = _mm512_setzero_ps(), odd16 = _mm512_setzero_ps();  // two chains: half the FMA latency a row waits
+  for (; i + 32 <= s; i += 32) {
+    const __m512 v = step16(i), w = step16(i + 16);
+    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(with + i), acc16);
+    odd16 = _mm512_fmadd_ps(w, _mm512_loadu_ps(with + i + 16), odd16);
+  }
+  for (; i + 16 <= s; i += 16) acc16 = _mm512_fmadd_ps(step16(i), _mm512_loadu_ps(with + i), acc16);
+  // The 16 lanes folded to 8, through memory (GCC 12 warns inside _mm512_reduce_add_ps and the 512-bit shuffles).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc16, odd16));
+  __m256 acc8 = _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
+#elif defined(__AVX2__)
+  __m256 acc8 = _mm256_setzero_ps();
+#endif
+  float dot = 0.0f;
+#if defined(__AVX2__)
+  const __m256 a8 = _mm256_set1_ps(a);
+  for (; i + 8 <= s; i += 8) {
+    const __m256 old = _mm256_loadu_ps(m + i);
+    const __m256 v = kDecay ? _mm256_mul_ps(old, a8) : _mm256_fmadd_ps(a8, _mm256_loadu_ps(k + i), old);
+    _mm256_storeu_ps(m + i, v);
+    acc8 = _mm256_fmadd_ps(v, _mm256_loadu_ps(with + i), acc8);
+  }
+  dot = hsum(acc8);
+#endif
+  for (; i < s; ++i) {
+    m[i] = kDecay ? m[i] * a : m[i] + a * k[i];
+    dot += m[i] * with[i];
+  }
+  return dot;
+}
+
 // One state row m (value j: its S keys) through one token's delta step: m *= g; d = (v_j - m . k) * b; m += d k;
 // returns m . q. ref's four passes over the row (scale, dot, axpy, dot) as two sweeps, each element meeting the same
 // operations in the same order: the row then comes from L2 (prefill) or memory (decode) once a token, not four times.
-// The dot products sum in this build's order (avx512: two 16-lane chains, added, folded to 8 lanes; then 8 lanes; the
-// lanes; the rest one at a time).
 float delta_row(float* m, const float* k, const float* q, int64_t s, float g, float vj, float b) {
-  int64_t i = 0;
-  float dk = 0.0f;
-#if defined(__AVX512F__)
-  const __m512 g16 = _mm512_set1_ps(g);
-  __m512 acc16 = _mm512_setzero_ps(), odd16 = _mm512_setzero_ps();  // two chains: half the FMA latency a row waits
-  for (; i + 32 <= s; i += 32) {
-    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(m + i), g16), w = _mm512_mul_ps(_mm512_loadu_ps(m + i + 16), g16);
-    _mm512_storeu_ps(m + i, v);
-    _mm512_storeu_ps(m + i + 16, w);
-    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(k + i), acc16);
-    odd16 = _mm512_fmadd_ps(w, _mm512_loadu_ps(k + i + 16), odd16);
-  }
-  for (; i + 16 <= s; i += 16) {
-    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(m + i), g16);
-    _mm512_storeu_ps(m + i, v);
-    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(k + i), acc16);
-  }
-  acc16 = _mm512_add_ps(acc16, odd16);
-#endif
-#if defined(__AVX2__)
-#if defined(__AVX512F__)
-  // The 16 lanes folded to 8, through memory (GCC 12 warns inside _mm512_reduce_add_ps and the 512-bit shuffles).
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, acc16);
-  __m256 acc8 = _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
-#else
-  __m256 acc8 = _mm256_setzero_ps();
-#endif
-  for (; i + 8 <= s; i += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(m + i), _mm256_set1_ps(g));
-    _mm256_storeu_ps(m + i, v);
-    acc8 = _mm256_fmadd_ps(v, _mm256_loadu_ps(k + i), acc8);
-  }
-  dk = hsum(acc8);
-#endif
-  for (; i < s; ++i) {
-    m[i] *= g;
-    dk += m[i] * k[i];
-  }
-  const float d = (vj - dk) * b;
-  i = 0;
-  float dq = 0.0f;
-#if defined(__AVX512F__)
-  const __m512 d16 = _mm512_set1_ps(d);
-  acc16 = _mm512_setzero_ps(), odd16 = _mm512_setzero_ps();
-  for (; i + 32 <= s; i += 32) {
-    const __m512 v = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i), _mm512_loadu_ps(m + i));
-    const __m512 w = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i + 16), _mm512_loadu_ps(m + i + 16));
-    _mm512_storeu_ps(m + i, v);
-    _mm512_storeu_ps(m + i + 16, w);
-    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q + i), acc16);
-    odd16 = _mm512_fmadd_ps(w, _mm512_loadu_ps(q + i + 16), odd16);
-  }
-  for (; i + 16 <= s; i += 16) {
-    const __m512 v = _mm512_fmadd_ps(d16, _mm512_loadu_ps(k + i), _mm512_loadu_ps(m + i));
-    _mm512_storeu_ps(m + i, v);
-    acc16 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q + i), acc16);
-  }
-  acc16 = _mm512_add_ps(acc16, odd16);
-#endif
-#if defined(__AVX2__)
-#if defined(__AVX512F__)
-  _mm512_store_ps(lanes, acc16);
-  acc8 = _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
-#else
-  acc8 = _mm256_setzero_ps();
-#endif
-  for (; i + 8 <= s; i += 8) {
-    const __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_loadu_ps(k + i), _mm256_loadu_ps(m + i));
-    _mm256_storeu_ps(m + i, v);
-    acc8 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q + i), acc8);
-  }
-  dq = hsum(acc8);
-#endif
-  for (; i < s; ++i) {
-    m[i] += d * k[i];
-    dq += m[i] * q[i];
-  }
-  return dq;
+  const float dk = sweep<true>(m, k, k, s, g);
+  return sweep<false>(m, k, q, s, (vj - dk) * b);
 }
 
 float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
