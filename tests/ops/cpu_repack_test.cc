@@ -6,7 +6,6 @@
 // embedding lookup of a repacked (tied) table gives the stored rows; and nothing else can read a repacked buffer.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -275,7 +274,8 @@ TEST(CpuMatMulRepackedBuffer, SmallAndUnsupportedMatricesStayRowMajor) {
 
 // A large matrix is repacked, its buffer zeroed and its upload copied over the device's threads (repack.h,
 // kParallelHostBytes): the panels must be byte for byte those of the one-thread repack, for every matrix of a stack,
-// the fresh buffer zero everywhere, and the upload's copy whole (a length that is no multiple of the pieces).
+// and the upload's copy whole (a length that is no multiple of its 2 MiB pieces). (That the split zeroing covers every
+// page is not observable here: a fresh allocation of this size is zero before it runs.)
 std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   Rng rng(seed);
   std::vector<uint8_t> v(n);
@@ -318,11 +318,9 @@ TEST(CpuMatMulRepackedBuffer, ALargeWeightLoadsOverTheDeviceThreads) {
   ASSERT_GE(shape.bytes(), cpu::kParallelHostBytes);
   const std::vector<uint8_t> stored = random_bytes(shape.bytes() + 2 * (size_t{1} << 20) / 3, 11);
 
-  // Zeroed at allocation; the upload then lands whole (download before repacking).
+  // The upload lands whole (read back before repacking).
   auto raw = cpu.device->alloc(stored.size());
   ASSERT_TRUE(raw.ok());
-  const auto* zero = static_cast<const uint8_t*>((*raw)->host_ptr());
-  EXPECT_TRUE(std::all_of(zero, zero + stored.size(), [](uint8_t v) { return v == 0; }));
   ASSERT_TRUE(cpu.stream->write(**raw, 0, stored.data(), stored.size()).ok());
   std::vector<uint8_t> back(stored.size());
   ASSERT_TRUE(cpu.stream->read(**raw, 0, back.data(), back.size()).ok());
