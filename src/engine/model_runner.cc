@@ -205,10 +205,12 @@ Status ModelRunner::run_ffn(const Layer& lw, int64_t n, const ops::Tensor& in, c
   return ok_status();
 }
 
-void ModelRunner::cap_logits(float* logits, size_t count) const {
+Status ModelRunner::cap_logits(const ops::Tensor& logits) {
   const float cap = config_.final_softcap;
-  if (cap <= 0.0f) return;
-  for (size_t i = 0; i < count; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  if (cap <= 0.0f || logits.dim(0) == 0) return ok_status();
+  TS_RETURN_IF_ERROR(run(ops::ScaleOp{logits, logits, 1.0f / cap}));
+  TS_RETURN_IF_ERROR(run(ops::ActivationOp{logits, logits, ops::Activation::kTanh}));
+  return run(ops::ScaleOp{logits, logits, cap});
 }
 
 Status ModelRunner::tap(std::string_view name, int layer, const ops::Tensor& t) {
@@ -373,7 +375,7 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
     const int64_t last = pruned ? out_row : p.row0 + static_cast<int64_t>(p.segment->tokens.size()) - 1;
     TS_RETURN_IF_ERROR(run(ops::MatMulOp{xb.rows(last, 1), classifier_, s_.logits.rows(out_row++, 1)}));
   }
-  return ok_status();
+  return cap_logits(s_.logits.rows(0, out_row));
 }
 
 Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer,
@@ -477,7 +479,6 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   rows.resize(static_cast<size_t>(wanted) * vocab);
   if (wanted > 0) TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, wanted), rows.data()));
   TS_RETURN_IF_ERROR(stream_->synchronize());
-  cap_logits(rows.data(), rows.size());
   std::vector<int64_t>& row_of = step_row_of_;
   row_of.assign(segments.size(), -1);
   int64_t next_prefill_row = decodes;
@@ -510,10 +511,10 @@ Status ModelRunner::all_row_logits(std::span<const Placed> placed) {
     for (int64_t at = 0; at < count; at += logit_rows_) {
       const int64_t k = std::min(logit_rows_, count - at);
       TS_RETURN_IF_ERROR(run(ops::MatMulOp{s_.xb.rows(p.row0 + at, k), classifier_, s_.logits.rows(0, k)}));
+      TS_RETURN_IF_ERROR(cap_logits(s_.logits.rows(0, k)));
       step_rows_.resize(static_cast<size_t>(k) * vocab);
       TS_RETURN_IF_ERROR(stream_->download(s_.logits.rows(0, k), step_rows_.data()));
       TS_RETURN_IF_ERROR(stream_->synchronize());
-      cap_logits(step_rows_.data(), step_rows_.size());
       p.segment->all_logits(static_cast<int>(at), step_rows_);
     }
   }
@@ -616,9 +617,7 @@ Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<co
   for (SequenceKv* s : seqs) s->length += 1;
   logits.resize(b * static_cast<size_t>(config_.vocab_size));
   TS_RETURN_IF_ERROR(stream_->download(out, logits.data()));
-  TS_RETURN_IF_ERROR(stream_->synchronize());
-  cap_logits(logits.data(), logits.size());
-  return ok_status();
+  return stream_->synchronize();
 }
 
 }  // namespace tessera::engine

@@ -258,8 +258,9 @@ class ModelRunner {
   Result<ops::Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape);
   // The rotary tables of every layer (model/rope_scaling.h), uploaded once per distinct table.
   Status setup_rope(const model::ModelWeights& weights);
-  // Gemma 2's final soft-capping of `count` rows of logits on the host (they come back every step anyway).
-  void cap_logits(float* logits, size_t count) const;
+  // Gemma 2's and 4's final soft-capping of logit rows on the device, as llama.cpp builds it: scale by 1 / cap,
+  // tanh, scale by cap (three operators over the rows, so a decode step's graph holds them too).
+  Status cap_logits(const ops::Tensor& logits);
   // Layout of one step: decode segments (one token) first, in rows [0, decodes), then prefill segments.
   struct Placed {
     const Segment* segment;

@@ -104,12 +104,16 @@ std::vector<std::string> unsupported_layer_features(ops::Device& device, const m
       if (config.rope_dims > 0 && !device.supports(rope).supported) out.push_back("partial rotary (rope rot_dims)");
     }
   }
-  if (config.per_layer_dim > 0 || config.layer_output_scale) {
+  if (config.per_layer_dim > 0 || config.layer_output_scale || config.final_softcap > 0.0f) {
     auto fb = device.alloc(16);
     if (fb.ok()) {
       ops::Tensor x(fb->get(), 0, DType::kF32, {1, 4});
-      if (!device.supports(ops::ScaleOp{x, x, 0.5f}).supported)
+      const bool scale = device.supports(ops::ScaleOp{x, x, 0.5f}).supported;
+      if ((config.per_layer_dim > 0 || config.layer_output_scale) && !scale)
         out.push_back("per-layer embeddings and output scales (scale)");
+      if (config.final_softcap > 0.0f &&
+          (!scale || !device.supports(ops::ActivationOp{x, x, ops::Activation::kTanh}).supported))
+        out.push_back("final logit softcap (scale, tanh activation)");
     }
   }
   if (config.attn_sinks) {

@@ -106,8 +106,9 @@ void validate_encoder_op(Checker& c, const LayerNormOp& o) {
 void validate_encoder_op(Checker& c, const ActivationOp& o) {
   c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
   c.same_shape(o.x, "x", o.out, "out");
-  c.require(o.act == Activation::kSilu || o.act == Activation::kGeluTanh || o.act == Activation::kGeluErf,
-            "act must be silu, gelu_tanh or gelu_erf");
+  c.require(o.act == Activation::kSilu || o.act == Activation::kGeluTanh || o.act == Activation::kGeluErf ||
+                o.act == Activation::kTanh,
+            "act must be silu, gelu_tanh, gelu_erf or tanh");
 }
 
 void validate_encoder_op(Checker& c, const AttentionNonCausalOp& o) {
@@ -261,8 +262,9 @@ Status validate(const Op& op) {
           const bool per_row = o.act == Activation::kSigmoid && o.gate.rank == 2 && o.up.rank == 2 &&
                                o.gate.dim(1) == 1 && o.gate.dim(0) == o.up.dim(0);
           if (!per_row) c.same_shape(o.gate, "gate", o.up, "up");
-          c.require(o.act != Activation::kSwigluOai && o.act != Activation::kGeluErf,
-                    "silu_mul takes silu, gelu_tanh or sigmoid (swiglu_oai is moe_experts', gelu_erf activation's)");
+          c.require(o.act != Activation::kSwigluOai && o.act != Activation::kGeluErf && o.act != Activation::kTanh,
+                    "silu_mul takes silu, gelu_tanh or sigmoid (swiglu_oai is moe_experts', gelu_erf and tanh "
+                    "activation's)");
         } else if constexpr (std::is_same_v<T, ScaleOp>) {
           c.present(o.x, "x").present(o.out, "out").dtype(o.x, "x", DType::kF32).dtype(o.out, "out", DType::kF32);
           c.same_shape(o.x, "x", o.out, "out").require(std::isfinite(o.scale), "scale must be finite");
@@ -342,7 +344,8 @@ Status validate(const Op& op) {
         } else if constexpr (std::is_same_v<T, MoeExpertsOp>) {
           c.present(o.x, "x").present(o.ids, "ids").present(o.weights, "weights").present(o.out, "out");
           c.present(o.down, "down").rank(o.down, "down", 3);
-          c.require(o.act != Activation::kGeluErf, "moe_experts takes silu, gelu_tanh or swiglu_oai");
+          c.require(o.act != Activation::kGeluErf && o.act != Activation::kTanh,
+                    "moe_experts takes silu, gelu_tanh or swiglu_oai");
           const bool fused = o.gate_up.valid();
           if (fused) {
             c.present(o.gate_up, "gate_up").rank(o.gate_up, "gate_up", 3);

@@ -112,7 +112,8 @@ struct MatMulOp {
 // u = clamp(up, -limit, limit), out = g / (1 + exp(-alpha g)) * (u + 1).
 // kGeluErf (BERT's "gelu": 0.5 x (1 + erf(x / sqrt 2))) is taken by ActivationOp only.
 // kSigmoid (silu_mul only): out = up / (1 + exp(-gate)), Qwen3.5's gate on its attention output.
-enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai, kGeluErf, kSigmoid };
+// kTanh (ActivationOp only): tanh x; with two ScaleOps around it, Gemma's final logit softcap cap * tanh(x / cap).
+enum class Activation : uint8_t { kSilu, kGeluTanh, kSwigluOai, kGeluErf, kSigmoid, kTanh };
 struct SiluMulOp {
   Tensor gate, up, out;
   Activation act = Activation::kSilu;
@@ -182,7 +183,7 @@ struct LayerNormOp {
 };
 
 // out = act(x), elementwise, ungated (BERT's feed-forward): kSilu x / (1 + exp(-x)), kGeluTanh as SiluMulOp's,
-// kGeluErf 0.5 x (1 + erf(x / sqrt 2)).  x, out [n, width] (out may alias x).
+// kGeluErf 0.5 x (1 + erf(x / sqrt 2)), kTanh tanh x (+-1 at +-inf, NaN for NaN).  x, out [n, width] (out may alias x).
 struct ActivationOp {
   Tensor x, out;
   Activation act = Activation::kGeluErf;

@@ -2,6 +2,10 @@
 // properties that make batching and paging safe: how tokens are grouped never changes the numbers.
 #include "engine/model_runner.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include "model/synth.h"
@@ -138,6 +142,57 @@ TEST_F(Runner, OutOfVocabularyTokenIsAnError) {
   std::vector<float> logits;
   std::vector<TokenId> bad = {1, 512};
   EXPECT_EQ(r->prefill(s, bad, logits).code(), StatusCode::kOutOfRange);
+}
+
+// Gemma's final logit softcap: every logit the runner hands back is cap * tanh(raw / cap) of the logit the same
+// weights give without it (std::tanh the reference), within (-cap, cap), on the device, eagerly and in the decode
+// graphs. A cap far below the random model's logits makes a missing, doubled or inverted cap plain.
+TEST(RunnerSoftcap, LogitsAreCapTimesTanhOfTheUncappedLogits) {
+  auto c = model::synth_shape("tiny");
+  ASSERT_TRUE(c.ok());
+  c->n_layers = 2;
+  c->max_seq_len = 64;
+  model::SynthModel raw_model = model::synthesize_weights(*c, 11);
+  model::ModelConfig capped = raw_model.config;
+  constexpr float kCap = 0.05f;
+  capped.final_softcap = kCap;
+  const std::vector<TokenId> prompt = {1, 300, 42, 7, 511, 260, 99};
+  for (const char* backend : {"ref", "cpu"}) {
+    for (bool graph : {false, true}) {
+      if (graph && std::string(backend) == "ref") continue;
+      SCOPED_TRACE(fmt::format("{}{}", backend, graph ? " graph" : ""));
+      auto d = ops::open_device(backend);
+      ASSERT_TRUE(d.ok());
+      RunnerOptions o;
+      o.max_batch_tokens = 16;
+      o.max_sequences = 2;
+      o.graph = graph;
+      auto plain = ModelRunner::create(**d, raw_model.config, raw_model.weights, o);
+      auto cap = ModelRunner::create(**d, capped, raw_model.weights, o);
+      ASSERT_TRUE(plain.ok() && cap.ok());
+      std::vector<float> want, got;
+      SequenceKv s1, s2;
+      ASSERT_TRUE((*plain)->prefill(s1, prompt, want).ok());
+      ASSERT_TRUE((*cap)->prefill(s2, prompt, got).ok());
+      for (TokenId next : {TokenId{33}, TokenId{44}}) {
+        std::vector<float> w, g;
+        SequenceKv* a[] = {&s1};
+        SequenceKv* b[] = {&s2};
+        ASSERT_TRUE((*plain)->decode(a, std::span(&next, 1), w).ok());
+        ASSERT_TRUE((*cap)->decode(b, std::span(&next, 1), g).ok());
+        want.insert(want.end(), w.begin(), w.end());
+        got.insert(got.end(), g.begin(), g.end());
+      }
+      ASSERT_EQ(got.size(), want.size());
+      float largest = 0.0f;
+      for (size_t i = 0; i < want.size(); ++i) {
+        largest = std::max(largest, std::fabs(want[i]));
+        ASSERT_LE(std::fabs(got[i]), kCap) << i;
+        ASSERT_NEAR(got[i], kCap * std::tanh(want[i] / kCap), 1e-6f) << i << ": raw " << want[i];
+      }
+      EXPECT_GT(largest, 4.0f * kCap) << "the cap should bend most logits";
+    }
+  }
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ TEST(CudaMath, GatedActivationsMatchRefBitForBit) {
 }
 
 TEST(CudaMath, ActivationsMatchRefBitForBit) {
-  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh}) {
     SCOPED_TRACE(static_cast<int>(act));
     for (float x : probe_values()) {
       const float want = ref::activate(act, x), got = activation_value(static_cast<int>(act), x);

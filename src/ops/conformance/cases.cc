@@ -409,6 +409,18 @@ void add_rows(std::vector<Case>& cases) {
                                             e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width}),
                                             Activation::kGeluTanh};
                          }});
+        if (n == 3 && !special) {
+          // Gates out to +-150: e^-gate overflows f32 past -88.7, where silu and gelu give (minus) zero.
+          for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+            cases.push_back({"silu_mul", DType::kF32,
+                             shape + (act == Activation::kSilu ? " gates to 150" : " gelu_tanh gates to 150"),
+                             kTranscendental, false, [=](CaseEnv& e) -> Op {
+                               return SiluMulOp{
+                                   e.values(DType::kF32, {n, width}, row_values(e, n, width, false, 150.0f)),
+                                   e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width}), act};
+                             }});
+          }
+        }
         cases.push_back({"add", DType::kF32, shape, kExact, false, [=](CaseEnv& e) -> Op {
                            return AddOp{e.values(DType::kF32, {n, width}, row_values(e, n, width, special)),
                                         e.random(DType::kF32, {n, width}), e.output(DType::kF32, {n, width})};

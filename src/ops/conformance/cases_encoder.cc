@@ -14,6 +14,8 @@ namespace {
 constexpr double kExact = 0.0;
 constexpr double kReduction = 1e-9;
 constexpr double kTranscendental = 1e-8;
+// One function of each element with no cancellation to excuse: a few ulp of f32 (about 1e-7 each) squared.
+constexpr double kElementwise = 1e-12;
 constexpr double kAttention = 1e-7;
 constexpr int64_t kSlowWork = 6'000'000;
 
@@ -29,7 +31,10 @@ std::vector<float> uniform(CaseEnv& e, int64_t count, float scale, bool special)
 }
 
 std::string_view act_name(Activation a) {
-  return a == Activation::kGeluErf ? "gelu_erf" : a == Activation::kGeluTanh ? "gelu_tanh" : "silu";
+  return a == Activation::kGeluErf    ? "gelu_erf"
+         : a == Activation::kGeluTanh ? "gelu_tanh"
+         : a == Activation::kTanh     ? "tanh"
+                                      : "silu";
 }
 
 std::string_view pool_name(PoolKind k) {
@@ -70,7 +75,7 @@ void add_encoder_cases(std::vector<Case>& cases) {
                        }});
     }
   }
-  for (Activation act : {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu}) {
+  for (Activation act : {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu, Activation::kTanh}) {
     for (int64_t n : {1, 3, 64}) {
       for (int64_t width : {1, 7, 1536, 3072}) {
         for (bool special : {false, true}) {
@@ -90,6 +95,17 @@ void add_encoder_cases(std::vector<Case>& cases) {
                        Tensor x = e.output(DType::kF32, {5, 384}, 6.0f);
                        return ActivationOp{x, x, act};
                      }});
+  }
+  // tanh as Gemma's final logit softcap takes it: whole vocabulary rows of logits / cap, mostly well inside
+  // (-1, 1), where a series and the exponential form meet.
+  for (int64_t n : {1, 2}) {
+    for (float spread : {0.5f, 2.0f}) {
+      cases.push_back({"activation", DType::kF32, fmt::format("n={} width=262144 tanh spread {}", n, spread),
+                       kElementwise, false, [=](CaseEnv& e) -> Op {
+                         return ActivationOp{e.values(DType::kF32, {n, 262144}, uniform(e, n * 262144, spread, false)),
+                                             e.output(DType::kF32, {n, 262144}), Activation::kTanh};
+                       }});
+    }
   }
   struct Heads {
     int64_t heads, kv_heads, head_dim;

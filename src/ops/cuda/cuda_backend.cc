@@ -88,7 +88,7 @@ static_assert(kActSilu == static_cast<int>(Activation::kSilu) &&
               kActGeluTanh == static_cast<int>(Activation::kGeluTanh) &&
               kActSwigluOai == static_cast<int>(Activation::kSwigluOai) &&
               kActGeluErf == static_cast<int>(Activation::kGeluErf) &&
-              kActSigmoid == static_cast<int>(Activation::kSigmoid));
+              kActSigmoid == static_cast<int>(Activation::kSigmoid) && kActTanh == static_cast<int>(Activation::kTanh));
 static_assert(kGateSoftmax == static_cast<int>(MoeGating::kSoftmax) &&
               kGateSigmoid == static_cast<int>(MoeGating::kSigmoid) &&
               kGateSoftmaxWeight == static_cast<int>(MoeGating::kSoftmaxWeight));

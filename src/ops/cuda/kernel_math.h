@@ -23,7 +23,7 @@
 namespace tessera::ops::cuda {
 
 // ops::Activation's values.
-enum : int { kActSilu = 0, kActGeluTanh = 1, kActSwigluOai = 2, kActGeluErf = 3, kActSigmoid = 4 };
+enum : int { kActSilu = 0, kActGeluTanh = 1, kActSwigluOai = 2, kActGeluErf = 3, kActSigmoid = 4, kActTanh = 5 };
 // ops::MoeGating's values.
 enum : int { kGateSoftmax = 0, kGateSigmoid = 1, kGateSoftmaxWeight = 2 };
 // ops::PoolKind's values.
@@ -51,7 +51,7 @@ TS_HD float gated_value(int act, float g, float u, float alpha, float limit) {
   return v * u;
 }
 
-// ActivationOp's ungated activations: silu, GELU (tanh approximation) and GELU with erf.
+// ActivationOp's ungated activations: silu, GELU (tanh approximation), GELU with erf, and tanh.
 TS_HD float activation_value(int act, float x) {
   if (act == kActSilu) return x * (1.0f / (1.0f + expf(-x)));
   if (act == kActGeluTanh) {
@@ -59,6 +59,7 @@ TS_HD float activation_value(int act, float x) {
     return x / (1.0f + expf(-2.0f * c * x * (1.0f + a * x * x)));
   }
   if (act == kActGeluErf) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  if (act == kActTanh) return tanhf(x);
   return x;
 }
 

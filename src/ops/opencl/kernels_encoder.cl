@@ -25,12 +25,14 @@ __kernel void layer_norm(__global const float* x, ulong x_off, __global const fl
   }
 }
 
-// act: 0 SiLU, 1 GELU (tanh, as silu_mul evaluates it), 3 GELU (erf). One work-item per element.
+// act: 0 SiLU, 1 GELU (tanh, as silu_mul evaluates it), 3 GELU (erf), 5 tanh. One work-item per element.
 __kernel void activation(__global const float* x, ulong x_off, __global float* out, ulong out_off, int act) {
   const ulong i = get_global_id(0);
   const float v = x[x_off + i];
   float r;
-  if (act == 3) {
+  if (act == 5) {
+    r = tanh(v);
+  } else if (act == 3) {
     r = 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
   } else if (act == 1) {
     r = v / (1.0f + exp(-2.0f * 0.79788456080286535588f * v * (1.0f + 0.044715f * v * v)));

@@ -513,7 +513,10 @@ class ClStream final : public Stream {
                   i32(o.x.dim(1)), o.eps);
   }
   Status enqueue(const ActivationOp& o) {
-    const cl_int act = o.act == Activation::kGeluErf ? 3 : o.act == Activation::kGeluTanh ? 1 : 0;
+    const cl_int act = o.act == Activation::kGeluErf    ? 3
+                       : o.act == Activation::kGeluTanh ? 1
+                       : o.act == Activation::kTanh     ? 5
+                                                        : 0;
     return launch("activation", {sz(o.x.numel())}, mem_of(o.x), elem_off(o.x), mem_of(o.out), elem_off(o.out), act);
   }
   Status enqueue(const AttentionNonCausalOp& o) {

@@ -17,6 +17,8 @@ float activate(Activation act, float x) {
     }
     case Activation::kGeluErf:
       return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case Activation::kTanh:
+      return std::tanh(x);
     case Activation::kSwigluOai:  // gated (moe_experts' and silu_mul's only): validate() refuses them for activation
     case Activation::kSigmoid:
       break;

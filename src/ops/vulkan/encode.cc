@@ -355,7 +355,10 @@ struct Encoder {
   Status operator()(const AddOp& o) { return elementwise(o.a, o.b, o.out, 2u); }
   Status operator()(const ScaleOp& o) { return elementwise(o.x, o.x, o.out, 4u, o.scale); }
   Status operator()(const ActivationOp& o) {
-    const uint32_t code = o.act == Activation::kGeluErf ? 7u : o.act == Activation::kGeluTanh ? 6u : 5u;
+    const uint32_t code = o.act == Activation::kGeluErf    ? 7u
+                          : o.act == Activation::kGeluTanh ? 6u
+                          : o.act == Activation::kTanh     ? 8u
+                                                           : 5u;
     return elementwise(o.x, o.x, o.out, code);
   }
   Status operator()(const LayerNormOp& o) {

@@ -85,7 +85,7 @@ struct MatMulPush {
   uint32_t out_stride;  // out's row length (m is the weight rows of this dispatch)
 };
 struct ElementwisePush {
-  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate, 4 scale, 5 silu, 6 gelu_tanh, 7 gelu_erf
+  // op: 0 silu*mul, 1 gelu_tanh*mul, 2 add, 3 sigmoid gate, 4 scale, 5 silu, 6 gelu_tanh, 7 gelu_erf, 8 tanh
   uint32_t a_off, b_off, out_off, count, op;
   uint32_t a_per;  // elements of b per element of a (1, or a row for a per-row gate)
   float scale;     // op 4
