@@ -201,6 +201,41 @@ void add_attention(std::vector<Case>& cases) {
         }
       }
     }
+    // Gemma 4's grouped decode: 8 query heads on one kv head of 256 or 512, contexts past one key block (the cpu
+    // backend splits them into ranges across threads), with a window, soft-capping and sinks too.
+    for (int64_t hd : {256, 512}) {
+      if (cache != DType::kF32 && cache != DType::kF16) continue;
+      const HeadConfig h{8, 1};
+      for (int64_t ctx : {300, 600, 1200}) {
+        if (hd == 512 && ctx > 700) continue;  // past kSlowWork for the scalar reference
+        for (int variant = 0; variant < 4; ++variant) {
+          const int64_t b = ctx == 600 && hd == 256 ? 2 : 1;
+          const int64_t max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens, pool = b * max_blocks;
+          const std::string what = variant == 0   ? "grouped"
+                                   : variant == 1 ? "grouped window=512"
+                                   : variant == 2 ? "grouped scale=0.0625 softcap=5"
+                                                  : "grouped sinks";
+          cases.push_back(
+              {"attention_decode", cache, fmt::format("b={} ctx<={} heads=8/1 head_dim={} {}", b, ctx, hd, what),
+               kAttention, false, [=](CaseEnv& e) -> Op {
+                 std::vector<int32_t> lens(static_cast<size_t>(b)), tables(static_cast<size_t>(b * max_blocks));
+                 for (int64_t i = 0; i < b; ++i)
+                   lens[static_cast<size_t>(i)] = static_cast<int32_t>(i == 0 ? ctx : ctx - 37);
+                 std::iota(tables.begin(), tables.end(), 0);
+                 AttentionDecodeOp op{e.random(DType::kF32, {b, h.n_heads, hd}, 2.0f),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.random(cache, {pool, kBlockTokens, h.kv_heads, hd}),
+                                      e.ints({b, max_blocks}, tables),
+                                      e.ints({b}, lens),
+                                      e.output(DType::kF32, {b, h.n_heads, hd})};
+                 if (variant == 1) op.scores.window = 512;
+                 if (variant == 2) op.scores = AttentionScores{0.0625f, 5.0f, 0};
+                 if (variant == 3) op.sinks = e.random(DType::kF32, {h.n_heads}, 3.0f);
+                 return op;
+               }});
+        }
+      }
+    }
     // Attention sinks (gpt-oss: one extra logit per head that takes probability and reads no value), alone and
     // with a sliding window, through every cpu path: one query per head (head_dim 64), the grouped tiles
     // (head_dim 256 with 4 query heads per kv head) and the scalar heads (head_dim 32).

@@ -34,6 +34,7 @@ using attention_detail::kKeyBlock;
 using attention_detail::Query;
 #if defined(__AVX2__)
 using attention_detail::attend_queries;
+using attention_detail::attend_queries_part;
 #endif
 
 Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int32_t pos) {
@@ -453,6 +454,71 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
 }
 #endif
 
+#if defined(__AVX2__)
+// Grouped-query decode (head_dim a multiple of 64, not 64 or 128) in items of (sequence, kv head, range): the
+// range is one of `splits` parts of the sequence's visible positions, which its query heads take together
+// through attend_queries_part; then each head's parts and sink are combined as decode_combine does.
+template <typename T>
+void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
+  const int64_t max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  const auto* tables = data<const int32_t>(op.block_tables);
+  const float* q = data<const float>(op.q);
+  float* out = data<float>(op.out);
+  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+  const AttentionScores opt = op.scores;
+  // The calling thread's scratch, reached by the workers through these pointers: [sequence][head][range].
+  thread_local std::vector<float> acc_store, m_store, l_store;
+  acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
+  m_store.resize(static_cast<size_t>(b * heads * splits));
+  l_store.resize(static_cast<size_t>(b * heads * splits));
+  float *acc = acc_store.data(), *ms = m_store.data(), *ls = l_store.data();
+  parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
+    const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
+    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
+    const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
+    const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+    Query qs[64];
+    float m[64], l[64];
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      qs[g] = {q + (sq * heads + h) * hd, acc + ((sq * heads + h) * splits + j) * hd, first, pos};
+    }
+    if (r0 < r1) {
+      attend_queries_part<T>(c, tables + sq * max_blocks, kvh, qs, group, r0, r1 - 1, opt, m, l);
+    } else {
+      std::fill(m, m + group, -INFINITY);
+      std::fill(l, l + group, 0.0f);
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t i = (sq * heads + kvh * group + g) * splits + j;
+      ms[i] = m[g];
+      ls[i] = l[g];
+    }
+  });
+  parallel_for(ctx, b * heads, [&](int64_t i) {
+    const float sink = sinks ? sinks[i % heads] : -INFINITY;
+    float mx = sink;
+    for (int64_t j = 0; j < splits; ++j) mx = std::max(mx, ms[i * splits + j]);
+    float total = std::exp(sink - mx);
+    float w[64];
+    for (int64_t j = 0; j < splits; ++j) {
+      const int64_t p = i * splits + j;
+      w[j] = ls[p] == 0.0f ? 0.0f : std::exp(ms[p] - mx);  // an empty range weighs nothing
+      total += ls[p] * w[j];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 o = _mm256_setzero_ps();
+      for (int64_t j = 0; j < splits; ++j)
+        o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(acc + (i * splits + j) * hd + d), o);
+      _mm256_storeu_ps(out + i * hd + d, _mm256_mul_ps(o, inv));
+    }
+  });
+}
+#endif
+
 // Runs attention for `count` queries; query i is at position pos(i), reads table(i), writes out row i.
 template <typename Pos, typename Table>
 void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, float* out, Pos pos, Table table,
@@ -631,6 +697,24 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     }
   }
   if (!one_query_kernel && group > 1 && hd % 64 == 0 && group <= 64) {
+    // Fewer (sequence, kv head) items than two per thread over more than a key block (Gemma 4's one kv head):
+    // each sequence's visible positions split into ranges of at least a key block, combined after (one thread
+    // takes them whole).
+    int32_t longest = 0;
+    for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));
+    const int64_t items = b * c.kv_heads, want = 2 * static_cast<int64_t>(ctx.threads);
+    const int64_t splits =
+        items >= want || ctx.threads < 2
+            ? 1
+            : std::max<int64_t>(1, std::min({(want + items - 1) / items, int64_t{longest / kKeyBlock}, int64_t{64}}));
+    if (splits > 1) {
+      if (c.f16) {
+        decode_grouped_split<uint16_t>(op, c, splits, ctx);
+      } else {
+        decode_grouped_split<float>(op, c, splits, ctx);
+      }
+      return ok_status();
+    }
     // Grouped-query heads: the heads that share a kv head read its keys and values once, together.
     const float* q = data<const float>(op.q);
     float* out = data<float>(op.out);

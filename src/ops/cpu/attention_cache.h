@@ -48,6 +48,13 @@ struct Query {
 template <typename T>
 void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                     const AttentionScores& opt);
+// The same over keys [lo, hi] only, as one part of the queries' contexts (split across threads, combined after):
+// each query's output row gets the sum of e^(logit - m[i]) v over the keys it sees there, not normalised, with
+// m[i] the largest such logit and l[i] the sum of e^(logit - m[i]); no sink (the combination adds it once).
+// A query that sees no key in [lo, hi] gets l[i] = 0 and an output of zeros.
+template <typename T>
+void attend_queries_part(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
+                         int32_t hi, const AttentionScores& opt, float* m, float* l);
 #endif
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail

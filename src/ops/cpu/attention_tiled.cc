@@ -382,25 +382,32 @@ void attend_tiles_block(const Query* qs, Running* st, int64_t nq, const float* k
   }
 }
 
-// attend_queries for a context longer than one key block.
+// Keys [lo, hi] in blocks of kKeyBlock for the queries qs[0..nq), from the states st[i] = {sink or -inf, 0} and
+// zeroed outputs: the online softmax's running states and the unnormalised outputs.
 template <typename T>
-void attend_queries_blocked(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
-                            int32_t hi, const AttentionScores& opt) {
+void attend_key_blocks(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
+                       int32_t hi, Running* st, const AttentionScores& opt) {
   thread_local std::vector<float> kt, s;
-  thread_local std::vector<Running> st;
   const int64_t hd = c.head_dim;
   kt.resize(static_cast<size_t>(hd * kKeyBlock));
-  st.resize(static_cast<size_t>(nq));
-  for (int64_t i = 0; i < nq; ++i) {
-    st[static_cast<size_t>(i)] = {qs[i].sink, 0.0f};
-    std::memset(qs[i].out, 0, static_cast<size_t>(hd) * sizeof(float));
-  }
+  for (int64_t i = 0; i < nq; ++i) std::memset(qs[i].out, 0, static_cast<size_t>(hd) * sizeof(float));
   const T* vbase = reinterpret_cast<const T*>(c.v);
   for (int32_t b0 = lo; b0 <= hi; b0 += kKeyBlock) {
     const int32_t b1 = std::min(hi + 1, b0 + kKeyBlock);
     widen_keys<T>(c, table, kvh, b0, b1, kt.data(), kKeyBlock);
-    attend_tiles_block<T, kQTile>(qs, st.data(), nq, kt.data(), b0, b1, vbase, c, table, kvh, s, opt);
+    attend_tiles_block<T, kQTile>(qs, st, nq, kt.data(), b0, b1, vbase, c, table, kvh, s, opt);
   }
+}
+
+// attend_queries for a context longer than one key block.
+template <typename T>
+void attend_queries_blocked(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
+                            int32_t hi, const AttentionScores& opt) {
+  thread_local std::vector<Running> st;
+  const int64_t hd = c.head_dim;
+  st.resize(static_cast<size_t>(nq));
+  for (int64_t i = 0; i < nq; ++i) st[static_cast<size_t>(i)] = {qs[i].sink, 0.0f};
+  attend_key_blocks<T>(c, table, kvh, qs, nq, lo, hi, st.data(), opt);
   for (int64_t i = 0; i < nq; ++i) {
     const Running& r = st[static_cast<size_t>(i)];
     const VF inv = vset(1.0f / (r.l + std::exp(qs[i].sink - r.m)));
@@ -453,8 +460,24 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
   }
 }
 
+template <typename T>
+void attend_queries_part(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
+                         int32_t hi, const AttentionScores& opt, float* m, float* l) {
+  thread_local std::vector<Running> st;
+  st.assign(static_cast<size_t>(nq), Running{-INFINITY, 0.0f});
+  attend_key_blocks<T>(c, table, kvh, qs, nq, lo, hi, st.data(), opt);
+  for (int64_t i = 0; i < nq; ++i) {
+    m[i] = st[static_cast<size_t>(i)].m;
+    l[i] = st[static_cast<size_t>(i)].l;
+  }
+}
+
 template void attend_queries<float>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                     const AttentionScores&);
+template void attend_queries_part<float>(const Cache&, const int32_t*, int64_t, const Query*, int64_t, int32_t, int32_t,
+                                         const AttentionScores&, float*, float*);
+template void attend_queries_part<uint16_t>(const Cache&, const int32_t*, int64_t, const Query*, int64_t, int32_t,
+                                            int32_t, const AttentionScores&, float*, float*);
 template void attend_queries<uint16_t>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                        const AttentionScores&);
 
