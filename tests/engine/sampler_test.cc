@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace tessera::engine {
 namespace {
@@ -69,6 +72,65 @@ TEST(Sampler, TopPAndTopKCutTheTail) {
     EXPECT_EQ(p.sample(a), 2);  // 0.7 alone exceeds top_p = 0.5
     EXPECT_NE(k.sample(b), 0);  // the least likely is outside the top 2
     EXPECT_EQ(k1.sample(c), 2);
+  }
+}
+
+// run.c's sample_topp written out plainly: probabilities softmax(logits / T), candidates at or above
+// (1 - top_p) / (n - 1), all of them sorted by probability (ties: lower index), the shortest prefix whose mass
+// exceeds top_p, and a draw of coin * that mass along it.
+int nucleus_draw(std::vector<float> l, float temperature, float top_p, float coin) {
+  for (float& v : l) v /= temperature;
+  float mx = l[0];
+  for (float v : l) mx = v > mx ? v : mx;
+  float sum = 0.0f;
+  for (float& v : l) {
+    v = std::exp(v - mx);
+    sum += v;
+  }
+  for (float& v : l) v /= sum;
+  const float cutoff = (1.0f - top_p) / static_cast<float>(l.size() - 1);
+  std::vector<std::pair<float, int>> c;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (l[i] >= cutoff) c.emplace_back(l[i], static_cast<int>(i));
+  std::sort(c.begin(), c.end(),
+            [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  float cumulative = 0.0f;
+  size_t last = c.size() - 1;
+  for (size_t i = 0; i < c.size(); ++i) {
+    cumulative += c[i].first;
+    if (cumulative > top_p) {
+      last = i;
+      break;
+    }
+  }
+  float cdf = 0.0f;
+  for (size_t i = 0; i <= last; ++i) {
+    cdf += c[i].first;
+    if (coin * cumulative < cdf) return c[i].second;
+  }
+  return c[last].second;
+}
+
+TEST(Sampler, TopPOverALargeVocabularyDrawsAsTheWholeSortDoes) {
+  // Gemma's vocabulary, two shapes: a model-like one (40 likely tokens; of the tail, tens of thousands still pass
+  // run.c's cutoff, but the nucleus settles within the sampler's first sorted prefix) and a flat one (the
+  // nucleus is most of the vocabulary: the whole sort).
+  for (bool peaked : {true, false}) {
+    Rng gen(peaked ? 5 : 6);
+    std::vector<float> logits(262144);
+    for (float& v : logits) v = (gen.next_f32() - 0.5f) * (peaked ? 4.0f : 2.0f);
+    if (peaked) {
+      for (int i = 0; i < 40; ++i) logits[static_cast<size_t>(i) * 6007] += 9.0f - 0.1f * static_cast<float>(i);
+    }
+    for (float top_p : {0.5f, 0.9f, 0.95f}) {
+      for (uint64_t seed = 1; seed <= 12; ++seed) {
+        Rng rng(seed);
+        const int want = nucleus_draw(logits, 0.8f, top_p, rng.next_f32());
+        Sampler s({.temperature = 0.8f, .top_p = top_p, .seed = seed});
+        std::vector<float> l = logits;
+        ASSERT_EQ(s.sample(l), want) << (peaked ? "peaked" : "flat") << " top_p " << top_p << " seed " << seed;
+      }
+    }
   }
 }
 
