@@ -1,10 +1,15 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <utility>
 
 #include <fmt/core.h>
+
+#include "engine/internal/sampling_kernels.h"
 
 namespace tessera::engine {
 namespace {
@@ -15,15 +20,65 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-void softmax_in_place(std::span<float> x) {
-  float mx = x[0];
-  for (float v : x) mx = v > mx ? v : mx;
-  float sum = 0.0f;
-  for (float& v : x) {
-    v = std::exp(v - mx);
-    sum += v;
+// Candidates in order of probability, highest first, ties by index, given them in index order: the order
+// std::sort with Sampler's comparison gives. Least significant digit first over the probabilities' bits
+// (non-negative floats order as their bit patterns; inverted for highest first), 11 bits a pass, each pass
+// stable (so ties keep index order) and skipped when every key shares its digit. A whole sort of a flat
+// distribution's candidates (most of a 262144-token vocabulary) took 3 ms.
+template <typename Candidate>
+void sort_by_probability(std::vector<Candidate>& c, std::vector<Candidate>& scratch) {
+  constexpr int kBits = 11;
+  constexpr uint32_t kDigits = 1u << kBits;
+  auto key = [](const Candidate& x) { return ~std::bit_cast<uint32_t>(x.prob); };
+  std::vector<uint32_t> count(3 * kDigits, 0);
+  for (const Candidate& x : c) {
+    const uint32_t k = key(x);
+    ++count[k & (kDigits - 1)];
+    ++count[kDigits + ((k >> kBits) & (kDigits - 1))];
+    ++count[2 * kDigits + (k >> (2 * kBits))];
   }
-  for (float& v : x) v /= sum;
+  scratch.resize(c.size());
+  for (int pass = 0; pass < 3; ++pass) {
+    uint32_t* offsets = count.data() + static_cast<size_t>(pass) * kDigits;
+    const int shift = pass * kBits;
+    if (offsets[(key(c[0]) >> shift) & (kDigits - 1)] == c.size()) continue;  // one digit for all
+    uint32_t at = 0;
+    for (uint32_t d = 0; d < kDigits; ++d) at += std::exchange(offsets[d], at);
+    for (const Candidate& x : c) scratch[offsets[(key(x) >> shift) & (kDigits - 1)]++] = x;
+    c.swap(scratch);
+  }
+}
+
+// Higher value first, ties by lower index: the order of run.c's sort.
+template <typename Candidate>
+bool by_value(const Candidate& a, const Candidate& b) {
+  return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+}
+
+// The k largest values at or above `floor` into `out`, in order. One pass keeps whatever beats the k-th best found
+// so far and, when that pool fills, cuts it back to the best k (nth_element), which raises the bar: after the
+// first few thousand tokens almost every one fails a comparison made eight at a time. A later value equal to the
+// bar loses to the kept ones (their indices are lower), so it must beat it strictly.
+template <typename Candidate>
+void select_top(std::span<const float> values, size_t k, float floor, std::vector<Candidate>& out) {
+  const size_t pool = std::max<size_t>(4 * k, 4096);
+  out.resize(pool);
+  float bar = std::nextafter(floor, -INFINITY);  // v > bar: v >= floor
+  size_t kept = 0;
+  for (size_t i = internal::first_above(values, 0, bar); i < values.size();
+       i = internal::first_above(values, i + 1, bar)) {
+    out[kept++] = {values[i], static_cast<int32_t>(i)};
+    if (kept == pool) {
+      std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                       out.begin() + static_cast<std::ptrdiff_t>(kept), by_value<Candidate>);
+      kept = k;
+      bar = out[k - 1].prob;
+    }
+  }
+  const size_t top = std::min(k, kept);
+  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(top),
+                    out.begin() + static_cast<std::ptrdiff_t>(kept), by_value<Candidate>);
+  out.resize(top);
 }
 
 // Top-p alone first sorts this many of the candidates (Sampler::sample).
@@ -31,21 +86,21 @@ constexpr size_t kNucleusPrefix = 256;
 
 }  // namespace
 
+void softmax(std::span<float> logits, float temperature) { internal::softmax(logits, 1.0f / temperature); }
+
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), seed_(params.seed ? *params.seed : random_seed()), rng_(seed_) {}
 
 model::TokenId argmax(std::span<const float> logits) {
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<model::TokenId>(best);
+  // The largest value, then where it first is (a row of NaN: 0).
+  const float mx = internal::max_value(logits);
+  const size_t at = internal::first_above(logits, 0, std::nextafter(mx, -INFINITY));
+  return static_cast<model::TokenId>(at < logits.size() ? at : 0);
 }
 
 model::TokenId Sampler::sample(std::span<float> logits) {
   if (params_.temperature == 0.0f) return argmax(logits);
-  for (float& v : logits) v /= params_.temperature;
-  softmax_in_place(logits);
+  softmax(logits, params_.temperature);
   const float coin = rng_.next_f32();
   const int n = static_cast<int>(logits.size());
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
@@ -71,36 +126,38 @@ model::TokenId Sampler::sample(std::span<float> logits) {
     return n - 1;  // rounding
   }
 
-  candidates_.clear();
   // Tokens below this probability cannot be in the nucleus (run.c's pre-filter, which saves the sort).
   const float cutoff = use_top_p && !use_top_k ? (1.0f - params_.top_p) / static_cast<float>(n - 1) : 0.0f;
-  for (int i = 0; i < n; ++i) {
-    if (logits[static_cast<size_t>(i)] >= cutoff) candidates_.push_back({logits[static_cast<size_t>(i)], i});
-  }
-  auto by_prob = [](const Candidate& a, const Candidate& b) {
-    return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
-  };
-  // The candidates in order from the front: all of them, or (top-p alone) a prefix that holds the nucleus.
-  size_t sorted = candidates_.size();
-  if (use_top_k && static_cast<size_t>(params_.top_k) < candidates_.size()) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_prob);
-    candidates_.resize(static_cast<size_t>(params_.top_k));
+  // The candidates in order from the front: all of them, the top k, or (top-p alone) a prefix of them that
+  // holds the nucleus.
+  size_t sorted = 0;
+  if (use_top_k) {
+    select_top(logits, static_cast<size_t>(params_.top_k), cutoff, candidates_);
     sorted = candidates_.size();
-  } else if (use_top_p && !use_top_k && candidates_.size() > 2 * kNucleusPrefix) {
-    // A model's nucleus is mostly a few dozen tokens of a vocabulary of up to 262144, whose whole sort took 3 ms:
-    // the first kNucleusPrefix in order (the order a whole sort gives them, ties by index) settle it when they
-    // hold top_p; otherwise the whole sort as before.
-    sorted = kNucleusPrefix;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(sorted), candidates_.end(),
-                      by_prob);
+  } else if (logits.size() > 2 * kNucleusPrefix) {
+    // A model's nucleus is mostly a few dozen tokens of a vocabulary of up to 262144: the first kNucleusPrefix
+    // in order (the order a whole sort gives them, ties by index) settle it when they hold top_p.
+    select_top(logits, kNucleusPrefix, cutoff, candidates_);
     float held = 0.0f;
-    for (size_t i = 0; i < sorted; ++i) held += candidates_[i].prob;
-    if (!(held > params_.top_p)) {
-      std::sort(candidates_.begin(), candidates_.end(), by_prob);
-      sorted = candidates_.size();
+    for (const Candidate& c : candidates_) held += c.prob;
+    sorted = held > params_.top_p ? candidates_.size() : 0;
+  }
+  if (sorted == 0) {  // every candidate, in order
+    // Every token is written and the count advanced only for those kept: no branch to mispredict on a noisy tail.
+    candidates_.resize(logits.size());
+    size_t kept = 0;
+    for (int i = 0; i < n; ++i) {
+      const float p = logits[static_cast<size_t>(i)];
+      candidates_[kept] = {p, i};
+      kept += p >= cutoff ? 1 : 0;
     }
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_prob);
+    candidates_.resize(kept);
+    if (kept > 2 * kNucleusPrefix) {
+      sort_by_probability(candidates_, scratch_);
+    } else {
+      std::sort(candidates_.begin(), candidates_.end(), by_value<Candidate>);
+    }
+    sorted = candidates_.size();
   }
   float mass = 0.0f;
   for (const Candidate& c : candidates_) mass += c.prob;
@@ -126,23 +183,27 @@ model::TokenId Sampler::sample(std::span<float> logits) {
 }
 
 TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top) {
-  float mx = logits[0];
-  for (float v : logits) mx = v > mx ? v : mx;
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
-  const float log_z = mx + static_cast<float>(std::log(sum));
+  // log Z = mx + log sum e^(x - mx), the sum in double.
+  const float mx = internal::max_value(logits);
+  const float log_z = mx + static_cast<float>(std::log(internal::sum_exp(logits, mx)));
   TokenLogprobs out;
   out.token = token;
   out.logprob = logits[static_cast<size_t>(token)] - log_z;
   if (top > 0) {
-    std::vector<int32_t> idx(logits.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
-    const size_t k = std::min(idx.size(), static_cast<size_t>(top));
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i) out.top.emplace_back(idx[i], logits[static_cast<size_t>(idx[i])] - log_z);
+    struct Scored {
+      float prob;  // the logit
+      int32_t index;
+    };
+    const size_t k = std::min(logits.size(), static_cast<size_t>(top));
+    std::vector<Scored> best;
+    select_top(logits, k, -std::numeric_limits<float>::max(), best);
+    if (best.size() < k) {  // fewer than k finite logits: every one, -inf included, in order
+      best.resize(logits.size());
+      for (size_t i = 0; i < logits.size(); ++i) best[i] = {logits[i], static_cast<int32_t>(i)};
+      std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(k), best.end(), by_value<Scored>);
+      best.resize(k);
+    }
+    for (const Scored& b : best) out.top.emplace_back(b.index, b.prob - log_z);
   }
   return out;
 }

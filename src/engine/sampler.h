@@ -37,6 +37,9 @@ struct TokenLogprobs {
 // log_softmax(logits)[token] and the `top` largest entries.
 TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top);
 
+// softmax(logits / temperature) in place (temperature > 0): the probabilities Sampler::sample draws from.
+void softmax(std::span<float> logits, float temperature);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
@@ -57,7 +60,7 @@ class Sampler {
     float prob;
     int32_t index;
   };
-  std::vector<Candidate> candidates_;
+  std::vector<Candidate> candidates_, scratch_;
 };
 
 // Index of the first maximum.

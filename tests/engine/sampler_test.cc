@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/internal/sampling_kernels.h"
+
 namespace tessera::engine {
 namespace {
 
@@ -75,63 +77,150 @@ TEST(Sampler, TopPAndTopKCutTheTail) {
   }
 }
 
-// run.c's sample_topp written out plainly: probabilities softmax(logits / T), candidates at or above
-// (1 - top_p) / (n - 1), all of them sorted by probability (ties: lower index), the shortest prefix whose mass
-// exceeds top_p, and a draw of coin * that mass along it.
-int nucleus_draw(std::vector<float> l, float temperature, float top_p, float coin) {
-  for (float& v : l) v /= temperature;
-  float mx = l[0];
-  for (float v : l) mx = v > mx ? v : mx;
-  float sum = 0.0f;
-  for (float& v : l) {
-    v = std::exp(v - mx);
-    sum += v;
-  }
-  for (float& v : l) v /= sum;
-  const float cutoff = (1.0f - top_p) / static_cast<float>(l.size() - 1);
-  std::vector<std::pair<float, int>> c;
+// run.c's sample_topp written out plainly, with top-k beside it: candidates at or above (1 - top_p) / (n - 1)
+// (top-p alone), all of them sorted by probability (ties: lower index), the first top_k of them, the shortest
+// prefix whose mass exceeds the target (top_p; after a top-k cut top_p of what remains), and a draw of
+// coin * that prefix's mass along it. The probabilities are the sampler's own softmax (checked against a double
+// one below): over a flat 262144-token row the drawn index moves with the last bit of the probabilities' sum.
+struct Nucleus {
+  std::vector<std::pair<float, int>> sorted;  // probability, token
+  size_t last = 0;                            // the nucleus is sorted[0 .. last]
+  float cumulative = 0.0f;                    // its mass
+};
+
+Nucleus reference_nucleus(std::vector<float> l, float temperature, float top_p, int top_k) {
+  softmax(l, temperature);
+  const bool use_k = top_k > 0 && static_cast<size_t>(top_k) < l.size();
+  const float cutoff = top_p < 1.0f && !use_k ? (1.0f - top_p) / static_cast<float>(l.size() - 1) : 0.0f;
+  Nucleus n;
+  auto& c = n.sorted;
   for (size_t i = 0; i < l.size(); ++i)
     if (l[i] >= cutoff) c.emplace_back(l[i], static_cast<int>(i));
   std::sort(c.begin(), c.end(),
             [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-  float cumulative = 0.0f;
-  size_t last = c.size() - 1;
+  if (use_k) c.resize(static_cast<size_t>(top_k));
+  float mass = 0.0f;
+  for (auto& x : c) mass += x.first;
+  const float target = top_p >= 1.0f ? mass : (use_k ? top_p * mass : top_p);
+  n.last = c.size() - 1;
   for (size_t i = 0; i < c.size(); ++i) {
-    cumulative += c[i].first;
-    if (cumulative > top_p) {
-      last = i;
+    n.cumulative += c[i].first;
+    if (n.cumulative > target) {
+      n.last = i;
       break;
     }
   }
+  return n;
+}
+
+int reference_draw(const Nucleus& n, float coin) {
   float cdf = 0.0f;
-  for (size_t i = 0; i <= last; ++i) {
-    cdf += c[i].first;
-    if (coin * cumulative < cdf) return c[i].second;
+  for (size_t i = 0; i <= n.last; ++i) {
+    cdf += n.sorted[i].first;
+    if (coin * n.cumulative < cdf) return n.sorted[i].second;
   }
-  return c[last].second;
+  return n.sorted[n.last].second;
+}
+
+// Gemma's vocabulary, three shapes: model-like (40 likely tokens; of the tail, tens of thousands still pass run.c's
+// cutoff), flat (the nucleus is most of the vocabulary) and coarse (logits on a grid of quarters: thousands of
+// tokens share each probability, so ties decide the order).
+enum class Row { kPeaked, kFlat, kCoarse };
+std::vector<float> row_of(Row shape, uint64_t seed) {
+  Rng gen(seed);
+  std::vector<float> logits(262144);
+  for (float& v : logits) v = (gen.next_f32() - 0.5f) * (shape == Row::kPeaked ? 4.0f : 2.0f);
+  if (shape == Row::kPeaked) {
+    for (int i = 0; i < 40; ++i) logits[static_cast<size_t>(i) * 6007] += 9.0f - 0.1f * static_cast<float>(i);
+  }
+  if (shape == Row::kCoarse) {
+    for (float& v : logits) v = std::round(v * 8.0f) / 4.0f;
+  }
+  return logits;
 }
 
 TEST(Sampler, TopPOverALargeVocabularyDrawsAsTheWholeSortDoes) {
-  // Gemma's vocabulary, two shapes: a model-like one (40 likely tokens; of the tail, tens of thousands still pass
-  // run.c's cutoff, but the nucleus settles within the sampler's first sorted prefix) and a flat one (the
-  // nucleus is most of the vocabulary: the whole sort).
-  for (bool peaked : {true, false}) {
-    Rng gen(peaked ? 5 : 6);
-    std::vector<float> logits(262144);
-    for (float& v : logits) v = (gen.next_f32() - 0.5f) * (peaked ? 4.0f : 2.0f);
-    if (peaked) {
-      for (int i = 0; i < 40; ++i) logits[static_cast<size_t>(i) * 6007] += 9.0f - 0.1f * static_cast<float>(i);
-    }
+  // The peaked row's nucleus settles within the sampler's first sorted prefix; the flat and coarse ones need
+  // every candidate in order (the radix sort, ties by index).
+  for (Row shape : {Row::kPeaked, Row::kFlat, Row::kCoarse}) {
+    const std::vector<float> logits = row_of(shape, 5 + static_cast<uint64_t>(shape));
     for (float top_p : {0.5f, 0.9f, 0.95f}) {
+      const Nucleus nucleus = reference_nucleus(logits, 0.8f, top_p, 0);
       for (uint64_t seed = 1; seed <= 12; ++seed) {
         Rng rng(seed);
-        const int want = nucleus_draw(logits, 0.8f, top_p, rng.next_f32());
+        const int want = reference_draw(nucleus, rng.next_f32());
         Sampler s({.temperature = 0.8f, .top_p = top_p, .seed = seed});
         std::vector<float> l = logits;
-        ASSERT_EQ(s.sample(l), want) << (peaked ? "peaked" : "flat") << " top_p " << top_p << " seed " << seed;
+        ASSERT_EQ(s.sample(l), want) << static_cast<int>(shape) << " top_p " << top_p << " seed " << seed;
       }
     }
   }
+}
+
+TEST(Sampler, TopKOverALargeVocabularyDrawsAsTheWholeSortDoes) {
+  // k from 1 to past the selection's first pool (4096), alone and with top-p; the coarse row puts thousands of
+  // tied tokens at the k-th place, where the lower indices must win.
+  for (Row shape : {Row::kPeaked, Row::kFlat, Row::kCoarse}) {
+    const std::vector<float> logits = row_of(shape, 9 + static_cast<uint64_t>(shape));
+    for (int top_k : {1, 40, 1000, 5000}) {
+      for (float top_p : {1.0f, 0.9f}) {
+        const Nucleus nucleus = reference_nucleus(logits, 0.8f, top_p, top_k);
+        for (uint64_t seed = 1; seed <= 6; ++seed) {
+          Rng rng(seed);
+          const int want = reference_draw(nucleus, rng.next_f32());
+          Sampler s({.temperature = 0.8f, .top_p = top_p, .top_k = top_k, .seed = seed});
+          std::vector<float> l = logits;
+          ASSERT_EQ(s.sample(l), want) << static_cast<int>(shape) << " top_k " << top_k << " top_p " << top_p
+                                       << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, ArgmaxIsTheFirstLargest) {
+  std::vector<float> l(1000, -1.0f);
+  l[998] = 3.0f;
+  l[517] = 3.0f;
+  l[3] = 2.5f;
+  EXPECT_EQ(argmax(l), 517);
+  l[999] = INFINITY;
+  EXPECT_EQ(argmax(l), 999);
+  std::vector<float> masked(37, -INFINITY);
+  masked[36] = -50.0f;
+  EXPECT_EQ(argmax(masked), 36);
+  masked[36] = -INFINITY;
+  EXPECT_EQ(argmax(masked), 0);  // nothing allowed: the first
+  std::vector<float> short_row = {0.5f, 1.5f, 1.5f};
+  EXPECT_EQ(argmax(short_row), 1);
+}
+
+TEST(Sampler, LogprobsAreTheLogSoftmaxAndItsLargest) {
+  Rng gen(17);
+  std::vector<float> logits(128256 + 5);
+  for (float& v : logits) v = (gen.next_f32() - 0.5f) * 20.0f;
+  for (size_t i = 0; i < 300; ++i) logits[i * 400] = 12.0f;  // ties at the top: lower indices first
+  logits[7] = -INFINITY;
+  double mx = -INFINITY, sum = 0.0;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double log_z = mx + std::log(sum);
+  const TokenLogprobs lp = compute_logprobs(logits, 1234, 20);
+  EXPECT_NEAR(lp.logprob, logits[1234] - log_z, 1e-6 + 2e-7 * std::abs(logits[1234] - log_z));  // f32 rounding
+  ASSERT_EQ(lp.top.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(lp.top[i].first, static_cast<int>(i * 400));
+    EXPECT_NEAR(lp.top[i].second, 12.0 - log_z, 1e-6 + 2e-7 * std::abs(12.0 - log_z));
+  }
+  // More alternatives asked for than there are finite logits: the -inf ones come last, in index order.
+  std::vector<float> few = {-INFINITY, 1.0f, -INFINITY, 2.0f};
+  const TokenLogprobs f = compute_logprobs(few, 3, 4);
+  ASSERT_EQ(f.top.size(), 4u);
+  EXPECT_EQ(f.top[0].first, 3);
+  EXPECT_EQ(f.top[1].first, 1);
+  EXPECT_EQ(f.top[2].first, 0);
+  EXPECT_EQ(f.top[3].first, 2);
+  EXPECT_TRUE(std::isinf(f.top[3].second));
 }
 
 TEST(Sampler, RejectsBadParameters) {

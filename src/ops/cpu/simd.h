@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/quant.h"
+#include "base/vec_exp.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -68,26 +69,8 @@ inline __m256 load8(const Bf16* p) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (relative error < 2e-8 there), and
-// 2^n built in the exponent field: anything below -87 (where 2^n would leave the normal range), -inf included,
-// gives 0; from 88.38 on (n = 128) +inf, +inf included (e^x itself leaves f32 at 88.72, and an unclamped n of
-// 129 or more would carry into the sign bit); NaN stays NaN.
-inline __m256 exp8(__m256 x) {
-  const __m256 dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  const __m256 huge = _mm256_cmp_ps(x, _mm256_set1_ps(88.7228f), _CMP_GT_OQ);
-  // NaN passes through both: max and min return their second operand when either is NaN.
-  x = _mm256_min_ps(_mm256_set1_ps(88.7228f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 y = _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-  return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), huge);
-}
+// e^x eight at a time: base/vec_exp.h (the sampler uses the same one).
+using ::tessera::vec::exp8;
 // tanh x, odd, for a = |x|: below 0.4 its Taylor series to a^15 (the next term is under 3e-10 of a there);
 // from 0.4 on 1 - 2 / (e^2a + 1), whose cancellation costs at most a factor 1.7 on exp8's error; from 10 on it
 // rounds to 1 in f32, so a is capped there (e^18 stays finite). The sign is x's; NaN stays NaN.
