@@ -159,6 +159,9 @@ model::TokenId Sampler::sample(std::span<float> logits) {
     }
     sorted = candidates_.size();
   }
+  // No candidate at all: a row of NaN (a broken model) or a one-token vocabulary, whose cutoff is 1 / 0. The
+  // first largest probability, as greedy would choose (0 for NaN everywhere).
+  if (sorted == 0) return argmax(logits);
   float mass = 0.0f;
   for (const Candidate& c : candidates_) mass += c.prob;
   // Without top-k this is run.c's rule (the nucleus target is top_p of the whole distribution); after a

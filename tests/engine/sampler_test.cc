@@ -223,6 +223,25 @@ TEST(Sampler, LogprobsAreTheLogSoftmaxAndItsLargest) {
   EXPECT_TRUE(std::isinf(f.top[3].second));
 }
 
+TEST(Sampler, RowsWithoutACandidateStillDrawAToken) {
+  // A one-token vocabulary (run.c's cutoff is (1 - top_p) / 0) and rows of NaN (a broken model's logits) under
+  // every cut: a token in range, never a read past the candidates.
+  for (SamplingParams p :
+       {SamplingParams{.temperature = 0.8f, .top_p = 0.9f}, SamplingParams{.temperature = 0.8f, .top_k = 40},
+        SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .top_k = 40, .min_p = 0.1f},
+        SamplingParams{.temperature = 0.8f}}) {
+    Sampler s(p);
+    std::vector<float> one = {3.0f};
+    EXPECT_EQ(s.sample(one), 0);
+    for (size_t n : {5u, 2000u}) {
+      std::vector<float> nan(n, NAN);
+      const int t = s.sample(nan);
+      EXPECT_GE(t, 0);
+      EXPECT_LT(t, static_cast<int>(n));
+    }
+  }
+}
+
 TEST(Sampler, RejectsBadParameters) {
   EXPECT_FALSE(validate(SamplingParams{.temperature = -1.0f}).ok());
   EXPECT_FALSE(validate(SamplingParams{.temperature = NAN}).ok());
