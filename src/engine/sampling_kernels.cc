@@ -3,6 +3,7 @@
 // thread: 1.4 ms a token for a softmax over a 262144-token vocabulary, per sampled sequence.
 #include "engine/internal/sampling_kernels.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -71,29 +72,31 @@ double sum_exp_generic(const float* x, size_t n, float mx) {
 }
 
 [[gnu::target("avx2,fma")]] void softmax_avx2(float* x, size_t n, float scale) {
-  const size_t body = n & ~size_t{7};
   const float mx = max_avx2(x, n);
-  size_t i = 0;
   const __m256 vm = _mm256_set1_ps(mx), vs = _mm256_set1_ps(scale);
   __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-  for (i = 0; i < body; i += 8) {
-    const __m256 e = vec::exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs));
-    _mm256_storeu_ps(x + i, e);
+  for (size_t i = 0; i < n; i += 8) {
+    const size_t lanes = std::min<size_t>(8, n - i);
+    alignas(32) float tail[8];  // the last 1-7 through the same exp8, the unused lanes at -inf (e^-inf = 0)
+    if (lanes < 8) {
+      for (size_t j = 0; j < 8; ++j) tail[j] = j < lanes ? x[i + j] : -INFINITY;
+    }
+    const __m256 v = lanes == 8 ? _mm256_loadu_ps(x + i) : _mm256_load_ps(tail);
+    const __m256 e = vec::exp8(_mm256_mul_ps(_mm256_sub_ps(v, vm), vs));
+    if (lanes == 8) {
+      _mm256_storeu_ps(x + i, e);
+    } else {
+      _mm256_store_ps(tail, e);
+      for (size_t j = 0; j < lanes; ++j) x[i + j] = tail[j];
+    }
     s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }
-  if (body < n) {  // the last 1-7: through the same exp8, the unused lanes at -inf (e^-inf = 0)
-    alignas(32) float tail[8];
-    for (size_t j = 0; j < 8; ++j) tail[j] = body + j < n ? (x[body + j] - mx) * scale : -INFINITY;
-    const __m256 e = vec::exp8(_mm256_load_ps(tail));
-    _mm256_store_ps(tail, e);
-    for (size_t j = 0; body + j < n; ++j) x[body + j] = tail[j];
-    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-  }
-  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / hsum4d(_mm256_add_pd(s0, s1))));
-  for (i = 0; i < body; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
-  for (i = body; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
+  const float inv = static_cast<float>(1.0 / hsum4d(_mm256_add_pd(s0, s1)));
+  const size_t body = n & ~size_t{7};
+  for (size_t i = 0; i < body; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(inv)));
+  for (size_t i = body; i < n; ++i) x[i] *= inv;
 }
 
 // The first i >= from with x[i] > bar, or n: eight compared at once.
