@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -421,13 +422,76 @@ void Engine::run_step() {
     a.pending_load = false;  // the ranges are in the cache now
     a.ranges.clear();
   }
+  sample_rows(sch, segments, logits);
+  finish_embeddings(sch);
+}
+
+// One sequence's draw from its row of the step's logits. Made on any of the device's host threads: it reads and
+// writes only its own sequence's state (logits processors, grammar matcher, sampler and its random stream, all
+// per sequence), so the tokens do not depend on which thread drew them.
+struct Engine::Draw {
+  Active* a = nullptr;
+  size_t row = 0;
+  bool fork = false;     // the first row of a request with n > 1: on_token, on the engine thread
+  TokenId token = 0;
+  bool refused = false;  // the grammar allows no token here
+  double grammar_seconds = 0;
+  std::vector<float> for_logprobs;  // the processed row, before the grammar's mask and the sampler
+  std::optional<TokenLogprobs> logprobs;
+};
+
+void Engine::sample_rows(const Schedule& sch, std::span<const Segment> segments, std::vector<float>& logits) {
+  draws_.resize(std::count_if(segments.begin(), segments.end(), [](const Segment& s) { return s.want_logits; }));
   size_t row = 0;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     if (!segments[i].want_logits) continue;
-    Active& a = *active_.at(static_cast<RequestId>(sch.chunks[i].seq->id));
-    on_token(a, logits, row++);
+    Draw& d = draws_[row];
+    d.a = active_.at(static_cast<RequestId>(sch.chunks[i].seq->id)).get();
+    d.row = row++;
+    d.fork = d.a->req.n > 1 && !d.a->forked;
   }
-  finish_embeddings(sch);
+  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  runner_.for_each_on_host(static_cast<int64_t>(draws_.size()), [&](int64_t i) {
+    Draw& d = draws_[static_cast<size_t>(i)];
+    if (!d.fork) draw(d, std::span<float>(logits.data() + d.row * vocab, vocab));
+  });
+  // Taken in row order, as if drawn one after another: a draw reads nothing another row's acceptance changes.
+  for (Draw& d : draws_) {
+    Active& a = *d.a;
+    if (d.fork) {
+      on_token(a, logits, d.row);
+      continue;
+    }
+    if (a.matcher) {
+      counters_.grammar_seconds += d.grammar_seconds;
+      counters_.grammar_tokens++;
+    }
+    if (d.refused) {
+      finish(a, FinishReason::kError, internal_error("the request's grammar allows no token here"));
+      continue;
+    }
+    accept_token(a, d.token, nullptr, d.logprobs ? &*d.logprobs : nullptr);
+  }
+}
+
+void Engine::draw(Draw& d, std::span<float> l) {
+  Active& a = *d.a;
+  d.refused = false;
+  d.grammar_seconds = 0;
+  d.logprobs.reset();
+  a.procs.apply(l, a.counts, a.seq.generated());
+  if (a.req.logprobs >= 0) d.for_logprobs.assign(l.begin(), l.end());
+  if (a.matcher) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool any = apply_grammar_mask(*a.matcher, a.mask_words, l);
+    d.grammar_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!any) {
+      d.refused = true;
+      return;
+    }
+  }
+  d.token = a.sampler.sample(l);
+  if (a.req.logprobs >= 0) d.logprobs = compute_logprobs(d.for_logprobs, d.token, a.req.logprobs);
 }
 
 Status Engine::check_embedding(const GenerationRequest& r) const {

@@ -208,6 +208,11 @@ class Engine {
   void finish(Active& a, FinishReason reason, Status error = ok_status());
   void publish_stats();                                              // copies the engine thread's counters into stats_
   void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
+  // The step's rows: every sequence's draw made on the device's host threads (Draw, draw()), then taken in row
+  // order here (accept_token); a request's first row with n > 1 goes through on_token (it makes the choices).
+  struct Draw;
+  void sample_rows(const Schedule& sch, std::span<const Segment> segments, std::vector<float>& logits);
+  void draw(Draw& d, std::span<float> row);
   // Appends a token chosen by `on_token` or brought by a connector and reports it.
   // `given`: the token's logprobs computed elsewhere (a prefill node drew it), used when there are no logits here.
   void accept_token(Active& a, TokenId tok, std::vector<float>* logprob_logits, const TokenLogprobs* given = nullptr);
@@ -272,6 +277,7 @@ class Engine {
   std::unordered_map<RequestId, std::vector<BlockId>> held_;  // blocks a connector keeps after their request ended
   EngineStats counters_;
   std::vector<float> step_logits_;  // the step's logits, kept so that a step does not allocate them
+  std::vector<Draw> draws_;         // the step's draws, kept for their buffers' capacity
   std::unique_ptr<grammar::Compiler> grammars_;
 };
 

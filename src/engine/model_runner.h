@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "base/status.h"
@@ -133,6 +134,13 @@ class ModelRunner {
   using LayerHook = std::function<Status(int layer)>;
   Status step(std::span<const Segment> segments, std::vector<float>& logits, const LayerHook& after_layer = nullptr,
               const LayerHook& before_layer = nullptr);
+  // Calls fn(i) for every i in [0, n) on the host threads the device computes with (ops::Stream::for_each_on_host:
+  // the cpu backend's operator threads, idle between steps), returning when all are done; between steps only.
+  template <typename F>
+  void for_each_on_host(int64_t n, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    stream_->for_each_on_host(n, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &fn);
+  }
 
   // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two
   // row-major arrays [count][kv_dim] of `dtype` (f32 or f16), converting from the cache's type. Writes into the

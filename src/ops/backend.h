@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -117,6 +118,14 @@ class Stream {
   virtual Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
   virtual Status read(Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
   virtual Status synchronize() = 0;
+  // Host work between operators (the engine draws a step's tokens with it, one item per sequence): calls
+  // fn(ctx, i) once for every i in [0, n) and returns when all are done. The cpu backend spreads the items over
+  // its operator threads (idle between operators), one item per claim; the default runs them in order on the
+  // calling thread. fn must not throw or use this stream; items must not depend on which thread runs them.
+  using HostItemFn = void (*)(void* ctx, int64_t item);
+  virtual void for_each_on_host(int64_t n, HostItemFn fn, void* ctx) {
+    for (int64_t i = 0; i < n; ++i) fn(ctx, i);
+  }
   // Copies each run between `buffer` and `staging`: exactly one device copy per run (opencl: one
   // clEnqueueRead/WriteBuffer; cuda: one cudaMemcpyAsync on this stream; ref, cpu: one memcpy). Every run is
   // bounds-checked on both sides first (OutOfRange, nothing copied). Complete when it returns. The default

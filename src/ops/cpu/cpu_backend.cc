@@ -238,6 +238,10 @@ class CpuStream final : public Stream {
         return dispatch<Isa::kGeneric>(op, ctx_);
     }
   }
+  void for_each_on_host(int64_t n, HostItemFn fn, void* ctx) override {
+    if (n == 1) return fn(ctx, 0);  // nothing to share: no hand-off
+    pool_.run(n, fn, ctx);          // one item a chunk: items (a sequence's draw) differ in cost, so claim them singly
+  }
   Status write(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     TS_RETURN_IF_ERROR(check_host_range(dst, offset, bytes, "write"));
     TS_RETURN_IF_ERROR(check_not_repacked(dst, "write"));
