@@ -102,6 +102,8 @@ model::TokenId Sampler::sample(std::span<float> logits) {
   if (params_.temperature == 0.0f) return argmax(logits);
   softmax(logits, params_.temperature);
   const float coin = rng_.next_f32();
+  // This thread's buffers (sampler.h): warm in its cache from the row it drew before, whichever sequence that was.
+  thread_local std::vector<Candidate> candidates, scratch;
   const int n = static_cast<int>(logits.size());
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
   const bool use_top_p = params_.top_p < 1.0f;
@@ -132,45 +134,45 @@ model::TokenId Sampler::sample(std::span<float> logits) {
   // holds the nucleus.
   size_t sorted = 0;
   if (use_top_k) {
-    select_top(logits, static_cast<size_t>(params_.top_k), cutoff, candidates_);
-    sorted = candidates_.size();
+    select_top(logits, static_cast<size_t>(params_.top_k), cutoff, candidates);
+    sorted = candidates.size();
   } else if (logits.size() > 2 * kNucleusPrefix) {
     // A model's nucleus is mostly a few dozen tokens of a vocabulary of up to 262144: the first kNucleusPrefix
     // in order (the order a whole sort gives them, ties by index) settle it when they hold top_p.
-    select_top(logits, kNucleusPrefix, cutoff, candidates_);
+    select_top(logits, kNucleusPrefix, cutoff, candidates);
     float held = 0.0f;
-    for (const Candidate& c : candidates_) held += c.prob;
-    sorted = held > params_.top_p ? candidates_.size() : 0;
+    for (const Candidate& c : candidates) held += c.prob;
+    sorted = held > params_.top_p ? candidates.size() : 0;
   }
   if (sorted == 0) {  // every candidate, in order
     // Every token is written and the count advanced only for those kept: no branch to mispredict on a noisy tail.
-    candidates_.resize(logits.size());
+    candidates.resize(logits.size());
     size_t kept = 0;
     for (int i = 0; i < n; ++i) {
       const float p = logits[static_cast<size_t>(i)];
-      candidates_[kept] = {p, i};
+      candidates[kept] = {p, i};
       kept += p >= cutoff ? 1 : 0;
     }
-    candidates_.resize(kept);
+    candidates.resize(kept);
     if (kept > 2 * kNucleusPrefix) {
-      sort_by_probability(candidates_, scratch_);
+      sort_by_probability(candidates, scratch);
     } else {
-      std::sort(candidates_.begin(), candidates_.end(), by_value<Candidate>);
+      std::sort(candidates.begin(), candidates.end(), by_value<Candidate>);
     }
-    sorted = candidates_.size();
+    sorted = candidates.size();
   }
   // No candidate at all: a row of NaN (a broken model) or a one-token vocabulary, whose cutoff is 1 / 0. The
   // first largest probability, as greedy would choose (0 for NaN everywhere).
   if (sorted == 0) return argmax(logits);
   float mass = 0.0f;
-  for (const Candidate& c : candidates_) mass += c.prob;
+  for (const Candidate& c : candidates) mass += c.prob;
   // Without top-k this is run.c's rule (the nucleus target is top_p of the whole distribution); after a
   // top-k cut the target is top_p of the mass that remains.
   const float target = !use_top_p ? mass : (use_top_k ? params_.top_p * mass : params_.top_p);
   float cumulative = 0.0f;
   size_t last = sorted - 1;
   for (size_t i = 0; i < sorted; ++i) {
-    cumulative += candidates_[i].prob;
+    cumulative += candidates[i].prob;
     if (cumulative > target) {
       last = i;
       break;
@@ -179,10 +181,10 @@ model::TokenId Sampler::sample(std::span<float> logits) {
   const float r = coin * cumulative;
   float cdf = 0.0f;
   for (size_t i = 0; i <= last; ++i) {
-    cdf += candidates_[i].prob;
-    if (r < cdf) return candidates_[i].index;
+    cdf += candidates[i].prob;
+    if (r < cdf) return candidates[i].index;
   }
-  return candidates_[last].index;
+  return candidates[last].index;
 }
 
 TokenLogprobs compute_logprobs(std::span<const float> logits, model::TokenId token, int top) {
