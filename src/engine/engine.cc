@@ -432,7 +432,7 @@ void Engine::run_step() {
 struct Engine::Draw {
   Active* a = nullptr;
   size_t row = 0;
-  bool fork = false;     // the first row of a request with n > 1: on_token, on the engine thread
+  bool fork = false;  // the first row of a request with n > 1: on_token, on the engine thread
   TokenId token = 0;
   bool refused = false;  // the grammar allows no token here
   double grammar_seconds = 0;

@@ -139,7 +139,8 @@ class ModelRunner {
   template <typename F>
   void for_each_on_host(int64_t n, F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    stream_->for_each_on_host(n, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &fn);
+    stream_->for_each_on_host(
+        n, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &fn);
   }
 
   // Copies the K and V of positions [first, first + count) of `layer` out of the paged cache into two

@@ -120,12 +120,11 @@ class ParallelDraws : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
+const char* kSchema = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+    "pet": {"enum": ["cat", "dog", "fish"]}}, "required": ["name", "pet"], "additionalProperties": false})";
+
 TEST_F(ParallelDraws, EachSequenceDrawsInABatchWhatItDrawsAlone) {
-  auto g = engine_->grammars().compile(
-      {grammar::SpecKind::kJsonSchema,
-       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-           "pet": {"enum": ["cat", "dog", "fish"]}}, "required": ["name", "pet"], "additionalProperties": false})",
-       ""});
+  auto g = engine_->grammars().compile({grammar::SpecKind::kJsonSchema, kSchema, ""});
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   std::vector<GenerationRequest> rs;
   for (int i = 0; i < 24; ++i) {
