@@ -121,6 +121,7 @@ Result<json> EtcdClient::call(const std::string& path, const json& body) {
   const size_t n = endpoints_.size();
   const size_t start = preferred_.load();
   Status last;
+  std::string answers;  // every member's, in the order asked: a caller tells an election from an absent cluster
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
     auto r = call_one(i, path, body, timeouts_.attempt_ms);
@@ -132,9 +133,10 @@ Result<json> EtcdClient::call(const std::string& path, const json& body) {
       return r;
     }
     last = r.status();
+    answers += (answers.empty() ? "" : "; ") + last.message();
   }
   if (n == 1) return last;
-  return unavailable(fmt::format("none of the {} etcd endpoints answered {}; last: {}", n, path, last.message()));
+  return unavailable(fmt::format("none of the {} etcd endpoints answered {}: {}", n, path, answers));
 }
 
 Status EtcdClient::probe(size_t i) {

@@ -16,9 +16,25 @@ using nlohmann::json;
 constexpr size_t kMaxNodeFieldBytes = 1024;
 constexpr double kMaxNodeCapacity = 1e9;
 constexpr size_t kMaxNodeModels = 64;
-// How long a registration waits out an etcd election at start (every member answering "no leader"). etcd's
-// default election timeout is 1 s; a member's isolation or death costs a few of them.
+// How long a registration waits out an etcd election at start. etcd's default election timeout is 1 s; a
+// member's isolation or death costs a few of them.
 constexpr std::chrono::seconds kElectionWait{10};
+
+namespace {
+
+// What etcd members answer while their cluster elects a leader: "no leader" (a member without one), "leader
+// changed" (a proposal dropped by the change), "request timed out" (one that waited on a leader that had gone),
+// or no answer in time (a member still forwarding to that leader). Not a control plane that is not there
+// (connection refused, an unknown host): that fails a start at once.
+bool electing(const Status& s) {
+  if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kDeadlineExceeded) return false;
+  for (const char* sign : {"no leader", "leader changed", "timed out"}) {
+    if (s.message().find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::string NodeInfo::to_json() const {
   json j = {{"id", id},           {"role", role},         {"backend", backend},
@@ -63,8 +79,7 @@ Result<std::unique_ptr<Registration>> Registration::create(Store& store, std::st
   // isolating a member) waits for the election instead of failing to start; any other error fails at once.
   const auto deadline = std::chrono::steady_clock::now() + kElectionWait;
   Status s = r->register_now();
-  while (!s.ok() && s.code() == StatusCode::kUnavailable && s.message().find("no leader") != std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (!s.ok() && electing(s) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     s = r->register_now();
   }

@@ -259,6 +259,9 @@ TEST(EtcdEndpoints, BadListsAreClearErrors) {
   auto r = (*s)->range("/x");
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("none of the 2 etcd endpoints"), std::string::npos) << r.status().message();
+  // Each member's own answer, in the order asked (an election is told from an absent cluster by all of them).
+  EXPECT_NE(r.status().message().find("http://127.0.0.1:1:"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("http://127.0.0.1:2:"), std::string::npos) << r.status().message();
 }
 
 }  // namespace
