@@ -205,11 +205,15 @@ TEST_P(KubernetesTest, PortsProbesFlagsAndVariablesAgreeWithTheProcesses) {
           EXPECT_TRUE(env.count(m[1]) || config_keys.count(m[1])) << where << ": $(" << m[1] << ") is not defined";
           break;
         }
-        if (tessera && args[i] == "--port") EXPECT_EQ(ports["http"], std::stoi(args[i + 1])) << where;
-        if (!tessera && args[i] == "--listen-client-urls")
+        if (tessera && args[i] == "--port") {
+          EXPECT_EQ(ports["http"], std::stoi(args[i + 1])) << where;
+        }
+        if (!tessera && args[i] == "--listen-client-urls") {
           EXPECT_NE(args[i + 1].find(fmt::format(":{}", ports["client"])), std::string::npos);
-        if (!tessera && args[i] == "--listen-peer-urls")
+        }
+        if (!tessera && args[i] == "--listen-peer-urls") {
           EXPECT_NE(args[i + 1].find(fmt::format(":{}", ports["peer"])), std::string::npos);
+        }
       }
       if (!tessera) continue;
       // Every flag is one the subcommand (or, after --, `tessera serve`) knows.
@@ -219,8 +223,9 @@ TEST_P(KubernetesTest, PortsProbesFlagsAndVariablesAgreeWithTheProcesses) {
           sub = "serve";
           continue;
         }
-        if (args[i].rfind("--", 0) == 0)
+        if (args[i].rfind("--", 0) == 0) {
           EXPECT_TRUE(flags_of(sub).count(args[i])) << where << ": " << sub << " has no " << args[i];
+        }
       }
       // The credential is mounted where --cluster-token-file points, from the generated Secret.
       auto it = std::find(args.begin(), args.end(), "--cluster-token-file");
