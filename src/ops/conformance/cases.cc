@@ -163,7 +163,7 @@ void add_attention(std::vector<Case>& cases) {
       for (AttentionScores opt : {AttentionScores{0.0625f, 0.0f, 0}, AttentionScores{0.0625f, 5.0f, 0},
                                   AttentionScores{0.0f, 0.0f, 7}, AttentionScores{0.0625f, 5.0f, 40}}) {
         const std::string what = fmt::format("scale={} softcap={} window={}", opt.scale, opt.softcap, opt.window);
-        for (int64_t ctx : {3, 100}) {
+        for (int64_t ctx : {3, 100, 600}) {  // 600: past a key block (the long-context kernels)
           const int64_t b = 3, max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens, pool = b * max_blocks;
           cases.push_back(
               {"attention_decode", cache, fmt::format("b={} ctx<={} heads=4/2 head_dim={} {}", b, ctx, hd, what),
@@ -243,7 +243,7 @@ void add_attention(std::vector<Case>& cases) {
       const HeadConfig h{8, 2};
       for (int32_t window : {0, 7}) {
         const std::string what = fmt::format("sinks window={}", window);
-        for (int64_t ctx : {3, 100}) {
+        for (int64_t ctx : {3, 100, 600}) {
           const int64_t b = 3, max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens, pool = b * max_blocks;
           cases.push_back(
               {"attention_decode", cache, fmt::format("b={} ctx<={} heads=8/2 head_dim={} {}", b, ctx, hd, what),

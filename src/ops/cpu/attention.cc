@@ -361,6 +361,183 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   }
 }
 
+#if defined(__AVX512F__)
+// The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
+// head take each key and value row together, up to kSharedHeads at a time, so a row is loaded and widened from f16
+// once per such chunk of heads instead of once per head, and multiplied in 512-bit vectors. attend_range widened
+// each row once per query head (from memory for the first, from L2 for the rest), and those conversions, not the
+// memory, held decode attention: `tessera bench step` of llama3.1-8b's attention (32 heads on 8 kv heads, f16
+// cache) at 4 layers with a narrow feed-forward, 2 threads on Zen 5, went from 24.7 to 17.8 ms a step at context
+// 16384 and from 7.5 to 6.5 at 4096 (docs/benchmarks.md, "Decode attention: a row widened once for its query
+// heads"). It still reads the cache at about 18 GB/s there, well under what the weights stream at: a kv head's
+// rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for every kv head at once, front to
+// back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for 32 heads, partial
+// sums, queries and outputs, is about 64 KiB, more than L1.)
+constexpr int kSharedHeads = 4;
+
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
+// 15 adds and 30 shuffles instead of 16 horizontal sums.
+inline __m512 reduce16(const __m512* a) {
+  // Masked forms throughout: GCC 12 warns on the unmasked unpack and shuffle intrinsics (see widen16).
+  constexpr __mmask16 kAll = 0xffff;
+  constexpr __mmask8 kAllD = 0xff;
+  __m512 s[8], u[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: a[2i] at 0 and 2, a[2i + 1] at 1 and 3
+    s[i] = _mm512_add_ps(_mm512_maskz_unpacklo_ps(kAll, a[2 * i], a[2 * i + 1]),
+                         _mm512_maskz_unpackhi_ps(kAll, a[2 * i], a[2 * i + 1]));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of a[4i .. 4i + 3]
+    const __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_maskz_unpacklo_pd(kAllD, x, y)),
+                         _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAllD, x, y)));
+  }
+  // Across the four 128-bit lanes: w0 = (u0 lanes 0+1, 2+3, u1 lanes 0+1, 2+3), w1 the same of u2, u3.
+  auto fold = [&](__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, x, y, 0x88), _mm512_maskz_shuffle_f32x4(kAll, x, y, 0xdd));
+  };
+  return fold(fold(u[0], u[1]), fold(u[2], u[3]));
+}
+
+// The scores of gc (<= kSharedHeads) query heads qs[0..gc) against the n keys at offsets o[0, n), into
+// sc[g * kKeyBlock + t]: sixteen keys at a time, each key row widened once into registers and multiplied against
+// every head's query (read from L1), each (head, key) product vector reduced with its fifteen neighbours.
+template <typename T, int NZ>
+inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const float* const* qs,
+                              int gc, const AttentionScores& opt, bool prefetch, float* sc) {
+  // As key_scores: times opt.scale where the model gives one, else divided by sqrt(head_dim).
+  const bool scaled = opt.scale > 0.0f;
+  const __m512 sv = _mm512_set1_ps(scaled ? opt.scale : std::sqrt(static_cast<float>(16 * NZ)));
+  for (int32_t t = 0; t < n; t += 16) {
+    const int m = std::min<int32_t>(16, n - t);
+    if (prefetch && t + 16 + kPrefetchKeys <= limit) {
+      for (int r = 0; r < 16; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], 16 * NZ * sizeof(T));
+    }
+    __m512 part[kSharedHeads][16];
+    for (int r = 0; r < 16; ++r) {
+      if (r >= m) {
+#pragma GCC unroll 4
+        for (int g = 0; g < kSharedHeads; ++g) part[g][r] = _mm512_setzero_ps();
+        continue;
+      }
+      const T* k = kbase + o[t + r];
+      __m512 kz[NZ];
+#pragma GCC unroll 8
+      for (int j = 0; j < NZ; ++j) kz[j] = widen16(k + 16 * j);
+#pragma GCC unroll 4
+      for (int g = 0; g < kSharedHeads; ++g) {
+        if (g >= gc) break;
+        __m512 acc = _mm512_mul_ps(kz[0], _mm512_loadu_ps(qs[g]));
+#pragma GCC unroll 8
+        for (int j = 1; j < NZ; ++j) acc = _mm512_fmadd_ps(kz[j], _mm512_loadu_ps(qs[g] + 16 * j), acc);
+        part[g][r] = acc;
+      }
+    }
+    for (int g = 0; g < gc; ++g) {
+      const __m512 d = reduce16(part[g]);
+      _mm512_storeu_ps(sc + g * kKeyBlock + t, scaled ? _mm512_mul_ps(d, sv) : _mm512_maskz_div_ps(0xffff, d, sv));
+    }
+  }
+}
+
+// acc[g] (head_dim floats each, g < gc) += sum_t p[g * kKeyBlock + t] v_t over the n values at offsets o[0, n):
+// 64 columns at a time, each value row's slice widened once for every head, the gc x 4 accumulators in registers.
+template <typename T, int NZ>
+inline void shared_value_sums(const T* vbase, const int64_t* o, int32_t n, int32_t limit, const float* p, int gc,
+                              bool prefetch, float* const* acc) {
+  for (int c0 = 0; c0 < NZ; c0 += 4) {
+    __m512 a[kSharedHeads][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < kSharedHeads; ++g) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) a[g][j] = g < gc ? _mm512_loadu_ps(acc[g] + 16 * (c0 + j)) : _mm512_setzero_ps();
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      if (prefetch && c0 == 0 && t + kPrefetchKeys < limit) {
+        prefetch_row(vbase + o[t + kPrefetchKeys], 16 * NZ * sizeof(T));
+      }
+      const T* v = vbase + o[t] + 16 * c0;
+      __m512 vz[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) vz[j] = widen16(v + 16 * j);
+#pragma GCC unroll 4
+      for (int g = 0; g < kSharedHeads; ++g) {
+        if (g >= gc) break;
+        const __m512 pv = _mm512_set1_ps(p[g * kKeyBlock + t]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) a[g][j] = _mm512_fmadd_ps(pv, vz[j], a[g][j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < kSharedHeads; ++g) {
+      if (g >= gc) break;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc[g] + 16 * (c0 + j), a[g][j]);
+    }
+  }
+}
+
+// attend_range's contract (the partial softmax state of positions [r0, r1) for the G query heads qs of kv head
+// kvh), the heads taken kSharedHeads at a time through the two kernels above.
+template <typename T, int NZ>
+void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                         int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 16 * NZ;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  alignas(64) float sc[kSharedHeads * kKeyBlock];
+  for (int g = 0; g < G; ++g) {
+    parts[g].m = -INFINITY;
+    parts[g].l = 0.0f;
+    std::memset(parts[g].acc, 0, static_cast<size_t>(hd) * sizeof(float));
+  }
+  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
+    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 15) / 16 * 16;
+    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
+    row_offsets(c, table, b0, ahead, kvh, off);
+    const int64_t* o = off.data();
+    for (int g0 = 0; g0 < G; g0 += kSharedHeads) {
+      const int gc = std::min(kSharedHeads, G - g0);
+      shared_key_scores<T, NZ>(kbase, o, n, ahead, qs + g0, gc, opt, g0 == 0, sc);
+      float* acc[kSharedHeads];
+      for (int g = 0; g < gc; ++g) {
+        Partial& part = parts[g0 + g];
+        float* s = sc + g * kKeyBlock;
+        if (opt.softcap > 0.0f) {
+          for (int32_t t = 0; t < n; ++t) s[t] = opt.softcap * std::tanh(s[t] / opt.softcap);
+        }
+        for (int32_t t = n; t < padded; ++t) s[t] = -INFINITY;
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(s + t));
+        const float m_new = std::max(hmax8(mx), part.m);
+        const __m256 mv = _mm256_set1_ps(m_new);
+        __m256 sum = _mm256_setzero_ps();
+        for (int32_t t = 0; t < padded; t += 8) {
+          const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(s + t), mv));
+          _mm256_store_ps(s + t, e);
+          sum = _mm256_add_ps(sum, e);
+        }
+        const float alpha = std::exp(part.m - m_new);  // 0 for the first block
+        part.l = part.l * alpha + hsum(sum);
+        part.m = m_new;
+        acc[g] = part.acc;
+        const __m512 av = _mm512_set1_ps(alpha);
+        for (int64_t j = 0; j < hd; j += 16)
+          _mm512_storeu_ps(acc[g] + j, _mm512_mul_ps(av, _mm512_loadu_ps(acc[g] + j)));
+      }
+      shared_value_sums<T, NZ>(vbase, o, n, ahead, sc, gc, g0 == 0, acc);
+    }
+  }
+}
+#endif
+
 // out = the softmax-weighted sum over the partial states parts[0..n) of one query head (ranges of its context)
 // and its sink logit.
 template <int NV>
@@ -434,7 +611,15 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
     }
     const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
     const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+#if defined(__AVX512F__)
+    if (group > 1) {
+      attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+    } else {
+      attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, opt);
+    }
+#else
     attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+#endif
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
       if (splits == 1) {
