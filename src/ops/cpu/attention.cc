@@ -307,6 +307,35 @@ void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* 
 struct Partial {
   float* acc;  // head_dim floats
   float m, l;
+
+  void reset(int64_t hd) {
+    m = -INFINITY;
+    l = 0.0f;
+    std::memset(acc, 0, static_cast<size_t>(hd) * sizeof(float));
+  }
+  // One key block's step of the online softmax over its scores s[0, n) (s padded with -inf to `padded`, a multiple
+  // of 8): soft-capped where the model caps, replaced by e^(s - m) with m the new running max, their sum added to
+  // l. Returns the factor the running output acc is to be scaled by first (0 for the first block).
+  float softmax_step(float* s, int32_t n, int32_t padded, const AttentionScores& opt) {
+    if (opt.softcap > 0.0f) {
+      for (int32_t t = 0; t < n; ++t) s[t] = opt.softcap * std::tanh(s[t] / opt.softcap);
+    }
+    for (int32_t t = n; t < padded; ++t) s[t] = -INFINITY;
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
+    const float m_new = std::max(hmax8(mx), m);
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int32_t t = 0; t < padded; t += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv));
+      _mm256_storeu_ps(s + t, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    const float alpha = std::exp(m - m_new);
+    l = l * alpha + hsum(sum);
+    m = m_new;
+    return alpha;
+  }
 };
 
 template <typename T, int NV>
@@ -317,11 +346,7 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   alignas(32) float sc[kKeyBlock];
-  for (int g = 0; g < G; ++g) {
-    parts[g].m = -INFINITY;
-    parts[g].l = 0.0f;
-    std::memset(parts[g].acc, 0, static_cast<size_t>(hd) * sizeof(float));
-  }
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
   for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
     const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 7) / 8 * 8;
     // Offsets of this block and, for prefetching, of the next one's first kPrefetchKeys rows.
@@ -334,23 +359,7 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 #pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
       key_scores<T, NV>(kbase, o, n, ahead, qv, opt, g == 0, sc);
-      if (opt.softcap > 0.0f) {
-        for (int32_t t = 0; t < n; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
-      }
-      for (int32_t t = n; t < padded; ++t) sc[t] = -INFINITY;
-      __m256 mx = _mm256_set1_ps(-INFINITY);
-      for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sc + t));
-      const float m_new = std::max(hmax8(mx), parts[g].m);
-      const __m256 mv = _mm256_set1_ps(m_new);
-      __m256 sum = _mm256_setzero_ps();
-      for (int32_t t = 0; t < padded; t += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(sc + t), mv));
-        _mm256_store_ps(sc + t, e);
-        sum = _mm256_add_ps(sum, e);
-      }
-      const float alpha = std::exp(parts[g].m - m_new);  // 0 for the first block
-      parts[g].l = parts[g].l * alpha + hsum(sum);
-      parts[g].m = m_new;
+      const float alpha = parts[g].softmax_step(sc, n, padded, opt);
       float* acc = parts[g].acc;
       __m256 o0[NV];
       const __m256 av = _mm256_set1_ps(alpha);
@@ -364,15 +373,16 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 #if defined(__AVX512F__)
 // The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
 // head take each key and value row together, up to kSharedHeads at a time, so a row is loaded and widened from f16
-// once per such chunk of heads instead of once per head, and multiplied in 512-bit vectors. attend_range widened
-// each row once per query head (from memory for the first, from L2 for the rest), and those conversions, not the
-// memory, held decode attention: `tessera bench step` of llama3.1-8b's attention (32 heads on 8 kv heads, f16
-// cache) at 4 layers with a narrow feed-forward, 2 threads on Zen 5, went from 24.7 to 17.8 ms a step at context
-// 16384 and from 7.5 to 6.5 at 4096 (docs/benchmarks.md, "Decode attention: a row widened once for its query
-// heads"). It still reads the cache at about 18 GB/s there, well under what the weights stream at: a kv head's
-// rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for every kv head at once, front to
-// back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for 32 heads, partial
-// sums, queries and outputs, is about 64 KiB, more than L1.)
+// once per such chunk of heads instead of once per head, and multiplied in 512-bit vectors where attend_range uses
+// 256-bit ones. `tessera bench step` of llama3.1-8b's attention (32 heads on 8 kv heads, f16 cache) at 4 layers
+// with a narrow feed-forward, 2 threads on Zen 5, went from 24.7 to 17.8 ms a step at context 16384 and from 7.5 to
+// 6.5 at 4096 (docs/benchmarks.md, "Decode attention: a row widened once for its query heads"). The same sharing in
+// 256-bit vectors (the avx2 build) measured no faster there (22.7 against 22.8 ms at 16384), so the sharing alone
+// is not the gain, the 512-bit arithmetic with it is (a 512-bit form of attend_range, one head at a time, was not
+// measured on that core); the avx2 build keeps attend_range. The cache is still read at about 18 GB/s, well under what
+// the weights stream at: a kv head's rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for
+// every kv head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its
+// scratch for 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
 constexpr int kSharedHeads = 4;
 
 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
@@ -493,11 +503,7 @@ void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   alignas(64) float sc[kSharedHeads * kKeyBlock];
-  for (int g = 0; g < G; ++g) {
-    parts[g].m = -INFINITY;
-    parts[g].l = 0.0f;
-    std::memset(parts[g].acc, 0, static_cast<size_t>(hd) * sizeof(float));
-  }
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
   for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
     const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 15) / 16 * 16;
     const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
@@ -509,24 +515,7 @@ void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32
       float* acc[kSharedHeads];
       for (int g = 0; g < gc; ++g) {
         Partial& part = parts[g0 + g];
-        float* s = sc + g * kKeyBlock;
-        if (opt.softcap > 0.0f) {
-          for (int32_t t = 0; t < n; ++t) s[t] = opt.softcap * std::tanh(s[t] / opt.softcap);
-        }
-        for (int32_t t = n; t < padded; ++t) s[t] = -INFINITY;
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(s + t));
-        const float m_new = std::max(hmax8(mx), part.m);
-        const __m256 mv = _mm256_set1_ps(m_new);
-        __m256 sum = _mm256_setzero_ps();
-        for (int32_t t = 0; t < padded; t += 8) {
-          const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(s + t), mv));
-          _mm256_store_ps(s + t, e);
-          sum = _mm256_add_ps(sum, e);
-        }
-        const float alpha = std::exp(part.m - m_new);  // 0 for the first block
-        part.l = part.l * alpha + hsum(sum);
-        part.m = m_new;
+        const float alpha = part.softmax_step(sc + g * kKeyBlock, n, padded, opt);
         acc[g] = part.acc;
         const __m512 av = _mm512_set1_ps(alpha);
         for (int64_t j = 0; j < hd; j += 16)
