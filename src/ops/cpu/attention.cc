@@ -255,55 +255,8 @@ inline void value_sum(const T* vbase, const int64_t* o, int32_t n, int32_t limit
   for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(o0[j], o1[j]));
 }
 
-template <typename T, int NV>
-void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
-                std::vector<float>& scores, const AttentionScores& opt, float sink) {
-  thread_local std::vector<int64_t> off;
-  const T* kbase = reinterpret_cast<const T*>(c.k);
-  const T* vbase = reinterpret_cast<const T*>(c.v);
-  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
-  const int32_t count = pos - first + 1, padded = (count + 8 - 1) / 8 * 8;
-  row_offsets(c, table, first, count, kvh, off);
-  const int64_t* o = off.data();
-  __m256 qv[NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
-  scores.resize(static_cast<size_t>(padded));
-  float* sc = scores.data();
-  key_scores<T, NV>(kbase, o, count, count, qv, opt, true, sc);
-  if (opt.softcap > 0.0f) {
-    for (int32_t t = 0; t < count; ++t) sc[t] = opt.softcap * std::tanh(sc[t] / opt.softcap);
-  }
-  // The positions past count in the last vector are -inf, so vexp gives them 0.
-  for (int32_t t = count; t < padded; ++t) sc[t] = -INFINITY;
-  __m256 mx = _mm256_set1_ps(-INFINITY);
-  for (int32_t t = 0; t < padded; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + t));
-  const float m = std::max(hmax8(mx), sink);
-  const __m256 mv = _mm256_set1_ps(m);
-  __m256 sum = _mm256_setzero_ps();
-  for (int32_t t = 0; t < padded; t += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), mv));
-    _mm256_storeu_ps(sc + t, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  const __m256 inv = _mm256_set1_ps(1.0f / (hsum(sum) + std::exp(sink - m)));
-  for (int32_t t = 0; t < padded; t += 8) _mm256_storeu_ps(sc + t, _mm256_mul_ps(_mm256_loadu_ps(sc + t), inv));
-  __m256 o0[NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) o0[j] = _mm256_setzero_ps();
-  value_sum<T, NV>(vbase, o, count, count, sc, o0, true, out);
-}
-
-#endif
-
-#if defined(__AVX2__)
-// Decode over long contexts, head_dim = 8 * NV: the query heads of one kv head (qs[0..G) of a grouped-query
-// model, one head otherwise) over the positions [r0, r1) of one sequence, in blocks of kKeyBlock positions
-// with an online softmax. Each block's key and value rows (64 KiB of f16 at head_dim 64) come from memory once,
-// for the first head, and from L2 for the others, where attend_one read a long context once per query head.
-// The result is the partial state of the range: acc[g] = sum e^(logit - m[g]) v (unnormalised), l[g] = the sum
-// of those weights, m[g] = their max (-inf for an empty range); decode_combine() merges the ranges of one
-// sequence that were split over threads.
+// The softmax state of one query head over some of its positions: acc = sum e^(logit - m) v (unnormalised), l = the
+// sum of those weights, m = their max (-inf when none).
 struct Partial {
   float* acc;  // head_dim floats
   float m, l;
@@ -338,6 +291,43 @@ struct Partial {
   }
 };
 
+template <typename T, int NV>
+void attend_one(const Cache& c, const int32_t* table, int32_t pos, const float* q, int64_t kvh, float* out,
+                std::vector<float>& scores, const AttentionScores& opt, float sink) {
+  thread_local std::vector<int64_t> off;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const int32_t first = opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0;
+  const int32_t count = pos - first + 1, padded = (count + 8 - 1) / 8 * 8;
+  row_offsets(c, table, first, count, kvh, off);
+  const int64_t* o = off.data();
+  __m256 qv[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+  scores.resize(static_cast<size_t>(padded));
+  float* sc = scores.data();
+  key_scores<T, NV>(kbase, o, count, count, qv, opt, true, sc);
+  // One step over every position from a state holding only the sink (a logit without a value; -inf: none): the
+  // weights e^(s - m) with m the max of the scores and the sink, the sink's own weight returned.
+  Partial head{nullptr, sink, 0.0f};
+  const float sink_weight = head.softmax_step(sc, count, padded, opt);
+  const __m256 inv = _mm256_set1_ps(1.0f / (head.l + sink_weight));
+  for (int32_t t = 0; t < padded; t += 8) _mm256_storeu_ps(sc + t, _mm256_mul_ps(_mm256_loadu_ps(sc + t), inv));
+  __m256 o0[NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j) o0[j] = _mm256_setzero_ps();
+  value_sum<T, NV>(vbase, o, count, count, sc, o0, true, out);
+}
+
+#endif
+
+#if defined(__AVX2__)
+// Decode over long contexts, head_dim = 8 * NV: the query heads of one kv head (qs[0..G) of a grouped-query
+// model, one head otherwise) over the positions [r0, r1) of one sequence, in blocks of kKeyBlock positions
+// with an online softmax. Each block's key and value rows (64 KiB of f16 at head_dim 64) come from memory once,
+// for the first head, and from L2 for the others, where attend_one read a long context once per query head.
+// The result is each head's Partial over the range (m = -inf, l = 0 for an empty range); decode_combine() merges
+// the ranges of one sequence that were split over threads.
 template <typename T, int NV>
 void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
                   int64_t kvh, Partial* parts, const AttentionScores& opt) {
