@@ -15,7 +15,7 @@ Action add_bench_command(CLI::App& app) {
   for (Action (*adder)(CLI::App&) :
        {add_bench_generate_subcommand, add_bench_serve_subcommand, add_bench_conversations_subcommand,
         add_bench_sweep_subcommand, add_bench_plot_subcommand, add_bench_decode_step_subcommand,
-        add_bench_step_subcommand, add_bench_matmul_subcommand}) {
+        add_bench_step_subcommand, add_bench_matmul_subcommand, add_bench_attention_subcommand}) {
     Action a = adder(*bench);
     subs->emplace_back(bench->get_subcommands({}).back(), std::move(a));
   }

@@ -30,6 +30,7 @@ Action add_bench_serve_subcommand(CLI::App& bench);
 Action add_bench_conversations_subcommand(CLI::App& bench);
 Action add_bench_generate_subcommand(CLI::App& bench);
 Action add_bench_matmul_subcommand(CLI::App& bench);
+Action add_bench_attention_subcommand(CLI::App& bench);
 Action add_bench_sweep_subcommand(CLI::App& bench);
 Action add_bench_plot_subcommand(CLI::App& bench);
 Action add_bench_decode_step_subcommand(CLI::App& bench);

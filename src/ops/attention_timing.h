@@ -1,0 +1,39 @@
+// Timing of decode attention on a device, for `tessera bench attention`: the operator alone, without the weights
+// around it, so a kernel's reading of the KV cache can be compared with the memory's read speed.
+//
+// The cache holds random values in the requested type, each sequence's positions in consecutive blocks of 16 (as a
+// fresh sequence gets them), one query per head. The cache is written in as many copies as make at least 256 MiB
+// (one layer each), so a run reads them from memory, not from the last level cache; a run is one AttentionDecodeOp
+// on every copy, synchronised, and its time is per operator.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "ops/backend.h"
+
+namespace tessera::ops {
+
+struct AttentionShape {
+  DType cache = DType::kF16;
+  int64_t batch = 1, heads = 32, kv_heads = 8, head_dim = 128;
+  int32_t context = 4096;  // positions each sequence sees, the new one included
+};
+
+struct AttentionTiming {
+  std::vector<double> seconds;  // one operator's time, one per timed run (after one untimed warm-up run)
+  int copies = 1;               // caches the runs rotate over
+  double best() const;
+  double median() const;
+  // Bytes of keys and values one operator reads (batch x context x kv_heads x head_dim elements of K and of V).
+  static double cache_bytes(const AttentionShape& s);
+};
+
+// InvalidArgument for sizes < 1, heads not a multiple of kv_heads, a cache type that is not a KV cache type
+// (f32, f16, bf16, q8_0, q4_0) or a head_dim it cannot hold, or runs < 1; the device's own error when it refuses
+// the operator.
+Result<AttentionTiming> time_attention(Device& device, const AttentionShape& shape, int runs);
+
+}  // namespace tessera::ops
