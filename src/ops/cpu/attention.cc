@@ -364,15 +364,15 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 // The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
 // head take each key and value row together, up to kSharedHeads at a time, so a row is loaded and widened from f16
 // once per such chunk of heads instead of once per head, and multiplied in 512-bit vectors where attend_range uses
-// 256-bit ones. `tessera bench step` of llama3.1-8b's attention (32 heads on 8 kv heads, f16 cache) at 4 layers
-// with a narrow feed-forward, 2 threads on Zen 5, went from 24.7 to 17.8 ms a step at context 16384 and from 7.5 to
-// 6.5 at 4096 (docs/benchmarks.md, "Decode attention: a row widened once for its query heads"). The same sharing in
-// 256-bit vectors (the avx2 build) measured no faster there (22.7 against 22.8 ms at 16384), so the sharing alone
-// is not the gain, the 512-bit arithmetic with it is (a 512-bit form of attend_range, one head at a time, was not
-// measured on that core); the avx2 build keeps attend_range. The cache is still read at about 18 GB/s, well under what
-// the weights stream at: a kv head's rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for
-// every kv head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its
-// scratch for 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
+// 256-bit ones. On Zen 5, 2 threads, llama3.1-8b's attention (32 heads on 8 kv heads of 128, f16 cache) went from
+// 1.25 to 0.92 ms an operator at context 4096 (`tessera bench attention`) and a step of a 4-layer cut from 24.7 to
+// 17.8 ms at 16384 (docs/benchmarks.md, "Decode attention: a row widened once for its query heads"). The same sharing
+// in 256-bit vectors (the avx2 build) measured no faster there (22.7 against 22.8 ms at 16384), so the sharing alone is
+// not the gain, the 512-bit arithmetic with it is (a 512-bit form of attend_range, one head at a time, was not measured
+// on that core); the avx2 build keeps attend_range. The cache is still read at about 18 GB/s, well under what the
+// weights stream at: a kv head's rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for every kv
+// head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for
+// 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
 constexpr int kSharedHeads = 4;
 
 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
