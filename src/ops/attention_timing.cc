@@ -8,6 +8,7 @@
 
 #include "base/quant.h"
 #include "base/rng.h"
+#include "ops/timing_support.h"
 
 namespace tessera::ops {
 namespace {
@@ -17,16 +18,9 @@ constexpr double kCopiedBytes = 256.0 * 1024 * 1024;
 
 }  // namespace
 
-double AttentionTiming::best() const {
-  return seconds.empty() ? 0.0 : *std::min_element(seconds.begin(), seconds.end());
-}
+double AttentionTiming::best() const { return best_seconds(seconds); }
 
-double AttentionTiming::median() const {
-  if (seconds.empty()) return 0.0;
-  std::vector<double> s = seconds;
-  std::sort(s.begin(), s.end());
-  return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
-}
+double AttentionTiming::median() const { return median_seconds(seconds); }
 
 double AttentionTiming::cache_bytes(const AttentionShape& s) {
   const double elems = static_cast<double>(s.batch) * s.context * static_cast<double>(s.kv_heads * s.head_dim);
@@ -59,15 +53,7 @@ Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, 
   AttentionTiming timing;
   timing.copies = std::max(1, static_cast<int>(kCopiedBytes / AttentionTiming::cache_bytes(s) + 0.5));
   auto stream = device.create_stream();
-  std::vector<std::unique_ptr<Buffer>> buffers;
-  auto make = [&](DType type, std::initializer_list<int64_t> dims, const void* host) -> Result<Tensor> {
-    Tensor x(nullptr, 0, type, dims);
-    TS_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, device.alloc(x.bytes()));
-    x.buffer = b.get();
-    buffers.push_back(std::move(b));
-    if (host != nullptr) TS_RETURN_IF_ERROR(stream->upload(x, host));
-    return x;
-  };
+  TimedTensors tensors(device, *stream);
   Rng rng(1);
   std::vector<float> values(static_cast<size_t>(cache_elems)), q(static_cast<size_t>(s.batch * s.heads * s.head_dim));
   for (float& v : values) v = rng.next_f32() * 2.0f - 1.0f;
@@ -76,17 +62,17 @@ Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, 
   TS_RETURN_IF_ERROR(quantize(values, t, stored.data()));
   std::vector<Tensor> k, v;
   for (int c = 0; c < timing.copies; ++c) {
-    TS_ASSIGN_OR_RETURN(Tensor kc, make(t, {blocks, kBlockTokens, s.kv_heads, s.head_dim}, stored.data()));
-    TS_ASSIGN_OR_RETURN(Tensor vc, make(t, {blocks, kBlockTokens, s.kv_heads, s.head_dim}, stored.data()));
+    TS_ASSIGN_OR_RETURN(Tensor kc, tensors.make(t, {blocks, kBlockTokens, s.kv_heads, s.head_dim}, stored.data()));
+    TS_ASSIGN_OR_RETURN(Tensor vc, tensors.make(t, {blocks, kBlockTokens, s.kv_heads, s.head_dim}, stored.data()));
     k.push_back(kc);
     v.push_back(vc);
   }
   std::vector<int32_t> tables(static_cast<size_t>(blocks)), lens(static_cast<size_t>(s.batch), s.context);
   for (int64_t i = 0; i < blocks; ++i) tables[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  TS_ASSIGN_OR_RETURN(Tensor qt, make(DType::kF32, {s.batch, s.heads, s.head_dim}, q.data()));
-  TS_ASSIGN_OR_RETURN(Tensor table, make(DType::kI32, {s.batch, per_seq}, tables.data()));
-  TS_ASSIGN_OR_RETURN(Tensor len, make(DType::kI32, {s.batch}, lens.data()));
-  TS_ASSIGN_OR_RETURN(Tensor out, make(DType::kF32, {s.batch, s.heads, s.head_dim}, nullptr));
+  TS_ASSIGN_OR_RETURN(Tensor qt, tensors.make(DType::kF32, {s.batch, s.heads, s.head_dim}, q.data()));
+  TS_ASSIGN_OR_RETURN(Tensor table, tensors.make(DType::kI32, {s.batch, per_seq}, tables.data()));
+  TS_ASSIGN_OR_RETURN(Tensor len, tensors.make(DType::kI32, {s.batch}, lens.data()));
+  TS_ASSIGN_OR_RETURN(Tensor out, tensors.make(DType::kF32, {s.batch, s.heads, s.head_dim}, nullptr));
   TS_RETURN_IF_ERROR(stream->synchronize());
   for (int r = -1; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -8,17 +8,13 @@
 
 #include "base/quant.h"
 #include "base/rng.h"
+#include "ops/timing_support.h"
 
 namespace tessera::ops {
 
-double MatMulTiming::best() const { return seconds.empty() ? 0.0 : *std::min_element(seconds.begin(), seconds.end()); }
+double MatMulTiming::best() const { return best_seconds(seconds); }
 
-double MatMulTiming::median() const {
-  if (seconds.empty()) return 0.0;
-  std::vector<double> s = seconds;
-  std::sort(s.begin(), s.end());
-  return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
-}
+double MatMulTiming::median() const { return median_seconds(seconds); }
 
 double MatMulTiming::best_macs_per_s(const MatMulShape& s) const {
   const double t = best();
@@ -36,26 +32,18 @@ Result<MatMulTiming> time_matmul(Device& device, const MatMulShape& shape, int r
                                         block, dtype_name(shape.weight)));
   }
   auto stream = device.create_stream();
-  std::vector<std::unique_ptr<Buffer>> buffers;
-  auto make = [&](DType t, std::initializer_list<int64_t> dims, const void* host) -> Result<Tensor> {
-    Tensor x(nullptr, 0, t, dims);
-    TS_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, device.alloc(x.bytes()));
-    x.buffer = b.get();
-    buffers.push_back(std::move(b));
-    if (host != nullptr) TS_RETURN_IF_ERROR(stream->upload(x, host));
-    return x;
-  };
+  TimedTensors tensors(device, *stream);
   Rng rng(1);
   std::vector<float> w(static_cast<size_t>(shape.m * shape.k)), x(static_cast<size_t>(shape.n * shape.k));
   for (float& v : w) v = rng.next_f32() - 0.5f;
   for (float& v : x) v = rng.next_f32() - 0.5f;
   std::vector<uint8_t> stored(dtype_bytes(shape.weight, w.size()));
   TS_RETURN_IF_ERROR(quantize(w, shape.weight, stored.data()));
-  TS_ASSIGN_OR_RETURN(Tensor wt, make(shape.weight, {shape.m, shape.k}, stored.data()));
+  TS_ASSIGN_OR_RETURN(Tensor wt, tensors.make(shape.weight, {shape.m, shape.k}, stored.data()));
   TS_RETURN_IF_ERROR(stream->synchronize());
   TS_RETURN_IF_ERROR(device.prepare_matmul_weight(wt));
-  TS_ASSIGN_OR_RETURN(Tensor xt, make(DType::kF32, {shape.n, shape.k}, x.data()));
-  TS_ASSIGN_OR_RETURN(Tensor out, make(DType::kF32, {shape.n, shape.m}, nullptr));
+  TS_ASSIGN_OR_RETURN(Tensor xt, tensors.make(DType::kF32, {shape.n, shape.k}, x.data()));
+  TS_ASSIGN_OR_RETURN(Tensor out, tensors.make(DType::kF32, {shape.n, shape.m}, nullptr));
   MatMulTiming timing;
   for (int r = -1; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
