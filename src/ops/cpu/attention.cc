@@ -550,6 +550,18 @@ inline int32_t visible(int32_t pos, const AttentionScores& opt) {
 // Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
 // sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
 // and at most one key block long takes attend_one per head, the short-context kernel, unchanged.
+// Whether grouped-query decode of `count` positions goes through attend_range_shared below a key block too (the
+// avx512 build): from 64 positions, where it overtakes attend_one per head (`tessera bench attention --threads 2`,
+// 32 heads on 8 kv heads of 128, Zen 5: 0.057 against 0.083 ms at 256 positions, 0.023-0.024 against 0.025-0.030 at
+// 64, but 0.019 against 0.017-0.018 at 48 and 0.011-0.013 against 0.009-0.010 at 16).
+constexpr bool shared_heads_here(int64_t group, int32_t count) {
+#if defined(__AVX512F__)
+  return group > 1 && count >= 64;
+#else
+  return group < 0 && count < 0;
+#endif
+}
+
 template <typename T, int NV>
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
@@ -574,7 +586,7 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
     const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
     const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
     const int32_t* table = tables + sq * max_blocks;
-    if (splits == 1 && count <= kKeyBlock) {
+    if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         attend_one<T, NV>(c, table, pos, q + (sq * heads + h) * hd, kvh, out + (sq * heads + h) * hd, scores, opt,
                           sinks ? sinks[h] : -INFINITY);
@@ -851,7 +863,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     const int64_t items = b * c.kv_heads, want = 2 * static_cast<int64_t>(ctx.threads);
     const int64_t splits =
         items >= want ? 1 : std::max<int64_t>(1, std::min((want + items - 1) / items, int64_t{longest / kKeyBlock}));
-    if (longest > kKeyBlock || splits > 1) {
+    if (longest > kKeyBlock || splits > 1 || shared_heads_here(group, longest)) {
       if (c.f16) {
         (hd == 64 ? decode_blocked<uint16_t, 8> : decode_blocked<uint16_t, 16>)(op, c, splits, ctx);
       } else {
