@@ -48,6 +48,11 @@ Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, 
     return invalid_argument(fmt::format("attention timing: head_dim {} is not a whole number of {}-element {} blocks",
                                         s.head_dim, block, dtype_name(t)));
   }
+  TS_RETURN_IF_ERROR(check_timed_elements(
+      static_cast<double>(s.batch) * (s.context + kBlockTokens) * static_cast<double>(s.kv_heads * s.head_dim),
+      "attention timing: the cache"));
+  TS_RETURN_IF_ERROR(
+      check_timed_elements(static_cast<double>(s.batch * s.heads * s.head_dim), "attention timing: the queries"));
   const int64_t per_seq = (s.context + kBlockTokens - 1) / kBlockTokens, blocks = s.batch * per_seq;
   const int64_t row = s.kv_heads * s.head_dim, cache_elems = blocks * kBlockTokens * row;
   AttentionTiming timing;

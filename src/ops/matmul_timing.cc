@@ -31,6 +31,10 @@ Result<MatMulTiming> time_matmul(Device& device, const MatMulShape& shape, int r
     return invalid_argument(fmt::format("matmul timing: k = {} is not a whole number of {}-element {} blocks", shape.k,
                                         block, dtype_name(shape.weight)));
   }
+  TS_RETURN_IF_ERROR(
+      check_timed_elements(static_cast<double>(shape.m) * static_cast<double>(shape.k), "matmul timing: the weight"));
+  TS_RETURN_IF_ERROR(check_timed_elements(static_cast<double>(shape.n) * static_cast<double>(shape.k),
+                                          "matmul timing: the activations"));
   auto stream = device.create_stream();
   TimedTensors tensors(device, *stream);
   Rng rng(1);

@@ -2,7 +2,17 @@
 
 #include <algorithm>
 
+#include <fmt/core.h>
+
 namespace tessera::ops {
+
+Status check_timed_elements(double elems, const char* what) {
+  if (elems > static_cast<double>(kMaxTimedElements)) {
+    return invalid_argument(fmt::format("{}: {:.3g} elements, more than the {} a timing fills (4 GiB of f32)", what,
+                                        elems, kMaxTimedElements));
+  }
+  return ok_status();
+}
 
 double best_seconds(const std::vector<double>& seconds) {
   return seconds.empty() ? 0.0 : *std::min_element(seconds.begin(), seconds.end());

@@ -12,6 +12,13 @@
 
 namespace tessera::ops {
 
+// The most elements a timing fills with random values on the host (4 bytes each before conversion): 1 Gi, 4 GiB.
+constexpr int64_t kMaxTimedElements = int64_t{1} << 30;
+
+// InvalidArgument naming `what` when a timed tensor of `elems` elements is over kMaxTimedElements (a size the host
+// would fail to allocate is a clear error, not an abort).
+Status check_timed_elements(double elems, const char* what);
+
 double best_seconds(const std::vector<double>& seconds);    // 0 when empty
 double median_seconds(const std::vector<double>& seconds);  // 0 when empty
 

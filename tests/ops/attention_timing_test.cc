@@ -32,6 +32,10 @@ TEST(AttentionTiming, TimesEveryRunOverCopiesAndRefusesShapesACacheCannotHold) {
   EXPECT_EQ(time_attention(**device, AttentionShape{DType::kQ4_K, 1, 2, 1, 256, 16}, 1).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(time_attention(**device, shape, 0).status().code(), StatusCode::kInvalidArgument);
+  // A cache the host could not fill is refused before anything is allocated.
+  auto huge = time_attention(**device, AttentionShape{DType::kF16, 4096, 32, 8, 128, 1 << 20}, 1);
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("attention timing: the cache"), std::string::npos) << huge.status().message();
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ TEST(MatMulTiming, TimesEveryRunAndRefusesShapesTheTypeCannotHold) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("256-element q4_k blocks"), std::string::npos) << bad.status().message();
   EXPECT_EQ(time_matmul(**device, MatMulShape{DType::kF32, 4, 64, 8}, 0).status().code(), StatusCode::kInvalidArgument);
+  auto huge = time_matmul(**device, MatMulShape{DType::kQ4_K, 1, 1 << 20, 1 << 20}, 1);
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("matmul timing: the weight"), std::string::npos) << huge.status().message();
 }
 
 }  // namespace
