@@ -1,8 +1,10 @@
 // The f32/f16 paged KV cache as the cpu attention kernels read it, shared by attention.cc (kv_write, the
-// one-query decode kernels, long-context decode, the operators' entry points) and attention_tiled.cc (the tiled
-// path for queries that share a kv head). Included inside each kernel build (TS_CPU_ISA), by those two only.
+// one-query decode kernels, the operators' entry points), attention_decode.cc (long-context decode) and
+// attention_tiled.cc (the tiled path for queries that share a kv head). Included inside each kernel build
+// (TS_CPU_ISA), by those three only.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -55,6 +57,31 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
 template <typename T>
 void attend_queries_part(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq, int32_t lo,
                          int32_t hi, const AttentionScores& opt, float* m, float* l);
+
+// Positions a query at `pos` sees.
+inline int32_t visible(int32_t pos, const AttentionScores& opt) {
+  return opt.window > 0 ? std::min(pos + 1, opt.window) : pos + 1;
+}
+
+// Whether grouped-query decode of `count` positions goes through attend_range_shared (attention_decode.cc) below a
+// key block too (the avx512 build): from 64 positions, where it overtakes attend_one per head (`tessera bench
+// attention --threads 2`, 32 heads on 8 kv heads of 128, Zen 5: 0.057 against 0.083 ms at 256 positions,
+// 0.023-0.024 against 0.025-0.030 at 64, but 0.019 against 0.017-0.018 at 48 and 0.011-0.013 against 0.009-0.010
+// at 16).
+constexpr bool shared_heads_here(int64_t group, int32_t count) {
+#if defined(__AVX512F__)
+  return group > 1 && count >= 64;
+#else
+  return group < 0 && count < 0;
+#endif
+}
+
+// Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the
+// sequence's visible positions; a sequence that is one item and at most one key block long takes attend_one per
+// head unless shared_heads_here (attention_decode.cc).
+void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
+// The same for grouped-query heads of other multiples of 64, through attend_queries_part (attention_decode.cc).
+void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
 #endif
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail

@@ -1,0 +1,390 @@
+// Decode over long contexts with an f32 or f16 cache (issue 31): past kKeyBlock positions, or with too few
+// (sequence, kv head) items to fill the threads, a decode item is (sequence, kv head, range of positions). The query
+// heads of a kv head read each key block once (in the avx512 build, heads of 64 and 128 go through each row
+// together from 64 positions on, attend_range_shared), in blocks of kKeyBlock positions with an online softmax;
+// a sequence split into ranges over threads has its ranges' partial states combined after. attention.cc chooses
+// when these run; the short-context kernels and the operators' entry points stay there.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ops/cpu/attention_cache.h"
+#include "ops/cpu/attention_rows.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
+#if defined(__AVX2__)
+namespace {
+
+// Decode over long contexts, head_dim = 8 * NV: the query heads of one kv head (qs[0..G) of a grouped-query
+// model, one head otherwise) over the positions [r0, r1) of one sequence, in blocks of kKeyBlock positions
+// with an online softmax. Each block's key and value rows (64 KiB of f16 at head_dim 64) come from memory once,
+// for the first head, and from L2 for the others, where attend_one read a long context once per query head.
+// The result is each head's Partial over the range (m = -inf, l = 0 for an empty range); decode_combine() merges
+// the ranges of one sequence that were split over threads.
+template <typename T, int NV>
+void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                  int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 8 * NV;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  alignas(32) float sc[kKeyBlock];
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
+  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
+    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 7) / 8 * 8;
+    // Offsets of this block and, for prefetching, of the next one's first kPrefetchKeys rows.
+    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
+    row_offsets(c, table, b0, ahead, kvh, off);
+    const int64_t* o = off.data();
+    for (int g = 0; g < G; ++g) {
+      const float* q = qs[g];
+      __m256 qv[NV];
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+      key_scores<T, NV>(kbase, o, n, ahead, qv, opt, g == 0, sc);
+      const float alpha = parts[g].softmax_step(sc, n, padded, opt);
+      float* acc = parts[g].acc;
+      __m256 o0[NV];
+      const __m256 av = _mm256_set1_ps(alpha);
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
+      value_sum<T, NV>(vbase, o, n, ahead, sc, o0, g == 0, acc);
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
+// head take each key and value row together, up to kSharedHeads at a time, so a row is loaded and widened from f16
+// once per such chunk of heads instead of once per head, and multiplied in 512-bit vectors where attend_range uses
+// 256-bit ones. On Zen 5, 2 threads, llama3.1-8b's attention (32 heads on 8 kv heads of 128, f16 cache) went from
+// 1.25 to 0.92 ms an operator at context 4096 (`tessera bench attention`) and a step of a 4-layer cut from 24.7 to
+// 17.8 ms at 16384 (docs/benchmarks.md, "Decode attention: a row widened once for its query heads"). The same sharing
+// in 256-bit vectors (the avx2 build) measured no faster there (22.7 against 22.8 ms at 16384), so the sharing alone is
+// not the gain, the 512-bit arithmetic with it is (a 512-bit form of attend_range, one head at a time, was not measured
+// on that core); the avx2 build keeps attend_range. The cache is still read at about 18 GB/s, well under what the
+// weights stream at: a kv head's rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for every kv
+// head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for
+// 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
+constexpr int kSharedHeads = 4;
+
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
+// 15 adds and 30 shuffles instead of 16 horizontal sums.
+inline __m512 reduce16(const __m512* a) {
+  // Masked forms throughout: GCC 12 warns on the unmasked unpack and shuffle intrinsics (see widen16).
+  constexpr __mmask16 kAll = 0xffff;
+  constexpr __mmask8 kAllD = 0xff;
+  __m512 s[8], u[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: a[2i] at 0 and 2, a[2i + 1] at 1 and 3
+    s[i] = _mm512_add_ps(_mm512_maskz_unpacklo_ps(kAll, a[2 * i], a[2 * i + 1]),
+                         _mm512_maskz_unpackhi_ps(kAll, a[2 * i], a[2 * i + 1]));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of a[4i .. 4i + 3]
+    const __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_maskz_unpacklo_pd(kAllD, x, y)),
+                         _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAllD, x, y)));
+  }
+  // Across the four 128-bit lanes: w0 = (u0 lanes 0+1, 2+3, u1 lanes 0+1, 2+3), w1 the same of u2, u3.
+  auto fold = [&](__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, x, y, 0x88), _mm512_maskz_shuffle_f32x4(kAll, x, y, 0xdd));
+  };
+  return fold(fold(u[0], u[1]), fold(u[2], u[3]));
+}
+
+// The scores of gc (<= kSharedHeads) query heads qs[0..gc) against the n keys at offsets o[0, n), into
+// sc[g * kKeyBlock + t]: sixteen keys at a time, each key row widened once into registers and multiplied against
+// every head's query (read from L1), each (head, key) product vector reduced with its fifteen neighbours.
+template <typename T, int NZ>
+inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const float* const* qs,
+                              int gc, const AttentionScores& opt, bool prefetch, float* sc) {
+  // As key_scores: times opt.scale where the model gives one, else divided by sqrt(head_dim).
+  const bool scaled = opt.scale > 0.0f;
+  const __m512 sv = _mm512_set1_ps(scaled ? opt.scale : std::sqrt(static_cast<float>(16 * NZ)));
+  for (int32_t t = 0; t < n; t += 16) {
+    const int m = std::min<int32_t>(16, n - t);
+    if (prefetch && t + 16 + kPrefetchKeys <= limit) {
+      for (int r = 0; r < 16; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], 16 * NZ * sizeof(T));
+    }
+    __m512 part[kSharedHeads][16];
+    for (int r = 0; r < 16; ++r) {
+      if (r >= m) {
+#pragma GCC unroll 4
+        for (int g = 0; g < kSharedHeads; ++g) part[g][r] = _mm512_setzero_ps();
+        continue;
+      }
+      const T* k = kbase + o[t + r];
+      __m512 kz[NZ];
+#pragma GCC unroll 8
+      for (int j = 0; j < NZ; ++j) kz[j] = widen16(k + 16 * j);
+#pragma GCC unroll 4
+      for (int g = 0; g < kSharedHeads; ++g) {
+        if (g >= gc) break;
+        __m512 acc = _mm512_mul_ps(kz[0], _mm512_loadu_ps(qs[g]));
+#pragma GCC unroll 8
+        for (int j = 1; j < NZ; ++j) acc = _mm512_fmadd_ps(kz[j], _mm512_loadu_ps(qs[g] + 16 * j), acc);
+        part[g][r] = acc;
+      }
+    }
+    for (int g = 0; g < gc; ++g) {
+      const __m512 d = reduce16(part[g]);
+      _mm512_storeu_ps(sc + g * kKeyBlock + t, scaled ? _mm512_mul_ps(d, sv) : _mm512_maskz_div_ps(0xffff, d, sv));
+    }
+  }
+}
+
+// acc[g] (head_dim floats each, g < gc) += sum_t p[g * kKeyBlock + t] v_t over the n values at offsets o[0, n):
+// 64 columns at a time, each value row's slice widened once for every head, the gc x 4 accumulators in registers.
+template <typename T, int NZ>
+inline void shared_value_sums(const T* vbase, const int64_t* o, int32_t n, int32_t limit, const float* p, int gc,
+                              bool prefetch, float* const* acc) {
+  for (int c0 = 0; c0 < NZ; c0 += 4) {
+    __m512 a[kSharedHeads][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < kSharedHeads; ++g) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) a[g][j] = g < gc ? _mm512_loadu_ps(acc[g] + 16 * (c0 + j)) : _mm512_setzero_ps();
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      if (prefetch && c0 == 0 && t + kPrefetchKeys < limit) {
+        prefetch_row(vbase + o[t + kPrefetchKeys], 16 * NZ * sizeof(T));
+      }
+      const T* v = vbase + o[t] + 16 * c0;
+      __m512 vz[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) vz[j] = widen16(v + 16 * j);
+#pragma GCC unroll 4
+      for (int g = 0; g < kSharedHeads; ++g) {
+        if (g >= gc) break;
+        const __m512 pv = _mm512_set1_ps(p[g * kKeyBlock + t]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) a[g][j] = _mm512_fmadd_ps(pv, vz[j], a[g][j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < kSharedHeads; ++g) {
+      if (g >= gc) break;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc[g] + 16 * (c0 + j), a[g][j]);
+    }
+  }
+}
+
+// attend_range's contract (the partial softmax state of positions [r0, r1) for the G query heads qs of kv head
+// kvh), the heads taken kSharedHeads at a time through the two kernels above.
+template <typename T, int NZ>
+void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                         int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  thread_local std::vector<int64_t> off;
+  constexpr int64_t hd = 16 * NZ;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  alignas(64) float sc[kSharedHeads * kKeyBlock];
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
+  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
+    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 15) / 16 * 16;
+    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
+    row_offsets(c, table, b0, ahead, kvh, off);
+    const int64_t* o = off.data();
+    for (int g0 = 0; g0 < G; g0 += kSharedHeads) {
+      const int gc = std::min(kSharedHeads, G - g0);
+      shared_key_scores<T, NZ>(kbase, o, n, ahead, qs + g0, gc, opt, g0 == 0, sc);
+      float* acc[kSharedHeads];
+      for (int g = 0; g < gc; ++g) {
+        Partial& part = parts[g0 + g];
+        const float alpha = part.softmax_step(sc + g * kKeyBlock, n, padded, opt);
+        acc[g] = part.acc;
+        const __m512 av = _mm512_set1_ps(alpha);
+        for (int64_t j = 0; j < hd; j += 16)
+          _mm512_storeu_ps(acc[g] + j, _mm512_mul_ps(av, _mm512_loadu_ps(acc[g] + j)));
+      }
+      shared_value_sums<T, NZ>(vbase, o, n, ahead, sc, gc, g0 == 0, acc);
+    }
+  }
+}
+#endif
+
+// out = the softmax-weighted sum over the partial states parts[0..n) of one query head (ranges of its context)
+// and its sink logit.
+template <int NV>
+void decode_combine(const Partial* parts, int n, float sink, float* out) {
+  float m = sink;
+  for (int j = 0; j < n; ++j) m = std::max(m, parts[j].m);
+  float l = std::exp(sink - m);
+  __m256 o[NV];
+#pragma GCC unroll 16
+  for (auto& v : o) v = _mm256_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    if (parts[j].l == 0.0f) continue;  // an empty range
+    const float w = std::exp(parts[j].m - m);
+    l += parts[j].l * w;
+    const __m256 wv = _mm256_set1_ps(w);
+#pragma GCC unroll 16
+    for (int k = 0; k < NV; ++k) o[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(parts[j].acc + 8 * k), o[k]);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / l);
+#pragma GCC unroll 16
+  for (int k = 0; k < NV; ++k) _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(o[k], inv));
+}
+
+// Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
+// sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
+// and at most one key block long takes attend_one per head, the short-context kernel, unchanged.
+template <typename T, int NV>
+void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  constexpr int64_t hd = 8 * NV;
+  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads;
+  const int64_t max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  const auto* tables = data<const int32_t>(op.block_tables);
+  const float* q = data<const float>(op.q);
+  float* out = data<float>(op.out);
+  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+  const AttentionScores opt = op.scores;
+  // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
+  // lambdas would be each worker's own).
+  thread_local std::vector<float> acc_store;
+  thread_local std::vector<Partial> part_store;  // [sequence][head][range]
+  acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
+  part_store.resize(static_cast<size_t>(b * heads * splits));
+  for (size_t i = 0; i < part_store.size(); ++i) part_store[i].acc = acc_store.data() + i * hd;
+  Partial* parts = part_store.data();
+  parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
+    thread_local std::vector<float> scores;
+    const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
+    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
+    const int32_t* table = tables + sq * max_blocks;
+    if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        attend_one<T, NV>(c, table, pos, q + (sq * heads + h) * hd, kvh, out + (sq * heads + h) * hd, scores, opt,
+                          sinks ? sinks[h] : -INFINITY);
+      }
+      return;
+    }
+    const float* qs[64];
+    Partial local[64];
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      qs[g] = q + (sq * heads + h) * hd;
+      local[g] = parts[(sq * heads + h) * splits + j];
+    }
+    const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
+    const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+#if defined(__AVX512F__)
+    if (group > 1) {
+      attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+    } else {
+      attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, opt);
+    }
+#else
+    attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+#endif
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      if (splits == 1) {
+        decode_combine<NV>(&local[g], 1, sinks ? sinks[h] : -INFINITY, out + (sq * heads + h) * hd);
+      } else {
+        parts[(sq * heads + h) * splits + j] = local[g];
+      }
+    }
+  });
+  if (splits == 1) return;
+  parallel_for(ctx, b * heads, [&](int64_t i) {
+    const int32_t count = visible(lens[i / heads] - 1, opt);
+    if (count <= 0) return;
+    decode_combine<NV>(&parts[i * splits], static_cast<int>(splits), sinks ? sinks[i % heads] : -INFINITY,
+                       out + i * hd);
+  });
+}
+
+// Grouped-query decode (head_dim a multiple of 64, not 64 or 128) in items of (sequence, kv head, range): the
+// range is one of `splits` parts of the sequence's visible positions, which its query heads take together
+// through attend_queries_part; then each head's parts and sink are combined as decode_combine does.
+template <typename T>
+void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
+  const int64_t max_blocks = op.block_tables.dim(1);
+  const auto* lens = data<const int32_t>(op.context_lens);
+  const auto* tables = data<const int32_t>(op.block_tables);
+  const float* q = data<const float>(op.q);
+  float* out = data<float>(op.out);
+  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
+  const AttentionScores opt = op.scores;
+  // The calling thread's scratch, reached by the workers through these pointers: [sequence][head][range].
+  thread_local std::vector<float> acc_store, m_store, l_store;
+  acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
+  m_store.resize(static_cast<size_t>(b * heads * splits));
+  l_store.resize(static_cast<size_t>(b * heads * splits));
+  float *acc = acc_store.data(), *ms = m_store.data(), *ls = l_store.data();
+  parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
+    const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
+    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
+    const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
+    const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+    Query qs[64];
+    float m[64], l[64];
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      qs[g] = {q + (sq * heads + h) * hd, acc + ((sq * heads + h) * splits + j) * hd, first, pos};
+    }
+    if (r0 < r1) {
+      attend_queries_part<T>(c, tables + sq * max_blocks, kvh, qs, group, r0, r1 - 1, opt, m, l);
+    } else {
+      std::fill(m, m + group, -INFINITY);
+      std::fill(l, l + group, 0.0f);
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t i = (sq * heads + kvh * group + g) * splits + j;
+      ms[i] = m[g];
+      ls[i] = l[g];
+    }
+  });
+  parallel_for(ctx, b * heads, [&](int64_t i) {
+    const float sink = sinks ? sinks[i % heads] : -INFINITY;
+    float mx = sink;
+    for (int64_t j = 0; j < splits; ++j) mx = std::max(mx, ms[i * splits + j]);
+    float total = std::exp(sink - mx);
+    float w[64];
+    for (int64_t j = 0; j < splits; ++j) {
+      const int64_t p = i * splits + j;
+      w[j] = ls[p] == 0.0f ? 0.0f : std::exp(ms[p] - mx);  // an empty range weighs nothing
+      total += ls[p] * w[j];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 o = _mm256_setzero_ps();
+      for (int64_t j = 0; j < splits; ++j)
+        o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(acc + (i * splits + j) * hd + d), o);
+      _mm256_storeu_ps(out + i * hd + d, _mm256_mul_ps(o, inv));
+    }
+  });
+}
+
+}  // namespace
+
+void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  if (c.f16) {
+    (c.head_dim == 64 ? run_blocked<uint16_t, 8> : run_blocked<uint16_t, 16>)(op, c, splits, ctx);
+  } else {
+    (c.head_dim == 64 ? run_blocked<float, 8> : run_blocked<float, 16>)(op, c, splits, ctx);
+  }
+}
+
+void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+  if (c.f16) {
+    run_grouped_split<uint16_t>(op, c, splits, ctx);
+  } else {
+    run_grouped_split<float>(op, c, splits, ctx);
+  }
+}
+#endif
+}  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail
