@@ -10,6 +10,10 @@
 
 #include "ops/cpu/kernels.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 
 struct Cache {
@@ -31,6 +35,14 @@ struct Cache {
     return ((static_cast<int64_t>(block) * block_tokens + row) * kv_heads + kvh) * head_dim;
   }
 };
+
+#if defined(__AVX512F__)
+// Sixteen cache elements as f32 lanes (the avx512 build's kernels of attention_tiled.cc and attention_decode.cc).
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#endif
 
 // Long contexts: past kKeyBlock positions prefill and decode take the keys in blocks of this many positions with
 // an online softmax, so a block's key panel and score rows stay in L2 however long the context.

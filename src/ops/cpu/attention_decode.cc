@@ -71,11 +71,6 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 // 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
 constexpr int kSharedHeads = 4;
 
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
-  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
 // The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
 // 15 adds and 30 shuffles instead of 16 horizontal sums.
 inline __m512 reduce16(const __m512* a) {

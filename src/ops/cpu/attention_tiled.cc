@@ -43,11 +43,6 @@ inline float sum16(__m512 v) {
                             _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1))));
 }
 
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
-  return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
 #endif
 
 // The tiled path's vector: 16 lanes in the avx512 build, 8 in the avx2 build (kVPerPass vectors of outputs

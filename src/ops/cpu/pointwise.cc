@@ -63,7 +63,8 @@ inline void sum_squares_rows(const float* x, int64_t n, float* ss) {
                                           _mm512_set1_epi32(static_cast<int>(n)));
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    // The masked form: GCC 12 warns on the unmasked gather's undefined pass-through (see attention.cc).
+    // The masked form: GCC 12 warns on the unmasked gather's undefined pass-through (see widen16,
+    // attention_cache.h).
     const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, offs, x + j, 4);
     acc = _mm512_fmadd_ps(v, v, acc);
   }
