@@ -27,7 +27,7 @@ double AttentionTiming::cache_bytes(const AttentionShape& s) {
   return 2.0 * static_cast<double>(dtype_bytes(s.cache, 1 << 20)) / (1 << 20) * elems;
 }
 
-Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, int runs) {
+Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, int runs, bool resident) {
   if (s.batch < 1 || s.heads < 1 || s.kv_heads < 1 || s.head_dim < 1 || s.context < 1 || runs < 1) {
     return invalid_argument(fmt::format(
         "attention timing: batch, heads, kv heads, head_dim, context and runs must be at least 1 (got {}, {}, {}, "
@@ -56,7 +56,7 @@ Result<AttentionTiming> time_attention(Device& device, const AttentionShape& s, 
   const int64_t per_seq = (s.context + kBlockTokens - 1) / kBlockTokens, blocks = s.batch * per_seq;
   const int64_t row = s.kv_heads * s.head_dim, cache_elems = blocks * kBlockTokens * row;
   AttentionTiming timing;
-  timing.copies = std::max(1, static_cast<int>(kCopiedBytes / AttentionTiming::cache_bytes(s) + 0.5));
+  timing.copies = resident ? 1 : std::max(1, static_cast<int>(kCopiedBytes / AttentionTiming::cache_bytes(s) + 0.5));
   auto stream = device.create_stream();
   TimedTensors tensors(device, *stream);
   Rng rng(1);

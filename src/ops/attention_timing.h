@@ -4,7 +4,9 @@
 // The cache holds random values in the requested type, each sequence's positions in consecutive blocks of 16 (as a
 // fresh sequence gets them), one query per head. The cache is written in as many copies as make at least 256 MiB
 // (one layer each), so a run reads them from memory, not from the last level cache; a run is one AttentionDecodeOp
-// on every copy, synchronised, and its time is per operator.
+// on every copy, synchronised, and its time is per operator. A resident timing writes one copy instead, so a cache
+// that fits the processor's caches is read from them: the kernel's own speed, without the memory's (its gap to the
+// copied timing is what reading from memory costs).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,6 @@ struct AttentionTiming {
 // InvalidArgument for sizes < 1, heads not a multiple of kv_heads, a cache type that is not a KV cache type
 // (f32, f16, bf16, q8_0, q4_0) or a head_dim it cannot hold, or runs < 1; the device's own error when it refuses
 // the operator.
-Result<AttentionTiming> time_attention(Device& device, const AttentionShape& shape, int runs);
+Result<AttentionTiming> time_attention(Device& device, const AttentionShape& shape, int runs, bool resident = false);
 
 }  // namespace tessera::ops

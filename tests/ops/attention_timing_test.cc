@@ -22,6 +22,11 @@ TEST(AttentionTiming, TimesEveryRunOverCopiesAndRefusesShapesACacheCannotHold) {
   EXPECT_EQ(t->copies, 874);
   EXPECT_GT(t->best(), 0.0);
   EXPECT_LE(t->best(), t->median());
+  // Resident: one copy, read again each run.
+  auto resident = time_attention(**device, shape, 2, true);
+  ASSERT_TRUE(resident.ok()) << resident.status().to_string();
+  EXPECT_EQ(resident->copies, 1);
+  EXPECT_EQ(resident->seconds.size(), 2u);
   auto uneven = time_attention(**device, AttentionShape{DType::kF16, 1, 6, 4, 64, 16}, 1);
   EXPECT_EQ(uneven.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(uneven.status().message().find("6 heads do not share 4 kv heads"), std::string::npos)
