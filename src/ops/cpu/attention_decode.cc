@@ -18,6 +18,20 @@ namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 #if defined(__AVX2__)
 namespace {
 
+// The key blocks of kKeyBlock positions in [r0, r1) of kv head kvh, in order: fn(n, ahead, o) for each, n the
+// block's positions and o the cache offsets of those and, for prefetching, of the next block's first kPrefetchKeys
+// rows (ahead offsets in all).
+template <typename Fn>
+inline void for_each_key_block(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, int64_t kvh, Fn&& fn) {
+  thread_local std::vector<int64_t> off;
+  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
+    const int32_t n = std::min(r1 - b0, kKeyBlock);
+    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
+    row_offsets(c, table, b0, ahead, kvh, off);
+    fn(n, ahead, off.data());
+  }
+}
+
 // Decode over long contexts, head_dim = 8 * NV: the query heads of one kv head (qs[0..G) of a grouped-query
 // model, one head otherwise) over the positions [r0, r1) of one sequence, in blocks of kKeyBlock positions
 // with an online softmax. Each block's key and value rows (64 KiB of f16 at head_dim 64) come from memory once,
@@ -27,18 +41,13 @@ namespace {
 template <typename T, int NV>
 void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
                   int64_t kvh, Partial* parts, const AttentionScores& opt) {
-  thread_local std::vector<int64_t> off;
   constexpr int64_t hd = 8 * NV;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   alignas(32) float sc[kKeyBlock];
   for (int g = 0; g < G; ++g) parts[g].reset(hd);
-  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
-    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 7) / 8 * 8;
-    // Offsets of this block and, for prefetching, of the next one's first kPrefetchKeys rows.
-    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
-    row_offsets(c, table, b0, ahead, kvh, off);
-    const int64_t* o = off.data();
+  for_each_key_block(c, table, r0, r1, kvh, [&](int32_t n, int32_t ahead, const int64_t* o) {
+    const int32_t padded = (n + 7) / 8 * 8;
     for (int g = 0; g < G; ++g) {
       const float* q = qs[g];
       __m256 qv[NV];
@@ -53,7 +62,7 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
       for (int j = 0; j < NV; ++j) o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
       value_sum<T, NV>(vbase, o, n, ahead, sc, o0, g == 0, acc);
     }
-  }
+  });
 }
 
 #if defined(__AVX512F__)
@@ -179,17 +188,13 @@ inline void shared_value_sums(const T* vbase, const int64_t* o, int32_t n, int32
 template <typename T, int NZ>
 void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
                          int64_t kvh, Partial* parts, const AttentionScores& opt) {
-  thread_local std::vector<int64_t> off;
   constexpr int64_t hd = 16 * NZ;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   alignas(64) float sc[kSharedHeads * kKeyBlock];
   for (int g = 0; g < G; ++g) parts[g].reset(hd);
-  for (int32_t b0 = r0; b0 < r1; b0 += kKeyBlock) {
-    const int32_t n = std::min(r1 - b0, kKeyBlock), padded = (n + 15) / 16 * 16;
-    const int32_t ahead = std::min(r1 - b0, n + kPrefetchKeys);
-    row_offsets(c, table, b0, ahead, kvh, off);
-    const int64_t* o = off.data();
+  for_each_key_block(c, table, r0, r1, kvh, [&](int32_t n, int32_t ahead, const int64_t* o) {
+    const int32_t padded = (n + 15) / 16 * 16;
     for (int g0 = 0; g0 < G; g0 += kSharedHeads) {
       const int gc = std::min(kSharedHeads, G - g0);
       shared_key_scores<T, NZ>(kbase, o, n, ahead, qs + g0, gc, opt, g0 == 0, sc);
@@ -204,7 +209,7 @@ void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32
       }
       shared_value_sums<T, NZ>(vbase, o, n, ahead, sc, gc, g0 == 0, acc);
     }
-  }
+  });
 }
 #endif
 
@@ -231,20 +236,37 @@ void decode_combine(const Partial* parts, int n, float sink, float* out) {
   for (int k = 0; k < NV; ++k) _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(o[k], inv));
 }
 
+// An AttentionDecodeOp's tensors as the decode items read them.
+struct DecodeView {
+  int64_t b, heads, group, max_blocks;
+  const int32_t* lens;    // [b] context lengths
+  const int32_t* tables;  // [b][max_blocks]
+  const float* q;         // [b][heads][head_dim]
+  float* out;             // likewise
+  const float* sinks;     // [heads], or null
+  AttentionScores opt;
+
+  DecodeView(const AttentionDecodeOp& op, const Cache& c)
+      : b(op.q.dim(0)),
+        heads(op.q.dim(1)),
+        group(heads / c.kv_heads),
+        max_blocks(op.block_tables.dim(1)),
+        lens(data<const int32_t>(op.context_lens)),
+        tables(data<const int32_t>(op.block_tables)),
+        q(data<const float>(op.q)),
+        out(data<float>(op.out)),
+        sinks(op.sinks.valid() ? data<const float>(op.sinks) : nullptr),
+        opt(op.scores) {}
+};
+
 // Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
 // sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
 // and at most one key block long takes attend_one per head, the short-context kernel, unchanged.
 template <typename T, int NV>
 void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
-  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads;
-  const int64_t max_blocks = op.block_tables.dim(1);
-  const auto* lens = data<const int32_t>(op.context_lens);
-  const auto* tables = data<const int32_t>(op.block_tables);
-  const float* q = data<const float>(op.q);
-  float* out = data<float>(op.out);
-  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
-  const AttentionScores opt = op.scores;
+  const DecodeView v(op, c);
+  const int64_t b = v.b, heads = v.heads, group = v.group;
   // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
   // lambdas would be each worker's own).
   thread_local std::vector<float> acc_store;
@@ -256,12 +278,12 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
   parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
     thread_local std::vector<float> scores;
     const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
-    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
-    const int32_t* table = tables + sq * max_blocks;
+    const int32_t pos = v.lens[sq] - 1, count = visible(pos, v.opt), first = pos + 1 - count;
+    const int32_t* table = v.tables + sq * v.max_blocks;
     if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        attend_one<T, NV>(c, table, pos, q + (sq * heads + h) * hd, kvh, out + (sq * heads + h) * hd, scores, opt,
-                          sinks ? sinks[h] : -INFINITY);
+        attend_one<T, NV>(c, table, pos, v.q + (sq * heads + h) * hd, kvh, v.out + (sq * heads + h) * hd, scores, v.opt,
+                          v.sinks ? v.sinks[h] : -INFINITY);
       }
       return;
     }
@@ -269,24 +291,24 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     Partial local[64];
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
-      qs[g] = q + (sq * heads + h) * hd;
+      qs[g] = v.q + (sq * heads + h) * hd;
       local[g] = parts[(sq * heads + h) * splits + j];
     }
     const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
     const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
 #if defined(__AVX512F__)
     if (group > 1) {
-      attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+      attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else {
-      attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, opt);
+      attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
     }
 #else
-    attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, opt);
+    attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
 #endif
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
       if (splits == 1) {
-        decode_combine<NV>(&local[g], 1, sinks ? sinks[h] : -INFINITY, out + (sq * heads + h) * hd);
+        decode_combine<NV>(&local[g], 1, v.sinks ? v.sinks[h] : -INFINITY, v.out + (sq * heads + h) * hd);
       } else {
         parts[(sq * heads + h) * splits + j] = local[g];
       }
@@ -294,10 +316,10 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
   });
   if (splits == 1) return;
   parallel_for(ctx, b * heads, [&](int64_t i) {
-    const int32_t count = visible(lens[i / heads] - 1, opt);
+    const int32_t count = visible(v.lens[i / heads] - 1, v.opt);
     if (count <= 0) return;
-    decode_combine<NV>(&parts[i * splits], static_cast<int>(splits), sinks ? sinks[i % heads] : -INFINITY,
-                       out + i * hd);
+    decode_combine<NV>(&parts[i * splits], static_cast<int>(splits), v.sinks ? v.sinks[i % heads] : -INFINITY,
+                       v.out + i * hd);
   });
 }
 
@@ -306,14 +328,8 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
 // through attend_queries_part; then each head's parts and sink are combined as decode_combine does.
 template <typename T>
 void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  const int64_t b = op.q.dim(0), heads = op.q.dim(1), group = heads / c.kv_heads, hd = c.head_dim;
-  const int64_t max_blocks = op.block_tables.dim(1);
-  const auto* lens = data<const int32_t>(op.context_lens);
-  const auto* tables = data<const int32_t>(op.block_tables);
-  const float* q = data<const float>(op.q);
-  float* out = data<float>(op.out);
-  const float* sinks = op.sinks.valid() ? data<const float>(op.sinks) : nullptr;
-  const AttentionScores opt = op.scores;
+  const DecodeView v(op, c);
+  const int64_t b = v.b, heads = v.heads, group = v.group, hd = c.head_dim;
   // The calling thread's scratch, reached by the workers through these pointers: [sequence][head][range].
   thread_local std::vector<float> acc_store, m_store, l_store;
   acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
@@ -322,17 +338,17 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
   float *acc = acc_store.data(), *ms = m_store.data(), *ls = l_store.data();
   parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
     const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
-    const int32_t pos = lens[sq] - 1, count = visible(pos, opt), first = pos + 1 - count;
+    const int32_t pos = v.lens[sq] - 1, count = visible(pos, v.opt), first = pos + 1 - count;
     const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
     const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
     Query qs[64];
     float m[64], l[64];
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
-      qs[g] = {q + (sq * heads + h) * hd, acc + ((sq * heads + h) * splits + j) * hd, first, pos};
+      qs[g] = {v.q + (sq * heads + h) * hd, acc + ((sq * heads + h) * splits + j) * hd, first, pos};
     }
     if (r0 < r1) {
-      attend_queries_part<T>(c, tables + sq * max_blocks, kvh, qs, group, r0, r1 - 1, opt, m, l);
+      attend_queries_part<T>(c, v.tables + sq * v.max_blocks, kvh, qs, group, r0, r1 - 1, v.opt, m, l);
     } else {
       std::fill(m, m + group, -INFINITY);
       std::fill(l, l + group, 0.0f);
@@ -344,7 +360,7 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
     }
   });
   parallel_for(ctx, b * heads, [&](int64_t i) {
-    const float sink = sinks ? sinks[i % heads] : -INFINITY;
+    const float sink = v.sinks ? v.sinks[i % heads] : -INFINITY;
     float mx = sink;
     for (int64_t j = 0; j < splits; ++j) mx = std::max(mx, ms[i * splits + j]);
     float total = std::exp(sink - mx);
@@ -359,7 +375,7 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
       __m256 o = _mm256_setzero_ps();
       for (int64_t j = 0; j < splits; ++j)
         o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(acc + (i * splits + j) * hd + d), o);
-      _mm256_storeu_ps(out + i * hd + d, _mm256_mul_ps(o, inv));
+      _mm256_storeu_ps(v.out + i * hd + d, _mm256_mul_ps(o, inv));
     }
   });
 }
