@@ -4,8 +4,9 @@
 // hosts, and proves itself with the cluster credential. A router anywhere (`tessera route --ctrl ...`)
 // discovers it; decode nodes are told which prefill node to use by the router, so no host lists another.
 //
-//   tessera join --ctrl etcd=http://10.0.0.1:2379,http://10.0.0.2:2379 --role decode --backend cpu \
+//   tessera join --ctrl etcd=http://10.0.0.1:2379,http://10.0.0.2:2379 --role decode --backend cpu
 //                --model models/stories260K --advertise 10.0.0.3 --cluster-token-file /etc/tessera/token
+//   (one command, shown on two lines)
 //
 // It is `tessera serve` with the multi-host defaults filled in and checked: after validation it replaces
 // itself with `tessera serve ...` (execv), so signals, draining and exit codes are exactly serve's. Flags

@@ -38,7 +38,7 @@ TEST(TraceContext, InvalidHeadersStartANewTrace) {
 
 TEST(RequestId, TheClientsIsKeptWhenUsable) {
   EXPECT_EQ(request_id_of("abc-123", "rt"), "abc-123");
-  for (const std::string bad : {std::string(), std::string(201, 'x'), std::string("has space"), std::string("nl\n")}) {
+  for (const std::string& bad : {std::string(), std::string(201, 'x'), std::string("has space"), std::string("nl\n")}) {
     const std::string id = request_id_of(bad, "rt");
     EXPECT_EQ(id.rfind("rt-", 0), 0u) << id;
     EXPECT_EQ(id.size(), 19u) << id;

@@ -85,7 +85,9 @@ TEST(SvgPlot, LogAxisSkipsNonPositiveAndNonFinitePoints) {
   // Three decades: 1-2-5 ticks; wider ranges get powers of ten only.
   EXPECT_EQ(ticks, (std::vector<std::string>{"1", "2", "5", "10", "20", "50", "100", "200", "500", "1000"}));
   for (const XmlElement& e : x.elements) {
-    if (e.name == "polyline") EXPECT_EQ(polyline_points(e).size(), 3u);
+    if (e.name == "polyline") {
+      EXPECT_EQ(polyline_points(e).size(), 3u);
+    }
     EXPECT_NE(e.name, "circle");  // markers off
   }
 }

@@ -159,11 +159,15 @@ TEST_F(TokenizerParity, GgufVocabulariesFromTokenizerJsonKeepParity) {
       ++compared;
       std::vector<TokenId> got = (*g)->encode(corpus_[i], false);
       same += got == want[i].get<std::vector<TokenId>>();
-      if (key == "qwen3") EXPECT_EQ(got, want[i].get<std::vector<TokenId>>()) << key << " " << Json(corpus_[i]).dump();
+      if (key == "qwen3") {
+        EXPECT_EQ(got, want[i].get<std::vector<TokenId>>()) << key << " " << Json(corpus_[i]).dump();
+      }
     }
     std::printf("%s as a GGUF vocabulary (%s): %d of %d strings give the reference ids\n", key.c_str(),
                 std::string(v->kind_name()).c_str(), same, compared);
-    if (key == "llama2") EXPECT_EQ(same, compared);
+    if (key == "llama2") {
+      EXPECT_EQ(same, compared);
+    }
   }
 }
 

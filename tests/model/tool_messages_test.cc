@@ -229,7 +229,9 @@ TEST_F(ToolMessages, TheCallsATemplateWritesAreReadBackByItsFamilysParser) {
       for (size_t i = 0; i < want.size(); ++i) {
         EXPECT_EQ(r.calls[i].name, want[i].name);
         EXPECT_EQ(Json::parse(r.calls[i].arguments), want[i].args) << r.calls[i].arguments;
-        if (source.find("[CALL_ID]") != std::string::npos) EXPECT_EQ(r.calls[i].id, want[i].id);
+        if (source.find("[CALL_ID]") != std::string::npos) {
+          EXPECT_EQ(r.calls[i].id, want[i].id);
+        }
       }
     }
   }
