@@ -88,9 +88,22 @@ constexpr bool shared_heads_here(int64_t group, int32_t count) {
 #endif
 }
 
+// Whether decode with a q8_0 or q4_0 cache (keys and values of one type) goes through decode_blocked's shared kernel
+// (the avx512 build, heads of 64 and 128, 2 to 64 query heads per kv head), which reads each block row once for up
+// to four query heads; attention_quant.cc's kernels take the rest.
+constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
+#if defined(__AVX512F__)
+  return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && (head_dim == 64 || head_dim == 128) && group > 1 &&
+         group <= 64;
+#else
+  return k == v && head_dim < 0 && group < 0;
+#endif
+}
+
 // Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the
 // sequence's visible positions; a sequence that is one item and at most one key block long takes attend_one per
-// head unless shared_heads_here (attention_decode.cc).
+// head unless shared_heads_here; f32 and f16 caches, and q8_0 / q4_0 ones where blocks_shared_here
+// (attention_decode.cc).
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
 // The same for grouped-query heads of other multiples of 64, through attend_queries_part (attention_decode.cc).
 void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/attention_cache.h"
@@ -17,6 +18,11 @@
 namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 #if defined(__AVX2__)
 namespace {
+
+// Whether a cache element type is a block of quantised values (q8_0, q4_0), which only the avx512 build's shared
+// kernel reads here (attend_range_shared); f32 and f16 caches take every kernel of this file.
+template <typename T>
+constexpr bool kBlockRows = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
 
 // The key blocks of kKeyBlock positions in [r0, r1) of kv head kvh, in order: fn(n, ahead, o) for each, n the
 // block's positions and o the cache offsets of those and, for prefetching, of the next block's first kPrefetchKeys
@@ -80,6 +86,47 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 // 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
 constexpr int kSharedHeads = 4;
 
+// The rows the shared kernels read, T the cache's element: float or uint16_t (f32, f16: a kv head's row is head_dim
+// elements) or a block type (q8_0, q4_0: head_dim / 32 blocks, read in place, never widened into memory). row_at()
+// is a row at the element offset row_offsets() gives, row16(row, j) its elements [16 j, 16 j + 16) as f32 lanes.
+// A block's values are d * q in f32, exact (q has at most 8 significant bits, d 11), as attention_quant.cc widens
+// them, so a quantised cache differs from an f32 cache of its values only in the order of the sums.
+template <typename T>
+inline const T* row_at(const T* base, int64_t off) {
+  if constexpr (kBlockRows<T>) {
+    return base + off / kQuantBlock;
+  } else {
+    return base + off;
+  }
+}
+template <typename T>
+constexpr int64_t row_bytes(int64_t hd) {
+  if constexpr (kBlockRows<T>) {
+    return hd / kQuantBlock * static_cast<int64_t>(sizeof(T));
+  } else {
+    return hd * static_cast<int64_t>(sizeof(T));
+  }
+}
+template <typename T>
+inline __m512 row16(const T* row, int j) {
+  return widen16(row + 16 * j);
+}
+// (Masked conversions: GCC 12 warns on the unmasked ones, see widen16.)
+inline __m512 row16(const BlockQ8_0* row, int j) {
+  const BlockQ8_0& b = row[j / 2];
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * (j % 2)));
+  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
+}
+inline __m512 row16(const BlockQ4_0* row, int j) {  // elements 0-15: the low nibbles, 16-31: the high ones; q - 8
+  const BlockQ4_0& b = row[j / 2];
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m128i nib = _mm_and_si128(j % 2 == 0 ? raw : _mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+  const __m128i q = _mm_sub_epi8(nib, _mm_set1_epi8(8));
+  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
+}
+
 // The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
 // 15 adds and 30 shuffles instead of 16 horizontal sums.
 inline __m512 reduce16(const __m512* a) {
@@ -117,7 +164,7 @@ inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32
   for (int32_t t = 0; t < n; t += 16) {
     const int m = std::min<int32_t>(16, n - t);
     if (prefetch && t + 16 + kPrefetchKeys <= limit) {
-      for (int r = 0; r < 16; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], 16 * NZ * sizeof(T));
+      for (int r = 0; r < 16; ++r) prefetch_row(row_at(kbase, o[t + kPrefetchKeys + r]), row_bytes<T>(16 * NZ));
     }
     __m512 part[kSharedHeads][16];
     for (int r = 0; r < 16; ++r) {
@@ -126,10 +173,10 @@ inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32
         for (int g = 0; g < kSharedHeads; ++g) part[g][r] = _mm512_setzero_ps();
         continue;
       }
-      const T* k = kbase + o[t + r];
+      const T* k = row_at(kbase, o[t + r]);
       __m512 kz[NZ];
 #pragma GCC unroll 8
-      for (int j = 0; j < NZ; ++j) kz[j] = widen16(k + 16 * j);
+      for (int j = 0; j < NZ; ++j) kz[j] = row16(k, j);
 #pragma GCC unroll 4
       for (int g = 0; g < kSharedHeads; ++g) {
         if (g >= gc) break;
@@ -160,12 +207,12 @@ inline void shared_value_sums(const T* vbase, const int64_t* o, int32_t n, int32
     }
     for (int32_t t = 0; t < n; ++t) {
       if (prefetch && c0 == 0 && t + kPrefetchKeys < limit) {
-        prefetch_row(vbase + o[t + kPrefetchKeys], 16 * NZ * sizeof(T));
+        prefetch_row(row_at(vbase, o[t + kPrefetchKeys]), row_bytes<T>(16 * NZ));
       }
-      const T* v = vbase + o[t] + 16 * c0;
+      const T* v = row_at(vbase, o[t]);
       __m512 vz[4];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) vz[j] = widen16(v + 16 * j);
+      for (int j = 0; j < 4; ++j) vz[j] = row16(v, c0 + j);
 #pragma GCC unroll 4
       for (int g = 0; g < kSharedHeads; ++g) {
         if (g >= gc) break;
@@ -280,12 +327,14 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
     const int32_t pos = v.lens[sq] - 1, count = visible(pos, v.opt), first = pos + 1 - count;
     const int32_t* table = v.tables + sq * v.max_blocks;
-    if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
-      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        attend_one<T, NV>(c, table, pos, v.q + (sq * heads + h) * hd, kvh, v.out + (sq * heads + h) * hd, scores, v.opt,
-                          v.sinks ? v.sinks[h] : -INFINITY);
+    if constexpr (!kBlockRows<T>) {
+      if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          attend_one<T, NV>(c, table, pos, v.q + (sq * heads + h) * hd, kvh, v.out + (sq * heads + h) * hd, scores,
+                            v.opt, v.sinks ? v.sinks[h] : -INFINITY);
+        }
+        return;
       }
-      return;
     }
     const float* qs[64];
     Partial local[64];
@@ -297,9 +346,9 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
     const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
 #if defined(__AVX512F__)
-    if (group > 1) {
+    if (kBlockRows<T> || group > 1) {  // block rows come here with grouped heads only (blocks_shared_here)
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
-    } else {
+    } else if constexpr (!kBlockRows<T>) {
       attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
     }
 #else
@@ -383,6 +432,16 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+#if defined(__AVX512F__)
+  if (op.k_cache.dtype == DType::kQ8_0) {
+    (c.head_dim == 64 ? run_blocked<BlockQ8_0, 8> : run_blocked<BlockQ8_0, 16>)(op, c, splits, ctx);
+    return;
+  }
+  if (op.k_cache.dtype == DType::kQ4_0) {
+    (c.head_dim == 64 ? run_blocked<BlockQ4_0, 8> : run_blocked<BlockQ4_0, 16>)(op, c, splits, ctx);
+    return;
+  }
+#endif
   if (c.f16) {
     (c.head_dim == 64 ? run_blocked<uint16_t, 8> : run_blocked<uint16_t, 16>)(op, c, splits, ctx);
   } else {
