@@ -39,6 +39,7 @@ using attention_detail::attend_one;
 using attention_detail::attend_queries;
 using attention_detail::attend_queries_part;
 using attention_detail::blocks_shared_here;
+using attention_detail::blocks_tiled_here;
 using attention_detail::decode_blocked;
 using attention_detail::decode_grouped_split;
 using attention_detail::prefetch_row;
@@ -193,6 +194,19 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
   });
 }
 
+#if defined(__AVX2__)
+// attend_queries for the cache's element type: f32, f16, or (the avx512 build, blocks_tiled_here) q8_0 / q4_0.
+void attend_queries_of(DType t, const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
+                       const AttentionScores& opt) {
+#if defined(__AVX512F__)
+  if (t == DType::kQ8_0) return attend_queries<BlockQ8_0>(c, table, kvh, qs, nq, opt);
+  if (t == DType::kQ4_0) return attend_queries<BlockQ4_0>(c, table, kvh, qs, nq, opt);
+#endif
+  if (t == DType::kF16) return attend_queries<uint16_t>(c, table, kvh, qs, nq, opt);
+  attend_queries<float>(c, table, kvh, qs, nq, opt);
+}
+#endif
+
 }  // namespace
 
 Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
@@ -241,7 +255,13 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
 }
 
 Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
-  if (!widened_here(op.k_cache.dtype) || !widened_here(op.v_cache.dtype)) return attention_prefill_quant(op, ctx);
+  const bool widened = widened_here(op.k_cache.dtype) && widened_here(op.v_cache.dtype);
+#if defined(__AVX2__)
+  const bool blocks = blocks_tiled_here(op.k_cache.dtype, op.v_cache.dtype, op.k_cache.dim(3));
+#else
+  const bool blocks = false;
+#endif
+  if (!widened && !blocks) return attention_prefill_quant(op, ctx);
   Cache c(op.k_cache, op.v_cache);
   const int32_t* table = data<const int32_t>(op.block_table);
   const int32_t last = static_cast<int32_t>(op.start_pos + op.q.dim(0) - 1);
@@ -271,12 +291,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
                           opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos, sinks ? sinks[h] : -INFINITY});
           }
         }
-        const auto nq = static_cast<int64_t>(qs.size());
-        if (c.f16) {
-          attend_queries<uint16_t>(c, table, kvh, qs.data(), nq, opt);
-        } else {
-          attend_queries<float>(c, table, kvh, qs.data(), nq, opt);
-        }
+        attend_queries_of(op.k_cache.dtype, c, table, kvh, qs.data(), static_cast<int64_t>(qs.size()), opt);
       });
       return ok_status();
     }
@@ -288,11 +303,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
         qs[i - i0] = {q + (i * heads + h) * hd, out + (i * heads + h) * hd,
                       opt.window > 0 ? std::max(0, pos - opt.window + 1) : 0, pos, sinks ? sinks[h] : -INFINITY};
       }
-      if (c.f16) {
-        attend_queries<uint16_t>(c, table, h / group, qs, i1 - i0, opt);
-      } else {
-        attend_queries<float>(c, table, h / group, qs, i1 - i0, opt);
-      }
+      attend_queries_of(op.k_cache.dtype, c, table, h / group, qs, i1 - i0, opt);
     });
     return ok_status();
   }

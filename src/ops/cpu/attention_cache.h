@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "base/quant.h"
 #include "ops/cpu/kernels.h"
 
 #if defined(__AVX512F__)
@@ -36,11 +38,56 @@ struct Cache {
   }
 };
 
+// Whether a cache element type is a block of quantised values (q8_0, q4_0), which the avx512 build's shared decode
+// kernel and tiled path read in place (blocks_shared_here, blocks_tiled_here); f32 and f16 caches take every kernel.
+template <typename T>
+constexpr bool kBlockRows = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
+
+// The rows the kernels read, T the cache's element: float or uint16_t (f32, f16: a kv head's row is head_dim
+// elements) or a block type (q8_0, q4_0: head_dim / 32 blocks, read in place, never widened into memory). row_at()
+// is a row at an element offset (Cache::elem, row_offsets()), row16(row, j) its elements [16 j, 16 j + 16) as f32
+// lanes. A block's values are d * q in f32, exact (q has at most 8 significant bits, d 11), as attention_quant.cc
+// widens them, so a quantised cache differs from an f32 cache of its values only in the order of the sums.
+template <typename T>
+inline const T* row_at(const T* base, int64_t off) {
+  if constexpr (kBlockRows<T>) {
+    return base + off / kQuantBlock;
+  } else {
+    return base + off;
+  }
+}
+template <typename T>
+constexpr int64_t row_bytes(int64_t hd) {
+  if constexpr (kBlockRows<T>) {
+    return hd / kQuantBlock * static_cast<int64_t>(sizeof(T));
+  } else {
+    return hd * static_cast<int64_t>(sizeof(T));
+  }
+}
 #if defined(__AVX512F__)
 // Sixteen cache elements as f32 lanes (the avx512 build's kernels of attention_tiled.cc and attention_decode.cc).
 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+template <typename T>
+inline __m512 row16(const T* row, int j) {
+  return widen16(row + 16 * j);
+}
+// (Masked conversions: GCC 12 warns on the unmasked ones, see widen16.)
+inline __m512 row16(const BlockQ8_0* row, int j) {
+  const BlockQ8_0& b = row[j / 2];
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * (j % 2)));
+  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
+}
+inline __m512 row16(const BlockQ4_0* row, int j) {  // elements 0-15: the low nibbles, 16-31: the high ones; q - 8
+  const BlockQ4_0& b = row[j / 2];
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m128i nib = _mm_and_si128(j % 2 == 0 ? raw : _mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+  const __m128i q = _mm_sub_epi8(nib, _mm_set1_epi8(8));
+  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
+                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
 }
 #endif
 
@@ -85,6 +132,17 @@ constexpr bool shared_heads_here(int64_t group, int32_t count) {
   return group > 1 && count >= 64;
 #else
   return group < 0 && count < 0;
+#endif
+}
+
+// Whether prefill with a q8_0 or q4_0 cache (keys and values of one type, head_dim a multiple of 64) takes the tiled
+// path (attend_queries, the avx512 build): its key panel is widened from the blocks once per item and each value row
+// once per tile of queries, where attention_quant.cc's prefill converted every value row once per query.
+constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
+#if defined(__AVX512F__)
+  return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
+#else
+  return k == v && head_dim < 0;
 #endif
 }
 

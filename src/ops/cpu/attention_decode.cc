@@ -19,11 +19,6 @@ namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 #if defined(__AVX2__)
 namespace {
 
-// Whether a cache element type is a block of quantised values (q8_0, q4_0), which only the avx512 build's shared
-// kernel reads here (attend_range_shared); f32 and f16 caches take every kernel of this file.
-template <typename T>
-constexpr bool kBlockRows = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
-
 // The key blocks of kKeyBlock positions in [r0, r1) of kv head kvh, in order: fn(n, ahead, o) for each, n the
 // block's positions and o the cache offsets of those and, for prefetching, of the next block's first kPrefetchKeys
 // rows (ahead offsets in all).
@@ -85,47 +80,6 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 // head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for
 // 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
 constexpr int kSharedHeads = 4;
-
-// The rows the shared kernels read, T the cache's element: float or uint16_t (f32, f16: a kv head's row is head_dim
-// elements) or a block type (q8_0, q4_0: head_dim / 32 blocks, read in place, never widened into memory). row_at()
-// is a row at the element offset row_offsets() gives, row16(row, j) its elements [16 j, 16 j + 16) as f32 lanes.
-// A block's values are d * q in f32, exact (q has at most 8 significant bits, d 11), as attention_quant.cc widens
-// them, so a quantised cache differs from an f32 cache of its values only in the order of the sums.
-template <typename T>
-inline const T* row_at(const T* base, int64_t off) {
-  if constexpr (kBlockRows<T>) {
-    return base + off / kQuantBlock;
-  } else {
-    return base + off;
-  }
-}
-template <typename T>
-constexpr int64_t row_bytes(int64_t hd) {
-  if constexpr (kBlockRows<T>) {
-    return hd / kQuantBlock * static_cast<int64_t>(sizeof(T));
-  } else {
-    return hd * static_cast<int64_t>(sizeof(T));
-  }
-}
-template <typename T>
-inline __m512 row16(const T* row, int j) {
-  return widen16(row + 16 * j);
-}
-// (Masked conversions: GCC 12 warns on the unmasked ones, see widen16.)
-inline __m512 row16(const BlockQ8_0* row, int j) {
-  const BlockQ8_0& b = row[j / 2];
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * (j % 2)));
-  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
-                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
-}
-inline __m512 row16(const BlockQ4_0* row, int j) {  // elements 0-15: the low nibbles, 16-31: the high ones; q - 8
-  const BlockQ4_0& b = row[j / 2];
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  const __m128i nib = _mm_and_si128(j % 2 == 0 ? raw : _mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
-  const __m128i q = _mm_sub_epi8(nib, _mm_set1_epi8(8));
-  return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b.d)),
-                       _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q)));
-}
 
 // The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
 // 15 adds and 30 shuffles instead of 16 horizontal sums.

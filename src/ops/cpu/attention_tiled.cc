@@ -58,9 +58,10 @@ inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
 inline VF vsub(VF a, VF b) { return _mm512_sub_ps(a, b); }
 inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+// Elements [d0, d0 + kLanes) of a cache row (row_at): f32, f16, or q8_0 / q4_0 blocks read in place.
 template <typename T>
-inline VF vwiden(const T* p) {
-  return widen16(p);
+inline VF vrow(const T* row, int64_t d0) {
+  return row16(row, static_cast<int>(d0 / kLanes));
 }
 inline VF vexp(VF x) { return exp16(x); }
 inline float vsum(VF v) { return sum16(v); }
@@ -112,8 +113,8 @@ inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
 inline VF vsub(VF a, VF b) { return _mm256_sub_ps(a, b); }
 inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
 template <typename T>
-inline VF vwiden(const T* p) {
-  return load8(p);
+inline VF vrow(const T* row, int64_t d0) {  // f32 and f16 only: blocks take this path in the avx512 build alone
+  return load8(row + d0);
 }
 inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
@@ -163,11 +164,11 @@ void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
   for (; t + kLanes <= t1; t += kLanes) {
     const T* rows[kLanes];
     for (int j = 0; j < kLanes; ++j)
-      rows[j] = kbase + c.elem(table[(t + j) / c.block_tokens], (t + j) % c.block_tokens, kvh);
+      rows[j] = row_at(kbase, c.elem(table[(t + j) / c.block_tokens], (t + j) % c.block_tokens, kvh));
     for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
       VF r[kLanes];
 #pragma GCC unroll 16
-      for (int j = 0; j < kLanes; ++j) r[j] = vwiden(rows[j] + d0);
+      for (int j = 0; j < kLanes; ++j) r[j] = vrow(rows[j], d0);
       vtranspose(r);
 #pragma GCC unroll 16
       for (int d = 0; d < kLanes; ++d) vstore(kt + (d0 + d) * ld + (t - t0), r[d]);
@@ -175,9 +176,9 @@ void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
   }
   float row[kLanes];
   for (; t < t1; ++t) {
-    const T* k = kbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+    const T* k = row_at(kbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
     for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
-      vstore(row, vwiden(k + d0));
+      vstore(row, vrow(k, d0));
       for (int64_t d = 0; d < kLanes; ++d) kt[(d0 + d) * ld + (t - t0)] = row[d];
     }
   }
@@ -235,10 +236,10 @@ void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_
     for (int u = 0; u < kVPerPass; ++u) o[g][u] = alpha ? vmul(a, vload(qs[g].out + col + kLanes * u)) : vzero();
   }
   for (int64_t c = c0; c < c1; ++c) {
-    const T* v = v_at(c) + col;
+    const T* v = v_at(c);
     VF vv[kVPerPass];
 #pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) vv[u] = vwiden(v + kLanes * u);
+    for (int u = 0; u < kVPerPass; ++u) vv[u] = vrow(v, col + kLanes * u);
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) {
       const VF pv = vset(p[g * ld + c]);
@@ -309,7 +310,7 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
   auto v_at = [&](int64_t ci) {
     const int64_t t = lo + ci;
-    return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+    return row_at(vbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
   };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
     tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col, nullptr);
@@ -360,7 +361,7 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
   }
   auto v_at = [&](int64_t ci) {
     const int64_t t = b0 + ci;
-    return vbase + c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh);
+    return row_at(vbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
   };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
     tile_values<T, G>(qs, v_at, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
@@ -475,6 +476,12 @@ template void attend_queries_part<uint16_t>(const Cache&, const int32_t*, int64_
                                             int32_t, const AttentionScores&, float*, float*);
 template void attend_queries<uint16_t>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                        const AttentionScores&);
+#if defined(__AVX512F__)
+template void attend_queries<BlockQ8_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
+                                        const AttentionScores&);
+template void attend_queries<BlockQ4_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
+                                        const AttentionScores&);
+#endif
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail
 #endif
