@@ -195,13 +195,11 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
 }
 
 #if defined(__AVX2__)
-// attend_queries for the cache's element type: f32, f16, or (the avx512 build, blocks_tiled_here) q8_0 / q4_0.
+// attend_queries for the cache's element type: f32, f16, or (blocks_tiled_here) q8_0 / q4_0.
 void attend_queries_of(DType t, const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                        const AttentionScores& opt) {
-#if defined(__AVX512F__)
   if (t == DType::kQ8_0) return attend_queries<BlockQ8_0>(c, table, kvh, qs, nq, opt);
   if (t == DType::kQ4_0) return attend_queries<BlockQ4_0>(c, table, kvh, qs, nq, opt);
-#endif
   if (t == DType::kF16) return attend_queries<uint16_t>(c, table, kvh, qs, nq, opt);
   attend_queries<float>(c, table, kvh, qs, nq, opt);
 }

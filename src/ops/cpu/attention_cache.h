@@ -1,7 +1,7 @@
-// The f32/f16 paged KV cache as the cpu attention kernels read it, shared by attention.cc (kv_write, the
-// one-query decode kernels, the operators' entry points), attention_decode.cc (long-context decode) and
-// attention_tiled.cc (the tiled path for queries that share a kv head). Included inside each kernel build
-// (TS_CPU_ISA), by those three only.
+// The paged KV cache as the cpu attention kernels read it (f32 and f16 elements; q8_0 and q4_0 blocks where
+// blocks_shared_here / blocks_tiled_here), shared by attention.cc (kv_write, the one-query decode kernels, the
+// operators' entry points), attention_decode.cc (long-context decode) and attention_tiled.cc (the tiled path for
+// queries that share a kv head). Included inside each kernel build (TS_CPU_ISA), by those three only.
 #pragma once
 
 #include <algorithm>
@@ -11,10 +11,7 @@
 
 #include "base/quant.h"
 #include "ops/cpu/kernels.h"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "ops/cpu/simd.h"
 
 namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 
@@ -64,6 +61,27 @@ constexpr int64_t row_bytes(int64_t hd) {
     return hd * static_cast<int64_t>(sizeof(T));
   }
 }
+#if defined(__AVX2__)
+// Elements [8 j, 8 j + 8) of a row as f32 lanes (the avx2 build's tiled path), as row16 below.
+template <typename T>
+inline __m256 row8(const T* row, int j) {
+  return load8(row + 8 * j);
+}
+inline __m256 row8(const BlockQ8_0* row, int j) {
+  const BlockQ8_0& b = row[j / 4];
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * (j % 4)));
+  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+inline __m256 row8(const BlockQ4_0* row, int j) {  // j % 4: low nibbles of bytes 0-7, 8-15, then high ones; q - 8
+  const BlockQ4_0& b = row[j / 4];
+  const int k = j % 4;
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * (k % 2)));
+  const __m128i nib = _mm_and_si128(k < 2 ? raw : _mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+  const __m128i q = _mm_sub_epi8(nib, _mm_set1_epi8(8));
+  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+#endif
+
 #if defined(__AVX512F__)
 // Sixteen cache elements as f32 lanes (the avx512 build's kernels of attention_tiled.cc and attention_decode.cc).
 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
@@ -136,10 +154,10 @@ constexpr bool shared_heads_here(int64_t group, int32_t count) {
 }
 
 // Whether prefill with a q8_0 or q4_0 cache (keys and values of one type, head_dim a multiple of 64) takes the tiled
-// path (attend_queries, the avx512 build): its key panel is widened from the blocks once per item and each value row
-// once per tile of queries, where attention_quant.cc's prefill converted every value row once per query.
+// path (attend_queries, the avx512 and avx2 builds): its key panel is widened from the blocks once per item and each
+// value row once per tile of queries, where attention_quant.cc's prefill converted every value row once per query.
 constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
   return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
 #else
   return k == v && head_dim < 0;

@@ -113,8 +113,8 @@ inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
 inline VF vsub(VF a, VF b) { return _mm256_sub_ps(a, b); }
 inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
 template <typename T>
-inline VF vrow(const T* row, int64_t d0) {  // f32 and f16 only: blocks take this path in the avx512 build alone
-  return load8(row + d0);
+inline VF vrow(const T* row, int64_t d0) {
+  return row8(row, static_cast<int>(d0 / kLanes));
 }
 inline VF vexp(VF x) { return exp8(x); }
 inline float vsum(VF v) { return hsum(v); }
@@ -476,12 +476,10 @@ template void attend_queries_part<uint16_t>(const Cache&, const int32_t*, int64_
                                             int32_t, const AttentionScores&, float*, float*);
 template void attend_queries<uint16_t>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                        const AttentionScores&);
-#if defined(__AVX512F__)
 template void attend_queries<BlockQ8_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                         const AttentionScores&);
 template void attend_queries<BlockQ4_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                         const AttentionScores&);
-#endif
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail
 #endif
