@@ -73,11 +73,12 @@ inline __m256 dot8(const T* const* rows, const float* q, int64_t hd) {
   }
   return reduce8(a);
 }
-// out[0..64) = sum_t p[t] * v_t[0..64): the 64 outputs stay in registers for the whole pass over positions.
+
 // Rows of one head are a cache row apart and blocks are scattered, which the hardware prefetcher follows poorly;
 // so rows are prefetched this many positions ahead (prefetch_row, attention_rows.h).
 constexpr int32_t kPrefetchRows = 16;
 
+// out[0..64) = sum_t p[t] * v_t[0..64): the 64 outputs stay in registers for the whole pass over positions.
 template <typename T, typename RowAt>
 inline void weighted_sum64(RowAt row_at, const float* p, int32_t n, int64_t col, float* out) {
   __m256 o[8];

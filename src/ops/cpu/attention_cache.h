@@ -35,8 +35,9 @@ struct Cache {
   }
 };
 
-// Whether a cache element type is a block of quantised values (q8_0, q4_0), which the avx512 build's shared decode
-// kernel and tiled path read in place (blocks_shared_here, blocks_tiled_here); f32 and f16 caches take every kernel.
+// Whether a cache element type is a block of quantised values (q8_0, q4_0), which the shared decode kernel (avx512
+// build) and the tiled path (avx512 and avx2) read in place (blocks_shared_here, blocks_tiled_here); f32 and f16
+// caches take every kernel.
 template <typename T>
 constexpr bool kBlockRows = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
 
@@ -123,7 +124,8 @@ struct Query {
 
 #if defined(__AVX2__)
 // Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float or uint16_t, the cache's f32 or
-// f16 elements), each writing its head's output row; head_dim a multiple of 64 (attention_tiled.cc).
+// f16 elements, or BlockQ8_0 / BlockQ4_0 where blocks_tiled_here), each writing its head's output row; head_dim a
+// multiple of 64 (attention_tiled.cc).
 template <typename T>
 void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                     const AttentionScores& opt);
@@ -157,11 +159,7 @@ constexpr bool shared_heads_here(int64_t group, int32_t count) {
 // path (attend_queries, the avx512 and avx2 builds): its key panel is widened from the blocks once per item and each
 // value row once per tile of queries, where attention_quant.cc's prefill converted every value row once per query.
 constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
-#if defined(__AVX2__)
   return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
-#else
-  return k == v && head_dim < 0;
-#endif
 }
 
 // Whether decode with a q8_0 or q4_0 cache (keys and values of one type) goes through decode_blocked's shared kernel
