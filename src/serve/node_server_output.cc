@@ -189,17 +189,23 @@ void NodeServer::Impl::on_output(const std::shared_ptr<Call>& c, const engine::R
         c->req.chat
             ? json{{"index", c->index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
             : json{{"index", c->index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}};
-    c->writer->write("data: " + dump(chunk(*c, final_choice)) + "\n\n");
-    if (!set.finish_choice(c->index, nullptr, o)) return;
+    // The choice's last chunk and, when it ends the call, the usage chunk and [DONE] go out in one write: a node
+    // that dies after it leaves the router all of them or none, never a finish_reason without the usage the
+    // client asked for (a stream cut there cannot be continued elsewhere: router/migration.h).
+    std::string tail = "data: " + dump(chunk(*c, final_choice)) + "\n\n";
+    if (!set.finish_choice(c->index, nullptr, o)) {
+      c->writer->write(tail);
+      return;
+    }
     metrics.request_latency(seconds(c->start, now));
     ended(endpoint, 200, set.tag.get(), &set);
     if (c->req.include_usage) {
       json u = chunk(*c, json());
       u["choices"] = json::array();
       u["usage"] = set.usage();
-      c->writer->write("data: " + dump(u) + "\n\n");
+      tail += "data: " + dump(u) + "\n\n";
     }
-    c->writer->write("data: [DONE]\n\n");
+    c->writer->write(tail + "data: [DONE]\n\n");
     c->writer->end();
     return;
   }
