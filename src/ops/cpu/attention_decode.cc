@@ -75,10 +75,10 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
 // 17.8 ms at 16384 (docs/benchmarks.md, "Decode attention: a row widened once for its query heads"). The same sharing
 // in 256-bit vectors (the avx2 build) measured no faster there (22.7 against 22.8 ms at 16384), so the sharing alone is
 // not the gain, the 512-bit arithmetic with it is (a 512-bit form of attend_range, one head at a time, was not measured
-// on that core); the avx2 build keeps attend_range. The cache is still read at about 18 GB/s, well under what the
-// weights stream at: a kv head's rows are 256 bytes of every 2 KiB cache row. (Taking a range of positions for every kv
-// head at once, front to back along the rows, measured no faster in a micro-benchmark of the operator: its scratch for
-// 32 heads, partial sums, queries and outputs, is about 64 KiB, more than L1.)
+// on that core); the avx2 build keeps attend_range. From memory the cache is read at about 20 GB/s, resident at 35-38
+// (the arithmetic's bound): a kv head's rows are 256 bytes of every 2 KiB cache row, a walk that caps a plain read at
+// about 31 GB/s. Taking chunks of whole rows for every kv head instead measured no faster in the operator (its
+// per-chunk softmax steps cost what the order saves; docs/benchmarks.md, "Where decode attention's time goes").
 constexpr int kSharedHeads = 4;
 
 // The 16 sums of a[0..16) as one vector (lane r: the sum of a[r]'s lanes): pairwise adds of interleaved halves,
