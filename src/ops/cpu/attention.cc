@@ -1,11 +1,11 @@
-// Paged KV writes and attention with an f32 or f16 cache (bf16, q8_0 and q4_0 caches: attention_quant.cc). Work is
-// split over (token or sequence, head) pairs; each pair computes its scores eight positions at a time (eight dot
-// products reduced together), a max-subtracted softmax, and the weighted sum of value rows with 64 outputs held in
-// registers across all positions. The reference's order of operations is kept except for summation order inside the dot
-// products and the softmax normalisation (multiplied by 1/sum), within the conformance bound. In the avx512 and avx2
-// builds, prefill (and decode with grouped-query heads) takes the tiled path of attention_tiled.cc instead, for
-// head_dim a multiple of 64: the queries that share a kv head are multiplied against one widened, transposed key
-// panel, several at a time.
+// Paged KV writes and attention with an f32 or f16 cache (bf16 caches, and q8_0 / q4_0 ones outside blocks_shared_here
+// and blocks_tiled_here: attention_quant.cc). Work is split over (token or sequence, head) pairs; each pair computes
+// its scores eight positions at a time (eight dot products reduced together), a max-subtracted softmax, and the
+// weighted sum of value rows with 64 outputs held in registers across all positions. The reference's order of
+// operations is kept except for summation order inside the dot products and the softmax normalisation (multiplied by
+// 1/sum), within the conformance bound. In the avx512 and avx2 builds, prefill (and decode with grouped-query heads)
+// takes the tiled path of attention_tiled.cc instead, for head_dim a multiple of 64: the queries that share a kv head
+// are multiplied against one widened, transposed key panel, several at a time.
 //
 // Long contexts (issue 31): past kKeyBlock positions both take the keys in blocks of kKeyBlock with an online
 // softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
@@ -317,9 +317,9 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
 Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   const bool widened = widened_here(op.k_cache.dtype) && widened_here(op.v_cache.dtype);
 #if defined(__AVX2__)
-  // q8_0 / q4_0 caches with grouped-query heads of 64 and 128 (the avx512 build): decode_blocked's shared kernel,
-  // which reads a block row once for up to four query heads, where attention_quant.cc's decode converted each value
-  // row once per query head (llama3.1-8b's attention, q8_0, 2 threads, Zen 5: 3x slower than an f16 cache).
+  // q8_0 / q4_0 caches with heads of 64 and 128: decode_blocked, which reads the blocks in place, where
+  // attention_quant.cc's decode converted each value row once per query head (llama3.1-8b's attention, q8_0,
+  // 2 threads, Zen 5: 3x slower than an f16 cache); blocks_shared_here says which types in which build.
   const bool blocks =
       blocks_shared_here(op.k_cache.dtype, op.v_cache.dtype, op.k_cache.dim(3), op.q.dim(1) / op.k_cache.dim(2));
 #else

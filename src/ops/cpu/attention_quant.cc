@@ -1,4 +1,6 @@
-// Paged attention over a KV cache of bf16 or block-quantised rows (q8_0, q4_0: llama.cpp's -ctk / -ctv types).
+// Paged attention over a KV cache of bf16 or block-quantised rows (q8_0, q4_0: llama.cpp's -ctk / -ctv types), for
+// what the kernels of attention_decode.cc and attention_tiled.cc do not read in place (attention.cc asks
+// blocks_shared_here and blocks_tiled_here first: in the avx512 and avx2 builds they take most q8_0 / q4_0 shapes).
 //
 // A cache row of one kv head is head_dim elements: head_dim / 32 blocks of 32 values with one f16 scale each
 // (validate() refuses a head_dim that does not divide). The kernel never widens the cache. Keys: with one or two

@@ -50,7 +50,8 @@ inline float hmax8(__m256 v) {
 // each block's end).
 constexpr int32_t kPrefetchKeys = 64;
 
-// sc[t] = q . k_t / sqrt(head_dim) (or times opt.scale) for the n keys at offsets o[0, n), the query in qv;
+// sc[t] = q . k_t / sqrt(head_dim) (or times opt.scale) for the n keys at offsets o[0, n) (rows of f32, f16 or, where
+// blocks_shared_here, q8_0 / q4_0 blocks, read through row_at and row8), the query in qv;
 // with `prefetch`, keys kPrefetchKeys ahead are prefetched while o holds them (up to `limit`).
 template <typename T, int NV>
 inline void key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const __m256* qv,
@@ -61,16 +62,16 @@ inline void key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limi
   for (int32_t t = 0; t < n; t += 8) {
     const int m = std::min<int32_t>(8, n - t);
     if (prefetch && t + 8 + kPrefetchKeys <= limit) {
-      for (int r = 0; r < 8; ++r) prefetch_row(kbase + o[t + kPrefetchKeys + r], hd * sizeof(T));
+      for (int r = 0; r < 8; ++r) prefetch_row(row_at(kbase, o[t + kPrefetchKeys + r]), row_bytes<T>(hd));
     }
     __m256 a[8];
 #pragma GCC unroll 16
     for (int r = 0; r < 8; ++r) {
       if (r < m) {
-        const T* k = kbase + o[t + r];
-        __m256 acc = _mm256_mul_ps(load8(k), qv[0]);
+        const T* k = row_at(kbase, o[t + r]);
+        __m256 acc = _mm256_mul_ps(row8(k, 0), qv[0]);
 #pragma GCC unroll 16
-        for (int j = 1; j < NV; ++j) acc = _mm256_fmadd_ps(load8(k + 8 * j), qv[j], acc);
+        for (int j = 1; j < NV; ++j) acc = _mm256_fmadd_ps(row8(k, j), qv[j], acc);
         a[r] = acc;
       } else {
         a[r] = _mm256_setzero_ps();
@@ -93,23 +94,23 @@ inline void value_sum(const T* vbase, const int64_t* o, int32_t n, int32_t limit
   int32_t t = 0;
   for (; t + 2 <= n; t += 2) {
     if (prefetch && t + 2 + kPrefetchKeys <= limit) {
-      prefetch_row(vbase + o[t + kPrefetchKeys], hd * sizeof(T));
-      prefetch_row(vbase + o[t + kPrefetchKeys + 1], hd * sizeof(T));
+      prefetch_row(row_at(vbase, o[t + kPrefetchKeys]), row_bytes<T>(hd));
+      prefetch_row(row_at(vbase, o[t + kPrefetchKeys + 1]), row_bytes<T>(hd));
     }
-    const T* v0 = vbase + o[t];
-    const T* v1 = vbase + o[t + 1];
+    const T* v0 = row_at(vbase, o[t]);
+    const T* v1 = row_at(vbase, o[t + 1]);
     const __m256 p0 = _mm256_set1_ps(p[t]), p1 = _mm256_set1_ps(p[t + 1]);
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
-      o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
-      o1[j] = _mm256_fmadd_ps(p1, load8(v1 + 8 * j), o1[j]);
+      o0[j] = _mm256_fmadd_ps(p0, row8(v0, j), o0[j]);
+      o1[j] = _mm256_fmadd_ps(p1, row8(v1, j), o1[j]);
     }
   }
   if (t < n) {
-    const T* v0 = vbase + o[t];
+    const T* v0 = row_at(vbase, o[t]);
     const __m256 p0 = _mm256_set1_ps(p[t]);
 #pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, load8(v0 + 8 * j), o0[j]);
+    for (int j = 0; j < NV; ++j) o0[j] = _mm256_fmadd_ps(p0, row8(v0, j), o0[j]);
   }
 #pragma GCC unroll 16
   for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(o0[j], o1[j]));
