@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -227,7 +229,8 @@ TEST_F(Faults, AStreamedRequestsErrorAnswerPassesThroughWhole) {
 }
 
 // A node continues a stream from tessera_resume: the tokens count against max_tokens, usage counts them as
-// completion tokens, and a malformed resume is a 400 naming the field.
+// completion tokens, a resume that already holds every token is answered without generating (the text the client
+// lacks, finish_reason "length", the stream's id kept), and a malformed resume is a 400 naming the field.
 TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
   Proc node = start_node({});
   const std::string prompt = "Once upon a time";
@@ -245,8 +248,8 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
                                      {"tessera_resume", resume}}
                                     .dump()});
   };
-  // The first 5 tokens' ids, from the node itself (token-id comments), then the rest from a resume.
-  std::vector<int> ids;
+  // Every token's id, from the node itself (token-id comments); then the first 5 of them in a resume.
+  std::vector<int> all;
   {
     std::string buffer;
     auto r = http::fetch_streaming({.method = "POST",
@@ -254,7 +257,7 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
                                     .headers = {{"Content-Type", "application/json"}, {"x-tessera-token-ids", "1"}},
                                     .body = json{{"model", "stories260K"},
                                                  {"prompt", prompt},
-                                                 {"max_tokens", 5},
+                                                 {"max_tokens", 12},
                                                  {"temperature", 0},
                                                  {"ignore_eos", true},
                                                  {"stream", true}}
@@ -266,10 +269,11 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
     ASSERT_TRUE(r.ok());
     for (size_t at = buffer.find(": tessera-tokens "); at != std::string::npos;
          at = buffer.find(": tessera-tokens ", at + 1)) {
-      ids.push_back(std::stoi(buffer.substr(at + 17)));
+      all.push_back(std::stoi(buffer.substr(at + 17)));
     }
   }
-  ASSERT_EQ(ids.size(), 5u);
+  ASSERT_EQ(all.size(), 12u);
+  const std::vector<int> ids(all.begin(), all.begin() + 5);
   auto r = post({{"tokens", ids}, {"text_bytes", 0}});
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->status, 200) << r->body;
@@ -277,6 +281,63 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
   EXPECT_EQ(j["choices"][0]["text"], whole.text) << "text_bytes 0: the resumed tokens' text comes first";
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
   EXPECT_EQ(j["usage"]["prompt_tokens"], whole.prompt_tokens);
+
+  // All 12 already generated, none of their text with the client: the whole text, nothing generated.
+  auto done = post({{"tokens", all}, {"text_bytes", 0}});
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, 200) << done->body;
+  json d = json::parse(done->body);
+  EXPECT_EQ(d["choices"][0]["text"], whole.text);
+  EXPECT_EQ(d["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(d["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(d["usage"]["prompt_tokens"], whole.prompt_tokens);
+  // Streamed, all of the text but its last 3 bytes already with the client and the role chunk sent: those 3 bytes,
+  // then the finish, the usage and [DONE] under the stream's own id.
+  ASSERT_GT(whole.text.size(), 3u);
+  auto tail = http::fetch({.method = "POST",
+                           .url = node.url + "/v1/completions",
+                           .headers = {{"Content-Type", "application/json"}},
+                           .body = json{{"model", "stories260K"},
+                                        {"prompt", prompt},
+                                        {"max_tokens", 12},
+                                        {"temperature", 0},
+                                        {"ignore_eos", true},
+                                        {"stream", true},
+                                        {"stream_options", {{"include_usage", true}}},
+                                        {"tessera_resume",
+                                         {{"tokens", all},
+                                          {"text_bytes", whole.text.size() - 3},
+                                          {"preamble_sent", true},
+                                          {"id", "cmpl-resumed"},
+                                          {"created", 1234}}}}
+                                       .dump()});
+  ASSERT_TRUE(tail.ok());
+  ASSERT_EQ(tail->status, 200) << tail->body;
+  std::string text, finish;
+  std::set<std::string> stream_ids;
+  int usage_completion = -1, finished = 0;
+  for (size_t at = 0, end; (end = tail->body.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    const std::string ev = tail->body.substr(at, end - at);
+    if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
+    json c = json::parse(ev.substr(6));
+    stream_ids.insert(c.value("id", ""));
+    EXPECT_EQ(c.value("created", 0), 1234) << ev;
+    if (c.contains("usage") && c["usage"].is_object()) usage_completion = c["usage"]["completion_tokens"];
+    for (const json& ch : c["choices"]) {
+      text += ch.value("text", "");
+      if (!ch["finish_reason"].is_null()) {
+        finish = ch["finish_reason"];
+        ++finished;
+      }
+    }
+  }
+  EXPECT_EQ(text, whole.text.substr(whole.text.size() - 3)) << tail->body;
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(finished, 1) << tail->body;
+  EXPECT_EQ(usage_completion, 12) << tail->body;
+  EXPECT_EQ(stream_ids, std::set<std::string>{"cmpl-resumed"}) << tail->body;
+  EXPECT_NE(tail->body.find("data: [DONE]"), std::string::npos) << tail->body;
+
   for (const json& bad :
        {json{{"tokens", {1, 999999}}}, json{{"tokens", "x"}}, json{{"tokens", {1}}, {"text_bytes", -1}}}) {
     auto e = post(bad);
