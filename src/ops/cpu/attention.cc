@@ -1,11 +1,11 @@
-// Paged KV writes and attention with an f32 or f16 cache (bf16 caches, and q8_0 / q4_0 ones outside blocks_shared_here
-// and blocks_tiled_here: attention_quant.cc). Work is split over (token or sequence, head) pairs; each pair computes
-// its scores eight positions at a time (eight dot products reduced together), a max-subtracted softmax, and the
-// weighted sum of value rows with 64 outputs held in registers across all positions. The reference's order of
-// operations is kept except for summation order inside the dot products and the softmax normalisation (multiplied by
-// 1/sum), within the conformance bound. In the avx512 and avx2 builds, prefill (and decode with grouped-query heads)
-// takes the tiled path of attention_tiled.cc instead, for head_dim a multiple of 64: the queries that share a kv head
-// are multiplied against one widened, transposed key panel, several at a time.
+// Paged KV writes and attention with an f32, f16 or bf16 cache (q8_0 / q4_0 ones outside blocks_shared_here and
+// blocks_tiled_here: attention_quant.cc). Work is split over (token or sequence, head) pairs; each pair computes its
+// scores eight positions at a time (eight dot products reduced together), a max-subtracted softmax, and the weighted
+// sum of value rows with 64 outputs held in registers across all positions. The reference's order of operations is kept
+// except for summation order inside the dot products and the softmax normalisation (multiplied by 1/sum), within the
+// conformance bound. In the avx512 and avx2 builds, prefill (and decode with grouped-query heads) takes the tiled path
+// of attention_tiled.cc instead, for head_dim a multiple of 64: the queries that share a kv head are multiplied against
+// one widened, transposed key panel, several at a time.
 //
 // Long contexts (issue 31): past kKeyBlock positions both take the keys in blocks of kKeyBlock with an online
 // softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
@@ -28,12 +28,14 @@
 namespace tessera::ops::cpu::TS_CPU_ISA {
 namespace {
 
-// f32 and f16 caches take the kernels below; bf16 and the block-quantised types those of attention_quant.cc.
-bool widened_here(DType t) { return t == DType::kF32 || t == DType::kF16; }
+// f32, f16 and bf16 caches take the kernels below; the block-quantised types those of attention_quant.cc where
+// blocks_shared_here / blocks_tiled_here do not say otherwise.
+bool widened_here(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 using attention_detail::Cache;
 using attention_detail::kKeyBlock;
 using attention_detail::Query;
+using attention_detail::with_element;
 #if defined(__AVX2__)
 using attention_detail::attend_one;
 using attention_detail::attend_queries;
@@ -177,32 +179,25 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
     const float sink = sinks ? sinks[h] : -INFINITY;
 #if defined(__AVX2__)
     if (hd == 64 || hd == 128) {
-      if (c.f16) {
-        (hd == 64 ? attend_one<uint16_t, 8> : attend_one<uint16_t, 16>)(c, table(i), pos(i), qh, h / group, oh, scores,
-                                                                        opt, sink);
-      } else {
-        (hd == 64 ? attend_one<float, 8> : attend_one<float, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt,
-                                                                  sink);
-      }
+      with_element(c.type, [&](auto e) {
+        using T = decltype(e);
+        (hd == 64 ? attend_one<T, 8> : attend_one<T, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
+      });
       return;
     }
 #endif
-    if (c.f16) {
-      attend_head<uint16_t>(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
-    } else {
-      attend_head<float>(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
-    }
+    with_element(c.type,
+                 [&](auto e) { attend_head<decltype(e)>(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink); });
   });
 }
 
 #if defined(__AVX2__)
-// attend_queries for the cache's element type: f32, f16, or (blocks_tiled_here) q8_0 / q4_0.
+// attend_queries for the cache's element type: f32, f16, bf16, or (blocks_tiled_here) q8_0 / q4_0.
 void attend_queries_of(DType t, const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                        const AttentionScores& opt) {
   if (t == DType::kQ8_0) return attend_queries<BlockQ8_0>(c, table, kvh, qs, nq, opt);
   if (t == DType::kQ4_0) return attend_queries<BlockQ4_0>(c, table, kvh, qs, nq, opt);
-  if (t == DType::kF16) return attend_queries<uint16_t>(c, table, kvh, qs, nq, opt);
-  attend_queries<float>(c, table, kvh, qs, nq, opt);
+  with_element(t, [&](auto e) { attend_queries<decltype(e)>(c, table, kvh, qs, nq, opt); });
 }
 #endif
 
@@ -216,7 +211,7 @@ Status kv_write(const KvWriteOp& op, const Ctx& ctx) {
       return out_of_range(fmt::format("kv_write: slot {} is outside the cache [0, {})", slots[t], capacity));
     }
   }
-  if (!widened_here(op.k_cache.dtype)) {
+  if (op.k_cache.dtype != DType::kF32 && op.k_cache.dtype != DType::kF16) {
     // bf16, q8_0, q4_0: base/quant.h's conversion of each position's row, byte for byte the reference's.
     const size_t row_bytes = dtype_bytes(op.k_cache.dtype, static_cast<size_t>(row));
     for (int64_t t = 0; t < n; ++t) {
@@ -382,11 +377,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
         const int64_t h = kvh * group + g;
         qs[g] = {q + (sq * heads + h) * hd, out + (sq * heads + h) * hd, first, pos, sinks ? sinks[h] : -INFINITY};
       }
-      if (c.f16) {
-        attend_queries<uint16_t>(c, tables + sq * max_blocks, kvh, qs, group, opt);
-      } else {
-        attend_queries<float>(c, tables + sq * max_blocks, kvh, qs, group, opt);
-      }
+      attend_queries_of(c.type, c, tables + sq * max_blocks, kvh, qs, group, opt);
     });
     return ok_status();
   }

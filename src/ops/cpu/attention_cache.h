@@ -1,4 +1,4 @@
-// The paged KV cache as the cpu attention kernels read it (f32 and f16 elements; q8_0 and q4_0 blocks where
+// The paged KV cache as the cpu attention kernels read it (f32, f16 and bf16 elements; q8_0 and q4_0 blocks where
 // blocks_shared_here / blocks_tiled_here), shared by attention.cc (kv_write, the one-query decode kernels, the
 // operators' entry points), attention_decode.cc (long-context decode) and attention_tiled.cc (the tiled path for
 // queries that share a kv head). Included inside each kernel build (TS_CPU_ISA), by those three only.
@@ -18,13 +18,13 @@ namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail {
 struct Cache {
   const uint8_t* k;
   const uint8_t* v;
-  bool f16;
+  DType type;  // of keys and values alike (ops.cc's check_kv_cache)
   int64_t num_blocks, block_tokens, kv_heads, head_dim;
 
   Cache(const Tensor& kc, const Tensor& vc)
       : k(data<const uint8_t>(kc)),
         v(data<const uint8_t>(vc)),
-        f16(kc.dtype == DType::kF16),
+        type(kc.dtype),
         num_blocks(kc.dim(0)),
         block_tokens(kc.dim(1)),
         kv_heads(kc.dim(2)),
@@ -35,15 +35,24 @@ struct Cache {
   }
 };
 
+// fn(T{}) with T the C++ element of a cache of f32, f16 or bf16 values (float, uint16_t, Bf16): the kernels widen all
+// three in registers (load8, widen16), each exact in f32.
+template <typename Fn>
+inline decltype(auto) with_element(DType t, Fn&& fn) {
+  if (t == DType::kF16) return fn(uint16_t{});
+  if (t == DType::kBF16) return fn(Bf16{});
+  return fn(float{});
+}
+
 // Whether a cache element type is a block of quantised values (q8_0, q4_0), which decode_blocked's kernels and the
-// tiled path read in place (blocks_shared_here, blocks_tiled_here); f32 and f16 caches take every kernel.
+// tiled path read in place (blocks_shared_here, blocks_tiled_here); f32, f16 and bf16 caches take every kernel.
 template <typename T>
 constexpr bool kBlockRows = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
 
-// The rows the kernels read, T the cache's element: float or uint16_t (f32, f16: a kv head's row is head_dim
-// elements) or a block type (q8_0, q4_0: head_dim / 32 blocks, read in place, never widened into memory). row_at()
-// is a row at an element offset (Cache::elem, row_offsets()), row16(row, j) its elements [16 j, 16 j + 16) as f32
-// lanes. A block's values are d * q in f32, exact (q has at most 8 significant bits, d 11), as attention_quant.cc
+// The rows the kernels read, T the cache's element: float, uint16_t or Bf16 (f32, f16, bf16: a kv head's row is
+// head_dim elements) or a block type (q8_0, q4_0: head_dim / 32 blocks, read in place, never widened into memory).
+// row_at() is a row at an element offset (Cache::elem, row_offsets()), row16(row, j) its elements [16 j, 16 j + 16) as
+// f32 lanes. A block's values are d * q in f32, exact (q has at most 8 significant bits, d 11), as attention_quant.cc
 // widens them, so a quantised cache differs from an f32 cache of its values only in the order of the sums.
 template <typename T>
 inline const T* row_at(const T* base, int64_t off) {
@@ -88,6 +97,10 @@ inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 widen16(const uint16_t* p) {  // masked form: GCC 12 warns on the unmasked one
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+inline __m512 widen16(const Bf16* p) {  // a bf16 is the top half of its f32
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
+}
 template <typename T>
 inline __m512 row16(const T* row, int j) {
   return widen16(row + 16 * j);
@@ -122,8 +135,8 @@ struct Query {
 };
 
 #if defined(__AVX2__)
-// Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float or uint16_t, the cache's f32 or
-// f16 elements, or BlockQ8_0 / BlockQ4_0 where blocks_tiled_here), each writing its head's output row; head_dim a
+// Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float, uint16_t or Bf16, the cache's f32, f16
+// or bf16 elements, or BlockQ8_0 / BlockQ4_0 where blocks_tiled_here), each writing its head's output row; head_dim a
 // multiple of 64 (attention_tiled.cc).
 template <typename T>
 void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
@@ -180,7 +193,7 @@ constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t gr
 
 // Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the
 // sequence's visible positions; a sequence that is one item and at most one key block long takes attend_one per
-// head unless shared_heads_here; f32 and f16 caches, and q8_0 / q4_0 ones where blocks_shared_here
+// head unless shared_heads_here; f32, f16 and bf16 caches, and q8_0 / q4_0 ones where blocks_shared_here
 // (attention_decode.cc).
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
 // The same for grouped-query heads of other multiples of 64, through attend_queries_part (attention_decode.cc).

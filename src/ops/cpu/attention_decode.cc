@@ -1,10 +1,10 @@
-// Decode over long contexts with an f32 or f16 cache, and any decode with a q8_0 or q4_0 one where blocks_shared_here
-// (issue 31): past kKeyBlock positions, or with too few
-// (sequence, kv head) items to fill the threads, a decode item is (sequence, kv head, range of positions). The query
-// heads of a kv head read each key block once (in the avx512 build, heads of 64 and 128 go through each row
-// together from 64 positions on, attend_range_shared), in blocks of kKeyBlock positions with an online softmax;
-// a sequence split into ranges over threads has its ranges' partial states combined after. attention.cc chooses
-// when these run; the short-context kernels and the operators' entry points stay there.
+// Decode over long contexts with an f32, f16 or bf16 cache, and any decode with a q8_0 or q4_0 one where
+// blocks_shared_here (issue 31): past kKeyBlock positions, or with too few (sequence, kv head) items to fill the
+// threads, a decode item is (sequence, kv head, range of positions). The query heads of a kv head read each key block
+// once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on,
+// attend_range_shared), in blocks of kKeyBlock positions with an online softmax; a sequence split into ranges over
+// threads has its ranges' partial states combined after. attention.cc chooses when these run; the short-context kernels
+// and the operators' entry points stay there.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -299,9 +299,9 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
     const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
 #if defined(__AVX512F__)
-    // One head per kv head: attend_range's 256-bit kernel for f32 and f16 (the shared one measured slower, 32 heads on
-    // 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit widening
-    // is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
+    // One head per kv head: attend_range's 256-bit kernel for f32, f16 and bf16 (the shared one measured slower, 32
+    // heads on 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit
+    // widening is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
     if (group > 1 || kBlockRows<T>) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else {
@@ -398,19 +398,14 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
     return;
   }
 #endif
-  if (c.f16) {
-    (c.head_dim == 64 ? run_blocked<uint16_t, 8> : run_blocked<uint16_t, 16>)(op, c, splits, ctx);
-  } else {
-    (c.head_dim == 64 ? run_blocked<float, 8> : run_blocked<float, 16>)(op, c, splits, ctx);
-  }
+  with_element(c.type, [&](auto e) {
+    using T = decltype(e);
+    (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
+  });
 }
 
 void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  if (c.f16) {
-    run_grouped_split<uint16_t>(op, c, splits, ctx);
-  } else {
-    run_grouped_split<float>(op, c, splits, ctx);
-  }
+  with_element(c.type, [&](auto e) { run_grouped_split<decltype(e)>(op, c, splits, ctx); });
 }
 #endif
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::attention_detail

@@ -1,6 +1,7 @@
-// Paged attention over a KV cache of bf16 or block-quantised rows (q8_0, q4_0: llama.cpp's -ctk / -ctv types), for
-// what the kernels of attention_decode.cc and attention_tiled.cc do not read in place (attention.cc asks
-// blocks_shared_here and blocks_tiled_here first: in the avx512 and avx2 builds they take most q8_0 / q4_0 shapes).
+// Paged attention over a KV cache of block-quantised rows (q8_0, q4_0: llama.cpp's -ctk / -ctv types), for what the
+// kernels of attention_decode.cc and attention_tiled.cc do not read in place (attention.cc asks blocks_shared_here and
+// blocks_tiled_here first: in the avx512 and avx2 builds they take most shapes; f32, f16 and bf16 caches never come
+// here).
 //
 // A cache row of one kv head is head_dim elements: head_dim / 32 blocks of 32 values with one f16 scale each
 // (validate() refuses a head_dim that does not divide). The kernel never widens the cache. Keys: with one or two
@@ -115,7 +116,7 @@ void widen_row(const uint8_t* src, DType t, int64_t n, float* dst) {
     }
     return;
   }
-  TS_CHECK(dequantize(src, t, {dst, static_cast<size_t>(n)}).ok());  // f32, f16, bf16
+  TS_CHECK(dequantize(src, t, {dst, static_cast<size_t>(n)}).ok());  // no other type reaches this file (see above)
 }
 
 #if defined(__AVX2__)

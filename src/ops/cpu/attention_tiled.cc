@@ -1,4 +1,4 @@
-// The tiled attention path of the avx512 and avx2 builds (attention.cc has the rest of the f32/f16 cache's
+// The tiled attention path of the avx512 and avx2 builds (attention.cc has the rest of the f32/f16/bf16 cache's
 // kernels and the operators' entry points): the queries that share a kv head (the tokens of a prefill chunk, the
 // query heads of a grouped-query decode) multiplied against one widened, transposed key panel, several at a time,
 // for head_dim a multiple of 64. Past kKeyBlock positions the keys come in blocks of kKeyBlock with an online
@@ -476,6 +476,10 @@ template void attend_queries_part<uint16_t>(const Cache&, const int32_t*, int64_
                                             int32_t, const AttentionScores&, float*, float*);
 template void attend_queries<uint16_t>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                        const AttentionScores&);
+template void attend_queries_part<Bf16>(const Cache&, const int32_t*, int64_t, const Query*, int64_t, int32_t, int32_t,
+                                        const AttentionScores&, float*, float*);
+template void attend_queries<Bf16>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
+                                   const AttentionScores&);
 template void attend_queries<BlockQ8_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
                                         const AttentionScores&);
 template void attend_queries<BlockQ4_0>(const Cache&, const int32_t*, int64_t, const Query*, int64_t,
