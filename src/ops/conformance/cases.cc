@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -202,11 +203,12 @@ void add_attention(std::vector<Case>& cases) {
       }
     }
     // Gemma 4's grouped decode: 8 query heads on one kv head of 256 or 512, contexts past one key block (the cpu
-    // backend splits them into ranges across threads), with a window, soft-capping and sinks too.
-    for (int64_t hd : {256, 512}) {
-      if (cache != DType::kF32 && cache != DType::kF16) continue;
-      const HeadConfig h{8, 1};
+    // backend splits them into ranges across threads), with a window, soft-capping and sinks too; and 7 query heads
+    // on each of 2 kv heads of 256 (the avx512 build's shared kernel takes heads of 256 two to four at a time).
+    for (auto [hd, h] : {std::pair{int64_t{256}, HeadConfig{8, 1}}, std::pair{int64_t{256}, HeadConfig{14, 2}},
+                         std::pair{int64_t{512}, HeadConfig{8, 1}}}) {
       for (int64_t ctx : {300, 600, 1200}) {
+        if (h.kv_heads == 2 && ctx == 600) continue;
         if (hd == 512 && ctx > 700) continue;  // past kSlowWork for the scalar reference
         for (int variant = 0; variant < 4; ++variant) {
           const int64_t b = ctx == 600 && hd == 256 ? 2 : 1;
@@ -216,7 +218,8 @@ void add_attention(std::vector<Case>& cases) {
                                    : variant == 2 ? "grouped scale=0.0625 softcap=5"
                                                   : "grouped sinks";
           cases.push_back(
-              {"attention_decode", cache, fmt::format("b={} ctx<={} heads=8/1 head_dim={} {}", b, ctx, hd, what),
+              {"attention_decode", cache,
+               fmt::format("b={} ctx<={} heads={}/{} head_dim={} {}", b, ctx, h.n_heads, h.kv_heads, hd, what),
                kAttention, false, [=](CaseEnv& e) -> Op {
                  std::vector<int32_t> lens(static_cast<size_t>(b)), tables(static_cast<size_t>(b * max_blocks));
                  for (int64_t i = 0; i < b; ++i)

@@ -47,6 +47,7 @@ using attention_detail::decode_grouped_split;
 using attention_detail::prefetch_row;
 using attention_detail::shared_heads_here;
 using attention_detail::visible;
+using attention_detail::wide_heads_here;
 #endif
 
 Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int32_t pos) {
@@ -334,9 +335,12 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // The one-query kernel (attend_one, through attend_all below) takes heads of 64 and 128 even when grouped:
   // the tiled path widens its keys into a transposed panel element by element, which cost more than reading
   // each kv head once per query (from cache after the group's first): qwen2.5-0.5b Q4_K_M at depth 512, a
-  // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512).
-  const bool one_query_kernel = hd == 64 || hd == 128;
-  if (one_query_kernel && group <= 64) {
+  // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512). Grouped heads of 256 take
+  // decode_blocked's shared kernel in the avx512 build at every length (wide_heads_here): 1.2-2.4x the tiled path
+  // with an f16 cache and 1.2-4.3x attention_quant.cc with q8_0 / q4_0 (Gemma's 8 on 1, 2 or 4 kv heads, 256 to
+  // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256").
+  const bool one_query_kernel = hd == 64 || hd == 128, wide = wide_heads_here(hd, group);
+  if ((one_query_kernel || wide) && group <= 64) {
     int32_t longest = 0;
     for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));
     // Fewer (sequence, kv head) items than two per thread: each sequence's positions are split into ranges
@@ -344,7 +348,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
     const int64_t items = b * c.kv_heads, want = 2 * static_cast<int64_t>(ctx.threads);
     const int64_t splits =
         items >= want ? 1 : std::max<int64_t>(1, std::min((want + items - 1) / items, int64_t{longest / kKeyBlock}));
-    if (blocks || longest > kKeyBlock || splits > 1 || shared_heads_here(group, longest)) {
+    if (wide || blocks || longest > kKeyBlock || splits > 1 || shared_heads_here(group, longest)) {
       decode_blocked(op, c, splits, ctx);
       return ok_status();
     }

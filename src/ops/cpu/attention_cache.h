@@ -174,21 +174,32 @@ constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
   return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
 }
 
-// Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, up to 64 query heads per
-// kv head) goes through decode_blocked, which reads the blocks in place: grouped heads through the avx512 build's
-// shared kernel (a block row widened once for up to four query heads), one head per kv head and the avx2 build
-// through attend_range / attend_one (row8), where attention_quant.cc's decode converted each row into memory once per
-// query head. `tessera bench attention --threads 2`, Zen 5, 4096 positions: q8_0 at 32 heads on 32 kv heads of 128
-// 4.4-4.6 -> 1.8-1.9 ms (avx512), 1.9-2.0 ms (avx2); 32 on 8 at avx2 2.3 -> 1.4 ms. The avx2 build keeps q4_0 on
-// attention_quant.cc: its nibbles widened eight at a time per head measured slower there with grouped heads (14 on 2
-// of 64 at 1024 positions, 0.088-0.100 against 0.130-0.150 ms).
+// Whether decode with heads of 256 (Gemma 2-4, Qwen3.5's attention layers) goes through decode_blocked's shared
+// kernel, every cache type and context length: the avx512 build, 2 to 64 query heads per kv head.
+constexpr bool wide_heads_here(int64_t head_dim, int64_t group) {
+#if defined(__AVX512F__)
+  return head_dim == 256 && group > 1 && group <= 64;
+#else
+  return head_dim < 0 && group < 0;
+#endif
+}
+
+// Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, or 256 where
+// wide_heads_here, up to 64 query heads per kv head) goes through decode_blocked, which reads the blocks in place:
+// grouped heads through the avx512 build's shared kernel (a block row widened once for up to four query heads), one
+// head per kv head and the avx2 build through attend_range / attend_one (row8), where attention_quant.cc's decode
+// converted each row into memory once per query head. `tessera bench attention --threads 2`, Zen 5, 4096 positions:
+// q8_0 at 32 heads on 32 kv heads of 128 4.4-4.6 -> 1.8-1.9 ms (avx512), 1.9-2.0 ms (avx2); 32 on 8 at avx2 2.3 -> 1.4
+// ms. The avx2 build keeps q4_0 on attention_quant.cc: its nibbles widened eight at a time per head measured slower
+// there with grouped heads (14 on 2 of 64 at 1024 positions, 0.088-0.100 against 0.130-0.150 ms).
 constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
   const bool type = k == DType::kQ8_0 || k == DType::kQ4_0;
 #else
   const bool type = k == DType::kQ8_0;
 #endif
-  return k == v && type && (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 64;
+  return k == v && type && (head_dim == 64 || head_dim == 128 || wide_heads_here(head_dim, group)) && group >= 1 &&
+         group <= 64;
 }
 
 // Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the

@@ -1,10 +1,10 @@
 // Decode over long contexts with an f32, f16 or bf16 cache, and any decode with a q8_0 or q4_0 one where
 // blocks_shared_here (issue 31): past kKeyBlock positions, or with too few (sequence, kv head) items to fill the
 // threads, a decode item is (sequence, kv head, range of positions). The query heads of a kv head read each key block
-// once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on,
-// attend_range_shared), in blocks of kKeyBlock positions with an online softmax; a sequence split into ranges over
-// threads has its ranges' partial states combined after. attention.cc chooses when these run; the short-context kernels
-// and the operators' entry points stay there.
+// once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on, heads of 256
+// always: attend_range_shared), in blocks of kKeyBlock positions with an online softmax; a sequence split into ranges
+// over threads has its ranges' partial states combined after. attention.cc chooses when these run; the short-context
+// kernels and the operators' entry points stay there.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -267,6 +267,7 @@ struct DecodeView {
 template <typename T, int NV>
 void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
+  constexpr bool kWide = NV > 16;  // head_dim 256: grouped heads of the avx512 build only (wide_heads_here)
   const DecodeView v(op, c);
   const int64_t b = v.b, heads = v.heads, group = v.group;
   // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
@@ -282,7 +283,7 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
     const int32_t pos = v.lens[sq] - 1, count = visible(pos, v.opt), first = pos + 1 - count;
     const int32_t* table = v.tables + sq * v.max_blocks;
-    if (splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
+    if (!kWide && splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         attend_one<T, NV>(c, table, pos, v.q + (sq * heads + h) * hd, kvh, v.out + (sq * heads + h) * hd, scores, v.opt,
                           v.sinks ? v.sinks[h] : -INFINITY);
@@ -302,7 +303,9 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     // One head per kv head: attend_range's 256-bit kernel for f32, f16 and bf16 (the shared one measured slower, 32
     // heads on 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit
     // widening is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
-    if (group > 1 || kBlockRows<T>) {
+    if constexpr (kWide) {
+      attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    } else if (group > 1 || kBlockRows<T>) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else {
       attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
@@ -388,20 +391,19 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  if (op.k_cache.dtype == DType::kQ8_0) {
-    (c.head_dim == 64 ? run_blocked<BlockQ8_0, 8> : run_blocked<BlockQ8_0, 16>)(op, c, splits, ctx);
-    return;
-  }
-#if defined(__AVX512F__)  // q4_0 decodes here in the avx512 build only (blocks_shared_here)
-  if (op.k_cache.dtype == DType::kQ4_0) {
-    (c.head_dim == 64 ? run_blocked<BlockQ4_0, 8> : run_blocked<BlockQ4_0, 16>)(op, c, splits, ctx);
-    return;
-  }
-#endif
-  with_element(c.type, [&](auto e) {
+  // The kernel for head_dim 64, 128 and (avx512, wide_heads_here) 256, on the cache's element type.
+  auto run = [&](auto e) {
     using T = decltype(e);
+#if defined(__AVX512F__)
+    if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
+#endif
     (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
-  });
+  };
+  if (op.k_cache.dtype == DType::kQ8_0) return run(BlockQ8_0{});
+#if defined(__AVX512F__)  // q4_0 decodes here in the avx512 build only (blocks_shared_here)
+  if (op.k_cache.dtype == DType::kQ4_0) return run(BlockQ4_0{});
+#endif
+  with_element(c.type, run);
 }
 
 void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
