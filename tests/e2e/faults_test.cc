@@ -236,17 +236,14 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
   const std::string prompt = "Once upon a time";
   const Streamed whole = stream(node.url, prompt, 12);
   ASSERT_TRUE(whole.status.ok());
-  auto post = [&](const json& resume) {
+  auto post = [&](const json& resume, const json& more = json::object()) {
+    json body{{"model", "stories260K"}, {"prompt", prompt},   {"max_tokens", 12},
+              {"temperature", 0},       {"ignore_eos", true}, {"tessera_resume", resume}};
+    body.update(more);
     return http::fetch({.method = "POST",
                         .url = node.url + "/v1/completions",
                         .headers = {{"Content-Type", "application/json"}},
-                        .body = json{{"model", "stories260K"},
-                                     {"prompt", prompt},
-                                     {"max_tokens", 12},
-                                     {"temperature", 0},
-                                     {"ignore_eos", true},
-                                     {"tessera_resume", resume}}
-                                    .dump()});
+                        .body = body.dump()});
   };
   // Every token's id, from the node itself (token-id comments); then the first 5 of them in a resume.
   std::vector<int> all;
@@ -294,23 +291,12 @@ TEST_F(Faults, ANodeContinuesFromAResumeAndRejectsABadOne) {
   // Streamed, all of the text but its last 3 bytes already with the client and the role chunk sent: those 3 bytes,
   // then the finish, the usage and [DONE] under the stream's own id.
   ASSERT_GT(whole.text.size(), 3u);
-  auto tail = http::fetch({.method = "POST",
-                           .url = node.url + "/v1/completions",
-                           .headers = {{"Content-Type", "application/json"}},
-                           .body = json{{"model", "stories260K"},
-                                        {"prompt", prompt},
-                                        {"max_tokens", 12},
-                                        {"temperature", 0},
-                                        {"ignore_eos", true},
-                                        {"stream", true},
-                                        {"stream_options", {{"include_usage", true}}},
-                                        {"tessera_resume",
-                                         {{"tokens", all},
-                                          {"text_bytes", whole.text.size() - 3},
-                                          {"preamble_sent", true},
-                                          {"id", "cmpl-resumed"},
-                                          {"created", 1234}}}}
-                                       .dump()});
+  auto tail = post({{"tokens", all},
+                    {"text_bytes", whole.text.size() - 3},
+                    {"preamble_sent", true},
+                    {"id", "cmpl-resumed"},
+                    {"created", 1234}},
+                   {{"stream", true}, {"stream_options", {{"include_usage", true}}}});
   ASSERT_TRUE(tail.ok());
   ASSERT_EQ(tail->status, 200) << tail->body;
   std::string text, finish;
