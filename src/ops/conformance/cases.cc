@@ -157,6 +157,47 @@ void add_attention(std::vector<Case>& cases) {
         }
       }
     }
+    // Phi-3's heads of 96, one query head per kv head (the avx512 build's one-query kernels take them, 12 vectors a
+    // row), short and past a key block, with a window once.
+    for (int64_t ctx : {1, 17, 300, 1000}) {
+      for (int32_t window : {0, 200}) {
+        if (window > 0 && ctx < 300) continue;
+        const int64_t b = 3, hd = 96, heads = 3, max_blocks = (ctx + kBlockTokens - 1) / kBlockTokens;
+        const int64_t pool = b * max_blocks;
+        cases.push_back(
+            {"attention_decode", cache,
+             fmt::format("b={} ctx<={} heads={}/{} head_dim={} window={}", b, ctx, heads, heads, hd, window),
+             kAttention, false, [=](CaseEnv& e) -> Op {
+               std::vector<int32_t> lens(static_cast<size_t>(b)), tables(static_cast<size_t>(b * max_blocks));
+               for (int64_t i = 0; i < b; ++i)
+                 lens[static_cast<size_t>(i)] = static_cast<int32_t>(i == 0 ? ctx : 1 + e.rng().next_u32() % ctx);
+               std::iota(tables.begin(), tables.end(), 0);
+               AttentionDecodeOp op{e.random(DType::kF32, {b, heads, hd}, 2.0f),
+                                    e.random(cache, {pool, kBlockTokens, heads, hd}),
+                                    e.random(cache, {pool, kBlockTokens, heads, hd}),
+                                    e.ints({b, max_blocks}, tables),
+                                    e.ints({b}, lens),
+                                    e.output(DType::kF32, {b, heads, hd})};
+               op.scores.window = window;
+               return op;
+             }});
+      }
+    }
+    for (int64_t start : {0, 45, 300}) {  // its prefill: the same kernel per query
+      const int64_t n = 17, hd = 96, heads = 3, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
+      cases.push_back({"attention_prefill", cache,
+                       fmt::format("n={} start={} heads={}/{} head_dim={}", n, start, heads, heads, hd), kAttention,
+                       false, [=](CaseEnv& e) -> Op {
+                         std::vector<int32_t> table(static_cast<size_t>(blocks));
+                         std::iota(table.begin(), table.end(), 0);
+                         return AttentionPrefillOp{e.random(DType::kF32, {n, heads, hd}, 2.0f),
+                                                   e.random(cache, {blocks, kBlockTokens, heads, hd}),
+                                                   e.random(cache, {blocks, kBlockTokens, heads, hd}),
+                                                   e.ints({blocks}, table),
+                                                   e.output(DType::kF32, {n, heads, hd}),
+                                                   static_cast<int32_t>(start)};
+                       }});
+    }
     // The score options of Gemma and sliding-window families: an explicit scale, soft-capping (scores of
     // inputs scaled 2.0 reach the cap), windows shorter and longer than the context.
     for (int64_t hd : {64, 256}) {

@@ -44,6 +44,7 @@ using attention_detail::blocks_shared_here;
 using attention_detail::blocks_tiled_here;
 using attention_detail::decode_blocked;
 using attention_detail::decode_grouped_split;
+using attention_detail::narrow_heads_here;
 using attention_detail::prefetch_row;
 using attention_detail::shared_heads_here;
 using attention_detail::visible;
@@ -179,10 +180,12 @@ void attend_all(const Cache& c, int64_t count, int64_t n_heads, const float* q, 
     float* oh = out + (i * n_heads + h) * hd;
     const float sink = sinks ? sinks[h] : -INFINITY;
 #if defined(__AVX2__)
-    if (hd == 64 || hd == 128) {
+    if (hd == 64 || hd == 128 || narrow_heads_here(hd, group)) {
       with_element(c.type, [&](auto e) {
         using T = decltype(e);
-        (hd == 64 ? attend_one<T, 8> : attend_one<T, 16>)(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
+        (hd == 64    ? attend_one<T, 8>
+         : hd == 128 ? attend_one<T, 16>
+                     : attend_one<T, 12>)(c, table(i), pos(i), qh, h / group, oh, scores, opt, sink);
       });
       return;
     }
@@ -339,7 +342,8 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // decode_blocked's shared kernel in the avx512 build at every length (wide_heads_here): 1.2-2.4x the tiled path
   // with an f16 cache and 1.2-4.3x attention_quant.cc with q8_0 / q4_0 (Gemma's 8 on 1, 2 or 4 kv heads, 256 to
   // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256").
-  const bool one_query_kernel = hd == 64 || hd == 128, wide = wide_heads_here(hd, group);
+  const bool one_query_kernel = hd == 64 || hd == 128 || narrow_heads_here(hd, group),
+             wide = wide_heads_here(hd, group);
   if ((one_query_kernel || wide) && group <= 64) {
     int32_t longest = 0;
     for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));

@@ -184,6 +184,17 @@ constexpr bool wide_heads_here(int64_t head_dim, int64_t group) {
 #endif
 }
 
+// Whether one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and 128
+// (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
+// registers hold them (the avx2 build's 16 do not).
+constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) {
+#if defined(__AVX512F__)
+  return head_dim == 96 && group == 1;
+#else
+  return head_dim < 0 && group < 0;
+#endif
+}
+
 // Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, or 256 where
 // wide_heads_here, up to 64 query heads per kv head) goes through decode_blocked, which reads the blocks in place:
 // grouped heads through the avx512 build's shared kernel (a block row widened once for up to four query heads), one

@@ -305,6 +305,8 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     // widening is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
     if constexpr (kWide) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    } else if constexpr (NV == 12) {  // heads of 96, one per kv head (narrow_heads_here)
+      attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
     } else if (group > 1 || kBlockRows<T>) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else {
@@ -391,11 +393,15 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  // The kernel for head_dim 64, 128 and (avx512, wide_heads_here) 256, on the cache's element type.
+  // The kernel for head_dim 64, 128 and (avx512: wide_heads_here, narrow_heads_here) 256 and 96, on the cache's
+  // element type.
   auto run = [&](auto e) {
     using T = decltype(e);
 #if defined(__AVX512F__)
     if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
+    if constexpr (!kBlockRows<T>) {
+      if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
+    }
 #endif
     (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
   };
