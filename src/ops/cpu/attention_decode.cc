@@ -263,7 +263,8 @@ struct DecodeView {
 
 // Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
 // sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
-// and at most one key block long takes attend_one per head, the short-context kernel, unchanged.
+// and at most one key block long takes attend_one per head, the short-context kernel, unchanged (not heads of 256,
+// which attend_one's registers cannot hold: those take the shared kernel at every length).
 template <typename T, int NV>
 void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
