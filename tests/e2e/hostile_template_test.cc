@@ -106,9 +106,12 @@ class HostileTemplate : public ::testing::Test {
 TEST_F(HostileTemplate, EachAttackIsA400NamingItsLimitWhileHealthStaysFast) {
   TS_REQUIRE_STORIES260K();
   ASSERT_NO_FATAL_FAILURE(start());
-  // /health every 20 ms for as long as the attacks run.
+  // /health every 20 ms for as long as the attacks run. A probe served behind a render would wait for it, and with
+  // renders on the io threads most probes of the attack window would; a probe or two may lose its core to the
+  // scheduler of a two-core machine running two renders and, under ctest -j2, another test (one took 107 ms in CI on
+  // 2026-12-06), so one slow probe in twenty is allowed, no failed one.
   std::atomic<bool> done{false};
-  std::atomic<int> slow{0}, probes{0};
+  std::atomic<int> slow{0}, failed{0}, probes{0};
   std::atomic<double> worst_ms{0};
   std::thread prober([&] {
     while (!done) {
@@ -116,7 +119,8 @@ TEST_F(HostileTemplate, EachAttackIsA400NamingItsLimitWhileHealthStaysFast) {
       auto r = http::fetch({.url = url_ + "/health", .timeout_ms = 5000});
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       ++probes;
-      if (!r.ok() || r->status != 200 || ms > 100) ++slow;
+      if (!r.ok() || r->status != 200) ++failed;
+      if (ms > 100) ++slow;
       if (ms > worst_ms) worst_ms = ms;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -148,13 +152,15 @@ TEST_F(HostileTemplate, EachAttackIsA400NamingItsLimitWhileHealthStaysFast) {
   done = true;
   prober.join();
   EXPECT_GT(probes.load(), 10);
-  EXPECT_EQ(slow.load(), 0) << "slowest /health: " << worst_ms.load() << " ms of " << probes.load() << " probes";
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_LE(slow.load() * 20, probes.load())
+      << slow.load() << " probes over 100 ms, slowest " << worst_ms.load() << " ms of " << probes.load() << " probes";
   const double peak = peak_rss_mib(proc_->pid());
   // Two renders at a time, each under its 256 MiB budget of values built, beside a 1 MB model and 64 MiB of KV.
   EXPECT_GT(peak, 0);
   EXPECT_LT(peak, 800.0) << "peak RSS of the node";
-  std::printf("hostile templates: %d /health probes, slowest %.1f ms; node peak RSS %.0f MiB\n", probes.load(),
-              worst_ms.load(), peak);
+  std::printf("hostile templates: %d /health probes, %d over 100 ms, slowest %.1f ms; node peak RSS %.0f MiB\n",
+              probes.load(), slow.load(), worst_ms.load(), peak);
 }
 
 TEST_F(HostileTemplate, ARenderStopsWhenItsClientGoesAway) {
