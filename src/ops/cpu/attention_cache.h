@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "base/check.h"
 #include "base/quant.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
@@ -36,11 +37,12 @@ struct Cache {
 };
 
 // fn(T{}) with T the C++ element of a cache of f32, f16 or bf16 values (float, uint16_t, Bf16): the kernels widen all
-// three in registers (load8, widen16), each exact in f32.
+// three in registers (load8, widen16), each exact in f32. A block type here is a dispatch error, never read as f32.
 template <typename Fn>
 inline decltype(auto) with_element(DType t, Fn&& fn) {
   if (t == DType::kF16) return fn(uint16_t{});
   if (t == DType::kBF16) return fn(Bf16{});
+  TS_CHECK_MSG(t == DType::kF32, "cpu attention: a cache of this type has no element kernel");
   return fn(float{});
 }
 
