@@ -368,8 +368,9 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
   VF acc[R][T];
   for (auto& row : acc)
     for (auto& a : row) a = fzero();
-  for (int64_t b = 0; b < nb; b += kStep) {
-    const bool two = kStep == 2 && b + 1 < nb;
+  // The last pair of an odd row (one block) outside the loop: see micro_prepared.
+  const auto pair = [&](int64_t b, auto two_blocks) {
+    constexpr bool two = decltype(two_blocks)::value;
     if (prefetch) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * nb + b), _MM_HINT_T0);
@@ -392,9 +393,79 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
       for (int r = 0; r < R; ++r)
         acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
     }
-  }
+  };
+  for (int64_t b = 0; b + 1 < nb; b += kStep) pair(b, std::true_type{});
+  if (nb % 2 != 0) pair(nb - 1, std::false_type{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) out[t * ld + r * os] = vsum(acc[r][t]) + min_term(w + r * rs, nb, xs + t * nb);
+}
+
+// Prefill runs micro<B, kTileRows, kTileTokens> 16 times on the same weight rows per 64-row activation block, and
+// turning a block pair into its vectors (bytes to their unsigned form, two f16 scales spread over their lanes)
+// was about as many instructions as the four products that use them (q8_0 [8192 x 2048] x 512 rows: 80 G
+// multiply-adds/s a core, q4_0's panels 265). prepare_tile writes a tile's vectors once per activation block,
+// R per block pair in the order micro_prepared loads them; micro_prepared is micro's loop on them, the same
+// instructions on the same values, so every output keeps its bits (decode, prefill and replay still agree).
+template <typename B, int R>
+void prepare_tile(const B* w, int64_t nb, VI* wv, VF* ws) {
+  for (int64_t b = 0, p = 0; b < nb; b += kStep, ++p) {
+    const bool two = b + 1 < nb;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      wv[p * R + r] = weight_vec(w + r * nb, b, two);
+      ws[p * R + r] = weight_scales(w + r * nb, b, two);
+    }
+  }
+}
+
+template <typename B, int R, int T>
+void micro_prepared(const VI* wvp, const VF* wsp, const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xs,
+                    const float* dv, const int32_t* nv, float* out, int64_t ld) {
+  const int64_t np = (nb + 1) / 2;
+  VF acc[R][T];
+  for (auto& row : acc)
+    for (auto& a : row) a = fzero();
+  // A pair with its second block (every pair but an odd row's last) is a branch-free body: with the test inside,
+  // GCC stored all 16 accumulators to the stack on every pair.
+  const auto pair = [&](int64_t p, auto two_blocks) {
+    VI wv[R];
+    VF ws[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      wv[r] = _mm512_load_si512(wvp + p * R + r);
+      ws[r] = _mm512_load_ps(wsp + p * R + r);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const VI xv = act_bytes(xq + t * k, 2 * p, decltype(two_blocks)::value);
+      const int64_t pv = (t * np + p) * 16;
+      const VF xsc = _mm512_load_ps(dv + pv);
+      VI start = _mm512_setzero_si512();
+      if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
+    }
+  };
+  for (int64_t p = 0; p < nb / 2; ++p) pair(p, std::true_type{});
+  if (nb % 2 != 0) pair(nb / 2, std::false_type{});
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[t * ld + r] = vsum(acc[r][t]) + min_term(w + r * nb, nb, xs + t * nb);
+}
+
+template <typename B, int R>
+void micro_prepared_tokens(int t, const VI* wv, const VF* ws, const B* w, int64_t nb, int64_t k, const int8_t* xq,
+                           const float* xs, const float* dv, const int32_t* nv, float* out, int64_t ld) {
+  switch (t) {
+    case 1:
+      return micro_prepared<B, R, 1>(wv, ws, w, nb, k, xq, xs, dv, nv, out, ld);
+    case 2:
+      return micro_prepared<B, R, 2>(wv, ws, w, nb, k, xq, xs, dv, nv, out, ld);
+    case 3:
+      return micro_prepared<B, R, 3>(wv, ws, w, nb, k, xq, xs, dv, nv, out, ld);
+    default:
+      return micro_prepared<B, R, kTileTokens>(wv, ws, w, nb, k, xq, xs, dv, nv, out, ld);
+  }
 }
 
 #else
@@ -561,6 +632,24 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
       const int64_t r0 = blk * kRowBlock, r1 = std::min(n, r0 + kRowBlock);
       {
         const int64_t i0 = ti * kTileRows, rows = std::min<int64_t>(kTileRows, m - i0);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+        if (rows == kTileRows && r1 - r0 > kTileTokens) {
+          // The tile's vectors once for this activation block (prepare_tile), then every 4 rows of it.
+          thread_local AVec<uint8_t> tls_tile;  // raw bytes: a vector of VI would drop its alignment attribute
+          const int64_t np = (nb + 1) / 2;
+          tls_tile.resize(static_cast<size_t>(np * kTileRows) * (sizeof(VI) + sizeof(VF)));
+          VI* wv = reinterpret_cast<VI*>(tls_tile.data());
+          VF* ws = reinterpret_cast<VF*>(tls_tile.data() + static_cast<size_t>(np * kTileRows) * sizeof(VI));
+          prepare_tile<B, kTileRows>(w + i0 * nb, nb, wv, ws);
+          for (int64_t t0 = r0; t0 < r1; t0 += kTileTokens) {
+            const int tt = static_cast<int>(std::min<int64_t>(kTileTokens, r1 - t0));
+            const int64_t xo = t0 * nb, vo = t0 * ((nb + 1) / 2) * 16;
+            micro_prepared_tokens<B, kTileRows>(tt, wv, ws, w + i0 * nb, nb, k, q + t0 * k, s + xo, dv + vo,
+                                                nv + vo, out + t0 * m + i0, m);
+          }
+          return;
+        }
+#endif
         for (int64_t t0 = r0; t0 < r1; t0 += kTileTokens) {
           const int tt = static_cast<int>(std::min<int64_t>(kTileTokens, r1 - t0));
           const int64_t xo = t0 * nb, vo = t0 * ((nb + 1) / 2) * 16;
