@@ -4,7 +4,8 @@
 // 512-bit VNNI vpdpbusd over two blocks at a time in the avx512 build, maddubs + madd over one in the avx2 build), one
 // int->float conversion and one FMA with the two blocks' scales. Decode (fewer than 4 activation rows) streams one
 // weight row at a time against all of them; prefill takes tiles of 4 (avx2: 2) weight rows x 4 activation rows,
-// so each weight block is decoded once for 4 rows and each activation block loaded once for 4 weight rows.
+// so each activation block is loaded once for 4 weight rows and each weight block decoded once for 4 activation
+// rows (avx512: once for a block of 64, prepare_tile).
 // In the SIMD builds these row-by-row kernels serve q8_0 only (repack.h says why); the other types take
 // matmul_packed.h's and matmul_repacked.h's rows-in-lanes kernels (decoders at the end of this file). The generic
 // build runs every type here.
@@ -644,8 +645,8 @@ void matmul_blocks(const MatMulOp& op, const QuantRows& xq, const Ctx& ctx) {
           for (int64_t t0 = r0; t0 < r1; t0 += kTileTokens) {
             const int tt = static_cast<int>(std::min<int64_t>(kTileTokens, r1 - t0));
             const int64_t xo = t0 * nb, vo = t0 * ((nb + 1) / 2) * 16;
-            micro_prepared_tokens<B, kTileRows>(tt, wv, ws, w + i0 * nb, nb, k, q + t0 * k, s + xo, dv + vo,
-                                                nv + vo, out + t0 * m + i0, m);
+            micro_prepared_tokens<B, kTileRows>(tt, wv, ws, w + i0 * nb, nb, k, q + t0 * k, s + xo, dv + vo, nv + vo,
+                                                out + t0 * m + i0, m);
           }
           return;
         }
