@@ -339,9 +339,10 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // the tiled path widens its keys into a transposed panel element by element, which cost more than reading
   // each kv head once per query (from cache after the group's first): qwen2.5-0.5b Q4_K_M at depth 512, a
   // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512). Grouped heads of 256 take
-  // decode_blocked's shared kernel in the avx512 build at every length (wide_heads_here): 1.2-2.4x the tiled path
+  // decode_blocked at every length (wide_heads_here): the avx512 build's shared kernel, 1.2-2.4x the tiled path
   // with an f16 cache and 1.2-4.3x attention_quant.cc with q8_0 / q4_0 (Gemma's 8 on 1, 2 or 4 kv heads, 256 to
-  // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256").
+  // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256"); the avx2 build's attend_range_halves,
+  // 1.3-2.2x the tiled path with f16 (docs/benchmarks.md, "Heads of 256 at AVX2").
   const bool one_query_kernel = hd == 64 || hd == 128 || narrow_heads_here(hd, group),
              wide = wide_heads_here(hd, group);
   if ((one_query_kernel || wide) && group <= 64) {

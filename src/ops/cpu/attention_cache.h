@@ -176,15 +176,10 @@ constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
   return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
 }
 
-// Whether decode with heads of 256 (Gemma 2-4, Qwen3.5's attention layers) goes through decode_blocked's shared
-// kernel, every cache type and context length: the avx512 build, 2 to 64 query heads per kv head.
-constexpr bool wide_heads_here(int64_t head_dim, int64_t group) {
-#if defined(__AVX512F__)
-  return head_dim == 256 && group > 1 && group <= 64;
-#else
-  return head_dim < 0 && group < 0;
-#endif
-}
+// Whether decode with heads of 256 (Gemma 2-4, Qwen3.5's attention layers) goes through decode_blocked, every cache
+// type and context length, 2 to 64 query heads per kv head: the avx512 build's shared kernel, the avx2 build's
+// attend_range_halves.
+constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_dim == 256 && group > 1 && group <= 64; }
 
 // Whether one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and 128
 // (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
@@ -205,14 +200,16 @@ constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) {
 // q8_0 at 32 heads on 32 kv heads of 128 4.4-4.6 -> 1.8-1.9 ms (avx512), 1.9-2.0 ms (avx2); 32 on 8 at avx2 2.3 -> 1.4
 // ms. The avx2 build keeps q4_0 on attention_quant.cc: its nibbles widened eight at a time per head measured slower
 // there with grouped heads (14 on 2 of 64 at 1024 positions, 0.088-0.100 against 0.130-0.150 ms).
+// Heads of 256 with q8_0 in the avx2 build only in pairs (Gemma 2): with 4 or 8 on a kv head, attention_quant.cc's
+// one widening of each row for all of them beat attend_range_halves' per-head one at 256 positions and, with 4, at
+// every length (8 on 2 kv heads at 4096: 0.52-0.59 against 0.68 ms; 8 on 4 at 4096, pairs: 2.4-2.9 against 0.71-0.75).
 constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
-  const bool type = k == DType::kQ8_0 || k == DType::kQ4_0;
+  const bool type = k == DType::kQ8_0 || k == DType::kQ4_0, wide = wide_heads_here(head_dim, group);
 #else
-  const bool type = k == DType::kQ8_0;
+  const bool type = k == DType::kQ8_0, wide = wide_heads_here(head_dim, group) && group == 2;
 #endif
-  return k == v && type && (head_dim == 64 || head_dim == 128 || wide_heads_here(head_dim, group)) && group >= 1 &&
-         group <= 64;
+  return k == v && type && (head_dim == 64 || head_dim == 128 || wide) && group >= 1 && group <= 64;
 }
 
 // Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the

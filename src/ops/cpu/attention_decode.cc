@@ -67,6 +67,50 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   });
 }
 
+#if !defined(__AVX512F__)
+// Heads of 256 in the avx2 build (wide_heads_here): attend_range with a row of 32 vectors of 8 would need twice the
+// 16 registers for its query (key_scores) and its two sets of accumulators (value_sum), so each key block is taken
+// in two halves of 128 elements: both halves' dot products summed, then scaled once, and each half of the
+// accumulator summed by value_sum<T, 16> over its half of the value rows. Every row is still read once per head
+// group pass (the halves are disjoint). Where the tiled path took these (attend_queries_of, a key panel transposed
+// element by element per item), or attend_head with a single kv head split over threads.
+template <typename T>
+void attend_range_halves(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                         int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  constexpr int64_t hd = 256, half = 128;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  AttentionScores unscaled = opt;
+  unscaled.scale = 1.0f;  // key_scores then multiplies by 1: the halves' plain dot products
+  const bool scaled = opt.scale > 0.0f;
+  const __m256 sv = _mm256_set1_ps(scaled ? opt.scale : 1.0f / std::sqrt(static_cast<float>(hd)));
+  alignas(32) float sc[kKeyBlock], hi[kKeyBlock];
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
+  for_each_key_block(c, table, r0, r1, kvh, [&](int32_t n, int32_t ahead, const int64_t* o) {
+    const int32_t padded = (n + 7) / 8 * 8;
+    for (int g = 0; g < G; ++g) {
+      __m256 qv[16];
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) qv[j] = _mm256_loadu_ps(qs[g] + h * half + 8 * j);
+        key_scores<T, 16>(row_at(kbase, h * half), o, n, ahead, qv, unscaled, g == 0, h == 0 ? sc : hi);
+      }
+      for (int32_t t = 0; t < padded; t += 8)
+        _mm256_store_ps(sc + t, _mm256_mul_ps(_mm256_add_ps(_mm256_load_ps(sc + t), _mm256_load_ps(hi + t)), sv));
+      const float alpha = parts[g].softmax_step(sc, n, padded, opt);
+      const __m256 av = _mm256_set1_ps(alpha);
+      for (int h = 0; h < 2; ++h) {
+        float* acc = parts[g].acc + h * half;
+        __m256 o0[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
+        value_sum<T, 16>(row_at(vbase, h * half), o, n, ahead, sc, o0, g == 0, acc);
+      }
+    }
+  });
+}
+#endif
+
 #if defined(__AVX512F__)
 // The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
 // head take each key and value row together, up to kSharedHeads at a time, so a row is loaded and widened from f16
@@ -268,7 +312,7 @@ struct DecodeView {
 template <typename T, int NV>
 void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
-  constexpr bool kWide = NV > 16;  // head_dim 256: grouped heads of the avx512 build only (wide_heads_here)
+  constexpr bool kWide = NV > 16;  // head_dim 256: grouped heads (wide_heads_here)
   const DecodeView v(op, c);
   const int64_t b = v.b, heads = v.heads, group = v.group;
   // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
@@ -314,7 +358,11 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
       attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
     }
 #else
-    attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    if constexpr (kWide) {
+      attend_range_halves<T>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    } else {
+      attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    }
 #endif
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
@@ -394,12 +442,12 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  // The kernel for head_dim 64, 128 and (avx512: wide_heads_here, narrow_heads_here) 256 and 96, on the cache's
-  // element type.
+  // The kernel for head_dim 64, 128, 256 (wide_heads_here) and (avx512: narrow_heads_here) 96, on the cache's element
+  // type.
   auto run = [&](auto e) {
     using T = decltype(e);
-#if defined(__AVX512F__)
     if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
+#if defined(__AVX512F__)
     if constexpr (!kBlockRows<T>) {
       if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
     }
