@@ -49,6 +49,7 @@ using attention_detail::prefetch_row;
 using attention_detail::shared_heads_here;
 using attention_detail::visible;
 using attention_detail::wide_heads_here;
+using attention_detail::wider_heads_here;
 #endif
 
 Status check_table(const Cache& c, const int32_t* table, int64_t table_len, int32_t pos) {
@@ -344,7 +345,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256"); the avx2 build's attend_range_halves,
   // 1.3-2.2x the tiled path with f16 (docs/benchmarks.md, "Heads of 256 at AVX2").
   const bool one_query_kernel = hd == 64 || hd == 128 || narrow_heads_here(hd, group),
-             wide = wide_heads_here(hd, group);
+             wide = wide_heads_here(hd, group) || (widened && wider_heads_here(hd, group));
   if ((one_query_kernel || wide) && group <= 64) {
     int32_t longest = 0;
     for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));

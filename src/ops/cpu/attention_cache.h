@@ -181,6 +181,10 @@ constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
 // attend_range_halves.
 constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_dim == 256 && group > 1 && group <= 64; }
 
+// Whether decode with heads of 512 (Gemma 4's global layers), f32, f16 and bf16 caches, 2 to 64 query heads per kv
+// head, goes through decode_blocked (attend_range_parts, four parts of 128), every context length.
+constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_dim == 512 && group > 1 && group <= 64; }
+
 // Whether one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and 128
 // (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
 // registers hold them (the avx2 build's 16 do not).

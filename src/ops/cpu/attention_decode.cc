@@ -67,49 +67,51 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   });
 }
 
-#if !defined(__AVX512F__)
-// Heads of 256 in the avx2 build (wide_heads_here): attend_range with a row of 32 vectors of 8 would need twice the
-// 16 registers for its query (key_scores) and its two sets of accumulators (value_sum), so each key block is taken
-// in two halves of 128 elements: both halves' dot products summed, then scaled once, and each half of the
-// accumulator summed by value_sum<T, 16> over its half of the value rows. Every row is still read once per head
-// group pass (the halves are disjoint). Where the tiled path took these (attend_queries_of, a key panel transposed
-// element by element per item), or attend_head with a single kv head split over threads.
-template <typename T>
-void attend_range_halves(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
-                         int64_t kvh, Partial* parts, const AttentionScores& opt) {
-  constexpr int64_t hd = 256, half = 128;
+// Heads of 128 * P where no kernel holds a whole row in registers: heads of 256 in the avx2 build (wide_heads_here;
+// attend_range's row of 32 vectors of 8 would need twice the 16 registers for its query in key_scores and its two sets
+// of accumulators in value_sum) and Gemma 4's global heads of 512 in both (wider_heads_here). Each key block is taken
+// in P parts of 128 elements through the head-of-128 kernels: the parts' dot products summed, then scaled once, and
+// each part of the accumulator summed by value_sum<T, 16> over its part of the value rows; every row is still read
+// once per head group pass (the parts are disjoint). These took the tiled path (attend_queries_of: a key panel
+// transposed element by element per item) or, a single kv head split over threads, decode_grouped_split.
+template <typename T, int P>
+void attend_range_parts(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs, int G,
+                        int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  constexpr int64_t part = 128, hd = part * P;
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const T* vbase = reinterpret_cast<const T*>(c.v);
   AttentionScores unscaled = opt;
-  unscaled.scale = 1.0f;  // key_scores then multiplies by 1: the halves' plain dot products
+  unscaled.scale = 1.0f;  // key_scores then multiplies by 1: the parts' plain dot products
   const bool scaled = opt.scale > 0.0f;
   const __m256 sv = _mm256_set1_ps(scaled ? opt.scale : 1.0f / std::sqrt(static_cast<float>(hd)));
-  alignas(32) float sc[kKeyBlock], hi[kKeyBlock];
+  alignas(32) float sc[kKeyBlock], more[kKeyBlock];
   for (int g = 0; g < G; ++g) parts[g].reset(hd);
   for_each_key_block(c, table, r0, r1, kvh, [&](int32_t n, int32_t ahead, const int64_t* o) {
     const int32_t padded = (n + 7) / 8 * 8;
     for (int g = 0; g < G; ++g) {
       __m256 qv[16];
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < P; ++h) {
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) qv[j] = _mm256_loadu_ps(qs[g] + h * half + 8 * j);
-        key_scores<T, 16>(row_at(kbase, h * half), o, n, ahead, qv, unscaled, g == 0, h == 0 ? sc : hi);
+        for (int j = 0; j < 16; ++j) qv[j] = _mm256_loadu_ps(qs[g] + h * part + 8 * j);
+        key_scores<T, 16>(row_at(kbase, h * part), o, n, ahead, qv, unscaled, g == 0, h == 0 ? sc : more);
+        if (h > 0) {
+          for (int32_t t = 0; t < padded; t += 8)
+            _mm256_store_ps(sc + t, _mm256_add_ps(_mm256_load_ps(sc + t), _mm256_load_ps(more + t)));
+        }
       }
-      for (int32_t t = 0; t < padded; t += 8)
-        _mm256_store_ps(sc + t, _mm256_mul_ps(_mm256_add_ps(_mm256_load_ps(sc + t), _mm256_load_ps(hi + t)), sv));
+      for (int32_t t = 0; t < padded; t += 8) _mm256_store_ps(sc + t, _mm256_mul_ps(_mm256_load_ps(sc + t), sv));
       const float alpha = parts[g].softmax_step(sc, n, padded, opt);
       const __m256 av = _mm256_set1_ps(alpha);
-      for (int h = 0; h < 2; ++h) {
-        float* acc = parts[g].acc + h * half;
+      for (int h = 0; h < P; ++h) {
+        float* acc = parts[g].acc + h * part;
         __m256 o0[16];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; ++j) o0[j] = _mm256_mul_ps(av, _mm256_loadu_ps(acc + 8 * j));
-        value_sum<T, 16>(row_at(vbase, h * half), o, n, ahead, sc, o0, g == 0, acc);
+        value_sum<T, 16>(row_at(vbase, h * part), o, n, ahead, sc, o0, g == 0, acc);
       }
     }
   });
 }
-#endif
 
 #if defined(__AVX512F__)
 // The avx512 build's grouped-query form of attend_range, head_dim = 16 * NZ (64 or 128): the query heads of a kv
@@ -312,7 +314,7 @@ struct DecodeView {
 template <typename T, int NV>
 void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
-  constexpr bool kWide = NV > 16;  // head_dim 256: grouped heads (wide_heads_here)
+  constexpr bool kWide = NV > 16;  // head_dim 256 and 512: grouped heads (wide_heads_here, wider_heads_here)
   const DecodeView v(op, c);
   const int64_t b = v.b, heads = v.heads, group = v.group;
   // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
@@ -348,7 +350,9 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     // One head per kv head: attend_range's 256-bit kernel for f32, f16 and bf16 (the shared one measured slower, 32
     // heads on 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit
     // widening is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
-    if constexpr (kWide) {
+    if constexpr (NV == 64) {  // Gemma 4's global heads of 512 (wider_heads_here)
+      attend_range_parts<T, 4>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+    } else if constexpr (kWide) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else if constexpr (NV == 12) {  // heads of 96, one per kv head (narrow_heads_here)
       attend_range<T, NV>(c, table, r0, r1, qs, 1, kvh, local, v.opt);
@@ -359,7 +363,7 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     }
 #else
     if constexpr (kWide) {
-      attend_range_halves<T>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+      attend_range_parts<T, NV / 16>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else {
       attend_range<T, NV>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     }
@@ -447,6 +451,9 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
   auto run = [&](auto e) {
     using T = decltype(e);
     if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
+    if constexpr (!kBlockRows<T>) {
+      if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
+    }
 #if defined(__AVX512F__)
     if constexpr (!kBlockRows<T>) {
       if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
