@@ -342,7 +342,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // decode step 17.3 ms against 19.1-20.5 (`tessera bench step --context 512`, avx512). Grouped heads of 256 take
   // decode_blocked at every length (wide_heads_here): the avx512 build's shared kernel, 1.2-2.4x the tiled path
   // with an f16 cache and 1.2-4.3x attention_quant.cc with q8_0 / q4_0 (Gemma's 8 on 1, 2 or 4 kv heads, 256 to
-  // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256"); the avx2 build's attend_range_halves,
+  // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256"); the avx2 build's attend_range_parts,
   // 1.3-2.2x the tiled path with f16 (docs/benchmarks.md, "Heads of 256 at AVX2").
   const bool one_query_kernel = hd == 64 || hd == 128 || narrow_heads_here(hd, group),
              wide = wide_heads_here(hd, group) || (widened && wider_heads_here(hd, group));

@@ -178,7 +178,7 @@ constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
 
 // Whether decode with heads of 256 (Gemma 2-4, Qwen3.5's attention layers) goes through decode_blocked, every cache
 // type and context length, 2 to 64 query heads per kv head: the avx512 build's shared kernel, the avx2 build's
-// attend_range_halves.
+// attend_range_parts (two parts of 128).
 constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_dim == 256 && group > 1 && group <= 64; }
 
 // Whether decode with heads of 512 (Gemma 4's global layers), f32, f16 and bf16 caches, 2 to 64 query heads per kv
@@ -205,7 +205,7 @@ constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) {
 // ms. The avx2 build keeps q4_0 on attention_quant.cc: its nibbles widened eight at a time per head measured slower
 // there with grouped heads (14 on 2 of 64 at 1024 positions, 0.088-0.100 against 0.130-0.150 ms).
 // Heads of 256 with q8_0 in the avx2 build only in pairs (Gemma 2): with 4 or 8 on a kv head, attention_quant.cc's
-// one widening of each row for all of them beat attend_range_halves' per-head one at 256 positions and, with 4, at
+// one widening of each row for all of them beat attend_range_parts' per-head one at 256 positions and, with 4, at
 // every length (8 on 2 kv heads at 4096: 0.52-0.59 against 0.68 ms; 8 on 4 at 4096, pairs: 2.4-2.9 against 0.71-0.75).
 constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
