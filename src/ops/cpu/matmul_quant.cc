@@ -358,6 +358,25 @@ inline float vsum(VF v) {
 // `rs` / `os`: blocks between weight rows and floats between output rows when the R rows are not adjacent (0:
 // nb and 1, adjacent).
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// acc[r][t] += the products of R weight rows' vectors of blocks b, b + 1 (wv, ws) with the same blocks of T activation
+// rows (np: block pairs per row): the step micro and micro_prepared share, so both give an output the same bits.
+template <typename B, int R, int T, bool kTwo>
+inline __attribute__((always_inline)) void pair_products(const VI* wv, const VF* ws, const int8_t* xq, int64_t k,
+                                                         int64_t b, int64_t np, const float* dv, const int32_t* nv,
+                                                         VF (&acc)[R][T]) {
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    const VI xv = act_bytes(xq + t * k, b, kTwo);
+    const int64_t pv = (t * np + b / 2) * 16;
+    const VF xsc = _mm512_load_ps(dv + pv);
+    VI start = _mm512_setzero_si512();
+    if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
+  }
+}
+
 template <typename B, int R, int T>
 void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd, const int32_t* sq, const float* xs,
            const float* dv, const int32_t* nv, float* out, int64_t ld, int64_t rs = 0, int64_t os = 1) {
@@ -383,17 +402,7 @@ void micro(const B* w, int64_t nb, int64_t k, const int8_t* xq, const float* xd,
       wv[r] = weight_vec(w + r * rs, b, two);
       ws[r] = weight_scales(w + r * rs, b, two);
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const VI xv = act_bytes(xq + t * k, b, two);
-      const int64_t pv = (t * ((nb + 1) / 2) + b / 2) * 16;
-      const VF xsc = _mm512_load_ps(dv + pv);
-      VI start = _mm512_setzero_si512();
-      if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
-    }
+    pair_products<B, R, T, two>(wv, ws, xq, k, b, (nb + 1) / 2, dv, nv, acc);
   };
   for (int64_t b = 0; b + 1 < nb; b += kStep) pair(b, std::true_type{});
   if (nb % 2 != 0) pair(nb - 1, std::false_type{});
@@ -436,17 +445,7 @@ void micro_prepared(const VI* wvp, const VF* wsp, const B* w, int64_t nb, int64_
       wv[r] = _mm512_load_si512(wvp + p * R + r);
       ws[r] = _mm512_load_ps(wsp + p * R + r);
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const VI xv = act_bytes(xq + t * k, 2 * p, decltype(two_blocks)::value);
-      const int64_t pv = (t * np + p) * 16;
-      const VF xsc = _mm512_load_ps(dv + pv);
-      VI start = _mm512_setzero_si512();
-      if constexpr (kOffset<B> != 0) start = _mm512_slli_epi32(_mm512_load_si512(nv + pv), kLog2Offset<B>);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        acc[r][t] = vfmadd(dot_acc<kSignedDot<B>>(start, wv[r], xv), vmul(ws[r], xsc), acc[r][t]);
-    }
+    pair_products<B, R, T, decltype(two_blocks)::value>(wv, ws, xq, k, 2 * p, np, dv, nv, acc);
   };
   for (int64_t p = 0; p < nb / 2; ++p) pair(p, std::true_type{});
   if (nb % 2 != 0) pair(nb / 2, std::false_type{});
