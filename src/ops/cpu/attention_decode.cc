@@ -3,9 +3,9 @@
 // threads, a decode item is (sequence, kv head, range of positions). The query heads of a kv head read each key block
 // once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on, heads of 256
 // always: attend_range_shared; heads of 512, and of 256 in the avx2 build, in parts of 128: attend_range_parts), in
-// blocks of kKeyBlock positions with an online softmax; a sequence split into ranges
-// over threads has its ranges' partial states combined after. attention.cc chooses when these run; the short-context
-// kernels and the operators' entry points stay there.
+// blocks of kKeyBlock positions with an online softmax; a sequence split into ranges over threads has its ranges'
+// partial states combined after. attention.cc chooses when these run; the short-context kernels and the operators'
+// entry points stay there.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
