@@ -1,6 +1,8 @@
-// `tessera bench attention`: decode attention timed alone on one backend (ops/attention_timing.h): how fast a kernel
-// reads the KV cache at a context length, without the weights' traffic around it, and one cpu kernel variant
-// against another (`tessera --cpu-isa avx512|avx2|... bench attention ...`).
+// `tessera bench attention`: decode or prefill attention timed alone on one backend (ops/attention_timing.h): how
+// fast a decode kernel reads the KV cache at a context length, without the weights' traffic around it, how many
+// multiply-adds a second a prefill chunk's kernel does (`--queries`), and one cpu kernel variant against another
+// (`tessera --cpu-isa avx512|avx2|... bench attention ...`).
+#include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,7 +20,7 @@ namespace {
 
 struct AttentionArgs {
   std::string backend = "cpu", kv_dtype = "f16";
-  int threads = 1, repeat = 10, context = 4096;
+  int threads = 1, repeat = 10, context = 4096, queries = 1;
   bool resident = false;
   int64_t batch = 1, heads = 32, kv_heads = 8, head_dim = 128;
 };
@@ -30,17 +32,21 @@ int run_attention_bench(const AttentionArgs& a) {
   dopts.threads = a.threads;
   auto device = ops::open_device(a.backend, 0, dopts);
   if (!device.ok()) return fail(device.status().message());
-  const ops::AttentionShape shape{*dtype, a.batch, a.heads, a.kv_heads, a.head_dim, a.context};
+  const ops::AttentionShape shape{*dtype, a.batch, a.heads, a.kv_heads, a.head_dim, a.context, a.queries};
   auto t = ops::time_attention(**device, shape, a.repeat, a.resident);
   if (!t.ok()) return fail(t.status().message());
-  const double bytes = ops::AttentionTiming::cache_bytes(shape);
-  std::printf(
-      "%s, %s cache, %lld x %d positions, %lld heads on %lld kv heads of %lld, %d threads (%d %s): best "
-      "%.3f ms, median %.3f ms, %.1f GB/s of cache read (median)\n",
-      (*device)->info().name.c_str(), a.kv_dtype.c_str(), static_cast<long long>(a.batch), a.context,
-      static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads), static_cast<long long>(a.head_dim),
-      a.threads, t->copies, a.resident ? "cache, resident" : "caches in turn", t->best() * 1e3, t->median() * 1e3,
-      bytes / t->median() / 1e9);
+  const std::string head =
+      fmt::format("{}, {} cache, {} x {} positions, {} heads on {} kv heads of {}, {} threads ({} {})",
+                  (*device)->info().name, a.kv_dtype, a.batch, a.context, a.heads, a.kv_heads, a.head_dim, a.threads,
+                  t->copies, a.resident ? "cache, resident" : "caches in turn");
+  if (a.queries == 1) {
+    std::printf("%s: best %.3f ms, median %.3f ms, %.1f GB/s of cache read (median)\n", head.c_str(), t->best() * 1e3,
+                t->median() * 1e3, ops::AttentionTiming::cache_bytes(shape) / t->median() / 1e9);
+  } else {
+    std::printf("%s, prefill of the last %d: best %.3f ms, median %.3f ms, %.1f G multiply-adds/s (median)\n",
+                head.c_str(), a.queries, t->best() * 1e3, t->median() * 1e3,
+                ops::AttentionTiming::multiply_adds(shape) / t->median() / 1e9);
+  }
   return 0;
 }
 
@@ -48,7 +54,8 @@ int run_attention_bench(const AttentionArgs& a) {
 
 Action add_bench_attention_subcommand(CLI::App& bench) {
   auto args = std::make_shared<AttentionArgs>();
-  CLI::App* cmd = bench.add_subcommand("attention", "Decode attention timed on one backend (the operator alone)");
+  CLI::App* cmd =
+      bench.add_subcommand("attention", "Decode or prefill attention timed on one backend (the operator alone)");
   cmd->add_option("--backend", args->backend, "Operator backend")->capture_default_str();
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache element type (f32, f16, bf16, q8_0, q4_0)")
       ->capture_default_str();
@@ -56,6 +63,10 @@ Action add_bench_attention_subcommand(CLI::App& bench) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   cmd->add_option("--context", args->context, "Positions each sequence sees")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--queries", args->queries,
+                  "New tokens per sequence: 1 times decode, more a causal prefill chunk (the last positions)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--heads", args->heads, "Query heads")

@@ -1,5 +1,6 @@
 // The attention timing behind `tessera bench attention`: it times the decode operator over enough cache copies to
-// read them from memory, counts the cache bytes an operator reads, and refuses shapes a KV cache cannot hold.
+// read them from memory, or a prefill chunk, counts the cache bytes and multiply-adds of a run, and refuses shapes a
+// KV cache cannot hold.
 #include <gtest/gtest.h>
 
 #include "ops/attention_timing.h"
@@ -41,6 +42,33 @@ TEST(AttentionTiming, TimesEveryRunOverCopiesAndRefusesShapesACacheCannotHold) {
   auto huge = time_attention(**device, AttentionShape{DType::kF16, 4096, 32, 8, 128, 1 << 20}, 1);
   EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(huge.status().message().find("attention timing: the cache"), std::string::npos) << huge.status().message();
+}
+
+TEST(AttentionTiming, TimesAPrefillChunkAndCountsItsMultiplyAdds) {
+  register_builtin_backends();
+  auto device = open_device("cpu", 0, DeviceOptions{1, ""});
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  // Decode: every head reads every position, 2 x head_dim multiply-adds each.
+  EXPECT_DOUBLE_EQ(AttentionTiming::multiply_adds(AttentionShape{DType::kF16, 2, 4, 2, 64, 300}),
+                   2.0 * 2 * 4 * 300 * 64);
+  // The last 3 of 10 positions: they see 8, 9 and 10.
+  EXPECT_DOUBLE_EQ(AttentionTiming::multiply_adds(AttentionShape{DType::kF16, 1, 4, 2, 64, 10, 3}),
+                   2.0 * 4 * (8 + 9 + 10) * 64);
+  // Two sequences of 300 positions, the last 40 new (past one 256-key block), resident and copied.
+  const AttentionShape chunk{DType::kF16, 2, 4, 2, 64, 300, 40};
+  for (bool resident : {true, false}) {
+    auto t = time_attention(**device, chunk, 2, resident);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->seconds.size(), 2u);
+    EXPECT_GT(t->best(), 0.0);
+  }
+  for (int32_t queries : {0, 301}) {
+    AttentionShape bad = chunk;
+    bad.queries = queries;
+    auto t = time_attention(**device, bad, 1);
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("do not fit a context of 300"), std::string::npos) << t.status().message();
+  }
 }
 
 }  // namespace

@@ -153,11 +153,21 @@ inline float vhmax(VF v) {
 // its own range (causality, a window) get probability exactly 0.
 constexpr int kQTile = 6;
 
-// Widens keys [t0, t1) of kv head kvh into the transposed panel: kt[d * ld + (t - t0)]. Whole groups of kLanes
-// keys are transposed in registers (element by element, the scatter was half of the attention's own time in a
-// 512-token prefill); the rest one element at a time. Copies only: the panel's values are the same either way.
+// The panel in chunks of kChunk keys: chunk after chunk, each hd rows of kChunk floats (column col of row d at
+// panel_at(kt, hd, d, col)), so the score loop's walk over d for one pair of key vectors reads one contiguous run
+// (8 KiB at head_dim 64) instead of two lines a row apart.
+constexpr int64_t kChunk = 2 * kLanes;
+inline int64_t panel_at(int64_t hd, int64_t d, int64_t col) {
+  return col / kChunk * hd * kChunk + d * kChunk + col % kChunk;
+}
+// Floats of a panel at least `cols` wide.
+inline int64_t panel_floats(int64_t hd, int64_t cols) { return (cols + kChunk - 1) / kChunk * kChunk * hd; }
+
+// Widens keys [t0, t1) of kv head kvh into the transposed panel: column t - t0 of row d at panel_at. Whole groups
+// of kLanes keys are transposed in registers (element by element, the scatter was half of the attention's own time
+// in a 512-token prefill); the rest one element at a time. Copies only: the panel's values are the same either way.
 template <typename T>
-void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, int32_t t1, float* kt, int64_t ld) {
+void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, int32_t t1, float* kt) {
   const T* kbase = reinterpret_cast<const T*>(c.k);
   const int64_t hd = c.head_dim;
   int32_t t = t0;
@@ -171,7 +181,7 @@ void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
       for (int j = 0; j < kLanes; ++j) r[j] = vrow(rows[j], d0);
       vtranspose(r);
 #pragma GCC unroll 16
-      for (int d = 0; d < kLanes; ++d) vstore(kt + (d0 + d) * ld + (t - t0), r[d]);
+      for (int d = 0; d < kLanes; ++d) vstore(kt + panel_at(hd, d0 + d, t - t0), r[d]);
     }
   }
   float row[kLanes];
@@ -179,23 +189,63 @@ void widen_keys(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
     const T* k = row_at(kbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
     for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
       vstore(row, vrow(k, d0));
-      for (int64_t d = 0; d < kLanes; ++d) kt[(d0 + d) * ld + (t - t0)] = row[d];
+      for (int64_t d = 0; d < kLanes; ++d) kt[panel_at(hd, d0 + d, t - t0)] = row[d];
     }
   }
 }
 
-// Scores of queries qs[0..g) against the keys [lo + c0, lo + c1) of the panel (c0, c1 multiples of 16).
-// Two vectors of keys per pass where there are two (2G accumulators: G alone left FMA latency exposed, and each
-// query broadcast serves both); every score is the same chain of FMAs over d either way.
+// How a dot product becomes a score: times opt.scale when one is given, else divided by sqrt(head_dim), as the
+// reference does; a divisor that is a power of two (head_dim 64, 256) is a multiplication by its reciprocal, which
+// gives the same bits (both round the same exact quotient) without a division's latency.
+struct ScoreScale {
+  VF v;
+  bool divide;
+  ScoreScale(const AttentionScores& opt, int64_t hd) {
+    const float denom = std::sqrt(static_cast<float>(hd));
+    int e = 0;
+    divide = opt.scale <= 0.0f && std::frexp(denom, &e) != 0.5f;
+    v = vset(opt.scale > 0.0f ? opt.scale : divide ? denom : 1.0f / denom);
+  }
+  VF operator()(VF x) const { return divide ? vdiv(x, v) : vmul(x, v); }
+};
+
+// The value rows of positions [t0, t1) of kv head kvh: rows[t - t0]. Looked up once for all the query tiles that
+// read them, instead of once per key and tile.
+template <typename T>
+void value_rows(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, int32_t t1, const T** rows) {
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  for (int32_t t = t0; t < t1; ++t)
+    rows[t - t0] = row_at(vbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
+}
+
+// Scaled scores (ScoreScale) of queries qs[0..g) against the panel's columns [c0, c1) (multiples of 16) into
+// s[g * ld + column].
+// A whole chunk's two vectors of keys per pass where there are two (2G accumulators: G alone left FMA latency
+// exposed, and each query broadcast serves both); every score is the same chain of FMAs over d either way.
 template <int G>
-void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s) {
-  int64_t c = c0;
-  for (; c + 2 * kLanes <= c1; c += 2 * kLanes) {
+void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s,
+                 const ScoreScale& scale) {
+  for (int64_t c = c0; c < c1;) {
+    const float* chunk = kt + panel_at(hd, 0, c);
+    if (c % kChunk != 0 || c + kChunk > c1) {  // one vector of keys
+      VF acc[G];
+#pragma GCC unroll 6
+      for (int g = 0; g < G; ++g) acc[g] = vzero();
+      for (int64_t d = 0; d < hd; ++d) {
+        const VF kv = vload(chunk + d * kChunk);
+#pragma GCC unroll 6
+        for (int g = 0; g < G; ++g) acc[g] = vfma(vset(qs[g].q[d]), kv, acc[g]);
+      }
+#pragma GCC unroll 6
+      for (int g = 0; g < G; ++g) vstore(s + g * ld + c, scale(acc[g]));
+      c += kLanes;
+      continue;
+    }
     VF acc0[G], acc1[G];
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) acc0[g] = acc1[g] = vzero();
     for (int64_t d = 0; d < hd; ++d) {
-      const VF k0 = vload(kt + d * ld + c), k1 = vload(kt + d * ld + c + kLanes);
+      const VF k0 = vload(chunk + d * kChunk), k1 = vload(chunk + d * kChunk + kLanes);
 #pragma GCC unroll 6
       for (int g = 0; g < G; ++g) {
         const VF qv = vset(qs[g].q[d]);
@@ -205,29 +255,19 @@ void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64
     }
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) {
-      vstore(s + g * ld + c, acc0[g]);
-      vstore(s + g * ld + c + kLanes, acc1[g]);
+      vstore(s + g * ld + c, scale(acc0[g]));
+      vstore(s + g * ld + c + kLanes, scale(acc1[g]));
     }
-  }
-  for (; c < c1; c += kLanes) {
-    VF acc[G];
-#pragma GCC unroll 6
-    for (int g = 0; g < G; ++g) acc[g] = vzero();
-    for (int64_t d = 0; d < hd; ++d) {
-      const VF kv = vload(kt + d * ld + c);
-#pragma GCC unroll 6
-      for (int g = 0; g < G; ++g) acc[g] = vfma(vset(qs[g].q[d]), kv, acc[g]);
-    }
-#pragma GCC unroll 6
-    for (int g = 0; g < G; ++g) vstore(s + g * ld + c, acc[g]);
+    c += kChunk;
   }
 }
 
-// out_g[col .. col + kVPerPass * kLanes) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t
-// (alpha null: out_g = the sum alone, the short-context path; the long-context one rescales by its running max).
-template <typename T, int G, typename RowAt>
-void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_t c0, int64_t c1, int64_t col,
-                 const float* alpha) {
+// out_g[col .. col + kVPerPass * kLanes) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t,
+// v_t the cache row vrows[t] (alpha null: out_g = the sum alone, the short-context path; the long-context one
+// rescales by its running max).
+template <typename T, int G>
+void tile_values(const Query* qs, const T* const* vrows, const float* p, int64_t ld, int64_t c0, int64_t c1,
+                 int64_t col, const float* alpha) {
   VF o[G][kVPerPass];
 #pragma GCC unroll 6
   for (int g = 0; g < G; ++g) {
@@ -236,7 +276,7 @@ void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_
     for (int u = 0; u < kVPerPass; ++u) o[g][u] = alpha ? vmul(a, vload(qs[g].out + col + kLanes * u)) : vzero();
   }
   for (int64_t c = c0; c < c1; ++c) {
-    const T* v = v_at(c);
+    const T* v = vrows[c];
     VF vv[kVPerPass];
 #pragma GCC unroll 4
     for (int u = 0; u < kVPerPass; ++u) vv[u] = vrow(v, col + kLanes * u);
@@ -251,26 +291,13 @@ void tile_values(const Query* qs, RowAt v_at, const float* p, int64_t ld, int64_
     for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
 }
 
-// One query's scores sg[a, b) (of the tile's columns [c0, c1), whole vectors) scaled in place (and soft-capped),
-// the other columns set to -inf, then each replaced by e^(score - mx), mx the largest of m0 and the scores (in
-// *mx). Returns the sum of those exponentials. Scaling is in vectors over [c0, c1) (the same product or division
-// per score as a scalar loop; one division per score in scalar code was most of the short path's own time in a
-// 512-token prefill); the max is exact in any order.
-inline float exp_scores(float* sg, int64_t a, int64_t b, int64_t c0, int64_t c1, float m0, int64_t hd,
-                        const AttentionScores& opt, float* mx) {
-  const float denom = std::sqrt(static_cast<float>(hd));
-  const bool scaled = opt.scale > 0.0f;
+// One query's scaled scores sg[a, b) (of the tile's columns [c0, c1), whole vectors) soft-capped in place when
+// opt has a cap, the other columns set to -inf, then each replaced by e^(score - mx), mx the largest of m0 and the
+// scores (in *mx). Returns the sum of those exponentials. The max is exact in any order.
+inline float exp_scores(float* sg, int64_t a, int64_t b, int64_t c0, int64_t c1, float m0, const AttentionScores& opt,
+                        float* mx) {
   if (opt.softcap > 0.0f) {
-    for (int64_t t = a; t < b; ++t) {
-      const float v = scaled ? sg[t] * opt.scale : sg[t] / denom;
-      sg[t] = opt.softcap * std::tanh(v / opt.softcap);
-    }
-  } else {
-    const VF sv = vset(scaled ? opt.scale : denom);
-    for (int64_t t = c0; t < c1; t += kLanes) {
-      const VF v = vload(sg + t);
-      vstore(sg + t, scaled ? vmul(v, sv) : vdiv(v, sv));
-    }
+    for (int64_t t = a; t < b; ++t) sg[t] = opt.softcap * std::tanh(sg[t] / opt.softcap);
   }
   for (int64_t t = c0; t < a; ++t) sg[t] = -INFINITY;
   for (int64_t t = b; t < c1; ++t) sg[t] = -INFINITY;
@@ -288,9 +315,8 @@ inline float exp_scores(float* sg, int64_t a, int64_t b, int64_t c0, int64_t c1,
 }
 
 template <typename T, int G>
-void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const T* vbase, const Cache& c,
-                 const int32_t* table, int64_t kvh, std::vector<float>& s, const AttentionScores& opt) {
-  const int64_t hd = c.head_dim;
+void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const T* const* vrows, int64_t hd,
+                 std::vector<float>& s, const AttentionScores& opt) {
   int32_t tlo = qs[0].first, thi = qs[0].last;
   for (int g = 1; g < G; ++g) {
     tlo = std::min(tlo, qs[g].first);
@@ -298,22 +324,18 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
   }
   const int64_t c0 = (tlo - lo) / 16 * 16, c1 = (thi - lo) / 16 * 16 + 16;
   s.resize(static_cast<size_t>(G * ld));
-  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
+  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data(), ScoreScale(opt, hd));
   for (int g = 0; g < G; ++g) {
     float* sg = s.data() + g * ld;
     const int64_t a = qs[g].first - lo, b = qs[g].last - lo + 1;  // this query's keys: [a, b)
     float mx;
-    const float sum = exp_scores(sg, a, b, c0, c1, qs[g].sink, hd, opt, &mx);  // from the sink: -inf without one
+    const float sum = exp_scores(sg, a, b, c0, c1, qs[g].sink, opt, &mx);  // from the sink: -inf without one
     const VF inv = vset(1.0f / (sum + std::exp(qs[g].sink - mx)));
     for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
   }
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
-  auto v_at = [&](int64_t ci) {
-    const int64_t t = lo + ci;
-    return row_at(vbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
-  };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - lo, thi - lo + 1, col, nullptr);
+    tile_values<T, G>(qs, vrows, s.data(), ld, tlo - lo, thi - lo + 1, col, nullptr);
 }
 
 // Long contexts: the queries' keys in blocks of kKeyBlock positions with an online softmax. One block's keys are
@@ -328,11 +350,9 @@ struct Running {
 // One key block [b0, b1) (panel column t - b0) for the queries qs[0..G): their scores, the online softmax
 // update of st[0..G), and their rescaled outputs.
 template <typename T, int G>
-void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0, int32_t b1, const T* vbase,
-                       const Cache& c, const int32_t* table, int64_t kvh, std::vector<float>& s,
-                       const AttentionScores& opt) {
+void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0, int32_t b1, const T* const* vrows,
+                       int64_t hd, std::vector<float>& s, const AttentionScores& opt) {
   constexpr int64_t ld = kKeyBlock;
-  const int64_t hd = c.head_dim;
   int32_t tlo = qs[0].first, thi = qs[0].last;
   for (int g = 1; g < G; ++g) {
     tlo = std::min(tlo, qs[g].first);
@@ -343,7 +363,7 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
   if (tlo > thi) return;  // no query of the tile sees a key of this block
   const int64_t c0 = (tlo - b0) / 16 * 16, c1 = (thi - b0) / 16 * 16 + 16;
   s.resize(static_cast<size_t>(G * ld));
-  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data());
+  tile_scores<G>(qs, kt, ld, hd, c0, c1, s.data(), ScoreScale(opt, hd));
   float alpha[G];
   for (int g = 0; g < G; ++g) {
     float* sg = s.data() + g * ld;
@@ -354,27 +374,22 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
       continue;
     }
     float mx;
-    const float sum = exp_scores(sg, a, b, c0, c1, st[g].m, hd, opt, &mx);
+    const float sum = exp_scores(sg, a, b, c0, c1, st[g].m, opt, &mx);
     alpha[g] = std::exp(st[g].m - mx);  // 0 on the first block without a sink (m = -inf)
     st[g].l = st[g].l * alpha[g] + sum;
     st[g].m = mx;
   }
-  auto v_at = [&](int64_t ci) {
-    const int64_t t = b0 + ci;
-    return row_at(vbase, c.elem(table[t / c.block_tokens], t % c.block_tokens, kvh));
-  };
   for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values<T, G>(qs, v_at, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
+    tile_values<T, G>(qs, vrows, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
 }
 
 template <typename T, int G>
 void attend_tiles_block(const Query* qs, Running* st, int64_t nq, const float* kt, int32_t b0, int32_t b1,
-                        const T* vbase, const Cache& c, const int32_t* table, int64_t kvh, std::vector<float>& s,
-                        const AttentionScores& opt) {
+                        const T* const* vrows, int64_t hd, std::vector<float>& s, const AttentionScores& opt) {
   int64_t i = 0;
-  for (; i + G <= nq; i += G) attend_tile_block<T, G>(qs + i, st + i, kt, b0, b1, vbase, c, table, kvh, s, opt);
+  for (; i + G <= nq; i += G) attend_tile_block<T, G>(qs + i, st + i, kt, b0, b1, vrows, hd, s, opt);
   if constexpr (G > 1) {
-    if (i < nq) attend_tiles_block<T, G - 1>(qs + i, st + i, nq - i, kt, b0, b1, vbase, c, table, kvh, s, opt);
+    if (i < nq) attend_tiles_block<T, G - 1>(qs + i, st + i, nq - i, kt, b0, b1, vrows, hd, s, opt);
   }
 }
 
@@ -385,13 +400,14 @@ void attend_key_blocks(const Cache& c, const int32_t* table, int64_t kvh, const 
                        int32_t hi, Running* st, const AttentionScores& opt) {
   thread_local std::vector<float> kt, s;
   const int64_t hd = c.head_dim;
-  kt.resize(static_cast<size_t>(hd * kKeyBlock));
+  kt.resize(static_cast<size_t>(panel_floats(hd, kKeyBlock)));
   for (int64_t i = 0; i < nq; ++i) std::memset(qs[i].out, 0, static_cast<size_t>(hd) * sizeof(float));
-  const T* vbase = reinterpret_cast<const T*>(c.v);
+  const T* vrows[kKeyBlock];
   for (int32_t b0 = lo; b0 <= hi; b0 += kKeyBlock) {
     const int32_t b1 = std::min(hi + 1, b0 + kKeyBlock);
-    widen_keys<T>(c, table, kvh, b0, b1, kt.data(), kKeyBlock);
-    attend_tiles_block<T, kQTile>(qs, st, nq, kt.data(), b0, b1, vbase, c, table, kvh, s, opt);
+    widen_keys<T>(c, table, kvh, b0, b1, kt.data());
+    value_rows<T>(c, table, kvh, b0, b1, vrows);
+    attend_tiles_block<T, kQTile>(qs, st, nq, kt.data(), b0, b1, vrows, hd, s, opt);
   }
 }
 
@@ -429,27 +445,30 @@ void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Que
     attend_queries_blocked<T>(c, table, kvh, qs, nq, lo, hi, opt);
     return;
   }
-  const int64_t ld = (hi - lo + 1 + 15) / 16 * 16 + 16;  // whole 16-key chunks from any start
-  kt.resize(static_cast<size_t>(hd * ld));
-  widen_keys<T>(c, table, kvh, lo, hi + 1, kt.data(), ld);
-  const T* vbase = reinterpret_cast<const T*>(c.v);
+  // Whole 16-key groups from any start, and whole chunks of the panel.
+  const int64_t ld = ((hi - lo + 1 + 15) / 16 * 16 + 16 + kChunk - 1) / kChunk * kChunk;
+  kt.resize(static_cast<size_t>(panel_floats(hd, ld)));
+  widen_keys<T>(c, table, kvh, lo, hi + 1, kt.data());
+  thread_local std::vector<const T*> vrows;
+  vrows.resize(static_cast<size_t>(hi - lo + 1));
+  value_rows<T>(c, table, kvh, lo, hi + 1, vrows.data());
   int64_t i = 0;
-  for (; i + kQTile <= nq; i += kQTile) attend_tile<T, kQTile>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+  for (; i + kQTile <= nq; i += kQTile) attend_tile<T, kQTile>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
   switch (nq - i) {
     case 5:
-      attend_tile<T, 5>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      attend_tile<T, 5>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
       break;
     case 4:
-      attend_tile<T, 4>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      attend_tile<T, 4>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
       break;
     case 3:
-      attend_tile<T, 3>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      attend_tile<T, 3>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
       break;
     case 2:
-      attend_tile<T, 2>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      attend_tile<T, 2>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
       break;
     case 1:
-      attend_tile<T, 1>(qs + i, kt.data(), ld, lo, vbase, c, table, kvh, s, opt);
+      attend_tile<T, 1>(qs + i, kt.data(), ld, lo, vrows.data(), hd, s, opt);
       break;
     default:
       break;
