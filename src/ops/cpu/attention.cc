@@ -47,6 +47,7 @@ using attention_detail::decode_grouped_split;
 using attention_detail::narrow_heads_here;
 using attention_detail::prefetch_row;
 using attention_detail::shared_heads_here;
+using attention_detail::tiled_heads_here;
 using attention_detail::visible;
 using attention_detail::wide_heads_here;
 using attention_detail::wider_heads_here;
@@ -267,7 +268,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
   TS_RETURN_IF_ERROR(check_table(c, table, op.block_table.dim(0), last));
   const int32_t start = op.start_pos;
 #if defined(__AVX2__)
-  if (c.head_dim % 64 == 0) {
+  if (tiled_heads_here(c.head_dim)) {
     // Items of up to kQChunk consecutive tokens of one head: each widens the keys its tokens see once.
     constexpr int64_t kQChunk = 96;
     const int64_t n = op.q.dim(0), heads = op.q.dim(1), hd = c.head_dim, group = heads / c.kv_heads;

@@ -136,10 +136,22 @@ struct Query {
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 
+// Whether prefill with heads of head_dim (an f32, f16 or bf16 cache) takes the tiled path (attend_queries): its
+// value tile covers 64 columns a pass in the avx512 build, 16 in the avx2 one, so head_dim a multiple of that. The
+// avx2 build's heads of 96 (Phi-3) took attend_head before (its scalar exponential; the avx512 build has the
+// one-query kernels for them, narrow_heads_here).
+constexpr bool tiled_heads_here(int64_t head_dim) {
+#if defined(__AVX512F__)
+  return head_dim % 64 == 0;
+#else
+  return head_dim % 16 == 0;
+#endif
+}
+
 #if defined(__AVX2__)
 // Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float, uint16_t or Bf16, the cache's f32, f16
-// or bf16 elements, or BlockQ8_0 / BlockQ4_0 where blocks_tiled_here), each writing its head's output row; head_dim a
-// multiple of 64 (attention_tiled.cc).
+// or bf16 elements, or BlockQ8_0 / BlockQ4_0 where blocks_tiled_here), each writing its head's output row; head_dim
+// where tiled_heads_here (attention_tiled.cc).
 template <typename T>
 void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                     const AttentionScores& opt);

@@ -1,7 +1,8 @@
 // The tiled attention path of the avx512 and avx2 builds (attention.cc has the rest of the f32/f16/bf16 cache's
 // kernels and the operators' entry points): the queries that share a kv head (the tokens of a prefill chunk, the
 // query heads of a grouped-query decode) multiplied against one widened, transposed key panel, several at a time,
-// for head_dim a multiple of 64. Past kKeyBlock positions the keys come in blocks of kKeyBlock with an online
+// for head_dim a multiple of kVPerPass vectors (tiled_heads_here: 64 in the avx512 build, 16 in the avx2 one, which
+// takes Phi-3's heads of 96 here). Past kKeyBlock positions the keys come in blocks of kKeyBlock with an online
 // softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
 // so the key panel and the score rows stay in L2 at any length.
 #include <algorithm>
@@ -430,7 +431,7 @@ void attend_queries_blocked(const Cache& c, const int32_t* table, int64_t kvh, c
 }  // namespace
 
 // Queries qs[0..nq) of kv head kvh, all reading `table`: widens their keys into the panel, then runs them
-// kQTile at a time. head_dim must be a multiple of 64.
+// kQTile at a time. head_dim where tiled_heads_here.
 template <typename T>
 void attend_queries(const Cache& c, const int32_t* table, int64_t kvh, const Query* qs, int64_t nq,
                     const AttentionScores& opt) {
