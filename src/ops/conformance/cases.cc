@@ -183,6 +183,24 @@ void add_attention(std::vector<Case>& cases) {
              }});
       }
     }
+    // Heads of 48 (stories15M) and 80 (Phi-2): a multiple of one 512-bit vector but not of 64, so the tiled prefill
+    // ends each head with a partial pass (tile_values_all); short and past a key block, grouped.
+    for (int64_t hd : {48, 80}) {
+      if (hd % dtype_info(cache).block_elems != 0) continue;  // q8_0 / q4_0 rows are whole 32-element blocks
+      for (int64_t start : {0, 300}) {
+        const int64_t n = 17, heads = 4, kv = 2, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
+        cases.push_back(
+            {"attention_prefill", cache, fmt::format("n={} start={} heads={}/{} head_dim={}", n, start, heads, kv, hd),
+             kAttention, false, [=](CaseEnv& e) -> Op {
+               std::vector<int32_t> table(static_cast<size_t>(blocks));
+               std::iota(table.begin(), table.end(), 0);
+               return AttentionPrefillOp{
+                   e.random(DType::kF32, {n, heads, hd}, 2.0f),     e.random(cache, {blocks, kBlockTokens, kv, hd}),
+                   e.random(cache, {blocks, kBlockTokens, kv, hd}), e.ints({blocks}, table),
+                   e.output(DType::kF32, {n, heads, hd}),           static_cast<int32_t>(start)};
+             }});
+      }
+    }
     for (int64_t start : {0, 45, 300}) {  // its prefill: the same kernel per query
       const int64_t n = 17, hd = 96, heads = 3, blocks = (start + n + kBlockTokens - 1) / kBlockTokens;
       cases.push_back({"attention_prefill", cache,

@@ -136,17 +136,11 @@ struct Query {
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 
-// Whether prefill with heads of head_dim (an f32, f16 or bf16 cache) takes the tiled path (attend_queries): its
-// value tile covers 64 columns a pass in the avx512 build, 16 in the avx2 one, so head_dim a multiple of that. The
-// avx2 build's heads of 96 (Phi-3) took attend_head before (its scalar exponential; the avx512 build has the
-// one-query kernels for them, narrow_heads_here).
-constexpr bool tiled_heads_here(int64_t head_dim) {
-#if defined(__AVX512F__)
-  return head_dim % 64 == 0;
-#else
-  return head_dim % 16 == 0;
-#endif
-}
+// Whether prefill with heads of head_dim (an f32, f16 or bf16 cache) takes the tiled path (attend_queries): any
+// multiple of 16, the value tile's passes of 4 (avx2: 2) vectors ending with a partial one where needed. Heads of
+// 96 (Phi-3) and 48 (stories15M) took the one-query kernels (avx512: attend_one with 12 vectors a row) or attend_head
+// before, at 4-12x the time (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill").
+constexpr bool tiled_heads_here(int64_t head_dim) { return head_dim % 16 == 0; }
 
 #if defined(__AVX2__)
 // Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float, uint16_t or Bf16, the cache's f32, f16
@@ -197,9 +191,9 @@ constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_di
 // head, goes through decode_blocked (attend_range_parts, four parts of 128), every context length.
 constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_dim == 512 && group > 1 && group <= 64; }
 
-// Whether one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and 128
-// (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
-// registers hold them (the avx2 build's 16 do not).
+// Whether decode with one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and
+// 128 (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
+// registers hold them (the avx2 build's 16 do not). Prefill takes the tiled path (tiled_heads_here).
 constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
   return head_dim == 96 && group == 1;

@@ -1,10 +1,9 @@
 // The tiled attention path of the avx512 and avx2 builds (attention.cc has the rest of the f32/f16/bf16 cache's
 // kernels and the operators' entry points): the queries that share a kv head (the tokens of a prefill chunk, the
 // query heads of a grouped-query decode) multiplied against one widened, transposed key panel, several at a time,
-// for head_dim a multiple of kVPerPass vectors (tiled_heads_here: 64 in the avx512 build, 16 in the avx2 one, which
-// takes Phi-3's heads of 96 here). Past kKeyBlock positions the keys come in blocks of kKeyBlock with an online
-// softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
-// so the key panel and the score rows stay in L2 at any length.
+// for head_dim a multiple of 16 (tiled_heads_here). Past kKeyBlock positions the keys come in blocks of kKeyBlock with
+// an online softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the
+// end), so the key panel and the score rows stay in L2 at any length.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -263,33 +262,55 @@ void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64
   }
 }
 
-// out_g[col .. col + kVPerPass * kLanes) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t,
-// v_t the cache row vrows[t] (alpha null: out_g = the sum alone, the short-context path; the long-context one
-// rescales by its running max).
-template <typename T, int G>
+// out_g[col .. col + VP * kLanes) = alpha_g * out_g[col ..) + sum over keys t in [c0, c1) of p_g[t] * v_t, v_t the
+// cache row vrows[t] (alpha null: out_g = the sum alone, the short-context path; the long-context one rescales by
+// its running max).
+template <typename T, int G, int VP = kVPerPass>
 void tile_values(const Query* qs, const T* const* vrows, const float* p, int64_t ld, int64_t c0, int64_t c1,
                  int64_t col, const float* alpha) {
-  VF o[G][kVPerPass];
+  VF o[G][VP];
 #pragma GCC unroll 6
   for (int g = 0; g < G; ++g) {
     const VF a = vset(alpha ? alpha[g] : 0.0f);
 #pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) o[g][u] = alpha ? vmul(a, vload(qs[g].out + col + kLanes * u)) : vzero();
+    for (int u = 0; u < VP; ++u) o[g][u] = alpha ? vmul(a, vload(qs[g].out + col + kLanes * u)) : vzero();
   }
   for (int64_t c = c0; c < c1; ++c) {
     const T* v = vrows[c];
-    VF vv[kVPerPass];
+    VF vv[VP];
 #pragma GCC unroll 4
-    for (int u = 0; u < kVPerPass; ++u) vv[u] = vrow(v, col + kLanes * u);
+    for (int u = 0; u < VP; ++u) vv[u] = vrow(v, col + kLanes * u);
 #pragma GCC unroll 6
     for (int g = 0; g < G; ++g) {
       const VF pv = vset(p[g * ld + c]);
 #pragma GCC unroll 4
-      for (int u = 0; u < kVPerPass; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
+      for (int u = 0; u < VP; ++u) o[g][u] = vfma(pv, vv[u], o[g][u]);
     }
   }
   for (int g = 0; g < G; ++g)
-    for (int u = 0; u < kVPerPass; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
+    for (int u = 0; u < VP; ++u) vstore(qs[g].out + col + kLanes * u, o[g][u]);
+}
+
+// tile_values over every column of the head: whole passes of kVPerPass vectors, then the 1 to kVPerPass - 1 left
+// (heads of 48, 80, 96 or 112 in the avx512 build).
+template <typename T, int G>
+void tile_values_all(const Query* qs, const T* const* vrows, const float* p, int64_t ld, int64_t c0, int64_t c1,
+                     int64_t hd, const float* alpha) {
+  int64_t col = 0;
+  for (; col + kVPerPass * kLanes <= hd; col += kVPerPass * kLanes)
+    tile_values<T, G>(qs, vrows, p, ld, c0, c1, col, alpha);
+  switch ((hd - col) / kLanes) {
+    case 1:
+      return tile_values<T, G, 1>(qs, vrows, p, ld, c0, c1, col, alpha);
+#if defined(__AVX512F__)
+    case 2:
+      return tile_values<T, G, 2>(qs, vrows, p, ld, c0, c1, col, alpha);
+    case 3:
+      return tile_values<T, G, 3>(qs, vrows, p, ld, c0, c1, col, alpha);
+#endif
+    default:
+      return;
+  }
 }
 
 // One query's scaled scores sg[a, b) (of the tile's columns [c0, c1), whole vectors) soft-capped in place when
@@ -335,8 +356,7 @@ void attend_tile(const Query* qs, const float* kt, int64_t ld, int32_t lo, const
     for (int64_t t = c0; t < c1; t += kLanes) vstore(sg + t, vmul(vload(sg + t), inv));
   }
   // Value rows are read for the keys some query of the tile sees, [tlo, thi].
-  for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values<T, G>(qs, vrows, s.data(), ld, tlo - lo, thi - lo + 1, col, nullptr);
+  tile_values_all<T, G>(qs, vrows, s.data(), ld, tlo - lo, thi - lo + 1, hd, nullptr);
 }
 
 // Long contexts: the queries' keys in blocks of kKeyBlock positions with an online softmax. One block's keys are
@@ -380,8 +400,7 @@ void attend_tile_block(const Query* qs, Running* st, const float* kt, int32_t b0
     st[g].l = st[g].l * alpha[g] + sum;
     st[g].m = mx;
   }
-  for (int64_t col = 0; col < hd; col += kVPerPass * kLanes)
-    tile_values<T, G>(qs, vrows, s.data(), ld, tlo - b0, thi - b0 + 1, col, alpha);
+  tile_values_all<T, G>(qs, vrows, s.data(), ld, tlo - b0, thi - b0 + 1, hd, alpha);
 }
 
 template <typename T, int G>
