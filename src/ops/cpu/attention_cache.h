@@ -136,11 +136,13 @@ struct Query {
   float sink = -INFINITY;  // its head's attention sink (gpt-oss); -inf: none
 };
 
-// Whether prefill with heads of head_dim (an f32, f16 or bf16 cache) takes the tiled path (attend_queries): any
-// multiple of 16, the value tile's passes of 4 (avx2: 2) vectors ending with a partial one where needed. Heads of
-// 96 (Phi-3) and 48 (stories15M) took the one-query kernels (avx512: attend_one with 12 vectors a row) or attend_head
-// before, at 4-12x the time (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill").
-constexpr bool tiled_heads_here(int64_t head_dim) { return head_dim % 16 == 0; }
+// Whether prefill with heads of head_dim (an f32, f16 or bf16 cache) takes the tiled path (attend_queries): a
+// multiple of 16 from 48, the value tile's passes of 4 (avx2: 2) vectors ending with a partial one where needed.
+// Heads of 96 (Phi-3) and 48 (stories15M) took the one-query kernels (avx512: attend_one with 12 vectors a row) or
+// attend_head before, at 4-12x the time (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill"). Heads of
+// 16 and 32 (test-sized models only) keep attend_head, the kernel decode runs for them, so that a prompt prefilled
+// whole gives the bits it gives token by token (the hybrid and MoE engine tests check the carried state so).
+constexpr bool tiled_heads_here(int64_t head_dim) { return head_dim >= 48 && head_dim % 16 == 0; }
 
 #if defined(__AVX2__)
 // Attention for queries qs[0..nq) of kv head kvh, all reading `table` (T: float, uint16_t or Bf16, the cache's f32, f16
@@ -192,15 +194,11 @@ constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_di
 constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_dim == 512 && group > 1 && group <= 64; }
 
 // Whether decode with one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and
-// 128 (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches): the avx512 build, whose 32 vector
-// registers hold them (the avx2 build's 16 do not). Prefill takes the tiled path (tiled_heads_here).
-constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) {
-#if defined(__AVX512F__)
-  return head_dim == 96 && group == 1;
-#else
-  return head_dim < 0 && group < 0;
-#endif
-}
+// 128 (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches). The avx512 build's 32 vector
+// registers hold such a row; the avx2 build's 16 do not (its query and accumulators spill), yet it too reads the
+// heads faster so than through attend_head (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill"). Prefill
+// takes the tiled path (tiled_heads_here).
+constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_dim == 96 && group == 1; }
 
 // Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, or 256 where
 // wide_heads_here, up to 64 query heads per kv head) goes through decode_blocked, which reads the blocks in place:

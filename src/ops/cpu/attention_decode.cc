@@ -447,7 +447,7 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  // The kernel for head_dim 64, 128, 256 (wide_heads_here) and (avx512: narrow_heads_here) 96, on the cache's element
+  // The kernel for head_dim 64, 128, 256 (wide_heads_here) and 96 (narrow_heads_here), on the cache's element
   // type.
   auto run = [&](auto e) {
     using T = decltype(e);
@@ -455,11 +455,9 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
     if constexpr (!kBlockRows<T>) {
       if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
     }
-#if defined(__AVX512F__)
     if constexpr (!kBlockRows<T>) {
       if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
     }
-#endif
     (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
   };
   if (op.k_cache.dtype == DType::kQ8_0) return run(BlockQ8_0{});
