@@ -195,9 +195,9 @@ constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_d
 
 // Whether decode with one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and
 // 128 (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches). The avx512 build's 32 vector
-// registers hold such a row; the avx2 build's 16 do not (its query and accumulators spill), yet it too reads the
-// heads faster so than through attend_head (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill"). Prefill
-// takes the tiled path (tiled_heads_here).
+// registers hold such a row; the avx2 build's 16 do not (its query and accumulators spill), and still these kernels
+// took half attend_head's time there (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill"). Prefill takes
+// the tiled path (tiled_heads_here).
 constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_dim == 96 && group == 1; }
 
 // Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, or 256 where
