@@ -154,7 +154,7 @@ inline float vhmax(VF v) {
 constexpr int kQTile = 6;
 
 // The panel in chunks of kChunk keys: chunk after chunk, each hd rows of kChunk floats (column col of row d at
-// panel_at(kt, hd, d, col)), so the score loop's walk over d for one pair of key vectors reads one contiguous run
+// kt + panel_at(hd, d, col)), so the score loop's walk over d for one pair of key vectors reads one contiguous run
 // (8 KiB at head_dim 64) instead of two lines a row apart.
 constexpr int64_t kChunk = 2 * kLanes;
 inline int64_t panel_at(int64_t hd, int64_t d, int64_t col) {
@@ -219,9 +219,8 @@ void value_rows(const Cache& c, const int32_t* table, int64_t kvh, int32_t t0, i
 }
 
 // Scaled scores (ScoreScale) of queries qs[0..g) against the panel's columns [c0, c1) (multiples of 16) into
-// s[g * ld + column].
-// A whole chunk's two vectors of keys per pass where there are two (2G accumulators: G alone left FMA latency
-// exposed, and each query broadcast serves both); every score is the same chain of FMAs over d either way.
+// s[g * ld + column]. A whole chunk's two vectors of keys per pass where there are two (2G accumulators: G alone left
+// FMA latency exposed, and each query broadcast serves both); every score is the same chain of FMAs over d either way.
 template <int G>
 void tile_scores(const Query* qs, const float* kt, int64_t ld, int64_t hd, int64_t c0, int64_t c1, float* s,
                  const ScoreScale& scale) {
