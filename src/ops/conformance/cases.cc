@@ -263,9 +263,11 @@ void add_attention(std::vector<Case>& cases) {
     }
     // Gemma 4's grouped decode: 8 query heads on one kv head of 256 or 512, contexts past one key block (the cpu
     // backend splits them into ranges across threads), with a window, soft-capping and sinks too; and 7 query heads
-    // on each of 2 kv heads of 256 (the avx512 build's shared kernel takes heads of 256 two to four at a time).
+    // on each of 2 kv heads of 256 (the avx512 build's shared kernel takes heads of 256 two to four at a time), 3 and
+    // 2 on each of 2 kv heads of 512 (the shared kernel's partial last chunk; the avx2 build's q4_0 pairs).
     for (auto [hd, h] : {std::pair{int64_t{256}, HeadConfig{8, 1}}, std::pair{int64_t{256}, HeadConfig{14, 2}},
-                         std::pair{int64_t{512}, HeadConfig{8, 1}}}) {
+                         std::pair{int64_t{512}, HeadConfig{8, 1}}, std::pair{int64_t{512}, HeadConfig{6, 2}},
+                         std::pair{int64_t{512}, HeadConfig{4, 2}}}) {
       for (int64_t ctx : {300, 600, 1200}) {
         if (h.kv_heads == 2 && ctx == 600) continue;
         if (hd == 512 && ctx > 700) continue;  // past kSlowWork for the scalar reference

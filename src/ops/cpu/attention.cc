@@ -318,7 +318,7 @@ Status attention_prefill(const AttentionPrefillOp& op, const Ctx& ctx) {
 Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   const bool widened = widened_here(op.k_cache.dtype) && widened_here(op.v_cache.dtype);
 #if defined(__AVX2__)
-  // q8_0 / q4_0 caches with heads of 64 and 128: decode_blocked, which reads the blocks in place, where
+  // q8_0 / q4_0 caches with heads of 64, 128 (and 256, 512): decode_blocked, which reads the blocks in place, where
   // attention_quant.cc's decode converted each value row once per query head (llama3.1-8b's attention, q8_0,
   // 2 threads, Zen 5: 3x slower than an f16 cache); blocks_shared_here says which types in which build.
   const bool blocks =
@@ -346,7 +346,7 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   // 16384 positions, Zen 5: docs/benchmarks.md, "Decode with heads of 256"); the avx2 build's attend_range_parts,
   // 1.3-2.2x the tiled path with f16 (docs/benchmarks.md, "Heads of 256 at AVX2").
   const bool one_query_kernel = hd == 64 || hd == 128 || narrow_heads_here(hd, group),
-             wide = wide_heads_here(hd, group) || (widened && wider_heads_here(hd, group));
+             wide = wide_heads_here(hd, group) || ((widened || blocks) && wider_heads_here(hd, group));
   if ((one_query_kernel || wide) && group <= 64) {
     int32_t longest = 0;
     for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));

@@ -189,8 +189,10 @@ constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
 // attend_range_parts (two parts of 128).
 constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_dim == 256 && group > 1 && group <= 64; }
 
-// Whether decode with heads of 512 (Gemma 4's global layers), f32, f16 and bf16 caches, 2 to 64 query heads per kv
-// head, goes through decode_blocked (attend_range_parts, four parts of 128), every context length.
+// Whether decode with heads of 512 (Gemma 4's global layers), 2 to 64 query heads per kv head, goes through
+// decode_blocked, every context length: the avx512 build's attend_range_shared_parts (two parts of 256, each row's
+// part widened once for up to four heads), the avx2 build's attend_range_parts (four parts of 128). f32, f16 and bf16
+// caches, and q8_0 / q4_0 ones where blocks_shared_here.
 constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_dim == 512 && group > 1 && group <= 64; }
 
 // Whether decode with one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and
@@ -211,16 +213,23 @@ constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_
 // Heads of 256 with q8_0 in the avx2 build only in pairs (Gemma 2): with 4 or 8 on a kv head, attention_quant.cc's
 // one widening of each row for all of them beat attend_range_parts' per-head one at 256 positions and, with 4, at
 // every length (8 on 2 kv heads at 4096: 0.52-0.59 against 0.68 ms; 8 on 4 at 4096, pairs: 2.4-2.9 against 0.71-0.75).
+// Heads of 512 (wider_heads_here) with q8_0 and q4_0, and with q8_0 in the avx2 build, at every group: 1.2-4.8x
+// attention_quant.cc (docs/benchmarks.md, "Gemma 4's heads of 512 with a q8_0 or q4_0 cache"); q4_0 in the avx2 build
+// in pairs only (with 4 or 8 on a kv head its one widening per row beat attend_range_parts there too: 8 on 2 kv heads
+// at 4096, 1.45-1.52 against 1.67-1.71 ms; pairs, 32 on 16: 18.0-19.4 against 7.2 ms).
 constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
-  const bool type = k == DType::kQ8_0 || k == DType::kQ4_0, wide = wide_heads_here(head_dim, group);
+  const bool type = k == DType::kQ8_0 || k == DType::kQ4_0,
+             wide = wide_heads_here(head_dim, group) || wider_heads_here(head_dim, group);
 #else
-  const bool type = k == DType::kQ8_0, wide = wide_heads_here(head_dim, group) && group == 2;
+  const bool type = k == DType::kQ8_0 || (k == DType::kQ4_0 && wider_heads_here(head_dim, group) && group == 2),
+             wide = (wide_heads_here(head_dim, group) && group == 2) || wider_heads_here(head_dim, group);
 #endif
   return k == v && type && (head_dim == 64 || head_dim == 128 || wide) && group >= 1 && group <= 64;
 }
 
-// Decode of head_dim 64 or 128 in items of (sequence, kv head, range), a range one of `splits` parts of the
+// Decode of head_dim 64 or 128 (and 96, 256 and 512 where narrow_heads_here, wide_heads_here and wider_heads_here)
+// in items of (sequence, kv head, range), a range one of `splits` parts of the
 // sequence's visible positions; a sequence that is one item and at most one key block long takes attend_one per
 // head unless shared_heads_here; f32, f16 and bf16 caches, and q8_0 / q4_0 ones where blocks_shared_here
 // (attention_decode.cc).

@@ -2,7 +2,8 @@
 // blocks_shared_here (issue 31): past kKeyBlock positions, or with too few (sequence, kv head) items to fill the
 // threads, a decode item is (sequence, kv head, range of positions). The query heads of a kv head read each key block
 // once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on, heads of 256
-// always: attend_range_shared; heads of 512, and of 256 in the avx2 build, in parts of 128: attend_range_parts), in
+// always: attend_range_shared, heads of 512 in two parts of 256: attend_range_shared_parts; in the avx2 build heads of
+// 256 and 512 in parts of 128: attend_range_parts), in
 // blocks of kKeyBlock positions with an online softmax; a sequence split into ranges over threads has its ranges'
 // partial states combined after. attention.cc chooses when these run; the short-context kernels and the operators'
 // entry points stay there.
@@ -68,9 +69,9 @@ void attend_range(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, 
   });
 }
 
-// Heads of 128 * P where no kernel holds a whole row in registers: heads of 256 in the avx2 build (wide_heads_here;
+// Heads of 128 * P where no kernel holds a whole row in registers, in the avx2 build: heads of 256 (wide_heads_here;
 // attend_range's row of 32 vectors of 8 would need twice the 16 registers for its query in key_scores and its two sets
-// of accumulators in value_sum) and Gemma 4's global heads of 512 in both (wider_heads_here). Each key block is taken
+// of accumulators in value_sum) and Gemma 4's global heads of 512 (wider_heads_here). Each key block is taken
 // in P parts of 128 elements through the head-of-128 kernels: the parts' dot products summed, then scaled once, and
 // each part of the accumulator summed by value_sum<T, 16> over its part of the value rows; every row is still read
 // once per head group pass (the parts are disjoint). These took the tiled path (attend_queries_of: a key panel
@@ -260,6 +261,56 @@ void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32
     }
   });
 }
+
+// Gemma 4's global heads of 512 (wider_heads_here) in the avx512 build, as attend_range_parts but through the two
+// shared kernels above in P parts of 256: a part of a key or value row is widened once for up to kSharedHeads
+// heads, where attend_range_parts (which these heads took before) widens it once per head. The parts' dot products
+// are summed, then scaled once. 8 heads on 1 kv head of 512 at 8192 positions, 2 threads, Zen 5: f16 1.45-1.54 ->
+// 1.36-1.37 ms, q8_0 (attention_quant.cc before) 4.4 -> 1.3-1.4 (docs/benchmarks.md, "Gemma 4's heads of 512 with a
+// q8_0 or q4_0 cache").
+template <typename T, int P>
+void attend_range_shared_parts(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs,
+                               int G, int64_t kvh, Partial* parts, const AttentionScores& opt) {
+  constexpr int64_t part = 256, hd = part * P;
+  const T* kbase = reinterpret_cast<const T*>(c.k);
+  const T* vbase = reinterpret_cast<const T*>(c.v);
+  AttentionScores unscaled = opt;
+  unscaled.scale = 1.0f;  // shared_key_scores then multiplies by 1: the parts' plain dot products
+  const __m512 sv = _mm512_set1_ps(opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(hd)));
+  alignas(64) float sc[kSharedHeads * kKeyBlock], more[kSharedHeads * kKeyBlock];
+  for (int g = 0; g < G; ++g) parts[g].reset(hd);
+  for_each_key_block(c, table, r0, r1, kvh, [&](int32_t n, int32_t ahead, const int64_t* o) {
+    const int32_t padded = (n + 15) / 16 * 16;
+    for (int g0 = 0; g0 < G; g0 += kSharedHeads) {
+      const int gc = std::min(kSharedHeads, G - g0);
+      const float* qp[kSharedHeads];
+      for (int h = 0; h < P; ++h) {
+        for (int g = 0; g < gc; ++g) qp[g] = qs[g0 + g] + h * part;
+        shared_key_scores<T, 16>(row_at(kbase, h * part), o, n, ahead, qp, gc, unscaled, g0 == 0, h == 0 ? sc : more);
+        if (h == 0) continue;
+        for (int g = 0; g < gc; ++g) {
+          for (int32_t t = 0; t < padded; t += 16) {
+            float* d = sc + g * kKeyBlock + t;
+            _mm512_store_ps(d, _mm512_add_ps(_mm512_load_ps(d), _mm512_load_ps(more + g * kKeyBlock + t)));
+          }
+        }
+      }
+      float* acc[kSharedHeads];
+      for (int g = 0; g < gc; ++g) {
+        float* s = sc + g * kKeyBlock;
+        for (int32_t t = 0; t < padded; t += 16) _mm512_store_ps(s + t, _mm512_mul_ps(_mm512_load_ps(s + t), sv));
+        Partial& pg = parts[g0 + g];
+        const __m512 av = _mm512_set1_ps(pg.softmax_step(s, n, padded, opt));
+        for (int64_t j = 0; j < hd; j += 16)
+          _mm512_storeu_ps(pg.acc + j, _mm512_mul_ps(av, _mm512_loadu_ps(pg.acc + j)));
+      }
+      for (int h = 0; h < P; ++h) {
+        for (int g = 0; g < gc; ++g) acc[g] = parts[g0 + g].acc + h * part;
+        shared_value_sums<T, 16>(row_at(vbase, h * part), o, n, ahead, sc, gc, g0 == 0, acc);
+      }
+    }
+  });
+}
 #endif
 
 // out = the softmax-weighted sum over the partial states parts[0..n) of one query head (ranges of its context)
@@ -352,7 +403,7 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     // heads on 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit
     // widening is the cheaper (q8_0 1.82-1.87 against 1.89-1.94 ms, q4_0 1.48 against 2.07).
     if constexpr (NV == 64) {  // Gemma 4's global heads of 512 (wider_heads_here)
-      attend_range_parts<T, 4>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
+      attend_range_shared_parts<T, 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else if constexpr (kWide) {
       attend_range_shared<T, NV / 2>(c, table, r0, r1, qs, static_cast<int>(group), kvh, local, v.opt);
     } else if constexpr (NV == 12) {  // heads of 96, one per kv head (narrow_heads_here)
@@ -447,23 +498,19 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 }  // namespace
 
 void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
-  // The kernel for head_dim 64, 128, 256 (wide_heads_here) and 96 (narrow_heads_here), on the cache's element
-  // type.
+  // The kernel for head_dim 64, 128, 256 (wide_heads_here), 512 (wider_heads_here) and 96 (narrow_heads_here), on
+  // the cache's element type (q8_0 and q4_0 where blocks_shared_here).
   auto run = [&](auto e) {
     using T = decltype(e);
     if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
-    if constexpr (!kBlockRows<T>) {
-      if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
-    }
+    if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
     if constexpr (!kBlockRows<T>) {
       if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
     }
     (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
   };
   if (op.k_cache.dtype == DType::kQ8_0) return run(BlockQ8_0{});
-#if defined(__AVX512F__)  // q4_0 decodes here in the avx512 build only (blocks_shared_here)
   if (op.k_cache.dtype == DType::kQ4_0) return run(BlockQ4_0{});
-#endif
   with_element(c.type, run);
 }
 
