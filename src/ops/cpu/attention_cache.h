@@ -177,11 +177,14 @@ constexpr bool shared_heads_here(int64_t group, int32_t count) {
 #endif
 }
 
-// Whether prefill with a q8_0 or q4_0 cache (keys and values of one type, head_dim a multiple of 64) takes the tiled
-// path (attend_queries, the avx512 and avx2 builds): its key panel is widened from the blocks once per item and each
-// value row once per tile of queries, where attention_quant.cc's prefill converted every value row once per query.
+// Whether prefill with a q8_0 or q4_0 cache (keys and values of one type, head_dim a multiple of 32 where
+// tiled_heads_here) takes the tiled path (attend_queries, the avx512 and avx2 builds): its key panel is widened from
+// the blocks once per item and each value row once per tile of queries, where attention_quant.cc's prefill converted
+// every value row once per query. Heads of 96 (Phi-3) joined the multiples of 64 here with narrow_heads_here's decode
+// (docs/benchmarks.md, "Phi-3's heads of 96 with a q8_0 or q4_0 cache").
 constexpr bool blocks_tiled_here(DType k, DType v, int64_t head_dim) {
-  return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % 64 == 0;
+  return k == v && (k == DType::kQ8_0 || k == DType::kQ4_0) && head_dim % kQuantBlock == 0 &&
+         tiled_heads_here(head_dim);
 }
 
 // Whether decode with heads of 256 (Gemma 2-4, Qwen3.5's attention layers) goes through decode_blocked, every cache
@@ -196,10 +199,10 @@ constexpr bool wide_heads_here(int64_t head_dim, int64_t group) { return head_di
 constexpr bool wider_heads_here(int64_t head_dim, int64_t group) { return head_dim == 512 && group > 1 && group <= 64; }
 
 // Whether decode with one query head per kv head of 96 (phi3-mini) takes the one-query kernels of head_dim 64 and
-// 128 (attend_one, attend_range with 12 vectors a row, f32, f16 and bf16 caches). The avx512 build's 32 vector
-// registers hold such a row; the avx2 build's 16 do not (its query and accumulators spill), and still these kernels
-// took half attend_head's time there (docs/benchmarks.md, "Heads of 48 and 96 on the tiled prefill"). Prefill takes
-// the tiled path (tiled_heads_here).
+// 128 (attend_one, attend_range with 12 vectors a row; f32, f16 and bf16 caches, and q8_0 / q4_0 ones where
+// blocks_shared_here). The avx512 build's 32 vector registers hold such a row; the avx2 build's 16 do not (its query
+// and accumulators spill), and still these kernels took half attend_head's time there (docs/benchmarks.md, "Heads of
+// 48 and 96 on the tiled prefill"). Prefill takes the tiled path (tiled_heads_here, blocks_tiled_here).
 constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_dim == 96 && group == 1; }
 
 // Whether decode with a q8_0 or q4_0 cache (keys and values of one type, heads of 64 and 128, or 256 where
@@ -216,16 +219,21 @@ constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_
 // Heads of 512 (wider_heads_here) with q8_0 and q4_0, and with q8_0 in the avx2 build, at every group: 1.2-4.8x
 // attention_quant.cc (docs/benchmarks.md, "Gemma 4's heads of 512 with a q8_0 or q4_0 cache"); q4_0 in the avx2 build
 // in pairs only (with 4 or 8 on a kv head its one widening per row beat attend_range_parts there too: 8 on 2 kv heads
-// at 4096, 1.45-1.52 against 1.67-1.71 ms; pairs, 32 on 16: 18.0-19.4 against 7.2 ms).
+// at 4096, 1.45-1.52 against 1.67-1.71 ms; pairs, 32 on 16: 18.0-19.4 against 7.2 ms). Heads of 96 (narrow_heads_here)
+// with q8_0 and q4_0 in both builds: attention_quant.cc has no register kernel for their values (32 on 32 kv heads
+// at 2000 positions, 2 threads: q8_0 2.3-2.8 -> 1.0-1.1 ms, q4_0 2.4-2.7 -> 1.1-1.2); q4_0 with one head per kv head
+// of 64 or 128 stays there in the avx2 build (level or 5% ahead).
 constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t group) {
 #if defined(__AVX512F__)
   const bool type = k == DType::kQ8_0 || k == DType::kQ4_0,
              wide = wide_heads_here(head_dim, group) || wider_heads_here(head_dim, group);
 #else
-  const bool type = k == DType::kQ8_0 || (k == DType::kQ4_0 && wider_heads_here(head_dim, group) && group == 2),
+  const bool type = k == DType::kQ8_0 || (k == DType::kQ4_0 && (narrow_heads_here(head_dim, group) ||
+                                                                (wider_heads_here(head_dim, group) && group == 2))),
              wide = (wide_heads_here(head_dim, group) && group == 2) || wider_heads_here(head_dim, group);
 #endif
-  return k == v && type && (head_dim == 64 || head_dim == 128 || wide) && group >= 1 && group <= 64;
+  return k == v && type && (head_dim == 64 || head_dim == 128 || narrow_heads_here(head_dim, group) || wide) &&
+         group >= 1 && group <= 64;
 }
 
 // Decode of head_dim 64 or 128 (and 96, 256 and 512 where narrow_heads_here, wide_heads_here and wider_heads_here)

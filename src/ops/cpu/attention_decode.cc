@@ -504,9 +504,7 @@ void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits,
     using T = decltype(e);
     if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
     if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
-    if constexpr (!kBlockRows<T>) {
-      if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
-    }
+    if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
     (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
   };
   if (op.k_cache.dtype == DType::kQ8_0) return run(BlockQ8_0{});
