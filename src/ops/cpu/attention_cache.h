@@ -216,8 +216,9 @@ constexpr bool narrow_heads_here(int64_t head_dim, int64_t group) { return head_
 // Heads of 256 with q8_0 in the avx2 build only in pairs (Gemma 2): with 4 or 8 on a kv head, attention_quant.cc's
 // one widening of each row for all of them beat attend_range_parts' per-head one at 256 positions and, with 4, at
 // every length (8 on 2 kv heads at 4096: 0.52-0.59 against 0.68 ms; 8 on 4 at 4096, pairs: 2.4-2.9 against 0.71-0.75).
-// Heads of 512 (wider_heads_here) with q8_0 and q4_0, and with q8_0 in the avx2 build, at every group: 1.2-4.8x
-// attention_quant.cc (docs/benchmarks.md, "Gemma 4's heads of 512 with a q8_0 or q4_0 cache"); q4_0 in the avx2 build
+// Heads of 512 (wider_heads_here) with q8_0 and q4_0, and with q8_0 in the avx2 build, at every group: 2.3-4.7x
+// attention_quant.cc in the avx512 build, 1.0-3.7x in the avx2 one (level with 8 heads on each of 2 kv heads;
+// docs/benchmarks.md, "Gemma 4's heads of 512 with a q8_0 or q4_0 cache"); q4_0 in the avx2 build
 // in pairs only (with 4 or 8 on a kv head its one widening per row beat attend_range_parts there too: 8 on 2 kv heads
 // at 4096, 1.45-1.52 against 1.67-1.71 ms; pairs, 32 on 16: 18.0-19.4 against 7.2 ms). Heads of 96 (narrow_heads_here)
 // with q8_0 and q4_0 in both builds: attention_quant.cc has no register kernel for their values (32 on 32 kv heads
