@@ -265,9 +265,9 @@ void attend_range_shared(const Cache& c, const int32_t* table, int32_t r0, int32
 // Gemma 4's global heads of 512 (wider_heads_here) in the avx512 build, as attend_range_parts but through the two
 // shared kernels above in P parts of 256: a part of a key or value row is widened once for up to kSharedHeads
 // heads, where attend_range_parts (which these heads took before) widens it once per head. The parts' dot products
-// are summed, then scaled once. 8 heads on 1 kv head of 512 at 8192 positions, 2 threads, Zen 5: f16 1.45-1.54 ->
-// 1.36-1.37 ms, q8_0 (attention_quant.cc before) 4.4 -> 1.3-1.4 (docs/benchmarks.md, "Gemma 4's heads of 512 with a
-// q8_0 or q4_0 cache").
+// are summed, then scaled once. 8 heads on 1 kv head of 512 at 8192 positions, 2 threads, Zen 5: f16 1.71-1.77 ->
+// 1.53-1.61 ms, q8_0 (attention_quant.cc before) 4.27-4.62 -> 1.61-1.72 (docs/benchmarks.md, "Gemma 4's heads of 512
+// with a q8_0 or q4_0 cache").
 template <typename T, int P>
 void attend_range_shared_parts(const Cache& c, const int32_t* table, int32_t r0, int32_t r1, const float* const* qs,
                                int G, int64_t kvh, Partial* parts, const AttentionScores& opt) {
