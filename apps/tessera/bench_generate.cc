@@ -127,13 +127,25 @@ int run_bench(const BenchArgs& a) {
     matrix_params += ffn;
     if (l == c.n_layers - 1 && r.prunes_last_layer()) once += ffn;
   }
+  // Attention per layer: a sliding layer sees its window at most, a layer that reuses another's K and V still reads
+  // them, and a linear-attention layer reads and writes its recurrent state instead (no scores over positions).
   const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
-  // The KV of one position, all layers, K and V (api/kv_layout.h), read once per attended position.
-  const auto kv_bytes_per_position = static_cast<double>(api::KvLayout{c.n_layers, c.kv_dim(), ro.kv.dtype, 1}.bytes());
-  const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_ctx * kv_bytes_per_position;
-  const double prefill_ctx = (a.prompt_tokens + 1) / 2.0;
-  const double prefill_flops =
-      2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens + 4.0 * c.n_layers * c.q_dim() * prefill_ctx;
+  const double prompt_len = a.prompt_tokens;
+  double decode_kv_bytes = 2.0 * static_cast<double>(c.recurrent_state_bytes()), prefill_score_flops = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (c.layer_kind(l).attention == model::AttentionKind::kLinear) continue;
+    const bool sliding = c.is_sliding_layer(l);
+    const double w = c.sliding_window;
+    // Positions one decode step reads, and the mean a prompt's token sees (min(i, window) over i = 1..prompt).
+    const double decode_seen = sliding ? std::min(decode_ctx, w) : decode_ctx;
+    const double prefill_seen =
+        !sliding || prompt_len <= w ? (prompt_len + 1) / 2.0 : (w * (w + 1) / 2.0 + (prompt_len - w) * w) / prompt_len;
+    // The KV of one position of this layer, K and V (api/kv_layout.h).
+    decode_kv_bytes += decode_seen * static_cast<double>(api::KvLayout{1, c.layer_kv_dim(l), ro.kv.dtype, 1}.bytes());
+    prefill_score_flops += 4.0 * c.layer_q_dim(l) * prefill_seen;
+  }
+  const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_kv_bytes;
+  const double prefill_flops = 2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens + prefill_score_flops;
 
   const Spread pf = spread(prefill_tps), dc = spread(decode_tps);
   std::printf("model %s (%.1fM params), backend %s (%s), weights %s, kv %s, threads %d, prompt %d, gen %d, repeat %d\n",

@@ -157,36 +157,59 @@ inline __m512 reduce16(const __m512* a) {
 
 // The scores of gc (<= kSharedHeads) query heads qs[0..gc) against the n keys at offsets o[0, n), into
 // sc[g * kKeyBlock + t]: sixteen keys at a time, each key row widened once into registers and multiplied against
-// every head's query (read from L1), each (head, key) product vector reduced with its fifteen neighbours.
+// every head's query (read from L1), each (head, key) product vector reduced with its fifteen neighbours. Two rows a
+// step, at most 8 vectors of each in registers at once (heads of 256: two passes of 8), so each query load feeds two
+// FMAs. One row a step, with heads of 256 a row's 16 vectors were spilled (the loop was unrolled by 8 only) and each
+// FMA loaded both its operands; heads of 256 and 512 now score 1.5x faster (Zen 5; docs/benchmarks.md, "Two key
+// rows a step").
 template <typename T, int NZ>
 inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const float* const* qs,
                               int gc, const AttentionScores& opt, bool prefetch, float* sc) {
   // As key_scores: times opt.scale where the model gives one, else divided by sqrt(head_dim).
   const bool scaled = opt.scale > 0.0f;
   const __m512 sv = _mm512_set1_ps(scaled ? opt.scale : std::sqrt(static_cast<float>(16 * NZ)));
+  constexpr int kRowPass = NZ < 8 ? NZ : 8;
+  static_assert(NZ % kRowPass == 0, "a row's vectors in whole passes");
   for (int32_t t = 0; t < n; t += 16) {
     const int m = std::min<int32_t>(16, n - t);
     if (prefetch && t + 16 + kPrefetchKeys <= limit) {
       for (int r = 0; r < 16; ++r) prefetch_row(row_at(kbase, o[t + kPrefetchKeys + r]), row_bytes<T>(16 * NZ));
     }
     __m512 part[kSharedHeads][16];
-    for (int r = 0; r < 16; ++r) {
+    for (int r = 0; r < 16; r += 2) {
       if (r >= m) {
 #pragma GCC unroll 4
-        for (int g = 0; g < kSharedHeads; ++g) part[g][r] = _mm512_setzero_ps();
+        for (int g = 0; g < kSharedHeads; ++g) part[g][r] = part[g][r + 1] = _mm512_setzero_ps();
         continue;
       }
-      const T* k = row_at(kbase, o[t + r]);
-      __m512 kz[NZ];
+      const T* k0 = row_at(kbase, o[t + r]);
+      const T* k1 = r + 1 < m ? row_at(kbase, o[t + r + 1]) : k0;
+      __m512 acc[kSharedHeads][2];
+#pragma GCC unroll 4
+      for (int g = 0; g < kSharedHeads; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+      for (int j0 = 0; j0 < NZ; j0 += kRowPass) {
+        __m512 kz0[kRowPass], kz1[kRowPass];
 #pragma GCC unroll 8
-      for (int j = 0; j < NZ; ++j) kz[j] = row16(k, j);
+        for (int j = 0; j < kRowPass; ++j) {
+          kz0[j] = row16(k0, j0 + j);
+          kz1[j] = row16(k1, j0 + j);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < kSharedHeads; ++g) {
+          if (g >= gc) break;
+#pragma GCC unroll 8
+          for (int j = 0; j < kRowPass; ++j) {
+            const __m512 q = _mm512_loadu_ps(qs[g] + 16 * (j0 + j));
+            acc[g][0] = _mm512_fmadd_ps(kz0[j], q, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(kz1[j], q, acc[g][1]);
+          }
+        }
+      }
 #pragma GCC unroll 4
       for (int g = 0; g < kSharedHeads; ++g) {
-        if (g >= gc) break;
-        __m512 acc = _mm512_mul_ps(kz[0], _mm512_loadu_ps(qs[g]));
-#pragma GCC unroll 8
-        for (int j = 1; j < NZ; ++j) acc = _mm512_fmadd_ps(kz[j], _mm512_loadu_ps(qs[g] + 16 * j), acc);
-        part[g][r] = acc;
+        part[g][r] = acc[g][0];
+        part[g][r + 1] = r + 1 < m ? acc[g][1] : _mm512_setzero_ps();
       }
     }
     for (int g = 0; g < gc; ++g) {
