@@ -160,8 +160,8 @@ inline __m512 reduce16(const __m512* a) {
 // every head's query (read from L1), each (head, key) product vector reduced with its fifteen neighbours. Two rows a
 // step, at most 8 vectors of each in registers at once (heads of 256: two passes of 8), so each query load feeds two
 // FMAs. One row a step, with heads of 256 a row's 16 vectors were spilled (the loop was unrolled by 8 only) and each
-// FMA loaded both its operands; heads of 256 and 512 now score 1.5x faster (Zen 5; docs/benchmarks.md, "Two key
-// rows a step").
+// FMA loaded both its operands; the operator with heads of 256 and 512 runs 1.1-1.6x faster for it, heads of 64 and
+// 128 level (Zen 5; docs/benchmarks.md, "Two key rows a step").
 template <typename T, int NZ>
 inline void shared_key_scores(const T* kbase, const int64_t* o, int32_t n, int32_t limit, const float* const* qs,
                               int gc, const AttentionScores& opt, bool prefetch, float* sc) {
