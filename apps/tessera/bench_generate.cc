@@ -19,7 +19,6 @@
 
 #include <fmt/core.h>
 
-#include "api/kv_layout.h"
 #include "base/dtype.h"
 #include "base/rng.h"
 #include "commands.h"
@@ -28,6 +27,7 @@
 #include "ops/cpu/ceilings.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
+#include "solver/model_cost.h"
 
 namespace tessera::cli {
 namespace {
@@ -51,6 +51,21 @@ Spread spread(std::vector<double> v) {
   const size_t n = v.size();
   const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
   return {med, v.front(), v.back()};
+}
+
+// K and V elements a quantised block holds (q8_0, q4_0): KV bytes per element are one block's over this.
+constexpr int kKvBlock = 32;
+
+// The feed-forward weights one token of the last layer multiplies (what the runner skips for all but a prompt's last
+// row when it prunes that layer).
+double last_layer_ffn_params(const model::ModelConfig& c) {
+  const int l = c.n_layers - 1;
+  const double d = c.dim;
+  if (c.layer_kind(l).ffn != model::FfnKind::kMoe) return 3.0 * d * c.layer_hidden_dim(l);
+  const model::MoeConfig& e = c.moe;
+  return d * (e.n_experts + 3.0 * e.n_experts_used * e.expert_hidden_dim) +
+         (e.shared_expert_hidden_dim > 0 ? 3.0 * d * e.shared_expert_hidden_dim + d : 0.0) +
+         (e.dense_beside_experts ? 3.0 * d * c.layer_hidden_dim(l) : 0.0);
 }
 
 // The storage type of the model's layer matrices as the runner uploads them (the first layer's ffn_up).
@@ -112,40 +127,17 @@ int run_bench(const BenchArgs& a) {
     }
   }
 
-  // Work per token.
-  // Matrix weights one token multiplies: MoE layers count their router and the experts a token is routed to.
-  // `once`: the part a prompt multiplies only for its last row (the classifier, and the last layer's feed-forward
-  // where the runner prunes it), counted once per prompt in the prefill figure.
-  const double classifier = static_cast<double>(c.vocab_size) * c.dim;
-  double matrix_params = classifier, once = classifier;
-  for (int l = 0; l < c.n_layers; ++l) {
-    matrix_params += 2.0 * c.dim * c.q_dim() + 2.0 * c.dim * c.kv_dim();
-    const double ffn =
-        c.layer_kind(l).ffn == model::FfnKind::kMoe
-            ? static_cast<double>(c.dim) * (c.moe.n_experts + 3.0 * c.moe.n_experts_used * c.moe.expert_hidden_dim)
-            : 3.0 * c.dim * c.hidden_dim;
-    matrix_params += ffn;
-    if (l == c.n_layers - 1 && r.prunes_last_layer()) once += ffn;
-  }
-  // Attention per layer: a sliding layer sees its window at most, a layer that reuses another's K and V still reads
-  // them, and a linear-attention layer reads and writes its recurrent state instead (no scores over positions).
-  const double decode_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
-  const double prompt_len = a.prompt_tokens;
-  double decode_kv_bytes = 2.0 * static_cast<double>(c.recurrent_state_bytes()), prefill_score_flops = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    if (c.layer_kind(l).attention == model::AttentionKind::kLinear) continue;
-    const bool sliding = c.is_sliding_layer(l);
-    const double w = c.sliding_window;
-    // Positions one decode step reads, and the mean a prompt's token sees (min(i, window) over i = 1..prompt).
-    const double decode_seen = sliding ? std::min(decode_ctx, w) : decode_ctx;
-    const double prefill_seen =
-        !sliding || prompt_len <= w ? (prompt_len + 1) / 2.0 : (w * (w + 1) / 2.0 + (prompt_len - w) * w) / prompt_len;
-    // The KV of one position of this layer, K and V (api/kv_layout.h).
-    decode_kv_bytes += decode_seen * static_cast<double>(api::KvLayout{1, c.layer_kv_dim(l), ro.kv.dtype, 1}.bytes());
-    prefill_score_flops += 4.0 * c.layer_q_dim(l) * prefill_seen;
-  }
-  const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) + decode_kv_bytes;
-  const double prefill_flops = 2.0 * (matrix_params - once) + 2.0 * once / a.prompt_tokens + prefill_score_flops;
+  // Work per token (solver/model_cost.h: sliding windows, KV-sharing and linear layers, routed experts). Decode reads
+  // the weights the runner streams, the KV at the decode phase's mean context and the recurrent state (read and
+  // written); a prompt multiplies the classifier, and where the runner prunes it the last layer's feed-forward, for
+  // its last row only.
+  const double kv_bytes = static_cast<double>(dtype_bytes(ro.kv.dtype, kKvBlock)) / kKvBlock;
+  const solver::ModelCost cost = solver::ModelCost::from_config(c, 1.0, kv_bytes);
+  const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) +
+                              cost.decode_kv_read_bytes(a.prompt_tokens + a.gen_tokens / 2.0) + 2.0 * cost.state_bytes;
+  const double last_ffn = r.prunes_last_layer() ? last_layer_ffn_params(c) : 0.0;
+  const double prefill_flops =
+      cost.prefill_flops(a.prompt_tokens) / a.prompt_tokens - 2.0 * last_ffn + 2.0 * last_ffn / a.prompt_tokens;
 
   const Spread pf = spread(prefill_tps), dc = spread(decode_tps);
   std::printf("model %s (%.1fM params), backend %s (%s), weights %s, kv %s, threads %d, prompt %d, gen %d, repeat %d\n",

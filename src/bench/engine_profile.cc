@@ -158,8 +158,8 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   }
   double weight_bytes = 0, params = 0;
   for (const auto& t : model.weights.tensors()) weight_bytes += t.bytes, params += static_cast<double>(t.numel());
-  solver::ModelCost cost =
-      solver::ModelCost::from_config(c, weight_bytes / params, p.kv_bytes_per_token / (2.0 * c.n_layers * c.kv_dim()));
+  solver::ModelCost cost = solver::ModelCost::from_config(
+      c, weight_bytes / params, p.kv_bytes_per_token / (2.0 * static_cast<double>(c.cached_kv_width())));
   TS_ASSIGN_OR_RETURN(auto fit, solver::fit_latency_model(cost, p.prefill, p.decode));
   p.latency = fit.first;
   p.fit = fit.second;

@@ -52,6 +52,20 @@ int ModelConfig::kv_source_layer(int layer) const {
   return first_shared - (is_sliding_layer(layer) ? 2 : 1);
 }
 
+int ModelConfig::cached_kv_layers() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l)
+    n += layer_kind(l).attention != AttentionKind::kLinear && kv_source_layer(l) == l ? 1 : 0;
+  return n;
+}
+
+int64_t ModelConfig::cached_kv_width() const {
+  int64_t w = 0;
+  for (int l = 0; l < n_layers; ++l)
+    if (layer_kind(l).attention != AttentionKind::kLinear && kv_source_layer(l) == l) w += layer_kv_dim(l);
+  return w;
+}
+
 bool ModelConfig::has_linear_layers() const { return linear_layer_count() > 0; }
 
 int ModelConfig::linear_layer_count() const {

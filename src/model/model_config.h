@@ -221,6 +221,10 @@ struct ModelConfig {
   // Every layer has K and V of its own, all kv_dim() wide: what KV export / import (PD, KV connectors) and the
   // solver's and budget's per-token sizes assume.
   bool uniform_kv() const { return head_dim_sliding <= 0 && shared_kv_layers == 0 && layer_kv_heads.empty(); }
+  // The layers that keep K and V of their own (attention layers that share none; linear layers keep state instead),
+  // and the K (or V) elements one cached position holds over them: what the KV cache allocates per position.
+  int cached_kv_layers() const;
+  int64_t cached_kv_width() const;
   bool is_sliding_layer(int layer) const {
     if (sliding_window <= 0 || sliding_pattern <= 0) return false;
     return sliding_pattern == 1 || layer % sliding_pattern < sliding_pattern - 1;

@@ -30,17 +30,9 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
   // Only full-attention layers keep K and V; a hybrid model's linear layers keep one recurrent state per running
   // sequence instead, taken from the same budget first (--kv-memory counts both).
   double kv_mib = b.kv_mib;
-  int kv_layers = model.n_layers - model.linear_layer_count();
   // gemma4: each layer with K/V of its own at its own width and KV heads (the KV-sharing layers hold none).
-  int kv_width = kv_layers * model.kv_dim();
-  if (!model.uniform_kv()) {
-    kv_width = kv_layers = 0;
-    for (int l = 0; l < model.n_layers; ++l) {
-      if (model.kv_source_layer(l) != l) continue;
-      kv_width += model.layer_kv_dim(l);
-      ++kv_layers;
-    }
-  }
+  const int kv_layers = model.cached_kv_layers();
+  const auto kv_width = static_cast<int>(model.cached_kv_width());
   const auto bytes_per_block = static_cast<double>(api::KvLayout{1, kv_width, f.kv_dtype, f.block_size}.bytes());
   if (model.has_linear_layers()) {
     b.state_mib = static_cast<double>(model.recurrent_state_bytes()) * f.max_num_seqs / kMiB;

@@ -1,31 +1,88 @@
 #include "solver/model_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessera::solver {
 
 ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtype_bytes, double kv_dtype_bytes) {
   ModelCost m;
-  double d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
-  double ffn = 0;
+  const double d = c.dim;
+  const double ffn_matrices = c.arch == "bert" ? 2.0 : 3.0;  // bert's MLP is not gated
+  double matmul = 0, experts = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    ffn += c.layer_kind(l).ffn == model::FfnKind::kMoe
-               ? d * c.moe.n_experts + 3.0 * d * c.moe.expert_hidden_dim * c.moe.n_experts_used
-               : 3.0 * d * h;
+    const model::LayerKind kind = c.layer_kind(l);
+    if (kind.attention == model::AttentionKind::kLinear) {  // qkv (convolved), z gate, beta and alpha, out
+      const model::LinearAttentionConfig& la = c.linear;
+      matmul += d * la.conv_channels() + d * la.value_dim() + 2.0 * d * la.v_heads + la.value_dim() * d;
+    } else {
+      const double q = c.layer_q_dim(l), kv = c.layer_kv_dim(l);
+      const bool own = c.kv_source_layer(l) == l;
+      matmul += d * q * (c.attn_output_gate ? 2.0 : 1.0) + q * d + (own ? 2.0 * d * kv : 0.0);
+      const double read = 2.0 * kv * kv_dtype_bytes;
+      if (own) m.kv_bytes_per_token += read;
+      (c.is_sliding_layer(l) ? m.sliding_q_dims : m.full_q_dims) += q;
+      (c.is_sliding_layer(l) ? m.sliding_kv_read_bytes : m.full_kv_read_bytes) += read;
+    }
+    if (kind.ffn == model::FfnKind::kMoe) {
+      const model::MoeConfig& e = c.moe;
+      const double expert = 3.0 * d * e.expert_hidden_dim;
+      matmul += d * e.n_experts + e.n_experts_used * expert;
+      if (e.shared_expert_hidden_dim > 0) matmul += 3.0 * d * e.shared_expert_hidden_dim + d;  // and its gate
+      if (e.dense_beside_experts) matmul += 3.0 * d * c.layer_hidden_dim(l);
+      experts += e.n_experts * expert;
+    } else {
+      matmul += ffn_matrices * d * c.layer_hidden_dim(l);
+    }
+    if (c.per_layer_dim > 0) matmul += 2.0 * d * c.per_layer_dim;  // the per-layer input's gate and projection
   }
-  m.layer_matmul_params = d * q + 2.0 * d * kv + q * d + ffn / std::max(1, c.n_layers);
-  m.classifier_params = d * static_cast<double>(c.vocab_size);
+  // gemma4: the per-layer inputs' projection from the residual, [n_layers x per_layer_dim, dim], once per token.
+  if (c.per_layer_dim > 0) matmul += static_cast<double>(c.n_layers) * c.per_layer_dim * d;
+  const double vocab = c.vocab_size;
+  double lookup = c.tied_embeddings ? 0.0 : vocab * d;
+  if (c.per_layer_dim > 0) lookup += static_cast<double>(c.n_layers) * c.per_layer_dim * vocab;
+  m.layer_matmul_params = matmul / std::max(1, c.n_layers);
+  m.classifier_params = d * vocab;
   m.weight_bytes = static_cast<double>(c.parameter_count()) * weight_dtype_bytes;
-  m.kv_bytes_per_token = 2.0 * c.n_layers * kv * kv_dtype_bytes;
+  m.lookup_bytes = lookup * weight_dtype_bytes;
+  m.expert_bytes = experts * weight_dtype_bytes;
+  m.expert_share = c.moe.n_experts > 0 ? static_cast<double>(c.moe.n_experts_used) / c.moe.n_experts : 0.0;
+  m.sliding_window = c.sliding_window > 0 && m.sliding_q_dims > 0 ? c.sliding_window : 0.0;
+  m.state_bytes = static_cast<double>(c.recurrent_state_bytes());
   m.n_layers = c.n_layers;
-  m.q_dim = c.q_dim();
   m.dim = c.dim;
   return m;
 }
 
+double windowed_positions(double past, double chunk, double window) {
+  if (chunk <= 0) return 0;
+  const double all = chunk * past + chunk * (chunk + 1.0) / 2.0;
+  if (window <= 0 || past + chunk <= window) return all;
+  if (past >= window) return chunk * window;
+  const double below = window - past;  // the chunk's first tokens, which still see fewer than `window` positions
+  return below * past + below * (below + 1.0) / 2.0 + (chunk - below) * window;
+}
+
+double ModelCost::windowed(double context) const {
+  return sliding_window > 0 ? std::min(context, sliding_window) : context;
+}
+
 double ModelCost::attention_flops(double past, double chunk) const {
-  double positions = chunk * past + chunk * (chunk + 1.0) / 2.0;
-  return 4.0 * n_layers * q_dim * positions;
+  return 4.0 * (full_q_dims * windowed_positions(past, chunk, 0) +
+                sliding_q_dims * windowed_positions(past, chunk, sliding_window));
+}
+
+double ModelCost::decode_attention_flops(double context) const {
+  return 4.0 * (full_q_dims * context + sliding_q_dims * windowed(context));
+}
+
+double ModelCost::decode_kv_read_bytes(double context) const {
+  return full_kv_read_bytes * context + sliding_kv_read_bytes * windowed(context);
+}
+
+double ModelCost::weight_read_bytes(double tokens) const {
+  const double routed = expert_share > 0 ? 1.0 - std::pow(1.0 - expert_share, std::max(1.0, tokens)) : 0.0;
+  return weight_bytes - lookup_bytes - expert_bytes + expert_bytes * routed;
 }
 
 double ModelCost::prefill_flops(double prompt_tokens) const {

@@ -1,11 +1,20 @@
 // ModelCost: how much arithmetic and memory traffic one serving step of a decoder-only transformer needs,
-// computed once from its ModelConfig. These formulas are the single place the solver turns a model's shape
-// into work; the roofline latency model (profile.h) turns work into seconds.
+// computed once from its ModelConfig. These formulas are the single place the solver (and `tessera bench
+// generate`) turns a model's shape into work; the roofline latency model (profile.h) turns work into seconds.
 //
 // Conventions: a multiply-add is 2 FLOPs. Per token, every weight matrix of every layer is used once
 // (2 * parameters FLOPs), attention adds 2 * 2 * q_dim FLOPs per (layer, attended position) for QK^T and
 // PV, and the classifier runs only for tokens that are sampled (the last prompt token and every decode
-// token). Norms, rotary and softmax are ignored (under 1% of the work at the shapes served here).
+// token). Norms, rotary, softmax and a linear-attention layer's state update are ignored (under 1% of the
+// work at the shapes served here).
+//
+// The 2026 families, layer by layer: a sliding layer attends at most `sliding_window` positions; a layer that
+// reuses an earlier layer's K and V (gemma4) holds no cache of its own but still reads its source's; a
+// linear-attention layer (qwen35) keeps a recurrent state per sequence instead of K and V (read and written each
+// step, shipped with the KV in a prefill -> decode handoff); a mixture-of-experts layer multiplies only the experts
+// a token is routed to, and a step of n tokens reads the experts any of them is routed to (uniform routing:
+// 1 - (1 - used / experts)^n of them). Lookup tables (an untied token embedding, gemma4's per-layer embeddings)
+// are resident but read a row per token, not per step.
 //
 // Thread-safety: a value.
 #pragma once
@@ -17,14 +26,23 @@
 namespace tessera::solver {
 
 struct ModelCost {
-  // per layer: wq, wk, wv, wo, w1, w2, w3; a mixture-of-experts layer counts its router and the experts one token
-  // is routed to (what a token multiplies), averaged over the layers
+  // per layer, averaged over the layers: the weights one token multiplies (attention or linear-attention
+  // projections and the feed-forward; a mixture-of-experts layer its router, the experts one token is routed to
+  // and any shared expert or MLP beside them)
   double layer_matmul_params = 0;
   double classifier_params = 0;   // dim * vocab
-  double weight_bytes = 0;        // all parameters at the weight dtype (embedding counted once if tied)
-  double kv_bytes_per_token = 0;  // 2 (k, v) * layers * kv_dim * kv dtype bytes
+  double weight_bytes = 0;        // all parameters at the weight dtype (embedding counted once if tied): resident
+  double lookup_bytes = 0;        // the part of weight_bytes a step reads a row of (untied embedding, per-layer tables)
+  double expert_bytes = 0;        // the part of weight_bytes in routed experts (0 for a dense model)
+  double expert_share = 0;        // experts a token is routed to / experts per layer
+  double kv_bytes_per_token = 0;  // one cached position: K and V of every layer that keeps its own
+  // Per attended position, summed over the attention layers of each kind: the query widths (FLOPs) and the K and V
+  // bytes read (a KV-sharing layer reads its source's).
+  double full_q_dims = 0, sliding_q_dims = 0;
+  double full_kv_read_bytes = 0, sliding_kv_read_bytes = 0;
+  double sliding_window = 0;  // > 0: positions a sliding layer attends at most
+  double state_bytes = 0;     // recurrent state one sequence carries (linear layers), f32
   int n_layers = 0;
-  int q_dim = 0;
   int dim = 0;
 
   // weight_dtype_bytes: bytes per weight (2 for f16/bf16, 1.0625 for q8_0 ...); kv_dtype_bytes likewise.
@@ -34,14 +52,26 @@ struct ModelCost {
   double linear_flops(double tokens) const { return 2.0 * layer_matmul_params * n_layers * tokens; }
   // FLOPs of the classifier for `sampled` tokens.
   double classifier_flops(double sampled) const { return 2.0 * classifier_params * sampled; }
+  // Positions a sliding layer attends for a query that sees `context` (its window, at most).
+  double windowed(double context) const;
   // Attention FLOPs for a chunk of `chunk` new tokens appended after `past` cached positions: token i of
-  // the chunk attends to past + i + 1 positions (causal), so the positions sum to
-  // chunk * past + chunk * (chunk + 1) / 2.
+  // the chunk attends to past + i + 1 positions (causal; a sliding layer to its window of them).
   double attention_flops(double past, double chunk) const;
   // Attention FLOPs for one decode token whose sequence holds `context` positions (including itself).
-  double decode_attention_flops(double context) const { return 4.0 * n_layers * q_dim * context; }
+  double decode_attention_flops(double context) const;
+  // K and V bytes one decode token reads at `context` positions, over every attention layer.
+  double decode_kv_read_bytes(double context) const;
+  // Weight bytes one step of `tokens` tokens reads: every matrix once, the routed experts any token uses, no table.
+  double weight_read_bytes(double tokens) const;
+  // Bytes a prefill -> decode handoff of `tokens` positions ships: their K and V and the sequence's state.
+  double transfer_bytes(double tokens) const { return tokens * kv_bytes_per_token + state_bytes; }
+  // The recurrent state counted in cached positions (capacities are in positions): 0 without linear layers.
+  double state_positions() const { return kv_bytes_per_token > 0 ? state_bytes / kv_bytes_per_token : 0.0; }
   // Whole-prompt prefill FLOPs (body + attention + classifier for the last token).
   double prefill_flops(double prompt_tokens) const;
 };
+
+// sum over i = 1..chunk of min(past + i, window) (window <= 0: no window): the positions a chunk's tokens attend.
+double windowed_positions(double past, double chunk, double window);
 
 }  // namespace tessera::solver

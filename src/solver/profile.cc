@@ -32,10 +32,16 @@ Status DeviceProfile::validate() const {
 StepWork step_work(const ModelCost& c, const StepShape& s) {
   StepWork w;
   w.tokens = s.decode_seqs + s.prefill_tokens;
-  w.attention_flops = 4.0 * c.n_layers * c.q_dim * (s.decode_context_sum + s.prefill_positions);
+  const double decode_window =
+      s.decode_seqs > 0 ? s.decode_seqs * c.windowed(s.decode_context_sum / s.decode_seqs) : 0.0;
+  w.attention_flops = 4.0 * (c.full_q_dims * (s.decode_context_sum + s.prefill_positions) +
+                             c.sliding_q_dims * (decode_window + s.prefill_window_positions));
   w.flops = c.linear_flops(w.tokens) + w.attention_flops + c.classifier_flops(s.sampled);
-  // Weights are read once per step; the KV of every attended cached position is read, new KV is written.
-  w.bytes = c.weight_bytes + c.kv_bytes_per_token * (s.decode_context_sum + s.prefill_past + s.prefill_tokens);
+  // Weights are read once per step (the experts some token is routed to); the KV of every attended cached position
+  // is read, new KV is written; each sequence's recurrent state is read and written.
+  w.bytes = c.weight_read_bytes(w.tokens) + c.full_kv_read_bytes * (s.decode_context_sum + s.prefill_past) +
+            c.sliding_kv_read_bytes * (decode_window + s.prefill_window_past) +
+            c.kv_bytes_per_token * s.prefill_tokens + 2.0 * c.state_bytes * (s.decode_seqs + s.prefill_seqs);
   return w;
 }
 
@@ -82,10 +88,22 @@ Result<double> interpolate_prefill(const std::vector<PrefillPoint>& points, doub
   return std::max(0.0, polyline(xy, tokens));
 }
 
-StepShape prefill_shape(double tokens, double batch) {
+void add_prefill_chunk(StepShape& s, const ModelCost& c, double past, double chunk) {
+  s.prefill_tokens += chunk;
+  s.prefill_positions += windowed_positions(past, chunk, 0);
+  s.prefill_past += past;
+  s.prefill_window_positions += windowed_positions(past, chunk, c.sliding_window);
+  s.prefill_window_past += c.windowed(past);
+  s.prefill_seqs += 1;
+}
+
+StepShape prefill_shape(const ModelCost& c, double tokens, double batch) {
   StepShape s;
-  s.prefill_tokens = tokens * batch;
-  s.prefill_positions = batch * tokens * (tokens + 1.0) / 2.0;
+  add_prefill_chunk(s, c, 0, tokens);
+  s.prefill_tokens *= batch;
+  s.prefill_positions *= batch;
+  s.prefill_window_positions *= batch;
+  s.prefill_seqs = batch;
   s.sampled = batch;
   return s;
 }
@@ -289,7 +307,7 @@ Result<std::pair<LatencyModel, FitError>> fit_latency_model(const ModelCost& cos
     if (p.tokens <= 0 || p.batch <= 0 || !positive(p.seconds))
       return invalid_argument(
           fmt::format("prefill point (tokens {}, batch {}, {} s) must be positive", p.tokens, p.batch, p.seconds));
-    work.push_back(step_work(cost, prefill_shape(p.tokens, p.batch)));
+    work.push_back(step_work(cost, prefill_shape(cost, p.tokens, p.batch)));
     y.push_back(p.seconds);
   }
   for (const auto& p : decode) {

@@ -93,7 +93,11 @@ struct StepShape {
   double prefill_tokens = 0;      // prompt tokens processed (all chunks)
   double prefill_positions = 0;   // sum over chunks of chunk * past + chunk * (chunk + 1) / 2
   double prefill_past = 0;        // sum over chunks of cached positions read
-  double sampled = 0;             // tokens whose logits are computed
+  // The same two sums for sliding layers (each token sees its window at most): add_prefill_chunk fills all four.
+  double prefill_window_positions = 0;
+  double prefill_window_past = 0;
+  double prefill_seqs = 0;  // sequences with a chunk in the step (each reads and writes its recurrent state)
+  double sampled = 0;       // tokens whose logits are computed
 };
 
 struct StepWork {
@@ -103,8 +107,13 @@ struct StepWork {
   double tokens = 0;  // tokens through the body (for tensor-parallel all-reduce traffic)
 };
 
+// A decode step's sliding layers see min(mean context, window) positions per sequence: exact when every sequence of
+// the step is on the same side of the window.
 StepWork step_work(const ModelCost& cost, const StepShape& shape);
-StepShape prefill_shape(double tokens, double batch);
+// Adds one sequence's chunk of `chunk` prompt tokens after `past` cached positions (not sampled).
+void add_prefill_chunk(StepShape& shape, const ModelCost& cost, double past, double chunk);
+// `batch` fresh prompts of `tokens` each, the last token of each sampled.
+StepShape prefill_shape(const ModelCost& cost, double tokens, double batch);
 StepShape decode_shape(double batch, double context);
 
 // Seconds for one step on an instance of `tp` devices of this model (flops and bandwidth scale with tp;

@@ -22,10 +22,11 @@ double mean_out(const Problem& p) {
   for (const Request& r : p.requests) s += r.output_tokens;
   return p.requests.empty() ? 1 : s / p.requests.size();
 }
-int max_need(const Problem& p) {
+// KV positions the longest request holds, its recurrent state (hybrid models) counted in positions.
+double max_need(const Problem& p) {
   int m = 1;
   for (const Request& r : p.requests) m = std::max(m, r.input_tokens + r.output_tokens);
-  return m;
+  return m + p.cost.state_positions();
 }
 
 std::string plan_key(const Plan& plan) {
@@ -178,9 +179,9 @@ double probe_capacity(const Problem& p, size_t pool, const PoolConfig& cfg, cons
   // Upper bound from the roofline: a full token budget of prefill, or a full batch of decode.
   double in = mean_in(p), out = mean_out(p);
   double budget = p.fleet.token_budget;
-  double t_pre =
-      step_seconds(s.latency, step_work(p.cost, prefill_shape(std::min(budget, in), std::max(1.0, budget / in))), s.tp,
-                   s.interconnect_bandwidth, p.cost);
+  double t_pre = step_seconds(
+      s.latency, step_work(p.cost, prefill_shape(p.cost, std::min(budget, in), std::max(1.0, budget / in))), s.tp,
+      s.interconnect_bandwidth, p.cost);
   double pre_rate = std::max(1.0, budget / in) / t_pre;
   double t_dec = step_seconds(s.latency, step_work(p.cost, decode_shape(cfg.max_batch, in + out / 2)), s.tp,
                               s.interconnect_bandwidth, p.cost);
@@ -339,7 +340,7 @@ Plan repair(Plan plan) {
 
 std::vector<int> fitting_sizes(const Problem& p, const Pool& pool) {
   std::vector<int> out;
-  int need = max_need(p);
+  const double need = max_need(p);
   if (!pool.instance_sizes.empty()) {
     for (int s : pool.instance_sizes)
       if (s <= pool.count && kv_capacity_tokens(p, pool, s) >= need) out.push_back(s);

@@ -97,8 +97,8 @@ class Sim {
     for (size_t i = 0; i < inst_.size(); ++i) {
       const SimInstance& s = c.instances[i];
       inst_[i].spec = &s;
-      double t =
-          step_seconds(s.latency, step_work(c.cost, prefill_shape(512, 1)), s.tp, s.interconnect_bandwidth, c.cost);
+      double t = step_seconds(s.latency, step_work(c.cost, prefill_shape(c.cost, 512, 1)), s.tp,
+                              s.interconnect_bandwidth, c.cost);
       spt_.push_back(t / 512);
       queued_.push_back(0);
       cap_.push_back(s.kv_capacity_tokens);
@@ -183,6 +183,10 @@ class Sim {
 
  private:
   double cap(int i) const { return cap_[i]; }
+  // KV positions request q holds: its prompt (on a prefill instance) or its whole length, plus its recurrent state
+  // (hybrid models) counted in positions.
+  double held_prompt(const ReqState& q) const { return q.in + c_.cost.state_positions(); }
+  double held_whole(const ReqState& q) const { return q.in + q.out + c_.cost.state_positions(); }
 
   // Request i's serving-path overhead: the constant, or the sample at quantile frac(0.5 + i / phi) of the
   // sorted samples (an evenly spread, deterministic walk over the measured distribution).
@@ -199,7 +203,7 @@ class Sim {
 
   // The decode instance for a request prefilled on a prefill instance, or -1 if none can ever hold it.
   int pick_decoder(int req) {
-    double need = r_[req].in + r_[req].out;
+    double need = held_whole(r_[req]);
     if (c_.router == RouterPolicy::kRoundRobin) {
       size_t n = decoders_.size();
       for (size_t k = 0; k < n; ++k) {
@@ -275,7 +279,7 @@ class Sim {
   }
 
   bool fits(int i, const ReqState& q) const {
-    return both_[i] ? cap_[i] >= q.in + q.out : cap_[i] >= q.in && max_decoder_cap_ >= q.in + q.out;
+    return both_[i] ? cap_[i] >= held_whole(q) : cap_[i] >= held_prompt(q) && max_decoder_cap_ >= held_whole(q);
   }
 
   void add_queued(int i, double delta) {
@@ -292,7 +296,7 @@ class Sim {
     if (role == Role::kDecode) {
       while (!x.pending.empty()) {
         int req = x.pending.front();
-        double need = r_[req].in + r_[req].out;
+        double need = held_whole(r_[req]);
         if (x.slots >= x.spec->max_batch || x.kv_used + need > cap(i)) break;
         x.pending.pop_front();
         x.slots++;
@@ -300,14 +304,14 @@ class Sim {
         Inst& p = inst_[r_[req].prefill_inst];
         double bw = std::min(p.spec->network_bandwidth, x.spec->network_bandwidth);
         double start = std::max({now_, p.link_free, x.link_free});
-        double end = start + r_[req].in * c_.cost.kv_bytes_per_token / bw;
+        double end = start + c_.cost.transfer_bytes(r_[req].in) / bw;
         p.link_free = x.link_free = end;
         push(end, 1, i, req);
       }
     } else {
       while (!x.waiting.empty()) {
         int req = x.waiting.front();
-        double need = role == Role::kBoth ? r_[req].in + r_[req].out : r_[req].in;
+        double need = role == Role::kBoth ? held_whole(r_[req]) : held_prompt(r_[req]);
         if (x.slots >= x.spec->max_batch || x.kv_used + need > cap(i)) break;
         x.waiting.pop_front();
         x.slots++;
@@ -339,9 +343,7 @@ class Sim {
       if (ch.chunk <= 0) break;
       x.assigned++;
       budget -= ch.chunk;
-      s.prefill_tokens += ch.chunk;
-      s.prefill_positions += static_cast<double>(ch.chunk) * ch.done + ch.chunk * (ch.chunk + 1.0) / 2.0;
-      s.prefill_past += ch.done;
+      add_prefill_chunk(s, c_.cost, ch.done, ch.chunk);
       if (ch.chunk == left) s.sampled += 1;
     }
     if (s.decode_seqs + s.prefill_tokens <= 0) return;
@@ -362,11 +364,14 @@ class Sim {
       part.prefill_tokens = s.prefill_tokens;
       part.prefill_positions = s.prefill_positions;
       part.prefill_past = s.prefill_past;
+      part.prefill_window_positions = s.prefill_window_positions;
+      part.prefill_window_past = s.prefill_window_past;
+      part.prefill_seqs = s.prefill_seqs;
       part.sampled = s.sampled - s.decode_seqs;
       const auto price = [&](const StepShape& shape) {
         return step_seconds(sp.latency, step_work(c_.cost, shape), sp.tp, sp.interconnect_bandwidth, c_.cost);
       };
-      const double fresh = price(prefill_shape(s.prefill_tokens, 1));
+      const double fresh = price(prefill_shape(c_.cost, s.prefill_tokens, 1));
       const double model = price(part);
       const double measured = std::max(0.0, *interpolate_prefill(sp.prefill_points, s.prefill_tokens) + model - fresh);
       dt = std::max(measured, dt - model + measured);
@@ -390,7 +395,7 @@ class Sim {
       x.running--;
       x.slots--;
       x.context_sum -= r_[req].in + r_[req].out;
-      x.kv_used -= r_[req].in + r_[req].out;
+      x.kv_used -= held_whole(r_[req]);
       finish_request(req);
       if (x.spec->role == Role::kDecode) add_decode_load(i, -1);
     }
@@ -410,7 +415,7 @@ class Sim {
       if (x.spec->role == Role::kBoth) {
         if (r_[req].out == 1) {
           x.slots--;
-          x.kv_used -= r_[req].in + r_[req].out;
+          x.kv_used -= held_whole(r_[req]);
           finish_request(req);
         } else {
           r_[req].decode_inst = i;
@@ -419,7 +424,7 @@ class Sim {
       } else {
         x.slots--;  // the prefill slot is free; the KV stays until its transfer ends
         if (r_[req].out == 1) {
-          x.kv_used -= r_[req].in;
+          x.kv_used -= held_prompt(r_[req]);
           finish_request(req);
         } else {
           handoff_.push_back(req);
@@ -444,7 +449,7 @@ class Sim {
 
   void transfer_done(int d, int req) {
     int p = r_[req].prefill_inst;
-    inst_[p].kv_used -= r_[req].in;
+    inst_[p].kv_used -= held_prompt(r_[req]);
     inst_[d].joining.push_back(req);
     kick(p);
     kick(d);

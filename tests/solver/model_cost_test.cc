@@ -60,10 +60,100 @@ TEST(ModelCost, Stories110MByHand) {
   EXPECT_NEAR(step_seconds(lm, w, 2, 1e9, m), 0.001 + 0.00116902656 + comm, 1e-12);
 }
 
+// Gemma 4 E2B (google/gemma-4-E2B's config): 35 layers, every fifth full (layers 4, 9, ..., 34), the rest sliding over
+// 512 positions; 8 query heads and 1 KV head of 256 (sliding) or 512 (full); the last 20 layers reuse K and V of
+// layers 13 (sliding) and 14 (full), so only layers 0-14 keep a cache: 12 sliding, 3 full.
+// (Its config as the GGUF loader reads it from `tessera synth --shape gemma4-e2b`'s file.)
+model::ModelConfig gemma4_e2b() {
+  model::ModelConfig c;
+  c.arch = "gemma4";
+  EXPECT_TRUE(model::apply_arch_features(c).ok());
+  c.dim = 1536, c.n_layers = 35, c.n_heads = 8, c.n_kv_heads = 1, c.head_dim = 512, c.head_dim_sliding = 256;
+  c.hidden_dim = 6144, c.layer_hidden_dims.assign(35, 6144);
+  for (int l = 15; l < 35; ++l) c.layer_hidden_dims[static_cast<size_t>(l)] = 12288;  // the KV-sharing layers' MLP
+  c.per_layer_dim = 256, c.shared_kv_layers = 20, c.sliding_window = 512, c.sliding_pattern = 5;
+  c.vocab_size = 262144, c.max_seq_len = 131072;
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+  return c;
+}
+
+TEST(ModelCost, Gemma4E2bCachesOnlyTheLayersWithKvOfTheirOwnAndSlidesItsWindow) {
+  const model::ModelConfig c = gemma4_e2b();
+  ModelCost m = ModelCost::from_config(c, 2, 2);
+  EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 12 * (2 * 256 * 2) + 3 * (2 * 512 * 2));  // 18432 (a uniform count: 71680)
+  EXPECT_DOUBLE_EQ(m.full_q_dims, 7 * 8 * 512);
+  EXPECT_DOUBLE_EQ(m.sliding_q_dims, 28 * 8 * 256);
+  EXPECT_DOUBLE_EQ(m.full_kv_read_bytes, 7 * 2048);  // the sharing layers read their source's K and V
+  EXPECT_DOUBLE_EQ(m.sliding_kv_read_bytes, 28 * 1024);
+  EXPECT_DOUBLE_EQ(m.sliding_window, 512);
+  // One decode token at 16384 positions: the full layers read all of them, the sliding ones 512.
+  EXPECT_DOUBLE_EQ(m.decode_kv_read_bytes(16384), 14336.0 * 16384 + 28672.0 * 512);
+  EXPECT_DOUBLE_EQ(m.decode_attention_flops(16384), 4.0 * (28672.0 * 16384 + 57344.0 * 512));
+  EXPECT_DOUBLE_EQ(m.decode_attention_flops(100), 4.0 * (28672.0 + 57344.0) * 100);  // inside the window
+  // A prompt of 8192: the sliding layers' tokens see 1..512 positions, then 512 each.
+  EXPECT_DOUBLE_EQ(m.attention_flops(0, 8192),
+                   4.0 * (28672.0 * 8192 * 8193 / 2 + 57344.0 * (512 * 513 / 2 + 7680 * 512)));
+  // Its 2.35 G per-layer embedding parameters (35 x 256 x 262144) are a table read a row per token, not per step.
+  EXPECT_DOUBLE_EQ(m.lookup_bytes, 35.0 * 256 * 262144 * 2);
+  EXPECT_DOUBLE_EQ(m.weight_read_bytes(1), m.weight_bytes - m.lookup_bytes);
+  // What a token multiplies, by an independent count: every parameter but the tables, norms and scales.
+  const double multiplied = m.n_layers * m.layer_matmul_params + m.classifier_params;
+  EXPECT_NEAR(multiplied / (c.parameter_count() - 35.0 * 256 * 262144), 1.0, 1e-3);
+}
+
+// Qwen3.5-0.8B: three gated delta-net layers then one full-attention layer, 24 layers; the 18 linear layers keep a
+// recurrent state per sequence (a window of 3 x 6144 and 16 matrices of 128 x 128, f32) and no K or V.
+TEST(ModelCost, Qwen35HoldsKvInItsFullLayersAndStateInItsLinearOnes) {
+  ModelCost m = cost_of("qwen3.5-0.8b", 2, 2);
+  EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 6 * (2 * 512 * 2));  // 2 KV heads of 256 in 6 layers
+  EXPECT_DOUBLE_EQ(m.state_bytes, 18.0 * (3 * 6144 + 16 * 128 * 128) * 4);
+  EXPECT_DOUBLE_EQ(m.state_positions(), 18.0 * (3 * 6144 + 16 * 128 * 128) * 4 / 12288);
+  EXPECT_DOUBLE_EQ(m.full_q_dims, 6 * 8 * 256);
+  EXPECT_DOUBLE_EQ(m.sliding_q_dims, 0);
+  // Per layer: linear 1024 x 6144 (qkv) + 1024 x 2048 (z) + 2 x 1024 x 16 (beta, alpha) + 2048 x 1024 (out); full
+  // 1024 x 4096 (q and its gate) + 2048 x 1024 (o) + 2 x 1024 x 512 (k, v); and the MLP's 3 x 1024 x 3584.
+  EXPECT_DOUBLE_EQ(m.layer_matmul_params, (18 * 10518528.0 + 6 * 7340032.0 + 24 * 11010048.0) / 24);
+  auto c = model::synth_shape("qwen3.5-0.8b");
+  EXPECT_NEAR((m.n_layers * m.layer_matmul_params + m.classifier_params) / c->parameter_count(), 1.0, 1e-3);
+  // A decode step of 4 sequences at 100 positions reads the weights, the 6 layers' K and V and each state, and
+  // writes each state back.
+  StepWork w = step_work(m, decode_shape(4, 100));
+  EXPECT_DOUBLE_EQ(w.bytes, m.weight_bytes + 12288.0 * 400 + 2 * m.state_bytes * 4);
+  // A prefill -> decode handoff ships the state with the prompt's KV.
+  EXPECT_DOUBLE_EQ(m.transfer_bytes(1000), 12288.0 * 1000 + m.state_bytes);
+}
+
+// gpt-oss-20b: 24 layers alternating sliding (128 positions, from layer 0) and full; 32 experts of 2880, 4 per token.
+TEST(ModelCost, GptOssReadsTheExpertsItsTokensAreRoutedTo) {
+  ModelCost m = cost_of("gpt-oss-20b", 1, 2);
+  EXPECT_DOUBLE_EQ(m.sliding_window, 128);
+  EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 24 * (2 * 512 * 2));
+  EXPECT_DOUBLE_EQ(m.full_kv_read_bytes, 12 * 2048);
+  EXPECT_DOUBLE_EQ(m.sliding_kv_read_bytes, 12 * 2048);
+  const double experts = 24.0 * 32 * 3 * 2880 * 2880, table = 201088.0 * 2880;  // untied: the embedding is a table
+  EXPECT_DOUBLE_EQ(m.expert_bytes, experts);
+  EXPECT_DOUBLE_EQ(m.lookup_bytes, table);
+  // One token reads 4 of 32 experts a layer; two tokens 1 - (7/8)^2 of them; a step of 512 tokens all of them.
+  const double dense = m.weight_bytes - experts - table;
+  EXPECT_DOUBLE_EQ(m.weight_read_bytes(1), dense + experts / 8);
+  EXPECT_DOUBLE_EQ(m.weight_read_bytes(2), dense + experts * (1 - 49.0 / 64));
+  EXPECT_NEAR(m.weight_read_bytes(512), dense + experts, experts * 1e-12);
+  // The sliding half of a decode step at 4096 positions reads 128 of them.
+  StepWork w = step_work(m, decode_shape(2, 4096));
+  EXPECT_DOUBLE_EQ(w.bytes, m.weight_read_bytes(2) + 12 * 2048.0 * 2 * 4096 + 12 * 2048.0 * 2 * 128);
+  // A chunk of 100 after 100 cached positions: the sliding layers' tokens see 101..128 positions, then 128.
+  StepShape s;
+  add_prefill_chunk(s, m, 100, 100);
+  EXPECT_DOUBLE_EQ(s.prefill_positions, 100.0 * 100 + 100 * 101 / 2);
+  EXPECT_DOUBLE_EQ(s.prefill_window_positions, 28.0 * 100 + 28 * 29 / 2 + 72 * 128);
+  EXPECT_DOUBLE_EQ(s.prefill_window_past, 100);
+  EXPECT_DOUBLE_EQ(windowed_positions(300, 10, 128), 1280);
+}
+
 TEST(ModelCost, PrefillShapeIsComputeBoundAtLength) {
   ModelCost m = cost_of("stories110M", 2, 2);
   LatencyModel lm{0, 1e12, 1e11};
-  StepWork w = step_work(m, prefill_shape(2048, 1));
+  StepWork w = step_work(m, prefill_shape(m, 2048, 1));
   EXPECT_GT(w.flops / lm.flops_per_s, w.bytes / lm.bytes_per_s);
   StepWork d = step_work(m, decode_shape(1, 2048));
   EXPECT_LT(d.flops / lm.flops_per_s, d.bytes / lm.bytes_per_s);

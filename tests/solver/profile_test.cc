@@ -16,7 +16,7 @@ void synth_points(const ModelCost& c, const LatencyModel& truth, double noise, s
   Rng rng(7);
   for (int t : {16, 64, 256, 1024})
     for (int b : {1, 4}) {
-      double s = step_seconds(truth, step_work(c, prefill_shape(t, b)), 1, 0, c);
+      double s = step_seconds(truth, step_work(c, prefill_shape(c, t, b)), 1, 0, c);
       pf->push_back({t, b, s * (1 + noise * (2 * rng.next_f32() - 1))});
     }
   for (int b : {1, 8, 32, 128})

@@ -15,7 +15,6 @@ ModelCost toy_cost() {
   ModelCost c;
   c.layer_matmul_params = 0.5;  // 2 * 0.5 * 1 layer = 1 FLOP per token
   c.n_layers = 1;
-  c.q_dim = 0;  // no attention FLOPs
   c.dim = 1;
   c.kv_bytes_per_token = 1;
   return c;
@@ -251,6 +250,25 @@ TEST(Simulator, KvCapacityLimitsConcurrencyAndRejectsWhatNeverFits) {
   EXPECT_NEAR(rep.attainment, 2.0 / 3, 1e-12);
   EXPECT_NEAR(rep.goodput, 2.0, 1e-12);
   EXPECT_FALSE(rep.meets_slo);  // p90 TTFT is the unserved request's (infinite)
+}
+
+TEST(Simulator, AHybridModelsStateTakesCapacityAndTravelsWithTheKv) {
+  // A recurrent state of 30 bytes is 30 positions at the toy's 1 KV byte each: 100 + 11 + 30 fit 150 positions,
+  // 110 + 20 + 30 never do (without the state both fit).
+  SimConfig c = config({toy(Role::kBoth, 8, 150)});
+  c.cost.state_bytes = 30;
+  auto res = simulate(c, {{0, 100, 11}, {0, 110, 20}});
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_TRUE(res->requests[0].served);
+  EXPECT_FALSE(res->requests[1].served);
+  c.cost.state_bytes = 0;
+  res = simulate(c, {{0, 100, 11}, {0, 110, 20}});
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_TRUE(res->requests[0].served && res->requests[1].served);
+  // Disaggregated: 100 KV bytes and the 30 of state cross the 1000 B/s link (130 ms) after the 110 ms prefill.
+  SimConfig d = config({toy(Role::kPrefill), toy(Role::kDecode)});
+  d.cost.state_bytes = 30;
+  EXPECT_NEAR(one(d, {0, 100, 11}).ttft_s, 0.110 + 0.130, 1e-12);
 }
 
 TEST(Simulator, LeastLoadedSpreadsAndRoundRobinAlternates) {
