@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "model/loader.h"
 #include "model/synth.h"
 
 namespace tessera::solver {
@@ -428,14 +429,34 @@ Result<Workload> parse_workload(const std::string& text, const std::string& orig
       std::string shape;
       TS_RETURN_IF_ERROR(mm.get("shape", &shape, false));
       TS_RETURN_IF_ERROR(mm.get("name", &w.model.name, false));
+      TS_RETURN_IF_ERROR(mm.get("path", &w.model.path, false));
+      TS_RETURN_IF_ERROR(mm.get("tokenizer", &w.model.tokenizer, false));
+      // Launched plans run elsewhere (another working directory): keep these absolute.
+      if (!w.model.path.empty())
+        w.model.path = std::filesystem::absolute(resolve(base_dir, w.model.path)).lexically_normal().string();
+      if (!w.model.tokenizer.empty())
+        w.model.tokenizer = std::filesystem::absolute(resolve(base_dir, w.model.tokenizer)).lexically_normal().string();
       model::ModelConfig& c = w.model.config;
+      bool from_file = false;
       if (!shape.empty()) {
         auto r = model::synth_shape(shape);
         if (!r.ok()) return invalid_argument(fmt::format("{}: {}", mm.at("shape"), r.status().message()));
         c = *r;
         if (w.model.name.empty()) w.model.name = shape;
+      } else if (!w.model.path.empty()) {
+        // The checkpoint's own config (every family's layer pattern, which a few keys cannot state) and its bytes per
+        // parameter as stored; the weights are mapped, not read.
+        auto m = model::load_model(w.model.path, w.model.tokenizer, /*require_tokenizer=*/false);
+        if (!m.ok()) return invalid_argument(fmt::format("{}: {}", mm.at("path"), m.status().message()));
+        c = m->config;
+        if (w.model.name.empty()) w.model.name = m->name;
+        double bytes = 0, params = 0;
+        for (const model::WeightTensor& t : m->weights.tensors())
+          bytes += static_cast<double>(t.bytes), params += static_cast<double>(t.numel());
+        if (params > 0) w.model.weight_bytes = bytes / params;
+        from_file = true;
       }
-      bool need = shape.empty();
+      bool need = shape.empty() && !from_file;
       TS_RETURN_IF_ERROR(mm.get("dim", &c.dim, need));
       TS_RETURN_IF_ERROR(mm.get("hidden_dim", &c.hidden_dim, need));
       TS_RETURN_IF_ERROR(mm.get("n_layers", &c.n_layers, need));
@@ -447,13 +468,6 @@ Result<Workload> parse_workload(const std::string& text, const std::string& orig
       TS_RETURN_IF_ERROR(mm.get("head_dim", &c.head_dim, false));
       TS_RETURN_IF_ERROR(mm.get("weight_bytes", &w.model.weight_bytes, false));
       TS_RETURN_IF_ERROR(mm.get("kv_bytes", &w.model.kv_bytes, false));
-      TS_RETURN_IF_ERROR(mm.get("path", &w.model.path, false));
-      TS_RETURN_IF_ERROR(mm.get("tokenizer", &w.model.tokenizer, false));
-      // Launched plans run elsewhere (another working directory): keep these absolute.
-      if (!w.model.path.empty())
-        w.model.path = std::filesystem::absolute(resolve(base_dir, w.model.path)).lexically_normal().string();
-      if (!w.model.tokenizer.empty())
-        w.model.tokenizer = std::filesystem::absolute(resolve(base_dir, w.model.tokenizer)).lexically_normal().string();
       TS_RETURN_IF_ERROR(mm.finish());
     }
     std::string trace;

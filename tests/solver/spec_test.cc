@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "model/synth_gemma4.h"
 #include "solver/spec_yaml.h"
 #include "support/paths.h"
 
@@ -104,6 +105,46 @@ TEST(Spec, WorkloadParsesAndGeneratesDeterministically) {
   }
   auto again = generate_requests(*w);
   for (size_t i = 0; i < r.size(); ++i) EXPECT_EQ(again[i].input_tokens, r[i].input_tokens);
+}
+
+// A workload may name the checkpoint alone: its config (every family's layer pattern) and its bytes per parameter
+// come from the file.
+TEST(Spec, WorkloadReadsTheModelFromItsCheckpoint) {
+  TS_REQUIRE_STORIES260K();
+  const std::string tail = "rate: 1\ninput: {fixed: 8}\noutput: {fixed: 8}\n";
+  // stories260K: a llama2.c file of f32 weights, dim 64, 5 layers, 8 heads on 4 KV heads, vocabulary 512.
+  auto w = parse_workload("model: {path: " + testing::stories260k_dir() + "}\n" + tail, "w.yaml", ".");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->model.name, "stories260K");
+  EXPECT_EQ(w->model.config.dim, 64);
+  EXPECT_EQ(w->model.config.n_layers, 5);
+  EXPECT_EQ(w->model.config.n_kv_heads, 4);
+  EXPECT_DOUBLE_EQ(w->model.weight_bytes, 4);
+  EXPECT_DOUBLE_EQ(w->model.cost().kv_bytes_per_token, 2 * 5 * 32 * 2);  // 4 KV heads of 8, f16 cache
+  // The keys still override what the file says.
+  w = parse_workload("model: {path: " + testing::stories260k_dir() + ", weight_bytes: 2, name: s}\n" + tail, "w.yaml",
+                     ".");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_DOUBLE_EQ(w->model.weight_bytes, 2);
+  EXPECT_EQ(w->model.name, "s");
+  // A Gemma 4 file (E2B's pattern at test size): the KV-sharing layers hold no cache, which no key could state.
+  auto g = model::gemma4_shape("gemma4-e2b", /*small=*/true);
+  ASSERT_TRUE(g.ok());
+  const std::string gguf = testing::scratch_dir() + "/g4.gguf";
+  ASSERT_TRUE(model::write_gemma4_gguf(*g, 3, {}, gguf).ok());
+  w = parse_workload("model: {path: " + gguf + "}\n" + tail, "w.yaml", ".");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const model::ModelConfig& c = w->model.config;
+  EXPECT_EQ(c.arch, "gemma4");
+  EXPECT_EQ(c.shared_kv_layers, g->shared_kv_layers);
+  ASSERT_GT(c.shared_kv_layers, 0);
+  double own = 0;
+  for (int l = 0; l < g->n_layers; ++l)
+    if (g->has_kv(l))
+      own += 2.0 * (g->is_sliding(l) ? g->head_dim_swa * g->n_kv_heads_swa : g->head_dim_full * g->n_kv_heads_full) * 2;
+  EXPECT_DOUBLE_EQ(w->model.cost().kv_bytes_per_token, own);
+  // A path that is no model: the error names the key and the loader's reason.
+  expect_error(workload_error("model: {path: " + testing::scratch_dir() + "/none.gguf}\n" + tail), "w.yaml.model.path");
 }
 
 TEST(Spec, PoissonArrivalsHaveTheStatedRate) {
