@@ -50,6 +50,9 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   engine::RunnerOptions ro;
   ro.max_batch_tokens = std::max(max_tokens, a.max_batch);
   ro.max_sequences = a.max_batch;
+  // The KV the points use: max_batch sequences of at most max_tokens + repeats + 1 positions, not max_batch of the
+  // model's whole context (llama3.2-1b records 131072 positions: 137 GB of f32 KV at the default batch of 16).
+  ro.kv.num_blocks = a.max_batch * ((max_tokens + a.repeats + 1 + ro.kv.block_tokens - 1) / ro.kv.block_tokens);
   TS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
                       engine::ModelRunner::create(device, c, model.weights, ro));
   engine::ModelRunner& r = *runner;
@@ -64,18 +67,40 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   // A prefill node streams each layer's K and V out as soon as the layer is computed (docs/pd-protocol.md):
   // with prefill_export the timed prefill does the same (each layer exported into the canonical wire layout,
   // api/kv_layout.h, in link memory: one copy).
+  // What a hand-off carries, as the engine's KV connectors lay it out (engine/internal/kv_parts.h): the K and V of the
+  // attention layers in order, then a hybrid model's recurrent state.
+  std::vector<int> carried;  // model layer of each carried layer
+  std::vector<int> carried_index(static_cast<size_t>(c.n_layers), -1);
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (c.layer_kind(l).attention == model::AttentionKind::kLinear) continue;
+    carried_index[static_cast<size_t>(l)] = static_cast<int>(carried.size());
+    carried.push_back(l);
+  }
+  const size_t state_bytes = r.kv_cache().has_state() ? r.kv_cache().state_bytes_per_slot() : 0;
+  auto wire_layout = [&](int positions) {
+    return api::KvLayout{static_cast<int>(carried.size()), c.kv_dim(), DType::kF32, positions, state_bytes};
+  };
+  const bool hand_off = a.prefill_export || a.network_gb_s <= 0;
+  if (hand_off && !c.uniform_kv())
+    return unimplemented(fmt::format(
+        "this {} model's KV does not travel over the prefill -> decode hand-off in this version (its layers differ "
+        "in K/V size or share K/V): profile it without --prefill-export and with --network-gb-s",
+        c.arch));
   std::vector<uint8_t> staging;
   auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
     if (!a.prefill_export) return r.prefill(seq, ids, logits);
     const int first = seq.length, n = static_cast<int>(ids.size());
     TS_RETURN_IF_ERROR(r.kv_cache().reserve(seq, first + n));
-    const api::KvLayout wire{c.n_layers, c.kv_dim(), DType::kF32, n};
+    const api::KvLayout wire = wire_layout(n);
     staging.resize(wire.bytes());
     engine::Segment seg{&seq, ids, true};
-    return r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
-      return r.export_kv(seq, layer, first, n, wire.dtype, staging.data() + wire.k_offset(layer, 0),
-                         staging.data() + wire.v_offset(layer, 0));
-    });
+    TS_RETURN_IF_ERROR(r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
+      const int i = carried_index[static_cast<size_t>(layer)];
+      if (i < 0) return ok_status();  // a linear layer: its state goes after the prompt
+      return r.export_kv(seq, layer, first, n, wire.dtype, staging.data() + wire.k_offset(i, 0),
+                         staging.data() + wire.v_offset(i, 0));
+    }));
+    return state_bytes > 0 ? r.export_state(seq, staging.data() + wire.state_offset()) : ok_status();
   };
   std::vector<int> prompt_lengths;
   for (int t = 8; t <= max_tokens; t *= 2) prompt_lengths.push_back(t);
@@ -136,19 +161,26 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
     engine::SequenceKv seq;
     auto ids = tokens(max_tokens);
     TS_RETURN_IF_ERROR(r.prefill(seq, ids, logits));
-    const api::KvLayout layout{c.n_layers, c.kv_dim(), DType::kF32, max_tokens};
+    const api::KvLayout layout = wire_layout(max_tokens);
     std::vector<uint8_t> sent(layout.bytes()), wire(layout.bytes());
     std::vector<double> times;
     for (int rep = 0; rep < std::max(3, a.repeats); ++rep) {
       auto t0 = Clock::now();
-      for (int l = 0; l < c.n_layers; ++l) {
-        uint8_t* k = sent.data() + layout.k_offset(l, 0);
-        uint8_t* v = sent.data() + layout.v_offset(l, 0);
+      for (size_t i = 0; i < carried.size(); ++i) {
+        const int l = carried[i], li = static_cast<int>(i);
+        uint8_t* k = sent.data() + layout.k_offset(li, 0);
+        uint8_t* v = sent.data() + layout.v_offset(li, 0);
         TS_RETURN_IF_ERROR(r.export_kv(seq, l, 0, max_tokens, layout.dtype, k, v));
         // The link's one copy (shm), layer by layer as the prefill node sends it.
-        std::copy(k, k + 2 * layout.half_bytes(), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(l, 0)));
-        TS_RETURN_IF_ERROR(r.import_kv(seq, l, 0, max_tokens, layout.dtype, wire.data() + layout.k_offset(l, 0),
-                                       wire.data() + layout.v_offset(l, 0)));
+        std::copy(k, k + 2 * layout.half_bytes(), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(li, 0)));
+        TS_RETURN_IF_ERROR(r.import_kv(seq, l, 0, max_tokens, layout.dtype, wire.data() + layout.k_offset(li, 0),
+                                       wire.data() + layout.v_offset(li, 0)));
+      }
+      if (state_bytes > 0) {  // the state section after the prompt's last layer
+        uint8_t* out = sent.data() + layout.state_offset();
+        TS_RETURN_IF_ERROR(r.export_state(seq, out));
+        std::copy(out, out + state_bytes, wire.begin() + static_cast<std::ptrdiff_t>(layout.state_offset()));
+        TS_RETURN_IF_ERROR(r.import_state(seq, wire.data() + layout.state_offset()));
       }
       times.push_back(seconds_since(t0));
       pause(times.back());

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "model/synth.h"
+#include "model/synth_gemma4.h"
 #include "ops/registry.h"
 #include "support/paths.h"
 
@@ -63,6 +65,73 @@ TEST(EngineProfile, MeasuresThePointsAskedForAndFitsThem) {
   EXPECT_EQ(p.network_bandwidth, 2e9);
   EXPECT_EQ(p.prefill.size(), 3u) << "points replaced, not appended";
   EXPECT_EQ(pauses, 3 + 4);
+}
+
+// The KV cache holds what the points use, not max_batch sequences of the model's whole context: stories260K made to
+// record a context of 4M positions would otherwise need 8 x 4M x 1280 bytes (43 GB) of f32 KV.
+TEST(EngineProfile, SizesTheCacheToItsPointsNotToTheModelsContext) {
+  TS_REQUIRE_STORIES260K();
+  ops::register_builtin_backends();
+  auto device = ops::open_device("ref");
+  ASSERT_TRUE(device.ok());
+  auto model = model::load_model(testing::stories260k_dir());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  model->config.max_seq_len = 1 << 22;
+  EngineProfileOptions o;
+  o.max_tokens = 16;
+  o.max_batch = 8;
+  o.repeats = 1;
+  o.network_gb_s = 1;
+  o.pause = [](double) {};
+  solver::DeviceProfile p;
+  Status s = measure_engine_profile(**device, *model, o, p);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(p.decode.back().batch, 8);
+}
+
+// A hybrid model's hand-off carries its full-attention layers' K and V and its recurrent state (as the engine's KV
+// connectors do); a gemma4 model's KV does not travel in this version, and the profile says which flags measure it.
+TEST(EngineProfile, MeasuresTheHandOffOfAHybridModelAndNamesTheFlagsForGemma4) {
+  ops::register_builtin_backends();
+  auto device = ops::open_device("cpu");
+  ASSERT_TRUE(device.ok());
+  model::ModelConfig hc = *model::synth_shape_small("qwen3.5-0.8b");
+  hc.n_layers = 4;  // linear and full-attention layers
+  model::SynthModel hybrid = model::synthesize_weights(hc, 3);
+  model::LoadedModel h;
+  h.name = "qwen35-small";
+  h.config = hybrid.config;
+  h.weights = std::move(hybrid.weights);
+  EngineProfileOptions o;
+  o.max_tokens = 16;
+  o.max_batch = 2;
+  o.repeats = 1;
+  o.pause = [](double) {};
+  solver::DeviceProfile p;
+  Status s = measure_engine_profile(**device, h, o, p);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_GT(p.network_bandwidth, 1e6);
+  const int full = hc.n_layers - hc.linear_layer_count();
+  ASSERT_GT(hc.linear_layer_count(), 0);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 2.0 * hc.kv_dim() * 4 * full) << "the full layers' K and V, f32";
+  o.prefill_export = true;  // each layer exported as a prefill node streams it
+  s = measure_engine_profile(**device, h, o, p);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+
+  auto shape = model::gemma4_shape("gemma4-e2b", /*small=*/true);
+  ASSERT_TRUE(shape.ok());
+  const std::string path = testing::scratch_dir() + "/g4.gguf";
+  ASSERT_TRUE(model::write_gemma4_gguf(*shape, 3, {}, path).ok());
+  auto g = model::load_model(path, "", /*require_tokenizer=*/false);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  o.prefill_export = false;
+  s = measure_engine_profile(**device, *g, o, p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
+  EXPECT_NE(s.message().find("--network-gb-s"), std::string::npos) << s.message();
+  o.network_gb_s = 1;
+  s = measure_engine_profile(**device, *g, o, p);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(p.network_bandwidth, 1e9);
 }
 
 }  // namespace
