@@ -68,24 +68,22 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   // with prefill_export the timed prefill does the same (each layer exported into the canonical wire layout,
   // api/kv_layout.h, in link memory: one copy).
   // What a hand-off carries, as the engine's KV connectors lay it out (engine/internal/kv_parts.h): the K and V of the
-  // attention layers in order, then a hybrid model's recurrent state.
+  // layers that keep their own in order, every row as wide as the widest (gemma4's sliding layers are narrower), then
+  // a hybrid model's recurrent state. A layer's rows are exported packed at the start of its slot here (the engine
+  // spreads them to the row width; the bytes copied are the same).
   std::vector<int> carried;  // model layer of each carried layer
   std::vector<int> carried_index(static_cast<size_t>(c.n_layers), -1);
+  int wire_dim = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    if (c.layer_kind(l).attention == model::AttentionKind::kLinear) continue;
+    if (c.layer_kind(l).attention == model::AttentionKind::kLinear || c.kv_source_layer(l) != l) continue;
     carried_index[static_cast<size_t>(l)] = static_cast<int>(carried.size());
     carried.push_back(l);
+    wire_dim = std::max(wire_dim, c.layer_kv_dim(l));
   }
   const size_t state_bytes = r.kv_cache().has_state() ? r.kv_cache().state_bytes_per_slot() : 0;
   auto wire_layout = [&](int positions) {
-    return api::KvLayout{static_cast<int>(carried.size()), c.kv_dim(), DType::kF32, positions, state_bytes};
+    return api::KvLayout{static_cast<int>(carried.size()), wire_dim, DType::kF32, positions, state_bytes};
   };
-  const bool hand_off = a.prefill_export || a.network_gb_s <= 0;
-  if (hand_off && !c.uniform_kv())
-    return unimplemented(fmt::format(
-        "this {} model's KV does not travel over the prefill -> decode hand-off in this version (its layers differ "
-        "in K/V size or share K/V): profile it without --prefill-export and with --network-gb-s",
-        c.arch));
   std::vector<uint8_t> staging;
   auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
     if (!a.prefill_export) return r.prefill(seq, ids, logits);
@@ -96,7 +94,7 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
     engine::Segment seg{&seq, ids, true};
     TS_RETURN_IF_ERROR(r.step(std::span(&seg, 1), logits, [&](int layer) -> Status {
       const int i = carried_index[static_cast<size_t>(layer)];
-      if (i < 0) return ok_status();  // a linear layer: its state goes after the prompt
+      if (i < 0) return ok_status();  // a linear layer (its state goes after the prompt), or one that shares K/V
       return r.export_kv(seq, layer, first, n, wire.dtype, staging.data() + wire.k_offset(i, 0),
                          staging.data() + wire.v_offset(i, 0));
     }));

@@ -41,11 +41,6 @@ Status Engine::add_connector(std::shared_ptr<KvConnector> connector) {
 }
 
 Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
-  if (!config().uniform_kv())
-    return unimplemented(fmt::format(
-        "KV connector '{}': this {} model's layers differ in K/V size or read other layers' K/V (gemma4), and KV "
-        "connectors (host tier, pool, pd-link) move layers of one kv_dim: serve it without them",
-        connector->name(), config().arch));
   for (const auto& c : connectors_) {
     if (c->name() == connector->name())
       return already_exists(fmt::format("KV connector '{}' is already attached", connector->name()));

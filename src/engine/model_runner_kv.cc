@@ -34,11 +34,11 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
         "with export_state / import_state)",
         out ? "export_kv" : "import_kv", layer, config_.arch));
   }
-  if (!config_.uniform_kv())
-    return unimplemented(
-        fmt::format("{}: this {} model's layers differ in K/V size or share K/V (gemma4); the wire "
-                    "rows [count][kv_dim] assume one kv_dim",
-                    out ? "export_kv" : "import_kv", config_.arch));
+  if (layer >= 0 && layer < config_.n_layers && config_.kv_source_layer(layer) != layer) {
+    return unimplemented(fmt::format("{}: layer {} of this {} model reads layer {}'s K/V and keeps none of its own",
+                                     out ? "export_kv" : "import_kv", layer, config_.arch,
+                                     config_.kv_source_layer(layer)));
+  }
   const int bt = kv_->block_tokens();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
   if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
@@ -46,7 +46,7 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
     return out_of_range(fmt::format("{}: layer {} positions [{}, {}) outside the reserved blocks",
                                     out ? "export_kv" : "import_kv", layer, first, first + count));
   }
-  const size_t kv_dim = static_cast<size_t>(config_.kv_dim());
+  const size_t kv_dim = static_cast<size_t>(config_.layer_kv_dim(layer));        // gemma4: each layer its own width
   const size_t row_bytes = kv_->k(layer).row_bytes() / static_cast<size_t>(bt);  // one position of one block
   // The positions as runs of rows that are contiguous in the cache (within a block, and across blocks whose ids
   // follow each other): one device copy per run for K and one for V, never one per position. Offsets are

@@ -126,7 +126,7 @@ struct PdService::Impl final : kv::PdLinkControl {
     // The layout version and state section: nodes that would lay the KV out differently refuse each other (409).
     return {{"name", options.model_name},
             {"n_layers", c.n_layers},
-            {"kv_dim", c.kv_dim()},
+            {"kv_dim", engine.kv_geometry().kv_dim},
             {"vocab_size", c.vocab_size},
             {"kv_layout", api::kKvLayoutVersion},
             {"state_bytes", engine.kv_geometry().state_bytes}};
@@ -452,11 +452,6 @@ Result<std::unique_ptr<PdService>> PdService::create(engine::Engine& engine, PdO
       !options.prefill_from_router) {
     return invalid_argument("a decode node needs --prefill-nodes URL[,URL...] (or --ctrl, where a router names them)");
   }
-  if (!engine.config().uniform_kv())
-    return unimplemented(fmt::format(
-        "prefill/decode disaggregation: this {} model's layers differ in K/V size or read other layers' K/V (gemma4), "
-        "and the PD wire layout carries one kv_dim for every layer",
-        engine.config().arch));
   auto impl = std::make_unique<Impl>(engine, options);
   kv::PdLinkOptions lo;
   lo.decode = role == api::NodeRole::kDecode || options.switchable;

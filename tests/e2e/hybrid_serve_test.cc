@@ -44,28 +44,31 @@ std::vector<std::string> complete(const std::string& url, const std::vector<int>
 }
 
 // A family's shape at test size, `layers` layers (Qwen3.5: full attention every other one: linear, full, linear, ...).
-std::string synth_model(const std::string& name, int layers, const std::string& shape = "qwen3.5-0.8b") {
+std::string synth_model(const std::string& name, int layers, const std::string& shape = "qwen3.5-0.8b",
+                        const std::vector<std::string>& extra = {}) {
   const std::string model = testing::scratch_dir() + "/" + name;
-  auto synth = testing::run_process({testing::tessera_bin(),
-                                     "synth",
-                                     "--shape",
-                                     shape,
-                                     "--small",
-                                     "--dim",
-                                     "256",
-                                     "--hidden-dim",
-                                     "512",
-                                     "--layers",
-                                     std::to_string(layers),
-                                     "--rare-byte-tokens",
-                                     "--format",
-                                     "gguf",
-                                     "--dtype",
-                                     "f32",
-                                     "--seed",
-                                     "7",
-                                     "--out",
-                                     model});
+  std::vector<std::string> argv = {testing::tessera_bin(),
+                                   "synth",
+                                   "--shape",
+                                   shape,
+                                   "--small",
+                                   "--dim",
+                                   "256",
+                                   "--hidden-dim",
+                                   "512",
+                                   "--layers",
+                                   std::to_string(layers),
+                                   "--rare-byte-tokens",
+                                   "--format",
+                                   "gguf",
+                                   "--dtype",
+                                   "f32",
+                                   "--seed",
+                                   "7",
+                                   "--out",
+                                   model};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto synth = testing::run_process(argv, 300.0);
   EXPECT_EQ(synth.exit_code, 0) << synth.err;
   return synth.exit_code == 0 ? model : "";
 }
@@ -287,6 +290,23 @@ TEST(HybridServe, Qwen3MoePrefillDecodeSplitAcrossCpuAndOpenCl) {
   const std::string model = synth_model("m3.gguf", 2, "qwen3-30b-a3b");
   ASSERT_FALSE(model.empty());
   check_split(model, "m3", /*hybrid=*/false);
+}
+
+// Gemma 4 E2B's pattern (test size, 10 layers): sliding layers with narrower K/V than the full ones, and the last
+// layers reading earlier layers' K/V. The carried layers are those with K/V of their own, every row as wide as the
+// widest (a sliding layer's rows padded); the decode node reads each layer's own width back. --decisive: clear
+// winners, so that cpu and opencl's summation orders cannot tip a near tie.
+TEST(HybridServe, Gemma4PrefillDecodeSplitCarriesUnlikeWidthsAndSharedKv) {
+  const std::string model = synth_model("g4.gguf", 10, "gemma4-e2b", {"--decisive"});
+  ASSERT_FALSE(model.empty());
+  check_split(model, "g4", /*hybrid=*/false);
+}
+
+// Gemma 4 26B-A4B's pattern (test size, 12 layers): 128 -> 8 experts beside a dense MLP, full layers whose V is K.
+TEST(HybridServe, Gemma4MoePrefillDecodeSplit) {
+  const std::string model = synth_model("g4m.gguf", 12, "gemma4-26b-a4b", {"--decisive"});
+  ASSERT_FALSE(model.empty());
+  check_split(model, "g4m", /*hybrid=*/false);
 }
 
 }  // namespace

@@ -27,10 +27,10 @@ struct Node {
   std::string url;
 };
 
-Node start_node(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {tessera_bin(), "serve", "--model",         testing::stories260k_dir(),
-                                   "--port",      "0",     "--backend",       "cpu",
-                                   "--threads",   "1",     "--max-model-len", "256"};
+Node start_node(std::vector<std::string> extra, const std::string& model = testing::stories260k_dir(),
+                const std::string& max_len = "256") {
+  std::vector<std::string> argv = {tessera_bin(), "serve", "--model",   model, "--port",          "0",
+                                   "--backend",   "cpu",   "--threads", "1",   "--max-model-len", max_len};
   argv.insert(argv.end(), extra.begin(), extra.end());
   Node n;
   n.proc = std::make_unique<BackgroundProcess>(argv);
@@ -40,8 +40,8 @@ Node start_node(std::vector<std::string> extra) {
   return n;
 }
 
-std::string tier_metric(const std::string& family, const std::string& tier) {
-  return family + "{connector=\"host\",model=\"stories260K\",tier=\"" + tier + "\"}";
+std::string tier_metric(const std::string& family, const std::string& tier, const std::string& model = "stories260K") {
+  return family + "{connector=\"host\",model=\"" + model + "\",tier=\"" + tier + "\"}";
 }
 
 class KvTiers : public ::testing::Test {
@@ -146,6 +146,36 @@ TEST_F(KvTiers, AConversationOutgrowingDeviceMemoryIsServedFromHostAndDiskWithTh
   EXPECT_EQ(scrape_metric(bad.url, "tessera_kv_load_shortfalls_total{model=\"stories260K\"}"), 1.0)
       << "its positions were computed instead";
   EXPECT_EQ(bad.proc->stop(SIGTERM), 0);
+}
+
+// Gemma 4 E2B's pattern (test size, 10 layers, half of them reading earlier layers' K/V): its sliding layers' rows
+// are narrower than its full layers', and every tier holds them padded to the widest (engine/internal/kv_parts.h).
+// Evicted to host memory and disk and read back, they give the greedy text of a node without any cache.
+TEST_F(KvTiers, Gemma4sUnlikeLayerWidthsGoThroughTheTiersUnchanged) {
+  const std::string model = (dir_.parent_path() / ("tessera-kv-e2e-g4-" + std::to_string(getpid()) + ".gguf")).string();
+  auto synth =
+      testing::run_process({tessera_bin(), "synth",        "--shape", "gemma4-e2b", "--small", "--dim",
+                            "256",         "--hidden-dim", "512",     "--layers",   "10",      "--rare-byte-tokens",
+                            "--decisive",  "--format",     "gguf",    "--dtype",    "f32",     "--seed",
+                            "7",           "--out",        model},
+                           300.0);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string name = "stories260K";  // served under this name: the conversation helper asks for it
+  Node plain = start_node({"--no-prefix-cache", "--served-model-name", name}, model, "512");
+  const std::vector<std::string> want = converse(plain.url);
+  EXPECT_EQ(plain.proc->stop(SIGTERM), 0);
+  // Its byte-level vocabulary makes the histories up to about 450 tokens; at 3 KB of f16 K/V a position, 2 MiB holds
+  // 42 blocks of 16: one history at full context, not all three.
+  Node tiered = start_node({"--kv-memory", "2", "--kv-host-memory", "0.1", "--kv-disk-dir", dir_.string(),
+                            "--kv-disk-size", "64", "--served-model-name", name},
+                           model, "512");
+  EXPECT_EQ(converse(tiered.url), want) << "every answer is the greedy text of a node without any cache";
+  const double host_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "host", name));
+  const double disk_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk", name));
+  EXPECT_GT(host_hits + disk_hits, 0.0) << "blocks came back from the tiers";
+  std::printf("gemma4: host %.0f, disk %.0f tokens\n", host_hits, disk_hits);
+  EXPECT_EQ(tiered.proc->stop(SIGTERM), 0);
+  fs::remove(model);
 }
 
 // The tiers and prefill/decode together: a decode node whose device cache lost a prompt's prefix finds it in host

@@ -2,7 +2,10 @@
 // ExternalKv, and the state behind the connectors' wake functions. Internal to engine.cc and engine_kv.cc.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -17,22 +20,29 @@ struct Engine::WakeState {
   Engine* engine = nullptr;  // GUARDED_BY(mu); null once the engine is gone
 };
 
-// Hybrid models (issue 28): only full-attention layers have K and V, so the connectors' layers are those layers in
-// order (KvGeometry::n_layers counts them; kv_layer() maps a model layer to one, -1 for a linear layer), and the
-// request's recurrent state (every linear layer's window and state, ModelRunner::export_state) is the state
-// section of the wire layout.
+// The connectors' layers are the layers that keep K and V of their own, in order (KvGeometry::n_layers counts them;
+// kv_layer() maps a model layer to one, -1 for a layer without): hybrid models (issue 28) leave out their linear
+// layers, whose recurrent state (every linear layer's window and state, ModelRunner::export_state) is the state
+// section of the wire layout; gemma4 leaves out its KV-sharing layers (they read an earlier layer's K and V, which
+// travel once). gemma4's layers also differ in K/V width (sliding and full heads): every carried row is as wide as
+// the widest (KvGeometry::kv_dim), a narrower layer's rows in its first values and zeros after them, so that the
+// connectors (host tier, pool, pd-link) and the wire layout keep one row width.
 class Engine::Io final : public KvBlockIo {
  public:
   explicit Io(Engine& e) : e_(e), runner_(e.runner_) {
     KvCache& c = runner_.kv_cache();
     const model::ModelConfig& cfg = runner_.config();
+    g_.kv_dim = 0;
     for (int l = 0; l < cfg.n_layers; ++l) {
-      const bool full = cfg.layer_kind(l).attention != model::AttentionKind::kLinear;
-      kv_index_.push_back(full ? static_cast<int>(model_layer_.size()) : -1);
-      if (full) model_layer_.push_back(l);
+      const bool own = cfg.layer_kind(l).attention != model::AttentionKind::kLinear && cfg.kv_source_layer(l) == l;
+      kv_index_.push_back(own ? static_cast<int>(model_layer_.size()) : -1);
+      if (!own) continue;
+      model_layer_.push_back(l);
+      width_.push_back(cfg.layer_kv_dim(l));
+      g_.kv_dim = std::max(g_.kv_dim, cfg.layer_kv_dim(l));
     }
+    if (model_layer_.empty()) g_.kv_dim = cfg.kv_dim();
     g_.n_layers = static_cast<int>(model_layer_.size());
-    g_.kv_dim = cfg.kv_dim();
     g_.block_tokens = c.block_tokens();
     g_.dtype = c.k(model_layer_.empty() ? 0 : model_layer_.front()).dtype;
     g_.state_bytes = c.has_state() ? c.state_bytes_per_slot() : 0;  // 0: attention-only models keep no state
@@ -42,19 +52,20 @@ class Engine::Io final : public KvBlockIo {
   int kv_layer(int layer) const { return kv_index_[static_cast<size_t>(layer)]; }
   Status read_blocks(int layer, std::span<const BlockId> blocks, void* k, void* v) override {
     const SequenceKv s = table(blocks);
-    return runner_.export_kv(s, model_layer(layer), 0, s.length, g_.dtype, k, v);
+    return rows(layer, s, 0, s.length, g_.dtype, true, static_cast<std::byte*>(k), static_cast<std::byte*>(v));
   }
   Status write_blocks(int layer, std::span<const BlockId> blocks, const void* k, const void* v) override {
     const SequenceKv s = table(blocks);
-    return runner_.import_kv(s, model_layer(layer), 0, s.length, g_.dtype, k, v);
+    return rows(layer, s, 0, s.length, g_.dtype, false, wire(k), wire(v));
   }
   Status read_rows(int layer, std::span<const BlockId> blocks, int first, int count, DType dtype, void* k,
                    void* v) override {
-    return runner_.export_kv(table(blocks), model_layer(layer), first, count, dtype, k, v);
+    return rows(layer, table(blocks), first, count, dtype, true, static_cast<std::byte*>(k),
+                static_cast<std::byte*>(v));
   }
   Status write_rows(int layer, std::span<const BlockId> blocks, int first, int count, DType dtype, const void* k,
                     const void* v) override {
-    return runner_.import_kv(table(blocks), model_layer(layer), first, count, dtype, k, v);
+    return rows(layer, table(blocks), first, count, dtype, false, wire(k), wire(v));
   }
   Status read_state(RequestId id, std::span<std::byte> out) override {
     TS_ASSIGN_OR_RETURN(const SequenceKv* seq, state_of(id, out.size()));
@@ -66,6 +77,35 @@ class Engine::Io final : public KvBlockIo {
   }
 
  private:
+  static std::byte* wire(const void* p) { return static_cast<std::byte*>(const_cast<void*>(p)); }  // only read
+  // Moves `count` rows of connectors' layer `layer` between the cache and wire arrays of g_.kv_dim-wide rows (read
+  // when !out). A layer as wide as the rows goes straight through; a narrower one through packed scratch.
+  Status rows(int layer, const SequenceKv& s, int first, int count, DType dtype, bool out, std::byte* k, std::byte* v) {
+    const int ml = model_layer(layer);
+    const int w = ml < 0 ? g_.kv_dim : width_[static_cast<size_t>(layer)];
+    if (w == g_.kv_dim) {
+      return out ? runner_.export_kv(s, ml, first, count, dtype, k, v)
+                 : runner_.import_kv(s, ml, first, count, dtype, k, v);
+    }
+    const size_t row = dtype_bytes(dtype, static_cast<size_t>(w)), wide = dtype_bytes(dtype, g_.kv_dim);
+    const auto n = static_cast<size_t>(std::max(0, count));
+    std::vector<std::byte> pk(n * row), pv(n * row);
+    if (!out) {
+      for (size_t i = 0; i < n; ++i) {
+        std::memcpy(pk.data() + i * row, k + i * wide, row);
+        std::memcpy(pv.data() + i * row, v + i * wide, row);
+      }
+      return runner_.import_kv(s, ml, first, count, dtype, pk.data(), pv.data());
+    }
+    TS_RETURN_IF_ERROR(runner_.export_kv(s, ml, first, count, dtype, pk.data(), pv.data()));
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(k + i * wide, pk.data() + i * row, row);
+      std::memset(k + i * wide + row, 0, wide - row);
+      std::memcpy(v + i * wide, pv.data() + i * row, row);
+      std::memset(v + i * wide + row, 0, wide - row);
+    }
+    return ok_status();
+  }
   int model_layer(int layer) const {
     // Out of range stays out of range: export_kv / import_kv name it.
     return layer >= 0 && layer < g_.n_layers ? model_layer_[static_cast<size_t>(layer)] : -1;
@@ -89,8 +129,9 @@ class Engine::Io final : public KvBlockIo {
   Engine& e_;
   ModelRunner& runner_;
   KvGeometry g_;
-  std::vector<int> kv_index_;     // per model layer: its connectors' layer, -1 for a linear layer
+  std::vector<int> kv_index_;     // per model layer: its connectors' layer, -1 for one without K/V of its own
   std::vector<int> model_layer_;  // per connectors' layer: its model layer
+  std::vector<int> width_;        // per connectors' layer: its K/V width (gemma4: narrower than g_.kv_dim)
 };
 
 class Engine::External final : public ExternalKv {
