@@ -21,7 +21,7 @@ Status errno_status(const std::string& what, const std::string& path, int err) {
 }  // namespace
 
 Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a named pipe: refused below, not waited on
   if (fd < 0) return errno_status("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -48,12 +48,17 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
 MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }
 
 Result<std::string> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe without a writer would wait for one (a regular file reads as ever).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno_status("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
     return invalid_argument("is a directory, not a file: " + path);
+  }
+  if (::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode))) {
+    ::close(fd);
+    return invalid_argument("not a regular file: " + path);
   }
   std::string out;
   char buf[1 << 16];

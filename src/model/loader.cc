@@ -97,6 +97,13 @@ namespace {
 Result<LoadedModel> load_model_path(const std::string& model_path, const std::string& tokenizer_path,
                                     bool require_tokenizer) {
   std::error_code ec;
+  // Formats are recognised by reading the first bytes: a FIFO or a device there would block that read (a named pipe
+  // with no writer never answers), so only regular files and directories are opened.
+  for (const std::string& p : {model_path, tokenizer_path}) {
+    const fs::file_status st = fs::status(p, ec);
+    if (!p.empty() && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st))
+      return invalid_argument(fmt::format("not a regular file or directory: {}", p));
+  }
   LoadedModel m;
   if (looks_like_hf_folder(model_path)) {
     TS_ASSIGN_OR_RETURN(HfModel hf, load_hf_model(model_path));

@@ -3,13 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "base/mapped_file.h"
 #include "model/loader.h"
 #include "model/synth.h"
 
@@ -17,14 +17,6 @@ namespace tessera::solver {
 namespace {
 
 constexpr double kGB = 1e9;
-
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(fmt::format("cannot open {}", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string dir_of(const std::string& path) {
   std::filesystem::path p(path);
@@ -278,7 +270,7 @@ Result<LengthDist> parse_length(Map& parent, const std::string& key) {
 }
 
 Result<std::vector<Request>> load_trace(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
   std::vector<Request> out;
   std::istringstream in(text);
   std::string line;
@@ -512,19 +504,19 @@ Result<Slo> parse_slo(const std::string& text, const std::string& origin) {
 }
 
 Result<Fleet> load_fleet(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return parse_fleet(text, path, dir_of(path));
 }
 Result<Workload> load_workload(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return parse_workload(text, path, dir_of(path));
 }
 Result<Slo> load_slo(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return parse_slo(text, path);
 }
 Result<DeviceProfile> load_profile(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TS_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return parse_profile(text, path);
 }
 

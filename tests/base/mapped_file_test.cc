@@ -1,6 +1,7 @@
 #include "base/mapped_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <string>
 
@@ -29,6 +30,12 @@ TEST(MappedFile, ErrorsNameTheProblem) {
   auto directory = MappedFile::open(dir);
   ASSERT_FALSE(directory.ok());
   EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
+
+  // A named pipe without a writer: refused at once, not waited on.
+  const std::string fifo = dir + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(MappedFile::open(fifo).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_file(fifo).status().code(), StatusCode::kInvalidArgument);
 
   std::string empty = dir + "/empty.bin";
   ASSERT_TRUE(write_file_atomic(empty, {}).ok());

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "base/mapped_file.h"
@@ -35,6 +37,21 @@ TEST(LoadModel, MissingPathIsNotFound) {
   auto m = load_model("/nonexistent/model.bin");
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+}
+
+// A named pipe has no writer here: reading its first bytes to recognise the format would wait forever.
+TEST(LoadModel, APipeOrDeviceIsRefusedNotRead) {
+  const std::string fifo = testing::scratch_dir() + "/model.gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto m = load_model(fifo, "", /*require_tokenizer=*/false);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("not a regular file"), std::string::npos) << m.status().message();
+  TS_REQUIRE_STORIES260K();
+  auto t = load_model(testing::stories260k_dir() + "/stories260K.bin", fifo);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not a regular file"), std::string::npos) << t.status().message();
+  EXPECT_FALSE(load_model("/dev/null", "", false).ok());
 }
 
 TEST(LoadModel, TokenizerMustMatchTheVocabulary) {
