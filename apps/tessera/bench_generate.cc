@@ -56,18 +56,6 @@ Spread spread(std::vector<double> v) {
 // K and V elements a quantised block holds (q8_0, q4_0): KV bytes per element are one block's over this.
 constexpr int kKvBlock = 32;
 
-// The feed-forward weights one token of the last layer multiplies (what the runner skips for all but a prompt's last
-// row when it prunes that layer).
-double last_layer_ffn_params(const model::ModelConfig& c) {
-  const int l = c.n_layers - 1;
-  const double d = c.dim;
-  if (c.layer_kind(l).ffn != model::FfnKind::kMoe) return 3.0 * d * c.layer_hidden_dim(l);
-  const model::MoeConfig& e = c.moe;
-  return d * (e.n_experts + 3.0 * e.n_experts_used * e.expert_hidden_dim) +
-         (e.shared_expert_hidden_dim > 0 ? 3.0 * d * e.shared_expert_hidden_dim + d : 0.0) +
-         (e.dense_beside_experts ? 3.0 * d * c.layer_hidden_dim(l) : 0.0);
-}
-
 // The storage type of the model's layer matrices as the runner uploads them (the first layer's ffn_up).
 DType matrix_dtype(const model::LoadedModel& m, const engine::RunnerOptions& ro) {
   const model::WeightTensor* t = m.weights.find(model::layer_tensor_name(0, "ffn_up.weight"));
@@ -135,7 +123,7 @@ int run_bench(const BenchArgs& a) {
   const solver::ModelCost cost = solver::ModelCost::from_config(c, 1.0, kv_bytes);
   const double decode_bytes = static_cast<double>(r.weight_bytes_per_token()) +
                               cost.decode_kv_read_bytes(a.prompt_tokens + a.gen_tokens / 2.0) + 2.0 * cost.state_bytes;
-  const double last_ffn = r.prunes_last_layer() ? last_layer_ffn_params(c) : 0.0;
+  const double last_ffn = r.prunes_last_layer() ? solver::ffn_params(c, c.n_layers - 1) : 0.0;
   const double prefill_flops =
       cost.prefill_flops(a.prompt_tokens) / a.prompt_tokens - 2.0 * last_ffn + 2.0 * last_ffn / a.prompt_tokens;
 

@@ -75,7 +75,7 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   std::vector<int> carried_index(static_cast<size_t>(c.n_layers), -1);
   int wire_dim = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    if (c.layer_kind(l).attention == model::AttentionKind::kLinear || c.kv_source_layer(l) != l) continue;
+    if (!c.keeps_kv(l)) continue;
     carried_index[static_cast<size_t>(l)] = static_cast<int>(carried.size());
     carried.push_back(l);
     wire_dim = std::max(wire_dim, c.layer_kv_dim(l));

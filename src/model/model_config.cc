@@ -55,14 +55,14 @@ int ModelConfig::kv_source_layer(int layer) const {
 int ModelConfig::cached_kv_layers() const {
   int n = 0;
   for (int l = 0; l < n_layers; ++l)
-    n += layer_kind(l).attention != AttentionKind::kLinear && kv_source_layer(l) == l ? 1 : 0;
+    n += keeps_kv(l) ? 1 : 0;
   return n;
 }
 
 int64_t ModelConfig::cached_kv_width() const {
   int64_t w = 0;
   for (int l = 0; l < n_layers; ++l)
-    if (layer_kind(l).attention != AttentionKind::kLinear && kv_source_layer(l) == l) w += layer_kv_dim(l);
+    if (keeps_kv(l)) w += layer_kv_dim(l);
   return w;
 }
 

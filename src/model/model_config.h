@@ -221,8 +221,12 @@ struct ModelConfig {
   // Every layer has K and V of its own, all kv_dim() wide: what KV export / import (PD, KV connectors) and the
   // solver's and budget's per-token sizes assume.
   bool uniform_kv() const { return head_dim_sliding <= 0 && shared_kv_layers == 0 && layer_kv_heads.empty(); }
-  // The layers that keep K and V of their own (attention layers that share none; linear layers keep state instead),
-  // and the K (or V) elements one cached position holds over them: what the KV cache allocates per position.
+  // Whether `layer` keeps K and V of its own: an attention layer that reads no other layer's (linear layers keep a
+  // recurrent state instead). The layers a KV cache allocates, and the layers KV export, tiers and hand-offs carry.
+  bool keeps_kv(int layer) const {
+    return layer_kind(layer).attention != AttentionKind::kLinear && kv_source_layer(layer) == layer;
+  }
+  // The layers that keep K and V, and the K (or V) elements one cached position holds over them.
   int cached_kv_layers() const;
   int64_t cached_kv_width() const;
   bool is_sliding_layer(int layer) const {

@@ -5,10 +5,20 @@
 
 namespace tessera::solver {
 
+double ffn_params(const model::ModelConfig& c, int layer) {
+  const double d = c.dim;
+  if (c.layer_kind(layer).ffn != model::FfnKind::kMoe)
+    return (c.arch == "bert" ? 2.0 : 3.0) * d * c.layer_hidden_dim(layer);  // bert's MLP is not gated
+  const model::MoeConfig& e = c.moe;
+  double p = d * e.n_experts + e.n_experts_used * 3.0 * d * e.expert_hidden_dim;  // the router and the routed experts
+  if (e.shared_expert_hidden_dim > 0) p += 3.0 * d * e.shared_expert_hidden_dim + d;  // a shared expert and its gate
+  if (e.dense_beside_experts) p += 3.0 * d * c.layer_hidden_dim(layer);               // gemma4's MLP beside them
+  return p;
+}
+
 ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtype_bytes, double kv_dtype_bytes) {
   ModelCost m;
   const double d = c.dim;
-  const double ffn_matrices = c.arch == "bert" ? 2.0 : 3.0;  // bert's MLP is not gated
   double matmul = 0, experts = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     const model::LayerKind kind = c.layer_kind(l);
@@ -17,23 +27,15 @@ ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtyp
       matmul += d * la.conv_channels() + d * la.value_dim() + 2.0 * d * la.v_heads + la.value_dim() * d;
     } else {
       const double q = c.layer_q_dim(l), kv = c.layer_kv_dim(l);
-      const bool own = c.kv_source_layer(l) == l;
+      const bool own = c.keeps_kv(l);
       matmul += d * q * (c.attn_output_gate ? 2.0 : 1.0) + q * d + (own ? 2.0 * d * kv : 0.0);
       const double read = 2.0 * kv * kv_dtype_bytes;
       if (own) m.kv_bytes_per_token += read;
       (c.is_sliding_layer(l) ? m.sliding_q_dims : m.full_q_dims) += q;
       (c.is_sliding_layer(l) ? m.sliding_kv_read_bytes : m.full_kv_read_bytes) += read;
     }
-    if (kind.ffn == model::FfnKind::kMoe) {
-      const model::MoeConfig& e = c.moe;
-      const double expert = 3.0 * d * e.expert_hidden_dim;
-      matmul += d * e.n_experts + e.n_experts_used * expert;
-      if (e.shared_expert_hidden_dim > 0) matmul += 3.0 * d * e.shared_expert_hidden_dim + d;  // and its gate
-      if (e.dense_beside_experts) matmul += 3.0 * d * c.layer_hidden_dim(l);
-      experts += e.n_experts * expert;
-    } else {
-      matmul += ffn_matrices * d * c.layer_hidden_dim(l);
-    }
+    matmul += ffn_params(c, l);
+    if (kind.ffn == model::FfnKind::kMoe) experts += 3.0 * d * c.moe.expert_hidden_dim * c.moe.n_experts;
     if (c.per_layer_dim > 0) matmul += 2.0 * d * c.per_layer_dim;  // the per-layer input's gate and projection
   }
   // gemma4: the per-layer inputs' projection from the residual, [n_layers x per_layer_dim, dim], once per token.

@@ -71,6 +71,10 @@ struct ModelCost {
   double prefill_flops(double prompt_tokens) const;
 };
 
+// The feed-forward weights one token of `layer` multiplies (a mixture-of-experts layer: its router, the experts the
+// token is routed to, and any shared expert or MLP beside them).
+double ffn_params(const model::ModelConfig& c, int layer);
+
 // sum over i = 1..chunk of min(past + i, window) (window <= 0: no window): the positions a chunk's tokens attend.
 double windowed_positions(double past, double chunk, double window);
 

@@ -34,7 +34,7 @@ class Engine::Io final : public KvBlockIo {
     const model::ModelConfig& cfg = runner_.config();
     g_.kv_dim = 0;
     for (int l = 0; l < cfg.n_layers; ++l) {
-      const bool own = cfg.layer_kind(l).attention != model::AttentionKind::kLinear && cfg.kv_source_layer(l) == l;
+      const bool own = cfg.keeps_kv(l);
       kv_index_.push_back(own ? static_cast<int>(model_layer_.size()) : -1);
       if (!own) continue;
       model_layer_.push_back(l);
