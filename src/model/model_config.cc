@@ -54,8 +54,7 @@ int ModelConfig::kv_source_layer(int layer) const {
 
 int ModelConfig::cached_kv_layers() const {
   int n = 0;
-  for (int l = 0; l < n_layers; ++l)
-    n += keeps_kv(l) ? 1 : 0;
+  for (int l = 0; l < n_layers; ++l) n += keeps_kv(l) ? 1 : 0;
   return n;
 }
 
