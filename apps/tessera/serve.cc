@@ -100,10 +100,17 @@ int run_serve(const ServeArgs& a) {
   model::ModelConfig cfg = model->config;
   uint64_t weight_bytes = 0;
   for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
-  const auto kv_budget = serve::plan_kv_budget(
-      cfg, {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size, *kv_type},
-      device->info().memory_bytes, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE),
-      weight_bytes);
+  // KV connectors (tiers, the pool, a prefill/decode role's hand-off) move every layer's rows of a block: with one,
+  // sliding-window layers keep every position.
+  const bool connectors = a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty() || a.kv_pool_memory_mib > 0 ||
+                          a.role != "both" || a.role_switchable;
+  const bool window_kv = !a.whole_sliding_kv && !connectors;
+  const auto kv_budget =
+      serve::plan_kv_budget(cfg,
+                            {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size,
+                             *kv_type, window_kv, a.max_batch_tokens},
+                            device->info().memory_bytes,
+                            static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE), weight_bytes);
   if (!kv_budget.ok()) return fail(kv_budget.status().message());
   for (const std::string& line : kv_budget->info) log::info("{}", line);
   for (const std::string& line : kv_budget->warnings) log::warn("{}", line);
@@ -126,6 +133,8 @@ int run_serve(const ServeArgs& a) {
   }
   ro.kv.state_slots = kv_budget->state_slots;
   ro.kv.num_blocks = kv_budget->num_blocks;
+  ro.kv.window_kv = kv_budget->window_blocks > 0;
+  ro.kv.window_blocks = kv_budget->window_blocks;
   auto runner = engine::ModelRunner::create(*device, cfg, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
 

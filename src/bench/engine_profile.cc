@@ -53,6 +53,8 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   // The KV the points use: max_batch sequences of at most max_tokens + repeats + 1 positions, not max_batch of the
   // model's whole context (llama3.2-1b records 131072 positions: 137 GB of f32 KV at the default batch of 16).
   ro.kv.num_blocks = a.max_batch * ((max_tokens + a.repeats + 1 + ro.kv.block_tokens - 1) / ro.kv.block_tokens);
+  // The hand-off it times carries every layer's rows of every position, as a prefill/decode node's cache keeps them.
+  ro.kv.window_kv = false;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
                       engine::ModelRunner::create(device, c, model.weights, ro));
   engine::ModelRunner& r = *runner;

@@ -98,6 +98,13 @@ std::vector<BlockId> BlockManager::match_prefix(std::span<const model::TokenId> 
   return out;
 }
 
+std::optional<BlockId> BlockManager::acquire(BlockHash hash) {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  retain(it->second);
+  return it->second;
+}
+
 void BlockManager::register_full_block(BlockId id, BlockHash hash) {
   if (!prefix_cache_) return;
   Block& b = blocks_[index(id)];

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -64,6 +65,10 @@ class BlockManager {
   // Records that `id` holds a full block whose chain hash is `hash`. If another block already holds that
   // content, `id` stays unregistered (and is freed normally).
   void register_full_block(BlockId id, BlockHash hash);
+  // Whether a block holds the content whose chain hash is `hash`; that block, retained for the caller (nullopt when
+  // none does). KvCache asks these of its sliding layers' pool, whose prefix is only needed over the window.
+  bool holds(BlockHash hash) const { return by_hash_.count(hash) > 0; }
+  std::optional<BlockId> acquire(BlockHash hash);
 
   static BlockHash chain_hash(BlockHash parent, std::span<const model::TokenId> block);
   // The chain hashes of the whole blocks of `tokens` (at most max_blocks of them).

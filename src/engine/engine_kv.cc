@@ -41,6 +41,12 @@ Status Engine::add_connector(std::shared_ptr<KvConnector> connector) {
 }
 
 Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
+  // A connector moves every layer's rows of a block; a windowed cache has given its sliding layers' old rows back.
+  if (runner_.kv_cache().windowed())
+    return failed_precondition(fmt::format(
+        "KV connector '{}' needs every layer's K and V at every position, but this {} model's sliding-window layers "
+        "keep only their window of {} (create the runner with KvCacheOptions::window_kv off)",
+        connector->name(), runner_.config().arch, runner_.kv_cache().window()));
   for (const auto& c : connectors_) {
     if (c->name() == connector->name())
       return already_exists(fmt::format("KV connector '{}' is already attached", connector->name()));

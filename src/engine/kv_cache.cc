@@ -1,5 +1,7 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 namespace tessera::engine {
@@ -10,7 +12,18 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
     return invalid_argument(fmt::format("KV cache needs positive block_tokens and num_blocks (got {} and {})",
                                         options.block_tokens, options.num_blocks));
   }
-  std::unique_ptr<KvCache> cache(new KvCache(options));
+  // Windowed: the sliding layers get window_blocks of their own (sized here when the caller left it: room for one
+  // sequence whose steps may reach num_blocks' worth of positions; the runner sizes it for its sequences).
+  int window = 0, window_blocks = 0;
+  if (options.window_kv && config.causal && kv_width(config, true) > 0 && config.sliding_window < config.max_seq_len) {
+    window = config.sliding_window;
+    window_blocks = options.window_blocks > 0 ? options.window_blocks
+                                              : window_pool_blocks(config, options.block_tokens, 1,
+                                                                   options.num_blocks * options.block_tokens);
+    window_blocks = std::min(window_blocks, options.num_blocks);
+  }
+  std::unique_ptr<KvCache> cache(new KvCache(options, window, window_blocks));
+  cache->windowed_.assign(static_cast<size_t>(config.n_layers), false);
   auto alloc = [&](DType dtype, std::initializer_list<int64_t> shape) -> Result<ops::Tensor> {
     ops::Tensor t(nullptr, 0, dtype, shape);
     TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device.alloc(t.bytes()));
@@ -40,14 +53,18 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
       continue;
     }
     if (const int src = config.kv_source_layer(l); src != l) {  // gemma4: reads an earlier layer's K and V
+      cache->windowed_[static_cast<size_t>(l)] = cache->windowed_[static_cast<size_t>(src)];
       cache->k_.push_back(cache->k_[static_cast<size_t>(src)]);
       cache->v_.push_back(cache->v_[static_cast<size_t>(src)]);
       continue;
     }
+    const bool windowed = window > 0 && config.is_sliding_layer(l);
+    cache->windowed_[static_cast<size_t>(l)] = windowed;
     for (int kv = 0; kv < 2; ++kv) {
       ops::Tensor t(nullptr, 0, options.dtype,
-                    {options.num_blocks, options.block_tokens, config.layer_n_kv_heads(l), config.layer_head_dim(l)});
-      cache->bytes_per_block_ += t.row_bytes();
+                    {windowed ? window_blocks : options.num_blocks, options.block_tokens, config.layer_n_kv_heads(l),
+                     config.layer_head_dim(l)});
+      (windowed ? cache->window_bytes_per_block_ : cache->bytes_per_block_) += t.row_bytes();
       TS_ASSIGN_OR_RETURN(std::unique_ptr<ops::Buffer> buf, device.alloc(t.bytes()));
       t.buffer = buf.get();
       cache->buffers_.push_back(std::move(buf));
@@ -78,25 +95,126 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
     seq.state_slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  size_t need = (static_cast<size_t>(new_length) + options_.block_tokens - 1) / options_.block_tokens;
-  size_t had = seq.blocks.size();
+  const auto need = static_cast<size_t>((new_length + options_.block_tokens - 1) / options_.block_tokens);
+  const size_t had = seq.blocks.size();
+  auto undo = [&](Status st) {
+    while (seq.blocks.size() > had) {
+      blocks_.release(seq.blocks.back());
+      seq.blocks.pop_back();
+    }
+    if (windowed()) {
+      for (size_t i = had; i < seq.window_blocks.size(); ++i) {
+        if (seq.window_blocks[i] != kNoBlock) window_pool_.release(seq.window_blocks[i]);
+      }
+      seq.window_blocks.resize(std::min(seq.window_blocks.size(), had));
+    }
+    return st;
+  };
   while (seq.blocks.size() < need) {
     auto id = blocks_.allocate();
-    if (!id.ok()) {
-      while (seq.blocks.size() > had) {
-        blocks_.release(seq.blocks.back());
-        seq.blocks.pop_back();
-      }
-      return id.status();
-    }
+    if (!id.ok()) return undo(id.status());
     seq.blocks.push_back(*id);
   }
+  if (windowed()) {
+    trim_window(seq);
+    // Entries below `had` hold their blocks or have left the window for good; the new ones are allocated here.
+    const size_t first = std::max(first_window_block(seq.length), std::min(had, seq.window_blocks.size()));
+    if (seq.window_blocks.size() < seq.blocks.size()) seq.window_blocks.resize(seq.blocks.size(), kNoBlock);
+    for (size_t i = first; i < need; ++i) {
+      if (seq.window_blocks[i] != kNoBlock) continue;
+      auto id = window_pool_.allocate();
+      if (!id.ok()) return undo(id.status());
+      seq.window_blocks[i] = *id;
+    }
+  }
   return ok_status();
+}
+
+bool KvCache::can_reserve(const SequenceKv& seq, int32_t new_length) const {
+  const auto need = static_cast<size_t>((new_length + options_.block_tokens - 1) / options_.block_tokens);
+  if (need > seq.blocks.size() && need - seq.blocks.size() > static_cast<size_t>(blocks_.available())) return false;
+  if (!windowed()) return true;
+  const size_t first = first_window_block(seq.length);
+  int wanted = 0, freed = 0;
+  for (size_t i = first; i < need; ++i) {
+    if (i >= seq.window_blocks.size() || seq.window_blocks[i] == kNoBlock) wanted++;
+  }
+  for (size_t i = 0; i < std::min(first, seq.window_blocks.size()); ++i) {
+    const BlockId b = seq.window_blocks[i];
+    if (b != kNoBlock && window_pool_.ref_count(b) == 1) freed++;
+  }
+  return wanted <= window_pool_.available() + freed;
+}
+
+void KvCache::trim_window(SequenceKv& seq) {
+  if (!windowed()) return;
+  const size_t first = std::min(first_window_block(seq.length), seq.window_blocks.size());
+  for (size_t i = 0; i < first; ++i) {
+    if (seq.window_blocks[i] == kNoBlock) continue;
+    window_pool_.release(seq.window_blocks[i]);
+    seq.window_blocks[i] = kNoBlock;
+  }
+}
+
+int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens) {
+  const int bt = options_.block_tokens;
+  if (!windowed()) {
+    std::vector<BlockId> hit = blocks_.match_prefix(tokens, max_tokens);
+    seq.blocks.insert(seq.blocks.end(), hit.begin(), hit.end());
+    seq.length = static_cast<int32_t>(seq.blocks.size()) * bt;
+    return seq.length;
+  }
+  // The longest cached prefix in the full layers' pool, shortened until the window before its end is cached too.
+  std::vector<BlockHash> hashes;
+  if (blocks_.prefix_cache_enabled())
+    hashes = BlockManager::chain_hashes(tokens, bt, static_cast<size_t>(std::max(0, max_tokens) / bt));
+  size_t n = 0;
+  while (n < hashes.size() && blocks_.holds(hashes[n])) n++;
+  for (; n > 0; --n) {
+    bool all = true;
+    for (size_t i = first_window_block(static_cast<int32_t>(n) * bt); i < n && all; ++i)
+      all = window_pool_.holds(hashes[i]);
+    if (all) break;
+  }
+  std::vector<BlockId> hit = blocks_.match_prefix(tokens, static_cast<int>(n) * bt);  // counts the query either way
+  seq.blocks.insert(seq.blocks.end(), hit.begin(), hit.end());
+  seq.window_blocks.assign(seq.blocks.size(), kNoBlock);
+  seq.length = static_cast<int32_t>(seq.blocks.size()) * bt;
+  for (size_t i = first_window_block(seq.length); i < hit.size(); ++i)
+    seq.window_blocks[i] = *window_pool_.acquire(hashes[i]);
+  return seq.length;
+}
+
+void KvCache::register_full_block(const SequenceKv& seq, size_t index, BlockHash hash) {
+  blocks_.register_full_block(seq.blocks[index], hash);
+  if (windowed() && index < seq.window_blocks.size() && seq.window_blocks[index] != kNoBlock)
+    window_pool_.register_full_block(seq.window_blocks[index], hash);
+}
+
+int64_t KvCache::kv_width(const model::ModelConfig& config, bool sliding) {
+  int64_t width = 0;
+  for (int l = 0; l < config.n_layers; ++l) {
+    if (config.keeps_kv(l) && config.is_sliding_layer(l) == sliding) width += config.layer_kv_dim(l);
+  }
+  return width;
+}
+
+int KvCache::window_pool_blocks(const model::ModelConfig& config, int block_tokens, int sequences, int step_tokens) {
+  if (!config.causal || kv_width(config, true) == 0 || config.sliding_window >= config.max_seq_len) return 0;
+  // Between steps a sequence holds the blocks of its last window - 1 positions (one more where they straddle a
+  // boundary); a step adds its positions' blocks, and one more for each sequence whose new positions start mid-block.
+  const int held = (config.sliding_window - 1 + block_tokens - 1) / block_tokens + 1;
+  const int growth = (step_tokens + block_tokens - 1) / block_tokens;
+  return sequences * (held + 1) + growth;
 }
 
 void KvCache::release(SequenceKv& seq) {
   for (BlockId b : seq.blocks) blocks_.release(b);
   seq.blocks.clear();
+  for (BlockId b : seq.window_blocks) {
+    if (b != kNoBlock) window_pool_.release(b);
+  }
+  seq.window_blocks.clear();
   seq.length = 0;
   if (seq.state_slot >= 0) {
     free_slots_.push_back(seq.state_slot);

@@ -3,10 +3,18 @@
 // linear-attention layers), a fixed number of recurrent-state slots, one per running sequence: each holds every
 // linear layer's convolution window and delta-rule state. Only full-attention layers have K and V.
 //
+// Sliding-window layers (Gemma 2-4, gpt-oss, Mistral v0.1, Phi-3) read only the last `sliding_window` positions.
+// When the window is shorter than the context, their K and V live in blocks of a second pool with a block table of
+// its own (SequenceKv::window_blocks, indexed like `blocks`): a sequence holds only the blocks its window still
+// reads, and gives each back once every position in it has left the window (vLLM's hybrid KV cache manager and
+// llama.cpp's SWA cache do the same). Full layers keep every position as before. The prefix cache registers a
+// full block in both pools; a prefix is reused up to a point whose window blocks are still cached.
+//
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,9 +32,14 @@ namespace tessera::engine {
 // The KV state of one sequence: how many positions are cached, in which blocks.
 struct SequenceKv {
   std::vector<BlockId> blocks;  // block table (BlockId is an int32 enum: the runner uploads it as an i32 tensor)
-  int32_t length = 0;           // positions whose K and V are in the cache
-  int32_t state_slot = -1;      // hybrid models: the recurrent-state slot this sequence holds (-1: none)
+  // A windowed cache (KvCache::windowed()): the sliding layers' blocks, as many entries as `blocks`, kNoBlock for a
+  // block that has left the window (or, after a prefix hit, was never needed). Empty otherwise.
+  std::vector<BlockId> window_blocks;
+  int32_t length = 0;       // positions whose K and V are in the cache
+  int32_t state_slot = -1;  // hybrid models: the recurrent-state slot this sequence holds (-1: none)
 };
+
+inline constexpr BlockId kNoBlock{-1};
 
 struct KvCacheOptions {
   int block_tokens = 16;
@@ -36,6 +49,12 @@ struct KvCacheOptions {
   // Hybrid models: recurrent-state slots (sequences that can run at once). 0: one per num_blocks / blocks of a full
   // context is not known here, so the runner sets it (RunnerOptions::max_sequences, or serve's --max-num-seqs).
   int state_slots = 0;
+  // Sliding-window layers keep only their windows, in a pool of window_blocks blocks (0: the runner sizes it,
+  // window_pool_blocks()), when the model's window is shorter than its context. Off: they keep every position in
+  // the full layers' blocks, which is what KV connectors (tiers, pool, prefill/decode hand-off) need, since they
+  // move every layer's rows of a block.
+  bool window_kv = true;
+  int window_blocks = 0;
 };
 
 class KvCache {
@@ -45,13 +64,30 @@ class KvCache {
 
   int block_tokens() const { return options_.block_tokens; }
   int num_blocks() const { return options_.num_blocks; }
-  // Device bytes of one block over every layer that holds K and V (a KV-sharing layer holds none).
+  // Device bytes of one block over every layer that holds K and V in these blocks (a KV-sharing layer holds none;
+  // a windowed cache's sliding layers are in window_bytes_per_block()).
   size_t bytes_per_block() const { return bytes_per_block_; }
   // A full-attention layer's K and V, [num_blocks, block_tokens, its KV heads, its head size]; an invalid (empty)
   // tensor for a linear-attention layer, which has none; for a gemma4 KV-sharing layer, its source layer's.
   const ops::Tensor& k(int layer) const { return k_[static_cast<size_t>(layer)]; }
   const ops::Tensor& v(int layer) const { return v_[static_cast<size_t>(layer)]; }
   BlockManager& blocks() { return blocks_; }
+
+  // Whether the sliding layers keep only their windows (KvCacheOptions::window_kv, and a window shorter than the
+  // context), and whether layer `layer`'s K and V are in that pool (it or its gemma4 source layer slides).
+  bool windowed() const { return window_ > 0; }
+  bool windowed_layer(int layer) const { return window_ > 0 && windowed_[static_cast<size_t>(layer)]; }
+  int window() const { return window_; }
+  // The sliding layers' pool (no blocks when not windowed) and the device bytes of one of its blocks.
+  BlockManager& window_pool() { return window_pool_; }
+  const BlockManager& window_pool() const { return window_pool_; }
+  size_t window_bytes_per_block() const { return window_bytes_per_block_; }
+  // K (or V) elements one position holds over the layers that keep K and V and slide (`sliding`) or not.
+  static int64_t kv_width(const model::ModelConfig& config, bool sliding);
+  // Window blocks enough for `sequences` sequences between steps (the window before each one's next position) and
+  // for the steps' growth (at most `step_tokens` positions in all, one block each more for a partial one); 0 for a
+  // model whose sliding layers would gain nothing (none keep K and V, or the window is not shorter than the context).
+  static int window_pool_blocks(const model::ModelConfig& config, int block_tokens, int sequences, int step_tokens);
 
   // Recurrent state (hybrid models). A linear layer's convolution window [K - 1, channels] and delta-rule state
   // [v_heads, S, S] in `slot`, f32.
@@ -66,6 +102,19 @@ class KvCache {
   // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
   // FailedPrecondition for a sequence with cached positions but no state (one forked or imported without it).
   Status reserve(SequenceKv& seq, int32_t new_length);
+  // Whether reserve(seq, new_length) would find the blocks it needs in both pools now (counting the window blocks
+  // it gives back first).
+  bool can_reserve(const SequenceKv& seq, int32_t new_length) const;
+  // Gives back the window blocks that no later step of seq reads (every position of them before seq.length -
+  // window + 1). reserve() does it first; the scheduler after each step, once the step's full blocks are registered
+  // in the prefix cache (a registered block stays cached until its pool needs it).
+  void trim_window(SequenceKv& seq);
+  // The prefix cache: seq (empty) takes the cached blocks of the longest prefix of `tokens` made of whole blocks,
+  // at most max_tokens long, whose window blocks (the last window's worth before its end) are cached too; seq.length
+  // is set to it. Returns the positions found.
+  int match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens);
+  // Registers seq's full block `index` (both pools) under its chain hash.
+  void register_full_block(const SequenceKv& seq, size_t index, BlockHash hash);
   // Drops seq's references to its blocks (shared or cached blocks live on), frees its state slot, and empties it.
   void release(SequenceKv& seq);
 
@@ -78,10 +127,21 @@ class KvCache {
   void flush_evictions();
 
  private:
-  explicit KvCache(KvCacheOptions options)
-      : options_(options), blocks_(options.num_blocks, options.block_tokens, options.prefix_cache) {}
+  KvCache(KvCacheOptions options, int window, int window_blocks)
+      : options_(options),
+        blocks_(options.num_blocks, options.block_tokens, options.prefix_cache),
+        window_(window),
+        window_pool_(window_blocks, options.block_tokens, options.prefix_cache) {}
+  // The first block index seq's next step reads in the sliding layers (0 when not windowed).
+  size_t first_window_block(int32_t length) const {
+    return window_ > 0 ? static_cast<size_t>(std::max(0, length - window_ + 1) / options_.block_tokens) : 0;
+  }
   KvCacheOptions options_;
   BlockManager blocks_;
+  int window_ = 0;  // > 0: windowed, the model's sliding window
+  BlockManager window_pool_;
+  std::vector<bool> windowed_;  // per layer: its K and V are in window_pool_'s blocks
+  size_t window_bytes_per_block_ = 0;
   EvictionHandler on_evict_;
   std::vector<std::unique_ptr<ops::Buffer>> buffers_;
   std::vector<ops::Tensor> k_, v_;

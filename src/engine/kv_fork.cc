@@ -21,22 +21,33 @@ Status fork_kv(ModelRunner& runner, const SequenceKv& from, SequenceKv& to) {
   if (static_cast<size_t>(full + (tail > 0 ? 1 : 0)) > from.blocks.size() || !to.blocks.empty())
     return internal_error(fmt::format("fork_kv: {} positions in {} blocks, fork target holds {} blocks", from.length,
                                       from.blocks.size(), to.blocks.size()));
+  // A windowed cache: the sliding layers' full blocks still in the window are shared the same way.
+  BlockManager& window = cache.window_pool();
+  const bool windowed = cache.windowed();
   for (int i = 0; i < full; ++i) {
     blocks.retain(from.blocks[static_cast<size_t>(i)]);
     to.blocks.push_back(from.blocks[static_cast<size_t>(i)]);
+    if (!windowed) continue;
+    const BlockId w = from.window_blocks[static_cast<size_t>(i)];
+    if (w != kNoBlock) window.retain(w);
+    to.window_blocks.push_back(w);
   }
   auto undo = [&](Status st) {
-    for (BlockId b : to.blocks) blocks.release(b);
-    to.blocks.clear();
-    to.length = 0;
+    cache.release(to);
     return st;
   };
   if (tail > 0) {
     auto copy = blocks.allocate();
     if (!copy.ok()) return undo(copy.status());
     to.blocks.push_back(*copy);
+    if (windowed) {
+      auto wcopy = window.allocate();
+      if (!wcopy.ok()) return undo(wcopy.status());
+      to.window_blocks.push_back(*wcopy);
+    }
     const int first = full * bt;
     for (int l = 0; l < runner.config().n_layers; ++l) {
+      if (!runner.config().keeps_kv(l)) continue;  // a gemma4 KV-sharing layer: its source layer's rows are copied
       const DType dtype = cache.k(l).dtype;
       const size_t row = cache.k(l).row_bytes() / static_cast<size_t>(bt);  // one position, in the cache's type
       std::vector<std::byte> k(row * static_cast<size_t>(tail)), v(row * static_cast<size_t>(tail));

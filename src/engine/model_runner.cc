@@ -99,7 +99,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
   if (r->options_.kv.num_blocks == 0) r->options_.kv.num_blocks = r->max_blocks_per_seq_ * options.max_sequences;
-  if (options.graph) r->options_.kv.num_blocks += 1;  // the padding rows' block
+  if (r->options_.kv.window_kv && r->options_.kv.window_blocks == 0) {
+    // Sliding layers that keep only their windows: enough for every sequence and a full step (0: no gain here).
+    r->options_.kv.window_blocks =
+        KvCache::window_pool_blocks(config, options.kv.block_tokens, options.max_sequences, options.max_batch_tokens);
+    if (r->options_.kv.window_blocks == 0) r->options_.kv.window_kv = false;
+  }
+  if (options.graph) r->options_.kv.num_blocks += 1;                                 // the padding rows' block
+  if (options.graph && r->options_.kv.window_kv) r->options_.kv.window_blocks += 1;  // and its window block
   TS_RETURN_IF_ERROR(config.causal ? r->upload_weights(weights) : r->upload_encoder_weights(weights));
   model::ModelConfig kv_config = config;
   if (!config.causal) {  // an encoder keeps no K/V between steps: its blocks are only counted
@@ -112,6 +119,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   if (options.graph) {
     TS_ASSIGN_OR_RETURN(BlockId pad, r->kv_->blocks().allocate());
     r->pad_block_ = static_cast<int32_t>(pad);
+    if (r->kv_->windowed()) {
+      TS_ASSIGN_OR_RETURN(BlockId wpad, r->kv_->window_pool().allocate());
+      r->pad_window_block_ = static_cast<int32_t>(wpad);
+    }
   }
 
   bool dense_layers = config.moe.dense_beside_experts && config.has_moe_layers();  // gemma4's MLP beside experts
@@ -140,6 +151,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   TS_ASSIGN_OR_RETURN(s.positions, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.slots, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.block_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
+  if (r->kv_->windowed()) {  // the sliding layers' own tables and write slots
+    TS_ASSIGN_OR_RETURN(s.window_slots, r->alloc(DType::kI32, {n}));
+    TS_ASSIGN_OR_RETURN(s.window_tables, r->alloc(DType::kI32, {n, r->max_blocks_per_seq_}));
+  }
   TS_ASSIGN_OR_RETURN(s.context_lens, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(s.keep_rows, r->alloc(DType::kI32, {n}));
   TS_ASSIGN_OR_RETURN(r->pooled_, r->alloc(DType::kF32, {n, d}));
@@ -312,16 +327,20 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       TS_RETURN_IF_ERROR(tap("Qcur", l, q));
       TS_RETURN_IF_ERROR(tap("Kcur", l, k));
       TS_RETURN_IF_ERROR(tap("Vcur", l, v));
-      if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), s_.slots.rows(0, n)}));
+      // A windowed cache's sliding layers write and read their own pool's blocks, through their own tables.
+      const bool windowed = kv_->windowed_layer(l);
+      const ops::Tensor& slots = windowed ? s_.window_slots : s_.slots;
+      const ops::Tensor& tables = windowed ? s_.window_tables : s_.block_tables;
+      if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), slots.rows(0, n)}));
       if (decodes > 0) {
         TS_RETURN_IF_ERROR(
-            run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), s_.block_tables.rows(0, decodes),
+            run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), tables.rows(0, decodes),
                                        s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
       }
       for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
         const Placed& p = placed[pi];
         const auto len = static_cast<int64_t>(p.segment->tokens.size());
-        ops::Tensor table = s_.block_tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
+        ops::Tensor table = tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
         TS_RETURN_IF_ERROR(run(ops::AttentionPrefillOp{q.rows(p.row0, len), kv_->k(l), kv_->v(l), table,
                                                        att.rows(p.row0, len), p.start, lw.scores, lw.sinks}));
       }
@@ -440,11 +459,16 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   const auto max_blocks = static_cast<size_t>(max_blocks_per_seq_);
   std::vector<int32_t>&ids = step_ids_, &positions = step_positions_, &slots = step_slots_, &lens = step_lens_;
   std::vector<int32_t>& tables = step_tables_;
+  std::vector<int32_t>&window_slots = step_window_slots_, &window_tables = step_window_tables_;
+  const bool windowed = kv_->windowed();
   ids.clear();
   positions.clear();
   slots.clear();
   lens.clear();
+  window_slots.clear();
   tables.assign(placed.size() * max_blocks, 0);
+  // A window block that has left the window reads as block 0: no kernel reads positions outside a query's window.
+  if (windowed) window_tables.assign(placed.size() * max_blocks, 0);
   int64_t row = 0;
   for (size_t i = 0; i < placed.size(); ++i) {
     Placed& p = placed[i];
@@ -453,11 +477,14 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
     p.table = static_cast<int64_t>(i);
     std::transform(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks),
                    [](BlockId b) { return static_cast<int32_t>(b); });
+    if (windowed) fill_window_table(s, window_tables.data() + i * max_blocks);
     for (size_t t = 0; t < p.segment->tokens.size(); ++t) {
       const int32_t pos = p.start + static_cast<int32_t>(t);
       ids.push_back(p.segment->tokens[t]);
       positions.push_back(pos);
       slots.push_back(static_cast<int32_t>(s.blocks[static_cast<size_t>(pos / bt)]) * bt + pos % bt);
+      if (windowed)
+        window_slots.push_back(static_cast<int32_t>(s.window_blocks[static_cast<size_t>(pos / bt)]) * bt + pos % bt);
     }
     if (static_cast<int64_t>(i) < decodes) lens.push_back(p.start + 1);
     row += static_cast<int64_t>(p.segment->tokens.size());
@@ -466,6 +493,11 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, n), positions.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
+  if (windowed) {
+    TS_RETURN_IF_ERROR(stream_->upload(s_.window_slots.rows(0, n), window_slots.data()));
+    TS_RETURN_IF_ERROR(
+        stream_->upload(s_.window_tables.rows(0, static_cast<int64_t>(placed.size())), window_tables.data()));
+  }
   if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
   TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer, before_layer));
   TS_RETURN_IF_ERROR(pool_segments(placed));
@@ -499,6 +531,11 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   TS_RETURN_IF_ERROR(all_row_logits(placed));
   for (const Segment& seg : segments) seg.seq->length += static_cast<int32_t>(seg.tokens.size());
   return ok_status();
+}
+
+void ModelRunner::fill_window_table(const SequenceKv& s, int32_t* row) const {
+  for (size_t i = 0; i < s.window_blocks.size(); ++i)
+    row[i] = s.window_blocks[i] == kNoBlock ? 0 : static_cast<int32_t>(s.window_blocks[i]);
 }
 
 Status ModelRunner::all_row_logits(std::span<const Placed> placed) {
@@ -584,6 +621,13 @@ Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<co
   std::vector<int32_t> ids(rows, 0), positions(rows, 0), slots(rows, pad_block_ * bt), lens(rows, 1);
   std::vector<int32_t> tables(rows * static_cast<size_t>(max_blocks_per_seq_), 0);
   for (size_t i = b; i < rows; ++i) tables[i * static_cast<size_t>(max_blocks_per_seq_)] = pad_block_;
+  const bool windowed = kv_->windowed();
+  std::vector<int32_t> window_slots, window_tables;
+  if (windowed) {
+    window_slots.assign(rows, pad_window_block_ * bt);
+    window_tables.assign(tables.size(), 0);
+    for (size_t i = b; i < rows; ++i) window_tables[i * static_cast<size_t>(max_blocks_per_seq_)] = pad_window_block_;
+  }
   for (size_t i = 0; i < b; ++i) {
     const SequenceKv& s = *seqs[i];
     ids[i] = tokens[i];
@@ -593,12 +637,20 @@ Status ModelRunner::decode_graph(std::span<SequenceKv* const> seqs, std::span<co
     std::transform(s.blocks.begin(), s.blocks.end(),
                    tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks_per_seq_,
                    [](BlockId b) { return static_cast<int32_t>(b); });
+    if (windowed) {
+      window_slots[i] = static_cast<int32_t>(s.window_blocks[static_cast<size_t>(s.length / bt)]) * bt + s.length % bt;
+      fill_window_table(s, window_tables.data() + i * static_cast<size_t>(max_blocks_per_seq_));
+    }
   }
   TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, bucket), ids.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, bucket), positions.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, bucket), slots.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, bucket), lens.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, bucket), tables.data()));
+  if (windowed) {
+    TS_RETURN_IF_ERROR(stream_->upload(s_.window_slots.rows(0, bucket), window_slots.data()));
+    TS_RETURN_IF_ERROR(stream_->upload(s_.window_tables.rows(0, bucket), window_tables.data()));
+  }
   ops::Tensor out = s_.logits.rows(0, static_cast<int64_t>(b));
   auto it = graphs_.find(bucket);
   if (it == graphs_.end()) {

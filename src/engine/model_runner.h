@@ -210,6 +210,7 @@ class ModelRunner {
   struct Scratch {
     ops::Tensor x, xb, delta, q, k, v, att, hb, hb2, logits;
     ops::Tensor ids, positions, slots, block_tables, context_lens;
+    ops::Tensor window_slots, window_tables;                // a windowed cache's sliding layers: [n], [n, blocks]
     ops::Tensor router_logits, expert_ids, expert_weights;  // MoE layers: [n, E], [n, k], [n, k]
     ops::Tensor qg, gate;                                   // gated attention: [n, heads, 2 hd], [n, heads, hd]
     ops::Tensor mixed, conv_out, z, alpha, beta, lin;       // linear layers: [n, C] x2, [n, Vd], [n, Hv] x2, [n, Vd]
@@ -290,6 +291,8 @@ class ModelRunner {
   Status run(const ops::Op& op);
   // RunnerOptions::activation_tap's point `name` of `layer`: `t`'s rows, downloaded (nothing when no tap is set).
   Status tap(std::string_view name, int layer, const ops::Tensor& t);
+  // A windowed cache: seq's sliding-layer block table into `row` (a block out of the window as block 0).
+  void fill_window_table(const SequenceKv& s, int32_t* row) const;
 
   ops::Device& device_;
   model::ModelConfig config_;
@@ -310,9 +313,11 @@ class ModelRunner {
   std::map<int64_t, std::unique_ptr<ops::Graph>> graphs_;
   std::vector<ops::Buffer*> scratch_buffers_;  // the activations: what a graph's memory plan may move
   int32_t pad_block_ = -1;
+  int32_t pad_window_block_ = -1;  // a windowed cache: the padding rows' block in the sliding layers' pool
   // step()'s host-side arrays, kept between steps so that a step does not allocate.
   std::vector<Placed> step_placed_;
   std::vector<int32_t> step_ids_, step_positions_, step_slots_, step_lens_, step_tables_, step_keep_;
+  std::vector<int32_t> step_window_slots_, step_window_tables_;
   // The rows of a step whose final hidden state is read (decode rows, the last row of each prompt chunk that wants
   // logits), uploaded to s_.keep_rows; -1 when every row is (or must be) computed through the last layer.
   Result<int64_t> keep_last_rows(int64_t n, std::span<const Placed> placed, int64_t decodes);

@@ -40,9 +40,13 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
                                      config_.kv_source_layer(layer)));
   }
   const int bt = kv_->block_tokens();
+  // A windowed cache's sliding layer: its own pool's blocks, of which only the window's are kept.
+  const bool windowed = layer >= 0 && layer < config_.n_layers && kv_->windowed_layer(layer);
+  const std::vector<BlockId>& table = windowed ? seq.window_blocks : seq.blocks;
+  const int pool_blocks = windowed ? kv_->window_pool().num_blocks() : kv_->num_blocks();
   // Bounded by the reserved blocks, not seq.length: a layer hook exports positions of the step in progress.
   if (layer < 0 || layer >= config_.n_layers || first < 0 || count < 0 ||
-      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > seq.blocks.size()) {
+      static_cast<size_t>(first + count + bt - 1) / static_cast<size_t>(bt) > table.size()) {
     return out_of_range(fmt::format("{}: layer {} positions [{}, {}) outside the reserved blocks",
                                     out ? "export_kv" : "import_kv", layer, first, first + count));
   }
@@ -55,10 +59,16 @@ Status ModelRunner::copy_kv(const SequenceKv& seq, int layer, int first, int cou
   std::vector<ops::CopyRun> runs;
   for (int i = 0; i < count;) {
     const int pos = first + i;
-    const auto block = static_cast<int32_t>(seq.blocks[static_cast<size_t>(pos / bt)]);
-    if (block < 0 || block >= kv_->num_blocks()) {
+    const auto block = static_cast<int32_t>(table[static_cast<size_t>(pos / bt)]);
+    if (windowed && table[static_cast<size_t>(pos / bt)] == kNoBlock) {
+      return out_of_range(fmt::format(
+          "{}: position {} of sliding layer {} has left its window of {} and is no longer kept (a KV connector needs "
+          "the cache without windows: KvCacheOptions::window_kv off)",
+          out ? "export_kv" : "import_kv", pos, layer, kv_->window()));
+    }
+    if (block < 0 || block >= pool_blocks) {
       return out_of_range(fmt::format("{}: block {} is not a block of this cache ({} blocks)",
-                                      out ? "export_kv" : "import_kv", block, kv_->num_blocks()));
+                                      out ? "export_kv" : "import_kv", block, pool_blocks));
     }
     const int rows = std::min(bt - pos % bt, count - i);
     const size_t dev = (static_cast<size_t>(block) * bt + static_cast<size_t>(pos % bt)) * row_bytes;

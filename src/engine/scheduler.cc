@@ -45,11 +45,6 @@ void Scheduler::finish_loading(Sequence* seq, int valid) {
   running_.push_back(seq);
 }
 
-int Scheduler::blocks_needed(const Sequence& seq, int length) const {
-  const int bt = kv_.block_tokens();
-  return std::max(0, (length + bt - 1) / bt - static_cast<int>(seq.kv.blocks.size()));
-}
-
 void Scheduler::preempt(Sequence* victim, Schedule& out) {
   std::erase(running_, victim);
   release_blocks(victim);
@@ -61,7 +56,7 @@ void Scheduler::preempt(Sequence* victim, Schedule& out) {
 }
 
 bool Scheduler::reserve_with_preemption(Sequence* seq, int length, Schedule& out) {
-  while (blocks_needed(*seq, length) > kv_.blocks().available()) {
+  while (!kv_.can_reserve(seq->kv, length)) {
     // The newest running sequence not already given work this step.
     Sequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
@@ -113,9 +108,7 @@ Schedule Scheduler::schedule() {
     }
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
-      std::vector<BlockId> hit = kv_.blocks().match_prefix(seq->tokens, seq->compute_prompt ? 0 : total - 1);
-      seq->kv.blocks.insert(seq->kv.blocks.end(), hit.begin(), hit.end());
-      seq->kv.length = static_cast<int32_t>(hit.size()) * kv_.block_tokens();
+      kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : total - 1);
       seq->external_tokens = 0;
       seq->external_async = false;
       if (external_ != nullptr && !seq->compute_prompt) {
@@ -131,8 +124,7 @@ Schedule Scheduler::schedule() {
     // Loading from outside computes nothing this step: blocks for the supplied positions only, and no budget.
     const int take = seq->external_async ? 0 : std::min(total - supplied, budget);
     if (seq->whole && take < total - supplied) break;  // an encoder's input waits for a step with room for all of it
-    if (blocks_needed(*seq, supplied + take) > kv_.blocks().available() ||
-        !kv_.reserve(seq->kv, supplied + take).ok()) {
+    if (!kv_.can_reserve(seq->kv, supplied + take) || !kv_.reserve(seq->kv, supplied + take).ok()) {
       release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
       break;                // wait for blocks; never skip ahead of the oldest request
     }
@@ -155,16 +147,18 @@ void Scheduler::commit(const Schedule& schedule) {
   const int bt = kv_.block_tokens();
   for (const ScheduledChunk& c : schedule.chunks) {
     Sequence& s = *c.seq;
-    if (s.uncached) continue;
-    const size_t full = static_cast<size_t>(s.kv.length / bt);
+    const size_t full = s.uncached ? 0 : static_cast<size_t>(s.kv.length / bt);
     while (s.block_hashes.size() < full) {
       const size_t i = s.block_hashes.size();
       BlockHash parent = i == 0 ? 0 : s.block_hashes[i - 1];
       BlockHash h = BlockManager::chain_hash(
           parent, std::span(s.tokens).subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt)));
-      kv_.blocks().register_full_block(s.kv.blocks[i], h);
+      kv_.register_full_block(s.kv, i, h);
       s.block_hashes.push_back(h);
     }
+    // A windowed cache: the sliding layers' blocks that no later step reads go back, registered first, so that a
+    // later prompt sharing this prefix finds the window before the point where they part.
+    kv_.trim_window(s.kv);
   }
 }
 

@@ -82,7 +82,8 @@ class Scheduler {
   void remove(Sequence* seq);
 
   Schedule schedule();
-  // After the step ran: registers newly filled blocks in the prefix cache (not an uncached sequence's).
+  // After the step ran: registers newly filled blocks in the prefix cache (not an uncached sequence's), then gives
+  // back the sliding layers' blocks that have left each sequence's window (KvCache::trim_window).
   void commit(const Schedule& schedule);
 
   int waiting() const { return static_cast<int>(waiting_.size()); }
@@ -96,7 +97,6 @@ class Scheduler {
   bool reserve_with_preemption(Sequence* seq, int length, Schedule& out);
   void preempt(Sequence* victim, Schedule& out);
   void release_blocks(Sequence* seq);
-  int blocks_needed(const Sequence& seq, int length) const;
 
   KvCache& kv_;
   SchedulerOptions options_;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "api/kv_layout.h"
+#include "engine/kv_cache.h"
 
 namespace tessera::serve {
 
@@ -31,9 +32,11 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
   // sequence instead, taken from the same budget first (--kv-memory counts both).
   double kv_mib = b.kv_mib;
   // gemma4: each layer with K/V of its own at its own width and KV heads (the KV-sharing layers hold none).
-  const int kv_layers = model.cached_kv_layers();
-  const auto kv_width = static_cast<int>(model.cached_kv_width());
-  const auto bytes_per_block = static_cast<double>(api::KvLayout{1, kv_width, f.kv_dtype, f.block_size}.bytes());
+  int kv_layers = model.cached_kv_layers();
+  auto block_bytes = [&](int64_t width) {
+    return static_cast<double>(api::KvLayout{1, static_cast<int>(width), f.kv_dtype, f.block_size}.bytes());
+  };
+  double bytes_per_block = block_bytes(model.cached_kv_width());
   if (model.has_linear_layers()) {
     b.state_mib = static_cast<double>(model.recurrent_state_bytes()) * f.max_num_seqs / kMiB;
     if (b.state_mib >= kv_mib)
@@ -48,11 +51,43 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
                     "reuse is off (the state is not kept at block boundaries)",
                     model.linear_layer_count(), b.state_mib, f.max_num_seqs));
   }
-  const auto budget_blocks = static_cast<int64_t>(kv_mib * kMiB / bytes_per_block);
-  b.max_seq_len = model.max_seq_len;
   if (f.max_model_len > model.max_seq_len)
     return invalid_argument(
         fmt::format("--max-model-len {} exceeds the model's context of {} tokens", f.max_model_len, model.max_seq_len));
+  // Sliding layers that keep only their windows: their pool first, then the full layers' blocks from the rest, when
+  // those hold more positions than every layer's would (engine/kv_cache.h). All layers sliding: the full layers'
+  // blocks cost nothing and only count positions.
+  if (f.window_kv) {
+    model::ModelConfig served = model;
+    if (f.max_model_len > 0) served.max_seq_len = f.max_model_len;
+    const int window_blocks =
+        engine::KvCache::window_pool_blocks(served, f.block_size, f.max_num_seqs, std::max(1, f.max_batch_tokens));
+    const double window_mib = window_blocks * block_bytes(engine::KvCache::kv_width(model, true)) / kMiB;
+    const double full_bytes = block_bytes(engine::KvCache::kv_width(model, false));
+    const double whole = kv_mib * kMiB / bytes_per_block;
+    const double windowed = window_mib >= kv_mib ? 0
+                            : full_bytes <= 0    ? 1e18
+                                                 : (kv_mib - window_mib) * kMiB / full_bytes;
+    if (window_blocks > 0 && windowed > whole) {
+      b.window_blocks = window_blocks;
+      b.window_mib = window_mib;
+      kv_mib -= window_mib;
+      bytes_per_block = full_bytes;
+      for (int l = 0; l < model.n_layers; ++l) kv_layers -= model.keeps_kv(l) && model.is_sliding_layer(l) ? 1 : 0;
+      b.info.push_back(fmt::format(
+          "sliding-window layers keep their window of {} only: {} blocks ({:.1f} MiB) for {} sequences; the other "
+          "layers' blocks hold {:.0f} positions where every layer's would hold {:.0f}",
+          model.sliding_window, window_blocks, window_mib, f.max_num_seqs, std::min(windowed, 1e12), whole));
+    } else if (window_blocks > 0) {
+      b.info.push_back(fmt::format(
+          "sliding-window layers keep every position: their windows of {} for {} sequences ({:.1f} MiB) would leave "
+          "room for fewer positions than without them",
+          model.sliding_window, f.max_num_seqs, window_mib));
+    }
+  }
+  const auto budget_blocks =
+      bytes_per_block <= 0 ? int64_t{1} << 40 : static_cast<int64_t>(kv_mib * kMiB / bytes_per_block);
+  b.max_seq_len = model.max_seq_len;
   if (f.max_model_len > 0) {
     b.max_seq_len = f.max_model_len;
   } else if (budget_blocks * f.block_size < model.max_seq_len && budget_blocks > 0) {

@@ -2,7 +2,9 @@
 // device's memory less the weights (vLLM's --gpu-memory-utilization in spirit); a hybrid model's recurrent state
 // for --max-num-seqs sequences taken from it first (only full-attention layers keep K and V); the served context
 // (`--max-model-len`, else the model's, shortened with a warning to what the budget holds, as vLLM does); and the
-// blocks: no more than every running sequence at full context could use, at least one full context.
+// blocks: no more than every running sequence at full context could use, at least one full context. A model with
+// sliding-window layers whose window is shorter than the context gives those layers a pool of their own sized for
+// their windows (flags.window_kv), when the full layers then hold more positions than every layer would without it.
 //
 // Thread-safety: pure.
 #pragma once
@@ -24,12 +26,18 @@ struct KvBudgetFlags {
   int max_num_seqs = 64;
   int block_size = 16;
   DType kv_dtype = DType::kF16;
+  // Sliding-window layers may keep only their windows, in a pool sized for max_num_seqs sequences and steps of
+  // max_batch_tokens (engine::KvCache::window_pool_blocks): chosen when that holds more positions of the full layers.
+  bool window_kv = false;
+  int max_batch_tokens = 0;
 };
 
 struct KvBudget {
   int num_blocks = 0;
   int max_seq_len = 0;                // the served context
   int state_slots = 0;                // recurrent-state slots (hybrid models); 0: none
+  int window_blocks = 0;              // > 0: the sliding layers keep only their windows, in this many blocks
+  double window_mib = 0;              // their share
   double kv_mib = 0;                  // the budget, before the state is taken from it
   double state_mib = 0;               // the recurrent state's share
   std::vector<std::string> info;      // what was decided, for the node's info log

@@ -91,5 +91,38 @@ TEST(KvBudget, AHybridModelsStateComesOutOfTheBudgetFirst) {
   EXPECT_NE(starved.status().message().find("does not hold the recurrent state"), std::string::npos);
 }
 
+TEST(KvBudget, SlidingLayersKeepOnlyTheirWindowsWhenThatHoldsMore) {
+  // gpt-oss-20b: 24 layers alternating sliding (window 128) and full, 8 KV heads of 64: 12 * 512 * 2 (K, V) * 2
+  // bytes = 24 KiB per f16 token in each kind, a block of 16 tokens 384 KiB.
+  auto c = model::synth_shape("gpt-oss-20b");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_EQ(c->sliding_window, 128);
+  KvBudgetFlags f{.kv_memory_mib = 1024, .max_num_seqs = 64, .window_kv = true, .max_batch_tokens = 2048};
+  auto b = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  // Windows: 64 sequences of (127 positions: 8 blocks, 9 where they straddle, +1 for a step starting mid-block) and a
+  // step's 2048 positions (128 blocks) = 768 blocks = 288 MiB; the full layers' 736 MiB hold 1962 blocks, where every
+  // layer's would hold 1365 in 1024 MiB.
+  EXPECT_EQ(b->window_blocks, 768);
+  EXPECT_DOUBLE_EQ(b->window_mib, 288.0);
+  EXPECT_EQ(b->num_blocks, 1962);
+  EXPECT_EQ(b->max_seq_len, 1962 * 16);
+  f.window_kv = false;
+  auto whole = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->window_blocks, 0);
+  EXPECT_EQ(whole->num_blocks, 1365);
+  // 1024 sequences' windows (3888 MiB) do not fit: every position kept, and the log says why.
+  f.window_kv = true;
+  f.max_num_seqs = 1024;
+  auto many = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->window_blocks, 0);
+  EXPECT_EQ(many->num_blocks, 1365);
+  bool said = false;
+  for (const std::string& line : many->info) said = said || line.find("keep every position") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 }  // namespace
 }  // namespace tessera::serve

@@ -1,0 +1,436 @@
+// Sliding-window layers that keep only their windows (engine/kv_cache.h): the blocks a sequence holds, the pool
+// running dry, the prefix cache over two pools, and, through the runner and the engine, logits and greedy text that
+// are the same bits as a cache keeping every position.
+#include <cctype>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <ostream>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "engine/kv_fork.h"
+#include "engine/model_runner.h"
+#include "model/loader.h"
+#include "model/synth.h"
+#include "model/synth_gemma4.h"
+#include "ops/registry.h"
+#include "support/paths.h"
+
+namespace tessera::engine {
+namespace {
+
+// Two layers of the tiny shape, the first sliding over 8 positions, in a context of 256.
+model::ModelConfig sliding_tiny() {
+  model::ModelConfig c = model::synth_shape("tiny").value();
+  c.n_layers = 2;
+  c.max_seq_len = 256;
+  c.sliding_window = 8;
+  c.sliding_pattern = 2;  // layer 0 slides, layer 1 is full
+  return c;
+}
+
+int held(const SequenceKv& s) {
+  return static_cast<int>(
+      std::count_if(s.window_blocks.begin(), s.window_blocks.end(), [](BlockId b) { return b != kNoBlock; }));
+}
+
+std::unique_ptr<KvCache> make_cache(ops::Device& device, const model::ModelConfig& c, int window_blocks,
+                                    bool prefix_cache = false) {
+  auto cache = KvCache::create(device, c,
+                               {.block_tokens = 4,
+                                .num_blocks = 64,
+                                .dtype = DType::kF32,
+                                .prefix_cache = prefix_cache,
+                                .window_blocks = window_blocks});
+  EXPECT_TRUE(cache.ok()) << cache.status().to_string();
+  return std::move(cache).value();
+}
+
+TEST(WindowKv, SlidingLayersHoldOnlyTheBlocksTheirWindowReads) {
+  auto device = ops::open_device("ref").value();
+  const model::ModelConfig c = sliding_tiny();
+  auto cache = make_cache(*device, c, 12);
+  KvCache& kv = *cache;
+  ASSERT_TRUE(kv.windowed());
+  EXPECT_TRUE(kv.windowed_layer(0));
+  EXPECT_FALSE(kv.windowed_layer(1));
+  EXPECT_EQ(kv.k(0).shape_string(), "[12, 4, 4, 8] f32");
+  EXPECT_EQ(kv.k(1).shape_string(), "[64, 4, 4, 8] f32");
+  EXPECT_EQ(kv.bytes_per_block(), kv.window_bytes_per_block());  // one layer each, alike
+
+  // 100 positions in one step need all 25 of their blocks in the window pool too (a prompt's queries read every
+  // window): refused, and nothing is held.
+  SequenceKv a;
+  EXPECT_EQ(kv.reserve(a, 100).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(a.blocks.empty());
+  EXPECT_EQ(kv.blocks().available(), 64);
+  EXPECT_EQ(kv.window_pool().available(), 12);
+  // In steps of 10 it fits: between steps a sequence holds its last 7 positions' blocks.
+  for (int len = 10; len <= 100; len += 10) {
+    ASSERT_TRUE(kv.reserve(a, len).ok()) << len;
+    EXPECT_LE(held(a), 5) << len;  // positions len - 10 - 7 .. len - 1
+    a.length = len;
+    kv.trim_window(a);
+    EXPECT_LE(held(a), 3) << len;
+  }
+  EXPECT_EQ(a.blocks.size(), 25u);
+  ASSERT_EQ(a.window_blocks.size(), 25u);
+  for (size_t i = 0; i < 23; ++i) EXPECT_EQ(a.window_blocks[i], kNoBlock) << i;  // 93..99 are in blocks 23, 24
+  EXPECT_NE(a.window_blocks[23], kNoBlock);
+  EXPECT_NE(a.window_blocks[24], kNoBlock);
+  EXPECT_EQ(kv.window_pool().available(), 10);
+  kv.release(a);
+  EXPECT_EQ(kv.blocks().available(), 64);
+  EXPECT_EQ(kv.window_pool().available(), 12);
+}
+
+TEST(WindowKv, CanReserveCountsWhatTheTrimGivesBackAndAFailedReserveHoldsNothing) {
+  auto device = ops::open_device("ref").value();
+  auto cache = make_cache(*device, sliding_tiny(), 6);
+  KvCache& kv = *cache;
+  SequenceKv a, b;
+  ASSERT_TRUE(kv.reserve(a, 20).ok());  // 5 window blocks, 1 left
+  a.length = 20;
+  EXPECT_EQ(kv.window_pool().available(), 1);
+  // b needs 2: no.
+  EXPECT_FALSE(kv.can_reserve(b, 8));
+  EXPECT_EQ(kv.reserve(b, 8).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(b.blocks.empty());
+  EXPECT_TRUE(b.window_blocks.empty());
+  EXPECT_EQ(kv.blocks().available(), 59);
+  // a's next 10 positions need 3 more, and its window (from position 13, block 3) gives 3 back.
+  EXPECT_TRUE(kv.can_reserve(a, 30));
+  EXPECT_FALSE(kv.can_reserve(a, 40));  // 5 more
+  ASSERT_TRUE(kv.reserve(a, 30).ok());
+  EXPECT_EQ(held(a), 5);  // blocks 3..7
+  a.length = 30;
+  kv.trim_window(a);  // from position 23: blocks 5..7
+  EXPECT_EQ(held(a), 3);
+  EXPECT_TRUE(kv.can_reserve(b, 8));
+  EXPECT_TRUE(kv.reserve(b, 8).ok());
+}
+
+// The tokens of a prompt: 1..n.
+std::vector<model::TokenId> tokens(int n, int from = 1) {
+  std::vector<model::TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+// What the scheduler does after each step (Scheduler::commit): registers the full blocks, then trims.
+void commit(KvCache& kv, SequenceKv& s, std::span<const model::TokenId> t) {
+  const std::vector<BlockHash> h = BlockManager::chain_hashes(t.first(static_cast<size_t>(s.length)), 4);
+  for (size_t i = 0; i < h.size(); ++i) kv.register_full_block(s, i, h[i]);
+  kv.trim_window(s);
+}
+
+TEST(WindowKv, APrefixIsReusedUpToAPointWhoseWindowIsStillCached) {
+  auto device = ops::open_device("ref").value();
+  auto cache = make_cache(*device, sliding_tiny(), 12, /*prefix_cache=*/true);
+  KvCache& kv = *cache;
+  const std::vector<model::TokenId> prompt = tokens(40);
+  SequenceKv a;
+  for (int len = 8; len <= 40; len += 8) {
+    ASSERT_TRUE(kv.reserve(a, len).ok());
+    a.length = len;
+    commit(kv, a, prompt);
+  }
+  EXPECT_EQ(held(a), 2);  // blocks 8, 9: positions 33..39
+
+  // The same prompt: all 10 blocks, the window's two shared with a.
+  SequenceKv b;
+  std::vector<model::TokenId> longer = prompt;
+  longer.push_back(99);
+  EXPECT_EQ(kv.match_prefix(b, longer, 40), 40);
+  EXPECT_EQ(b.blocks, a.blocks);
+  EXPECT_EQ(b.window_blocks[8], a.window_blocks[8]);
+  EXPECT_EQ(b.window_blocks[9], a.window_blocks[9]);
+  EXPECT_EQ(held(b), 2);
+  kv.release(b);
+
+  // A prompt that parts from it after 22 tokens: 5 whole blocks, whose window (positions 13..19: blocks 3, 4) a gave
+  // back registered, so they are still cached.
+  std::vector<model::TokenId> parted = tokens(22);
+  for (int i = 0; i < 10; ++i) parted.push_back(500 + i);
+  SequenceKv c;
+  EXPECT_EQ(kv.match_prefix(c, parted, 31), 20);
+  EXPECT_EQ(held(c), 2);
+  kv.release(c);
+
+  // Once other sequences have taken every free and cached window block, that window is gone: nothing is reused
+  // (blocks 0..4 are still cached in the full layers' pool, but without their window they are no use).
+  SequenceKv filler;
+  ASSERT_TRUE(kv.reserve(filler, 40).ok());
+  EXPECT_EQ(kv.window_pool().available(), 0);
+  kv.release(filler);
+  SequenceKv d;
+  EXPECT_EQ(kv.match_prefix(d, parted, 31), 0);
+  EXPECT_TRUE(d.blocks.empty());
+  // The same prompt as a still finds its whole prefix: a holds that window.
+  SequenceKv e;
+  EXPECT_EQ(kv.match_prefix(e, longer, 40), 40);
+}
+
+TEST(WindowKv, OffWhenAskedOrWhenTheWindowCoversTheContext) {
+  auto device = ops::open_device("ref").value();
+  model::ModelConfig c = sliding_tiny();
+  auto off = KvCache::create(*device, c, {.block_tokens = 4, .num_blocks = 64, .window_kv = false});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->windowed());
+  EXPECT_EQ((*off)->k(0).shape_string(), "[64, 4, 4, 8] f32");
+  c.max_seq_len = 8;  // the window is the whole context: nothing would ever leave it
+  EXPECT_EQ(KvCache::window_pool_blocks(c, 4, 8, 64), 0);
+  auto whole = KvCache::create(*device, c, {.block_tokens = 4, .num_blocks = 64});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE((*whole)->windowed());
+  c.max_seq_len = 256;
+  // 8 sequences: each holds the blocks of 7 positions (2, one more where they straddle a boundary) and one more for a
+  // step starting mid-block; a step of 64 positions adds 16.
+  EXPECT_EQ(KvCache::window_pool_blocks(c, 4, 8, 64), 8 * 4 + 16);
+}
+
+// The runner with a windowed cache against one keeping every position: the same logits, bit for bit, through chunked
+// prompts longer than the window, batched and graph decodes, and a fork.
+struct RunnerCase {
+  std::string shape, device;
+};
+void PrintTo(const RunnerCase& c, std::ostream* os) { *os << c.shape << " on " << c.device; }
+
+class WindowRunner : public ::testing::TestWithParam<RunnerCase> {
+ protected:
+  void SetUp() override {
+    auto d = ops::open_device(GetParam().device, 0, ops::DeviceOptions{2, ""});
+    if (!d.ok()) GTEST_SKIP() << GetParam().device << " not available here: " << d.status().message();
+    device_ = std::move(d).value();
+    const std::string& shape = GetParam().shape;
+    if (shape.starts_with("gemma4")) {
+      auto s = model::gemma4_shape(shape, /*small=*/true);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      ASSERT_TRUE(model::resize_gemma4_shape(*s, 6, 256, 512, 8).ok());
+      const std::string path = testing::scratch_dir() + "/window-" + shape + ".gguf";
+      ASSERT_TRUE(model::write_gemma4_gguf(*s, 7, {}, path).ok());
+      auto loaded = model::load_model(path, "", false);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+      config_ = loaded->config;
+      loaded_ = std::make_unique<model::LoadedModel>(std::move(loaded).value());
+      weights_ = &loaded_->weights;
+    } else {
+      auto c = model::synth_shape_small(shape);
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      synth_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 11));
+      config_ = synth_->config;
+      weights_ = &synth_->weights;
+    }
+    config_.max_seq_len = 128;
+    ASSERT_GT(config_.sliding_window, 0);
+    ASSERT_LT(config_.sliding_window, 40);
+  }
+  std::unique_ptr<ModelRunner> make(bool window, bool graph = false) {
+    RunnerOptions o;
+    o.max_batch_tokens = 7;  // prompt chunks of 7: each step's window reaches back into the last one's blocks
+    o.max_sequences = 4;
+    o.kv.block_tokens = 4;
+    o.kv.dtype = DType::kF16;
+    o.kv.window_kv = window;
+    o.graph = graph;
+    auto r = ModelRunner::create(*device_, config_, *weights_, o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  std::unique_ptr<ops::Device> device_;
+  model::ModelConfig config_;
+  std::unique_ptr<model::SynthModel> synth_;
+  std::unique_ptr<model::LoadedModel> loaded_;
+  const model::ModelWeights* weights_ = nullptr;
+};
+
+TEST_P(WindowRunner, LogitsAreTheWholeCachesBitForBit) {
+  auto whole = make(false), windowed = make(true);
+  ASSERT_TRUE(whole && windowed);
+  EXPECT_FALSE(whole->kv_cache().windowed());
+  ASSERT_TRUE(windowed->kv_cache().windowed());
+  EXPECT_LT(windowed->kv_cache().window_pool().num_blocks(), whole->kv_cache().num_blocks());
+
+  const std::vector<TokenId> prompt_a = tokens(37, 5), prompt_b = tokens(23, 61);
+  SequenceKv wa, wb, xa, xb;
+  std::vector<float> want, got;
+  ASSERT_TRUE(whole->prefill(wa, prompt_a, want).ok());
+  ASSERT_TRUE(windowed->prefill(xa, prompt_a, got).ok());
+  ASSERT_EQ(got, want);
+  ASSERT_TRUE(whole->prefill(wb, prompt_b, want).ok());
+  ASSERT_TRUE(windowed->prefill(xb, prompt_b, got).ok());
+  ASSERT_EQ(got, want);
+  // The fork shares a's window blocks and copies its partial one.
+  SequenceKv wc, xc;
+  ASSERT_TRUE(fork_kv(*whole, wa, wc).ok());
+  ASSERT_TRUE(fork_kv(*windowed, xa, xc).ok());
+  for (int step = 0; step < 12; ++step) {
+    SequenceKv* w[] = {&wa, &wb, &wc};
+    SequenceKv* x[] = {&xa, &xb, &xc};
+    const std::vector<TokenId> next = {static_cast<TokenId>(100 + step), static_cast<TokenId>(200 + step),
+                                       static_cast<TokenId>(300 + step)};
+    ASSERT_TRUE(whole->decode(w, next, want).ok());
+    ASSERT_TRUE(windowed->decode(x, next, got).ok());
+    ASSERT_EQ(got, want) << "step " << step;
+  }
+  // Directly driven (no scheduler), a sequence gives its old window blocks back at its next reservation: what it
+  // holds is its last window and one step's positions, never its whole length.
+  const int bt = 4, window = config_.sliding_window;
+  EXPECT_LE(held(xa), (window - 1 + bt - 1) / bt + 2);
+  EXPECT_EQ(xa.blocks.size(), (37u + 12 + 3) / 4);
+}
+
+TEST_P(WindowRunner, GraphDecodeWithAWindowedCacheGivesTheEagerLogits) {
+  if (!device_->info().supports_graphs) GTEST_SKIP() << GetParam().device << " records no graphs";
+  auto eager = make(false), graph = make(true, /*graph=*/true);
+  ASSERT_TRUE(eager && graph);
+  ASSERT_TRUE(graph->kv_cache().windowed());
+  SequenceKv e, g;
+  std::vector<float> want, got;
+  ASSERT_TRUE(eager->prefill(e, tokens(30, 9), want).ok());
+  ASSERT_TRUE(graph->prefill(g, tokens(30, 9), got).ok());
+  for (int step = 0; step < 12; ++step) {
+    SequenceKv* es[] = {&e};
+    SequenceKv* gs[] = {&g};
+    const TokenId t = static_cast<TokenId>(40 + step);
+    ASSERT_TRUE(eager->decode(es, std::span(&t, 1), want).ok());
+    ASSERT_TRUE(graph->decode(gs, std::span(&t, 1), got).ok());
+    ASSERT_EQ(got, want) << "step " << step;
+  }
+  EXPECT_FALSE(graph->graphs().empty());
+}
+
+std::vector<RunnerCase> runner_cases() {
+  std::vector<RunnerCase> out;
+  for (const char* device : {"ref", "cpu", "opencl"}) {
+    for (const char* shape : {"gemma2-2b", "gpt-oss-20b", "gemma4-e2b"}) out.push_back({shape, device});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WindowRunner, ::testing::ValuesIn(runner_cases()), [](const auto& info) {
+  std::string n = info.param.shape + "_" + info.param.device;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+// Through the engine (scheduler, prefix cache, choices): the same greedy tokens as a cache keeping every position.
+class WindowEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = model::synth_shape_small("gemma2-2b");
+    ASSERT_TRUE(c.ok());
+    c->max_seq_len = 256;
+    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 11));
+    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 11);
+    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
+  }
+  struct Served {
+    std::unique_ptr<ModelRunner> runner;
+    std::unique_ptr<Engine> engine;
+  };
+  Served start(bool window, int max_sequences, int window_blocks = 0) {
+    Served s;
+    RunnerOptions ro;
+    ro.max_batch_tokens = 16;
+    ro.max_sequences = max_sequences;
+    ro.kv.block_tokens = 4;
+    ro.kv.num_blocks = 256;
+    ro.kv.window_kv = window;
+    ro.kv.window_blocks = window_blocks;
+    s.runner = std::move(ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
+    EngineOptions eo;
+    eo.scheduler.max_batch_tokens = 16;
+    eo.scheduler.max_running = max_sequences;
+    s.engine = std::make_unique<Engine>(*s.runner, *tokenizer_, eo);
+    s.engine->start();
+    return s;
+  }
+  struct Out {
+    std::vector<std::vector<TokenId>> tokens;  // per choice
+    int cached = 0;
+    bool ok = true;
+  };
+  static std::future<Out> submit(Engine& e, std::vector<TokenId> prompt, int n = 1) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    r.n = n;
+    auto done = std::make_shared<std::promise<Out>>();
+    auto acc = std::make_shared<Out>();
+    acc->tokens.resize(static_cast<size_t>(n));
+    auto left = std::make_shared<int>(n);
+    auto id = e.submit(std::move(r), [done, acc, left](const RequestOutput& o) {
+      auto& t = acc->tokens[static_cast<size_t>(o.index)];
+      t.insert(t.end(), o.tokens.begin(), o.tokens.end());
+      acc->cached = std::max(acc->cached, o.cached_tokens);
+      if (o.finish == FinishReason::kNone) return;
+      acc->ok = acc->ok && o.error.ok();
+      if (--*left == 0) done->set_value(*acc);
+    });
+    if (!id.ok()) {
+      Out failed;
+      failed.ok = false;
+      done->set_value(failed);
+    }
+    return done->get_future();
+  }
+  std::unique_ptr<model::SynthModel> model_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<ops::Device> device_;
+};
+
+TEST_F(WindowEngine, ConcurrentPromptsPrefixHitsAndChoicesGiveTheWholeCachesTokens) {
+  const std::vector<TokenId> shared = tokens(41, 300);
+  std::vector<TokenId> other = tokens(29, 300);  // parts from `shared` after 29 tokens
+  for (int i = 0; i < 9; ++i) other.push_back(static_cast<TokenId>(470 + i));
+  const std::vector<std::vector<TokenId>> prompts = {shared, tokens(55, 400), tokens(12, 20), other};  // vocab 512
+  std::vector<Out> want;
+  {
+    Served whole = start(false, 4);
+    for (const auto& p : prompts) want.push_back(submit(*whole.engine, p).get());
+    want.push_back(submit(*whole.engine, shared, 3).get());
+    for (const Out& o : want) ASSERT_TRUE(o.ok && o.tokens[0].size() == 24);
+  }
+  {
+    // All four at once: the window pool is sized for max_sequences of them (20 blocks of 4 here), and each prompt of
+    // up to 55 tokens goes through it in steps of 16.
+    Served s = start(true, 4);
+    ASSERT_TRUE(s.runner->kv_cache().windowed());
+    EXPECT_EQ(s.runner->kv_cache().window_pool().num_blocks(), 20);
+    std::vector<std::future<Out>> at_once;
+    for (const auto& p : prompts) at_once.push_back(submit(*s.engine, p));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Out o = at_once[i].get();
+      ASSERT_TRUE(o.ok) << i;
+      EXPECT_EQ(o.tokens, want[i].tokens) << "prompt " << i;
+    }
+  }
+  // One after another, with room in the window pool for what the prefix cache keeps: `other` finds the 28 tokens it
+  // shares with `shared` (7 blocks, whose window, blocks 5 and 6, `shared` gave back registered), and `shared` again
+  // its whole prompt but the last token's block.
+  Served s = start(true, 4, 64);
+  Out first = submit(*s.engine, shared).get();
+  Out parted = submit(*s.engine, other).get();
+  Out again = submit(*s.engine, shared).get();
+  ASSERT_TRUE(first.ok && parted.ok && again.ok);
+  EXPECT_EQ(first.tokens, want[0].tokens);
+  EXPECT_EQ(parted.tokens, want[3].tokens);
+  EXPECT_EQ(again.tokens, want[0].tokens);
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(parted.cached, 28);
+  EXPECT_EQ(again.cached, 40);
+  // Three choices of one prompt share its blocks (forked): each the whole cache's tokens.
+  Out choices = submit(*s.engine, shared, 3).get();
+  ASSERT_TRUE(choices.ok);
+  EXPECT_EQ(choices.tokens, want.back().tokens);
+}
+
+}  // namespace
+}  // namespace tessera::engine
