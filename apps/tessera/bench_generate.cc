@@ -36,6 +36,7 @@ struct BenchArgs {
   std::string model, tokenizer, backend = "cpu", weight_dtype, kv_dtype = "f16";
   int threads = 1, prompt_tokens = 128, gen_tokens = 64, repeat = 3, warmup = 1;
   bool skip_ceilings = false;
+  bool whole_sliding_kv = false;  // sliding layers keep every position (serve's --disable-hybrid-kv-cache-manager)
   std::string graph = "off";
 };
 
@@ -86,6 +87,7 @@ int run_bench(const BenchArgs& a) {
   ro.kv.prefix_cache = false;
   ro.kv.num_blocks = (a.prompt_tokens + a.gen_tokens + ro.kv.block_tokens - 1) / ro.kv.block_tokens;
   ro.graph = a.graph == "on";
+  ro.kv.window_kv = !a.whole_sliding_kv;
   auto runner = engine::ModelRunner::create(**device, c, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
   engine::ModelRunner& r = **runner;
@@ -133,6 +135,16 @@ int run_bench(const BenchArgs& a) {
               a.weight_dtype.empty() ? "as stored" : a.weight_dtype.c_str(), a.kv_dtype.c_str(), a.threads,
               a.prompt_tokens, a.gen_tokens, a.repeat);
   std::printf("load     %.2f s (file read, weights uploaded and prepared for the device, KV allocated)\n", load_s);
+  const engine::KvCache& kv = r.kv_cache();
+  const double kv_mib = static_cast<double>(kv.bytes_per_block()) * kv.num_blocks() / (1024.0 * 1024.0);
+  if (kv.windowed()) {
+    const double window_mib =
+        static_cast<double>(kv.window_bytes_per_block()) * kv.window_pool().num_blocks() / (1024.0 * 1024.0);
+    std::printf("kv       %.1f MiB: full layers %.1f MiB, sliding layers %.1f MiB (their window of %d only)\n",
+                kv_mib + window_mib, kv_mib, window_mib, kv.window());
+  } else {
+    std::printf("kv       %.1f MiB\n", kv_mib);
+  }
   std::printf("prefill  tok/s median %.1f  min %.1f  max %.1f   (%.3f GFLOP/token)\n", pf.median, pf.min, pf.max,
               prefill_flops / 1e9);
   std::printf("decode   tok/s median %.2f  min %.2f  max %.2f   (%.1f MB read/token)\n", dc.median, dc.min, dc.max,
@@ -207,6 +219,8 @@ Action add_bench_generate_subcommand(CLI::App& bench) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-ceilings", args->skip_ceilings, "Skip the bandwidth and FMA measurements");
+  cmd->add_flag("--disable-hybrid-kv-cache-manager", args->whole_sliding_kv,
+                "Sliding-window layers keep every position, not only their window (as tessera serve's flag)");
   return [args] { return run_bench(*args); };
 }
 

@@ -84,7 +84,7 @@ ops::Tensor KvCache::recurrent_state(int layer, int slot) const {
   return t.rows(slot, 1).reshaped({t.dim(1), t.dim(2), t.dim(3)});
 }
 
-Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
+Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_length) {
   if (has_state() && seq.state_slot < 0) {
     if (seq.length > 0)
       return failed_precondition(
@@ -95,19 +95,20 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
     seq.state_slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  const auto need = static_cast<size_t>((new_length + options_.block_tokens - 1) / options_.block_tokens);
+  const int bt = options_.block_tokens;
+  const auto need = static_cast<size_t>((new_length + bt - 1) / bt);
   const size_t had = seq.blocks.size();
+  std::vector<size_t> taken;  // window blocks allocated here
   auto undo = [&](Status st) {
     while (seq.blocks.size() > had) {
       blocks_.release(seq.blocks.back());
       seq.blocks.pop_back();
     }
-    if (windowed()) {
-      for (size_t i = had; i < seq.window_blocks.size(); ++i) {
-        if (seq.window_blocks[i] != kNoBlock) window_pool_.release(seq.window_blocks[i]);
-      }
-      seq.window_blocks.resize(std::min(seq.window_blocks.size(), had));
+    for (size_t i : taken) {
+      window_pool_.release(seq.window_blocks[i]);
+      seq.window_blocks[i] = kNoBlock;
     }
+    if (windowed()) seq.window_blocks.resize(std::min(seq.window_blocks.size(), std::max(had, seq.blocks.size())));
     return st;
   };
   while (seq.blocks.size() < need) {
@@ -117,17 +118,25 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length) {
   }
   if (windowed()) {
     trim_window(seq);
-    // Entries below `had` hold their blocks or have left the window for good; the new ones are allocated here.
-    const size_t first = std::max(first_window_block(seq.length), std::min(had, seq.window_blocks.size()));
+    // Every block from the first one the window reads to the last one asked for holds a block of its own (those
+    // below left the window for good, or were never needed after a prefix hit).
+    const auto wanted = std::min(
+        need, static_cast<size_t>((std::max(window_length < 0 ? new_length : window_length, 0) + bt - 1) / bt));
     if (seq.window_blocks.size() < seq.blocks.size()) seq.window_blocks.resize(seq.blocks.size(), kNoBlock);
-    for (size_t i = first; i < need; ++i) {
+    for (size_t i = first_window_block(seq.length); i < wanted; ++i) {
       if (seq.window_blocks[i] != kNoBlock) continue;
       auto id = window_pool_.allocate();
       if (!id.ok()) return undo(id.status());
       seq.window_blocks[i] = *id;
+      taken.push_back(i);
     }
   }
   return ok_status();
+}
+
+int KvCache::window_blocks_held(const SequenceKv& seq) {
+  return static_cast<int>(
+      std::count_if(seq.window_blocks.begin(), seq.window_blocks.end(), [](BlockId b) { return b != kNoBlock; }));
 }
 
 bool KvCache::can_reserve(const SequenceKv& seq, int32_t new_length) const {

@@ -101,7 +101,11 @@ class KvCache {
   // Grows seq's block table to hold `new_length` positions and, for a hybrid model, gives a sequence that starts
   // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
   // FailedPrecondition for a sequence with cached positions but no state (one forked or imported without it).
-  Status reserve(SequenceKv& seq, int32_t new_length);
+  // `window_length` >= 0: the sliding layers' blocks only up to that length (ModelRunner::prefill reserves a whole
+  // prompt's full-layer blocks at once, and each chunk's window blocks as it comes).
+  Status reserve(SequenceKv& seq, int32_t new_length, int32_t window_length = -1);
+  // The window blocks seq holds.
+  static int window_blocks_held(const SequenceKv& seq);
   // Whether reserve(seq, new_length) would find the blocks it needs in both pools now (counting the window blocks
   // it gives back first).
   bool can_reserve(const SequenceKv& seq, int32_t new_length) const;

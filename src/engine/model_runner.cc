@@ -565,8 +565,22 @@ Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, st
     return invalid_argument(fmt::format("{} positions exceed the model's context of {}", end, config_.max_seq_len));
   }
   const int32_t old_length = seq.length;
-  TS_RETURN_IF_ERROR(kv_->reserve(seq, static_cast<int32_t>(end)));
   const auto chunk = static_cast<size_t>(options_.max_batch_tokens);
+  if (kv_->windowed()) {
+    // The sliding layers hold one chunk and the window before it at a time, never the whole prompt: their blocks are
+    // taken chunk by chunk. Nothing else allocates meanwhile, so room for the most one chunk holds, counted here,
+    // means no chunk fails for want of one (and the sequence is unchanged on this error).
+    const int bt = kv_->block_tokens();
+    const int64_t span = kv_->window() - 1 + static_cast<int64_t>(std::min(chunk, tokens.size()));
+    const auto peak = static_cast<int>((span + bt - 1) / bt + 1);
+    const int room = kv_->window_pool().available() + KvCache::window_blocks_held(seq);
+    if (room < peak) {
+      return resource_exhausted(fmt::format(
+          "the sliding layers' window blocks: {} free or held, a prompt chunk with its window needs up to {}", room,
+          peak));
+    }
+  }
+  TS_RETURN_IF_ERROR(kv_->reserve(seq, static_cast<int32_t>(end), kv_->windowed() ? seq.length : -1));
   for (size_t done = 0; done < tokens.size(); done += chunk) {
     const size_t n = std::min(chunk, tokens.size() - done);
     Segment seg{&seq, tokens.subspan(done, n), done + n == tokens.size()};

@@ -75,9 +75,12 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
       bytes_per_block = full_bytes;
       for (int l = 0; l < model.n_layers; ++l) kv_layers -= model.keeps_kv(l) && model.is_sliding_layer(l) ? 1 : 0;
       b.info.push_back(fmt::format(
-          "sliding-window layers keep their window of {} only: {} blocks ({:.1f} MiB) for {} sequences; the other "
-          "layers' blocks hold {:.0f} positions where every layer's would hold {:.0f}",
-          model.sliding_window, window_blocks, window_mib, f.max_num_seqs, std::min(windowed, 1e12), whole));
+          "sliding-window layers keep their window of {} only: {} blocks ({:.1f} MiB) for {} sequences; {}",
+          model.sliding_window, window_blocks, window_mib, f.max_num_seqs,
+          full_bytes <= 0 ? std::string("every layer with K and V slides, so the context is the only bound")
+                          : fmt::format("the other layers hold {} positions where every layer's would hold {}",
+                                        static_cast<int64_t>(windowed) * f.block_size,
+                                        static_cast<int64_t>(whole) * f.block_size)));
     } else if (window_blocks > 0) {
       b.info.push_back(fmt::format(
           "sliding-window layers keep every position: their windows of {} for {} sequences ({:.1f} MiB) would leave "

@@ -32,10 +32,7 @@ model::ModelConfig sliding_tiny() {
   return c;
 }
 
-int held(const SequenceKv& s) {
-  return static_cast<int>(
-      std::count_if(s.window_blocks.begin(), s.window_blocks.end(), [](BlockId b) { return b != kNoBlock; }));
-}
+int held(const SequenceKv& s) { return KvCache::window_blocks_held(s); }
 
 std::unique_ptr<KvCache> make_cache(ops::Device& device, const model::ModelConfig& c, int window_blocks,
                                     bool prefix_cache = false) {
@@ -193,7 +190,9 @@ TEST(WindowKv, OffWhenAskedOrWhenTheWindowCoversTheContext) {
 }
 
 // The runner with a windowed cache against one keeping every position: the same logits, bit for bit, through chunked
-// prompts longer than the window, batched and graph decodes, and a fork.
+// prompts longer than the window, batched and graph decodes, and a fork. Gemma 2 and gpt-oss alternate sliding and full
+// layers, Gemma 4 adds KV-sharing layers and unlike head sizes, and in Phi-3 every layer slides (the full layers' pool
+// then holds no memory, only the block table).
 struct RunnerCase {
   std::string shape, device;
 };
@@ -228,8 +227,9 @@ class WindowRunner : public ::testing::TestWithParam<RunnerCase> {
     ASSERT_GT(config_.sliding_window, 0);
     ASSERT_LT(config_.sliding_window, 40);
   }
-  std::unique_ptr<ModelRunner> make(bool window, bool graph = false) {
+  std::unique_ptr<ModelRunner> make(bool window, bool graph = false, int window_blocks = 0) {
     RunnerOptions o;
+    o.kv.window_blocks = window_blocks;
     o.max_batch_tokens = 7;  // prompt chunks of 7: each step's window reaches back into the last one's blocks
     o.max_sequences = 4;
     o.kv.block_tokens = 4;
@@ -283,6 +283,28 @@ TEST_P(WindowRunner, LogitsAreTheWholeCachesBitForBit) {
   EXPECT_EQ(xa.blocks.size(), (37u + 12 + 3) / 4);
 }
 
+TEST_P(WindowRunner, APromptLongerThanTheWindowPoolIsTakenChunkByChunk) {
+  // Chunks of 7 with the window of 8 before them span at most 14 positions, 5 blocks of 4: a pool of 5 takes a prompt
+  // of 100 (25 blocks) chunk by chunk; a pool of 4 is refused before anything is computed or held.
+  auto whole = make(false), roomy = make(true, false, 5), tight = make(true, false, 4);
+  ASSERT_TRUE(whole && roomy && tight);
+  ASSERT_EQ(config_.sliding_window, 8);
+  const std::vector<TokenId> prompt = tokens(100, 3);
+  SequenceKv w, r, t;
+  std::vector<float> want, got;
+  ASSERT_TRUE(whole->prefill(w, prompt, want).ok());
+  Status st = roomy->prefill(r, prompt, got);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(r.length, 100);
+  st = tight->prefill(t, prompt, got);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_EQ(t.length, 0);
+  EXPECT_TRUE(t.blocks.empty());
+  EXPECT_EQ(tight->kv_cache().window_pool().available(), 4);
+  EXPECT_EQ(tight->kv_cache().blocks().available(), tight->kv_cache().num_blocks());
+}
+
 TEST_P(WindowRunner, GraphDecodeWithAWindowedCacheGivesTheEagerLogits) {
   if (!device_->info().supports_graphs) GTEST_SKIP() << GetParam().device << " records no graphs";
   auto eager = make(false), graph = make(true, /*graph=*/true);
@@ -306,7 +328,7 @@ TEST_P(WindowRunner, GraphDecodeWithAWindowedCacheGivesTheEagerLogits) {
 std::vector<RunnerCase> runner_cases() {
   std::vector<RunnerCase> out;
   for (const char* device : {"ref", "cpu", "opencl"}) {
-    for (const char* shape : {"gemma2-2b", "gpt-oss-20b", "gemma4-e2b"}) out.push_back({shape, device});
+    for (const char* shape : {"gemma2-2b", "gpt-oss-20b", "gemma4-e2b", "phi3-mini"}) out.push_back({shape, device});
   }
   return out;
 }
