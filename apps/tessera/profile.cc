@@ -11,6 +11,7 @@
 
 #include <fmt/core.h>
 
+#include "base/dtype.h"
 #include "base/mapped_file.h"
 #include "bench/engine_profile.h"
 #include "commands.h"
@@ -23,7 +24,7 @@ namespace tessera::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string model, tokenizer, backend = "ref", family, out;
+  std::string model, tokenizer, backend = "ref", family, out, kv_dtype = "f16";
   bench::EngineProfileOptions measure;
   int threads = 0;
   double memory_gb = 0;
@@ -32,6 +33,8 @@ struct ProfileArgs {
 
 int run_profile(const ProfileArgs& a) {
   if (Status s = bench::check_engine_profile_options(a.measure); !s.ok()) return fail(s.message());
+  bench::EngineProfileOptions measure = a.measure;
+  measure.kv_dtype = *parse_dtype(a.kv_dtype);  // one of the types the flag admits
   auto model = model::load_model(a.model, a.tokenizer);
   if (!model.ok()) return fail(model.status().message());
   ops::DeviceOptions dopts;
@@ -46,7 +49,7 @@ int run_profile(const ProfileArgs& a) {
   if (mem <= 0) return fail(fmt::format("backend {} does not report its memory; give --memory-gb", a.backend));
   p.memory_bytes = mem;
   p.interconnect_bandwidth = a.interconnect_gb_s * 1e9;
-  if (Status s = bench::measure_engine_profile(**device, *model, a.measure, p); !s.ok()) return fail(s.message());
+  if (Status s = bench::measure_engine_profile(**device, *model, measure, p); !s.ok()) return fail(s.message());
 
   std::string yaml = solver::profile_to_yaml(p);
   std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(yaml.data()), yaml.size());
@@ -78,6 +81,10 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--repeats", args->measure.repeats, "Runs per point")->capture_default_str();
   cmd->add_flag("--prefill-export", args->measure.prefill_export,
                 "Time prefill as a prefill node runs it: each layer's KV exported to the wire layout as it is made");
+  cmd->add_option("--kv-dtype", args->kv_dtype,
+                  "KV cache element type timed, as tessera serve's --kv-dtype: f32, f16, bf16, q8_0, q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
+      ->capture_default_str();
   cmd->add_option("--statistic", args->measure.statistic, "Kept of the runs per point: min (the fastest) or median")
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Host threads for the cpu backend (0: every processor)")

@@ -55,6 +55,7 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   ro.kv.num_blocks = a.max_batch * ((max_tokens + a.repeats + 1 + ro.kv.block_tokens - 1) / ro.kv.block_tokens);
   // The hand-off it times carries every layer's rows of every position, as a prefill/decode node's cache keeps them.
   ro.kv.window_kv = false;
+  ro.kv.dtype = a.kv_dtype;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
                       engine::ModelRunner::create(device, c, model.weights, ro));
   engine::ModelRunner& r = *runner;

@@ -31,6 +31,7 @@ struct EngineProfileOptions {
   int repeats = 3;                // runs per point
   std::string statistic = "min";  // kept of the runs per point: "min" (the fastest) or "median"
   bool prefill_export = false;    // time prefill exporting each layer's KV to the wire layout, as a prefill node
+  DType kv_dtype = DType::kF16;   // the KV cache's type: what decode reads (`tessera serve`'s default)
   double network_gb_s = 0;        // > 0: the link rate as given, not measured
   // How the pauses between runs are taken (default: sleep); tests pass a no-op.
   std::function<void(double seconds)> pause;

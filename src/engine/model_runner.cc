@@ -572,7 +572,8 @@ Status ModelRunner::prefill(SequenceKv& seq, std::span<const TokenId> tokens, st
     // means no chunk fails for want of one (and the sequence is unchanged on this error).
     const int bt = kv_->block_tokens();
     const int64_t span = kv_->window() - 1 + static_cast<int64_t>(std::min(chunk, tokens.size()));
-    const auto peak = static_cast<int>((span + bt - 1) / bt + 1);
+    const int64_t to_end = (end + bt - 1) / bt - std::max(0, seq.length - kv_->window() + 1) / bt;
+    const auto peak = static_cast<int>(std::min((span + bt - 1) / bt + 1, to_end));
     const int room = kv_->window_pool().available() + KvCache::window_blocks_held(seq);
     if (room < peak) {
       return resource_exhausted(fmt::format(

@@ -113,7 +113,7 @@ TEST(EngineProfile, MeasuresTheHandOffOfHybridAndGemma4Models) {
   EXPECT_GT(p.network_bandwidth, 1e6);
   const int full = hc.n_layers - hc.linear_layer_count();
   ASSERT_GT(hc.linear_layer_count(), 0);
-  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 2.0 * hc.kv_dim() * 4 * full) << "the full layers' K and V, f32";
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 2.0 * hc.kv_dim() * 2 * full) << "the full layers' K and V, f16";
   o.prefill_export = true;  // each layer exported as a prefill node streams it
   s = measure_engine_profile(**device, h, o, p);
   ASSERT_TRUE(s.ok()) << s.to_string();

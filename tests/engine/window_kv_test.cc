@@ -227,9 +227,10 @@ class WindowRunner : public ::testing::TestWithParam<RunnerCase> {
     ASSERT_GT(config_.sliding_window, 0);
     ASSERT_LT(config_.sliding_window, 40);
   }
-  std::unique_ptr<ModelRunner> make(bool window, bool graph = false, int window_blocks = 0) {
+  std::unique_ptr<ModelRunner> make(bool window, bool graph = false, int window_blocks = 0, int num_blocks = 0) {
     RunnerOptions o;
     o.kv.window_blocks = window_blocks;
+    o.kv.num_blocks = num_blocks;
     o.max_batch_tokens = 7;  // prompt chunks of 7: each step's window reaches back into the last one's blocks
     o.max_sequences = 4;
     o.kv.block_tokens = 4;
@@ -303,6 +304,23 @@ TEST_P(WindowRunner, APromptLongerThanTheWindowPoolIsTakenChunkByChunk) {
   EXPECT_TRUE(t.blocks.empty());
   EXPECT_EQ(tight->kv_cache().window_pool().available(), 4);
   EXPECT_EQ(tight->kv_cache().blocks().available(), tight->kv_cache().num_blocks());
+  // A cache sized for one short sequence (as `tessera generate` sizes it: 3 blocks for 10 positions and 2 more) caps
+  // the window pool at those 3, which is all this prompt's chunks ever hold.
+  auto small = make(true, false, 0, 3);
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->kv_cache().window_pool().num_blocks(), 3);
+  SequenceKv w2, s2;
+  ASSERT_TRUE(whole->prefill(w2, std::span(prompt).first(10), want).ok());
+  st = small->prefill(s2, std::span(prompt).first(10), got);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(got, want);
+  for (TokenId next : {TokenId{40}, TokenId{41}}) {
+    SequenceKv* w[] = {&w2};
+    SequenceKv* x[] = {&s2};
+    ASSERT_TRUE(whole->decode(w, std::span(&next, 1), want).ok());
+    ASSERT_TRUE(small->decode(x, std::span(&next, 1), got).ok());
+    EXPECT_EQ(got, want);
+  }
 }
 
 TEST_P(WindowRunner, GraphDecodeWithAWindowedCacheGivesTheEagerLogits) {

@@ -130,8 +130,9 @@ TEST(ProfileCli, MeasuresFitsAndFeedsTheSolver) {
   EXPECT_EQ(p["decode"][6]["batch"].as<int>(), 3);
   EXPECT_EQ(p["fit"]["points"].as<int>(), 16);
   EXPECT_GE(p["fit"]["mean_abs_rel_error"].as<double>(), 0.0);
-  // stories260K: 5 layers x kv_dim 32 (4 kv heads of 8) x 2 (k, v) x 4 bytes (f32 cache) = 1280 bytes.
-  EXPECT_EQ(p["kv_bytes_per_token"].as<double>(), 1280);
+  // stories260K: 5 layers x kv_dim 32 (4 kv heads of 8) x 2 (k, v) x 2 bytes (an f16 cache, as tessera serve keeps
+  // by default; --kv-dtype f32 times an f32 one) = 640 bytes.
+  EXPECT_EQ(p["kv_bytes_per_token"].as<double>(), 640);
   // The measured profile drives a plan.
   std::ofstream(dir + "/fleet.yaml") << "pools:\n  - {name: cpu, count: 2, cost_per_hour: 0.1, profile: ref.yaml}\n";
   std::ofstream(dir + "/workload.yaml")
