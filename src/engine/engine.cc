@@ -728,6 +728,10 @@ void Engine::publish_stats() {
   s.kv_blocks_total = runner_.kv_cache().num_blocks();
   s.kv_blocks_used = runner_.kv_cache().blocks().used();
   s.kv_blocks_cached = runner_.kv_cache().blocks().cached();
+  if (runner_.kv_cache().windowed()) {
+    s.window_blocks_total = runner_.kv_cache().window_pool().num_blocks();
+    s.window_blocks_used = runner_.kv_cache().window_pool().used();
+  }
   s.kv_loading = scheduler_.loading();
   s.prefix = runner_.kv_cache().blocks().stats();
   s.prefix_cache_enabled = runner_.kv_cache().blocks().prefix_cache_enabled();

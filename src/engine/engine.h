@@ -141,6 +141,9 @@ struct EngineStats {
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;
   int kv_blocks_cached = 0;
+  // A windowed cache (engine/kv_cache.h): the sliding layers' own pool, and its blocks held by sequences (0: none).
+  int window_blocks_total = 0;
+  int window_blocks_used = 0;
   PrefixCacheStats prefix;
   bool prefix_cache_enabled = true;  // false by flag, or for a hybrid model (no recurrent state at block boundaries)
   int state_slots_total = 0;         // hybrid models: recurrent-state slots, and those held by sequences

@@ -38,6 +38,8 @@ struct Metrics::Impl {
   p::Gauge& kv_usage;
   p::Gauge& prefix_hit_rate;
   p::Gauge& prefix_enabled;
+  p::Gauge& window_total;
+  p::Gauge& window_used;
   p::Gauge& state_total;
   p::Gauge& state_used;
   // KV connectors, labelled by connector and tier.
@@ -141,6 +143,10 @@ struct Metrics::Impl {
         prefix_enabled(gauge("tessera_prefix_cache_enabled",
                              "1 when prefix reuse is on; 0 when turned off (--no-prefix-cache) or refused for a hybrid "
                              "model, whose linear-attention state is not kept at block boundaries")),
+        window_total(gauge("tessera_kv_window_blocks_total",
+                           "KV blocks of the sliding-window layers' own pool, when they keep only their windows (0 "
+                           "otherwise)")),
+        window_used(gauge("tessera_kv_window_blocks_used", "Sliding-window layers' KV blocks held by sequences")),
         state_total(gauge("tessera_recurrent_state_slots_total",
                           "Recurrent-state slots of a hybrid model (one per running sequence; 0 otherwise)")),
         state_used(gauge("tessera_recurrent_state_slots_used", "Recurrent-state slots held by sequences")),
@@ -372,6 +378,8 @@ std::string Metrics::render(const engine::EngineStats& s, const std::vector<engi
   impl_->kv_total.Set(s.kv_blocks_total);
   impl_->kv_cached.Set(s.kv_blocks_cached);
   impl_->prefix_enabled.Set(s.prefix_cache_enabled ? 1 : 0);
+  impl_->window_total.Set(s.window_blocks_total);
+  impl_->window_used.Set(s.window_blocks_used);
   impl_->state_total.Set(s.state_slots_total);
   impl_->state_used.Set(s.state_slots_used);
   impl_->kv_usage.Set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);

@@ -124,6 +124,44 @@ TEST(HybridServe, PreemptedAndForkedSequencesKeepTheirTextAndFreeTheirState) {
   EXPECT_EQ(node.stop(SIGTERM), 0);
 }
 
+// Sliding-window layers keeping only their windows (engine/kv_cache.h), served: a Gemma 2 shape (window 8, every
+// other layer sliding) gives the same greedy text alone, four at once, as three choices and with the windows off
+// (`--disable-hybrid-kv-cache-manager`), and /metrics shows the window pool and its blocks given back.
+TEST(HybridServe, SlidingLayersThatKeepOnlyTheirWindowServeTheWholeCachesText) {
+  const std::string model = synth_model("w.gguf", 4, "gemma2-2b");
+  ASSERT_FALSE(model.empty());
+  const std::vector<std::string> flags = {"--backend", "cpu", "--threads", "2", "--max-num-seqs", "4"};
+  std::vector<std::vector<int>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back({300 + i, 17, 42, 99, 7 + i, 250, 3, 11, 60, 61, 62, 63, 64});
+  constexpr int kTokens = 120;
+  const std::string labels = "{model=\"w\"}";
+  std::vector<std::string> whole;
+  {
+    std::vector<std::string> off = flags;
+    off.push_back("--disable-hybrid-kv-cache-manager");
+    Node n = start_node(model, off);
+    for (const auto& p : prompts) whole.push_back(complete(n.url, p, 1, kTokens, "w").at(0));
+    EXPECT_EQ(testing::scrape_metric(n.url, "tessera_kv_window_blocks_total" + labels), 0);
+    EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+  }
+  Node n = start_node(model, flags);
+  std::vector<std::string> alone, together(prompts.size());
+  for (const auto& p : prompts) alone.push_back(complete(n.url, p, 1, kTokens, "w").at(0));
+  EXPECT_EQ(alone, whole);
+  EXPECT_GT(testing::scrape_metric(n.url, "tessera_kv_window_blocks_total" + labels), 0);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    clients.emplace_back([&, i] { together[i] = complete(n.url, prompts[i], 1, kTokens, "w").at(0); });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(together, whole);
+  const std::vector<std::string> three = complete(n.url, prompts[1], 3, 40, "w");
+  ASSERT_EQ(three.size(), 3u);
+  for (const std::string& t : three) EXPECT_EQ(t, whole[1].substr(0, t.size()));
+  // Every request has ended: no window block is held (cached ones are free to take).
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_kv_window_blocks_used" + labels), 0);
+  EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+}
+
 // A greedy completion's text and the logprob of each token it chose.
 struct Greedy {
   std::string text;
