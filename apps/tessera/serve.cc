@@ -27,10 +27,6 @@
 #include "engine/activation_dump.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
-#include "kv/host/host_connector.h"
-#include "kv/host/model_identity.h"
-#include "kv/pool/pool_connector.h"
-#include "kv/registry.h"
 #include "link/discovery.h"
 #include "model/loader.h"
 #include "ops/registry.h"
@@ -39,6 +35,7 @@
 #include "serve/node_server.h"
 #include "serve/pd.h"
 #include "serve_flags.h"
+#include "serve_kv.h"
 
 namespace tessera::cli {
 namespace {
@@ -102,9 +99,7 @@ int run_serve(const ServeArgs& a) {
   for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
   // KV connectors (tiers, the pool, a prefill/decode role's hand-off) move every layer's rows of a block: with one,
   // sliding-window layers keep every position.
-  const bool connectors = a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty() || a.kv_pool_memory_mib > 0 ||
-                          a.role != "both" || a.role_switchable;
-  const bool window_kv = !a.whole_sliding_kv && !connectors;
+  const bool window_kv = !a.whole_sliding_kv && !serve_uses_kv_connectors(a);
   const auto kv_budget =
       serve::plan_kv_budget(cfg,
                             {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size,
@@ -152,53 +147,8 @@ int run_serve(const ServeArgs& a) {
   const std::string link_host = !a.link_host.empty()                      ? a.link_host
                                 : (a.host == "0.0.0.0" || a.host == "::") ? std::string("127.0.0.1")
                                                                           : a.host;
-  // KV beyond device memory: blocks the cache evicts go to host memory, then to disk (kv/host/host_connector.h).
-  // Added before the PD service's pd-link connector, so that a remote prefill starts after what the tiers hold.
-  if (a.kv_disk_size_mib > 0 && a.kv_disk_dir.empty()) return fail("--kv-disk-size needs --kv-disk-dir");
-  // The model's identity keys what outlives this process or leaves it (disk files, pool records): its
-  // configuration and weights, and how it is run here.
-  std::string identity;
-  if (!a.kv_disk_dir.empty() || a.kv_pool_memory_mib > 0)
-    identity = kv::model_identity(
-        cfg, model->weights,
-        fmt::format("backend={} weight_dtype={}", backend, a.weight_dtype.empty() ? "stored" : a.weight_dtype));
-  if (a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty()) {
-    kv::HostOptions ho;
-    ho.host_bytes = static_cast<size_t>(a.kv_host_memory_mib * 1024 * 1024);
-    ho.disk_dir = a.kv_disk_dir;
-    ho.disk_bytes = static_cast<size_t>(a.kv_disk_size_mib * 1024 * 1024);
-    kv::ConnectorSpec spec;
-    spec.model_identity = identity;
-    spec.options = ho;
-    auto host = kv::make_connector(kv::kHostConnector, spec);
-    if (!host.ok()) return fail(host.status().message());
-    if (Status s = engine.add_connector(*host); !s.ok()) return fail(s.message());
-    log::info("KV tiers: {:g} MiB host memory{}", a.kv_host_memory_mib,
-              a.kv_disk_dir.empty() ? std::string()
-                                    : fmt::format(", {:g} MiB on disk in {}", a.kv_disk_size_mib, a.kv_disk_dir));
-  }
-  // The cluster KV pool (kv/pool/pool_connector.h): after the host tiers, before a remote prefill.
-  if (a.kv_pool_memory_mib > 0) {
-    if (a.ctrl.empty()) return fail("--kv-pool-memory needs --ctrl: the control plane every node of the pool uses");
-    auto store = ctrl::make_store_from_flag(a.ctrl, *store_auth);
-    if (!store.ok()) return fail(store.status().message());
-    kv::PoolOptions po;
-    po.pool_bytes = static_cast<size_t>(a.kv_pool_memory_mib * 1024 * 1024);
-    po.store = std::shared_ptr<ctrl::Store>(std::move(store).value());
-    po.lease_ttl = std::chrono::milliseconds(a.ctrl_ttl_ms);
-    po.endpoints = a.link_endpoints;
-    po.host = link_host;
-    po.cluster_token = *token;
-    if (const char* f = std::getenv("TESSERA_KV_POOL_CORRUPT"); f != nullptr && std::string_view(f) == "1")
-      po.corrupt_slots = true;
-    kv::ConnectorSpec spec;
-    spec.model_identity = identity;
-    spec.options = po;
-    auto pool = kv::make_connector(kv::kPoolConnector, spec);
-    if (!pool.ok()) return fail(pool.status().message());
-    if (Status s = engine.add_connector(*pool); !s.ok()) return fail(s.message());
-    log::info("KV pool: {:g} MiB of this node's memory in the pool of {}", a.kv_pool_memory_mib, a.ctrl);
-  }
+  if (Status s = attach_kv_tiers(engine, a, cfg, model->weights, backend, link_host, *token, *store_auth); !s.ok())
+    return fail(s.message());
 
   serve::NodeOptions no;
   no.model_name = a.served_names.empty() ? model->name : a.served_names.front();
