@@ -57,6 +57,7 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
   // Sliding layers that keep only their windows: their pool first, then the full layers' blocks from the rest, when
   // those hold more positions than every layer's would (engine/kv_cache.h). All layers sliding: the full layers'
   // blocks cost nothing and only count positions.
+  double window_block_bytes = 0;  // > 0: the sliding layers keep their windows, in blocks of this size
   if (f.window_kv) {
     model::ModelConfig served = model;
     if (f.max_model_len > 0) served.max_seq_len = f.max_model_len;
@@ -71,6 +72,7 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     if (window_blocks > 0 && windowed > whole) {
       b.window_blocks = window_blocks;
       b.window_mib = window_mib;
+      window_block_bytes = block_bytes(engine::KvCache::kv_width(model, true));
       kv_mib -= window_mib;
       bytes_per_block = full_bytes;
       for (int l = 0; l < model.n_layers; ++l) kv_layers -= model.keeps_kv(l) && model.is_sliding_layer(l) ? 1 : 0;
@@ -109,6 +111,21 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     return invalid_argument(fmt::format(
         "--kv-memory {:g} MiB holds {} tokens, less than the served context of {} tokens ({:.1f} MiB needed)", b.kv_mib,
         budget_blocks * f.block_size, b.max_seq_len, blocks_per_seq * bytes_per_block / kMiB));
+  // What the full layers' blocks leave of the budget (capped at every sequence's whole context) goes to the windows'
+  // pool: room for the prefix cache to keep the windows of more prefixes. Never more blocks than the full layers have
+  // (each window block caches one of their positions' blocks).
+  if (window_block_bytes > 0) {
+    const double left = kv_mib * kMiB - b.num_blocks * bytes_per_block;
+    const auto extra = static_cast<int>(std::min<double>(left / window_block_bytes, b.num_blocks - b.window_blocks));
+    if (extra > 0) {
+      b.window_blocks += extra;
+      b.window_mib += extra * window_block_bytes / kMiB;
+      b.info.push_back(
+          fmt::format("{} more window blocks ({:.1f} MiB) from what the other layers leave, for the prefix "
+                      "cache",
+                      extra, extra * window_block_bytes / kMiB));
+    }
+  }
   // The line docs/kv.md quotes to compare KV cache types: what one token costs and how many blocks fit.
   b.info.push_back(fmt::format(
       "KV cache {} (K and V): {:.0f} bytes per token over {} layers, {} blocks of {} tokens ({} tokens, {:.1f} MiB)",

@@ -112,6 +112,17 @@ TEST(KvBudget, SlidingLayersKeepOnlyTheirWindowsWhenThatHoldsMore) {
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->window_blocks, 0);
   EXPECT_EQ(whole->num_blocks, 1365);
+  // A served context of 4096 for 8 sequences: windows 8 * 10 + 128 = 208 blocks (78 MiB), the full layers capped at
+  // 8 * 256 = 2048 of the 2522 blocks the other 946 MiB hold; the 474 left go to the windows' pool.
+  KvBudgetFlags short_ctx = f;
+  short_ctx.max_model_len = 4096;
+  short_ctx.max_num_seqs = 8;
+  short_ctx.window_kv = true;
+  auto s = plan_kv_budget(*c, short_ctx, 0, 0, 0);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->num_blocks, 2048);
+  EXPECT_EQ(s->window_blocks, 208 + 474);
+  EXPECT_DOUBLE_EQ(s->window_mib, (208 + 474) * 0.375);
   // 1024 sequences' windows (3888 MiB) do not fit: every position kept, and the log says why.
   f.window_kv = true;
   f.max_num_seqs = 1024;
