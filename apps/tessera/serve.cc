@@ -97,9 +97,9 @@ int run_serve(const ServeArgs& a) {
   model::ModelConfig cfg = model->config;
   uint64_t weight_bytes = 0;
   for (const model::WeightTensor& t : model->weights.tensors()) weight_bytes += t.bytes;
-  // KV connectors (tiers, the pool, a prefill/decode role's hand-off) move every layer's rows of a block: with one,
-  // sliding-window layers keep every position.
-  const bool window_kv = !a.whole_sliding_kv && !serve_uses_kv_connectors(a);
+  // KV tiers and the pool keep every layer's rows of whole blocks: with them, sliding-window layers keep every
+  // position (a prefill/decode role's hand-off moves a request's rows and works with windows).
+  const bool window_kv = !a.whole_sliding_kv && !serve_keeps_kv_blocks(a);
   const auto kv_budget =
       serve::plan_kv_budget(cfg,
                             {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size,

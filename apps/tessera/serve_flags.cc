@@ -161,8 +161,8 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable the prefix cache");
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a->whole_sliding_kv,
-                "vLLM's flag: sliding-window layers keep every position, not only their window (KV tiers, the KV pool "
-                "and a prefill/decode role turn this on themselves)");
+                "vLLM's flag: sliding-window layers keep every position, not only their window (KV tiers and the KV "
+                "pool turn this on themselves)");
   cmd->add_option("--threads", a->threads, "Host threads for the cpu backend (0: every processor)")
       ->check(CLI::Range(0, 1024));
   // vLLM's names for the same two choices.

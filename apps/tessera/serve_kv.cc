@@ -15,9 +15,8 @@
 
 namespace tessera::cli {
 
-bool serve_uses_kv_connectors(const ServeArgs& a) {
-  return a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty() || a.kv_pool_memory_mib > 0 || a.role != "both" ||
-         a.role_switchable;
+bool serve_keeps_kv_blocks(const ServeArgs& a) {
+  return a.kv_host_memory_mib > 0 || !a.kv_disk_dir.empty() || a.kv_pool_memory_mib > 0;
 }
 
 Status attach_kv_tiers(engine::Engine& engine, const ServeArgs& a, const model::ModelConfig& config,

@@ -1,4 +1,4 @@
-// `tessera serve`'s KV beyond the device cache, from its flags: whether the node runs a KV connector (its
+// `tessera serve`'s KV beyond the device cache, from its flags: whether the node keeps whole blocks outside it (its
 // sliding-window layers then keep every position, engine/kv_cache.h), and the host/disk tiers and the cluster KV
 // pool attached to the engine as connectors (docs/kv.md).
 #pragma once
@@ -15,8 +15,9 @@
 
 namespace tessera::cli {
 
-// Host or disk tiers, the KV pool, or a prefill/decode role (whose hand-off is a connector).
-bool serve_uses_kv_connectors(const ServeArgs& a);
+// Host or disk tiers, or the KV pool: connectors that keep whole blocks after their requests (a prefill/decode
+// role's hand-off is a connector too, but moves rows of running requests only).
+bool serve_keeps_kv_blocks(const ServeArgs& a);
 
 // Attaches the host/disk tiers, then the KV pool, that the flags ask for (none: nothing). Records that outlive the
 // process or leave it are keyed by the model's identity: its configuration and weights, the backend and weight type.

@@ -41,8 +41,9 @@ Status Engine::add_connector(std::shared_ptr<KvConnector> connector) {
 }
 
 Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
-  // A connector moves every layer's rows of a block; a windowed cache has given its sliding layers' old rows back.
-  if (runner_.kv_cache().windowed())
+  // A connector that keeps whole blocks needs every layer's rows of them; a windowed cache has given its sliding
+  // layers' old rows back.
+  if (runner_.kv_cache().windowed() && !connector->works_with_windows())
     return failed_precondition(fmt::format(
         "KV connector '{}' needs every layer's K and V at every position, but this {} model's sliding-window layers "
         "keep only their window of {} (create the runner with KvCacheOptions::window_kv off)",
@@ -199,6 +200,10 @@ void Engine::complete_load(Active& a) {
   if (short_load) counters_.kv_load_shortfalls++;
   a.loading = false;
   scheduler_.finish_loading(&s, valid);
+  // A windowed cache took the sliding layers' blocks for the window after every promised position (Scheduler's
+  // window_from): after a shortfall those hold nothing yet, and the steps that compute the rest take the window
+  // blocks they need (the positions that arrived are written during the first of them, into the window it reads).
+  runner_.kv_cache().drop_window_after(s.kv, valid);
   int cached = a.local_tokens, elsewhere = 0;
   bool ends = false;
   for (const Active::KvRange& r : a.ranges) {
@@ -259,6 +264,7 @@ bool Engine::load_now(Active& a) {
   log::warn("request {}: loading its KV failed ({}); computing it here", id, st.to_string());
   counters_.kv_load_shortfalls++;
   a.seq.kv.length = a.local_tokens;
+  runner_.kv_cache().drop_window_after(a.seq.kv, a.local_tokens);
   a.ranges.clear();
   return false;
 }

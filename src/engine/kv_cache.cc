@@ -84,7 +84,7 @@ ops::Tensor KvCache::recurrent_state(int layer, int slot) const {
   return t.rows(slot, 1).reshaped({t.dim(1), t.dim(2), t.dim(3)});
 }
 
-Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_length) {
+Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_length, int32_t window_from) {
   if (has_state() && seq.state_slot < 0) {
     if (seq.length > 0)
       return failed_precondition(
@@ -123,7 +123,7 @@ Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_leng
     const auto wanted = std::min(
         need, static_cast<size_t>((std::max(window_length < 0 ? new_length : window_length, 0) + bt - 1) / bt));
     if (seq.window_blocks.size() < seq.blocks.size()) seq.window_blocks.resize(seq.blocks.size(), kNoBlock);
-    for (size_t i = first_window_block(seq.length); i < wanted; ++i) {
+    for (size_t i = first_window_block(std::max(seq.length, window_from)); i < wanted; ++i) {
       if (seq.window_blocks[i] != kNoBlock) continue;
       auto id = window_pool_.allocate();
       if (!id.ok()) return undo(id.status());
@@ -139,13 +139,13 @@ int KvCache::window_blocks_held(const SequenceKv& seq) {
       std::count_if(seq.window_blocks.begin(), seq.window_blocks.end(), [](BlockId b) { return b != kNoBlock; }));
 }
 
-bool KvCache::can_reserve(const SequenceKv& seq, int32_t new_length) const {
+bool KvCache::can_reserve(const SequenceKv& seq, int32_t new_length, int32_t window_from) const {
   const auto need = static_cast<size_t>((new_length + options_.block_tokens - 1) / options_.block_tokens);
   if (need > seq.blocks.size() && need - seq.blocks.size() > static_cast<size_t>(blocks_.available())) return false;
   if (!windowed()) return true;
-  const size_t first = first_window_block(seq.length);
+  const size_t first = first_window_block(seq.length);  // reserve() gives back the blocks before it
   int wanted = 0, freed = 0;
-  for (size_t i = first; i < need; ++i) {
+  for (size_t i = first_window_block(std::max(seq.length, window_from)); i < need; ++i) {
     if (i >= seq.window_blocks.size() || seq.window_blocks[i] == kNoBlock) wanted++;
   }
   for (size_t i = 0; i < std::min(first, seq.window_blocks.size()); ++i) {
@@ -159,6 +159,16 @@ void KvCache::trim_window(SequenceKv& seq) {
   if (!windowed()) return;
   const size_t first = std::min(first_window_block(seq.length), seq.window_blocks.size());
   for (size_t i = 0; i < first; ++i) {
+    if (seq.window_blocks[i] == kNoBlock) continue;
+    window_pool_.release(seq.window_blocks[i]);
+    seq.window_blocks[i] = kNoBlock;
+  }
+}
+
+void KvCache::drop_window_after(SequenceKv& seq, int32_t length) {
+  if (!windowed()) return;
+  const int bt = options_.block_tokens;
+  for (auto i = static_cast<size_t>((std::max(length, 0) + bt - 1) / bt); i < seq.window_blocks.size(); ++i) {
     if (seq.window_blocks[i] == kNoBlock) continue;
     window_pool_.release(seq.window_blocks[i]);
     seq.window_blocks[i] = kNoBlock;

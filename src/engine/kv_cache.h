@@ -102,17 +102,22 @@ class KvCache {
   // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
   // FailedPrecondition for a sequence with cached positions but no state (one forked or imported without it).
   // `window_length` >= 0: the sliding layers' blocks only up to that length (ModelRunner::prefill reserves a whole
-  // prompt's full-layer blocks at once, and each chunk's window blocks as it comes).
-  Status reserve(SequenceKv& seq, int32_t new_length, int32_t window_length = -1);
+  // prompt's full-layer blocks at once, and each chunk's window blocks as it comes). `window_from` > seq.length: the
+  // positions before it arrive from outside (a KV connector's load), so the sliding layers take blocks only for the
+  // window a step after them reads (a decode node given a long prompt never holds more than its window).
+  Status reserve(SequenceKv& seq, int32_t new_length, int32_t window_length = -1, int32_t window_from = -1);
   // The window blocks seq holds.
   static int window_blocks_held(const SequenceKv& seq);
   // Whether reserve(seq, new_length) would find the blocks it needs in both pools now (counting the window blocks
   // it gives back first).
-  bool can_reserve(const SequenceKv& seq, int32_t new_length) const;
+  bool can_reserve(const SequenceKv& seq, int32_t new_length, int32_t window_from = -1) const;
   // Gives back the window blocks that no later step of seq reads (every position of them before seq.length -
   // window + 1). reserve() does it first; the scheduler after each step, once the step's full blocks are registered
   // in the prefix cache (a registered block stays cached until its pool needs it).
   void trim_window(SequenceKv& seq);
+  // Gives back the window blocks that hold no position before `length` (a load that fell short: the positions after
+  // it are computed, and take their window blocks as they come, like any prompt's).
+  void drop_window_after(SequenceKv& seq, int32_t length);
   // The prefix cache: seq (empty) takes the cached blocks of the longest prefix of `tokens` made of whole blocks,
   // at most max_tokens long, whose window blocks (the last window's worth before its end) are cached too; seq.length
   // is set to it. Returns the positions found.

@@ -151,11 +151,13 @@ class KvBlockIo {
   // Whole blocks of one layer, in the cache's own type: K and V as [block][position][kv_dim] each. Exact bytes.
   virtual Status read_blocks(int layer, std::span<const BlockId> blocks, void* k, void* v) = 0;
   virtual Status write_blocks(int layer, std::span<const BlockId> blocks, const void* k, const void* v) = 0;
-  // Positions [first, first + count) of a block table as rows [count][kv_dim] of `dtype` (the wire's), converted
-  // from (to) the cache's type.
-  virtual Status read_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, void* k,
-                           void* v) = 0;
-  virtual Status write_rows(int layer, std::span<const BlockId> table, int first, int count, DType dtype, const void* k,
+  // Positions [first, first + count) of a running request (in its block tables as they are now, so during a step
+  // also the positions the step computes) as rows [count][kv_dim] of `dtype` (the wire's), converted from (to) the
+  // cache's type. A windowed cache (engine/kv_cache.h) keeps a sliding layer's rows only while its window reads
+  // them: such a layer's rows of positions no later step of the request reads come out as zeros and are dropped
+  // when written (the decode side of a hand-off never reads them).
+  virtual Status read_rows(RequestId id, int layer, int first, int count, DType dtype, void* k, void* v) = 0;
+  virtual Status write_rows(RequestId id, int layer, int first, int count, DType dtype, const void* k,
                             const void* v) = 0;
   // A request's recurrent state, geometry().state_bytes bytes (none for attention-only models: an empty span).
   virtual Status read_state(RequestId id, std::span<std::byte> out) = 0;
@@ -190,6 +192,11 @@ class KvConnector {
  public:
   virtual ~KvConnector() = default;
   virtual std::string_view name() const = 0;
+  // Whether it works with a windowed cache, whose sliding layers keep only their windows (engine/kv_cache.h): only
+  // a connector that moves rows of running requests (read_rows / write_rows) and never whole blocks can; blocks
+  // kept after their request (tiers, the pool) would lack the sliding layers' older rows. Engine::add_connector
+  // refuses the others on such a cache.
+  virtual bool works_with_windows() const { return false; }
   // Once, before the engine starts: its device access (valid while the engine lives) and a function that wakes
   // the engine loop (callable from any thread, at any time, also after the engine is gone).
   virtual Status attach(KvBlockIo& io, std::function<void()> wake) = 0;

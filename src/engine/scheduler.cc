@@ -124,7 +124,9 @@ Schedule Scheduler::schedule() {
     // Loading from outside computes nothing this step: blocks for the supplied positions only, and no budget.
     const int take = seq->external_async ? 0 : std::min(total - supplied, budget);
     if (seq->whole && take < total - supplied) break;  // an encoder's input waits for a step with room for all of it
-    if (!kv_.can_reserve(seq->kv, supplied + take) || !kv_.reserve(seq->kv, supplied + take).ok()) {
+    // A windowed cache's sliding layers: blocks only for the window that positions after the supplied ones read.
+    if (!kv_.can_reserve(seq->kv, supplied + take, supplied) ||
+        !kv_.reserve(seq->kv, supplied + take, -1, supplied).ok()) {
       release_blocks(seq);  // hold nothing while waiting: the prefix is looked up again next time
       break;                // wait for blocks; never skip ahead of the oldest request
     }

@@ -340,6 +340,54 @@ TEST(HybridServe, Gemma4PrefillDecodeSplitCarriesUnlikeWidthsAndSharedKv) {
   check_split(model, "g4", /*hybrid=*/false);
 }
 
+// Sliding layers that keep only their windows on both sides of a split (engine/kv_cache.h, kv/pd_link): Gemma 4
+// E2B's pattern with a window of 8 and prompts of 40 and 42 tokens in steps of 16 on the prefill node. Its sliding
+// layers send the rows their window holds; for the second prompt, which finds the first's 32 tokens in its prefix
+// cache, the older rows go as zeros (no later step reads them); the decode node (no prefix cache of its own, so it
+// asks for every position) keeps only the window of what arrives. Its greedy text and logprobs are a single node's
+// that keeps every position.
+TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
+  const std::string model = synth_model("g4w.gguf", 10, "gemma4-e2b", {"--decisive", "--sliding-window", "8"});
+  ASSERT_FALSE(model.empty());
+  std::vector<int> first;
+  for (int i = 0; i < 40; ++i) first.push_back(200 + 7 * i % 300);
+  std::vector<int> second(first.begin(), first.begin() + 32);
+  for (int i = 0; i < 10; ++i) second.push_back(40 + i);
+  const std::vector<std::vector<int>> prompts = {first, second};
+  constexpr int kTokens = 40;
+  std::vector<Greedy> whole;
+  {
+    std::vector<std::string> f = kCpu;
+    f.push_back("--disable-hybrid-kv-cache-manager");
+    Node single = start_node(model, f);
+    for (const auto& p : prompts) whole.push_back(complete_logprobs(single.url, p, kTokens, "g4w"));
+    EXPECT_EQ(single.proc->stop(SIGTERM), 0);
+  }
+  std::vector<std::string> p = {"--role", "prefill", "--max-batch-tokens", "16"};
+  p.insert(p.end(), kCpu.begin(), kCpu.end());
+  Node prefill = start_node(model, p);
+  std::vector<std::string> d = {"--role",          "decode", "--prefill-nodes",  prefill.url,
+                                "--pd-min-tokens", "4",      "--no-prefix-cache"};
+  d.insert(d.end(), kCpu.begin(), kCpu.end());
+  Node decode = start_node(model, d);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Greedy got = complete_logprobs(decode.url, prompts[i], kTokens, "g4w");
+    EXPECT_FALSE(got.text.empty());
+    EXPECT_EQ(got.text, whole[i].text) << "prompt " << i;
+    EXPECT_LT(max_logprob_gap(got, whole[i]), kLogprobTolerance) << "prompt " << i;
+    EXPECT_GE(got.logprobs.size() + 1, whole[i].logprobs.size()) << "prompt " << i;
+  }
+  const std::string labels = "{model=\"g4w\"}";
+  EXPECT_EQ(testing::scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 2.0);
+  EXPECT_GT(testing::scrape_metric(prefill.url, "tessera_kv_window_blocks_total" + labels), 0);
+  EXPECT_GT(testing::scrape_metric(decode.url, "tessera_kv_window_blocks_total" + labels), 0);
+  EXPECT_GT(testing::scrape_metric(prefill.url, "tessera_prefix_cache_hit_tokens_total" + labels), 0)
+      << "the second prompt was to find the first's tokens on the prefill node";
+  EXPECT_EQ(testing::scrape_metric(decode.url, "tessera_kv_window_blocks_used" + labels), 0);
+  EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+  EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+}
+
 // Gemma 4 26B-A4B's pattern (test size, 12 layers): 128 -> 8 experts beside a dense MLP, full layers whose V is K.
 TEST(HybridServe, Gemma4MoePrefillDecodeSplit) {
   const std::string model = synth_model("g4m.gguf", 12, "gemma4-26b-a4b", {"--decisive"});

@@ -30,6 +30,7 @@ struct SaveParams final : KvTransferParams {
 class SavingConnector final : public KvConnector {
  public:
   std::string_view name() const override { return "test-save"; }
+  bool works_with_windows() const override { return true; }  // it reads rows of running requests only
   Status attach(KvBlockIo& io, std::function<void()>) override {
     io_ = &io;
     return ok_status();
@@ -47,8 +48,7 @@ class SavingConnector final : public KvConnector {
       auto it = jobs_.find(c.id);
       if (it == jobs_.end() || c.from >= c.prompt_len) continue;
       const int end = std::min(c.to, c.prompt_len);
-      if (end > it->second.exported)
-        now_.push_back({c.id, {c.blocks.begin(), c.blocks.end()}, it->second.exported, end});
+      if (end > it->second.exported) now_.push_back({c.id, it->second.exported, end});
     }
     return !now_.empty();
   }
@@ -57,7 +57,7 @@ class SavingConnector final : public KvConnector {
       const Job& j = jobs_.at(s.id);
       const api::KvLayout full = canonical(io_->geometry(), j.prompt_len, j.params->dtype);
       uint8_t* base = j.params->out->data();
-      TS_RETURN_IF_ERROR(io_->read_rows(layer, s.table, s.first, s.end - s.first, j.params->dtype,
+      TS_RETURN_IF_ERROR(io_->read_rows(s.id, layer, s.first, s.end - s.first, j.params->dtype,
                                         base + full.k_offset(layer, s.first), base + full.v_offset(layer, s.first)));
       layers_saved++;
     }
@@ -84,7 +84,6 @@ class SavingConnector final : public KvConnector {
   };
   struct Step {
     RequestId id;
-    std::vector<BlockId> table;
     int first, end;
   };
   KvBlockIo* io_ = nullptr;
@@ -100,6 +99,7 @@ struct LoadParams final : KvTransferParams {
   int prompt_len = 0;
   std::vector<TokenId> first_tokens;  // set: the whole prompt and its first tokens (async only)
   int deliver = -1;                   // positions that arrive of those promised (-1: all)
+  bool fail = false;                  // writing them into the cache fails (a transfer found corrupt)
 };
 
 class LoadingConnector final : public KvConnector {
@@ -112,6 +112,7 @@ class LoadingConnector final : public KvConnector {
   explicit LoadingConnector(Options o) : o_(o) {}
 
   std::string_view name() const override { return "test-load"; }
+  bool works_with_windows() const override { return true; }  // it writes rows of running requests only
   Status attach(KvBlockIo& io, std::function<void()> wake) override {
     io_ = &io;
     wake_ = std::move(wake);
@@ -173,9 +174,10 @@ class LoadingConnector final : public KvConnector {
     std::lock_guard<std::mutex> lock(mu_);
     for (RequestId id : now_) {
       const Load& l = loads_.at(id);
+      if (l.params->fail) return data_loss("test-load: the loaded KV failed its check");
       const api::KvLayout full = canonical(io_->geometry(), l.params->prompt_len, l.params->dtype);
       const uint8_t* base = l.params->kv->data();
-      TS_RETURN_IF_ERROR(io_->write_rows(layer, l.blocks, l.first, l.arrived, l.params->dtype,
+      TS_RETURN_IF_ERROR(io_->write_rows(id, layer, l.first, l.arrived, l.params->dtype,
                                          base + full.k_offset(layer, l.first), base + full.v_offset(layer, l.first)));
       layers_loaded++;
     }

@@ -2,10 +2,12 @@
 // running dry, the prefix cache over two pools, and, through the runner and the engine, logits and greedy text that
 // are the same bits as a cache keeping every position.
 #include <cctype>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <numeric>
 #include <ostream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include "engine/kv_cache.h"
 #include "engine/kv_fork.h"
 #include "engine/model_runner.h"
+#include "engine/test_connectors.h"
 #include "model/loader.h"
 #include "model/synth.h"
 #include "model/synth_gemma4.h"
@@ -209,7 +212,7 @@ class WindowRunner : public ::testing::TestWithParam<RunnerCase> {
       auto s = model::gemma4_shape(shape, /*small=*/true);
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       ASSERT_TRUE(model::resize_gemma4_shape(*s, 6, 256, 512, 8).ok());
-      const std::string path = testing::scratch_dir() + "/window-" + shape + ".gguf";
+      const std::string path = ::tessera::testing::scratch_dir() + "/window-" + shape + ".gguf";
       ASSERT_TRUE(model::write_gemma4_gguf(*s, 7, {}, path).ok());
       auto loaded = model::load_model(path, "", false);
       ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -373,7 +376,8 @@ class WindowEngine : public ::testing::Test {
     std::unique_ptr<ModelRunner> runner;
     std::unique_ptr<Engine> engine;
   };
-  Served start(bool window, int max_sequences, int window_blocks = 0) {
+  Served start(bool window, int max_sequences, int window_blocks = 0,
+               const std::vector<std::shared_ptr<KvConnector>>& connectors = {}) {
     Served s;
     RunnerOptions ro;
     ro.max_batch_tokens = 16;
@@ -387,6 +391,7 @@ class WindowEngine : public ::testing::Test {
     eo.scheduler.max_batch_tokens = 16;
     eo.scheduler.max_running = max_sequences;
     s.engine = std::make_unique<Engine>(*s.runner, *tokenizer_, eo);
+    for (const auto& c : connectors) EXPECT_TRUE(s.engine->add_connector(c).ok()) << c->name();
     s.engine->start();
     return s;
   }
@@ -395,11 +400,13 @@ class WindowEngine : public ::testing::Test {
     int cached = 0;
     bool ok = true;
   };
-  static std::future<Out> submit(Engine& e, std::vector<TokenId> prompt, int n = 1) {
+  static std::future<Out> submit(Engine& e, std::vector<TokenId> prompt, int n = 1,
+                                 std::shared_ptr<const KvTransferParams> kv = nullptr, int max_tokens = 24) {
     GenerationRequest r;
     r.prompt = std::move(prompt);
     r.sampling.temperature = 0;
-    r.max_tokens = 24;
+    r.max_tokens = max_tokens;
+    r.kv_transfer = std::move(kv);
     r.ignore_eos = true;
     r.n = n;
     auto done = std::make_shared<std::promise<Out>>();
@@ -470,6 +477,93 @@ TEST_F(WindowEngine, ConcurrentPromptsPrefixHitsAndChoicesGiveTheWholeCachesToke
   Out choices = submit(*s.engine, shared, 3).get();
   ASSERT_TRUE(choices.ok);
   EXPECT_EQ(choices.tokens, want.back().tokens);
+}
+
+// A prefill/decode hand-off between two windowed caches (what the pd-link connector does): the prefill side's
+// sliding layers send the rows their window still holds (zeros for older positions, which no later step reads),
+// the decode side keeps only the window of what arrives. Its greedy tokens are the whole cache's; it computes no
+// prompt position, and its window pool, sized for one sequence, never holds a prompt's worth (a load reserved
+// window blocks for every position before, and a 55-token prompt then waited for blocks forever).
+TEST_F(WindowEngine, AHandOffBetweenWindowedCachesContinuesAsTheWholeCache) {
+  using testing::LoadingConnector;
+  using testing::LoadParams;
+  using testing::SaveParams;
+  using testing::SavingConnector;
+  const std::vector<TokenId> shared = tokens(41, 300);
+  std::vector<TokenId> longer = tokens(40, 300);  // shared's first 40, then its own 15: a prefix hit at the saver
+  for (int i = 0; i < 15; ++i) longer.push_back(static_cast<TokenId>(450 + i));
+  const std::vector<std::vector<TokenId>> prompts = {shared, longer};
+  std::vector<Out> want;
+  {
+    Served whole = start(false, 1);
+    for (const auto& p : prompts) want.push_back(submit(*whole.engine, p).get());
+  }
+  auto saver = std::make_shared<SavingConnector>();
+  Served prefill = start(true, 1, 64, {saver});
+  auto loader = std::make_shared<LoadingConnector>(LoadingConnector::Options{.auto_complete = true});
+  Served decode = start(true, 1, 0, {loader});
+  ASSERT_TRUE(prefill.runner->kv_cache().windowed() && decode.runner->kv_cache().windowed());
+  const int pool = decode.runner->kv_cache().window_pool().num_blocks();
+  EXPECT_LT(pool, 14) << "the decode side's pool must be smaller than a 55-token prompt's blocks of 4";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    auto save = std::make_shared<SaveParams>();
+    save->out = std::make_shared<std::vector<uint8_t>>();
+    Out first = submit(*prefill.engine, prompts[i], 1, save, 1).get();
+    ASSERT_TRUE(first.ok && first.tokens[0].size() == 1u);
+    EXPECT_EQ(first.cached, i == 0 ? 0 : 40) << "the second prompt finds the first's 40 tokens on the prefill side";
+    auto load = std::make_shared<LoadParams>();
+    load->kv = save->out;
+    load->prompt_len = static_cast<int>(prompts[i].size());
+    load->first_tokens = first.tokens[0];
+    const EngineStats before = decode.engine->stats();
+    std::future<Out> got = submit(*decode.engine, prompts[i], 1, load);
+    ASSERT_EQ(got.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the load never got its blocks";
+    const Out o = got.get();
+    ASSERT_TRUE(o.ok);
+    EXPECT_EQ(o.tokens, want[i].tokens);
+    // The stats are published after each step: the last one may trail the request's end by a moment.
+    EngineStats after = decode.engine->stats();
+    for (int t = 0; t < 100 && (after.window_blocks_used != 0 || after.kv_loaded_tokens == before.kv_loaded_tokens);
+         ++t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      after = decode.engine->stats();
+    }
+    // Every position the decode side's own prefix cache did not hold arrived; none was computed there.
+    EXPECT_EQ(after.kv_loaded_tokens - before.kv_loaded_tokens + static_cast<uint64_t>(o.cached), prompts[i].size());
+    EXPECT_EQ(after.prompt_tokens - before.prompt_tokens + static_cast<uint64_t>(o.cached), prompts[i].size());
+    EXPECT_EQ(after.window_blocks_used, 0);
+  }
+  // A load that comes short (20 of the promised positions arrive), and one whose rows fail their check: the decode
+  // side gives back the window blocks it took for the end of the prompt and computes the rest (the first 20 rows are
+  // written during the step that continues from them, into the window blocks it reads), and gives the whole cache's
+  // tokens. Holding those blocks, a pool sized for one sequence had no room to compute, and the request waited.
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "a load that fails" : "a load that comes short");
+    const std::vector<TokenId> third = tokens(45, fail ? 150 : 100);  // no prefix on the decode side
+    auto save = std::make_shared<SaveParams>();
+    save->out = std::make_shared<std::vector<uint8_t>>();
+    Out first = submit(*prefill.engine, third, 1, save, 1).get();
+    ASSERT_TRUE(first.ok && first.tokens[0].size() == 1u);
+    std::vector<TokenId> want_third;
+    {
+      Served whole = start(false, 1);
+      want_third = submit(*whole.engine, third).get().tokens[0];
+    }
+    auto load = std::make_shared<LoadParams>();
+    load->kv = save->out;
+    load->prompt_len = static_cast<int>(third.size());
+    load->first_tokens = first.tokens[0];
+    load->deliver = fail ? -1 : 20;
+    load->fail = fail;
+    const uint64_t shortfalls = decode.engine->stats().kv_load_shortfalls;
+    std::future<Out> got = submit(*decode.engine, third, 1, load);
+    ASSERT_EQ(got.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    const Out o = got.get();
+    ASSERT_TRUE(o.ok);
+    EXPECT_EQ(o.tokens[0], want_third);
+    EXPECT_EQ(decode.engine->stats().kv_load_shortfalls, shortfalls + 1);
+  }
 }
 
 }  // namespace

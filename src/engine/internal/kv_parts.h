@@ -58,14 +58,13 @@ class Engine::Io final : public KvBlockIo {
     const SequenceKv s = table(blocks);
     return rows(layer, s, 0, s.length, g_.dtype, false, wire(k), wire(v));
   }
-  Status read_rows(int layer, std::span<const BlockId> blocks, int first, int count, DType dtype, void* k,
-                   void* v) override {
-    return rows(layer, table(blocks), first, count, dtype, true, static_cast<std::byte*>(k),
-                static_cast<std::byte*>(v));
+  Status read_rows(RequestId id, int layer, int first, int count, DType dtype, void* k, void* v) override {
+    TS_ASSIGN_OR_RETURN(const SequenceKv* seq, running(id));
+    return held_rows(layer, *seq, first, count, dtype, true, static_cast<std::byte*>(k), static_cast<std::byte*>(v));
   }
-  Status write_rows(int layer, std::span<const BlockId> blocks, int first, int count, DType dtype, const void* k,
-                    const void* v) override {
-    return rows(layer, table(blocks), first, count, dtype, false, wire(k), wire(v));
+  Status write_rows(RequestId id, int layer, int first, int count, DType dtype, const void* k, const void* v) override {
+    TS_ASSIGN_OR_RETURN(const SequenceKv* seq, running(id));
+    return held_rows(layer, *seq, first, count, dtype, false, wire(k), wire(v));
   }
   Status read_state(RequestId id, std::span<std::byte> out) override {
     TS_ASSIGN_OR_RETURN(const SequenceKv* seq, state_of(id, out.size()));
@@ -106,6 +105,43 @@ class Engine::Io final : public KvBlockIo {
     }
     return ok_status();
   }
+  // rows() over a request's own tables. A windowed cache's sliding layer holds only the blocks its window still
+  // reads (kNoBlock for the others): those positions read as zero rows and are not written.
+  Status held_rows(int layer, const SequenceKv& seq, int first, int count, DType dtype, bool out, std::byte* k,
+                   std::byte* v) {
+    const int ml = model_layer(layer);
+    if (ml < 0 || !runner_.kv_cache().windowed_layer(ml) || first < 0 || count <= 0) {
+      return rows(layer, seq, first, count, dtype, out, k, v);  // rows() names what is out of range
+    }
+    const int bt = g_.block_tokens;
+    const size_t wide = dtype_bytes(dtype, static_cast<size_t>(g_.kv_dim));
+    const int end = first + count;
+    for (int pos = first; pos < end;) {
+      // A run of positions whose blocks are all held, or all not (beyond the table: rows() reports it).
+      auto held = [&](int p) {
+        const auto b = static_cast<size_t>(p / bt);
+        return b >= seq.window_blocks.size() || seq.window_blocks[b] != kNoBlock;
+      };
+      const bool h = held(pos);
+      int to = std::min(end, (pos / bt + 1) * bt);
+      while (to < end && held(to) == h) to = std::min(end, to + bt);
+      const size_t at = static_cast<size_t>(pos - first) * wide, n = static_cast<size_t>(to - pos) * wide;
+      if (h) {
+        TS_RETURN_IF_ERROR(rows(layer, seq, pos, to - pos, dtype, out, k + at, v + at));
+      } else if (out) {
+        std::memset(k + at, 0, n);
+        std::memset(v + at, 0, n);
+      }
+      pos = to;
+    }
+    return ok_status();
+  }
+  // A running request's block tables (a request being loaded holds its blocks too).
+  Result<const SequenceKv*> running(RequestId id) const {
+    auto it = e_.active_.find(id);
+    if (it == e_.active_.end()) return not_found(fmt::format("request {}: no such running request", id));
+    return &it->second->seq.kv;
+  }
   int model_layer(int layer) const {
     // Out of range stays out of range: export_kv / import_kv name it.
     return layer >= 0 && layer < g_.n_layers ? model_layer_[static_cast<size_t>(layer)] : -1;
@@ -122,9 +158,7 @@ class Engine::Io final : public KvBlockIo {
       return invalid_argument(
           fmt::format("request {}: {} bytes of recurrent state, but this model keeps {}", id, bytes, g_.state_bytes));
     if (bytes == 0) return nullptr;
-    auto it = e_.active_.find(id);
-    if (it == e_.active_.end()) return not_found(fmt::format("request {}: no such running request", id));
-    return &it->second->seq.kv;
+    return running(id);
   }
   Engine& e_;
   ModelRunner& runner_;

@@ -28,7 +28,6 @@ struct RemotePrefill::Shared {
   int choices = 1;
   api::KvLayout layout;
   std::shared_ptr<const PdLinkLoadParams> params;
-  std::vector<engine::BlockId> blocks;  // the request's block table (engine thread)
   Status staged;
   std::optional<uint64_t> offset;
   std::shared_ptr<StagingAllocator> alloc;
@@ -209,7 +208,6 @@ void PdLinkConnector::allocated(const engine::KvRequestView& request, std::span<
   s->choices = request.choices;
   s->layout = layout(count);
   s->params = params;
-  s->blocks.assign(blocks.begin(), blocks.end());
   s->alloc = staging_alloc_;
   s->agent = agent_;
   s->offset = staging_alloc_->allocate(s->layout.bytes());
@@ -276,8 +274,8 @@ Status PdLinkConnector::wait_layer_load(int layer) {
     const uint8_t* data = reinterpret_cast<const uint8_t*>(staging_bytes_.data()) + *s->offset;
     const api::KvLayout& l = s->layout;
     // Straight from the staging range into the cache: one device copy per run of blocks, converted from f32.
-    TS_RETURN_IF_ERROR(io_->write_rows(layer, s->blocks, s->export_from, l.positions, l.dtype,
-                                       data + l.k_offset(layer, 0), data + l.v_offset(layer, 0))
+    TS_RETURN_IF_ERROR(io_->write_rows(s->id, layer, s->export_from, l.positions, l.dtype, data + l.k_offset(layer, 0),
+                                       data + l.v_offset(layer, 0))
                            .with_context("loading the prefill node's KV"));
     if (layer == last) {
       const auto* state = reinterpret_cast<const std::byte*>(data + l.state_offset());

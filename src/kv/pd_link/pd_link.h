@@ -204,6 +204,8 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
 
   // engine::KvConnector
   std::string_view name() const override { return kPdLink; }
+  // It moves rows of running requests only: a windowed cache's sliding layers send and take their windows' rows.
+  bool works_with_windows() const override { return true; }
   Status attach(engine::KvBlockIo& io, std::function<void()> wake) override;
   engine::KvMatch match(const engine::KvRequestView& request, int supplied) override;
   void allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
@@ -259,7 +261,6 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
   // Prefill side: saves by request and those of the current step (engine thread); peers connected (any thread).
   struct StepSave {
     std::shared_ptr<SaveJob> job;
-    std::vector<engine::BlockId> table;
     int first = 0, end = 0;
     engine::RequestId id = 0;
   };

@@ -98,7 +98,7 @@ bool PdLinkConnector::start_save(std::span<const engine::KvStepChunk> chunks) {
     const int first = std::max(job.export_from_, job.exported_);
     const int end = std::min(c.to, job.prompt_len_);
     if (end <= first) continue;
-    saving_now_.push_back({it->second, {c.blocks.begin(), c.blocks.end()}, first, end, c.id});
+    saving_now_.push_back({it->second, first, end, c.id});
   }
   return !saving_now_.empty();
 }
@@ -115,7 +115,7 @@ Status PdLinkConnector::save_layer(int layer) {
     const uint64_t len = static_cast<uint64_t>(s.end - s.first) * l.row_bytes();
     // The rows leave the paged cache now in both modes (its blocks may be reused once the request ends); only
     // the link writes wait when the overlap is off.
-    TS_RETURN_IF_ERROR(io_->read_rows(layer, s.table, s.first, s.end - s.first, l.dtype, job.local_.data() + k_off,
+    TS_RETURN_IF_ERROR(io_->read_rows(s.id, layer, s.first, s.end - s.first, l.dtype, job.local_.data() + k_off,
                                       job.local_.data() + v_off));
     std::vector<link::Assignment> batch = {{job.local_id_, k_off, job.remote_, job.remote_offset_ + k_off, len},
                                            {job.local_id_, v_off, job.remote_, job.remote_offset_ + v_off, len}};
