@@ -31,6 +31,7 @@ ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtyp
       matmul += d * q * (c.attn_output_gate ? 2.0 : 1.0) + q * d + (own ? 2.0 * d * kv : 0.0);
       const double read = 2.0 * kv * kv_dtype_bytes;
       if (own) m.kv_bytes_per_token += read;
+      if (own && c.is_sliding_layer(l)) m.sliding_kv_bytes_per_token += read;
       (c.is_sliding_layer(l) ? m.sliding_q_dims : m.full_q_dims) += q;
       (c.is_sliding_layer(l) ? m.sliding_kv_read_bytes : m.full_kv_read_bytes) += read;
     }
@@ -50,6 +51,17 @@ ModelCost ModelCost::from_config(const model::ModelConfig& c, double weight_dtyp
   m.expert_bytes = experts * weight_dtype_bytes;
   m.expert_share = c.moe.n_experts > 0 ? static_cast<double>(c.moe.n_experts_used) / c.moe.n_experts : 0.0;
   m.sliding_window = c.sliding_window > 0 && m.sliding_q_dims > 0 ? c.sliding_window : 0.0;
+  // The sliding layers keep only their windows (engine/kv_cache.h: a window shorter than the context) when full
+  // layers keep a cache too; a model whose every layer slides (Mistral v0.1, Phi-3) is counted per position, as
+  // before (its capacity would be in sequences, not positions). A sequence holds the blocks of its last window - 1
+  // positions, one block more where they straddle a boundary, and the step's new block: about the window and two
+  // blocks of tessera serve's default 16 positions.
+  m.held_kv_bytes_per_token = m.kv_bytes_per_token;
+  if (m.sliding_window > 0 && m.sliding_window < c.max_seq_len && m.sliding_kv_bytes_per_token > 0 &&
+      m.kv_bytes_per_token > m.sliding_kv_bytes_per_token) {
+    m.held_kv_bytes_per_token = m.kv_bytes_per_token - m.sliding_kv_bytes_per_token;
+    m.window_held_positions = m.sliding_window + 2 * 16;
+  }
   m.state_bytes = static_cast<double>(c.recurrent_state_bytes());
   m.n_layers = c.n_layers;
   m.dim = c.dim;
@@ -63,6 +75,13 @@ double windowed_positions(double past, double chunk, double window) {
   if (past >= window) return chunk * window;
   const double below = window - past;  // the chunk's first tokens, which still see fewer than `window` positions
   return below * past + below * (below + 1.0) / 2.0 + (chunk - below) * window;
+}
+
+double ModelCost::held_positions(double length) const {
+  const double held = held_bytes();
+  if (held <= 0) return length;
+  const double window = window_held_positions > 0 ? std::min(length, window_held_positions) : 0.0;
+  return length + (window * sliding_kv_bytes_per_token + state_bytes) / held;
 }
 
 double ModelCost::windowed(double context) const {

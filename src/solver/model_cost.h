@@ -35,7 +35,13 @@ struct ModelCost {
   double lookup_bytes = 0;        // the part of weight_bytes a step reads a row of (untied embedding, per-layer tables)
   double expert_bytes = 0;        // the part of weight_bytes in routed experts (0 for a dense model)
   double expert_share = 0;        // experts a token is routed to / experts per layer
-  double kv_bytes_per_token = 0;  // one cached position: K and V of every layer that keeps its own
+  double kv_bytes_per_token = 0;  // one position: K and V of every layer that keeps its own (written, shipped)
+  // What the cache holds (tessera serve keeps only the sliding layers' windows, docs/kv.md): per position, K and V of
+  // the full layers that keep their own (every layer's when the sliding ones keep every position), and per sequence,
+  // the sliding layers' own K and V of its last window_held_positions (0: every position counted per position).
+  double held_kv_bytes_per_token = 0;
+  double sliding_kv_bytes_per_token = 0;
+  double window_held_positions = 0;
   // Per attended position, summed over the attention layers of each kind: the query widths (FLOPs) and the K and V
   // bytes read (a KV-sharing layer reads its source's).
   double full_q_dims = 0, sliding_q_dims = 0;
@@ -66,7 +72,12 @@ struct ModelCost {
   // Bytes a prefill -> decode handoff of `tokens` positions ships: their K and V and the sequence's state.
   double transfer_bytes(double tokens) const { return tokens * kv_bytes_per_token + state_bytes; }
   // The recurrent state counted in cached positions (capacities are in positions): 0 without linear layers.
-  double state_positions() const { return kv_bytes_per_token > 0 ? state_bytes / kv_bytes_per_token : 0.0; }
+  double state_positions() const { return held_bytes() > 0 ? state_bytes / held_bytes() : 0.0; }
+  // held_kv_bytes_per_token, or kv_bytes_per_token for a cost set by hand without it.
+  double held_bytes() const { return held_kv_bytes_per_token > 0 ? held_kv_bytes_per_token : kv_bytes_per_token; }
+  // The cached positions a sequence of `length` positions holds: its own, its sliding layers' window (of at most
+  // `length`) and its recurrent state, the last two counted in positions of held_kv_bytes_per_token.
+  double held_positions(double length) const;
   // Whole-prompt prefill FLOPs (body + attention + classifier for the last token).
   double prefill_flops(double prompt_tokens) const;
 };

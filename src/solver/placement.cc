@@ -24,7 +24,7 @@ Result<Problem> Problem::make(Fleet fleet, Workload workload, Slo slo) {
 
 double kv_capacity_tokens(const Problem& p, const Pool& pool, int tp) {
   double usable = pool.profile.memory_bytes * tp * p.fleet.memory_utilization;
-  return std::floor((usable - p.cost.weight_bytes) / p.cost.kv_bytes_per_token);
+  return std::floor((usable - p.cost.weight_bytes) / p.cost.held_bytes());
 }
 
 double plan_cost(const Problem& p, const Plan& plan) {

@@ -22,11 +22,11 @@ double mean_out(const Problem& p) {
   for (const Request& r : p.requests) s += r.output_tokens;
   return p.requests.empty() ? 1 : s / p.requests.size();
 }
-// KV positions the longest request holds, its recurrent state (hybrid models) counted in positions.
+// KV positions the longest request holds, its sliding window and recurrent state counted in positions.
 double max_need(const Problem& p) {
   int m = 1;
   for (const Request& r : p.requests) m = std::max(m, r.input_tokens + r.output_tokens);
-  return m + p.cost.state_positions();
+  return p.cost.held_positions(m);
 }
 
 std::string plan_key(const Plan& plan) {

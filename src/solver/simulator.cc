@@ -183,10 +183,10 @@ class Sim {
 
  private:
   double cap(int i) const { return cap_[i]; }
-  // KV positions request q holds: its prompt (on a prefill instance) or its whole length, plus its recurrent state
-  // (hybrid models) counted in positions.
-  double held_prompt(const ReqState& q) const { return q.in + c_.cost.state_positions(); }
-  double held_whole(const ReqState& q) const { return q.in + q.out + c_.cost.state_positions(); }
+  // KV positions request q holds: its prompt (on a prefill instance) or its whole length, plus its sliding layers'
+  // window and its recurrent state (hybrid models) counted in positions (ModelCost::held_positions).
+  double held_prompt(const ReqState& q) const { return c_.cost.held_positions(q.in); }
+  double held_whole(const ReqState& q) const { return c_.cost.held_positions(q.in + q.out); }
 
   // Request i's serving-path overhead: the constant, or the sample at quantile frac(0.5 + i / phi) of the
   // sorted samples (an evenly spread, deterministic walk over the measured distribution).

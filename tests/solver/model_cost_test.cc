@@ -93,6 +93,17 @@ TEST(ModelCost, Gemma4E2bCachesOnlyTheLayersWithKvOfTheirOwnAndSlidesItsWindow) 
   // A prompt of 8192: the sliding layers' tokens see 1..512 positions, then 512 each.
   EXPECT_DOUBLE_EQ(m.attention_flops(0, 8192),
                    4.0 * (28672.0 * 8192 * 8193 / 2 + 57344.0 * (512 * 513 / 2 + 7680 * 512)));
+  // What the cache holds (its sliding layers keep their windows): 6144 bytes per position in the 3 full layers, and
+  // per sequence the 12 sliding layers' 12288 bytes a position over the window and two blocks of 16, 544 positions.
+  // A sequence of 16384 positions holds 16384 + 2 x 544 positions' worth of the full layers' bytes, 107 MB where
+  // every layer's 18432 bytes a position come to 302 MB (2.8x the sequences); one of 100 holds 3 x 100.
+  EXPECT_DOUBLE_EQ(m.held_kv_bytes_per_token, 3 * (2 * 512 * 2));
+  EXPECT_DOUBLE_EQ(m.sliding_kv_bytes_per_token, 12 * (2 * 256 * 2));
+  EXPECT_DOUBLE_EQ(m.window_held_positions, 544);
+  EXPECT_DOUBLE_EQ(m.held_positions(16384), 16384 + 2 * 544);
+  EXPECT_DOUBLE_EQ(m.held_positions(100), 300);
+  // What a handoff ships is still every carried layer's rows of every position.
+  EXPECT_DOUBLE_EQ(m.transfer_bytes(1000), 18432.0 * 1000);
   // Its 2.35 G per-layer embedding parameters (35 x 256 x 262144) are a table read a row per token, not per step.
   EXPECT_DOUBLE_EQ(m.lookup_bytes, 35.0 * 256 * 262144 * 2);
   EXPECT_DOUBLE_EQ(m.weight_read_bytes(1), m.weight_bytes - m.lookup_bytes);
@@ -108,6 +119,7 @@ TEST(ModelCost, Qwen35HoldsKvInItsFullLayersAndStateInItsLinearOnes) {
   EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 6 * (2 * 512 * 2));  // 2 KV heads of 256 in 6 layers
   EXPECT_DOUBLE_EQ(m.state_bytes, 18.0 * (3 * 6144 + 16 * 128 * 128) * 4);
   EXPECT_DOUBLE_EQ(m.state_positions(), 18.0 * (3 * 6144 + 16 * 128 * 128) * 4 / 12288);
+  EXPECT_DOUBLE_EQ(m.held_positions(1000), 1000 + m.state_positions());  // no sliding layer: no window
   EXPECT_DOUBLE_EQ(m.full_q_dims, 6 * 8 * 256);
   EXPECT_DOUBLE_EQ(m.sliding_q_dims, 0);
   // Per layer: linear 1024 x 6144 (qkv) + 1024 x 2048 (z) + 2 x 1024 x 16 (beta, alpha) + 2048 x 1024 (out); full
@@ -128,6 +140,9 @@ TEST(ModelCost, GptOssReadsTheExpertsItsTokensAreRoutedTo) {
   ModelCost m = cost_of("gpt-oss-20b", 1, 2);
   EXPECT_DOUBLE_EQ(m.sliding_window, 128);
   EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 24 * (2 * 512 * 2));
+  // Held: the 12 full layers per position, the 12 sliding ones over 128 + 32 positions a sequence.
+  EXPECT_DOUBLE_EQ(m.held_kv_bytes_per_token, 12 * 2048);
+  EXPECT_DOUBLE_EQ(m.held_positions(1000), 1000 + 160);
   EXPECT_DOUBLE_EQ(m.full_kv_read_bytes, 12 * 2048);
   EXPECT_DOUBLE_EQ(m.sliding_kv_read_bytes, 12 * 2048);
   const double experts = 24.0 * 32 * 3 * 2880 * 2880, table = 201088.0 * 2880;  // untied: the embedding is a table
@@ -148,6 +163,16 @@ TEST(ModelCost, GptOssReadsTheExpertsItsTokensAreRoutedTo) {
   EXPECT_DOUBLE_EQ(s.prefill_window_positions, 28.0 * 100 + 28 * 29 / 2 + 72 * 128);
   EXPECT_DOUBLE_EQ(s.prefill_window_past, 100);
   EXPECT_DOUBLE_EQ(windowed_positions(300, 10, 128), 1280);
+}
+
+// Phi-3 mini slides every layer over 2047 positions of its 4096: no full layer keeps a cache, so capacity in positions
+// would not say what fits; it is counted per position, as every model was before.
+TEST(ModelCost, AModelWhoseEveryLayerSlidesIsCountedPerPosition) {
+  ModelCost m = cost_of("phi3-mini", 2, 2);
+  EXPECT_DOUBLE_EQ(m.sliding_window, 2047);
+  EXPECT_DOUBLE_EQ(m.held_kv_bytes_per_token, m.kv_bytes_per_token);
+  EXPECT_DOUBLE_EQ(m.window_held_positions, 0);
+  EXPECT_DOUBLE_EQ(m.held_positions(3000), 3000);
 }
 
 TEST(ModelCost, PrefillShapeIsComputeBoundAtLength) {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "base/rng.h"
+#include "model/synth.h"
 #include "solver/search.h"
 
 namespace tessera::solver {
@@ -168,6 +170,22 @@ TEST(Search, FallbackWhenNothingMeetsTheSlo) {
 
 namespace tessera::solver {
 namespace {
+
+// gpt-oss-20b (half its layers sliding over 128 positions) on 48 GB devices: the KV capacity counts the full layers'
+// 24576 bytes a position (the sliding ones keep their windows, a per-sequence cost the simulator adds), twice the
+// positions of the 49152 bytes of every layer; an instance's capacity is what fits beside the weights.
+TEST(Search, SlidingLayersThatKeepTheirWindowsLeaveTheCapacityToTheFullLayers) {
+  Fleet f;
+  f.pools.push_back(make_pool("mid", 2, 1.0, 300, 1500, 48, 25, {32}));
+  Workload w = workload(2, 100, 1);
+  w.model.config = model::synth_shape("gpt-oss-20b").value();
+  w.model.weight_bytes = 0.5625;
+  auto p = Problem::make(f, w, Slo{2.0, 0.1, 90, 0.9});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const double usable = 48e9 * p->fleet.memory_utilization - p->cost.weight_bytes;
+  EXPECT_DOUBLE_EQ(kv_capacity_tokens(*p, p->fleet.pools[0], 1), std::floor(usable / (12 * 2048)));
+  EXPECT_DOUBLE_EQ(p->cost.held_positions(1024), 1024 + 160);
+}
 
 TEST(Search, TensorParallelWhenOneDeviceCannotHoldTheModel) {
   // 13.5 GB of weights on 12 GB devices: the smallest instance that fits is two devices.
