@@ -120,6 +120,7 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   c.export_from = static_cast<int>(f.integer("export_from", 0, max_prompt_tokens, 0));
   c.n = static_cast<int>(f.integer("n", 1, kMaxPrefillChoices, 1));
   c.ignore_eos = f.boolean("ignore_eos", false);
+  c.every_position = f.boolean("every_position", false);
   c.logprobs = static_cast<int>(f.integer("logprobs", -1, kMaxLogprobs, -1));
   if (const json* stops = f.array("stop_token_ids", kMaxPrefillStopTokens, true)) {
     for (const json& t : *stops) {
@@ -188,6 +189,7 @@ std::string prefill_call_body(const PrefillCall& c) {
   if (c.n > 1) j["n"] = c.n;
   if (!c.stop_token_ids.empty()) j["stop_token_ids"] = c.stop_token_ids;
   if (c.ignore_eos) j["ignore_eos"] = true;
+  if (c.every_position) j["every_position"] = true;
   if (c.logprobs >= 0) j["logprobs"] = c.logprobs;
   // The first token is sampled on the prefill node: it must follow the grammar too.
   if (!c.structured.none()) j["structured"] = structured_to_json(c.structured);

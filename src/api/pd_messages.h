@@ -61,6 +61,10 @@ Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expecte
 struct PrefillCall {
   std::vector<int32_t> prompt;
   int export_from = 0;  // first position whose KV is sent; leaves at least one token
+  // The decode node keeps every position of every layer (its sliding layers do not keep only their windows, and its
+  // prefix cache may reuse any of them): every row sent must be real, so a prefill node whose sliding layers keep
+  // only their windows takes from its prefix cache only what they still hold rows of from export_from on.
+  bool every_position = false;
   SamplingParams sampling;
   int n = 1;  // choices: this many first tokens are drawn (PrefillReply::choice_tokens)
   // What sampling.min_tokens masks on the first token: the request's stop_token_ids, and its end-of-generation

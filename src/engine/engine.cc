@@ -173,6 +173,10 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
     a->seq.uncached = true;
     a->seq.whole = !c.causal;
   }
+  if (a->req.real_rows_from >= 0 && runner_.kv_cache().windowed()) {
+    // A hit of n positions holds the sliding layers' blocks from the one position n - window + 1 falls in.
+    a->seq.max_prefix = a->req.real_rows_from + runner_.kv_cache().window() - 1;
+  }
   if (a->req.prompt_logprobs >= 0) {
     a->seq.compute_prompt = true;
     a->prompt_lps.resize(static_cast<size_t>(a->seq.prompt_len - 1));
@@ -584,6 +588,7 @@ std::vector<std::unique_ptr<Engine::Active>> Engine::make_choices(const Active& 
     c->seq.tokens = a.seq.tokens;
     c->seq.prompt_len = a.seq.prompt_len;
     c->seq.compute_prompt = a.seq.compute_prompt;
+    c->seq.max_prefix = a.seq.max_prefix;
     c->cached_tokens = a.cached_tokens;
     c->submitted = a.submitted;
     c->scheduled = a.scheduled;

@@ -80,6 +80,10 @@ struct GenerationRequest {
   // service asks the pd-link connector to load this prompt's KV from a prefill node, or to save it to a decode
   // node. Choices 1..n-1 of a request do not carry them.
   std::shared_ptr<const KvTransferParams> kv_transfer;
+  // >= 0: a connector reads every layer's rows of this prompt from this position on, and they must be real (a
+  // prefill node whose decode node keeps every position): a windowed cache (engine/kv_cache.h) then takes from its
+  // prefix cache only a prefix whose sliding layers still hold rows from there on.
+  int real_rows_from = -1;
   // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
   // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
   // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an
@@ -196,6 +200,8 @@ class Engine {
   const KvGeometry& kv_geometry() const;
 
   const model::ModelConfig& config() const { return runner_.config(); }
+  // Whether the cache's sliding layers keep only their windows (KvCache::windowed()).
+  bool windowed_kv() const { return runner_.kv_cache().windowed(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
   // What the prefix cache holds, as events (kv_events.h): served on /internal/kv/events for KV-aware routing.
   const KvEventLog& kv_events() const { return kv_events_; }

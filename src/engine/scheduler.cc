@@ -108,7 +108,7 @@ Schedule Scheduler::schedule() {
     }
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
-      kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : total - 1);
+      kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : std::min(total - 1, seq->max_prefix));
       seq->external_tokens = 0;
       seq->external_async = false;
       if (external_ != nullptr && !seq->compute_prompt) {

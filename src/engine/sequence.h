@@ -29,6 +29,7 @@ struct Sequence {
   bool compute_prompt = false;          // every prompt position is computed, none taken from the prefix cache
                                         // (prompt_logprobs needs their logits)
   bool uncached = false;                // its blocks never enter the prefix cache (embeddings)
+  int max_prefix = INT32_MAX;           // the longest prefix it may take from the prefix cache
   bool whole = false;                   // the prompt is computed in one step or not at all (an encoder's input)
   int preemptions = 0;
 

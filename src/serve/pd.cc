@@ -246,6 +246,7 @@ struct PdService::Impl final : kv::PdLinkControl {
       api::PrefillCall call;
       call.prompt.assign(job.prompt().begin(), job.prompt().end());
       call.export_from = job.export_from();
+      call.every_position = !engine.windowed_kv();
       call.sampling = p.sampling;
       call.n = job.choices();
       call.stop_token_ids = p.stop_token_ids;
@@ -366,6 +367,7 @@ struct PdService::Impl final : kv::PdLinkControl {
     gen.max_tokens = 1;
     gen.ignore_eos = true;
     gen.n = call->n;
+    if (call->every_position) gen.real_rows_from = call->export_from;
     gen.logprobs = call->logprobs;
     if (gen.sampling.min_tokens > 0) {
       // The first token may not be a stop token: masked as the decode node's request would mask it (the token

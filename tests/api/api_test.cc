@@ -118,6 +118,11 @@ TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
   EXPECT_EQ(back->offset, 128u);
   EXPECT_EQ(back->tag, 7u);
   EXPECT_EQ(back->model, call.model);
+  EXPECT_FALSE(back->every_position);  // absent: a decode node older than the field
+  call.every_position = true;
+  auto every = parse_prefill_call(prefill_call_body(call), 16, 64);
+  ASSERT_TRUE(every.ok()) << every.status().to_string();
+  EXPECT_TRUE(every->every_position);
 
   PrefillReply reply;
   reply.first_token = 3;

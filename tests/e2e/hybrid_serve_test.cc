@@ -353,7 +353,10 @@ TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
   for (int i = 0; i < 40; ++i) first.push_back(200 + 7 * i % 300);
   std::vector<int> second(first.begin(), first.begin() + 32);
   for (int i = 0; i < 10; ++i) second.push_back(40 + i);
-  const std::vector<std::vector<int>> prompts = {first, second};
+  // The first 18 tokens: a decode node that has the first block cached computes the last two itself (fewer than
+  // --pd-min-tokens), its sliding layers reading positions 10-15 of that block.
+  const std::vector<int> third(first.begin(), first.begin() + 18);
+  const std::vector<std::vector<int>> prompts = {first, second, third};
   constexpr int kTokens = 40;
   std::vector<Greedy> whole;
   {
@@ -370,14 +373,30 @@ TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
                                 "--pd-min-tokens", "4",      "--no-prefix-cache"};
   d.insert(d.end(), kCpu.begin(), kCpu.end());
   Node decode = start_node(model, d);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const Greedy got = complete_logprobs(decode.url, prompts[i], kTokens, "g4w");
+  auto check = [&](const Node& node, size_t i, const char* label) {
+    const Greedy got = complete_logprobs(node.url, prompts[i], kTokens, "g4w");
     EXPECT_FALSE(got.text.empty());
-    EXPECT_EQ(got.text, whole[i].text) << "prompt " << i;
-    EXPECT_LT(max_logprob_gap(got, whole[i]), kLogprobTolerance) << "prompt " << i;
-    EXPECT_GE(got.logprobs.size() + 1, whole[i].logprobs.size()) << "prompt " << i;
-  }
+    EXPECT_EQ(got.text, whole[i].text) << label << ", prompt " << i;
+    EXPECT_LT(max_logprob_gap(got, whole[i]), kLogprobTolerance) << label << ", prompt " << i;
+    EXPECT_GE(got.logprobs.size() + 1, whole[i].logprobs.size()) << label << ", prompt " << i;
+  };
+  check(decode, 0, "windowed decode node");
+  check(decode, 1, "windowed decode node");
+  // A decode node that keeps every position, with a prefix cache of its own: it asks for every row, so the prefill
+  // node takes from its prefix cache only what its sliding layers still hold rows of (the second prompt is computed
+  // there again). Given zeros, this node would cache them, and the third prompt, which finds the second's first
+  // block here and computes its last two positions here, would read them in its window.
+  std::vector<std::string> d2 = {
+      "--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4", "--disable-hybrid-kv-cache-manager"};
+  d2.insert(d2.end(), kCpu.begin(), kCpu.end());
+  Node every = start_node(model, d2);
+  check(every, 1, "decode node keeping every position");
+  check(every, 2, "decode node keeping every position");
   const std::string labels = "{model=\"g4w\"}";
+  EXPECT_GT(testing::scrape_metric(every.url, "tessera_prefix_cache_hit_tokens_total" + labels), 0)
+      << "the third prompt was to find the second's first block on the decode node";
+  EXPECT_EQ(testing::scrape_metric(every.url, "tessera_kv_window_blocks_total" + labels), 0);
+  EXPECT_EQ(every.proc->stop(SIGTERM), 0);
   EXPECT_EQ(testing::scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 2.0);
   EXPECT_GT(testing::scrape_metric(prefill.url, "tessera_kv_window_blocks_total" + labels), 0);
   EXPECT_GT(testing::scrape_metric(decode.url, "tessera_kv_window_blocks_total" + labels), 0);

@@ -534,6 +534,33 @@ TEST_F(WindowEngine, AHandOffBetweenWindowedCachesContinuesAsTheWholeCache) {
     EXPECT_EQ(after.prompt_tokens - before.prompt_tokens + static_cast<uint64_t>(o.cached), prompts[i].size());
     EXPECT_EQ(after.window_blocks_used, 0);
   }
+  // Asked for real rows from position 0 (a decode node that keeps every position), the saving side takes from its
+  // prefix cache only the prefix whose window blocks hold rows from 0 on (1 block of 4 with a window of 8, not the
+  // 40 tokens it has): what it saves is a whole cache's save, byte for byte.
+  {
+    auto whole_saver = std::make_shared<SavingConnector>();
+    Served whole = start(false, 1, 0, {whole_saver});
+    auto want_rows = std::make_shared<SaveParams>();
+    want_rows->out = std::make_shared<std::vector<uint8_t>>();
+    ASSERT_TRUE(submit(*whole.engine, longer, 1, want_rows, 1).get().ok);
+    auto save = std::make_shared<SaveParams>();
+    save->out = std::make_shared<std::vector<uint8_t>>();
+    GenerationRequest r;
+    r.prompt = longer;
+    r.sampling.temperature = 0;
+    r.max_tokens = 1;
+    r.kv_transfer = save;
+    r.real_rows_from = 0;
+    auto done = std::make_shared<std::promise<int>>();
+    ASSERT_TRUE(prefill.engine
+                    ->submit(std::move(r),
+                             [done](const RequestOutput& o) {
+                               if (o.finish != FinishReason::kNone) done->set_value(o.cached_tokens);
+                             })
+                    .ok());
+    EXPECT_EQ(done->get_future().get(), 4);
+    EXPECT_TRUE(*save->out == *want_rows->out) << "a row differs from the whole cache's";
+  }
   // A load that comes short (20 of the promised positions arrive), and one whose rows fail their check: the decode
   // side gives back the window blocks it took for the end of the prompt and computes the rest (the first 20 rows are
   // written during the step that continues from them, into the window blocks it reads), and gives the whole cache's
