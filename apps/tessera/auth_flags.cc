@@ -1,10 +1,11 @@
 #include "auth_flags.h"
 
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
 
 namespace tessera::cli {
 
@@ -30,8 +31,12 @@ Result<ctrl::StoreAuth> store_auth_from_flags(const ClusterToken& token, const s
     return invalid_argument("--etcd-user and --etcd-password-file go together");
   }
   if (!etcd_password_file.empty()) {
-    std::ifstream in(etcd_password_file);
-    if (!in || !std::getline(in, auth.etcd_password) || auth.etcd_password.empty()) {
+    // read_file refuses a named pipe or device at once (an ifstream would wait for a writer, deaf to SIGTERM).
+    auto text = read_file(etcd_password_file);
+    if (!text.ok()) return text.status().with_context("--etcd-password-file");
+    auth.etcd_password = text->substr(0, text->find('\n'));
+    if (!auth.etcd_password.empty() && auth.etcd_password.back() == '\r') auth.etcd_password.pop_back();
+    if (auth.etcd_password.empty()) {
       return invalid_argument(fmt::format("cannot read a password from --etcd-password-file {}", etcd_password_file));
     }
   }

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
 
 namespace tessera::bench {
 namespace {
@@ -39,8 +41,9 @@ Result<std::vector<RequestSpec>> make_workload(const WorkloadOptions& o) {
 
   if (o.dataset.rfind("trace:", 0) == 0) {
     std::string path = o.dataset.substr(6);
-    std::ifstream in(path);
-    if (!in) return not_found(fmt::format("cannot open trace file {}", path));
+    auto text = read_file(path);  // refuses a named pipe or device (an ifstream would wait for a writer)
+    if (!text.ok()) return text.status().with_context("trace file");
+    std::istringstream in(*text);
     std::string line;
     int lineno = 0;
     while (std::getline(in, line) && static_cast<int>(out.size()) < o.num_prompts) {

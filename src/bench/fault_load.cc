@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "base/mapped_file.h"
 #include "http/http.h"
 
 namespace tessera::bench {
@@ -149,8 +151,9 @@ void CompletionStream::feed(std::string_view piece, double now_s) {
 }
 
 Result<LoadReference> read_load_reference(const std::string& path, int total) {
-  std::ifstream in(path);
-  if (!in) return not_found(fmt::format("cannot read the reference {}", path));
+  auto text = read_file(path);  // refuses a named pipe or device (an ifstream would wait for a writer)
+  if (!text.ok()) return text.status().with_context("the reference");
+  std::istringstream in(*text);
   LoadReference ref;
   for (std::string line; std::getline(in, line);) {
     json j = json::parse(line, nullptr, false);

@@ -2,9 +2,10 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
+
+#include "base/mapped_file.h"
 
 namespace tessera::model {
 namespace fs = std::filesystem;
@@ -27,9 +28,8 @@ bool is_hex(std::string_view s) {
 }
 
 std::string first_line(const fs::path& p) {
-  std::ifstream f(p);
-  std::string line;
-  std::getline(f, line);
+  auto text = read_file(p.string());  // a named pipe or device reads as nothing, never waits for a writer
+  std::string line = text.ok() ? text->substr(0, text->find('\n')) : std::string();
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
   return line;
 }

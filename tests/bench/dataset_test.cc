@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "support/paths.h"
@@ -85,6 +87,12 @@ TEST(Workload, TraceFileAndErrors) {
   std::ofstream(path) << "not json\n";
   EXPECT_FALSE(make_workload({.dataset = "trace:" + path, .vocab_size = 100}).ok());
   EXPECT_FALSE(make_workload({.dataset = "trace:/nonexistent", .vocab_size = 100}).ok());
+  // A named pipe without a writer is refused at once (reading it would wait forever).
+  const std::string fifo = testing::scratch_dir() + "/trace.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto piped = make_workload({.dataset = "trace:" + fifo, .vocab_size = 100});
+  ASSERT_FALSE(piped.ok());
+  EXPECT_NE(piped.status().message().find("not a regular file"), std::string::npos) << piped.status().message();
   EXPECT_FALSE(make_workload({.dataset = "nope", .vocab_size = 100}).ok());
   EXPECT_FALSE(make_workload({.vocab_size = 0}).ok());
 }

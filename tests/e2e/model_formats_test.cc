@@ -3,6 +3,8 @@
 // every format; inspect; and bad files through the CLI (one-line errors, no crash).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -164,6 +166,14 @@ TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
   expect_clean_error({"inspect", dir + "/hf"}, "architecture 'GPT2LMHeadModel' is not supported");
   expect_clean_error({"convert", dir + "/s.gguf", dir + "/out.bin", "--dtype", "q4_0"},
                      "llama2.c checkpoints hold f32");
+
+  // A named pipe given as a file flag is refused at once: reading it would wait for a writer (the etcd password file
+  // did, deaf to SIGTERM).
+  const std::string fifo = dir + "/password.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_clean_error({"serve", "--model", dir + "/s.gguf", "--port", "0", "--ctrl", "etcd://127.0.0.1:1", "--etcd-user",
+                      "u", "--etcd-password-file", fifo},
+                     "not a regular file");
 }
 
 // Every family's synth shape writes and generates through the CLI, as GGUF and as a HF folder.
