@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "base/mapped_file.h"
+
 namespace tessera::cli {
 namespace {
 
@@ -49,6 +51,7 @@ Result<std::vector<std::string>> expand_config_file(const std::vector<std::strin
     if (i >= at && i < at + consumed) continue;
     if (argv[i].rfind("--", 0) == 0) given.insert(argv[i].substr(2, argv[i].find('=') - 2));
   }
+  if (Status st = check_regular_file(path); !st.ok()) return st.with_context("--config");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);

@@ -45,6 +45,13 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(p), size));
 }
 
+Status check_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return invalid_argument("cannot open " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return invalid_argument("not a regular file: " + path);
+  return ok_status();
+}
+
 MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }
 
 Result<std::string> read_file(const std::string& path) {

@@ -37,6 +37,9 @@ class MappedFile {
 
 // Reads a whole (small) file into a string.
 Result<std::string> read_file(const std::string& path);
+// OK when path names a regular file (following links): what a library that opens the file itself (TLS, YAML) is
+// given, since opening a named pipe without a writer would wait forever. InvalidArgument naming it else.
+Status check_regular_file(const std::string& path);
 // Writes bytes to path, replacing it atomically (write to a temporary, then rename).
 Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 

@@ -18,6 +18,7 @@
 
 #include <fmt/core.h>
 
+#include "base/mapped_file.h"
 #include "http/http.h"
 
 namespace tessera::http {
@@ -123,6 +124,10 @@ Result<asio::ssl::context*> client_tls_context(const std::string& ca_file) {
   if (ca_file.empty()) {
     made->set_default_verify_paths(ec);
   } else {
+    if (Status st = check_regular_file(ca_file); !st.ok()) {
+      contexts.erase(ca_file);
+      return st.with_context("the TLS CA file");
+    }
     made->load_verify_file(ca_file, ec);
   }
   if (ec) {

@@ -18,6 +18,7 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "http/http.h"
 
 namespace tessera::http {
@@ -508,6 +509,8 @@ Status Server::start() {
                                 asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                                 asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
                             ec);
+    for (const std::string& f : {o.tls_cert_file, o.tls_key_file})
+      TS_RETURN_IF_ERROR(check_regular_file(f).with_context("the TLS certificate or key"));
     impl_->tls->use_certificate_chain_file(o.tls_cert_file, ec);
     if (ec) {
       return invalid_argument(fmt::format("cannot load the TLS certificate '{}': {}", o.tls_cert_file, ec.message()));

@@ -168,12 +168,26 @@ TEST(ModelFormatsCli, BadFilesAreOneLineErrors) {
                      "llama2.c checkpoints hold f32");
 
   // A named pipe given as a file flag is refused at once: reading it would wait for a writer (the etcd password file
-  // did, deaf to SIGTERM).
+  // did, deaf to SIGTERM, and so did the three below).
   const std::string fifo = dir + "/password.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_clean_error({"serve", "--model", dir + "/s.gguf", "--port", "0", "--ctrl", "etcd://127.0.0.1:1", "--etcd-user",
                       "u", "--etcd-password-file", fifo},
                      "not a regular file");
+  // So did a --config file and the TLS files (the libraries that read them open the path themselves; those two are
+  // read after the model loaded, whose log lines come first).
+  expect_clean_error({"serve", "--config", fifo}, "not a regular file");
+  for (const std::vector<std::string>& tls :
+       {std::vector<std::string>{"--tls-cert", fifo, "--tls-key", fifo},
+        std::vector<std::string>{"--ctrl", "https://127.0.0.1:1", "--tls-ca", fifo}}) {
+    std::vector<std::string> args = {"serve", "--model", dir + "/s.gguf", "--port", "0"};
+    args.insert(args.end(), tls.begin(), tls.end());
+    auto r = tessera(args);
+    EXPECT_FALSE(r.timed_out) << "hung: " << tls[0];
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not a regular file: " + fifo), std::string::npos) << r.err;
+  }
 }
 
 // Every family's synth shape writes and generates through the CLI, as GGUF and as a HF folder.
