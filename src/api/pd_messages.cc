@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -62,7 +63,7 @@ Status read_first_logprobs(const json& list, int vocab_size, int logprobs, const
 }  // namespace
 
 Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size, int choices,
-                                         int logprobs) {
+                                         int logprobs, DType expected_dtype) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return invalid_argument("prefill reply is not JSON");
   JsonFields f(j, "prefill reply");
@@ -93,10 +94,12 @@ Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expecte
       f.fail(fmt::format("prefill reply: 'bytes' = {} but {} were reserved", bytes, expected_bytes));
     }
   }
-  if (f.has("kv_dtype")) {
-    const std::string dtype = f.string("kv_dtype", 16);
-    if (f.ok() && dtype != "f32") f.fail(fmt::format("prefill reply: unsupported kv_dtype '{}'", dtype));
+  // The bytes were sent in the type asked for, or the staging range holds something else.
+  const std::string dtype = f.has("kv_dtype") ? f.string("kv_dtype", 16) : "f32";
+  if (f.ok() && dtype != dtype_name(expected_dtype)) {
+    f.fail(fmt::format("prefill reply: kv_dtype '{}' but {} was asked for", dtype, dtype_name(expected_dtype)));
   }
+  r.kv_dtype = expected_dtype;
   if (!f.ok()) return f.status();
   if (logprobs >= 0) {
     if (!j.contains("first_logprobs")) return invalid_argument("prefill reply: first_logprobs missing (asked for)");
@@ -120,7 +123,14 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   c.export_from = static_cast<int>(f.integer("export_from", 0, max_prompt_tokens, 0));
   c.n = static_cast<int>(f.integer("n", 1, kMaxPrefillChoices, 1));
   c.ignore_eos = f.boolean("ignore_eos", false);
-  c.every_position = f.boolean("every_position", false);
+  c.window_from = static_cast<int>(f.integer("window_from", 0, max_prompt_tokens, -1));
+  if (f.has("kv_dtype")) {
+    const std::string dtype = f.string("kv_dtype", 16);
+    const std::optional<DType> d = parse_dtype(dtype);
+    if (f.ok() && (!d || !kv_wire_dtype(*d)))
+      f.fail(fmt::format("prefill request: kv_dtype '{}' is not a KV wire type (f32, f16, bf16, q8_0, q4_0)", dtype));
+    if (f.ok()) c.kv_dtype = *d;
+  }
   c.logprobs = static_cast<int>(f.integer("logprobs", -1, kMaxLogprobs, -1));
   if (const json* stops = f.array("stop_token_ids", kMaxPrefillStopTokens, true)) {
     for (const json& t : *stops) {
@@ -154,6 +164,10 @@ Result<PrefillCall> parse_prefill_call(std::string_view body, int vocab_size, in
   if (c.export_from >= static_cast<int>(c.prompt.size())) {
     return invalid_argument("prefill request: export_from must leave at least one token");
   }
+  if (c.window_from > static_cast<int>(c.prompt.size())) {
+    return invalid_argument("prefill request: window_from is past the prompt's end");
+  }
+  c.window_from = std::max(c.window_from, c.export_from);  // absent, or before the first position sent: every row
   return c;
 }
 
@@ -189,7 +203,8 @@ std::string prefill_call_body(const PrefillCall& c) {
   if (c.n > 1) j["n"] = c.n;
   if (!c.stop_token_ids.empty()) j["stop_token_ids"] = c.stop_token_ids;
   if (c.ignore_eos) j["ignore_eos"] = true;
-  if (c.every_position) j["every_position"] = true;
+  if (c.window_from > c.export_from) j["window_from"] = c.window_from;
+  if (c.kv_dtype != DType::kF32) j["kv_dtype"] = std::string(dtype_name(c.kv_dtype));
   if (c.logprobs >= 0) j["logprobs"] = c.logprobs;
   // The first token is sampled on the prefill node: it must follow the grammar too.
   if (!c.structured.none()) j["structured"] = structured_to_json(c.structured);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/kv_layout.h"
 #include "api/roles.h"
 #include "api/sampling.h"
 #include "api/structured_output.h"
@@ -31,7 +32,7 @@ struct FirstTokenLogprobs {
 };
 
 // A prefill node's 200 reply. The decode node reads first_token, checksum and the three phase times, and
-// checks bytes and kv_dtype against what it reserved.
+// checks bytes and kv_dtype against what it reserved and asked for.
 struct PrefillReply {
   int32_t first_token = 0;
   // n > 1: the first tokens of choices 1..n-1 (choice i drawn with the seed + i), from the same logits.
@@ -42,29 +43,34 @@ struct PrefillReply {
   double compute_ms = 0;
   double transfer_ms = 0;
   double transfer_wait_ms = 0;
+  DType kv_dtype = DType::kF32;  // the wire type the KV was sent in: the call's
   // Written by the prefill node for people and older decode nodes:
-  DType kv_dtype = DType::kF32;
   uint64_t bytes = 0;
   bool overlap = true;
   double prefill_ms = 0;
 };
 std::string prefill_reply_body(const PrefillReply& r);
 
-// `expected_bytes`: the KV bytes the decode node reserved (a reply that says otherwise is refused);
+// `expected_bytes`: the KV bytes the decode node reserved (a reply that says otherwise is refused); `expected_dtype`:
+// the wire type it asked for (PrefillCall::kv_dtype; a reply without kv_dtype means f32);
 // `vocab_size`: first_token must be a token of the decode node's model; `choices`: the n asked for (a reply
 // must bring choices - 1 choice_tokens); `logprobs` >= 0: the reply must bring first_logprobs for every choice, each
 // naming its choice's token, with at most `logprobs` alternatives.
 Result<PrefillReply> parse_prefill_reply(std::string_view body, uint64_t expected_bytes, int vocab_size,
-                                         int choices = 1, int logprobs = -1);
+                                         int choices = 1, int logprobs = -1, DType expected_dtype = DType::kF32);
 
 // What a prefill node takes from a decode node's request.
 struct PrefillCall {
   std::vector<int32_t> prompt;
   int export_from = 0;  // first position whose KV is sent; leaves at least one token
-  // The decode node keeps every position of every layer (its sliding layers do not keep only their windows, and its
-  // prefix cache may reuse any of them): every row sent must be real, so a prefill node whose sliding layers keep
-  // only their windows takes from its prefix cache only what they still hold rows of from export_from on.
-  bool every_position = false;
+  // The first position whose sliding-window layers' rows the decode node keeps (api::KvLayout version 3): those
+  // layers' rows before it are not sent, and every row sent must be real, so a prefill node whose sliding layers keep
+  // only their windows takes from its prefix cache only what they still hold rows of from here on. Absent (-1 here):
+  // export_from, every row (a decode node that keeps every position, which its prefix cache may reuse).
+  int window_from = -1;
+  // The element type of the rows sent (api::kv_wire_dtype): the decode node's cache's, so an f16 cache's KV crosses
+  // the link in half the bytes of f32. Absent from the body: f32.
+  DType kv_dtype = DType::kF32;
   SamplingParams sampling;
   int n = 1;  // choices: this many first tokens are drawn (PrefillReply::choice_tokens)
   // What sampling.min_tokens masks on the first token: the request's stop_token_ids, and its end-of-generation

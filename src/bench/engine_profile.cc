@@ -84,8 +84,11 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
     wire_dim = std::max(wire_dim, c.layer_kv_dim(l));
   }
   const size_t state_bytes = r.kv_cache().has_state() ? r.kv_cache().state_bytes_per_slot() : 0;
+  // Rows cross in the decode cache's type (api::kv_wire_dtype; pd-link's wire_dtype()): this node's.
+  const DType wire_dtype =
+      api::kv_wire_dtype(a.kv_dtype) && wire_dim % dtype_info(a.kv_dtype).block_elems == 0 ? a.kv_dtype : DType::kF32;
   auto wire_layout = [&](int positions) {
-    return api::KvLayout{static_cast<int>(carried.size()), wire_dim, DType::kF32, positions, state_bytes};
+    return api::KvLayout{static_cast<int>(carried.size()), wire_dim, wire_dtype, positions, state_bytes};
   };
   std::vector<uint8_t> staging;
   auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {
@@ -157,8 +160,8 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   if (a.network_gb_s > 0) {
     p.network_bandwidth = a.network_gb_s * 1e9;
   } else {
-    // The same-host hand-off of a prompt's KV (docs/pd-protocol.md): export every layer to the f32 wire
-    // layout, copy it once (the shm link), import it into paged blocks. Its rate stands for the link.
+    // The same-host hand-off of a prompt's KV (docs/pd-protocol.md): export every layer to the wire layout (in
+    // the cache's type), copy it once (the shm link), import it into paged blocks. Its rate stands for the link.
     engine::SequenceKv seq;
     auto ids = tokens(max_tokens);
     TS_RETURN_IF_ERROR(r.prefill(seq, ids, logits));
@@ -173,7 +176,7 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
         uint8_t* v = sent.data() + layout.v_offset(li, 0);
         TS_RETURN_IF_ERROR(r.export_kv(seq, l, 0, max_tokens, layout.dtype, k, v));
         // The link's one copy (shm), layer by layer as the prefill node sends it.
-        std::copy(k, k + 2 * layout.half_bytes(), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(li, 0)));
+        std::copy(k, k + 2 * layout.half_bytes(li), wire.begin() + static_cast<std::ptrdiff_t>(layout.k_offset(li, 0)));
         TS_RETURN_IF_ERROR(r.import_kv(seq, l, 0, max_tokens, layout.dtype, wire.data() + layout.k_offset(li, 0),
                                        wire.data() + layout.v_offset(li, 0)));
       }

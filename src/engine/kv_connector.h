@@ -40,6 +40,7 @@
 // connector's own threads talk to the engine only through the wake function and poll().
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -76,6 +77,17 @@ struct KvGeometry {
   DType dtype = DType::kF32;  // the cache's element type
   // Bytes of a request's recurrent state (hybrid models' linear-attention layers): 0 for attention-only models.
   size_t state_bytes = 0;
+  // Per layer: 1 for a sliding-window layer (the model's, whatever the cache keeps; api::KvLayout::sliding).
+  std::vector<uint8_t> sliding;
+  // > 0: the cache keeps only the sliding layers' windows, of this many positions (engine/kv_cache.h).
+  int window = 0;
+
+  // The first position whose sliding-layer rows the cache holds for a request of `length` positions about to take
+  // its next step (the first of the window block the step's window starts in; 0 when every position is kept).
+  int first_window_row(int length) const {
+    if (window <= 0 || block_tokens <= 0) return 0;
+    return std::max(0, length - window + 1) / block_tokens * block_tokens;
+  }
 
   // One position of K (or V) of one layer, in the cache's type.
   size_t row_bytes() const { return dtype_bytes(dtype, static_cast<size_t>(kv_dim)); }

@@ -121,14 +121,26 @@ struct PdService::Impl final : kv::PdLinkControl {
     });
   }
 
+  // The sliding-window layers among the carried ones, "0"/"1" each (api::KvLayout::sliding), and their window: a
+  // version 3 layout leaves their older rows out, so both sides must agree on which they are.
+  std::string kv_sliding() const {
+    std::string out;
+    for (uint8_t sliding : engine.kv_geometry().sliding) out += sliding != 0 ? '1' : '0';
+    if (out.find('1') != std::string::npos) out += fmt::format(" window={}", engine.config().sliding_window);
+    return out;
+  }
+
   json model_json() const {
     const model::ModelConfig& c = engine.config();
-    // The layout version and state section: nodes that would lay the KV out differently refuse each other (409).
+    // The layout version, the wire types and the state section: nodes that would lay the KV out differently
+    // refuse each other (409). A node from before kv_dtype in the call would send f32 rows whatever was asked.
     return {{"name", options.model_name},
             {"n_layers", c.n_layers},
             {"kv_dim", engine.kv_geometry().kv_dim},
             {"vocab_size", c.vocab_size},
             {"kv_layout", api::kKvLayoutVersion},
+            {"kv_wire", "f32 f16 bf16 q8_0 q4_0"},
+            {"kv_sliding", kv_sliding()},
             {"state_bytes", engine.kv_geometry().state_bytes}};
   }
 
@@ -246,7 +258,8 @@ struct PdService::Impl final : kv::PdLinkControl {
       api::PrefillCall call;
       call.prompt.assign(job.prompt().begin(), job.prompt().end());
       call.export_from = job.export_from();
-      call.every_position = !engine.windowed_kv();
+      call.window_from = job.window_from();
+      call.kv_dtype = job.kv_dtype();
       call.sampling = p.sampling;
       call.n = job.choices();
       call.stop_token_ids = p.stop_token_ids;
@@ -291,7 +304,8 @@ struct PdService::Impl final : kv::PdLinkControl {
       }
       // Validated before waiting for the tag: a malformed reply is that prefill node's fault, and this request
       // goes on to the next one (or prefills here).
-      auto reply = api::parse_prefill_reply(r->body, job.bytes(), c.vocab_size, job.choices(), p.logprobs);
+      auto reply =
+          api::parse_prefill_reply(r->body, job.bytes(), c.vocab_size, job.choices(), p.logprobs, job.kv_dtype());
       if (!reply.ok()) {
         log::warn("pd: bad prefill reply from {}: {}", url, reply.status().message());
         last = reply.status().with_context(url);
@@ -351,7 +365,8 @@ struct PdService::Impl final : kv::PdLinkControl {
     auto region = link::RegionDesc::decode(call->region);
     if (!info.ok() || !region.ok()) return w->send(400, error_json("bad agent or region description"));
     const int n = static_cast<int>(call->prompt.size());
-    auto job = link->prepare_save(*info, *region, call->offset, call->tag, call->export_from, n);
+    auto job = link->prepare_save(*info, *region, call->offset, call->tag, call->export_from, n, call->kv_dtype,
+                                  call->window_from);
     if (!job.ok()) {
       const bool bad = job.status().code() == StatusCode::kInvalidArgument;
       return w->send(bad ? 400 : 502, error_json(job.status().message()));
@@ -367,7 +382,8 @@ struct PdService::Impl final : kv::PdLinkControl {
     gen.max_tokens = 1;
     gen.ignore_eos = true;
     gen.n = call->n;
-    if (call->every_position) gen.real_rows_from = call->export_from;
+    // Every row sent must be real: the decode node keeps (and may cache) every one of them.
+    gen.real_rows_from = call->window_from;
     gen.logprobs = call->logprobs;
     if (gen.sampling.min_tokens > 0) {
       // The first token may not be a stop token: masked as the decode node's request would mask it (the token
@@ -434,7 +450,7 @@ struct PdService::Impl final : kv::PdLinkControl {
       reply.first_logprobs.push_back({l.token, l.logprob, {l.top.begin(), l.top.end()}});
     }
     reply.checksum = done->checksum;
-    reply.kv_dtype = DType::kF32;
+    reply.kv_dtype = job.kv_dtype();
     reply.bytes = done->bytes;
     reply.overlap = done->overlap;
     reply.compute_ms = std::chrono::duration<double, std::milli>(computed - t0).count();

@@ -19,6 +19,7 @@
 // Thread-safety: a value.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/model_config.h"
@@ -69,8 +70,14 @@ struct ModelCost {
   double decode_kv_read_bytes(double context) const;
   // Weight bytes one step of `tokens` tokens reads: every matrix once, the routed experts any token uses, no table.
   double weight_read_bytes(double tokens) const;
-  // Bytes a prefill -> decode handoff of `tokens` positions ships: their K and V and the sequence's state.
-  double transfer_bytes(double tokens) const { return tokens * kv_bytes_per_token + state_bytes; }
+  // Bytes a prefill -> decode handoff of `tokens` positions ships: their K and V and the sequence's state. A decode
+  // node that keeps only its windows takes the sliding layers' rows of the window it holds only (api::KvLayout
+  // version 3; window_held_positions bounds them).
+  double transfer_bytes(double tokens) const {
+    if (window_held_positions <= 0) return tokens * kv_bytes_per_token + state_bytes;
+    return tokens * held_kv_bytes_per_token + std::min(tokens, window_held_positions) * sliding_kv_bytes_per_token +
+           state_bytes;
+  }
   // The recurrent state counted in cached positions (capacities are in positions): 0 without linear layers.
   double state_positions() const { return held_bytes() > 0 ? state_bytes / held_bytes() : 0.0; }
   // held_kv_bytes_per_token, or kv_bytes_per_token for a cost set by hand without it.

@@ -55,7 +55,7 @@ TEST(KvLayout, OffsetsMatchTheCanonicalOrder) {
   // [layer][k|v][position][kv_dim] laid out by hand for 3 layers x 5 positions x kv_dim 4, f32.
   const KvLayout l{3, 4, DType::kF32, 5};
   EXPECT_EQ(l.row_bytes(), 16u);
-  EXPECT_EQ(l.half_bytes(), 80u);
+  EXPECT_EQ(l.half_bytes(0), 80u);
   EXPECT_EQ(l.bytes(), 3u * 2 * 5 * 4 * 4);
   std::vector<float> buf(l.bytes() / sizeof(float));
   size_t i = 0;
@@ -76,9 +76,8 @@ TEST(KvLayout, OffsetsMatchTheCanonicalOrder) {
 }
 
 TEST(KvLayout, TheStateSectionFollowsTheKvSectionAndVersionOneIsTheEmptyState) {
-  // Version 2: a hybrid model's recurrent state (24 bytes here) right after the kv section.
+  // Since version 2: a hybrid model's recurrent state (24 bytes here) right after the kv section.
   const KvLayout with_state{3, 4, DType::kF32, 5, 24};
-  EXPECT_EQ(kKvLayoutVersion, 2);
   EXPECT_EQ(with_state.kv_bytes(), 3u * 2 * 5 * 4 * 4);
   EXPECT_EQ(with_state.state_offset(), with_state.kv_bytes());
   EXPECT_EQ(with_state.state_bytes(), 24u);
@@ -91,11 +90,100 @@ TEST(KvLayout, TheStateSectionFollowsTheKvSectionAndVersionOneIsTheEmptyState) {
   EXPECT_EQ(attention_only.k_offset(1, 2), with_state.k_offset(1, 2));
 }
 
+TEST(KvLayout, SlidingLayersCarryOnlyTheirLastWindowPositions) {
+  // Version 3: 4 layers, the 1st and 3rd sliding; 10 positions sent, the sliding layers carry the last 3 (a decode
+  // node whose windows start 7 positions in). kv_dim 2, f32: 8 bytes a row. Laid out by hand: each layer's K rows
+  // then its V rows, of the positions it carries.
+  KvLayout l{4, 2, DType::kF32, 10, 16, {0, 1, 0, 1}, 3};
+  EXPECT_EQ(kKvLayoutVersion, 3);
+  EXPECT_EQ(l.carried(0), 10);
+  EXPECT_EQ(l.carried(1), 3);
+  EXPECT_EQ(l.first_carried(1), 7);
+  std::vector<float> buf;
+  for (int layer = 0; layer < 4; ++layer) {
+    for (int which = 0; which < 2; ++which) {
+      for (int p = l.first_carried(layer); p < 10; ++p) {
+        for (int d = 0; d < 2; ++d) buf.push_back(static_cast<float>(layer * 1000 + which * 100 + p * 10 + d));
+      }
+    }
+  }
+  EXPECT_EQ(l.kv_bytes(), buf.size() * sizeof(float));
+  EXPECT_EQ(l.kv_bytes(), (2u * 10 + 2u * 3) * 2 * 8);
+  EXPECT_EQ(l.bytes(), l.kv_bytes() + 16) << "the state section follows";
+  const auto* bytes = reinterpret_cast<const uint8_t*>(buf.data());
+  auto at = [&](size_t offset) {
+    float x = 0;
+    std::memcpy(&x, bytes + offset, sizeof x);
+    return x;
+  };
+  EXPECT_EQ(at(l.k_offset(0, 4)), 40.0f);
+  EXPECT_EQ(at(l.k_offset(1, 7)), 1070.0f);
+  EXPECT_EQ(at(l.v_offset(1, 9) + 4), 1191.0f);
+  EXPECT_EQ(at(l.k_offset(2, 0)), 2000.0f);
+  EXPECT_EQ(at(l.v_offset(3, 8)), 3180.0f);
+  EXPECT_EQ(l.v_offset(3, 9) + l.row_bytes(), l.state_offset()) << "the last V row ends there";
+  // Fewer positions sent than the window: every one, as a full layer.
+  l.window_positions = 12;
+  EXPECT_EQ(l.carried(1), 10);
+  EXPECT_EQ(l.kv_bytes(), 4u * 2 * 10 * 8);
+  // No windows (-1), or no sliding layers: version 2's offsets, byte for byte.
+  const KvLayout v2{4, 2, DType::kF32, 10, 16};
+  l.window_positions = -1;
+  EXPECT_EQ(l.kv_bytes(), v2.kv_bytes());
+  EXPECT_EQ(l.v_offset(3, 2), v2.v_offset(3, 2));
+}
+
 TEST(Roles, NamesRoundTripAndUnknownIsAClearError) {
   for (NodeRole r : {NodeRole::kBoth, NodeRole::kPrefill, NodeRole::kDecode}) EXPECT_EQ(*parse_role(role_name(r)), r);
   auto bad = parse_role("oracle");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "unknown role 'oracle'; roles: prefill, decode, both");
+}
+
+TEST(WireBodies, TheKvCrossesInTheTypeTheDecodeNodeAskedFor) {
+  PrefillCall call;
+  call.prompt = {1, 5, 9, 7};
+  call.agent = "name=d host=h";
+  call.region = "r";
+  auto plain = parse_prefill_call(prefill_call_body(call), 16, 64);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->kv_dtype, DType::kF32) << "absent: f32, as before the field";
+  for (DType d : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    call.kv_dtype = d;
+    auto back = parse_prefill_call(prefill_call_body(call), 16, 64);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->kv_dtype, d) << dtype_name(d);
+  }
+  // Only a KV cache type: a weight type or an integer is not a row anyone keeps.
+  for (const char* bad : {"q4_k", "i32", "f64", ""}) {
+    nlohmann::json j = nlohmann::json::parse(prefill_call_body(call));
+    j["kv_dtype"] = bad;
+    auto r = parse_prefill_call(j.dump(), 16, 64);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("kv_dtype"), std::string::npos) << r.status().message();
+  }
+  nlohmann::json j = nlohmann::json::parse(prefill_call_body(call));
+  j["kv_dtype"] = 16;
+  EXPECT_FALSE(parse_prefill_call(j.dump(), 16, 64).ok()) << "not a string";
+  EXPECT_TRUE(kv_wire_dtype(DType::kQ8_0));
+  EXPECT_FALSE(kv_wire_dtype(DType::kQ4_K));
+
+  // The reply names the type the rows were sent in; the decode node refuses any other (its staging range was sized
+  // and will be read as the type it asked for), and a reply without the field as f32.
+  PrefillReply reply;
+  reply.first_token = 3;
+  reply.bytes = 2048;
+  reply.kv_dtype = DType::kF16;
+  auto r = parse_prefill_reply(prefill_reply_body(reply), 2048, 16, 1, -1, DType::kF16);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kv_dtype, DType::kF16);
+  auto wrong = parse_prefill_reply(prefill_reply_body(reply), 2048, 16, 1, -1, DType::kF32);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().message(), "prefill reply: kv_dtype 'f16' but f32 was asked for");
+  nlohmann::json old = nlohmann::json::parse(prefill_reply_body(reply));
+  old.erase("kv_dtype");
+  EXPECT_TRUE(parse_prefill_reply(old.dump(), 2048, 16).ok());
+  EXPECT_FALSE(parse_prefill_reply(old.dump(), 2048, 16, 1, -1, DType::kQ8_0).ok());
 }
 
 TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
@@ -118,11 +206,18 @@ TEST(WireBodies, WhatOneSideWritesTheOtherReads) {
   EXPECT_EQ(back->offset, 128u);
   EXPECT_EQ(back->tag, 7u);
   EXPECT_EQ(back->model, call.model);
-  EXPECT_FALSE(back->every_position);  // absent: a decode node older than the field
-  call.every_position = true;
-  auto every = parse_prefill_call(prefill_call_body(call), 16, 64);
-  ASSERT_TRUE(every.ok()) << every.status().to_string();
-  EXPECT_TRUE(every->every_position);
+  EXPECT_EQ(back->window_from, 2) << "absent: export_from, every row";
+  call.window_from = 3;  // a decode node whose sliding layers keep only their windows
+  auto windowed = parse_prefill_call(prefill_call_body(call), 16, 64);
+  ASSERT_TRUE(windowed.ok()) << windowed.status().to_string();
+  EXPECT_EQ(windowed->window_from, 3);
+  call.window_from = 1;  // before the first position sent: every row
+  EXPECT_EQ(parse_prefill_call(prefill_call_body(call), 16, 64)->window_from, 2);
+  call.window_from = 5;  // past the prompt's end
+  auto past = parse_prefill_call(prefill_call_body(call), 16, 64);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().message(), "prefill request: window_from is past the prompt's end");
+  call.window_from = -1;
 
   PrefillReply reply;
   reply.first_token = 3;

@@ -380,8 +380,11 @@ TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
     EXPECT_LT(max_logprob_gap(got, whole[i]), kLogprobTolerance) << label << ", prompt " << i;
     EXPECT_GE(got.logprobs.size() + 1, whole[i].logprobs.size()) << label << ", prompt " << i;
   };
+  const std::string kv_bytes = "tessera_pd_kv_bytes_total";
   check(decode, 0, "windowed decode node");
+  const double bytes0 = testing::scrape_metric(decode.url, kv_bytes);
   check(decode, 1, "windowed decode node");
+  const double bytes1 = testing::scrape_metric(decode.url, kv_bytes) - bytes0;
   // A decode node that keeps every position, with a prefix cache of its own: it asks for every row, so the prefill
   // node takes from its prefix cache only what its sliding layers still hold rows of (the second prompt is computed
   // there again). Given zeros, this node would cache them, and the third prompt, which finds the second's first
@@ -391,7 +394,26 @@ TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
   d2.insert(d2.end(), kCpu.begin(), kCpu.end());
   Node every = start_node(model, d2);
   check(every, 1, "decode node keeping every position");
+  const double every_bytes = testing::scrape_metric(every.url, kv_bytes);
   check(every, 2, "decode node keeping every position");
+  // What crossed (api::KvLayout version 3), worked out from the model description the nodes exchange: a full
+  // layer carries every position, a sliding one only those from the window block the prompt's end falls in (16-token
+  // blocks, a window of 8: position 32 for both prompts) on a windowed decode node, every one on the other node. f32
+  // rows of kv_dim values, K and V.
+  auto info = http::fetch({.method = "GET", .url = decode.url + "/internal/pd/info"});
+  ASSERT_TRUE(info.ok() && info->status == 200);
+  const json model_desc = json::parse(info->body)["model"];
+  const std::string desc = model_desc["kv_sliding"].get<std::string>();  // "0110... window=8"
+  EXPECT_NE(desc.find(" window=8"), std::string::npos) << desc;
+  const std::string sliding = desc.substr(0, desc.find(' '));
+  const auto n_sliding = static_cast<double>(std::count(sliding.begin(), sliding.end(), '1'));
+  const auto n_full = static_cast<double>(std::count(sliding.begin(), sliding.end(), '0'));
+  ASSERT_GT(n_sliding, 0);
+  ASSERT_GT(n_full, 0);
+  const double pair = 2.0 * 4.0 * model_desc["kv_dim"].get<double>();
+  EXPECT_EQ(bytes0, pair * (40 * n_full + (40 - 32) * n_sliding)) << sliding;
+  EXPECT_EQ(bytes1, pair * (42 * n_full + (42 - 32) * n_sliding)) << sliding;
+  EXPECT_EQ(every_bytes, pair * 42 * (n_full + n_sliding)) << sliding;
   const std::string labels = "{model=\"g4w\"}";
   EXPECT_GT(testing::scrape_metric(every.url, "tessera_prefix_cache_hit_tokens_total" + labels), 0)
       << "the third prompt was to find the second's first block on the decode node";

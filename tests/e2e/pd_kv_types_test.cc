@@ -1,12 +1,14 @@
 // KV cache types across prefill/decode disaggregation, with real processes: a prefill node and a decode node whose
-// KV caches hold unlike types (f16 and q8_0, either way round, and q8_0 on both). The KV crosses the link as f32
-// rows; the decode node converts them into its own cache type (quantising to q8_0 on the way in). The model is a
+// KV caches hold unlike types (f16 and q8_0, either way round, and q8_0 or q4_0 on both). The model is a
 // seeded random GGUF of a grouped-query family at head_dim 32 (`tessera synth`), since a q8_0 cache needs whole
-// 32-value blocks per kv head (stories260K's head_dim is 8, which q8_0 refuses).
+// 32-value blocks per kv head (stories260K's head_dim is 8, which q8_0 refuses). The rows cross the link in the
+// decode node's cache type (api::kv_wire_dtype): the prefill node converts its rows through f32 into it.
 //
 // What must hold (greedy, 32 tokens per prompt through the decode node; see the bounds at the test):
-//   - q8_0 -> q8_0 gives a single q8_0 node's text and log-probabilities: the prompt's KV is computed the same way,
-//     and a q8_0 block widened to f32 and quantised again is the same block;
+//   - q8_0 -> q8_0 and q4_0 -> q4_0 give a single node's text and log-probabilities of that type: the prompt's KV
+//     is computed the same way, and the decode cache receives the prefill node's own blocks;
+//   - the KV bytes received follow the decode node's cache type: a q8_0 cache's rows take 34/64 of an f16 cache's
+//     (the same prompts, so the same positions), a q4_0 cache's 18/64;
 //   - f16 -> q8_0 gives a single q8_0 node's text; its first token's log-probability is a single f16 node's (the
 //     prefill node sampled it), the others differ from the single q8_0 node's by less than f16 and q8_0 single
 //     nodes differ from each other (the prompt's second layer saw f16 attention on one, q8_0 on the other); q8_0 ->
@@ -88,7 +90,9 @@ Completion complete(const std::string& url, const std::string& prompt) {
   return c;
 }
 
-using Texts = std::vector<Completion>;  // one per prompt
+struct Texts : std::vector<Completion> {  // one per prompt
+  double kv_bytes = 0;                    // a pair's: the KV bytes its decode node received
+};
 
 class PdKvTypes : public ::testing::Test {
  protected:
@@ -116,6 +120,7 @@ class PdKvTypes : public ::testing::Test {
     for (const std::string& p : kPrompts) out.push_back(complete(decode.url, p));
     EXPECT_EQ(scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"),
               static_cast<double>(kPrompts.size()));
+    out.kv_bytes = scrape_metric(decode.url, "tessera_pd_kv_bytes_total");
     EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
     EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
     return out;
@@ -163,14 +168,17 @@ double first_gap(const Texts& a, const Texts& b) {
 constexpr double kSame = 1e-5;
 
 TEST_F(PdKvTypes, UnlikeKvCacheTypesOnEitherSideMatchTheSingleNodeWhosePromptWasComputedAlike) {
-  const Texts q8 = single("q8_0"), f16 = single("f16");
+  const Texts q8 = single("q8_0"), f16 = single("f16"), q4 = single("q4_0");
   const double types_apart = gap(q8, f16, 0, "control: single q8_0 vs single f16");
-  const double near = gap(single("q4_0"), q8, 0, "control: single q4_0 vs single q8_0", false) / 2;
+  const double near = gap(q4, q8, 0, "control: single q4_0 vs single q8_0", false) / 2;
   ASSERT_GT(types_apart, 100 * kSame)
       << "this model's logprobs must show the KV cache type for the checks to mean much";
-  // q8_0 on both sides: the prompt's KV is computed as on a single q8_0 node, and a q8_0 block widened to f32 on the
-  // wire and quantised again is the same block (its largest element maps back to +-127 under the same f16 scale).
-  EXPECT_LE(gap(pair("q8_0", "q8_0"), q8, 0, "q8_0 -> q8_0 vs single q8_0"), kSame);
+  // q8_0 (q4_0) on both sides: the prompt's KV is computed as on a single node of that type, and its blocks cross
+  // the link as they are.
+  const Texts q8_q8 = pair("q8_0", "q8_0");
+  EXPECT_LE(gap(q8_q8, q8, 0, "q8_0 -> q8_0 vs single q8_0"), kSame);
+  const Texts q4_q4 = pair("q4_0", "q4_0");
+  EXPECT_LE(gap(q4_q4, q4, 0, "q4_0 -> q4_0 vs single q4_0"), kSame);
   // f16 -> q8_0: the first token is the prefill node's (a single f16 node's, exactly); the rest decode over the
   // prompt's f16-computed KV quantised to q8_0, close to a single q8_0 node's but not equal: see `near` above.
   const Texts f16_q8 = pair("f16", "q8_0");
@@ -180,6 +188,12 @@ TEST_F(PdKvTypes, UnlikeKvCacheTypesOnEitherSideMatchTheSingleNodeWhosePromptWas
   const Texts q8_f16 = pair("q8_0", "f16");
   EXPECT_LE(first_gap(q8_f16, q8), kSame) << "the first token of q8_0 -> f16 is the q8_0 prefill node's";
   EXPECT_LT(gap(q8_f16, f16, 1, "q8_0 -> f16 vs single f16"), near);
+  // The rows travel in the decode cache's type: 34 bytes per 32 values for q8_0, 18 for q4_0, 64 for f16 (f32 rows
+  // would be 128 whatever either cache holds).
+  ASSERT_GT(q8_f16.kv_bytes, 0.0);
+  EXPECT_EQ(f16_q8.kv_bytes, q8_q8.kv_bytes) << "the decode node's type sets the bytes, not the prefill node's";
+  EXPECT_DOUBLE_EQ(f16_q8.kv_bytes / q8_f16.kv_bytes, 34.0 / 64.0);
+  EXPECT_DOUBLE_EQ(q4_q4.kv_bytes / q8_f16.kv_bytes, 18.0 / 64.0);
 }
 
 TEST_F(PdKvTypes, AQuantisedCacheTheModelCannotHoldIsRefusedByName) {

@@ -102,8 +102,10 @@ TEST(ModelCost, Gemma4E2bCachesOnlyTheLayersWithKvOfTheirOwnAndSlidesItsWindow) 
   EXPECT_DOUBLE_EQ(m.window_held_positions, 544);
   EXPECT_DOUBLE_EQ(m.held_positions(16384), 16384 + 2 * 544);
   EXPECT_DOUBLE_EQ(m.held_positions(100), 300);
-  // What a handoff ships is still every carried layer's rows of every position.
-  EXPECT_DOUBLE_EQ(m.transfer_bytes(1000), 18432.0 * 1000);
+  // A handoff to a decode node that keeps only its windows ships the full layers' rows of every position and the
+  // sliding layers' of the window it holds (api::KvLayout version 3); a prompt shorter than that, every row.
+  EXPECT_DOUBLE_EQ(m.transfer_bytes(1000), 6144.0 * 1000 + 12288.0 * 544);
+  EXPECT_DOUBLE_EQ(m.transfer_bytes(300), 18432.0 * 300);
   // Its 2.35 G per-layer embedding parameters (35 x 256 x 262144) are a table read a row per token, not per step.
   EXPECT_DOUBLE_EQ(m.lookup_bytes, 35.0 * 256 * 262144 * 2);
   EXPECT_DOUBLE_EQ(m.weight_read_bytes(1), m.weight_bytes - m.lookup_bytes);
@@ -143,6 +145,7 @@ TEST(ModelCost, GptOssReadsTheExpertsItsTokensAreRoutedTo) {
   // Held: the 12 full layers per position, the 12 sliding ones over 128 + 32 positions a sequence.
   EXPECT_DOUBLE_EQ(m.held_kv_bytes_per_token, 12 * 2048);
   EXPECT_DOUBLE_EQ(m.held_positions(1000), 1000 + 160);
+  EXPECT_DOUBLE_EQ(m.transfer_bytes(1000), 12 * 2048 * (1000.0 + 160));
   EXPECT_DOUBLE_EQ(m.full_kv_read_bytes, 12 * 2048);
   EXPECT_DOUBLE_EQ(m.sliding_kv_read_bytes, 12 * 2048);
   const double experts = 24.0 * 32 * 3 * 2880 * 2880, table = 201088.0 * 2880;  // untied: the embedding is a table

@@ -39,6 +39,7 @@ class Engine::Io final : public KvBlockIo {
       if (!own) continue;
       model_layer_.push_back(l);
       width_.push_back(cfg.layer_kv_dim(l));
+      g_.sliding.push_back(cfg.is_sliding_layer(l) ? 1 : 0);
       g_.kv_dim = std::max(g_.kv_dim, cfg.layer_kv_dim(l));
     }
     if (model_layer_.empty()) g_.kv_dim = cfg.kv_dim();
@@ -46,6 +47,7 @@ class Engine::Io final : public KvBlockIo {
     g_.block_tokens = c.block_tokens();
     g_.dtype = c.k(model_layer_.empty() ? 0 : model_layer_.front()).dtype;
     g_.state_bytes = c.has_state() ? c.state_bytes_per_slot() : 0;  // 0: attention-only models keep no state
+    g_.window = c.windowed() ? c.window() : 0;
   }
   const KvGeometry& geometry() const override { return g_; }
   // The connectors' layer of model layer `layer`: -1 for a linear-attention layer (no K/V).

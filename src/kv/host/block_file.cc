@@ -6,14 +6,16 @@
 
 #include <fmt/core.h>
 
-#include "api/kv_layout.h"
-
 namespace tessera::kv {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'S', 'K', 'V', 'B', 'L', 'K', '1'};
 constexpr uint32_t kFormatVersion = 1;
 constexpr int kRecordFormat = 1;
+// The store key's `layout`: a record's rows are laid out as the wire's version 2 was (every layer, every position of
+// the block). The wire's later versions (api::kKvLayoutVersion 3: sliding layers' windows only) change nothing
+// here, so stores written before them stay readable.
+constexpr int kRecordRowsLayout = 2;
 
 struct Header {
   char magic[8];
@@ -67,7 +69,7 @@ std::vector<uint8_t> encode_block_file(const BlockFormat& f, const HostBlock& b)
 uint64_t block_store_key(const std::string& model_identity, const engine::KvGeometry& g) {
   const std::string key = fmt::format("{}|block_tokens={}|dtype={}|layers={}|kv_dim={}|state={}|layout={}|record={}",
                                       model_identity, g.block_tokens, dtype_name(g.dtype), g.n_layers, g.kv_dim,
-                                      g.state_bytes, api::kKvLayoutVersion, kRecordFormat);
+                                      g.state_bytes, kRecordRowsLayout, kRecordFormat);
   return XXH3_64bits(key.data(), key.size());
 }
 

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <string_view>
@@ -25,6 +26,7 @@ struct RemotePrefill::Shared {
   engine::RequestId id = 0;
   std::vector<engine::TokenId> prompt;
   int export_from = 0;
+  int window_from = 0;
   int choices = 1;
   api::KvLayout layout;
   std::shared_ptr<const PdLinkLoadParams> params;
@@ -46,8 +48,10 @@ struct RemotePrefill::Shared {
 engine::RequestId RemotePrefill::id() const { return s_->id; }
 const std::vector<engine::TokenId>& RemotePrefill::prompt() const { return s_->prompt; }
 int RemotePrefill::export_from() const { return s_->export_from; }
+int RemotePrefill::window_from() const { return s_->window_from; }
 int RemotePrefill::choices() const { return s_->choices; }
 size_t RemotePrefill::bytes() const { return s_->layout.bytes(); }
+DType RemotePrefill::kv_dtype() const { return s_->layout.dtype; }
 const PdLinkLoadParams& RemotePrefill::params() const { return *s_->params; }
 Status RemotePrefill::staged() const { return s_->staged; }
 const std::atomic<bool>& RemotePrefill::abandoned() const { return s_->abandoned; }
@@ -153,9 +157,17 @@ bool PdLinkConnector::wait_tag(uint64_t tag, std::chrono::milliseconds timeout) 
   return ok;
 }
 
-api::KvLayout PdLinkConnector::layout(int positions) const {
+api::KvLayout PdLinkConnector::layout(int export_from, int positions, DType dtype, int window_from) const {
   const engine::KvGeometry& g = io_->geometry();
-  return {g.n_layers, g.kv_dim, DType::kF32, positions, g.state_bytes};
+  api::KvLayout l{g.n_layers, g.kv_dim, dtype, positions, g.state_bytes, g.sliding};
+  if (window_from > export_from) l.window_positions = std::max(0, export_from + positions - window_from);
+  return l;
+}
+
+DType PdLinkConnector::wire_dtype() const {
+  const engine::KvGeometry& g = io_->geometry();
+  const bool whole_blocks = g.kv_dim % dtype_info(g.dtype).block_elems == 0;
+  return api::kv_wire_dtype(g.dtype) && whole_blocks ? g.dtype : DType::kF32;
 }
 
 PdLinkCounters PdLinkConnector::counters() const {
@@ -205,8 +217,11 @@ void PdLinkConnector::allocated(const engine::KvRequestView& request, std::span<
   s->id = request.id;
   s->prompt.assign(request.tokens.begin(), request.tokens.end());
   s->export_from = first;
+  // A cache that keeps only its windows holds the sliding layers' rows from the window block of the prompt's end on
+  // (the scheduler reserved no others): the rest need not cross.
+  s->window_from = std::max(first, io_->geometry().first_window_row(first + count));
   s->choices = request.choices;
-  s->layout = layout(count);
+  s->layout = layout(first, count, wire_dtype(), s->window_from);
   s->params = params;
   s->alloc = staging_alloc_;
   s->agent = agent_;
@@ -273,10 +288,14 @@ Status PdLinkConnector::wait_layer_load(int layer) {
   for (const auto& s : loading_now_) {
     const uint8_t* data = reinterpret_cast<const uint8_t*>(staging_bytes_.data()) + *s->offset;
     const api::KvLayout& l = s->layout;
-    // Straight from the staging range into the cache: one device copy per run of blocks, converted from f32.
-    TS_RETURN_IF_ERROR(io_->write_rows(s->id, layer, s->export_from, l.positions, l.dtype, data + l.k_offset(layer, 0),
-                                       data + l.v_offset(layer, 0))
-                           .with_context("loading the prefill node's KV"));
+    // Straight from the staging range into the cache: one device copy per run of blocks, in the cache's own type
+    // (wire_dtype(): nothing to convert); a sliding layer's rows from window_from on.
+    const int skip = l.first_carried(layer);
+    if (l.carried(layer) > 0) {
+      TS_RETURN_IF_ERROR(io_->write_rows(s->id, layer, s->export_from + skip, l.carried(layer), l.dtype,
+                                         data + l.k_offset(layer, skip), data + l.v_offset(layer, skip))
+                             .with_context("loading the prefill node's KV"));
+    }
     if (layer == last) {
       const auto* state = reinterpret_cast<const std::byte*>(data + l.state_offset());
       if (zero_state_ && l.state_bytes() > 0) {

@@ -8,15 +8,17 @@
 //                 connector reserves a range of its staging region (link memory) and hands a RemotePrefill to
 //                 the control plane, which calls prefill nodes in turn; each answer is checked here (the completion
 //                 tag, then the checksum of the staging bytes). The engine then copies the KV from the staging
-//                 range into its cache layer by layer (one device copy per run of blocks per layer, converting
-//                 from the wire's f32) and gives the range back. A failed or abandoned load ends with 0 positions:
-//                 the engine computes the prompt itself.
+//                 range into its cache layer by layer (one device copy per run of blocks per layer; the rows
+//                 cross the link in its cache's own type, api::kv_wire_dtype, so an f16 cache's take half the
+//                 bytes of f32 and land without conversion) and gives the range back. A failed or abandoned load ends
+//                 with 0 positions: the engine computes the prompt itself.
 //   prefill side  A request carrying PdLinkSaveParams (a SaveJob from prepare_save()) has each layer of every
 //                 prompt chunk copied, right after the layer is computed, into link-registered memory in the
-//                 canonical layout (api/kv_layout.h, version 2), and that layer's link write starts at once
-//                 (overlap; without it the writes wait for the prompt's end). Positions the node found in its own
-//                 caches go with the first computed chunk. SaveJob::complete() then finishes the writes and sends
-//                 the completion tag.
+//                 canonical layout (api/kv_layout.h, version 3: a windowed decode node's sliding layers get only
+//                 the rows their windows will read) and the type the decode node asked for, and that
+//                 layer's link write starts at once (overlap; without it the writes wait for the prompt's end).
+//                 Positions the node found in its own caches go with the first computed chunk. SaveJob::complete() then
+//                 finishes the writes and sends the completion tag.
 //
 // Threads: one notification reader (decode side). Thread-safety: the KvConnector methods run on the engine thread;
 // everything else here may be called from any thread.
@@ -88,8 +90,12 @@ class RemotePrefill {
   engine::RequestId id() const;
   const std::vector<engine::TokenId>& prompt() const;
   int export_from() const;  // positions this node has already (the prefill node sends the rest)
+  // The first position whose sliding-window layers' rows this node keeps (export_from() when its cache keeps every
+  // position): those layers' rows before it are not sent (api::KvLayout version 3).
+  int window_from() const;
   int choices() const;
-  size_t bytes() const;  // the KV bytes expected (api::KvLayout of the missing positions)
+  size_t bytes() const;    // the KV bytes expected (api::KvLayout of the missing positions)
+  DType kv_dtype() const;  // the wire type they are asked for in (PdLinkConnector::wire_dtype)
   // What the control plane attached to the request (its own PdLinkLoadParams subtype).
   const PdLinkLoadParams& params() const;
   // OK, or why there is nowhere to receive the KV (no staging memory free now): then finish() with an error.
@@ -137,6 +143,7 @@ class SaveJob {
   // completion tag. An error means the transfer failed (the caller answers 502 and forgets the connection).
   Result<Done> complete(std::chrono::steady_clock::time_point computed);
   const std::string& peer() const { return peer_; }
+  DType kv_dtype() const { return layout_.dtype; }  // the wire type the rows are sent in
 
  private:
   friend class PdLinkConnector;
@@ -188,15 +195,22 @@ class PdLinkConnector final : public engine::KvConnector, public std::enable_sha
   void set_control(PdLinkControl* control) { control_ = control; }
   const PdLinkOptions& options() const { return options_; }
   link::Agent& agent() { return *agent_; }
-  // The canonical layout of `positions` positions on the wire (f32, version 2, this model's state section).
-  api::KvLayout layout(int positions) const;
+  // The canonical layout (api/kv_layout.h, version 3) of the `positions` positions from `export_from` on, in
+  // `dtype`, with this model's sliding layers and state section: the sliding layers carry their rows from
+  // `window_from` on.
+  api::KvLayout layout(int export_from, int positions, DType dtype, int window_from) const;
+  // Decode side, once attached: the type this node asks prefill nodes to send rows in, its cache's own
+  // (api::kv_wire_dtype; f32 for a row that is not whole blocks of it, which no such cache has).
+  DType wire_dtype() const;
   PdLinkCounters counters() const;
 
   // Prefill side. Connects to the decode node's agent once (a peer whose address never answers stalls only the
   // calls to it), then reserves link-registered memory for positions [export_from, prompt_len) and checks that
-  // they fit the decode node's region at `offset`.
+  // they fit the decode node's region at `offset`, the rows in `dtype` (api::kv_wire_dtype, in whole blocks), the
+  // sliding layers' from `window_from` on (at most export_from: every row).
   Result<std::shared_ptr<SaveJob>> prepare_save(const link::AgentInfo& peer, const link::RegionDesc& region,
-                                                uint64_t offset, uint64_t tag, int export_from, int prompt_len);
+                                                uint64_t offset, uint64_t tag, int export_from, int prompt_len,
+                                                DType dtype = DType::kF32, int window_from = 0);
   // The connection to `peer` failed: the next call reconnects.
   void forget_peer(const std::string& peer);
   // Stops the notification reader and the link (pending transfers fail); idempotent.

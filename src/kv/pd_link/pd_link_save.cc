@@ -1,6 +1,8 @@
 // The pd-link connector's prefill side: each layer of a prompt chunk copied into link-registered memory right
 // after it is computed, its link write started at once (or deferred to the prompt's end without overlap), and the
 // completion tag once every write landed.
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "kv/pd_link/pd_link.h"
@@ -44,7 +46,15 @@ Result<SaveJob::Done> SaveJob::complete(Clock::time_point computed) {
 
 Result<std::shared_ptr<SaveJob>> PdLinkConnector::prepare_save(const link::AgentInfo& peer,
                                                                const link::RegionDesc& region, uint64_t offset,
-                                                               uint64_t tag, int export_from, int prompt_len) {
+                                                               uint64_t tag, int export_from, int prompt_len,
+                                                               DType dtype, int window_from) {
+  const engine::KvGeometry& g = io_->geometry();
+  if (!api::kv_wire_dtype(dtype) || g.kv_dim % dtype_info(dtype).block_elems != 0) {
+    return invalid_argument(
+        fmt::format("KV rows of {} values are not sent in {} (f32, f16, bf16, q8_0, q4_0; a block type's rows must be "
+                    "whole blocks)",
+                    g.kv_dim, dtype_name(dtype)));
+  }
   std::shared_ptr<Peer> p;
   {
     std::lock_guard<std::mutex> lock(peers_mu_);
@@ -62,7 +72,8 @@ Result<std::shared_ptr<SaveJob>> PdLinkConnector::prepare_save(const link::Agent
   }
   const int count = prompt_len - export_from;
   if (export_from < 0 || count < 1) return invalid_argument("export_from must leave at least one token");
-  const api::KvLayout l = layout(count);
+  if (window_from > prompt_len) return invalid_argument("window_from is past the prompt's end");
+  const api::KvLayout l = layout(export_from, count, dtype, window_from);
   const size_t total = l.bytes();
   if (total > region.length || offset > region.length - total) {
     return invalid_argument(fmt::format("the reserved region holds {} bytes; {} are needed", region.length, total));
@@ -110,15 +121,21 @@ Status PdLinkConnector::save_layer(int layer) {
   for (StepSave& s : saving_now_) {
     SaveJob& job = *s.job;
     const api::KvLayout& l = job.layout_;
-    const size_t k_off = l.k_offset(layer, s.first - job.export_from_);
-    const size_t v_off = l.v_offset(layer, s.first - job.export_from_);
-    const uint64_t len = static_cast<uint64_t>(s.end - s.first) * l.row_bytes();
-    // The rows leave the paged cache now in both modes (its blocks may be reused once the request ends); only
-    // the link writes wait when the overlap is off.
-    TS_RETURN_IF_ERROR(io_->read_rows(s.id, layer, s.first, s.end - s.first, l.dtype, job.local_.data() + k_off,
-                                      job.local_.data() + v_off));
-    std::vector<link::Assignment> batch = {{job.local_id_, k_off, job.remote_, job.remote_offset_ + k_off, len},
-                                           {job.local_id_, v_off, job.remote_, job.remote_offset_ + v_off, len}};
+    // The chunk's rows this layer carries (a sliding layer's from the decode node's window_from on).
+    const int first = std::max(s.first, job.export_from_ + l.first_carried(layer));
+    std::vector<link::Assignment> batch;
+    if (first < s.end) {
+      const size_t k_off = l.k_offset(layer, first - job.export_from_);
+      const size_t v_off = l.v_offset(layer, first - job.export_from_);
+      const uint64_t len = static_cast<uint64_t>(s.end - first) * l.row_bytes();
+      // The rows leave the paged cache now in both modes (its blocks may be reused once the request ends); only
+      // the link writes wait when the overlap is off.
+      TS_RETURN_IF_ERROR(io_->read_rows(s.id, layer, first, s.end - first, l.dtype, job.local_.data() + k_off,
+                                        job.local_.data() + v_off));
+      batch = {{job.local_id_, k_off, job.remote_, job.remote_offset_ + k_off, len},
+               {job.local_id_, v_off, job.remote_, job.remote_offset_ + v_off, len}};
+      bytes += 2 * len;
+    }
     if (layer == last && s.end == job.prompt_len_ && l.state_bytes() > 0) {
       // The recurrent state after the prompt's last position travels with the last layer (api/kv_layout.h).
       auto* state = reinterpret_cast<std::byte*>(job.local_.data() + l.state_offset());
@@ -126,7 +143,7 @@ Status PdLinkConnector::save_layer(int layer) {
       batch.push_back(
           {job.local_id_, l.state_offset(), job.remote_, job.remote_offset_ + l.state_offset(), l.state_bytes()});
     }
-    bytes += 2 * len;
+    if (batch.empty()) continue;
     if (!job.overlap_) {
       job.deferred_.push_back(std::move(batch));
       continue;
