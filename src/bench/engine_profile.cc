@@ -71,24 +71,27 @@ Status measure_engine_profile(ops::Device& device, const model::LoadedModel& mod
   // with prefill_export the timed prefill does the same (each layer exported into the canonical wire layout,
   // api/kv_layout.h, in link memory: one copy).
   // What a hand-off carries, as the engine's KV connectors lay it out (engine/internal/kv_parts.h): the K and V of the
-  // layers that keep their own in order, every row as wide as the widest (gemma4's sliding layers are narrower), then
-  // a hybrid model's recurrent state. A layer's rows are exported packed at the start of its slot here (the engine
-  // spreads them to the row width; the bytes copied are the same).
+  // layers that keep their own in order, each at its own width (gemma4's sliding layers are narrower), then a hybrid
+  // model's recurrent state; every position of every layer (a decode node that keeps only its windows takes less).
   std::vector<int> carried;  // model layer of each carried layer
   std::vector<int> carried_index(static_cast<size_t>(c.n_layers), -1);
+  std::vector<int> widths;
   int wire_dim = 0;
+  bool whole_blocks = true;
   for (int l = 0; l < c.n_layers; ++l) {
     if (!c.keeps_kv(l)) continue;
     carried_index[static_cast<size_t>(l)] = static_cast<int>(carried.size());
     carried.push_back(l);
+    widths.push_back(c.layer_kv_dim(l));
     wire_dim = std::max(wire_dim, c.layer_kv_dim(l));
+    whole_blocks = whole_blocks && c.layer_kv_dim(l) % dtype_info(a.kv_dtype).block_elems == 0;
   }
   const size_t state_bytes = r.kv_cache().has_state() ? r.kv_cache().state_bytes_per_slot() : 0;
   // Rows cross in the decode cache's type (api::kv_wire_dtype; pd-link's wire_dtype()): this node's.
-  const DType wire_dtype =
-      api::kv_wire_dtype(a.kv_dtype) && wire_dim % dtype_info(a.kv_dtype).block_elems == 0 ? a.kv_dtype : DType::kF32;
+  const DType wire_dtype = api::kv_wire_dtype(a.kv_dtype) && whole_blocks ? a.kv_dtype : DType::kF32;
   auto wire_layout = [&](int positions) {
-    return api::KvLayout{static_cast<int>(carried.size()), wire_dim, wire_dtype, positions, state_bytes};
+    return api::KvLayout{
+        static_cast<int>(carried.size()), wire_dim, wire_dtype, positions, state_bytes, {}, -1, widths};
   };
   std::vector<uint8_t> staging;
   auto run_prefill = [&](engine::SequenceKv& seq, std::span<const model::TokenId> ids) -> Status {

@@ -79,6 +79,9 @@ struct KvGeometry {
   size_t state_bytes = 0;
   // Per layer: 1 for a sliding-window layer (the model's, whatever the cache keeps; api::KvLayout::sliding).
   std::vector<uint8_t> sliding;
+  // Per layer: its K (V) width, n_kv_heads * head_dim of that layer (gemma4's sliding layers are narrower than
+  // kv_dim, the widest); the rows read_rows / write_rows move are this wide.
+  std::vector<int> widths;
   // > 0: the cache keeps only the sliding layers' windows, of this many positions (engine/kv_cache.h).
   int window = 0;
 
@@ -164,9 +167,9 @@ class KvBlockIo {
   virtual Status read_blocks(int layer, std::span<const BlockId> blocks, void* k, void* v) = 0;
   virtual Status write_blocks(int layer, std::span<const BlockId> blocks, const void* k, const void* v) = 0;
   // Positions [first, first + count) of a running request (in its block tables as they are now, so during a step
-  // also the positions the step computes) as rows [count][kv_dim] of `dtype` (the wire's), converted from (to) the
-  // cache's type. A windowed cache (engine/kv_cache.h) keeps a sliding layer's rows only while its window reads
-  // them: such a layer's rows of positions no later step of the request reads come out as zeros and are dropped
+  // also the positions the step computes) as rows [count][widths[layer]] of `dtype` (the wire's), converted from
+  // (to) the cache's type. A windowed cache (engine/kv_cache.h) keeps a sliding layer's rows only while its window
+  // reads them: such a layer's rows of positions no later step of the request reads come out as zeros and are dropped
   // when written (the decode side of a hand-off never reads them).
   virtual Status read_rows(RequestId id, int layer, int first, int count, DType dtype, void* k, void* v) = 0;
   virtual Status write_rows(RequestId id, int layer, int first, int count, DType dtype, const void* k,

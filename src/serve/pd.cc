@@ -141,6 +141,7 @@ struct PdService::Impl final : kv::PdLinkControl {
             {"kv_layout", api::kKvLayoutVersion},
             {"kv_wire", "f32 f16 bf16 q8_0 q4_0"},
             {"kv_sliding", kv_sliding()},
+            {"kv_widths", engine.kv_geometry().widths},
             {"state_bytes", engine.kv_geometry().state_bytes}};
   }
 

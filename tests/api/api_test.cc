@@ -133,6 +133,20 @@ TEST(KvLayout, SlidingLayersCarryOnlyTheirLastWindowPositions) {
   EXPECT_EQ(l.v_offset(3, 2), v2.v_offset(3, 2));
 }
 
+TEST(KvLayout, EachLayerCarriesRowsOfItsOwnWidth) {
+  // gemma4-like: kv_dim 4 (the widest), the sliding layers 0 and 2 two values wide, carrying the last 3 of 5 positions.
+  const KvLayout l{3, 4, DType::kF16, 5, 0, {1, 0, 1}, 3, {2, 4, 2}};
+  EXPECT_EQ(l.row_bytes(0), 4u);
+  EXPECT_EQ(l.row_bytes(1), 8u);
+  EXPECT_EQ(l.row_bytes(), 8u) << "without a layer: the widest";
+  EXPECT_EQ(l.layer_offset(1), 2u * 3 * 4);
+  EXPECT_EQ(l.layer_offset(2), 2u * 3 * 4 + 2 * 5 * 8);
+  EXPECT_EQ(l.kv_bytes(), 2u * 3 * 4 + 2 * 5 * 8 + 2 * 3 * 4);
+  EXPECT_EQ(l.k_offset(2, 3), l.layer_offset(2) + 4);
+  EXPECT_EQ(l.v_offset(1, 4), l.layer_offset(1) + 5 * 8 + 4 * 8);
+  EXPECT_EQ(l.v_offset(2, 4) + l.row_bytes(2), l.kv_bytes());
+}
+
 TEST(Roles, NamesRoundTripAndUnknownIsAClearError) {
   for (NodeRole r : {NodeRole::kBoth, NodeRole::kPrefill, NodeRole::kDecode}) EXPECT_EQ(*parse_role(role_name(r)), r);
   auto bad = parse_role("oracle");

@@ -308,7 +308,7 @@ void check_split(const std::string& model, const std::string& name, bool hybrid)
 }
 
 // Qwen3.5 split over a prefill and a decode node: the decode node continues from the prefill node's full-layer KV and
-// recurrent state (wire layout v2's state section). Three layers (linear, full, linear): the state read after the
+// recurrent state (the wire layout's state section). Three layers (linear, full, linear): the state read after the
 // last layer, not with the last full layer's KV. cpu -> cpu, and cpu -> opencl, opencl -> cpu where opencl runs.
 TEST(HybridServe, PrefillDecodeSplitCarriesTheRecurrentState) {
   const std::string model = synth_model("h3.gguf", 3);
@@ -399,21 +399,27 @@ TEST(HybridServe, SlidingLayersKeepOnlyTheirWindowsOnBothSidesOfASplit) {
   // What crossed (api::KvLayout version 3), worked out from the model description the nodes exchange: a full
   // layer carries every position, a sliding one only those from the window block the prompt's end falls in (16-token
   // blocks, a window of 8: position 32 for both prompts) on a windowed decode node, every one on the other node. f32
-  // rows of kv_dim values, K and V.
+  // rows of each layer's own width (its sliding layers are narrower), K and V.
   auto info = http::fetch({.method = "GET", .url = decode.url + "/internal/pd/info"});
   ASSERT_TRUE(info.ok() && info->status == 200);
   const json model_desc = json::parse(info->body)["model"];
   const std::string desc = model_desc["kv_sliding"].get<std::string>();  // "0110... window=8"
   EXPECT_NE(desc.find(" window=8"), std::string::npos) << desc;
   const std::string sliding = desc.substr(0, desc.find(' '));
-  const auto n_sliding = static_cast<double>(std::count(sliding.begin(), sliding.end(), '1'));
-  const auto n_full = static_cast<double>(std::count(sliding.begin(), sliding.end(), '0'));
-  ASSERT_GT(n_sliding, 0);
-  ASSERT_GT(n_full, 0);
-  const double pair = 2.0 * 4.0 * model_desc["kv_dim"].get<double>();
-  EXPECT_EQ(bytes0, pair * (40 * n_full + (40 - 32) * n_sliding)) << sliding;
-  EXPECT_EQ(bytes1, pair * (42 * n_full + (42 - 32) * n_sliding)) << sliding;
-  EXPECT_EQ(every_bytes, pair * 42 * (n_full + n_sliding)) << sliding;
+  const std::vector<int> widths = model_desc["kv_widths"].get<std::vector<int>>();
+  ASSERT_EQ(widths.size(), sliding.size());
+  double full = 0, windowed = 0;  // K and V bytes of one position over the full (sliding) layers
+  for (size_t l = 0; l < widths.size(); ++l) (sliding[l] == '1' ? windowed : full) += 2.0 * 4.0 * widths[l];
+  ASSERT_GT(full, 0);
+  ASSERT_GT(windowed, 0);
+  EXPECT_LT(*std::min_element(widths.begin(), widths.end()), model_desc["kv_dim"].get<int>())
+      << "this shape's sliding layers are the narrower ones";
+  std::printf(
+      "KV bytes received: windowed decode node %.0f (40 positions) and %.0f (42); keeping every position %.0f\n",
+      bytes0, bytes1, every_bytes);
+  EXPECT_EQ(bytes0, 40 * full + (40 - 32) * windowed) << desc;
+  EXPECT_EQ(bytes1, 42 * full + (42 - 32) * windowed) << desc;
+  EXPECT_EQ(every_bytes, 42 * (full + windowed)) << desc;
   const std::string labels = "{model=\"g4w\"}";
   EXPECT_GT(testing::scrape_metric(every.url, "tessera_prefix_cache_hit_tokens_total" + labels), 0)
       << "the third prompt was to find the second's first block on the decode node";

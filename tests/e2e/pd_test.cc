@@ -118,7 +118,7 @@ TEST_F(Pd, UnlikeBackendsAndKvTypesGiveSingleNodeGreedyText) {
   const PairCase cases[] = {
       {cpu, {"--backend", "ref"}, ""},                       // cpu -> ref
       {{"--backend", "ref"}, cpu, ""},                       // ref -> cpu
-      {cpu, {"--backend", "ref", "--kv-dtype", "f16"}, ""},  // f32 wire -> f16 cache
+      {cpu, {"--backend", "ref", "--kv-dtype", "f16"}, ""},  // f16 caches, f16 rows on the wire
       {cpu, opencl, ""},                                     // cpu -> opencl
       {cpu, opencl, "q8_0"},                                 // cpu -> opencl, quantised weights on both
       {opencl, cpu, "q8_0"},                                 // opencl -> cpu
@@ -148,7 +148,7 @@ TEST_F(Pd, VulkanOnEitherSideGivesSingleNodeGreedyText) {
       {vulkan, cpu, ""},                                        // vulkan -> cpu
       {cpu, vulkan, "q8_0"},                                    // cpu -> vulkan, quantised weights on both
       {{"--backend", "ref"}, vulkan, "q4_0"},                   // ref -> vulkan, 4-bit
-      {cpu, {"--backend", "vulkan", "--kv-dtype", "f16"}, ""},  // f32 wire -> vulkan's f16 cache
+      {cpu, {"--backend", "vulkan", "--kv-dtype", "f16"}, ""},  // f16 rows into vulkan's f16 cache
       {vulkan, opencl, "q8_0"},                                 // vulkan -> opencl
       {opencl, vulkan, ""},                                     // opencl -> vulkan
   };

@@ -17,7 +17,7 @@
 namespace tessera::engine::testing {
 
 inline api::KvLayout canonical(const KvGeometry& g, int positions, DType dtype) {
-  return {g.n_layers, g.kv_dim, dtype, positions, g.state_bytes};
+  return {g.n_layers, g.kv_dim, dtype, positions, g.state_bytes, {}, -1, g.widths};
 }
 
 // What SavingConnector writes: the prompt's KV, positions [0, prompt_len), in `dtype`.

@@ -24,9 +24,10 @@ struct Engine::WakeState {
 // kv_layer() maps a model layer to one, -1 for a layer without): hybrid models (issue 28) leave out their linear
 // layers, whose recurrent state (every linear layer's window and state, ModelRunner::export_state) is the state
 // section of the wire layout; gemma4 leaves out its KV-sharing layers (they read an earlier layer's K and V, which
-// travel once). gemma4's layers also differ in K/V width (sliding and full heads): every carried row is as wide as
-// the widest (KvGeometry::kv_dim), a narrower layer's rows in its first values and zeros after them, so that the
-// connectors (host tier, pool, pd-link) and the wire layout keep one row width.
+// travel once). gemma4's layers also differ in K/V width (sliding and full heads): whole blocks (the host tier, the
+// pool) move every row as wide as the widest (KvGeometry::kv_dim), a narrower layer's rows in its first values and
+// zeros after them, so that a block record keeps one row width; the rows of a running request (read_rows /
+// write_rows: pd-link) move at each layer's own width (KvGeometry::widths).
 class Engine::Io final : public KvBlockIo {
  public:
   explicit Io(Engine& e) : e_(e), runner_(e.runner_) {
@@ -40,6 +41,7 @@ class Engine::Io final : public KvBlockIo {
       model_layer_.push_back(l);
       width_.push_back(cfg.layer_kv_dim(l));
       g_.sliding.push_back(cfg.is_sliding_layer(l) ? 1 : 0);
+      g_.widths.push_back(cfg.layer_kv_dim(l));
       g_.kv_dim = std::max(g_.kv_dim, cfg.layer_kv_dim(l));
     }
     if (model_layer_.empty()) g_.kv_dim = cfg.kv_dim();
@@ -79,12 +81,14 @@ class Engine::Io final : public KvBlockIo {
 
  private:
   static std::byte* wire(const void* p) { return static_cast<std::byte*>(const_cast<void*>(p)); }  // only read
-  // Moves `count` rows of connectors' layer `layer` between the cache and wire arrays of g_.kv_dim-wide rows (read
-  // when !out). A layer as wide as the rows goes straight through; a narrower one through packed scratch.
-  Status rows(int layer, const SequenceKv& s, int first, int count, DType dtype, bool out, std::byte* k, std::byte* v) {
+  // Moves `count` rows of connectors' layer `layer` between the cache and wire arrays (read when !out) of the
+  // layer's own width (`packed`) or g_.kv_dim-wide rows. Rows as wide as the layer go straight through; wider ones
+  // through packed scratch.
+  Status rows(int layer, const SequenceKv& s, int first, int count, DType dtype, bool out, std::byte* k, std::byte* v,
+              bool packed = false) {
     const int ml = model_layer(layer);
     const int w = ml < 0 ? g_.kv_dim : width_[static_cast<size_t>(layer)];
-    if (w == g_.kv_dim) {
+    if (w == g_.kv_dim || packed) {
       return out ? runner_.export_kv(s, ml, first, count, dtype, k, v)
                  : runner_.import_kv(s, ml, first, count, dtype, k, v);
     }
@@ -107,16 +111,16 @@ class Engine::Io final : public KvBlockIo {
     }
     return ok_status();
   }
-  // rows() over a request's own tables. A windowed cache's sliding layer holds only the blocks its window still
-  // reads (kNoBlock for the others): those positions read as zero rows and are not written.
+  // rows() over a request's own tables, at the layer's own width. A windowed cache's sliding layer holds only the
+  // blocks its window still reads (kNoBlock for the others): those positions read as zero rows and are not written.
   Status held_rows(int layer, const SequenceKv& seq, int first, int count, DType dtype, bool out, std::byte* k,
                    std::byte* v) {
     const int ml = model_layer(layer);
     if (ml < 0 || !runner_.kv_cache().windowed_layer(ml) || first < 0 || count <= 0) {
-      return rows(layer, seq, first, count, dtype, out, k, v);  // rows() names what is out of range
+      return rows(layer, seq, first, count, dtype, out, k, v, true);  // rows() names what is out of range
     }
     const int bt = g_.block_tokens;
-    const size_t wide = dtype_bytes(dtype, static_cast<size_t>(g_.kv_dim));
+    const size_t wide = dtype_bytes(dtype, static_cast<size_t>(width_[static_cast<size_t>(layer)]));
     const int end = first + count;
     for (int pos = first; pos < end;) {
       // A run of positions whose blocks are all held, or all not (beyond the table: rows() reports it).
@@ -129,7 +133,7 @@ class Engine::Io final : public KvBlockIo {
       while (to < end && held(to) == h) to = std::min(end, to + bt);
       const size_t at = static_cast<size_t>(pos - first) * wide, n = static_cast<size_t>(to - pos) * wide;
       if (h) {
-        TS_RETURN_IF_ERROR(rows(layer, seq, pos, to - pos, dtype, out, k + at, v + at));
+        TS_RETURN_IF_ERROR(rows(layer, seq, pos, to - pos, dtype, out, k + at, v + at, true));
       } else if (out) {
         std::memset(k + at, 0, n);
         std::memset(v + at, 0, n);

@@ -159,14 +159,15 @@ bool PdLinkConnector::wait_tag(uint64_t tag, std::chrono::milliseconds timeout) 
 
 api::KvLayout PdLinkConnector::layout(int export_from, int positions, DType dtype, int window_from) const {
   const engine::KvGeometry& g = io_->geometry();
-  api::KvLayout l{g.n_layers, g.kv_dim, dtype, positions, g.state_bytes, g.sliding};
+  api::KvLayout l{g.n_layers, g.kv_dim, dtype, positions, g.state_bytes, g.sliding, -1, g.widths};
   if (window_from > export_from) l.window_positions = std::max(0, export_from + positions - window_from);
   return l;
 }
 
 DType PdLinkConnector::wire_dtype() const {
   const engine::KvGeometry& g = io_->geometry();
-  const bool whole_blocks = g.kv_dim % dtype_info(g.dtype).block_elems == 0;
+  bool whole_blocks = true;
+  for (int w : g.widths) whole_blocks = whole_blocks && w % dtype_info(g.dtype).block_elems == 0;
   return api::kv_wire_dtype(g.dtype) && whole_blocks ? g.dtype : DType::kF32;
 }
 

@@ -49,11 +49,13 @@ Result<std::shared_ptr<SaveJob>> PdLinkConnector::prepare_save(const link::Agent
                                                                uint64_t tag, int export_from, int prompt_len,
                                                                DType dtype, int window_from) {
   const engine::KvGeometry& g = io_->geometry();
-  if (!api::kv_wire_dtype(dtype) || g.kv_dim % dtype_info(dtype).block_elems != 0) {
+  bool whole_blocks = true;
+  for (int w : g.widths) whole_blocks = whole_blocks && w % dtype_info(dtype).block_elems == 0;
+  if (!api::kv_wire_dtype(dtype) || !whole_blocks) {
     return invalid_argument(
-        fmt::format("KV rows of {} values are not sent in {} (f32, f16, bf16, q8_0, q4_0; a block type's rows must be "
-                    "whole blocks)",
-                    g.kv_dim, dtype_name(dtype)));
+        fmt::format("this model's KV rows are not sent in {} (f32, f16, bf16, q8_0, q4_0; a block type's rows must "
+                    "be whole blocks)",
+                    dtype_name(dtype)));
   }
   std::shared_ptr<Peer> p;
   {
@@ -127,7 +129,7 @@ Status PdLinkConnector::save_layer(int layer) {
     if (first < s.end) {
       const size_t k_off = l.k_offset(layer, first - job.export_from_);
       const size_t v_off = l.v_offset(layer, first - job.export_from_);
-      const uint64_t len = static_cast<uint64_t>(s.end - first) * l.row_bytes();
+      const uint64_t len = static_cast<uint64_t>(s.end - first) * l.row_bytes(layer);
       // The rows leave the paged cache now in both modes (its blocks may be reused once the request ends); only
       // the link writes wait when the overlap is off.
       TS_RETURN_IF_ERROR(io_->read_rows(s.id, layer, first, s.end - first, l.dtype, job.local_.data() + k_off,
