@@ -85,6 +85,10 @@ struct KvGeometry {
   // > 0: the cache keeps only the sliding layers' windows, of this many positions (engine/kv_cache.h).
   int window = 0;
 
+  // Whether every layer's row is whole blocks of `t` (always for f32, f16, bf16; q8_0 and q4_0 need widths of 32s).
+  bool whole_blocks(DType t) const {
+    return std::all_of(widths.begin(), widths.end(), [&](int w) { return w % dtype_info(t).block_elems == 0; });
+  }
   // The first position whose sliding-layer rows the cache holds for a request of `length` positions about to take
   // its next step (the first of the window block the step's window starts in; 0 when every position is kept).
   int first_window_row(int length) const {

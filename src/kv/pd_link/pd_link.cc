@@ -166,9 +166,7 @@ api::KvLayout PdLinkConnector::layout(int export_from, int positions, DType dtyp
 
 DType PdLinkConnector::wire_dtype() const {
   const engine::KvGeometry& g = io_->geometry();
-  bool whole_blocks = true;
-  for (int w : g.widths) whole_blocks = whole_blocks && w % dtype_info(g.dtype).block_elems == 0;
-  return api::kv_wire_dtype(g.dtype) && whole_blocks ? g.dtype : DType::kF32;
+  return api::kv_wire_dtype(g.dtype) && g.whole_blocks(g.dtype) ? g.dtype : DType::kF32;
 }
 
 PdLinkCounters PdLinkConnector::counters() const {

@@ -48,10 +48,7 @@ Result<std::shared_ptr<SaveJob>> PdLinkConnector::prepare_save(const link::Agent
                                                                const link::RegionDesc& region, uint64_t offset,
                                                                uint64_t tag, int export_from, int prompt_len,
                                                                DType dtype, int window_from) {
-  const engine::KvGeometry& g = io_->geometry();
-  bool whole_blocks = true;
-  for (int w : g.widths) whole_blocks = whole_blocks && w % dtype_info(dtype).block_elems == 0;
-  if (!api::kv_wire_dtype(dtype) || !whole_blocks) {
+  if (!api::kv_wire_dtype(dtype) || !io_->geometry().whole_blocks(dtype)) {
     return invalid_argument(
         fmt::format("this model's KV rows are not sent in {} (f32, f16, bf16, q8_0, q4_0; a block type's rows must "
                     "be whole blocks)",
