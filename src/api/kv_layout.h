@@ -40,8 +40,8 @@ inline constexpr int kKvLayoutVersion = 3;
 // decode node asks for its own cache's type. The prefill node converts its cache's rows through f32 into it (as the
 // decode node would convert f32 rows on arrival), so the rows land in the decode cache as they would from f32 (f32
 // holds every value of the others exactly; the quantisers are base/quant.h's on both sides), except that a
-// quantised cache of the same type on both sides now receives the prefill node's own blocks, in a quarter (q8_0)
-// to an eighth (q4_0) of f32's bytes; a 16-bit cache's rows take half.
+// quantised cache of the same type on both sides now receives the prefill node's own blocks. The rows take 34/128
+// (q8_0) or 18/128 (q4_0) of f32's bytes; a 16-bit cache's take half.
 inline constexpr bool kv_wire_dtype(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kQ4_0;
 }

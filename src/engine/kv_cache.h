@@ -108,8 +108,8 @@ class KvCache {
   Status reserve(SequenceKv& seq, int32_t new_length, int32_t window_length = -1, int32_t window_from = -1);
   // The window blocks seq holds.
   static int window_blocks_held(const SequenceKv& seq);
-  // Whether reserve(seq, new_length) would find the blocks it needs in both pools now (counting the window blocks
-  // it gives back first).
+  // Whether reserve(seq, new_length, -1, window_from) would find the blocks it needs in both pools now (counting the
+  // window blocks it gives back first, and with window_from the window blocks only for the window after it).
   bool can_reserve(const SequenceKv& seq, int32_t new_length, int32_t window_from = -1) const;
   // Gives back the window blocks that no later step of seq reads (every position of them before seq.length -
   // window + 1). reserve() does it first; the scheduler after each step, once the step's full blocks are registered
