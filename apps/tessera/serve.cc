@@ -103,7 +103,9 @@ int run_serve(const ServeArgs& a) {
   const auto kv_budget =
       serve::plan_kv_budget(cfg,
                             {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size,
-                             *kv_type, window_kv, a.max_batch_tokens},
+                             *kv_type, window_kv, a.max_batch_tokens, a.state_checkpoints,
+                             // state checkpoints live in this node's cache only: no connector, PD role or role change
+                             !a.no_prefix_cache && !serve_keeps_kv_blocks(a) && a.role == "both" && !a.role_switchable},
                             device->info().memory_bytes,
                             static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE), weight_bytes);
   if (!kv_budget.ok()) return fail(kv_budget.status().message());
@@ -127,6 +129,7 @@ int run_serve(const ServeArgs& a) {
     log::warn("TESSERA_DUMP_ACTIVATIONS: writing every step's activations to {}", dump);
   }
   ro.kv.state_slots = kv_budget->state_slots;
+  ro.kv.state_checkpoints = kv_budget->state_checkpoints;
   ro.kv.num_blocks = kv_budget->num_blocks;
   ro.kv.window_kv = kv_budget->window_blocks > 0;
   ro.kv.window_blocks = kv_budget->window_blocks;

@@ -47,6 +47,7 @@ struct ServeArgs {
   int io_threads = 2;
   std::vector<std::string> allowed_origins;
   bool no_prefix_cache = false;
+  int state_checkpoints = -1;     // hybrid models; -1: serve/kv_budget.h's default
   bool whole_sliding_kv = false;  // --disable-hybrid-kv-cache-manager: sliding layers keep every position
   int shutdown_grace_ms = 10000;
   int threads = 0;

@@ -81,6 +81,7 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
   stats_.kv_blocks_total = runner.kv_cache().num_blocks();
   stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
   stats_.state_slots_total = runner.kv_cache().state_slots();
+  stats_.state_checkpoints_total = runner.kv_cache().state_checkpoints();
   runner.kv_cache().blocks().set_event_log(&kv_events_);
   io_ = std::make_unique<Io>(*this);
   external_ = std::make_unique<External>(*this);
@@ -328,6 +329,7 @@ void Engine::run_step() {
   }
   std::vector<Segment> segments;
   segments.reserve(sch.chunks.size());
+  std::vector<BlockHash> checkpoints;  // the state checkpoints this step fills
   for (const ScheduledChunk& c : sch.chunks) {
     Sequence& s = *c.seq;
     Active& a = *active_.at(static_cast<RequestId>(s.id));
@@ -345,6 +347,14 @@ void Engine::run_step() {
       seg.pooled = [ap = &a, start = s.kv.length, count = c.num_tokens](std::span<const float> v) {
         ap->pooled.add(start, count, v);
       };
+    }
+    for (int i = 0; i < c.num_states; ++i) {  // a hybrid model's state checkpoints, where one is free to take each
+      const ScheduledChunk::StateAt& at = c.states[static_cast<size_t>(i)];
+      if (uint8_t* out = runner_.kv_cache().checkpoint_buffer(at.hash); out != nullptr) {
+        Segment& seg = segments.back();
+        seg.states[static_cast<size_t>(seg.num_states++)] = {at.position, out};
+        checkpoints.push_back(at.hash);
+      }
     }
     if (a.req.prompt_logprobs >= 0 && s.kv.length + 1 < s.prompt_len) {
       segments.back().all_logits = [this, ap = &a, start = s.kv.length](int first, std::span<const float> rows) {
@@ -374,6 +384,7 @@ void Engine::run_step() {
     }
     if (!st.ok()) {
       log::error("KV connector {} could not start its loads: {}", connectors_[loaders.back()]->name(), st.to_string());
+      for (BlockHash h : checkpoints) runner_.kv_cache().checkpoint_written(h, false);
       for (const ScheduledChunk& c : sch.chunks)
         finish(*active_.at(static_cast<RequestId>(c.seq->id)), FinishReason::kError, st);
       return;
@@ -413,6 +424,7 @@ void Engine::run_step() {
     if (st.ok()) st = saved;
   }
   counters_.steps++;
+  for (BlockHash h : checkpoints) runner_.kv_cache().checkpoint_written(h, st.ok());
   if (!st.ok()) {
     log::error("engine step failed: {}", st.to_string());
     for (const ScheduledChunk& c : sch.chunks)
@@ -741,6 +753,8 @@ void Engine::publish_stats() {
   s.prefix = runner_.kv_cache().blocks().stats();
   s.prefix_cache_enabled = runner_.kv_cache().blocks().prefix_cache_enabled();
   s.state_slots_total = runner_.kv_cache().state_slots();
+  s.state_checkpoints_total = runner_.kv_cache().state_checkpoints();
+  s.state_checkpoints_used = runner_.kv_cache().state_checkpoints_held();
   s.state_slots_used = s.state_slots_total - runner_.kv_cache().free_state_slots();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;

@@ -152,6 +152,8 @@ struct EngineStats {
   bool prefix_cache_enabled = true;  // false by flag, or for a hybrid model (no recurrent state at block boundaries)
   int state_slots_total = 0;         // hybrid models: recurrent-state slots, and those held by sequences
   int state_slots_used = 0;
+  int state_checkpoints_total = 0;  // hybrid models: state checkpoints for prefix reuse, and those holding a state
+  int state_checkpoints_used = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // computed prompt tokens (prefix hits excluded; KV a connector brought from a node

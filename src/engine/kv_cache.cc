@@ -37,6 +37,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const mode
     cache->state_slots_ = options.state_slots;
     cache->state_bytes_ = config.recurrent_state_bytes();
     for (int32_t s = options.state_slots - 1; s >= 0; --s) cache->free_slots_.push_back(s);
+    if (options.prefix_cache) cache->checkpoints_.resize(static_cast<size_t>(std::max(0, options.state_checkpoints)));
   }
   cache->conv_.resize(static_cast<size_t>(config.n_layers));
   cache->recurrent_.resize(static_cast<size_t>(config.n_layers));
@@ -86,7 +87,7 @@ ops::Tensor KvCache::recurrent_state(int layer, int slot) const {
 
 Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_length, int32_t window_from) {
   if (has_state() && seq.state_slot < 0) {
-    if (seq.length > 0)
+    if (seq.length > 0 && seq.restore_checkpoint < 0)
       return failed_precondition(
           "this hybrid model's sequence has cached positions but no recurrent state (forked or imported KV carries "
           "no linear-attention state in this version)");
@@ -175,33 +176,98 @@ void KvCache::drop_window_after(SequenceKv& seq, int32_t length) {
   }
 }
 
-int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens) {
+int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* cached_end) {
   const int bt = options_.block_tokens;
-  if (!windowed()) {
+  if (!windowed() && !has_state()) {
     std::vector<BlockId> hit = blocks_.match_prefix(tokens, max_tokens);
     seq.blocks.insert(seq.blocks.end(), hit.begin(), hit.end());
     seq.length = static_cast<int32_t>(seq.blocks.size()) * bt;
+    if (cached_end != nullptr) *cached_end = seq.length;
     return seq.length;
   }
-  // The longest cached prefix in the full layers' pool, shortened until the window before its end is cached too.
+  // The longest cached prefix in the full layers' pool, shortened until the window before its end is cached too
+  // (windowed) and a state checkpoint was taken at its end (hybrid).
   std::vector<BlockHash> hashes;
   if (blocks_.prefix_cache_enabled())
     hashes = BlockManager::chain_hashes(tokens, bt, static_cast<size_t>(std::max(0, max_tokens) / bt));
   size_t n = 0;
   while (n < hashes.size() && blocks_.holds(hashes[n])) n++;
-  for (; n > 0; --n) {
-    bool all = true;
-    for (size_t i = first_window_block(static_cast<int32_t>(n) * bt); i < n && all; ++i)
-      all = window_pool_.holds(hashes[i]);
-    if (all) break;
-  }
+  if (cached_end != nullptr) *cached_end = static_cast<int>(n) * bt;
+  auto usable = [&](size_t end) {
+    if (has_state() && find_checkpoint(hashes[end - 1]) < 0) return false;
+    for (size_t i = first_window_block(static_cast<int32_t>(end) * bt); windowed() && i < end; ++i) {
+      if (!window_pool_.holds(hashes[i])) return false;
+    }
+    return true;
+  };
+  while (n > 0 && !usable(n)) --n;
   std::vector<BlockId> hit = blocks_.match_prefix(tokens, static_cast<int>(n) * bt);  // counts the query either way
   seq.blocks.insert(seq.blocks.end(), hit.begin(), hit.end());
-  seq.window_blocks.assign(seq.blocks.size(), kNoBlock);
   seq.length = static_cast<int32_t>(seq.blocks.size()) * bt;
-  for (size_t i = first_window_block(seq.length); i < hit.size(); ++i)
-    seq.window_blocks[i] = *window_pool_.acquire(hashes[i]);
+  if (windowed()) {
+    seq.window_blocks.assign(seq.blocks.size(), kNoBlock);
+    for (size_t i = first_window_block(seq.length); i < hit.size(); ++i)
+      seq.window_blocks[i] = *window_pool_.acquire(hashes[i]);
+  }
+  if (has_state() && !hit.empty()) {
+    const int c = find_checkpoint(hashes[hit.size() - 1]);
+    if (c < 0) {  // the pool found fewer blocks than it said it held: no state to go on from
+      release(seq);
+      return 0;
+    }
+    checkpoints_[static_cast<size_t>(c)].holders++;
+    checkpoints_[static_cast<size_t>(c)].used = ++checkpoint_clock_;
+    seq.restore_checkpoint = c;
+  }
   return seq.length;
+}
+
+int KvCache::find_checkpoint(BlockHash hash) const {
+  auto it = written_.find(hash);
+  return it == written_.end() ? -1 : it->second;
+}
+
+int KvCache::state_checkpoints_held() const { return static_cast<int>(written_.size()); }
+
+uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
+  if (checkpoints_.empty() || find_checkpoint(hash) >= 0) return nullptr;
+  Checkpoint* pick = nullptr;
+  for (Checkpoint& c : checkpoints_) {
+    if (c.filling && c.hash == hash) return c.bytes.data();  // another sequence of this step with the same prompt
+    if (c.holders > 0 || c.filling) continue;
+    // Empty ones first, then the least recently used.
+    if (pick == nullptr || (!c.written && pick->written) || (c.written == pick->written && c.used < pick->used))
+      pick = &c;
+  }
+  if (pick == nullptr) return nullptr;
+  if (pick->written) written_.erase(pick->hash);
+  pick->hash = hash;
+  pick->written = false;
+  pick->filling = true;
+  pick->used = ++checkpoint_clock_;
+  pick->bytes.resize(state_bytes_);
+  return pick->bytes.data();
+}
+
+void KvCache::checkpoint_written(BlockHash hash, bool whole) {
+  for (size_t i = 0; i < checkpoints_.size(); ++i) {
+    Checkpoint& c = checkpoints_[i];
+    if (!c.filling || c.hash != hash) continue;
+    c.filling = false;
+    c.written = whole;
+    if (whole) written_[hash] = static_cast<int>(i);
+  }
+}
+
+const uint8_t* KvCache::pending_restore(const SequenceKv& seq) const {
+  if (seq.restore_checkpoint < 0) return nullptr;
+  return checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].bytes.data();
+}
+
+void KvCache::restored(SequenceKv& seq) {
+  if (seq.restore_checkpoint < 0) return;
+  checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].holders--;
+  seq.restore_checkpoint = -1;
 }
 
 void KvCache::register_full_block(const SequenceKv& seq, size_t index, BlockHash hash) {
@@ -235,6 +301,7 @@ void KvCache::release(SequenceKv& seq) {
   }
   seq.window_blocks.clear();
   seq.length = 0;
+  restored(seq);  // a restore that never ran lets its checkpoint go
   if (seq.state_slot >= 0) {
     free_slots_.push_back(seq.state_slot);
     seq.state_slot = -1;

@@ -10,6 +10,13 @@
 // llama.cpp's SWA cache do the same). Full layers keep every position as before. The prefix cache registers a
 // full block in both pools; a prefix is reused up to a point whose window blocks are still cached.
 //
+// A hybrid model's prefix is reused through state checkpoints: the recurrent state of a prompt at the last block
+// boundary before its last token, copied to host memory as the linear layers pass that position (ModelRunner), under
+// the chain hash of the block that ends there. A later prompt starting with those blocks takes their K and V from the
+// prefix cache and the state from the checkpoint (SGLang's and vLLM's hybrid prefix caches keep states at chosen
+// boundaries too; llama.cpp's server keeps context checkpoints near a prompt's end). A fixed number of them, least
+// recently used given back first.
+//
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
 #pragma once
@@ -19,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "base/dtype.h"
@@ -37,6 +45,9 @@ struct SequenceKv {
   std::vector<BlockId> window_blocks;
   int32_t length = 0;       // positions whose K and V are in the cache
   int32_t state_slot = -1;  // hybrid models: the recurrent-state slot this sequence holds (-1: none)
+  // A prefix hit of a hybrid model: the state checkpoint (KvCache) its slot takes before its next step, held for it
+  // until then (-1: none).
+  int32_t restore_checkpoint = -1;
 };
 
 inline constexpr BlockId kNoBlock{-1};
@@ -55,6 +66,9 @@ struct KvCacheOptions {
   // move every layer's rows of a block.
   bool window_kv = true;
   int window_blocks = 0;
+  // Hybrid models: recurrent states kept in host memory at prompts' last block boundaries, through which prefix reuse
+  // works (0: prefix reuse is off for a hybrid model, whatever prefix_cache says).
+  int state_checkpoints = 0;
 };
 
 class KvCache {
@@ -98,6 +112,21 @@ class KvCache {
   ops::Tensor conv_state(int layer, int slot) const;
   ops::Tensor recurrent_state(int layer, int slot) const;
 
+  // State checkpoints (hybrid models; see above). How many may be kept, and how many hold a state now.
+  int state_checkpoints() const { return static_cast<int>(checkpoints_.size()); }
+  int state_checkpoints_held() const;
+  // A host buffer of state_bytes_per_slot() bytes for the state after the block whose chain hash is `hash` (the least
+  // recently used unheld checkpoint's, or a free one's); it counts only once checkpoint_written() says it is whole.
+  // Null when there is none to give (no checkpoints, or every one is held for a restore) or `hash` is kept already.
+  // While it is being filled (until checkpoint_written) no other hash takes it; `whole`: the step that filled it ran
+  // to its end (else it is given back empty).
+  uint8_t* checkpoint_buffer(BlockHash hash);
+  void checkpoint_written(BlockHash hash, bool whole);
+  // The state seq's slot must take before its next step (its restore_checkpoint), null when none; restored() lets
+  // the checkpoint go (it stays cached).
+  const uint8_t* pending_restore(const SequenceKv& seq) const;
+  void restored(SequenceKv& seq);
+
   // Grows seq's block table to hold `new_length` positions and, for a hybrid model, gives a sequence that starts
   // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
   // FailedPrecondition for a sequence with cached positions but no state (one forked or imported without it).
@@ -120,8 +149,10 @@ class KvCache {
   void drop_window_after(SequenceKv& seq, int32_t length);
   // The prefix cache: seq (empty) takes the cached blocks of the longest prefix of `tokens` made of whole blocks,
   // at most max_tokens long, whose window blocks (the last window's worth before its end) are cached too; seq.length
-  // is set to it. Returns the positions found.
-  int match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens);
+  // is set to it; a hybrid model's prefix ends where a state checkpoint was taken, which seq then holds for its slot
+  // (restore_checkpoint). Returns the positions found; `cached_end`, when given, says where the cached blocks of the
+  // prefix ended before that (a windowed or hybrid cache may take fewer).
+  int match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* cached_end = nullptr);
   // Registers seq's full block `index` (both pools) under its chain hash.
   void register_full_block(const SequenceKv& seq, size_t index, BlockHash hash);
   // Drops seq's references to its blocks (shared or cached blocks live on), frees its state slot, and empties it.
@@ -159,6 +190,19 @@ class KvCache {
   size_t state_bytes_ = 0;
   std::vector<ops::Tensor> conv_, recurrent_;  // per layer: [slots, K - 1, C], [slots, v_heads, S, S] (linear only)
   std::vector<int32_t> free_slots_;            // a stack: the lowest slot on top
+  struct Checkpoint {
+    BlockHash hash = 0;
+    bool written = false;  // holds the whole state for `hash`
+    bool filling = false;  // handed out by checkpoint_buffer, not yet written
+    int holders = 0;       // sequences that will restore it
+    uint64_t used = 0;     // last use (checkpoint_clock_): the least recently used is given back first
+    std::vector<uint8_t> bytes;
+  };
+  // The written checkpoint for `hash`, or -1.
+  int find_checkpoint(BlockHash hash) const;
+  std::vector<Checkpoint> checkpoints_;
+  std::unordered_map<BlockHash, int> written_;  // the written checkpoints by hash
+  uint64_t checkpoint_clock_ = 0;
 };
 
 }  // namespace tessera::engine

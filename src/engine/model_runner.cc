@@ -91,10 +91,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(device, config, options));
   if (config.has_linear_layers()) {
-    // One recurrent-state slot per sequence that may run; prefix reuse needs state at block boundaries, which
-    // these slots do not keep, so it is off for hybrid models.
+    // One recurrent-state slot per sequence that may run; prefix reuse needs the state where a prefix ends, which
+    // only state checkpoints keep (KvCacheOptions::state_checkpoints), so without them it is off.
     if (r->options_.kv.state_slots <= 0) r->options_.kv.state_slots = options.max_sequences;
-    r->options_.kv.prefix_cache = false;
+    if (r->options_.kv.state_checkpoints <= 0) r->options_.kv.prefix_cache = false;
   }
   r->stream_ = device.create_stream();
   r->max_blocks_per_seq_ = (config.max_seq_len + options.kv.block_tokens - 1) / std::max(1, options.kv.block_tokens);
@@ -441,6 +441,20 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   }
   for (const Segment& seg : segments) {
     TS_RETURN_IF_ERROR(kv_->reserve(*seg.seq, seg.seq->length + static_cast<int32_t>(seg.tokens.size())));
+    for (int i = 0, last = seg.seq->length; i < seg.num_states; ++i) {
+      const Segment::StateOut& st = seg.states[static_cast<size_t>(i)];
+      if (st.out == nullptr || st.position <= last ||
+          st.position > seg.seq->length + static_cast<int32_t>(seg.tokens.size()) || !kv_->has_state())
+        return invalid_argument(fmt::format(
+            "state checkpoint {} at position {}: not a hybrid model's, or not in order inside the segment ({}, {}]", i,
+            st.position, seg.seq->length, seg.seq->length + seg.tokens.size()));
+      last = st.position;
+    }
+    // A prefix hit of a hybrid model goes on from the state checkpoint taken where the prefix ends.
+    if (const uint8_t* state = kv_->pending_restore(*seg.seq); state != nullptr) {
+      TS_RETURN_IF_ERROR(import_state(*seg.seq, state));
+      kv_->restored(*seg.seq);
+    }
   }
   kv_->flush_evictions();  // blocks this step overwrites may hold cached KV a connector keeps
 

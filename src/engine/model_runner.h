@@ -11,6 +11,7 @@
 // Thread-safety: one thread drives a runner (it owns a Stream).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,6 +48,16 @@ struct Segment {
   // encoder (non-causal) model computes a whole input in one segment starting at position 0, with no logits.
   std::function<void(std::span<const float> pooled)> pooled;
   ops::PoolKind pool = ops::PoolKind::kLast;
+  // Hybrid models: for each of the first num_states entries, the recurrent state after `position` (in (seq->length,
+  // its end], increasing) is copied to `out` (KvCache::state_bytes_per_slot() bytes, export_state's layout) as each
+  // linear layer passes it: a state checkpoint (KvCache) taken inside the step, bit for bit the state a step ending
+  // there would leave.
+  struct StateOut {
+    int32_t position = 0;
+    uint8_t* out = nullptr;
+  };
+  std::array<StateOut, 2> states{};
+  int num_states = 0;
 };
 
 // Debugging parity with another engine on the same file: the activations of one step at a named point of one
@@ -282,6 +293,8 @@ class ModelRunner {
   // and the delta rule per segment, each over its sequence's state slot (reset where the segment starts at 0).
   Status run_linear_attention(const Layer& lw, int l, int64_t n, std::span<const Placed> placed, const ops::Tensor& in,
                               const ops::Tensor& out);
+  // Where linear layer `layer`'s state starts in export_state's layout.
+  size_t state_offset(int layer) const;
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
   Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,

@@ -95,20 +95,39 @@ Status ModelRunner::run_linear_attention(const Layer& lw, int l, int64_t n, std:
       return failed_precondition(
           fmt::format("layer {}: a sequence of this hybrid model has no recurrent-state slot", l));
     const auto len = static_cast<int64_t>(p.segment->tokens.size());
-    const bool fresh = p.start == 0;
-    TS_RETURN_IF_ERROR(run(ops::CausalConv1dOp{mixed.rows(p.row0, len), lw.conv_w, kv_->conv_state(l, seq.state_slot),
-                                               conv.rows(p.row0, len), fresh}));
-    ops::GatedDeltaRuleOp rule{conv.rows(p.row0, len),
-                               alpha.rows(p.row0, len),
-                               beta.rows(p.row0, len),
-                               lw.dt_bias,
-                               lw.ssm_a,
-                               kv_->recurrent_state(l, seq.state_slot),
-                               lin.rows(p.row0, len)};
-    rule.k_heads = la.k_heads;
-    rule.eps = config_.norm_eps;
-    rule.reset = fresh;
-    TS_RETURN_IF_ERROR(run(rule));
+    // Rows [from, to) of the segment over the slot's state (reset at position 0).
+    auto rows = [&](int64_t from, int64_t to) -> Status {
+      const int64_t r0 = p.row0 + from, count = to - from;
+      const bool fresh = p.start + from == 0;
+      TS_RETURN_IF_ERROR(run(ops::CausalConv1dOp{mixed.rows(r0, count), lw.conv_w, kv_->conv_state(l, seq.state_slot),
+                                                 conv.rows(r0, count), fresh}));
+      ops::GatedDeltaRuleOp rule{conv.rows(r0, count),
+                                 alpha.rows(r0, count),
+                                 beta.rows(r0, count),
+                                 lw.dt_bias,
+                                 lw.ssm_a,
+                                 kv_->recurrent_state(l, seq.state_slot),
+                                 lin.rows(r0, count)};
+      rule.k_heads = la.k_heads;
+      rule.eps = config_.norm_eps;
+      rule.reset = fresh;
+      return run(rule);
+    };
+    // State checkpoints inside the segment: the rows up to each, this layer's state out, then the rest (the
+    // operators give the same bits in one run or several).
+    int64_t done = 0;
+    for (int i = 0; i < p.segment->num_states; ++i) {
+      const Segment::StateOut& st = p.segment->states[static_cast<size_t>(i)];
+      const int64_t split = st.position - p.start;
+      TS_RETURN_IF_ERROR(rows(done, split));
+      done = split;
+      uint8_t* out_state = st.out + state_offset(l);
+      const ops::Tensor cs = kv_->conv_state(l, seq.state_slot), rs = kv_->recurrent_state(l, seq.state_slot);
+      TS_RETURN_IF_ERROR(stream_->download(cs, out_state));
+      TS_RETURN_IF_ERROR(stream_->download(rs, out_state + cs.bytes()));
+      TS_RETURN_IF_ERROR(stream_->synchronize());
+    }
+    if (done < len) TS_RETURN_IF_ERROR(rows(done, len));
   }
   // Per value head: RMSNorm with ssm_norm, times SiLU(z); then the output projection.
   ops::Tensor heads = lin.reshaped({n * la.v_heads, la.head_dim});
@@ -128,6 +147,16 @@ Status ModelRunner::run_shared_expert(const Layer& lw, int64_t n, const ops::Ten
   TS_RETURN_IF_ERROR(run(ops::MatMulOp{in, lw.shexp_gate_inp, g}));
   TS_RETURN_IF_ERROR(run(ops::SiluMulOp{g, y, y, ops::Activation::kSigmoid}));  // one gate per row, broadcast
   return run(ops::AddOp{out, y, out});
+}
+
+size_t ModelRunner::state_offset(int layer) const {
+  // export_state's layout: each linear layer's convolution window, then its delta-rule state, in layer order.
+  size_t at = 0;
+  for (int l = 0; l < layer; ++l) {
+    if (config_.layer_kind(l).attention != model::AttentionKind::kLinear) continue;
+    at += kv_->conv_state(l, 0).bytes() + kv_->recurrent_state(l, 0).bytes();
+  }
+  return at;
 }
 
 std::vector<float> ModelRunner::mrope_frequencies() const {

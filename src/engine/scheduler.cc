@@ -74,6 +74,23 @@ bool Scheduler::reserve_with_preemption(Sequence* seq, int length, Schedule& out
   return kv_.reserve(seq->kv, length).ok();
 }
 
+ScheduledChunk Scheduler::chunk(Sequence* seq, int num_tokens) const {
+  ScheduledChunk c{seq, num_tokens};
+  if (kv_.state_checkpoints() == 0 || seq->uncached || num_tokens <= 0) return c;
+  // Where another prompt's cached blocks ended (a shared system prompt: the next prompt with it finds the state
+  // there), and the last block boundary before the prompt's last token: the longest prefix a later prompt starting
+  // with this one (or this one sent again) can take, since at least one token is always computed.
+  const int bt = kv_.block_tokens();
+  const int end = (seq->prompt_len - 1) / bt * bt;
+  for (int at : {seq->state_branch, end}) {
+    if (at <= 0 || seq->kv.length >= at || seq->kv.length + num_tokens < at) continue;
+    if (c.num_states > 0 && c.states[static_cast<size_t>(c.num_states - 1)].position == at) continue;
+    c.states[static_cast<size_t>(c.num_states++)] = {
+        at, BlockManager::chain_hashes(seq->tokens, bt, static_cast<size_t>(at / bt)).back()};
+  }
+  return c;
+}
+
 Schedule Scheduler::schedule() {
   Schedule out;
   int budget = options_.max_batch_tokens;
@@ -89,7 +106,7 @@ Schedule Scheduler::schedule() {
       if (decoding != (pass == 0)) continue;
       const int take = std::min(seq->remaining(), budget);
       if (!reserve_with_preemption(seq, seq->kv.length + take, out)) continue;
-      out.chunks.push_back({seq, take});
+      out.chunks.push_back(chunk(seq, take));
       budget -= take;
     }
   }
@@ -108,7 +125,11 @@ Schedule Scheduler::schedule() {
     }
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
-      kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : std::min(total - 1, seq->max_prefix));
+      int cached_end = 0;
+      kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : std::min(total - 1, seq->max_prefix),
+                       &cached_end);
+      // Blocks cached past the hit without a state at their end: a state checkpoint there serves the next prompt.
+      seq->state_branch = cached_end > seq->kv.length ? cached_end : 0;
       seq->external_tokens = 0;
       seq->external_async = false;
       if (external_ != nullptr && !seq->compute_prompt) {
@@ -139,7 +160,7 @@ Schedule Scheduler::schedule() {
     seq->kv.length = supplied;  // the supplied positions are loaded during this step, before each layer runs
     running_.push_back(seq);
     if (external_ != nullptr && !seq->compute_prompt) external_->allocated(*seq, local);
-    out.chunks.push_back({seq, take});
+    out.chunks.push_back(chunk(seq, take));
     budget -= take;
   }
   return out;

@@ -16,6 +16,7 @@
 // never touches a device or a clock. Engine thread only.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -39,6 +40,15 @@ struct SchedulerOptions {
 struct ScheduledChunk {
   Sequence* seq;
   int num_tokens;  // tokens [seq->kv.length, seq->kv.length + num_tokens) are computed this step
+  // A hybrid model's state checkpoints (KvCache) due in this chunk, in position order: where the prompt parted from
+  // the cached blocks at admission (Sequence::state_branch) and the prompt's last block boundary before its last
+  // token, each kept under the chain hash of the block ending there.
+  struct StateAt {
+    int position = 0;
+    BlockHash hash = 0;
+  };
+  std::array<StateAt, 2> states{};
+  int num_states = 0;
 };
 
 struct Schedule {
@@ -96,6 +106,8 @@ class Scheduler {
   // False when even that cannot make room (seq itself is then preempted if it was running).
   bool reserve_with_preemption(Sequence* seq, int length, Schedule& out);
   void preempt(Sequence* victim, Schedule& out);
+  // The chunk, with the state checkpoints due in it (ScheduledChunk::states).
+  ScheduledChunk chunk(Sequence* seq, int num_tokens) const;
   void release_blocks(Sequence* seq);
 
   KvCache& kv_;

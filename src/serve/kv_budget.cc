@@ -46,10 +46,35 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
                       kv_mib, f.max_num_seqs, b.state_mib));
     kv_mib -= b.state_mib;
     b.state_slots = f.max_num_seqs;
+    // Prefix reuse goes through state checkpoints (engine/kv_cache.h), host copies of a slot's state.
+    const double each_mib = static_cast<double>(model.recurrent_state_bytes()) / kMiB;
+    std::string reuse;
+    if (!f.prefix_reuse) {
+      reuse = "prefix reuse is off (--no-prefix-cache, or a KV connector, which carries no state checkpoints)";
+    } else if (f.state_checkpoints > 0) {
+      b.checkpoint_mib = each_mib * f.state_checkpoints;
+      if (b.checkpoint_mib >= kv_mib)
+        return invalid_argument(fmt::format(
+            "--state-checkpoints {} ({:.1f} MiB) leave no room for KV in the {:.1f} MiB --kv-memory leaves after the "
+            "running sequences' state: fewer checkpoints or more --kv-memory",
+            f.state_checkpoints, b.checkpoint_mib, kv_mib));
+      b.state_checkpoints = f.state_checkpoints;
+    } else if (f.state_checkpoints < 0) {
+      b.state_checkpoints = static_cast<int>(0.25 * kv_mib / each_mib);
+      b.checkpoint_mib = each_mib * b.state_checkpoints;
+    }
+    kv_mib -= b.checkpoint_mib;
+    if (reuse.empty())
+      reuse = b.state_checkpoints > 0
+                  ? fmt::format(
+                        "prefix reuse through {} state checkpoints ({:.1f} MiB), taken at prompts' last block "
+                        "boundaries and where prompts part",
+                        b.state_checkpoints, b.checkpoint_mib)
+                  : std::string("prefix reuse is off (no state checkpoints: --state-checkpoints, --kv-memory)");
     b.info.push_back(
-        fmt::format("hybrid model: {} linear-attention layers, {:.1f} MiB of recurrent state for {} sequences; prefix "
-                    "reuse is off (the state is not kept at block boundaries)",
-                    model.linear_layer_count(), b.state_mib, f.max_num_seqs));
+        fmt::format("hybrid model: {} linear-attention layers, {:.1f} MiB of recurrent state for {} "
+                    "sequences; {}",
+                    model.linear_layer_count(), b.state_mib, f.max_num_seqs, reuse));
   }
   if (f.max_model_len > model.max_seq_len)
     return invalid_argument(

@@ -1,6 +1,7 @@
 // How much KV a node keeps, from its flags and its device: `--kv-memory` MiB, or `--kv-memory-fraction` of the
 // device's memory less the weights (vLLM's --gpu-memory-utilization in spirit); a hybrid model's recurrent state
-// for --max-num-seqs sequences taken from it first (only full-attention layers keep K and V); the served context
+// for --max-num-seqs sequences taken from it first (only full-attention layers keep K and V), then its state
+// checkpoints for prefix reuse; the served context
 // (`--max-model-len`, else the model's, shortened with a warning to what the budget holds, as vLLM does); and the
 // blocks: no more than every running sequence at full context could use, at least one full context. A model with
 // sliding-window layers whose window is shorter than the context gives those layers a pool of their own sized for
@@ -30,12 +31,19 @@ struct KvBudgetFlags {
   // max_batch_tokens (engine::KvCache::window_pool_blocks): chosen when that holds more positions of the full layers.
   bool window_kv = false;
   int max_batch_tokens = 0;
+  // Hybrid models: state checkpoints for prefix reuse (engine::KvCacheOptions::state_checkpoints), taken from the
+  // budget after the running sequences' state. -1: as many as a quarter of what is left holds; 0: none (prefix reuse
+  // off). `prefix_reuse` false (--no-prefix-cache, a KV connector, a PD role): none either way.
+  int state_checkpoints = -1;
+  bool prefix_reuse = true;
 };
 
 struct KvBudget {
   int num_blocks = 0;
   int max_seq_len = 0;                // the served context
   int state_slots = 0;                // recurrent-state slots (hybrid models); 0: none
+  int state_checkpoints = 0;          // their checkpoints for prefix reuse; 0: none (prefix reuse off)
+  double checkpoint_mib = 0;          // the checkpoints' share
   int window_blocks = 0;              // > 0: the sliding layers keep only their windows, in this many blocks
   double window_mib = 0;              // their share
   double kv_mib = 0;                  // the budget, before the state is taken from it

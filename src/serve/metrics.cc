@@ -42,6 +42,8 @@ struct Metrics::Impl {
   p::Gauge& window_used;
   p::Gauge& state_total;
   p::Gauge& state_used;
+  p::Gauge& checkpoints_total;
+  p::Gauge& checkpoints_used;
   // KV connectors, labelled by connector and tier.
   p::Family<p::Counter>& tier_hits =
       family_counter("tessera_kv_tier_hit_tokens_total", "Prompt tokens a KV connector's tier supplied");
@@ -141,8 +143,8 @@ struct Metrics::Impl {
                               "Prompt tokens found in the prefix cache, every tier (device, host, disk) / looked-up "
                               "tokens")),
         prefix_enabled(gauge("tessera_prefix_cache_enabled",
-                             "1 when prefix reuse is on; 0 when turned off (--no-prefix-cache) or refused for a hybrid "
-                             "model, whose linear-attention state is not kept at block boundaries")),
+                             "1 when prefix reuse is on; 0 when turned off (--no-prefix-cache, or for a hybrid model "
+                             "--state-checkpoints 0 or a KV connector)")),
         window_total(gauge("tessera_kv_window_blocks_total",
                            "KV blocks of the sliding-window layers' own pool, when they keep only their windows (0 "
                            "otherwise)")),
@@ -150,6 +152,10 @@ struct Metrics::Impl {
         state_total(gauge("tessera_recurrent_state_slots_total",
                           "Recurrent-state slots of a hybrid model (one per running sequence; 0 otherwise)")),
         state_used(gauge("tessera_recurrent_state_slots_used", "Recurrent-state slots held by sequences")),
+        checkpoints_total(gauge("tessera_state_checkpoints_total",
+                                "Recurrent-state checkpoints a hybrid model's prefix reuse may keep (0 otherwise)")),
+        checkpoints_used(
+            gauge("tessera_state_checkpoints_used", "Recurrent-state checkpoints holding a prompt's state")),
         kv_loaded(counter("tessera_kv_loaded_tokens_total", "Prompt positions KV connectors filled")),
         kv_shortfalls(counter("tessera_kv_load_shortfalls_total",
                               "KV loads that brought fewer positions than promised (the rest computed here)")),
@@ -382,6 +388,8 @@ std::string Metrics::render(const engine::EngineStats& s, const std::vector<engi
   impl_->window_used.Set(s.window_blocks_used);
   impl_->state_total.Set(s.state_slots_total);
   impl_->state_used.Set(s.state_slots_used);
+  impl_->checkpoints_total.Set(s.state_checkpoints_total);
+  impl_->checkpoints_used.Set(s.state_checkpoints_used);
   impl_->kv_usage.Set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
   impl_->kv_loading.Set(s.kv_loading);
   impl_->v_running.Set(s.running);

@@ -1,10 +1,12 @@
 // `tessera serve` with a hybrid model (Qwen3.5's shape at test size): concurrent requests under a KV budget that
 // forces preemption give each prompt the text it gets alone (a preempted sequence frees its recurrent-state slot and
-// starts again from a fresh state), n = 3 greedy choices equal one choice, every slot is free afterwards, and
-// /metrics states that prefix reuse is off for the model. Split over a prefill and a decode node (cpu -> cpu, cpu ->
-// opencl, opencl -> cpu), the recurrent state travels with the full layers' KV (the wire layout's state section) and
-// the text is the single node's token for token, with the same logprobs; a decode node that zeroes the state it
-// receives fails that check (the negative control). Qwen3.5-MoE and Qwen3-MoE split the same way.
+// starts again from a fresh state), n = 3 greedy choices equal one choice, and every slot is free afterwards. Prefix
+// reuse through state checkpoints gives a prompt sent again, and the next turn of its conversation, the text and
+// logprobs of a node that computes every prompt whole, with the cached tokens in `usage`. Split over a prefill and a
+// decode node (cpu -> cpu, cpu -> opencl, opencl -> cpu), the recurrent state travels with the full layers' KV (the
+// wire layout's state section) and the text is the single node's token for token, with the same logprobs; a decode node
+// that zeroes the state it receives fails that check (the negative control). Qwen3.5-MoE and Qwen3-MoE split the same
+// way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,8 +101,9 @@ TEST(HybridServe, PreemptedAndForkedSequencesKeepTheirTextAndFreeTheirState) {
   ASSERT_GT(port, 0);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   const std::string labels = "{model=\"h\"}";
-  EXPECT_EQ(testing::scrape_metric(url, "tessera_prefix_cache_enabled" + labels), 0);
+  EXPECT_EQ(testing::scrape_metric(url, "tessera_prefix_cache_enabled" + labels), 1);
   EXPECT_EQ(testing::scrape_metric(url, "tessera_recurrent_state_slots_total" + labels), 4);
+  EXPECT_GE(testing::scrape_metric(url, "tessera_state_checkpoints_total" + labels), 1);
 
   std::vector<std::vector<int>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back({1, 300 + i, 17, 42, 99, 7 + i, 250, 3});
@@ -166,6 +169,7 @@ TEST(HybridServe, SlidingLayersThatKeepOnlyTheirWindowServeTheWholeCachesText) {
 struct Greedy {
   std::string text;
   std::vector<double> logprobs;
+  int cached = -1;  // usage.prompt_tokens_details.cached_tokens
 };
 
 Greedy complete_logprobs(const std::string& url, const std::vector<int>& prompt, int tokens, const std::string& model) {
@@ -183,6 +187,8 @@ Greedy complete_logprobs(const std::string& url, const std::vector<int>& prompt,
   if (!body.is_object() || !body.contains("choices") || body["choices"].empty()) return g;
   const json& c = body["choices"][0];
   g.text = c["text"].get<std::string>();
+  if (body.contains("usage") && body["usage"].contains("prompt_tokens_details"))
+    g.cached = body["usage"]["prompt_tokens_details"].value("cached_tokens", -1);
   if (c["logprobs"].is_object())
     for (const json& lp : c["logprobs"]["token_logprobs"])
       if (lp.is_number()) g.logprobs.push_back(lp.get<double>());
@@ -214,6 +220,54 @@ const std::vector<std::string> kOpenCl = {"--backend", "opencl", "--threads", "2
 // Logprobs of the same tokens on cpu and opencl, or across a transfer, agree to about 2e-6 here; a decode node that
 // lost the recurrent state is off by 0.3 or more.
 constexpr double kLogprobTolerance = 1e-4;
+
+// Prefix reuse for a hybrid model (engine/kv_cache.h, state checkpoints): a prompt sent again and the next turn of
+// its conversation take the cached blocks and the state kept at the first prompt's last block boundary, and give the
+// text and logprobs of a node that computes every prompt whole (--state-checkpoints 0, which turns prefix reuse off).
+TEST(HybridServe, PrefixReuseThroughStateCheckpointsGivesTheWholePromptsText) {
+  const std::string model = synth_model("p.gguf", 4);
+  ASSERT_FALSE(model.empty());
+  std::vector<int> first;  // 41 tokens: its checkpoint at 32, the last block boundary (16) before its last token
+  for (int i = 0; i < 41; ++i) first.push_back(1 + (37 * i + 11) % 500);
+  std::vector<int> next = first;  // the next turn: 60 tokens, its checkpoint at 48
+  for (int i = 0; i < 19; ++i) next.push_back(20 + 13 * i);
+  // Two prompts that share the first 20 tokens with it (a system prompt) and then part: the first finds its one
+  // cached block without a state and takes a checkpoint there, which the second then goes on from.
+  std::vector<int> parted(first.begin(), first.begin() + 20), sibling = parted;
+  for (int i = 0; i < 30; ++i) {
+    parted.push_back(400 + i);
+    sibling.push_back(450 + i);
+  }
+  const std::vector<std::vector<int>> prompts = {first, first, next, next, parted, sibling};
+  const std::vector<int> cached = {0, 32, 32, 48, 0, 16};
+  constexpr int kTokens = 24;
+  const std::string labels = "{model=\"p\"}";
+  std::vector<Greedy> whole;
+  {
+    std::vector<std::string> off = kCpu;
+    off.insert(off.end(), {"--state-checkpoints", "0"});
+    Node n = start_node(model, off);
+    EXPECT_EQ(testing::scrape_metric(n.url, "tessera_prefix_cache_enabled" + labels), 0);
+    EXPECT_EQ(testing::scrape_metric(n.url, "tessera_state_checkpoints_total" + labels), 0);
+    for (const auto& p : prompts) whole.push_back(complete_logprobs(n.url, p, kTokens, "p"));
+    for (const Greedy& g : whole) EXPECT_EQ(g.cached, 0);
+    EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+  }
+  Node n = start_node(model, kCpu);
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_prefix_cache_enabled" + labels), 1);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Greedy g = complete_logprobs(n.url, prompts[i], kTokens, "p");
+    EXPECT_EQ(g.text, whole[i].text) << "prompt " << i;
+    EXPECT_EQ(g.logprobs.size(), whole[i].logprobs.size()) << "prompt " << i;
+    EXPECT_LT(max_logprob_gap(g, whole[i]), kLogprobTolerance) << "prompt " << i;
+    EXPECT_EQ(g.cached, cached[i]) << "prompt " << i;
+  }
+  // first at 32, next at 48, parted at 16 and 48, sibling at 48.
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_state_checkpoints_used" + labels), 5);
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_prefix_cache_hit_tokens_total" + labels), 32 + 32 + 48 + 16);
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_recurrent_state_slots_used" + labels), 0);
+  EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+}
 
 // Prefill on one node, decode on another, for `pairs` of backends: the decode node's greedy text is the single cpu
 // node's token for token, and so are the logprobs of its tokens (within kLogprobTolerance). The text alone is a weak

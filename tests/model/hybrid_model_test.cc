@@ -3,7 +3,8 @@
 // per sequence beside the paged KV, taken at its start and freed with it; chunked prefill, token-by-token prefill
 // and batched decode give the same logits, on cpu, ref and opencl); the KV and state moved between runners (cpu ->
 // cpu, ref, opencl) continue the sequence, and a zeroed state in place of the carried one does not; what is refused
-// (prefix reuse, graph decode, KV transfer, a sequence with positions but no state, backends without the operators).
+// (prefix reuse without state checkpoints, graph decode, KV transfer, a sequence with positions but no state, backends
+// without the operators); prefix reuse through state checkpoints: tests/engine/state_checkpoint_test.cc.
 // Hugging Face folders of these families: hybrid_hf_test.cc.
 #include <gtest/gtest.h>
 
@@ -176,7 +177,7 @@ TEST(HybridEngine, StateSlotsAreTakenFreedAndReusedClean) {
   engine::KvCache& kv = r->kv_cache();
   EXPECT_EQ(kv.state_slots(), 2);
   EXPECT_EQ(kv.state_bytes_per_slot(), m.config.recurrent_state_bytes());
-  EXPECT_FALSE(kv.blocks().prefix_cache_enabled());  // refused for hybrid models
+  EXPECT_FALSE(kv.blocks().prefix_cache_enabled());  // a hybrid model without state checkpoints
   std::vector<float> first, again, tmp;
   engine::SequenceKv a, b, c;
   ASSERT_TRUE(r->prefill(a, kPrompt, first).ok());

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/synth.h"
 
 namespace tessera::serve {
@@ -89,6 +91,51 @@ TEST(KvBudget, AHybridModelsStateComesOutOfTheBudgetFirst) {
   auto starved = plan_kv_budget(*c, {.kv_memory_mib = state_mib / 2, .max_num_seqs = 8}, 0, 0, 0);
   ASSERT_FALSE(starved.ok());
   EXPECT_NE(starved.status().message().find("does not hold the recurrent state"), std::string::npos);
+}
+
+// Prefix reuse for a hybrid model keeps state checkpoints (engine/kv_cache.h), one slot's state each, from the budget
+// after the running sequences' state: by default as many as a quarter of what is left holds.
+TEST(KvBudget, AHybridModelsStateCheckpointsComeNextAndTurnPrefixReuseOn) {
+  auto c = model::synth_shape("qwen3.5-0.8b");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const double each = static_cast<double>(c->recurrent_state_bytes()) / kMiB;  // 19.3 MiB
+  auto has = [](const KvBudget& b, const std::string& text) {
+    return std::any_of(b.info.begin(), b.info.end(), [&](const std::string& l) { return l.find(text) != l.npos; });
+  };
+  // 8 sequences in 1024 MiB: 154 MiB of state, and a quarter of the 870 left holds 11 checkpoints.
+  auto eight = plan_kv_budget(*c, {.kv_memory_mib = 1024, .max_model_len = 4096, .max_num_seqs = 8}, 0, 0, 0);
+  ASSERT_TRUE(eight.ok()) << eight.status().to_string();
+  EXPECT_EQ(eight->state_checkpoints, 11);
+  EXPECT_DOUBLE_EQ(eight->checkpoint_mib, 11 * each);
+  EXPECT_TRUE(has(*eight, "prefix reuse through 11 state checkpoints"));
+  // 64 sequences in 2048 MiB: 1234 MiB of state; a quarter of the 814 left holds 10.
+  auto many = plan_kv_budget(*c, {.kv_memory_mib = 2048, .max_model_len = 4096, .max_num_seqs = 64}, 0, 0, 0);
+  ASSERT_TRUE(many.ok()) << many.status().to_string();
+  EXPECT_EQ(many->state_checkpoints, static_cast<int>(0.25 * (2048 - 64 * each) / each));
+  EXPECT_EQ(many->state_checkpoints, 10);
+  // Asked for: they take their bytes from the blocks; 0 or prefix reuse turned off: none.
+  KvBudgetFlags f{.kv_memory_mib = 1024, .max_num_seqs = 8};  // the model's context: the blocks are the budget's
+  f.state_checkpoints = 0;
+  auto none = plan_kv_budget(*c, f, 0, 0, 0);
+  f.state_checkpoints = 20;
+  auto twenty = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_TRUE(none.ok() && twenty.ok());
+  EXPECT_EQ(none->state_checkpoints, 0);
+  EXPECT_TRUE(has(*none, "prefix reuse is off"));
+  EXPECT_EQ(twenty->state_checkpoints, 20);
+  const double block_mib = (1024 - 8 * each) / none->num_blocks;  // what one block costs, from the budget
+  EXPECT_NEAR(none->num_blocks - twenty->num_blocks, 20 * each / block_mib, 2.0);
+  f.state_checkpoints = 100;  // 1930 MiB
+  auto too_many = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("--state-checkpoints 100"), std::string::npos)
+      << too_many.status().message();
+  f.state_checkpoints = -1;
+  f.prefix_reuse = false;  // --no-prefix-cache, a KV connector, a PD role
+  auto off = plan_kv_budget(*c, f, 0, 0, 0);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->state_checkpoints, 0);
+  EXPECT_EQ(off->num_blocks, none->num_blocks);
 }
 
 TEST(KvBudget, SlidingLayersKeepOnlyTheirWindowsWhenThatHoldsMore) {

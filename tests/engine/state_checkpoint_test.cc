@@ -1,0 +1,222 @@
+// Prefix reuse for hybrid models (Qwen3.5) through state checkpoints (engine/kv_cache.h): the recurrent state of a
+// prompt at its last block boundary, taken inside the step that passes it, and restored into the slot of a later
+// prompt that starts with those blocks. The reference is the same model served without prefix reuse (every prompt
+// computed from position 0): greedy tokens equal, the chosen tokens' logprobs within 1e-4, and the cached-token
+// counts a user sees in `usage.prompt_tokens_details.cached_tokens`.
+#include <future>
+#include <memory>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "engine/model_runner.h"
+#include "model/synth.h"
+#include "ops/registry.h"
+
+namespace tessera::engine {
+namespace {
+
+std::vector<model::TokenId> tokens(int n, int from) {
+  std::vector<model::TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+class HybridPrefix : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
+    ASSERT_TRUE(c.ok());
+    c->max_seq_len = 256;
+    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
+    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
+    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
+  }
+  struct Served {
+    std::unique_ptr<ModelRunner> runner;
+    std::unique_ptr<Engine> engine;
+  };
+  // checkpoints 0: no prefix reuse (the reference).
+  Served start(int checkpoints, int max_batch_tokens = 16, int max_sequences = 4) {
+    Served s;
+    RunnerOptions ro;
+    ro.max_batch_tokens = max_batch_tokens;
+    ro.max_sequences = max_sequences;
+    ro.kv.block_tokens = 4;
+    ro.kv.num_blocks = 256;
+    ro.kv.state_checkpoints = checkpoints;
+    s.runner = std::move(ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
+    EngineOptions eo;
+    eo.scheduler.max_batch_tokens = max_batch_tokens;
+    eo.scheduler.max_running = max_sequences;
+    s.engine = std::make_unique<Engine>(*s.runner, *tokenizer_, eo);
+    s.engine->start();
+    return s;
+  }
+  struct Out {
+    std::vector<model::TokenId> tokens;
+    std::vector<float> logprobs;
+    int cached = -1;
+    bool ok = true;
+  };
+  static std::future<Out> submit(Engine& e, std::vector<model::TokenId> prompt) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.logprobs = 0;
+    auto done = std::make_shared<std::promise<Out>>();
+    auto acc = std::make_shared<Out>();
+    auto id = e.submit(std::move(r), [done, acc](const RequestOutput& o) {
+      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
+      for (const TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
+      acc->cached = std::max(acc->cached, o.cached_tokens);
+      if (o.finish == FinishReason::kNone) return;
+      acc->ok = o.error.ok();
+      done->set_value(*acc);
+    });
+    if (!id.ok()) {
+      Out failed;
+      failed.ok = false;
+      done->set_value(failed);
+    }
+    return done->get_future();
+  }
+  static void expect_same(const Out& got, const Out& want, const std::string& what) {
+    ASSERT_TRUE(got.ok) << what;
+    EXPECT_EQ(got.tokens, want.tokens) << what;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
+    for (size_t i = 0; i < got.logprobs.size(); ++i)
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
+  }
+  std::unique_ptr<model::SynthModel> model_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<ops::Device> device_;
+};
+
+// One after another: a prompt sent again, a longer turn of the same conversation and a prompt that parts from it
+// early go on from the checkpoint (or from none) to the reference's tokens and logprobs.
+TEST_F(HybridPrefix, HitsGoOnFromTheCheckpointAsTheWholePromptWould) {
+  const std::vector<model::TokenId> shared = tokens(41, 300);  // checkpoint at 40: the last boundary before token 41
+  std::vector<model::TokenId> longer = shared;                 // the next turn: the prompt, its answer, a question
+  for (int i = 0; i < 14; ++i) longer.push_back(static_cast<model::TokenId>(100 + 7 * i));
+  std::vector<model::TokenId> other = tokens(29, 300);  // parts from `shared` after 29 tokens; its checkpoint at 36
+  std::vector<model::TokenId> sibling = other;          // as `other`, parting after 29 tokens too (a shared
+  for (int i = 0; i < 9; ++i) {                         // system prompt, then another user's message)
+    other.push_back(static_cast<model::TokenId>(470 + i));
+    sibling.push_back(static_cast<model::TokenId>(480 + i));
+  }
+  const std::vector<std::vector<model::TokenId>> prompts = {shared, shared, longer, other, other, sibling};
+  std::vector<Out> want;
+  {
+    Served ref = start(0);
+    EXPECT_FALSE(ref.runner->kv_cache().blocks().prefix_cache_enabled());
+    for (const auto& p : prompts) want.push_back(submit(*ref.engine, p).get());
+    for (const Out& o : want) ASSERT_TRUE(o.ok && o.tokens.size() == 12);
+  }
+  Served s = start(4);
+  KvCache& kv = s.runner->kv_cache();
+  EXPECT_TRUE(kv.blocks().prefix_cache_enabled());
+  EXPECT_EQ(kv.state_checkpoints(), 4);
+  // The cached positions of each: none (cold); 40 (its own checkpoint); 40 (the first turn's); none (its first 28
+  // tokens' blocks are cached, but no state was kept at 28: it takes one there as it passes); 36 (its own); 28 (the
+  // state `other` took where it parted from `shared`).
+  const std::vector<int> cached = {0, 40, 40, 0, 36, 28};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Out got = submit(*s.engine, prompts[i]).get();
+    expect_same(got, want[i], "prompt " + std::to_string(i));
+    EXPECT_EQ(got.cached, cached[i]) << "prompt " << i;
+  }
+  // Five were taken (40 of `shared`, 52 of `longer`, 28 and 36 of `other`, 36 of `sibling`) in four: the least
+  // recently used, `shared`'s, went last; `shared` now goes on from the one at 28.
+  EXPECT_EQ(kv.state_checkpoints_held(), 4);
+  SequenceKv probe;
+  EXPECT_EQ(kv.match_prefix(probe, shared, 40), 28);
+  kv.release(probe);
+  const EngineStats st = s.engine->stats();
+  EXPECT_TRUE(st.prefix_cache_enabled);
+  EXPECT_EQ(st.state_checkpoints_total, 4);
+  EXPECT_EQ(st.state_checkpoints_used, 4);
+  EXPECT_EQ(kv.free_state_slots(), 4);  // every slot back
+}
+
+// Two checkpoints for three prompts: the least recently used goes, and its prompt is then computed whole (still
+// the reference's tokens); prompts sent at once, two of them the same, share a checkpoint filled in one step.
+TEST_F(HybridPrefix, TheLeastRecentlyUsedCheckpointGoesAndConcurrentPromptsShareOne) {
+  const std::vector<std::vector<model::TokenId>> prompts = {tokens(23, 10), tokens(30, 200), tokens(18, 400)};
+  std::vector<Out> want;
+  {
+    Served ref = start(0);
+    for (const auto& p : prompts) want.push_back(submit(*ref.engine, p).get());
+  }
+  Served s = start(2);
+  KvCache& kv = s.runner->kv_cache();
+  for (size_t i = 0; i < prompts.size(); ++i) expect_same(submit(*s.engine, prompts[i]).get(), want[i], "cold");
+  EXPECT_EQ(kv.state_checkpoints_held(), 2);
+  Out first = submit(*s.engine, prompts[0]).get();  // its checkpoint went for the third prompt's
+  expect_same(first, want[0], "evicted");
+  EXPECT_EQ(first.cached, 0);
+  Out third = submit(*s.engine, prompts[2]).get();
+  expect_same(third, want[2], "kept");
+  EXPECT_EQ(third.cached, 16);
+
+  // Steps of 64 tokens: both copies of the second prompt in the first step, each passing its checkpoint there.
+  Served t = start(2, 64);
+  std::vector<std::future<Out>> at_once;
+  for (int i : {1, 1, 0}) at_once.push_back(submit(*t.engine, prompts[static_cast<size_t>(i)]));
+  for (size_t i = 0; i < at_once.size(); ++i) expect_same(at_once[i].get(), want[i < 2 ? 1 : 0], "at once");
+  EXPECT_EQ(t.runner->kv_cache().state_checkpoints_held(), 2);
+  Out again = submit(*t.engine, prompts[1]).get();
+  expect_same(again, want[1], "after the shared fill");
+  EXPECT_EQ(again.cached, 28);
+}
+
+// The bookkeeping alone: a checkpoint being filled is never matched nor given to another prefix, one held for a
+// restore is never given back, and a step that failed leaves nothing behind.
+TEST(StateCheckpoints, FillingAndHeldCheckpointsAreNeitherMatchedNorTaken) {
+  auto c = model::synth_shape_small("qwen3.5-0.8b");
+  ASSERT_TRUE(c.ok());
+  auto device = ops::open_device("ref").value();
+  auto made =
+      KvCache::create(*device, *c, {.block_tokens = 4, .num_blocks = 32, .state_slots = 2, .state_checkpoints = 1});
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  KvCache& kv = **made;
+  const std::vector<model::TokenId> prompt = tokens(9, 1);
+  const BlockHash h = BlockManager::chain_hashes(prompt, 4, 2).back();
+  // The blocks of 8 positions, cached.
+  SequenceKv a;
+  ASSERT_TRUE(kv.reserve(a, 9).ok());
+  for (size_t i = 0; i < 2; ++i) kv.register_full_block(a, i, BlockManager::chain_hashes(prompt, 4, 2)[i]);
+  uint8_t* buf = kv.checkpoint_buffer(h);
+  ASSERT_NE(buf, nullptr);
+  EXPECT_EQ(kv.checkpoint_buffer(h), buf);          // the same prefix in the same step
+  EXPECT_EQ(kv.checkpoint_buffer(h + 1), nullptr);  // the only one is being filled
+  SequenceKv b;
+  EXPECT_EQ(kv.match_prefix(b, prompt, 8), 0);  // not written yet
+  kv.checkpoint_written(h, false);              // the step failed
+  EXPECT_EQ(kv.state_checkpoints_held(), 0);
+  EXPECT_EQ(kv.match_prefix(b, prompt, 8), 0);
+  ASSERT_EQ(kv.checkpoint_buffer(h), buf);
+  kv.checkpoint_written(h, true);
+  EXPECT_EQ(kv.state_checkpoints_held(), 1);
+  EXPECT_EQ(kv.checkpoint_buffer(h), nullptr);  // kept already
+  EXPECT_EQ(kv.match_prefix(b, prompt, 8), 8);
+  EXPECT_EQ(kv.pending_restore(b), buf);
+  EXPECT_EQ(kv.checkpoint_buffer(h + 1), nullptr);  // held for b's restore
+  ASSERT_TRUE(kv.reserve(b, 9).ok());               // a slot for positions that come with a state
+  EXPECT_GE(b.state_slot, 0);
+  kv.restored(b);
+  EXPECT_EQ(kv.pending_restore(b), nullptr);
+  EXPECT_NE(kv.checkpoint_buffer(h + 1), nullptr);  // free to go now
+  kv.checkpoint_written(h + 1, true);
+  SequenceKv d;
+  EXPECT_EQ(kv.match_prefix(d, prompt, 8), 0);  // h's state is gone
+  kv.release(a);
+  kv.release(b);
+}
+
+}  // namespace
+}  // namespace tessera::engine
