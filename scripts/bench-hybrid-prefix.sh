@@ -9,7 +9,7 @@
 #   bash scripts/bench-hybrid-prefix.sh        (after scripts/build release)
 # Knobs: SHAPE (qwen3.5-0.8b), LAYERS (0: all), DTYPE (q8_0), THREADS (2), REPEATS (3), TENANTS (2), USERS (3 per
 # tenant), TURNS (3), SYSTEM (512), USER_LEN (32), OUTLEN (16), THINK (1 s), MAX_SEQS (8), KV_MIB (1024),
-# OUT (docs/bench/hybrid-prefix).
+# MAX_MODEL_LEN (4096: the served context, which with MAX_SEQS caps the node's KV blocks), OUT (docs/bench/hybrid-prefix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
@@ -27,6 +27,7 @@ OUTLEN=${OUTLEN:-16}
 THINK=${THINK:-1}
 MAX_SEQS=${MAX_SEQS:-8}
 KV_MIB=${KV_MIB:-1024}
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-4096}
 OUT=${OUT:-docs/bench/hybrid-prefix}
 mkdir -p "$OUT"
 : >"$OUT/runs.jsonl"
@@ -42,7 +43,7 @@ layer_flags=()
 
 run() {  # $1: on | off, $2: repeat
   local cfg=$1 rep=$2 flags=(--model "$model" --threads "$THREADS" --max-num-seqs "$MAX_SEQS" --kv-memory "$KV_MIB"
-    --max-model-len "$((SYSTEM + TURNS * (USER_LEN + OUTLEN) + 16))" --port 0)
+    --max-model-len "$MAX_MODEL_LEN" --port 0)
   [[ $cfg == off ]] && flags+=(--state-checkpoints 0)
   "$B" serve "${flags[@]}" >"$tmp/node.log" 2>&1 &
   node=$!

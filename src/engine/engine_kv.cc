@@ -210,6 +210,9 @@ void Engine::complete_load(Active& a) {
     (r.cached ? cached : elsewhere) += r.count;
     ends = ends || (r.first_tokens && r.count > 0);
   }
+  // A hybrid model's state came with the prompt's end: a state checkpoint the prefix cache found for the local part
+  // must not replace it (after a shortfall it is what the rest is computed from).
+  if (ends) runner_.kv_cache().restored(s.kv);
   a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - a.local_tokens + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);

@@ -176,13 +176,13 @@ void KvCache::drop_window_after(SequenceKv& seq, int32_t length) {
   }
 }
 
-int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* cached_end) {
+int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* branch_at) {
+  if (branch_at != nullptr) *branch_at = 0;
   const int bt = options_.block_tokens;
   if (!windowed() && !has_state()) {
     std::vector<BlockId> hit = blocks_.match_prefix(tokens, max_tokens);
     seq.blocks.insert(seq.blocks.end(), hit.begin(), hit.end());
     seq.length = static_cast<int32_t>(seq.blocks.size()) * bt;
-    if (cached_end != nullptr) *cached_end = seq.length;
     return seq.length;
   }
   // The longest cached prefix in the full layers' pool, shortened until the window before its end is cached too
@@ -192,7 +192,7 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
     hashes = BlockManager::chain_hashes(tokens, bt, static_cast<size_t>(std::max(0, max_tokens) / bt));
   size_t n = 0;
   while (n < hashes.size() && blocks_.holds(hashes[n])) n++;
-  if (cached_end != nullptr) *cached_end = static_cast<int>(n) * bt;
+  const size_t cached = n;
   auto usable = [&](size_t end) {
     if (has_state() && find_checkpoint(hashes[end - 1]) < 0) return false;
     for (size_t i = first_window_block(static_cast<int32_t>(end) * bt); windowed() && i < end; ++i) {
@@ -209,6 +209,8 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
     for (size_t i = first_window_block(seq.length); i < hit.size(); ++i)
       seq.window_blocks[i] = *window_pool_.acquire(hashes[i]);
   }
+  if (branch_at != nullptr && has_state() && cached > hit.size() && continued_.count(hashes[cached - 1]) > 0)
+    *branch_at = static_cast<int>(cached) * bt;
   if (has_state() && !hit.empty()) {
     const int c = find_checkpoint(hashes[hit.size() - 1]);
     if (c < 0) {  // the pool found fewer blocks than it said it held: no state to go on from
@@ -270,8 +272,12 @@ void KvCache::restored(SequenceKv& seq) {
   seq.restore_checkpoint = -1;
 }
 
-void KvCache::register_full_block(const SequenceKv& seq, size_t index, BlockHash hash) {
+void KvCache::register_full_block(const SequenceKv& seq, size_t index, BlockHash hash, BlockHash parent) {
   blocks_.register_full_block(seq.blocks[index], hash);
+  if (!checkpoints_.empty() && index > 0) {
+    if (continued_.size() > 4 * static_cast<size_t>(options_.num_blocks)) continued_.clear();
+    continued_.insert(parent);
+  }
   if (windowed() && index < seq.window_blocks.size() && seq.window_blocks[index] != kNoBlock)
     window_pool_.register_full_block(seq.window_blocks[index], hash);
 }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/dtype.h"
@@ -123,7 +124,7 @@ class KvCache {
   uint8_t* checkpoint_buffer(BlockHash hash);
   void checkpoint_written(BlockHash hash, bool whole);
   // The state seq's slot must take before its next step (its restore_checkpoint), null when none; restored() lets
-  // the checkpoint go (it stays cached).
+  // the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a KV connector).
   const uint8_t* pending_restore(const SequenceKv& seq) const;
   void restored(SequenceKv& seq);
 
@@ -150,11 +151,14 @@ class KvCache {
   // The prefix cache: seq (empty) takes the cached blocks of the longest prefix of `tokens` made of whole blocks,
   // at most max_tokens long, whose window blocks (the last window's worth before its end) are cached too; seq.length
   // is set to it; a hybrid model's prefix ends where a state checkpoint was taken, which seq then holds for its slot
-  // (restore_checkpoint). Returns the positions found; `cached_end`, when given, says where the cached blocks of the
-  // prefix ended before that (a windowed or hybrid cache may take fewer).
-  int match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* cached_end = nullptr);
-  // Registers seq's full block `index` (both pools) under its chain hash.
-  void register_full_block(const SequenceKv& seq, size_t index, BlockHash hash);
+  // (restore_checkpoint). Returns the positions found. `branch_at`, when given (hybrid models with checkpoints): where
+  // the cached blocks of the prefix ended, when that is past the hit and another cached prefix goes on from there (a
+  // shared start, such as a system prompt, from which prompts part: a state checkpoint there serves the next one);
+  // else 0.
+  int match_prefix(SequenceKv& seq, std::span<const model::TokenId> tokens, int max_tokens, int* branch_at = nullptr);
+  // Registers seq's full block `index` (both pools) under its chain hash; `parent` is the chain hash of the block
+  // before it (0 for the first).
+  void register_full_block(const SequenceKv& seq, size_t index, BlockHash hash, BlockHash parent = 0);
   // Drops seq's references to its blocks (shared or cached blocks live on), frees its state slot, and empties it.
   void release(SequenceKv& seq);
 
@@ -202,6 +206,9 @@ class KvCache {
   int find_checkpoint(BlockHash hash) const;
   std::vector<Checkpoint> checkpoints_;
   std::unordered_map<BlockHash, int> written_;  // the written checkpoints by hash
+  // Hybrid models with checkpoints: chain hashes of blocks that a registered block goes on from (kept loosely: a
+  // child evicted since leaves its parent here; emptied when it outgrows the blocks).
+  std::unordered_set<BlockHash> continued_;
   uint64_t checkpoint_clock_ = 0;
 };
 

@@ -125,11 +125,8 @@ Schedule Scheduler::schedule() {
     }
     if (!seq->prefix_checked) {
       // Keep at least one token to compute: its logits are needed.
-      int cached_end = 0;
       kv_.match_prefix(seq->kv, seq->tokens, seq->compute_prompt ? 0 : std::min(total - 1, seq->max_prefix),
-                       &cached_end);
-      // Blocks cached past the hit without a state at their end: a state checkpoint there serves the next prompt.
-      seq->state_branch = cached_end > seq->kv.length ? cached_end : 0;
+                       &seq->state_branch);
       seq->external_tokens = 0;
       seq->external_async = false;
       if (external_ != nullptr && !seq->compute_prompt) {
@@ -176,7 +173,7 @@ void Scheduler::commit(const Schedule& schedule) {
       BlockHash parent = i == 0 ? 0 : s.block_hashes[i - 1];
       BlockHash h = BlockManager::chain_hash(
           parent, std::span(s.tokens).subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt)));
-      kv_.register_full_block(s.kv, i, h);
+      kv_.register_full_block(s.kv, i, h, parent);
       s.block_hashes.push_back(h);
     }
     // A windowed cache: the sliding layers' blocks that no later step reads go back, registered first, so that a

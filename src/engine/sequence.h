@@ -30,8 +30,9 @@ struct Sequence {
                                         // (prompt_logprobs needs their logits)
   bool uncached = false;                // its blocks never enter the prefix cache (embeddings)
   int max_prefix = INT32_MAX;           // the longest prefix it may take from the prefix cache
-  int state_branch = 0;                 // hybrid models: where the cached blocks it matched at admission ended, when
-                                        // no state was kept there (a state checkpoint is taken there; 0: none)
+  int state_branch = 0;                 // hybrid models: where it parted at admission from a cached prefix that
+                                        // other prompts part from too (KvCache::match_prefix's branch_at), when no
+                                        // state was kept there: a state checkpoint is taken there (0: none)
   bool whole = false;                   // the prompt is computed in one step or not at all (an encoder's input)
   int preemptions = 0;
 

@@ -143,6 +143,30 @@ TEST_F(HybridPrefix, HitsGoOnFromTheCheckpointAsTheWholePromptWould) {
   EXPECT_EQ(kv.free_state_slots(), 4);  // every slot back
 }
 
+// The next turn of a conversation (the prompt, the reply, a new message) goes on from the first turn's checkpoint;
+// the reply's cached blocks beyond it, which no other prompt goes on from, take no checkpoint of their own: only the
+// new prompt's end does (a checkpoint at every such point would push the ones that serve out of the LRU).
+TEST_F(HybridPrefix, TheNextTurnOfAConversationTakesOnlyItsEndsCheckpoint) {
+  const std::vector<model::TokenId> first = tokens(41, 300);
+  Out one, two;
+  std::vector<model::TokenId> next;
+  {
+    Served ref = start(0);
+    one = submit(*ref.engine, first).get();
+    ASSERT_TRUE(one.ok);
+    next = first;
+    next.insert(next.end(), one.tokens.begin(), one.tokens.end());  // 53 tokens: blocks to 52 cached after turn 1
+    for (model::TokenId t : tokens(10, 60)) next.push_back(t);
+    two = submit(*ref.engine, next).get();
+  }
+  Served s = start(8);
+  expect_same(submit(*s.engine, first).get(), one, "turn 1");
+  Out got = submit(*s.engine, next).get();
+  expect_same(got, two, "turn 2");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(s.runner->kv_cache().state_checkpoints_held(), 2);  // at 40 and at 60, none at 52
+}
+
 // Two checkpoints for three prompts: the least recently used goes, and its prompt is then computed whole (still
 // the reference's tokens); prompts sent at once, two of them the same, share a checkpoint filled in one step.
 TEST_F(HybridPrefix, TheLeastRecentlyUsedCheckpointGoesAndConcurrentPromptsShareOne) {
