@@ -50,7 +50,9 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     const double each_mib = static_cast<double>(model.recurrent_state_bytes()) / kMiB;
     std::string reuse;
     if (!f.prefix_reuse) {
-      reuse = "prefix reuse is off (--no-prefix-cache, or a KV connector, which carries no state checkpoints)";
+      reuse =
+          "prefix reuse is off (--no-prefix-cache, KV tiers or the pool, which keep no state, or "
+          "--role-switchable)";
     } else if (f.state_checkpoints > 0) {
       b.checkpoint_mib = each_mib * f.state_checkpoints;
       if (b.checkpoint_mib >= kv_mib)

@@ -361,6 +361,54 @@ void check_split(const std::string& model, const std::string& name, bool hybrid)
   }
 }
 
+// Prefix reuse through state checkpoints on a prefill node: the same prompts as the single node's test above, split
+// over a prefill and a decode node (cpu -> cpu). The prefill node takes the same prefixes from its cache (and restores
+// their states) before it computes the rest and sends the full layers' KV and the state after the prompt; the decode
+// node's text and logprobs are a node's without reuse.
+TEST(HybridServe, PrefixReuseOnAPrefillNodeGivesTheWholePromptsText) {
+  const std::string model = synth_model("hp.gguf", 4);
+  ASSERT_FALSE(model.empty());
+  std::vector<int> first;
+  for (int i = 0; i < 41; ++i) first.push_back(1 + (37 * i + 11) % 500);
+  std::vector<int> next = first;
+  for (int i = 0; i < 19; ++i) next.push_back(20 + 13 * i);
+  std::vector<int> parted(first.begin(), first.begin() + 20), sibling = parted;
+  for (int i = 0; i < 30; ++i) {
+    parted.push_back(400 + i);
+    sibling.push_back(450 + i);
+  }
+  const std::vector<std::vector<int>> prompts = {first, first, next, next, parted, sibling};
+  constexpr int kTokens = 24;
+  const std::string labels = "{model=\"hp\"}";
+  std::vector<Greedy> whole;
+  {
+    std::vector<std::string> off = kCpu;
+    off.insert(off.end(), {"--state-checkpoints", "0"});
+    Node n = start_node(model, off);
+    for (const auto& p : prompts) whole.push_back(complete_logprobs(n.url, p, kTokens, "hp"));
+    EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+  }
+  std::vector<std::string> p = {"--role", "prefill"};
+  p.insert(p.end(), kCpu.begin(), kCpu.end());
+  Node prefill = start_node(model, p);
+  std::vector<std::string> d = {"--role", "decode", "--prefill-nodes", prefill.url, "--pd-min-tokens", "4"};
+  d.insert(d.end(), kCpu.begin(), kCpu.end());
+  Node decode = start_node(model, d);
+  EXPECT_EQ(testing::scrape_metric(prefill.url, "tessera_prefix_cache_enabled" + labels), 1);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Greedy g = complete_logprobs(decode.url, prompts[i], kTokens, "hp");
+    EXPECT_EQ(g.text, whole[i].text) << "prompt " << i;
+    EXPECT_LT(max_logprob_gap(g, whole[i]), kLogprobTolerance) << "prompt " << i;
+  }
+  EXPECT_EQ(testing::scrape_metric(decode.url, "tessera_pd_requests_total{path=\"remote\"}"), 6.0);
+  // What the single node took from its cache, now on the prefill node: 32, 32, 48 and 16 positions.
+  EXPECT_EQ(testing::scrape_metric(prefill.url, "tessera_prefix_cache_hit_tokens_total" + labels), 32 + 32 + 48 + 16);
+  EXPECT_EQ(testing::scrape_metric(prefill.url, "tessera_recurrent_state_slots_used" + labels), 0);
+  EXPECT_EQ(testing::scrape_metric(decode.url, "tessera_recurrent_state_slots_used" + labels), 0);
+  EXPECT_EQ(decode.proc->stop(SIGTERM), 0);
+  EXPECT_EQ(prefill.proc->stop(SIGTERM), 0);
+}
+
 // Qwen3.5 split over a prefill and a decode node: the decode node continues from the prefill node's full-layer KV and
 // recurrent state (the wire layout's state section). Three layers (linear, full, linear): the state read after the
 // last layer, not with the last full layer's KV. cpu -> cpu, and cpu -> opencl, opencl -> cpu where opencl runs.
