@@ -221,24 +221,31 @@ const std::vector<std::string> kOpenCl = {"--backend", "opencl", "--threads", "2
 // lost the recurrent state is off by 0.3 or more.
 constexpr double kLogprobTolerance = 1e-4;
 
+// The prompts of the prefix-reuse tests, in order: a first prompt of 41 tokens (its checkpoint at 32, the last block
+// boundary before its last token), the same again, its next turn of 60 tokens (checkpoint at 48) twice, and two prompts
+// that share its first 20 tokens (a system prompt) and then part: the first of them finds its one cached block without
+// a state and takes a checkpoint there, which the second goes on from. Served with reuse they take 0, 32, 32, 48, 0
+// and 16 positions from the cache.
+std::vector<std::vector<int>> prefix_reuse_prompts() {
+  std::vector<int> first;
+  for (int i = 0; i < 41; ++i) first.push_back(1 + (37 * i + 11) % 500);
+  std::vector<int> next = first;
+  for (int i = 0; i < 19; ++i) next.push_back(20 + 13 * i);
+  std::vector<int> parted(first.begin(), first.begin() + 20), sibling = parted;
+  for (int i = 0; i < 30; ++i) {
+    parted.push_back(400 + i);
+    sibling.push_back(450 + i);
+  }
+  return {first, first, next, next, parted, sibling};
+}
+
 // Prefix reuse for a hybrid model (engine/kv_cache.h, state checkpoints): a prompt sent again and the next turn of
 // its conversation take the cached blocks and the state kept at the first prompt's last block boundary, and give the
 // text and logprobs of a node that computes every prompt whole (--state-checkpoints 0, which turns prefix reuse off).
 TEST(HybridServe, PrefixReuseThroughStateCheckpointsGivesTheWholePromptsText) {
   const std::string model = synth_model("p.gguf", 4);
   ASSERT_FALSE(model.empty());
-  std::vector<int> first;  // 41 tokens: its checkpoint at 32, the last block boundary (16) before its last token
-  for (int i = 0; i < 41; ++i) first.push_back(1 + (37 * i + 11) % 500);
-  std::vector<int> next = first;  // the next turn: 60 tokens, its checkpoint at 48
-  for (int i = 0; i < 19; ++i) next.push_back(20 + 13 * i);
-  // Two prompts that share the first 20 tokens with it (a system prompt) and then part: the first finds its one
-  // cached block without a state and takes a checkpoint there, which the second then goes on from.
-  std::vector<int> parted(first.begin(), first.begin() + 20), sibling = parted;
-  for (int i = 0; i < 30; ++i) {
-    parted.push_back(400 + i);
-    sibling.push_back(450 + i);
-  }
-  const std::vector<std::vector<int>> prompts = {first, first, next, next, parted, sibling};
+  const std::vector<std::vector<int>> prompts = prefix_reuse_prompts();
   const std::vector<int> cached = {0, 32, 32, 48, 0, 16};
   constexpr int kTokens = 24;
   const std::string labels = "{model=\"p\"}";
@@ -368,16 +375,7 @@ void check_split(const std::string& model, const std::string& name, bool hybrid)
 TEST(HybridServe, PrefixReuseOnAPrefillNodeGivesTheWholePromptsText) {
   const std::string model = synth_model("hp.gguf", 4);
   ASSERT_FALSE(model.empty());
-  std::vector<int> first;
-  for (int i = 0; i < 41; ++i) first.push_back(1 + (37 * i + 11) % 500);
-  std::vector<int> next = first;
-  for (int i = 0; i < 19; ++i) next.push_back(20 + 13 * i);
-  std::vector<int> parted(first.begin(), first.begin() + 20), sibling = parted;
-  for (int i = 0; i < 30; ++i) {
-    parted.push_back(400 + i);
-    sibling.push_back(450 + i);
-  }
-  const std::vector<std::vector<int>> prompts = {first, first, next, next, parted, sibling};
+  const std::vector<std::vector<int>> prompts = prefix_reuse_prompts();
   constexpr int kTokens = 24;
   const std::string labels = "{model=\"hp\"}";
   std::vector<Greedy> whole;
