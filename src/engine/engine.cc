@@ -348,14 +348,7 @@ void Engine::run_step() {
         ap->pooled.add(start, count, v);
       };
     }
-    for (int i = 0; i < c.num_states; ++i) {  // a hybrid model's state checkpoints, where one is free to take each
-      const ScheduledChunk::StateAt& at = c.states[static_cast<size_t>(i)];
-      if (uint8_t* out = runner_.kv_cache().checkpoint_buffer(at.hash); out != nullptr) {
-        Segment& seg = segments.back();
-        seg.states[static_cast<size_t>(seg.num_states++)] = {at.position, out};
-        checkpoints.push_back(at.hash);
-      }
-    }
+    take_checkpoints(c, segments.back(), checkpoints);
     if (a.req.prompt_logprobs >= 0 && s.kv.length + 1 < s.prompt_len) {
       segments.back().all_logits = [this, ap = &a, start = s.kv.length](int first, std::span<const float> rows) {
         record_prompt_logprobs(*ap, start, first, rows);

@@ -242,6 +242,9 @@ class Engine {
   bool load_now(Active& a);
   // Connectors hear that `a` ended or was preempted; true when one keeps its blocks.
   bool tell_connectors(Active& a, KvEnd end);
+  // A hybrid model's state checkpoints due in chunk `c` (KvCache): each one a checkpoint is free to take goes into
+  // `seg`, its hash into `filled` (checkpoint_written() after the step, whichever way it ends).
+  void take_checkpoints(const ScheduledChunk& c, Segment& seg, std::vector<BlockHash>& filled);
   // n > 1, once the prompt is computed (or imported): choices 1..n-1 of `a`, not yet admitted.
   std::vector<std::unique_ptr<Active>> make_choices(const Active& a);
   // Admits a choice made by make_choices with its first token; its KV is forked from `a`'s (engine/kv_fork.h).

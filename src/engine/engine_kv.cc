@@ -1,5 +1,6 @@
 // The engine's half of the KV connector contract (engine/kv_connector.h): its device access for connectors, the
-// scheduler's ExternalKv, the ends of asynchronous loads, and what connectors hear when a request ends.
+// scheduler's ExternalKv, the ends of asynchronous loads, what connectors hear when a request ends, and the state
+// checkpoints a step fills (the device prefix cache's own hand-off for hybrid models).
 #include <algorithm>
 #include <mutex>
 
@@ -134,6 +135,16 @@ void Engine::allocated_external(Active& a, int local) {
   a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - local + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);
+}
+
+void Engine::take_checkpoints(const ScheduledChunk& c, Segment& seg, std::vector<BlockHash>& filled) {
+  for (int i = 0; i < c.num_states; ++i) {
+    const ScheduledChunk::StateAt& at = c.states[static_cast<size_t>(i)];
+    if (uint8_t* out = runner_.kv_cache().checkpoint_buffer(at.hash); out != nullptr) {
+      seg.states[static_cast<size_t>(seg.num_states++)] = {at.position, out};
+      filled.push_back(at.hash);
+    }
+  }
 }
 
 void Engine::poll_connectors() {
