@@ -220,10 +220,11 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   group_options(cmd, "Backend and engine",
                 {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
                  "--admission-gap-ms", "--max-queue"});
-  group_options(cmd, "KV cache",
-                {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k",
-                 "--cache-type-v", "--kv-cache-dtype", "--no-prefix-cache", "--kv-host-memory", "--kv-disk-dir",
-                 "--kv-disk-size", "--kv-pool-memory"});
+  group_options(
+      cmd, "KV cache",
+      {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k", "--cache-type-v",
+       "--kv-cache-dtype", "--no-prefix-cache", "--state-checkpoints", "--disable-hybrid-kv-cache-manager",
+       "--kv-host-memory", "--kv-disk-dir", "--kv-disk-size", "--kv-pool-memory"});
   group_options(cmd, "Chat, tools and structured output",
                 {"--chat-template", "--reasoning-parser", "--tool-call-parser", "--template-max-steps",
                  "--template-max-memory-mib", "--template-threads", "--grammar-jump-forward"});
