@@ -161,9 +161,9 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   cmd->add_option("--io-threads", a->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable the prefix cache");
   cmd->add_option("--state-checkpoints", a->state_checkpoints,
-                  "Hybrid models (Qwen3.5): recurrent states kept at prompts' last block boundaries, through which "
-                  "prefix reuse works; taken from --kv-memory (default: as many as a quarter of what the running "
-                  "sequences' state leaves holds; 0: prefix reuse off)")
+                  "Hybrid models (Qwen3.5): recurrent states kept at prompts' last block boundaries and at chat "
+                  "system prompts' ends, through which prefix reuse works; taken from --kv-memory (default: as many "
+                  "as a quarter of what the running sequences' state leaves holds; 0: prefix reuse off)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a->whole_sliding_kv,
                 "vLLM's flag: sliding-window layers keep every position, not only their window (KV tiers and the KV "

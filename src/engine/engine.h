@@ -84,6 +84,11 @@ struct GenerationRequest {
   // prefill node whose decode node keeps every position): a windowed cache (engine/kv_cache.h) then takes from its
   // prefix cache only a prefix whose sliding layers still hold rows from there on.
   int real_rows_from = -1;
+  // A hybrid model with state checkpoints (engine/kv_cache.h): a prompt position up to which later prompts are
+  // expected to share this one (serve passes the end of a chat's system prompt and the next message's opening): the
+  // recurrent state at the last block boundary at or before it is kept, so that the first prompt sharing it reuses
+  // that much. 0: none (the prompt's end, and where it parts from another cached prompt, are kept regardless).
+  int state_hint = 0;
   // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
   // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
   // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an
@@ -205,6 +210,8 @@ class Engine {
   // Whether the cache's sliding layers keep only their windows (KvCache::windowed()).
   bool windowed_kv() const { return runner_.kv_cache().windowed(); }
   int block_tokens() const { return runner_.kv_cache().block_tokens(); }
+  // Whether a hybrid model's prefix is reused through state checkpoints (GenerationRequest::state_hint matters).
+  bool state_checkpoints() const { return runner_.kv_cache().state_checkpoints() > 0; }
   // What the prefix cache holds, as events (kv_events.h): served on /internal/kv/events for KV-aware routing.
   const KvEventLog& kv_events() const { return kv_events_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }

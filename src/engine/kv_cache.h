@@ -11,11 +11,12 @@
 // full block in both pools; a prefix is reused up to a point whose window blocks are still cached.
 //
 // A hybrid model's prefix is reused through state checkpoints: the recurrent state of a prompt at the last block
-// boundary before its last token, copied to host memory as the linear layers pass that position (ModelRunner), under
-// the chain hash of the block that ends there. A later prompt starting with those blocks takes their K and V from the
-// prefix cache and the state from the checkpoint (SGLang's and vLLM's hybrid prefix caches keep states at chosen
-// boundaries too; llama.cpp's server keeps context checkpoints near a prompt's end). A fixed number of them, least
-// recently used given back first.
+// boundary before its last token (and where it parted from another cached prompt, and where its request says later
+// prompts will part from it: a chat's system prompt), copied to host memory as the linear layers pass that position
+// (ModelRunner), under the chain hash of the block that ends there. A later prompt starting with those blocks takes
+// their K and V from the prefix cache and the state from the checkpoint (SGLang's and vLLM's hybrid prefix caches keep
+// states at chosen boundaries too; llama.cpp's server keeps context checkpoints near a prompt's end). A fixed number of
+// them, least recently used given back first.
 //
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
@@ -52,6 +53,10 @@ struct SequenceKv {
 };
 
 inline constexpr BlockId kNoBlock{-1};
+
+// The most state checkpoints one sequence takes in one step (Scheduler::chunk's positions: the parting point, the
+// request's hint, the prompt's end).
+inline constexpr size_t kMaxStepCheckpoints = 3;
 
 struct KvCacheOptions {
   int block_tokens = 16;

@@ -56,7 +56,7 @@ struct Segment {
     int32_t position = 0;
     uint8_t* out = nullptr;
   };
-  std::array<StateOut, 2> states{};
+  std::array<StateOut, kMaxStepCheckpoints> states{};
   int num_states = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 #include <fmt/core.h>
@@ -78,11 +79,15 @@ ScheduledChunk Scheduler::chunk(Sequence* seq, int num_tokens) const {
   ScheduledChunk c{seq, num_tokens};
   if (kv_.state_checkpoints() == 0 || seq->uncached || num_tokens <= 0) return c;
   // Where another prompt's cached blocks ended (a shared system prompt: the next prompt with it finds the state
-  // there), and the last block boundary before the prompt's last token: the longest prefix a later prompt starting
-  // with this one (or this one sent again) can take, since at least one token is always computed.
+  // there), where the request expects later prompts to part from this one (the end of a chat's system prompt: the
+  // first prompt with it leaves the state there for the second), and the last block boundary before the prompt's
+  // last token: the longest prefix a later prompt starting with this one (or this one sent again) can take, since at
+  // least one token is always computed.
   const int bt = kv_.block_tokens();
   const int end = (seq->prompt_len - 1) / bt * bt;
-  for (int at : {seq->state_branch, end}) {
+  std::array<int, kMaxStepCheckpoints> at_all = {seq->state_branch, std::min(seq->state_hint / bt * bt, end), end};
+  std::sort(at_all.begin(), at_all.end());
+  for (int at : at_all) {
     if (at <= 0 || seq->kv.length >= at || seq->kv.length + num_tokens < at) continue;
     if (c.num_states > 0 && c.states[static_cast<size_t>(c.num_states - 1)].position == at) continue;
     c.states[static_cast<size_t>(c.num_states++)] = {

@@ -41,13 +41,14 @@ struct ScheduledChunk {
   Sequence* seq;
   int num_tokens;  // tokens [seq->kv.length, seq->kv.length + num_tokens) are computed this step
   // A hybrid model's state checkpoints (KvCache) due in this chunk, in position order: where the prompt parted from
-  // the cached blocks at admission (Sequence::state_branch) and the prompt's last block boundary before its last
-  // token, each kept under the chain hash of the block ending there.
+  // the cached blocks at admission (Sequence::state_branch), the last block boundary at or before the request's hint
+  // (Sequence::state_hint) and the prompt's last block boundary before its last token, each kept under the chain hash
+  // of the block ending there.
   struct StateAt {
     int position = 0;
     BlockHash hash = 0;
   };
-  std::array<StateAt, 2> states{};
+  std::array<StateAt, kMaxStepCheckpoints> states{};
   int num_states = 0;
 };
 

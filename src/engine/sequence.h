@@ -33,6 +33,8 @@ struct Sequence {
   int state_branch = 0;                 // hybrid models: where it parted at admission from a cached prefix that
                                         // other prompts part from too (KvCache::match_prefix's branch_at), when no
                                         // state was kept there: a state checkpoint is taken there (0: none)
+  int state_hint = 0;                   // hybrid models: where the request expects later prompts to part from this
+                                        // one (GenerationRequest::state_hint; 0: none)
   bool whole = false;                   // the prompt is computed in one step or not at all (an encoder's input)
   int preemptions = 0;
 

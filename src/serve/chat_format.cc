@@ -1,5 +1,6 @@
 #include "serve/chat_format.h"
 
+#include <algorithm>
 #include <memory>
 
 #include <fmt/format.h>
@@ -78,6 +79,29 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
     return p;
   };
   return f;
+}
+
+size_t shared_start(const ChatFormatter& format, const api::ApiRequest& r, std::string_view text,
+                    const std::function<bool()>& cancelled) {
+  auto is_system = [](std::string_view role) { return role == "system" || role == "developer"; };
+  size_t first = 0;
+  while (first < r.messages.size() && is_system(r.messages[first].role)) ++first;
+  if (first >= r.messages.size()) return 0;
+  nlohmann::json messages = nlohmann::json::parse(r.messages_json, nullptr, /*allow_exceptions=*/false);
+  if (!messages.is_array() || messages.size() != r.messages.size()) return 0;
+  const std::string empty = r.messages[first].content.empty() ? "." : "";  // differs from the message's own text
+  api::ApiRequest cut = r;
+  cut.messages.resize(first + 1);
+  cut.messages[first].content = empty;
+  messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first + 1), messages.end());
+  messages[first]["content"] = empty;
+  cut.messages_json = messages.dump();
+  cut.add_generation_prompt = true;  // what every format renders (plain refuses anything else)
+  cut.continue_final_message = false;
+  auto rendered = format(cut, cancelled);
+  if (!rendered.ok()) return 0;
+  const std::string_view other = rendered->text;
+  return static_cast<size_t>(std::mismatch(text.begin(), text.end(), other.begin(), other.end()).first - text.begin());
 }
 
 }  // namespace tessera::serve

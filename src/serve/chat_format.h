@@ -40,4 +40,12 @@ Result<ChatFormat> make_chat_format(std::string_view spec, const model::ModelCha
                                     const model::jinja::RenderLimits& limits = {});
 std::vector<std::string> chat_format_names();
 
+// How much of `text` (what `format` rendered for `r`) other conversations with the same system messages and tools
+// render too: the common start of `text` and the rendering of `r` cut after its first non-system message with that
+// message's content left empty (the system prompt, any tools, and the next message's opening). 0 when `r` has no
+// such message or the cut conversation does not render (a template that refuses it). Prefix reuse for hybrid models
+// keeps the recurrent state there (engine::GenerationRequest::state_hint).
+size_t shared_start(const ChatFormatter& format, const api::ApiRequest& r, std::string_view text,
+                    const std::function<bool()>& cancelled);
+
 }  // namespace tessera::serve

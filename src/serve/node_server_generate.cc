@@ -88,6 +88,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
   struct Prompt {
     std::vector<model::TokenId> ids;
     std::string echo;
+    int state_hint = 0;  // engine::GenerationRequest::state_hint
   };
   std::vector<Prompt> prompts;
   std::string prompt_text;
@@ -138,6 +139,17 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
                          {400, formatted.status().message(), "invalid_request_error", "messages", ""});
     prompt_text = formatted->text;
     prompts.push_back({tok.encode(prompt_text, formatted->add_bos), ""});
+    if (engine.state_checkpoints()) {
+      // A hybrid model keeps its recurrent state where other users' conversations part from this one (the system
+      // prompt's end), so that the next one with it reuses that much: the tokens the two renderings share.
+      const size_t chars = shared_start(options.chat, r, prompt_text, [&w] { return w->client_gone(); });
+      if (chars > 0) {
+        const std::vector<model::TokenId> start = tok.encode(prompt_text.substr(0, chars), formatted->add_bos);
+        const std::vector<model::TokenId>& ids = prompts.back().ids;
+        prompts.back().state_hint =
+            static_cast<int>(std::mismatch(ids.begin(), ids.end(), start.begin(), start.end()).first - ids.begin());
+      }
+    }
   } else {
     for (const api::CompletionPrompt& p : r.prompts) {
       if (p.is_tokens) {
@@ -237,6 +249,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
   for (size_t p = 0; p < prompts.size(); ++p) {
     engine::GenerationRequest gen = engine_request(r.generation);
     gen.prompt = prompts[p].ids;
+    gen.state_hint = prompts[p].state_hint;
     gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
     gen.n = n;
     gen.grammar = grammar;

@@ -276,6 +276,84 @@ TEST(HybridServe, PrefixReuseThroughStateCheckpointsGivesTheWholePromptsText) {
   EXPECT_EQ(n.proc->stop(SIGTERM), 0);
 }
 
+// A chat completion's greedy text, its tokens' logprobs and the cached prompt tokens from `usage`.
+Greedy chat_logprobs(const std::string& url, const json& messages, int tokens, const std::string& model) {
+  auto r = http::fetch(
+      {.method = "POST",
+       .url = url + "/v1/chat/completions",
+       .headers = {{"Content-Type", "application/json"}},
+       .body =
+           json{
+               {"model", model}, {"messages", messages}, {"max_tokens", tokens}, {"temperature", 0}, {"logprobs", true}}
+               .dump()});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  json body = json::parse(r->body, nullptr, false);
+  Greedy g;
+  if (!body.is_object() || !body.contains("choices") || body["choices"].empty()) return g;
+  const json& c = body["choices"][0];
+  g.text = c["message"].value("content", "");
+  if (body.contains("usage") && body["usage"].contains("prompt_tokens_details"))
+    g.cached = body["usage"]["prompt_tokens_details"].value("cached_tokens", -1);
+  if (c["logprobs"].is_object())
+    for (const json& lp : c["logprobs"]["content"]) g.logprobs.push_back(lp["logprob"].get<double>());
+  return g;
+}
+
+// The ids a node's template and tokenizer make of `messages` (its /tokenize).
+std::vector<int> chat_tokens(const std::string& url, const json& messages) {
+  auto r = http::fetch({.method = "POST",
+                        .url = url + "/tokenize",
+                        .headers = {{"Content-Type", "application/json"}},
+                        .body = json{{"messages", messages}}.dump()});
+  EXPECT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.status().to_string());
+  if (!r.ok()) return {};
+  json body = json::parse(r->body, nullptr, false);
+  return body.is_object() && body.contains("tokens") ? body["tokens"].get<std::vector<int>>() : std::vector<int>{};
+}
+
+// Chat users sharing a system prompt: the node keeps the state where the first user's message began (the end of the
+// system prompt and the next message's opening: serve::shared_start), so the second user's first turn already goes on
+// from it (without that hint it found the blocks but no state, and computed its whole prompt), with the text and
+// logprobs of a node that computes every prompt whole.
+TEST(HybridServe, ASecondChatUserGoesOnFromTheStateAtTheSharedSystemPrompt) {
+  const std::string model = synth_model("c.gguf", 4);
+  ASSERT_FALSE(model.empty());
+  const std::string system =
+      "You answer questions about the opening hours of the municipal library, its branches, holidays and events, "
+      "in one short sentence, and never about anything else.";
+  std::vector<json> users;
+  for (const char* q : {"When does the main branch open on Saturday?", "Is the library closed on public holidays?",
+                        "Which branch has a reading room?"})
+    users.push_back(json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", q}}}));
+  constexpr int kTokens = 16;
+  std::vector<std::string> flags = kCpu;
+  flags.insert(flags.end(), {"--chat-template", "chatml"});
+  std::vector<Greedy> whole;
+  {
+    std::vector<std::string> off = flags;
+    off.insert(off.end(), {"--state-checkpoints", "0"});
+    Node n = start_node(model, off);
+    for (const json& m : users) whole.push_back(chat_logprobs(n.url, m, kTokens, "c"));
+    EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+  }
+  Node n = start_node(model, flags);
+  const std::vector<int> first = chat_tokens(n.url, users[0]), second = chat_tokens(n.url, users[1]);
+  const int shared =
+      static_cast<int>(std::mismatch(first.begin(), first.end(), second.begin(), second.end()).first - first.begin());
+  ASSERT_GE(shared, 32) << "the system prompt spans blocks of 16";
+  for (size_t i = 0; i < users.size(); ++i) {
+    const Greedy g = chat_logprobs(n.url, users[i], kTokens, "c");
+    EXPECT_EQ(g.text, whole[i].text) << "user " << i;
+    EXPECT_EQ(g.logprobs.size(), whole[i].logprobs.size()) << "user " << i;
+    EXPECT_LT(max_logprob_gap(g, whole[i]), kLogprobTolerance) << "user " << i;
+    // The last block boundary at or before the first token the users do not share.
+    EXPECT_EQ(g.cached, i == 0 ? 0 : shared / 16 * 16) << "user " << i;
+  }
+  EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+}
+
 // Prefill on one node, decode on another, for `pairs` of backends: the decode node's greedy text is the single cpu
 // node's token for token, and so are the logprobs of its tokens (within kLogprobTolerance). The text alone is a weak
 // check on these random-weight models: their greedy text soon settles into a loop that the recurrent state barely

@@ -61,9 +61,10 @@ class HybridPrefix : public ::testing::Test {
     int cached = -1;
     bool ok = true;
   };
-  static std::future<Out> submit(Engine& e, std::vector<model::TokenId> prompt) {
+  static std::future<Out> submit(Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
     GenerationRequest r;
     r.prompt = std::move(prompt);
+    r.state_hint = state_hint;
     r.sampling.temperature = 0;
     r.max_tokens = 12;
     r.ignore_eos = true;
@@ -165,6 +166,58 @@ TEST_F(HybridPrefix, TheNextTurnOfAConversationTakesOnlyItsEndsCheckpoint) {
   expect_same(got, two, "turn 2");
   EXPECT_EQ(got.cached, 40);
   EXPECT_EQ(s.runner->kv_cache().state_checkpoints_held(), 2);  // at 40 and at 60, none at 52
+}
+
+// A request's hint (serve passes the end of a chat's system prompt) keeps the state there as the prompt passes it:
+// the next prompt with the same start, another user's, goes on from it. Without the hint that prompt finds blocks
+// but no state (it then takes one where it parts, for the third user).
+TEST_F(HybridPrefix, AHintKeepsTheStateForTheFirstPromptSharingTheStart) {
+  const std::vector<model::TokenId> system = tokens(30, 300);
+  std::vector<model::TokenId> one = system, two = system;
+  for (model::TokenId t : tokens(9, 400)) one.push_back(t);
+  for (model::TokenId t : tokens(9, 420)) two.push_back(t);
+  std::vector<Out> want;
+  {
+    Served ref = start(0);
+    for (const auto& p : {one, two}) want.push_back(submit(*ref.engine, p).get());
+  }
+  for (int hint : {30, 0}) {
+    Served s = start(8);
+    const std::string what = hint > 0 ? "with the hint" : "without";
+    Out a = submit(*s.engine, one, hint).get();
+    expect_same(a, want[0], "first user, " + what);
+    EXPECT_EQ(a.cached, 0);
+    Out b = submit(*s.engine, two, hint).get();
+    expect_same(b, want[1], "second user, " + what);
+    EXPECT_EQ(b.cached, hint > 0 ? 28 : 0) << what;  // the block boundary at or before the hint
+  }
+}
+
+// One chunk may take three checkpoints, in position order whatever the order of their reasons: the hint's (8),
+// where the prompt parts from another cached prompt (12) and the prompt's end (36). Each serves a later prompt that
+// goes on from there.
+TEST_F(HybridPrefix, OneChunkTakesTheHintsThePartingAndTheEndsCheckpoints) {
+  const std::vector<model::TokenId> other = tokens(20, 300);  // cached first; its end's checkpoint at 16
+  std::vector<model::TokenId> prompt = tokens(13, 300);       // parts from `other` after 13 tokens
+  for (model::TokenId t : tokens(27, 400)) prompt.push_back(t);
+  auto from = [&](int n, model::TokenId first) {
+    std::vector<model::TokenId> p(prompt.begin(), prompt.begin() + n);
+    for (model::TokenId t : tokens(5, first)) p.push_back(t);
+    return p;
+  };
+  const std::vector<std::vector<model::TokenId>> prompts = {other, prompt, from(10, 460), from(14, 470), prompt};
+  std::vector<Out> want;
+  {
+    Served ref = start(0, 64);
+    for (const auto& p : prompts) want.push_back(submit(*ref.engine, p).get());
+  }
+  Served s = start(8, 64);  // 40 tokens: one chunk
+  const std::vector<int> cached = {0, 0, 8, 12, 36};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Out got = submit(*s.engine, prompts[i], i == 1 ? 9 : 0).get();
+    expect_same(got, want[i], "prompt " + std::to_string(i));
+    EXPECT_EQ(got.cached, cached[i]) << "prompt " << i;
+  }
 }
 
 // Two checkpoints for three prompts: the least recently used goes, and its prompt is then computed whole (still
