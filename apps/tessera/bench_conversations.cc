@@ -29,7 +29,7 @@ int run_bench_conversations(const BenchConversationsArgs& a) {
   int sent = 0, ok = 0;
   const bench::TurnResult* first_error = nullptr;
   for (const auto& t : r->turns) {
-    if (t.prompt.empty()) continue;
+    if (!t.sent) continue;
     sent++;
     ok += t.success;
     if (!t.success && !first_error) first_error = &t;
@@ -75,6 +75,9 @@ Action add_bench_conversations_subcommand(CLI::App& bench) {
   cmd->add_option("--goodput-ttft-ms", o.goodput_ttft_ms, "TTFT objective for goodput (ms)");
   cmd->add_option("--goodput-tpot-ms", o.goodput_tpot_ms, "TPOT objective for goodput (ms)");
   cmd->add_option("--timeout", o.timeout_s, "Per-request timeout, seconds")->capture_default_str();
+  cmd->add_flag("--chat", o.chat,
+                "Chat completions: a system message and user messages of seeded words (the lengths count words), "
+                "each reply's text sent back as the assistant's message, through the server's chat template");
   cmd->add_option("--out", a->out, "Write the result JSON (every turn's reply token ids included) here");
   return [a] { return run_bench_conversations(*a); };
 }

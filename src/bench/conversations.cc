@@ -28,19 +28,50 @@ std::vector<int32_t> random_ids(std::mt19937_64& rng, int n, int vocab) {
   return out;
 }
 
-// One streamed turn: fills r.output, r.ttft_s, r.itl_s, r.cached_tokens, r.latency_s, r.error.
-void run_turn(const ConversationOptions& o, const std::string& model, TurnResult& r) {
+// Chat mode's words: a system prompt or message of n of them, drawn by rng.
+std::string random_words(std::mt19937_64& rng, int n) {
+  static constexpr const char* kWords[] = {
+      "the",      "library", "opens",   "at",     "nine",    "on",       "weekdays", "and",    "ten",     "saturday",
+      "while",    "reading", "room",    "closes", "one",     "hour",     "earlier",  "than",   "lending", "desk",
+      "every",    "branch",  "follows", "same",   "holiday", "calendar", "please",   "answer", "short",   "polite",
+      "question", "about",   "books",   "return", "late",    "fee",      "card",     "member", "child",   "adult",
+      "event",    "story",   "time",    "city",   "north",   "south",    "east",     "west",   "near",    "park",
+      "station",  "bus",     "train",   "bike",   "parking", "free",     "cost",     "price",  "week",    "month",
+      "year",     "morning", "evening", "night",  "open",    "closed",   "when",     "where",  "how",     "why",
+      "can",      "could",   "would",   "should", "will",    "do",       "does",     "is",     "are",     "was",
+      "my",       "your",    "our",     "their",  "with",    "without",  "for",      "from",   "into",    "over"};
+  std::uniform_int_distribution<size_t> pick(0, std::size(kWords) - 1);
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) out += ' ';
+    out += kWords[pick(rng)];
+  }
+  return out;
+}
+
+// One streamed turn: fills r.output, r.ttft_s, r.itl_s, r.cached_tokens, r.latency_s, r.error (chat: r.prompt and
+// r.text too, from `messages`).
+void run_turn(const ConversationOptions& o, const std::string& model, TurnResult& r, const json& messages) {
   json body = {{"model", model},
-               {"prompt", r.prompt},
                {"max_tokens", o.output_len},
                {"temperature", 0},
                {"ignore_eos", true},
                {"return_token_ids", true},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
+  if (o.chat)
+    body["messages"] = messages;
+  else
+    body["prompt"] = r.prompt;
   const auto t0 = Clock::now();
   auto last = t0;
-  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice) {
+  auto on_choice = [&](const json& choice, const json& chunk) {
+    if (o.chat && chunk.contains("prompt_token_ids") && chunk["prompt_token_ids"].is_array())
+      r.prompt = chunk["prompt_token_ids"].get<std::vector<int32_t>>();
+    if (o.chat && choice.contains("delta") && choice["delta"].is_object()) {
+      const json& content = choice["delta"].value("content", json());
+      if (content.is_string()) r.text += content.get<std::string>();
+    }
     const json& ids = choice.value("token_ids", json::array());
     if (!ids.is_array() || ids.empty()) return;
     const auto now = Clock::now();
@@ -50,7 +81,9 @@ void run_turn(const ConversationOptions& o, const std::string& model, TurnResult
       r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
     for (const json& id : ids) r.output.push_back(id.get<int32_t>());
-  });
+  };
+  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, on_choice,
+                                                            o.chat ? "/v1/chat/completions" : "/v1/completions");
   r.latency_s = call.latency_s;
   r.error = call.error;
   if (call.usage.is_object()) {
@@ -61,6 +94,7 @@ void run_turn(const ConversationOptions& o, const std::string& model, TurnResult
     // The server did not return the reply's ids (no return_token_ids), or cut the reply short.
     r.error = fmt::format("the reply had {} token ids, {} were asked for", r.output.size(), o.output_len);
   }
+  if (r.error.empty() && r.prompt.empty()) r.error = "the server did not return the prompt's token ids";
   r.success = r.error.empty();
 }
 
@@ -119,9 +153,10 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   ConversationResult result;
   result.model = served.id;
   const int vocab = o.vocab_size > 0 ? o.vocab_size : served.vocab_size, context = served.max_model_len;
-  if (vocab < 4) return invalid_argument("conversations: the vocabulary size is unknown (give --vocab-size)");
+  if (vocab < 4 && !o.chat)
+    return invalid_argument("conversations: the vocabulary size is unknown (give --vocab-size)");
   const int longest = o.system_len + o.turns * (o.user_len + o.output_len);
-  if (context > 0 && longest > context)
+  if (context > 0 && longest > context && !o.chat)  // (chat counts words, which the server's template adds to)
     return invalid_argument(fmt::format(
         "conversations: the last turn needs {} tokens of context (system {} + {} turns x (user {} + reply {})), "
         "the model serves {}",
@@ -130,9 +165,13 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   const int users = o.tenants * o.users_per_tenant;
   result.turns.resize(static_cast<size_t>(users * o.turns));
   std::vector<std::vector<int32_t>> system(static_cast<size_t>(o.tenants));
+  std::vector<std::string> system_text(static_cast<size_t>(o.tenants));
   for (int t = 0; t < o.tenants; ++t) {
     std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(t));
-    system[static_cast<size_t>(t)] = random_ids(rng, o.system_len, vocab);
+    if (o.chat)
+      system_text[static_cast<size_t>(t)] = random_words(rng, o.system_len);
+    else
+      system[static_cast<size_t>(t)] = random_ids(rng, o.system_len, vocab);
   }
   const auto start = Clock::now();
   std::vector<std::thread> threads;
@@ -142,6 +181,9 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
       std::mt19937_64 rng(o.seed * 7919 + 1000 + static_cast<uint64_t>(u));
       std::exponential_distribution<double> think(o.think_s > 0 ? 1.0 / o.think_s : 1.0);
       std::vector<int32_t> history = system[static_cast<size_t>(tenant)];
+      json messages = json::array();
+      if (o.chat && o.system_len > 0)
+        messages.push_back({{"role", "system"}, {"content", system_text[static_cast<size_t>(tenant)]}});
       // Each turn has its time in a schedule fixed by the seed (a user's turns `think` apart on average, from
       // one send to the next), so every server sees the same request rate; a turn whose previous reply is
       // late goes as soon as that reply is in.
@@ -153,14 +195,20 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
         r.tenant = tenant;
         r.user = u;
         r.turn = k;
-        std::vector<int32_t> message = random_ids(rng, o.user_len, vocab);
-        history.insert(history.end(), message.begin(), message.end());
-        r.prompt = history;
+        if (o.chat) {
+          messages.push_back({{"role", "user"}, {"content", random_words(rng, o.user_len)}});
+        } else {
+          std::vector<int32_t> message = random_ids(rng, o.user_len, vocab);
+          history.insert(history.end(), message.begin(), message.end());
+          r.prompt = history;
+        }
+        r.sent = true;
         r.start_s = since(start);
-        run_turn(o, result.model, r);
+        run_turn(o, result.model, r, messages);
         at += o.think_s > 0 ? think(rng) : 0.0;
         if (!r.success) break;  // the conversation cannot go on without its reply
         history.insert(history.end(), r.output.begin(), r.output.end());
+        if (o.chat) messages.push_back({{"role", "assistant"}, {"content", r.text}});
       }
     });
   }
@@ -172,7 +220,7 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   int64_t total_in = 0, cached = 0;
   json records = json::array(), errors = json::array();
   for (const TurnResult& r : result.turns) {
-    if (r.prompt.empty()) continue;  // never sent: an earlier turn of its conversation failed
+    if (!r.sent) continue;  // an earlier turn of its conversation failed
     sent++;
     records.push_back({{"tenant", r.tenant},
                        {"user", r.user},
@@ -203,6 +251,7 @@ Result<ConversationResult> run_conversations(const ConversationOptions& o) {
   j["output_len"] = o.output_len;
   j["think_s"] = o.think_s;
   j["seed"] = o.seed;
+  j["chat"] = o.chat;
   j["num_prompts"] = sent;
   totals.put(j, sent, result.duration_s);
   j["cached_tokens"] = cached;

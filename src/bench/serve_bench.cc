@@ -38,19 +38,20 @@ void run_one(const ServeBenchOptions& o, const std::string& model, const Request
   const auto t0 = Clock::now();
   auto last = t0;
   bool first = true;
-  internal::StreamedCall call = internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice) {
-    std::string text = choice.value("text", "");
-    if (text.empty()) return;
-    const auto now = Clock::now();
-    if (first) {
-      r.ttft_s = std::chrono::duration<double>(now - t0).count();
-      first = false;
-    } else {
-      r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-    }
-    last = now;
-    r.text += text;
-  });
+  internal::StreamedCall call =
+      internal::stream_completion(o.url, body, o.timeout_s, [&](const json& choice, const json&) {
+        std::string text = choice.value("text", "");
+        if (text.empty()) return;
+        const auto now = Clock::now();
+        if (first) {
+          r.ttft_s = std::chrono::duration<double>(now - t0).count();
+          first = false;
+        } else {
+          r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+        }
+        last = now;
+        r.text += text;
+      });
   r.latency_s = call.latency_s;
   r.error = call.error;
   if (call.usage.is_object()) r.output_tokens = call.usage.value("completion_tokens", 0);

@@ -85,40 +85,42 @@ TEST(ReturnTokenIds, StreamedAndWholeRepliesCarryTheSameIdsAndTheyDetokenizeToTh
   EXPECT_EQ(node.stop(SIGTERM), 0);
 }
 
-// Runs the replay against a fresh node started with `extra` flags; the report.
-json replay(const std::vector<std::string>& extra) {
+// Runs the replay (with `bench_extra` flags) against a fresh node started with `extra` flags; the report.
+json replay(const std::vector<std::string>& extra, const std::vector<std::string>& bench_extra = {},
+            const std::string& system_len = "96", const std::string& user_len = "16") {
   std::vector<std::string> args = {tessera_bin(), "serve", "--model", testing::stories260k_dir(), "--port", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   testing::BackgroundProcess node(args);
   const std::string url =
       "http://127.0.0.1:" + std::to_string(testing::port_from_line(node.wait_for_line("listening")));
   const std::string out = testing::scratch_dir() + "/conversations.json";
-  auto r = testing::run_process({tessera_bin(),
-                                 "bench",
-                                 "conversations",
-                                 "--url",
-                                 url,
-                                 "--tenants",
-                                 "2",
-                                 "--users-per-tenant",
-                                 "2",
-                                 "--turns",
-                                 "4",
-                                 "--system-len",
-                                 "96",
-                                 "--user-len",
-                                 "16",
-                                 "--output-len",
-                                 "8",
-                                 "--think",
-                                 "0.2",
-                                 "--ramp",
-                                 "0.2",
-                                 "--seed",
-                                 "5",
-                                 "--out",
-                                 out},
-                                120);
+  std::vector<std::string> bench = {tessera_bin(),
+                                    "bench",
+                                    "conversations",
+                                    "--url",
+                                    url,
+                                    "--tenants",
+                                    "2",
+                                    "--users-per-tenant",
+                                    "2",
+                                    "--turns",
+                                    "4",
+                                    "--system-len",
+                                    system_len,
+                                    "--user-len",
+                                    user_len,
+                                    "--output-len",
+                                    "8",
+                                    "--think",
+                                    "0.2",
+                                    "--ramp",
+                                    "0.2",
+                                    "--seed",
+                                    "5",
+                                    "--out",
+                                    out};
+  bench.insert(bench.end(), bench_extra.begin(), bench_extra.end());
+  auto r = testing::run_process(bench, 120);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(node.stop(SIGTERM), 0);
   auto report = read_file(out);
@@ -152,6 +154,36 @@ TEST(BenchConversations, EachTurnSendsTheWholeHistoryAndTheCacheSuppliesItWithou
   EXPECT_EQ(uncached["cached_tokens"], 0);
   EXPECT_GT(uncached["oracle_hit_rate"].get<double>(), 0.5);
   ASSERT_EQ(uncached["requests"].size(), cached["requests"].size());
+  for (size_t i = 0; i < cached["requests"].size(); ++i)
+    EXPECT_EQ(cached["requests"][i]["output_ids"], uncached["requests"][i]["output_ids"]) << i;
+}
+
+// --chat: the same replay as conversations through the node's chat template (system message, user messages of
+// words, each reply's text sent back as the assistant's message). The node reports the ids it made of each prompt
+// (return_token_ids), every later turn takes the earlier history from the cache, and no reply changes.
+TEST(BenchConversations, ChatTurnsGoThroughTheTemplateAndTheCacheSuppliesTheHistory) {
+  TS_REQUIRE_STORIES260K();
+  // stories260K's context is 512 tokens, and its small vocabulary spells words in several tokens each.
+  const json cached = replay({"--chat-template", "chatml"}, {"--chat"}, "24", "4");
+  const json uncached = replay({"--chat-template", "chatml", "--no-prefix-cache"}, {"--chat"}, "24", "4");
+  ASSERT_TRUE(cached.is_object() && uncached.is_object());
+  EXPECT_EQ(cached["chat"], true);
+  EXPECT_EQ(cached["completed"], 16);
+  EXPECT_EQ(uncached["completed"], 16);
+  std::map<std::pair<int, int>, json> by_turn;
+  for (const json& q : cached["requests"]) by_turn[{q["user"].get<int>(), q["turn"].get<int>()}] = q;
+  for (const auto& [key, q] : by_turn) {
+    const auto [user, turn] = key;
+    EXPECT_EQ(q["output_ids"].size(), 8u);
+    EXPECT_GT(q["prompt_len"].get<int>(), 28) << "28 words, and the template's markers";
+    if (turn == 0) continue;
+    const json& last = by_turn.at({user, turn - 1});
+    EXPECT_GT(q["prompt_len"].get<int>(), last["prompt_len"].get<int>() + 16) << user << "/" << turn;
+    EXPECT_GE(q["cached_tokens"].get<int>(), last["prompt_len"].get<int>() / 2) << user << "/" << turn;
+  }
+  EXPECT_GT(cached["hit_rate"].get<double>(), 0.4);
+  EXPECT_LE(cached["hit_rate"].get<double>(), cached["oracle_hit_rate"].get<double>() + 1e-9);
+  EXPECT_EQ(uncached["cached_tokens"], 0);
   for (size_t i = 0; i < cached["requests"].size(); ++i)
     EXPECT_EQ(cached["requests"][i]["output_ids"], uncached["requests"][i]["output_ids"]) << i;
 }

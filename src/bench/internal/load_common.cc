@@ -100,8 +100,10 @@ Result<ServedModel> served_model(const std::string& url, const std::string& mode
   return served;
 }
 
-StreamedCall stream_completion(const std::string& url, const nlohmann::json& body, int timeout_s,
-                               const std::function<void(const nlohmann::json& choice)>& on_choice) {
+StreamedCall stream_completion(
+    const std::string& url, const nlohmann::json& body, int timeout_s,
+    const std::function<void(const nlohmann::json& choice, const nlohmann::json& chunk)>& on_choice,
+    const std::string& path) {
   using json = nlohmann::json;
   StreamedCall call;
   bool done = false;
@@ -117,15 +119,17 @@ StreamedCall stream_completion(const std::string& url, const nlohmann::json& bod
       return;
     }
     if (j.contains("usage") && j["usage"].is_object()) call.usage = j["usage"];
-    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) on_choice(j["choices"][0]);
+    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) on_choice(j["choices"][0], j);
   });
   const auto t0 = std::chrono::steady_clock::now();
+  std::string raw;  // the start of what came back (an error's body, which is not a stream)
   auto resp = http::fetch_streaming({.method = "POST",
-                                     .url = url + "/v1/completions",
+                                     .url = url + path,
                                      .headers = {{"Content-Type", "application/json"}},
                                      .body = body.dump(),
                                      .timeout_ms = timeout_s * 1000},
                                     [&](std::string_view data) {
+                                      if (raw.size() < 300) raw.append(data.substr(0, 300 - raw.size()));
                                       events.feed(data);
                                       return true;
                                     });
@@ -133,7 +137,7 @@ StreamedCall stream_completion(const std::string& url, const nlohmann::json& bod
   if (!resp.ok())
     call.error = resp.status().message();
   else if (resp->status != 200)
-    call.error = fmt::format("HTTP {}: {}", resp->status, resp->body.substr(0, 200));
+    call.error = fmt::format("HTTP {}: {}", resp->status, resp->body.empty() ? raw : resp->body.substr(0, 300));
   else if (!done && call.error.empty())
     call.error = "stream ended without [DONE]";
   return call;

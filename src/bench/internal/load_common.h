@@ -71,8 +71,11 @@ struct StreamedCall {
   double latency_s = 0;
 };
 
-// Sends the request and calls `on_choice` with the first choice of every chunk that has one, as it arrives.
-StreamedCall stream_completion(const std::string& url, const nlohmann::json& body, int timeout_s,
-                               const std::function<void(const nlohmann::json& choice)>& on_choice);
+// Sends the request to `path` and calls `on_choice` with the first choice of every chunk that has one, and the
+// chunk itself, as it arrives.
+StreamedCall stream_completion(
+    const std::string& url, const nlohmann::json& body, int timeout_s,
+    const std::function<void(const nlohmann::json& choice, const nlohmann::json& chunk)>& on_choice,
+    const std::string& path = "/v1/completions");
 
 }  // namespace tessera::bench::internal
