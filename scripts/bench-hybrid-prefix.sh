@@ -9,7 +9,9 @@
 #   bash scripts/bench-hybrid-prefix.sh        (after scripts/build release)
 # Knobs: SHAPE (qwen3.5-0.8b), LAYERS (0: all), DTYPE (q8_0), THREADS (2), REPEATS (3), TENANTS (2), USERS (3 per
 # tenant), TURNS (3), SYSTEM (512), USER_LEN (32), OUTLEN (16), THINK (1 s), MAX_SEQS (8), KV_MIB (1024),
-# MAX_MODEL_LEN (4096: the served context, which with MAX_SEQS caps the node's KV blocks), OUT (docs/bench/hybrid-prefix).
+# MAX_MODEL_LEN (4096: the served context, which with MAX_SEQS caps the node's KV blocks), OUT (docs/bench/hybrid-prefix),
+# CHAT (0; 1: the replay as chat completions, `bench conversations --chat`, through TEMPLATE: chatml or a template
+# file; SYSTEM and USER_LEN then count words), TESSERA_BIN (the binary to measure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
@@ -29,6 +31,10 @@ MAX_SEQS=${MAX_SEQS:-8}
 KV_MIB=${KV_MIB:-1024}
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-4096}
 OUT=${OUT:-docs/bench/hybrid-prefix}
+CHAT=${CHAT:-0}
+TEMPLATE=${TEMPLATE:-chatml}
+chat_serve=() chat_bench=()
+((CHAT)) && chat_serve=(--chat-template "$TEMPLATE") chat_bench=(--chat)
 mkdir -p "$OUT"
 : >"$OUT/runs.jsonl"
 tmp=$(mktemp -d)
@@ -43,7 +49,7 @@ layer_flags=()
 
 run() {  # $1: on | off, $2: repeat
   local cfg=$1 rep=$2 flags=(--model "$model" --threads "$THREADS" --max-num-seqs "$MAX_SEQS" --kv-memory "$KV_MIB"
-    --max-model-len "$MAX_MODEL_LEN" --port 0)
+    --max-model-len "$MAX_MODEL_LEN" --port 0 "${chat_serve[@]}")
   [[ $cfg == off ]] && flags+=(--state-checkpoints 0)
   "$B" serve "${flags[@]}" >"$tmp/node.log" 2>&1 &
   node=$!
@@ -55,7 +61,7 @@ run() {  # $1: on | off, $2: repeat
   done
   [[ -n $url ]] || { echo "the node did not start:" >&2; cat "$tmp/node.log" >&2; exit 1; }
   "$B" bench conversations --url "$url" --tenants "$TENANTS" --users-per-tenant "$USERS" --turns "$TURNS" \
-    --system-len "$SYSTEM" --user-len "$USER_LEN" --output-len "$OUTLEN" --think "$THINK" --seed 7 \
+    --system-len "$SYSTEM" --user-len "$USER_LEN" --output-len "$OUTLEN" --think "$THINK" --seed 7 "${chat_bench[@]}" \
     --out "$tmp/$cfg-$rep.json" >"$tmp/bench.log" 2>&1 || { echo "run $cfg/$rep failed:" >&2; cat "$tmp/bench.log" >&2; }
   curl -s "$url/metrics" >"$tmp/$cfg-$rep.metrics" || true
   kill "$node"
