@@ -11,10 +11,12 @@
 # tenant), TURNS (3), SYSTEM (512), USER_LEN (32), OUTLEN (16), THINK (1 s), MAX_SEQS (8), KV_MIB (1024),
 # MAX_MODEL_LEN (4096: the served context, which with MAX_SEQS caps the node's KV blocks), OUT (docs/bench/hybrid-prefix),
 # CHAT (0; 1: the replay as chat completions, `bench conversations --chat`, through TEMPLATE: chatml or a template
-# file; SYSTEM and USER_LEN then count words), TESSERA_BIN (the binary to measure).
+# file; SYSTEM and USER_LEN then count words), TESSERA_BIN (the binary to measure), GEN_BIN (the binary that writes
+# the model and plays the load; default TESSERA_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
+G=${GEN_BIN:-$B}  # the binary that writes the model and plays the load (serve runs $B)
 SHAPE=${SHAPE:-qwen3.5-0.8b}
 LAYERS=${LAYERS:-0}
 DTYPE=${DTYPE:-q8_0}
@@ -44,7 +46,7 @@ trap '[[ -n $node ]] && kill "$node" 2>/dev/null; rm -rf "$tmp"' EXIT
 model="$tmp/model.gguf"
 layer_flags=()
 ((LAYERS > 0)) && layer_flags=(--layers "$LAYERS")
-"$B" synth --shape "$SHAPE" "${layer_flags[@]}" --format gguf --dtype "$DTYPE" --max-seq-len 8192 --seed 1 \
+"$G" synth --shape "$SHAPE" "${layer_flags[@]}" --format gguf --dtype "$DTYPE" --max-seq-len 8192 --seed 1 \
   --out "$model" >/dev/null
 
 run() {  # $1: on | off, $2: repeat
@@ -60,7 +62,7 @@ run() {  # $1: on | off, $2: repeat
     sleep 0.1
   done
   [[ -n $url ]] || { echo "the node did not start:" >&2; cat "$tmp/node.log" >&2; exit 1; }
-  "$B" bench conversations --url "$url" --tenants "$TENANTS" --users-per-tenant "$USERS" --turns "$TURNS" \
+  "$G" bench conversations --url "$url" --tenants "$TENANTS" --users-per-tenant "$USERS" --turns "$TURNS" \
     --system-len "$SYSTEM" --user-len "$USER_LEN" --output-len "$OUTLEN" --think "$THINK" --seed 7 "${chat_bench[@]}" \
     --out "$tmp/$cfg-$rep.json" >"$tmp/bench.log" 2>&1 || { echo "run $cfg/$rep failed:" >&2; cat "$tmp/bench.log" >&2; }
   curl -s "$url/metrics" >"$tmp/$cfg-$rep.metrics" || true

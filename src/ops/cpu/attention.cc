@@ -10,9 +10,10 @@
 // Long contexts (issue 31): past kKeyBlock positions both take the keys in blocks of kKeyBlock with an online
 // softmax (running max and sum per query, partial outputs rescaled when the max rises, one division at the end),
 // so the key panel and the score rows stay in L2 at any length. Decode items are then (sequence, kv head, range),
-// the kernels of attention_decode.cc: the query heads of a kv head read each key block once, and with fewer than
-// two items per thread a sequence's positions are split into ranges whose partial states are combined. This file
-// chooses between them and the short-context kernels above (attention_decode).
+// the kernels of attention_decode.cc: the query heads of a kv head read each key block once, a sequence's positions
+// in ranges of kDecodeRange whose partial states are combined (fixed ranges: a row's bits do not depend on the rest
+// of the batch or the threads). This file chooses between them and the short-context kernels above
+// (attention_decode).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -350,13 +351,11 @@ Status attention_decode(const AttentionDecodeOp& op, const Ctx& ctx) {
   if ((one_query_kernel || wide) && group <= 64) {
     int32_t longest = 0;
     for (int64_t s = 0; s < b; ++s) longest = std::max(longest, visible(lens[s] - 1, op.scores));
-    // Fewer (sequence, kv head) items than two per thread: each sequence's positions are split into ranges
-    // of at least one key block, one item each, and the ranges' partial softmax states combined after.
-    const int64_t items = b * c.kv_heads, want = 2 * static_cast<int64_t>(ctx.threads);
-    const int64_t splits =
-        items >= want ? 1 : std::max<int64_t>(1, std::min((want + items - 1) / items, int64_t{longest / kKeyBlock}));
-    if (wide || blocks || longest > kKeyBlock || splits > 1 || shared_heads_here(group, longest)) {
-      decode_blocked(op, c, splits, ctx);
+    // Past a key block each sequence's positions are ranges of kDecodeRange, one item each, and the ranges' partial
+    // softmax states combined after (decode_blocked). A sequence at most a key block long gets the same bits from
+    // decode_blocked as from attend_all below, so which of the two a step takes does not change a row.
+    if (wide || blocks || longest > kKeyBlock || shared_heads_here(group, longest)) {
+      decode_blocked(op, c, ctx);
       return ok_status();
     }
   }

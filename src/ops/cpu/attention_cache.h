@@ -127,6 +127,9 @@ inline __m512 row16(const BlockQ4_0* row, int j) {  // elements 0-15: the low ni
 // Long contexts: past kKeyBlock positions prefill and decode take the keys in blocks of this many positions with
 // an online softmax, so a block's key panel and score rows stay in L2 however long the context.
 constexpr int32_t kKeyBlock = 256;
+// decode_blocked's ranges: a sequence's visible positions in parts of this many (two key blocks), each one work item,
+// their partial states combined in order; fixed, so that a sequence's result does not depend on its batch or threads.
+constexpr int32_t kDecodeRange = 2 * kKeyBlock;
 
 // One query of the tiled path.
 struct Query {
@@ -238,11 +241,10 @@ constexpr bool blocks_shared_here(DType k, DType v, int64_t head_dim, int64_t gr
 }
 
 // Decode of head_dim 64 or 128 (and 96, 256 and 512 where narrow_heads_here, wide_heads_here and wider_heads_here)
-// in items of (sequence, kv head, range), a range one of `splits` parts of the
-// sequence's visible positions; a sequence that is one item and at most one key block long takes attend_one per
-// head unless shared_heads_here; f32, f16 and bf16 caches, and q8_0 / q4_0 ones where blocks_shared_here
-// (attention_decode.cc).
-void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
+// in items of (sequence, kv head, range), a range kDecodeRange of the sequence's visible positions; a sequence at
+// most one key block long takes attend_one per head unless shared_heads_here; f32, f16 and bf16 caches, and q8_0 /
+// q4_0 ones where blocks_shared_here (attention_decode.cc).
+void decode_blocked(const AttentionDecodeOp& op, const Cache& c, const Ctx& ctx);
 // The same for grouped-query heads of other multiples of 64, through attend_queries_part (attention_decode.cc).
 void decode_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx);
 #endif

@@ -1,11 +1,11 @@
 // Decode over long contexts with an f32, f16 or bf16 cache, and any decode with a q8_0 or q4_0 one where
-// blocks_shared_here (issue 31): past kKeyBlock positions, or with too few (sequence, kv head) items to fill the
-// threads, a decode item is (sequence, kv head, range of positions). The query heads of a kv head read each key block
+// blocks_shared_here (issue 31): past kKeyBlock positions a decode item is (sequence, kv head, range of
+// kDecodeRange positions). The query heads of a kv head read each key block
 // once (in the avx512 build, heads of 64 and 128 go through each row together from 64 positions on, heads of 256
 // always: attend_range_shared, heads of 512 in two parts of 256: attend_range_shared_parts; in the avx2 build heads of
 // 256 and 512 in parts of 128: attend_range_parts), in
-// blocks of kKeyBlock positions with an online softmax; a sequence split into ranges over threads has its ranges'
-// partial states combined after. attention.cc chooses when these run; the short-context kernels and the operators'
+// blocks of kKeyBlock positions with an online softmax; a sequence of several ranges has their partial states
+// combined after, in order. attention.cc chooses when these run; the short-context kernels and the operators'
 // entry points stay there.
 #include <algorithm>
 #include <cmath>
@@ -382,30 +382,48 @@ struct DecodeView {
         opt(op.scores) {}
 };
 
-// Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is one of `splits` parts of the
-// sequence's visible positions, its query heads go through attend_range together. A sequence that is one item
-// and at most one key block long takes attend_one per head, the short-context kernel, unchanged (not heads of 256,
-// which attend_one's registers cannot hold: those take the shared kernel at every length).
+// Decode for head_dim = 8 * NV in items of (sequence, kv head, range): a range is kDecodeRange positions of the
+// sequence's visible ones, from the first (the last range shorter), so that what a sequence's attention computes, and
+// in which order its ranges' partial states are combined, depends on that sequence alone: never on the other
+// sequences of the step or on the threads (a reply does not change with the load beside it). Its query heads go
+// through attend_range together. A sequence at most one key block long takes attend_one per head, the short-context
+// kernel, unchanged (not heads of 256, which attend_one's registers cannot hold: those take the shared kernel at every
+// length, nor heads that shared_heads_here).
 template <typename T, int NV>
-void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+void run_blocked(const AttentionDecodeOp& op, const Cache& c, const Ctx& ctx) {
   constexpr int64_t hd = 8 * NV;
   constexpr bool kWide = NV > 16;  // head_dim 256 and 512: grouped heads (wide_heads_here, wider_heads_here)
   const DecodeView v(op, c);
   const int64_t b = v.b, heads = v.heads, group = v.group;
-  // The calling thread's scratch, reached by the workers through `parts` (a thread_local named inside the
-  // lambdas would be each worker's own).
+  // The calling thread's scratch, reached by the workers through these pointers (a thread_local named inside the
+  // lambdas would be each worker's own). Sequence s has ranges [first_range[s], first_range[s + 1]) of the flat list,
+  // and its partial states are [sequence][head][range] from first_range[s] * heads.
+  thread_local std::vector<int64_t> first_range;
+  thread_local std::vector<int32_t> item_seq;  // each item's sequence: items are sequence-major, then kv head, range
   thread_local std::vector<float> acc_store;
-  thread_local std::vector<Partial> part_store;  // [sequence][head][range]
-  acc_store.resize(static_cast<size_t>(b * heads * splits * hd));
-  part_store.resize(static_cast<size_t>(b * heads * splits));
+  thread_local std::vector<Partial> part_store;
+  first_range.assign(static_cast<size_t>(b + 1), 0);
+  item_seq.clear();
+  for (int64_t s = 0; s < b; ++s) {
+    const int32_t count = visible(v.lens[s] - 1, v.opt);
+    const int64_t n = std::max<int64_t>(1, (count + kDecodeRange - 1) / kDecodeRange);
+    first_range[static_cast<size_t>(s + 1)] = first_range[static_cast<size_t>(s)] + n;
+    item_seq.insert(item_seq.end(), static_cast<size_t>(n * c.kv_heads), static_cast<int32_t>(s));
+  }
+  const int64_t ranges = first_range[static_cast<size_t>(b)];
+  acc_store.resize(static_cast<size_t>(ranges * heads * hd));
+  part_store.resize(static_cast<size_t>(ranges * heads));
   for (size_t i = 0; i < part_store.size(); ++i) part_store[i].acc = acc_store.data() + i * hd;
   Partial* parts = part_store.data();
-  parallel_for(ctx, b * c.kv_heads * splits, [&](int64_t wi) {
+  const int64_t* firsts = first_range.data();
+  const int32_t* seq_of = item_seq.data();
+  parallel_for(ctx, ranges * c.kv_heads, [&](int64_t wi) {
     thread_local std::vector<float> scores;
-    const int64_t j = wi % splits, sk = wi / splits, sq = sk / c.kv_heads, kvh = sk % c.kv_heads;
+    const int64_t sq = seq_of[wi], splits = firsts[sq + 1] - firsts[sq], local_item = wi - firsts[sq] * c.kv_heads;
+    const int64_t kvh = local_item / splits, j = local_item % splits;
     const int32_t pos = v.lens[sq] - 1, count = visible(pos, v.opt), first = pos + 1 - count;
     const int32_t* table = v.tables + sq * v.max_blocks;
-    if (!kWide && splits == 1 && count <= kKeyBlock && !shared_heads_here(group, count)) {
+    if (!kWide && count <= kKeyBlock && !shared_heads_here(group, count)) {
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         attend_one<T, NV>(c, table, pos, v.q + (sq * heads + h) * hd, kvh, v.out + (sq * heads + h) * hd, scores, v.opt,
                           v.sinks ? v.sinks[h] : -INFINITY);
@@ -414,13 +432,14 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
     }
     const float* qs[64];
     Partial local[64];
+    Partial* mine = parts + firsts[sq] * heads;  // this sequence's [head][range]
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
       qs[g] = v.q + (sq * heads + h) * hd;
-      local[g] = parts[(sq * heads + h) * splits + j];
+      local[g] = mine[h * splits + j];
     }
-    const int32_t r0 = first + static_cast<int32_t>(count * j / splits);
-    const int32_t r1 = first + static_cast<int32_t>(count * (j + 1) / splits);
+    const int32_t r0 = first + static_cast<int32_t>(std::min<int64_t>(count, j * kDecodeRange));
+    const int32_t r1 = first + static_cast<int32_t>(std::min<int64_t>(count, (j + 1) * kDecodeRange));
 #if defined(__AVX512F__)
     // One head per kv head: attend_range's 256-bit kernel for f32, f16 and bf16 (the shared one measured slower, 32
     // heads on 32 of 128 at 4096 positions, f16: 2.8-2.9 against 3.1-3.2 ms), the shared one for blocks, whose 512-bit
@@ -448,16 +467,16 @@ void run_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, co
       if (splits == 1) {
         decode_combine<NV>(&local[g], 1, v.sinks ? v.sinks[h] : -INFINITY, v.out + (sq * heads + h) * hd);
       } else {
-        parts[(sq * heads + h) * splits + j] = local[g];
+        mine[h * splits + j] = local[g];
       }
     }
   });
-  if (splits == 1) return;
+  if (ranges == b) return;  // one range each: combined above
   parallel_for(ctx, b * heads, [&](int64_t i) {
-    const int32_t count = visible(v.lens[i / heads] - 1, v.opt);
-    if (count <= 0) return;
-    decode_combine<NV>(&parts[i * splits], static_cast<int>(splits), v.sinks ? v.sinks[i % heads] : -INFINITY,
-                       v.out + i * hd);
+    const int64_t sq = i / heads, h = i % heads, splits = firsts[sq + 1] - firsts[sq];
+    if (splits == 1 || visible(v.lens[sq] - 1, v.opt) <= 0) return;
+    decode_combine<NV>(parts + firsts[sq] * heads + h * splits, static_cast<int>(splits),
+                       v.sinks ? v.sinks[h] : -INFINITY, v.out + i * hd);
   });
 }
 
@@ -520,15 +539,15 @@ void run_grouped_split(const AttentionDecodeOp& op, const Cache& c, int64_t spli
 
 }  // namespace
 
-void decode_blocked(const AttentionDecodeOp& op, const Cache& c, int64_t splits, const Ctx& ctx) {
+void decode_blocked(const AttentionDecodeOp& op, const Cache& c, const Ctx& ctx) {
   // The kernel for head_dim 64, 128, 256 (wide_heads_here), 512 (wider_heads_here) and 96 (narrow_heads_here), on
   // the cache's element type (q8_0 and q4_0 where blocks_shared_here).
   auto run = [&](auto e) {
     using T = decltype(e);
-    if (c.head_dim == 256) return run_blocked<T, 32>(op, c, splits, ctx);
-    if (c.head_dim == 512) return run_blocked<T, 64>(op, c, splits, ctx);
-    if (c.head_dim == 96) return run_blocked<T, 12>(op, c, splits, ctx);
-    (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, splits, ctx);
+    if (c.head_dim == 256) return run_blocked<T, 32>(op, c, ctx);
+    if (c.head_dim == 512) return run_blocked<T, 64>(op, c, ctx);
+    if (c.head_dim == 96) return run_blocked<T, 12>(op, c, ctx);
+    (c.head_dim == 64 ? run_blocked<T, 8> : run_blocked<T, 16>)(op, c, ctx);
   };
   if (op.k_cache.dtype == DType::kQ8_0) return run(BlockQ8_0{});
   if (op.k_cache.dtype == DType::kQ4_0) return run(BlockQ4_0{});
