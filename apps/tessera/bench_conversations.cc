@@ -61,8 +61,9 @@ Action add_bench_conversations_subcommand(CLI::App& bench) {
   cmd->add_option("--tenants", o.tenants, "Tenants, each with its own system prompt")->capture_default_str();
   cmd->add_option("--users-per-tenant", o.users_per_tenant, "Users (conversations) per tenant")->capture_default_str();
   cmd->add_option("--turns", o.turns, "Turns per conversation")->capture_default_str();
-  cmd->add_option("--system-len", o.system_len, "Tokens of each tenant's system prompt")->capture_default_str();
-  cmd->add_option("--user-len", o.user_len, "Tokens of each user message")->capture_default_str();
+  cmd->add_option("--system-len", o.system_len, "Tokens of each tenant's system prompt (--chat: words)")
+      ->capture_default_str();
+  cmd->add_option("--user-len", o.user_len, "Tokens of each user message (--chat: words)")->capture_default_str();
   cmd->add_option("--output-len", o.output_len, "Tokens of each reply")->capture_default_str();
   cmd->add_option("--think", o.think_s,
                   "Mean gap between a user's turns, send to send, seconds (exponential; a late reply delays the next)")
