@@ -10,17 +10,12 @@
 #include <filesystem>
 
 #include "base/mapped_file.h"
+#include "support/paths.h"
 
 namespace tessera::model {
 namespace {
 
-std::string templates_dir() {
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) return std::string(s) + "/models/templates";
-  const char* home = std::getenv("HOME");
-  const char* cache = std::getenv("TESSERA_CACHE");
-  const std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/tessera";
-  return root + "/llama.cpp/3.21.1/src/models/templates";
-}
+std::string templates_dir() { return testing::llamacpp_templates_dir(); }
 
 Result<ChatTemplateRenderer> real_template(const std::string& name, const std::string& bos = "") {
   auto text = read_file(templates_dir() + "/" + name);

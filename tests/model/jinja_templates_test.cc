@@ -32,13 +32,7 @@ const std::string kSource = TESSERA_SOURCE_DIR;
 constexpr int64_t kFixedNow = 1721997000;  // 2024-07-26 12:30:00 UTC
 
 // Where scripts/llamacpp.sh (and fetch_templates.sh) keep llama.cpp's source.
-std::string templates_dir() {
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) return std::string(s) + "/models/templates";
-  const char* home = std::getenv("HOME");
-  const char* cache = std::getenv("TESSERA_CACHE");
-  std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/tessera";
-  return root + "/llama.cpp/3.21.1/src/models/templates";
-}
+std::string templates_dir() { return testing::llamacpp_templates_dir(); }
 
 Json msg(const char* role, const char* content) { return Json{{"role", role}, {"content", content}}; }
 

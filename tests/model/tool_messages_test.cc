@@ -31,13 +31,7 @@ using Json = nlohmann::ordered_json;
 
 const std::string kSource = TESSERA_SOURCE_DIR;
 
-std::string templates_dir() {
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) return std::string(s) + "/models/templates";
-  const char* home = std::getenv("HOME");
-  const char* cache = std::getenv("TESSERA_CACHE");
-  std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/tessera";
-  return root + "/llama.cpp/3.21.1/src/models/templates";
-}
+std::string templates_dir() { return testing::llamacpp_templates_dir(); }
 
 struct Family {
   const char* file;

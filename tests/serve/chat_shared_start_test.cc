@@ -12,19 +12,14 @@
 
 #include "api/openai.h"
 #include "serve/chat_format.h"
+#include "support/paths.h"
 
 namespace tessera::serve {
 namespace {
 
 using json = nlohmann::json;
 
-std::string templates_dir() {
-  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) return std::string(s) + "/models/templates";
-  const char* home = std::getenv("HOME");
-  const char* cache = std::getenv("TESSERA_CACHE");
-  std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/tessera";
-  return root + "/llama.cpp/3.21.1/src/models/templates";
-}
+std::string templates_dir() { return testing::llamacpp_templates_dir(); }
 
 api::ApiRequest chat(const json& messages, bool tools = false) {
   json body = {{"model", "m"}, {"messages", messages}};

@@ -44,6 +44,14 @@ std::string llamacpp_vocab_dir() {
   return "";
 }
 
+std::string llamacpp_templates_dir() {
+  if (const char* s = std::getenv("TESSERA_LLAMACPP_SRC")) return std::string(s) + "/models/templates";
+  const char* home = std::getenv("HOME");
+  const char* cache = std::getenv("TESSERA_CACHE");
+  const std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/tessera";
+  return root + "/llama.cpp/3.21.1/src/models/templates";
+}
+
 std::string llamacpp_vocab_candidates() {
   std::string out;
   for (const fs::path& p : vocab_candidates()) out += (out.empty() ? "" : ", ") + p.string();

@@ -16,6 +16,10 @@ bool have_stories260k();
 std::string llamacpp_vocab_dir();
 // Where llamacpp_vocab_dir() looked, for skip messages.
 std::string llamacpp_vocab_candidates();
+// llama.cpp's real chat templates (models/templates/*.jinja): $TESSERA_LLAMACPP_SRC/models/templates, else
+// ${TESSERA_CACHE:-~/.cache/tessera}/llama.cpp/3.21.1/src/models/templates (where scripts/llamacpp.sh and
+// tests/model/jinja_ref/fetch_templates.sh put the source). Whether it exists is the caller's to check.
+std::string llamacpp_templates_dir();
 // A fresh empty directory under the system temp dir, named after the running test; removed at exit.
 std::string scratch_dir();
 
