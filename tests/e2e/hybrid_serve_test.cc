@@ -172,13 +172,12 @@ struct Greedy {
   int cached = -1;  // usage.prompt_tokens_details.cached_tokens
 };
 
-Greedy complete_logprobs(const std::string& url, const std::vector<int>& prompt, int tokens, const std::string& model) {
-  auto r = http::fetch(
-      {.method = "POST",
-       .url = url + "/v1/completions",
-       .headers = {{"Content-Type", "application/json"}},
-       .body = json{{"model", model}, {"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"logprobs", 0}}
-                   .dump()});
+// A greedy completion (`path`, `body`) as Greedy: the first choice's text and its tokens' logprobs, the cached tokens.
+Greedy greedy(const std::string& url, const std::string& path, const json& body_sent) {
+  auto r = http::fetch({.method = "POST",
+                        .url = url + path,
+                        .headers = {{"Content-Type", "application/json"}},
+                        .body = body_sent.dump()});
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return {};
   EXPECT_EQ(r->status, 200) << r->body;
@@ -186,13 +185,23 @@ Greedy complete_logprobs(const std::string& url, const std::vector<int>& prompt,
   Greedy g;
   if (!body.is_object() || !body.contains("choices") || body["choices"].empty()) return g;
   const json& c = body["choices"][0];
-  g.text = c["text"].get<std::string>();
+  const bool chat = c.contains("message");
+  g.text = chat ? c["message"].value("content", "") : c["text"].get<std::string>();
   if (body.contains("usage") && body["usage"].contains("prompt_tokens_details"))
     g.cached = body["usage"]["prompt_tokens_details"].value("cached_tokens", -1);
-  if (c["logprobs"].is_object())
+  if (!c["logprobs"].is_object()) return g;
+  if (chat) {
+    for (const json& lp : c["logprobs"]["content"]) g.logprobs.push_back(lp["logprob"].get<double>());
+  } else {
     for (const json& lp : c["logprobs"]["token_logprobs"])
       if (lp.is_number()) g.logprobs.push_back(lp.get<double>());
+  }
   return g;
+}
+
+Greedy complete_logprobs(const std::string& url, const std::vector<int>& prompt, int tokens, const std::string& model) {
+  return greedy(url, "/v1/completions",
+                {{"model", model}, {"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"logprobs", 0}});
 }
 
 // The largest difference between the logprobs of the tokens both completions carry, matched from the last token
@@ -278,27 +287,9 @@ TEST(HybridServe, PrefixReuseThroughStateCheckpointsGivesTheWholePromptsText) {
 
 // A chat completion's greedy text, its tokens' logprobs and the cached prompt tokens from `usage`.
 Greedy chat_logprobs(const std::string& url, const json& messages, int tokens, const std::string& model) {
-  auto r = http::fetch(
-      {.method = "POST",
-       .url = url + "/v1/chat/completions",
-       .headers = {{"Content-Type", "application/json"}},
-       .body =
-           json{
-               {"model", model}, {"messages", messages}, {"max_tokens", tokens}, {"temperature", 0}, {"logprobs", true}}
-               .dump()});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return {};
-  EXPECT_EQ(r->status, 200) << r->body;
-  json body = json::parse(r->body, nullptr, false);
-  Greedy g;
-  if (!body.is_object() || !body.contains("choices") || body["choices"].empty()) return g;
-  const json& c = body["choices"][0];
-  g.text = c["message"].value("content", "");
-  if (body.contains("usage") && body["usage"].contains("prompt_tokens_details"))
-    g.cached = body["usage"]["prompt_tokens_details"].value("cached_tokens", -1);
-  if (c["logprobs"].is_object())
-    for (const json& lp : c["logprobs"]["content"]) g.logprobs.push_back(lp["logprob"].get<double>());
-  return g;
+  return greedy(
+      url, "/v1/chat/completions",
+      {{"model", model}, {"messages", messages}, {"max_tokens", tokens}, {"temperature", 0}, {"logprobs", true}});
 }
 
 // The ids a node's template and tokenizer make of `messages` (its /tokenize).
