@@ -1,7 +1,8 @@
 // Decode attention gives a sequence the same bits whatever else is in the step and however many threads run it: the
 // same query over the same cache, alone at one thread, alone at two, and second in a batch of four sequences of unlike
 // lengths (shorter, longer, within a key block) at two, on every cpu kernel variant this processor runs, for heads of
-// 64 (one per kv head), 128 and 256 (grouped), with f16 and q8_0 caches, at lengths inside one range and over several.
+// 64 (one per kv head), 128 and 256 (grouped), with f16, bf16, q8_0 and q4_0 caches, at lengths inside one range and
+// over several.
 // A serving node batches whichever requests are in flight, so without this a greedy reply changed with the load beside
 // it (the chat replay of docs/benchmarks.md, "Chat users sharing a system prompt").
 #include <gtest/gtest.h>
@@ -110,7 +111,7 @@ TEST(DecodeInvariance, ASequencesRowsDoNotDependOnItsBatchOrTheThreads) {
     auto two = (*backend)->open_device_with(0, DeviceOptions{2, ""});
     ASSERT_TRUE(one.ok() && two.ok());
     for (const Shape& s : {Shape{4, 4, 64}, Shape{8, 2, 128}, Shape{8, 2, 256}}) {
-      for (DType type : {DType::kF16, DType::kQ8_0}) {
+      for (DType type : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
         Decoder d1(**one, s, type), d2(**two, s, type);
         for (int32_t len : {200, 300, 700, 1300, 3001}) {
           const std::string what = std::string(cpu::isa_name(isa)) + ", heads " + std::to_string(s.heads) + " on " +
