@@ -263,7 +263,9 @@ class Engine {
   void emit(Active& a);
   // The stop tokens min_tokens masks for a request.
   std::vector<TokenId> stop_tokens(const GenerationRequest& r) const;
-  // Embedding requests: submit()'s checks, and their end once their whole prompt is pooled.
+  // submit()'s checks (engine_request.cc; a request without a grammar has its grammar_replay cleared), and an
+  // embedding request's own; finish_embeddings ends those once their whole prompt is pooled.
+  Status check_request(GenerationRequest& request) const;
   Status check_embedding(const GenerationRequest& r) const;
   void finish_embeddings(const Schedule& sch);
 
