@@ -290,6 +290,9 @@ void Engine::run_step() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
+  // The blocks this schedule evicted go to the connectors before a checkpoint this step takes can replace the one
+  // they would keep beside them (KvBlockIo::read_checkpoint).
+  runner_.kv_cache().flush_evictions();
   std::vector<Segment> segments;
   segments.reserve(sch.chunks.size());
   std::vector<BlockHash> checkpoints;  // the state checkpoints this step fills

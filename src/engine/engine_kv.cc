@@ -105,12 +105,16 @@ ExternalKv::Match Engine::match_external(Active& a) {
     r.connector = i;
     r.first = supplied;
     r.count = std::max(0, std::min(m.tokens, total - supplied - (ends ? 0 : 1)));
-    // A hybrid model's recurrent state is only ever the state after a prompt's end (it comes with the first
-    // tokens): positions loaded without it would continue from a state that does not match them.
-    if (io_->geometry().state_bytes > 0 && !ends) r.count = 0;
+    // A hybrid model goes on from the recurrent state after the last position it has: a range takes positions only
+    // with that state, the prompt end's (with the first tokens) or the one after exactly its positions
+    // (KvMatch::state); positions loaded without it would continue from a state that does not match them.
+    const bool hybrid = io_->geometry().state_bytes > 0;
+    const bool state = hybrid && m.state && !ends && r.count == m.tokens;
+    if (hybrid && !ends && !state) r.count = 0;
     r.async = m.async && r.count > 0;
     r.cached = m.cached;
     r.first_tokens = ends && r.count > 0;
+    r.state = state && r.count > 0;
     supplied += r.count;
     async = async || r.async;
     a.ranges.push_back(std::move(r));
@@ -130,6 +134,10 @@ void Engine::allocated_external(Active& a, int local) {
     return;
   }
   a.pending_load = any;
+  // The state a range brings (written in its start_load) replaces a checkpoint the prefix cache found for the local
+  // part.
+  if (std::any_of(a.ranges.begin(), a.ranges.end(), [](const Active::KvRange& r) { return r.state && r.count > 0; }))
+    runner_.kv_cache().restored(a.seq.kv);
   int cached = local, elsewhere = 0;
   for (const Active::KvRange& r : a.ranges) (r.cached ? cached : elsewhere) += r.count;
   a.admitted(cached);
@@ -199,8 +207,9 @@ void Engine::complete_load(Active& a) {
         got = 0;
       }
     }
-    // A hybrid model's state came with the last position: a load that fell short carries none of it.
-    if (got < r.count && io_->geometry().state_bytes > 0) got = 0;
+    // A hybrid model's state came with the last position: a load that fell short carries none of it, unless the
+    // range brings the state after its positions (it reports only positions whose state it has).
+    if (got < r.count && io_->geometry().state_bytes > 0 && !r.state) got = 0;
     if (got < r.count) {
       short_load = true;
       r.count = got;
@@ -216,14 +225,16 @@ void Engine::complete_load(Active& a) {
   // blocks they need (the positions that arrived are written during the first of them, into the window it reads).
   runner_.kv_cache().drop_window_after(s.kv, valid);
   int cached = a.local_tokens, elsewhere = 0;
-  bool ends = false;
+  bool ends = false, stated = false;
   for (const Active::KvRange& r : a.ranges) {
     (r.cached ? cached : elsewhere) += r.count;
     ends = ends || (r.first_tokens && r.count > 0);
+    stated = stated || (r.state && r.count > 0);
   }
-  // A hybrid model's state came with the prompt's end: a state checkpoint the prefix cache found for the local part
-  // must not replace it (after a shortfall it is what the rest is computed from).
-  if (ends) runner_.kv_cache().restored(s.kv);
+  // A hybrid model's state came with the prompt's end or a range's last position: a state checkpoint the prefix
+  // cache found for the local part must not replace it (after a shortfall with none it is what the rest is computed
+  // from).
+  if (ends || stated) runner_.kv_cache().restored(s.kv);
   a.admitted(cached);
   counters_.kv_loaded_tokens += static_cast<uint64_t>(cached - a.local_tokens + elsewhere);
   counters_.prompt_tokens += static_cast<uint64_t>(elsewhere);

@@ -266,6 +266,11 @@ const uint8_t* KvCache::pending_restore(const SequenceKv& seq) const {
   return checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].bytes.data();
 }
 
+const uint8_t* KvCache::checkpoint(BlockHash hash) const {
+  const int c = find_checkpoint(hash);
+  return c < 0 ? nullptr : checkpoints_[static_cast<size_t>(c)].bytes.data();
+}
+
 void KvCache::restored(SequenceKv& seq) {
   if (seq.restore_checkpoint < 0) return;
   checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].holders--;

@@ -131,6 +131,9 @@ class KvCache {
   // The state seq's slot must take before its next step (its restore_checkpoint), null when none; restored() lets
   // the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a KV connector).
   const uint8_t* pending_restore(const SequenceKv& seq) const;
+  // The written checkpoint after the block whose chain hash is `hash` (state_bytes_per_slot() bytes), or null. For a
+  // KV connector that keeps it beside that block once the block leaves the device (KvBlockIo::read_checkpoint).
+  const uint8_t* checkpoint(BlockHash hash) const;
   void restored(SequenceKv& seq);
 
   // Grows seq's block table to hold `new_length` positions and, for a hybrid model, gives a sequence that starts

@@ -33,6 +33,9 @@
 //
 // Per-request state that travels: the K and V rows of positions, and (hybrid models, issue 28) the request's
 // recurrent state (KvGeometry::state_bytes; 0 for attention-only models), via KvBlockIo::read_state / write_state.
+// A hybrid model's positions are only of use with the state after the last of them: a connector brings it with the
+// prompt's end (KvMatch::first_tokens: pd-link) or after the last position it fills (KvMatch::state: the host tiers,
+// which keep the device prefix cache's state checkpoints, KvBlockIo::read_checkpoint, beside the blocks they end).
 // A hybrid model's connector layers are its full-attention layers (KvGeometry::n_layers; no hook for a linear
 // layer). The canonical wire layout (api/kv_layout.h, version 2) names both sections.
 //
@@ -131,6 +134,11 @@ struct KvMatch {
   // prompt was computed elsewhere): only with async, only for a request that has generated nothing yet. Any
   // other match leaves at least one position for the engine to compute (it needs that position's logits).
   bool first_tokens = false;
+  // The connector brings, with its positions, the recurrent state after the last of them (a hybrid model's; see
+  // above): it writes it (KvBlockIo::write_state) in start_load, before the step's first layer runs, and an
+  // asynchronous load that falls short reports only positions whose state it holds. Without it (and without
+  // first_tokens) a hybrid model takes none of the positions.
+  bool state = false;
 };
 
 struct KvLoadDone {
@@ -181,6 +189,10 @@ class KvBlockIo {
   // A request's recurrent state, geometry().state_bytes bytes (none for attention-only models: an empty span).
   virtual Status read_state(RequestId id, std::span<std::byte> out) = 0;
   virtual Status write_state(RequestId id, std::span<const std::byte> in) = 0;
+  // The device prefix cache's state checkpoint after the block whose chain hash is `hash` (a hybrid model's recurrent
+  // state after that block's last position, engine/kv_cache.h), copied into `out` (geometry().state_bytes bytes).
+  // False when the cache keeps none for it (or the model has no state).
+  virtual bool read_checkpoint(BlockHash hash, std::span<std::byte> out) { return false; }
 };
 
 // What one tier of a connector did, cumulative since start (counters) or now (held).

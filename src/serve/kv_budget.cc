@@ -51,8 +51,7 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     std::string reuse;
     if (!f.prefix_reuse) {
       reuse =
-          "prefix reuse is off (--no-prefix-cache, KV tiers or the pool, which keep no state, or "
-          "--role-switchable)";
+          "prefix reuse is off (--no-prefix-cache or --role-switchable)";
     } else if (f.state_checkpoints > 0) {
       b.checkpoint_mib = each_mib * f.state_checkpoints;
       if (b.checkpoint_mib >= kv_mib)

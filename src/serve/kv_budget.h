@@ -33,7 +33,7 @@ struct KvBudgetFlags {
   int max_batch_tokens = 0;
   // Hybrid models: state checkpoints for prefix reuse (engine::KvCacheOptions::state_checkpoints), taken from the
   // budget after the running sequences' state. -1: as many as a quarter of what is left holds; 0: none (prefix reuse
-  // off). `prefix_reuse` false (--no-prefix-cache, KV tiers or the pool, --role-switchable): none either way.
+  // off). `prefix_reuse` false (--no-prefix-cache, --role-switchable): none either way.
   int state_checkpoints = -1;
   bool prefix_reuse = true;
 };

@@ -178,6 +178,47 @@ TEST_F(KvTiers, Gemma4sUnlikeLayerWidthsGoThroughTheTiersUnchanged) {
   fs::remove(model);
 }
 
+// A hybrid model (Qwen3.5's pattern at test size: linear-attention and full-attention layers in turn): a block after
+// which the node kept a state checkpoint leaves for host memory and disk with that recurrent state, and a later turn
+// goes on from it; every answer is the greedy text of a node without any cache, and a restarted node finds the state
+// on disk.
+TEST_F(KvTiers, AHybridModelsStateGoesThroughTheTiersWithItsBlocks) {
+  const std::string model =
+      (dir_.parent_path() / ("tessera-kv-e2e-q35-" + std::to_string(getpid()) + ".gguf")).string();
+  auto synth =
+      testing::run_process({tessera_bin(), "synth",        "--shape", "qwen3.5-0.8b", "--small", "--dim",
+                            "256",         "--hidden-dim", "512",     "--layers",     "4",       "--rare-byte-tokens",
+                            "--decisive",  "--format",     "gguf",    "--dtype",      "f32",     "--seed",
+                            "7",           "--out",        model},
+                           300.0);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string name = "stories260K";  // served under this name: the conversation helper asks for it
+  Node plain = start_node({"--no-prefix-cache", "--served-model-name", name}, model, "512");
+  const std::vector<std::string> want = converse(plain.url);
+  EXPECT_EQ(plain.proc->stop(SIGTERM), 0);
+  // 35 blocks of 16 for three histories of up to about 450 tokens each (a byte-level vocabulary).
+  const std::vector<std::string> tiers = {"--kv-memory",         "2",           "--kv-host-memory", "0.1",
+                                          "--kv-disk-dir",       dir_.string(), "--kv-disk-size",   "64",
+                                          "--served-model-name", name};
+  Node tiered = start_node(tiers, model, "512");
+  EXPECT_EQ(converse(tiered.url), want) << "every answer is the greedy text of a node without any cache";
+  EXPECT_GT(scrape_metric(tiered.url, "tessera_state_checkpoints_total{model=\"" + name + "\"}"), 0.0)
+      << "prefix reuse is on with the tiers";
+  const double host_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "host", name));
+  const double disk_hits = scrape_metric(tiered.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk", name));
+  EXPECT_GT(host_hits + disk_hits, 0.0) << "blocks and their state came back from the tiers";
+  std::printf("qwen3.5 pattern: host %.0f, disk %.0f tokens\n", host_hits, disk_hits);
+  EXPECT_EQ(tiered.proc->stop(SIGTERM), 0);
+
+  Node again = start_node(tiers, model, "512");
+  const std::string second_turn = kLines[0][0] + want[0] + kLines[0][1];
+  EXPECT_EQ(complete_greedy(again.url, second_turn, kAnswerTokens), want[kLines.size()]);
+  EXPECT_GT(scrape_metric(again.url, tier_metric("tessera_kv_tier_hit_tokens_total", "disk", name)), 0.0)
+      << "the first turn's blocks and the state after them survived the restart";
+  EXPECT_EQ(again.proc->stop(SIGTERM), 0);
+  fs::remove(model);
+}
+
 // The tiers and prefill/decode together: a decode node whose device cache lost a prompt's prefix finds it in host
 // memory and asks its prefill node only for the rest (the host connector is consulted before pd-link), with the
 // greedy text of a node that caches nothing.

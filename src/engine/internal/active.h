@@ -51,6 +51,7 @@ struct Engine::Active {
     bool async = false;
     bool cached = true;
     bool first_tokens = false;
+    bool state = false;                   // KvMatch::state: the recurrent state after its last position comes with it
     bool done = false;                    // async: poll() reported its end
     int arrived = 0;                      // async: positions that arrived intact
     std::vector<TokenId> tokens;          // first_tokens: one per choice

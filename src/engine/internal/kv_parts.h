@@ -78,6 +78,12 @@ class Engine::Io final : public KvBlockIo {
     TS_ASSIGN_OR_RETURN(const SequenceKv* seq, state_of(id, in.size()));
     return seq ? runner_.import_state(*seq, in.data()) : ok_status();
   }
+  bool read_checkpoint(BlockHash hash, std::span<std::byte> out) override {
+    const uint8_t* state = runner_.kv_cache().checkpoint(hash);
+    if (state == nullptr || out.size() != g_.state_bytes || g_.state_bytes == 0) return false;
+    std::memcpy(out.data(), state, out.size());
+    return true;
+  }
 
  private:
   static std::byte* wire(const void* p) { return static_cast<std::byte*>(const_cast<void*>(p)); }  // only read

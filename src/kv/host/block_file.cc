@@ -48,7 +48,7 @@ Header header_for(const BlockFormat& f, const HostBlock& b) {
   h.kv_dim = static_cast<uint32_t>(f.geometry.kv_dim);
   h.dtype = static_cast<uint32_t>(f.geometry.dtype);
   h.payload_bytes = b.payload.size();
-  h.state_bytes = f.geometry.state_bytes;
+  h.state_bytes = f.holds_state(b) ? f.geometry.state_bytes : 0;
   h.payload_checksum = b.checksum;
   h.header_checksum = XXH3_64bits(&h, kChecked);
   return h;
@@ -86,8 +86,8 @@ Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f,
   const engine::KvGeometry& g = f.geometry;
   if (h.store_key != f.store_key || h.hash != hash || h.block_tokens != static_cast<uint32_t>(g.block_tokens) ||
       h.n_layers != static_cast<uint32_t>(g.n_layers) || h.kv_dim != static_cast<uint32_t>(g.kv_dim) ||
-      h.dtype != static_cast<uint32_t>(g.dtype) || h.state_bytes != g.state_bytes ||
-      h.payload_bytes != f.payload_bytes()) {
+      h.dtype != static_cast<uint32_t>(g.dtype) || (h.state_bytes != 0 && h.state_bytes != g.state_bytes) ||
+      h.payload_bytes != f.payload_bytes(h.state_bytes != 0)) {
     return failed_precondition("the KV block file belongs to another model, block size, KV type or prefix");
   }
   if (file.size() != kBlockHeaderBytes + h.payload_bytes)

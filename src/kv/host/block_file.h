@@ -1,7 +1,9 @@
 // The host connector's block record: one evicted KV block as it sits in host memory and, byte for byte, in a file
 // of the disk tier. The payload is the block's K and V rows of every layer in the cache's own type,
-// [layer][k|v][position][kv_dim], followed by the recurrent-state section (engine::KvGeometry::state_bytes; 0 for
-// attention-only models). A file is a 96-byte header and the payload:
+// [layer][k|v][position][kv_dim], followed, for a hybrid model's block after which the device kept a state
+// checkpoint, by the recurrent state after the block's last position (engine::KvGeometry::state_bytes; a hybrid
+// model's other blocks and every block of an attention-only model have no state section). A file is a 96-byte
+// header and the payload:
 //
 //   magic "TSKVBLK1" | u32 format version | u32 header bytes | u64 store key (model identity + block size + KV
 //   type) | u64 chain hash | u32 block_tokens | u32 n_layers | u32 kv_dim | u32 dtype | u64 payload bytes |
@@ -37,7 +39,12 @@ struct HostBlock {
 struct BlockFormat {
   uint64_t store_key = 0;
   engine::KvGeometry geometry;
-  size_t payload_bytes() const { return geometry.block_bytes() + geometry.state_bytes; }
+  // A record's payload: the K and V of every layer, and with `state` the state section.
+  size_t payload_bytes(bool state = false) const { return geometry.block_bytes() + (state ? geometry.state_bytes : 0); }
+  // Whether `b` carries the recurrent state after its last position (a hybrid model's; never an attention-only one's).
+  bool holds_state(const HostBlock& b) const {
+    return geometry.state_bytes > 0 && b.payload.size() == payload_bytes(true);
+  }
   // Offsets of one layer's K and V rows inside a payload, and of the state section.
   size_t k_offset(int layer) const { return 2 * static_cast<size_t>(layer) * half(); }
   size_t v_offset(int layer) const { return k_offset(layer) + half(); }

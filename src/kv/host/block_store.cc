@@ -14,6 +14,10 @@ std::vector<std::shared_ptr<const HostBlock>> HostPool::insert(std::shared_ptr<c
   auto it = map_.find(block->hash);
   if (it != map_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
+    if (block->payload.size() > it->second.block->payload.size()) {  // the same block, now with the state after it
+      bytes_ += block->payload.size() - it->second.block->payload.size();
+      it->second.block = std::move(block);
+    }
   } else {
     const engine::BlockHash h = block->hash;
     bytes_ += block->payload.size();

@@ -21,7 +21,8 @@ class HostPool {
   // The block, or null; `touch` makes it the most recently used.
   std::shared_ptr<const HostBlock> find(engine::BlockHash hash, bool touch = false);
   bool contains(engine::BlockHash hash) const { return map_.count(hash) > 0; }
-  // Adds (or refreshes) a block as the most recently used, then evicts the least recently used entries while the
+  // Adds (or refreshes) a block as the most recently used (a record of it with the state section replaces one
+  // without), then evicts the least recently used entries while the
   // pool holds more than its capacity (a block larger than the capacity is evicted at once). Returns the evicted.
   std::vector<std::shared_ptr<const HostBlock>> insert(std::shared_ptr<const HostBlock> block);
 

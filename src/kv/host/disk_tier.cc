@@ -164,6 +164,8 @@ void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
   auto it = files_.find(hash);
   if (it != files_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
+    stats_.bytes += bytes - it->second.bytes;  // rewritten with the state
+    it->second.bytes = bytes;
     return;
   }
   if (events_ != nullptr) events_->publish(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
@@ -183,15 +185,40 @@ void DiskTier::forget_locked(engine::BlockHash hash, bool remove_file) {
   if (remove_file) ::unlink(file_of(hash).c_str());
 }
 
-bool DiskTier::contains(engine::BlockHash hash) const {
+bool DiskTier::contains(engine::BlockHash hash, bool* with_state) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return files_.count(hash) > 0 || pending_.count(hash) > 0;
+  if (auto p = pending_.find(hash); p != pending_.end()) {
+    if (with_state != nullptr) *with_state = format_.holds_state(*p->second);
+    return true;
+  }
+  auto f = files_.find(hash);
+  if (f == files_.end()) return false;
+  if (with_state != nullptr) *with_state = format_.geometry.state_bytes > 0 && file_has_state_locked(f->second);
+  return true;
 }
 
 void DiskTier::write(std::shared_ptr<const HostBlock> block) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || files_.count(block->hash) || pending_.count(block->hash)) return;
+    if (stopping_) return;
+    const bool state = format_.holds_state(*block);
+    if (auto p = pending_.find(block->hash); p != pending_.end() && (!state || format_.holds_state(*p->second))) return;
+    if (auto f = files_.find(block->hash);
+        f != files_.end() && (!state || file_has_state_locked(f->second)) && !pending_.count(block->hash))
+      return;
+    if (auto p = pending_.find(block->hash); p != pending_.end()) {  // a queued record without the state: replaced
+      bool queued = false;
+      for (auto& q : writes_) {
+        if (q->hash != block->hash) continue;
+        q = block;
+        queued = true;
+      }
+      pending_bytes_ += block->payload.size() - p->second->payload.size();
+      p->second = block;
+      if (!queued) writes_.push_back(std::move(block));  // the one without it is being written now
+      cv_.notify_all();
+      return;
+    }
     pending_bytes_ += block->payload.size();
     pending_.emplace(block->hash, block);
     writes_.push_back(std::move(block));
@@ -247,8 +274,11 @@ void DiskTier::run() {
       do_write(b);
       lock.lock();
       busy_ = false;
-      pending_.erase(b->hash);
-      pending_bytes_ -= b->payload.size();
+      // (Unless a record with the state replaced it meanwhile: that one is queued.)
+      if (auto p = pending_.find(b->hash); p != pending_.end() && p->second == b) {
+        pending_.erase(p);
+        pending_bytes_ -= b->payload.size();
+      }
     } else if (stopping_) {
       reads_.clear();
       idle_cv_.notify_all();
@@ -282,16 +312,20 @@ void DiskTier::do_read(Read& r) {
   const auto t0 = Clock::now();
   std::vector<std::shared_ptr<const HostBlock>> got;
   uint64_t read_bytes = 0;
-  const size_t expect = kBlockHeaderBytes + format_.payload_bytes();
   for (engine::BlockHash h : r.hashes) {
     if (r.cancelled && *r.cancelled) return;
+    size_t expect = 0;  // the file's size: a record with the state section or without
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto p = pending_.find(h); p != pending_.end()) {  // not written yet: the queued record is the block
         got.push_back(p->second);
         continue;
       }
-      if (!files_.count(h)) break;  // evicted since it was matched
+      auto f = files_.find(h);
+      if (f == files_.end()) break;  // evicted since it was matched
+      expect = file_has_state_locked(f->second) && format_.geometry.state_bytes > 0
+                   ? kBlockHeaderBytes + format_.payload_bytes(true)
+                   : kBlockHeaderBytes + format_.payload_bytes();
     }
     const std::string path = file_of(h);
     auto bytes = read_file(path, expect);

@@ -55,9 +55,11 @@ class DiskTier {
 
   // Where this store's files are.
   const std::string& path() const { return path_; }
-  // On disk, or queued to be written.
-  bool contains(engine::BlockHash hash) const;
-  // Queues `block` to be written (returns at once).
+  // On disk, or queued to be written; `with_state` (when given): whether that record carries the recurrent state
+  // after the block (BlockFormat::holds_state).
+  bool contains(engine::BlockHash hash, bool* with_state = nullptr) const;
+  // Queues `block` to be written (returns at once). A block already here is not written again, unless `block`
+  // carries the state and the record here does not (it then replaces it).
   void write(std::shared_ptr<const HostBlock> block);
   // Reads the blocks in order on the I/O thread, stopping at the first missing or corrupt one (a corrupt file is
   // deleted and counted); `done` then gets the blocks read intact, on the I/O thread. Never called when `cancelled`
@@ -86,7 +88,8 @@ class DiskTier {
   void do_write(const std::shared_ptr<const HostBlock>& block);
   void do_read(Read& r);
   std::string file_of(engine::BlockHash hash) const;
-  void index_locked(engine::BlockHash hash, uint64_t bytes);     // as the most recently used
+  void index_locked(engine::BlockHash hash, uint64_t bytes);  // as the most recently used (`bytes`: its file's)
+  bool file_has_state_locked(const File& f) const { return f.bytes == kBlockHeaderBytes + format_.payload_bytes(true); }
   void forget_locked(engine::BlockHash hash, bool remove_file);  // drops it from the index
 
   const DiskTierOptions options_;

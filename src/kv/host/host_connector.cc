@@ -30,6 +30,11 @@ Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options
 
 HostConnector::~HostConnector() { disk_.reset(); }
 
+void HostConnector::settle(Load& load) const {
+  if (format_.geometry.state_bytes == 0) return;
+  while (load.arrived > 0 && !format_.holds_state(*load.blocks[static_cast<size_t>(load.arrived - 1)])) load.arrived--;
+}
+
 Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) {
   io_ = &io;
   wake_ = std::move(wake);
@@ -64,33 +69,35 @@ void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
 }
 
 void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
-  // A model with recurrent state (hybrid, issue 28) needs that state at each block's end to resume from a block;
-  // the engine keeps it per sequence, not per block, so such a model's blocks are not kept (docs/kv.md).
-  if (format_.geometry.state_bytes > 0) return;
+  // A hybrid model's block is of use only up to a block with the state after it: the device's checkpoint there, if
+  // it keeps one, goes along in the record (a record without it is replaced by one with it).
+  const size_t state_bytes = format_.geometry.state_bytes;
   std::vector<engine::BlockId> ids;
-  std::vector<engine::BlockHash> hashes;
+  std::vector<std::shared_ptr<HostBlock>> out;
+  std::vector<std::byte> state(state_bytes);
   for (const engine::EvictedBlock& b : blocks) {
-    if (pool_.find(b.hash, /*touch=*/true) != nullptr) continue;  // already below: nothing to copy
-    if (disk_ && disk_->contains(b.hash)) continue;
+    const std::shared_ptr<const HostBlock> here = pool_.find(b.hash, /*touch=*/true);
+    bool disk_state = false;
+    const bool below = here != nullptr || (disk_ && disk_->contains(b.hash, &disk_state));
+    if (below && (state_bytes == 0 || (here ? format_.holds_state(*here) : disk_state))) continue;  // nothing to add
+    const bool with_state = state_bytes > 0 && io_->read_checkpoint(b.hash, state);
+    if (below && !with_state) continue;
+    auto rec = std::make_shared<HostBlock>();
+    rec->hash = b.hash;
+    rec->payload.resize(format_.payload_bytes(with_state));
+    if (with_state) std::memcpy(rec->payload.data() + format_.state_offset(), state.data(), state_bytes);
     ids.push_back(b.id);
-    hashes.push_back(b.hash);
+    out.push_back(std::move(rec));
   }
   if (ids.empty()) return;
   const auto t0 = Clock::now();
   const size_t n = ids.size();
-  std::vector<std::shared_ptr<HostBlock>> out(n);
   std::vector<uint8_t*> payloads(n);
-  for (size_t j = 0; j < n; ++j) {
-    out[j] = std::make_shared<HostBlock>();
-    out[j]->hash = hashes[j];
-    out[j]->payload.resize(format_.payload_bytes());
-    payloads[j] = out[j]->payload.data();
-  }
+  for (size_t j = 0; j < n; ++j) payloads[j] = out[j]->payload.data();
   if (Status st = read_block_records(*io_, format_, ids, payloads, rows_); !st.ok()) {
     log::warn("host KV connector: could not copy {} evicted blocks out ({}); they are dropped", n, st.to_string());
     return;
   }
-  // The payload's state section is empty: only attention-only models get here (above).
   for (auto& b : out) {
     b->checksum = payload_checksum(b->payload);
     counters_.host_save_bytes += b->payload.size();
@@ -101,21 +108,31 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
 
 engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int supplied) {
   const int bt = format_.geometry.block_tokens;
-  if (bt <= 0 || supplied % bt != 0 || format_.geometry.state_bytes > 0) return {};
-  // Whole blocks, never the last position (its logits are needed).
+  if (bt <= 0 || supplied % bt != 0) return {};
+  const bool hybrid = format_.geometry.state_bytes > 0;
+  // Whole blocks, never the last position (its logits are needed); a hybrid model's up to the last block with the
+  // state after it.
   const size_t limit = std::min(request.block_hashes.size(), (request.tokens.size() - 1) / static_cast<size_t>(bt));
-  size_t count = 0;
-  bool async = false;
-  for (size_t i = static_cast<size_t>(supplied / bt); i < limit; ++i, ++count) {
+  size_t count = 0, usable = 0;
+  bool async = false, usable_async = false;
+  for (size_t i = static_cast<size_t>(supplied / bt); i < limit; ++i) {
     const engine::BlockHash h = request.block_hashes[i];
-    if (pool_.contains(h)) continue;
-    if (disk_ && disk_->contains(h)) {
+    bool state = false;
+    if (const std::shared_ptr<const HostBlock> b = pool_.find(h); b != nullptr) {
+      state = format_.holds_state(*b);
+    } else if (disk_ && disk_->contains(h, &state)) {
       async = true;
-      continue;
+    } else {
+      break;
     }
-    break;
+    ++count;
+    if (!hybrid || state) {
+      usable = count;
+      usable_async = async;
+    }
   }
-  return {.tokens = static_cast<int>(count) * bt, .async = async, .cached = true};
+  return {
+      .tokens = static_cast<int>(usable) * bt, .async = usable_async, .cached = true, .state = hybrid && usable > 0};
 }
 
 void HostConnector::allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
@@ -149,6 +166,7 @@ void HostConnector::allocated(const engine::KvRequestView& request, std::span<co
   if (!disk_) {  // cannot happen: match() found them in memory and nothing changed the pool since
     load->ready = true;
     while (load->arrived < static_cast<int>(nb) && load->blocks[static_cast<size_t>(load->arrived)]) load->arrived++;
+    settle(*load);
     return;
   }
   load->cancelled = std::make_shared<std::atomic<bool>>(false);
@@ -181,6 +199,7 @@ engine::KvPoll HostConnector::poll() {
            load->blocks[static_cast<size_t>(load->arrived)] != nullptr) {
       load->arrived++;
     }
+    settle(*load);
     load->ready = true;
     out.loads.push_back({load->id, load->arrived * bt, {}});
   }
@@ -205,6 +224,16 @@ Status HostConnector::start_load(std::span<const engine::RequestId> ids) {
     }
     loading_now_.push_back(it->second);
   }
+  // A hybrid model's state after the last block, before the step's first (linear) layer runs.
+  const size_t state_bytes = format_.geometry.state_bytes;
+  for (const auto& load : loading_now_) {
+    if (state_bytes == 0 || load->arrived == 0) continue;
+    const HostBlock& last = *load->blocks[static_cast<size_t>(load->arrived - 1)];
+    if (!format_.holds_state(last))
+      return internal_error(fmt::format("host KV connector: request {}'s last block carries no state", load->id));
+    TS_RETURN_IF_ERROR(io_->write_state(
+        load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(), state_bytes}));
+  }
   return ok_status();
 }
 
@@ -226,12 +255,6 @@ Status HostConnector::wait_layer_load(int layer) {
   const int bt = format_.geometry.block_tokens;
   for (const auto& load : loading_now_) {
     const auto n = static_cast<size_t>(load->arrived);
-    if (n > 0) {
-      const HostBlock& last = *load->blocks[n - 1];
-      TS_RETURN_IF_ERROR(
-          io_->write_state(load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(),
-                                      format_.geometry.state_bytes}));
-    }
     for (size_t j = 0; j < n; ++j) (load->from_disk[j] ? counters_.disk_hit_tokens : counters_.host_hit_tokens) += bt;
     loads_.erase(load->id);
   }

@@ -12,9 +12,12 @@
 //                     Some on disk: an asynchronous load; the I/O thread reads and checks the files, and the request
 //                     joins the running set with the blocks that arrived intact (a missing or corrupt file ends the
 //                     run there: the rest is recomputed, never used).
-//   hybrid models     A model with recurrent state (KvGeometry::state_bytes > 0) would need that state at every
-//                     block's end; the engine keeps one per sequence, so the connector keeps and supplies nothing
-//                     for such a model (its records have room for a state section for when it can).
+//   hybrid models     A model with recurrent state (KvGeometry::state_bytes > 0) goes on from a block only with
+//                     the state after it. An evicted block after which the device prefix cache keeps a state
+//                     checkpoint (KvBlockIo::read_checkpoint) takes that state along in its record; match supplies
+//                     the run up to its last block with a state (KvMatch::state), start_load writes that state into
+//                     the request's slot, and a disk read that ends early reports the run up to its last block with
+//                     a state. A checkpoint the device gave back before its block left keeps nothing here.
 //   disk tier         kv/host/disk_tier.h: one checksummed file per block, under a directory keyed by the model's
 //                     identity, block size and KV type; it survives restarts.
 //
@@ -82,6 +85,8 @@ class HostConnector final : public engine::KvConnector {
     int arrived = 0;     // leading blocks whose records are here
     std::shared_ptr<std::atomic<bool>> cancelled;
   };
+  // A hybrid model's load ends at its last arrived block with the state after it (the rest is computed).
+  void settle(Load& load) const;
   // Keeps `block` in host memory; what that pushes out goes to the disk tier (or is dropped).
   void keep(std::shared_ptr<const HostBlock> block);
 

@@ -1,0 +1,326 @@
+// The host connector with a hybrid model (Qwen3.5's linear-attention layers): an evicted block after which the
+// device kept a state checkpoint takes that recurrent state along, in host memory and on disk, and a later prompt
+// starting with those blocks goes on from it. The reference is the same model served without prefix reuse (every
+// prompt computed from position 0): greedy tokens equal, the chosen tokens' logprobs within 1e-4, and the cached
+// counts a user sees in `usage.prompt_tokens_details.cached_tokens`.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <numeric>
+
+#include <fmt/core.h>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "kv/host/block_file.h"
+#include "kv/host/block_store.h"
+#include "kv/host/disk_tier.h"
+#include "kv/host/host_connector.h"
+#include "model/synth.h"
+#include "ops/registry.h"
+
+namespace tessera::kv {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::Engine;
+using model::TokenId;
+
+std::vector<TokenId> tokens(int n, int from) {
+  std::vector<TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tessera-kv-state-test-" + std::to_string(getpid()) + "-" +
+                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+class HostState : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
+    ASSERT_TRUE(c.ok());
+    c->max_seq_len = 256;
+    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
+    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
+    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
+  }
+  struct Node {
+    std::unique_ptr<engine::ModelRunner> runner;
+    std::unique_ptr<Engine> engine;
+    std::shared_ptr<HostConnector> host;
+    ~Node() {
+      if (engine) engine->stop();
+    }
+  };
+  // A cache of 24 blocks of 4 positions (a prompt of 41 and its 12 tokens take 14), 8 state checkpoints, and the
+  // host connector when `o` names a tier. checkpoints 0 and no tier: the reference (no prefix reuse).
+  std::unique_ptr<Node> make(int checkpoints, std::optional<HostOptions> o) {
+    auto n = std::make_unique<Node>();
+    engine::RunnerOptions ro;
+    ro.max_batch_tokens = 16;
+    ro.max_sequences = 2;
+    ro.kv.block_tokens = 4;
+    ro.kv.num_blocks = 24;
+    ro.kv.state_checkpoints = checkpoints;
+    n->runner = std::move(engine::ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
+    engine::EngineOptions eo;
+    eo.scheduler.max_batch_tokens = 16;
+    eo.scheduler.max_running = 2;
+    n->engine = std::make_unique<Engine>(*n->runner, *tokenizer_, eo);
+    if (o) {
+      auto made = HostConnector::create(*o, "synth qwen3.5 seed 5");
+      EXPECT_TRUE(made.ok()) << made.status().to_string();
+      n->host = *made;
+      Status added = n->engine->add_connector(n->host);
+      EXPECT_TRUE(added.ok()) << added.to_string();
+    }
+    n->engine->start();
+    return n;
+  }
+  struct Out {
+    std::vector<TokenId> tokens;
+    std::vector<float> logprobs;
+    int cached = -1;
+    bool ok = true;
+  };
+  static Out ask(Engine& e, std::vector<TokenId> prompt, int state_hint = 0) {
+    engine::GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.state_hint = state_hint;
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.logprobs = 0;
+    auto done = std::make_shared<std::promise<Out>>();
+    auto acc = std::make_shared<Out>();
+    auto id = e.submit(std::move(r), [done, acc](const engine::RequestOutput& o) {
+      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
+      for (const engine::TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
+      acc->cached = std::max(acc->cached, o.cached_tokens);
+      if (o.finish == engine::FinishReason::kNone) return;
+      acc->ok = o.error.ok();
+      done->set_value(*acc);
+    });
+    if (!id.ok()) return {.ok = false};
+    return done->get_future().get();
+  }
+  static void expect_same(const Out& got, const Out& want, const std::string& what) {
+    ASSERT_TRUE(got.ok) << what;
+    EXPECT_EQ(got.tokens, want.tokens) << what;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
+    for (size_t i = 0; i < got.logprobs.size(); ++i)
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
+  }
+  static engine::KvTierStats tier(const HostConnector& c, const std::string& name) {
+    for (const engine::KvTierStats& t : c.stats().tiers)
+      if (t.tier == name) return t;
+    ADD_FAILURE() << "no tier " << name;
+    return {};
+  }
+  // The reference answer of each prompt.
+  std::vector<Out> reference(const std::vector<std::vector<TokenId>>& prompts) {
+    auto ref = make(0, std::nullopt);
+    std::vector<Out> want;
+    for (const auto& p : prompts) want.push_back(ask(*ref->engine, p));
+    for (const Out& o : want) EXPECT_TRUE(o.ok && o.tokens.size() == 12);
+    return want;
+  }
+  // Asks for `a_` (with `hint`), then for prompts that push its blocks out of the device cache.
+  void ask_and_evict(Node& n, const Out& want, int hint = 0) {
+    expect_same(ask(*n.engine, a_, hint), want, "the first time");
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ask(*n.engine, tokens(41, 10 + 50 * i)).ok);
+    EXPECT_GT(n.engine->stats().prefix.evictions, 0u);
+  }
+
+  std::unique_ptr<model::SynthModel> model_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<ops::Device> device_;
+  const std::vector<TokenId> a_ = tokens(41, 300);  // its checkpoint at 40: the last boundary before token 41
+};
+
+// Evicted to host memory: the block that ends at the checkpoint carries the state, the others none; asked again,
+// the prompt takes its 40 positions from host memory and goes on from that state to the reference's tokens.
+TEST_F(HostState, APrefixComesBackFromHostMemoryWithTheStateAfterIt) {
+  const Out want = reference({a_})[0];
+  auto n = make(8, HostOptions{.host_bytes = 64u << 20});
+  ask_and_evict(*n, want);
+  const std::vector<engine::BlockHash> h = engine::BlockManager::chain_hashes(a_, 4);
+  BlockFormat f;
+  f.geometry = n->engine->kv_geometry();
+  ASSERT_GT(f.geometry.state_bytes, 0u);
+  HostPool& pool = const_cast<HostPool&>(n->host->pool());
+  ASSERT_NE(pool.find(h[9]), nullptr);
+  EXPECT_TRUE(f.holds_state(*pool.find(h[9]))) << "the block ending at 40";
+  ASSERT_NE(pool.find(h[8]), nullptr);
+  EXPECT_FALSE(f.holds_state(*pool.find(h[8])));
+
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want, "from host memory");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(tier(*n->host, "host").hit_tokens, 40u);
+  EXPECT_EQ(n->engine->stats().kv_load_shortfalls, 0u);
+}
+
+// The device's prefix hit ends at its own checkpoint (20) and the host tier goes on from there with the blocks after
+// it and the state at 40: the step goes on from the host's state, not the device checkpoint's.
+TEST_F(HostState, HostBlocksGoOnFromADevicePrefixHitWithTheirOwnState) {
+  std::vector<TokenId> parting = tokens(20, 300);
+  for (TokenId t : tokens(17, 400)) parting.push_back(t);
+  const std::vector<Out> want = reference({a_, parting});
+  auto n = make(8, HostOptions{.host_bytes = 64u << 20});
+  ask_and_evict(*n, want[0], /*hint=*/20);  // the device keeps its checkpoints at 20 and 40, not the blocks
+  const Out part = ask(*n->engine, parting);
+  expect_same(part, want[1], "parting after 20");
+  EXPECT_EQ(part.cached, 20) << "the host's blocks to 20 and their state";
+  // The device holds a_'s blocks to 20 again (parting's) and its checkpoint there; the host the rest.
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want[0], "20 from the device, 20 from host memory");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(tier(*n->host, "host").hit_tokens, 40u) << "20 for each";
+}
+
+// Evicted to disk: the state goes with its block's file, survives a restart (the engine's own checkpoints do not),
+// and a prompt sharing only the first 20 positions, where the request's hint kept a state, goes on from there.
+TEST_F(HostState, TheStateGoesToDiskAndSurvivesARestart) {
+  std::vector<TokenId> parting = tokens(20, 300);  // a_'s first 20 positions, then its own
+  for (TokenId t : tokens(17, 400)) parting.push_back(t);
+  const std::vector<Out> want = reference({a_, parting});
+  TempDir dir;
+  const HostOptions o{.host_bytes = 1, .disk_dir = dir.path.string(), .disk_bytes = 64u << 20};
+  {
+    auto n = make(8, o);
+    ask_and_evict(*n, want[0], /*hint=*/20);
+    n->host->disk()->flush();
+    EXPECT_EQ(tier(*n->host, "host").blocks, 0u);
+    EXPECT_GE(tier(*n->host, "disk").blocks, 10u);
+  }
+  auto n = make(8, o);
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want[0], "from disk after a restart");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(tier(*n->host, "disk").hit_tokens, 40u);
+  const Out part = ask(*n->engine, parting);
+  expect_same(part, want[1], "parting after the hint");
+  EXPECT_EQ(part.cached, 20);
+  EXPECT_EQ(n->engine->stats().kv_load_shortfalls, 0u);
+}
+
+// A disk read that ends early (the file of the block with the state at 40 vanished) brings the run up to the last
+// block with a state it read, the hint's at 20; the rest is computed, and the answer is still the reference's.
+TEST_F(HostState, AReadThatEndsEarlyGoesOnFromTheLastStateItBrought) {
+  const Out want = reference({a_})[0];
+  TempDir dir;
+  const HostOptions o{.host_bytes = 1, .disk_dir = dir.path.string(), .disk_bytes = 64u << 20};
+  std::string store;
+  {
+    auto n = make(8, o);
+    ask_and_evict(*n, want, /*hint=*/20);
+    store = n->host->disk()->path();
+  }
+  const engine::BlockHash h9 = engine::BlockManager::chain_hashes(a_, 4)[9];
+  // Gone after the restart indexed it: the match counts on it, the read does not find it.
+  auto n = make(8, o);
+  ASSERT_TRUE(fs::remove(fmt::format("{}/{:016x}.kvb", store, static_cast<uint64_t>(h9))));
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want, "after the short read");
+  EXPECT_EQ(got.cached, 20);
+  EXPECT_EQ(tier(*n->host, "disk").hit_tokens, 20u);
+  EXPECT_EQ(n->engine->stats().kv_load_shortfalls, 1u);
+}
+
+std::shared_ptr<const HostBlock> record(engine::BlockHash h, size_t bytes) {
+  auto b = std::make_shared<HostBlock>();
+  b->hash = h;
+  b->payload.assign(bytes, static_cast<uint8_t>(h + bytes));
+  b->checksum = payload_checksum(b->payload);
+  return b;
+}
+
+// A hybrid model's records come with the state section or without; one with it replaces one without (the block
+// left the device again, this time with a checkpoint after it) in host memory, in the disk tier's queue and on disk,
+// never the other way round; a file says which it is by its size and its header, and a restart keeps that.
+TEST(HostStateRecords, ARecordWithTheStateReplacesOneWithoutIt) {
+  BlockFormat f;
+  f.store_key = 9;
+  f.geometry = {.n_layers = 2, .kv_dim = 4, .block_tokens = 2, .dtype = DType::kF32, .state_bytes = 48};
+  const size_t bare = f.payload_bytes(), full = f.payload_bytes(true);
+  ASSERT_EQ(full, bare + 48);
+  EXPECT_FALSE(f.holds_state(*record(1, bare)));
+  EXPECT_TRUE(f.holds_state(*record(1, full)));
+
+  HostPool pool(10 * full);
+  pool.insert(record(1, bare));
+  pool.insert(record(1, full));
+  EXPECT_TRUE(f.holds_state(*pool.find(1)));
+  EXPECT_EQ(pool.bytes(), full);
+  pool.insert(record(1, bare));
+  EXPECT_TRUE(f.holds_state(*pool.find(1))) << "never replaced by one without";
+
+  // A file of each kind decodes as what it is; a header claiming another state size is refused.
+  for (size_t bytes : {bare, full}) {
+    auto b = record(5, bytes);
+    auto back = decode_block_file(f, 5, encode_block_file(f, *b));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ((*back)->payload, b->payload);
+  }
+  BlockFormat other = f;
+  other.geometry.state_bytes = 40;
+  EXPECT_FALSE(decode_block_file(other, 5, encode_block_file(f, *record(5, full))).ok());
+
+  TempDir dir;
+  const DiskTierOptions o{.dir = dir.path.string(), .capacity_bytes = 1u << 20};
+  auto read = [](DiskTier& t, engine::BlockHash h) {
+    std::promise<std::vector<std::shared_ptr<const HostBlock>>> got;
+    t.read({h}, nullptr, [&](std::vector<std::shared_ptr<const HostBlock>> b) { got.set_value(std::move(b)); });
+    return got.get_future().get();
+  };
+  {
+    auto t = DiskTier::open(o, f, "model").value();
+    t->write(record(1, bare));
+    t->write(record(1, full));  // still queued, or being written: either way the one with the state is kept
+    t->write(record(2, bare));
+    t->flush();
+    t->write(record(2, full));  // on disk without it: written again with it
+    t->write(record(3, full));
+    t->flush();
+    t->write(record(3, bare));  // never replaces one with it
+    t->flush();
+    for (engine::BlockHash h : {1, 2, 3}) {
+      bool state = false;
+      EXPECT_TRUE(t->contains(h, &state) && state) << h;
+    }
+    EXPECT_EQ(t->stats().bytes, 3 * (kBlockHeaderBytes + full));
+  }
+  auto t = DiskTier::open(o, f, "model").value();
+  for (engine::BlockHash h : {1, 2, 3}) {
+    bool state = false;
+    EXPECT_TRUE(t->contains(h, &state) && state) << "after a restart: " << h;
+    auto got = read(*t, h);
+    ASSERT_EQ(got.size(), 1u) << h;
+    EXPECT_EQ(got[0]->payload, record(h, full)->payload) << h;
+  }
+  t->write(record(4, bare));
+  t->flush();
+  bool state = true;
+  EXPECT_TRUE(t->contains(4, &state));
+  EXPECT_FALSE(state);
+  auto got = read(*t, 4);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(f.holds_state(*got[0]));
+}
+
+}  // namespace
+}  // namespace tessera::kv
