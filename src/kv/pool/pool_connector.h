@@ -23,7 +23,7 @@
 // Leases: a node's entries live under leases of `lease_ttl` (one per 1000 slots: the embedded store bounds keys per
 // lease) renewed every third of it; a node that dies stops renewing and its entries vanish within the TTL. A lease
 // the store forgot is granted again and its entries written again. Hybrid models (state_bytes > 0) keep and supply
-// nothing, as the host connector.
+// nothing (a slot holds one fixed-size record; the host tiers keep states beside their blocks).
 //
 // Threads: the publisher (leases, slots, puts and removes, index resyncs), the fetcher (link reads), the store's
 // watch thread (the mirror). Thread-safety: the KvConnector methods run on the engine thread; stats() anywhere.
