@@ -14,7 +14,9 @@
 # Knobs: NODES (2), THREADS per node (1), REPEATS (3), CONFIGS ("a b c d"), KV_MIB per node (16), HOST_MIB (32),
 # DISK_MIB (256), POOL_MIB (96), TENANTS (4), USERS (6 per tenant), TURNS (6), SYSTEM (1024), USER (64), OUTLEN (32),
 # THINK (6 s), GOODPUT_TTFT_MS (250), OUT (docs/bench/kv-fleet), KILL_AFTER (unset: seconds into each replay after
-# which the last node is SIGKILLed, for the fault run: FAULT runs must still complete every turn with the same replies).
+# which the last node is SIGKILLed, for the fault run: FAULT runs must still complete every turn with the same replies),
+# SHAPE (stories15M: the synthesized model's shape), SYNTH_ARGS (more `tessera synth` flags, e.g. "--layers 8 --dim
+# 512" for a hybrid shape cut down), SERVE_ARGS (more flags for every node, e.g. "--max-num-seqs 8").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
@@ -35,6 +37,9 @@ OUTLEN=${OUTLEN:-32}
 THINK=${THINK:-6}
 GOODPUT_TTFT_MS=${GOODPUT_TTFT_MS:-250}
 OUT=${OUT:-docs/bench/kv-fleet}
+SHAPE=${SHAPE:-stories15M}
+read -r -a synth_args <<<"${SYNTH_ARGS:-}"
+read -r -a serve_args <<<"${SERVE_ARGS:-}"
 mkdir -p "$OUT"
 tmp=$(mktemp -d)
 pids=()
@@ -60,7 +65,7 @@ has_pool=0
 grep -q -- '--kv-pool-memory' "$tmp/serve-help.txt" && has_pool=1
 
 model="$tmp/model.gguf"
-"$B" synth --shape stories15M --format gguf --dtype q8_0 --max-seq-len 4096 --seed 1 --out "$model" >/dev/null
+"$B" synth --shape "$SHAPE" --format gguf --dtype q8_0 --max-seq-len 4096 --seed 1 "${synth_args[@]}" --out "$model" >/dev/null
 
 # One run of configuration $1 (ref, a, b, c, d), repeat $2: start the nodes and the router, replay, collect.
 run() {
@@ -72,7 +77,7 @@ run() {
     ctrl_flags=(--ctrl "$(wait_url "$tmp/ctrl.log")")
   fi
   for i in $(seq "$NODES"); do
-    local flags=(--model "$model" --threads "$THREADS" --kv-memory "$KV_MIB" --max-model-len "$((SYSTEM + TURNS * (USER + OUTLEN) + 16))" --port 0)
+    local flags=(--model "$model" --threads "$THREADS" --kv-memory "$KV_MIB" --max-model-len "$((SYSTEM + TURNS * (USER + OUTLEN) + 16))" --port 0 "${serve_args[@]}")
     case $cfg in
       ref) flags+=(--no-prefix-cache) ;;
       a) ;;
@@ -145,10 +150,10 @@ for rep in $(seq "$REPEATS"); do
   done
 done
 
-python3 - "$OUT" "$NODES" "$KV_MIB" "$HOST_MIB" "$DISK_MIB" "$POOL_MIB" "$TENANTS" "$USERS" "$TURNS" "$SYSTEM" "$USER" "$OUTLEN" "$THINK" <<'PY'
+python3 - "$OUT" "$NODES" "$KV_MIB" "$HOST_MIB" "$DISK_MIB" "$POOL_MIB" "$TENANTS" "$USERS" "$TURNS" "$SYSTEM" "$USER" "$OUTLEN" "$THINK" "$SHAPE ${SYNTH_ARGS:-}" "${SERVE_ARGS:-}" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
-nodes, kv, host, disk, pool, tenants, users, turns, system, user, outlen, think = sys.argv[2:14]
+nodes, kv, host, disk, pool, tenants, users, turns, system, user, outlen, think, shape, serve_args = sys.argv[2:16]
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
 ref = next(r for r in runs if r["config"] == "ref")
 names = {"a": "a: device cache, router history", "b": "b: + host/disk tiers", "c": "c: + cluster pool",
@@ -161,8 +166,8 @@ def med(rs, k): return statistics.median(x[k] for x in rs)
 def spread(rs, k): return f"{min(x[k] for x in rs):.1f}-{max(x[k] for x in rs):.1f}"
 base = med(groups["a"], "ttft_p50_ms") if "a" in groups else None
 lines = [f"Multi-turn replay: {tenants} tenants x {users} users x {turns} turns, system prompt {system} tokens, user "
-         f"messages {user}, replies {outlen}, think {think} s; {nodes} nodes (stories15M shape, Q8_0, cpu, 1 thread "
-         f"each), --kv-memory {kv} MiB per node, host tier {host} MiB, disk {disk} MiB, pool {pool} MiB. Medians of "
+         f"messages {user}, replies {outlen}, think {think} s; {nodes} nodes ({shape.strip()} shape, Q8_0, cpu, 1 thread "
+         f"each{', ' + serve_args if serve_args else ''}), --kv-memory {kv} MiB per node, host tier {host} MiB, disk {disk} MiB, pool {pool} MiB. Medians of "
          f"{max(len(g) for g in groups.values())} alternating repeats, min-max in brackets.", "",
          "| configuration | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | req/s | goodput req/s | hit rate | oracle | "
          "hit rate by tier | TTFT p50 vs a | replies = no-cache run |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
