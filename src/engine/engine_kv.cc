@@ -73,6 +73,17 @@ Status Engine::add_connector_now(std::shared_ptr<KvConnector> connector) {
   runner_.kv_cache().set_eviction_handler([this](std::span<const EvictedBlock> blocks) {
     for (const auto& c : connectors_) c->evicted(blocks);
   });
+  // Hybrid models: the state checkpoints the device gives back go to the connectors, which may offer them again.
+  runner_.kv_cache().set_checkpoint_spill(
+      [this](BlockHash hash, std::span<const uint8_t> state) {
+        for (const auto& c : connectors_) c->checkpoint_evicted(hash, std::as_bytes(state));
+      },
+      [this](BlockHash hash) -> std::shared_ptr<const uint8_t> {
+        for (const auto& c : connectors_) {
+          if (std::shared_ptr<const uint8_t> s = c->checkpoint(hash); s != nullptr) return s;
+        }
+        return nullptr;
+      });
   return ok_status();
 }
 

@@ -87,7 +87,7 @@ ops::Tensor KvCache::recurrent_state(int layer, int slot) const {
 
 Status KvCache::reserve(SequenceKv& seq, int32_t new_length, int32_t window_length, int32_t window_from) {
   if (has_state() && seq.state_slot < 0) {
-    if (seq.length > 0 && seq.restore_checkpoint < 0)
+    if (seq.length > 0 && seq.restore_checkpoint < 0 && seq.restore_state == nullptr)
       return failed_precondition(
           "this hybrid model's sequence has cached positions but no recurrent state (forked or imported KV carries "
           "no linear-attention state in this version)");
@@ -193,8 +193,13 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
   size_t n = 0;
   while (n < hashes.size() && blocks_.holds(hashes[n])) n++;
   const size_t cached = n;
+  std::shared_ptr<const uint8_t> spilled;  // usable(end)'s state from the second level, when the cache keeps none
   auto usable = [&](size_t end) {
-    if (has_state() && find_checkpoint(hashes[end - 1]) < 0) return false;
+    spilled.reset();
+    if (has_state() && find_checkpoint(hashes[end - 1]) < 0) {
+      if (checkpoint_lookup_) spilled = checkpoint_lookup_(hashes[end - 1]);
+      if (spilled == nullptr) return false;
+    }
     for (size_t i = first_window_block(static_cast<int32_t>(end) * bt); windowed() && i < end; ++i) {
       if (!window_pool_.holds(hashes[i])) return false;
     }
@@ -213,6 +218,10 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
     *branch_at = static_cast<int>(cached) * bt;
   if (has_state() && !hit.empty()) {
     const int c = find_checkpoint(hashes[hit.size() - 1]);
+    if (c < 0 && spilled != nullptr && hit.size() == n) {  // the second level keeps the state there
+      seq.restore_state = std::move(spilled);
+      return seq.length;
+    }
     if (c < 0) {  // the pool found fewer blocks than it said it held: no state to go on from
       release(seq);
       return 0;
@@ -242,7 +251,10 @@ uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
       pick = &c;
   }
   if (pick == nullptr) return nullptr;
-  if (pick->written) written_.erase(pick->hash);
+  if (pick->written) {
+    if (checkpoint_dropped_) checkpoint_dropped_(pick->hash, pick->bytes);
+    written_.erase(pick->hash);
+  }
   pick->hash = hash;
   pick->written = false;
   pick->filling = true;
@@ -262,8 +274,13 @@ void KvCache::checkpoint_written(BlockHash hash, bool whole) {
 }
 
 const uint8_t* KvCache::pending_restore(const SequenceKv& seq) const {
-  if (seq.restore_checkpoint < 0) return nullptr;
+  if (seq.restore_checkpoint < 0) return seq.restore_state.get();
   return checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].bytes.data();
+}
+
+void KvCache::set_checkpoint_spill(CheckpointDropped dropped, CheckpointLookup lookup) {
+  checkpoint_dropped_ = std::move(dropped);
+  checkpoint_lookup_ = std::move(lookup);
 }
 
 const uint8_t* KvCache::checkpoint(BlockHash hash) const {
@@ -272,6 +289,7 @@ const uint8_t* KvCache::checkpoint(BlockHash hash) const {
 }
 
 void KvCache::restored(SequenceKv& seq) {
+  seq.restore_state.reset();
   if (seq.restore_checkpoint < 0) return;
   checkpoints_[static_cast<size_t>(seq.restore_checkpoint)].holders--;
   seq.restore_checkpoint = -1;

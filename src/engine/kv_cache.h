@@ -16,7 +16,8 @@
 // (ModelRunner), under the chain hash of the block that ends there. A later prompt starting with those blocks takes
 // their K and V from the prefix cache and the state from the checkpoint (SGLang's and vLLM's hybrid prefix caches keep
 // states at chosen boundaries too; llama.cpp's server keeps context checkpoints near a prompt's end). A fixed number of
-// them, least recently used given back first.
+// them, least recently used given back first; with a second level (set_checkpoint_spill: the host KV tier) the ones
+// given back go there, and a prefix may end at a block whose state only that level keeps.
 //
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
@@ -50,6 +51,9 @@ struct SequenceKv {
   // A prefix hit of a hybrid model: the state checkpoint (KvCache) its slot takes before its next step, held for it
   // until then (-1: none).
   int32_t restore_checkpoint = -1;
+  // ... or the state a second level keeps for it (KvCache::set_checkpoint_spill: a KV connector's host memory), held
+  // here until then (null: none).
+  std::shared_ptr<const uint8_t> restore_state;
 };
 
 inline constexpr BlockId kNoBlock{-1};
@@ -128,13 +132,21 @@ class KvCache {
   // to its end (else it is given back empty).
   uint8_t* checkpoint_buffer(BlockHash hash);
   void checkpoint_written(BlockHash hash, bool whole);
-  // The state seq's slot must take before its next step (its restore_checkpoint), null when none; restored() lets
-  // the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a KV connector).
+  // The state seq's slot must take before its next step (its restore_checkpoint or restore_state), null when none;
+  // restored() lets the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a
+  // KV connector).
   const uint8_t* pending_restore(const SequenceKv& seq) const;
+  void restored(SequenceKv& seq);
   // The written checkpoint after the block whose chain hash is `hash` (state_bytes_per_slot() bytes), or null. For a
   // KV connector that keeps it beside that block once the block leaves the device (KvBlockIo::read_checkpoint).
   const uint8_t* checkpoint(BlockHash hash) const;
-  void restored(SequenceKv& seq);
+  // A second level for state checkpoints (a KV connector's host memory): `dropped` gets each written checkpoint the
+  // cache gives back, before its buffer is reused; `lookup` is asked for the state after a cached block the cache
+  // keeps no checkpoint for (null: none there), and a prefix may end at such a block (its sequence holds that state,
+  // SequenceKv::restore_state, until it is restored).
+  using CheckpointDropped = std::function<void(BlockHash, std::span<const uint8_t>)>;
+  using CheckpointLookup = std::function<std::shared_ptr<const uint8_t>(BlockHash)>;
+  void set_checkpoint_spill(CheckpointDropped dropped, CheckpointLookup lookup);
 
   // Grows seq's block table to hold `new_length` positions and, for a hybrid model, gives a sequence that starts
   // (length 0) a state slot. ResourceExhausted (and no change) when the pool or the slots run dry;
@@ -218,6 +230,8 @@ class KvCache {
   // child evicted since leaves its parent here; emptied when it outgrows the blocks).
   std::unordered_set<BlockHash> continued_;
   uint64_t checkpoint_clock_ = 0;
+  CheckpointDropped checkpoint_dropped_;
+  CheckpointLookup checkpoint_lookup_;
 };
 
 }  // namespace tessera::engine

@@ -22,6 +22,11 @@
 //                              returning true keeps its blocks until poll() names it in `released` (a transfer
 //                              still reading or writing them); on preemption the blocks go at once.
 //   evicted(blocks)            Cached device blocks about to be overwritten; their contents are still intact.
+//   checkpoint_evicted(hash, state), checkpoint(hash)
+//                              Hybrid models: a state checkpoint the device prefix cache gives back (its buffer goes to
+//                              a newer one), which a connector may keep in memory, and the state after a block that a
+//                              connector keeps so (a device prefix hit may end at a block it still holds whose
+//                              checkpoint only a connector keeps: KvCache::set_checkpoint_spill).
 // Worker side (engine thread, around each model step; the step runs eagerly while any of this has work):
 //   start_load(ids)            The requests of this step whose positions this connector fills now.
 //   wait_layer_load(layer)     Before the layer runs: that layer's KV of those requests is in the cache on return.
@@ -241,6 +246,9 @@ class KvConnector {
   virtual KvPoll poll() { return {}; }
   virtual bool finished(RequestId id, KvEnd end) { return false; }
   virtual void evicted(std::span<const EvictedBlock> blocks) {}
+  // Hybrid models (see above): the state after the block whose chain hash is `hash`, geometry().state_bytes bytes.
+  virtual void checkpoint_evicted(BlockHash hash, std::span<const std::byte> state) {}
+  virtual std::shared_ptr<const uint8_t> checkpoint(BlockHash hash) { return nullptr; }
 
   // Worker side.
   virtual Status start_load(std::span<const RequestId> ids) { return ok_status(); }

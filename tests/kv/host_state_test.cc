@@ -65,15 +65,16 @@ class HostState : public ::testing::Test {
       if (engine) engine->stop();
     }
   };
-  // A cache of 24 blocks of 4 positions (a prompt of 41 and its 12 tokens take 14), 8 state checkpoints, and the
-  // host connector when `o` names a tier. checkpoints 0 and no tier: the reference (no prefix reuse).
-  std::unique_ptr<Node> make(int checkpoints, std::optional<HostOptions> o) {
+  // A cache of `blocks` blocks of 4 positions (a prompt of 41 and its 12 tokens take 14), `checkpoints` state
+  // checkpoints, and the host connector when `o` names a tier. checkpoints 0 and no tier: the reference (no prefix
+  // reuse).
+  std::unique_ptr<Node> make(int checkpoints, std::optional<HostOptions> o, int blocks = 24) {
     auto n = std::make_unique<Node>();
     engine::RunnerOptions ro;
     ro.max_batch_tokens = 16;
     ro.max_sequences = 2;
     ro.kv.block_tokens = 4;
-    ro.kv.num_blocks = 24;
+    ro.kv.num_blocks = blocks;
     ro.kv.state_checkpoints = checkpoints;
     n->runner = std::move(engine::ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
     engine::EngineOptions eo;
@@ -190,6 +191,50 @@ TEST_F(HostState, HostBlocksGoOnFromADevicePrefixHitWithTheirOwnState) {
   expect_same(got, want[0], "20 from the device, 20 from host memory");
   EXPECT_EQ(got.cached, 40);
   EXPECT_EQ(tier(*n->host, "host").hit_tokens, 40u) << "20 for each";
+}
+
+// One checkpoint on the device: the next prompt's takes its buffer, and the one given back goes to host memory,
+// alone while the device still holds its blocks. Asked again, the prompt's device hit ends at that state (40 cached,
+// none of them from the host tier's blocks); without the tier the device had no state left there and computed it all.
+TEST_F(HostState, ACheckpointTheDeviceGivesBackIsKeptInHostMemory) {
+  const std::vector<TokenId> b = tokens(41, 10);
+  const std::vector<Out> want = reference({a_, b});
+  {
+    auto n = make(1, std::nullopt, 64);
+    ASSERT_TRUE(ask(*n->engine, a_).ok);
+    ASSERT_TRUE(ask(*n->engine, b).ok);
+    EXPECT_EQ(ask(*n->engine, a_).cached, 0) << "without the tier its state is gone";
+  }
+  auto n = make(1, HostOptions{.host_bytes = 64u << 20}, 64);
+  expect_same(ask(*n->engine, a_), want[0], "a");
+  expect_same(ask(*n->engine, b), want[1], "b, which takes a's checkpoint");
+  EXPECT_EQ(n->engine->stats().prefix.evictions, 0u) << "a's blocks are all still on the device";
+  EXPECT_EQ(tier(*n->host, "host").blocks, 1u) << "a's state, kept alone";
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want[0], "a again, from its state in host memory");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(tier(*n->host, "host").hit_tokens, 0u) << "its positions came from the device";
+}
+
+// ... and when its blocks leave the device later, the block that ends at the state takes it along in its record,
+// and the prompt comes back from host memory with it.
+TEST_F(HostState, AGivenBackCheckpointLeavesWithItsBlock) {
+  const std::vector<TokenId> b = tokens(41, 10);
+  const Out want = reference({a_})[0];
+  auto n = make(1, HostOptions{.host_bytes = 64u << 20});
+  expect_same(ask(*n->engine, a_), want, "a");
+  ASSERT_TRUE(ask(*n->engine, b).ok);  // takes a's checkpoint
+  for (int i = 1; i < 4; ++i) ASSERT_TRUE(ask(*n->engine, tokens(41, 10 + 50 * i)).ok);
+  const std::vector<engine::BlockHash> h = engine::BlockManager::chain_hashes(a_, 4);
+  BlockFormat f;
+  f.geometry = n->engine->kv_geometry();
+  HostPool& pool = const_cast<HostPool&>(n->host->pool());
+  ASSERT_NE(pool.find(h[9]), nullptr);
+  EXPECT_TRUE(f.holds_state(*pool.find(h[9]))) << "the block ending at 40 took the state along";
+  const Out got = ask(*n->engine, a_);
+  expect_same(got, want, "a again, from host memory");
+  EXPECT_EQ(got.cached, 40);
+  EXPECT_EQ(tier(*n->host, "host").hit_tokens, 40u);
 }
 
 // Evicted to disk: the state goes with its block's file, survives a restart (the engine's own checkpoints do not),

@@ -33,6 +33,9 @@ struct HostBlock {
   engine::BlockHash hash = 0;
   std::vector<uint8_t> payload;  // [layer][k|v][position][kv_dim] in the cache's type, then the state section
   uint64_t checksum = 0;         // XXH3-64 of payload
+  // Host memory only (the host connector): no block, the payload is a hybrid model's state after block `hash` that
+  // the device prefix cache gave back while it still held the block (kept under kv::state_key(hash)).
+  bool state_only = false;
 };
 
 // What a record must match to be used: the store it belongs to and the cache's shape.

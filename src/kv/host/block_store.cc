@@ -35,4 +35,13 @@ std::vector<std::shared_ptr<const HostBlock>> HostPool::insert(std::shared_ptr<c
   return evicted;
 }
 
+void HostPool::erase(engine::BlockHash hash) {
+  auto it = map_.find(hash);
+  if (it == map_.end()) return;
+  bytes_ -= it->second.block->payload.size();
+  blocks_--;
+  lru_.erase(it->second.lru);
+  map_.erase(it);
+}
+
 }  // namespace tessera::kv

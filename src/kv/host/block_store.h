@@ -25,6 +25,7 @@ class HostPool {
   // without), then evicts the least recently used entries while the
   // pool holds more than its capacity (a block larger than the capacity is evicted at once). Returns the evicted.
   std::vector<std::shared_ptr<const HostBlock>> insert(std::shared_ptr<const HostBlock> block);
+  void erase(engine::BlockHash hash);
 
   size_t capacity() const { return capacity_; }
   size_t bytes() const { return bytes_.load(); }

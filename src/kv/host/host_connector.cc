@@ -15,6 +15,9 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Where a state kept alone (HostBlock::state_only) sits in the host pool: beside its block's key, never equal to it.
+engine::BlockHash state_key(engine::BlockHash hash) { return hash ^ 0x5354415445ull; }  // "STATE"
+
 }  // namespace
 
 Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options, std::string model_identity) {
@@ -30,9 +33,55 @@ Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options
 
 HostConnector::~HostConnector() { disk_.reset(); }
 
-void HostConnector::settle(Load& load) const {
+std::shared_ptr<const HostBlock> HostConnector::find_block(engine::BlockHash hash, bool touch) {
+  std::shared_ptr<const HostBlock> b = pool_.find(hash, touch);
+  return b != nullptr && !b->state_only ? b : nullptr;
+}
+
+std::shared_ptr<const uint8_t> HostConnector::spilled_state(engine::BlockHash hash) {
+  std::shared_ptr<const HostBlock> s = pool_.find(state_key(hash), /*touch=*/true);
+  if (s == nullptr || !s->state_only || s->payload.size() != format_.geometry.state_bytes) return nullptr;
+  return {s, s->payload.data()};
+}
+
+std::shared_ptr<const uint8_t> HostConnector::checkpoint(engine::BlockHash hash) {
+  if (format_.geometry.state_bytes == 0) return nullptr;
+  if (std::shared_ptr<const HostBlock> b = find_block(hash, /*touch=*/true); b != nullptr && format_.holds_state(*b))
+    return {b, b->payload.data() + format_.state_offset()};
+  return spilled_state(hash);
+}
+
+void HostConnector::checkpoint_evicted(engine::BlockHash hash, std::span<const std::byte> state) {
+  const size_t state_bytes = format_.geometry.state_bytes;
+  if (state_bytes == 0 || state.size() != state_bytes) return;
+  auto rec = std::make_shared<HostBlock>();
+  if (std::shared_ptr<const HostBlock> b = find_block(hash, /*touch=*/false); b != nullptr) {
+    if (format_.holds_state(*b)) return;
+    rec->hash = hash;  // its block is here already: the record with the state replaces it
+    rec->payload.reserve(format_.payload_bytes(true));
+    rec->payload = b->payload;
+  } else {
+    rec->hash = state_key(hash);  // its block is still on the device (or gone): the state alone, until it leaves
+    rec->state_only = true;
+  }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(state.data());
+  rec->payload.insert(rec->payload.end(), bytes, bytes + state_bytes);
+  rec->checksum = payload_checksum(rec->payload);
+  counters_.host_save_bytes += state_bytes;
+  keep(std::move(rec));
+}
+
+void HostConnector::settle(Load& load) {
+  load.state.reset();
   if (format_.geometry.state_bytes == 0) return;
-  while (load.arrived > 0 && !format_.holds_state(*load.blocks[static_cast<size_t>(load.arrived - 1)])) load.arrived--;
+  for (; load.arrived > 0; load.arrived--) {
+    const auto last = static_cast<size_t>(load.arrived - 1);
+    if (format_.holds_state(*load.blocks[last])) {
+      load.state = {load.blocks[last], load.blocks[last]->payload.data() + format_.state_offset()};
+      return;
+    }
+    if ((load.state = spilled_state(load.hashes[last])) != nullptr) return;
+  }
 }
 
 Status HostConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) {
@@ -60,32 +109,45 @@ void HostConnector::set_event_log(engine::KvEventLog* log) {
 
 void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
   engine::KvEventLog* events = events_.load();
-  if (events != nullptr) events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
+  // A state alone is no block: no event, and it is not written to disk (its block takes it along when it leaves).
+  if (events != nullptr && !block->state_only)
+    events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
-    if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
     counters_.host_evicted++;
+    if (out->state_only) continue;
+    if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
     if (disk_) disk_->write(std::move(out));
   }
 }
 
 void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
-  // A hybrid model's block is of use only up to a block with the state after it: the device's checkpoint there, if
-  // it keeps one, goes along in the record (a record without it is replaced by one with it).
+  // A hybrid model's block is of use only up to a block with the state after it: the device's checkpoint there, or
+  // the one it gave back here earlier, goes along in the record (a record without it is replaced by one with it).
   const size_t state_bytes = format_.geometry.state_bytes;
   std::vector<engine::BlockId> ids;
   std::vector<std::shared_ptr<HostBlock>> out;
   std::vector<std::byte> state(state_bytes);
   for (const engine::EvictedBlock& b : blocks) {
-    const std::shared_ptr<const HostBlock> here = pool_.find(b.hash, /*touch=*/true);
+    const std::shared_ptr<const HostBlock> here = find_block(b.hash, /*touch=*/true);
     bool disk_state = false;
     const bool below = here != nullptr || (disk_ && disk_->contains(b.hash, &disk_state));
     if (below && (state_bytes == 0 || (here ? format_.holds_state(*here) : disk_state))) continue;  // nothing to add
-    const bool with_state = state_bytes > 0 && io_->read_checkpoint(b.hash, state);
+    bool with_state = false;
+    if (state_bytes > 0) {
+      with_state = io_->read_checkpoint(b.hash, state);
+      if (!with_state) {
+        if (std::shared_ptr<const uint8_t> kept = spilled_state(b.hash); kept != nullptr) {
+          std::memcpy(state.data(), kept.get(), state_bytes);
+          with_state = true;
+        }
+      }
+    }
     if (below && !with_state) continue;
     auto rec = std::make_shared<HostBlock>();
     rec->hash = b.hash;
     rec->payload.resize(format_.payload_bytes(with_state));
     if (with_state) std::memcpy(rec->payload.data() + format_.state_offset(), state.data(), state_bytes);
+    if (with_state) pool_.erase(state_key(b.hash));  // the record holds it now
     ids.push_back(b.id);
     out.push_back(std::move(rec));
   }
@@ -118,7 +180,7 @@ engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int s
   for (size_t i = static_cast<size_t>(supplied / bt); i < limit; ++i) {
     const engine::BlockHash h = request.block_hashes[i];
     bool state = false;
-    if (const std::shared_ptr<const HostBlock> b = pool_.find(h); b != nullptr) {
+    if (const std::shared_ptr<const HostBlock> b = find_block(h, /*touch=*/false); b != nullptr) {
       state = format_.holds_state(*b);
     } else if (disk_ && disk_->contains(h, &state)) {
       async = true;
@@ -126,6 +188,7 @@ engine::KvMatch HostConnector::match(const engine::KvRequestView& request, int s
       break;
     }
     ++count;
+    if (hybrid && !state) state = pool_.contains(state_key(h));  // a state the device gave back, kept alone
     if (!hybrid || state) {
       usable = count;
       usable_async = async;
@@ -151,7 +214,7 @@ void HostConnector::allocated(const engine::KvRequestView& request, std::span<co
   std::vector<engine::BlockHash> reads;
   for (size_t j = 0; j < nb; ++j) {
     // Held by the load from now on: the pool may evict the entry meanwhile, the bytes stay.
-    load->blocks[j] = pool_.find(load->hashes[j], /*touch=*/true);
+    load->blocks[j] = find_block(load->hashes[j], /*touch=*/true);
     if (load->blocks[j] == nullptr) {
       load->from_disk[j] = true;
       reads.push_back(load->hashes[j]);
@@ -161,6 +224,7 @@ void HostConnector::allocated(const engine::KvRequestView& request, std::span<co
   if (reads.empty()) {
     load->ready = true;
     load->arrived = static_cast<int>(nb);
+    settle(*load);  // as match() found it: nothing changed the pool since
     return;
   }
   if (!disk_) {  // cannot happen: match() found them in memory and nothing changed the pool since
@@ -228,11 +292,10 @@ Status HostConnector::start_load(std::span<const engine::RequestId> ids) {
   const size_t state_bytes = format_.geometry.state_bytes;
   for (const auto& load : loading_now_) {
     if (state_bytes == 0 || load->arrived == 0) continue;
-    const HostBlock& last = *load->blocks[static_cast<size_t>(load->arrived - 1)];
-    if (!format_.holds_state(last))
-      return internal_error(fmt::format("host KV connector: request {}'s last block carries no state", load->id));
-    TS_RETURN_IF_ERROR(io_->write_state(
-        load->id, {reinterpret_cast<const std::byte*>(last.payload.data()) + format_.state_offset(), state_bytes}));
+    if (load->state == nullptr)
+      return internal_error(fmt::format("host KV connector: request {}'s last block has no state", load->id));
+    TS_RETURN_IF_ERROR(
+        io_->write_state(load->id, {reinterpret_cast<const std::byte*>(load->state.get()), state_bytes}));
   }
   return ok_status();
 }

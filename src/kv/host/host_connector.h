@@ -17,7 +17,10 @@
 //                     checkpoint (KvBlockIo::read_checkpoint) takes that state along in its record; match supplies
 //                     the run up to its last block with a state (KvMatch::state), start_load writes that state into
 //                     the request's slot, and a disk read that ends early reports the run up to its last block with
-//                     a state. A checkpoint the device gave back before its block left keeps nothing here.
+//                     a state. A checkpoint the device gives back (its buffer goes to a newer one) is kept here
+//                     (checkpoint_evicted): in its block's record when that is here, else alone (host memory only,
+//                     under state_key(hash), until its block leaves the device and takes it along); checkpoint(hash)
+//                     offers either to the device prefix cache, whose hit may then end at a block it holds.
 //   disk tier         kv/host/disk_tier.h: one checksummed file per block, under a directory keyed by the model's
 //                     identity, block size and KV type; it survives restarts.
 //
@@ -68,6 +71,8 @@ class HostConnector final : public engine::KvConnector {
   engine::KvPoll poll() override;
   bool finished(engine::RequestId id, engine::KvEnd end) override;
   void evicted(std::span<const engine::EvictedBlock> blocks) override;
+  void checkpoint_evicted(engine::BlockHash hash, std::span<const std::byte> state) override;
+  std::shared_ptr<const uint8_t> checkpoint(engine::BlockHash hash) override;
   Status start_load(std::span<const engine::RequestId> ids) override;
   Status wait_layer_load(int layer) override;
   engine::KvConnectorStats stats() const override;
@@ -81,12 +86,18 @@ class HostConnector final : public engine::KvConnector {
     std::vector<engine::BlockHash> hashes;                 // their chain hashes
     std::vector<std::shared_ptr<const HostBlock>> blocks;  // their records (null: not here yet)
     std::vector<bool> from_disk;
-    bool ready = false;  // every record is here (or the disk read ended)
-    int arrived = 0;     // leading blocks whose records are here
+    bool ready = false;                    // every record is here (or the disk read ended)
+    int arrived = 0;                       // leading blocks whose records are here
+    std::shared_ptr<const uint8_t> state;  // a hybrid model's: the state after the last of them (settle())
     std::shared_ptr<std::atomic<bool>> cancelled;
   };
-  // A hybrid model's load ends at its last arrived block with the state after it (the rest is computed).
-  void settle(Load& load) const;
+  // A hybrid model's load ends at its last arrived block with the state after it, in its record or kept alone (the
+  // rest is computed); `state` points at it.
+  void settle(Load& load);
+  // A block's record in host memory (never a state kept alone), or null.
+  std::shared_ptr<const HostBlock> find_block(engine::BlockHash hash, bool touch);
+  // The state after block `hash` that the device gave back while it still held the block, kept alone, or null.
+  std::shared_ptr<const uint8_t> spilled_state(engine::BlockHash hash);
   // Keeps `block` in host memory; what that pushes out goes to the disk tier (or is dropped).
   void keep(std::shared_ptr<const HostBlock> block);
 
