@@ -109,8 +109,9 @@ void HostConnector::set_event_log(engine::KvEventLog* log) {
 
 void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
   engine::KvEventLog* events = events_.load();
-  // A state alone is no block: no event, and it is not written to disk (its block takes it along when it leaves).
-  if (events != nullptr && !block->state_only)
+  // A state alone is no block: no event, and it is not written to disk (its block takes it along when it leaves). A
+  // record replacing one of the same block (now with the state) was announced already.
+  if (events != nullptr && !block->state_only && !pool_.contains(block->hash))
     events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
     counters_.host_evicted++;
@@ -147,7 +148,6 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
     rec->hash = b.hash;
     rec->payload.resize(format_.payload_bytes(with_state));
     if (with_state) std::memcpy(rec->payload.data() + format_.state_offset(), state.data(), state_bytes);
-    if (with_state) pool_.erase(state_key(b.hash));  // the record holds it now
     ids.push_back(b.id);
     out.push_back(std::move(rec));
   }
@@ -163,6 +163,7 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
   for (auto& b : out) {
     b->checksum = payload_checksum(b->payload);
     counters_.host_save_bytes += b->payload.size();
+    if (format_.holds_state(*b)) pool_.erase(state_key(b->hash));  // the record holds it now
     keep(std::move(b));
   }
   counters_.host_save_seconds += since(t0);
