@@ -50,8 +50,7 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
     const double each_mib = static_cast<double>(model.recurrent_state_bytes()) / kMiB;
     std::string reuse;
     if (!f.prefix_reuse) {
-      reuse =
-          "prefix reuse is off (--no-prefix-cache or --role-switchable)";
+      reuse = "prefix reuse is off (--no-prefix-cache or --role-switchable)";
     } else if (f.state_checkpoints > 0) {
       b.checkpoint_mib = each_mib * f.state_checkpoints;
       if (b.checkpoint_mib >= kv_mib)
