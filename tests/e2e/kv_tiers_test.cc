@@ -83,6 +83,36 @@ class KvTiers : public ::testing::Test {
        " The cat wanted to be friends with the bird. It walked slowly to the window.",
        " So the cat said hello. The bird was surprised, but then it said hello too."}};
   static constexpr int kAnswerTokens = 24;
+  // A family's shape at test size, `layers` layers 256 wide, as an f32 GGUF beside the test's directory (empty: it
+  // failed, and the test has said why).
+  std::string synth_small(const std::string& shape, int layers, const std::string& tag) const {
+    const std::string model =
+        (dir_.parent_path() / ("tessera-kv-e2e-" + tag + "-" + std::to_string(getpid()) + ".gguf")).string();
+    auto synth = testing::run_process({tessera_bin(),
+                                       "synth",
+                                       "--shape",
+                                       shape,
+                                       "--small",
+                                       "--dim",
+                                       "256",
+                                       "--hidden-dim",
+                                       "512",
+                                       "--layers",
+                                       std::to_string(layers),
+                                       "--rare-byte-tokens",
+                                       "--decisive",
+                                       "--format",
+                                       "gguf",
+                                       "--dtype",
+                                       "f32",
+                                       "--seed",
+                                       "7",
+                                       "--out",
+                                       model},
+                                      300.0);
+    EXPECT_EQ(synth.exit_code, 0) << synth.err;
+    return synth.exit_code == 0 ? model : "";
+  }
   fs::path dir_;
 };
 
@@ -152,14 +182,8 @@ TEST_F(KvTiers, AConversationOutgrowingDeviceMemoryIsServedFromHostAndDiskWithTh
 // are narrower than its full layers', and every tier holds them padded to the widest (engine/internal/kv_parts.h).
 // Evicted to host memory and disk and read back, they give the greedy text of a node without any cache.
 TEST_F(KvTiers, Gemma4sUnlikeLayerWidthsGoThroughTheTiersUnchanged) {
-  const std::string model = (dir_.parent_path() / ("tessera-kv-e2e-g4-" + std::to_string(getpid()) + ".gguf")).string();
-  auto synth =
-      testing::run_process({tessera_bin(), "synth",        "--shape", "gemma4-e2b", "--small", "--dim",
-                            "256",         "--hidden-dim", "512",     "--layers",   "10",      "--rare-byte-tokens",
-                            "--decisive",  "--format",     "gguf",    "--dtype",    "f32",     "--seed",
-                            "7",           "--out",        model},
-                           300.0);
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string model = synth_small("gemma4-e2b", 10, "g4");
+  ASSERT_FALSE(model.empty());
   const std::string name = "stories260K";  // served under this name: the conversation helper asks for it
   Node plain = start_node({"--no-prefix-cache", "--served-model-name", name}, model, "512");
   const std::vector<std::string> want = converse(plain.url);
@@ -183,15 +207,8 @@ TEST_F(KvTiers, Gemma4sUnlikeLayerWidthsGoThroughTheTiersUnchanged) {
 // goes on from it; every answer is the greedy text of a node without any cache, and a restarted node finds the state
 // on disk.
 TEST_F(KvTiers, AHybridModelsStateGoesThroughTheTiersWithItsBlocks) {
-  const std::string model =
-      (dir_.parent_path() / ("tessera-kv-e2e-q35-" + std::to_string(getpid()) + ".gguf")).string();
-  auto synth =
-      testing::run_process({tessera_bin(), "synth",        "--shape", "qwen3.5-0.8b", "--small", "--dim",
-                            "256",         "--hidden-dim", "512",     "--layers",     "4",       "--rare-byte-tokens",
-                            "--decisive",  "--format",     "gguf",    "--dtype",      "f32",     "--seed",
-                            "7",           "--out",        model},
-                           300.0);
-  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string model = synth_small("qwen3.5-0.8b", 4, "q35");
+  ASSERT_FALSE(model.empty());
   const std::string name = "stories260K";  // served under this name: the conversation helper asks for it
   Node plain = start_node({"--no-prefix-cache", "--served-model-name", name}, model, "512");
   const std::vector<std::string> want = converse(plain.url);

@@ -1,9 +1,12 @@
-// What the KV connector tests share: a greedy request through an engine (its text and cached tokens), and the
-// reference text of the same prompt computed by a fresh runner with no cache and no connector.
+// What the KV connector tests share: a greedy request through an engine (its text and cached tokens), the
+// reference text of the same prompt computed by a fresh runner with no cache and no connector, and a temporary
+// directory.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
@@ -13,6 +16,20 @@
 #include "model/loader.h"
 
 namespace tessera::kv {
+
+// A directory of its own under the system's temporary directory, removed with everything in it at the end.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("tessera-kv-test-" + std::to_string(getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this)));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 struct Answer {
   std::string text;

@@ -27,19 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using engine::Engine;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("tessera-kv-test-" + std::to_string(getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 class HostConnectorTest : public ::testing::Test {
  protected:
   void SetUp() override {

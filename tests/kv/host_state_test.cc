@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "greedy.h"
 #include "kv/host/block_file.h"
 #include "kv/host/block_store.h"
 #include "kv/host/disk_tier.h"
@@ -33,19 +34,6 @@ std::vector<TokenId> tokens(int n, int from) {
   std::iota(t.begin(), t.end(), from);
   return t;
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("tessera-kv-state-test-" + std::to_string(getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 class HostState : public ::testing::Test {
  protected:
