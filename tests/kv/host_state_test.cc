@@ -197,7 +197,8 @@ TEST_F(HostState, ACheckpointTheDeviceGivesBackIsKeptInHostMemory) {
   expect_same(ask(*n->engine, a_), want[0], "a");
   expect_same(ask(*n->engine, b), want[1], "b, which takes a's checkpoint");
   EXPECT_EQ(n->engine->stats().prefix.evictions, 0u) << "a's blocks are all still on the device";
-  EXPECT_EQ(tier(*n->host, "host").blocks, 1u) << "a's state, kept alone";
+  EXPECT_EQ(tier(*n->host, "host").blocks, 0u) << "no block left the device";
+  EXPECT_GT(tier(*n->host, "host").bytes, 0u) << "a's state, kept alone";
   const Out got = ask(*n->engine, a_);
   expect_same(got, want[0], "a again, from its state in host memory");
   EXPECT_EQ(got.cached, 40);

@@ -63,6 +63,7 @@ void HostConnector::checkpoint_evicted(engine::BlockHash hash, std::span<const s
   } else {
     rec->hash = state_key(hash);  // its block is still on the device (or gone): the state alone, until it leaves
     rec->state_only = true;
+    if (!pool_.contains(rec->hash)) counters_.states_alone++;
   }
   const auto* bytes = reinterpret_cast<const uint8_t*>(state.data());
   rec->payload.insert(rec->payload.end(), bytes, bytes + state_bytes);
@@ -114,8 +115,11 @@ void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
   if (events != nullptr && !block->state_only && !pool_.contains(block->hash))
     events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
+    if (out->state_only) {
+      counters_.states_alone--;
+      continue;
+    }
     counters_.host_evicted++;
-    if (out->state_only) continue;
     if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
     if (disk_) disk_->write(std::move(out));
   }
@@ -163,7 +167,10 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
   for (auto& b : out) {
     b->checksum = payload_checksum(b->payload);
     counters_.host_save_bytes += b->payload.size();
-    if (format_.holds_state(*b)) pool_.erase(state_key(b->hash));  // the record holds it now
+    if (format_.holds_state(*b) && pool_.contains(state_key(b->hash))) {  // the record holds it now
+      pool_.erase(state_key(b->hash));
+      counters_.states_alone--;
+    }
     keep(std::move(b));
   }
   counters_.host_save_seconds += since(t0);
@@ -337,7 +344,7 @@ engine::KvConnectorStats HostConnector::stats() const {
   h.save_bytes = counters_.host_save_bytes;
   h.load_seconds = counters_.host_load_seconds;
   h.save_seconds = counters_.host_save_seconds;
-  h.blocks = pool_.blocks();
+  h.blocks = pool_.blocks() - counters_.states_alone;  // records of blocks; `bytes` counts the states kept alone too
   h.bytes = pool_.bytes();
   h.capacity_bytes = pool_.capacity();
   h.evicted_blocks = counters_.host_evicted;

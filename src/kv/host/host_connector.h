@@ -118,6 +118,7 @@ class HostConnector final : public engine::KvConnector {
   struct Counters {
     std::atomic<uint64_t> host_hit_tokens{0}, disk_hit_tokens{0}, host_load_bytes{0}, host_save_bytes{0};
     std::atomic<uint64_t> host_evicted{0};
+    std::atomic<uint64_t> states_alone{0};  // hybrid models: states kept alone in the host pool (HostBlock::state_only)
     std::atomic<double> host_load_seconds{0}, host_save_seconds{0};
   } counters_;
   // Last: destroyed first, while everything its I/O thread's callbacks touch still exists.
