@@ -116,7 +116,8 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
       ->excludes(kv_memory);
   cmd->add_option("--kv-host-memory", a->kv_host_memory_mib,
                   "Host memory in MiB for KV blocks evicted from the device cache, found again by later requests "
-                  "with the same prefix (docs/kv.md); 0: none")
+                  "with the same prefix, and for the hybrid models' state checkpoints the device gives back "
+                  "(docs/kv.md); 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--kv-disk-dir", a->kv_disk_dir,
@@ -163,7 +164,8 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   cmd->add_option("--state-checkpoints", a->state_checkpoints,
                   "Hybrid models (Qwen3.5): recurrent states kept at prompts' last block boundaries and at chat "
                   "system prompts' ends, through which prefix reuse works; taken from --kv-memory (default: as many "
-                  "as a quarter of what the running sequences' state leaves holds; 0: prefix reuse off)")
+                  "as a quarter of what the running sequences' state leaves holds; 0: prefix reuse off); "
+                  "--kv-host-memory keeps more of them")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a->whole_sliding_kv,
                 "vLLM's flag: sliding-window layers keep every position, not only their window (KV tiers and the KV "
