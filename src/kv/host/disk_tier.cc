@@ -202,11 +202,9 @@ void DiskTier::write(std::shared_ptr<const HostBlock> block) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     const bool state = format_.holds_state(*block);
-    if (auto p = pending_.find(block->hash); p != pending_.end() && (!state || format_.holds_state(*p->second))) return;
-    if (auto f = files_.find(block->hash);
-        f != files_.end() && (!state || file_has_state_locked(f->second)) && !pending_.count(block->hash))
-      return;
-    if (auto p = pending_.find(block->hash); p != pending_.end()) {  // a queued record without the state: replaced
+    if (auto p = pending_.find(block->hash); p != pending_.end()) {
+      if (!state || format_.holds_state(*p->second)) return;  // queued already, with all this record has
+      // A queued record without the state: this one replaces it (or, when that one is being written now, follows it).
       bool queued = false;
       for (auto& q : writes_) {
         if (q->hash != block->hash) continue;
@@ -215,10 +213,11 @@ void DiskTier::write(std::shared_ptr<const HostBlock> block) {
       }
       pending_bytes_ += block->payload.size() - p->second->payload.size();
       p->second = block;
-      if (!queued) writes_.push_back(std::move(block));  // the one without it is being written now
+      if (!queued) writes_.push_back(std::move(block));
       cv_.notify_all();
       return;
     }
+    if (auto f = files_.find(block->hash); f != files_.end() && (!state || file_has_state_locked(f->second))) return;
     pending_bytes_ += block->payload.size();
     pending_.emplace(block->hash, block);
     writes_.push_back(std::move(block));

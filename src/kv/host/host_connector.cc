@@ -131,7 +131,8 @@ void HostConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
   const size_t state_bytes = format_.geometry.state_bytes;
   std::vector<engine::BlockId> ids;
   std::vector<std::shared_ptr<HostBlock>> out;
-  std::vector<std::byte> state(state_bytes);
+  std::vector<std::byte>& state = state_scratch_;  // reused: a state is megabytes
+  state.resize(state_bytes);
   for (const engine::EvictedBlock& b : blocks) {
     const std::shared_ptr<const HostBlock> here = find_block(b.hash, /*touch=*/true);
     bool disk_state = false;

@@ -110,7 +110,8 @@ class HostConnector final : public engine::KvConnector {
   std::atomic<engine::KvEventLog*> events_{nullptr};  // the engine's KV event log (set_event_log), or none
   std::unordered_map<engine::RequestId, std::shared_ptr<Load>> loads_;  // engine thread
   std::vector<std::shared_ptr<Load>> loading_now_;
-  LayerRows rows_;  // a layer's rows of the blocks being moved, reused
+  LayerRows rows_;                        // a layer's rows of the blocks being moved, reused
+  std::vector<std::byte> state_scratch_;  // evicted(): a hybrid model's checkpoint read for a leaving block, reused
   std::mutex done_mu_;
   std::vector<std::pair<std::shared_ptr<Load>, std::vector<std::shared_ptr<const HostBlock>>>> done_;  // GUARDED_BY
 
