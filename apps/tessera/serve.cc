@@ -104,8 +104,8 @@ int run_serve(const ServeArgs& a) {
       serve::plan_kv_budget(cfg,
                             {a.kv_memory_mib, a.kv_memory_fraction, a.max_model_len, a.max_num_seqs, a.block_size,
                              *kv_type, window_kv, a.max_batch_tokens, a.state_checkpoints,
-                             // state checkpoints: the host tiers keep them beside their blocks, the pool keeps
-                             // nothing of a hybrid model, a PD role sends or takes the state after the prompt
+                             // state checkpoints: the host tiers keep them beside their blocks, the pool in
+                             // state slots of its own, a PD role sends or takes the state after the prompt
                              !a.no_prefix_cache && !a.role_switchable},
                             device->info().memory_bytes,
                             static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE), weight_bytes);

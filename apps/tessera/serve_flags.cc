@@ -128,7 +128,7 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
   cmd->add_option("--kv-pool-memory", a->kv_pool_memory_mib,
                   "Host memory in MiB this node gives to the cluster KV pool: blocks it evicts are published there "
                   "(link memory, indexed in --ctrl), and prefixes any node of the pool holds are loaded instead of "
-                  "computed (docs/kv.md); 0: none")
+                  "computed (a hybrid model's recurrent states too, in half of it; docs/kv.md); 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue, "Waiting requests before new ones get 429")

@@ -45,34 +45,10 @@ std::vector<std::string> complete(const std::string& url, const std::vector<int>
   return out;
 }
 
-// A family's shape at test size, `layers` layers (Qwen3.5: full attention every other one: linear, full, linear, ...).
+// A family's shape at test size, `layers` layers (testing::synth_small_gguf), in the test's scratch directory.
 std::string synth_model(const std::string& name, int layers, const std::string& shape = "qwen3.5-0.8b",
                         const std::vector<std::string>& extra = {}) {
-  const std::string model = testing::scratch_dir() + "/" + name;
-  std::vector<std::string> argv = {testing::tessera_bin(),
-                                   "synth",
-                                   "--shape",
-                                   shape,
-                                   "--small",
-                                   "--dim",
-                                   "256",
-                                   "--hidden-dim",
-                                   "512",
-                                   "--layers",
-                                   std::to_string(layers),
-                                   "--rare-byte-tokens",
-                                   "--format",
-                                   "gguf",
-                                   "--dtype",
-                                   "f32",
-                                   "--seed",
-                                   "7",
-                                   "--out",
-                                   model};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  auto synth = testing::run_process(argv, 300.0);
-  EXPECT_EQ(synth.exit_code, 0) << synth.err;
-  return synth.exit_code == 0 ? model : "";
+  return testing::synth_small_gguf(testing::scratch_dir() + "/" + name, shape, layers, extra);
 }
 
 struct Node {

@@ -5,6 +5,7 @@
 // only, and its entries vanish with its lease; a corrupted slot is detected by checksum and never used.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -25,10 +26,10 @@ std::string pool_metric(const std::string& family) {
   return family + "{connector=\"pool\",model=\"stories260K\",tier=\"pool\"}";
 }
 
-std::vector<std::string> serve_args(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      "serve",     "--model", testing::stories260k_dir(), "--port", "0", "--backend", "cpu",
-      "--threads", "1",       "--max-model-len",          "256"};
+std::vector<std::string> serve_args(std::vector<std::string> extra,
+                                    const std::string& model = testing::stories260k_dir()) {
+  std::vector<std::string> argv = {"serve", "--model",   model, "--port",          "0",  "--backend",
+                                   "cpu",   "--threads", "1",   "--max-model-len", "256"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -52,11 +53,19 @@ class KvPool : public ::testing::Test {
     ctrl_ = start_tessera({"ctrl", "--port", "0"});
     ASSERT_FALSE(ctrl_.url.empty());
   }
-  // A node of the pool: `device` MiB of device cache, 1 MiB of pool memory, leases of `ttl_ms`.
+  // A node of the pool: `device` MiB of device cache, 1 MiB of pool memory, leases of `ttl_ms`; `model` (served
+  // under stories260K's name, 4 MiB of pool memory) when given.
   TesseraServer pool_node(const std::string& device = "0.2", std::vector<std::string> env = {},
-                          const std::string& ttl_ms = "1000") {
+                          const std::string& ttl_ms = "1000", const std::string& model = "") {
     std::vector<std::string> args =
         serve_args({"--kv-memory", device, "--kv-pool-memory", "1", "--ctrl", ctrl_.url, "--ctrl-ttl-ms", ttl_ms});
+    if (!model.empty()) args = with_model(args, model);
+    if (!model.empty()) {
+      // Room for the hybrid model's running states in the device cache, and for every prompt's blocks and states in
+      // the pool (half of it is state slots).
+      args[std::find(args.begin(), args.end(), "--kv-pool-memory") - args.begin() + 1] = "4";
+      args.insert(args.end(), {"--max-num-seqs", "2"});
+    }
     if (env.empty()) return start_tessera(args);
     // A test fault in the environment: the same command behind env(1).
     env.insert(env.begin(), "/usr/bin/env");
@@ -75,6 +84,12 @@ class KvPool : public ::testing::Test {
     complete_greedy(url, prompt, 8);
     for (const std::string& other : kOthers) complete_greedy(url, other, 8);
     EXPECT_GT(scrape_metric(url, "tessera_prefix_cache_evictions_total{model=\"stories260K\"}"), 0.0);
+  }
+  // `args` serving `model` under stories260K's name (the metrics' label).
+  static std::vector<std::string> with_model(std::vector<std::string> args, const std::string& model) {
+    args[2] = model;
+    args.insert(args.end(), {"--served-model-name", "stories260K"});
+    return args;
   }
   // The keys a store holds under `prefix`.
   size_t ctrl_keys(const std::string& prefix) {
@@ -187,6 +202,35 @@ TEST_F(KvPool, ACorruptedSlotIsDetectedAndRecomputedNeverUsed) {
   EXPECT_GE(scrape_metric(b.url, pool_metric("tessera_kv_tier_failed_blocks_total")), 1.0) << "detected";
   EXPECT_EQ(scrape_metric(b.url, pool_metric("tessera_kv_tier_hit_tokens_total")), 0.0);
   EXPECT_EQ(scrape_metric(b.url, "tessera_kv_load_shortfalls_total{model=\"stories260K\"}"), 1.0);
+  EXPECT_EQ(a.p->stop(SIGTERM), 0);
+  EXPECT_EQ(b.p->stop(SIGTERM), 0);
+  EXPECT_EQ(plain.p->stop(SIGTERM), 0);
+}
+
+// A hybrid model (Qwen3.5's pattern at test size: linear-attention and full-attention layers in turn): A evicts a
+// prompt's blocks with the state checkpoint after its last block boundary; they go into A's block and state slots,
+// and B takes the prefix and that recurrent state over the link, answering the greedy text of a node without any
+// cache.
+TEST_F(KvPool, AHybridModelsPrefixComesFromAnotherNodeWithTheStateAfterIt) {
+  const std::string model =
+      testing::synth_small_gguf(testing::scratch_dir() + "/q35.gguf", "qwen3.5-0.8b", 4, {"--decisive"});
+  ASSERT_FALSE(model.empty());
+  TesseraServer plain = start_tessera(with_model(serve_args({"--no-prefix-cache"}), model));
+  const std::string ask = kPrompt + " Lily saw a cat.";
+  const std::string want = complete_greedy(plain.url, ask, kAnswer);
+  TesseraServer a = pool_node("0.5", {}, "1000", model);
+  TesseraServer b = pool_node("4", {}, "1000", model);
+  serve_and_evict(a.url, kPrompt);
+  EXPECT_GT(wait_metric(a.url, pool_metric("tessera_kv_tier_blocks"), [](double v) { return v > 0; }), 0.0)
+      << "A published what it evicted";
+  EXPECT_GT(wait_metric(b.url, pool_metric("tessera_kv_tier_peer_blocks"), [](double v) { return v > 0; }), 0.0);
+
+  EXPECT_EQ(complete_greedy(b.url, ask, kAnswer), want) << "the greedy text of a node without any cache";
+  const double hits = scrape_metric(b.url, pool_metric("tessera_kv_tier_hit_tokens_total"));
+  EXPECT_GT(hits, 0.0) << "the prefix and its state came from A's pool";
+  EXPECT_EQ(scrape_metric(b.url, pool_metric("tessera_kv_tier_failed_blocks_total")), 0.0);
+  EXPECT_EQ(scrape_metric(b.url, "tessera_kv_load_shortfalls_total{model=\"stories260K\"}"), 0.0);
+  std::printf("qwen3.5 pattern: B took %.0f prompt tokens and their state from the pool\n", hits);
   EXPECT_EQ(a.p->stop(SIGTERM), 0);
   EXPECT_EQ(b.p->stop(SIGTERM), 0);
   EXPECT_EQ(plain.p->stop(SIGTERM), 0);

@@ -83,35 +83,11 @@ class KvTiers : public ::testing::Test {
        " The cat wanted to be friends with the bird. It walked slowly to the window.",
        " So the cat said hello. The bird was surprised, but then it said hello too."}};
   static constexpr int kAnswerTokens = 24;
-  // A family's shape at test size, `layers` layers 256 wide, as an f32 GGUF beside the test's directory (empty: it
-  // failed, and the test has said why).
+  // A family's shape at test size, `layers` layers (testing::synth_small_gguf), beside the test's directory.
   std::string synth_small(const std::string& shape, int layers, const std::string& tag) const {
-    const std::string model =
-        (dir_.parent_path() / ("tessera-kv-e2e-" + tag + "-" + std::to_string(getpid()) + ".gguf")).string();
-    auto synth = testing::run_process({tessera_bin(),
-                                       "synth",
-                                       "--shape",
-                                       shape,
-                                       "--small",
-                                       "--dim",
-                                       "256",
-                                       "--hidden-dim",
-                                       "512",
-                                       "--layers",
-                                       std::to_string(layers),
-                                       "--rare-byte-tokens",
-                                       "--decisive",
-                                       "--format",
-                                       "gguf",
-                                       "--dtype",
-                                       "f32",
-                                       "--seed",
-                                       "7",
-                                       "--out",
-                                       model},
-                                      300.0);
-    EXPECT_EQ(synth.exit_code, 0) << synth.err;
-    return synth.exit_code == 0 ? model : "";
+    return testing::synth_small_gguf(
+        (dir_.parent_path() / ("tessera-kv-e2e-" + tag + "-" + std::to_string(getpid()) + ".gguf")).string(), shape,
+        layers, {"--decisive"});
   }
   fs::path dir_;
 };

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "greedy.h"
+#include "hybrid.h"
 #include "kv/host/block_file.h"
 #include "kv/host/block_store.h"
 #include "kv/host/disk_tier.h"
@@ -29,115 +30,28 @@ namespace fs = std::filesystem;
 using engine::Engine;
 using model::TokenId;
 
-std::vector<TokenId> tokens(int n, int from) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
-
-class HostState : public ::testing::Test {
+class HostState : public HybridKvTest {
  protected:
-  void SetUp() override {
-    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
-    ASSERT_TRUE(c.ok());
-    c->max_seq_len = 256;
-    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
-    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
-    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
-  }
   struct Node {
-    std::unique_ptr<engine::ModelRunner> runner;
-    std::unique_ptr<Engine> engine;
     std::shared_ptr<HostConnector> host;
-    ~Node() {
-      if (engine) engine->stop();
-    }
+    std::unique_ptr<Served> e;
+    engine::Engine* engine = nullptr;
   };
-  // A cache of `blocks` blocks of 4 positions (a prompt of 41 and its 12 tokens take 14), `checkpoints` state
-  // checkpoints, and the host connector when `o` names a tier. checkpoints 0 and no tier: the reference (no prefix
-  // reuse).
+  // An engine (HybridKvTest::make_engine) with the host connector when `o` names a tier.
   std::unique_ptr<Node> make(int checkpoints, std::optional<HostOptions> o, int blocks = 24) {
     auto n = std::make_unique<Node>();
-    engine::RunnerOptions ro;
-    ro.max_batch_tokens = 16;
-    ro.max_sequences = 2;
-    ro.kv.block_tokens = 4;
-    ro.kv.num_blocks = blocks;
-    ro.kv.state_checkpoints = checkpoints;
-    n->runner = std::move(engine::ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
-    engine::EngineOptions eo;
-    eo.scheduler.max_batch_tokens = 16;
-    eo.scheduler.max_running = 2;
-    n->engine = std::make_unique<Engine>(*n->runner, *tokenizer_, eo);
+    std::vector<std::shared_ptr<engine::KvConnector>> connectors;
     if (o) {
-      auto made = HostConnector::create(*o, "synth qwen3.5 seed 5");
+      auto made = HostConnector::create(*o, kIdentity);
       EXPECT_TRUE(made.ok()) << made.status().to_string();
       n->host = *made;
-      Status added = n->engine->add_connector(n->host);
-      EXPECT_TRUE(added.ok()) << added.to_string();
+      connectors.push_back(n->host);
     }
-    n->engine->start();
+    n->e = make_engine(checkpoints, blocks, connectors);
+    n->engine = n->e->engine.get();
     return n;
   }
-  struct Out {
-    std::vector<TokenId> tokens;
-    std::vector<float> logprobs;
-    int cached = -1;
-    bool ok = true;
-  };
-  static Out ask(Engine& e, std::vector<TokenId> prompt, int state_hint = 0) {
-    engine::GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.state_hint = state_hint;
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    r.logprobs = 0;
-    auto done = std::make_shared<std::promise<Out>>();
-    auto acc = std::make_shared<Out>();
-    auto id = e.submit(std::move(r), [done, acc](const engine::RequestOutput& o) {
-      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
-      for (const engine::TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
-      acc->cached = std::max(acc->cached, o.cached_tokens);
-      if (o.finish == engine::FinishReason::kNone) return;
-      acc->ok = o.error.ok();
-      done->set_value(*acc);
-    });
-    if (!id.ok()) return {.ok = false};
-    return done->get_future().get();
-  }
-  static void expect_same(const Out& got, const Out& want, const std::string& what) {
-    ASSERT_TRUE(got.ok) << what;
-    EXPECT_EQ(got.tokens, want.tokens) << what;
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
-    for (size_t i = 0; i < got.logprobs.size(); ++i)
-      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
-  }
-  static engine::KvTierStats tier(const HostConnector& c, const std::string& name) {
-    for (const engine::KvTierStats& t : c.stats().tiers)
-      if (t.tier == name) return t;
-    ADD_FAILURE() << "no tier " << name;
-    return {};
-  }
-  // The reference answer of each prompt.
-  std::vector<Out> reference(const std::vector<std::vector<TokenId>>& prompts) {
-    auto ref = make(0, std::nullopt);
-    std::vector<Out> want;
-    for (const auto& p : prompts) want.push_back(ask(*ref->engine, p));
-    for (const Out& o : want) EXPECT_TRUE(o.ok && o.tokens.size() == 12);
-    return want;
-  }
-  // Asks for `a_` (with `hint`), then for prompts that push its blocks out of the device cache.
-  void ask_and_evict(Node& n, const Out& want, int hint = 0) {
-    expect_same(ask(*n.engine, a_, hint), want, "the first time");
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ask(*n.engine, tokens(41, 10 + 50 * i)).ok);
-    EXPECT_GT(n.engine->stats().prefix.evictions, 0u);
-  }
-
-  std::unique_ptr<model::SynthModel> model_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
-  std::unique_ptr<ops::Device> device_;
-  const std::vector<TokenId> a_ = tokens(41, 300);  // its checkpoint at 40: the last boundary before token 41
+  void ask_and_evict(Node& n, const Out& want, int hint = 0) { HybridKvTest::ask_and_evict(*n.engine, a_, want, hint); }
 };
 
 // Evicted to host memory: the block that ends at the checkpoint carries the state, the others none; asked again,

@@ -168,4 +168,32 @@ TesseraServer start_tessera(std::vector<std::string> args, double timeout_second
   return out;
 }
 
+std::string synth_small_gguf(const std::string& out, const std::string& shape, int layers,
+                             const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {tessera_bin(),
+                                   "synth",
+                                   "--shape",
+                                   shape,
+                                   "--small",
+                                   "--dim",
+                                   "256",
+                                   "--hidden-dim",
+                                   "512",
+                                   "--layers",
+                                   std::to_string(layers),
+                                   "--rare-byte-tokens",
+                                   "--format",
+                                   "gguf",
+                                   "--dtype",
+                                   "f32",
+                                   "--seed",
+                                   "7",
+                                   "--out",
+                                   out};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const ProcessResult synth = run_process(argv, 300.0);
+  EXPECT_EQ(synth.exit_code, 0) << synth.err;
+  return synth.exit_code == 0 ? out : "";
+}
+
 }  // namespace tessera::testing

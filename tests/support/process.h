@@ -51,4 +51,10 @@ struct TesseraServer {
 };
 TesseraServer start_tessera(std::vector<std::string> args, double timeout_seconds = 60.0);
 
+// A family's shape at test size as an f32 GGUF at `out` (`tessera synth --small`, 256 wide, a 512 hidden layer,
+// `layers` layers, seed 7, byte tokens kept rare; `extra` flags after those). Returns `out`, or "" when it failed
+// (the test has said why). Qwen3.5's pattern: linear and full attention in turn, full every other layer.
+std::string synth_small_gguf(const std::string& out, const std::string& shape, int layers,
+                             const std::vector<std::string>& extra = {});
+
 }  // namespace tessera::testing

@@ -48,7 +48,7 @@ Header header_for(const BlockFormat& f, const HostBlock& b) {
   h.kv_dim = static_cast<uint32_t>(f.geometry.kv_dim);
   h.dtype = static_cast<uint32_t>(f.geometry.dtype);
   h.payload_bytes = b.payload.size();
-  h.state_bytes = f.holds_state(b) ? f.geometry.state_bytes : 0;
+  h.state_bytes = b.state_only || f.holds_state(b) ? f.geometry.state_bytes : 0;
   h.payload_checksum = b.checksum;
   h.header_checksum = XXH3_64bits(&h, kChecked);
   return h;
@@ -73,8 +73,11 @@ uint64_t block_store_key(const std::string& model_identity, const engine::KvGeom
   return XXH3_64bits(key.data(), key.size());
 }
 
-Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f, engine::BlockHash hash,
-                                                           std::span<const uint8_t> file) {
+namespace {
+
+// A whole file's record, checked against `f` and the chain hash its header must name; `state_only`: a state record.
+Result<std::shared_ptr<const HostBlock>> decode_record(const BlockFormat& f, engine::BlockHash hash,
+                                                       std::span<const uint8_t> file, bool state_only) {
   if (file.size() < kBlockHeaderBytes)
     return data_loss(fmt::format("a KV block file of {} bytes is shorter than its header", file.size()));
   Header h;
@@ -84,10 +87,13 @@ Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f,
   if (h.version != kFormatVersion || h.header_bytes != kBlockHeaderBytes)
     return failed_precondition(fmt::format("KV block file format {} (this build reads {})", h.version, kFormatVersion));
   const engine::KvGeometry& g = f.geometry;
+  const bool payload_fits =
+      state_only ? g.state_bytes > 0 && h.state_bytes == g.state_bytes && h.payload_bytes == g.state_bytes
+                 : (h.state_bytes == 0 || h.state_bytes == g.state_bytes) &&
+                       h.payload_bytes == f.payload_bytes(h.state_bytes != 0);
   if (h.store_key != f.store_key || h.hash != hash || h.block_tokens != static_cast<uint32_t>(g.block_tokens) ||
       h.n_layers != static_cast<uint32_t>(g.n_layers) || h.kv_dim != static_cast<uint32_t>(g.kv_dim) ||
-      h.dtype != static_cast<uint32_t>(g.dtype) || (h.state_bytes != 0 && h.state_bytes != g.state_bytes) ||
-      h.payload_bytes != f.payload_bytes(h.state_bytes != 0)) {
+      h.dtype != static_cast<uint32_t>(g.dtype) || !payload_fits) {
     return failed_precondition("the KV block file belongs to another model, block size, KV type or prefix");
   }
   if (file.size() != kBlockHeaderBytes + h.payload_bytes)
@@ -95,10 +101,32 @@ Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f,
                                  file.size() - kBlockHeaderBytes, h.payload_bytes));
   auto b = std::make_shared<HostBlock>();
   b->hash = hash;
+  b->state_only = state_only;
   b->payload.assign(file.begin() + kBlockHeaderBytes, file.end());
   b->checksum = payload_checksum(b->payload);
   if (b->checksum != h.payload_checksum) return data_loss("KV block file payload checksum mismatch");
   return std::shared_ptr<const HostBlock>(std::move(b));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f, engine::BlockHash hash,
+                                                           std::span<const uint8_t> file) {
+  return decode_record(f, hash, file, /*state_only=*/false);
+}
+
+std::vector<uint8_t> encode_state_record(const BlockFormat& f, engine::BlockHash hash, std::span<const uint8_t> state) {
+  HostBlock b;
+  b.hash = state_key(hash);
+  b.state_only = true;
+  b.payload.assign(state.begin(), state.end());
+  b.checksum = payload_checksum(b.payload);
+  return encode_block_file(f, b);
+}
+
+Result<std::shared_ptr<const HostBlock>> decode_state_record(const BlockFormat& f, engine::BlockHash hash,
+                                                             std::span<const uint8_t> file) {
+  return decode_record(f, state_key(hash), file, /*state_only=*/true);
 }
 
 }  // namespace tessera::kv

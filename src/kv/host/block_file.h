@@ -33,8 +33,9 @@ struct HostBlock {
   engine::BlockHash hash = 0;
   std::vector<uint8_t> payload;  // [layer][k|v][position][kv_dim] in the cache's type, then the state section
   uint64_t checksum = 0;         // XXH3-64 of payload
-  // Host memory only (the host connector): no block, the payload is a hybrid model's state after block `hash` that
-  // the device prefix cache gave back while it still held the block (kept under kv::state_key(hash)).
+  // No block: the payload is a hybrid model's state after the block whose chain hash is `hash` (a state record:
+  // the host connector keeps one that the device prefix cache gave back while it still held the block, the pool
+  // keeps states apart from their blocks), kept under kv::state_key(hash).
   bool state_only = false;
 };
 
@@ -57,6 +58,10 @@ struct BlockFormat {
 
 inline constexpr size_t kBlockHeaderBytes = 96;
 
+// Where a state kept apart from its block's record sits (HostBlock::state_only): beside the block's key, never equal
+// to it.
+inline engine::BlockHash state_key(engine::BlockHash hash) { return hash ^ 0x5354415445ull; }  // "STATE"
+
 // The store key of the KV of `model_identity` (kv::model_identity) kept in a cache of geometry `g`: whose KV this
 // is and how it is laid out (block size, KV type, layer count, kv_dim, state bytes, the wire layout and record
 // versions). The host, disk and pool tiers all key their records by it, so different models never mix.
@@ -68,5 +73,11 @@ std::vector<uint8_t> encode_block_file(const BlockFormat& f, const HostBlock& b)
 // The block held by `file` (a whole file's bytes), checked against `f` and `hash`.
 Result<std::shared_ptr<const HostBlock>> decode_block_file(const BlockFormat& f, engine::BlockHash hash,
                                                            std::span<const uint8_t> file);
+// A state record (HostBlock::state_only): the same header, naming state_key(hash), whose payload is the state alone
+// (payload bytes = state bytes = the geometry's). decode_block_file refuses one, and decode_state_record refuses
+// a block's record.
+std::vector<uint8_t> encode_state_record(const BlockFormat& f, engine::BlockHash hash, std::span<const uint8_t> state);
+Result<std::shared_ptr<const HostBlock>> decode_state_record(const BlockFormat& f, engine::BlockHash hash,
+                                                             std::span<const uint8_t> file);
 
 }  // namespace tessera::kv

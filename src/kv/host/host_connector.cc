@@ -15,9 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Where a state kept alone (HostBlock::state_only) sits in the host pool: beside its block's key, never equal to it.
-engine::BlockHash state_key(engine::BlockHash hash) { return hash ^ 0x5354415445ull; }  // "STATE"
-
 }  // namespace
 
 Result<std::shared_ptr<HostConnector>> HostConnector::create(HostOptions options, std::string model_identity) {

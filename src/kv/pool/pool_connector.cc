@@ -67,26 +67,39 @@ Status PoolConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) 
   wake_ = std::move(wake);
   format_.geometry = io.geometry();
   const engine::KvGeometry& g = format_.geometry;
-  if (g.state_bytes > 0) {
-    log::warn("KV pool: a model with recurrent state keeps and supplies nothing through the pool (docs/kv.md)");
-    return ok_status();
-  }
   format_.store_key = block_store_key(identity_, g);
   slot_bytes_ = kBlockHeaderBytes + format_.payload_bytes();
-  const size_t slots = options_.pool_bytes / slot_bytes_;
+  size_t state_slots = 0;
+  if (hybrid()) {
+    // Half of the region keeps states (a prompt's one or two states weigh as much as its blocks or more), at least
+    // one beside at least one block.
+    state_slot_bytes_ = kBlockHeaderBytes + g.state_bytes;
+    state_slots = options_.pool_bytes / 2 / state_slot_bytes_;
+    if (state_slots == 0 && options_.pool_bytes >= state_slot_bytes_ + slot_bytes_) state_slots = 1;
+    if (state_slots == 0)
+      return invalid_argument(fmt::format(
+          "--kv-pool-memory ({} bytes) holds no recurrent state record of this hybrid model ({} bytes) beside a "
+          "KV block record ({} bytes); give it at least {} MiB",
+          options_.pool_bytes, state_slot_bytes_, slot_bytes_,
+          (state_slot_bytes_ + slot_bytes_ + (1u << 20) - 1) >> 20));
+  }
+  const size_t slots = (options_.pool_bytes - state_slots * state_slot_bytes_) / slot_bytes_;
   if (slots == 0)
     return invalid_argument(fmt::format("--kv-pool-memory ({} bytes) holds no KV block record of {} bytes",
                                         options_.pool_bytes, slot_bytes_));
-  if (slots > UINT32_MAX) return invalid_argument("--kv-pool-memory holds too many blocks");
-  TS_ASSIGN_OR_RETURN(region_, agent_->allocate_region(slots * slot_bytes_));
+  if (slots + state_slots > UINT32_MAX) return invalid_argument("--kv-pool-memory holds too many blocks");
+  block_slots_ = static_cast<uint32_t>(slots);
+  TS_ASSIGN_OR_RETURN(region_, agent_->allocate_region(slots * slot_bytes_ + state_slots * state_slot_bytes_));
   TS_ASSIGN_OR_RETURN(region_bytes_, agent_->host_bytes(region_));
+  // Staging: a batch of block records, then (hybrid) one state record.
   const size_t staging = std::min<size_t>(options_.staging_slots, slots);
-  TS_ASSIGN_OR_RETURN(staging_, agent_->allocate_region(staging * slot_bytes_));
+  TS_ASSIGN_OR_RETURN(staging_, agent_->allocate_region(staging * slot_bytes_ + state_slot_bytes_));
   TS_ASSIGN_OR_RETURN(staging_bytes_, agent_->host_bytes(staging_));
   slots_ = std::make_unique<SlotTable>(static_cast<uint32_t>(slots));
+  if (state_slots > 0) state_slots_ = std::make_unique<SlotTable>(static_cast<uint32_t>(state_slots));
   index_ = std::make_unique<PoolIndex>(format_.store_key, agent_->name());
   ctrl::Store& store = *options_.store;
-  for (size_t s = 0; s < slots; s += kSlotsPerLease) {
+  for (size_t s = 0; s < slots + state_slots; s += kSlotsPerLease) {
     TS_ASSIGN_OR_RETURN(ctrl::LeaseId lease, store.grant_lease(options_.lease_ttl));
     leases_.push_back(lease);
   }
@@ -106,7 +119,8 @@ Status PoolConnector::attach(engine::KvBlockIo& io, std::function<void()> wake) 
   TS_RETURN_IF_ERROR(resync_index());
   if (options_.corrupt_slots)
     log::warn("KV pool: TESSERA_KV_POOL_CORRUPT=1: every published block is corrupted (a test's fault)");
-  log::info("KV pool: {} slots of {} bytes in link agent {} ({}), store key {:016x}", slots, slot_bytes_,
+  log::info("KV pool: {} slots of {} bytes{} in link agent {} ({}), store key {:016x}", slots, slot_bytes_,
+            state_slots > 0 ? fmt::format(" and {} state slots of {} bytes", state_slots, state_slot_bytes_) : "",
             agent_->name(), fmt::join(options_.endpoints, ","), format_.store_key);
   publisher_ = std::thread([this] { publisher_loop(); });
   fetcher_ = std::thread([this] { fetcher_loop(); });
@@ -121,31 +135,59 @@ Status PoolConnector::resync_index() {
 
 // ---- saving: engine thread, then the publisher thread ----
 
+bool PoolConnector::held_here(engine::BlockHash key) const {
+  const std::optional<PoolEntry> held = index_->find(key);
+  return held && held->agent == agent_->name();
+}
+
 void PoolConnector::evicted(std::span<const engine::EvictedBlock> blocks) {
   if (slots_ == nullptr) return;
   std::vector<engine::BlockId> ids;
   std::vector<engine::BlockHash> hashes;
+  std::vector<Pending> out;
   for (const engine::EvictedBlock& b : blocks) {
-    const std::optional<PoolEntry> held = index_->find(b.hash);
-    if (held && held->agent == agent_->name()) continue;  // already in one of our slots
+    // A hybrid model's block takes the device's state checkpoint after it along (into a state slot of its own).
+    if (state_slots_ != nullptr && !held_here(state_key(b.hash))) {
+      state_scratch_.resize(format_.geometry.state_bytes);  // reused: a state is megabytes
+      if (io_->read_checkpoint(b.hash, std::as_writable_bytes(std::span(state_scratch_))))
+        out.push_back({.hash = b.hash, .payload = state_scratch_, .state = true});
+    }
+    if (held_here(b.hash)) continue;  // already in one of our slots
     ids.push_back(b.id);
     hashes.push_back(b.hash);
   }
-  if (ids.empty()) return;
-  const auto t0 = Clock::now();
-  const size_t n = ids.size();
-  std::vector<Pending> out(n);
-  std::vector<uint8_t*> payloads(n);
-  for (size_t j = 0; j < n; ++j) {
-    out[j].hash = hashes[j];
-    out[j].payload.resize(format_.payload_bytes());
-    payloads[j] = out[j].payload.data();
+  if (!ids.empty()) {
+    const auto t0 = Clock::now();
+    const size_t n = ids.size(), first = out.size();
+    std::vector<uint8_t*> payloads(n);
+    for (size_t j = 0; j < n; ++j) {
+      out.push_back({.hash = hashes[j]});
+      out.back().payload.resize(format_.payload_bytes());
+    }
+    for (size_t j = 0; j < n; ++j) payloads[j] = out[first + j].payload.data();
+    if (Status st = read_block_records(*io_, format_, ids, payloads, rows_); !st.ok()) {
+      log::warn("KV pool: could not copy {} evicted blocks out ({}); they are not published", n, st.to_string());
+      out.resize(first);
+    }
+    counters_.save_seconds += since(t0);
   }
-  if (Status st = read_block_records(*io_, format_, ids, payloads, rows_); !st.ok()) {
-    log::warn("KV pool: could not copy {} evicted blocks out ({}); they are not published", n, st.to_string());
-    return;
-  }
-  counters_.save_seconds += since(t0);
+  queue(std::move(out));
+}
+
+void PoolConnector::checkpoint_evicted(engine::BlockHash hash, std::span<const std::byte> state) {
+  // The device gives a state checkpoint back while it may still hold the block: the state goes into a state slot
+  // now, the block when it leaves.
+  if (state_slots_ == nullptr || state.size() != format_.geometry.state_bytes || held_here(state_key(hash))) return;
+  Pending p{.hash = hash, .state = true};
+  const auto* bytes = reinterpret_cast<const uint8_t*>(state.data());
+  p.payload.assign(bytes, bytes + state.size());
+  std::vector<Pending> out;
+  out.push_back(std::move(p));
+  queue(std::move(out));
+}
+
+void PoolConnector::queue(std::vector<Pending> out) {
+  if (out.empty()) return;
   {
     std::lock_guard<std::mutex> lock(pub_mu_);
     for (Pending& p : out) {
@@ -194,21 +236,32 @@ void PoolConnector::publisher_loop() {
   }
 }
 
-Status PoolConnector::put_slot_key(engine::BlockHash hash, uint32_t slot) {
+size_t PoolConnector::slot_offset(bool state, uint32_t slot) const {
+  return state ? static_cast<size_t>(block_slots_) * slot_bytes_ + static_cast<size_t>(slot) * state_slot_bytes_
+               : static_cast<size_t>(slot) * slot_bytes_;
+}
+
+size_t PoolConnector::lease_of(bool state, uint32_t slot) const {
+  return ((state ? static_cast<size_t>(block_slots_) : 0) + slot) / kSlotsPerLease;
+}
+
+Status PoolConnector::put_slot_key(engine::BlockHash key, bool state, uint32_t slot) {
   PoolEntry e;
   e.agent = agent_->name();
   e.region = link::to_u64(region_);
-  e.offset = static_cast<uint64_t>(slot) * slot_bytes_;
-  e.bytes = slot_bytes_;
-  e.checksum = slot_checksums_[hash];
-  return options_.store->put(pool_block_key(format_.store_key, hash, e.agent), encode_pool_entry(e),
-                             leases_[slot / kSlotsPerLease]);
+  e.offset = slot_offset(state, slot);
+  e.bytes = state ? state_slot_bytes_ : slot_bytes_;
+  e.checksum = slot_checksums_[key];
+  return options_.store->put(pool_block_key(format_.store_key, key, e.agent), encode_pool_entry(e),
+                             leases_[lease_of(state, slot)]);
 }
 
 void PoolConnector::publish(Pending block) {
   const auto t0 = Clock::now();
-  if (slots_->touch(block.hash)) return;  // published already
-  const std::optional<SlotTable::Claim> claim = slots_->claim(block.hash);
+  SlotTable& table = block.state ? *state_slots_ : *slots_;
+  const engine::BlockHash key = block.state ? state_key(block.hash) : block.hash;
+  if (table.touch(key)) return;  // published already
+  const std::optional<SlotTable::Claim> claim = table.claim(key);
   if (!claim) return;
   ctrl::Store& store = *options_.store;
   if (claim->replaced) {
@@ -218,25 +271,33 @@ void PoolConnector::publish(Pending block) {
     counters_.evicted++;
     Status st = store.remove(pool_block_key(format_.store_key, *claim->replaced, agent_->name()));
     if (!st.ok() && st.code() != StatusCode::kNotFound)
-      log::debug("KV pool: could not remove a replaced block's entry: {}", st.to_string());
+      log::debug("KV pool: could not remove a replaced record's entry: {}", st.to_string());
   }
-  HostBlock record;
-  record.hash = block.hash;
-  record.payload = std::move(block.payload);
-  record.checksum = payload_checksum(record.payload);
-  std::vector<uint8_t> bytes = encode_block_file(format_, record);
-  if (options_.corrupt_slots) bytes[kBlockHeaderBytes + record.payload.size() / 2] ^= 0x10;
-  std::memcpy(region_bytes_.data() + static_cast<size_t>(claim->slot) * slot_bytes_, bytes.data(), bytes.size());
-  slot_checksums_[block.hash] = record.checksum;
-  if (Status st = put_slot_key(block.hash, claim->slot); !st.ok()) {
-    log::debug("KV pool: could not publish a block ({}); its slot is freed", st.to_string());
-    slot_checksums_.erase(block.hash);
-    slots_->release(claim->slot);
+  std::vector<uint8_t> bytes;
+  uint64_t checksum = 0;
+  if (block.state) {
+    bytes = encode_state_record(format_, block.hash, block.payload);
+    checksum = payload_checksum(block.payload);
+  } else {
+    HostBlock record;
+    record.hash = block.hash;
+    record.payload = std::move(block.payload);
+    record.checksum = checksum = payload_checksum(record.payload);
+    bytes = encode_block_file(format_, record);
+  }
+  if (options_.corrupt_slots) bytes[kBlockHeaderBytes + (bytes.size() - kBlockHeaderBytes) / 2] ^= 0x10;
+  std::memcpy(region_bytes_.data() + slot_offset(block.state, claim->slot), bytes.data(), bytes.size());
+  slot_checksums_[key] = checksum;
+  if (Status st = put_slot_key(key, block.state, claim->slot); !st.ok()) {
+    log::debug("KV pool: could not publish a record ({}); its slot is freed", st.to_string());
+    slot_checksums_.erase(key);
+    table.release(claim->slot);
     counters_.dropped++;
   } else {
     counters_.save_bytes += bytes.size();
   }
   counters_.used_slots = slots_->used();
+  counters_.used_state_slots = state_slots_ ? state_slots_->used() : 0;
   counters_.save_seconds += since(t0);
 }
 
@@ -255,8 +316,12 @@ void PoolConnector::renew_leases() {
     leases_[g] = *lease;
     log::info("KV pool: lease {} was lost; publishing its blocks again", g);
     if (g == 0) (void)store.put(pool_agent_key(agent_->name()), agent_->info().encode(), leases_[0]);
-    for (const auto& [hash, slot] : slots_->held()) {
-      if (slot / kSlotsPerLease == g) (void)put_slot_key(hash, slot);
+    for (const auto& [key, slot] : slots_->held()) {
+      if (lease_of(false, slot) == g) (void)put_slot_key(key, false, slot);
+    }
+    if (state_slots_ == nullptr) continue;
+    for (const auto& [key, slot] : state_slots_->held()) {
+      if (lease_of(true, slot) == g) (void)put_slot_key(key, true, slot);
     }
   }
 }
@@ -266,11 +331,16 @@ void PoolConnector::renew_leases() {
 engine::KvMatch PoolConnector::match(const engine::KvRequestView& request, int supplied) {
   const int bt = format_.geometry.block_tokens;
   if (index_ == nullptr || bt <= 0 || supplied % bt != 0) return {};
-  // Whole blocks, never the last position (its logits are needed).
+  // Whole blocks, never the last position (its logits are needed); a hybrid model's up to the last block whose
+  // state some node holds.
   const size_t limit = std::min(request.block_hashes.size(), (request.tokens.size() - 1) / static_cast<size_t>(bt));
-  size_t count = 0;
-  for (size_t i = static_cast<size_t>(supplied / bt); i < limit && index_->find(request.block_hashes[i]); ++i) count++;
-  return {.tokens = static_cast<int>(count) * bt, .async = count > 0, .cached = true};
+  size_t count = 0, usable = 0;
+  for (size_t i = static_cast<size_t>(supplied / bt); i < limit && index_->find(request.block_hashes[i]); ++i) {
+    count++;
+    if (!hybrid() || index_->find(state_key(request.block_hashes[i]))) usable = count;
+  }
+  return {
+      .tokens = static_cast<int>(usable) * bt, .async = usable > 0, .cached = true, .state = hybrid() && usable > 0};
 }
 
 void PoolConnector::allocated(const engine::KvRequestView& request, std::span<const engine::BlockId> blocks, int first,
@@ -286,6 +356,12 @@ void PoolConnector::allocated(const engine::KvRequestView& request, std::span<co
     load->device.push_back(blocks[b0 + j]);
     load->hashes.push_back(request.block_hashes[b0 + j]);
     load->entries.push_back(std::move(*e));
+  }
+  // A hybrid model's run ends at its last block whose state is still held (none: the load brings nothing).
+  while (hybrid() && !load->hashes.empty() && !(load->state_entry = index_->find(state_key(load->hashes.back())))) {
+    load->device.pop_back();
+    load->hashes.pop_back();
+    load->entries.pop_back();
   }
   loads_[request.id] = load;
   {
@@ -434,6 +510,9 @@ void PoolConnector::fetch(Load& load) {
     }
     if (ended) break;
   }
+  // A hybrid model's blocks are of use only with the state after the last of them.
+  if (hybrid() && !(n > 0 && load.blocks.size() == n && !load.cancelled && fetch_state(load, broken)))
+    load.blocks.clear();
   // A broken connection is replaced on the next load that needs that peer (connect() replaces it).
   for (const std::string& peer : broken) {
     auto text = index_->agent_info(peer);
@@ -441,6 +520,46 @@ void PoolConnector::fetch(Load& load) {
     if (auto info = link::AgentInfo::decode(*text); info.ok()) (void)agent_->connect(*info);
   }
   counters_.load_seconds += since(t0);
+}
+
+bool PoolConnector::fetch_state(Load& load, std::set<std::string>& broken) {
+  const PoolEntry& e = *load.state_entry;
+  const engine::BlockHash hash = load.hashes.back();
+  auto fail = [&](const std::string& why) {
+    counters_.failed++;
+    log::warn("KV pool: the state after block {:016x} from {} is not used ({}); the prefix is computed", hash, e.agent,
+              why);
+    return false;
+  };
+  if (e.bytes != state_slot_bytes_) return fail("its record has another size");
+  std::span<const uint8_t> record;
+  std::vector<uint8_t> own;
+  if (e.agent == agent_->name()) {
+    if (e.offset + e.bytes > region_bytes_.size()) return fail("its range is outside the pool region");
+    const auto* p = reinterpret_cast<const uint8_t*>(region_bytes_.data()) + e.offset;
+    own.assign(p, p + e.bytes);
+    record = own;
+  } else {
+    if (Status st = ensure_connected(e.agent); !st.ok()) return fail("its node cannot be reached");
+    const size_t at = staging_bytes_.size() - state_slot_bytes_;
+    link::TransferFuture f = agent_->read(e.agent, {{staging_, at, link::RegionId{e.region}, e.offset, e.bytes}});
+    if (!f.wait_for(options_.read_timeout)) {
+      f.cancel();
+      (void)f.wait_for(std::chrono::milliseconds(500));
+      return fail("the link read timed out");
+    }
+    if (Status st = f.status(); !st.ok()) {
+      broken.insert(e.agent);
+      return fail(st.to_string());
+    }
+    record = {reinterpret_cast<const uint8_t*>(staging_bytes_.data()) + at, e.bytes};
+  }
+  auto state = decode_state_record(format_, hash, record);
+  if (!state.ok()) return fail(state.status().to_string());
+  if ((*state)->checksum != e.checksum) return fail("its checksum is not the one published");
+  counters_.load_bytes += e.bytes;
+  load.state = std::move(*state);
+  return true;
 }
 
 engine::KvPoll PoolConnector::poll() {
@@ -477,6 +596,13 @@ Status PoolConnector::start_load(std::span<const engine::RequestId> ids) {
     if (it == loads_.end() || !it->second->ready)
       return internal_error(fmt::format("KV pool connector: request {} has no load ready", id));
     loading_now_.push_back(it->second);
+  }
+  // A hybrid model's state after the last block, before the step's first (linear) layer runs.
+  for (const auto& load : loading_now_) {
+    if (!hybrid() || load->arrived == 0) continue;
+    if (load->state == nullptr)
+      return internal_error(fmt::format("KV pool connector: request {}'s last block has no state", load->id));
+    TS_RETURN_IF_ERROR(io_->write_state(load->id, std::as_bytes(std::span(load->state->payload))));
   }
   return ok_status();
 }
@@ -516,8 +642,9 @@ engine::KvConnectorStats PoolConnector::stats() const {
   t.load_seconds = counters_.load_seconds;
   t.save_seconds = counters_.save_seconds;
   t.blocks = counters_.used_slots;
-  t.bytes = counters_.used_slots * slot_bytes_;
-  t.capacity_bytes = slots_ ? static_cast<uint64_t>(slots_->slots()) * slot_bytes_ : 0;
+  t.bytes = counters_.used_slots * slot_bytes_ + counters_.used_state_slots * state_slot_bytes_;
+  t.capacity_bytes = (slots_ ? static_cast<uint64_t>(slots_->slots()) * slot_bytes_ : 0) +
+                     (state_slots_ ? static_cast<uint64_t>(state_slots_->slots()) * state_slot_bytes_ : 0);
   t.evicted_blocks = counters_.evicted + counters_.dropped;
   t.failed_blocks = counters_.failed;
   t.peer_blocks = index_ ? index_->peer_blocks() : 0;

@@ -20,10 +20,17 @@
 //                     blocks before it, and the engine computes the rest. Nothing unchecked is ever used.
 //   wait_layer_load   copies each layer's rows of the arrived blocks into the cache (KvBlockIo::write_blocks).
 //
+// Hybrid models (KvGeometry::state_bytes > 0): a prefix is of use only with the recurrent state after its last
+// position, so the pool keeps states too, apart from their blocks: half of the region is state slots, each a state
+// record (kv/host/block_file.h: the state alone, under kv::state_key(hash)) published as an entry under that key.
+// A device state checkpoint goes into one when its block leaves the device (KvBlockIo::read_checkpoint) or when the
+// device gives it back (checkpoint_evicted). match() then ends the run at its last block whose state some node
+// holds (KvMatch::state); the fetch reads that state after the blocks, and a load whose blocks or state did not all
+// arrive intact brings nothing (the prompt is computed from the device's prefix).
+//
 // Leases: a node's entries live under leases of `lease_ttl` (one per 1000 slots: the embedded store bounds keys per
 // lease) renewed every third of it; a node that dies stops renewing and its entries vanish within the TTL. A lease
-// the store forgot is granted again and its entries written again. Hybrid models (state_bytes > 0) keep and supply
-// nothing (a slot holds one fixed-size record; the host tiers keep states beside their blocks).
+// the store forgot is granted again and its entries written again.
 //
 // Threads: the publisher (leases, slots, puts and removes, index resyncs), the fetcher (link reads), the store's
 // watch thread (the mirror). Thread-safety: the KvConnector methods run on the engine thread; stats() anywhere.
@@ -35,6 +42,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -86,6 +95,7 @@ class PoolConnector final : public engine::KvConnector {
   engine::KvPoll poll() override;
   bool finished(engine::RequestId id, engine::KvEnd end) override;
   void evicted(std::span<const engine::EvictedBlock> blocks) override;
+  void checkpoint_evicted(engine::BlockHash hash, std::span<const std::byte> state) override;
   Status start_load(std::span<const engine::RequestId> ids) override;
   Status wait_layer_load(int layer) override;
   engine::KvConnectorStats stats() const override;
@@ -99,22 +109,38 @@ class PoolConnector final : public engine::KvConnector {
     std::vector<engine::BlockHash> hashes;                 // their chain hashes
     std::vector<PoolEntry> entries;                        // where each was found at match time
     std::vector<std::shared_ptr<const HostBlock>> blocks;  // the records that arrived intact (fetch thread)
-    int arrived = 0;                                       // leading blocks that arrived intact (engine thread)
+    // Hybrid models: where the state after the last block was found at allocation, and its record once it arrived
+    // intact (fetch thread).
+    std::optional<PoolEntry> state_entry;
+    std::shared_ptr<const HostBlock> state;
+    int arrived = 0;  // leading blocks that arrived intact (engine thread); a hybrid model's only with the state
     bool ready = false;
     std::atomic<bool> cancelled{false};
   };
   struct Pending {
-    engine::BlockHash hash = 0;
+    engine::BlockHash hash = 0;  // the block's chain hash
     std::vector<uint8_t> payload;
+    bool state = false;  // the payload is the state after the block (a state record), not the block
   };
 
   void publisher_loop();
   void fetcher_loop();
   // Publisher thread: a slot for one block, its record written, its key put.
   void publish(Pending block);
+  // Engine thread: records for the publisher (what the queue cannot hold is dropped, oldest first).
+  void queue(std::vector<Pending> out);
   // Publisher thread: renews every lease; one the store forgot is granted again and its keys put again.
   void renew_leases();
-  Status put_slot_key(engine::BlockHash hash, uint32_t slot);
+  // The entry of the record in slot `slot` of the block (state) slots, under the key `key` (state_key(hash) for a
+  // state).
+  Status put_slot_key(engine::BlockHash key, bool state, uint32_t slot);
+  size_t slot_offset(bool state, uint32_t slot) const;
+  size_t lease_of(bool state, uint32_t slot) const;
+  // Whether this node's own slots hold `key` (a block's chain hash, or state_key of one), as its mirror says.
+  bool held_here(engine::BlockHash key) const;
+  bool hybrid() const { return format_.geometry.state_bytes > 0; }
+  // Fetcher thread: the state record of `load.state_entry` (after its blocks arrived); false when it did not.
+  bool fetch_state(Load& load, std::set<std::string>& broken);
   Status resync_index();
   // Fetcher thread: the records of `load`, in order, up to the first that cannot be read or is not intact.
   void fetch(Load& load);
@@ -128,6 +154,8 @@ class PoolConnector final : public engine::KvConnector {
   std::function<void()> wake_;
   BlockFormat format_;
   size_t slot_bytes_ = 0;
+  size_t state_slot_bytes_ = 0;  // hybrid models: a state record's slot (after the block slots in the region)
+  uint32_t block_slots_ = 0;
   std::unique_ptr<link::Agent> agent_;
   link::RegionId region_{}, staging_{};
   std::span<std::byte> region_bytes_, staging_bytes_;
@@ -138,12 +166,13 @@ class PoolConnector final : public engine::KvConnector {
   // Publisher state.
   std::mutex pub_mu_;
   std::condition_variable pub_cv_;
-  std::deque<Pending> pending_;        // GUARDED_BY(pub_mu_)
-  size_t pending_bytes_ = 0;           // GUARDED_BY(pub_mu_)
-  bool stop_ = false;                  // GUARDED_BY(pub_mu_), and fetch_mu_'s stop below
-  std::unique_ptr<SlotTable> slots_;   // publisher thread
-  std::vector<ctrl::LeaseId> leases_;  // publisher thread (attach before it starts); one per kSlotsPerLease slots
-  std::unordered_map<engine::BlockHash, uint64_t> slot_checksums_;  // publisher thread
+  std::deque<Pending> pending_;             // GUARDED_BY(pub_mu_)
+  size_t pending_bytes_ = 0;                // GUARDED_BY(pub_mu_)
+  bool stop_ = false;                       // GUARDED_BY(pub_mu_), and fetch_mu_'s stop below
+  std::unique_ptr<SlotTable> slots_;        // publisher thread
+  std::unique_ptr<SlotTable> state_slots_;  // publisher thread; keys are state_key(hash); null unless hybrid
+  std::vector<ctrl::LeaseId> leases_;       // publisher thread (attach before it starts); one per kSlotsPerLease slots
+  std::unordered_map<engine::BlockHash, uint64_t> slot_checksums_;  // publisher thread, by key
 
   // Fetcher state.
   std::mutex fetch_mu_;
@@ -156,11 +185,12 @@ class PoolConnector final : public engine::KvConnector {
   // Engine thread.
   std::unordered_map<engine::RequestId, std::shared_ptr<Load>> loads_;
   std::vector<std::shared_ptr<Load>> loading_now_;
-  LayerRows rows_;  // a layer's rows of the blocks being moved, reused
+  LayerRows rows_;                      // a layer's rows of the blocks being moved, reused
+  std::vector<uint8_t> state_scratch_;  // a checkpoint read out, reused
 
   struct Counters {
     std::atomic<uint64_t> hit_tokens{0}, load_bytes{0}, save_bytes{0}, evicted{0}, failed{0}, dropped{0};
-    std::atomic<uint64_t> used_slots{0};
+    std::atomic<uint64_t> used_slots{0}, used_state_slots{0};
     std::atomic<double> load_seconds{0}, save_seconds{0};
   } counters_;
   std::thread publisher_, fetcher_;

@@ -1,0 +1,138 @@
+// What the hybrid-model KV connector tests share (host_state_test, pool_state_test): a test-size Qwen3.5-pattern
+// model (linear and full attention in turn, seeded random weights), engines over it with a small cache, state
+// checkpoints and the connectors a test gives them, and a greedy request's tokens, logprobs and cached positions.
+// The reference is the same model served without prefix reuse (every prompt computed from position 0): greedy
+// tokens equal and the chosen tokens' logprobs within 1e-4.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_connector.h"
+#include "engine/model_runner.h"
+#include "model/synth.h"
+#include "ops/registry.h"
+
+namespace tessera::kv {
+
+// n token ids from `from` on.
+inline std::vector<model::TokenId> tokens(int n, int from) {
+  std::vector<model::TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+class HybridKvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
+    ASSERT_TRUE(c.ok());
+    c->max_seq_len = 256;
+    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
+    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
+    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
+  }
+  static constexpr const char* kIdentity = "synth qwen3.5 seed 5";
+
+  struct Served {
+    std::unique_ptr<engine::ModelRunner> runner;
+    std::unique_ptr<engine::Engine> engine;
+    ~Served() {
+      if (engine) engine->stop();
+    }
+  };
+  // A cache of `blocks` blocks of 4 positions (a prompt of 41 and its 12 tokens take 14), `checkpoints` state
+  // checkpoints, and `connectors`, started. checkpoints 0 and no connector: the reference (no prefix reuse).
+  std::unique_ptr<Served> make_engine(int checkpoints, int blocks,
+                                      const std::vector<std::shared_ptr<engine::KvConnector>>& connectors) {
+    auto n = std::make_unique<Served>();
+    engine::RunnerOptions ro;
+    ro.max_batch_tokens = 16;
+    ro.max_sequences = 2;
+    ro.kv.block_tokens = 4;
+    ro.kv.num_blocks = blocks;
+    ro.kv.state_checkpoints = checkpoints;
+    n->runner = std::move(engine::ModelRunner::create(*device_, model_->config, model_->weights, ro).value());
+    engine::EngineOptions eo;
+    eo.scheduler.max_batch_tokens = 16;
+    eo.scheduler.max_running = 2;
+    n->engine = std::make_unique<engine::Engine>(*n->runner, *tokenizer_, eo);
+    for (const auto& c : connectors) {
+      Status added = n->engine->add_connector(c);
+      EXPECT_TRUE(added.ok()) << added.to_string();
+    }
+    n->engine->start();
+    return n;
+  }
+
+  struct Out {
+    std::vector<model::TokenId> tokens;
+    std::vector<float> logprobs;
+    int cached = -1;
+    bool ok = true;
+  };
+  static Out ask(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
+    engine::GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.state_hint = state_hint;
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.logprobs = 0;
+    auto done = std::make_shared<std::promise<Out>>();
+    auto acc = std::make_shared<Out>();
+    auto id = e.submit(std::move(r), [done, acc](const engine::RequestOutput& o) {
+      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
+      for (const engine::TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
+      acc->cached = std::max(acc->cached, o.cached_tokens);
+      if (o.finish == engine::FinishReason::kNone) return;
+      acc->ok = o.error.ok();
+      done->set_value(*acc);
+    });
+    if (!id.ok()) return {.ok = false};
+    return done->get_future().get();
+  }
+  static void expect_same(const Out& got, const Out& want, const std::string& what) {
+    ASSERT_TRUE(got.ok) << what;
+    EXPECT_EQ(got.tokens, want.tokens) << what;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
+    for (size_t i = 0; i < got.logprobs.size(); ++i)
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
+  }
+  static engine::KvTierStats tier(const engine::KvConnector& c, const std::string& name) {
+    for (const engine::KvTierStats& t : c.stats().tiers)
+      if (t.tier == name) return t;
+    ADD_FAILURE() << "no tier " << name;
+    return {};
+  }
+  // The reference answer of each prompt.
+  std::vector<Out> reference(const std::vector<std::vector<model::TokenId>>& prompts) {
+    auto ref = make_engine(0, 24, {});
+    std::vector<Out> want;
+    for (const auto& p : prompts) want.push_back(ask(*ref->engine, p));
+    for (const Out& o : want) EXPECT_TRUE(o.ok && o.tokens.size() == 12);
+    return want;
+  }
+  // Asks `engine` for `prompt` (with `hint`), expecting `want`, then for three prompts that push its blocks out of the
+  // device cache.
+  static void ask_and_evict(engine::Engine& e, const std::vector<model::TokenId>& prompt, const Out& want,
+                            int hint = 0) {
+    expect_same(ask(e, prompt, hint), want, "the first time");
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ask(e, tokens(41, 10 + 50 * i)).ok);
+    EXPECT_GT(e.stats().prefix.evictions, 0u);
+  }
+
+  std::unique_ptr<model::SynthModel> model_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<ops::Device> device_;
+  const std::vector<model::TokenId> a_ = tokens(41, 300);  // its checkpoint at 40: the last boundary before token 41
+};
+
+}  // namespace tessera::kv
