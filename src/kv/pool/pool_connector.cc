@@ -186,6 +186,18 @@ void PoolConnector::checkpoint_evicted(engine::BlockHash hash, std::span<const s
   queue(std::move(out));
 }
 
+std::shared_ptr<const uint8_t> PoolConnector::checkpoint(engine::BlockHash hash) {
+  if (state_slots_ == nullptr) return nullptr;
+  const std::optional<PoolEntry> e = index_->find(state_key(hash));
+  if (!e || e->agent != agent_->name() || e->bytes != state_slot_bytes_ || e->offset + e->bytes > region_bytes_.size())
+    return nullptr;
+  // The publisher may be rewriting the slot (its entry goes first, but the mirror follows later): the checks decide.
+  const auto* p = reinterpret_cast<const uint8_t*>(region_bytes_.data()) + e->offset;
+  auto state = decode_state_record(format_, hash, std::span(p, e->bytes));
+  if (!state.ok() || (*state)->checksum != e->checksum) return nullptr;
+  return {*state, (*state)->payload.data()};
+}
+
 void PoolConnector::queue(std::vector<Pending> out) {
   if (out.empty()) return;
   {

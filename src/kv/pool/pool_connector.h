@@ -96,6 +96,10 @@ class PoolConnector final : public engine::KvConnector {
   bool finished(engine::RequestId id, engine::KvEnd end) override;
   void evicted(std::span<const engine::EvictedBlock> blocks) override;
   void checkpoint_evicted(engine::BlockHash hash, std::span<const std::byte> state) override;
+  // The state after block `hash` from this node's own state slots (a plain copy, checked as a load's), so that a
+  // device prefix hit may end at a block whose checkpoint the device gave back; null when its own slots lack it (a
+  // peer's state comes with a load, never on the engine thread's call).
+  std::shared_ptr<const uint8_t> checkpoint(engine::BlockHash hash) override;
   Status start_load(std::span<const engine::RequestId> ids) override;
   Status wait_layer_load(int layer) override;
   engine::KvConnectorStats stats() const override;
