@@ -6,6 +6,10 @@
 //   200 {"epoch": E, "last": S, "block_tokens": B, "reset": true,
 //        "held": {"device": [hash, ...], "host": [...], "disk": [...]}}
 //
+// A hybrid model's node (engine/kv_events.h) adds "states": true to every answer; its state events name the block
+// the state follows and end in "state" ([seq, "stored", hash, "host", "state"]), and a reset adds "held_states"
+// (the same form as "held"). A reader may use such a node's prefix only up to a block with a state.
+//
 // `reset`: the reader is new, read another run of the node, or fell behind what the node keeps; `held` is then
 // every block the node holds, and the reader follows from `last`. Hashes and numbers are unsigned 64-bit JSON
 // integers.
@@ -31,7 +35,8 @@ struct KvBlockEvent {
   uint64_t seq = 0;
   bool stored = true;  // false: removed
   uint64_t hash = 0;
-  int tier = 0;  // index into kKvTierNames
+  int tier = 0;        // index into kKvTierNames
+  bool state = false;  // the state after block `hash`
 };
 
 struct KvEventsBody {
@@ -41,6 +46,8 @@ struct KvEventsBody {
   bool reset = false;
   std::vector<KvBlockEvent> events;
   std::vector<uint64_t> held[kKvTiers];
+  bool states = false;  // a hybrid model's node
+  std::vector<uint64_t> held_states[kKvTiers];
 };
 
 std::string kv_events_body(const KvEventsBody& b);

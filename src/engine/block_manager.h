@@ -78,6 +78,7 @@ class BlockManager {
   // Publishes every block the prefix cache registers (stored) and every cached block it evicts (removed) to `log`
   // (kv_events.h); null: none. The log must outlive this.
   void set_event_log(KvEventLog* log) { events_ = log; }
+  KvEventLog* event_log() const { return events_; }
 
   // When on, allocate() records each cached block it evicts; take_evicted() hands them over (KvCache).
   void track_evictions(bool on) { track_evictions_ = on; }

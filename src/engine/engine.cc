@@ -82,6 +82,8 @@ Engine::Engine(ModelRunner& runner, const model::Tokenizer& tokenizer, EngineOpt
   stats_.prefix_cache_enabled = runner.kv_cache().blocks().prefix_cache_enabled();
   stats_.state_slots_total = runner.kv_cache().state_slots();
   stats_.state_checkpoints_total = runner.kv_cache().state_checkpoints();
+  // A hybrid model's prefix is of use only up to a block with a state: its log publishes those too (kv_events.h).
+  kv_events_.set_states(runner.kv_cache().state_bytes_per_slot() > 0);
   runner.kv_cache().blocks().set_event_log(&kv_events_);
   io_ = std::make_unique<Io>(*this);
   external_ = std::make_unique<External>(*this);

@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 
+#include "engine/kv_events.h"
+
 namespace tessera::engine {
 
 Result<std::unique_ptr<KvCache>> KvCache::create(ops::Device& device, const model::ModelConfig& config,
@@ -254,6 +256,8 @@ uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
   if (pick->written) {
     if (checkpoint_dropped_) checkpoint_dropped_(pick->hash, pick->bytes);
     written_.erase(pick->hash);
+    if (KvEventLog* events = blocks_.event_log())
+      events->publish_state(KvEventType::kRemoved, pick->hash, KvTier::kDevice);
   }
   pick->hash = hash;
   pick->written = false;
@@ -269,7 +273,9 @@ void KvCache::checkpoint_written(BlockHash hash, bool whole) {
     if (!c.filling || c.hash != hash) continue;
     c.filling = false;
     c.written = whole;
-    if (whole) written_[hash] = static_cast<int>(i);
+    if (!whole) continue;
+    written_[hash] = static_cast<int>(i);
+    if (KvEventLog* events = blocks_.event_log()) events->publish_state(KvEventType::kStored, hash, KvTier::kDevice);
   }
 }
 

@@ -22,13 +22,22 @@ KvEventLog::KvEventLog(size_t capacity) : capacity_(std::max<size_t>(1, capacity
 
 void KvEventLog::publish(KvEventType type, uint64_t hash, KvTier tier) {
   std::lock_guard lock(mu_);
-  auto& held = held_[static_cast<int>(tier)];
+  publish_locked(type, hash, tier, false);
+}
+
+void KvEventLog::publish_state(KvEventType type, uint64_t hash, KvTier tier) {
+  std::lock_guard lock(mu_);
+  publish_locked(type, hash, tier, true);
+}
+
+void KvEventLog::publish_locked(KvEventType type, uint64_t hash, KvTier tier, bool state) {
+  auto& held = (state ? held_states_ : held_)[static_cast<int>(tier)];
   if (type == KvEventType::kStored) {
     held.insert(hash);
   } else {
     held.erase(hash);
   }
-  events_.push_back({next_++, type, hash, tier});
+  events_.push_back({next_++, type, hash, tier, state});
   if (events_.size() > capacity_) events_.pop_front();
 }
 
@@ -36,6 +45,7 @@ KvEventRead KvEventLog::read(uint64_t epoch, uint64_t after, size_t max_events) 
   std::lock_guard lock(mu_);
   KvEventRead r;
   r.epoch = epoch_;
+  r.states = states_;
   const uint64_t last = next_ - 1;
   const uint64_t oldest = events_.empty() ? next_ : events_.front().seq;
   // Another run, a number from the future, or one whose successors were dropped: start over from the whole set.
@@ -45,6 +55,8 @@ KvEventRead KvEventLog::read(uint64_t epoch, uint64_t after, size_t max_events) 
     for (int t = 0; t < kKvTiers; ++t) {
       r.held[t].assign(held_[t].begin(), held_[t].end());
       std::sort(r.held[t].begin(), r.held[t].end());
+      r.held_states[t].assign(held_states_[t].begin(), held_states_[t].end());
+      std::sort(r.held_states[t].begin(), r.held_states[t].end());
     }
     return r;
   }
@@ -59,6 +71,11 @@ KvEventRead KvEventLog::read(uint64_t epoch, uint64_t after, size_t max_events) 
 size_t KvEventLog::held(KvTier tier) const {
   std::lock_guard lock(mu_);
   return held_[static_cast<int>(tier)].size();
+}
+
+size_t KvEventLog::held_states(KvTier tier) const {
+  std::lock_guard lock(mu_);
+  return held_states_[static_cast<int>(tier)].size();
 }
 
 }  // namespace tessera::engine

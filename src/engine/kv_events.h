@@ -6,6 +6,12 @@
 // (engine::BlockManager::chain_hash: XXH3 of the block's int32 token ids seeded with the previous block's hash), the
 // same hash the router computes from a prompt's token ids (router::block_chain).
 //
+// A hybrid model's prefix is of use only up to a block after which some tier keeps the recurrent state (a state
+// checkpoint, engine/kv_cache.h): its log says so (`states`), and publishes, beside the blocks, the states each tier
+// takes in and drops under the chain hash of the block they follow (the device prefix cache's checkpoints, the
+// host connector's records with a state and the states it keeps alone), so that a router counts only what a node
+// can use.
+//
 // The log numbers events 1, 2, 3, ... and keeps the newest `capacity`; a reader asks for what came after the last
 // number it saw. A reader that fell behind what is kept, or that read another run of the node (each log has a random
 // `epoch`), gets `reset` and the whole set of blocks held now instead, then follows from there: events are replayable
@@ -14,6 +20,7 @@
 // Thread-safety: thread-safe (the engine thread publishes, HTTP threads read).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -34,6 +41,7 @@ struct KvEvent {
   KvEventType type = KvEventType::kStored;
   uint64_t hash = 0;
   KvTier tier = KvTier::kDevice;
+  bool state = false;  // the state after block `hash`, not the block
 };
 
 struct KvEventRead {
@@ -42,6 +50,8 @@ struct KvEventRead {
   bool reset = false;                    // `held` replaces what the reader knew; `events` is empty
   std::vector<KvEvent> events;           // after the reader's number, oldest first (at most max_events)
   std::vector<uint64_t> held[kKvTiers];  // reset: every block held now, by tier
+  std::vector<uint64_t> held_states[kKvTiers];  // reset: every block after which a state is held now, by tier
+  bool states = false;                          // a hybrid model's log (above)
 };
 
 class KvEventLog {
@@ -49,20 +59,29 @@ class KvEventLog {
   explicit KvEventLog(size_t capacity = 1 << 16);
 
   void publish(KvEventType type, uint64_t hash, KvTier tier = KvTier::kDevice);
+  // Hybrid models: the state after block `hash` taken in (stored) or dropped (removed) by `tier`.
+  void publish_state(KvEventType type, uint64_t hash, KvTier tier);
+  // Marks the log a hybrid model's (before any reader; the engine does at start).
+  void set_states(bool states) { states_ = states; }
+  bool states() const { return states_; }
   // What came after event `after` of run `epoch`; `reset` when that is not in the log any more (or another run).
   // A reader with nothing yet asks with epoch 0.
   KvEventRead read(uint64_t epoch, uint64_t after, size_t max_events = 4096) const;
 
   uint64_t epoch() const { return epoch_; }
   size_t held(KvTier tier = KvTier::kDevice) const;
+  size_t held_states(KvTier tier) const;
 
  private:
+  void publish_locked(KvEventType type, uint64_t hash, KvTier tier, bool state);
   const size_t capacity_;
   const uint64_t epoch_;
   mutable std::mutex mu_;
-  std::deque<KvEvent> events_;                   // GUARDED_BY(mu_)
-  uint64_t next_ = 1;                            // GUARDED_BY(mu_)
-  std::unordered_set<uint64_t> held_[kKvTiers];  // GUARDED_BY(mu_)
+  std::deque<KvEvent> events_;                          // GUARDED_BY(mu_)
+  uint64_t next_ = 1;                                   // GUARDED_BY(mu_)
+  std::unordered_set<uint64_t> held_[kKvTiers];         // GUARDED_BY(mu_)
+  std::unordered_set<uint64_t> held_states_[kKvTiers];  // GUARDED_BY(mu_)
+  std::atomic<bool> states_{false};
 };
 
 }  // namespace tessera::engine

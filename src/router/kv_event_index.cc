@@ -1,5 +1,6 @@
 #include "router/kv_event_index.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -33,8 +34,10 @@ Status KvEventIndex::apply(const std::string& url, const api::KvEventsBody& b) {
   Node& n = nodes_[url];
   if (b.reset) {
     n = Node{b.epoch, b.last, b.block_tokens, {}, {}};
+    n.states = b.states;
     for (int t = 0; t < api::kKvTiers; ++t) {
       for (uint64_t h : b.held[t]) set_tier(n.held, n.count, h, t, true);
+      for (uint64_t h : b.held_states[t]) set_tier(n.state_held, n.state_count, h, t, true);
     }
     return ok_status();
   }
@@ -46,7 +49,11 @@ Status KvEventIndex::apply(const std::string& url, const api::KvEventsBody& b) {
   }
   for (const api::KvBlockEvent& e : b.events) {
     if (e.tier < 0 || e.tier >= api::kKvTiers) continue;
-    set_tier(n.held, n.count, e.hash, e.tier, e.stored);
+    if (e.state) {
+      set_tier(n.state_held, n.state_count, e.hash, e.tier, e.stored);
+    } else {
+      set_tier(n.held, n.count, e.hash, e.tier, e.stored);
+    }
     n.last = e.seq;
   }
   return ok_status();
@@ -71,6 +78,13 @@ KvEventIndex::Match KvEventIndex::match(const std::string& url, std::span<const 
   };
   for (; i < chain.size() && (tiers(chain[i]) & 1u); ++i) ++m.device;
   for (; i < chain.size() && tiers(chain[i]) != 0; ++i) ++m.lower;  // the host connector's run after the device's
+  if (!it->second.states) return m;
+  // A hybrid model's node goes on from the state after the last block it uses: the run ends at the last block after
+  // which some tier holds one.
+  int64_t usable = m.device + m.lower;
+  while (usable > 0 && !it->second.state_held.contains(chain[static_cast<size_t>(usable - 1)])) --usable;
+  m.device = std::min(m.device, usable);
+  m.lower = usable - m.device;
   return m;
 }
 

@@ -42,7 +42,8 @@ class KvEventIndex {
     int64_t lower = 0;    // the blocks right after those that its host or disk tier holds (loaded, not computed)
   };
   // How much of `chain` the node holds; device -1 when the node's events are not known, or its block size is not
-  // `block_tokens` (its hashes would not be these).
+  // `block_tokens` (its hashes would not be these). A hybrid model's node: up to the last block after which it holds
+  // the state.
   Match match(const std::string& url, std::span<const uint64_t> chain, int block_tokens) const;
   // match() for each node, into its NodeSnapshot::cached_blocks and lower_tier_blocks (what the strategies read).
   void annotate(std::span<NodeSnapshot> nodes, std::span<const uint64_t> chain, int block_tokens) const;
@@ -56,6 +57,10 @@ class KvEventIndex {
     int block_tokens = 0;
     std::unordered_map<uint64_t, uint8_t> held;  // hash -> the tiers holding it (bit t: api::kKvTierNames[t])
     std::array<size_t, api::kKvTiers> count{};
+    // A hybrid model's node (api::KvEventsBody::states): the blocks after which a tier holds the state, as `held`.
+    bool states = false;
+    std::unordered_map<uint64_t, uint8_t> state_held;
+    std::array<size_t, api::kKvTiers> state_count{};
   };
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)

@@ -162,5 +162,61 @@ TEST(KvEventsRouting, BlocksMovedToTheHostTierStillDrawThePrompt) {
   EXPECT_EQ(complete(blind.url, p1).headers["x-tessera-node"], first) << "without events: the tie-breaker";
 }
 
+// A hybrid model (Qwen3.5's pattern at test size): a node can use a prefix only up to a block after which it holds
+// the recurrent state, and its events say which those are. The tie-breaking node computed a longer prompt and then
+// gave its one state checkpoint to another prompt: it holds six blocks of the prompt and no state after any of
+// them. The other node computed the prompt's first four blocks and holds the state after them. Counting blocks
+// alone, the router would send the prompt to the first (six blocks against four, an equal load); it goes to the
+// node that can use what it holds.
+TEST(KvEventsRouting, AHybridPromptGoesToTheNodeHoldingAStateNotTheMostBlocks) {
+  const std::string model =
+      testing::synth_small_gguf(testing::scratch_dir() + "/q35.gguf", "qwen3.5-0.8b", 4, {"--decisive"});
+  ASSERT_FALSE(model.empty());
+  auto node = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"serve",       "--model",        model, "--port", "0", "--served-model-name",
+                                     "stories260K", "--max-num-seqs", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return start(args);
+  };
+  Proc a = node({"--state-checkpoints", "1"}), b = node({"--state-checkpoints", "1"});
+  const std::string first = std::min(a.url, b.url), other = std::max(a.url, b.url);
+  const std::vector<int32_t> longer = prompt_ids(3, 102), prompt(longer.begin(), longer.begin() + 70);
+  const std::vector<uint64_t> chain = router::block_chain(longer, 16);
+  ASSERT_EQ(complete(first, longer).status, 200);
+  ASSERT_EQ(complete(first, prompt_ids(200, 40)).status, 200);  // takes first's one checkpoint
+  ASSERT_EQ(complete(other, prompt).status, 200);               // its checkpoint after block 4 (position 64)
+  const json fe = get(first + "/internal/kv/events"), oe = get(other + "/internal/kv/events");
+  ASSERT_TRUE(fe.is_object() && oe.is_object());
+  EXPECT_EQ(fe["states"], true);
+  const auto first_blocks = fe["held"]["device"].get<std::vector<uint64_t>>();
+  const auto first_states = fe["held_states"]["device"].get<std::vector<uint64_t>>();
+  const auto other_states = oe["held_states"]["device"].get<std::vector<uint64_t>>();
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NE(std::find(first_blocks.begin(), first_blocks.end(), chain[i]), first_blocks.end()) << "block " << i;
+    EXPECT_EQ(std::find(first_states.begin(), first_states.end(), chain[i]), first_states.end()) << "state " << i;
+  }
+  EXPECT_NE(std::find(other_states.begin(), other_states.end(), chain[3]), other_states.end());
+
+  const std::vector<std::string> route = {"route",
+                                          "--port",
+                                          "0",
+                                          "--nodes",
+                                          a.url + "," + b.url,
+                                          "--strategy",
+                                          "kv_aware",
+                                          "--probe-timeout-ms",
+                                          "5000",
+                                          "--unhealthy-threshold",
+                                          "10"};
+  Proc router = start(route);
+  ASSERT_TRUE(wait_indexed(router.url, first, 6));
+  ASSERT_TRUE(wait_indexed(router.url, other, 4));
+  auto r = complete(router.url, longer);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["x-tessera-node"], other) << "the node with the state after the prompt's first 64 positions";
+  const json usage = json::parse(r.body, nullptr, false)["usage"];
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 64) << usage.dump();
+}
+
 }  // namespace
 }  // namespace tessera

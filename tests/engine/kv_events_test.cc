@@ -101,9 +101,70 @@ TEST(KvEventsWire, RoundTripAndHostileBodies) {
         R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored",3]]})",
         R"({"epoch":1,"last":0,"block_tokens":16,"reset":true})",
         R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":[3]})",
-        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":{"device":[-3]}})"}) {
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":{"device":[-3]}})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"states":1,"events":[]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored",3,"device","block"]]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":false,"events":[[1,"stored",3,"device","state",1]]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":{},"held_states":[3]})",
+        R"({"epoch":1,"last":0,"block_tokens":16,"reset":true,"held":{},"held_states":{"host":["3"]}})"}) {
     EXPECT_FALSE(api::parse_kv_events(hostile).ok()) << hostile;
   }
+}
+
+// A hybrid model's log says so and carries the states each tier holds beside the blocks, in its events and in a
+// reset, through the wire; an attention-only model's body is what it was (no "states").
+TEST(KvEventsWire, AHybridNodesStatesTravelBesideItsBlocks) {
+  KvEventLog log;
+  log.set_states(true);
+  log.publish(KvEventType::kStored, 5);
+  log.publish_state(KvEventType::kStored, 5, KvTier::kDevice);
+  log.publish_state(KvEventType::kStored, 6, KvTier::kHost);
+  log.publish_state(KvEventType::kRemoved, 6, KvTier::kHost);
+  log.publish_state(KvEventType::kStored, 7, KvTier::kDisk);
+  EXPECT_EQ(log.held(), 1u) << "states are not blocks";
+  EXPECT_EQ(log.held_states(KvTier::kDevice), 1u);
+  EXPECT_EQ(log.held_states(KvTier::kHost), 0u);
+  const KvEventRead r = log.read(log.epoch(), 0);
+  ASSERT_EQ(r.events.size(), 5u);
+  EXPECT_FALSE(r.events[0].state);
+  EXPECT_TRUE(r.events[1].state);
+  api::KvEventsBody b{r.epoch, r.last, 16, false, {}, {}};
+  b.states = r.states;
+  for (const KvEvent& e : r.events)
+    b.events.push_back({e.seq, e.type == KvEventType::kStored, e.hash, static_cast<int>(e.tier), e.state});
+  const std::string text = api::kv_events_body(b);
+  EXPECT_NE(text.find(R"([2,"stored",5,"device","state"])"), std::string::npos) << text;
+  auto back = api::parse_kv_events(text);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(back->states);
+  ASSERT_EQ(back->events.size(), 5u);
+  EXPECT_FALSE(back->events[0].state);
+  EXPECT_TRUE(back->events[3].state);
+  EXPECT_FALSE(back->events[3].stored);
+  EXPECT_EQ(back->events[4].tier, 2);
+
+  const KvEventRead whole = log.read(0, 0);
+  ASSERT_TRUE(whole.reset);
+  EXPECT_TRUE(whole.states);
+  EXPECT_EQ(whole.held_states[0], std::vector<uint64_t>{5});
+  EXPECT_TRUE(whole.held_states[1].empty());
+  EXPECT_EQ(whole.held_states[2], std::vector<uint64_t>{7});
+  api::KvEventsBody reset{whole.epoch, whole.last, 16, true, {}, {}};
+  reset.states = true;
+  for (int t = 0; t < kKvTiers; ++t) {
+    reset.held[t] = whole.held[t];
+    reset.held_states[t] = whole.held_states[t];
+  }
+  auto again = api::parse_kv_events(api::kv_events_body(reset));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(again->states);
+  EXPECT_EQ(again->held[0], std::vector<uint64_t>{5});
+  EXPECT_EQ(again->held_states[2], std::vector<uint64_t>{7});
+
+  KvEventLog plain;
+  plain.publish(KvEventType::kStored, 5);
+  api::KvEventsBody p{plain.epoch(), 1, 16, false, {{1, true, 5, 0}}, {}};
+  EXPECT_EQ(api::kv_events_body(p).find("state"), std::string::npos) << "unchanged for attention-only models";
 }
 
 }  // namespace

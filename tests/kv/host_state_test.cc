@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <numeric>
@@ -187,6 +188,53 @@ TEST_F(HostState, AReadThatEndsEarlyGoesOnFromTheLastStateItBrought) {
   EXPECT_EQ(got.cached, 20);
   EXPECT_EQ(tier(*n->host, "disk").hit_tokens, 20u);
   EXPECT_EQ(n->engine->stats().kv_load_shortfalls, 1u);
+}
+
+// KV events (engine/kv_events.h): a hybrid model's log says it has states, and announces each state a tier takes in
+// or drops under the hash of the block it follows, so that a router counts a prefix only up to a block with one: the
+// device's checkpoint, the one it gives back kept alone in host memory, the record that takes it along, and the disk
+// file with it, announced again after a restart.
+TEST_F(HostState, KvEventsAnnounceTheStatesEachTierHolds) {
+  TempDir dir;
+  const HostOptions o{.host_bytes = 64u << 20, .disk_dir = dir.path.string(), .disk_bytes = 64u << 20};
+  const std::vector<engine::BlockHash> h = engine::BlockManager::chain_hashes(a_, 4);
+  const std::vector<TokenId> b = tokens(41, 10);
+  const engine::BlockHash hb = engine::BlockManager::chain_hashes(b, 4)[9];
+  auto states = [](const Node& n, engine::KvTier t) {
+    const engine::KvEventRead r = n.engine->kv_events().read(0, 0);
+    EXPECT_TRUE(r.states);
+    return r.held_states[static_cast<int>(t)];
+  };
+  using engine::KvTier;
+  {
+    auto n = make(1, o, 64);
+    ASSERT_TRUE(ask(*n->engine, a_).ok);
+    EXPECT_EQ(states(*n, KvTier::kDevice), std::vector<uint64_t>{h[9]}) << "the checkpoint at 40";
+    ASSERT_TRUE(ask(*n->engine, b).ok);  // takes a's checkpoint
+    EXPECT_EQ(states(*n, KvTier::kDevice), std::vector<uint64_t>{hb});
+    EXPECT_EQ(states(*n, KvTier::kHost), std::vector<uint64_t>{h[9]}) << "given back, kept alone in host memory";
+    EXPECT_EQ(n->engine->kv_events().held(KvTier::kHost), 0u) << "no block left the device";
+    for (int i = 1; i < 6; ++i) ASSERT_TRUE(ask(*n->engine, tokens(41, 10 + 50 * i)).ok);
+    EXPECT_GT(n->engine->kv_events().held(KvTier::kHost), 0u);
+    const std::vector<uint64_t> host = states(*n, KvTier::kHost);
+    EXPECT_NE(std::find(host.begin(), host.end(), h[9]), host.end()) << "the record that took it along";
+    EXPECT_EQ(states(*n, KvTier::kDisk), std::vector<uint64_t>{});
+  }
+  // Host memory of one byte: every record goes on to disk, the one after 40 with its state; a restarted node
+  // announces the files it found, the state among them.
+  const HostOptions disk{.host_bytes = 1, .disk_dir = dir.path.string(), .disk_bytes = 64u << 20};
+  {
+    auto n = make(8, disk);
+    ask_and_evict(*n, reference({a_})[0]);
+    n->host->disk()->flush();
+    const std::vector<uint64_t> on_disk = states(*n, KvTier::kDisk);
+    EXPECT_NE(std::find(on_disk.begin(), on_disk.end(), h[9]), on_disk.end());
+    EXPECT_EQ(states(*n, KvTier::kHost), std::vector<uint64_t>{}) << "nothing stays in one byte";
+  }
+  auto n = make(8, disk);
+  const std::vector<uint64_t> found = states(*n, KvTier::kDisk);
+  EXPECT_NE(std::find(found.begin(), found.end(), h[9]), found.end()) << "announced again after the restart";
+  EXPECT_LT(found.size(), n->engine->kv_events().held(KvTier::kDisk)) << "the blocks without a state are not states";
 }
 
 std::shared_ptr<const HostBlock> record(engine::BlockHash h, size_t bytes) {

@@ -58,5 +58,50 @@ TEST(KvEventIndex, BlocksInTheLowerTiersFollowTheDevicesRun) {
   EXPECT_EQ(index.blocks(n), (std::array<size_t, 3>{0, 2, 1}));
 }
 
+// A hybrid model's node (`states`) can use a prefix only up to a block after which some tier holds the recurrent
+// state: the match ends there, wherever the blocks after it are; a node without `states` counts every block.
+TEST(KvEventIndex, AHybridNodesRunEndsAtItsLastBlockWithAState) {
+  KvEventIndex index;
+  const std::string n = "http://h:1", plain = "http://p:1";
+  const std::vector<uint64_t> chain = {1, 2, 3, 4, 5};
+  ASSERT_TRUE(index
+                  .apply(n, {.epoch = 1,
+                             .last = 0,
+                             .block_tokens = 16,
+                             .reset = true,
+                             .held = {{1, 2, 3}, {4, 5}, {}},
+                             .states = true,
+                             .held_states = {{2}, {}, {}}})
+                  .ok());
+  ASSERT_TRUE(
+      index.apply(plain, {.epoch = 1, .last = 0, .block_tokens = 16, .reset = true, .held = {{1, 2, 3}, {4, 5}, {}}})
+          .ok());
+  auto m = index.match(n, chain, 16);
+  EXPECT_EQ(m.device, 2) << "the device's state after block 2";
+  EXPECT_EQ(m.lower, 0);
+  m = index.match(plain, chain, 16);
+  EXPECT_EQ(m.device, 3);
+  EXPECT_EQ(m.lower, 2);
+  // The host tier takes in the state after block 4: the run goes on through the device's block 3 and the host's 4.
+  ASSERT_TRUE(index.apply(n, {.epoch = 1, .last = 1, .block_tokens = 16, .events = {{1, true, 4, 1, true}}}).ok());
+  m = index.match(n, chain, 16);
+  EXPECT_EQ(m.device, 3);
+  EXPECT_EQ(m.lower, 1);
+  // The device gives its state after block 2 back and the host drops the one after 4: nothing is of use.
+  ASSERT_TRUE(
+      index
+          .apply(
+              n,
+              {.epoch = 1, .last = 3, .block_tokens = 16, .events = {{2, false, 2, 0, true}, {3, false, 4, 1, true}}})
+          .ok());
+  m = index.match(n, chain, 16);
+  EXPECT_EQ(m.device, 0);
+  EXPECT_EQ(m.lower, 0);
+  EXPECT_EQ(index.blocks(n), (std::array<size_t, 3>{3, 2, 0})) << "the blocks are all still there";
+  // A state without its block (the run ends before it) counts nothing either.
+  ASSERT_TRUE(index.apply(n, {.epoch = 1, .last = 4, .block_tokens = 16, .events = {{4, true, 9, 0, true}}}).ok());
+  EXPECT_EQ(index.match(n, std::vector<uint64_t>{1, 9}, 16).device, 0);
+}
+
 }  // namespace
 }  // namespace tessera::router

@@ -157,7 +157,10 @@ void DiskTier::set_event_log(engine::KvEventLog* log) {
   std::lock_guard<std::mutex> lock(mu_);
   events_ = log;
   if (log == nullptr) return;
-  for (const engine::BlockHash h : lru_) log->publish(engine::KvEventType::kStored, h, engine::KvTier::kDisk);
+  for (const engine::BlockHash h : lru_) {
+    log->publish(engine::KvEventType::kStored, h, engine::KvTier::kDisk);
+    if (file_has_state_locked(files_.at(h))) log->publish_state(engine::KvEventType::kStored, h, engine::KvTier::kDisk);
+  }
 }
 
 void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
@@ -165,11 +168,18 @@ void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
   if (it != files_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
     stats_.bytes += bytes - it->second.bytes;  // rewritten with the state
+    const bool had_state = file_has_state_locked(it->second);
     it->second.bytes = bytes;
+    if (events_ != nullptr && !had_state && file_has_state_locked(it->second))
+      events_->publish_state(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
     return;
   }
-  if (events_ != nullptr) events_->publish(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
-  files_.emplace(hash, File{bytes, lru_.insert(lru_.end(), hash)});
+  const File file{bytes, lru_.insert(lru_.end(), hash)};
+  if (events_ != nullptr) {
+    events_->publish(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
+    if (file_has_state_locked(file)) events_->publish_state(engine::KvEventType::kStored, hash, engine::KvTier::kDisk);
+  }
+  files_.emplace(hash, file);
   stats_.blocks++;
   stats_.bytes += bytes;
 }
@@ -177,7 +187,11 @@ void DiskTier::index_locked(engine::BlockHash hash, uint64_t bytes) {
 void DiskTier::forget_locked(engine::BlockHash hash, bool remove_file) {
   auto it = files_.find(hash);
   if (it == files_.end()) return;
-  if (events_ != nullptr) events_->publish(engine::KvEventType::kRemoved, hash, engine::KvTier::kDisk);
+  if (events_ != nullptr) {
+    events_->publish(engine::KvEventType::kRemoved, hash, engine::KvTier::kDisk);
+    if (file_has_state_locked(it->second))
+      events_->publish_state(engine::KvEventType::kRemoved, hash, engine::KvTier::kDisk);
+  }
   stats_.blocks--;
   stats_.bytes -= it->second.bytes;
   lru_.erase(it->second.lru);

@@ -89,7 +89,9 @@ class DiskTier {
   void do_read(Read& r);
   std::string file_of(engine::BlockHash hash) const;
   void index_locked(engine::BlockHash hash, uint64_t bytes);  // as the most recently used (`bytes`: its file's)
-  bool file_has_state_locked(const File& f) const { return f.bytes == kBlockHeaderBytes + format_.payload_bytes(true); }
+  bool file_has_state_locked(const File& f) const {
+    return format_.geometry.state_bytes > 0 && f.bytes == kBlockHeaderBytes + format_.payload_bytes(true);
+  }
   void forget_locked(engine::BlockHash hash, bool remove_file);  // drops it from the index
 
   const DiskTierOptions options_;

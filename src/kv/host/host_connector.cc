@@ -111,13 +111,24 @@ void HostConnector::keep(std::shared_ptr<const HostBlock> block) {
   // record replacing one of the same block (now with the state) was announced already.
   if (events != nullptr && !block->state_only && !pool_.contains(block->hash))
     events->publish(engine::KvEventType::kStored, block->hash, engine::KvTier::kHost);
+  // A state, alone or in its block's record, is announced under its block's hash (state_key is its own inverse).
+  if (events != nullptr && (block->state_only || format_.holds_state(*block))) {
+    events->publish_state(engine::KvEventType::kStored, block->state_only ? state_key(block->hash) : block->hash,
+                          engine::KvTier::kHost);
+  }
   for (std::shared_ptr<const HostBlock>& out : pool_.insert(std::move(block))) {
     if (out->state_only) {
       counters_.states_alone--;
+      if (events != nullptr)
+        events->publish_state(engine::KvEventType::kRemoved, state_key(out->hash), engine::KvTier::kHost);
       continue;
     }
     counters_.host_evicted++;
-    if (events != nullptr) events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
+    if (events != nullptr) {
+      events->publish(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
+      if (format_.holds_state(*out))
+        events->publish_state(engine::KvEventType::kRemoved, out->hash, engine::KvTier::kHost);
+    }
     if (disk_) disk_->write(std::move(out));
   }
 }
