@@ -69,6 +69,8 @@ void mount_admin_routes(http::Server& server, AdminTarget target,
           nodes.push_back(node_status_json(s));
           if (const auto b = t->kv_event_blocks ? t->kv_event_blocks(s.load.url) : std::nullopt)
             nodes.back()["kv_event_blocks"] = {{"device", (*b)[0]}, {"host", (*b)[1]}, {"disk", (*b)[2]}};
+          if (const auto b = t->kv_event_states ? t->kv_event_states(s.load.url) : std::nullopt)
+            nodes.back()["kv_event_states"] = {{"device", (*b)[0]}, {"host", (*b)[1]}, {"disk", (*b)[2]}};
         }
         w->send(200, dump({{"strategy", t->strategy}, {"nodes", nodes}}));
       }));

@@ -36,6 +36,8 @@ struct AdminTarget {
   // The KV blocks a node's events say it holds, per tier (device, host, disk); nullopt (or unset) when KV events are
   // not read.
   std::function<std::optional<std::array<size_t, api::kKvTiers>>(const std::string& url)> kv_event_blocks;
+  // ... and, for a hybrid model's node, the blocks after which it holds the recurrent state (nullopt otherwise).
+  std::function<std::optional<std::array<size_t, api::kKvTiers>>(const std::string& url)> kv_event_states;
 };
 
 // Mounts GET /admin/nodes (the listing), POST /admin/nodes (add; optional positive "capacity"), POST

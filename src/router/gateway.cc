@@ -722,6 +722,10 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
        .kv_event_blocks = [d](const std::string& url) -> std::optional<std::array<size_t, api::kKvTiers>> {
          if (!d->kv_poller) return std::nullopt;
          return d->kv_index.blocks(url);
+       },
+       .kv_event_states = [d](const std::string& url) -> std::optional<std::array<size_t, api::kKvTiers>> {
+         if (!d->kv_poller) return std::nullopt;
+         return d->kv_index.states(url);
        }},
       [d](http::Handler h) { return d->admin(std::move(h)); });
 }

@@ -102,6 +102,13 @@ std::array<size_t, api::kKvTiers> KvEventIndex::blocks(const std::string& url) c
   return it == nodes_.end() ? std::array<size_t, api::kKvTiers>{} : it->second.count;
 }
 
+std::optional<std::array<size_t, api::kKvTiers>> KvEventIndex::states(const std::string& url) const {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(url);
+  if (it == nodes_.end() || !it->second.states) return std::nullopt;
+  return it->second.state_count;
+}
+
 void KvEventIndex::remove_node(const std::string& url) {
   std::lock_guard lock(mu_);
   nodes_.erase(url);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -49,6 +50,8 @@ class KvEventIndex {
   void annotate(std::span<NodeSnapshot> nodes, std::span<const uint64_t> chain, int block_tokens) const;
   // Blocks the node holds in each tier (device, host, disk).
   std::array<size_t, api::kKvTiers> blocks(const std::string& url) const;
+  // A hybrid model's node: the blocks after which it holds the state, per tier; nullopt for any other node.
+  std::optional<std::array<size_t, api::kKvTiers>> states(const std::string& url) const;
   void remove_node(const std::string& url);
 
  private:

@@ -211,6 +211,10 @@ TEST(KvEventsRouting, AHybridPromptGoesToTheNodeHoldingAStateNotTheMostBlocks) {
   Proc router = start(route);
   ASSERT_TRUE(wait_indexed(router.url, first, 6));
   ASSERT_TRUE(wait_indexed(router.url, other, 4));
+  for (const json& n : get(router.url + "/admin/nodes")["nodes"]) {  // what the router knows of each node's states
+    ASSERT_TRUE(n.contains("kv_event_states")) << n.dump();
+    EXPECT_EQ(n["kv_event_states"]["device"], 1) << "one checkpoint each: " << n.dump();
+  }
   auto r = complete(router.url, longer);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["x-tessera-node"], other) << "the node with the state after the prompt's first 64 positions";

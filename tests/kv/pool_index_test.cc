@@ -58,7 +58,14 @@ TEST(PoolKeys, EntryValuesAreCheckedLikeInput) {
   EXPECT_EQ(d->offset, 8192u);
   EXPECT_EQ(d->bytes, 4096u);
   EXPECT_EQ(d->checksum, 0xdeadbeefull);
+  EXPECT_FALSE(d->state);
   EXPECT_TRUE(decode_pool_entry("a", encode_pool_entry(e) + " later=1").ok()) << "fields of a later version";
+  e.state = true;  // a hybrid model's state record
+  EXPECT_NE(encode_pool_entry(e).find(" state=1"), std::string::npos);
+  auto st = decode_pool_entry("a", encode_pool_entry(e));
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->state);
+  EXPECT_FALSE(decode_pool_entry("a", "region=1 offset=2 bytes=3 checksum=4 state=yes").ok());
   for (const std::string bad :
        {"", "region=1 offset=2 bytes=3", "region=x offset=2 bytes=3 checksum=4", "region=1 offset=2 bytes=0 checksum=4",
         "region=1 offset=18446744073709551615 "
@@ -96,6 +103,23 @@ TEST(PoolIndex, FollowsPutsAndDeletesAndKeepsOtherModelsOut) {
   EXPECT_EQ(index.blocks(), 0u);
   EXPECT_EQ(index.peer_blocks(), 0u);
   EXPECT_FALSE(index.agent_info("peer").ok());
+}
+
+// State records (a hybrid model's) are entries like the blocks', counted apart: a peer's blocks are its blocks.
+TEST(PoolIndex, StateRecordsAreCountedApartFromBlocks) {
+  PoolIndex index(kStore, "self");
+  PoolEntry state{"peer", 7, 0, 9000, 0xbeefull, true};
+  index.reset({agent_kv("peer"),
+               block_kv(kStore, 1, "peer", 0),
+               {pool_block_key(kStore, 0x51, "peer"), encode_pool_entry(state)}});
+  EXPECT_EQ(index.peer_blocks(), 1u);
+  EXPECT_EQ(index.peer_states(), 1u);
+  ASSERT_TRUE(index.find(0x51));
+  EXPECT_TRUE(index.find(0x51)->state);
+  EXPECT_FALSE(index.find(1)->state);
+  index.apply({del(pool_block_key(kStore, 0x51, "peer"))});
+  EXPECT_EQ(index.peer_states(), 0u);
+  EXPECT_EQ(index.peer_blocks(), 1u);
 }
 
 TEST(PoolIndex, ABlockOfAnAgentWithoutAnAddressIsNotOffered) {

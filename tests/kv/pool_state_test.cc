@@ -82,7 +82,7 @@ class PoolState : public HybridKvTest {
       auto kvs = store()->range(std::string(kPoolPrefix) + "blocks/");
       size_t n = 0;
       for (const ctrl::KeyValue& kv : kvs.value()) n += kv.key.ends_with("/" + holder.pool->agent_name());
-      return reader.pool->peer_blocks() == n;
+      return reader.pool->peer_blocks() + reader.pool->peer_states() == n;
     }));
   }
 
@@ -100,6 +100,8 @@ TEST_F(PoolState, APrefixAndTheStateAfterItComeFromAnotherNode) {
   ask_and_evict(*a->engine, a_, want);
   wait_for(*a, *b, {h_[9], state_key(h_[9])});
   EXPECT_FALSE(published(*a, state_key(h_[8]))) << "no checkpoint after block 8";
+  EXPECT_GE(b->pool->peer_states(), 1u);
+  EXPECT_EQ(b->pool->peer_blocks(), tier(*a->pool, "pool").blocks) << "A's blocks, its states left out";
   const engine::KvTierStats held = tier(*a->pool, "pool");
   EXPECT_GT(held.bytes, held.blocks * (kBlockHeaderBytes + a->engine->kv_geometry().block_bytes()))
       << "the state slots' bytes count";

@@ -76,6 +76,8 @@ TEST(KvEventIndex, AHybridNodesRunEndsAtItsLastBlockWithAState) {
   ASSERT_TRUE(
       index.apply(plain, {.epoch = 1, .last = 0, .block_tokens = 16, .reset = true, .held = {{1, 2, 3}, {4, 5}, {}}})
           .ok());
+  EXPECT_EQ(index.states(n), (std::array<size_t, 3>{1, 0, 0}));
+  EXPECT_FALSE(index.states(plain).has_value()) << "not a hybrid model's node";
   auto m = index.match(n, chain, 16);
   EXPECT_EQ(m.device, 2) << "the device's state after block 2";
   EXPECT_EQ(m.lower, 0);

@@ -22,6 +22,8 @@ constexpr uint32_t kSlotsPerLease = 1000;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+bool is_state(const std::optional<PoolEntry>& e) { return e && e->state; }
+
 }  // namespace
 
 Result<std::shared_ptr<PoolConnector>> PoolConnector::create(PoolOptions options, std::string model_identity) {
@@ -189,7 +191,8 @@ void PoolConnector::checkpoint_evicted(engine::BlockHash hash, std::span<const s
 std::shared_ptr<const uint8_t> PoolConnector::checkpoint(engine::BlockHash hash) {
   if (state_slots_ == nullptr) return nullptr;
   const std::optional<PoolEntry> e = index_->find(state_key(hash));
-  if (!e || e->agent != agent_->name() || e->bytes != state_slot_bytes_ || e->offset + e->bytes > region_bytes_.size())
+  if (!is_state(e) || e->agent != agent_->name() || e->bytes != state_slot_bytes_ ||
+      e->offset + e->bytes > region_bytes_.size())
     return nullptr;
   // The publisher may be rewriting the slot (its entry goes first, but the mirror follows later): the checks decide.
   const auto* p = reinterpret_cast<const uint8_t*>(region_bytes_.data()) + e->offset;
@@ -264,6 +267,7 @@ Status PoolConnector::put_slot_key(engine::BlockHash key, bool state, uint32_t s
   e.offset = slot_offset(state, slot);
   e.bytes = state ? state_slot_bytes_ : slot_bytes_;
   e.checksum = slot_checksums_[key];
+  e.state = state;
   return options_.store->put(pool_block_key(format_.store_key, key, e.agent), encode_pool_entry(e),
                              leases_[lease_of(state, slot)]);
 }
@@ -349,7 +353,7 @@ engine::KvMatch PoolConnector::match(const engine::KvRequestView& request, int s
   size_t count = 0, usable = 0;
   for (size_t i = static_cast<size_t>(supplied / bt); i < limit && index_->find(request.block_hashes[i]); ++i) {
     count++;
-    if (!hybrid() || index_->find(state_key(request.block_hashes[i]))) usable = count;
+    if (!hybrid() || is_state(index_->find(state_key(request.block_hashes[i])))) usable = count;
   }
   return {
       .tokens = static_cast<int>(usable) * bt, .async = usable > 0, .cached = true, .state = hybrid() && usable > 0};
@@ -370,7 +374,8 @@ void PoolConnector::allocated(const engine::KvRequestView& request, std::span<co
     load->entries.push_back(std::move(*e));
   }
   // A hybrid model's run ends at its last block whose state is still held (none: the load brings nothing).
-  while (hybrid() && !load->hashes.empty() && !(load->state_entry = index_->find(state_key(load->hashes.back())))) {
+  while (hybrid() && !load->hashes.empty() &&
+         !is_state(load->state_entry = index_->find(state_key(load->hashes.back())))) {
     load->device.pop_back();
     load->hashes.pop_back();
     load->entries.pop_back();

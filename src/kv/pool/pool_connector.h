@@ -85,6 +85,8 @@ class PoolConnector final : public engine::KvConnector {
   const std::string& agent_name() const { return agent_->name(); }
   // Blocks other nodes publish that this node sees, and the blocks of its own slots.
   size_t peer_blocks() const { return index_ ? index_->peer_blocks() : 0; }
+  // State records (hybrid models) other nodes publish that this node sees.
+  size_t peer_states() const { return index_ ? index_->peer_states() : 0; }
 
   std::string_view name() const override { return kPoolConnector; }
   // Registers the pool region, grants the leases, publishes the agent and starts the watch and the threads.

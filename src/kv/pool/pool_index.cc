@@ -37,7 +37,8 @@ std::string pool_block_key(uint64_t store_key, engine::BlockHash hash, std::stri
 }
 
 std::string encode_pool_entry(const PoolEntry& e) {
-  return fmt::format("region={} offset={} bytes={} checksum={:016x}", e.region, e.offset, e.bytes, e.checksum);
+  return fmt::format("region={} offset={} bytes={} checksum={:016x}{}", e.region, e.offset, e.bytes, e.checksum,
+                     e.state ? " state=1" : "");
 }
 
 Result<PoolKey> parse_pool_key(std::string_view key) {
@@ -74,6 +75,11 @@ Result<PoolEntry> decode_pool_entry(std::string_view agent, std::string_view val
     const size_t eq = field.find('=');
     if (eq == std::string_view::npos) return invalid_argument("a KV pool entry field without '='");
     const std::string_view name = field.substr(0, eq), v = field.substr(eq + 1);
+    if (name == "state") {
+      if (v != "0" && v != "1") return invalid_argument("a KV pool entry's state is not 0 or 1");
+      e.state = v == "1";
+      continue;
+    }
     uint64_t* out = name == "region"     ? &e.region
                     : name == "offset"   ? &e.offset
                     : name == "bytes"    ? &e.bytes
@@ -95,7 +101,7 @@ void PoolIndex::reset(const std::vector<ctrl::KeyValue>& kvs) {
   std::lock_guard<std::mutex> lock(mu_);
   blocks_.clear();
   agents_.clear();
-  entries_ = peer_entries_ = 0;
+  entries_ = peer_entries_ = peer_states_ = 0;
   for (const ctrl::KeyValue& kv : kvs) apply_locked(kv, true);
 }
 
@@ -123,6 +129,7 @@ void PoolIndex::apply_locked(const ctrl::KeyValue& kv, bool put) {
   const bool had = it != blocks_.end() && it->second.count(key->agent) > 0;
   const bool peer = key->agent != self_;
   if (had) {
+    if (peer && it->second.at(key->agent).state) peer_states_--;
     it->second.erase(key->agent);
     entries_--;
     if (peer) peer_entries_--;
@@ -134,6 +141,7 @@ void PoolIndex::apply_locked(const ctrl::KeyValue& kv, bool put) {
     skipped_++;
     return;
   }
+  if (peer && entry->state) peer_states_++;
   blocks_[key->hash][key->agent] = std::move(*entry);
   entries_++;
   if (peer) peer_entries_++;
@@ -171,7 +179,12 @@ size_t PoolIndex::blocks() const {
 
 size_t PoolIndex::peer_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return peer_entries_;
+  return peer_entries_ - peer_states_;
+}
+
+size_t PoolIndex::peer_states() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_states_;
 }
 
 size_t PoolIndex::skipped_keys() const {

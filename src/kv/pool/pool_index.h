@@ -5,8 +5,9 @@
 // Control-plane keys (ctrl/store.h), every one under its owner's lease (kv/pool/pool_connector.h):
 //
 //   /tessera/kvpool/agents/<agent>                     link::AgentInfo::encode() of the node's pool agent
-//   /tessera/kvpool/blocks/<store key>/<hash>/<agent>  "region=R offset=O bytes=B checksum=C"
+//   /tessera/kvpool/blocks/<store key>/<hash>/<agent>  "region=R offset=O bytes=B checksum=C[ state=1]"
 //
+// `state=1`: a hybrid model's state record (kv/host/block_file.h), under <hash> = kv::state_key of its block's.
 // <store key> (kv/host/block_file.h: block_store_key) and <hash> (the block's chain hash) are 16 hex digits.
 // The agent is part of the key so that two nodes holding the same block never overwrite each other's entry.
 // At (region, offset) of that agent sit `bytes` bytes: a block record (block_file.h's header, then the payload,
@@ -41,6 +42,7 @@ struct PoolEntry {
   uint64_t offset = 0;
   uint64_t bytes = 0;  // the whole record: header and payload
   uint64_t checksum = 0;
+  bool state = false;  // a state record (a hybrid model's)
 };
 
 std::string pool_agent_key(std::string_view agent);
@@ -79,7 +81,8 @@ class PoolIndex {
   std::vector<std::string> agents() const;
 
   size_t blocks() const;        // (hash, agent) entries for this store key
-  size_t peer_blocks() const;   // ... held by other agents
+  size_t peer_blocks() const;   // ... held by other agents, state records left out
+  size_t peer_states() const;   // state records held by other agents
   size_t skipped_keys() const;  // malformed keys and values seen (and ignored)
 
  private:
@@ -89,7 +92,7 @@ class PoolIndex {
   mutable std::mutex mu_;
   std::unordered_map<engine::BlockHash, std::map<std::string, PoolEntry>> blocks_;  // GUARDED_BY(mu_)
   std::map<std::string, std::string> agents_;                                       // GUARDED_BY(mu_)
-  size_t entries_ = 0, peer_entries_ = 0, skipped_ = 0;                             // GUARDED_BY(mu_)
+  size_t entries_ = 0, peer_entries_ = 0, peer_states_ = 0, skipped_ = 0;           // GUARDED_BY(mu_)
 };
 
 // The fixed-size slots of a node's pool region, least recently used reused first.
