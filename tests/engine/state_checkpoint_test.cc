@@ -14,26 +14,15 @@
 #include "engine/model_runner.h"
 #include "model/synth.h"
 #include "ops/registry.h"
+#include "support/hybrid_model.h"
 
 namespace tessera::engine {
 namespace {
 
-std::vector<model::TokenId> tokens(int n, int from) {
-  std::vector<model::TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
+std::vector<model::TokenId> tokens(int n, int from) { return testing::token_run(n, from); }
 
-class HybridPrefix : public ::testing::Test {
+class HybridPrefix : public testing::HybridModelTest {
  protected:
-  void SetUp() override {
-    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
-    ASSERT_TRUE(c.ok());
-    c->max_seq_len = 256;
-    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
-    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
-    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
-  }
   struct Served {
     std::unique_ptr<ModelRunner> runner;
     std::unique_ptr<Engine> engine;
@@ -55,47 +44,6 @@ class HybridPrefix : public ::testing::Test {
     s.engine->start();
     return s;
   }
-  struct Out {
-    std::vector<model::TokenId> tokens;
-    std::vector<float> logprobs;
-    int cached = -1;
-    bool ok = true;
-  };
-  static std::future<Out> submit(Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
-    GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.state_hint = state_hint;
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    r.logprobs = 0;
-    auto done = std::make_shared<std::promise<Out>>();
-    auto acc = std::make_shared<Out>();
-    auto id = e.submit(std::move(r), [done, acc](const RequestOutput& o) {
-      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
-      for (const TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
-      acc->cached = std::max(acc->cached, o.cached_tokens);
-      if (o.finish == FinishReason::kNone) return;
-      acc->ok = o.error.ok();
-      done->set_value(*acc);
-    });
-    if (!id.ok()) {
-      Out failed;
-      failed.ok = false;
-      done->set_value(failed);
-    }
-    return done->get_future();
-  }
-  static void expect_same(const Out& got, const Out& want, const std::string& what) {
-    ASSERT_TRUE(got.ok) << what;
-    EXPECT_EQ(got.tokens, want.tokens) << what;
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
-    for (size_t i = 0; i < got.logprobs.size(); ++i)
-      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
-  }
-  std::unique_ptr<model::SynthModel> model_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
-  std::unique_ptr<ops::Device> device_;
 };
 
 // One after another: a prompt sent again, a longer turn of the same conversation and a prompt that parts from it

@@ -1,5 +1,5 @@
-// What the hybrid-model KV connector tests share (host_state_test, pool_state_test): a test-size Qwen3.5-pattern
-// model (linear and full attention in turn, seeded random weights), engines over it with a small cache, state
+// What the hybrid-model KV connector tests share (host_state_test, pool_state_test): the test-size Qwen3.5-pattern
+// model of support/hybrid_model.h, engines over it with a small cache, state
 // checkpoints and the connectors a test gives them, and a greedy request's tokens, logprobs and cached positions.
 // The reference is the same model served without prefix reuse (every prompt computed from position 0): greedy
 // tokens equal and the chosen tokens' logprobs within 1e-4.
@@ -19,26 +19,14 @@
 #include "engine/model_runner.h"
 #include "model/synth.h"
 #include "ops/registry.h"
+#include "support/hybrid_model.h"
 
 namespace tessera::kv {
 
-// n token ids from `from` on.
-inline std::vector<model::TokenId> tokens(int n, int from) {
-  std::vector<model::TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
+inline std::vector<model::TokenId> tokens(int n, int from) { return testing::token_run(n, from); }
 
-class HybridKvTest : public ::testing::Test {
+class HybridKvTest : public testing::HybridModelTest {
  protected:
-  void SetUp() override {
-    auto c = model::synth_shape_small("qwen3.5-0.8b");  // 6 layers, linear and full attention in turn
-    ASSERT_TRUE(c.ok());
-    c->max_seq_len = 256;
-    model_ = std::make_unique<model::SynthModel>(model::synthesize_weights(*c, 5));
-    tokenizer_ = model::synthesize_tokenizer(c->vocab_size, 5);
-    device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
-  }
   static constexpr const char* kIdentity = "synth qwen3.5 seed 5";
 
   struct Served {
@@ -72,40 +60,6 @@ class HybridKvTest : public ::testing::Test {
     return n;
   }
 
-  struct Out {
-    std::vector<model::TokenId> tokens;
-    std::vector<float> logprobs;
-    int cached = -1;
-    bool ok = true;
-  };
-  static Out ask(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
-    engine::GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.state_hint = state_hint;
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    r.logprobs = 0;
-    auto done = std::make_shared<std::promise<Out>>();
-    auto acc = std::make_shared<Out>();
-    auto id = e.submit(std::move(r), [done, acc](const engine::RequestOutput& o) {
-      acc->tokens.insert(acc->tokens.end(), o.tokens.begin(), o.tokens.end());
-      for (const engine::TokenLogprobs& l : o.logprobs) acc->logprobs.push_back(l.logprob);
-      acc->cached = std::max(acc->cached, o.cached_tokens);
-      if (o.finish == engine::FinishReason::kNone) return;
-      acc->ok = o.error.ok();
-      done->set_value(*acc);
-    });
-    if (!id.ok()) return {.ok = false};
-    return done->get_future().get();
-  }
-  static void expect_same(const Out& got, const Out& want, const std::string& what) {
-    ASSERT_TRUE(got.ok) << what;
-    EXPECT_EQ(got.tokens, want.tokens) << what;
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
-    for (size_t i = 0; i < got.logprobs.size(); ++i)
-      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << ", token " << i;
-  }
   static engine::KvTierStats tier(const engine::KvConnector& c, const std::string& name) {
     for (const engine::KvTierStats& t : c.stats().tiers)
       if (t.tier == name) return t;
@@ -129,9 +83,6 @@ class HybridKvTest : public ::testing::Test {
     EXPECT_GT(e.stats().prefix.evictions, 0u);
   }
 
-  std::unique_ptr<model::SynthModel> model_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
-  std::unique_ptr<ops::Device> device_;
   const std::vector<model::TokenId> a_ = tokens(41, 300);  // its checkpoint at 40: the last boundary before token 41
 };
 
