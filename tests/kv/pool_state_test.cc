@@ -62,27 +62,26 @@ class PoolState : public HybridKvTest {
     return std::nullopt;
   }
   bool published(const Node& holder, engine::BlockHash key) { return entry(holder, key).has_value(); }
-  // Waits until `holder` published `keys` and `reader`'s mirror holds every entry `holder` published (its own: a
-  // moment for the watch).
-  void wait_for(const Node& holder, const Node& reader, const std::vector<engine::BlockHash>& keys) {
-    auto eventually = [](auto pred) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!pred()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      return true;
-    };
-    for (engine::BlockHash k : keys) ASSERT_TRUE(eventually([&] { return published(holder, k); })) << k;
-    if (&holder == &reader) {  // its own entries reach its mirror through the watch
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      return;
+  template <class Pred>
+  static bool eventually(Pred pred) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    return true;
+  }
+  // Waits until `holder` published `keys` and `reader`'s mirror of the index holds every entry `holder` published
+  // (`holder` itself: every entry in the store, its own included).
+  void wait_for(const Node& holder, const Node& reader, const std::vector<engine::BlockHash>& keys) {
+    for (engine::BlockHash k : keys) ASSERT_TRUE(eventually([&] { return published(holder, k); })) << k;
     ASSERT_TRUE(eventually([&] {
       auto kvs = store()->range(std::string(kPoolPrefix) + "blocks/");
       size_t n = 0;
-      for (const ctrl::KeyValue& kv : kvs.value()) n += kv.key.ends_with("/" + holder.pool->agent_name());
-      return reader.pool->peer_blocks() + reader.pool->peer_states() == n;
+      for (const ctrl::KeyValue& kv : kvs.value())
+        n += &holder == &reader || kv.key.ends_with("/" + holder.pool->agent_name());
+      return &holder == &reader ? reader.pool->indexed_entries() == n
+                                : reader.pool->peer_blocks() + reader.pool->peer_states() == n;
     }));
   }
 
@@ -101,7 +100,8 @@ TEST_F(PoolState, APrefixAndTheStateAfterItComeFromAnotherNode) {
   wait_for(*a, *b, {h_[9], state_key(h_[9])});
   EXPECT_FALSE(published(*a, state_key(h_[8]))) << "no checkpoint after block 8";
   EXPECT_GE(b->pool->peer_states(), 1u);
-  EXPECT_EQ(b->pool->peer_blocks(), tier(*a->pool, "pool").blocks) << "A's blocks, its states left out";
+  EXPECT_TRUE(eventually([&] { return b->pool->peer_blocks() == tier(*a->pool, "pool").blocks; }))
+      << "A's blocks, its states left out";
   const engine::KvTierStats held = tier(*a->pool, "pool");
   EXPECT_GT(held.bytes, held.blocks * (kBlockHeaderBytes + a->engine->kv_geometry().block_bytes()))
       << "the state slots' bytes count";
@@ -157,7 +157,7 @@ TEST_F(PoolState, ARunEndsAtTheLastBlockWhoseStateThePoolHolds) {
   ask_and_evict(*a->engine, a_, want, /*hint=*/20);
   wait_for(*a, *b, {h_[9], state_key(h_[4]), state_key(h_[9])});
   ASSERT_TRUE(store()->remove(key_of(*a, state_key(h_[9]))).ok());
-  wait_for(*a, *b, {});
+  ASSERT_TRUE(eventually([&] { return !b->pool->indexed(state_key(h_[9])); }));  // B's mirror follows the watch
 
   const Out got = ask(*b->engine, a_);
   expect_same(got, want, "from A's pool slots to 20");
@@ -180,7 +180,10 @@ TEST_F(PoolState, AStateThatDoesNotArriveIntactIsNotUsed) {
   ASSERT_TRUE(e.ok());
   e->checksum ^= 1;
   ASSERT_TRUE(store()->put(kv->key, encode_pool_entry(*e), kv->lease).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // B's mirror follows the watch
+  ASSERT_TRUE(eventually([&] {  // B's mirror follows the watch
+    const std::optional<PoolEntry> seen = b->pool->indexed(state_key(h_[9]));
+    return seen && seen->checksum == e->checksum;
+  }));
 
   const Out got = ask(*b->engine, a_);
   expect_same(got, want, "computed");

@@ -87,6 +87,10 @@ class PoolConnector final : public engine::KvConnector {
   size_t peer_blocks() const { return index_ ? index_->peer_blocks() : 0; }
   // State records (hybrid models) other nodes publish that this node sees.
   size_t peer_states() const { return index_ ? index_->peer_states() : 0; }
+  // Every entry of this model this node's mirror of the index holds: its own and its peers', blocks and states.
+  size_t indexed_entries() const { return index_ ? index_->blocks() : 0; }
+  // Where this node's mirror says `key` (a chain hash, or kv::state_key of one) is read from (PoolIndex::find).
+  std::optional<PoolEntry> indexed(engine::BlockHash key) const { return index_ ? index_->find(key) : std::nullopt; }
 
   std::string_view name() const override { return kPoolConnector; }
   // Registers the pool region, grants the leases, publishes the agent and starts the watch and the threads.
