@@ -159,7 +159,10 @@ void Engine::allocated_external(Active& a, int local) {
 void Engine::take_checkpoints(const ScheduledChunk& c, Segment& seg, std::vector<BlockHash>& filled) {
   for (int i = 0; i < c.num_states; ++i) {
     const ScheduledChunk::StateAt& at = c.states[static_cast<size_t>(i)];
-    if (uint8_t* out = runner_.kv_cache().checkpoint_buffer(at.hash); out != nullptr) {
+    KvCache& kv = runner_.kv_cache();
+    uint8_t* out =
+        at.running ? kv.running_checkpoint_buffer(c.seq->kv, at.hash, at.prompt_end) : kv.checkpoint_buffer(at.hash);
+    if (out != nullptr) {
       seg.states[static_cast<size_t>(seg.num_states++)] = {at.position, out};
       filled.push_back(at.hash);
     }

@@ -244,27 +244,82 @@ int KvCache::state_checkpoints_held() const { return static_cast<int>(written_.s
 
 uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
   if (checkpoints_.empty() || find_checkpoint(hash) >= 0) return nullptr;
-  Checkpoint* pick = nullptr;
   for (Checkpoint& c : checkpoints_) {
     if (c.filling && c.hash == hash) return c.bytes.data();  // another sequence of this step with the same prompt
-    if (c.holders > 0 || c.filling) continue;
+  }
+  Checkpoint* pick = least_recently_used();
+  return pick == nullptr ? nullptr : refill(*pick, hash, /*spill=*/true);
+}
+
+uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, BlockHash prompt_end) {
+  if (checkpoints_.empty()) return nullptr;
+  if (const int kept = find_checkpoint(hash); kept >= 0) {
+    // The same tokens ran before (a conversation sent again): the one kept goes as far, seq's own is of no more use.
+    checkpoints_[static_cast<size_t>(kept)].used = ++checkpoint_clock_;
+    for (Checkpoint& c : checkpoints_) {
+      if (!c.running || c.hash != seq.running_checkpoint || &c == &checkpoints_[static_cast<size_t>(kept)]) continue;
+      c.running = false;
+      if (c.holders == 0 && !c.filling) forget(c, /*spill=*/false);
+    }
+    seq.running_checkpoint = hash;
+    return nullptr;
+  }
+  Checkpoint* pick = nullptr;
+  for (Checkpoint& c : checkpoints_) {
+    if (c.filling && c.hash == hash) return nullptr;  // another sequence's (the same tokens): it keeps that one
+    if (!c.running || c.hash != seq.running_checkpoint || seq.running_checkpoint == 0) continue;
+    if (c.holders == 0 && !c.filling)
+      pick = &c;  // seq's own, free to go on
+    else
+      c.running = false;  // a prompt restores from it: it stays, as any other
+  }
+  const bool first = seq.running_checkpoint == 0;
+  if (pick == nullptr) {
+    if (2 * (running_checkpoints() + 1) > state_checkpoints()) return nullptr;
+    pick = least_recently_used();
+    if (pick == nullptr) return nullptr;
+  }
+  uint8_t* out = refill(*pick, hash, /*spill=*/!pick->running);
+  pick->running = true;
+  seq.running_checkpoint = hash;
+  if (first && prompt_end != 0) {
+    if (const int e = find_checkpoint(prompt_end); e >= 0) checkpoints_[static_cast<size_t>(e)].used = 0;
+  }
+  return out;
+}
+
+int KvCache::running_checkpoints() const {
+  return static_cast<int>(
+      std::count_if(checkpoints_.begin(), checkpoints_.end(), [](const Checkpoint& c) { return c.running; }));
+}
+
+KvCache::Checkpoint* KvCache::least_recently_used() {
+  Checkpoint* pick = nullptr;
+  for (Checkpoint& c : checkpoints_) {
+    if (c.holders > 0 || c.filling || c.running) continue;
     // Empty ones first, then the least recently used.
     if (pick == nullptr || (!c.written && pick->written) || (c.written == pick->written && c.used < pick->used))
       pick = &c;
   }
-  if (pick == nullptr) return nullptr;
-  if (pick->written) {
-    if (checkpoint_dropped_) checkpoint_dropped_(pick->hash, pick->bytes);
-    written_.erase(pick->hash);
-    if (KvEventLog* events = blocks_.event_log())
-      events->publish_state(KvEventType::kRemoved, pick->hash, KvTier::kDevice);
-  }
-  pick->hash = hash;
-  pick->written = false;
-  pick->filling = true;
-  pick->used = ++checkpoint_clock_;
-  pick->bytes.resize(state_bytes_);
-  return pick->bytes.data();
+  return pick;
+}
+
+void KvCache::forget(Checkpoint& c, bool spill) {
+  if (!c.written) return;
+  if (spill && checkpoint_dropped_) checkpoint_dropped_(c.hash, c.bytes);
+  written_.erase(c.hash);
+  if (KvEventLog* events = blocks_.event_log()) events->publish_state(KvEventType::kRemoved, c.hash, KvTier::kDevice);
+  c.written = false;
+}
+
+uint8_t* KvCache::refill(Checkpoint& c, BlockHash hash, bool spill) {
+  forget(c, spill);
+  c.hash = hash;
+  c.written = false;
+  c.filling = true;
+  c.used = ++checkpoint_clock_;
+  c.bytes.resize(state_bytes_);
+  return c.bytes.data();
 }
 
 void KvCache::checkpoint_written(BlockHash hash, bool whole) {
@@ -336,7 +391,13 @@ void KvCache::release(SequenceKv& seq) {
   }
   seq.window_blocks.clear();
   seq.length = 0;
-  restored(seq);  // a restore that never ran lets its checkpoint go
+  restored(seq);                      // a restore that never ran lets its checkpoint go
+  if (seq.running_checkpoint != 0) {  // its last running checkpoint stays, as any other
+    for (Checkpoint& c : checkpoints_) {
+      if (c.running && c.hash == seq.running_checkpoint) c.running = false;
+    }
+    seq.running_checkpoint = 0;
+  }
   if (seq.state_slot >= 0) {
     free_slots_.push_back(seq.state_slot);
     seq.state_slot = -1;

@@ -19,6 +19,14 @@
 // them, least recently used given back first; with a second level (set_checkpoint_spill: the host KV tier) the ones
 // given back go there, and a prefix may end at a block whose state only that level keeps.
 //
+// Past its prompt's end a sequence also keeps a *running* checkpoint: the state at the last block boundary its steps
+// (its reply's decode) have crossed, each replacing the one before in the same buffer, so that the next turn of a
+// conversation (this prompt, the reply, a new message) goes on from the reply as it does for an attention-only model
+// (llama.cpp's server keeps its slot's live state). Running checkpoints of live sequences hold at most half the
+// checkpoints (the prompts' ones keep the rest) and none is given back while its sequence lives; when the sequence
+// ends its last one stays, as any other. Its first one moves its prompt's end checkpoint to the back of the LRU
+// order: the next turn takes the reply's instead.
+//
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
 #pragma once
@@ -54,13 +62,16 @@ struct SequenceKv {
   // ... or the state a second level keeps for it (KvCache::set_checkpoint_spill: a KV connector's host memory), held
   // here until then (null: none).
   std::shared_ptr<const uint8_t> restore_state;
+  // Hybrid models: the running state checkpoint this sequence took last (KvCache::running_checkpoint_buffer; 0:
+  // none); its next one replaces it, and it is the sequence's until release().
+  BlockHash running_checkpoint = 0;
 };
 
 inline constexpr BlockId kNoBlock{-1};
 
 // The most state checkpoints one sequence takes in one step (Scheduler::chunk's positions: the parting point, the
-// request's hint, the prompt's end).
-inline constexpr size_t kMaxStepCheckpoints = 3;
+// request's hint, the prompt's end, and past it the running one).
+inline constexpr size_t kMaxStepCheckpoints = 4;
 
 struct KvCacheOptions {
   int block_tokens = 16;
@@ -131,6 +142,14 @@ class KvCache {
   // While it is being filled (until checkpoint_written) no other hash takes it; `whole`: the step that filled it ran
   // to its end (else it is given back empty).
   uint8_t* checkpoint_buffer(BlockHash hash);
+  // The same for seq's running checkpoint (see above) after the block whose chain hash is `hash`: the buffer of the
+  // one seq took before (given back without going to the second level: this one goes further), else an unheld one
+  // while running checkpoints hold fewer than half; null otherwise, and when `hash` is kept already (the same tokens
+  // ran before: seq's own is given back). `prompt_end`: the chain hash of the block
+  // ending where seq's prompt's checkpoint is (0: none), moved to the back of the LRU order by seq's first one.
+  uint8_t* running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, BlockHash prompt_end);
+  // Live sequences' running checkpoints now.
+  int running_checkpoints() const;
   void checkpoint_written(BlockHash hash, bool whole);
   // The state seq's slot must take before its next step (its restore_checkpoint or restore_state), null when none;
   // restored() lets the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a
@@ -218,12 +237,19 @@ class KvCache {
     BlockHash hash = 0;
     bool written = false;  // holds the whole state for `hash`
     bool filling = false;  // handed out by checkpoint_buffer, not yet written
+    bool running = false;  // a live sequence's running checkpoint (SequenceKv::running_checkpoint)
     int holders = 0;       // sequences that will restore it
     uint64_t used = 0;     // last use (checkpoint_clock_): the least recently used is given back first
     std::vector<uint8_t> bytes;
   };
   // The written checkpoint for `hash`, or -1.
   int find_checkpoint(BlockHash hash) const;
+  // The least recently used checkpoint neither held, filling nor running (a free one first), or null.
+  Checkpoint* least_recently_used();
+  // Gives c's buffer to `hash` (to be filled); a written one it held goes first (forget).
+  uint8_t* refill(Checkpoint& c, BlockHash hash, bool spill);
+  // c's written state is given back (to the second level if `spill`): no prefix ends there any more.
+  void forget(Checkpoint& c, bool spill);
   std::vector<Checkpoint> checkpoints_;
   std::unordered_map<BlockHash, int> written_;  // the written checkpoints by hash
   // Hybrid models with checkpoints: chain hashes of blocks that a registered block goes on from (kept loosely: a

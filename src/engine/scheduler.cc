@@ -85,14 +85,28 @@ ScheduledChunk Scheduler::chunk(Sequence* seq, int num_tokens) const {
   // least one token is always computed.
   const int bt = kv_.block_tokens();
   const int end = (seq->prompt_len - 1) / bt * bt;
-  std::array<int, kMaxStepCheckpoints> at_all = {seq->state_branch, std::min(seq->state_hint / bt * bt, end), end};
+  // The chain hash of the block ending at `at` (from the registered blocks' when they reach the one before).
+  auto hash_at = [&](int at) {
+    const auto n = static_cast<size_t>(at / bt);
+    if (n <= seq->block_hashes.size()) return seq->block_hashes[n - 1];
+    if (n == seq->block_hashes.size() + 1)
+      return BlockManager::chain_hash(n == 1 ? 0 : seq->block_hashes.back(),
+                                      std::span(seq->tokens).subspan((n - 1) * static_cast<size_t>(bt), bt));
+    return BlockManager::chain_hashes(seq->tokens, bt, n).back();
+  };
+  std::array<int, 3> at_all = {seq->state_branch, std::min(seq->state_hint / bt * bt, end), end};
   std::sort(at_all.begin(), at_all.end());
   for (int at : at_all) {
     if (at <= 0 || seq->kv.length >= at || seq->kv.length + num_tokens < at) continue;
     if (c.num_states > 0 && c.states[static_cast<size_t>(c.num_states - 1)].position == at) continue;
-    c.states[static_cast<size_t>(c.num_states++)] = {
-        at, BlockManager::chain_hashes(seq->tokens, bt, static_cast<size_t>(at / bt)).back()};
+    c.states[static_cast<size_t>(c.num_states++)] = {at, hash_at(at)};
   }
+  // Past the prompt's end (its reply's decode): the last block boundary this chunk crosses, where the next turn of a
+  // conversation goes on from (KvCache's running checkpoint, one per sequence).
+  const int last = (seq->kv.length + num_tokens) / bt * bt;
+  if (last > end && last > seq->kv.length)
+    c.states[static_cast<size_t>(c.num_states++)] = {last, hash_at(last), /*running=*/true,
+                                                     end > 0 ? hash_at(end) : BlockHash{0}};
   return c;
 }
 

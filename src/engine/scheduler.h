@@ -43,10 +43,13 @@ struct ScheduledChunk {
   // A hybrid model's state checkpoints (KvCache) due in this chunk, in position order: where the prompt parted from
   // the cached blocks at admission (Sequence::state_branch), the last block boundary at or before the request's hint
   // (Sequence::state_hint) and the prompt's last block boundary before its last token, each kept under the chain hash
-  // of the block ending there.
+  // of the block ending there; past that, the last block boundary the chunk crosses (a running checkpoint, with the
+  // prompt's end's hash: KvCache::running_checkpoint_buffer).
   struct StateAt {
     int position = 0;
     BlockHash hash = 0;
+    bool running = false;
+    BlockHash prompt_end = 0;
   };
   std::array<StateAt, kMaxStepCheckpoints> states{};
   int num_states = 0;

@@ -254,8 +254,9 @@ TEST(HybridServe, PrefixReuseThroughStateCheckpointsGivesTheWholePromptsText) {
     EXPECT_LT(max_logprob_gap(g, whole[i]), kLogprobTolerance) << "prompt " << i;
     EXPECT_EQ(g.cached, cached[i]) << "prompt " << i;
   }
-  // first at 32, next at 48, parted at 16 and 48, sibling at 48.
-  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_state_checkpoints_used" + labels), 5);
+  // first at 32, next at 48, parted at 16 and 48, sibling at 48; and where each one's reply ended (its decode's
+  // last block boundary, a running checkpoint): first's and next's, kept once each, parted's and sibling's at 64.
+  EXPECT_EQ(testing::scrape_metric(n.url, "tessera_state_checkpoints_used" + labels), 9);
   EXPECT_EQ(testing::scrape_metric(n.url, "tessera_prefix_cache_hit_tokens_total" + labels), 32 + 32 + 48 + 16);
   EXPECT_EQ(testing::scrape_metric(n.url, "tessera_recurrent_state_slots_used" + labels), 0);
   EXPECT_EQ(n.proc->stop(SIGTERM), 0);

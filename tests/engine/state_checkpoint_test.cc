@@ -92,28 +92,41 @@ TEST_F(HybridPrefix, HitsGoOnFromTheCheckpointAsTheWholePromptWould) {
   EXPECT_EQ(kv.free_state_slots(), 4);  // every slot back
 }
 
-// The next turn of a conversation (the prompt, the reply, a new message) goes on from the first turn's checkpoint;
-// the reply's cached blocks beyond it, which no other prompt goes on from, take no checkpoint of their own: only the
-// new prompt's end does (a checkpoint at every such point would push the ones that serve out of the LRU).
-TEST_F(HybridPrefix, TheNextTurnOfAConversationTakesOnlyItsEndsCheckpoint) {
+// The next turn of a conversation (the prompt, the reply, a new message) goes on from the state its first turn's
+// decode kept at the last block boundary it crossed (a running checkpoint: 52 of the 41 + 11 positions it computed),
+// and a third turn from the second's. The next prompt's pass over the reply's blocks takes no checkpoint of its own
+// (one at every such point would push the ones that serve out of the LRU): kept are each turn's prompt end and the
+// reply's last boundary. Without running checkpoints (one checkpoint: none may run) a turn goes on from the last
+// prompt's end.
+TEST_F(HybridPrefix, TheNextTurnOfAConversationGoesOnFromTheReply) {
   const std::vector<model::TokenId> first = tokens(41, 300);
-  Out one, two;
-  std::vector<model::TokenId> next;
+  std::vector<Out> want;
+  std::vector<std::vector<model::TokenId>> turns = {first};
   {
     Served ref = start(0);
-    one = submit(*ref.engine, first).get();
-    ASSERT_TRUE(one.ok);
-    next = first;
-    next.insert(next.end(), one.tokens.begin(), one.tokens.end());  // 53 tokens: blocks to 52 cached after turn 1
-    for (model::TokenId t : tokens(10, 60)) next.push_back(t);
-    two = submit(*ref.engine, next).get();
+    for (int t = 0; t < 3; ++t) {
+      want.push_back(submit(*ref.engine, turns.back()).get());
+      ASSERT_TRUE(want.back().ok);
+      std::vector<model::TokenId> next = turns.back();  // the prompt, its reply, a new message
+      next.insert(next.end(), want.back().tokens.begin(), want.back().tokens.end());
+      for (model::TokenId m : tokens(10, 60 + 20 * t)) next.push_back(m);
+      turns.push_back(std::move(next));
+    }
   }
-  Served s = start(8);
-  expect_same(submit(*s.engine, first).get(), one, "turn 1");
-  Out got = submit(*s.engine, next).get();
-  expect_same(got, two, "turn 2");
-  EXPECT_EQ(got.cached, 40);
-  EXPECT_EQ(s.runner->kv_cache().state_checkpoints_held(), 2);  // at 40 and at 60, none at 52
+  turns.pop_back();
+  // Turn 2 (63 tokens) after 41 + 11 computed: 52; turn 3 (85 tokens) after 63 + 11: 72.
+  for (int checkpoints : {8, 1}) {
+    Served s = start(checkpoints);
+    const std::vector<int> cached = checkpoints == 8 ? std::vector<int>{0, 52, 72} : std::vector<int>{0, 40, 60};
+    for (size_t t = 0; t < turns.size(); ++t) {
+      Out got = submit(*s.engine, turns[t]).get();
+      expect_same(got, want[t], "turn " + std::to_string(t + 1));
+      EXPECT_EQ(got.cached, cached[t]) << checkpoints << " checkpoints, turn " << t + 1;
+    }
+    if (checkpoints == 8)  // 40, 52 (turn 1), 60, 72 (turn 2), 84, 96 (turn 3); none at 52 or 72 from the prompts
+      EXPECT_EQ(s.runner->kv_cache().state_checkpoints_held(), 6);
+    EXPECT_EQ(s.runner->kv_cache().running_checkpoints(), 0);  // every sequence ended
+  }
 }
 
 // A request's hint (serve passes the end of a chat's system prompt) keeps the state there as the prompt passes it:
@@ -169,9 +182,11 @@ TEST_F(HybridPrefix, OneChunkTakesTheHintsThePartingAndTheEndsCheckpoints) {
 }
 
 // Two checkpoints for three prompts: the least recently used goes, and its prompt is then computed whole (still
-// the reference's tokens); prompts sent at once, two of them the same, share a checkpoint filled in one step.
+// the reference's tokens); prompts sent at once, two of them the same, share a checkpoint filled in one step. One
+// token each, so that no decode takes a running checkpoint.
 TEST_F(HybridPrefix, TheLeastRecentlyUsedCheckpointGoesAndConcurrentPromptsShareOne) {
   const std::vector<std::vector<model::TokenId>> prompts = {tokens(23, 10), tokens(30, 200), tokens(18, 400)};
+  auto submit = [](Engine& e, const std::vector<model::TokenId>& p) { return HybridModelTest::submit(e, p, 0, 1); };
   std::vector<Out> want;
   {
     Served ref = start(0);
@@ -241,6 +256,82 @@ TEST(StateCheckpoints, FillingAndHeldCheckpointsAreNeitherMatchedNorTaken) {
   EXPECT_EQ(kv.match_prefix(d, prompt, 8), 0);  // h's state is gone
   kv.release(a);
   kv.release(b);
+}
+
+// Running checkpoints, the bookkeeping alone: a sequence's next one takes its last one's buffer (not given to the
+// second level: it goes further), live sequences' ones hold at most half the checkpoints and none is given back for
+// another while its sequence lives; once it ends its last one stays as any other; the first one moves its prompt's
+// end checkpoint to the back of the LRU order; one a prompt restores from stays when its sequence goes on.
+TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndRunningOnesHoldAtMostHalf) {
+  auto c = model::synth_shape_small("qwen3.5-0.8b");
+  ASSERT_TRUE(c.ok());
+  auto device = ops::open_device("ref").value();
+  auto made =
+      KvCache::create(*device, *c, {.block_tokens = 4, .num_blocks = 32, .state_slots = 4, .state_checkpoints = 4});
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  KvCache& kv = **made;
+  std::vector<BlockHash> spilled;
+  kv.set_checkpoint_spill([&](BlockHash h, std::span<const uint8_t>) { spilled.push_back(h); },
+                          [](BlockHash) { return std::shared_ptr<const uint8_t>(); });
+  auto fill = [&](uint8_t* buf, BlockHash h) {
+    if (buf != nullptr) kv.checkpoint_written(h, true);
+    return buf;
+  };
+  SequenceKv a, b, d;
+  // Another prompt's end (99), a's prompt end (100) and its reply's boundaries (101, then 102 in the same buffer).
+  ASSERT_NE(fill(kv.checkpoint_buffer(99), 99), nullptr);
+  ASSERT_NE(fill(kv.checkpoint_buffer(100), 100), nullptr);
+  uint8_t* first = fill(kv.running_checkpoint_buffer(a, 101, 100), 101);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(fill(kv.running_checkpoint_buffer(a, 102, 100), 102), first);
+  EXPECT_EQ(kv.checkpoint(101), nullptr);
+  EXPECT_EQ(kv.checkpoint(102), first);
+  EXPECT_TRUE(spilled.empty());  // 101 went without a copy
+  EXPECT_EQ(kv.running_checkpoints(), 1);
+  // b runs too: two of four; d may not.
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(b, 201, 0), 201), nullptr);
+  EXPECT_EQ(kv.running_checkpoints(), 2);
+  EXPECT_EQ(kv.running_checkpoint_buffer(d, 301, 0), nullptr);
+  // Prompts' checkpoints take the other two and never a running one: a's prompt end (moved back) goes first.
+  ASSERT_NE(fill(kv.checkpoint_buffer(400), 400), nullptr);
+  EXPECT_EQ(spilled, std::vector<BlockHash>{100});
+  ASSERT_NE(fill(kv.checkpoint_buffer(401), 401), nullptr);
+  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99}));
+  ASSERT_NE(fill(kv.checkpoint_buffer(402), 402), nullptr);
+  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99, 400}));
+  EXPECT_NE(kv.checkpoint(102), nullptr);
+  EXPECT_NE(kv.checkpoint(201), nullptr);
+  // a ends: its last one stays, given back in LRU order as any other; d may run now.
+  kv.release(a);
+  EXPECT_EQ(kv.running_checkpoints(), 1);
+  EXPECT_NE(kv.checkpoint(102), nullptr);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 301, 0), 301), nullptr);
+  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99, 400, 102}));  // 102 was the least recently used
+  // A prompt restores from d's: d's next one takes another buffer, and the one restored from stays.
+  std::vector<model::TokenId> prompt = tokens(9, 1);
+  const std::vector<BlockHash> h = BlockManager::chain_hashes(prompt, 4, 2);
+  SequenceKv owner, reader;
+  ASSERT_TRUE(kv.reserve(owner, 9).ok());
+  for (size_t i = 0; i < 2; ++i) kv.register_full_block(owner, i, h[i]);
+  kv.release(d);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, h[1], 0), h[1]), nullptr);
+  EXPECT_EQ(kv.match_prefix(reader, prompt, 8), 8);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 303, 0), 303), nullptr);
+  EXPECT_NE(kv.checkpoint(h[1]), nullptr);
+  EXPECT_EQ(kv.running_checkpoints(), 2);  // b's and d's 303
+  for (SequenceKv* s : {&b, &d, &owner, &reader}) kv.release(*s);
+  EXPECT_EQ(kv.running_checkpoints(), 0);
+  // The same tokens ran before (600 is kept): e's own one goes, without a copy, and none is filled.
+  SequenceKv e;
+  ASSERT_NE(fill(kv.checkpoint_buffer(600), 600), nullptr);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(e, 501, 0), 501), nullptr);
+  const size_t copies = spilled.size();
+  EXPECT_EQ(kv.running_checkpoint_buffer(e, 600, 0), nullptr);
+  EXPECT_EQ(kv.checkpoint(501), nullptr);
+  EXPECT_NE(kv.checkpoint(600), nullptr);
+  EXPECT_EQ(spilled.size(), copies);
+  EXPECT_EQ(kv.running_checkpoints(), 0);
+  kv.release(e);
 }
 
 }  // namespace

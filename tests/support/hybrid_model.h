@@ -36,19 +36,21 @@ class HybridModelTest : public ::testing::Test {
     device_ = std::move(ops::open_device("cpu", 0, ops::DeviceOptions{2, ""}).value());
   }
 
-  // A greedy request's 12 tokens (EOS ignored), the chosen tokens' logprobs and the cached positions it reported.
+  // A greedy request's max_tokens tokens (EOS ignored), the chosen tokens' logprobs and the cached positions it
+  // reported.
   struct Out {
     std::vector<model::TokenId> tokens;
     std::vector<float> logprobs;
     int cached = -1;
     bool ok = true;
   };
-  static std::future<Out> submit(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
+  static std::future<Out> submit(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0,
+                                 int max_tokens = 12) {
     engine::GenerationRequest r;
     r.prompt = std::move(prompt);
     r.state_hint = state_hint;
     r.sampling.temperature = 0;
-    r.max_tokens = 12;
+    r.max_tokens = max_tokens;
     r.ignore_eos = true;
     r.logprobs = 0;
     auto done = std::make_shared<std::promise<Out>>();
@@ -64,8 +66,8 @@ class HybridModelTest : public ::testing::Test {
     if (!id.ok()) done->set_value(Out{.ok = false});
     return done->get_future();
   }
-  static Out ask(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0) {
-    return submit(e, std::move(prompt), state_hint).get();
+  static Out ask(engine::Engine& e, std::vector<model::TokenId> prompt, int state_hint = 0, int max_tokens = 12) {
+    return submit(e, std::move(prompt), state_hint, max_tokens).get();
   }
   // Greedy tokens equal and logprobs within 1e-4 of the reference's.
   static void expect_same(const Out& got, const Out& want, const std::string& what) {
