@@ -12,7 +12,9 @@
 # MAX_MODEL_LEN (4096: the served context, which with MAX_SEQS caps the node's KV blocks), OUT (docs/bench/hybrid-prefix),
 # CHAT (0; 1: the replay as chat completions, `bench conversations --chat`, through TEMPLATE: chatml or a template
 # file; SYSTEM and USER_LEN then count words), TESSERA_BIN (the binary to measure), GEN_BIN (the binary that writes
-# the model and plays the load; default TESSERA_BIN).
+# the model and plays the load; default TESSERA_BIN), BASE_BIN (another build to compare: a third configuration, `base`,
+# checkpoints on, served by it; BASE_LABEL names it), CONFIGS (the configurations run in each repeat, in order:
+# "off on", or "off base on" with BASE_BIN; the first run of the first one is the replies' reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${TESSERA_BIN:-build/release/bin/tessera}
@@ -34,6 +36,9 @@ KV_MIB=${KV_MIB:-1024}
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-4096}
 OUT=${OUT:-docs/bench/hybrid-prefix}
 CHAT=${CHAT:-0}
+BASE_BIN=${BASE_BIN:-}
+BASE_LABEL=${BASE_LABEL:-$BASE_BIN}
+if [[ -n $BASE_BIN ]]; then CONFIGS=${CONFIGS:-off base on}; else CONFIGS=${CONFIGS:-off on}; fi
 TEMPLATE=${TEMPLATE:-chatml}
 chat_serve=() chat_bench=()
 ((CHAT)) && chat_serve=(--chat-template "$TEMPLATE") chat_bench=(--chat)
@@ -49,11 +54,12 @@ layer_flags=()
 "$G" synth --shape "$SHAPE" "${layer_flags[@]}" --format gguf --dtype "$DTYPE" --max-seq-len 8192 --seed 1 \
   --out "$model" >/dev/null
 
-run() {  # $1: on | off, $2: repeat
+run() {  # $1: on | off | base, $2: repeat
   local cfg=$1 rep=$2 flags=(--model "$model" --threads "$THREADS" --max-num-seqs "$MAX_SEQS" --kv-memory "$KV_MIB"
-    --max-model-len "$MAX_MODEL_LEN" --port 0 "${chat_serve[@]}")
+    --max-model-len "$MAX_MODEL_LEN" --port 0 "${chat_serve[@]}") bin=$B
   [[ $cfg == off ]] && flags+=(--state-checkpoints 0)
-  "$B" serve "${flags[@]}" >"$tmp/node.log" 2>&1 &
+  [[ $cfg == base ]] && bin=$BASE_BIN
+  "$bin" serve "${flags[@]}" >"$tmp/node.log" 2>&1 &
   node=$!
   local url=""
   for _ in $(seq 600); do
@@ -84,32 +90,36 @@ PY
 }
 
 for rep in $(seq "$REPEATS"); do
-  run off "$rep"
-  run on "$rep"
+  for cfg in $CONFIGS; do run "$cfg" "$rep"; done
 done
 
 python3 - "$OUT" "$SHAPE" "$LAYERS" "$DTYPE" "$THREADS" "$TENANTS" "$USERS" "$TURNS" "$SYSTEM" "$USER_LEN" "$OUTLEN" \
-  "$THINK" <<'PY'
+  "$THINK" "$BASE_LABEL" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
 ref = runs[0]["outputs"]
 bad = [f'{r["config"]}/{r["repeat"]}' for r in runs if r["outputs"] != ref or r["failed"]]
-by = {c: [r for r in runs if r["config"] == c] for c in ("off", "on")}
+configs = list(dict.fromkeys(r["config"] for r in runs))
+by = {c: [r for r in runs if r["config"] == c] for c in configs}
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 span = lambda rs, k: f'{min(r[k] for r in rs):.1f}-{max(r[k] for r in rs):.1f}'
-ratios = [o["ttft_p50_ms"] / n["ttft_p50_ms"] for o, n in zip(by["off"], by["on"])]
+names = {"off": "off (--state-checkpoints 0)", "on": "on (default)", "base": f"on, served by {sys.argv[13]}"}
 lines = [f"Shape {sys.argv[2]} (layers {sys.argv[3] if sys.argv[3] != '0' else 'all'}, {sys.argv[4]}), {sys.argv[5]} "
          f"threads; {sys.argv[6]} tenants x {sys.argv[7]} users x {sys.argv[8]} turns, system prompt {sys.argv[9]}, "
-         f"messages {sys.argv[10]}, replies {sys.argv[11]}, think {sys.argv[12]} s. Medians of {len(by['on'])} "
+         f"messages {sys.argv[10]}, replies {sys.argv[11]}, think {sys.argv[12]} s. Medians of {len(by[configs[-1]])} "
          "alternating runs (min-max).", "",
          "| state checkpoints | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | hit rate | oracle |", "| --- | --- | --- | --- | --- | --- |"]
-for c, name in (("off", "off (--state-checkpoints 0)"), ("on", "on (default)")):
+for c in configs:
     rs = by[c]
-    lines.append(f"| {name} | {med(rs, 'ttft_p50_ms'):.1f} ({span(rs, 'ttft_p50_ms')}) | {med(rs, 'ttft_p99_ms'):.1f} | "
+    lines.append(f"| {names[c]} | {med(rs, 'ttft_p50_ms'):.1f} ({span(rs, 'ttft_p50_ms')}) | {med(rs, 'ttft_p99_ms'):.1f} | "
                  f"{med(rs, 'tpot_p50_ms'):.2f} | {med(rs, 'hit_rate'):.3f} | {med(rs, 'oracle_hit_rate'):.3f} |")
-lines += ["", f"TTFT p50 off / on: {statistics.median(ratios):.2f}x (per pair: {', '.join(f'{x:.2f}' for x in ratios)}).",
-          "Every reply equal to the first off run's, token for token: " + ("yes." if not bad else f"NO ({', '.join(bad)}).")]
+lines.append("")
+for c in ("off", "base"):
+    if c in by and "on" in by:
+        ratios = [o["ttft_p50_ms"] / n["ttft_p50_ms"] for o, n in zip(by[c], by["on"])]
+        lines.append(f"TTFT p50 {c} / on: {statistics.median(ratios):.2f}x (per pair: {', '.join(f'{x:.2f}' for x in ratios)}).")
+lines.append(f"Every reply equal to the first {configs[0]} run's, token for token: " + ("yes." if not bad else f"NO ({', '.join(bad)})."))
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 sys.exit(1 if bad else 0)

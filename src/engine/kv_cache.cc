@@ -228,8 +228,11 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
       release(seq);
       return 0;
     }
-    checkpoints_[static_cast<size_t>(c)].holders++;
-    checkpoints_[static_cast<size_t>(c)].used = ++checkpoint_clock_;
+    Checkpoint& taken = checkpoints_[static_cast<size_t>(c)];
+    taken.holders++;
+    // A reply's state is one conversation's: the prompt going on from it keeps its own further on, so once restored
+    // it is the first to go (a prompt's state, such as a shared system prompt's, stays recently used).
+    taken.used = taken.reply ? 0 : ++checkpoint_clock_;
     seq.restore_checkpoint = c;
   }
   return seq.length;
@@ -273,17 +276,22 @@ uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, Blo
     else
       c.running = false;  // a prompt restores from it: it stays, as any other
   }
-  const bool first = seq.running_checkpoint == 0;
   if (pick == nullptr) {
-    if (2 * (running_checkpoints() + 1) > state_checkpoints()) return nullptr;
     pick = least_recently_used();
     if (pick == nullptr) return nullptr;
+    // Beyond half the checkpoints, only an empty one or one moved to the back (a state no prompt is expected to
+    // take again) is given to a running one: the states prompts share stay.
+    const bool given_up = !pick->written || pick->used == 0;
+    if (2 * (running_checkpoints() + 1) > state_checkpoints() && !given_up) return nullptr;
   }
   uint8_t* out = refill(*pick, hash, /*spill=*/!pick->running);
   pick->running = true;
+  pick->reply = true;
   seq.running_checkpoint = hash;
-  if (first && prompt_end != 0) {
-    if (const int e = find_checkpoint(prompt_end); e >= 0) checkpoints_[static_cast<size_t>(e)].used = 0;
+  if (prompt_end != 0) {  // written, or being filled in this step
+    for (Checkpoint& c : checkpoints_) {
+      if (c.hash == prompt_end && (c.written || c.filling)) c.used = 0;
+    }
   }
   return out;
 }
@@ -316,6 +324,7 @@ uint8_t* KvCache::refill(Checkpoint& c, BlockHash hash, bool spill) {
   forget(c, spill);
   c.hash = hash;
   c.written = false;
+  c.reply = false;
   c.filling = true;
   c.used = ++checkpoint_clock_;
   c.bytes.resize(state_bytes_);

@@ -24,8 +24,10 @@
 // conversation (this prompt, the reply, a new message) goes on from the reply as it does for an attention-only model
 // (llama.cpp's server keeps its slot's live state). Running checkpoints of live sequences hold at most half the
 // checkpoints (the prompts' ones keep the rest) and none is given back while its sequence lives; when the sequence
-// ends its last one stays, as any other. Its first one moves its prompt's end checkpoint to the back of the LRU
-// order: the next turn takes the reply's instead.
+// ends its last one stays, as any other. The first one inside the reply moves its prompt's end checkpoint to the
+// back of the LRU order (the next turn takes the reply's instead), and a prompt restoring a reply's state moves that
+// one back (the prompt keeps its own further on): what stays is each conversation's latest state and the states
+// prompts share. Beyond half the checkpoints a running one takes only an empty one or one moved back.
 //
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
@@ -144,9 +146,9 @@ class KvCache {
   uint8_t* checkpoint_buffer(BlockHash hash);
   // The same for seq's running checkpoint (see above) after the block whose chain hash is `hash`: the buffer of the
   // one seq took before (given back without going to the second level: this one goes further), else an unheld one
-  // while running checkpoints hold fewer than half; null otherwise, and when `hash` is kept already (the same tokens
-  // ran before: seq's own is given back). `prompt_end`: the chain hash of the block
-  // ending where seq's prompt's checkpoint is (0: none), moved to the back of the LRU order by seq's first one.
+  // (beyond half the checkpoints running, only an empty one or one moved back); null otherwise, and when `hash` is
+  // kept already (the same tokens ran before: seq's own is given back). `prompt_end` (0: none): the chain hash of
+  // the block ending where seq's prompt's end checkpoint is, moved to the back of the LRU order once this is taken.
   uint8_t* running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, BlockHash prompt_end);
   // Live sequences' running checkpoints now.
   int running_checkpoints() const;
@@ -238,6 +240,7 @@ class KvCache {
     bool written = false;  // holds the whole state for `hash`
     bool filling = false;  // handed out by checkpoint_buffer, not yet written
     bool running = false;  // a live sequence's running checkpoint (SequenceKv::running_checkpoint)
+    bool reply = false;    // taken as one (past a prompt's end), live or not: a prompt restoring it moves it back
     int holders = 0;       // sequences that will restore it
     uint64_t used = 0;     // last use (checkpoint_clock_): the least recently used is given back first
     std::vector<uint8_t> bytes;

@@ -172,7 +172,7 @@ TEST_F(HybridPrefix, OneChunkTakesTheHintsThePartingAndTheEndsCheckpoints) {
     Served ref = start(0, 64);
     for (const auto& p : prompts) want.push_back(submit(*ref.engine, p).get());
   }
-  Served s = start(8, 64);  // 40 tokens: one chunk
+  Served s = start(16, 64);  // 40 tokens: one chunk; room for the replies' checkpoints too
   const std::vector<int> cached = {0, 0, 8, 12, 36};
   for (size_t i = 0; i < prompts.size(); ++i) {
     Out got = submit(*s.engine, prompts[i], i == 1 ? 9 : 0).get();
@@ -259,10 +259,11 @@ TEST(StateCheckpoints, FillingAndHeldCheckpointsAreNeitherMatchedNorTaken) {
 }
 
 // Running checkpoints, the bookkeeping alone: a sequence's next one takes its last one's buffer (not given to the
-// second level: it goes further), live sequences' ones hold at most half the checkpoints and none is given back for
-// another while its sequence lives; once it ends its last one stays as any other; the first one moves its prompt's
-// end checkpoint to the back of the LRU order; one a prompt restores from stays when its sequence goes on.
-TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndRunningOnesHoldAtMostHalf) {
+// second level: it goes further); prompts' checkpoints never take a live sequence's; beyond half the checkpoints a
+// running one takes only a state moved to the back (its prompt's end, once the reply's is taken), never a kept one;
+// once its sequence ends its last one stays as any other; one a prompt restores from stays when its sequence goes
+// on, and is the first to go after; the same tokens run again give seq's own back.
+TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndTakesNoKeptStateBeyondHalf) {
   auto c = model::synth_shape_small("qwen3.5-0.8b");
   ASSERT_TRUE(c.ok());
   auto device = ops::open_device("ref").value();
@@ -277,57 +278,59 @@ TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndRunningOnesHoldAtMostH
     if (buf != nullptr) kv.checkpoint_written(h, true);
     return buf;
   };
-  SequenceKv a, b, d;
+  using Hashes = std::vector<BlockHash>;
+  SequenceKv a, b, d, e;
   // Another prompt's end (99), a's prompt end (100) and its reply's boundaries (101, then 102 in the same buffer).
   ASSERT_NE(fill(kv.checkpoint_buffer(99), 99), nullptr);
   ASSERT_NE(fill(kv.checkpoint_buffer(100), 100), nullptr);
   uint8_t* first = fill(kv.running_checkpoint_buffer(a, 101, 100), 101);
   ASSERT_NE(first, nullptr);
-  EXPECT_EQ(fill(kv.running_checkpoint_buffer(a, 102, 100), 102), first);
+  EXPECT_EQ(fill(kv.running_checkpoint_buffer(a, 102, 0), 102), first);
   EXPECT_EQ(kv.checkpoint(101), nullptr);
   EXPECT_EQ(kv.checkpoint(102), first);
   EXPECT_TRUE(spilled.empty());  // 101 went without a copy
   EXPECT_EQ(kv.running_checkpoints(), 1);
-  // b runs too: two of four; d may not.
+  // b runs too (two of four); beyond that d takes a's prompt end (moved back), and e nothing (99 is kept).
   ASSERT_NE(fill(kv.running_checkpoint_buffer(b, 201, 0), 201), nullptr);
-  EXPECT_EQ(kv.running_checkpoints(), 2);
-  EXPECT_EQ(kv.running_checkpoint_buffer(d, 301, 0), nullptr);
-  // Prompts' checkpoints take the other two and never a running one: a's prompt end (moved back) goes first.
-  ASSERT_NE(fill(kv.checkpoint_buffer(400), 400), nullptr);
-  EXPECT_EQ(spilled, std::vector<BlockHash>{100});
-  ASSERT_NE(fill(kv.checkpoint_buffer(401), 401), nullptr);
-  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99}));
-  ASSERT_NE(fill(kv.checkpoint_buffer(402), 402), nullptr);
-  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99, 400}));
-  EXPECT_NE(kv.checkpoint(102), nullptr);
-  EXPECT_NE(kv.checkpoint(201), nullptr);
-  // a ends: its last one stays, given back in LRU order as any other; d may run now.
-  kv.release(a);
-  EXPECT_EQ(kv.running_checkpoints(), 1);
-  EXPECT_NE(kv.checkpoint(102), nullptr);
   ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 301, 0), 301), nullptr);
-  EXPECT_EQ(spilled, (std::vector<BlockHash>{100, 99, 400, 102}));  // 102 was the least recently used
+  EXPECT_EQ(spilled, Hashes{100});
+  EXPECT_EQ(kv.running_checkpoints(), 3);
+  EXPECT_EQ(kv.running_checkpoint_buffer(e, 401, 0), nullptr);
+  EXPECT_NE(kv.checkpoint(99), nullptr);
+  // A prompt's checkpoint takes the one left, never a running one.
+  ASSERT_NE(fill(kv.checkpoint_buffer(500), 500), nullptr);
+  ASSERT_NE(fill(kv.checkpoint_buffer(501), 501), nullptr);
+  EXPECT_EQ(spilled, (Hashes{100, 99, 500}));
+  for (BlockHash h : {102, 201, 301}) EXPECT_NE(kv.checkpoint(h), nullptr) << h;
+  // a ends: its last one stays, given back in LRU order as any other.
+  kv.release(a);
+  EXPECT_EQ(kv.running_checkpoints(), 2);
+  EXPECT_NE(kv.checkpoint(102), nullptr);
+  ASSERT_NE(fill(kv.checkpoint_buffer(502), 502), nullptr);
+  EXPECT_EQ(spilled, (Hashes{100, 99, 500, 102}));  // older than 501
   // A prompt restores from d's: d's next one takes another buffer, and the one restored from stays.
   std::vector<model::TokenId> prompt = tokens(9, 1);
   const std::vector<BlockHash> h = BlockManager::chain_hashes(prompt, 4, 2);
   SequenceKv owner, reader;
   ASSERT_TRUE(kv.reserve(owner, 9).ok());
   for (size_t i = 0; i < 2; ++i) kv.register_full_block(owner, i, h[i]);
-  kv.release(d);
   ASSERT_NE(fill(kv.running_checkpoint_buffer(d, h[1], 0), h[1]), nullptr);
   EXPECT_EQ(kv.match_prefix(reader, prompt, 8), 8);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 303, 0), 303), nullptr);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 303, 0), 303), nullptr);  // in 501's buffer (two of four run)
   EXPECT_NE(kv.checkpoint(h[1]), nullptr);
   EXPECT_EQ(kv.running_checkpoints(), 2);  // b's and d's 303
+  kv.restored(reader);
   for (SequenceKv* s : {&b, &d, &owner, &reader}) kv.release(*s);
   EXPECT_EQ(kv.running_checkpoints(), 0);
+  // A reply's state a prompt went on from is the first to go (before 201 and 502, older).
+  ASSERT_NE(fill(kv.checkpoint_buffer(700), 700), nullptr);
+  EXPECT_EQ(spilled.back(), h[1]);
   // The same tokens ran before (600 is kept): e's own one goes, without a copy, and none is filled.
-  SequenceKv e;
   ASSERT_NE(fill(kv.checkpoint_buffer(600), 600), nullptr);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(e, 501, 0), 501), nullptr);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(e, 601, 0), 601), nullptr);
   const size_t copies = spilled.size();
   EXPECT_EQ(kv.running_checkpoint_buffer(e, 600, 0), nullptr);
-  EXPECT_EQ(kv.checkpoint(501), nullptr);
+  EXPECT_EQ(kv.checkpoint(601), nullptr);
   EXPECT_NE(kv.checkpoint(600), nullptr);
   EXPECT_EQ(spilled.size(), copies);
   EXPECT_EQ(kv.running_checkpoints(), 0);
