@@ -132,6 +132,7 @@ Result<RequestId> Engine::submit(GenerationRequest request, OutputCallback callb
   a->seq.tokens = a->req.prompt;
   a->seq.prompt_len = static_cast<int>(a->seq.tokens.size());
   a->seq.state_hint = std::clamp(a->req.state_hint, 0, a->seq.prompt_len);
+  a->seq.keep_reply_state = a->req.keep_reply_state;
   a->procs = LogitsProcessors(a->req.sampling, a->req.prompt, std::move(stops));
   if (a->req.pool) {  // computed whole (no prefix-cache hit), its blocks never cached; an encoder's in one step
     a->pooled = ChunkPool(*a->req.pool);

@@ -89,6 +89,11 @@ struct GenerationRequest {
   // recurrent state at the last block boundary at or before it is kept, so that the first prompt sharing it reuses
   // that much. 0: none (the prompt's end, and where it parts from another cached prompt, are kept regardless).
   int state_hint = 0;
+  // A hybrid model with state checkpoints: the state at the last block boundary the reply crosses is kept (KvCache's
+  // running checkpoint), for a next turn that sends this prompt and the reply back. serve clears it for a chat
+  // completion whose template does not render the reply back as generated (serve::renders_reply_back) or whose
+  // replies carry reasoning apart: there the next turn parts from this one where the reply starts.
+  bool keep_reply_state = true;
   // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
   // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
   // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an

@@ -106,7 +106,7 @@ ScheduledChunk Scheduler::chunk(Sequence* seq, int num_tokens) const {
   // names the prompt's end checkpoint, which it supersedes for that next turn.
   const int last = (seq->kv.length + num_tokens) / bt * bt;
   const bool first_in_reply = last == (seq->prompt_len / bt + 1) * bt;
-  if (last > end && last > seq->kv.length)
+  if (seq->keep_reply_state && last > end && last > seq->kv.length)
     c.states[static_cast<size_t>(c.num_states++)] = {last, hash_at(last), /*running=*/true,
                                                      first_in_reply && end > 0 ? hash_at(end) : BlockHash{0}};
   return c;

@@ -35,6 +35,8 @@ struct Sequence {
                                         // state was kept there: a state checkpoint is taken there (0: none)
   int state_hint = 0;                   // hybrid models: where the request expects later prompts to part from this
                                         // one (GenerationRequest::state_hint; 0: none)
+  bool keep_reply_state = true;         // hybrid models: a running checkpoint is kept past the prompt's end
+                                        // (GenerationRequest::keep_reply_state)
   bool whole = false;                   // the prompt is computed in one step or not at all (an encoder's input)
   int preemptions = 0;
 

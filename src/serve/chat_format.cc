@@ -104,4 +104,22 @@ size_t shared_start(const ChatFormatter& format, const api::ApiRequest& r, std::
   return static_cast<size_t>(std::mismatch(text.begin(), text.end(), other.begin(), other.end()).first - text.begin());
 }
 
+bool renders_reply_back(const ChatFormatter& format, const api::ApiRequest& r, std::string_view text,
+                        const std::function<bool()>& cancelled) {
+  if (!r.add_generation_prompt || r.continue_final_message || r.messages.empty()) return false;
+  nlohmann::json messages = nlohmann::json::parse(r.messages_json, nullptr, /*allow_exceptions=*/false);
+  if (!messages.is_array() || messages.size() != r.messages.size()) return false;
+  const std::string reply = "The reply, as generated.";
+  api::ApiRequest next = r;
+  next.messages.push_back({"assistant", reply});
+  next.messages.push_back({"user", "And then?"});
+  messages.push_back({{"role", "assistant"}, {"content", reply}});
+  messages.push_back({{"role", "user"}, {"content", "And then?"}});
+  next.messages_json = messages.dump();
+  auto rendered = format(next, cancelled);
+  if (!rendered.ok()) return false;
+  const std::string_view got = rendered->text;
+  return got.starts_with(text) && got.substr(text.size()).starts_with(reply);
+}
+
 }  // namespace tessera::serve

@@ -48,4 +48,13 @@ std::vector<std::string> chat_format_names();
 size_t shared_start(const ChatFormatter& format, const api::ApiRequest& r, std::string_view text,
                     const std::function<bool()>& cancelled);
 
+// Whether `format` renders a reply to `r` back as it was generated when the conversation goes on: the rendering of
+// `r` followed by an assistant message and a user message starts with `text` (what `format` rendered for `r`, with
+// its generation prompt) and the reply's text. False for a template that drops or rewrites earlier replies (one that
+// opens a think block in the generation prompt and leaves it out of the history), when `r` continues its final
+// message or asks for no generation prompt, and when the probe does not render. Prefix reuse for hybrid models then
+// keeps no state inside the reply (engine::GenerationRequest::keep_reply_state).
+bool renders_reply_back(const ChatFormatter& format, const api::ApiRequest& r, std::string_view text,
+                        const std::function<bool()>& cancelled);
+
 }  // namespace tessera::serve

@@ -68,7 +68,8 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
       reuse = b.state_checkpoints > 0
                   ? fmt::format(
                         "prefix reuse through {} state checkpoints ({:.1f} MiB), taken at prompts' last block "
-                        "boundaries, at chat system prompts' ends and where prompts part",
+                        "boundaries, at chat system prompts' ends, where prompts part and at replies' last block "
+                        "boundaries",
                         b.state_checkpoints, b.checkpoint_mib)
                   : std::string("prefix reuse is off (no state checkpoints: --state-checkpoints, --kv-memory)");
     b.info.push_back(

@@ -88,7 +88,8 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
   struct Prompt {
     std::vector<model::TokenId> ids;
     std::string echo;
-    int state_hint = 0;  // engine::GenerationRequest::state_hint
+    int state_hint = 0;            // engine::GenerationRequest::state_hint
+    bool keep_reply_state = true;  // engine::GenerationRequest::keep_reply_state
   };
   std::vector<Prompt> prompts;
   std::string prompt_text;
@@ -149,6 +150,10 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
         prompts.back().state_hint =
             static_cast<int>(std::mismatch(ids.begin(), ids.end(), start.begin(), start.end()).first - ids.begin());
       }
+      // The state inside the reply serves the next turn only if that turn sends the reply back as it was generated.
+      prompts.back().keep_reply_state =
+          options.reasoning == ReasoningFormat::kNone &&
+          renders_reply_back(options.chat, r, prompt_text, [&w] { return w->client_gone(); });
     }
   } else {
     for (const api::CompletionPrompt& p : r.prompts) {
@@ -250,6 +255,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
     engine::GenerationRequest gen = engine_request(r.generation);
     gen.prompt = prompts[p].ids;
     gen.state_hint = prompts[p].state_hint;
+    gen.keep_reply_state = prompts[p].keep_reply_state;
     gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
     gen.n = n;
     gen.grammar = grammar;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -320,6 +321,35 @@ TEST(HybridServe, ASecondChatUserGoesOnFromTheStateAtTheSharedSystemPrompt) {
     EXPECT_EQ(g.cached, i == 0 ? 0 : shared / 16 * 16) << "user " << i;
   }
   EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+}
+
+// A chat reply's state is kept (a running checkpoint at the last block boundary its decode crosses) only where the
+// next turn sends the reply back as it was generated: chatml renders the history verbatim; Qwen3.5's own template
+// opens a think block in the generation prompt and leaves it out of earlier turns (serve::renders_reply_back); and a
+// reasoning parser returns the reasoning apart from the content a client sends back. The node's checkpoints after one
+// reply say which: the system prompt's end and the prompt's end, and the reply's only with chatml and no parser.
+TEST(HybridServe, AChatRepliesStateIsKeptOnlyWhereTheNextTurnRendersItBack) {
+  const std::string model = synth_model("r.gguf", 4);
+  ASSERT_FALSE(model.empty());
+  const std::string qwen35 = testing::llamacpp_templates_dir() + "/Qwen3.5-4B.jinja";
+  if (!std::filesystem::exists(qwen35)) GTEST_SKIP() << qwen35 << " is missing (scripts/llamacpp.sh)";
+  const json messages = json::array(
+      {{{"role", "system"}, {"content", "You answer in one short sentence about the weather in the valley."}},
+       {{"role", "user"}, {"content", "Will it rain in the afternoon, and how cold will the night be?"}}});
+  const std::vector<std::pair<std::vector<std::string>, int>> cases = {
+      {{"--chat-template", "chatml", "--reasoning-parser", "none"}, 3},
+      {{"--chat-template", qwen35, "--reasoning-parser", "none"}, 2},
+      {{"--chat-template", "chatml", "--reasoning-parser", "qwen3"}, 2}};
+  for (const auto& [extra, kept] : cases) {
+    std::vector<std::string> flags = kCpu;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Node n = start_node(model, flags);
+    const std::string what = extra[1] + ", reasoning parser " + extra[3];
+    const Greedy g = chat_logprobs(n.url, messages, 40, "r");  // 39 positions computed past the prompt: 2 boundaries
+    EXPECT_EQ(g.logprobs.size(), 40u) << what;
+    EXPECT_EQ(testing::scrape_metric(n.url, "tessera_state_checkpoints_used{model=\"r\"}"), kept) << what;
+    EXPECT_EQ(n.proc->stop(SIGTERM), 0);
+  }
 }
 
 // Prefill on one node, decode on another, for `pairs` of backends: the decode node's greedy text is the single cpu

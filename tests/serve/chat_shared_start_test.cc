@@ -101,5 +101,45 @@ TEST(ChatSharedStart, FallbackFamiliesPlainTextAndConversationsWithoutAUserMessa
             kFirst + "<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// serve::renders_reply_back: whether the next turn renders a reply back as it was generated (then a hybrid model
+// keeps the state inside the reply for it). Templates that render the history verbatim do; Qwen3.5's opens a think
+// block in the generation prompt and leaves it out of earlier turns, and gpt-oss's replies start in a channel the
+// generation prompt does not open, so neither does; nor does a request that continues its final message.
+TEST(ChatRendersReplyBack, TemplatesThatRenderTheHistoryVerbatimDoAndThinkBlocksDoNot) {
+  const std::string dir = templates_dir();
+  int checked = 0;
+  const std::vector<std::pair<const char*, bool>> templates = {{"Qwen3.5-4B.jinja", false},
+                                                               {"Qwen-Qwen3-0.6B.jinja", true},
+                                                               {"meta-llama-Llama-3.1-8B-Instruct.jinja", true},
+                                                               {"Qwen-Qwen2.5-7B-Instruct.jinja", true},
+                                                               {"openai-gpt-oss-120b.jinja", false}};
+  for (const auto& [name, back] : templates) {
+    const std::string path = dir + "/" + name;
+    if (!std::filesystem::exists(path)) continue;
+    auto f = make_chat_format(path, {.bos_token = "<bos>", .eos_token = "<eos>"});
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status().to_string();
+    const api::ApiRequest a = chat(conversation());
+    auto ta = f->formatter(a, {});
+    ASSERT_TRUE(ta.ok()) << name;
+    EXPECT_EQ(renders_reply_back(f->formatter, a, ta->text, {}), back) << name;
+    ++checked;
+  }
+  // Llama 2 puts a space between "[/INST]" and an earlier reply that its generation prompt does not end with (the
+  // reply's first token carries it, but the text alone cannot say so): not claimed.
+  for (const auto& [family, back] :
+       std::vector<std::pair<const char*, bool>>{{"chatml", true}, {"llama-3", true}, {"llama-2", false}}) {
+    auto f = make_chat_format(family, {});
+    ASSERT_TRUE(f.ok()) << family;
+    const api::ApiRequest a = chat(conversation());
+    EXPECT_EQ(renders_reply_back(f->formatter, a, f->formatter(a, {})->text, {}), back) << family;
+  }
+  // A request continuing its final message, or asking for no generation prompt, is not a reply.
+  auto chatml = make_chat_format("chatml", {});
+  api::ApiRequest cont = chat(conversation());
+  cont.add_generation_prompt = false;
+  EXPECT_FALSE(renders_reply_back(chatml->formatter, cont, chatml->formatter(cont, {})->text, {}));
+  if (checked == 0) GTEST_SKIP() << "llama.cpp's templates are not at " << dir << " (scripts/llamacpp.sh)";
+}
+
 }  // namespace
 }  // namespace tessera::serve
