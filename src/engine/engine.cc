@@ -709,6 +709,14 @@ void Engine::publish_stats() {
   stats_ = s;
 }
 
+bool Engine::reply_comes_back(const Active& a, int position) const {
+  const int upto = position - a.seq.prompt_len;  // reply tokens before the state
+  if (!a.req.reply_as_text || upto <= 0) return true;
+  const auto reply = std::span(a.seq.tokens).subspan(static_cast<size_t>(a.seq.prompt_len));
+  const std::vector<TokenId> back = tokenizer_.encode(tokenizer_.decode(reply), /*add_bos=*/false);
+  return back.size() >= static_cast<size_t>(upto) && std::equal(back.begin(), back.begin() + upto, reply.begin());
+}
+
 void Engine::finish(Active& a, FinishReason reason, Status error) {
   if (a.finished) return;
   a.finished = true;
@@ -718,6 +726,8 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
     held_[a.id] = std::move(a.seq.kv.blocks);
     a.seq.kv.blocks.clear();
   }
+  if (a.seq.kv.running_checkpoint != 0)
+    runner_.kv_cache().end_reply(a.seq.kv, reply_comes_back(a, a.seq.kv.running_position));
   scheduler_.remove(&a.seq);
   if (a.text.size() > a.emitted) a.pending.text = a.text.substr(a.emitted);
   a.emitted = a.text.size();

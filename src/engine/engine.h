@@ -94,6 +94,10 @@ struct GenerationRequest {
   // completion whose template does not render the reply back as generated (serve::renders_reply_back) or whose
   // replies carry reasoning apart: there the next turn parts from this one where the reply starts.
   bool keep_reply_state = true;
+  // The next turn sends the reply back as text (a chat completion, a completion with a text prompt): the reply's
+  // state is kept only if that text tokenizes back to the tokens generated up to it. False: as tokens (a token
+  // prompt), kept as it is.
+  bool reply_as_text = false;
   // An embedding request (serve/embeddings_api.h): the prompt is computed and its final hidden states pooled
   // this way; it generates nothing and ends with RequestOutput::embedding. Its prompt is never taken from the
   // prefix cache or a KV connector and its blocks never enter either (a pooled prompt needs every row, and an
@@ -229,6 +233,9 @@ class Engine {
   void run_step();
   void admit_new();
   void finish(Active& a, FinishReason reason, Status error = ok_status());
+  // Whether a's reply comes back as the tokens it was generated as, up to `position` (GenerationRequest::reply_as_text:
+  // its text tokenizes back to them): a running state checkpoint there can serve the next turn.
+  bool reply_comes_back(const Active& a, int position) const;
   void publish_stats();                                              // copies the engine thread's counters into stats_
   void on_token(Active& a, std::vector<float>& logits, size_t row);  // samples row `row` of logits in place
   // The step's rows: every sequence's draw made on the device's host threads (Draw, draw()), then taken in row

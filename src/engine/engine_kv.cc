@@ -160,8 +160,13 @@ void Engine::take_checkpoints(const ScheduledChunk& c, Segment& seg, std::vector
   for (int i = 0; i < c.num_states; ++i) {
     const ScheduledChunk::StateAt& at = c.states[static_cast<size_t>(i)];
     KvCache& kv = runner_.kv_cache();
-    uint8_t* out =
-        at.running ? kv.running_checkpoint_buffer(c.seq->kv, at.hash, at.prompt_end) : kv.checkpoint_buffer(at.hash);
+    // A reply that would not come back as its tokens so far takes no running checkpoint: it would push out a state
+    // that serves for one no prompt reaches.
+    if (at.running && !reply_comes_back(*active_.at(static_cast<RequestId>(c.seq->id)), at.position)) continue;
+    // Its pair is the prompt's end once the state holds reply tokens (before that it is a prompt's state).
+    const BlockHash pair = at.position > c.seq->prompt_len ? at.prompt_end : BlockHash{0};
+    uint8_t* out = at.running ? kv.running_checkpoint_buffer(c.seq->kv, at.hash, at.position, pair)
+                              : kv.checkpoint_buffer(at.hash);
     if (out != nullptr) {
       seg.states[static_cast<size_t>(seg.num_states++)] = {at.position, out};
       filled.push_back(at.hash);

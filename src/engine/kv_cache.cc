@@ -230,9 +230,22 @@ int KvCache::match_prefix(SequenceKv& seq, std::span<const model::TokenId> token
     }
     Checkpoint& taken = checkpoints_[static_cast<size_t>(c)];
     taken.holders++;
-    // A reply's state is one conversation's: the prompt going on from it keeps its own further on, so once restored
-    // it is the first to go (a prompt's state, such as a shared system prompt's, stays recently used).
-    taken.used = taken.reply ? 0 : ++checkpoint_clock_;
+    taken.used = ++checkpoint_clock_;
+    // A conversation's next turn (or the same prompt again) goes on from its prompt's end or its reply's state and
+    // keeps its own further on: both of that pair are then the first to go. A state no reply was paired with (a
+    // shared system prompt's, a prompt's whose reply crossed no boundary) stays recently used.
+    const BlockHash end = taken.reply ? taken.pair : taken.hash;
+    bool paired = taken.reply;
+    for (Checkpoint& k : checkpoints_) {
+      if (k.reply && !k.running && k.pair == end && k.pair != 0) {
+        k.used = 0;
+        paired = true;
+      }
+    }
+    if (paired) {
+      taken.used = 0;
+      if (const int e = find_checkpoint(end); e >= 0) checkpoints_[static_cast<size_t>(e)].used = 0;
+    }
     seq.restore_checkpoint = c;
   }
   return seq.length;
@@ -254,7 +267,7 @@ uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
   return pick == nullptr ? nullptr : refill(*pick, hash, /*spill=*/true);
 }
 
-uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, BlockHash prompt_end) {
+uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, int32_t position, BlockHash prompt_end) {
   if (checkpoints_.empty()) return nullptr;
   if (const int kept = find_checkpoint(hash); kept >= 0) {
     // The same tokens ran before (a conversation sent again): the one kept goes as far, seq's own is of no more use.
@@ -265,6 +278,7 @@ uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, Blo
       if (c.holders == 0 && !c.filling) forget(c, /*spill=*/false);
     }
     seq.running_checkpoint = hash;
+    seq.running_position = position;
     return nullptr;
   }
   Checkpoint* pick = nullptr;
@@ -287,13 +301,28 @@ uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, Blo
   uint8_t* out = refill(*pick, hash, /*spill=*/!pick->running);
   pick->running = true;
   pick->reply = true;
+  pick->pair = prompt_end;
   seq.running_checkpoint = hash;
-  if (prompt_end != 0) {  // written, or being filled in this step
+  seq.running_position = position;
+  if (prompt_end != 0) {  // the next turn goes on from the reply: the prompt's end moves back now
     for (Checkpoint& c : checkpoints_) {
       if (c.hash == prompt_end && (c.written || c.filling)) c.used = 0;
     }
   }
   return out;
+}
+
+void KvCache::end_reply(SequenceKv& seq, bool comes_back) {
+  if (seq.running_checkpoint == 0) return;
+  for (Checkpoint& c : checkpoints_) {
+    if (c.hash != seq.running_checkpoint || !c.reply) continue;
+    if (comes_back) {
+      if (const int e = c.pair != 0 ? find_checkpoint(c.pair) : -1; e >= 0)
+        checkpoints_[static_cast<size_t>(e)].used = 0;
+    } else if (c.running && c.holders == 0 && !c.filling) {
+      forget(c, /*spill=*/false);
+    }
+  }
 }
 
 int KvCache::running_checkpoints() const {
@@ -325,6 +354,7 @@ uint8_t* KvCache::refill(Checkpoint& c, BlockHash hash, bool spill) {
   c.hash = hash;
   c.written = false;
   c.reply = false;
+  c.pair = 0;
   c.filling = true;
   c.used = ++checkpoint_clock_;
   c.bytes.resize(state_bytes_);
@@ -406,6 +436,7 @@ void KvCache::release(SequenceKv& seq) {
       if (c.running && c.hash == seq.running_checkpoint) c.running = false;
     }
     seq.running_checkpoint = 0;
+    seq.running_position = 0;
   }
   if (seq.state_slot >= 0) {
     free_slots_.push_back(seq.state_slot);

@@ -24,10 +24,12 @@
 // conversation (this prompt, the reply, a new message) goes on from the reply as it does for an attention-only model
 // (llama.cpp's server keeps its slot's live state). Running checkpoints of live sequences hold at most half the
 // checkpoints (the prompts' ones keep the rest) and none is given back while its sequence lives; when the sequence
-// ends its last one stays, as any other. The first one inside the reply moves its prompt's end checkpoint to the
-// back of the LRU order (the next turn takes the reply's instead), and a prompt restoring a reply's state moves that
-// one back (the prompt keeps its own further on): what stays is each conversation's latest state and the states
-// prompts share. Beyond half the checkpoints a running one takes only an empty one or one moved back.
+// ends its last one stays, as any other, paired with its prompt's end checkpoint (which moves to the back of the LRU
+// order once the reply's is taken), if the reply comes back as the tokens it was generated as (a chat's next turn
+// sends the reply's text, which may tokenize otherwise: the engine takes none for a reply whose text does not
+// tokenize back, and end_reply gives one back); the next turn goes on from one of the two and keeps its own further
+// on, so a prompt restoring either moves both to the back: what stays is each conversation's latest state and the
+// states prompts share. Beyond half the checkpoints a running one takes only an empty one or one moved back.
 //
 // KvCache owns device memory. BlockManager and SequenceKv are plain values (no device access), so the
 // bookkeeping is testable on its own. Thread-safety: owned by the engine thread.
@@ -67,6 +69,7 @@ struct SequenceKv {
   // Hybrid models: the running state checkpoint this sequence took last (KvCache::running_checkpoint_buffer; 0:
   // none); its next one replaces it, and it is the sequence's until release().
   BlockHash running_checkpoint = 0;
+  int32_t running_position = 0;  // ... after this many positions
 };
 
 inline constexpr BlockId kNoBlock{-1};
@@ -148,10 +151,21 @@ class KvCache {
   // one seq took before (given back without going to the second level: this one goes further), else an unheld one
   // (beyond half the checkpoints running, only an empty one or one moved back); null otherwise, and when `hash` is
   // kept already (the same tokens ran before: seq's own is given back). `prompt_end` (0: none): the chain hash of
-  // the block ending where seq's prompt's end checkpoint is, moved to the back of the LRU order once this is taken.
-  uint8_t* running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, BlockHash prompt_end);
+  // the block ending where seq's prompt's end checkpoint is, its pair (see above), which moves to the back of the
+  // LRU order now (the next turn goes on from the reply).
+  uint8_t* running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, int32_t position, BlockHash prompt_end);
+  // seq's reply has ended (before release): `comes_back` says whether the next turn will carry the reply as the
+  // tokens it was generated as (Engine: its text tokenizes back to them). Then its running checkpoint stays and
+  // its prompt's end checkpoint moves to the back of the LRU order (the next turn goes on from the reply); else
+  // the running one is given back (no prompt would ever reach it) and the prompt's end serves the next turn.
+  void end_reply(SequenceKv& seq, bool comes_back);
   // Live sequences' running checkpoints now.
   int running_checkpoints() const;
+  // Whether running checkpoints are taken at all: with at least two checkpoints per sequence that may run (one
+  // for its reply while it decodes, one for its conversation's state until the next turn). With fewer they push out
+  // the states prompts come back to: the seeded replay of docs/benchmarks.md with 11 checkpoints for 8 sequences
+  // reused less with them than without in some runs (hit 0.661 against 0.746).
+  bool keeps_reply_states() const { return !checkpoints_.empty() && state_checkpoints() >= 2 * state_slots_; }
   void checkpoint_written(BlockHash hash, bool whole);
   // The state seq's slot must take before its next step (its restore_checkpoint or restore_state), null when none;
   // restored() lets the checkpoint go (it stays cached), after the import or when the state came from elsewhere (a
@@ -240,7 +254,8 @@ class KvCache {
     bool written = false;  // holds the whole state for `hash`
     bool filling = false;  // handed out by checkpoint_buffer, not yet written
     bool running = false;  // a live sequence's running checkpoint (SequenceKv::running_checkpoint)
-    bool reply = false;    // taken as one (past a prompt's end), live or not: a prompt restoring it moves it back
+    bool reply = false;    // taken as one (past a prompt's end), live or not
+    BlockHash pair = 0;    // a reply's: the hash of its prompt's end checkpoint (0: none)
     int holders = 0;       // sequences that will restore it
     uint64_t used = 0;     // last use (checkpoint_clock_): the least recently used is given back first
     std::vector<uint8_t> bytes;

@@ -102,13 +102,11 @@ ScheduledChunk Scheduler::chunk(Sequence* seq, int num_tokens) const {
     c.states[static_cast<size_t>(c.num_states++)] = {at, hash_at(at)};
   }
   // Past the prompt's end (its reply's decode): the last block boundary this chunk crosses, where the next turn of a
-  // conversation goes on from (KvCache's running checkpoint, one per sequence). The first one inside the reply
-  // names the prompt's end checkpoint, which it supersedes for that next turn.
+  // conversation goes on from (KvCache's running checkpoint, one per sequence), paired with the prompt's end one.
   const int last = (seq->kv.length + num_tokens) / bt * bt;
-  const bool first_in_reply = last == (seq->prompt_len / bt + 1) * bt;
   if (seq->keep_reply_state && last > end && last > seq->kv.length)
     c.states[static_cast<size_t>(c.num_states++)] = {last, hash_at(last), /*running=*/true,
-                                                     first_in_reply && end > 0 ? hash_at(end) : BlockHash{0}};
+                                                     end > 0 ? hash_at(end) : BlockHash{0}};
   return c;
 }
 

@@ -43,8 +43,8 @@ struct ScheduledChunk {
   // A hybrid model's state checkpoints (KvCache) due in this chunk, in position order: where the prompt parted from
   // the cached blocks at admission (Sequence::state_branch), the last block boundary at or before the request's hint
   // (Sequence::state_hint) and the prompt's last block boundary before its last token, each kept under the chain hash
-  // of the block ending there; past that, the last block boundary the chunk crosses (a running checkpoint; the first
-  // one past the prompt's last token carries the prompt's end's hash: KvCache::running_checkpoint_buffer).
+  // of the block ending there; past that, the last block boundary the chunk crosses (a running checkpoint, with the
+  // prompt's end's hash: KvCache::running_checkpoint_buffer).
   struct StateAt {
     int position = 0;
     BlockHash hash = 0;

@@ -68,9 +68,11 @@ Result<KvBudget> plan_kv_budget(const model::ModelConfig& model, const KvBudgetF
       reuse = b.state_checkpoints > 0
                   ? fmt::format(
                         "prefix reuse through {} state checkpoints ({:.1f} MiB), taken at prompts' last block "
-                        "boundaries, at chat system prompts' ends, where prompts part and at replies' last block "
-                        "boundaries",
-                        b.state_checkpoints, b.checkpoint_mib)
+                        "boundaries, at chat system prompts' ends and where prompts part{}",
+                        b.state_checkpoints, b.checkpoint_mib,
+                        b.state_checkpoints >= 2 * f.max_num_seqs
+                            ? ", and at replies' last block boundaries"
+                            : " (replies' states need two checkpoints per sequence: more --kv-memory)")
                   : std::string("prefix reuse is off (no state checkpoints: --state-checkpoints, --kv-memory)");
     b.info.push_back(
         fmt::format("hybrid model: {} linear-attention layers, {:.1f} MiB of recurrent state for {} "

@@ -90,6 +90,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
     std::string echo;
     int state_hint = 0;            // engine::GenerationRequest::state_hint
     bool keep_reply_state = true;  // engine::GenerationRequest::keep_reply_state
+    bool reply_as_text = true;     // engine::GenerationRequest::reply_as_text
   };
   std::vector<Prompt> prompts;
   std::string prompt_text;
@@ -159,6 +160,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
     for (const api::CompletionPrompt& p : r.prompts) {
       if (p.is_tokens) {
         prompts.push_back({p.tokens, r.echo ? tok.decode(p.tokens) : ""});
+        prompts.back().reply_as_text = false;  // a client sending tokens sends the reply's tokens back
       } else {
         prompts.push_back({tok.encode(p.text, true), r.echo ? p.text : ""});
       }
@@ -256,6 +258,7 @@ void NodeServer::Impl::handle_generate(const http::Request& hreq, std::shared_pt
     gen.prompt = prompts[p].ids;
     gen.state_hint = prompts[p].state_hint;
     gen.keep_reply_state = prompts[p].keep_reply_state;
+    gen.reply_as_text = prompts[p].reply_as_text;
     gen.max_tokens = echo_only ? 1 : max_tokens;  // echo_only: the token that ends the prompt's pass is dropped
     gen.n = n;
     gen.grammar = grammar;

@@ -260,17 +260,19 @@ TEST(StateCheckpoints, FillingAndHeldCheckpointsAreNeitherMatchedNorTaken) {
 
 // Running checkpoints, the bookkeeping alone: a sequence's next one takes its last one's buffer (not given to the
 // second level: it goes further); prompts' checkpoints never take a live sequence's; beyond half the checkpoints a
-// running one takes only a state moved to the back (its prompt's end, once the reply's is taken), never a kept one;
-// once its sequence ends its last one stays as any other; one a prompt restores from stays when its sequence goes
-// on, and is the first to go after; the same tokens run again give seq's own back.
-TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndTakesNoKeptStateBeyondHalf) {
+// running one takes only an empty one or one moved to the back (a prompt's end, once its reply's state is taken),
+// never a kept state; a reply that comes back as its tokens keeps its state, one that does not gives it back; a
+// prompt restoring either of such a pair moves both back; one it restores stays when its sequence goes on; the same
+// tokens run again give seq's own back.
+TEST(StateCheckpoints, RunningCheckpointsReplaceTheirOwnAndEndWithTheReply) {
   auto c = model::synth_shape_small("qwen3.5-0.8b");
   ASSERT_TRUE(c.ok());
   auto device = ops::open_device("ref").value();
   auto made =
-      KvCache::create(*device, *c, {.block_tokens = 4, .num_blocks = 32, .state_slots = 4, .state_checkpoints = 4});
+      KvCache::create(*device, *c, {.block_tokens = 4, .num_blocks = 32, .state_slots = 2, .state_checkpoints = 4});
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   KvCache& kv = **made;
+  EXPECT_TRUE(kv.keeps_reply_states());  // two per sequence that may run
   std::vector<BlockHash> spilled;
   kv.set_checkpoint_spill([&](BlockHash h, std::span<const uint8_t>) { spilled.push_back(h); },
                           [](BlockHash) { return std::shared_ptr<const uint8_t>(); });
@@ -283,55 +285,62 @@ TEST(StateCheckpoints, ARunningCheckpointReplacesItsOwnAndTakesNoKeptStateBeyond
   // Another prompt's end (99), a's prompt end (100) and its reply's boundaries (101, then 102 in the same buffer).
   ASSERT_NE(fill(kv.checkpoint_buffer(99), 99), nullptr);
   ASSERT_NE(fill(kv.checkpoint_buffer(100), 100), nullptr);
-  uint8_t* first = fill(kv.running_checkpoint_buffer(a, 101, 100), 101);
+  uint8_t* first = fill(kv.running_checkpoint_buffer(a, 101, 44, 100), 101);
   ASSERT_NE(first, nullptr);
-  EXPECT_EQ(fill(kv.running_checkpoint_buffer(a, 102, 0), 102), first);
+  EXPECT_EQ(fill(kv.running_checkpoint_buffer(a, 102, 48, 100), 102), first);
   EXPECT_EQ(kv.checkpoint(101), nullptr);
   EXPECT_EQ(kv.checkpoint(102), first);
   EXPECT_TRUE(spilled.empty());  // 101 went without a copy
-  EXPECT_EQ(kv.running_checkpoints(), 1);
-  // b runs too (two of four); beyond that d takes a's prompt end (moved back), and e nothing (99 is kept).
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(b, 201, 0), 201), nullptr);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 301, 0), 301), nullptr);
+  EXPECT_EQ(a.running_position, 48);
+  // b runs too: two of four. Beyond that d takes a's prompt end (moved back when a's reply state was taken), and e
+  // finds only a kept state (99).
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(b, 201, 20, 0), 201), nullptr);
+  EXPECT_EQ(kv.running_checkpoints(), 2);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 301, 20, 0), 301), nullptr);
   EXPECT_EQ(spilled, Hashes{100});
   EXPECT_EQ(kv.running_checkpoints(), 3);
-  EXPECT_EQ(kv.running_checkpoint_buffer(e, 401, 0), nullptr);
-  EXPECT_NE(kv.checkpoint(99), nullptr);
-  // A prompt's checkpoint takes the one left, never a running one.
+  EXPECT_EQ(kv.running_checkpoint_buffer(e, 401, 20, 0), nullptr);
+  // a's reply comes back as its tokens: its state stays (below).
+  kv.end_reply(a, true);
+  // b's reply does not come back as its tokens: its state goes, without a copy, and its buffer is free.
+  kv.end_reply(b, false);
+  kv.release(b);
+  EXPECT_EQ(kv.checkpoint(201), nullptr);
   ASSERT_NE(fill(kv.checkpoint_buffer(500), 500), nullptr);
+  EXPECT_EQ(spilled, Hashes{100});
+  // Prompts' checkpoints never take a running one; a ended, its last one stays as any other.
   ASSERT_NE(fill(kv.checkpoint_buffer(501), 501), nullptr);
-  EXPECT_EQ(spilled, (Hashes{100, 99, 500}));
-  for (BlockHash h : {102, 201, 301}) EXPECT_NE(kv.checkpoint(h), nullptr) << h;
-  // a ends: its last one stays, given back in LRU order as any other.
+  EXPECT_EQ(spilled, (Hashes{100, 99}));
   kv.release(a);
-  EXPECT_EQ(kv.running_checkpoints(), 2);
   EXPECT_NE(kv.checkpoint(102), nullptr);
-  ASSERT_NE(fill(kv.checkpoint_buffer(502), 502), nullptr);
-  EXPECT_EQ(spilled, (Hashes{100, 99, 500, 102}));  // older than 501
-  // A prompt restores from d's: d's next one takes another buffer, and the one restored from stays.
+  EXPECT_EQ(kv.running_checkpoints(), 1);
+  // A pair: a prompt's end (h[0]) and d's reply state after it (h[1]). A prompt restoring the reply's state moves
+  // both back: d's next one takes h[0]'s buffer, and h[1], held for the restore, stays.
   std::vector<model::TokenId> prompt = tokens(9, 1);
   const std::vector<BlockHash> h = BlockManager::chain_hashes(prompt, 4, 2);
   SequenceKv owner, reader;
   ASSERT_TRUE(kv.reserve(owner, 9).ok());
   for (size_t i = 0; i < 2; ++i) kv.register_full_block(owner, i, h[i]);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, h[1], 0), h[1]), nullptr);
+  kv.release(d);
+  ASSERT_NE(fill(kv.checkpoint_buffer(h[0]), h[0]), nullptr);
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, h[1], 8, h[0]), h[1]), nullptr);
+  const size_t before = spilled.size();
   EXPECT_EQ(kv.match_prefix(reader, prompt, 8), 8);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 303, 0), 303), nullptr);  // in 501's buffer (two of four run)
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(d, 303, 12, h[0]), 303), nullptr);
+  EXPECT_EQ(spilled.size(), before + 1);
+  EXPECT_EQ(spilled.back(), h[0]);
   EXPECT_NE(kv.checkpoint(h[1]), nullptr);
-  EXPECT_EQ(kv.running_checkpoints(), 2);  // b's and d's 303
   kv.restored(reader);
-  for (SequenceKv* s : {&b, &d, &owner, &reader}) kv.release(*s);
+  for (SequenceKv* s : {&d, &owner, &reader}) kv.release(*s);
   EXPECT_EQ(kv.running_checkpoints(), 0);
-  // A reply's state a prompt went on from is the first to go (before 201 and 502, older).
-  ASSERT_NE(fill(kv.checkpoint_buffer(700), 700), nullptr);
+  ASSERT_NE(fill(kv.checkpoint_buffer(700), 700), nullptr);  // the restored one goes first
   EXPECT_EQ(spilled.back(), h[1]);
-  // The same tokens ran before (600 is kept): e's own one goes, without a copy, and none is filled.
-  ASSERT_NE(fill(kv.checkpoint_buffer(600), 600), nullptr);
-  ASSERT_NE(fill(kv.running_checkpoint_buffer(e, 601, 0), 601), nullptr);
+  // The same tokens ran before (700 is kept): e's own one goes, without a copy, and none is filled.
+  ASSERT_NE(fill(kv.running_checkpoint_buffer(e, 601, 20, 0), 601), nullptr);
   const size_t copies = spilled.size();
-  EXPECT_EQ(kv.running_checkpoint_buffer(e, 600, 0), nullptr);
+  EXPECT_EQ(kv.running_checkpoint_buffer(e, 700, 24, 0), nullptr);
   EXPECT_EQ(kv.checkpoint(601), nullptr);
-  EXPECT_NE(kv.checkpoint(600), nullptr);
+  EXPECT_NE(kv.checkpoint(700), nullptr);
   EXPECT_EQ(spilled.size(), copies);
   EXPECT_EQ(kv.running_checkpoints(), 0);
   kv.release(e);
