@@ -268,7 +268,7 @@ uint8_t* KvCache::checkpoint_buffer(BlockHash hash) {
 }
 
 uint8_t* KvCache::running_checkpoint_buffer(SequenceKv& seq, BlockHash hash, int32_t position, BlockHash prompt_end) {
-  if (checkpoints_.empty()) return nullptr;
+  if (!keeps_reply_states()) return nullptr;
   if (const int kept = find_checkpoint(hash); kept >= 0) {
     // The same tokens ran before (a conversation sent again): the one kept goes as far, seq's own is of no more use.
     checkpoints_[static_cast<size_t>(kept)].used = ++checkpoint_clock_;

@@ -344,6 +344,15 @@ TEST(StateCheckpoints, RunningCheckpointsReplaceTheirOwnAndEndWithTheReply) {
   EXPECT_EQ(spilled.size(), copies);
   EXPECT_EQ(kv.running_checkpoints(), 0);
   kv.release(e);
+
+  // Fewer than two checkpoints per sequence that may run: none is taken, though every checkpoint is free.
+  auto few =
+      KvCache::create(*device, *c, {.block_tokens = 4, .num_blocks = 32, .state_slots = 4, .state_checkpoints = 7});
+  ASSERT_TRUE(few.ok());
+  EXPECT_FALSE((*few)->keeps_reply_states());
+  SequenceKv f;
+  EXPECT_EQ((*few)->running_checkpoint_buffer(f, 801, 20, 0), nullptr);
+  EXPECT_NE((*few)->checkpoint_buffer(801), nullptr);  // a prompt's checkpoint still is
 }
 
 }  // namespace
