@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   // this process creates (and every child `tessera up` starts) uses the same kernels.
   std::string cpu_isa;
   app.add_option("--cpu-isa", cpu_isa,
-                 "cpu kernels: auto, amx, avx512, avx2 or generic (default: TESSERA_CPU_ISA, else auto)");
+                 "cpu kernels: auto, amx, avx512, avx2, generic or amx-emulated (tests: the amx kernels with tiles in "
+                 "software; default: TESSERA_CPU_ISA, else auto)");
   // Logging (base/log.h): global too, and exported (TESSERA_LOG_LEVEL, TESSERA_LOG_FORMAT) for `tessera up`'s
   // children. Long-running commands log at info by default (their load lines, one access line per request);
   // one-shot commands at warn, so that their stderr stays their result or one error line.

@@ -43,7 +43,7 @@ TEST(CpuBackend, EveryKernelVariantReproducesTheGreedyOutput) {
   auto want = read_file(testing::stories260k_dir() + "/greedy-256.txt");
   ASSERT_TRUE(want.ok());
   int ran = 0;
-  for (const char* isa : {"amx", "avx512", "avx2", "generic"}) {
+  for (const char* isa : {"amx", "avx512", "avx2", "generic", "amx-emulated"}) {
     auto r = run_process({tessera_bin(), "generate", "--cpu-isa", isa, "--model", testing::stories260k_dir(),
                           "--temperature", "0", "--max-tokens", "256", "--backend", "cpu", "--threads", "2",
                           "--kv-dtype", "f32"});
@@ -58,7 +58,8 @@ TEST(CpuBackend, EveryKernelVariantReproducesTheGreedyOutput) {
   EXPECT_GE(ran, 1);  // generic runs everywhere
   auto bad = run_process({tessera_bin(), "generate", "--cpu-isa", "sse9", "--model", testing::stories260k_dir()});
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("unknown cpu kernel variant 'sse9' (auto, amx, avx512, avx2 or generic)"), std::string::npos)
+  EXPECT_NE(bad.err.find("unknown cpu kernel variant 'sse9' (auto, amx, avx512, avx2, generic or amx-emulated)"),
+            std::string::npos)
       << bad.err;
   auto b = run_process({tessera_bin(), "bench", "generate", "--cpu-isa", "generic", "--model",
                         testing::stories260k_dir(), "--backend", "cpu", "--prompt-tokens", "4", "--gen-tokens", "4"});

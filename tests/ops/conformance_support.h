@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ namespace tessera::ops::conformance {
 struct DeviceUnderTest {
   std::string name;
   std::unique_ptr<Device> device;
+  std::set<std::string> only_ops;  // the operators checked on it; empty: every one
 };
 
 std::vector<DeviceUnderTest> devices_under_test();

@@ -11,6 +11,7 @@
 #include "base/rng.h"
 #include "ops/backend.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu_isas.h"
 #include "ops/registry.h"
 
 namespace tessera::ops {
@@ -57,7 +58,7 @@ class CpuMatMul : public ::testing::TestWithParam<DType> {
 
 TEST_P(CpuMatMul, EachRowHasTheSameBitsInEveryBatchSize) {
   const DType dtype = GetParam();
-  for (cpu::Isa isa : cpu::runnable_isas()) {
+  for (cpu::Isa isa : cpu_isas_under_test()) {
     open(isa);
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     // 37 weight rows (a partial tile of four), k = 5 quant blocks = 160: an odd block and, for the dense
@@ -109,7 +110,7 @@ TEST_P(CpuMatMul, ExpertLayersGiveEachRowTheSameBitsInEveryBatchSize) {
   const DType dtype = GetParam();
   const int block = dtype_info(dtype).block_elems;
   const int64_t dim = 256, ff = 256, experts = 6, k = 4, n = 48;  // 48 rows x 4 slots over 6 experts: ~32 each
-  for (cpu::Isa isa : cpu::runnable_isas()) {
+  for (cpu::Isa isa : cpu_isas_under_test()) {
     open(isa);
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Rng rng(23);

@@ -15,6 +15,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
+#include "ops/cpu_isas.h"
 
 namespace tessera::ops {
 namespace {
@@ -60,7 +61,7 @@ struct Cpu {
 
 // The panel height each build repacks with (0: it keeps every matrix row-major).
 int panel_rows(cpu::Isa isa) {
-  return isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAmx ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0;
+  return isa == cpu::Isa::kAvx512 || cpu::uses_tiles(isa) ? 16 : isa == cpu::Isa::kAvx2 ? 8 : 0;
 }
 
 class CpuMatMulRepacked : public ::testing::TestWithParam<DType> {};
@@ -69,9 +70,9 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
   const DType dtype = GetParam();
   const int block = dtype_info(dtype).block_elems;
   int tested = 0;
-  for (cpu::Isa isa : cpu::runnable_isas()) {
+  for (cpu::Isa isa : cpu_isas_under_test()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
+    if (!cpu::repackable(dtype, p, cpu::uses_tiles(isa))) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     // Whole panels only; a tail of 5 rows after them; k of an odd number of 32-blocks (288) or 1-2 super-blocks.
@@ -83,7 +84,7 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
     std::vector<Shape> shapes = block == 32  ? std::vector<Shape>{{48, 256}, {37, 288}, {p + 3, 64}}
                                 : block == 1 ? std::vector<Shape>{{48, 256}, {37, 512}, {4 * p + 3, 2112}}
                                              : std::vector<Shape>{{48, 256}, {37, 512}};
-    if (block == 1 && isa != cpu::Isa::kAmx) shapes.push_back({p + 5, 75});
+    if (block == 1 && !cpu::uses_tiles(isa)) shapes.push_back({p + 5, 75});
     for (const Shape& sh : shapes) {
       const int64_t m = sh.m, k = sh.k;
       SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << m << " x " << k);
@@ -112,7 +113,7 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
       ASSERT_TRUE(dequantize(stored.data(), dtype, wf).ok());
       const std::vector<float> full = cpu.matmul(x.data(), n_max, k, panels, m, bt);
       // avx512 bf16 / f16 panels: their own summation order (matmul_dense_panels.h), f32 activations.
-      const bool dense = block == 1, own_order = dense && isa != cpu::Isa::kAmx;
+      const bool dense = block == 1, own_order = dense && !cpu::uses_tiles(isa);
       for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17, 64, 70}) {
         const std::vector<float> want = cpu.matmul(x.data(), n, k, row_major, m, bt);
         const std::vector<float> got = cpu.matmul(x.data(), n, k, panels, m, bt);
@@ -161,9 +162,9 @@ TEST_P(CpuMatMulRepacked, PanelsGiveTheRowMajorBitsAtEveryBatchSize) {
 TEST_P(CpuMatMulRepacked, TheEmbeddingLookupReadsARepackedTable) {
   const DType dtype = GetParam();
   int tested = 0;
-  for (cpu::Isa isa : cpu::runnable_isas()) {
+  for (cpu::Isa isa : cpu_isas_under_test()) {
     const int p = panel_rows(isa);
-    if (!cpu::repackable(dtype, p, isa == cpu::Isa::kAmx)) continue;
+    if (!cpu::repackable(dtype, p, cpu::uses_tiles(isa))) continue;
     SCOPED_TRACE(std::string(cpu::isa_name(isa)));
     Cpu cpu(isa);
     const int64_t vocab = 3 * p + 5, dim = 512;
@@ -335,7 +336,7 @@ TEST(CpuMatMulRepackedBuffer, ALargeWeightLoadsOverTheDeviceThreads) {
   std::memcpy((*one)->host_ptr(), stored.data(), shape.bytes());
   Tensor ref = shape;
   ref.buffer = one->get();
-  ASSERT_TRUE(cpu::repack_matrix(ref, panel_rows(isa), isa == cpu::Isa::kAmx).ok());
+  ASSERT_TRUE(cpu::repack_matrix(ref, panel_rows(isa), cpu::uses_tiles(isa)).ok());
   EXPECT_EQ(std::memcmp(wt.buffer->host_ptr(), (*one)->host_ptr(), shape.bytes()), 0);
 }
 

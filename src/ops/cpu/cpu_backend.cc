@@ -33,11 +33,16 @@ bool has_avx512() {
 }
 // The amx build is the avx512 one plus tiles; amx_status() also asks Linux for the tile permission (once).
 bool has_amx() { return has_avx512() && amx_status().usable; }
+// The amx_emulated build is the amx one's flags without the tiles: AVX-512 and AVX512-BF16 (the activations'
+// conversions to bf16).
+bool has_amx_emulated() { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
 const char* isa_features(Isa isa) {
   switch (isa) {
     case Isa::kAmx:
       return "avx512f/bw/vl/dq+vnni+amx-int8";
+    case Isa::kAmxEmulated:
+      return "avx512f/bw/vl/dq+vnni+bf16, amx tiles in software";
     case Isa::kAvx512:
       return "avx512f/bw/vl/dq+vnni";
     case Isa::kAvx2:
@@ -103,13 +108,14 @@ Status dispatch(const Op& op, const Ctx& ctx) {
   return std::visit(
       [&ctx](const auto& o) -> Status {
         using T = std::decay_t<decltype(o)>;
-// The amx build has its own matmuls only (TS_CPU_CALL_MM); every other operator is the avx512 kernel.
-#define TS_CPU_CALL(fn)                                                               \
-  if constexpr (kIsa == Isa::kAvx512 || kIsa == Isa::kAmx) return avx512::fn(o, ctx); \
-  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);                          \
+// The amx builds have their own matmuls only (TS_CPU_CALL_MM); every other operator is the avx512 kernel.
+#define TS_CPU_CALL(fn)                                                              \
+  if constexpr (kIsa == Isa::kAvx512 || uses_tiles(kIsa)) return avx512::fn(o, ctx); \
+  if constexpr (kIsa == Isa::kAvx2) return avx2::fn(o, ctx);                         \
   return generic::fn(o, ctx)
-#define TS_CPU_CALL_MM(fn)                                 \
-  if constexpr (kIsa == Isa::kAmx) return amx::fn(o, ctx); \
+#define TS_CPU_CALL_MM(fn)                                                  \
+  if constexpr (kIsa == Isa::kAmx) return amx::fn(o, ctx);                  \
+  if constexpr (kIsa == Isa::kAmxEmulated) return amx_emulated::fn(o, ctx); \
   TS_CPU_CALL(fn)
         if constexpr (std::is_same_v<T, EmbeddingOp>) {
           if (panel_layout(o.table) != nullptr) return embedding_from_panels(o);  // a table shared with a matmul
@@ -175,6 +181,8 @@ Kernel kernel_for(Isa isa) {
   switch (isa) {
     case Isa::kAmx:
       return &dispatch<Isa::kAmx>;
+    case Isa::kAmxEmulated:
+      return &dispatch<Isa::kAmxEmulated>;
     case Isa::kAvx512:
       return &dispatch<Isa::kAvx512>;
     case Isa::kAvx2:
@@ -230,6 +238,8 @@ class CpuStream final : public Stream {
     switch (isa_) {
       case Isa::kAmx:
         return dispatch<Isa::kAmx>(op, ctx_);
+      case Isa::kAmxEmulated:
+        return dispatch<Isa::kAmxEmulated>(op, ctx_);
       case Isa::kAvx512:
         return dispatch<Isa::kAvx512>(op, ctx_);
       case Isa::kAvx2:
@@ -297,8 +307,8 @@ class CpuDevice final : public Device {
   // (matmul_dense_panels.h) except decode-bound ones, which prefill multiplies by its last row only and which keep
   // the row-major decode kernels.
   Status prepare_matmul_weight(const Tensor& w, const WeightHints& hints) override {
-    const int p = isa_ == Isa::kAvx512 || isa_ == Isa::kAmx ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
-    const bool amx = isa_ == Isa::kAmx;
+    const int p = isa_ == Isa::kAvx512 || uses_tiles(isa_) ? 16 : isa_ == Isa::kAvx2 ? 8 : 0;
+    const bool amx = uses_tiles(isa_);
     auto* cb = dynamic_cast<CpuBuffer*>(w.buffer);
     if (cb != nullptr && amx && hints.decode_bound && w.dtype == DType::kF16) {
       if (cb->panels() == nullptr) cb->set_decode_bound();
@@ -382,10 +392,11 @@ void pin_kquant_decode_walk(std::optional<PanelWalk> walk) {
 }
 
 Result<Isa> parse_isa(std::string_view name) {
-  for (Isa i : {Isa::kAuto, Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+  for (Isa i : {Isa::kAuto, Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric, Isa::kAmxEmulated}) {
     if (isa_name(i) == name) return i;
   }
-  return invalid_argument(fmt::format("unknown cpu kernel variant '{}' (auto, amx, avx512, avx2 or generic)", name));
+  return invalid_argument(
+      fmt::format("unknown cpu kernel variant '{}' (auto, amx, avx512, avx2, generic or amx-emulated)", name));
 }
 
 std::string_view isa_name(Isa isa) {
@@ -400,6 +411,8 @@ std::string_view isa_name(Isa isa) {
       return "avx2";
     case Isa::kGeneric:
       return "generic";
+    case Isa::kAmxEmulated:
+      return "amx-emulated";
   }
   return "?";
 }
@@ -408,6 +421,8 @@ bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::kAmx:
       return has_amx();
+    case Isa::kAmxEmulated:
+      return has_amx_emulated();
     case Isa::kAvx512:
       return has_avx512();
     case Isa::kAvx2:
@@ -433,6 +448,9 @@ Result<std::unique_ptr<Backend>> create_backend(Isa isa) {
 namespace amx {
 Ceilings measure(int threads, size_t bytes);
 }
+namespace amx_emulated {
+Ceilings measure(int threads, size_t bytes);
+}
 namespace avx512 {
 Ceilings measure(int threads, size_t bytes);
 }
@@ -450,6 +468,8 @@ Ceilings measure_ceilings(int threads, size_t bytes) {
   switch (isa.ok() ? *isa : Isa::kGeneric) {
     case Isa::kAmx:
       return amx::measure(threads, bytes);
+    case Isa::kAmxEmulated:  // no tile peak to measure: the others
+      return amx_emulated::measure(threads, bytes);
     case Isa::kAvx512:
       return avx512::measure(threads, bytes);
     case Isa::kAvx2:

@@ -1,15 +1,22 @@
 // Kernels of the cpu backend. Every kernel source is compiled three times: with AVX-512 F/BW/VL/VNNI on
 // top of AVX2/FMA/F16C (namespace cpu::avx512), with AVX2/FMA/F16C (cpu::avx2), and for baseline x86-64
 // (cpu::generic); the matmul sources a fourth time with the AVX-512 flags plus AMX-TILE/INT8/BF16 (cpu::amx:
-// its other operators are the avx512 ones). cpu_backend.cc picks one at run time from what the processor
+// its other operators are the avx512 ones), and a fifth with the AVX-512 flags plus AVX512-BF16 and no AMX
+// (cpu::amx_emulated: the amx build's kernels with each tile instruction carried out in software, amx_tiles.h, so
+// that they are tested on processors without tiles). cpu_backend.cc picks one at run time from what the processor
 // reports (or what --cpu-isa / TESSERA_CPU_ISA forces). Inside a kernel file `#if defined(__AVX2__)` selects
-// the intrinsic paths, `#if defined(__AVX512VNNI__)` the VNNI instructions and `#if defined(__AMX_INT8__)` the
-// tiles, so every build comes from one source and each variant is compiled and tested.
+// the intrinsic paths, `#if defined(__AVX512VNNI__)` the VNNI instructions and `#if defined(TS_AMX_TILES)` the
+// tiles (both tile builds), so every build comes from one source and each variant is compiled and tested.
 //
 // Inputs have passed ops::validate() and the device's supports(); data-dependent checks (ids, slots,
 // block numbers in range) are done here and return OutOfRange. Kernels split work over the stream's
 // WorkerPool (worker_pool.h) with parallel_for().
 #pragma once
+
+// The two builds with tiles: the amx one (the tile unit) and amx_emulated (TS_AMX_EMULATED, set by CMake).
+#if (defined(__AMX_INT8__) && defined(__AMX_BF16__)) || defined(TS_AMX_EMULATED)
+#define TS_AMX_TILES 1
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -114,6 +121,13 @@ Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);
 Status moe_route(const MoeRouteOp& op, const Ctx& ctx);
 Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);
 }  // namespace amx
+namespace amx_emulated {
+Status matmul_dense(const MatMulOp& op, const Ctx& ctx);
+Status matmul_quant(const MatMulOp& op, const Ctx& ctx);
+Status matmul_kquant(const MatMulOp& op, const Ctx& ctx);
+Status moe_route(const MoeRouteOp& op, const Ctx& ctx);
+Status moe_experts(const MoeExpertsOp& op, const Ctx& ctx);
+}  // namespace amx_emulated
 TS_CPU_DECLARE_KERNELS(avx512)
 TS_CPU_DECLARE_KERNELS(avx2)
 TS_CPU_DECLARE_KERNELS(generic)

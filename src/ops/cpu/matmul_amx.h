@@ -26,7 +26,9 @@
 // q8_0 does not come here (matmul_quant.cc: llama.cpp parity).
 #pragma once
 
-#if defined(__AMX_INT8__) && defined(__AVX512VNNI__)
+#include "ops/cpu/kernels.h"
+
+#if defined(TS_AMX_TILES) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -345,4 +347,4 @@ Status repacked_tiles_or_vectors(const MatMulOp& op, const PanelLayout& lay, con
 }
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::packed
-#endif  // __AMX_INT8__
+#endif  // TS_AMX_TILES

@@ -31,7 +31,9 @@
 // laid out the same way per call, with zeros past the row's end.
 #pragma once
 
-#if defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#include "ops/cpu/kernels.h"
+
+#if defined(TS_AMX_TILES) && defined(__AVX512BF16__)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -40,7 +42,6 @@
 #include <type_traits>
 
 #include "ops/cpu/amx_tiles.h"
-#include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 
@@ -280,4 +281,4 @@ inline Status matmul(const MatMulOp& op, const Ctx& ctx) {
 }
 
 }  // namespace tessera::ops::cpu::TS_CPU_ISA::dense_tiles
-#endif  // __AMX_BF16__ && __AVX512BF16__
+#endif  // TS_AMX_TILES && __AVX512BF16__

@@ -428,8 +428,8 @@ void add_bias(const MatMulOp& op) {
 }  // namespace
 
 Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
-#if defined(__AMX_BF16__) && defined(__AVX512BF16__)
-  // The amx build: bf16 weights, and f16 weights whose rows are whole 32-element tile steps, on bf16 tiles at every
+#if defined(TS_AMX_TILES)
+  // The amx builds: bf16 weights, and f16 weights whose rows are whole 32-element tile steps, on bf16 tiles at every
   // batch size (matmul_amx_dense.h); f32 and the other f16 matrices below (e.g. gemma4's 16-wide per-layer input
   // projections, kept f16 in llama.cpp's Q8_0 files: on tiles, zero-padded, they tipped two near ties of the
   // strict llama.cpp parity check, 6 of 8 identical where the f32 kernels keep 7 of 8). The choice is by shape,
@@ -443,7 +443,7 @@ Status matmul_dense(const MatMulOp& op, const Ctx& ctx) {
     return ok_status();
   }
 #endif
-#if defined(__AVX2__) && !(defined(__AMX_BF16__) && defined(__AVX512BF16__))
+#if defined(__AVX2__) && !defined(TS_AMX_TILES)
   // The avx512 and avx2 builds: bf16 and f16 matrices the device repacked (every one but a decode-bound classifier and
   // matrices of fewer rows than a panel) on the panel tiles at every batch size (matmul_dense_panels.h).
   if (const PanelLayout* lay = panel_layout(op.w); lay != nullptr && op.w.dtype == DType::kF16) {

@@ -18,7 +18,9 @@
 // batch size. The rows past the last whole panel stay row-major and take dot().
 #pragma once
 
-#if defined(__AVX2__) && !(defined(__AMX_BF16__) && defined(__AVX512BF16__))
+#include "ops/cpu/kernels.h"
+
+#if defined(__AVX2__) && !defined(TS_AMX_TILES)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,7 +28,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "ops/cpu/kernels.h"
 #include "ops/cpu/repack.h"
 #include "ops/cpu/simd.h"
 

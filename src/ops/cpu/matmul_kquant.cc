@@ -656,7 +656,7 @@ void matmul_k(const MatMulOp& op, const QuantRowsK& xq, const Ctx& ctx) {
 }  // namespace
 
 Status matmul_kquant(const MatMulOp& op, const Ctx& ctx) {
-#if defined(__AMX_INT8__)
+#if defined(TS_AMX_TILES)
   if (const PanelLayout* lay = panel_layout(op.w)) {
     if (op.w.dtype == DType::kQ4_K)
       return packed::repacked_tiles_or_vectors<packed::PanelQ4_K, PackQ4_K>(op, *lay, ctx);

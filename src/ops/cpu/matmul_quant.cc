@@ -339,7 +339,7 @@ using PackQ5_1 = PackMinBlocks<BlockQ5_1>;
 }  // namespace
 
 Status matmul_quant(const MatMulOp& op, const Ctx& ctx) {
-#if defined(__AMX_INT8__)
+#if defined(TS_AMX_TILES)
   if (const PanelLayout* lay = panel_layout(op.w)) {
     if (op.w.dtype == DType::kQ4_0)
       return packed::repacked_tiles_or_vectors<packed::PanelQ4_0, PackQ4_0>(op, *lay, ctx);

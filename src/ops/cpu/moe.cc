@@ -115,8 +115,8 @@ Status run_expert(const MoeExpertsOp& op, int64_t e, const int32_t* order, int64
       gv[i] = a / (1.0f + std::exp(alpha * (-a))) * (b + 1.0f);
     }
   } else {
-#if defined(__AMX_TILE__)
-    // The amx build compiles only the matmuls and this file; its other operators are the avx512 build's.
+#if defined(TS_AMX_TILES)
+    // The amx builds compile only the matmuls and this file; its other operators are the avx512 build's.
     TS_RETURN_IF_ERROR(avx512::silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
 #else
     TS_RETURN_IF_ERROR(silu_mul(SiluMulOp{g, u, g, op.act}, ctx));
