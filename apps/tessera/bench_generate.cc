@@ -38,6 +38,7 @@ struct BenchArgs {
   bool skip_ceilings = false;
   bool whole_sliding_kv = false;  // sliding layers keep every position (serve's --disable-hybrid-kv-cache-manager)
   std::string graph = "off";
+  bool deterministic = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -87,6 +88,7 @@ int run_bench(const BenchArgs& a) {
   ro.kv.prefix_cache = false;
   ro.kv.num_blocks = (a.prompt_tokens + a.gen_tokens + ro.kv.block_tokens - 1) / ro.kv.block_tokens;
   ro.graph = a.graph == "on";
+  ro.deterministic = a.deterministic;
   ro.kv.window_kv = !a.whole_sliding_kv;
   auto runner = engine::ModelRunner::create(**device, c, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
@@ -218,6 +220,8 @@ Action add_bench_generate_subcommand(CLI::App& bench) {
   cmd->add_option("--graph", args->graph, "Decode through recorded graphs (backends with supports_graphs)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_flag("--deterministic", args->deterministic,
+                "Prompts attend through the decode kernels (tessera serve --deterministic): what that costs prefill");
   cmd->add_flag("--no-ceilings", args->skip_ceilings, "Skip the bandwidth and FMA measurements");
   cmd->add_flag("--disable-hybrid-kv-cache-manager", args->whole_sliding_kv,
                 "Sliding-window layers keep every position, not only their window (as tessera serve's flag)");

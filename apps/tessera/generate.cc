@@ -31,6 +31,7 @@ struct GenerateArgs {
   std::string weight_dtype;
   std::string kv_dtype = "f16";  // half the bytes attention reads per token; f32 stays selectable
   std::string graph = "off";
+  bool deterministic = false;
   bool no_echo = false;
   bool quiet = false;
 };
@@ -76,6 +77,7 @@ int run_generate(const GenerateArgs& a) {
   const int64_t positions = std::min<int64_t>(model->config.max_seq_len, int64_t{prompt_len} + go.max_tokens);
   ro.kv.num_blocks = static_cast<int>(std::max<int64_t>(1, (positions + ro.kv.block_tokens - 1) / ro.kv.block_tokens));
   ro.graph = a.graph == "on";
+  ro.deterministic = a.deterministic;
   auto runner = engine::ModelRunner::create(*device, model->config, model->weights, ro);
   if (!runner.ok()) return fail(runner.status().message());
   auto stats = engine::generate(**runner, *model->tokenizer, a.prompt, go, [](std::string_view piece) {
@@ -142,6 +144,9 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--graph", args->graph, "Decode by recording, compiling and replaying one step per batch bucket")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_flag("--deterministic", args->deterministic,
+                "The prompt attends through the decode kernels (as tessera serve --deterministic): the same bits "
+                "however it is chunked");
   cmd->add_flag("--no-echo", args->no_echo, "Do not print the prompt before the generated text");
   cmd->add_flag("--quiet", args->quiet, "Do not print speed to stderr");
   return [args] { return run_generate(*args); };

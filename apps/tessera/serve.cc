@@ -120,6 +120,11 @@ int run_serve(const ServeArgs& a) {
   // running set past --max-num-seqs, and the scheduler then spreads those sequences over steps.
   ro.max_logit_rows = std::min(a.max_batch_tokens, std::max(a.max_num_seqs, 256));
   ro.graph = a.graph == "on";
+  ro.deterministic = a.deterministic;
+  if (a.deterministic)
+    log::info(
+        "deterministic: prompts attend through the decode kernels, so a reply has the same bits whatever the "
+        "prefix cache held (prefill is slower)");
   ro.kv.block_tokens = a.block_size;
   ro.kv.prefix_cache = !a.no_prefix_cache;
   if (!a.weight_dtype.empty()) ro.weight_dtype = parse_dtype(a.weight_dtype);

@@ -190,6 +190,11 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
                   "Decode through recorded graphs, one per batch-size bucket (backends with supports_graphs)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_flag("--deterministic,--enable-deterministic-inference", a->deterministic,
+                "Replies independent of the prefix cache too (they already are of the batch and the threads): "
+                "prompts attend through the decode kernels, so a cache hit on earlier blocks, a reply's blocks "
+                "included, gives the bits of the whole prompt computed anew; slower prompts (SGLang's "
+                "--enable-deterministic-inference)");
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache element type of K and V: f32, f16, bf16, q8_0, q4_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
@@ -220,8 +225,8 @@ void add_serve_flags(CLI::App* cmd, ServeArgs* a) {
       cmd, "Model",
       {"model", "--model", "--tokenizer", "--served-model-name", "--dtype", "--weight-dtype", "--max-model-len"});
   group_options(cmd, "Backend and engine",
-                {"--backend", "--threads", "--graph", "--max-num-seqs", "--max-batch-tokens", "--admission-window-ms",
-                 "--admission-gap-ms", "--max-queue"});
+                {"--backend", "--threads", "--graph", "--deterministic", "--max-num-seqs", "--max-batch-tokens",
+                 "--admission-window-ms", "--admission-gap-ms", "--max-queue"});
   group_options(
       cmd, "KV cache",
       {"--block-size", "--kv-memory", "--kv-memory-fraction", "--kv-dtype", "--cache-type-k", "--cache-type-v",

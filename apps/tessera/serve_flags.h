@@ -55,6 +55,7 @@ struct ServeArgs {
   std::string kv_dtype = "f16";            // half the bytes attention reads per token; f32 stays selectable
   std::string cache_type_k, cache_type_v;  // llama.cpp's -ctk / -ctv; empty: kv_dtype
   std::string graph = "off";
+  bool deterministic = false;  // RunnerOptions::deterministic
   std::vector<std::string> prefill_nodes;
   int pd_min_tokens = 32;
   double pd_staging_mib = 64;

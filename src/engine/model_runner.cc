@@ -332,12 +332,14 @@ Status ModelRunner::forward(int64_t n, std::span<const Placed> placed, int64_t d
       const ops::Tensor& slots = windowed ? s_.window_slots : s_.slots;
       const ops::Tensor& tables = windowed ? s_.window_tables : s_.block_tables;
       if (lw.own_kv) TS_RETURN_IF_ERROR(run(ops::KvWriteOp{k, v, kv_->k(l), kv_->v(l), slots.rows(0, n)}));
-      if (decodes > 0) {
-        TS_RETURN_IF_ERROR(
-            run(ops::AttentionDecodeOp{q.rows(0, decodes), kv_->k(l), kv_->v(l), tables.rows(0, decodes),
-                                       s_.context_lens.rows(0, decodes), att.rows(0, decodes), lw.scores, lw.sinks}));
+      // Deterministic mode: every row of the step as a decode (step() gave each its table row and length).
+      const int64_t decode_rows = decode_every_row() ? n : decodes;
+      if (decode_rows > 0) {
+        TS_RETURN_IF_ERROR(run(ops::AttentionDecodeOp{q.rows(0, decode_rows), kv_->k(l), kv_->v(l),
+                                                      tables.rows(0, decode_rows), s_.context_lens.rows(0, decode_rows),
+                                                      att.rows(0, decode_rows), lw.scores, lw.sinks}));
       }
-      for (size_t pi = static_cast<size_t>(decodes); pi < placed.size(); ++pi) {
+      for (size_t pi = static_cast<size_t>(decodes); pi < placed.size() && !decode_every_row(); ++pi) {
         const Placed& p = placed[pi];
         const auto len = static_cast<int64_t>(p.segment->tokens.size());
         ops::Tensor table = tables.rows(p.table, 1).reshaped({max_blocks_per_seq_});
@@ -480,18 +482,26 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
   slots.clear();
   lens.clear();
   window_slots.clear();
-  tables.assign(placed.size() * max_blocks, 0);
+  // Deterministic mode (RunnerOptions::deterministic): every row attends as a decode, with a table row and a context
+  // length of its own; otherwise one table row per placed segment and lengths for the decode rows.
+  const bool row_tables = decode_every_row();
+  const auto table_rows = static_cast<int64_t>(row_tables ? static_cast<size_t>(n) : placed.size());
+  tables.assign(static_cast<size_t>(table_rows) * max_blocks, 0);
   // A window block that has left the window reads as block 0: no kernel reads positions outside a query's window.
-  if (windowed) window_tables.assign(placed.size() * max_blocks, 0);
+  if (windowed) window_tables.assign(static_cast<size_t>(table_rows) * max_blocks, 0);
   int64_t row = 0;
   for (size_t i = 0; i < placed.size(); ++i) {
     Placed& p = placed[i];
     const SequenceKv& s = *p.segment->seq;
     p.row0 = row;
-    p.table = static_cast<int64_t>(i);
-    std::transform(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks),
-                   [](BlockId b) { return static_cast<int32_t>(b); });
-    if (windowed) fill_window_table(s, window_tables.data() + i * max_blocks);
+    p.table = row_tables ? row : static_cast<int64_t>(i);
+    const size_t copies = row_tables ? p.segment->tokens.size() : 1;
+    for (size_t t = 0; t < copies; ++t) {
+      const auto at = static_cast<size_t>(p.table) + t;
+      std::transform(s.blocks.begin(), s.blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(at * max_blocks),
+                     [](BlockId b) { return static_cast<int32_t>(b); });
+      if (windowed) fill_window_table(s, window_tables.data() + at * max_blocks);
+    }
     for (size_t t = 0; t < p.segment->tokens.size(); ++t) {
       const int32_t pos = p.start + static_cast<int32_t>(t);
       ids.push_back(p.segment->tokens[t]);
@@ -499,20 +509,20 @@ Status ModelRunner::step(std::span<const Segment> segments, std::vector<float>& 
       slots.push_back(static_cast<int32_t>(s.blocks[static_cast<size_t>(pos / bt)]) * bt + pos % bt);
       if (windowed)
         window_slots.push_back(static_cast<int32_t>(s.window_blocks[static_cast<size_t>(pos / bt)]) * bt + pos % bt);
+      if (row_tables || static_cast<int64_t>(i) < decodes) lens.push_back(pos + 1);
     }
-    if (static_cast<int64_t>(i) < decodes) lens.push_back(p.start + 1);
     row += static_cast<int64_t>(p.segment->tokens.size());
   }
   TS_RETURN_IF_ERROR(stream_->upload(s_.ids.rows(0, n), ids.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.positions.rows(0, n), positions.data()));
   TS_RETURN_IF_ERROR(stream_->upload(s_.slots.rows(0, n), slots.data()));
-  TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, static_cast<int64_t>(placed.size())), tables.data()));
+  TS_RETURN_IF_ERROR(stream_->upload(s_.block_tables.rows(0, table_rows), tables.data()));
   if (windowed) {
     TS_RETURN_IF_ERROR(stream_->upload(s_.window_slots.rows(0, n), window_slots.data()));
-    TS_RETURN_IF_ERROR(
-        stream_->upload(s_.window_tables.rows(0, static_cast<int64_t>(placed.size())), window_tables.data()));
+    TS_RETURN_IF_ERROR(stream_->upload(s_.window_tables.rows(0, table_rows), window_tables.data()));
   }
-  if (decodes > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, decodes), lens.data()));
+  const auto len_rows = static_cast<int64_t>(lens.size());
+  if (len_rows > 0) TS_RETURN_IF_ERROR(stream_->upload(s_.context_lens.rows(0, len_rows), lens.data()));
   TS_RETURN_IF_ERROR(forward(n, placed, decodes, after_layer, before_layer));
   TS_RETURN_IF_ERROR(pool_segments(placed));
 

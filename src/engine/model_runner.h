@@ -83,6 +83,16 @@ struct RunnerOptions {
   // padded to their bucket with rows that write to a KV block reserved for padding. Needs a device whose
   // DeviceInfo::supports_graphs is true (create() refuses otherwise): replays launch its native recording.
   bool graph = false;
+  // Every prompt row's attention through the decode kernels, as the decode of its position (one AttentionDecodeOp
+  // over every row of the step, each row with its own context length), instead of the prefill kernels. A
+  // position's attention then has the same bits however it was reached: in a prompt chunk of any size, decoded,
+  // or read back from blocks a decode filled (a prefix-cache hit on a previous reply). Rows already have the same
+  // bits in every batch and at every thread count; with this, a reply does not depend on what the prefix cache held
+  // either (the prefill and decode kernels of the vector builds sum in other orders and agree within float
+  // rounding: DecodeInvariance.APrefillRowAgreesWithTheDecodeOfTheSamePosition). Prefill attention reads each
+  // row's context once per row instead of once per tile of rows: slower prompts (docs/benchmarks.md,
+  // "Deterministic mode"). `tessera serve --deterministic`.
+  bool deterministic = false;
   // When set, every step runs eagerly and forward() synchronises at each named point and hands that point's
   // activations to the tap. The names are those of llama.cpp's graph callbacks, so that a dump of its tensors
   // (llama-eval-callback) lines up: attn_norm, Qcur and Kcur (after rotary), Vcur, kqv_out (attention, before
@@ -295,6 +305,8 @@ class ModelRunner {
                               const ops::Tensor& out);
   // Where linear layer `layer`'s state starts in export_state's layout.
   size_t state_offset(int layer) const;
+  // RunnerOptions::deterministic for a causal model: every row of a step attends through the decode kernels.
+  bool decode_every_row() const { return options_.deterministic && !encoder_; }
   // Runs the layers over n uploaded rows, attention per segment, then the classifier for wanted rows into
   // consecutive rows of s_.logits (decode segments first, then prefill segments in order).
   Status forward(int64_t n, std::span<const Placed> placed, int64_t decodes, const LayerHook& after_layer,

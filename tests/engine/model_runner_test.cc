@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "model/synth.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/registry.h"
 
 namespace tessera::engine {
@@ -191,6 +192,72 @@ TEST(RunnerSoftcap, LogitsAreCapTimesTanhOfTheUncappedLogits) {
         ASSERT_NEAR(got[i], kCap * std::tanh(want[i] / kCap), 1e-6f) << i << ": raw " << want[i];
       }
       EXPECT_GT(largest, 4.0f * kCap) << "the cap should bend most logits";
+    }
+  }
+}
+
+// RunnerOptions::deterministic: the last token's logits of one prompt, on every cpu kernel build this processor runs,
+// must have the same bits whether the prompt runs in one step, in chunks of 96, or partly decoded token by token before
+// a chunk reads the blocks those decodes filled (a prefix hit on a previous reply), past two decode ranges (700
+// positions, kDecodeRange 512), with heads of 64 grouped two to a kv head (llama), heads of 256 with sliding layers
+// whose windows the cache keeps alone (gemma3), and a hybrid model's attention layers (qwen3.5). Without the option
+// the vector builds' prefill kernels sum in another order than their decode ones (the printed counts; the same
+// bits there would make the option pointless, not wrong).
+TEST(RunnerDeterministic, APromptHasTheSameBitsHoweverItsRowsWereComputed) {
+  struct Shape {
+    const char* name;
+    int head_dim, sliding_window;
+  };
+  for (const Shape& sh : {Shape{"llama3.2-1b", 64, 0}, Shape{"gemma3-1b", 256, 64}, Shape{"qwen3.5-0.8b", 256, 0}}) {
+    auto c = model::synth_shape_small(sh.name);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    c->head_dim = sh.head_dim;
+    c->n_heads = 2 * c->n_kv_heads;
+    c->max_seq_len = 1024;
+    c->n_layers = 4;  // qwen3.5: linear, attention, linear, attention (decoded rows' K/V reach the second)
+    if (c->sliding_window > 0) c->sliding_window = sh.sliding_window;
+    if (c->attn_scale > 0.0f) c->attn_scale = 1.0f / std::sqrt(static_cast<float>(c->head_dim));
+    ASSERT_TRUE(c->validate().ok()) << sh.name << ": " << c->validate().to_string();
+    const model::SynthModel m = model::synthesize_weights(*c, 5);
+    std::vector<TokenId> prompt(700);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(3 + (i * 131 + i / 7) % 500);
+    for (ops::cpu::Isa isa : ops::cpu::runnable_isas()) {
+      auto backend = ops::cpu::create_backend(isa);
+      ASSERT_TRUE(backend.ok());
+      auto device = (*backend)->open_device_with(0, ops::DeviceOptions{2, ""});
+      ASSERT_TRUE(device.ok());
+      const std::string what = fmt::format("{}, {}", sh.name, ops::cpu::isa_name(isa));
+      auto last_logits = [&](bool deterministic, int chunk, size_t decoded_from, size_t decoded_to) {
+        RunnerOptions o;
+        o.max_batch_tokens = chunk;
+        o.kv.block_tokens = 16;
+        o.kv.window_kv = sh.sliding_window > 0;
+        o.deterministic = deterministic;
+        auto r = ModelRunner::create(**device, m.config, m.weights, o);
+        EXPECT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+        std::vector<float> logits;
+        if (!r.ok()) return logits;
+        SequenceKv s;
+        const std::span<const TokenId> all(prompt);
+        EXPECT_TRUE((*r)->prefill(s, all.first(decoded_from), logits).ok()) << what;
+        for (size_t i = decoded_from; i < decoded_to; ++i) {
+          SequenceKv* seqs[] = {&s};
+          EXPECT_TRUE((*r)->decode(seqs, all.subspan(i, 1), logits).ok()) << what;
+        }
+        if (decoded_to < prompt.size()) EXPECT_TRUE((*r)->prefill(s, all.subspan(decoded_to), logits).ok()) << what;
+        return logits;
+      };
+      const std::vector<float> whole = last_logits(true, 1024, prompt.size(), prompt.size());
+      ASSERT_EQ(whole.size(), static_cast<size_t>(c->vocab_size)) << what;
+      EXPECT_EQ(last_logits(true, 96, prompt.size(), prompt.size()), whole) << what << ": in chunks of 96";
+      EXPECT_EQ(last_logits(true, 1024, 300, 500), whole) << what << ": 200 positions decoded, then a chunk on them";
+      EXPECT_EQ(last_logits(true, 1024, 600, 700), whole) << what << ": the last 100 decoded";
+      const std::vector<float> plain = last_logits(false, 1024, prompt.size(), prompt.size());
+      const std::vector<float> reused = last_logits(false, 1024, 300, 500);
+      size_t differ = 0;
+      for (size_t i = 0; i < plain.size() && i < reused.size(); ++i) differ += plain[i] != reused[i];
+      std::printf("[ deterministic ] %s without the option: %zu of %zu logits differ after decoded blocks\n",
+                  what.c_str(), differ, plain.size());
     }
   }
 }
