@@ -186,5 +186,77 @@ TEST(CpuBackend, TheThreadCountDoesNotChangeALogprobsBits) {
   }
 }
 
+// Two turns of one conversation on a node serving `model` with `flags`: the greedy reply (40 tokens) to `ids`, then
+// the logprobs of the greedy reply (16 tokens) to `ids`, that reply and 20 more ids, with how many of the second
+// prompt's positions came from the prefix cache.
+struct SecondTurn {
+  std::vector<double> logprobs;
+  int cached = -1;
+};
+SecondTurn second_turn(const std::string& model, const std::vector<std::string>& flags, std::vector<int> ids) {
+  std::vector<std::string> args = {"serve", "--model",         model, "--port",
+                                   "0",     "--backend",       "cpu", "--served-model-name",
+                                   "m",     "--max-model-len", "2048"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  testing::TesseraServer node = testing::start_tessera(args);
+  auto complete = [&](const std::vector<int>& prompt, int max_tokens) -> nlohmann::json {
+    http::ClientRequest r;
+    r.method = "POST";
+    r.url = node.url + "/v1/completions";
+    r.headers["content-type"] = "application/json";
+    r.body = nlohmann::json{{"model", "m"},  {"prompt", prompt},   {"max_tokens", max_tokens}, {"temperature", 0},
+                            {"logprobs", 1}, {"ignore_eos", true}, {"return_token_ids", true}}
+                 .dump();
+    r.timeout_ms = 120000;
+    auto res = http::fetch(r);
+    EXPECT_TRUE(res.ok() && res->status == 200) << (res.ok() ? res->body : res.status().to_string());
+    if (!res.ok() || res->status != 200) return nlohmann::json();
+    return nlohmann::json::parse(res->body);
+  };
+  SecondTurn out;
+  const nlohmann::json first = complete(ids, 40);
+  if (!first.is_null()) {
+    for (int id : first["choices"][0]["token_ids"].get<std::vector<int>>()) ids.push_back(id);
+    for (int i = 0; i < 20; ++i) ids.push_back(5 + (i * 53) % 400);
+    const nlohmann::json second = complete(ids, 16);
+    if (!second.is_null()) {
+      out.logprobs = second["choices"][0]["logprobs"]["token_logprobs"].get<std::vector<double>>();
+      out.cached = second["usage"]["prompt_tokens_details"].value("cached_tokens", -1);
+    }
+  }
+  EXPECT_EQ(node.p->stop(SIGTERM), 0);
+  return out;
+}
+
+// `tessera serve --deterministic`: a second turn that takes the first turn's reply blocks (filled by decode) from the
+// prefix cache gets the bits of a node without a prefix cache. Without the flag the same comparison differs on the
+// vector kernels (prefill and decode attention sum in other orders), so the check can fail; on a processor with
+// only the generic kernels that control is not run (they agree to the bit there anyway).
+TEST(CpuBackend, DeterministicRepliesDoNotDependOnThePrefixCache) {
+  const std::string dir = testing::scratch_dir();
+  const std::string model = dir + "/deterministic-llama-q4_k.gguf";
+  // Heads of 64 (the vector kernels' decode paths; the test size's heads of 32 take the generic ones), 256 wide, 4
+  // layers (with 2 the rounding did not reach the logprobs' bits here, and the control below failed).
+  const std::vector<std::string> synth_args = {
+      tessera_bin(),   "synth", "--shape",  "llama3.2-1b", "--layers", "4",    "--dim",  "256", "--hidden-dim", "512",
+      "--max-seq-len", "2048",  "--format", "gguf",        "--dtype",  "q4_k", "--seed", "3",   "--out",        model};
+  auto synth = run_process(synth_args, 300.0);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  std::vector<int> ids;
+  for (int i = 0; i < 700; ++i) ids.push_back(1 + (i * 37) % 400);
+  const SecondTurn cached = second_turn(model, {"--deterministic"}, ids);
+  const SecondTurn whole = second_turn(model, {"--deterministic", "--no-prefix-cache"}, ids);
+  ASSERT_EQ(cached.logprobs.size(), 16u);
+  EXPECT_GE(cached.cached, 736) << "the first reply's blocks were not taken from the cache";
+  EXPECT_EQ(whole.cached, 0);
+  EXPECT_EQ(cached.logprobs, whole.logprobs) << "bit for bit";
+  const auto cpuinfo = read_file("/proc/cpuinfo");
+  if (!cpuinfo.ok() || cpuinfo->find(" avx2") == std::string::npos) return;
+  const SecondTurn plain_cached = second_turn(model, {}, ids);
+  const SecondTurn plain_whole = second_turn(model, {"--no-prefix-cache"}, ids);
+  EXPECT_GE(plain_cached.cached, 736);
+  EXPECT_NE(plain_cached.logprobs, plain_whole.logprobs) << "without --deterministic the reused blocks round otherwise";
+}
+
 }  // namespace
 }  // namespace tessera
