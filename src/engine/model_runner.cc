@@ -79,6 +79,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(ops::Device& device, co
                     device.info().backend));
   }
   if (options.activation_tap) options.graph = false;  // a replayed graph has no points to stop at
+  if (options.deterministic && config.causal && !device.info().batch_invariant) {
+    return invalid_argument(fmt::format(
+        "deterministic mode needs kernels that give a row the same bits in any batch; the {} backend's do not (or "
+        "are not checked to): run it on cpu or ref, or without --deterministic",
+        device.info().backend));
+  }
   if (std::vector<std::string> missing = unsupported_layer_features(device, config); !missing.empty()) {
     return unimplemented(fmt::format("the {} backend does not run this {} model's {}: run it on cpu or ref",
                                      device.info().backend, config.arch, fmt::join(missing, " or ")));

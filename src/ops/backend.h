@@ -60,6 +60,11 @@ struct DeviceInfo {
   size_t memory_bytes = 0;
   bool host_visible = false;     // Buffer::host_ptr() is non-null
   bool supports_graphs = false;  // Stream::record works (ops/graph.h replays through it)
+  // A row's results have the same bits whatever else shares its batch and however many rows run (matmuls, norms,
+  // decode attention), checked by a test (RunnerDeterministic.*): what engine::RunnerOptions::deterministic needs.
+  // cpu and ref: yes; vulkan: no (a prompt chunked otherwise, or partly decoded, gives other bits); opencl, cuda: not
+  // checked by a test.
+  bool batch_invariant = false;
 };
 
 // How the engine will multiply by a weight matrix, for Device::prepare_matmul_weight.

@@ -290,6 +290,7 @@ class CpuDevice final : public Device {
                              threads == 1 ? "" : "s");
     info_.host_visible = true;
     info_.supports_graphs = true;  // CpuStream::record
+    info_.batch_invariant = true;  // every build's kernels (DecodeInvariance.*, CpuMatMul.EachRow...)
   }
   const DeviceInfo& info() const override { return info_; }
 

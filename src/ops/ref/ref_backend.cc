@@ -86,6 +86,7 @@ class RefDevice final : public Device {
     info_.name = "reference (portable scalar C++)";
     info_.host_visible = true;
     info_.supports_graphs = false;
+    info_.batch_invariant = true;  // plain loops, one row at a time
   }
   const DeviceInfo& info() const override { return info_; }
 
