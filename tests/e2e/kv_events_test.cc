@@ -56,8 +56,11 @@ bool wait_indexed(const std::string& router, const std::string& url, int64_t blo
     const json nodes = get(router + "/admin/nodes");
     if (nodes.is_object()) {
       for (const json& n : nodes["nodes"]) {
+        // Its model list read too: while one node's list is known and another's is not, requests for the model go
+        // only to the known one (serving_model), whatever the KV events say.
         if (n["url"] == url && n.contains("kv_event_blocks") &&
-            n["kv_event_blocks"]["device"].get<int64_t>() >= blocks && n["in_rotation"] == true)
+            n["kv_event_blocks"]["device"].get<int64_t>() >= blocks && n["in_rotation"] == true &&
+            n.contains("models") && !n["models"].empty())
           return true;
       }
     }
